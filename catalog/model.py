@@ -1,0 +1,65 @@
+"""Value types shared by the catalog modules.
+
+They are frozen so an epoch's catalog can be shared between tasks without copies; the
+JSON payloads inside (``declaration``) are treated as read-only by convention.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+JSON = Any
+"""A JSON value: dict, list, str, int, float, bool or None."""
+
+WarningKind = Literal["renamed", "quarantined", "excluded", "duplicate"]
+
+
+@dataclass(frozen=True)
+class ServerTools:
+    """One downstream server's raw tool list plus the config that shapes its names."""
+
+    id: str
+    prefix: str
+    tools: tuple[JSON, ...]
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    deferred: bool = False
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One published tool: its qualified name and the exact route back downstream."""
+
+    name: str
+    server: str
+    original: str
+    declaration: dict[str, JSON]
+    """Canonical tool object as published: ``name`` is the qualified name."""
+    deferred: bool = False
+
+
+@dataclass(frozen=True)
+class CatalogWarning:
+    """A reportable event of the build: never hidden, always shown by ``catalog``."""
+
+    kind: WarningKind
+    server: str
+    tool: str
+    detail: str
+
+    def line(self) -> str:
+        return f"{self.kind}: {self.server}/{self.tool}: {self.detail}"
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """The deterministic catalog of one epoch: entries in UTF-16 code-unit order."""
+
+    entries: tuple[Entry, ...]
+    warnings: tuple[CatalogWarning, ...] = ()
+    fingerprint: str = ""
+    by_name: dict[str, Entry] = field(default_factory=dict, compare=False, repr=False)
+
+    def get(self, name: str) -> Entry | None:
+        return self.by_name.get(name)

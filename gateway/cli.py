@@ -1,0 +1,220 @@
+"""The ``prefixgate`` command: ``serve``, ``catalog`` and ``demo-server``.
+
+Exit status: 0 on success, 2 for a bad config or usage (before anything starts), 1 when
+a ``required`` server failed or the gateway could not run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+
+from gateway import __version__, logs
+from gateway.barrier import required_failures, wait_for_discovery
+from gateway.config import Config, ConfigError, find_config, load_config
+from gateway.downstream import Downstream
+from gateway.epoch import Epoch, build_epoch
+from gateway.router import Router
+
+log = logging.getLogger("prefixgate")
+
+
+class Exit(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _load(path: str | None) -> Config:
+    try:
+        return load_config(find_config(path))
+    except ConfigError as exc:
+        raise Exit(2, f"prefixgate: config error: {exc}") from None
+
+
+@asynccontextmanager
+async def running(config: Config) -> AsyncIterator[tuple[list[Downstream], Router]]:
+    """Start every server concurrently; stop them all on exit."""
+    downstreams = [Downstream(s) for s in config.servers]
+    router = Router({d.config.id: d for d in downstreams})
+    async with anyio.create_task_group() as tg:
+        for downstream in downstreams:
+            tg.start_soon(downstream.run)
+        try:
+            yield downstreams, router
+        finally:
+            tg.cancel_scope.cancel()
+
+
+async def discover(config: Config, downstreams: Sequence[Downstream], router: Router) -> Epoch:
+    await wait_for_discovery([d for d in downstreams if d.config.enabled], config.gateway.discovery_deadline)
+    epoch = build_epoch(config, downstreams)
+    for warning in epoch.catalog.warnings:
+        log.warning("%s", warning.line())
+    ready = sum(1 for d in downstreams if d.status == "ready")
+    log.info(
+        "catalog: %d tools from %d of %d servers, fingerprint %s",
+        len(epoch.catalog.entries),
+        ready,
+        len(config.enabled_servers),
+        epoch.fingerprint[:16],
+    )
+    router.publish(epoch)
+    return epoch
+
+
+# --- serve -----------------------------------------------------------------------------
+
+
+async def _serve(config: Config) -> None:
+    from mcp.server.stdio import stdio_server
+
+    from gateway.server import build_server
+
+    async with running(config) as (downstreams, router):
+        server, options = build_server(router)
+        failure: list[str] = []
+        async with anyio.create_task_group() as tg:
+
+            async def barrier() -> None:
+                await discover(config, downstreams, router)
+                failure.extend(required_failures(downstreams))
+                if failure:
+                    tg.cancel_scope.cancel()
+
+            tg.start_soon(barrier)
+            async with stdio_server() as (read, write):
+                await server.run(read, write, options)
+            tg.cancel_scope.cancel()
+        if failure:
+            raise Exit(1, "prefixgate: " + failure[0])
+
+
+# --- catalog ---------------------------------------------------------------------------
+
+
+def catalog_report(config: Config, downstreams: Sequence[Downstream], epoch: Epoch) -> dict[str, Any]:
+    """The ``catalog --json`` object: ``declarations`` is exactly what ``serve`` publishes."""
+    catalog = epoch.catalog
+    counts: dict[str, int] = {}
+    for entry in catalog.entries:
+        counts[entry.server] = counts.get(entry.server, 0) + 1
+    return {
+        "fingerprint": epoch.fingerprint,
+        "servers": [
+            {
+                "id": d.config.id,
+                "status": d.status,
+                "tools": counts.get(d.config.id, 0),
+                "listed": len(d.tools),
+                "error": d.error,
+                "startup_ms": d.startup_ms,
+                "required": d.config.required,
+                "transport": d.config.transport,
+            }
+            for d in downstreams
+        ],
+        "tools": [{"name": e.name, "server": e.server, "original": e.original} for e in catalog.entries],
+        "declarations": epoch.published(),
+        "warnings": [
+            {"kind": w.kind, "server": w.server, "tool": w.tool, "detail": w.detail, "message": w.line()}
+            for w in catalog.warnings
+        ],
+    }
+
+
+def render_text(report: dict[str, Any], config: Config) -> str:
+    lines = [f"prefixgate {__version__}  config: {config.path}", "", "servers:"]
+    width = max((len(s["id"]) for s in report["servers"]), default=2)
+    for s in report["servers"]:
+        ms = f"{s['startup_ms']} ms" if s["startup_ms"] is not None else "-"
+        tools = f"{s['tools']} tools" if s["status"] == "ready" else "-"
+        line = f"  {s['id']:<{width}}  {s['status']:<8}  {tools:>10}  {ms:>8}"
+        if s["error"]:
+            line += f"  {s['error']}"
+        lines.append(line.rstrip())
+    lines += ["", f"tools ({len(report['tools'])} declared, in published order):"]
+    for tool in report["tools"]:
+        lines.append(f"  {tool['name']}  <- {tool['server']}/{tool['original']}")
+    if report["warnings"]:
+        lines += ["", f"warnings ({len(report['warnings'])}):"]
+        lines += [f"  {w['message']}" for w in report["warnings"]]
+    lines += ["", f"fingerprint: {report['fingerprint']}"]
+    return "\n".join(lines) + "\n"
+
+
+async def _catalog(config: Config, as_json: bool) -> int:
+    async with running(config) as (downstreams, router):
+        epoch = await discover(config, downstreams, router)
+        report = catalog_report(config, downstreams, epoch)
+    if as_json:
+        sys.stdout.write(json.dumps(report, ensure_ascii=False, indent=2) + "\n")
+    else:
+        sys.stdout.write(render_text(report, config))
+    failures = required_failures(downstreams)
+    for line in failures:
+        log.error("%s", line)
+    return 1 if failures else 0
+
+
+# --- entry point -----------------------------------------------------------------------
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="prefixgate",
+        description="One MCP server entry for many downstream MCP servers, with one deterministic catalog.",
+    )
+    p.add_argument("--version", action="version", version=f"prefixgate {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def common(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--config", metavar="PATH", help="config file (default: $PREFIXGATE_CONFIG, ./prefixgate.toml, "
+                        "$XDG_CONFIG_HOME/prefixgate/config.toml)")
+        sp.add_argument("--log-level", choices=logs.LEVELS, default="info", help="stderr log level (default info)")
+
+    serve = sub.add_parser("serve", help="serve MCP over stdio", description="Serve the gateway over stdio.")
+    common(serve)
+    cat = sub.add_parser(
+        "catalog",
+        help="discover every server and print the catalog",
+        description="Run the same discovery and build as serve, print the catalog, and exit.",
+    )
+    common(cat)
+    cat.add_argument("--json", action="store_true", help="print one JSON object")
+    sub.add_parser("demo-server", help="run the bundled demo MCP server (stdio)", add_help=False)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["demo-server"]:
+        from gateway import demo
+
+        return demo.main(argv[1:])
+    args = parser().parse_args(argv)
+    logs.setup(args.log_level)
+    try:
+        config = _load(args.config)
+        if args.command == "serve":
+            anyio.run(_serve, config)
+            return 0
+        if args.command == "catalog":
+            return anyio.run(_catalog, config, args.json)
+    except Exit as exc:
+        sys.stderr.write(f"{exc}\n")
+        return exc.code
+    except KeyboardInterrupt:
+        return 130
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,387 @@
+"""The TOML configuration: discovery, strict validation, ``${VAR}`` expansion.
+
+A bad config must stop the gateway before anything starts, with one line naming the key
+path that is wrong; so every key is checked against a table of known keys and types, and
+nothing is ever guessed. Values that may hold secrets (``env``, ``headers``) are never
+echoed in error messages.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from catalog.names import PROFILES
+
+SERVER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
+_VAR = re.compile(r"\$\{([^}]*)\}")
+
+Transport = Literal["stdio", "http", "sse"]
+DeclarationsMode = Literal["auto", "fixed", "on-demand"]
+
+
+class ConfigError(Exception):
+    """A config problem: ``str()`` is the one line shown to the user (exit status 2)."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path}: {message}" if path else message)
+        self.path = path
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    id: str
+    transport: Transport
+    command: str | None = None
+    args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+    url: str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    enabled: bool = True
+    required: bool = False
+    startup_timeout: float = 30.0
+    call_timeout: float = 300.0
+    prefix: str = ""
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    deferred: bool = False
+
+    def describe(self) -> str:
+        """Where the server lives, without secrets (env and headers are never shown)."""
+        if self.transport == "stdio":
+            return f"stdio: {self.command}"
+        return f"{self.transport}: {self.url}"
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    state_dir: Path
+    discovery_deadline: float = 60.0
+    separator: str = "__"
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    profile: str = "openai"
+    max_functions: int | None = None
+    """Explicit override; ``None`` means the profile's limit."""
+    context_window: int | None = None
+    reserve_tokens: int = 16384
+    keep_recent_tokens: int = 20000
+    system_prompt_tokens: int = 0
+    declarations: DeclarationsMode = "auto"
+    defer: tuple[str, ...] = ()
+    account: str | None = None
+    model: str | None = None
+    api: str | None = None
+    endpoint: str | None = None
+
+    @property
+    def function_limit(self) -> int | None:
+        if self.max_functions is not None:
+            return self.max_functions
+        return PROFILES[self.profile].max_functions
+
+
+@dataclass(frozen=True)
+class Config:
+    path: Path | None
+    gateway: GatewayConfig
+    client: ClientConfig
+    servers: tuple[ServerConfig, ...]
+    """Every configured server, disabled ones included, sorted by id."""
+
+    @property
+    def enabled_servers(self) -> tuple[ServerConfig, ...]:
+        return tuple(s for s in self.servers if s.enabled)
+
+
+# --- discovery -------------------------------------------------------------------------
+
+
+def find_config(explicit: str | None, env: Mapping[str, str] | None = None) -> Path:
+    """``--config``, then ``$PREFIXGATE_CONFIG``, ``./prefixgate.toml``, the XDG config file."""
+    env = os.environ if env is None else env
+    if explicit:
+        return Path(explicit)
+    if env.get("PREFIXGATE_CONFIG"):
+        return Path(env["PREFIXGATE_CONFIG"])
+    local = Path("prefixgate.toml")
+    if local.is_file():
+        return local
+    xdg = env.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    candidate = Path(xdg) / "prefixgate" / "config.toml"
+    if candidate.is_file():
+        return candidate
+    raise ConfigError(
+        "",
+        "no config file: pass --config PATH, set PREFIXGATE_CONFIG, or create ./prefixgate.toml "
+        f"or {candidate}",
+    )
+
+
+def load_config(path: Path, env: Mapping[str, str] | None = None) -> Config:
+    """Read and validate ``path``; raise ConfigError with a one-line, key-naming message."""
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise ConfigError("", f"cannot read config {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigError("", f"config {path} is not valid UTF-8") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError("", f"config {path} is not valid TOML: {exc}") from None
+    return parse_config(data, path=path, env=env)
+
+
+# --- validation primitives -------------------------------------------------------------
+
+Check = Callable[[str, Any], Any]
+
+
+def _number(path: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(path, "expected a number")
+    if value <= 0:
+        raise ConfigError(path, "expected a number greater than 0")
+    return float(value)
+
+
+def _count(path: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(path, "expected an integer")
+    if value < 0:
+        raise ConfigError(path, "expected an integer >= 0")
+    return value
+
+
+def _positive_count(path: str, value: Any) -> int:
+    number = _count(path, value)
+    if number < 1:
+        raise ConfigError(path, "expected an integer >= 1")
+    return number
+
+
+def _bool(path: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(path, "expected true or false")
+    return value
+
+
+def _str(path: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(path, "expected a string")
+    return value
+
+
+def _nonempty_str(path: str, value: Any) -> str:
+    text = _str(path, value)
+    if not text:
+        raise ConfigError(path, "expected a non-empty string")
+    return text
+
+
+def _str_list(path: str, value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(path, "expected a list of strings")
+    return tuple(value)
+
+
+def _str_table(path: str, value: Any) -> dict[str, str]:
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise ConfigError(path, "expected a table of strings")
+    return dict(value)
+
+
+def _one_of(*choices: str) -> Check:
+    def check(path: str, value: Any) -> str:
+        if value not in choices:
+            raise ConfigError(path, "expected one of " + ", ".join(repr(c) for c in choices))
+        return str(value)
+
+    return check
+
+
+def _table(path: str, value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ConfigError(path, "expected a table")
+    return value
+
+
+def _fields(path: str, table: Mapping[str, Any], checks: Mapping[str, Check]) -> dict[str, Any]:
+    """Validate every key of ``table`` with its check; unknown keys are errors."""
+    out: dict[str, Any] = {}
+    for key in sorted(table):
+        where = f"{path}.{key}" if path else key
+        if key not in checks:
+            raise ConfigError(where, f"unknown key (known: {', '.join(sorted(checks))})")
+        out[key] = checks[key](where, table[key])
+    return out
+
+
+def expand(path: str, text: str, env: Mapping[str, str]) -> str:
+    """Replace ``${NAME}`` with the environment's value; an unset name is an error.
+
+    ``$${`` escapes a literal ``${``. The error names the variable, never a value.
+    """
+    parts = text.split("$${")
+
+    def sub(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise ConfigError(path, f"invalid variable reference ${{{name}}}")
+        if name not in env:
+            raise ConfigError(path, f"environment variable {name} is not set")
+        return env[name]
+
+    return "${".join(_VAR.sub(sub, part) for part in parts)
+
+
+# --- tables ----------------------------------------------------------------------------
+
+_GATEWAY_KEYS: dict[str, Check] = {
+    "state_dir": _nonempty_str,
+    "discovery_deadline": _number,
+    "separator": _nonempty_str,
+}
+
+_CLIENT_KEYS: dict[str, Check] = {
+    "profile": _one_of(*sorted(PROFILES)),
+    "max_functions": _positive_count,
+    "context_window": _positive_count,
+    "reserve_tokens": _count,
+    "keep_recent_tokens": _count,
+    "system_prompt_tokens": _count,
+    "declarations": _one_of("auto", "fixed", "on-demand"),
+    "defer": _str_list,
+    "account": _str,
+    "model": _str,
+    "api": _str,
+    "endpoint": _str,
+}
+
+_SERVER_KEYS: dict[str, Check] = {
+    "command": _nonempty_str,
+    "args": _str_list,
+    "env": _str_table,
+    "cwd": _nonempty_str,
+    "url": _nonempty_str,
+    "transport": _one_of("http", "sse"),
+    "headers": _str_table,
+    "enabled": _bool,
+    "required": _bool,
+    "startup_timeout": _number,
+    "call_timeout": _number,
+    "prefix": _str,
+    "include": _str_list,
+    "exclude": _str_list,
+    "deferred": _bool,
+}
+
+_TOP_KEYS = ("client", "gateway", "servers")
+
+
+def default_state_dir(env: Mapping[str, str]) -> Path:
+    base = env.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "prefixgate"
+
+
+def parse_config(data: Mapping[str, Any], *, path: Path | None = None, env: Mapping[str, str] | None = None) -> Config:
+    env = os.environ if env is None else env
+    for key in sorted(data):
+        if key not in _TOP_KEYS:
+            raise ConfigError(key, f"unknown table (known: {', '.join(_TOP_KEYS)})")
+
+    gw = _fields("gateway", _table("gateway", data.get("gateway", {})), _GATEWAY_KEYS)
+    state_dir = (
+        Path(expand("gateway.state_dir", gw["state_dir"], env)).expanduser()
+        if "state_dir" in gw
+        else default_state_dir(env)
+    )
+    gateway = GatewayConfig(
+        state_dir=state_dir,
+        discovery_deadline=gw.get("discovery_deadline", 60.0),
+        separator=gw.get("separator", "__"),
+    )
+
+    cl = _fields("client", _table("client", data.get("client", {})), _CLIENT_KEYS)
+    client = ClientConfig(**cl)
+    profile = PROFILES[client.profile]
+    for char in gateway.separator:
+        if not profile.allowed.fullmatch(char):
+            raise ConfigError(
+                "gateway.separator", f"character {char!r} is not allowed in {client.profile} tool names"
+            )
+
+    servers_table = _table("servers", data.get("servers", {}))
+    servers = tuple(
+        _server(server_id, servers_table[server_id], gateway, client, env) for server_id in sorted(servers_table)
+    )
+    if not any(s.enabled for s in servers):
+        raise ConfigError("servers", "no enabled server: add at least one [servers.<id>] table")
+    return Config(path=path, gateway=gateway, client=client, servers=servers)
+
+
+def _server(
+    server_id: str, raw: Any, gateway: GatewayConfig, client: ClientConfig, env: Mapping[str, str]
+) -> ServerConfig:
+    where = f"servers.{server_id}"
+    if not SERVER_ID.fullmatch(server_id):
+        raise ConfigError(where, "invalid server id: use letters, digits, '_' and '-', starting with a letter or digit")
+    s = _fields(where, _table(where, raw), _SERVER_KEYS)
+    if "command" in s and "url" in s:
+        raise ConfigError(where, "has both command (stdio) and url (http/sse): choose one")
+    if "command" not in s and "url" not in s:
+        raise ConfigError(f"{where}.command", "missing: set command (stdio) or url (http/sse)")
+    stdio_only = ("args", "env", "cwd")
+    remote_only = ("transport", "headers")
+    wrong = [k for k in (remote_only if "command" in s else stdio_only) if k in s]
+    if wrong:
+        kind = "a stdio server (command)" if "command" in s else "a remote server (url)"
+        raise ConfigError(f"{where}.{wrong[0]}", f"not valid for {kind}")
+
+    prefix = s.get("prefix", server_id)
+    profile = PROFILES[client.profile]
+    for char in prefix:
+        if not profile.allowed.fullmatch(char):
+            raise ConfigError(f"{where}.prefix", f"character {char!r} is not allowed in {client.profile} tool names")
+
+    common = dict(
+        id=server_id,
+        enabled=s.get("enabled", True),
+        required=s.get("required", False),
+        startup_timeout=s.get("startup_timeout", 30.0),
+        call_timeout=s.get("call_timeout", 300.0),
+        prefix=prefix,
+        include=s.get("include", ()),
+        exclude=s.get("exclude", ()),
+        deferred=s.get("deferred", False),
+    )
+    if not common["enabled"]:
+        # A disabled server is validated for shape but never expanded: its variables may be unset.
+        return ServerConfig(transport="stdio" if "command" in s else s.get("transport", "http"), **common)  # type: ignore[arg-type]
+    if "command" in s:
+        return ServerConfig(
+            transport="stdio",
+            command=expand(f"{where}.command", s["command"], env),
+            args=tuple(expand(f"{where}.args[{i}]", a, env) for i, a in enumerate(s.get("args", ()))),
+            env={k: expand(f"{where}.env.{k}", v, env) for k, v in sorted(s.get("env", {}).items())},
+            cwd=str(Path(expand(f"{where}.cwd", s["cwd"], env)).expanduser()) if "cwd" in s else None,
+            **common,  # type: ignore[arg-type]
+        )
+    url = expand(f"{where}.url", s["url"], env)
+    if not re.match(r"^https?://", url):
+        raise ConfigError(f"{where}.url", "expected an http:// or https:// URL")
+    return ServerConfig(
+        transport=s.get("transport", "http"),
+        url=url,
+        headers={k: expand(f"{where}.headers.{k}", v, env) for k, v in sorted(s.get("headers", {}).items())},
+        **common,  # type: ignore[arg-type]
+    )

@@ -1,0 +1,275 @@
+"""``prefixgate demo-server``: a bundled downstream MCP server for the example config,
+the tests and the benchmarks.
+
+It serves N generated tools with realistic descriptions and nested schemas whose key
+order, ``required`` order and listing order vary with ``--seed`` (names and meaning do
+not), so a gateway's canonical catalog can be checked against reordered input. Fixed
+tools exercise forwarding: ``echo``, ``payload`` (a result of a requested size),
+``structured``, ``image``, ``fail``, ``slow`` (progress, cancellation) and ``crash``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import os
+import random
+import sys
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp.server.context import CallNext, ServerRequestContext
+from mcp.server.lowlevel import Server
+from mcp.server.stdio import stdio_server
+
+_VERBS = ["get", "list", "create", "update", "delete", "search", "sync", "archive", "export", "describe"]
+_NOUNS = [
+    "issue", "pull_request", "branch", "commit", "file", "directory", "user", "team", "project",
+    "milestone", "label", "release", "workflow", "deployment", "secret", "webhook", "comment",
+    "review", "ticket", "invoice", "customer", "order", "metric", "dashboard", "alert",
+]  # fmt: skip
+# A 1x1 transparent PNG: a real image block without shipping a file.
+_PNG = base64.b64encode(
+    bytes.fromhex(
+        "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+        "1f15c4890000000d49444154789c6360000002000001e221bc330000000049454e44ae426082"
+    )
+).decode()
+
+
+def _shuffled(rng: random.Random, items: dict[str, Any]) -> dict[str, Any]:
+    """The same mapping with its keys in a seed-dependent order (nested dicts too)."""
+    keys = list(items)
+    rng.shuffle(keys)
+    return {k: _shuffled(rng, items[k]) if isinstance(items[k], dict) else items[k] for k in keys}
+
+
+def generated_tool(index: int, rng: random.Random, server: str) -> dict[str, Any]:
+    verb = _VERBS[index % len(_VERBS)]
+    noun = _NOUNS[(index // len(_VERBS)) % len(_NOUNS)]
+    round_ = index // (len(_VERBS) * len(_NOUNS))
+    name = f"{verb}_{noun}" + (f"_{round_}" if round_ else "")
+    required = ["owner", "repo", "options"] if index % 2 else ["owner", "repo"]
+    rng.shuffle(required)
+    schema = {
+        "type": "object",
+        "properties": {
+            "owner": {"type": "string", "description": f"Account that owns the {noun.replace('_', ' ')}."},
+            "repo": {"type": "string", "description": "Repository name, without the owner.", "minLength": 1},
+            "limit": {"type": "integer", "minimum": 1, "maximum": 100, "default": 30},
+            "options": {
+                "type": "object",
+                "description": f"Fine-grained options for {verb} {noun.replace('_', ' ')}.",
+                "properties": {
+                    "state": {"type": "string", "enum": ["open", "closed", "all"], "default": "open"},
+                    "labels": {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
+                    "since": {"type": "string", "format": "date-time"},
+                },
+                "required": ["state"],
+                "additionalProperties": False,
+            },
+        },
+        "required": required,
+        "additionalProperties": False,
+    }
+    return _shuffled(
+        rng,
+        {
+            "name": name,
+            "description": (
+                f"{verb.capitalize()} a {noun.replace('_', ' ')} in the {server} service. "
+                f"Returns the {noun.replace('_', ' ')} as JSON; fails if the caller lacks access."
+            ),
+            "inputSchema": schema,
+            "annotations": {"readOnlyHint": verb in ("get", "list", "search", "describe", "export")},
+        },
+    )
+
+
+def fixed_tools() -> list[dict[str, Any]]:
+    obj = "object"
+    return [
+        {
+            "name": "echo",
+            "description": "Echo the given text back unchanged.",
+            "inputSchema": {"type": obj, "properties": {"text": {"type": "string"}}, "required": ["text"]},
+            "annotations": {"readOnlyHint": True},
+        },
+        {
+            "name": "payload",
+            "description": "Return a text (or image) result of exactly the requested size in bytes.",
+            "inputSchema": {
+                "type": obj,
+                "properties": {
+                    "bytes": {"type": "integer", "minimum": 0},
+                    "kind": {"type": "string", "enum": ["text", "image", "lines"], "default": "text"},
+                },
+                "required": ["bytes"],
+            },
+            "annotations": {"readOnlyHint": True},
+        },
+        {
+            "name": "structured",
+            "description": "Return structured content matching the output schema.",
+            "inputSchema": {"type": obj, "properties": {"count": {"type": "integer", "minimum": 0}}},
+            "outputSchema": {
+                "type": obj,
+                "properties": {"items": {"type": "array", "items": {"type": "string"}}, "count": {"type": "integer"}},
+                "required": ["count", "items"],
+            },
+            "annotations": {"readOnlyHint": True},
+        },
+        {"name": "image", "description": "Return a tiny PNG image.", "inputSchema": {"type": obj}},
+        {
+            "name": "fail",
+            "description": "Return a tool error (isError) with the given message.",
+            "inputSchema": {"type": obj, "properties": {"message": {"type": "string"}}},
+        },
+        {
+            "name": "slow",
+            "description": "Sleep, reporting progress at each step; cancellable.",
+            "inputSchema": {
+                "type": obj,
+                "properties": {"seconds": {"type": "number", "minimum": 0}, "steps": {"type": "integer", "minimum": 1}},
+            },
+        },
+        {
+            "name": "crash",
+            "description": "Exit the server process abruptly with the given status.",
+            "inputSchema": {"type": obj, "properties": {"status": {"type": "integer"}}},
+        },
+    ]
+
+
+class DemoServer:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        rng = random.Random(args.seed)
+        tools = [generated_tool(i, rng, args.name) for i in range(args.tools)]
+        tools += [_shuffled(rng, t) for t in fixed_tools()]
+        for extra in args.extra_tool:
+            tools.append(
+                {
+                    "name": extra,
+                    "description": f"Report that tool {extra!r} of {args.name} was called.",
+                    "inputSchema": {"type": "object", "properties": {"note": {"type": "string"}}},
+                }
+            )
+        if args.bad_schema:
+            tools.append({"name": "broken", "description": "Its schema is invalid.", "inputSchema": {"type": "string"}})
+            tools.append(
+                {"name": "broken_type", "inputSchema": {"type": "object", "properties": {"x": {"type": "strin"}}}}
+            )
+        rng.shuffle(tools)
+        self.tools = tools
+        self.extra = set(args.extra_tool)
+        self.cancelled = 0
+
+    async def list_tools_raw(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> Any:
+        """Serve tools/list raw (bypassing the SDK's result model) so invalid schemas go out as-is."""
+        if ctx.method != "tools/list":
+            return await call_next(ctx)
+        page = self.args.page_size
+        if not page:
+            return {"tools": self.tools}
+        cursor = int((ctx.params or {}).get("cursor") or 0)
+        result: dict[str, Any] = {"tools": self.tools[cursor : cursor + page]}
+        if cursor + page < len(self.tools):
+            result["nextCursor"] = str(cursor + page)
+        return result
+
+    async def call_tool(
+        self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        args = params.arguments or {}
+        name = params.name
+        text = types.TextContent
+        if name == "echo":
+            return types.CallToolResult(content=[text(type="text", text=str(args.get("text", "")))])
+        if name == "payload":
+            size = int(args.get("bytes", 0))
+            kind = args.get("kind", "text")
+            if kind == "image":
+                raw = (b"\x89PNG" * (size // 4 + 1))[: max(size * 3 // 4, 1)]
+                data = base64.b64encode(raw).decode()
+                return types.CallToolResult(content=[types.ImageContent(type="image", data=data, mime_type="image/png")])
+            if kind == "lines":
+                line = "line {:08d} of the demo payload\n"
+                count = max(size // len(line.format(0)), 1)
+                body = "".join(line.format(i) for i in range(count))
+                return types.CallToolResult(content=[text(type="text", text=body)])
+            pattern = "0123456789abcdefghijklmnopqrstuvwxyz\n"
+            body = (pattern * (size // len(pattern) + 1))[:size]
+            return types.CallToolResult(content=[text(type="text", text=body)])
+        if name == "structured":
+            count = int(args.get("count", 3))
+            items = [f"item-{i}" for i in range(count)]
+            return types.CallToolResult(
+                content=[text(type="text", text=f"{count} items")],
+                structured_content={"count": count, "items": items},
+            )
+        if name == "image":
+            return types.CallToolResult(content=[types.ImageContent(type="image", data=_PNG, mime_type="image/png")])
+        if name == "fail":
+            message = str(args.get("message", "the demo tool failed"))
+            return types.CallToolResult(content=[text(type="text", text=message)], is_error=True)
+        if name == "slow":
+            seconds = float(args.get("seconds", 1.0))
+            steps = int(args.get("steps", 4))
+            try:
+                for step in range(steps):
+                    await ctx.session.report_progress(step, steps, f"step {step + 1} of {steps}")
+                    await anyio.sleep(seconds / steps)
+            except anyio.get_cancelled_exc_class():
+                sys.stderr.write(f"slow cancelled after step {step}\n")
+                sys.stderr.flush()
+                raise
+            return types.CallToolResult(content=[text(type="text", text=f"slept {seconds:g} s")])
+        if name == "crash":
+            sys.stderr.write("crash requested\n")
+            sys.stderr.flush()
+            os._exit(int(args.get("status", 3)))
+        if name in self.extra:
+            return types.CallToolResult(content=[text(type="text", text=f"{self.args.name}:{name}")])
+        if any(t.get("name") == name for t in self.tools):
+            return types.CallToolResult(content=[text(type="text", text=f"{self.args.name}:{name} {args}")])
+        return types.CallToolResult(content=[text(type="text", text=f"unknown tool {name!r}")], is_error=True)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="prefixgate demo-server", description=__doc__.split("\n\n")[0])
+    p.add_argument("--tools", type=int, default=5, help="number of generated tools (default 5)")
+    p.add_argument("--startup-delay", type=float, default=0.0, help="seconds to wait before serving")
+    p.add_argument("--seed", type=int, default=0, help="varies key, required and listing order")
+    p.add_argument("--name", default="demo", help="server name (serverInfo and descriptions)")
+    p.add_argument("--extra-tool", action="append", default=[], metavar="NAME", help="add a tool with this name")
+    p.add_argument("--bad-schema", action="store_true", help="also list two tools with invalid schemas")
+    p.add_argument("--page-size", type=int, default=0, help="paginate tools/list (0: one page)")
+    p.add_argument("--hang", action="store_true", help="never answer (for start-up timeout tests)")
+    return p
+
+
+async def serve(args: argparse.Namespace) -> None:
+    if args.hang:
+        await anyio.sleep_forever()
+    if args.startup_delay > 0:
+        await anyio.sleep(args.startup_delay)
+    demo = DemoServer(args)
+    server: Server[Any] = Server(args.name, version="1.0", on_call_tool=demo.call_tool, on_list_tools=_unused)
+    server.middleware.insert(0, demo.list_tools_raw)
+    async with stdio_server() as (read, write):
+        await server.run(read, write, server.create_initialization_options())
+
+
+async def _unused(ctx: Any, params: Any) -> types.ListToolsResult:  # pragma: no cover - middleware answers
+    return types.ListToolsResult(tools=[])
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        anyio.run(serve, args)
+    except KeyboardInterrupt:
+        return 130
+    return 0
