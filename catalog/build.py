@@ -1,0 +1,199 @@
+"""Build the deterministic catalog of one epoch from the servers' raw tool lists.
+
+The catalog is a function of the *set* of servers and tools only: neither the order
+servers answered in nor the order a server lists its tools may change a byte, so the
+published ``tools/list`` (and the provider's prompt cache) stays stable.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import canonicaljson
+
+from catalog.model import JSON, Catalog, CatalogWarning, Entry, ServerTools
+from catalog.names import Profile, assign_names, code_unit_key, quote
+from catalog.schema import canonicalize, check, sort_keys
+
+_SCHEMA_KEYS = ("inputSchema", "outputSchema")
+
+
+def fingerprint(declarations: Sequence[JSON]) -> str:
+    """SHA-256 hex of the canonical JSON of the declaration list: the epoch's identity."""
+    return hashlib.sha256(canonicaljson.encode_canonical_json(list(declarations))).hexdigest()
+
+
+@dataclass(frozen=True)
+class _Tool:
+    """A tool that passed every check, before its public name is known."""
+
+    server: str
+    name: str
+    declaration: dict[str, JSON]
+    encoded: bytes
+    """Canonical JSON of the declaration with its original name: a total order key."""
+
+
+def _label(raw: JSON) -> str:
+    """A short, order-independent label for a tool that has no usable name."""
+    if isinstance(raw, dict) and "name" in raw:
+        return "<name " + _short(repr(raw["name"])) + ">"
+    if isinstance(raw, dict):
+        return "<unnamed>"
+    return f"<{type(raw).__name__}>"
+
+
+def _short(text: str, limit: int = 40) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _name_problem(raw: JSON) -> str | None:
+    if not isinstance(raw, dict):
+        return f"tool is not an object (got {type(raw).__name__})"
+    name = raw.get("name")
+    if not isinstance(name, str):
+        if name is None:
+            return "missing 'name'"
+        return f"'name' is not a string (got {type(name).__name__})"
+    return "empty 'name'" if name == "" else None
+
+
+def _exclusion(name: str, server: ServerTools) -> str | None:
+    """Why the config hides this tool, or None; exclude wins over include."""
+    for pattern in server.exclude:
+        if fnmatch.fnmatchcase(name, pattern):
+            return f"matches exclude pattern {quote(pattern)}"
+    if server.include and not any(fnmatch.fnmatchcase(name, p) for p in server.include):
+        return "matches no include pattern"
+    return None
+
+
+def _declaration(raw: dict[str, JSON]) -> tuple[dict[str, JSON], str | None]:
+    """Canonical copy of the whole tool dict, and the reason it is unpublishable (if any)."""
+    decl = {
+        k: canonicalize(raw[k]) if k in _SCHEMA_KEYS else sort_keys(raw[k]) for k in sorted(raw)
+    }
+    if "inputSchema" not in decl:
+        return decl, "missing inputSchema"
+    problem = check(decl["inputSchema"], "inputSchema")
+    if problem is None and decl.get("outputSchema") is not None:
+        problem = check(decl["outputSchema"], "outputSchema")
+    return decl, problem
+
+
+Check = Callable[[dict[str, JSON]], str | None]
+"""An extra publishability check supplied by the caller (the gateway's wire model)."""
+
+
+def _prepare(server: str, raw: dict[str, JSON], extra: Check | None) -> _Tool | str:
+    """A checked tool, or the reason it is quarantined."""
+    try:
+        decl, problem = _declaration(raw)
+        if problem is None and extra is not None:
+            problem = extra(decl)
+        if problem is not None:
+            return problem
+        encoded = canonicaljson.encode_canonical_json(decl)
+    except RecursionError:
+        return "nested too deeply"
+    except (ValueError, TypeError) as err:  # NaN/Infinity, lone surrogates, non-str keys
+        return "not canonical JSON: " + _short(str(err), 120)
+    return _Tool(server, raw["name"], decl, encoded)
+
+
+def _server_tools(server: ServerTools, extra: Check | None) -> tuple[list[_Tool], list[CatalogWarning]]:
+    """The publishable tools of one server, and what happened to the rest."""
+    warnings: list[CatalogWarning] = []
+    by_name: dict[str, list[dict[str, JSON]]] = defaultdict(list)
+    for raw in server.tools:
+        problem = _name_problem(raw)
+        if problem is not None:
+            warnings.append(CatalogWarning("quarantined", server.id, _label(raw), problem))
+            continue
+        reason = _exclusion(raw["name"], server)
+        if reason is not None:
+            warnings.append(CatalogWarning("excluded", server.id, raw["name"], reason))
+            continue
+        by_name[raw["name"]].append(raw)
+    tools: list[_Tool] = []
+    for name, raws in by_name.items():
+        kept, more = _keep_one(server.id, name, raws, extra)
+        tools.extend(kept)
+        warnings.extend(more)
+    return tools, warnings
+
+
+def _keep_one(
+    server: str, name: str, raws: list[dict[str, JSON]], extra: Check | None
+) -> tuple[list[_Tool], list[CatalogWarning]]:
+    """Resolve one name of one server: at most one tool survives.
+
+    Among duplicates, "the first" is defined by content, not listing order (so the
+    listing order cannot matter): valid declarations beat invalid ones, then the
+    smallest canonical encoding wins.
+    """
+    prepared = [_prepare(server, raw, extra) for raw in raws]
+    valid = sorted((p for p in prepared if isinstance(p, _Tool)), key=lambda t: t.encoded)
+    problems = sorted(p for p in prepared if isinstance(p, str))
+    if not valid:
+        return [], [CatalogWarning("quarantined", server, name, p) for p in problems]
+    warnings = []
+    n = len(raws)
+    for other in valid[1:]:
+        same = "identical" if other.encoded == valid[0].encoded else "different definition"
+        detail = f"name listed {n} times; kept one, dropped this {same}"
+        warnings.append(CatalogWarning("duplicate", server, name, detail))
+    for p in problems:
+        detail = f"name listed {n} times; kept a valid one, dropped this invalid one ({p})"
+        warnings.append(CatalogWarning("duplicate", server, name, detail))
+    return [valid[0]], warnings
+
+
+def _warning_key(w: CatalogWarning) -> tuple[str, bytes, bytes, bytes]:
+    return (w.kind, code_unit_key(w.server), code_unit_key(w.tool), code_unit_key(w.detail))
+
+
+def build(
+    servers: Sequence[ServerTools],
+    profile: Profile,
+    separator: str = "__",
+    reserved: frozenset[str] = frozenset(),
+    extra_check: Check | None = None,
+) -> Catalog:
+    """The catalog of one epoch: published entries in UTF-16 code-unit order.
+
+    Bad tools are quarantined and hidden tools excluded, each with a warning, never
+    silently dropped; the rest of their server is still published. ``extra_check``
+    lets the caller quarantine what its transport could not send (a reason, or None).
+    """
+    ids = [s.id for s in servers]
+    if len(set(ids)) != len(ids):
+        raise ValueError("duplicate server id")
+    tools: list[_Tool] = []
+    warnings: list[CatalogWarning] = []
+    prefixes = {s.id: s.prefix for s in servers}
+    deferred = {s.id: s.deferred for s in servers}
+    for server in servers:
+        kept, more = _server_tools(server, extra_check)
+        tools.extend(kept)
+        warnings.extend(more)
+    requests = [(t.server, prefixes[t.server], t.name) for t in tools]
+    names, renames = assign_names(requests, profile, separator, reserved)
+    warnings.extend(renames)
+    entries = []
+    for t in tools:
+        public = names[(t.server, t.name)]
+        decl = dict(sorted(dict(t.declaration, name=public).items()))
+        entries.append(Entry(public, t.server, t.name, decl, deferred[t.server]))
+    entries.sort(key=lambda e: code_unit_key(e.name))
+    return Catalog(
+        entries=tuple(entries),
+        warnings=tuple(sorted(warnings, key=_warning_key)),
+        fingerprint=fingerprint([e.declaration for e in entries]),
+        by_name={e.name: e for e in entries},
+    )

@@ -1,0 +1,210 @@
+"""Qualified tool names: qualify, sanitise, de-collide and order them.
+
+Names must satisfy the client's provider rule (e.g. OpenAI's ``^[a-zA-Z0-9_-]{1,64}$``)
+and must not depend on which server answered first, otherwise the published catalog
+(and the provider's prompt cache) would change between otherwise identical runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from catalog.model import CatalogWarning
+
+SUFFIX_HEX = 8
+"""Hex digits of SHA-256 appended to a renamed name: 32 bits make accidents rare."""
+
+_MAX_ROUNDS = 64
+"""Rehash rounds before giving up; each round succeeds with overwhelming probability."""
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A client's function-name rule and function-count limit."""
+
+    name: str
+    allowed: re.Pattern[str]
+    """Matches exactly one allowed character (a single character class)."""
+    max_len: int
+    max_functions: int | None
+
+    def valid(self, name: str) -> bool:
+        """Whether ``name`` satisfies ``^[allowed]{1,max_len}$`` (no trailing-newline gap)."""
+        return 1 <= len(name) <= self.max_len and all(
+            self.allowed.fullmatch(ch) for ch in name
+        )
+
+
+_WORD_DASH = re.compile(r"[a-zA-Z0-9_-]")
+
+PROFILES: dict[str, Profile] = {
+    "openai": Profile("openai", _WORD_DASH, 64, 128),
+    "deepseek": Profile("deepseek", _WORD_DASH, 64, 128),
+    "anthropic": Profile("anthropic", _WORD_DASH, 128, None),
+    "mcp": Profile("mcp", re.compile(r"[A-Za-z0-9._-]"), 128, None),  # SEP-986
+}
+
+
+def code_unit_key(name: str) -> bytes:
+    """Sort key in UTF-16 code-unit order, the order JavaScript clients use.
+
+    Python's default ``sorted`` is code-point order, which differs once a name has a
+    character outside the BMP (a surrogate pair sorts before U+E000..U+FFFF).
+    """
+    return name.encode("utf-16-be", "surrogatepass")
+
+
+def qualify(prefix: str, tool: str, separator: str) -> str:
+    """The unsanitised public name; an empty prefix publishes the tool name unchanged."""
+    return tool if prefix == "" else prefix + separator + tool
+
+
+def sanitise(name: str, profile: Profile) -> str:
+    """Replace each disallowed code point (a non-BMP character is one) with ``_``."""
+    return "".join(ch if profile.allowed.fullmatch(ch) else "_" for ch in name)
+
+
+def suffix_hash(server: str, tool: str, round_: int = 0) -> str:
+    """8 hex of SHA-256 identifying (server, tool), stable across runs.
+
+    Round 0 is the documented ``sha256(server + "\\x00" + tool)``; later rounds (only
+    reached when a suffixed name still clashes) hash an unambiguous JSON encoding, so
+    two pairs whose round-0 inputs happen to be equal still get different suffixes.
+    """
+    if round_ == 0:
+        data = (server + "\x00" + tool).encode("utf-8", "surrogatepass")
+    else:
+        data = json.dumps([server, tool, round_], ensure_ascii=True).encode("ascii")
+    return hashlib.sha256(data).hexdigest()[:SUFFIX_HEX]
+
+
+def quote(text: str) -> str:
+    """Single-quote a name for a one-line report, escaping what would break the line."""
+    out = []
+    for ch in text:
+        if ch.isprintable() and not 0xD800 <= ord(ch) <= 0xDFFF:
+            out.append(ch)
+        elif ord(ch) <= 0xFFFF:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(f"\\U{ord(ch):08x}")
+    return "'" + "".join(out) + "'"
+
+
+@dataclass
+class _Item:
+    server: str
+    tool: str
+    qualified: str
+    plain: str
+    reasons: list[str]
+    suffix: bool = False
+    final: str = ""
+
+
+def _items(
+    requests: Sequence[tuple[str, str, str]], profile: Profile, separator: str
+) -> list[_Item]:
+    """One item per distinct (server, tool), in a canonical order."""
+    prefixes: dict[tuple[str, str], str] = {}
+    for server, prefix, tool in requests:
+        seen = prefixes.setdefault((server, tool), prefix)
+        if seen != prefix:
+            raise ValueError(f"tool {tool!r} of server {server!r} requested with two prefixes")
+    keys = sorted(prefixes, key=lambda k: (code_unit_key(k[0]), code_unit_key(k[1])))
+    items = []
+    for server, tool in keys:
+        q = qualify(prefixes[(server, tool)], tool, separator)
+        items.append(_Item(server, tool, q, sanitise(q, profile), []))
+    return items
+
+
+def _mark(items: list[_Item], profile: Profile, reserved: frozenset[str]) -> None:
+    """Record why each item deviates from its plain qualified name."""
+    groups: dict[str, list[_Item]] = defaultdict(list)
+    for it in items:
+        groups[it.plain].append(it)
+    for it in items:
+        if it.plain != it.qualified:
+            it.reasons.append("disallowed characters")
+        if len(it.plain) > profile.max_len:
+            it.reasons.append("too long")
+            it.suffix = True
+        if it.plain == "":
+            it.reasons.append("empty")
+            it.suffix = True
+        if it.plain in reserved:
+            it.reasons.append(f"collides with reserved name {quote(it.plain)}")
+            it.suffix = True
+        others = [o for o in groups[it.plain] if o is not it]
+        if others:
+            labels = ", ".join(f"{quote(o.qualified)} (server {quote(o.server)})" for o in others)
+            it.reasons.append(f"collides with {labels}")
+            it.suffix = True
+
+
+def _suffixed(it: _Item, profile: Profile, round_: int) -> str:
+    head = it.plain[: profile.max_len - SUFFIX_HEX - 1]
+    return head + "_" + suffix_hash(it.server, it.tool, round_)
+
+
+def _resolve(items: list[_Item], profile: Profile, reserved: frozenset[str]) -> None:
+    """Give every item a final, unique name; rehash suffixed names until nothing clashes.
+
+    Unsuffixed names are already unique and never reserved, so they are kept; only a
+    suffixed name that clashes (with one of them, a reserved name, or another suffix)
+    is rehashed, with a round counter, all members of a clash at once.
+    """
+    taken = set(reserved)
+    pending = []
+    for it in items:
+        if it.suffix:
+            it.final = _suffixed(it, profile, 0)
+            pending.append(it)
+        else:
+            it.final = it.plain
+            taken.add(it.plain)
+    for round_ in range(1, _MAX_ROUNDS + 1):
+        counts: dict[str, int] = defaultdict(int)
+        for it in pending:
+            counts[it.final] += 1
+        clash = [it for it in pending if it.final in taken or counts[it.final] > 1]
+        if not clash:
+            return
+        for it in clash:
+            if "suffix clashed, rehashed" not in it.reasons:
+                it.reasons.append("suffix clashed, rehashed")
+            it.final = _suffixed(it, profile, round_)
+    raise RuntimeError("could not assign unique tool names")  # pragma: no cover
+
+
+def assign_names(
+    requests: Sequence[tuple[str, str, str]],
+    profile: Profile,
+    separator: str,
+    reserved: frozenset[str] = frozenset(),
+) -> tuple[dict[tuple[str, str], str], list[CatalogWarning]]:
+    """Map each ``(server_id, prefix, tool)`` to a valid, unique public name.
+
+    Returns ``{(server_id, tool): name}`` and one ``renamed`` warning per name that
+    differs from its plain qualified name. The result depends only on the set of
+    requests, never on their order: every member of a colliding group is suffixed.
+    """
+    if profile.max_len <= SUFFIX_HEX + 1:
+        raise ValueError(f"profile {profile.name!r}: max_len too short for a suffix")
+    items = _items(requests, profile, separator)
+    _mark(items, profile, reserved)
+    _resolve(items, profile, reserved)
+    names: dict[tuple[str, str], str] = {}
+    warnings: list[CatalogWarning] = []
+    for it in items:
+        names[(it.server, it.tool)] = it.final
+        if it.final != it.qualified:
+            detail = f"{quote(it.qualified)} -> {quote(it.final)} ({'; '.join(it.reasons)})"
+            warnings.append(CatalogWarning("renamed", it.server, it.tool, detail))
+    return names, warnings

@@ -1,0 +1,170 @@
+"""Schema-aware canonical form and validity check of tool schemas.
+
+Servers emit the same schema with drifting key order or duplicated ``required``
+entries; publishing those bytes as-is would end a cache epoch for nothing. The
+canonical form removes only differences that cannot change what the schema accepts.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+from jsonschema.validators import validator_for
+
+from catalog.model import JSON
+
+# Keyword tables are the union of drafts 4 to 2020-12: one walk serves every dialect.
+# Inside a keyword a dialect does not know, the union can only reorder/de-duplicate
+# string sets (``required``, ``type``), which never changes validation.
+
+_SUBSCHEMA = frozenset(
+    {
+        "additionalItems",
+        "additionalProperties",
+        "contains",
+        "contentSchema",
+        "else",
+        "if",
+        "not",
+        "propertyNames",
+        "then",
+        "unevaluatedItems",
+        "unevaluatedProperties",
+    }
+)
+"""Keywords whose value is one subschema."""
+
+_SUBSCHEMA_LIST = frozenset({"allOf", "anyOf", "oneOf", "prefixItems"})
+"""Keywords whose value is an ordered array of subschemas (order is kept)."""
+
+_SUBSCHEMA_MAP = frozenset(
+    {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"}
+)
+"""Keywords whose value maps *names* (not keywords) to subschemas."""
+
+_STRING_SET = frozenset({"required", "type"})
+"""Keywords whose string-array value is a set: de-duplicated and sorted."""
+
+# Sets sort by code point (plain ``sorted``), the same order canonicaljson uses for keys.
+
+
+def sort_keys(value: JSON) -> JSON:
+    """Copy a JSON value with object keys sorted at every depth, arrays untouched."""
+    if isinstance(value, dict):
+        return {k: sort_keys(value[k]) for k in sorted(value)}
+    if isinstance(value, list):
+        return [sort_keys(v) for v in value]
+    return value
+
+
+def _string_set(value: JSON) -> JSON:
+    """De-duplicate and sort a string array; anything else is left for ``check``."""
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return sorted(set(value))
+    return sort_keys(value)
+
+
+def _subschema(value: JSON) -> JSON:
+    if isinstance(value, dict):
+        return _schema_object(value)
+    return sort_keys(value)  # booleans, and malformed values kept for check to report
+
+
+def _map_values(value: JSON, each: Callable[[JSON], JSON]) -> JSON:
+    if isinstance(value, dict):
+        return {k: each(value[k]) for k in sorted(value)}
+    return sort_keys(value)
+
+
+def _list_values(value: JSON, each: Callable[[JSON], JSON]) -> JSON:
+    if isinstance(value, list):
+        return [each(v) for v in value]
+    return sort_keys(value)
+
+
+def _dependency(value: JSON) -> JSON:
+    """draft-07 ``dependencies`` member: a subschema or a ``dependentRequired`` array."""
+    return _string_set(value) if isinstance(value, list) else _subschema(value)
+
+
+def _keyword(key: str, value: JSON) -> JSON:
+    if key in _SUBSCHEMA:
+        return _subschema(value)
+    if key in _SUBSCHEMA_LIST:
+        return _list_values(value, _subschema)
+    if key in _SUBSCHEMA_MAP:
+        return _map_values(value, _subschema)
+    if key in _STRING_SET:
+        return _string_set(value)
+    if key == "items":  # draft 2020-12: a subschema; earlier drafts: also an ordered array
+        return _list_values(value, _subschema) if isinstance(value, list) else _subschema(value)
+    if key == "dependentRequired":
+        return _map_values(value, _string_set)
+    if key == "dependencies":
+        return _map_values(value, _dependency)
+    return sort_keys(value)  # const, default, enum, examples, vendor and unknown keys
+
+
+def _schema_object(schema: dict[str, JSON]) -> dict[str, JSON]:
+    return {k: _keyword(k, schema[k]) for k in sorted(schema)}
+
+
+def canonicalize(schema: JSON) -> JSON:
+    """Return the canonical form of a JSON Schema (a new value; the input is untouched).
+
+    Idempotent. Keys sorted at every depth (dicts are built in sorted order so any
+    serialiser emits the same bytes); ``required``/``type``/``dependentRequired`` string
+    arrays de-duplicated and sorted; everything order-sensitive or literal kept.
+    """
+    return _subschema(schema)
+
+
+_IDENT = re.compile(r"[A-Za-z_$][A-Za-z0-9_$-]*")
+_MAX_MESSAGE = 200
+
+
+def json_path(root: str, parts: Iterable[str | int]) -> str:
+    """``root.properties.x.items[0]`` style path; odd names are quoted as JSON strings."""
+    out = root
+    for part in parts:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif _IDENT.fullmatch(part):
+            out += "." + part
+        else:
+            out += "[" + _one_line(repr(part)) + "]"
+    return out
+
+
+def _one_line(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= _MAX_MESSAGE else text[: _MAX_MESSAGE - 1] + "…"
+
+
+def check(schema: JSON, where: str = "inputSchema") -> str | None:
+    """``None`` if ``schema`` is a valid object schema, else a one-line reason.
+
+    MCP and the providers require ``"type": "object"`` at the root. The schema is
+    validated against its ``$schema`` dialect (default 2020-12). Call it on the
+    canonical form, so defects canonicalisation removes don't cost the tool.
+    ``where`` names the root in the reason (``inputSchema``/``outputSchema``).
+    """
+    if not isinstance(schema, dict):
+        return f"{where}: root must be an object schema, got {type(schema).__name__}"
+    if schema.get("type") != "object":
+        got = _one_line(repr(schema.get("type"))) if "type" in schema else "no type"
+        return f"{where}.type: root must have type 'object', got {got}"
+    dialect = schema.get("$schema")
+    if "$schema" in schema and not isinstance(dialect, str):
+        return f"{where}.$schema: must be a string, got {type(dialect).__name__}"
+    cls = validator_for(schema, default=Draft202012Validator)
+    try:
+        cls.check_schema(schema)
+    except SchemaError as err:
+        return f"{json_path(where, err.absolute_path)}: {_one_line(err.message)}"
+    except RecursionError:
+        return f"{where}: nested too deeply"
+    return None

@@ -1,0 +1,256 @@
+"""build(): one deterministic catalog for a set of servers, with every loss reported."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from typing import Any
+
+import canonicaljson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from catalog.build import build, fingerprint
+from catalog.model import Catalog, ServerTools
+from catalog.names import PROFILES, code_unit_key
+
+OPENAI = PROFILES["openai"]
+META = frozenset({"tool_search", "tool_call", "artifact_read"})
+
+
+def tool(name: str, **extra: Any) -> dict[str, Any]:
+    schema = {"type": "object", "properties": {"q": {"type": "string"}, "n": {"type": "integer"}}, "required": ["q", "n"]}
+    return {"name": name, "description": f"does {name}", "inputSchema": schema, **extra}
+
+
+def server(id_: str, *tools: Any, prefix: str | None = None, **kw: Any) -> ServerTools:
+    return ServerTools(id=id_, prefix=id_ if prefix is None else prefix, tools=tuple(tools), **kw)
+
+
+def shuffled(value: Any, rnd: random.Random) -> Any:
+    """Same JSON value with object keys in random order at every depth."""
+    if isinstance(value, dict):
+        keys = list(value)
+        rnd.shuffle(keys)
+        return {k: shuffled(value[k], rnd) for k in keys}
+    if isinstance(value, list):
+        return [shuffled(v, rnd) for v in value]
+    return value
+
+
+def wire(catalog: Catalog) -> str:
+    """What would be published, byte for byte, in insertion order."""
+    return json.dumps([e.declaration for e in catalog.entries], ensure_ascii=False)
+
+
+def snapshot(catalog: Catalog) -> tuple[Any, ...]:
+    return (wire(catalog), catalog.fingerprint, catalog.warnings, [(e.name, e.server, e.original, e.deferred) for e in catalog.entries])
+
+
+def test_fingerprint_is_sha256_of_canonical_json() -> None:
+    decls = [{"name": "b", "a": 1}]
+    assert fingerprint(decls) == hashlib.sha256(b'[{"a":1,"name":"b"}]').hexdigest()
+    assert fingerprint(tuple(decls)) == fingerprint(decls)
+    assert fingerprint([]) == hashlib.sha256(b"[]").hexdigest()
+
+
+def test_basic_catalog() -> None:
+    cat = build([server("srv", tool("b"), tool("a"))], OPENAI, reserved=META)
+    assert [e.name for e in cat.entries] == ["srv__a", "srv__b"]
+    entry = cat.entries[0]
+    assert (entry.server, entry.original, entry.deferred) == ("srv", "a", False)
+    assert entry.declaration["name"] == "srv__a"
+    assert entry.declaration["inputSchema"]["required"] == ["n", "q"]
+    assert cat.get("srv__b") is cat.entries[1] and cat.get("b") is None
+    assert cat.fingerprint == fingerprint([e.declaration for e in cat.entries])
+    assert cat.warnings == ()
+
+
+def test_entries_in_utf16_code_unit_order() -> None:
+    tools = [tool(n) for n in ["b", "B", "a.x", "_", "-", "a", "0"]]
+    cat = build([server("s", *tools, prefix="")], PROFILES["mcp"])
+    assert [e.name for e in cat.entries] == ["-", "0", "B", "_", "a", "a.x", "b"]
+
+
+def test_shuffled_keys_and_required_give_the_same_fingerprint() -> None:
+    a = tool("t", annotations={"readOnlyHint": True, "title": "T"}, _meta={"z": 1, "a": {"y": 2, "b": 3}})
+    b = shuffled(a, random.Random(7))
+    b["inputSchema"]["required"] = ["q", "n", "q"]
+    first = build([server("s", a)], OPENAI)
+    second = build([server("s", b)], OPENAI)
+    assert wire(first) == wire(second)
+    assert first.fingerprint == second.fingerprint
+    # A real change does change it.
+    c = dict(a, description="changed")
+    assert build([server("s", c)], OPENAI).fingerprint != first.fingerprint
+
+
+def test_declaration_keys_sorted_and_everything_passed_through() -> None:
+    raw = tool(
+        "t",
+        title="Title",
+        annotations={"readOnlyHint": True, "destructiveHint": False},
+        _meta={"vendor/x": {"k": [3, 1, 2]}},
+        outputSchema={"type": "object", "properties": {"r": {"type": "string"}}, "required": ["r", "r"]},
+        icons=[{"src": "https://e/x.png", "mimeType": "image/png"}],
+        execution={"taskSupport": "optional"},
+        unknownKey={"b": 1, "a": 2},
+    )
+    decl = build([server("s", raw)], OPENAI).entries[0].declaration
+    assert list(decl) == sorted(decl)
+    assert decl["name"] == "s__t"
+    assert decl["title"] == "Title"
+    assert list(decl["annotations"]) == ["destructiveHint", "readOnlyHint"]
+    assert decl["_meta"] == {"vendor/x": {"k": [3, 1, 2]}}
+    assert decl["outputSchema"]["required"] == ["r"]
+    assert decl["icons"] == [{"mimeType": "image/png", "src": "https://e/x.png"}]
+    assert decl["execution"] == {"taskSupport": "optional"}
+    assert list(decl["unknownKey"]) == ["a", "b"]
+    assert raw["name"] == "t" and raw["outputSchema"]["required"] == ["r", "r"]  # input untouched
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.randoms(use_true_random=False))
+def test_server_and_tool_order_do_not_matter(rnd: random.Random) -> None:
+    servers = [
+        server("x", tool("y__z"), tool("a.b"), tool("a b"), tool("ok"), {"bad": 1}),
+        server("x__y", tool("z"), tool("ok", inputSchema={"type": "string"}), deferred=True),
+        server("plain", tool("tool_search"), tool("dup"), tool("dup", description="other"), prefix=""),
+        server("solo", tool("t" * 80), tool("\U0001F600"), exclude=("hidden*",), include=()),
+    ]
+    expected = snapshot(build(servers, OPENAI, "__", META))
+    mixed = [
+        ServerTools(s.id, s.prefix, tuple(rnd.sample(s.tools, len(s.tools))), s.include, s.exclude, s.deferred)
+        for s in rnd.sample(servers, len(servers))
+    ]
+    assert snapshot(build(mixed, OPENAI, "__", META)) == expected
+
+
+def test_quarantine_reports_reason_and_keeps_the_rest() -> None:
+    cat = build(
+        [
+            server(
+                "s",
+                tool("good"),
+                tool("badtype", inputSchema={"type": "object", "properties": {"x": {"type": "strin"}}}),
+                tool("notobject", inputSchema={"type": "string"}),
+                {"name": "noschema", "description": "x"},
+                tool("badout", outputSchema={"type": "array"}),
+                tool("badout2", outputSchema={"type": "object", "properties": {"p": {"minimum": "0"}}}),
+                tool("nan", inputSchema={"type": "object", "default": float("nan")}),
+                {"description": "no name"},
+                "not a dict",
+                {"name": 3, "inputSchema": {"type": "object"}},
+            ),
+            server("t", tool("good")),
+        ],
+        OPENAI,
+    )
+    assert [e.name for e in cat.entries] == ["s__good", "t__good"]
+    quarantined = {w.tool: w.detail for w in cat.warnings if w.kind == "quarantined"}
+    assert quarantined["badtype"].startswith("inputSchema.properties.x.type: ")
+    assert quarantined["notobject"] == "inputSchema.type: root must have type 'object', got 'string'"
+    assert quarantined["noschema"] == "missing inputSchema"
+    assert quarantined["badout"] == "outputSchema.type: root must have type 'object', got 'array'"
+    assert quarantined["badout2"].startswith("outputSchema.properties.p.minimum: ")
+    assert quarantined["nan"].startswith("not canonical JSON")
+    assert quarantined["<unnamed>"] == "missing 'name'"
+    assert quarantined["<str>"] == "tool is not an object (got str)"
+    assert quarantined["<name 3>"] == "'name' is not a string (got int)"
+    assert all(w.server == "s" for w in cat.warnings)
+
+
+def test_schema_defect_removed_by_canonical_form_does_not_cost_the_tool() -> None:
+    raw = tool("t", inputSchema={"type": "object", "required": ["a", "a"], "properties": {"a": {"type": ["string", "string"]}}})
+    cat = build([server("s", raw)], OPENAI)
+    assert [e.name for e in cat.entries] == ["s__t"] and cat.warnings == ()
+
+
+def test_include_and_exclude() -> None:
+    srv = server("s", tool("read_file"), tool("read_dir"), tool("write_file"), tool("Read_x"),
+                 include=("read_*", "write_*"), exclude=("*_dir",))
+    cat = build([srv], OPENAI)
+    assert [e.original for e in cat.entries] == ["read_file", "write_file"]
+    excluded = {w.tool: w.detail for w in cat.warnings if w.kind == "excluded"}
+    assert excluded == {"read_dir": "matches exclude pattern '*_dir'", "Read_x": "matches no include pattern"}
+    # Globs see the server's own names, not the qualified ones.
+    assert build([server("s", tool("a"), include=("s__*",))], OPENAI).entries == ()
+    # An excluded tool with a broken schema is excluded, not quarantined.
+    cat = build([server("s", tool("bad", inputSchema=[]), exclude=("bad",))], OPENAI)
+    assert [w.kind for w in cat.warnings] == ["excluded"]
+
+
+def test_duplicates_keep_one_deterministically() -> None:
+    a, b = tool("d"), tool("d", description="other")
+    for order in ([a, b, a], [b, a, a], [a, a, b]):
+        cat = build([server("s", *order)], OPENAI)
+        assert len(cat.entries) == 1
+        dups = [w for w in cat.warnings if w.kind == "duplicate"]
+        assert len(dups) == 2 and all(w.tool == "d" for w in dups)
+        assert snapshot(cat) == snapshot(build([server("s", a, b, a)], OPENAI))
+    # A valid duplicate beats an invalid one whatever the order.
+    bad = tool("d", inputSchema={"type": "string"})
+    for order in ([bad, b], [b, bad]):
+        cat = build([server("s", *order)], OPENAI)
+        assert cat.entries[0].declaration["description"] == "other"
+        assert [w.kind for w in cat.warnings] == ["duplicate"]
+        assert "invalid" in cat.warnings[0].detail
+
+
+def test_renames_and_reserved_names_are_reported() -> None:
+    cat = build(
+        [server("x", tool("y__z")), server("x__y", tool("z")), server("m", tool("tool_call"), prefix="")],
+        OPENAI,
+        reserved=META,
+    )
+    names = {e.original: e.name for e in cat.entries}
+    assert names["tool_call"].startswith("tool_call_") and names["y__z"] != names["z"]
+    assert sorted(w.server for w in cat.warnings if w.kind == "renamed") == ["m", "x", "x__y"]
+    assert all(OPENAI.valid(e.name) and e.declaration["name"] == e.name for e in cat.entries)
+
+
+def test_quarantined_tools_take_no_names() -> None:
+    cat = build([server("a", tool("t"), prefix=""), server("b", tool("t", inputSchema=3), prefix="")], OPENAI)
+    assert [e.name for e in cat.entries] == ["t"]
+    assert [w.kind for w in cat.warnings] == ["quarantined"]
+
+
+def test_deferred_and_duplicate_server_ids() -> None:
+    cat = build([server("s", tool("t"), deferred=True), server("u", tool("t"))], OPENAI)
+    assert {e.name: e.deferred for e in cat.entries} == {"s__t": True, "u__t": False}
+    with pytest.raises(ValueError):
+        build([server("s", tool("t")), server("s", tool("u"))], OPENAI)
+
+
+def test_warnings_sorted_by_kind_server_tool() -> None:
+    cat = build(
+        [server("b", tool("x", inputSchema=1), tool("e"), exclude=("e",)), server("a", tool("y", inputSchema=1), tool("a.b"))],
+        OPENAI,
+    )
+    keys = [(w.kind, w.server, w.tool) for w in cat.warnings]
+    assert keys == [("excluded", "b", "e"), ("quarantined", "a", "y"), ("quarantined", "b", "x"), ("renamed", "a", "a.b")]
+
+
+def test_published_bytes_are_canonical_json() -> None:
+    cat = build([server("s", shuffled(tool("t", annotations={"b": 1, "a": 2}), random.Random(1)))], OPENAI)
+    decls = [e.declaration for e in cat.entries]
+    assert json.dumps(decls, separators=(",", ":"), ensure_ascii=False).encode() == canonicaljson.encode_canonical_json(decls)
+
+
+def test_extra_check_quarantines_with_its_reason() -> None:
+    tools = (
+        {"name": "ok", "inputSchema": {"type": "object"}},
+        {"name": "odd", "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": "yes"}},
+    )
+
+    def wire(decl: dict) -> str | None:  # type: ignore[type-arg]
+        hint = decl.get("annotations", {}).get("readOnlyHint")
+        return None if hint is None or isinstance(hint, bool) else "readOnlyHint must be a boolean"
+
+    catalog = build([ServerTools("s", "s", tools)], PROFILES["openai"], extra_check=wire)
+    assert [e.name for e in catalog.entries] == ["s__ok"]
+    assert [(w.kind, w.tool, w.detail) for w in catalog.warnings] == [
+        ("quarantined", "odd", "readOnlyHint must be a boolean")
+    ]
