@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -54,8 +55,10 @@ async def running(config: Config) -> AsyncIterator[tuple[list[Downstream], Route
 
 
 async def discover(config: Config, downstreams: Sequence[Downstream], router: Router) -> Epoch:
+    started = anyio.current_time()
     await wait_for_discovery([d for d in downstreams if d.config.enabled], config.gateway.discovery_deadline)
     epoch = build_epoch(config, downstreams)
+    epoch.discovery_ms = round((anyio.current_time() - started) * 1000)
     for warning in epoch.catalog.warnings:
         log.warning("%s", warning.line())
     ready = sum(1 for d in downstreams if d.status == "ready")
@@ -80,21 +83,34 @@ async def _serve(config: Config) -> None:
 
     async with running(config) as (downstreams, router):
         server, options = build_server(router)
-        failure: list[str] = []
+
+        async def barrier() -> None:
+            await discover(config, downstreams, router)
+            failures = required_failures(downstreams)
+            if failures:
+                await _exit_now(downstreams, "prefixgate: " + failures[0])
+
         async with anyio.create_task_group() as tg:
-
-            async def barrier() -> None:
-                await discover(config, downstreams, router)
-                failure.extend(required_failures(downstreams))
-                if failure:
-                    tg.cancel_scope.cancel()
-
             tg.start_soon(barrier)
             async with stdio_server() as (read, write):
                 await server.run(read, write, options)
             tg.cancel_scope.cancel()
-        if failure:
-            raise Exit(1, "prefixgate: " + failure[0])
+
+
+async def _exit_now(downstreams: Sequence[Downstream], message: str) -> None:
+    """Stop every server and exit 1 at once.
+
+    The SDK reads stdin in a worker thread that cancellation cannot interrupt, so a
+    gateway that must stop while its client is still connected cannot unwind normally.
+    """
+    for downstream in downstreams:
+        downstream.stop()
+    with anyio.move_on_after(10):
+        for downstream in downstreams:
+            await downstream.closed.wait()
+    sys.stderr.write(message + "\n")
+    sys.stderr.flush()
+    os._exit(1)
 
 
 # --- catalog ---------------------------------------------------------------------------
@@ -108,6 +124,7 @@ def catalog_report(config: Config, downstreams: Sequence[Downstream], epoch: Epo
         counts[entry.server] = counts.get(entry.server, 0) + 1
     return {
         "fingerprint": epoch.fingerprint,
+        "discovery_ms": epoch.discovery_ms,
         "servers": [
             {
                 "id": d.config.id,

@@ -161,6 +161,8 @@ class DemoServer:
             tools.append(
                 {"name": "broken_type", "inputSchema": {"type": "object", "properties": {"x": {"type": "strin"}}}}
             )
+            # A valid JSON Schema, but not a valid MCP tool: the SDK could not send it.
+            tools.append({"name": "broken_hint", "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": "maybe"}})
         rng.shuffle(tools)
         self.tools = tools
         self.extra = set(args.extra_tool)
@@ -244,7 +246,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="varies key, required and listing order")
     p.add_argument("--name", default="demo", help="server name (serverInfo and descriptions)")
     p.add_argument("--extra-tool", action="append", default=[], metavar="NAME", help="add a tool with this name")
-    p.add_argument("--bad-schema", action="store_true", help="also list two tools with invalid schemas")
+    p.add_argument("--bad-schema", action="store_true", help="also list three invalid tools")
     p.add_argument("--page-size", type=int, default=0, help="paginate tools/list (0: one page)")
     p.add_argument("--hang", action="store_true", help="never answer (for start-up timeout tests)")
     return p

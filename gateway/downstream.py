@@ -53,8 +53,12 @@ class Downstream:
         self.tools: tuple[Any, ...] = ()
         self.server_info: dict[str, Any] | None = None
         self.settled = anyio.Event()
+        """Set once the server is ready, failed or late: what the barrier waits for."""
+        self.closed = anyio.Event()
+        """Set when ``run`` has returned: the process and transport are gone."""
         if not config.enabled:
             self.settled.set()
+            self.closed.set()
         self._dispatcher: JSONRPCDispatcher[Any] | None = None
         self._child: ChildProcess | None = None
         self._headers: dict[str, str] = {}
@@ -67,6 +71,14 @@ class Downstream:
         """Connect, initialise, list tools, then hold the connection until it ends."""
         if not self.config.enabled:
             return
+        try:
+            await self._run()
+        finally:
+            self._dispatcher = None
+            self.settled.set()
+            self.closed.set()
+
+    async def _run(self) -> None:
         started = anyio.current_time()
         ready = False
         with anyio.CancelScope() as scope:
@@ -101,14 +113,11 @@ class Downstream:
                 self._set("failed", f"cannot start: {exc.strerror or exc}")
             except Exception as exc:  # a broken server must never take the gateway down
                 self._set("failed", f"{type(exc).__name__}: {_short(exc)}" + self._stderr_hint())
-            finally:
-                self._dispatcher = None
         if scope.cancelled_caught and not ready and self.status == "starting":
             if anyio.current_time() >= started + self.config.startup_timeout - 0.001:
                 self._set("late", f"not ready within startup_timeout {self.config.startup_timeout:g} s")
             else:
                 self._set("late", "stopped before it was ready")
-        self.settled.set()
 
     def abandon(self, reason: str) -> None:
         """Stop a server that missed the discovery deadline."""

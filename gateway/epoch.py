@@ -17,7 +17,7 @@ from catalog.names import PROFILES
 
 from gateway.config import Config
 from gateway.downstream import Downstream
-from gateway.wire import DEFAULT_VERSION, published_tools
+from gateway.wire import DEFAULT_VERSION, published_tools, wire_problem
 
 META_TOOLS = frozenset({"tool_search", "tool_call", "artifact_read"})
 """Names the gateway serves itself: a downstream tool never takes one."""
@@ -29,6 +29,8 @@ class Epoch:
     declarations: tuple[dict[str, Any], ...]
     """The canonical declarations ``tools/list`` publishes, in order."""
     fingerprint: str
+    discovery_ms: int = 0
+    """Wall time of the discovery barrier that produced this epoch."""
     _wire: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     def published(self, version: str = DEFAULT_VERSION) -> list[dict[str, Any]]:
@@ -60,6 +62,7 @@ def build_epoch(config: Config, downstreams: Sequence[Downstream]) -> Epoch:
         PROFILES[config.client.profile],
         config.gateway.separator,
         reserved=META_TOOLS,
+        extra_check=wire_problem,
     )
     declarations = tuple(entry.declaration for entry in catalog.entries)
     return Epoch(catalog=catalog, declarations=declarations, fingerprint=catalog.fingerprint)

@@ -1,0 +1,120 @@
+"""The discovery barrier with real, slow, hanging, failing and broken servers."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import GATEWAY, catalog_json, demo, gateway, write_config
+
+pytestmark = pytest.mark.anyio
+
+
+def test_servers_start_concurrently(tmp_path: Path) -> None:
+    servers = {f"s{i}": demo("--tools", 2, "--startup-delay", 0.5, "--seed", i) for i in range(4)}
+    report = catalog_json(write_config(tmp_path, servers))
+    assert [s["status"] for s in report["servers"]] == ["ready"] * 4
+    startup = [s["startup_ms"] for s in report["servers"]]
+    assert all(ms >= 500 for ms in startup)
+    # Sequential start-up would cost the sum; the barrier must cost about the slowest.
+    assert report["discovery_ms"] < 0.6 * sum(startup)
+    assert report["discovery_ms"] <= max(startup) + 1000
+
+
+def test_hanging_server_is_late_and_the_rest_serve(tmp_path: Path) -> None:
+    config = write_config(
+        tmp_path,
+        {
+            "ok": demo("--tools", 1),
+            "stuck": {**demo("--hang"), "startup_timeout": 1.5},
+        },
+    )
+    report = catalog_json(config)
+    by_id = {s["id"]: s for s in report["servers"]}
+    assert by_id["ok"]["status"] == "ready"
+    assert by_id["stuck"]["status"] == "late"
+    assert by_id["stuck"]["error"] == "not ready within startup_timeout 1.5 s"
+    assert {t["server"] for t in report["tools"]} == {"ok"}
+
+
+def test_discovery_deadline_stops_waiting(tmp_path: Path) -> None:
+    config = write_config(
+        tmp_path,
+        {"ok": demo("--tools", 1), "stuck": demo("--hang")},
+        gateway={"discovery_deadline": 2},
+    )
+    report = catalog_json(config)
+    by_id = {s["id"]: s for s in report["servers"]}
+    assert by_id["stuck"]["status"] == "late"
+    assert by_id["stuck"]["error"] == "not ready within discovery_deadline 2 s"
+    assert by_id["ok"]["status"] == "ready" and by_id["ok"]["tools"] == 8
+
+
+async def test_serve_answers_tools_list_after_a_late_server_times_out(tmp_path: Path) -> None:
+    config = write_config(
+        tmp_path, {"ok": demo("--tools", 1), "stuck": {**demo("--hang"), "startup_timeout": 1}}
+    )
+    async with gateway(config) as gw:
+        tools = (await gw.session.list_tools()).tools
+        assert {t.name.split("__")[0] for t in tools} == {"ok"}
+        assert "[stuck] late: not ready within startup_timeout 1 s" in gw.stderr()
+
+
+def test_required_server_failure_stops_serve(tmp_path: Path) -> None:
+    config = write_config(
+        tmp_path,
+        {"ok": demo("--tools", 1), "must": {"command": "no-such-command-pg", "required": True}},
+    )
+    proc = subprocess.Popen(
+        [*GATEWAY, "serve", "--config", str(config)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        # stdin stays open (a client that is still connected): the gateway must exit by itself.
+        assert proc.wait(timeout=30) == 1
+    finally:
+        proc.kill()
+    assert proc.stderr is not None
+    stderr = proc.stderr.read()
+    assert stderr.strip().splitlines()[-1] == (
+        "prefixgate: required server 'must' is failed: command 'no-such-command-pg' not found on PATH"
+    )
+
+
+def test_invalid_schema_is_quarantined_alone(tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"d": demo("--tools", 2, "--bad-schema")})
+    report = catalog_json(config)
+    quarantined = {w["tool"]: w["detail"] for w in report["warnings"] if w["kind"] == "quarantined"}
+    assert set(quarantined) == {"broken", "broken_type", "broken_hint"}
+    assert "type 'object'" in quarantined["broken"]
+    assert "properties.x.type" in quarantined["broken_type"]
+    assert quarantined["broken_hint"].startswith("not a valid MCP tool for protocol")
+    assert "annotations.readOnlyHint" in quarantined["broken_hint"]
+    names = {t["original"] for t in report["tools"]}
+    assert "broken" not in names and {"echo", "payload"} <= names
+    assert report["servers"][0]["tools"] == 9 and report["servers"][0]["listed"] == 12
+
+
+def test_paginated_tool_lists_are_followed_to_the_end(tmp_path: Path) -> None:
+    report = catalog_json(write_config(tmp_path, {"p": demo("--tools", 20, "--page-size", 3)}))
+    assert len(report["tools"]) == 27
+
+
+def test_disabled_and_failed_servers_are_reported(tmp_path: Path) -> None:
+    config = write_config(
+        tmp_path,
+        {
+            "ok": demo("--tools", 1),
+            "off": {**demo(), "enabled": False},
+            "bad": {"command": "no-such-command-pg"},
+        },
+    )
+    report = catalog_json(config)
+    status = {s["id"]: (s["status"], s["error"]) for s in report["servers"]}
+    assert status["off"] == ("disabled", None)
+    assert status["bad"] == ("failed", "command 'no-such-command-pg' not found on PATH")

@@ -1,0 +1,139 @@
+"""Config discovery, validation and expansion; bad configs exit 2 with one line."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from gateway.config import ConfigError, find_config, load_config, parse_config
+from tests.conftest import run_cli
+
+BASE = {"servers": {"git": {"command": "mcp-server-git"}}}
+
+
+def parse(data: dict, env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
+    return parse_config(data, env=env or {"HOME": "/home/u"})
+
+
+def error(data: dict, env: dict[str, str] | None = None) -> str:  # type: ignore[type-arg]
+    with pytest.raises(ConfigError) as info:
+        parse(data, env)
+    return str(info.value)
+
+
+def test_defaults() -> None:
+    config = parse(BASE, {"XDG_STATE_HOME": "/state"})
+    assert config.gateway.state_dir == Path("/state/prefixgate")
+    assert config.gateway.discovery_deadline == 60 and config.gateway.separator == "__"
+    assert config.client.profile == "openai" and config.client.function_limit == 128
+    (git,) = config.servers
+    assert (git.id, git.prefix, git.transport, git.startup_timeout, git.call_timeout) == (
+        "git", "git", "stdio", 30, 300,
+    )
+    assert parse({**BASE, "client": {"profile": "anthropic"}}).client.function_limit is None
+    assert parse({**BASE, "client": {"profile": "anthropic", "max_functions": 40}}).client.function_limit == 40
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({**BASE, "servers": {"git": {"command": "x", "startup_timeout": "5"}}},
+         "servers.git.startup_timeout: expected a number"),
+        ({**BASE, "servers": {"git": {"command": "x", "colour": 1}}}, "servers.git.colour: unknown key"),
+        ({**BASE, "extra": {}}, "extra: unknown table"),
+        ({**BASE, "gateway": {"separator": 3}}, "gateway.separator: expected a string"),
+        ({**BASE, "client": {"profile": "gpt"}}, "client.profile: expected one of"),
+        ({**BASE, "client": {"declarations": "sometimes"}}, "client.declarations: expected one of"),
+        ({"servers": {"git": {"command": "x", "url": "http://h/mcp"}}}, "servers.git: has both command"),
+        ({"servers": {"git": {"args": ["x"]}}}, "servers.git.command: missing"),
+        ({"servers": {"-bad": {"command": "x"}}}, "servers.-bad: invalid server id"),
+        ({"servers": {"git": {"command": "x", "prefix": "a.b"}}}, "servers.git.prefix: character '.'"),
+        ({"servers": {"git": {"command": "x", "headers": {"a": "b"}}}}, "servers.git.headers: not valid for a stdio"),
+        ({"servers": {"web": {"url": "ftp://h"}}}, "servers.web.url: expected an http"),
+        ({"servers": {"git": {"command": "x", "enabled": False}}}, "servers: no enabled server"),
+        ({"servers": {"git": {"command": "x", "args": ["a", 1]}}}, "servers.git.args: expected a list of strings"),
+    ],
+)
+def test_errors_name_the_key(data: dict, message: str) -> None:  # type: ignore[type-arg]
+    text = error(data)
+    assert text.startswith(message), text
+    assert "\n" not in text
+
+
+def test_variable_expansion_and_unset_variable() -> None:
+    data = {
+        "servers": {
+            "gh": {"url": "https://${HOST}/mcp", "headers": {"Authorization": "Bearer ${TOKEN}"}},
+            "git": {"command": "${BIN}/git", "args": ["--repo", "${HOME}/r", "$${literal}"], "env": {"K": "${TOKEN}"}},
+        }
+    }
+    env = {"HOST": "example.test", "TOKEN": "s3cret", "BIN": "/opt", "HOME": "/home/u"}
+    config = parse(data, env)
+    gh, git = config.servers
+    assert gh.url == "https://example.test/mcp" and gh.headers == {"Authorization": "Bearer s3cret"}
+    assert git.command == "/opt/git" and git.args == ("--repo", "/home/u/r", "${literal}")
+    assert git.env == {"K": "s3cret"}
+
+    text = error(data, {"HOST": "h", "BIN": "/opt", "HOME": "/h"})
+    assert text == "servers.gh.headers.Authorization: environment variable TOKEN is not set"
+
+
+def test_secrets_never_appear_in_errors() -> None:
+    data = {"servers": {"gh": {"url": "https://h/mcp", "headers": {"Authorization": 5}}}}
+    assert "5" not in error(data).split(":", 1)[1].replace("headers", "")
+    data = {"servers": {"gh": {"url": "nope-${TOKEN}"}}}
+    assert "s3cret" not in error(data, {"TOKEN": "s3cret"})
+
+
+def test_disabled_server_is_not_expanded() -> None:
+    data = {"servers": {"a": {"command": "x"}, "b": {"command": "${UNSET}", "enabled": False}}}
+    assert [s.enabled for s in parse(data).servers] == [True, False]
+
+
+def test_discovery_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    xdg = tmp_path / "xdg"
+    (xdg / "prefixgate").mkdir(parents=True)
+    (xdg / "prefixgate" / "config.toml").write_text("")
+    assert find_config(None, {"XDG_CONFIG_HOME": str(xdg)}) == xdg / "prefixgate" / "config.toml"
+    (tmp_path / "prefixgate.toml").write_text("")
+    assert find_config(None, {"XDG_CONFIG_HOME": str(xdg)}) == Path("prefixgate.toml")
+    assert find_config(None, {"PREFIXGATE_CONFIG": "/e.toml"}) == Path("/e.toml")
+    assert find_config("/c.toml", {"PREFIXGATE_CONFIG": "/e.toml"}) == Path("/c.toml")
+    (tmp_path / "prefixgate.toml").unlink()
+    with pytest.raises(ConfigError, match="no config file"):
+        find_config(None, {"XDG_CONFIG_HOME": str(tmp_path / "none")})
+
+
+def test_example_config_is_valid_and_runs_on_this_machine() -> None:
+    example = Path(__file__).resolve().parent.parent / "config.example.toml"
+    config = load_config(example, env={"HOME": "/home/u"})
+    assert config.enabled_servers
+    # Every documented key is a real one: the example is parsed by the strict validator.
+    assert tomllib.loads(example.read_text())["servers"]
+
+
+@pytest.mark.parametrize(
+    ("body", "first_line"),
+    [
+        ('[servers.git]\ncommand = "x"\nstartup_timeout = "soon"\n', "servers.git.startup_timeout: expected a number"),
+        ('[servers.git]\ncommand = "x"\nbogus = 1\n', "servers.git.bogus: unknown key"),
+        ('[servers.git]\ncommand = "x"\nargs = ["${PG_TEST_UNSET_VAR}"]\n',
+         "servers.git.args[0]: environment variable PG_TEST_UNSET_VAR is not set"),
+        ('[servers.git]\nargs = ["x"]\n', "servers.git.command: missing"),
+        ("[servers.git\n", "config"),
+    ],
+)
+@pytest.mark.parametrize("command", ["serve", "catalog"])
+def test_cli_exits_2_with_one_line(tmp_path: Path, body: str, first_line: str, command: str) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(body)
+    proc = run_cli(command, "--config", str(path))
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("prefixgate: config error: ")
+    assert first_line in lines[0]

@@ -1,0 +1,58 @@
+"""Hard names through a real gateway: collisions, length, characters, non-BMP; calls route back."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import catalog_json, demo, gateway, write_config
+
+pytestmark = pytest.mark.anyio
+
+LONG = "fetch_" + "very_long_tool_name_" * 5  # 106 characters
+OPENAI = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+
+
+def hard_names(directory: Path, order: tuple[str, ...]) -> Path:
+    """Servers listed in ``order`` (TOML order must not matter)."""
+    servers = {
+        "x": {**demo("--tools", 0, "--name", "x", "--extra-tool", "y__z", "--extra-tool", LONG), "prefix": "x"},
+        "x2": {**demo("--tools", 0, "--name", "x2", "--extra-tool", "z"), "prefix": "x__y"},
+        "dots": demo("--tools", 0, "--name", "dots", "--extra-tool", "a.b", "--extra-tool", "a b"),
+        "emoji": demo("--tools", 0, "--name", "emoji", "--extra-tool", "smile😀", "--extra-tool", "smile_"),
+    }
+    return write_config(directory, {k: servers[k] for k in order})
+
+
+async def test_hard_names_are_valid_unique_deterministic_and_route_back(tmp_path: Path) -> None:
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    first = catalog_json(hard_names(tmp_path / "one", ("x", "x2", "dots", "emoji")))
+    second = catalog_json(hard_names(tmp_path / "two", ("emoji", "dots", "x2", "x")))
+    assert first["declarations"] == second["declarations"]
+
+    names = [t["name"] for t in first["tools"]]
+    assert len(set(names)) == len(names)
+    assert all(OPENAI.fullmatch(n) for n in names), names
+    renamed = {(w["server"], w["tool"]) for w in first["warnings"] if w["kind"] == "renamed"}
+    assert {("x", "y__z"), ("x2", "z"), ("x", LONG), ("dots", "a.b"), ("dots", "a b")} <= renamed
+    assert ("emoji", "smile😀") in renamed
+
+    route = {(t["server"], t["original"]): t["name"] for t in first["tools"]}
+    # Both members of the colliding pair are suffixed, so neither depends on who answered first.
+    for key in (("x", "y__z"), ("x2", "z")):
+        assert re.fullmatch(r"x__y__z_[0-9a-f]{8}", route[key]), route[key]
+    assert len(route[("x", LONG)]) == 64
+
+    config = hard_names(tmp_path, ("x", "x2", "dots", "emoji"))
+    async with gateway(config) as gw:
+        published = [t.name for t in (await gw.session.list_tools()).tools]
+        assert published == names
+        for (server, original), name in route.items():
+            if original in ("echo", "payload", "structured", "image", "fail", "slow", "crash"):
+                continue
+            result = await gw.session.call_tool(name, {})
+            assert not result.is_error, (name, result)
+            assert result.content[0].text == f"{server}:{original}"
