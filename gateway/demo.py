@@ -249,6 +249,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--bad-schema", action="store_true", help="also list three invalid tools")
     p.add_argument("--page-size", type=int, default=0, help="paginate tools/list (0: one page)")
     p.add_argument("--hang", action="store_true", help="never answer (for start-up timeout tests)")
+    p.add_argument(
+        "--transport", choices=("stdio", "http", "sse"), default="stdio",
+        help="stdio (default), streamable HTTP at /mcp, or SSE at /sse; HTTP and SSE print their URL on stdout",
+    )
+    p.add_argument("--port", type=int, default=0, help="loopback port for http/sse (default: any free port)")
     return p
 
 
@@ -260,8 +265,47 @@ async def serve(args: argparse.Namespace) -> None:
     demo = DemoServer(args)
     server: Server[Any] = Server(args.name, version="1.0", on_call_tool=demo.call_tool, on_list_tools=_unused)
     server.middleware.insert(0, demo.list_tools_raw)
-    async with stdio_server() as (read, write):
-        await server.run(read, write, server.create_initialization_options())
+    if args.transport == "stdio":
+        async with stdio_server() as (read, write):
+            await server.run(read, write, server.create_initialization_options())
+    else:
+        await _serve_http(server, args)
+
+
+async def _serve_http(server: Server[Any], args: argparse.Namespace) -> None:
+    """Serve on loopback, printing the endpoint URL once the socket is bound."""
+    import socket
+
+    import uvicorn
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import Mount, Route
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", args.port))
+    port = sock.getsockname()[1]
+    if args.transport == "http":
+        app = server.streamable_http_app(streamable_http_path="/mcp")
+        url = f"http://127.0.0.1:{port}/mcp"
+    else:
+        from mcp.server.sse import SseServerTransport
+
+        sse = SseServerTransport("/messages/")
+
+        async def handle_sse(request: Request) -> Response:
+            async with sse.connect_sse(request.scope, request.receive, request._send) as (read, write):
+                await server.run(read, write, server.create_initialization_options())
+            return Response()
+
+        app = Starlette(
+            routes=[Route("/sse", endpoint=handle_sse, methods=["GET"]), Mount("/messages/", app=sse.handle_post_message)]
+        )
+        url = f"http://127.0.0.1:{port}/sse"
+    config = uvicorn.Config(app, log_level="warning", lifespan="on")
+    print(url, flush=True)
+    await uvicorn.Server(config).serve(sockets=[sock])
 
 
 async def _unused(ctx: Any, params: Any) -> types.ListToolsResult:  # pragma: no cover - middleware answers

@@ -37,9 +37,16 @@ class DownstreamUnavailable(Exception):
     """The server cannot take calls now; ``str()`` is the model-visible reason."""
 
 
+def _leaf(exc: BaseException) -> BaseException:
+    """The first real error inside (nested) exception groups: the one worth reporting."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
 def _short(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return text[:300]
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0][:300]}" if text else type(exc).__name__
 
 
 class Downstream:
@@ -108,16 +115,28 @@ class Downstream:
             except CommandNotFound as exc:
                 self._set("failed", str(exc))
             except MCPError as exc:
-                self._set("failed", f"{exc.message}" + self._stderr_hint())
+                self._set("failed", await self._startup_error(exc))
             except OSError as exc:
                 self._set("failed", f"cannot start: {exc.strerror or exc}")
             except Exception as exc:  # a broken server must never take the gateway down
-                self._set("failed", f"{type(exc).__name__}: {_short(exc)}" + self._stderr_hint())
+                leaf = _leaf(exc)
+                if isinstance(leaf, MCPError):
+                    self._set("failed", await self._startup_error(leaf))
+                elif isinstance(leaf, CommandNotFound):
+                    self._set("failed", str(leaf))
+                else:
+                    self._set("failed", _short(leaf) + self._stderr_hint())
         if scope.cancelled_caught and not ready and self.status == "starting":
             if anyio.current_time() >= started + self.config.startup_timeout - 0.001:
                 self._set("late", f"not ready within startup_timeout {self.config.startup_timeout:g} s")
             else:
                 self._set("late", "stopped before it was ready")
+
+    async def _startup_error(self, exc: MCPError) -> str:
+        if exc.code == CONNECTION_CLOSED and self._child is not None:
+            await self._child.wait_exit(2.0)
+            return f"exited during start-up ({self._child.exit_description()})" + self._stderr_hint()
+        return exc.message + self._stderr_hint()
 
     def abandon(self, reason: str) -> None:
         """Stop a server that missed the discovery deadline."""

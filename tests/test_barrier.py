@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import GATEWAY, catalog_json, demo, gateway, write_config
+from tests.conftest import GATEWAY, PYTHON, catalog_json, demo, gateway, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -112,9 +112,11 @@ def test_disabled_and_failed_servers_are_reported(tmp_path: Path) -> None:
             "ok": demo("--tools", 1),
             "off": {**demo(), "enabled": False},
             "bad": {"command": "no-such-command-pg"},
+            "dies": {"command": PYTHON, "args": ["-c", "import sys; sys.stderr.write('boom\\n'); sys.exit(3)"]},
         },
     )
     report = catalog_json(config)
     status = {s["id"]: (s["status"], s["error"]) for s in report["servers"]}
     assert status["off"] == ("disabled", None)
     assert status["bad"] == ("failed", "command 'no-such-command-pg' not found on PATH")
+    assert status["dies"] == ("failed", "exited during start-up (exit status 3); stderr: boom")
