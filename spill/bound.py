@@ -1,0 +1,400 @@
+"""Bound a tool result to what a model can afford to see; keep the full output as an artifact.
+
+Why: one screenshot, log or query dump of a few hundred kilobytes can cost a whole conversation,
+and clients cut such output silently. Every result passes through :func:`bound_result`.
+
+**Model-visible size** (:func:`visible_size`) is the UTF-8 length of the compact JSON
+(``ensure_ascii=False``, separators ``,`` and ``:``) of ``{"content": ..., "structuredContent":
+...}`` (each key only if present in the result), i.e. what a client sends the model, JSON escaping
+included: a quote, backslash or newline costs two bytes, another control character six.
+``isError``, ``_meta`` and other keys are not counted. :func:`visible_size` computes the number
+without building the JSON text.
+
+**At or under the ceiling** the very same object is returned.
+
+**Over it** the full output goes to an artifact and the model sees one text block::
+
+    <head, ~75% of the preview budget>
+    … N bytes omitted …
+    <tail>
+    [prefixgate] output of V bytes exceeds the C-byte limit; preview above.
+    full output (A bytes) saved as artifact ID; read it with artifact_read {"id": "ID"} ...
+
+or, when the output is larger than ``max_artifact_bytes``, no store is given or the write fails,
+the last line is ``full output of A bytes not retained: <reason>`` and no file is left behind.
+The trailer is budgeted first, so it is never cut; head and tail are cut on character
+boundaries. If the whole preview source fits, it is shown whole, without the omission line.
+
+- *Full output* (the artifact): the text blocks joined with ``"\\n"`` when every block is text
+  and ``structuredContent`` is absent or kept (below); otherwise the canonical JSON of the whole
+  result, binary data included. So nothing the model lost is lost from the artifact.
+- *Preview source*: that same joined text; otherwise each block rendered on its own line(s):
+  text verbatim, image/audio/blob as ``[image: image/png, N bytes of base64]``, an embedded
+  text resource as a ``[resource: URI (MIME)]`` line plus its text, a resource link as a line,
+  anything else as canonical JSON. When ``structuredContent`` is dropped and no block is text,
+  its canonical JSON is the preview source too.
+
+**structuredContent rule.** The mcp SDK client (``ClientSession.validate_tool_result``) skips
+validation for ``isError`` results; otherwise, when the tool declared an ``outputSchema``, it
+raises if ``structuredContent`` is missing or does not validate. So:
+
+1. ``structuredContent`` is kept *verbatim* when its compact JSON is at most
+   ``(max_visible_bytes - 1024) // 2`` bytes (half of what is left after a fixed reserve for the
+   trailer and a minimal preview); kept verbatim, it validates exactly as the original would;
+2. otherwise it is dropped (the trailer says so), and if ``output_schema`` is given and the
+   result was not already an error, ``isError`` is set to ``true``: the only way a client that
+   validates can accept a result without the structured part. Pass the ``outputSchema`` exactly
+   as published to the client (None when none was published).
+
+Everything except the artifact id is deterministic. Memory: one pass, text encoded once (the
+artifact is written from the encoded pieces without joining them); peak extra memory stays around
+one copy of the output for text results, two for JSON ones.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import canonicaljson
+
+from .store import ArtifactStore, StoreError
+
+__all__ = [
+    "DEFAULT_MAX_ARTIFACT_BYTES",
+    "DEFAULT_MAX_VISIBLE_BYTES",
+    "MIN_VISIBLE_BYTES",
+    "bound_result",
+    "canonical_json",
+    "json_size",
+    "structured_limit",
+    "text_result_size",
+    "utf8",
+    "visible_size",
+]
+
+DEFAULT_MAX_VISIBLE_BYTES = 65536
+MIN_VISIBLE_BYTES = 1024
+DEFAULT_MAX_ARTIFACT_BYTES = 16 * 1024 * 1024
+_RESERVE = 1024  # trailer (<= ~600 bytes worst case) plus a minimal preview
+_REASON_MAX = 200
+_HEAD_SHARE = 0.75
+
+# JSON escaping (json.dumps, ensure_ascii=False): '"' '\\' and \b\f\n\r\t take 2 bytes, other
+# C0 controls 6 (\u00XX). Everything else is its UTF-8 bytes.
+_CONTROL = re.compile("[\x00-\x1f]")
+_OTHER_CONTROL = re.compile("[\x00-\x07\x0b\x0e-\x1f]")
+_SHORT_ESCAPES = "\b\f\n\r\t"
+_OTHER_CONTROLS = [chr(c) for c in range(0x20) if chr(c) not in _SHORT_ESCAPES]
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_WRAPPER = len('{"content":[{"type":"text","text":""}]}')
+_STRUCTURED_KEY = len(',"structuredContent":')
+
+
+# --------------------------------------------------------------------------- measuring
+
+
+def utf8(s: str) -> bytes:
+    """UTF-8 bytes of s; lone surrogates (only reachable via JSON \\u escapes) become U+FFFD."""
+    try:
+        return s.encode("utf-8")
+    except UnicodeEncodeError:
+        return _SURROGATE.sub("\ufffd", s).encode("utf-8")
+
+
+def _utf8_len(s: str) -> int:
+    return len(s) if s.isascii() else len(utf8(s))
+
+
+def _escaped_len(s: str) -> int:
+    """Bytes of s inside a JSON string literal, quotes excluded; counts, never copies."""
+    n = _utf8_len(s) + s.count('"') + s.count("\\")
+    if _CONTROL.search(s) is None:
+        return n
+    n += sum(s.count(c) for c in _SHORT_ESCAPES)
+    if _OTHER_CONTROL.search(s) is not None:
+        n += 5 * sum(s.count(c) for c in _OTHER_CONTROLS)
+    return n
+
+
+def _key_text(k: object) -> str:
+    """json.dumps' conversion of a non-string dict key."""
+    if isinstance(k, str):
+        return k
+    return json.dumps(k) if isinstance(k, bool | int | float) or k is None else str(k)
+
+
+def _scalar_size(v: object) -> int:
+    if v is None or v is True:
+        return 4
+    if v is False:
+        return 5
+    if isinstance(v, int | float):
+        return len(json.dumps(v))
+    return 2 + _escaped_len(str(v))
+
+
+def json_size(value: object) -> int:
+    """len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()), computed
+    iteratively without building the text (a 16 MiB string is counted, not escaped)."""
+    total = 0
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            total += 2 + _escaped_len(v)
+        elif isinstance(v, Mapping):
+            total += 2 + max(len(v) - 1, 0) + len(v)  # braces, commas, colons
+            for k, item in v.items():
+                total += 2 + _escaped_len(_key_text(k))
+                stack.append(item)
+        elif isinstance(v, list | tuple):
+            total += 2 + max(len(v) - 1, 0)
+            stack.extend(v)
+        else:
+            total += _scalar_size(v)
+    return total
+
+
+def visible_size(result: Mapping[str, Any]) -> int:
+    """The model-visible size of a CallToolResult dict (see the module docstring)."""
+    return json_size({k: result[k] for k in ("content", "structuredContent") if k in result})
+
+
+def text_result_size(text: str) -> int:
+    """visible_size of a result made of one text block holding text."""
+    return _WRAPPER + _escaped_len(text)
+
+
+def structured_limit(max_visible_bytes: int) -> int:
+    """Largest structuredContent (compact JSON bytes) a bounded result keeps verbatim."""
+    return (max_visible_bytes - _RESERVE) // 2
+
+
+def canonical_json(value: object) -> bytes:
+    """Canonical JSON (sorted keys, compact, UTF-8); a lenient fallback for NaN or surrogates."""
+    try:
+        return canonicaljson.encode_canonical_json(value)
+    except (ValueError, TypeError):
+        text = json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=str)
+        return utf8(text)
+
+
+# --------------------------------------------------------------------------- full output
+
+
+def _is_text_block(block: object) -> bool:
+    return isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str)
+
+
+def _joined(pieces: Iterable[bytes]) -> list[bytes]:
+    """Pieces with b"\\n" between them, as a list (never concatenated)."""
+    out: list[bytes] = []
+    for piece in pieces:
+        if out:
+            out.append(b"\n")
+        out.append(piece)
+    return out
+
+
+def _label(v: object) -> str:
+    return " ".join(v.split()) if isinstance(v, str) and v.strip() else "unknown"
+
+
+def _render_resource(resource: object) -> bytes:
+    r = resource if isinstance(resource, dict) else {}
+    head = f"[resource: {_label(r.get('uri'))} ({_label(r.get('mimeType'))})"
+    if isinstance(r.get("text"), str):
+        return utf8(head + "]\n" + r["text"])
+    if isinstance(r.get("blob"), str):
+        return utf8(f"{head}, {len(r['blob'])} bytes of base64]")
+    return utf8(head + "]")
+
+
+def _render_block(block: object) -> bytes:
+    """One block as preview text: binary data becomes a line naming type, mimeType and size."""
+    if _is_text_block(block):
+        assert isinstance(block, dict)
+        return utf8(block["text"])
+    if isinstance(block, dict):
+        kind = block.get("type")
+        if kind in ("image", "audio"):
+            data = block.get("data")
+            size = len(data) if isinstance(data, str) else 0
+            return utf8(f"[{kind}: {_label(block.get('mimeType'))}, {size} bytes of base64]")
+        if kind == "resource":
+            return _render_resource(block.get("resource"))
+        if kind == "resource_link":
+            name, mime = _label(block.get("name")), _label(block.get("mimeType"))
+            return utf8(f"[resource_link: {_label(block.get('uri'))} ({name}, {mime})]")
+    return canonical_json(block)
+
+
+def _preview_source(blocks: Sequence[object], structured: object, dropped: bool) -> list[bytes]:
+    pieces = [_render_block(b) for b in blocks]
+    if dropped and structured is not None and not any(_is_text_block(b) for b in blocks):
+        pieces.append(b"structuredContent: " + canonical_json(structured))
+    return _joined(pieces)
+
+
+# --------------------------------------------------------------------------- preview
+
+
+def _first_bytes(chunks: Sequence[bytes], n: int) -> bytes:
+    out, need = [], n
+    for c in chunks:
+        if need <= 0:
+            break
+        out.append(c[:need])
+        need -= len(out[-1])
+    return b"".join(out)
+
+
+def _last_bytes(chunks: Sequence[bytes], n: int) -> bytes:
+    out, need = [], n
+    for c in reversed(chunks):
+        if need <= 0:
+            break
+        out.append(c[-need:] if need < len(c) else c)
+        need -= len(out[-1])
+    return b"".join(reversed(out))
+
+
+def _fit(s: str, budget: int, *, from_end: bool) -> str:
+    """Longest prefix (or suffix) of s whose escaped size is <= budget: binary search."""
+    if _escaped_len(s) <= budget:
+        return s
+    lo, hi = 0, len(s)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        part = s[len(s) - mid :] if from_end else s[:mid]
+        if _escaped_len(part) <= budget:
+            lo = mid
+        else:
+            hi = mid - 1
+    return s[len(s) - lo :] if from_end else s[:lo]
+
+
+def _marker(omitted: int) -> str:
+    return f"\n… {omitted} bytes omitted …\n"
+
+
+def _preview(chunks: Sequence[bytes], total: int, budget: int) -> str:
+    """Head + omission line + tail within budget escaped bytes; the whole source if it fits.
+
+    Raw slices are never longer than the budget (escaping only adds), so the work is
+    proportional to the budget, not to the output. Decoding with errors="ignore" drops just the
+    partial character at a cut: the source itself is always valid UTF-8.
+    """
+    if total <= budget:
+        whole = _first_bytes(chunks, total).decode("utf-8", "ignore")
+        if _escaped_len(whole) <= budget:
+            return whole
+    avail = budget - _escaped_len(_marker(total))
+    if avail <= 0:
+        return ""
+    head_budget = int(avail * _HEAD_SHARE)
+    head = _fit(_first_bytes(chunks, head_budget).decode("utf-8", "ignore"), head_budget, from_end=False)
+    head_n = len(utf8(head))
+    tail_budget = avail - _escaped_len(head)
+    tail_raw = _last_bytes(chunks, min(tail_budget, total - head_n))
+    tail = _fit(tail_raw.decode("utf-8", "ignore"), tail_budget, from_end=True)
+    return head + _marker(total - head_n - len(utf8(tail))) + tail
+
+
+# --------------------------------------------------------------------------- trailer
+
+
+def _one_line(reason: str) -> str:
+    line = " ".join(reason.split()) or "unknown error"
+    return line if len(line) <= _REASON_MAX else line[: _REASON_MAX - 1] + "…"
+
+
+def _trailer(
+    visible: int, ceiling: int, full_size: int, artifact_id: str | None, reason: str | None,
+    dropped_structured: int | None, forced_error: bool,
+) -> str:
+    first = f"[prefixgate] output of {visible} bytes exceeds the {ceiling}-byte limit; preview above."
+    if dropped_structured is not None:
+        first += f" structuredContent ({dropped_structured} bytes) not shown"
+        first += "; isError set since the tool's outputSchema needs it." if forced_error else "."
+    if artifact_id is None:
+        return f"{first}\nfull output of {full_size} bytes not retained: {reason}"
+    return (
+        f"{first}\nfull output ({full_size} bytes) saved as artifact {artifact_id}; read it with "
+        f'artifact_read {{"id": "{artifact_id}"}} plus "offset"/"limit" (bytes), '
+        f'"line"/"lines" (line range) or "find" (literal text).'
+    )
+
+
+def _retain(
+    chunks: Sequence[bytes], size: int, store: ArtifactStore | None, max_artifact_bytes: int,
+) -> tuple[str | None, str | None]:
+    """(artifact id, None) or (None, one-line reason it was not kept)."""
+    if store is None:
+        return None, "no artifact store is configured"
+    if size > max_artifact_bytes:
+        return None, f"larger than the {max_artifact_bytes}-byte artifact limit"
+    try:
+        return store.put_chunks(chunks), None
+    except (StoreError, OSError) as e:
+        return None, _one_line(str(e))
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def bound_result(
+    result: dict[str, Any],
+    *,
+    max_visible_bytes: int = DEFAULT_MAX_VISIBLE_BYTES,
+    max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES,
+    store: ArtifactStore | None,
+    output_schema: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Return result itself if it fits max_visible_bytes, else a bounded copy (module docstring).
+
+    Never raises because of the store: a failed write becomes the non-retention line.
+    """
+    if max_visible_bytes < MIN_VISIBLE_BYTES:
+        raise ValueError(f"max_visible_bytes must be >= {MIN_VISIBLE_BYTES}")
+    visible = visible_size(result)
+    if visible <= max_visible_bytes:
+        return result
+
+    raw_blocks = result.get("content")
+    blocks: list[object] = raw_blocks if isinstance(raw_blocks, list) else []
+    structured = result.get("structuredContent")
+    structured_size = json_size(structured) if structured is not None else None
+    keep = structured_size is not None and structured_size <= structured_limit(max_visible_bytes)
+    dropped = structured_size if structured is not None and not keep else None
+    forced_error = output_schema is not None and not keep and not result.get("isError")
+
+    text_only = bool(blocks) and all(_is_text_block(b) for b in blocks) and (structured is None or keep)
+    if text_only:
+        full = _joined(utf8(b["text"]) for b in blocks)  # type: ignore[index]
+        source = full
+    else:
+        full = [canonical_json(result)]
+        source = _preview_source(blocks, structured, dropped is not None)
+    full_size = sum(len(c) for c in full)
+    artifact_id, reason = _retain(full, full_size, store, max_artifact_bytes)
+    del full
+
+    trailer = _trailer(visible, max_visible_bytes, full_size, artifact_id, reason, dropped, forced_error)
+    fixed = _WRAPPER + (_STRUCTURED_KEY + structured_size if keep and structured_size is not None else 0)
+    budget = max_visible_bytes - fixed - _escaped_len("\n" + trailer)
+    preview = _preview(source, sum(len(c) for c in source), budget)
+    text = f"{preview}\n{trailer}" if preview else trailer
+
+    bounded: dict[str, Any] = {"content": [{"type": "text", "text": text}]}
+    if keep:
+        bounded["structuredContent"] = structured
+    for key, value in result.items():
+        if key not in ("content", "structuredContent"):
+            bounded[key] = value
+    if forced_error:
+        bounded["isError"] = True
+    return bounded

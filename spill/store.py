@@ -1,0 +1,485 @@
+"""Private on-disk artifact store: one 0700 directory per session, one 0600 file per artifact.
+
+Why so strict: artifacts hold whole tool outputs (logs, query dumps, screenshots) that may be
+secret, and the state directory may sit on a shared machine. So every directory is checked with
+``lstat``/``fstat`` (a real directory, ours, no group/other bits) before use, files are created
+relative to a directory file descriptor with ``O_EXCL|O_NOFOLLOW`` (no symlink games, never an
+overwrite), and ids are random (>= 128 bits), so knowing one session's id says nothing about
+another's. The gateway reaches artifacts only through an :class:`ArtifactStore` bound to its own
+session; the CLI (the human owner) may look across sessions with :func:`list_artifacts` and
+:func:`find_artifact`.
+
+Every ``OSError`` while writing becomes :class:`StoreError` with a one-line, deterministic
+reason (no random names in it), so the caller can show a non-retention warning instead of
+failing the tool call. Reads raise :class:`ArtifactNotFound` with a message that names only the
+id that was asked for.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import secrets
+import stat
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+__all__ = [
+    "ArtifactInfo",
+    "ArtifactNotFound",
+    "ArtifactStore",
+    "StoreError",
+    "find_artifact",
+    "gc",
+    "list_artifacts",
+    "valid_id",
+]
+
+_ID_RE = re.compile(r"[A-Za-z0-9_-]{22,64}")
+_SESSION_RE = re.compile(r"[A-Za-z0-9_-]{1,128}")
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+_MAX_ID_ATTEMPTS = 16
+_WRITE_CHUNK = 1 << 20
+
+
+class StoreError(Exception):
+    """The store cannot be used or written; the message is one line and safe to show."""
+
+
+class ArtifactNotFound(LookupError):
+    """No such artifact for this reader; the message reveals nothing about other sessions."""
+
+
+@dataclass(frozen=True, slots=True)
+class ArtifactInfo:
+    """One artifact on disk, for listings and retention."""
+
+    session: str
+    id: str
+    size: int
+    mtime: float
+
+
+def _new_id() -> str:
+    """Random artifact id: 24 bytes = 192 bits, URL-safe base64 (tests monkeypatch this)."""
+    return secrets.token_urlsafe(24)
+
+
+def valid_id(s: object) -> bool:
+    """True for strings shaped like an artifact id; rejects anything path-like before any I/O."""
+    return isinstance(s, str) and _ID_RE.fullmatch(s) is not None
+
+
+def _not_found(artifact_id: object) -> ArtifactNotFound:
+    shown = artifact_id if isinstance(artifact_id, str) and len(artifact_id) <= 80 else "…"
+    return ArtifactNotFound(f"no artifact with id {shown!r} in this session")
+
+
+def _reason(what: str, exc: OSError) -> str:
+    """Deterministic one-line reason: strerror only (an OSError's filename would be a random id)."""
+    text = os.strerror(exc.errno) if exc.errno else (str(exc) or type(exc).__name__)
+    return f"{what}: {text}"
+
+
+# --------------------------------------------------------------------------- directories
+
+
+def _check_dir_fd(fd: int, label: str) -> None:
+    """Refuse a directory we do not own; tighten one we own to exactly 0700, then re-check."""
+    st = os.fstat(fd)
+    if not stat.S_ISDIR(st.st_mode):
+        raise StoreError(f"{label} is not a directory")
+    if st.st_uid != os.geteuid():
+        raise StoreError(f"{label} is owned by uid {st.st_uid}, not by us (uid {os.geteuid()})")
+    if stat.S_IMODE(st.st_mode) != 0o700:
+        os.fchmod(fd, 0o700)
+        if stat.S_IMODE(os.fstat(fd).st_mode) != 0o700:
+            raise StoreError(f"{label} cannot be made private (mode 0700)")
+
+
+def _lstat_dir(path: str | Path, label: str, dir_fd: int | None = None) -> bool:
+    """False if missing; raise if it exists but is not a real directory (e.g. a symlink)."""
+    try:
+        st = os.lstat(path, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return False
+    if stat.S_ISLNK(st.st_mode):
+        raise StoreError(f"{label} is a symlink; refusing to use it")
+    if not stat.S_ISDIR(st.st_mode):
+        raise StoreError(f"{label} is not a directory")
+    return True
+
+
+def _make_parents(root: Path) -> None:
+    """Create missing ancestors of root with mode 0700 (makedirs would use the umask default)."""
+    missing: list[Path] = []
+    p = root.parent
+    while not os.path.lexists(p):
+        missing.append(p)
+        p = p.parent
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, 0o700)
+        except FileExistsError:
+            pass
+
+
+def _open_root(root: Path, *, create: bool) -> int | None:
+    """Verified fd of the artifact root, or None when it is missing and create is False."""
+    label = f"artifact directory {str(root)!r}"
+    try:
+        if not _lstat_dir(root, label):
+            if not create:
+                return None
+            _make_parents(root)
+            try:
+                os.mkdir(root, 0o700)
+            except FileExistsError:
+                pass
+            _lstat_dir(root, label)
+        fd = os.open(root, _DIR_FLAGS)
+    except OSError as e:
+        raise StoreError(_reason(f"cannot open {label}", e)) from None
+    try:
+        _check_dir_fd(fd, label)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _open_session(root_fd: int, session: str, *, create: bool) -> int | None:
+    """Verified fd of a session directory (relative to root_fd, never following a symlink)."""
+    label = f"session directory {session!r}"
+    try:
+        if not _lstat_dir(session, label, dir_fd=root_fd):
+            if not create:
+                return None
+            try:
+                os.mkdir(session, 0o700, dir_fd=root_fd)
+            except FileExistsError:
+                pass
+            _lstat_dir(session, label, dir_fd=root_fd)
+        fd = os.open(session, _DIR_FLAGS, dir_fd=root_fd)
+    except OSError as e:
+        raise StoreError(_reason(f"cannot open {label}", e)) from None
+    try:
+        _check_dir_fd(fd, label)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+@contextmanager
+def _dirs(root: Path, session: str, *, create: bool) -> Iterator[int | None]:
+    """Yield the verified session dir fd (None if absent and not creating); closes both fds."""
+    root_fd = _open_root(root, create=create)
+    if root_fd is None:
+        yield None
+        return
+    try:
+        session_fd = _open_session(root_fd, session, create=create)
+        if session_fd is None:
+            yield None
+            return
+        try:
+            yield session_fd
+        finally:
+            os.close(session_fd)
+    finally:
+        os.close(root_fd)
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def _write_all(fd: int, chunks: Iterable[bytes | memoryview]) -> int:
+    """Write every byte, looping on short writes; returns the total written."""
+    total = 0
+    for chunk in chunks:
+        view = memoryview(chunk).cast("B")
+        while view:
+            n = os.write(fd, view[:_WRITE_CHUNK])
+            if n <= 0:
+                raise OSError(errno.EIO, "short write made no progress")
+            view = view[n:]
+            total += n
+    return total
+
+
+def _create_file(dir_fd: int) -> tuple[str, int]:
+    """Create a fresh 0600 file under a new random id; an existing name is skipped, never reused."""
+    for _ in range(_MAX_ID_ATTEMPTS):
+        name = _new_id()
+        if not valid_id(name):
+            raise StoreError("artifact id generator produced a malformed id")
+        try:
+            return name, os.open(name, _CREATE_FLAGS, 0o600, dir_fd=dir_fd)
+        except FileExistsError:
+            continue
+        except OSError as e:
+            raise StoreError(_reason("cannot create artifact", e)) from None
+    raise StoreError("cannot create artifact: no free id after repeated collisions")
+
+
+def _unlink_quietly(name: str, dir_fd: int) -> None:
+    try:
+        os.unlink(name, dir_fd=dir_fd)
+    except OSError:
+        pass
+
+
+def _store_chunks(dir_fd: int, chunks: Iterable[bytes | memoryview]) -> str:
+    """Create, fill and fsync one artifact; on any failure the partial file is removed."""
+    name, fd = _create_file(dir_fd)
+    try:
+        try:
+            os.fchmod(fd, 0o600)  # exact mode whatever the umask
+            _write_all(fd, chunks)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.fsync(dir_fd)
+    except OSError as e:
+        _unlink_quietly(name, dir_fd)
+        raise StoreError(_reason("cannot write artifact", e)) from None
+    except BaseException:
+        _unlink_quietly(name, dir_fd)
+        raise
+    return name
+
+
+# --------------------------------------------------------------------------- the store
+
+
+class ArtifactStore:
+    """Artifacts of one session under ``root/<session_key>/``; directories are created lazily.
+
+    Construction does no I/O, so a broken state directory never stops the gateway; each
+    operation re-verifies the directories (a handful of syscalls) so a directory swapped for a
+    symlink after start-up is still refused.
+    """
+
+    def __init__(self, root: Path, session_key: str) -> None:
+        if _SESSION_RE.fullmatch(session_key) is None:
+            raise ValueError("session_key must match [A-Za-z0-9_-]{1,128}")
+        self.root = Path(root)
+        self.session_key = session_key
+
+    def __repr__(self) -> str:
+        return f"ArtifactStore({str(self.root)!r}, {self.session_key!r})"
+
+    def ensure(self) -> None:
+        """Create and verify the directories now (at start-up), raising StoreError if unusable."""
+        with _dirs(self.root, self.session_key, create=True):
+            pass
+
+    def put(self, data: bytes | memoryview) -> str:
+        """Store one artifact and return its id; durable (fsynced) when this returns."""
+        return self.put_chunks((data,))
+
+    def put_chunks(self, chunks: Iterable[bytes | memoryview]) -> str:
+        """Like put, for output held as pieces: avoids joining (and copying) a large result."""
+        pieces = list(chunks)
+        for attempt in range(2):
+            with _dirs(self.root, self.session_key, create=True) as dir_fd:
+                assert dir_fd is not None
+                try:
+                    return _store_chunks(dir_fd, pieces)
+                except StoreError:
+                    # A concurrent gc may remove our empty session dir between open and create;
+                    # the dir fd then points at a deleted directory. Retry once with a fresh one.
+                    if attempt == 0 and os.fstat(dir_fd).st_nlink == 0:
+                        continue
+                    raise
+        raise StoreError("cannot write artifact: session directory vanished")
+
+    @contextmanager
+    def open(self, artifact_id: str) -> Iterator[BinaryIO]:
+        """Open an artifact of this session for streaming reads (never following a symlink)."""
+        if not valid_id(artifact_id):
+            raise _not_found(artifact_id)
+        try:
+            with _dirs(self.root, self.session_key, create=False) as dir_fd:
+                if dir_fd is None:
+                    raise _not_found(artifact_id)
+                fd = os.open(artifact_id, _READ_FLAGS, dir_fd=dir_fd)
+        except (OSError, StoreError):
+            raise _not_found(artifact_id) from None
+        f = os.fdopen(fd, "rb")
+        try:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise _not_found(artifact_id)
+            yield f
+        finally:
+            f.close()
+
+    def size(self, artifact_id: str) -> int:
+        """Size in bytes of an artifact of this session."""
+        with self.open(artifact_id) as f:
+            return os.fstat(f.fileno()).st_size
+
+    def read(self, artifact_id: str, offset: int, length: int) -> bytes:
+        """Up to length bytes from offset (fewer at the end); reads only what is asked for."""
+        if offset < 0 or length < 0:
+            raise ValueError("offset and length must be >= 0")
+        with self.open(artifact_id) as f:
+            return os.pread(f.fileno(), length, offset) if length else b""
+
+    def gc(self, *, max_age_seconds: float, max_total_bytes: int, now: float | None = None) -> list[ArtifactInfo]:
+        """Retention across all sessions under root, protecting this session's fresh artifacts."""
+        return gc(
+            self.root,
+            max_age_seconds=max_age_seconds,
+            max_total_bytes=max_total_bytes,
+            now=now,
+            protect_session=self.session_key,
+        )
+
+
+# --------------------------------------------------------------------------- across sessions
+
+
+def _scan_session(root_fd: int, session: str) -> list[ArtifactInfo]:
+    """Artifacts of one session dir; skips anything that is not our regular, id-named file."""
+    try:
+        fd = _open_session(root_fd, session, create=False)
+    except StoreError:
+        return []
+    if fd is None:
+        return []
+    try:
+        found = []
+        for name in os.listdir(fd):
+            if not valid_id(name):
+                continue
+            try:
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
+                found.append(ArtifactInfo(session, name, st.st_size, st.st_mtime))
+        return found
+    finally:
+        os.close(fd)
+
+
+def _session_names(root_fd: int) -> list[str]:
+    names = []
+    for name in os.listdir(root_fd):
+        if _SESSION_RE.fullmatch(name) is None:
+            continue
+        try:
+            st = os.stat(name, dir_fd=root_fd, follow_symlinks=False)
+        except OSError:
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            names.append(name)
+    return sorted(names)
+
+
+def _scan(root_fd: int) -> list[ArtifactInfo]:
+    """Every artifact under root, oldest first (ties broken by session and id: deterministic)."""
+    found = [a for s in _session_names(root_fd) for a in _scan_session(root_fd, s)]
+    return sorted(found, key=lambda a: (a.mtime, a.session, a.id))
+
+
+def list_artifacts(root: Path) -> list[ArtifactInfo]:
+    """All artifacts of all sessions, oldest first; empty when the store was never created."""
+    root_fd = _open_root(Path(root), create=False)
+    if root_fd is None:
+        return []
+    try:
+        return _scan(root_fd)
+    finally:
+        os.close(root_fd)
+
+
+def find_artifact(root: Path, artifact_id: str) -> ArtifactStore:
+    """The store (session) holding artifact_id, for the owner's CLI; ArtifactNotFound otherwise."""
+    if not valid_id(artifact_id):
+        raise ArtifactNotFound(f"no artifact with id {artifact_id!r}")
+    for info in list_artifacts(root):
+        if info.id == artifact_id:
+            return ArtifactStore(Path(root), info.session)
+    raise ArtifactNotFound(f"no artifact with id {artifact_id!r}")
+
+
+def _unlink_artifact(root_fd: int, info: ArtifactInfo) -> bool:
+    try:
+        fd = _open_session(root_fd, info.session, create=False)
+    except StoreError:
+        return False
+    if fd is None:
+        return False
+    try:
+        os.unlink(info.id, dir_fd=fd)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def _doomed(
+    artifacts: list[ArtifactInfo], max_age_seconds: float, max_total_bytes: int, now: float,
+    protected: set[tuple[str, str]],
+) -> list[ArtifactInfo]:
+    """Pick victims oldest first: everything past max age, then until the total fits."""
+    total = sum(a.size for a in artifacts)
+    doomed = []
+    for a in artifacts:  # oldest first
+        if (a.session, a.id) in protected:
+            continue
+        if now - a.mtime > max_age_seconds or total > max_total_bytes:
+            doomed.append(a)
+            total -= a.size
+    return doomed
+
+
+def gc(
+    root: Path,
+    *,
+    max_age_seconds: float,
+    max_total_bytes: int,
+    now: float | None = None,
+    protect_session: str | None = None,
+    protect_seconds: float = 60.0,
+) -> list[ArtifactInfo]:
+    """Delete expired artifacts, then the oldest until under max_total_bytes; return the removed.
+
+    An artifact of protect_session younger than protect_seconds is never deleted, so the id a
+    model was just handed stays readable. Empty session directories of other sessions are
+    removed. Symlinks and foreign files are never followed or touched.
+    """
+    now = time.time() if now is None else now
+    root_fd = _open_root(Path(root), create=False)
+    if root_fd is None:
+        return []
+    try:
+        artifacts = _scan(root_fd)
+        protected = {
+            (a.session, a.id) for a in artifacts
+            if a.session == protect_session and now - a.mtime < protect_seconds
+        }
+        removed = [
+            a for a in _doomed(artifacts, max_age_seconds, max_total_bytes, now, protected)
+            if _unlink_artifact(root_fd, a)
+        ]
+        for session in _session_names(root_fd):
+            if session != protect_session:
+                try:
+                    os.rmdir(session, dir_fd=root_fd)  # fails harmlessly unless empty
+                except OSError:
+                    pass
+        return removed
+    finally:
+        os.close(root_fd)
