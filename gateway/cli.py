@@ -22,7 +22,10 @@ from gateway.barrier import required_failures, wait_for_discovery
 from gateway.config import Config, ConfigError, find_config, load_config
 from gateway.downstream import Downstream
 from gateway.epoch import Epoch, build_epoch
+from catalog.budget import DecisionError
+from gateway.journal import Journal
 from gateway.router import Router
+from gateway.session import Session
 
 log = logging.getLogger("prefixgate")
 
@@ -44,7 +47,7 @@ def _load(path: str | None) -> Config:
 async def running(config: Config) -> AsyncIterator[tuple[list[Downstream], Router]]:
     """Start every server concurrently; stop them all on exit."""
     downstreams = [Downstream(s) for s in config.servers]
-    router = Router({d.config.id: d for d in downstreams})
+    router = Router({d.config.id: d for d in downstreams}, config.policy)
     async with anyio.create_task_group() as tg:
         for downstream in downstreams:
             tg.start_soon(downstream.run)
@@ -55,37 +58,57 @@ async def running(config: Config) -> AsyncIterator[tuple[list[Downstream], Route
 
 
 async def discover(config: Config, downstreams: Sequence[Downstream], router: Router) -> Epoch:
+    """Wait for the barrier, build and decide the first epoch, publish it.
+
+    Raises Exit(1) when no declaration plan fits the client (``declarations = "fixed"``
+    over the function limit).
+    """
     started = anyio.current_time()
     await wait_for_discovery([d for d in downstreams if d.config.enabled], config.gateway.discovery_deadline)
-    epoch = build_epoch(config, downstreams)
+    try:
+        epoch = build_epoch(config, downstreams)
+    except DecisionError as exc:
+        raise Exit(1, f"prefixgate: {exc}") from None
     epoch.discovery_ms = round((anyio.current_time() - started) * 1000)
     for warning in epoch.catalog.warnings:
         log.warning("%s", warning.line())
     ready = sum(1 for d in downstreams if d.status == "ready")
+    decision = epoch.decision
     log.info(
-        "catalog: %d tools from %d of %d servers, fingerprint %s",
+        "catalog: %d tools from %d of %d servers; %s, %d declared, %d deferred; fingerprint %s",
         len(epoch.catalog.entries),
         ready,
         len(config.enabled_servers),
+        decision.mode,
+        decision.function_count,
+        len(decision.deferred_names),
         epoch.fingerprint[:16],
     )
-    router.publish(epoch)
+    if decision.fallback is not None:
+        log.warning("declarations fell back to %s (%s): %s", decision.mode, decision.fallback, decision.detail)
+    await router.publish(epoch)
     return epoch
 
 
 # --- serve -----------------------------------------------------------------------------
 
 
-async def _serve(config: Config) -> None:
+async def _serve(config: Config, session_id: str | None) -> None:
     from mcp.server.stdio import stdio_server
 
     from gateway.server import build_server
 
+    journal = Journal(config.gateway.state_dir, session_id) if session_id else None
+    session = Session(journal)
     async with running(config) as (downstreams, router):
-        server, options = build_server(router)
+        await router.attach(session)
+        server, options = build_server(router, session)
 
         async def barrier() -> None:
-            await discover(config, downstreams, router)
+            try:
+                await discover(config, downstreams, router)
+            except Exit as exc:
+                await _exit_now(downstreams, str(exc))
             failures = required_failures(downstreams)
             if failures:
                 await _exit_now(downstreams, "prefixgate: " + failures[0])
@@ -119,11 +142,20 @@ async def _exit_now(downstreams: Sequence[Downstream], message: str) -> None:
 def catalog_report(config: Config, downstreams: Sequence[Downstream], epoch: Epoch) -> dict[str, Any]:
     """The ``catalog --json`` object: ``declarations`` is exactly what ``serve`` publishes."""
     catalog = epoch.catalog
+    decision = epoch.decision
     counts: dict[str, int] = {}
     for entry in catalog.entries:
         counts[entry.server] = counts.get(entry.server, 0) + 1
     return {
         "fingerprint": epoch.fingerprint,
+        "catalog_fingerprint": catalog.fingerprint,
+        "identity": epoch.identity,
+        "mode": decision.mode,
+        "fallback": decision.fallback,
+        "detail": decision.detail,
+        "functions": {"declared": decision.function_count, "limit": decision.function_limit},
+        "tokens": {"declared": decision.declared_tokens, "budget": decision.token_budget},
+        "deferred": len(decision.deferred_names),
         "discovery_ms": epoch.discovery_ms,
         "servers": [
             {
@@ -138,7 +170,16 @@ def catalog_report(config: Config, downstreams: Sequence[Downstream], epoch: Epo
             }
             for d in downstreams
         ],
-        "tools": [{"name": e.name, "server": e.server, "original": e.original} for e in catalog.entries],
+        "tools": [
+            {
+                "name": e.name,
+                "server": e.server,
+                "original": e.original,
+                "declared": epoch.declares(e.name),
+                "deferred": epoch.is_deferred(e.name),
+            }
+            for e in catalog.entries
+        ],
         "declarations": epoch.published(),
         "warnings": [
             {"kind": w.kind, "server": w.server, "tool": w.tool, "detail": w.detail, "message": w.line()}
@@ -157,13 +198,29 @@ def render_text(report: dict[str, Any], config: Config) -> str:
         if s["error"]:
             line += f"  {s['error']}"
         lines.append(line.rstrip())
-    lines += ["", f"tools ({len(report['tools'])} declared, in published order):"]
+    fn, tok = report["functions"], report["tokens"]
+    limit = "no limit" if fn["limit"] is None else f"limit {fn['limit']}"
+    budget = "no context window set" if tok["budget"] is None else f"budget {tok['budget']}"
+    lines += [
+        "",
+        f"mode: {report['mode']}" + (f" (fallback: {report['fallback']})" if report["fallback"] else ""),
+        f"  {report['detail']}",
+        f"functions: {fn['declared']} declared ({limit}); tokens: ~{tok['declared']} ({budget}); "
+        f"deferred: {report['deferred']}",
+        "",
+        f"tools ({len(report['tools'])} in the catalog, in published order; * = deferred, "
+        "reachable through tool_search):",
+    ]
     for tool in report["tools"]:
-        lines.append(f"  {tool['name']}  <- {tool['server']}/{tool['original']}")
+        mark = "*" if tool["deferred"] else " "
+        lines.append(f" {mark}{tool['name']}  <- {tool['server']}/{tool['original']}")
+    meta = [d["name"] for d in report["declarations"] if d["name"] in ("tool_search", "tool_call", "artifact_read")]
+    if meta:
+        lines.append(f"  gateway tools declared: {', '.join(meta)}")
     if report["warnings"]:
         lines += ["", f"warnings ({len(report['warnings'])}):"]
         lines += [f"  {w['message']}" for w in report["warnings"]]
-    lines += ["", f"fingerprint: {report['fingerprint']}"]
+    lines += ["", f"fingerprint: {report['fingerprint']}", f"identity:    {report['identity']}"]
     return "\n".join(lines) + "\n"
 
 
@@ -184,6 +241,17 @@ async def _catalog(config: Config, as_json: bool) -> int:
 # --- entry point -----------------------------------------------------------------------
 
 
+def _exit_in(exc: BaseException) -> Exit | None:
+    """The Exit inside (possibly nested) task-group exception groups."""
+    if isinstance(exc, Exit):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            if (found := _exit_in(inner)) is not None:
+                return found
+    return None
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="prefixgate",
@@ -199,6 +267,12 @@ def parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="serve MCP over stdio", description="Serve the gateway over stdio.")
     common(serve)
+    serve.add_argument(
+        "--session",
+        metavar="ID",
+        default=os.environ.get("PREFIXGATE_SESSION") or None,
+        help="persist tool activation for this session id across restarts (default: $PREFIXGATE_SESSION)",
+    )
     cat = sub.add_parser(
         "catalog",
         help="discover every server and print the catalog",
@@ -221,13 +295,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = _load(args.config)
         if args.command == "serve":
-            anyio.run(_serve, config)
+            anyio.run(_serve, config, args.session)
             return 0
         if args.command == "catalog":
             return anyio.run(_catalog, config, args.json)
-    except Exit as exc:
-        sys.stderr.write(f"{exc}\n")
-        return exc.code
+    except (Exit, BaseExceptionGroup) as exc:
+        found = _exit_in(exc)
+        if found is None:
+            raise
+        sys.stderr.write(f"{found}\n")
+        return found.code
     except KeyboardInterrupt:
         return 130
     return 2

@@ -90,12 +90,23 @@ class ClientConfig:
 
 
 @dataclass(frozen=True)
+class PolicyConfig:
+    """Enforced at call time only: the published list never changes for policy."""
+
+    deny: tuple[str, ...] = ()
+    """Globs on qualified names that may never run."""
+    read_only: bool = False
+    """Allow only tools whose ``readOnlyHint`` annotation is true."""
+
+
+@dataclass(frozen=True)
 class Config:
     path: Path | None
     gateway: GatewayConfig
     client: ClientConfig
     servers: tuple[ServerConfig, ...]
     """Every configured server, disabled ones included, sorted by id."""
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
 
     @property
     def enabled_servers(self) -> tuple[ServerConfig, ...]:
@@ -285,7 +296,12 @@ _SERVER_KEYS: dict[str, Check] = {
     "deferred": _bool,
 }
 
-_TOP_KEYS = ("client", "gateway", "servers")
+_POLICY_KEYS: dict[str, Check] = {
+    "deny": _str_list,
+    "read_only": _bool,
+}
+
+_TOP_KEYS = ("client", "gateway", "policy", "servers")
 
 
 def default_state_dir(env: Mapping[str, str]) -> Path:
@@ -326,7 +342,8 @@ def parse_config(data: Mapping[str, Any], *, path: Path | None = None, env: Mapp
     )
     if not any(s.enabled for s in servers):
         raise ConfigError("servers", "no enabled server: add at least one [servers.<id>] table")
-    return Config(path=path, gateway=gateway, client=client, servers=servers)
+    policy = PolicyConfig(**_fields("policy", _table("policy", data.get("policy", {})), _POLICY_KEYS))
+    return Config(path=path, gateway=gateway, client=client, servers=servers, policy=policy)
 
 
 def _server(

@@ -186,6 +186,9 @@ class DemoServer:
     ) -> types.CallToolResult:
         args = params.arguments or {}
         name = params.name
+        if self.args.log_calls:
+            sys.stderr.write(f"call {name}\n")
+            sys.stderr.flush()
         text = types.TextContent
         if name == "echo":
             return types.CallToolResult(content=[text(type="text", text=str(args.get("text", "")))])
@@ -249,6 +252,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--bad-schema", action="store_true", help="also list three invalid tools")
     p.add_argument("--page-size", type=int, default=0, help="paginate tools/list (0: one page)")
     p.add_argument("--hang", action="store_true", help="never answer (for start-up timeout tests)")
+    p.add_argument("--log-calls", action="store_true", help="write 'call NAME' to stderr for every call")
     p.add_argument(
         "--transport", choices=("stdio", "http", "sse"), default="stdio",
         help="stdio (default), streamable HTTP at /mcp, or SSE at /sse; HTTP and SSE print their URL on stdout",

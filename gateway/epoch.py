@@ -1,8 +1,9 @@
-"""One cache epoch: the catalog built from the ready servers and the exact bytes it publishes.
+"""One cache epoch: the catalog, the declaration decision, and the exact bytes published.
 
 An epoch is immutable. ``tools/list`` serves the same pre-built list object for the
 whole epoch, so nothing that happens while serving (calls, searches, refusals) can
-change a published byte.
+change a published byte. The search index and argument validators are built lazily
+and cached here, because they belong to exactly this catalog.
 """
 
 from __future__ import annotations
@@ -11,9 +12,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from catalog.budget import ClientPolicy, Declarations, decide
 from catalog.build import build
 from catalog.model import Catalog, ServerTools
 from catalog.names import PROFILES
+from catalog.search import SearchIndex, tool_call_declaration, tool_search_declaration
+from jsonschema import Draft202012Validator
+from jsonschema.protocols import Validator
+from jsonschema.validators import validator_for
 
 from gateway.config import Config
 from gateway.downstream import Downstream
@@ -26,12 +32,36 @@ META_TOOLS = frozenset({"tool_search", "tool_call", "artifact_read"})
 @dataclass
 class Epoch:
     catalog: Catalog
-    declarations: tuple[dict[str, Any], ...]
-    """The canonical declarations ``tools/list`` publishes, in order."""
-    fingerprint: str
+    decision: Declarations
     discovery_ms: int = 0
     """Wall time of the discovery barrier that produced this epoch."""
     _wire: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    _index: SearchIndex | None = None
+    _validators: dict[str, Validator] = field(default_factory=dict)
+    _deferred: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        self._deferred = frozenset(self.decision.deferred_names)
+
+    @property
+    def declarations(self) -> tuple[dict[str, Any], ...]:
+        """The canonical declarations ``tools/list`` publishes, in order."""
+        return self.decision.declared
+
+    @property
+    def fingerprint(self) -> str:
+        """SHA-256 of the published declaration list."""
+        return self.decision.fingerprint
+
+    @property
+    def identity(self) -> str:
+        return self.decision.identity
+
+    def declares(self, name: str) -> bool:
+        return name in self.decision.declared_names
+
+    def is_deferred(self, name: str) -> bool:
+        return name in self._deferred
 
     def published(self, version: str = DEFAULT_VERSION) -> list[dict[str, Any]]:
         """The wire form for a protocol version, built once per epoch and then reused."""
@@ -40,8 +70,45 @@ class Epoch:
             wire = self._wire[version] = published_tools(self.declarations, version)
         return wire
 
+    @property
+    def index(self) -> SearchIndex:
+        if self._index is None:
+            self._index = SearchIndex(self.catalog.entries)
+        return self._index
 
-def server_tools(config: Config, downstreams: Sequence[Downstream]) -> list[ServerTools]:
+    def validator(self, name: str) -> Validator:
+        """The compiled validator of a catalog tool's canonical input schema."""
+        validator = self._validators.get(name)
+        if validator is None:
+            entry = self.catalog.by_name[name]
+            schema = entry.declaration["inputSchema"]
+            validator = self._validators[name] = validator_for(schema, default=Draft202012Validator)(schema)
+        return validator
+
+
+def client_policy(config: Config) -> ClientPolicy:
+    c = config.client
+    return ClientPolicy(
+        profile=c.profile,
+        max_functions=c.function_limit,
+        context_window=c.context_window,
+        reserve_tokens=c.reserve_tokens,
+        keep_recent_tokens=c.keep_recent_tokens,
+        system_prompt_tokens=c.system_prompt_tokens,
+        declarations=c.declarations,
+        defer=c.defer,
+        account=c.account,
+        model=c.model,
+        api=c.api,
+        endpoint=c.endpoint,
+    )
+
+
+def meta_declarations() -> dict[str, dict[str, Any]]:
+    return {"tool_search": tool_search_declaration(), "tool_call": tool_call_declaration()}
+
+
+def server_tools(downstreams: Sequence[Downstream]) -> list[ServerTools]:
     return [
         ServerTools(
             id=d.config.id,
@@ -57,12 +124,13 @@ def server_tools(config: Config, downstreams: Sequence[Downstream]) -> list[Serv
 
 
 def build_epoch(config: Config, downstreams: Sequence[Downstream]) -> Epoch:
+    """Build and decide; raises ``catalog.budget.DecisionError`` when no plan fits."""
     catalog = build(
-        server_tools(config, downstreams),
+        server_tools(downstreams),
         PROFILES[config.client.profile],
         config.gateway.separator,
         reserved=META_TOOLS,
         extra_check=wire_problem,
     )
-    declarations = tuple(entry.declaration for entry in catalog.entries)
-    return Epoch(catalog=catalog, declarations=declarations, fingerprint=catalog.fingerprint)
+    decision = decide(catalog, client_policy(config), meta_declarations())
+    return Epoch(catalog=catalog, decision=decision)

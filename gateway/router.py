@@ -1,37 +1,65 @@
-"""The call path: resolve the name in the current epoch, then forward downstream.
+"""The call path: resolve -> policy -> activation -> arguments -> forward.
 
-Every failure the model can cause or meet (an unknown name, a dead server, a timeout, a
-malformed downstream result) becomes an ``isError`` result naming what went wrong, so
-one bad call never takes the gateway or the session down.
+Every failure the model can cause or meet (an unknown name, a denied or inactive tool,
+invalid arguments, a dead server, a timeout, a malformed downstream result) becomes an
+``isError`` result naming what went wrong, so one bad call never takes the gateway or
+the session down. Policy and activation are enforced here, at call time: the published
+list never changes for them.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import logging
 from collections.abc import Mapping
 from typing import Any
 
 import anyio
+from catalog.search import render
+from catalog.schema import json_path
+from jsonschema.exceptions import best_match
 from mcp_types.methods import validate_server_result
 from pydantic import ValidationError
 
+from gateway.config import PolicyConfig
 from gateway.downstream import Downstream, ProgressFn, error_result
-from gateway.epoch import Epoch
+from gateway.epoch import META_TOOLS, Epoch
+from gateway.session import Session
 from gateway.wire import DEFAULT_VERSION
 
 log = logging.getLogger("prefixgate.router")
 
+MAX_QUERY = 500
+
+
+def text_result(text: str) -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": text}]}
+
+
+def not_active(name: str) -> str:
+    return f"Call tool_search to activate {name} first; a declaration does not grant execution."
+
 
 class Router:
-    def __init__(self, downstreams: Mapping[str, Downstream]) -> None:
+    def __init__(self, downstreams: Mapping[str, Downstream], policy: PolicyConfig | None = None) -> None:
         self.downstreams = dict(downstreams)
+        self.policy = policy or PolicyConfig()
         self.epoch: Epoch | None = None
+        self.sessions: list[Session] = []
         self.ready = anyio.Event()
         """Set once the discovery barrier has passed and the first epoch is built."""
 
-    def publish(self, epoch: Epoch) -> None:
+    async def publish(self, epoch: Epoch) -> None:
+        for session in self.sessions:
+            await session.enter(epoch.identity)
         self.epoch = epoch
         self.ready.set()
+
+    async def attach(self, session: Session) -> None:
+        """A session joins: bind it to the current epoch (if any) and keep it in step."""
+        self.sessions.append(session)
+        if self.epoch is not None:
+            await session.enter(self.epoch.identity)
 
     async def current(self) -> Epoch:
         await self.ready.wait()
@@ -42,18 +70,94 @@ class Router:
         self,
         name: str,
         arguments: Mapping[str, Any] | None,
+        session: Session,
         *,
         meta: Mapping[str, Any] | None = None,
         on_progress: ProgressFn | None = None,
         version: str = DEFAULT_VERSION,
     ) -> dict[str, Any]:
         epoch = await self.current()
+        if name in META_TOOLS and epoch.declares(name):
+            if name == "tool_search":
+                return await self.tool_search(epoch, arguments or {}, session)
+            if name == "tool_call":
+                target = (arguments or {}).get("name")
+                inner = (arguments or {}).get("arguments", {})
+                if not isinstance(target, str) or not target:
+                    return error_result("tool_call: arguments.name must be the name of a catalog tool.")
+                if inner is None:
+                    inner = {}
+                if not isinstance(inner, dict):
+                    return error_result("tool_call: arguments.arguments must be an object.")
+                if target in META_TOOLS:
+                    return error_result(f"tool_call runs catalog tools; call {target} directly.")
+                return await self._gated(epoch, target, inner, session, meta, on_progress, version)
+        return await self._gated(epoch, name, arguments, session, meta, on_progress, version)
+
+    async def _gated(
+        self,
+        epoch: Epoch,
+        name: str,
+        arguments: Mapping[str, Any] | None,
+        session: Session,
+        meta: Mapping[str, Any] | None,
+        on_progress: ProgressFn | None,
+        version: str,
+    ) -> dict[str, Any]:
         entry = epoch.catalog.get(name)
         if entry is None:
             return error_result(f"Unknown tool {name!r}: it is not in this gateway's catalog.")
+        refusal = self.refusal(epoch, name, session)
+        if refusal is not None:
+            return error_result(refusal)
+        problem = argument_problem(epoch, name, arguments)
+        if problem is not None:
+            return error_result(problem)
         downstream = self.downstreams[entry.server]
         result = await downstream.call_tool(entry.original, arguments, meta=meta, on_progress=on_progress)
         return _checked(result, version, entry.server, entry.original)
+
+    def refusal(self, epoch: Epoch, name: str, session: Session) -> str | None:
+        """Policy, then activation: why this resolved tool may not run now, or None."""
+        for pattern in self.policy.deny:
+            if fnmatch.fnmatchcase(name, pattern):
+                return f"Tool {name} is denied by policy (deny pattern {pattern!r})."
+        if self.policy.read_only:
+            annotations = epoch.catalog.by_name[name].declaration.get("annotations")
+            if not (isinstance(annotations, dict) and annotations.get("readOnlyHint") is True):
+                return f"Tool {name} is refused by policy: read_only = true allows only tools with readOnlyHint."
+        if epoch.is_deferred(name) and not session.allows(name):
+            return not_active(name)
+        return None
+
+    async def tool_search(self, epoch: Epoch, arguments: Mapping[str, Any], session: Session) -> dict[str, Any]:
+        query = arguments.get("query")
+        if not isinstance(query, str) or not query.strip():
+            return error_result("tool_search: arguments.query must be a non-empty string.")
+        if len(query) > MAX_QUERY:
+            return error_result(f"tool_search: arguments.query is longer than {MAX_QUERY} characters.")
+        result = epoch.index.query(query, arguments.get("limit", 5), arguments.get("offset", 0))
+        candidates = [e.name for e in result.matches if epoch.is_deferred(e.name)]
+        rendered = render(result, candidates)
+        grant = [n for n in rendered.shown_names if n in set(candidates)]
+        try:
+            await session.activate(grant)
+        except OSError as exc:
+            log.error("activation journal write failed: %s", exc.strerror or exc)
+            return error_result(
+                f"tool_search could not record the activation ({exc.strerror or 'write failed'}); "
+                "nothing was activated."
+            )
+        return text_result(rendered.text)
+
+
+def argument_problem(epoch: Epoch, name: str, arguments: Mapping[str, Any] | None) -> str | None:
+    """The first schema violation of ``arguments``, naming its path, or None."""
+    instance = {} if arguments is None else arguments
+    error = best_match(epoch.validator(name).iter_errors(instance))
+    if error is None:
+        return None
+    return f"Invalid arguments for {name}: {json_path('arguments', error.absolute_path)}: {error.message}"
 
 
 def _checked(result: dict[str, Any], version: str, server: str, tool: str) -> dict[str, Any]:

@@ -16,13 +16,18 @@ from mcp.server.models import InitializationOptions
 
 from gateway import __version__
 from gateway.router import Router
+from gateway.session import Session
 
 INSTRUCTIONS = (
-    "prefixgate aggregates several MCP servers; tool names are '<server prefix>__<tool>'."
+    "prefixgate aggregates several MCP servers; tool names are '<server prefix>__<tool>'. "
+    "When tool_search is offered, some tools are deferred: find them with tool_search, "
+    "which activates the tools it returns, then call them (with tool_call when offered)."
 )
 
 
-def build_server(router: Router) -> tuple[Server[Any], InitializationOptions]:
+def build_server(router: Router, session: Session) -> tuple[Server[Any], InitializationOptions]:
+    """The stdio server: one client, so one activation session."""
+
     async def list_tools(ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None) -> Any:
         epoch = await router.current()
         return {"tools": epoch.published(ctx.protocol_version)}
@@ -38,6 +43,7 @@ def build_server(router: Router) -> tuple[Server[Any], InitializationOptions]:
         return await router.call(
             params.name,
             params.arguments,
+            session,
             meta=meta,
             on_progress=progress if wants_progress else None,
             version=ctx.protocol_version,

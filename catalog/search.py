@@ -1,0 +1,519 @@
+"""BM25 search over the catalog, its model-visible rendering, and the meta tool schemas.
+
+``tool_search`` is how the model reaches deferred tools, so search must find a tool by
+the words a model would use (name parts, description, parameters) and its answer must be
+deterministic bytes: the rendered text becomes part of the conversation prefix.
+"""
+
+from __future__ import annotations
+
+import difflib
+import heapq
+import itertools
+import json
+import math
+import re
+import unicodedata
+from collections import Counter, defaultdict, deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import canonicaljson
+
+from catalog.model import JSON, Entry
+from catalog.names import code_unit_key
+
+K1 = 1.2
+B = 0.75
+WEIGHT_NAME = 3
+"""Qualified and original name parts: the strongest signal of what a tool does."""
+WEIGHT_PARAM = 2
+"""Parameter names (``owner``, ``sql``, ``url``)."""
+
+MAX_LIMIT = 50
+DEFAULT_LIMIT = 5
+MAX_QUERY = 500
+EXCERPT_CHARS = 300
+CLOSEST = 5
+_QUERY_ECHO = 100
+_MAX_SCHEMA_DEPTH = 64
+
+_ALNUM = re.compile(r"[^\W_]+")
+_EDGE_PUNCTUATION = "\"'()[]{}<>,.;:!?`*"
+_WORD = re.compile(r"[A-Z]{2,}s(?![^\W\d_A-Z])|[A-Z]+(?![^\W\d_A-Z])|[A-Z]?[^\W\d_A-Z]+|\d+")
+"""Identifier parts: ``HTTPServer`` -> HTTP, Server; ``getV2Url`` -> get, V, 2, Url; ``URLs``.
+
+Any letter but an ASCII capital counts as lower case, so non-ASCII words stay whole.
+"""
+
+
+def _is_ideographic(ch: str) -> bool:
+    cp = ord(ch)
+    return 0x2E80 <= cp <= 0x9FFF or 0xF900 <= cp <= 0xFAFF or 0x20000 <= cp <= 0x3FFFF
+
+
+def _plural(w: str) -> str:
+    """Strip a plural ``s`` (files -> file; not status, class, analysis, ids)."""
+    if len(w) > 3 and w[-1] == "s" and w[-2] not in "sui" and w.isascii():
+        return w[:-1]
+    return w
+
+
+def _analyse(word: str) -> tuple[str, ...]:
+    """Terms of one whitespace-delimited word: camelCase/digit parts, case-folded,
+    plural-stripped, CJK ideographs one term each (CJK text has no spaces)."""
+    core = word.strip(_EDGE_PUNCTUATION)
+    if core.isascii() and core.isalpha() and (core.islower() or core[1:].islower()):
+        return (_plural(core.lower()),)  # the common case: a plain word, no regex needed
+    out: list[str] = []
+    for part in _WORD.findall(word):
+        part = part.casefold()
+        if part.isascii() or not any(_is_ideographic(c) for c in part):
+            out.append(_plural(part))
+            continue
+        run = ""
+        for c in part:
+            if _is_ideographic(c):
+                if run:
+                    out.append(_plural(run))
+                    run = ""
+                out.append(c)
+            else:
+                run += c
+        if run:
+            out.append(_plural(run))
+    return tuple(out)
+
+
+class _WordCache(dict[str, tuple[str, ...]]):
+    """word -> its terms. A catalog's vocabulary is small next to its word count, and a
+    dict hit costs less than any wrapper; cleared when large (results never depend on it).
+    """
+
+    LIMIT = 1 << 17
+
+    def __missing__(self, word: str) -> tuple[str, ...]:
+        if len(self) >= self.LIMIT:
+            self.clear()
+        terms = self[word] = _analyse(word)
+        return terms
+
+
+_WORDS = _WordCache()
+_word_terms = _WORDS.__getitem__
+
+
+def tokens(text: str) -> list[str]:
+    """Search terms of ``text``: identifier parts, case-folded, CJK split per character.
+
+    Separators (``__``, ``_``, ``-``, ``.``, spaces, punctuation), camelCase and digit
+    boundaries all split; queries and documents use this same function. Whitespace is
+    split in C and each distinct word analysed once (cached), so indexing stays fast.
+    """
+    return list(itertools.chain.from_iterable(map(_word_terms, text.split())))
+
+
+def _compound(name: str) -> str:
+    """``read_file`` -> ``readfile``: a query written without separators still finds it."""
+    return "".join(_ALNUM.findall(name)).casefold()
+
+
+_SUB_ONE = frozenset({"items", "additionalProperties", "not", "if", "then", "else"})
+_SUB_LIST = frozenset({"prefixItems", "allOf", "anyOf", "oneOf"})
+_SUB_MAP = frozenset({"$defs", "definitions", "patternProperties"})
+
+
+def _schema_words(schema: dict[str, JSON]) -> tuple[list[str], list[str]]:
+    """Parameter names and descriptions, through nested properties and sub-schemas."""
+    names: list[str] = []
+    texts: list[str] = []
+    stack: list[tuple[dict[str, JSON], int]] = [(schema, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > _MAX_SCHEMA_DEPTH:
+            continue
+        for key, sub in node.items():
+            if key == "properties" and isinstance(sub, dict):
+                for name, prop in sub.items():
+                    names.append(name)
+                    if isinstance(prop, dict):
+                        stack.append((prop, depth + 1))
+            elif key == "description":
+                if depth and isinstance(sub, str):
+                    texts.append(sub)
+            elif key in _SUB_ONE:
+                if isinstance(sub, dict):
+                    stack.append((sub, depth + 1))
+            elif key in _SUB_LIST:
+                if isinstance(sub, list):
+                    stack.extend((x, depth + 1) for x in sub if isinstance(x, dict))
+            elif key in _SUB_MAP and isinstance(sub, dict):
+                stack.extend((x, depth + 1) for x in sub.values() if isinstance(x, dict))
+    return names, texts
+
+
+def _document(entry: Entry) -> Counter[str]:
+    """Weighted term frequencies of one tool (BM25F folded into one bag).
+
+    Name terms (qualified, original, and their compounds) count once each, whichever
+    name they come from; parameter names and descriptions per occurrence.
+    """
+    decl = entry.declaration
+    schema = decl.get("inputSchema")
+    params, texts = _schema_words(schema) if isinstance(schema, dict) else ([], [])
+    desc = decl.get("description")
+    if isinstance(desc, str):
+        texts.append(desc)
+    names = set(tokens(entry.name + " " + entry.original))
+    names.update((_compound(entry.name), _compound(entry.original)))
+    names.discard("")
+    # weights by repetition, so one C-level count does all (descriptions: weight 1)
+    return Counter(
+        itertools.chain(
+            itertools.chain.from_iterable(map(_word_terms, "\n".join(texts).split())),
+            tokens(" ".join(params)) * WEIGHT_PARAM,
+            list(names) * WEIGHT_NAME,
+        )
+    )
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """One page of a query: ``matches`` in rank order, ``total`` over all pages."""
+
+    query: str
+    matches: tuple[Entry, ...]
+    total: int
+    offset: int
+    limit: int
+    closest: tuple[str, ...] = ()
+    """When ``total == 0``: up to 5 names most similar to the query, best first."""
+
+
+def _clamp(value: object, low: int, high: int | None, default: int) -> int:
+    """Bound a page argument; a non-integer (callers may skip validation) is the default."""
+    if type(value) is not int:
+        return default
+    v = max(low, value)
+    return v if high is None else min(high, v)
+
+
+class SearchIndex:
+    """Inverted BM25 index of one epoch's catalog; its results never change once built.
+
+    Building only counts terms; a term's finished BM25 contributions (idf, tf and length
+    normalisation) are computed on its first query and cached, so building 5,000 tools
+    stays fast and a query is a few dict additions per matching tool, summed in sorted
+    term order so the floats are the same on every run.
+    """
+
+    def __init__(self, entries: Sequence[Entry]) -> None:
+        self._entries: tuple[Entry, ...] = tuple(sorted(entries, key=lambda e: code_unit_key(e.name)))
+        n = len(self._entries)
+        self._bags = [_document(e) for e in self._entries]
+        lengths = [sum(bag.values()) for bag in self._bags]
+        postings: defaultdict[str, list[int]] = defaultdict(list)
+        for doc, bag in enumerate(self._bags):
+            # postings[term].append(doc) for every term of the tool, looped in C
+            deque(map(list.append, map(postings.__getitem__, bag), itertools.repeat(doc)), maxlen=0)
+        avgdl = (sum(lengths) / n) if n and sum(lengths) else 1.0
+        self._n = n
+        self._norms = [K1 * (1.0 - B + B * dl / avgdl) for dl in lengths]
+        self._docs: dict[str, list[int]] = dict(postings)
+        """term -> the tools containing it, in code-unit order of their names."""
+        self._scored: dict[str, tuple[tuple[int, float], ...]] = {}
+        """term -> (doc, BM25 contribution): computed on first use, then reused."""
+        self._folded = [(e.name.casefold(), e.original.casefold()) for e in self._entries]
+        self._exact: dict[str, list[int]] = {}
+        for doc, (name, original) in enumerate(self._folded):
+            self._exact.setdefault(name, []).append(doc)
+            if original != name:
+                self._exact.setdefault(original, []).append(doc)
+
+    def _postings(self, term: str) -> tuple[tuple[int, float], ...]:
+        """The term's postings with finished contributions (idf, tf, length norm)."""
+        scored = self._scored.get(term)
+        if scored is None:
+            docs = self._docs.get(term, [])
+            df = len(docs)
+            idf = math.log(1.0 + (self._n - df + 0.5) / (df + 0.5))
+            bags, norms, k = self._bags, self._norms, idf * (K1 + 1.0)
+            tfs = [bags[doc][term] for doc in docs]
+            scored = tuple((doc, k * tf / (tf + norms[doc])) for doc, tf in zip(docs, tfs))
+            self._scored[term] = scored
+        return scored
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def query(self, text: str, limit: int = DEFAULT_LIMIT, offset: int = 0) -> SearchResult:
+        """Rank: exact (case-insensitive) name or original name first, then BM25, then name."""
+        limit = _clamp(limit, 1, MAX_LIMIT, DEFAULT_LIMIT)
+        offset = _clamp(offset, 0, None, 0)
+        text = text if isinstance(text, str) else ""
+        scores: dict[int, float] = {}
+        for term in sorted(set(tokens(text))):
+            for doc, contribution in self._postings(term):
+                scores[doc] = scores.get(doc, 0.0) + contribution
+        exact = set(self._exact.get(text.strip().casefold(), ()))
+        for doc in exact:
+            scores.setdefault(doc, 0.0)
+        total = len(scores)
+        if total == 0:
+            return SearchResult(text, (), 0, offset, limit, self._closest(text))
+        ranked = heapq.nsmallest(
+            offset + limit, scores.items(), key=lambda kv: (kv[0] not in exact, -kv[1], kv[0])
+        )
+        page = tuple(self._entries[doc] for doc, _ in ranked[offset:])
+        return SearchResult(text, page, total, offset, limit)
+
+    def _closest(self, text: str) -> tuple[str, ...]:
+        """Names most similar to the whole query (difflib ratio), ties in code-unit order."""
+        q = text.strip().casefold()
+        if not q:
+            return ()
+        matcher = difflib.SequenceMatcher(None, autojunk=False)
+        matcher.set_seq2(q)
+        best: list[tuple[float, int]] = []  # min-heap of (ratio, -doc)
+        for doc, names in enumerate(self._folded):
+            ratio = 0.0
+            for name in names:
+                matcher.set_seq1(name)
+                floor = best[0][0] if len(best) == CLOSEST else 0.0
+                if matcher.real_quick_ratio() <= floor or matcher.quick_ratio() <= floor:
+                    continue
+                ratio = max(ratio, matcher.ratio())
+            if ratio <= 0.0:
+                continue
+            item = (ratio, -doc)
+            if len(best) < CLOSEST:
+                heapq.heappush(best, item)
+            elif item > best[0]:
+                heapq.heapreplace(best, item)
+        return tuple(self._entries[-d].name for _, d in sorted(best, reverse=True))
+
+
+# -- rendering ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RenderedSearch:
+    """The model-visible answer and the names it actually shows.
+
+    Only ``shown_names`` may be activated: a match cut for size was never seen by the
+    model, so activating it would grant a tool the model cannot know how to call.
+    """
+
+    text: str
+    shown_names: tuple[str, ...]
+
+
+def _joins(ch: str) -> bool:
+    """A code point that belongs to the character before it (mark, ZWJ, selector)."""
+    cp = ord(ch)
+    return bool(unicodedata.combining(ch)) or cp == 0x200D or 0xFE00 <= cp <= 0xFE0F or (
+        0x1F3FB <= cp <= 0x1F3FF
+    ) or 0xE0100 <= cp <= 0xE01EF
+
+
+def _is_regional(ch: str) -> bool:
+    return 0x1F1E6 <= ord(ch) <= 0x1F1FF
+
+
+def excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:
+    """Whitespace-collapsed ``text`` of at most ``limit`` characters, ``…`` when cut.
+
+    The cut backs off over combining marks, joiners, selectors and half flags, so no
+    visible character is split from its modifiers.
+    """
+    flat = " ".join(text.split())
+    if len(flat) <= limit:
+        return flat
+    cut = limit - 1
+    while cut > 0 and (_joins(flat[cut]) or flat[cut - 1] == "\u200d"):
+        cut -= 1
+    flags = 0  # regional indicators pair up into one flag: never keep half of one
+    while flags < cut and _is_regional(flat[cut - 1 - flags]):
+        flags += 1
+    if flags % 2 and cut < len(flat) and _is_regional(flat[cut]):
+        cut -= 1
+    return flat[:cut].rstrip() + "…"
+
+
+def _quote(query: str) -> str:
+    return json.dumps(excerpt(query, _QUERY_ECHO), ensure_ascii=False)
+
+
+def _block(position: int, entry: Entry) -> str:
+    decl = entry.declaration
+    desc = decl.get("description")
+    schema = decl.get("inputSchema", {"type": "object"})
+    lines = [f"{position}. {entry.name}"]
+    if isinstance(desc, str) and desc.strip():
+        lines.append(excerpt(desc))
+    lines.append("inputSchema: " + canonicaljson.encode_canonical_json(schema).decode("utf-8"))
+    return "\n".join(lines) + "\n\n"
+
+
+def _footer(result: SearchResult, shown: Sequence[str], activated: Sequence[str], max_bytes: int) -> str:
+    granted = set(activated)
+    names = [n for n in shown if n in granted]
+    parts = ["Activated: " + (", ".join(names) if names else "none") + "."]
+    first, last = result.offset + 1, result.offset + len(shown)
+    page = f"Showing {first}-{last} of {result.total}" if shown else f"Showing 0 of {result.total}"
+    left = len(result.matches) - len(shown)
+    if left:
+        parts.append(
+            f"{page}; {left} more on this page did not fit in {max_bytes} bytes: "
+            f"call tool_search again with offset {last if shown else result.offset} "
+            "(and a smaller limit)."
+        )
+    elif last < result.total:
+        parts.append(f"{page}. More: call tool_search with the same query and offset {last}.")
+    else:
+        parts.append(f"{page}.")
+    return "\n".join(parts)
+
+
+def _bounded(text: str, max_bytes: int) -> str:
+    """Last resort when even the frame does not fit: cut on a character boundary."""
+    data = text.encode("utf-8")
+    if len(data) <= max_bytes:
+        return text
+    return data[: max(0, max_bytes)].decode("utf-8", "ignore")
+
+
+def render(result: SearchResult, activated: Sequence[str], max_bytes: int = 65536) -> RenderedSearch:
+    """Deterministic model-visible text of ``result``, at most ``max_bytes`` UTF-8 bytes.
+
+    Per match: qualified name, description excerpt, full canonical input schema. Then
+    the ``activated`` names that were shown, and the page position. Matches are added
+    while the whole text (footer included) fits; the footer says how many were left out
+    and how to page. The caller activates ``activated`` ∩ ``shown_names`` only.
+    """
+    q = _quote(result.query)
+    if result.total == 0:
+        if result.closest:
+            text = f"No tools match {q}. Closest names: {', '.join(result.closest)}."
+        else:
+            text = f"No tools match {q}."
+        return RenderedSearch(_bounded(text, max_bytes), ())
+    if not result.matches:
+        text = (
+            f"No matches at offset {result.offset}: {q} has {result.total} matches "
+            f"(offsets 0-{result.total - 1})."
+        )
+        return RenderedSearch(_bounded(text, max_bytes), ())
+    header = f"Tools matching {q}:\n\n"
+    body = ""
+    shown: list[str] = []
+    text = header + _footer(result, shown, activated, max_bytes)
+    for i, entry in enumerate(result.matches):
+        block = _block(result.offset + i + 1, entry)
+        candidate = header + body + block + _footer(result, [*shown, entry.name], activated, max_bytes)
+        if len(candidate.encode("utf-8")) > max_bytes:
+            break
+        body += block
+        shown.append(entry.name)
+        text = candidate
+    return RenderedSearch(_bounded(text, max_bytes), tuple(shown))
+
+
+# -- meta tool declarations -----------------------------------------------------------
+
+
+def _sorted(value: JSON) -> JSON:
+    """A fresh copy with keys sorted at every depth (the SDK then serialises canonically)."""
+    if isinstance(value, dict):
+        return _sorted_object(value)
+    if isinstance(value, list):
+        return [_sorted(v) for v in value]
+    return value
+
+
+def _sorted_object(value: dict[str, JSON]) -> dict[str, JSON]:
+    return {k: _sorted(value[k]) for k in sorted(value)}
+
+
+TOOL_SEARCH_SCHEMA: dict[str, JSON] = _sorted_object(
+    {
+        "type": "object",
+        "properties": {
+            "query": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": MAX_QUERY,
+                "description": "Keywords: what the tool does, its name, or parameter names.",
+            },
+            "limit": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": MAX_LIMIT,
+                "default": DEFAULT_LIMIT,
+                "description": "Matches per page.",
+            },
+            "offset": {
+                "type": "integer",
+                "minimum": 0,
+                "default": 0,
+                "description": "Matches to skip, to read the next page.",
+            },
+        },
+        "required": ["query"],
+        "additionalProperties": False,
+    }
+)
+"""Input schema of ``tool_search``; treat as read-only (use ``tool_search_declaration``)."""
+
+TOOL_CALL_SCHEMA: dict[str, JSON] = _sorted_object(
+    {
+        "type": "object",
+        "properties": {
+            "name": {
+                "type": "string",
+                "minLength": 1,
+                "description": "Exact tool name as shown by tool_search.",
+            },
+            "arguments": {
+                "type": "object",
+                "default": {},
+                "description": "Arguments matching that tool's inputSchema.",
+            },
+        },
+        "required": ["name"],
+        "additionalProperties": False,
+    }
+)
+"""Input schema of ``tool_call``; treat as read-only (use ``tool_call_declaration``)."""
+
+
+def tool_search_declaration() -> dict[str, JSON]:
+    """A fresh ``tool_search`` declaration (keys sorted): callers may not share state."""
+    return _sorted_object(
+        {
+            "name": "tool_search",
+            "description": (
+                "Search the full tool catalog by keywords (tool names, descriptions, "
+                "parameter names). Returns the best matches with their input schemas and "
+                "activates them: a deferred tool can run only after tool_search has "
+                "returned it in this session. Page through more matches with offset."
+            ),
+            "inputSchema": TOOL_SEARCH_SCHEMA,
+        }
+    )
+
+
+def tool_call_declaration() -> dict[str, JSON]:
+    """A fresh ``tool_call`` declaration (keys sorted)."""
+    return _sorted_object(
+        {
+            "name": "tool_call",
+            "description": (
+                "Run a catalog tool by its exact name with its arguments. The tool must "
+                "first have been returned (and so activated) by tool_search; its result "
+                "is returned unchanged."
+            ),
+            "inputSchema": TOOL_CALL_SCHEMA,
+        }
+    )
+

@@ -1,0 +1,227 @@
+"""Declaration policy end to end: function limit, token budget, deferred tools,
+tool_search / tool_call, the call gate and persisted activation, through real processes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from tests.conftest import catalog_json, demo, gateway, run_cli, write_config
+
+pytestmark = pytest.mark.anyio
+
+GOOD_ARGS = {"owner": "o", "repo": "r", "options": {"state": "open"}}
+FIXED_ARGS: dict[str, dict[str, Any]] = {"echo": {"text": "hi"}, "payload": {"bytes": 3}, "slow": {"seconds": 0}}
+NOT_ACTIVE = "Call tool_search to activate {} first; a declaration does not grant execution."
+
+
+def args_for(original: str) -> dict[str, Any]:
+    if original in FIXED_ARGS:
+        return FIXED_ARGS[original]
+    if original in ("structured", "image", "fail"):
+        return {}
+    return GOOD_ARGS
+
+
+def text(result: Any) -> str:
+    return "".join(block.text for block in result.content if block.type == "text")
+
+
+def wire(tools: object) -> bytes:
+    return json.dumps(tools, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def test_127_tools_and_one_deferred_fill_exactly_128_functions(tmp_path: Path) -> None:
+    config = write_config(
+        tmp_path, {"d": demo("--tools", 120)}, client={"defer": ["d__echo"]}
+    )
+    report = catalog_json(config)
+    assert len(report["tools"]) == 127
+    assert report["mode"] == "fixed" and report["fallback"] is None
+    assert report["functions"] == {"declared": 128, "limit": 128}
+    names = [d["name"] for d in report["declarations"]]
+    assert "tool_search" in names and "tool_call" not in names and len(names) == 128
+    assert [t["name"] for t in report["tools"] if t["deferred"]] == ["d__echo"]
+
+
+async def test_129_tools_fall_back_to_on_demand_and_every_tool_is_reachable(tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"d": demo("--tools", 122)})
+    report = catalog_json(config)
+    assert len(report["tools"]) == 129
+    assert report["mode"] == "on-demand" and report["fallback"] == "tool-count"
+    assert report["functions"]["declared"] <= 128
+    declared = {d["name"] for d in report["declarations"]}
+    searchable = {t["name"] for t in report["tools"] if t["deferred"]}
+    assert declared | searchable >= {t["name"] for t in report["tools"]}, "the catalog was truncated"
+
+    async with gateway(config) as gw:
+        published = await gw.raw("tools/list")
+        assert wire(published["tools"]) == wire(report["declarations"])
+        for tool in report["tools"]:
+            name, original = tool["name"], tool["original"]
+            if original == "crash":
+                continue
+            before = await gw.session.call_tool("tool_call", {"name": name, "arguments": args_for(original)})
+            assert before.is_error and text(before) == NOT_ACTIVE.format(name)
+            found = await gw.session.call_tool("tool_search", {"query": name, "limit": 1})
+            assert not found.is_error
+            assert text(found).startswith(f'Tools matching "{name}":\n\n1. {name}\n')
+            assert f"Activated: {name}." in text(found)
+            after = await gw.session.call_tool("tool_call", {"name": name, "arguments": args_for(original)})
+            if original == "fail":  # reached the server, which reports its own error
+                assert text(after) == "the demo tool failed"
+            else:
+                assert not after.is_error, (name, text(after))
+        again = await gw.raw("tools/list")
+        assert wire(again) == wire(published), "tools/list changed within the epoch"
+
+
+def test_context_budget_boundary(tmp_path: Path) -> None:
+    base = {"d": demo("--tools", 10)}
+    tokens = catalog_json(write_config(tmp_path, base))["tokens"]["declared"]
+    reserve, keep, system = 1000, 2000, 300
+    exact = tokens + reserve + keep + system
+
+    def run(window: int) -> dict[str, Any]:
+        client = {
+            "context_window": window,
+            "reserve_tokens": reserve,
+            "keep_recent_tokens": keep,
+            "system_prompt_tokens": system,
+        }
+        return catalog_json(write_config(tmp_path, base, client=client))
+
+    fits = run(exact)
+    assert (fits["mode"], fits["fallback"]) == ("fixed", None)
+    assert fits["tokens"] == {"declared": tokens, "budget": tokens}
+    over = run(exact - 1)
+    assert (over["mode"], over["fallback"]) == ("on-demand", "context-budget")
+    assert over["tokens"]["declared"] <= over["tokens"]["budget"]
+
+
+def test_fixed_over_the_limit_is_a_startup_error_naming_both_numbers(tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"d": demo("--tools", 125)}, client={"declarations": "fixed"})
+    proc = run_cli("catalog", "--config", str(config), "--log-level", "error")
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == "prefixgate: declarations = fixed needs 132 functions but profile openai allows 128"
+
+
+async def test_gate_order_activation_policy_and_arguments(tmp_path: Path) -> None:
+    config = write_config(
+        tmp_path,
+        {"d": {**demo("--tools", 4, "--log-calls"), "deferred": True}, "e": demo("--tools", 1, "--log-calls")},
+        policy={"deny": ["e__fail", "d__create_*"]},
+    )
+    async with gateway(config) as gw:
+        listed = wire(await gw.raw("tools/list"))
+        names = [t.name for t in (await gw.session.list_tools()).tools]
+        assert "tool_search" in names and "d__echo" in names  # fixed mode: deferred but declared
+
+        refused = await gw.session.call_tool("d__echo", {"text": "x"})
+        assert refused.is_error and text(refused) == NOT_ACTIVE.format("d__echo")
+        await anyio.sleep(0.3)
+        assert "[d] call echo" not in gw.stderr(), "a refused call reached the server"
+
+        found = await gw.session.call_tool("tool_search", {"query": "echo text back"})
+        assert "1. d__echo" in text(found) and "d__echo" in text(found).split("Activated:")[1]
+        ok = await gw.session.call_tool("d__echo", {"text": "x"})
+        assert not ok.is_error and text(ok) == "x"
+
+        denied = await gw.session.call_tool("e__fail", {})
+        assert denied.is_error and text(denied) == "Tool e__fail is denied by policy (deny pattern 'e__fail')."
+        await gw.session.call_tool("tool_search", {"query": "create issue"})
+        denied = await gw.session.call_tool("d__create_issue", GOOD_ARGS)
+        assert denied.is_error and "deny pattern 'd__create_*'" in text(denied)
+
+        bad = await gw.session.call_tool("e__get_issue", {"owner": "o", "repo": "r", "options": {"state": "maybe"}})
+        assert bad.is_error
+        assert text(bad).startswith("Invalid arguments for e__get_issue: arguments.options.state: 'maybe' is not one of")
+        missing = await gw.session.call_tool("e__echo", {})
+        assert text(missing) == "Invalid arguments for e__echo: arguments: 'text' is a required property"
+        await anyio.sleep(0.3)
+        assert "[e] call get_issue" not in gw.stderr() and "[e] call fail" not in gw.stderr()
+        assert wire(await gw.raw("tools/list")) == listed
+
+
+async def test_read_only_policy(tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"d": demo("--tools", 3)}, policy={"read_only": True})
+    async with gateway(config) as gw:
+        assert text(await gw.session.call_tool("d__echo", {"text": "r"})) == "r"
+        refused = await gw.session.call_tool("d__create_issue", GOOD_ARGS)
+        assert refused.is_error and "read_only = true" in text(refused)
+
+
+async def test_tool_search_bytes_are_stable_and_limit_is_clamped(tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"d": {**demo("--tools", 60), "deferred": True}})
+    answers = []
+    for _ in range(2):
+        async with gateway(config) as gw:
+            first = await gw.raw("tools/call", {"name": "tool_search", "arguments": {"query": "owner repo", "limit": 1000}})
+            second = await gw.raw(
+                "tools/call", {"name": "tool_search", "arguments": {"query": "owner repo", "limit": 1000}}
+            )
+            assert first == second
+            answers.append(wire(first))
+    assert answers[0] == answers[1]
+    body = json.loads(answers[0])["content"][0]["text"]
+    assert "Showing 1-50 of " in body and "\n51. " not in body
+    assert len(body.encode()) <= 65536
+
+
+async def test_activation_persists_across_restarts_with_the_same_session(tmp_path: Path) -> None:
+    servers = {"d": {**demo("--tools", 3), "deferred": True}}
+    config = write_config(tmp_path, servers)
+    journal_dir = tmp_path / "state" / "activation"
+    async with gateway(config, "--session", "chat-1") as gw:
+        await gw.session.call_tool("tool_search", {"query": "d__echo", "limit": 1})
+        assert text(await gw.session.call_tool("d__echo", {"text": "1"})) == "1"
+    (journal,) = journal_dir.iterdir()
+    assert journal.stat().st_mode & 0o777 == 0o600 and journal_dir.stat().st_mode & 0o777 == 0o700
+    assert json.loads(journal.read_text().splitlines()[-1])["active"] == ["d__echo"]
+
+    async with gateway(config, "--session", "chat-1") as gw:  # restored
+        assert text(await gw.session.call_tool("d__echo", {"text": "2"})) == "2"
+    async with gateway(config, "--session", "chat-2") as gw:  # another session: nothing
+        assert (await gw.session.call_tool("d__echo", {"text": "3"})).is_error
+    async with gateway(config, env={"PREFIXGATE_SESSION": "chat-1"}) as gw:  # from the environment
+        assert not (await gw.session.call_tool("d__echo", {"text": "4"})).is_error
+
+    changed = write_config(tmp_path, {"d": {**demo("--tools", 4), "deferred": True}})  # a new identity
+    async with gateway(changed, "--session", "chat-1") as gw:
+        assert text(await gw.session.call_tool("d__echo", {"text": "5"})) == NOT_ACTIVE.format("d__echo")
+        assert "nothing restored" in gw.stderr()
+
+
+async def test_torn_journal_restores_nothing_and_serves(tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"d": {**demo("--tools", 3), "deferred": True}})
+    async with gateway(config, "--session", "s") as gw:
+        await gw.session.call_tool("tool_search", {"query": "d__echo", "limit": 1})
+    (journal,) = (tmp_path / "state" / "activation").iterdir()
+    with journal.open("ab") as handle:
+        handle.write(b'{"version":1,"snapshot":"ab')  # a torn write
+    async with gateway(config, "--session", "s") as gw:
+        assert (await gw.session.call_tool("d__echo", {"text": "x"})).is_error
+        await gw.session.call_tool("tool_search", {"query": "d__echo", "limit": 1})
+        assert not (await gw.session.call_tool("d__echo", {"text": "x"})).is_error
+    lines = journal.read_bytes().split(b"\n")
+    assert json.loads(lines[-2])["active"] == ["d__echo"]  # the journal ends on a valid record again
+
+    journal.write_bytes(b"not json at all\n")
+    async with gateway(config, "--session", "s") as gw:
+        assert (await gw.session.call_tool("d__echo", {"text": "x"})).is_error
+        assert "last record is invalid" in gw.stderr()
+
+
+async def test_journal_write_failure_fails_the_search_and_grants_nothing(tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"d": {**demo("--tools", 3), "deferred": True}})
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "activation").write_text("a file where the journal directory should be")
+    async with gateway(config, "--session", "s") as gw:
+        found = await gw.session.call_tool("tool_search", {"query": "d__echo", "limit": 1})
+        assert found.is_error and "nothing was activated" in text(found)
+        assert (await gw.session.call_tool("d__echo", {"text": "x"})).is_error
+        assert text(await gw.session.call_tool("d__list_issue", GOOD_ARGS)) == NOT_ACTIVE.format("d__list_issue")
