@@ -10,21 +10,24 @@ import argparse
 import json
 import logging
 import os
+import secrets
 import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
+import anyio.to_thread
+from catalog.budget import DecisionError
+from spill import ArtifactStore, StoreError
 
-from gateway import __version__, logs
+from gateway import __version__, artifacts_cmd, logs
 from gateway.barrier import required_failures, wait_for_discovery
 from gateway.config import Config, ConfigError, find_config, load_config
 from gateway.downstream import Downstream
 from gateway.epoch import Epoch, build_epoch
-from catalog.budget import DecisionError
-from gateway.journal import Journal
-from gateway.router import Router
+from gateway.journal import Journal, session_key
+from gateway.router import Router, collect
 from gateway.session import Session
 
 log = logging.getLogger("prefixgate")
@@ -47,7 +50,7 @@ def _load(path: str | None) -> Config:
 async def running(config: Config) -> AsyncIterator[tuple[list[Downstream], Router]]:
     """Start every server concurrently; stop them all on exit."""
     downstreams = [Downstream(s) for s in config.servers]
-    router = Router({d.config.id: d for d in downstreams}, config.policy)
+    router = Router({d.config.id: d for d in downstreams}, config.policy, config.spill)
     async with anyio.create_task_group() as tg:
         for downstream in downstreams:
             tg.start_soon(downstream.run)
@@ -99,7 +102,7 @@ async def _serve(config: Config, session_id: str | None) -> None:
     from gateway.server import build_server
 
     journal = Journal(config.gateway.state_dir, session_id) if session_id else None
-    session = Session(journal)
+    session = Session(journal, await _artifact_store(config, session_id))
     async with running(config) as (downstreams, router):
         await router.attach(session)
         server, options = build_server(router, session)
@@ -118,6 +121,24 @@ async def _serve(config: Config, session_id: str | None) -> None:
             async with stdio_server() as (read, write):
                 await server.run(read, write, options)
             tg.cancel_scope.cancel()
+
+
+async def _artifact_store(config: Config, session_id: str | None) -> ArtifactStore | None:
+    """The session's artifact store (one per process without a session id), after retention.
+
+    A store that cannot be used is logged, not fatal: results are still bounded, with a
+    non-retention warning instead of an artifact id.
+    """
+    if not config.spill.enabled:
+        return None
+    key = session_key(session_id) if session_id else secrets.token_hex(16)
+    store = ArtifactStore(config.gateway.state_dir / "artifacts", key)
+    try:
+        await anyio.to_thread.run_sync(store.ensure)
+    except StoreError as exc:
+        log.error("artifact store unusable, outputs over the ceiling will not be retained: %s", exc)
+    await anyio.to_thread.run_sync(collect, store, config.spill)
+    return store
 
 
 async def _exit_now(downstreams: Sequence[Downstream], message: str) -> None:
@@ -280,6 +301,12 @@ def parser() -> argparse.ArgumentParser:
     )
     common(cat)
     cat.add_argument("--json", action="store_true", help="print one JSON object")
+    arts = sub.add_parser(
+        "artifacts",
+        help="list, read or clean up spilled tool outputs",
+        description="The full outputs of results that were bounded (spilled), kept under <state_dir>/artifacts.",
+    )
+    artifacts_cmd.add_arguments(arts, common)
     sub.add_parser("demo-server", help="run the bundled demo MCP server (stdio)", add_help=False)
     return p
 
@@ -299,6 +326,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.command == "catalog":
             return anyio.run(_catalog, config, args.json)
+        if args.command == "artifacts":
+            return artifacts_cmd.run(config, args)
     except (Exit, BaseExceptionGroup) as exc:
         found = _exit_in(exc)
         if found is None:

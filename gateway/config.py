@@ -100,6 +100,17 @@ class PolicyConfig:
 
 
 @dataclass(frozen=True)
+class SpillConfig:
+    """Bounding of tool results and retention of the full outputs (artifacts)."""
+
+    enabled: bool = True
+    max_visible_bytes: int = 65536
+    max_artifact_bytes: int = 16 * 1024 * 1024
+    max_age_days: float = 7.0
+    max_total_bytes: int = 1024 * 1024 * 1024
+
+
+@dataclass(frozen=True)
 class Config:
     path: Path | None
     gateway: GatewayConfig
@@ -107,6 +118,7 @@ class Config:
     servers: tuple[ServerConfig, ...]
     """Every configured server, disabled ones included, sorted by id."""
     policy: PolicyConfig = field(default_factory=PolicyConfig)
+    spill: SpillConfig = field(default_factory=SpillConfig)
 
     @property
     def enabled_servers(self) -> tuple[ServerConfig, ...]:
@@ -301,7 +313,22 @@ _POLICY_KEYS: dict[str, Check] = {
     "read_only": _bool,
 }
 
-_TOP_KEYS = ("client", "gateway", "policy", "servers")
+def _visible_bytes(path: str, value: Any) -> int:
+    number = _positive_count(path, value)
+    if number < 1024:
+        raise ConfigError(path, "expected an integer >= 1024")
+    return number
+
+
+_SPILL_KEYS: dict[str, Check] = {
+    "enabled": _bool,
+    "max_visible_bytes": _visible_bytes,
+    "max_artifact_bytes": _positive_count,
+    "max_age_days": _number,
+    "max_total_bytes": _positive_count,
+}
+
+_TOP_KEYS = ("client", "gateway", "policy", "servers", "spill")
 
 
 def default_state_dir(env: Mapping[str, str]) -> Path:
@@ -343,7 +370,8 @@ def parse_config(data: Mapping[str, Any], *, path: Path | None = None, env: Mapp
     if not any(s.enabled for s in servers):
         raise ConfigError("servers", "no enabled server: add at least one [servers.<id>] table")
     policy = PolicyConfig(**_fields("policy", _table("policy", data.get("policy", {})), _POLICY_KEYS))
-    return Config(path=path, gateway=gateway, client=client, servers=servers, policy=policy)
+    spill = SpillConfig(**_fields("spill", _table("spill", data.get("spill", {})), _SPILL_KEYS))
+    return Config(path=path, gateway=gateway, client=client, servers=servers, policy=policy, spill=spill)
 
 
 def _server(

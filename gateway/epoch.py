@@ -18,6 +18,7 @@ from catalog.model import Catalog, ServerTools
 from catalog.names import PROFILES
 from catalog.search import SearchIndex, tool_call_declaration, tool_search_declaration
 from jsonschema import Draft202012Validator
+from spill import artifact_read_declaration
 from jsonschema.protocols import Validator
 from jsonschema.validators import validator_for
 
@@ -104,8 +105,12 @@ def client_policy(config: Config) -> ClientPolicy:
     )
 
 
-def meta_declarations() -> dict[str, dict[str, Any]]:
-    return {"tool_search": tool_search_declaration(), "tool_call": tool_call_declaration()}
+def meta_declarations(spill: bool) -> dict[str, dict[str, Any]]:
+    """The gateway's own tools; ``artifact_read`` exists (always declared) when spilling."""
+    meta = {"tool_search": tool_search_declaration(), "tool_call": tool_call_declaration()}
+    if spill:
+        meta["artifact_read"] = artifact_read_declaration()
+    return meta
 
 
 def server_tools(downstreams: Sequence[Downstream]) -> list[ServerTools]:
@@ -132,5 +137,5 @@ def build_epoch(config: Config, downstreams: Sequence[Downstream]) -> Epoch:
         reserved=META_TOOLS,
         extra_check=wire_problem,
     )
-    decision = decide(catalog, client_policy(config), meta_declarations())
+    decision = decide(catalog, client_policy(config), meta_declarations(config.spill.enabled))
     return Epoch(catalog=catalog, decision=decision)

@@ -20,8 +20,9 @@ from catalog.schema import json_path
 from jsonschema.exceptions import best_match
 from mcp_types.methods import validate_server_result
 from pydantic import ValidationError
+from spill import ArtifactNotFound, ArtifactStore, StoreError, artifact_read, bound_result
 
-from gateway.config import PolicyConfig
+from gateway.config import PolicyConfig, SpillConfig
 from gateway.downstream import Downstream, ProgressFn, error_result
 from gateway.epoch import META_TOOLS, Epoch
 from gateway.session import Session
@@ -41,9 +42,15 @@ def not_active(name: str) -> str:
 
 
 class Router:
-    def __init__(self, downstreams: Mapping[str, Downstream], policy: PolicyConfig | None = None) -> None:
+    def __init__(
+        self,
+        downstreams: Mapping[str, Downstream],
+        policy: PolicyConfig | None = None,
+        spill: SpillConfig | None = None,
+    ) -> None:
         self.downstreams = dict(downstreams)
         self.policy = policy or PolicyConfig()
+        self.spill = spill or SpillConfig(enabled=False)
         self.epoch: Epoch | None = None
         self.sessions: list[Session] = []
         self.ready = anyio.Event()
@@ -80,6 +87,8 @@ class Router:
         if name in META_TOOLS and epoch.declares(name):
             if name == "tool_search":
                 return await self.tool_search(epoch, arguments or {}, session)
+            if name == "artifact_read":
+                return await self.artifact_read(arguments or {}, session)
             if name == "tool_call":
                 target = (arguments or {}).get("name")
                 inner = (arguments or {}).get("arguments", {})
@@ -115,7 +124,45 @@ class Router:
             return error_result(problem)
         downstream = self.downstreams[entry.server]
         result = await downstream.call_tool(entry.original, arguments, meta=meta, on_progress=on_progress)
-        return _checked(result, version, entry.server, entry.original)
+        result = _checked(result, version, entry.server, entry.original)
+        if self.spill.enabled:
+            result = await self.bound(result, session, entry.declaration.get("outputSchema"))
+        return result
+
+    async def bound(self, result: dict[str, Any], session: Session, output_schema: Any) -> dict[str, Any]:
+        """Bound the model-visible size; spill the full output to the session's store."""
+        spill = self.spill
+        store = session.store
+
+        def work() -> dict[str, Any]:
+            bounded = bound_result(
+                result,
+                max_visible_bytes=spill.max_visible_bytes,
+                max_artifact_bytes=spill.max_artifact_bytes,
+                store=store,
+                output_schema=output_schema if isinstance(output_schema, dict) else None,
+            )
+            if bounded is not result and store is not None:
+                collect(store, spill)
+            return bounded
+
+        if spill.max_visible_bytes >= _CHEAP_SIZE_LIMIT and _cheap_size(result) < spill.max_visible_bytes // 8:
+            return result  # far below the ceiling: skip the thread hop
+        return await anyio.to_thread.run_sync(work)
+
+    async def artifact_read(self, arguments: Mapping[str, Any], session: Session) -> dict[str, Any]:
+        store = session.store
+        if store is None:
+            return error_result("artifact_read: no artifact store (spilling is disabled or the store is unusable).")
+        try:
+            answer = await anyio.to_thread.run_sync(
+                lambda: artifact_read(store, arguments, max_visible_bytes=self.spill.max_visible_bytes)
+            )
+        except (ArtifactNotFound, ValueError) as exc:
+            return error_result(f"artifact_read: {_message(exc)}")
+        except OSError as exc:
+            return error_result(f"artifact_read: cannot read the artifact ({exc.strerror or 'I/O error'}).")
+        return text_result(answer)
 
     def refusal(self, epoch: Epoch, name: str, session: Session) -> str | None:
         """Policy, then activation: why this resolved tool may not run now, or None."""
@@ -149,6 +196,37 @@ class Router:
                 "nothing was activated."
             )
         return text_result(rendered.text)
+
+
+_CHEAP_SIZE_LIMIT = 1024
+
+
+def _cheap_size(result: Mapping[str, Any]) -> int:
+    """An upper-bound-ish quick size of the text blocks, to skip bounding small results."""
+    total = 0
+    for block in result.get("content") or ():
+        if not isinstance(block, dict) or block.get("type") != "text":
+            return 1 << 62  # anything else: let bound_result measure it exactly
+        total += 6 * len(block.get("text", ""))  # worst case: every character escaped
+    if result.get("structuredContent") is not None:
+        return 1 << 62
+    return total
+
+
+def _message(exc: BaseException) -> str:
+    text = exc.args[0] if exc.args and isinstance(exc.args[0], str) else str(exc)
+    return text
+
+
+def collect(store: ArtifactStore, spill: SpillConfig) -> None:
+    """Retention: oldest first by age and total size; never this session's fresh artifacts."""
+    try:
+        removed = store.gc(max_age_seconds=spill.max_age_days * 86400, max_total_bytes=spill.max_total_bytes)
+    except (OSError, StoreError) as exc:
+        log.warning("artifact retention failed: %s", exc)
+        return
+    if removed:
+        log.info("artifact retention removed %d artifacts", len(removed))
 
 
 def argument_problem(epoch: Epoch, name: str, arguments: Mapping[str, Any] | None) -> str | None:

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 import anyio
 import anyio.to_thread
 from catalog.activation import ActivationState, encode_record, restore
+from spill import ArtifactStore
 
 from gateway.journal import Journal
 
@@ -20,8 +21,11 @@ log = logging.getLogger("prefixgate.session")
 
 
 class Session:
-    def __init__(self, journal: Journal | None = None) -> None:
+    """Activation (``journal``) and artifacts (``store``) of one client session."""
+
+    def __init__(self, journal: Journal | None = None, store: ArtifactStore | None = None) -> None:
         self.journal = journal
+        self.store = store
         self.state: ActivationState | None = None
         self._lock = anyio.Lock()
 

@@ -35,17 +35,26 @@ def wire(tools: object) -> bytes:
     return json.dumps(tools, ensure_ascii=False, separators=(",", ":")).encode()
 
 
-def test_127_tools_and_one_deferred_fill_exactly_128_functions(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("spill", "tools"), [(False, 127), (True, 126)])
+def test_downstream_tools_and_one_deferred_fill_exactly_128_functions(tmp_path: Path, spill: bool, tools: int) -> None:
+    """127 tools + tool_search; with spilling on, artifact_read counts too (126 + 2)."""
     config = write_config(
-        tmp_path, {"d": demo("--tools", 120)}, client={"defer": ["d__echo"]}
+        tmp_path, {"d": demo("--tools", tools - 7)}, client={"defer": ["d__echo"]}, spill={"enabled": spill}
     )
     report = catalog_json(config)
-    assert len(report["tools"]) == 127
+    assert len(report["tools"]) == tools
     assert report["mode"] == "fixed" and report["fallback"] is None
     assert report["functions"] == {"declared": 128, "limit": 128}
     names = [d["name"] for d in report["declarations"]]
     assert "tool_search" in names and "tool_call" not in names and len(names) == 128
+    assert ("artifact_read" in names) is spill
     assert [t["name"] for t in report["tools"] if t["deferred"]] == ["d__echo"]
+
+    one_more = write_config(
+        tmp_path, {"d": demo("--tools", tools - 6)}, client={"defer": ["d__echo"]}, spill={"enabled": spill}
+    )
+    over = catalog_json(one_more)
+    assert (over["mode"], over["fallback"]) == ("on-demand", "tool-count")
 
 
 async def test_129_tools_fall_back_to_on_demand_and_every_tool_is_reachable(tmp_path: Path) -> None:
@@ -107,7 +116,7 @@ def test_fixed_over_the_limit_is_a_startup_error_naming_both_numbers(tmp_path: P
     config = write_config(tmp_path, {"d": demo("--tools", 125)}, client={"declarations": "fixed"})
     proc = run_cli("catalog", "--config", str(config), "--log-level", "error")
     assert proc.returncode == 1
-    assert proc.stderr.strip() == "prefixgate: declarations = fixed needs 132 functions but profile openai allows 128"
+    assert proc.stderr.strip() == "prefixgate: declarations = fixed needs 133 functions but profile openai allows 128"
 
 
 async def test_gate_order_activation_policy_and_arguments(tmp_path: Path) -> None:

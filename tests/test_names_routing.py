@@ -49,7 +49,7 @@ async def test_hard_names_are_valid_unique_deterministic_and_route_back(tmp_path
     config = hard_names(tmp_path, ("x", "x2", "dots", "emoji"))
     async with gateway(config) as gw:
         published = [t.name for t in (await gw.session.list_tools()).tools]
-        assert published == names
+        assert [n for n in published if n != "artifact_read"] == names
         for (server, original), name in route.items():
             if original in ("echo", "payload", "structured", "image", "fail", "slow", "crash"):
                 continue

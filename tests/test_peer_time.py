@@ -18,7 +18,7 @@ async def test_mcp_server_time_through_the_gateway(tmp_path: Path) -> None:
     )
     async with gateway(config) as gw:
         names = sorted(t.name for t in (await gw.session.list_tools()).tools)
-        assert names == ["time__convert_time", "time__get_current_time"]
+        assert names == ["artifact_read", "time__convert_time", "time__get_current_time"]
         now = await gw.session.call_tool("time__get_current_time", {"timezone": "Europe/Paris"})
         assert not now.is_error
         assert json.loads(now.content[0].text)["timezone"] == "Europe/Paris"

@@ -50,7 +50,7 @@ async def test_streamable_http_and_sse_servers_behind_the_gateway(tmp_path: Path
         async with gateway(config) as gw:
             names = [t.name for t in (await gw.session.list_tools()).tools]
             assert "web__echo" in names and "old__echo" in names
-            assert len(names) == 2 * (2 + 7)
+            assert len(names) == 2 * (2 + 7) + 1
             for server in ("web", "old"):
                 result = await gw.session.call_tool(f"{server}__echo", {"text": f"via {server}"})
                 assert result.content[0].text == f"via {server}" and not result.is_error

@@ -1,0 +1,1 @@
+"""Side-by-side benchmarks (run from the repository root: ``python -m bench.<name>``)."""

@@ -1,0 +1,85 @@
+"""``prefixgate artifacts list|read|gc``: the owner's view of spilled outputs.
+
+The model reads artifacts only through ``artifact_read`` and only its own session's;
+the person who owns the state directory may list and read all of them here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+from collections.abc import Callable
+
+from spill import ArtifactNotFound, StoreError, find_artifact, gc, list_artifacts
+
+from gateway.config import Config
+
+
+def add_arguments(parser: argparse.ArgumentParser, common: Callable[[argparse.ArgumentParser], None]) -> None:
+    sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    listing = sub.add_parser("list", help="list artifacts, oldest first")
+    common(listing)
+    listing.add_argument("--json", action="store_true", help="print a JSON array")
+    read = sub.add_parser("read", help="write an artifact's bytes to stdout")
+    common(read)
+    read.add_argument("id", help="artifact id, as shown to the model")
+    read.add_argument("--offset", type=int, default=0, help="first byte (default 0)")
+    read.add_argument("--limit", type=int, default=None, help="bytes to read (default: to the end)")
+    common(sub.add_parser("gc", help="apply retention now (max_age_days, max_total_bytes)"))
+
+
+def run(config: Config, args: argparse.Namespace) -> int:
+    root = config.gateway.state_dir / "artifacts"
+    try:
+        if args.action == "list":
+            return _list(root, args.json)
+        if args.action == "read":
+            return _read(root, args.id, args.offset, args.limit)
+        removed = gc(
+            root,
+            max_age_seconds=config.spill.max_age_days * 86400,
+            max_total_bytes=config.spill.max_total_bytes,
+        )
+        print(f"removed {len(removed)} artifacts ({sum(a.size for a in removed)} bytes)")
+        return 0
+    except StoreError as exc:
+        sys.stderr.write(f"prefixgate: {exc}\n")
+        return 1
+
+
+def _list(root: object, as_json: bool) -> int:
+    items = list_artifacts(root)  # type: ignore[arg-type]
+    if as_json:
+        rows = [{"id": a.id, "session": a.session, "size": a.size, "mtime": a.mtime} for a in items]
+        print(json.dumps(rows, indent=2))
+        return 0
+    for a in items:
+        when = datetime.datetime.fromtimestamp(a.mtime).isoformat(timespec="seconds")
+        print(f"{a.id}  {a.size:>10}  {when}  session {a.session[:12]}")
+    print(f"{len(items)} artifacts, {sum(a.size for a in items)} bytes")
+    return 0
+
+
+def _read(root: object, artifact_id: str, offset: int, limit: int | None) -> int:
+    if offset < 0 or (limit is not None and limit < 0):
+        sys.stderr.write("prefixgate: --offset and --limit must be >= 0\n")
+        return 2
+    try:
+        store = find_artifact(root, artifact_id)  # type: ignore[arg-type]
+        size = store.size(artifact_id)
+        length = size - offset if limit is None else limit
+        position, out = offset, sys.stdout.buffer
+        while length > 0 and position < size:
+            chunk = store.read(artifact_id, position, min(length, 1 << 20))
+            if not chunk:
+                break
+            out.write(chunk)
+            position += len(chunk)
+            length -= len(chunk)
+        out.flush()
+    except ArtifactNotFound:
+        sys.stderr.write(f"prefixgate: no artifact with id {artifact_id!r}\n")
+        return 1
+    return 0

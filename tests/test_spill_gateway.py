@@ -1,0 +1,180 @@
+"""Spilling through a real gateway and real downstream processes, read back with artifact_read."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
+
+from tests.conftest import PYTHON, demo, gateway, write_config
+
+pytestmark = pytest.mark.anyio
+
+ARTIFACT = re.compile(r"saved as artifact ([A-Za-z0-9_-]+);")
+HEADER = re.compile(r"^\[artifact ([A-Za-z0-9_-]+)\] bytes (\d+) to (\d+) of (\d+)(?: \(.*?\))?; (next offset \d+|end reached)$")
+
+
+def visible_size(result: dict[str, Any]) -> int:
+    shown = {k: result[k] for k in ("content", "structuredContent") if k in result}
+    return len(json.dumps(shown, ensure_ascii=False, separators=(",", ":")).encode())
+
+
+def expected_payload(size: int) -> str:
+    pattern = "0123456789abcdefghijklmnopqrstuvwxyz\n"
+    return (pattern * (size // len(pattern) + 1))[:size]
+
+
+async def read_all(gw: Any, artifact_id: str) -> bytes:
+    """Page through an artifact with artifact_read, as a model would."""
+    data, offset = b"", 0
+    while True:
+        answer = await gw.raw(
+            "tools/call", {"name": "artifact_read", "arguments": {"id": artifact_id, "offset": offset, "limit": 65536}}
+        )
+        assert not answer.get("isError"), answer
+        assert visible_size(answer) <= 65536
+        text = answer["content"][0]["text"]
+        header, _, body = text.partition("\n")
+        match = HEADER.match(header)
+        assert match, header
+        start, end = int(match.group(2)), int(match.group(3))
+        assert start == offset
+        chunk = body.encode()
+        assert len(chunk) == end - start
+        data += chunk
+        if match.group(5) == "end reached":
+            return data
+        offset = end
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Path:
+    return write_config(tmp_path, {"d": demo("--tools", 1)})
+
+
+def artifact_files(tmp_path: Path) -> list[Path]:
+    root = tmp_path / "state" / "artifacts"
+    return sorted(p for p in root.rglob("*") if p.is_file()) if root.exists() else []
+
+
+async def test_large_result_is_bounded_and_read_back_exactly(tmp_path: Path, config: Path) -> None:
+    size = 1024 * 1024
+    async with gateway(config) as gw:
+        result = await gw.raw("tools/call", {"name": "d__payload", "arguments": {"bytes": size}})
+        assert visible_size(result) <= 65536
+        assert len(result["content"]) == 1 and result["content"][0]["type"] == "text"
+        text = result["content"][0]["text"]
+        assert "bytes omitted" in text and f"full output ({size} bytes)" in text
+        match = ARTIFACT.search(text)
+        assert match, text[-400:]
+        artifact_id = match.group(1)
+        assert await read_all(gw, artifact_id) == expected_payload(size).encode()
+
+        lines = await gw.session.call_tool("artifact_read", {"id": artifact_id, "line": 2, "lines": 2})
+        assert lines.content[0].text.split("\n", 1)[1] == "0123456789abcdefghijklmnopqrstuvwxyz\n" * 2
+        found = await gw.session.call_tool("artifact_read", {"id": artifact_id, "find": "xyz", "max_matches": 3})
+        assert found.content[0].text.split("\n")[1:4] == [
+            "1: 0123456789abcdefghijklmnopqrstuvwxyz",
+            "2: 0123456789abcdefghijklmnopqrstuvwxyz",
+            "3: 0123456789abcdefghijklmnopqrstuvwxyz",
+        ]
+    (file,) = artifact_files(tmp_path)
+    assert file.name == artifact_id
+    assert file.stat().st_mode & 0o777 == 0o600
+    assert file.parent.stat().st_mode & 0o777 == 0o700
+    assert file.parent.parent.stat().st_mode & 0o777 == 0o700
+
+
+async def test_oversize_result_is_bounded_with_a_warning_and_no_file(tmp_path: Path, config: Path) -> None:
+    size = 20 * 1024 * 1024
+    async with gateway(config) as gw:
+        result = await gw.raw("tools/call", {"name": "d__payload", "arguments": {"bytes": size}})
+    assert visible_size(result) <= 65536
+    text = result["content"][0]["text"]
+    assert text.endswith(
+        f"full output of {size} bytes not retained: larger than the 16777216-byte artifact limit"
+    ), text[-300:]
+    assert "artifact_read" not in text.rsplit("\n", 1)[-1]
+    assert artifact_files(tmp_path) == []
+
+
+async def test_small_results_are_untouched_byte_for_byte(tmp_path: Path, config: Path) -> None:
+    calls = [
+        ("payload", {"bytes": 60000}),
+        ("structured", {"count": 50}),
+        ("image", {}),
+        ("fail", {"message": "no"}),
+    ]
+    params = StdioServerParameters(command=PYTHON, args=["-m", "gateway", "demo-server", "--tools", "1"])
+    direct: list[bytes] = []
+    with open(os.devnull, "w") as errlog:
+        async with stdio_client(params, errlog=errlog) as (read, write):
+            dispatcher: JSONRPCDispatcher[Any] = JSONRPCDispatcher(read, write)
+            async with ClientSession(dispatcher=dispatcher) as session:
+                await session.initialize()
+                for name, arguments in calls:
+                    raw = await dispatcher.send_raw_request("tools/call", {"name": name, "arguments": arguments}, {})
+                    direct.append(json.dumps(raw).encode())
+    async with gateway(config) as gw:
+        via = [
+            json.dumps(await gw.raw("tools/call", {"name": f"d__{name}", "arguments": arguments})).encode()
+            for name, arguments in calls
+        ]
+    assert via == direct
+    assert artifact_files(tmp_path) == []
+
+
+async def test_structured_output_stays_valid_for_the_sdk_client(tmp_path: Path, config: Path) -> None:
+    async with gateway(config) as gw:
+        small = await gw.session.call_tool("d__structured", {"count": 10})  # the SDK validates outputSchema
+        assert not small.is_error and small.structured_content["count"] == 10
+        large = await gw.session.call_tool("d__structured", {"count": 20000})
+        assert large.is_error and large.structured_content is None
+        text = large.content[0].text
+        assert "structuredContent" in text and ARTIFACT.search(text)
+        full = json.loads(await read_all(gw, ARTIFACT.search(text).group(1)))  # type: ignore[union-attr]
+        assert full["structuredContent"]["count"] == 20000 and len(full["structuredContent"]["items"]) == 20000
+
+
+async def test_artifact_ids_are_per_session_and_never_paths(tmp_path: Path, config: Path) -> None:
+    async with gateway(config, "--session", "a") as gw:
+        result = await gw.raw("tools/call", {"name": "d__payload", "arguments": {"bytes": 200_000}})
+        artifact_id = ARTIFACT.search(result["content"][0]["text"]).group(1)  # type: ignore[union-attr]
+        for bad in ("../x", "/etc/passwd", "", "a" * 200, "..", f"../{artifact_id}"):
+            refused = await gw.session.call_tool("artifact_read", {"id": bad})
+            assert refused.is_error, bad
+            assert "passwd" not in refused.content[0].text or "/etc/passwd" in bad
+    async with gateway(config, "--session", "b") as gw:
+        other = await gw.session.call_tool("artifact_read", {"id": artifact_id})
+        assert other.is_error
+        assert other.content[0].text == f"artifact_read: no artifact with id '{artifact_id}' in this session"
+    async with gateway(config, "--session", "a") as gw:  # the same session after a restart
+        again = await gw.session.call_tool("artifact_read", {"id": artifact_id, "limit": 10})
+        assert not again.is_error and again.content[0].text.endswith("\n0123456789")
+
+    (file,) = artifact_files(tmp_path)
+    old = file.stat().st_mtime - 8 * 86400
+    os.utime(file, (old, old))  # older than max_age_days (7): retention removes it at start
+    async with gateway(config, "--session", "a") as gw:
+        expired = await gw.session.call_tool("artifact_read", {"id": artifact_id})
+        assert expired.is_error and "no artifact with id" in expired.content[0].text
+    assert artifact_files(tmp_path) == []
+
+
+async def test_unusable_store_still_bounds_with_a_warning(tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"d": demo("--tools", 1)})
+    (tmp_path / "state").mkdir()
+    (tmp_path / "real").mkdir(mode=0o700)
+    (tmp_path / "state" / "artifacts").symlink_to(tmp_path / "real")
+    async with gateway(config) as gw:
+        result = await gw.raw("tools/call", {"name": "d__payload", "arguments": {"bytes": 100_000}})
+        assert not result.get("isError")
+        last = result["content"][0]["text"].rsplit("\n", 1)[-1]
+        assert last.startswith("full output of 100000 bytes not retained: ") and "symlink" in last
+    assert list((tmp_path / "real").iterdir()) == []
