@@ -54,6 +54,11 @@ def test_defaults() -> None:
         ({"servers": {"web": {"url": "ftp://h"}}}, "servers.web.url: expected an http"),
         ({"servers": {"git": {"command": "x", "enabled": False}}}, "servers: no enabled server"),
         ({"servers": {"git": {"command": "x", "args": ["a", 1]}}}, "servers.git.args: expected a list of strings"),
+        ({**BASE, "spill": {"max_visible_bytes": 100}}, "spill.max_visible_bytes: expected an integer >= 1024"),
+        ({**BASE, "spill": {"enabled": "yes"}}, "spill.enabled: expected true or false"),
+        ({**BASE, "policy": {"deny": "x"}}, "policy.deny: expected a list of strings"),
+        ({**BASE, "policy": {"allow": []}}, "policy.allow: unknown key"),
+        ({**BASE, "client": {"max_functions": 0}}, "client.max_functions: expected an integer >= 1"),
     ],
 )
 def test_errors_name_the_key(data: dict, message: str) -> None:  # type: ignore[type-arg]
