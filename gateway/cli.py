@@ -26,8 +26,9 @@ from gateway.barrier import required_failures, wait_for_discovery
 from gateway.config import Config, ConfigError, find_config, load_config
 from gateway.downstream import Downstream
 from gateway.epoch import Epoch, build_epoch
+from gateway.hub import Hub
 from gateway.journal import Journal, session_key
-from gateway.router import Router, collect
+from gateway.router import collect
 from gateway.session import Session
 
 log = logging.getLogger("prefixgate")
@@ -47,25 +48,24 @@ def _load(path: str | None) -> Config:
 
 
 @asynccontextmanager
-async def running(config: Config) -> AsyncIterator[tuple[list[Downstream], Router]]:
+async def running(config: Config, *, supervise: bool = False) -> AsyncIterator[Hub]:
     """Start every server concurrently; stop them all on exit."""
-    downstreams = [Downstream(s) for s in config.servers]
-    router = Router({d.config.id: d for d in downstreams}, config.policy, config.spill)
+    hub = Hub(config)
     async with anyio.create_task_group() as tg:
-        for downstream in downstreams:
-            tg.start_soon(downstream.run)
+        hub.start(tg, supervise=supervise)
         try:
-            yield downstreams, router
+            yield hub
         finally:
             tg.cancel_scope.cancel()
 
 
-async def discover(config: Config, downstreams: Sequence[Downstream], router: Router) -> Epoch:
+async def discover(config: Config, hub: Hub) -> Epoch:
     """Wait for the barrier, build and decide the first epoch, publish it.
 
     Raises Exit(1) when no declaration plan fits the client (``declarations = "fixed"``
     over the function limit).
     """
+    downstreams = hub.downstreams
     started = anyio.current_time()
     await wait_for_discovery([d for d in downstreams if d.config.enabled], config.gateway.discovery_deadline)
     try:
@@ -89,37 +89,45 @@ async def discover(config: Config, downstreams: Sequence[Downstream], router: Ro
     )
     if decision.fallback is not None:
         log.warning("declarations fell back to %s (%s): %s", decision.mode, decision.fallback, decision.detail)
-    await router.publish(epoch)
+    await hub.first_epoch(epoch)
     return epoch
 
 
 # --- serve -----------------------------------------------------------------------------
 
 
-async def _serve(config: Config, session_id: str | None) -> None:
-    from mcp.server.stdio import stdio_server
-
+async def _serve(config: Config, session_id: str | None, http: str | None, token: str | None) -> None:
     from gateway.server import build_server
 
-    journal = Journal(config.gateway.state_dir, session_id) if session_id else None
-    session = Session(journal, await _artifact_store(config, session_id))
-    async with running(config) as (downstreams, router):
-        await router.attach(session)
-        server, options = build_server(router, session)
+    async with running(config, supervise=True) as hub:
+        if http is None:
+            journal = Journal(config.gateway.state_dir, session_id) if session_id else None
+            stdio_session = Session(journal, await _artifact_store(config, session_id))
+            server, options = build_server(hub, lambda: stdio_session)
+        else:
+            await _artifact_store(config, None)  # retention at start
+            server, options = build_server(hub, hub.http_session)
 
         async def barrier() -> None:
             try:
-                await discover(config, downstreams, router)
+                await discover(config, hub)
             except Exit as exc:
-                await _exit_now(downstreams, str(exc))
-            failures = required_failures(downstreams)
+                await _exit_now(hub.downstreams, str(exc))
+            failures = required_failures(hub.downstreams)
             if failures:
-                await _exit_now(downstreams, "prefixgate: " + failures[0])
+                await _exit_now(hub.downstreams, "prefixgate: " + failures[0])
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(barrier)
-            async with stdio_server() as (read, write):
-                await server.run(read, write, options)
+            if http is None:
+                from mcp.server.stdio import stdio_server
+
+                async with stdio_server() as (read, write):
+                    await server.run(read, write, options)
+            else:
+                from gateway.http import serve_http
+
+                await serve_http(server, http, token)
             tg.cancel_scope.cancel()
 
 
@@ -246,9 +254,16 @@ def render_text(report: dict[str, Any], config: Config) -> str:
 
 
 async def _catalog(config: Config, as_json: bool) -> int:
-    async with running(config) as (downstreams, router):
-        epoch = await discover(config, downstreams, router)
-        report = catalog_report(config, downstreams, epoch)
+    async with running(config) as hub:
+        epoch = await discover(config, hub)
+        report = catalog_report(config, hub.downstreams, epoch)
+        report["resources"] = len(hub.surface.resources)
+        report["resource_templates"] = len(hub.surface.templates)
+        report["prompts"] = [p["name"] for p in hub.surface.prompts]
+        report["warnings"] += [
+            {"kind": "surface", "server": "", "tool": "", "detail": w, "message": w} for w in hub.surface.warnings
+        ]
+        downstreams = hub.downstreams
     if as_json:
         sys.stdout.write(json.dumps(report, ensure_ascii=False, indent=2) + "\n")
     else:
@@ -260,6 +275,29 @@ async def _catalog(config: Config, as_json: bool) -> int:
 
 
 # --- entry point -----------------------------------------------------------------------
+
+
+def _token(args: argparse.Namespace) -> str | None:
+    """The HTTP bearer token; required when binding a non-loopback address."""
+    from gateway.http import is_loopback, parse_listen
+
+    try:
+        host, _ = parse_listen(args.http)
+    except ValueError as exc:
+        raise Exit(2, f"prefixgate: --http: {exc}") from None
+    token: str | None = None
+    if args.token_file:
+        try:
+            token = open(args.token_file, encoding="utf-8").read().strip()
+        except OSError as exc:
+            raise Exit(2, f"prefixgate: --token-file: cannot read {args.token_file}: {exc.strerror}") from None
+        if not token:
+            raise Exit(2, f"prefixgate: --token-file: {args.token_file} is empty")
+    elif os.environ.get("PREFIXGATE_TOKEN"):
+        token = os.environ["PREFIXGATE_TOKEN"].strip()
+    if token is None and not is_loopback(host):
+        raise Exit(2, f"prefixgate: --http {args.http}: a non-loopback address requires --token-file or $PREFIXGATE_TOKEN")
+    return token
 
 
 def _exit_in(exc: BaseException) -> Exit | None:
@@ -288,6 +326,17 @@ def parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="serve MCP over stdio", description="Serve the gateway over stdio.")
     common(serve)
+    serve.add_argument(
+        "--http",
+        metavar="HOST:PORT",
+        help="serve streamable HTTP at http://HOST:PORT/mcp instead of stdio (port 0: any free port; "
+        "the URL is printed on stdout); a non-loopback HOST requires a bearer token",
+    )
+    serve.add_argument(
+        "--token-file",
+        metavar="PATH",
+        help="file holding the bearer token HTTP clients must send (default: $PREFIXGATE_TOKEN)",
+    )
     serve.add_argument(
         "--session",
         metavar="ID",
@@ -322,7 +371,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = _load(args.config)
         if args.command == "serve":
-            anyio.run(_serve, config, args.session)
+            token = _token(args) if args.http else None
+            anyio.run(_serve, config, args.session, args.http, token)
             return 0
         if args.command == "catalog":
             return anyio.run(_catalog, config, args.json)

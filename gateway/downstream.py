@@ -1,9 +1,13 @@
-"""One connection to a downstream MCP server: start-up, raw tool listing, raw calls.
+"""One connection to a downstream MCP server: start-up, raw listings, raw calls, recovery.
 
-Tool lists and call results are taken as raw JSON (below the SDK's typed layer) because
-the typed layer rejects a whole page when one tool's schema is invalid; the catalog
+Lists and call results are taken as raw JSON (below the SDK's typed layer) because the
+typed layer rejects a whole page when one tool's schema is invalid; the catalog
 quarantines that one tool instead. Calls are forwarded with ``send_raw_request`` so
 ``content``, ``structuredContent``, ``isError`` and ``_meta`` reach the client untouched.
+
+Under ``serve`` a server is supervised: one that misses its start-up timeout keeps
+connecting and joins when ready; one that exits or drops is restarted with exponential
+backoff (1 s doubling to 60 s, reset after 5 minutes healthy).
 """
 
 from __future__ import annotations
@@ -12,29 +16,60 @@ import logging
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import anyio
 import mcp_types as types
-from mcp.client.session import ClientSession
+from mcp.client.session import ClientRequestContext, ClientSession, IncomingMessage
 from mcp.shared.exceptions import MCPError
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
-from mcp_types.jsonrpc import CONNECTION_CLOSED, REQUEST_TIMEOUT
+from mcp_types.jsonrpc import CONNECTION_CLOSED, INVALID_REQUEST, REQUEST_TIMEOUT
 
 from gateway import __version__
 from gateway.config import ServerConfig
 from gateway.stdio import ChildProcess, CommandNotFound, stdio_transport
 
-Status = Literal["starting", "ready", "failed", "late", "disabled", "exited"]
+Status = Literal["starting", "ready", "failed", "late", "disabled", "exited", "restarting"]
 ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
 
 log = logging.getLogger("prefixgate.downstream")
 
 _MAX_PAGES = 10_000
+BACKOFF_START = 1.0
+BACKOFF_MAX = 60.0
+HEALTHY_RESET = 300.0
 
 
 class DownstreamUnavailable(Exception):
     """The server cannot take calls now; ``str()`` is the model-visible reason."""
+
+
+class Events(Protocol):
+    """What a downstream reports to the gateway (the hub implements it)."""
+
+    async def server_ready(self, downstream: Downstream) -> None: ...
+
+    async def server_down(self, downstream: Downstream) -> None: ...
+
+    async def server_notification(self, downstream: Downstream, method: str, params: dict[str, Any]) -> None: ...
+
+    async def server_request(self, downstream: Downstream, method: str, params: dict[str, Any]) -> dict[str, Any]: ...
+
+
+class NoEvents:
+    """For one-shot discovery (``catalog``): nothing listens."""
+
+    async def server_ready(self, downstream: Downstream) -> None:
+        return None
+
+    async def server_down(self, downstream: Downstream) -> None:
+        return None
+
+    async def server_notification(self, downstream: Downstream, method: str, params: dict[str, Any]) -> None:
+        return None
+
+    async def server_request(self, downstream: Downstream, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        raise MCPError(code=INVALID_REQUEST, message=f"prefixgate has no client to forward {method} to")
 
 
 def _leaf(exc: BaseException) -> BaseException:
@@ -52,13 +87,20 @@ def _short(exc: BaseException) -> str:
 class Downstream:
     """Owns one server's transport and session inside its own task (``run``)."""
 
-    def __init__(self, config: ServerConfig) -> None:
+    def __init__(self, config: ServerConfig, events: Events | None = None) -> None:
         self.config = config
+        self.events: Events = events or NoEvents()
         self.status: Status = "starting" if config.enabled else "disabled"
         self.error: str | None = None
         self.startup_ms: int | None = None
         self.tools: tuple[Any, ...] = ()
+        self.resources: tuple[Any, ...] = ()
+        self.templates: tuple[Any, ...] = ()
+        self.prompts: tuple[Any, ...] = ()
+        self.capabilities: dict[str, Any] = {}
         self.server_info: dict[str, Any] | None = None
+        self.restarts = 0
+        self.retry_at: float | None = None
         self.settled = anyio.Event()
         """Set once the server is ready, failed or late: what the barrier waits for."""
         self.closed = anyio.Event()
@@ -70,67 +112,120 @@ class Downstream:
         self._child: ChildProcess | None = None
         self._headers: dict[str, str] = {}
         self._scope: anyio.CancelScope | None = None
+        self._stopping = False
         self._log = logging.getLogger(f"prefixgate.server.{config.id}")
+
+    @property
+    def id(self) -> str:
+        return self.config.id
 
     # --- life cycle -------------------------------------------------------------------
 
-    async def run(self) -> None:
-        """Connect, initialise, list tools, then hold the connection until it ends."""
+    async def run(self, *, supervise: bool = False) -> None:
+        """Connect and hold the connection; with ``supervise``, restart it when it ends.
+
+        Without ``supervise`` (one-shot discovery) a server that misses its start-up
+        timeout is stopped and reported late.
+        """
         if not self.config.enabled:
             return
+        backoff = BACKOFF_START
         try:
-            await self._run()
+            with anyio.CancelScope() as scope:
+                self._scope = scope
+                while True:
+                    started = anyio.current_time()
+                    await self._attempt(supervise)
+                    if not supervise or self._stopping:
+                        return
+                    if self.startup_ms is not None and anyio.current_time() - started >= HEALTHY_RESET:
+                        backoff = BACKOFF_START
+                    self.retry_at = anyio.current_time() + backoff
+                    if self.status in ("exited", "ready"):
+                        self.status = "restarting"  # it was serving: say so; a start-up failure stays "failed"
+                    self._log.warning("[%s] retrying in %g s (%s)", self.id, backoff, self.error or self.status)
+                    await self.events.server_down(self)
+                    await anyio.sleep(backoff)
+                    backoff = min(backoff * 2, BACKOFF_MAX)
+                    self.restarts += 1
+                    self.retry_at = None
         finally:
             self._dispatcher = None
             self.settled.set()
             self.closed.set()
 
-    async def _run(self) -> None:
+    async def _attempt(self, supervise: bool) -> None:
+        """One connection, from spawn to close; never raises (but for cancellation)."""
         started = anyio.current_time()
-        ready = False
-        with anyio.CancelScope() as scope:
-            self._scope = scope
-            scope.deadline = started + self.config.startup_timeout
-            try:
-                async with AsyncExitStack() as stack:
-                    read, write = await stack.enter_async_context(self._open())
-                    dispatcher: JSONRPCDispatcher[Any] = JSONRPCDispatcher(read, write)
-                    session = ClientSession(
-                        dispatcher=dispatcher,
-                        client_info=types.Implementation(name="prefixgate", version=__version__),
-                    )
-                    await stack.enter_async_context(session)
-                    init = await session.initialize()
-                    self._headers = {"mcp-protocol-version": init.protocol_version}
-                    self._dispatcher = dispatcher
-                    self.server_info = init.server_info.model_dump(by_alias=True, mode="json", exclude_none=True)
-                    self.tools = await self.list_tools()
-                    scope.deadline = math.inf
-                    ready = True
-                    self.startup_ms = round((anyio.current_time() - started) * 1000)
-                    self._set("ready", None)
-                    await self._wait_closed()
-                    self._dispatcher = None
-                    self._set("exited", self._exit_reason())
-            except CommandNotFound as exc:
-                self._set("failed", str(exc))
-            except MCPError as exc:
-                self._set("failed", await self._startup_error(exc))
-            except OSError as exc:
-                self._set("failed", f"cannot start: {exc.strerror or exc}")
-            except Exception as exc:  # a broken server must never take the gateway down
-                leaf = _leaf(exc)
-                if isinstance(leaf, MCPError):
-                    self._set("failed", await self._startup_error(leaf))
-                elif isinstance(leaf, CommandNotFound):
-                    self._set("failed", str(leaf))
-                else:
-                    self._set("failed", _short(leaf) + self._stderr_hint())
-        if scope.cancelled_caught and not ready and self.status == "starting":
-            if anyio.current_time() >= started + self.config.startup_timeout - 0.001:
+        self.startup_ms = None
+        ready = anyio.Event()
+
+        async def watch_startup(scope: anyio.CancelScope) -> None:
+            await anyio.sleep(self.config.startup_timeout)
+            if not ready.is_set():
                 self._set("late", f"not ready within startup_timeout {self.config.startup_timeout:g} s")
-            else:
-                self._set("late", "stopped before it was ready")
+                if not supervise:
+                    scope.cancel()
+
+        async with anyio.create_task_group() as tg:
+            with anyio.CancelScope() as scope:
+                tg.start_soon(watch_startup, scope)
+                try:
+                    async with AsyncExitStack() as stack:
+                        await self._connect(stack)
+                        self.startup_ms = round((anyio.current_time() - started) * 1000)
+                        ready.set()
+                        self._set("ready", None)
+                        await self.events.server_ready(self)
+                        await self._wait_closed()
+                        self._dispatcher = None
+                        self._set("exited", self._exit_reason())
+                except CommandNotFound as exc:
+                    self._set("failed", str(exc))
+                except MCPError as exc:
+                    self._set("failed", await self._startup_error(exc))
+                except OSError as exc:
+                    self._set("failed", f"cannot start: {exc.strerror or exc}")
+                except Exception as exc:  # a broken server must never take the gateway down
+                    leaf = _leaf(exc)
+                    if isinstance(leaf, MCPError):
+                        self._set("failed", await self._startup_error(leaf))
+                    elif isinstance(leaf, CommandNotFound):
+                        self._set("failed", str(leaf))
+                    else:
+                        self._set("failed", _short(leaf) + self._stderr_hint())
+                finally:
+                    self._dispatcher = None
+            tg.cancel_scope.cancel()
+
+    async def _connect(self, stack: AsyncExitStack) -> None:
+        read, write = await stack.enter_async_context(self._open())
+        dispatcher: JSONRPCDispatcher[Any] = JSONRPCDispatcher(read, write)
+        session = ClientSession(
+            dispatcher=dispatcher,
+            client_info=types.Implementation(name="prefixgate", version=__version__),
+            sampling_callback=self._sampling,
+            elicitation_callback=self._elicitation,
+            list_roots_callback=self._list_roots,
+            message_handler=self._message,
+        )
+        await stack.enter_async_context(session)
+        init = await session.initialize()
+        self._headers = {"mcp-protocol-version": init.protocol_version}
+        self._dispatcher = dispatcher
+        self.server_info = init.server_info.model_dump(by_alias=True, mode="json", exclude_none=True)
+        self.capabilities = init.capabilities.model_dump(by_alias=True, mode="json", exclude_none=True)
+        await self.refresh(tools=True, resources=True, prompts=True)
+
+    async def refresh(self, *, tools: bool = False, resources: bool = False, prompts: bool = False) -> None:
+        """Re-list what the server offers (at start-up and on its list_changed)."""
+        if tools:
+            self.tools = await self.list_all("tools/list", "tools")
+        if resources and "resources" in self.capabilities:
+            self.resources = await self.list_all("resources/list", "resources")
+            self.templates = await self.list_all("resources/templates/list", "resourceTemplates")
+        if prompts and "prompts" in self.capabilities:
+            self.prompts = await self.list_all("prompts/list", "prompts")
 
     async def _startup_error(self, exc: MCPError) -> str:
         if exc.code == CONNECTION_CLOSED and self._child is not None:
@@ -139,13 +234,16 @@ class Downstream:
         return exc.message + self._stderr_hint()
 
     def abandon(self, reason: str) -> None:
-        """Stop a server that missed the discovery deadline."""
+        """A server that missed the discovery deadline: reported late.
+
+        Supervised servers keep connecting and join when ready; a one-shot discovery
+        stops them.
+        """
         if self.status == "starting":
             self._set("late", reason)
-        if self._scope is not None:
-            self._scope.cancel()
 
     def stop(self) -> None:
+        self._stopping = True
         if self._scope is not None:
             self._scope.cancel()
 
@@ -162,6 +260,7 @@ class Downstream:
     @asynccontextmanager
     async def _open(self) -> AsyncIterator[tuple[Any, Any]]:
         cfg = self.config
+        self._child = None
         if cfg.transport == "stdio":
             assert cfg.command is not None
             async with stdio_transport(
@@ -191,18 +290,67 @@ class Downstream:
         if self._child is not None:
             await self._child.stdout_closed.wait()
             await self._child.wait_exit(2.0)
-        else:
-            await anyio.sleep_forever()
+            return
+        # Remote: the transport gives no close signal of its own; a failing ping is one.
+        while True:
+            await anyio.sleep(15)
+            try:
+                await self.request("ping", None, timeout=10)
+            except (MCPError, DownstreamUnavailable) as exc:
+                self.error = f"connection lost: {exc}"
+                return
 
     def _exit_reason(self) -> str:
         if self._child is not None:
             return f"server exited ({self._child.exit_description()})" + self._stderr_hint()
-        return "connection closed"
+        return self.error or "connection closed"
 
     def _stderr_hint(self) -> str:
         if self._child is not None and self._child.stderr_tail:
             return f"; stderr: {self._child.stderr_tail[-1][:200]}"
         return ""
+
+    def unavailable(self) -> str:
+        """Why calls cannot go to this server now, and when it will be retried."""
+        if self.status in ("restarting", "failed", "exited") and self.retry_at is not None:
+            wait = max(0.0, self.retry_at - anyio.current_time())
+            return f"Server {self.id!r} is down ({self.error_reason()}); it will be retried in {math.ceil(wait)} s."
+        return f"Server {self.id!r} is not connected ({self.status}{': ' + self.error if self.error else ''})."
+
+    def error_reason(self) -> str:
+        return self.error or self.status
+
+    # --- server-to-client traffic -----------------------------------------------------
+
+    async def _message(self, message: IncomingMessage) -> None:
+        if isinstance(message, Exception):
+            self._log.debug("[%s] transport error: %s", self.id, message)
+            return
+        data = message.model_dump(by_alias=True, mode="json", exclude_none=True)
+        await self.events.server_notification(self, data["method"], data.get("params") or {})
+
+    async def _forward(self, method: str, params: Any) -> Any:
+        raw = params.model_dump(by_alias=True, mode="json", exclude_none=True) if params is not None else {}
+        try:
+            return await self.events.server_request(self, method, raw)
+        except MCPError as exc:
+            return exc.error
+
+    async def _sampling(self, context: ClientRequestContext, params: types.CreateMessageRequestParams) -> Any:
+        result = await self._forward("sampling/createMessage", params)
+        if isinstance(result, types.ErrorData):
+            return result
+        if params.tools:
+            return types.CreateMessageResultWithTools.model_validate(result)
+        return types.CreateMessageResult.model_validate(result)
+
+    async def _elicitation(self, context: ClientRequestContext, params: types.ElicitRequestParams) -> Any:
+        result = await self._forward("elicitation/create", params)
+        return result if isinstance(result, types.ErrorData) else types.ElicitResult.model_validate(result)
+
+    async def _list_roots(self, context: ClientRequestContext) -> Any:
+        result = await self._forward("roots/list", None)
+        return result if isinstance(result, types.ErrorData) else types.ListRootsResult.model_validate(result)
 
     # --- requests ---------------------------------------------------------------------
 
@@ -217,7 +365,7 @@ class Downstream:
         """Send one raw request; the result is the peer's JSON, unvalidated."""
         dispatcher = self._dispatcher
         if dispatcher is None:
-            raise DownstreamUnavailable(f"server {self.config.id!r} is not connected ({self.status})")
+            raise DownstreamUnavailable(self.unavailable())
         opts: dict[str, Any] = {"headers": dict(self._headers)}
         if timeout is not None:
             opts["timeout"] = timeout
@@ -225,24 +373,24 @@ class Downstream:
             opts["on_progress"] = on_progress
         return await dispatcher.send_raw_request(method, params, opts)  # type: ignore[arg-type]
 
-    async def list_tools(self) -> tuple[Any, ...]:
-        """Every tool of every page, following ``nextCursor`` to the end."""
-        tools: list[Any] = []
+    async def list_all(self, method: str, key: str) -> tuple[Any, ...]:
+        """Every item of every page, following ``nextCursor`` to the end."""
+        items: list[Any] = []
         cursor: str | None = None
         seen: set[str] = set()
         for _ in range(_MAX_PAGES):
-            page = await self.request("tools/list", {"cursor": cursor} if cursor is not None else None)
-            batch = page.get("tools")
+            page = await self.request(method, {"cursor": cursor} if cursor is not None else None)
+            batch = page.get(key)
             if not isinstance(batch, list):
-                raise ValueError("tools/list result has no 'tools' list")
-            tools.extend(batch)
+                raise ValueError(f"{method} result has no {key!r} list")
+            items.extend(batch)
             cursor = page.get("nextCursor")
             if not isinstance(cursor, str) or not cursor:
-                return tuple(tools)
+                return tuple(items)
             if cursor in seen:
-                raise ValueError(f"tools/list repeated cursor {cursor!r}")
+                raise ValueError(f"{method} repeated cursor {cursor!r}")
             seen.add(cursor)
-        raise ValueError(f"tools/list returned more than {_MAX_PAGES} pages")
+        raise ValueError(f"{method} returned more than {_MAX_PAGES} pages")
 
     async def call_tool(
         self,

@@ -52,21 +52,28 @@ class Router:
         self.policy = policy or PolicyConfig()
         self.spill = spill or SpillConfig(enabled=False)
         self.epoch: Epoch | None = None
-        self.sessions: list[Session] = []
+        self.removed: set[str] = set()
+        """Names that earlier epochs had and the current one does not."""
         self.ready = anyio.Event()
         """Set once the discovery barrier has passed and the first epoch is built."""
 
     async def publish(self, epoch: Epoch) -> None:
-        for session in self.sessions:
-            await session.enter(epoch.identity)
+        """Make ``epoch`` current; sessions are re-bound by the caller (the hub)."""
+        if self.epoch is not None:
+            self.removed |= set(self.epoch.catalog.by_name) - set(epoch.catalog.by_name)
+        self.removed -= set(epoch.catalog.by_name)
         self.epoch = epoch
         self.ready.set()
 
-    async def attach(self, session: Session) -> None:
-        """A session joins: bind it to the current epoch (if any) and keep it in step."""
-        self.sessions.append(session)
-        if self.epoch is not None:
-            await session.enter(self.epoch.identity)
+    def server_of(self, name: str, arguments: Mapping[str, Any] | None) -> str | None:
+        """The downstream server a call will reach (through tool_call too), if any."""
+        if self.epoch is None:
+            return None
+        if name == "tool_call" and self.epoch.declares("tool_call") and isinstance(arguments, Mapping):
+            target = arguments.get("name")
+            name = target if isinstance(target, str) else ""
+        entry = self.epoch.catalog.get(name)
+        return entry.server if entry is not None else None
 
     async def current(self) -> Epoch:
         await self.ready.wait()
@@ -115,6 +122,8 @@ class Router:
     ) -> dict[str, Any]:
         entry = epoch.catalog.get(name)
         if entry is None:
+            if name in self.removed:
+                return error_result(f"Tool {name!r} is no longer available: the catalog changed and it was removed.")
             return error_result(f"Unknown tool {name!r}: it is not in this gateway's catalog.")
         refusal = self.refusal(epoch, name, session)
         if refusal is not None:

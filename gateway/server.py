@@ -1,38 +1,85 @@
-"""The upstream MCP server: one low-level SDK server in front of the router.
+"""The upstream MCP server: one low-level SDK server in front of the hub.
 
-``initialize`` is answered at once (clients time out waiting for it); ``tools/list``
-and ``tools/call`` wait for the discovery barrier, so no client ever sees a partial
-catalog.
+``initialize`` waits briefly for the discovery barrier so the advertised capabilities
+are the union of what the servers offer; ``tools/list`` and every routed request wait
+for the barrier, so no client ever sees a partial catalog. Each client connection gets
+its own session (activation state and artifacts); on stdio there is one.
 """
 
 from __future__ import annotations
 
+import logging
+import warnings
+from collections.abc import Callable
 from typing import Any
 
+import anyio
 import mcp_types as types
-from mcp.server.context import ServerRequestContext
+from mcp.server.context import CallNext, ServerRequestContext
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
+from mcp.server.subscriptions import ListenHandler
+from mcp.shared.exceptions import MCPError
+from mcp_types.jsonrpc import INVALID_PARAMS
 
 from gateway import __version__
-from gateway.router import Router
+from gateway.downstream import DownstreamUnavailable
+from gateway.hub import Hub, Upstream
 from gateway.session import Session
+
+log = logging.getLogger("prefixgate.server")
 
 INSTRUCTIONS = (
     "prefixgate aggregates several MCP servers; tool names are '<server prefix>__<tool>'. "
     "When tool_search is offered, some tools are deferred: find them with tool_search, "
-    "which activates the tools it returns, then call them (with tool_call when offered)."
+    "which activates the tools it returns, then call them (with tool_call when offered). "
+    "Large results are cut to a preview; read the full output with artifact_read."
 )
+INITIALIZE_WAIT = 10.0
+"""Seconds ``initialize`` waits for the barrier before advertising every capability."""
+_STATE_KEY = "prefixgate.upstream"
+
+SessionFactory = Callable[[], Session]
 
 
-def build_server(router: Router, session: Session) -> tuple[Server[Any], InitializationOptions]:
-    """The stdio server: one client, so one activation session."""
+def _connection(ctx: ServerRequestContext[Any, Any]) -> Any:
+    # The SDK has one Connection per client connection (stdio: one; HTTP: one per
+    # Mcp-Session-Id) but exposes it only on its context object; ServerSession holds it.
+    return ctx.session._connection  # noqa: SLF001
 
-    async def list_tools(ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None) -> Any:
+
+def build_server(hub: Hub, new_session: SessionFactory) -> tuple[Server[Any], InitializationOptions]:
+    router = hub.router
+
+    async def upstream_of(ctx: ServerRequestContext[Any, Any]) -> Upstream:
+        connection = _connection(ctx)
+        upstream: Upstream | None = connection.state.get(_STATE_KEY)
+        if upstream is None:
+            upstream = await hub.connect(new_session())
+            connection.state[_STATE_KEY] = upstream
+            connection.exit_stack.callback(hub.disconnect, upstream)
+        upstream.server_session = ctx.session
+        return upstream
+
+    async def middleware(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> Any:
+        if ctx.method == "initialize":
+            with anyio.move_on_after(INITIALIZE_WAIT):
+                await hub.discovered.wait()
+            result = await call_next(ctx)
+            if isinstance(result, dict) and "capabilities" in result:
+                caps = hub.capabilities() if hub.discovered.is_set() else _everything()
+                result["capabilities"] = {**result["capabilities"], **caps}
+            return result
+        if ctx.request_id is not None:
+            await upstream_of(ctx)
+        return await call_next(ctx)
+
+    async def list_tools(ctx: ServerRequestContext[Any, Any], params: Any) -> Any:
         epoch = await router.current()
         return {"tools": epoch.published(ctx.protocol_version)}
 
     async def call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> Any:
+        upstream = await upstream_of(ctx)
         raw_meta = (ctx.params or {}).get("_meta")
         meta = dict(raw_meta) if isinstance(raw_meta, dict) else None
         wants_progress = bool(meta and meta.get("progressToken") is not None)
@@ -40,21 +87,141 @@ def build_server(router: Router, session: Session) -> tuple[Server[Any], Initial
         async def progress(value: float, total: float | None, message: str | None) -> None:
             await ctx.session.report_progress(value, total, message)
 
-        return await router.call(
-            params.name,
-            params.arguments,
-            session,
-            meta=meta,
-            on_progress=progress if wants_progress else None,
-            version=ctx.protocol_version,
-        )
+        await router.current()
+        target = router.server_of(params.name, params.arguments)
+        if target is not None:
+            upstream.calls[ctx.request_id] = target
+        try:
+            return await router.call(
+                params.name,
+                params.arguments,
+                upstream.session,
+                meta=meta,
+                on_progress=progress if wants_progress else None,
+                version=ctx.protocol_version,
+            )
+        finally:
+            upstream.calls.pop(ctx.request_id, None)
 
-    server: Server[Any] = Server(
-        "prefixgate",
-        version=__version__,
-        instructions=INSTRUCTIONS,
-        on_list_tools=list_tools,  # type: ignore[arg-type]
-        on_call_tool=call_tool,  # type: ignore[arg-type]
+    # --- resources, prompts, completion, logging --------------------------------------
+
+    async def routed(server_id: str | None, what: str, method: str, params: dict[str, Any]) -> Any:
+        if server_id is None:
+            raise MCPError(code=INVALID_PARAMS, message=f"prefixgate: no server offers {what}")
+        downstream = hub.by_id[server_id]
+        try:
+            return await downstream.request(method, params, timeout=downstream.config.call_timeout)
+        except DownstreamUnavailable as exc:
+            raise MCPError(code=INVALID_PARAMS, message=str(exc)) from None
+
+    def raw(ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
+        params = dict(ctx.params or {})
+        params.pop("_meta", None)
+        return params
+
+    async def list_resources(ctx: ServerRequestContext[Any, Any], params: Any) -> Any:
+        await router.current()
+        return {"resources": hub.surface.resources}
+
+    async def list_templates(ctx: ServerRequestContext[Any, Any], params: Any) -> Any:
+        await router.current()
+        return {"resourceTemplates": hub.surface.templates}
+
+    async def read_resource(ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams) -> Any:
+        await router.current()
+        uri = str(params.uri)
+        return await routed(_resource_server(hub, uri), f"resource {uri!r}", "resources/read", raw(ctx))
+
+    async def subscribe(ctx: ServerRequestContext[Any, Any], params: types.SubscribeRequestParams) -> Any:
+        await router.current()
+        uri = str(params.uri)
+        upstream = await upstream_of(ctx)
+        result = await routed(_resource_server(hub, uri), f"resource {uri!r}", "resources/subscribe", raw(ctx))
+        upstream.subscriptions.add(uri)
+        return result
+
+    async def unsubscribe(ctx: ServerRequestContext[Any, Any], params: types.UnsubscribeRequestParams) -> Any:
+        await router.current()
+        uri = str(params.uri)
+        upstream = await upstream_of(ctx)
+        upstream.subscriptions.discard(uri)
+        return await routed(_resource_server(hub, uri), f"resource {uri!r}", "resources/unsubscribe", raw(ctx))
+
+    async def list_prompts(ctx: ServerRequestContext[Any, Any], params: Any) -> Any:
+        await router.current()
+        return {"prompts": hub.surface.prompts}
+
+    async def get_prompt(ctx: ServerRequestContext[Any, Any], params: types.GetPromptRequestParams) -> Any:
+        await router.current()
+        route = hub.surface.prompt_route.get(params.name)
+        if route is None:
+            raise MCPError(code=INVALID_PARAMS, message=f"Unknown prompt {params.name!r}")
+        server_id, original = route
+        return await routed(server_id, f"prompt {params.name!r}", "prompts/get", {**raw(ctx), "name": original})
+
+    async def complete(ctx: ServerRequestContext[Any, Any], params: types.CompleteRequestParams) -> Any:
+        await router.current()
+        request = raw(ctx)
+        ref = dict(request.get("ref") or {})
+        server_id: str | None = None
+        if ref.get("type") == "ref/prompt":
+            route = hub.surface.prompt_route.get(str(ref.get("name")))
+            if route is not None:
+                server_id, ref["name"] = route
+        elif ref.get("type") == "ref/resource":
+            uri = str(ref.get("uri"))
+            server_id = hub.surface.owner_of_template(uri) or hub.surface.owner_of_uri(uri)
+        return await routed(server_id, f"completion for {ref.get('type')}", "completion/complete", {**request, "ref": ref})
+
+    async def set_level(ctx: ServerRequestContext[Any, Any], params: types.SetLevelRequestParams) -> Any:
+        await router.current()
+        await hub.set_log_level(params.level)
+        return {}
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # logging/setLevel is deprecated in 2026-07-28; still served
+        server: Server[Any] = Server(
+            "prefixgate",
+            version=__version__,
+            instructions=INSTRUCTIONS,
+            on_list_tools=list_tools,
+            on_call_tool=call_tool,
+            on_list_resources=list_resources,
+            on_list_resource_templates=list_templates,
+            on_read_resource=read_resource,
+            on_subscribe_resource=subscribe,
+            on_unsubscribe_resource=unsubscribe,
+            on_list_prompts=list_prompts,
+            on_get_prompt=get_prompt,
+            on_completion=complete,
+            on_set_logging_level=set_level,
+            on_subscriptions_listen=ListenHandler(hub.bus),
+        )
+    server.middleware.insert(0, middleware)
+    options = server.create_initialization_options(
+        NotificationOptions(tools_changed=True, prompts_changed=True, resources_changed=True)
     )
-    options = server.create_initialization_options(NotificationOptions(tools_changed=True))
     return server, options
+
+
+def _resource_server(hub: Hub, uri: str) -> str | None:
+    """The owner of a URI; else the first server (code-unit id order) offering resources."""
+    owner = hub.surface.owner_of_uri(uri)
+    if owner is not None:
+        return owner
+    candidates = sorted(
+        (d for d in hub.downstreams if d.status == "ready" and "resources" in d.capabilities),
+        key=lambda d: d.id.encode("utf-16-be", "surrogatepass"),
+    )
+    return candidates[0].id if candidates else None
+
+
+def _everything() -> dict[str, Any]:
+    return {
+        "tools": {"listChanged": True},
+        "resources": {"listChanged": True, "subscribe": True},
+        "prompts": {"listChanged": True},
+        "completions": {},
+        "logging": {},
+    }
+

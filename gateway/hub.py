@@ -1,0 +1,277 @@
+"""The running gateway: downstream servers, the current epoch, and the connected clients.
+
+It reacts to what downstream servers report: a ``list_changed`` re-lists that server and
+rebuilds the catalog, but publishes a new epoch (clearing activation, notifying clients
+in both protocol eras) only when the canonical declarations really changed; a server
+that becomes ready late, or comes back after a crash, joins the same way. It also relays
+server-to-client traffic: log messages, resource updates, and sampling / elicitation /
+roots requests (to the client whose call caused them, when there is one).
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import anyio.to_thread
+from catalog.budget import DecisionError
+from catalog.names import PROFILES
+from mcp.server.session import ServerSession
+from mcp.server.subscriptions import (
+    InMemorySubscriptionBus,
+    PromptsListChanged,
+    ResourcesListChanged,
+    ResourceUpdated,
+    ToolsListChanged,
+)
+from mcp.shared.exceptions import MCPError
+from mcp_types.jsonrpc import INVALID_REQUEST
+from spill import ArtifactStore
+
+from gateway.config import Config
+from gateway.downstream import Downstream
+from gateway.epoch import Epoch, build_epoch
+from gateway.router import Router, collect
+from gateway.session import Session
+from gateway.surface import Surface, build_surface
+
+log = logging.getLogger("prefixgate")
+
+_CAPABILITY_FOR = {"sampling/createMessage": "sampling", "elicitation/create": "elicitation", "roots/list": "roots"}
+
+
+@dataclass(eq=False)
+class Upstream:
+    """One connected client: its activation/artifact session and its notification channel."""
+
+    session: Session
+    server_session: ServerSession | None = None
+    subscriptions: set[str] = field(default_factory=set)
+    calls: dict[Any, str] = field(default_factory=dict)
+    """In-flight tools/call request id -> downstream server id (to route its requests back)."""
+
+
+class Hub:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.downstreams = [Downstream(s, self) for s in config.servers]
+        self.by_id = {d.id: d for d in self.downstreams}
+        self.router = Router(self.by_id, config.policy, config.spill)
+        self.surface = Surface()
+        self.bus = InMemorySubscriptionBus()
+        self.upstreams: list[Upstream] = []
+        self.discovered = anyio.Event()
+        self._rebuild_lock = anyio.Lock()
+        self._log_level: str | None = None
+
+    # --- start-up ---------------------------------------------------------------------
+
+    def start(self, tg: anyio.abc.TaskGroup, *, supervise: bool) -> None:
+        for downstream in self.downstreams:
+            tg.start_soon(lambda d=downstream: d.run(supervise=supervise))
+
+    async def first_epoch(self, epoch: Epoch) -> None:
+        self.surface = build_surface(self.downstreams, PROFILES[self.config.client.profile], self.config.gateway.separator)
+        for warning in self.surface.warnings:
+            log.warning("%s", warning)
+        await self.router.publish(epoch)
+        for upstream in self.upstreams:
+            await upstream.session.enter(epoch.identity)
+        self.discovered.set()
+
+    # --- clients ----------------------------------------------------------------------
+
+    async def connect(self, session: Session) -> Upstream:
+        upstream = Upstream(session)
+        self.upstreams.append(upstream)
+        if self.router.epoch is not None:
+            await session.enter(self.router.epoch.identity)
+        return upstream
+
+    def disconnect(self, upstream: Upstream) -> None:
+        if upstream in self.upstreams:
+            self.upstreams.remove(upstream)
+
+    def http_session(self) -> Session:
+        """A fresh session for an HTTP client: in-memory activation, its own artifacts."""
+        store = None
+        if self.config.spill.enabled:
+            store = ArtifactStore(self.config.gateway.state_dir / "artifacts", secrets.token_hex(16))
+        return Session(None, store)
+
+    def capabilities(self) -> dict[str, Any]:
+        """The union of what the ready servers offer (tools are always served)."""
+        caps: dict[str, Any] = {"tools": {"listChanged": True}}
+        for d in self.downstreams:
+            if d.status != "ready":
+                continue
+            offered = d.capabilities
+            if "resources" in offered:
+                resources = caps.setdefault("resources", {"listChanged": True})
+                if isinstance(offered["resources"], dict) and offered["resources"].get("subscribe"):
+                    resources["subscribe"] = True
+            if "prompts" in offered:
+                caps["prompts"] = {"listChanged": True}
+            if "completions" in offered:
+                caps["completions"] = {}
+            if "logging" in offered:
+                caps["logging"] = {}
+        return caps
+
+    # --- Events (from downstream servers) ---------------------------------------------
+
+    async def server_ready(self, downstream: Downstream) -> None:
+        if self._log_level is not None and "logging" in downstream.capabilities:
+            try:
+                await downstream.request("logging/setLevel", {"level": self._log_level}, timeout=10)
+            except Exception as exc:  # noqa: BLE001 - a server that refuses is still usable
+                log.info("[%s] logging/setLevel refused: %s", downstream.id, exc)
+        if self.discovered.is_set():
+            await self.rebuild(f"server {downstream.id!r} is ready")
+
+    async def server_down(self, downstream: Downstream) -> None:
+        """A server went away: its tools stay in the epoch (calls report it down) until
+        it comes back; if it comes back with the same tools, clients see nothing."""
+
+    async def server_notification(self, downstream: Downstream, method: str, params: dict[str, Any]) -> None:
+        if method == "notifications/tools/list_changed":
+            await downstream.refresh(tools=True)
+            await self.rebuild(f"server {downstream.id!r} changed its tools")
+        elif method in ("notifications/prompts/list_changed", "notifications/resources/list_changed"):
+            kind = "prompts" if "prompts" in method else "resources"
+            await downstream.refresh(**{kind: True})
+            if await self._resurface():
+                await self._notify_lists(kind)
+        elif method == "notifications/resources/updated":
+            uri = params.get("uri")
+            if isinstance(uri, str):
+                await self._broadcast(lambda s: s.send_resource_updated(uri), lambda u: uri in u.subscriptions)
+                await self.bus.publish(ResourceUpdated(uri=uri))
+        elif method == "notifications/message":
+            level = params.get("level", "info")
+            name = params.get("logger")
+            source = downstream.id if not name else f"{downstream.id}/{name}"
+            await self._broadcast(lambda s: s.send_log_message(level, params.get("data"), source))
+
+    async def server_request(self, downstream: Downstream, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """Relay sampling, elicitation or roots to the client that can answer it."""
+        capability = _CAPABILITY_FOR.get(method)
+        target, related = self._requester(downstream.id)
+        if target is None or target.server_session is None:
+            raise MCPError(code=INVALID_REQUEST, message=f"prefixgate: no client is connected to answer {method}")
+        caps = target.server_session.client_capabilities
+        if capability is None or caps is None or getattr(caps, capability, None) is None:
+            raise MCPError(
+                code=INVALID_REQUEST,
+                message=f"prefixgate: the connected client does not support {capability or method}",
+            )
+        server_session = target.server_session
+        # The raw channel keeps the request as the server sent it; a related request id
+        # puts it on the originating call's stream (streamable HTTP needs that).
+        channel = server_session._request_outbound if related is not None else server_session._connection.outbound  # noqa: SLF001
+        return await channel.send_raw_request(method, params, None)
+
+    def _requester(self, server_id: str) -> tuple[Upstream | None, Any]:
+        for upstream in reversed(self.upstreams):
+            for request_id, target in upstream.calls.items():
+                if target == server_id:
+                    return upstream, request_id
+        return (self.upstreams[-1], None) if self.upstreams else (None, None)
+
+    # --- epochs -----------------------------------------------------------------------
+
+    async def rebuild(self, why: str) -> None:
+        """Rebuild the catalog; publish a new epoch only when what clients see changed."""
+        async with self._rebuild_lock:
+            old = self.router.epoch
+            try:
+                epoch = build_epoch(self.config, self.downstreams)
+            except DecisionError as exc:
+                log.error("catalog change refused (%s): %s; keeping the current epoch", why, exc)
+                return
+            await self._resurface()
+            if old is not None and epoch.identity == old.identity and epoch.fingerprint == old.fingerprint:
+                log.info("%s: catalog unchanged (fingerprint %s), same epoch", why, old.fingerprint[:16])
+                return
+            for warning in epoch.catalog.warnings:
+                log.warning("%s", warning.line())
+            log.warning(
+                "new epoch (%s): fingerprint %s -> %s; %s",
+                why,
+                old.fingerprint[:16] if old else "-",
+                epoch.fingerprint[:16],
+                change_summary(old, epoch),
+            )
+            if old is None or epoch.decision.fallback != old.decision.fallback:
+                log.warning("declarations: %s (%s)", epoch.decision.mode, epoch.decision.detail)
+            await self.router.publish(epoch)
+            for upstream in self.upstreams:
+                await upstream.session.enter(epoch.identity)
+            await self._broadcast(lambda s: s.send_tool_list_changed())
+            await self.bus.publish(ToolsListChanged())
+
+    async def _resurface(self) -> bool:
+        new = build_surface(self.downstreams, PROFILES[self.config.client.profile], self.config.gateway.separator)
+        changed = (new.resources, new.templates, new.prompts) != (
+            self.surface.resources,
+            self.surface.templates,
+            self.surface.prompts,
+        )
+        self.surface = new
+        return changed
+
+    async def _notify_lists(self, kind: str) -> None:
+        if kind == "prompts":
+            await self._broadcast(lambda s: s.send_prompt_list_changed())
+            await self.bus.publish(PromptsListChanged())
+        else:
+            await self._broadcast(lambda s: s.send_resource_list_changed())
+            await self.bus.publish(ResourcesListChanged())
+
+    async def _broadcast(
+        self, send: Callable[[ServerSession], Any], only: Callable[[Upstream], bool] = lambda u: True
+    ) -> None:
+        for upstream in list(self.upstreams):
+            if upstream.server_session is None or not only(upstream):
+                continue
+            try:
+                await send(upstream.server_session)
+            except Exception as exc:  # noqa: BLE001 - a gone client must not stop the others
+                log.debug("notification to a client failed: %s", exc)
+
+    async def set_log_level(self, level: str) -> None:
+        self._log_level = level
+        for d in self.downstreams:
+            if d.status == "ready" and "logging" in d.capabilities:
+                await d.request("logging/setLevel", {"level": level}, timeout=10)
+
+    async def retention(self, store: ArtifactStore | None) -> None:
+        if store is not None:
+            await anyio.to_thread.run_sync(collect, store, self.config.spill)
+
+
+def change_summary(old: Epoch | None, new: Epoch) -> str:
+    """Tools added, removed and changed between two epochs, for the log line."""
+    if old is None:
+        return f"{len(new.catalog.entries)} tools"
+    before = {e.name: e.declaration for e in old.catalog.entries}
+    after = {e.name: e.declaration for e in new.catalog.entries}
+    added = sorted(set(after) - set(before))
+    removed = sorted(set(before) - set(after))
+    changed = sorted(n for n in set(after) & set(before) if after[n] != before[n])
+    parts = []
+    for label, names in (("added", added), ("removed", removed), ("changed", changed)):
+        if names:
+            shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+            parts.append(f"{label}: {shown}")
+    if old.decision.mode != new.decision.mode:
+        parts.append(f"mode {old.decision.mode} -> {new.decision.mode}")
+    return "; ".join(parts) or "declarations changed"
+
+
+def enabled(downstreams: Sequence[Downstream]) -> list[Downstream]:
+    return [d for d in downstreams if d.config.enabled]

@@ -1,0 +1,107 @@
+"""Everything else the servers offer, aggregated: resources, templates, prompts.
+
+Resource URIs pass through unchanged; a URI offered by two servers goes to the first
+in code-unit id order (and a warning says so). Prompt names are qualified and
+sanitised exactly like tool names. Every list is sorted in code-unit order, so its
+bytes depend only on what the servers offer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from catalog.names import Profile, assign_names, code_unit_key
+from catalog.schema import sort_keys
+from mcp.shared.uri_template import InvalidUriTemplate, UriTemplate
+
+from gateway.downstream import Downstream
+
+
+@dataclass
+class Surface:
+    resources: list[dict[str, Any]] = field(default_factory=list)
+    templates: list[dict[str, Any]] = field(default_factory=list)
+    prompts: list[dict[str, Any]] = field(default_factory=list)
+    resource_owner: dict[str, str] = field(default_factory=dict)
+    template_owner: list[tuple[UriTemplate | None, str, str]] = field(default_factory=list)
+    """(parsed template or None, template string, server) in code-unit order of server id."""
+    prompt_route: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """qualified prompt name -> (server, original name)."""
+    warnings: list[str] = field(default_factory=list)
+
+    def owner_of_uri(self, uri: str) -> str | None:
+        """The server a URI belongs to: a listed resource, else a matching template."""
+        owner = self.resource_owner.get(uri)
+        if owner is not None:
+            return owner
+        for template, _, server in self.template_owner:
+            if template is not None and template.match(uri) is not None:
+                return server
+        return None
+
+    def owner_of_template(self, template: str) -> str | None:
+        for _, text, server in self.template_owner:
+            if text == template:
+                return server
+        return None
+
+
+def _first_owner(
+    items: Sequence[tuple[str, dict[str, Any]]], key: str, kind: str, warnings: list[str]
+) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """Keep each ``key`` value once (first server in code-unit id order wins)."""
+    owner: dict[str, str] = {}
+    kept: list[dict[str, Any]] = []
+    for server, item in items:
+        value = item.get(key)
+        if not isinstance(value, str):
+            warnings.append(f"ignored {kind} without a string {key} from server {server!r}")
+            continue
+        if value in owner:
+            if owner[value] != server:
+                warnings.append(f"{kind} {value!r} is offered by {owner[value]!r} and {server!r}: served by {owner[value]!r}")
+            continue
+        owner[value] = server
+        kept.append(sort_keys(item))
+    kept.sort(key=lambda item: code_unit_key(item[key]))
+    return kept, owner
+
+
+def build_surface(downstreams: Sequence[Downstream], profile: Profile, separator: str) -> Surface:
+    ready = sorted((d for d in downstreams if d.status == "ready"), key=lambda d: code_unit_key(d.id))
+    surface = Surface()
+    resources = [(d.id, r) for d in ready for r in d.resources if isinstance(r, dict)]
+    surface.resources, surface.resource_owner = _first_owner(resources, "uri", "resource", surface.warnings)
+    templates = [(d.id, t) for d in ready for t in d.templates if isinstance(t, dict)]
+    surface.templates, template_owner = _first_owner(templates, "uriTemplate", "resource template", surface.warnings)
+    for d in ready:  # matching order: the first server in code-unit id order wins
+        for text, server in template_owner.items():
+            if server == d.id:
+                surface.template_owner.append((_parse(text), text, server))
+
+    raw_prompts = [
+        (d, p) for d in ready for p in d.prompts if isinstance(p, dict) and isinstance(p.get("name"), str)
+    ]
+    names, renames = assign_names(
+        [(d.id, d.config.prefix, p["name"]) for d, p in raw_prompts], profile, separator
+    )
+    surface.warnings += [f"prompt {w.line()}" for w in renames]
+    seen: set[str] = set()
+    for d, prompt in raw_prompts:
+        qualified = names[(d.id, prompt["name"])]
+        if qualified in seen:
+            continue
+        seen.add(qualified)
+        surface.prompt_route[qualified] = (d.id, prompt["name"])
+        surface.prompts.append(sort_keys({**prompt, "name": qualified}))
+    surface.prompts.sort(key=lambda p: code_unit_key(p["name"]))
+    return surface
+
+
+def _parse(template: str) -> UriTemplate | None:
+    try:
+        return UriTemplate.parse(template)
+    except (InvalidUriTemplate, ValueError):
+        return None
