@@ -21,7 +21,7 @@ import anyio.to_thread
 from catalog.budget import DecisionError
 from spill import ArtifactStore, StoreError
 
-from gateway import __version__, artifacts_cmd, logs
+from gateway import __version__, artifacts_cmd, diff_cmd, importer, logs
 from gateway.barrier import required_failures, wait_for_discovery
 from gateway.config import Config, ConfigError, find_config, load_config
 from gateway.downstream import Downstream
@@ -350,6 +350,21 @@ def parser() -> argparse.ArgumentParser:
     )
     common(cat)
     cat.add_argument("--json", action="store_true", help="print one JSON object")
+    cat_sub = cat.add_subparsers(dest="catalog_action", metavar="[diff]")
+    diff = cat_sub.add_parser(
+        "diff",
+        help="compare two 'catalog --json' outputs: why did my prompt cache miss?",
+        description="Compare two 'prefixgate catalog --json' outputs. Exit 0 when the published "
+        "tools/list bytes are identical, 1 when they differ, 2 when a file is unusable.",
+    )
+    diff_cmd.add_arguments(diff)
+    imp = sub.add_parser(
+        "import",
+        help="turn the MCP servers another client has configured into a prefixgate config",
+        description="Read Claude Desktop, Claude Code, Cursor, VS Code or Codex MCP server "
+        "configurations and print a complete prefixgate config.",
+    )
+    importer.add_arguments(imp)
     arts = sub.add_parser(
         "artifacts",
         help="list, read or clean up spilled tool outputs",
@@ -367,7 +382,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return demo.main(argv[1:])
     args = parser().parse_args(argv)
-    logs.setup(args.log_level)
+    logs.setup(getattr(args, "log_level", "info"))
+    if args.command == "import":
+        return importer.run(args)
+    if args.command == "catalog" and args.catalog_action == "diff":
+        return diff_cmd.run(args)
     try:
         config = _load(args.config)
         if args.command == "serve":
