@@ -1,0 +1,583 @@
+"""``prefixgate import``: other clients' MCP configs -> a prefixgate config the strict validator accepts."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway import importer
+from gateway.config import Config, ServerConfig, expand, parse_config
+
+FIXTURES = Path(__file__).parent / "fixtures" / "import"
+DESKTOP = FIXTURES / "claude-desktop" / "claude_desktop_config.json"
+CODE_PROJECT = FIXTURES / "claude-code" / "project" / ".mcp.json"
+CODE_USER = FIXTURES / "claude-code" / "home" / ".claude.json"
+CURSOR = FIXTURES / "cursor" / ".cursor" / "mcp.json"
+VSCODE = FIXTURES / "vscode" / ".vscode" / "mcp.json"
+CODEX = FIXTURES / "codex" / "config.toml"
+
+# What the imported configs reference; parse_config expands ${VAR} of enabled servers.
+ENV = {
+    "HOME": "/home/alice",
+    "API_BASE_URL": "https://api.example.com",
+    "API_KEY": "k-api",
+    "DATABASE_URL": "postgres://localhost/app",
+    "CONTEXT7_API_KEY": "k-c7",
+    "GITHUB_PAT": "k-gh",
+    "PERPLEXITY_KEY": "k-pplx",
+    "FIGMA_OAUTH_TOKEN": "k-figma",
+    "DISPLAY": ":0",
+    "XDG_STATE_HOME": "/tmp/state",
+}
+
+
+def do_import(capsys: pytest.CaptureFixture[str], *argv: Any) -> tuple[int, str, str]:
+    code = importer.main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def parsed(out: str, env: dict[str, str] | None = None) -> Config:
+    return parse_config(tomllib.loads(out), env=ENV if env is None else env)
+
+
+def servers(config: Config) -> dict[str, ServerConfig]:
+    return {s.id: s for s in config.servers}
+
+
+@pytest.fixture(autouse=True)
+def _home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private $HOME: nothing here reads the real one."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    for var in ("XDG_CONFIG_HOME", "CODEX_HOME", "CLAUDE_CONFIG_DIR"):
+        monkeypatch.delenv(var, raising=False)
+    return home
+
+
+# --- each client format ----------------------------------------------------------------
+
+
+def test_claude_desktop(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = do_import(capsys, DESKTOP)
+    assert code == 0, err
+    assert "(Claude Desktop)" in out
+    s = servers(parsed(out))
+    assert list(s) == sorted(["filesystem", "github", "Brave-Search", "postgres", "notes", "atlassian"])
+    assert s["filesystem"].command == "npx" and s["filesystem"].args[-1] == "/Users/alice/Downloads"
+    assert dict(s["github"].env) == {"GITHUB_PERSONAL_ACCESS_TOKEN": "ghp_EXAMPLEfake0000000000000000000000001"}
+    # A literal ${HOME} (Claude Desktop does not expand it) stays literal: written $${HOME}.
+    assert s["notes"].args[1] == "${HOME}/src/notes-mcp"
+    assert '"$${HOME}/src/notes-mcp"' in out
+    assert "Claude Desktop does not expand it" in err
+    # disabled: true -> enabled = false.
+    assert s["atlassian"].enabled is False and s["filesystem"].enabled is True
+    # The entry without command or url is listed, with the reason, on stderr and in the file.
+    assert 'skipped: "slack" (' in err and "has neither command (stdio) nor url" in err
+    assert '#   "slack" (' in out
+
+
+def test_claude_code_project_file(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = do_import(capsys, CODE_PROJECT)
+    assert code == 0, err
+    assert "(Claude Code)" in out
+    s = servers(parsed(out))
+    assert set(s) == {"sentry", "asana", "api-server", "dbhub", "repo-tools"}
+    assert (s["sentry"].transport, s["sentry"].url) == ("http", "https://mcp.sentry.dev/mcp")
+    assert (s["asana"].transport, s["asana"].url) == ("sse", "https://mcp.asana.com/sse")
+    # Claude Code expands ${VAR} and ${VAR:-default}: they stay environment references.
+    assert s["api-server"].url == "https://api.example.com/mcp"
+    assert dict(s["api-server"].headers) == {"Authorization": "Bearer k-api", "X-Team": "platform"}
+    assert "has a default prefixgate cannot express; it became ${API_BASE_URL}" in err
+    assert s["dbhub"].args[-1] == "postgres://localhost/app"
+    # Relative paths in a project file: the server runs in the project directory.
+    assert s["repo-tools"].cwd == str(CODE_PROJECT.parent.absolute())
+    assert "servers.repo-tools.cwd: set to the project directory" in err
+    # type "ws" is no transport prefixgate speaks.
+    assert 'skipped: "figma-desktop"' in err and "type 'ws' is not a transport" in err
+
+
+def test_claude_code_user_file_with_project_scopes(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = do_import(capsys, CODE_USER)
+    assert code == 0, err
+    s = servers(parsed(out))
+    assert set(s) == {"github", "memory", "context7", "playwright", "github-2", "aws-docs", "terraform"}
+    # User scope and the projects' local scopes are all imported.
+    assert s["github"].transport == "http" and s["github"].headers["Authorization"].startswith("Bearer ghp_")
+    assert s["playwright"].args == ("@playwright/mcp@latest",)
+    assert dict(s["aws-docs"].env) == {"FASTMCP_LOG_LEVEL": "ERROR", "AWS_PROFILE": "infra-admin"}
+    # The same memory server in the user scope and a project scope is imported once.
+    assert 'merged: "memory"' in err and 'projects["/home/alice/src/webapp"].mcpServers["memory"]' in err
+    assert out.count("[servers.memory]") == 1
+    # A different github in a project scope gets a suffix, reported.
+    assert s["github-2"].command == "docker" and dict(s["github-2"].env) == {"GITHUB_PERSONAL_ACCESS_TOKEN": "k-gh"}
+    assert 'duplicate: "github"' in err and "imported as servers.github-2" in err
+    # disabledMcpServers of a project disables that project's server.
+    assert s["terraform"].enabled is False
+    assert 'listed in projects["/home/alice/src/infra"].disabledMcpServers' in err
+
+
+def test_cursor(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = do_import(capsys, CURSOR)
+    assert code == 0, err
+    assert "(Cursor)" in out
+    s = servers(parsed(out))
+    assert set(s) == {"context7", "linear", "supabase", "puppeteer", "notes"}
+    # ${env:NAME} -> ${NAME}; no type: the transport is inferred from the URL and reported.
+    assert s["context7"].transport == "http" and dict(s["context7"].headers) == {"CONTEXT7_API_KEY": "k-c7"}
+    assert s["linear"].transport == "sse" and "'sse' inferred from the URL" in err
+    # ${workspaceFolder} is the project directory, ${userHome} is ${HOME}.
+    project = str(CURSOR.parent.parent.absolute())
+    assert s["notes"].args == (f"{project}/tools/notes_server.py", "--data", "/home/alice/notes")
+    # envFile cannot be carried over: said so, loudly.
+    assert "warning: servers.notes.envFile: not imported" in err
+    assert 'skipped: "broken"' in err
+
+
+def test_vscode_inputs_and_types(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = do_import(capsys, VSCODE)
+    assert code == 0, err
+    assert "(VS Code)" in out
+    s = servers(parsed(out))
+    assert set(s) == {"github", "perplexity", "fetch", "my-python-server", "playwright-sse"}
+    # ${input:ID} -> ${ID_AS_ENV_VAR}, with a note naming the input and the variable.
+    assert 'Authorization = "Bearer ${GITHUB_PAT}"' in out
+    assert s["github"].headers["Authorization"] == "Bearer k-gh"
+    assert s["perplexity"].env["PERPLEXITY_API_KEY"] == "k-pplx"
+    assert 'VS Code input "github-pat" ("GitHub Personal Access Token", password) became ${GITHUB_PAT}' in err
+    assert "export PERPLEXITY_KEY=..." in err
+    assert (s["playwright-sse"].transport, s["playwright-sse"].url) == ("sse", "http://localhost:8931/sse")
+    project = str(VSCODE.parent.parent.absolute())
+    assert s["my-python-server"].command == f"{project}/.venv/bin/python"
+    assert 'renamed: "my.python-server"' in err and "servers.my-python-server" in err
+    assert "servers.my-python-server.dev: not imported" in err
+    # A unix-socket URL cannot be reached by prefixgate.
+    assert 'skipped: "local-socket"' in err and "'unix' URLs are not supported" in err
+
+
+def test_codex(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = do_import(capsys, CODEX)
+    assert code == 0, err
+    assert "(Codex CLI)" in out
+    s = servers(parsed(out))
+    assert set(s) == {"context7", "figma", "sentry", "github", "chrome-devtools", "templating", "linear"}
+    assert s["figma"].transport == "http"
+    assert dict(s["figma"].headers) == {"X-Figma-Region": "us-east-1", "Authorization": "Bearer k-figma"}
+    sentry = s["sentry"]  # disabled: never expanded, shape kept
+    assert (sentry.enabled, sentry.startup_timeout, sentry.call_timeout) == (False, 20, 120)
+    table = tomllib.loads(out)["servers"]
+    assert table["sentry"]["headers"] == {"X-Sentry-Org": "${SENTRY_ORG}"}
+    github = s["github"]
+    assert github.include == ("get_issue", "list_issues", "create_pull_request") and github.exclude == ("delete_file",)
+    assert github.startup_timeout == 15
+    assert s["chrome-devtools"].required is True and dict(s["chrome-devtools"].env) == {"DISPLAY": ":0"}
+    assert s["templating"].args == ("--pattern", "${name}.md")
+    assert "warning: servers.linear.oauth: not imported" in err
+
+
+@pytest.mark.parametrize(
+    ("path", "client"),
+    [
+        (DESKTOP, "Claude Desktop"),
+        (CODE_PROJECT, "Claude Code"),
+        (CODE_USER, "Claude Code"),
+        (CURSOR, "Cursor"),
+        (VSCODE, "VS Code"),
+        (CODEX, "Codex CLI"),
+    ],
+)
+def test_detected_format_matches_from(capsys: pytest.CaptureFixture[str], path: Path, client: str) -> None:
+    """Without --from the format comes from the file; with --from the output is the same."""
+    code, detected, _ = do_import(capsys, path)
+    assert code == 0 and f"({client})" in detected
+    fmt = {v: k for k, v in importer.CLIENT_NAMES.items()}[client]
+    code, forced, _ = do_import(capsys, "--from", fmt, path)
+    assert code == 0 and forced == detected
+
+
+def test_content_detection_without_telling_names(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "a.json").write_text(json.dumps({"servers": {"x": {"type": "stdio", "command": "x"}}}))
+    (tmp_path / "b.conf").write_text('[mcp_servers.y]\ncommand = "y"\n')
+    (tmp_path / "c.json").write_text(json.dumps({"mcpServers": {"z": {"command": "z"}}}))
+    code, out, err = do_import(capsys, tmp_path / "a.json", tmp_path / "b.conf", tmp_path / "c.json")
+    assert code == 0, err
+    assert "a.json (VS Code)" in out and "b.conf (Codex CLI)" in out and "c.json (Claude Code)" in out
+    assert set(servers(parsed(out))) == {"x", "y", "z"}
+
+
+# --- secrets, names, duplicates ------------------------------------------------------------
+
+
+SECRET_VALUES = [
+    "ghp_EXAMPLEfake0000000000000000000000001",
+    "BSAexampleFAKEkey123",
+    "hunter2",
+    "ghp_EXAMPLEfake0000000000000000000000002",
+    "sbp_EXAMPLEfake00000000000000000000000000",
+    "ghp_EXAMPLEfake0000000000000000000000003",
+]
+
+
+def test_literal_secrets_are_kept_and_warned_without_echoing(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = do_import(capsys, DESKTOP, CODE_USER, CURSOR, CODEX)
+    assert code == 0, err
+    for value in SECRET_VALUES:
+        assert value in out  # kept as in the source
+        assert value not in err  # never printed on stderr
+    assert (
+        "warning: servers.github.env.GITHUB_PERSONAL_ACCESS_TOKEN holds a literal secret; set "
+        "GITHUB_PERSONAL_ACCESS_TOKEN in your environment (export GITHUB_PERSONAL_ACCESS_TOKEN=...) and write "
+        '"${GITHUB_PERSONAL_ACCESS_TOKEN}"'
+    ) in err
+    assert "servers.Brave-Search.env.BRAVE_API_KEY holds a literal secret" in err
+    assert "servers.postgres.args[2] holds a literal secret; set POSTGRES_PASSWORD" in err
+    # A header keeps its scheme in the suggested reference.
+    assert (
+        "servers.github-2.headers.Authorization holds a literal secret; set GITHUB_2_TOKEN in your environment "
+        '(export GITHUB_2_TOKEN=...) and write "Bearer ${GITHUB_2_TOKEN}"'
+    ) in err
+    assert "servers.supabase.env.SUPABASE_ACCESS_TOKEN holds a literal secret" in err
+    # References are not secrets.
+    assert "CONTEXT7_API_KEY holds" not in err and "X-Team" not in err
+    # The output carries the same hint as a comment next to the value.
+    assert '# literal secret: set BRAVE_API_KEY in the environment and write "${BRAVE_API_KEY}"' in out
+
+
+def test_secret_detection_rules() -> None:
+    find = importer.find_secrets
+    assert find("docs", {"headers": {"Authorization": "Bearer abc.def"}}) == [
+        ("headers.Authorization", "DOCS_TOKEN", '"Bearer ${DOCS_TOKEN}"')
+    ]
+    assert find("docs", {"headers": {"X-API-Key": "k"}})[0][1:] == ("DOCS_API_KEY", '"${DOCS_API_KEY}"')
+    assert find("s", {"env": {"OPENAI_API_KEY": "${OPENAI_API_KEY}", "DB_PASSWORD": "", "KEY_FILE": "/etc/k"}}) == []
+    assert find("s", {"env": {"UPSTREAM": "q8Zr2LmX0vPa7TnB4kWc9Ye"}})[0][0] == "env.UPSTREAM"  # high entropy
+    assert (
+        find("s", {"env": {"REGION": "eu-west-1", "LOG_LEVEL": "debug", "ID": "0f8fad5b-d9cb-469f-a165-70867728950e"}})
+        == []
+    )
+    assert find("s", {"args": ["--api-key", "abc123"]})[0] == ("args[1]", "S_API_KEY", '"${S_API_KEY}"')
+    assert find("s", {"args": ["--token=xyz"]})[0] == ("args[0]", "S_TOKEN", '"--token=${S_TOKEN}"')
+    assert find("s", {"args": ["-y", "@scope/server-name@1.2.3", "--port", "8080"]}) == []
+    assert find("s", {"url": "https://h/mcp?api_key=abc&x=1"})[0][:2] == ("url", "S_API_KEY")
+
+
+def test_renamed_ids_are_valid_and_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    names = ["Brave Search", "io.github/owner:server", "_private", "数据库", "café-mcp", "ok_id-1"]
+    path = tmp_path / "mcp.json"
+    path.write_text(json.dumps({"mcpServers": {n: {"command": "srv", "args": [n]} for n in names}}, ensure_ascii=False))
+    code, out, err = do_import(capsys, path)
+    assert code == 0, err
+    ids = {s.args[0]: s.id for s in parsed(out).servers}
+    assert ids == {
+        "Brave Search": "Brave-Search",
+        "io.github/owner:server": "io-github-owner-server",
+        "_private": "private",
+        "数据库": "server",
+        "café-mcp": "cafe-mcp",
+        "ok_id-1": "ok_id-1",
+    }
+    for name in names[:-1]:
+        assert f"renamed: {json.dumps(name, ensure_ascii=False)} (" in err
+    assert 'renamed: "ok_id-1"' not in err
+
+
+def test_duplicates_across_two_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a = tmp_path / "a" / ".mcp.json"
+    b = tmp_path / "b" / ".cursor" / "mcp.json"
+    a.parent.mkdir()
+    b.parent.mkdir(parents=True)
+    memory = {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-memory"]}
+    a.write_text(json.dumps({"mcpServers": {"memory": memory, "github": {"type": "http", "url": "https://a/mcp"}}}))
+    b.write_text(json.dumps({"mcpServers": {
+        "github": {"url": "https://b/mcp"},
+        "memory": memory,
+        "git hub": {"url": "https://c/mcp"},
+        "github-2": {"url": "https://d/mcp"},
+    }}))  # fmt: skip
+    code, out, err = do_import(capsys, a, b)
+    assert code == 0, err
+    s = servers(parsed(out))
+    assert {k: v.url or v.command for k, v in s.items()} == {
+        "memory": "npx",
+        "github": "https://a/mcp",
+        "github-2": "https://b/mcp",
+        "git-hub": "https://c/mcp",
+        "github-2-2": "https://d/mcp",
+    }
+    assert (
+        f'merged: "memory" ({b}: mcpServers["memory"]) is identical to servers.memory ({a}: mcpServers["memory"])'
+        in err
+    )
+    assert f'duplicate: "github" ({b}: mcpServers["github"]) differs from servers.github ({a}' in err
+    assert "imported as servers.github-2-2" in err
+    assert f'# from {a}: mcpServers["memory"]\n# from {b}: mcpServers["memory"]' in out
+    # The other order gives the other numbering: input order decides, deterministically.
+    code, reverse, _ = do_import(capsys, b, a)
+    assert code == 0
+    assert {k: v.url for k, v in servers(parsed(reverse)).items() if v.url}["github-3"] == "https://a/mcp"
+
+
+def test_same_inputs_same_bytes(capsys: pytest.CaptureFixture[str]) -> None:
+    every = [DESKTOP, CODE_PROJECT, CODE_USER, CURSOR, VSCODE, CODEX]
+    code, first, first_err = do_import(capsys, *every)
+    assert code == 0
+    code, second, second_err = do_import(capsys, *every)
+    assert (first, first_err) == (second, second_err)
+    assert len(parsed(first).servers) > 25
+
+
+# --- escaping ----------------------------------------------------------------------------------
+
+
+TRICKY = [
+    "plain",
+    'quote " and backslash \\ and \\"',
+    "line\nbreak\tand tab\rcarriage",
+    "bell\x07 null\x00 escape\x1b del\x7f",
+    "unicode é 数据 😀 \u2028",
+    "literal ${HOME} and ${",
+    "already $${escaped} and $$ and $",
+    "${}${x${y}}",
+    "trailing $",
+]
+
+
+def test_strings_round_trip_through_toml_and_expansion(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Claude Desktop values are literal: whatever they hold, prefixgate passes exactly that on."""
+    config = {
+        "mcpServers": {
+            f"s{i}": {"command": "cmd" + value, "args": [value], "env": {"K " + value: value}}
+            for i, value in enumerate(TRICKY)
+        }
+    }
+    path = tmp_path / "claude_desktop_config.json"
+    path.write_text(json.dumps(config), encoding="utf-8")
+    code, out, err = do_import(capsys, path)
+    assert code == 0, err
+    s = servers(parsed(out, env={}))
+    for i, value in enumerate(TRICKY):
+        server = s[f"s{i}"]
+        assert server.command == "cmd" + value
+        assert server.args == (value,)
+        assert dict(server.env) == {"K " + value: value}
+
+
+@pytest.mark.parametrize("value", TRICKY)
+def test_toml_string_is_valid_and_exact(value: str) -> None:
+    assert tomllib.loads(f"v = {importer.toml_string(value)}")["v"] == value
+    assert expand("x", importer._escape_literal(value), {}) == value
+
+
+def test_dollar_before_a_reference_cannot_be_written(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / ".mcp.json"
+    path.write_text(json.dumps({"mcpServers": {"a": {"command": "x", "args": ["$${HOME}"]}, "b": {"command": "y"}}}))
+    code, out, err = do_import(capsys, path)
+    assert code == 0
+    assert 'skipped: "a"' in err and "a '$' right before a variable reference" in err
+    assert set(servers(parsed(out))) == {"b"}
+
+
+# --- files: --out, --from, bad input ------------------------------------------------------
+
+
+def test_out_refuses_to_overwrite_without_force(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    target = tmp_path / "prefixgate.toml"
+    code, out, err = do_import(capsys, CURSOR, "--out", target)
+    assert (code, out) == (0, "")
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600  # it may hold literal secrets
+    written = target.read_text()
+    assert set(servers(parsed(written))) == {"context7", "linear", "supabase", "puppeteer", "notes"}
+    target.write_text("# mine\n")
+    code, out, err = do_import(capsys, CODEX, "--out", target)
+    assert code == 2 and out == ""
+    assert err == f"prefixgate import: {target} already exists; pass --force to overwrite it\n"
+    assert target.read_text() == "# mine\n"
+    code, _, err = do_import(capsys, CODEX, "--out", target, "--force")
+    assert code == 0, err
+    assert "(Codex CLI)" in target.read_text()
+
+
+def test_from_reads_the_usual_locations(_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                         monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    project = tmp_path / "project"
+    (project / ".cursor").mkdir(parents=True)
+    monkeypatch.chdir(project)
+    (_home / ".cursor").mkdir()
+    shutil.copy(CURSOR, _home / ".cursor" / "mcp.json")
+    (project / ".cursor" / "mcp.json").write_text(json.dumps({"mcpServers": {"local": {"command": "srv"}}}))
+    code, out, err = do_import(capsys, "--from", "cursor")
+    assert code == 0, err
+    assert f"note: reading {_home / '.cursor' / 'mcp.json'} (Cursor)" in err
+    assert "local" in servers(parsed(out)) and "supabase" in servers(parsed(out))
+
+    shutil.copy(CODE_USER, _home / ".claude.json")
+    code, out, err = do_import(capsys, "--from", "claude-code")
+    assert code == 0 and "github-2" in servers(parsed(out))
+
+    (_home / ".codex").mkdir()
+    shutil.copy(CODEX, _home / ".codex" / "config.toml")
+    code, out, _ = do_import(capsys, "--from", "codex")
+    assert code == 0 and "figma" in servers(parsed(out))
+
+    code, out, err = do_import(capsys, "--from", "claude-desktop")
+    assert code == 2 and out == ""
+    assert err.startswith("prefixgate import: no Claude Desktop config found (looked in: ") and err.count("\n") == 1
+
+
+def test_default_paths_per_platform(tmp_path: Path) -> None:
+    env = {"HOME": "/Users/alice"}
+    cwd = Path("/work/p")
+    assert importer.default_paths("claude-desktop", env, cwd, "darwin") == [
+        Path("/Users/alice/Library/Application Support/Claude/claude_desktop_config.json")
+    ]
+    assert importer.default_paths("claude-desktop", env, cwd, "linux") == [
+        Path("/Users/alice/.config/Claude/claude_desktop_config.json")
+    ]
+    assert importer.default_paths("claude-desktop", {**env, "XDG_CONFIG_HOME": "/x"}, cwd, "linux") == [
+        Path("/x/Claude/claude_desktop_config.json")
+    ]
+    assert importer.default_paths("claude-code", env, cwd, "linux") == [
+        Path("/Users/alice/.claude.json"), Path("/work/p/.mcp.json")
+    ]  # fmt: skip
+    assert importer.default_paths("vscode", env, cwd, "darwin")[0] == Path(
+        "/Users/alice/Library/Application Support/Code/User/mcp.json"
+    )
+    assert importer.default_paths("vscode", env, cwd, "linux")[-1] == Path("/work/p/.vscode/mcp.json")
+    assert importer.default_paths("codex", {**env, "CODEX_HOME": "/c"}, cwd, "linux") == [
+        Path("/c/config.toml"), Path("/work/p/.codex/config.toml")
+    ]  # fmt: skip
+    assert importer.default_paths("cursor", env, Path("/Users/alice"), "linux") == [
+        Path("/Users/alice/.cursor/mcp.json")
+    ]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        ([FIXTURES / "bad" / "truncated.json"], "truncated.json: not valid JSON: Expecting ',' delimiter at line 8"),
+        ([FIXTURES / "bad" / "array.json"], "array.json: expected a JSON object at the top level"),
+        ([FIXTURES / "bad" / "missing.json"], "missing.json: cannot read: No such file or directory"),
+        (["--from", "codex", DESKTOP], "claude_desktop_config.json: not valid TOML"),
+        (["--from", "vscode", CODEX], "config.toml: not valid JSON"),
+        ([], "give one or more PATHs, or --from CLIENT"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(capsys: pytest.CaptureFixture[str], argv: list[Any], message: str) -> None:
+    code, out, err = do_import(capsys, *argv)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith("prefixgate import: ") and message in err
+
+
+def test_bad_second_file_prints_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = do_import(capsys, CODEX, FIXTURES / "bad" / "array.json")
+    assert code == 2 and out == "" and err.count("\n") == 1
+
+
+def test_wrong_shapes_are_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "x.json"
+    path.write_text(json.dumps({"mcpServers": ["a"]}))
+    code, _, err = do_import(capsys, path)
+    assert code == 2 and err == f"prefixgate import: {path}: mcpServers: expected an object of servers, found a list\n"
+    path.write_text(json.dumps({"mcpServers": {}}))
+    code, _, err = do_import(capsys, path)
+    assert code == 2 and err.endswith(f"no MCP servers found in {path}\n")
+
+
+def test_untranslatable_entries_are_listed_never_dropped(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / ".mcp.json"
+    path.write_text(json.dumps({"mcpServers": {
+        "ok": {"command": "srv"},
+        "neither": {"env": {"A": "1"}},
+        "both": {"command": "srv", "url": "https://x/mcp"},
+        "ws": {"type": "ws-ide", "url": "ws://127.0.0.1:1/"},
+        "notobj": "npx srv",
+        "badargs": {"command": "srv", "args": "--flag"},
+        "ftp": {"type": "http", "url": "ftp://x/"},
+        "nocmd": {"type": "stdio", "url": "https://x/mcp"},
+    }}))  # fmt: skip
+    code, out, err = do_import(capsys, path)
+    assert code == 0, err
+    assert set(servers(parsed(out))) == {"ok"}
+    skipped = [line for line in err.splitlines() if ": skipped: " in line]
+    assert [line.split('"')[1] for line in skipped] == ["neither", "both", "ws", "notobj", "badargs", "ftp", "nocmd"]
+    for reason in (
+        "has neither command (stdio) nor url",
+        "has both command and url and no type saying which one Claude Code uses",
+        "type 'ws-ide' is not a transport prefixgate speaks",
+        "expected an object, found a string",
+        "args: expected a list, found a string",
+        "'ftp' URLs are not supported",
+        "type is 'stdio' but there is no command",
+    ):
+        assert reason in err
+    assert "7 skipped" in err.splitlines()[-1]
+    assert out.count('#   "') == 7
+
+
+def test_nothing_importable_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / ".mcp.json"
+    path.write_text(json.dumps({"mcpServers": {"x": {"args": []}}}))
+    code, out, err = do_import(capsys, path)
+    assert code == 2 and out == ""
+    assert (
+        'skipped: "x"' in err and err.splitlines()[-1] == f"prefixgate import: no server could be imported from {path}"
+    )
+
+
+def test_directory_argument_finds_project_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / ".vscode").mkdir()
+    shutil.copy(VSCODE, tmp_path / ".vscode" / "mcp.json")
+    shutil.copy(CODE_PROJECT, tmp_path / ".mcp.json")
+    code, out, err = do_import(capsys, tmp_path)
+    assert code == 0, err
+    assert "(Claude Code)" in out and "(VS Code)" in out
+    assert servers(parsed(out))["my-python-server"].command == f"{tmp_path}/.venv/bin/python"
+
+
+# --- end to end ------------------------------------------------------------------------
+
+
+def test_imported_config_runs_catalog(tmp_path: Path) -> None:
+    """Import (python -m gateway.importer), then `prefixgate catalog` on the result."""
+    project = tmp_path / "project"
+    project.mkdir()
+    template = (FIXTURES / "demo" / ".mcp.json").read_text()
+    (project / ".mcp.json").write_text(template.replace("@PYTHON@", json.dumps(sys.executable)[1:-1]))
+    out_file = tmp_path / "prefixgate.toml"
+    env = {**os.environ, "HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path / "state"), "GITHUB_TOKEN": "t"}
+    imported = subprocess.run(
+        [sys.executable, "-m", "gateway.importer", str(project / ".mcp.json"), "--out", str(out_file)],
+        check=False, capture_output=True, text=True, env=env, timeout=60, cwd=Path(__file__).parent.parent,
+    )  # fmt: skip
+    assert imported.returncode == 0, imported.stderr
+    assert "2 enabled" in imported.stderr
+    catalog = subprocess.run(
+        [sys.executable, "-m", "gateway", "catalog", "--config", str(out_file), "--json", "--log-level", "warning"],
+        check=False, capture_output=True, text=True, env=env, timeout=60, cwd=Path(__file__).parent.parent,
+    )  # fmt: skip
+    assert catalog.returncode == 0, catalog.stderr
+    report = json.loads(catalog.stdout)
+    status = {s["id"]: s["status"] for s in report["servers"]}
+    assert status == {"docs": "disabled", "github": "ready", "tickets": "ready"}
+    names = [t["name"] for t in report["tools"]]
+    assert any(n.startswith("github__") for n in names) and any(n.startswith("tickets__") for n in names)
+
+
+def test_from_with_a_broken_file_is_one_line(_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (_home / ".claude.json").write_text('{"mcpServers": {')
+    code, out, err = do_import(capsys, "--from", "claude-code")
+    assert code == 2 and out == ""
+    assert (
+        err
+        == f"prefixgate import: {_home / '.claude.json'}: not valid JSON: Expecting property name enclosed in double quotes at line 1 column 17\n"
+    )
