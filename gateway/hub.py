@@ -138,14 +138,18 @@ class Hub:
         it comes back; if it comes back with the same tools, clients see nothing."""
 
     async def server_notification(self, downstream: Downstream, method: str, params: dict[str, Any]) -> None:
-        if method == "notifications/tools/list_changed":
-            await downstream.refresh(tools=True)
-            await self.rebuild(f"server {downstream.id!r} changed its tools")
-        elif method in ("notifications/prompts/list_changed", "notifications/resources/list_changed"):
-            kind = "prompts" if "prompts" in method else "resources"
-            await downstream.refresh(**{kind: True})
-            if await self._resurface():
-                await self._notify_lists(kind)
+        if method.endswith("/list_changed"):
+            if downstream.status != "ready":
+                return  # still starting: its start-up listing comes after this
+            if method == "notifications/tools/list_changed":
+                await downstream.refresh(tools=True)
+                if self.discovered.is_set():
+                    await self.rebuild(f"server {downstream.id!r} changed its tools")
+            elif method in ("notifications/prompts/list_changed", "notifications/resources/list_changed"):
+                kind = "prompts" if "prompts" in method else "resources"
+                await downstream.refresh(**{kind: True})
+                if await self._resurface() and self.discovered.is_set():
+                    await self._notify_lists(kind)
         elif method == "notifications/resources/updated":
             uri = params.get("uri")
             if isinstance(uri, str):
@@ -186,6 +190,8 @@ class Hub:
 
     async def rebuild(self, why: str) -> None:
         """Rebuild the catalog; publish a new epoch only when what clients see changed."""
+        if not self.discovered.is_set():
+            return  # the barrier builds the first epoch
         async with self._rebuild_lock:
             old = self.router.epoch
             try:

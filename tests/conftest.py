@@ -6,8 +6,8 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,19 @@ GATEWAY = [PYTHON, "-m", "gateway"]
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture(scope="session")
+def npm_packages(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The pinned npm packages (conformance suite, server-everything), installed once per run
+    with the machine's npm into a cache directory (``$PREFIXGATE_CONFORMANCE_CACHE`` or a
+    temporary one); an installation failure fails every test that needs them."""
+    from tests.conformance import runner
+
+    cache = os.environ.get(runner.CACHE_ENV)
+    directory = Path(cache) if cache else tmp_path_factory.mktemp("npm-packages")
+    runner.ensure_installed(directory)
+    return directory
 
 
 def toml_value(value: Any) -> str:
@@ -97,8 +110,13 @@ class Gateway:
 
 @asynccontextmanager
 async def gateway(
-    config: Path, *extra: str, env: Mapping[str, str] | None = None, log_level: str = "info"
+    config: Path,
+    *extra: str,
+    env: Mapping[str, str] | None = None,
+    log_level: str = "info",
+    client: Mapping[str, Any] | None = None,
 ) -> AsyncIterator[Gateway]:
+    """``prefixgate serve`` over stdio; ``client`` passes callbacks to the SDK ClientSession."""
     stderr_path = config.parent / f"gateway-stderr-{os.urandom(4).hex()}.log"
     params = StdioServerParameters(
         command=PYTHON,
@@ -109,6 +127,46 @@ async def gateway(
     with stderr_path.open("w", encoding="utf-8") as errlog:
         async with stdio_client(params, errlog=errlog) as (read, write):
             dispatcher: JSONRPCDispatcher[Any] = JSONRPCDispatcher(read, write)
-            async with ClientSession(dispatcher=dispatcher) as session:
+            async with ClientSession(dispatcher=dispatcher, **dict(client or {})) as session:
                 await session.initialize()
                 yield Gateway(session, dispatcher, stderr_path)
+
+
+@contextmanager
+def http_gateway(config: Path, *extra: str, env: Mapping[str, str] | None = None) -> Iterator[tuple[str, Path]]:
+    """``prefixgate serve --http 127.0.0.1:0``: yields its URL and its stderr log."""
+    stderr_path = config.parent / f"http-gateway-{os.urandom(4).hex()}.log"
+    with stderr_path.open("w") as errlog:
+        proc = subprocess.Popen(
+            [*GATEWAY, "serve", "--config", str(config), "--http", "127.0.0.1:0", *extra],
+            stdout=subprocess.PIPE,
+            stderr=errlog,
+            text=True,
+            env={**os.environ, **(env or {})},
+        )
+        try:
+            assert proc.stdout is not None
+            url = proc.stdout.readline().strip()
+            assert url.startswith("http://127.0.0.1:"), (url, stderr_path.read_text())
+            yield url, stderr_path
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+@asynccontextmanager
+async def http_client(url: str, token: str | None = None) -> AsyncIterator[Gateway]:
+    """The SDK's streamable HTTP client, initialised, as a Gateway handle (no stderr)."""
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    headers = {"Authorization": f"Bearer {token}"} if token else None
+    async with create_mcp_http_client(headers=headers) as http:
+        async with streamable_http_client(url, http_client=http) as (read, write):
+            dispatcher: JSONRPCDispatcher[Any] = JSONRPCDispatcher(read, write)
+            async with ClientSession(dispatcher=dispatcher) as session:
+                await session.initialize()
+                yield Gateway(session, dispatcher, Path(os.devnull))

@@ -33,11 +33,9 @@ FIXTURE_STDIO = [sys.executable, "-m", "tests.conformance.fixture_server", "--st
 
 
 @pytest.fixture(scope="session")
-def conformance_cli(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def conformance_cli(npm_packages: Path) -> Path:
     """The installed suite's CLI script; installation errors fail every test that needs it."""
-    cache = os.environ.get(runner.CACHE_ENV)
-    directory = Path(cache) if cache else tmp_path_factory.mktemp("conformance-cache")
-    return runner.ensure_installed(directory)
+    return npm_packages / "node_modules" / runner.PACKAGE / "dist" / "index.js"
 
 
 @contextmanager

@@ -1,0 +1,84 @@
+"""``serve --http``: bearer token, loopback protection, and per-session state."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import httpx2
+import pytest
+
+from tests.conftest import GATEWAY, demo, http_client, http_gateway, write_config
+
+pytestmark = pytest.mark.anyio
+
+TOKEN = "s3cret-test-token"
+ARTIFACT = re.compile(r"saved as artifact ([A-Za-z0-9_-]+);")
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+}
+ACCEPT = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Path:
+    return write_config(tmp_path, {"d": {**demo("--tools", 2, "--log-calls"), "deferred": True}})
+
+
+async def test_token_required_and_sessions_are_separate(config: Path) -> None:
+    with http_gateway(config, env={"PREFIXGATE_TOKEN": TOKEN}) as (url, stderr):
+        async with httpx2.AsyncClient() as plain:
+            for headers in ({}, {"authorization": "Bearer wrong"}, {"authorization": TOKEN}):
+                response = await plain.post(url, json=INIT, headers={**ACCEPT, **headers})
+                assert response.status_code == 401
+                assert response.headers["www-authenticate"].startswith("Bearer")
+            ok = await plain.post(url, json=INIT, headers={**ACCEPT, "authorization": f"Bearer {TOKEN}"})
+            assert ok.status_code == 200
+
+        async with http_client(url, TOKEN) as a, http_client(url, TOKEN) as b:
+            # Activation is per session.
+            await a.session.call_tool("tool_search", {"query": "d__echo", "limit": 1})
+            assert (await a.session.call_tool("d__echo", {"text": "a"})).content[0].text == "a"
+            refused = await b.session.call_tool("d__echo", {"text": "b"})
+            assert refused.is_error and "Call tool_search to activate d__echo first" in refused.content[0].text
+
+            # Artifacts are per session.
+            await a.session.call_tool("tool_search", {"query": "d__payload", "limit": 1})
+            big = await a.raw("tools/call", {"name": "d__payload", "arguments": {"bytes": 200_000}})
+            artifact_id = ARTIFACT.search(big["content"][0]["text"]).group(1)  # type: ignore[union-attr]
+            mine = await a.session.call_tool("artifact_read", {"id": artifact_id, "limit": 10})
+            assert not mine.is_error
+            theirs = await b.session.call_tool("artifact_read", {"id": artifact_id, "limit": 10})
+            assert theirs.is_error and "no artifact with id" in theirs.content[0].text
+    log = stderr.read_text()
+    assert log.count("[d] call echo") == 1, "only the authorised, activated call reached the server"
+    assert TOKEN not in log
+
+
+async def test_loopback_blocks_dns_rebinding(config: Path) -> None:
+    with http_gateway(config) as (url, _):
+        async with httpx2.AsyncClient() as plain:
+            evil = await plain.post(url, json=INIT, headers={**ACCEPT, "host": "evil.example:80"})
+            assert evil.status_code in (403, 421)
+            origin = await plain.post(url, json=INIT, headers={**ACCEPT, "origin": "http://evil.example"})
+            assert origin.status_code == 403
+            fine = await plain.post(url, json=INIT, headers=ACCEPT)
+            assert fine.status_code == 200
+
+
+def test_non_loopback_without_a_token_is_refused(config: Path) -> None:
+    proc = subprocess.run(
+        [*GATEWAY, "serve", "--config", str(config), "--http", "0.0.0.0:0"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={k: v for k, v in __import__("os").environ.items() if k != "PREFIXGATE_TOKEN"},
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (
+        "prefixgate: --http 0.0.0.0:0: a non-loopback address requires --token-file or $PREFIXGATE_TOKEN"
+    )

@@ -1,0 +1,118 @@
+"""Catalog lifecycle in a long-running gateway: list_changed, late joins, crash recovery."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp_types as types
+import pytest
+
+from tests.conftest import demo, gateway, write_config
+
+pytestmark = pytest.mark.anyio
+
+
+class Notifications:
+    def __init__(self) -> None:
+        self.seen: list[Any] = []
+
+    async def __call__(self, message: Any) -> None:
+        self.seen.append(message)
+
+    def tool_changes(self) -> int:
+        return sum(isinstance(m, types.ToolListChangedNotification) for m in self.seen)
+
+
+def wire(value: object) -> bytes:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+async def wait_for(predicate: Any, seconds: float = 20) -> None:
+    with anyio.fail_after(seconds):
+        while not predicate():
+            await anyio.sleep(0.05)
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Path:
+    return write_config(
+        tmp_path,
+        {
+            "r": demo("--tools", 2, "--rich", "--name", "r"),
+            "d": {**demo("--tools", 1, "--name", "d"), "deferred": True},
+        },
+    )
+
+
+async def test_unchanged_list_changed_is_silent_and_a_real_change_is_one_epoch(config: Path) -> None:
+    notes = Notifications()
+    async with gateway(config, client={"message_handler": notes}) as gw:
+        before = wire(await gw.raw("tools/list"))
+        await gw.session.call_tool("tool_search", {"query": "d__echo", "limit": 1})
+        assert not (await gw.session.call_tool("d__echo", {"text": "x"})).is_error
+
+        # Same tools, new listing order and key order: no epoch, no notification.
+        assert (await gw.session.call_tool("r__mutate", {"kind": "reorder"})).content[0].text == "mutated:reorder"
+        await wait_for(lambda: "catalog unchanged" in gw.stderr())
+        await anyio.sleep(0.5)
+        assert notes.tool_changes() == 0
+        assert wire(await gw.raw("tools/list")) == before
+        assert not (await gw.session.call_tool("d__echo", {"text": "still active"})).is_error
+
+        # One more tool: exactly one notification, new bytes, activation cleared.
+        await gw.session.call_tool("r__mutate", {"kind": "grow"})
+        await wait_for(lambda: notes.tool_changes() >= 1)
+        await anyio.sleep(0.5)
+        assert notes.tool_changes() == 1
+        after = await gw.raw("tools/list")
+        assert wire(after) != before
+        assert "r__grown_1" in [t["name"] for t in after["tools"]]
+        refused = await gw.session.call_tool("d__echo", {"text": "x"})
+        assert refused.is_error and "Call tool_search to activate d__echo first" in refused.content[0].text
+        assert (await gw.session.call_tool("r__grown_1", {})).content[0].text.startswith("r:grown_1")
+        assert "new epoch (server 'r' changed its tools)" in gw.stderr() and "added: r__grown_1" in gw.stderr()
+
+
+async def test_killed_server_comes_back_in_the_same_epoch(config: Path) -> None:
+    notes = Notifications()
+    async with gateway(config, client={"message_handler": notes}) as gw:
+        before = wire(await gw.raw("tools/list"))
+        crashed = await gw.session.call_tool("r__crash", {"status": 9})
+        assert crashed.is_error and "exited during the call" in crashed.content[0].text
+        down = await gw.session.call_tool("r__echo", {"text": "x"})
+        assert down.is_error
+        assert down.content[0].text.startswith("Server 'r' is down (server exited (exit status 9)")
+        assert "it will be retried in" in down.content[0].text
+
+        async def echo_works() -> bool:
+            result = await gw.session.call_tool("r__echo", {"text": "back"})
+            return not result.is_error
+
+        with anyio.fail_after(30):
+            while not await echo_works():
+                await anyio.sleep(0.2)
+        await wait_for(lambda: "catalog unchanged" in gw.stderr())
+        assert wire(await gw.raw("tools/list")) == before
+        assert notes.tool_changes() == 0
+
+
+async def test_late_server_joins_when_ready(tmp_path: Path) -> None:
+    config = write_config(
+        tmp_path,
+        {
+            "fast": demo("--tools", 1, "--name", "fast"),
+            "slow": {**demo("--tools", 1, "--name", "slow", "--startup-delay", 4), "startup_timeout": 1},
+        },
+    )
+    notes = Notifications()
+    async with gateway(config, client={"message_handler": notes}) as gw:
+        first = [t.name for t in (await gw.session.list_tools()).tools]
+        assert "fast__echo" in first and "slow__echo" not in first
+        assert "[slow] late: not ready within startup_timeout 1 s" in gw.stderr()
+        await wait_for(lambda: notes.tool_changes() == 1)
+        joined = [t.name for t in (await gw.session.list_tools()).tools]
+        assert "slow__echo" in joined
+        assert (await gw.session.call_tool("slow__echo", {"text": "made it"})).content[0].text == "made it"

@@ -1,0 +1,146 @@
+"""Resources, templates, prompts, completion, logging, subscriptions, sampling, elicitation
+and roots round-trip through a real gateway between real demo servers and the SDK client."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp_types as types
+import pytest
+from mcp.shared.exceptions import MCPError
+
+from tests.conftest import catalog_json, demo, gateway, write_config
+
+# Logging and resources/subscribe are deprecated in the 2026-07-28 era but still part of
+# the handshake era the gateway must pass through.
+pytestmark = [pytest.mark.anyio, pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")]
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Path:
+    return write_config(
+        tmp_path,
+        {
+            "r": demo("--tools", 0, "--rich", "--name", "r"),
+            "s": demo("--tools", 0, "--rich", "--name", "s"),
+        },
+    )
+
+
+class Client:
+    """The callbacks an MCP client offers, recording what reached it."""
+
+    def __init__(self) -> None:
+        self.logs: list[types.LoggingMessageNotificationParams] = []
+        self.notifications: list[Any] = []
+
+    async def sampling(self, context: Any, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
+        asked = params.messages[0].content
+        assert isinstance(asked, types.TextContent) and asked.text == "Say hi"
+        return types.CreateMessageResult(
+            role="assistant", content=types.TextContent(type="text", text="hi"), model="test-model"
+        )
+
+    async def elicitation(self, context: Any, params: Any) -> types.ElicitResult:
+        assert params.message == "What is your name?"
+        return types.ElicitResult(action="accept", content={"name": "Ann"})
+
+    async def roots(self, context: Any) -> types.ListRootsResult:
+        return types.ListRootsResult(roots=[types.Root(uri="file:///work/project", name="project")])
+
+    async def log(self, params: types.LoggingMessageNotificationParams) -> None:
+        self.logs.append(params)
+
+    async def message(self, message: Any) -> None:
+        self.notifications.append(message)
+
+    def kwargs(self) -> dict[str, Any]:
+        return {
+            "sampling_callback": self.sampling,
+            "elicitation_callback": self.elicitation,
+            "list_roots_callback": self.roots,
+            "logging_callback": self.log,
+            "message_handler": self.message,
+        }
+
+
+async def test_resources_templates_and_prompts(config: Path) -> None:
+    async with gateway(config) as gw:
+        caps = gw.session.initialize_result.capabilities  # type: ignore[union-attr]
+        assert caps.resources is not None and caps.prompts is not None and caps.completions is not None
+
+        resources = (await gw.session.list_resources()).resources
+        uris = [str(r.uri) for r in resources]
+        assert uris == ["demo://r/data.bin", "demo://r/readme", "demo://s/data.bin", "demo://s/readme", "demo://shared/notes"]
+        notes = await gw.session.read_resource("demo://shared/notes")
+        assert notes.contents[0].text == "r says hello"  # offered by both: the first id wins
+        blob = await gw.session.read_resource("demo://s/data.bin")
+        assert base64.b64decode(blob.contents[0].blob) == b"\x00\x01binary"
+
+        templates = (await gw.session.list_resource_templates()).resource_templates
+        assert [t.uri_template for t in templates] == ["demo://r/items/{id}", "demo://s/items/{id}"]
+        item = await gw.session.read_resource("demo://s/items/7")
+        assert item.contents[0].text == "item 7 of s"
+        with pytest.raises(MCPError, match="Resource not found"):
+            await gw.session.read_resource("demo://r/missing")
+
+        prompts = [p.name for p in (await gw.session.list_prompts()).prompts]
+        assert prompts == ["r__greet", "r__summarize", "s__greet", "s__summarize"]
+        greeting = await gw.session.get_prompt("s__greet", {"who": "Bo"})
+        assert greeting.messages[0].content.text == "Hello Bo from s"
+        with pytest.raises(MCPError, match="Unknown prompt"):
+            await gw.session.get_prompt("nope", {})
+
+        done = await gw.session.complete(types.PromptReference(type="ref/prompt", name="r__greet"), {"name": "who", "value": "a"})
+        assert done.completion.values == ["alice@r"]
+        done = await gw.session.complete(
+            types.ResourceTemplateReference(type="ref/resource", uri="demo://s/items/{id}"), {"name": "id", "value": "1"}
+        )
+        assert done.completion.values == ["1", "12"]
+
+    report = catalog_json(config)
+    assert report["prompts"] == prompts and report["resources"] == 5
+    assert any("demo://shared/notes" in w["message"] and "served by 'r'" in w["message"] for w in report["warnings"])
+
+
+async def test_logging_subscriptions_and_client_requests(config: Path) -> None:
+    client = Client()
+    async with gateway(config, client=client.kwargs()) as gw:
+        await gw.session.set_logging_level("debug")
+        with anyio.fail_after(10):
+            while gw.stderr().count("log level debug") < 2:  # both servers were told
+                await anyio.sleep(0.1)
+        await gw.session.call_tool("r__log", {"level": "warning", "text": "disk almost full"})
+        with anyio.fail_after(10):
+            while not client.logs:
+                await anyio.sleep(0.05)
+        assert (client.logs[0].level, client.logs[0].logger, client.logs[0].data) == ("warning", "r/demo", "disk almost full")
+
+        await gw.session.subscribe_resource("demo://s/readme")
+        await gw.session.call_tool("s__touch", {"uri": "demo://s/readme"})
+        await gw.session.call_tool("r__touch", {"uri": "demo://r/readme"})  # not subscribed: not relayed
+        with anyio.fail_after(10):
+            while not any(isinstance(n, types.ResourceUpdatedNotification) for n in client.notifications):
+                await anyio.sleep(0.05)
+        await anyio.sleep(0.3)
+        updated = [str(n.params.uri) for n in client.notifications if isinstance(n, types.ResourceUpdatedNotification)]
+        assert updated == ["demo://s/readme"]
+        await gw.session.unsubscribe_resource("demo://s/readme")
+
+        sampled = await gw.session.call_tool("r__sample", {})
+        assert sampled.content[0].text == "test-model:hi"
+        asked = await gw.session.call_tool("s__ask", {})
+        assert asked.content[0].text == "accept:{'name': 'Ann'}"
+        roots = await gw.session.call_tool("r__roots", {})
+        assert roots.content[0].text == "file:///work/project"
+
+
+async def test_client_without_sampling_gets_a_clear_error(config: Path) -> None:
+    async with gateway(config) as gw:
+        with pytest.raises(MCPError) as info:
+            await gw.session.call_tool("r__sample", {})
+        assert "does not support sampling" in str(info.value.message) or "does not support sampling" in gw.stderr()
+        assert (await gw.session.call_tool("r__echo", {"text": "fine"})).content[0].text == "fine"
