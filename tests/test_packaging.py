@@ -1,0 +1,66 @@
+"""The distribution people install: a wheel built from the repository, in a fresh venv."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gateway import __version__
+from tests.conftest import run_cli
+
+ROOT = Path(__file__).resolve().parent.parent
+SUBCOMMANDS = ("serve", "catalog", "artifacts", "import", "demo-server")
+
+
+def test_wheel_installs_in_a_fresh_venv_and_runs_the_example(tmp_path: Path) -> None:
+    wheels = tmp_path / "wheels"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(ROOT)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    (wheel,) = wheels.glob("prefixgate-*.whl")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    subprocess.run([str(venv / "bin" / "pip"), "install", "-q", str(wheel)], check=True, capture_output=True, timeout=600)
+    prefixgate = str(venv / "bin" / "prefixgate")
+    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state"), "PATH": "/usr/bin:/bin"}
+
+    version = subprocess.run([prefixgate, "--version"], capture_output=True, text=True, env=env, timeout=60)
+    assert version.returncode == 0 and version.stdout.strip() == f"prefixgate {__version__}"
+
+    catalog = subprocess.run(
+        [prefixgate, "catalog", "--config", str(ROOT / "config.example.toml"), "--log-level", "warning"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert catalog.returncode == 0, catalog.stderr
+    assert "github   ready" in catalog.stdout and "tickets  ready" in catalog.stdout
+    site = next((venv / "lib").glob("python*/site-packages"))
+    assert {"catalog", "spill", "gateway"} <= {p.name for p in site.iterdir()}
+    assert not (site / "tests").exists() and not (site / "bench").exists()
+
+
+def test_help_is_complete_and_consistent() -> None:
+    top = run_cli("--help")
+    assert top.returncode == 0
+    for command in SUBCOMMANDS:
+        assert command in top.stdout
+        sub = run_cli(command, "--help")
+        assert sub.returncode == 0, (command, sub.stderr)
+        assert sub.stdout.startswith("usage: prefixgate"), (command, sub.stdout[:80])
+    for args in (("catalog", "diff", "--help"), ("artifacts", "list", "--help"), ("artifacts", "read", "--help")):
+        assert run_cli(*args).returncode == 0, args
+
+
+@pytest.mark.parametrize("args", [("bogus",), ("catalog", "--nope"), ()])
+def test_usage_errors_exit_2(args: tuple[str, ...]) -> None:
+    assert run_cli(*args).returncode == 2
