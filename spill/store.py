@@ -131,20 +131,23 @@ def _make_parents(root: Path) -> None:
             pass
 
 
-def _open_root(root: Path, *, create: bool) -> int | None:
-    """Verified fd of the artifact root, or None when it is missing and create is False."""
-    label = f"artifact directory {str(root)!r}"
+def _open_verified(path: str | Path, label: str, *, create: bool, dir_fd: int | None = None) -> int | None:
+    """Verified fd of a private directory (created 0700 if asked), never following a symlink.
+
+    None when it is missing and ``create`` is False.
+    """
     try:
-        if not _lstat_dir(root, label):
+        if not _lstat_dir(path, label, dir_fd=dir_fd):
             if not create:
                 return None
-            _make_parents(root)
+            if dir_fd is None:
+                _make_parents(Path(path))
             try:
-                os.mkdir(root, 0o700)
+                os.mkdir(path, 0o700, dir_fd=dir_fd)
             except FileExistsError:
                 pass
-            _lstat_dir(root, label)
-        fd = os.open(root, _DIR_FLAGS)
+            _lstat_dir(path, label, dir_fd=dir_fd)
+        fd = os.open(path, _DIR_FLAGS, dir_fd=dir_fd)
     except OSError as e:
         raise StoreError(_reason(f"cannot open {label}", e)) from None
     try:
@@ -153,29 +156,16 @@ def _open_root(root: Path, *, create: bool) -> int | None:
         os.close(fd)
         raise
     return fd
+
+
+def _open_root(root: Path, *, create: bool) -> int | None:
+    """Verified fd of the artifact root, or None when it is missing and create is False."""
+    return _open_verified(root, f"artifact directory {str(root)!r}", create=create)
 
 
 def _open_session(root_fd: int, session: str, *, create: bool) -> int | None:
     """Verified fd of a session directory (relative to root_fd, never following a symlink)."""
-    label = f"session directory {session!r}"
-    try:
-        if not _lstat_dir(session, label, dir_fd=root_fd):
-            if not create:
-                return None
-            try:
-                os.mkdir(session, 0o700, dir_fd=root_fd)
-            except FileExistsError:
-                pass
-            _lstat_dir(session, label, dir_fd=root_fd)
-        fd = os.open(session, _DIR_FLAGS, dir_fd=root_fd)
-    except OSError as e:
-        raise StoreError(_reason(f"cannot open {label}", e)) from None
-    try:
-        _check_dir_fd(fd, label)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+    return _open_verified(session, f"session directory {session!r}", create=create, dir_fd=root_fd)
 
 
 @contextmanager
