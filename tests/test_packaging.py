@@ -13,7 +13,7 @@ from gateway import __version__
 from tests.conftest import run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
-SUBCOMMANDS = ("serve", "catalog", "artifacts", "import", "demo-server")
+SUBCOMMANDS = ("serve", "catalog", "artifacts", "import", "doctor", "demo-server")
 
 
 def test_wheel_installs_in_a_fresh_venv_and_runs_the_example(tmp_path: Path) -> None:

@@ -1,0 +1,676 @@
+"""``prefixgate doctor``: one run that says what is wrong with a setup, and why.
+
+It checks, each with a verdict line (``ok``, ``info``, ``warn`` or ``FAIL``):
+
+1. the config parses (a config error is one ``FAIL`` line, and the doctor stops);
+2. each server starts: its start-up time and tool count, or why it failed or was late,
+   with the last lines it wrote to stderr;
+3. renamed, quarantined, excluded and duplicate tools, with the reasons;
+4. the declaration decision with its numbers: mode, fallback, functions against the
+   limit, estimated tokens against the budget, deferred tools;
+5. the state, activation and artifact directories: a real directory, owned by this user,
+   mode 0700 (missing is fine: it will be created);
+6. byte stability: discovery runs twice (fresh processes each time, the code path of
+   ``catalog``) and the published ``tools/list`` bytes are compared; a server whose tool
+   list changed between the two listings is named, because it defeats the prompt cache.
+
+It ends with the snippet that registers prefixgate in the chosen client, with absolute
+paths. Exit status: 0 when all is well, 1 when something needs attention (any ``FAIL``
+or ``warn``; renames and exclusions alone are ``info``). A bad config is a ``FAIL`` too,
+so also 1; usage errors stay 2 (argparse).
+
+Everything but the timings is deterministic: servers in id order, warnings in catalog
+order, no random names.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import pwd
+import shlex
+import stat
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import anyio
+
+from gateway import __version__
+from gateway.config import Config, ConfigError, find_config, load_config
+
+CLIENTS = ("claude-code", "claude-desktop", "cursor", "vscode", "codex")
+STDERR_LINES = 5
+"""How many of a failed server's last stderr lines are shown."""
+
+Verdict = Literal["ok", "info", "warn", "FAIL"]
+ATTENTION: frozenset[str] = frozenset({"warn", "FAIL"})
+
+
+# --- the report -------------------------------------------------------------------------
+
+
+@dataclass
+class Check:
+    section: str
+    verdict: Verdict
+    message: str
+    details: list[str] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"section": self.section, "verdict": self.verdict, "message": self.message, "details": self.details}
+
+
+@dataclass
+class Report:
+    config: str | None
+    client: str
+    checks: list[Check] = field(default_factory=list)
+    headers: dict[str, str] = field(default_factory=dict)
+    """Section -> a header suffix (e.g. a timing) shown after the section name."""
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def add(self, section: str, verdict: Verdict, message: str, details: Sequence[str] = ()) -> Check:
+        check = Check(section, verdict, message, list(details))
+        self.checks.append(check)
+        return check
+
+    def counts(self) -> dict[str, int]:
+        out = {"FAIL": 0, "warn": 0, "info": 0, "ok": 0}
+        for check in self.checks:
+            out[check.verdict] += 1
+        return out
+
+    @property
+    def status(self) -> int:
+        return 1 if any(c.verdict in ATTENTION for c in self.checks) else 0
+
+
+# --- one discovery ----------------------------------------------------------------------
+
+
+@dataclass
+class ServerSnapshot:
+    """What one discovery saw of one server (taken before its process is stopped)."""
+
+    id: str
+    enabled: bool
+    required: bool
+    status: str
+    error: str | None
+    startup_ms: int | None
+    listed: int
+    stderr_tail: list[str]
+
+
+@dataclass
+class Round:
+    servers: list[ServerSnapshot]
+    epoch: Any | None
+    """The gateway Epoch, or None when no declaration plan fits (``error`` says why)."""
+    error: str | None
+    discovery_ms: int
+    surface_warnings: list[str]
+
+    def published_bytes(self) -> bytes | None:
+        if self.epoch is None:
+            return None
+        return json.dumps(self.epoch.published(), ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+async def discover_once(config: Config) -> Round:
+    """One full start-up and tools/list round, through ``catalog``'s code path."""
+    from gateway import cli  # lazily: cli imports this module
+
+    started = anyio.current_time()
+    async with cli.running(config) as hub:
+        try:
+            epoch = await cli.discover(config, hub)
+            error = None
+        except cli.Exit as exc:
+            epoch, error = None, str(exc).removeprefix("prefixgate: ")
+        servers = []
+        for d in hub.downstreams:
+            child = d._child  # noqa: SLF001 - the stderr tail is what the user needs to see
+            tail = list(child.stderr_tail) if child is not None else []
+            servers.append(
+                ServerSnapshot(
+                    id=d.config.id,
+                    enabled=d.config.enabled,
+                    required=d.config.required,
+                    status=d.status,
+                    error=d.error,
+                    startup_ms=d.startup_ms,
+                    listed=len(d.tools),
+                    stderr_tail=tail[-STDERR_LINES:],
+                )
+            )
+        surface = list(hub.surface.warnings) if epoch is not None else []
+    return Round(servers, epoch, error, round((anyio.current_time() - started) * 1000), surface)
+
+
+# --- checks -----------------------------------------------------------------------------
+
+
+def _per_server(epoch: Any | None) -> dict[str, dict[str, int]]:
+    counts: dict[str, dict[str, int]] = {}
+    if epoch is None:
+        return counts
+    for entry in epoch.catalog.entries:
+        counts.setdefault(entry.server, {}).setdefault("published", 0)
+        counts[entry.server]["published"] += 1
+    for w in epoch.catalog.warnings:
+        bucket = counts.setdefault(w.server, {})
+        bucket[w.kind] = bucket.get(w.kind, 0) + 1
+    return counts
+
+
+def check_servers(report: Report, first: Round) -> None:
+    counts = _per_server(first.epoch)
+    report.headers["servers"] = f"first discovery: {first.discovery_ms} ms"
+    for s in first.servers:
+        label = f"{s.id}:"
+        if s.status == "disabled":
+            report.add("servers", "info", f"{label} disabled (enabled = false)")
+            continue
+        required = " (required)" if s.required else ""
+        tail = [f"stderr | {line}" for line in s.stderr_tail]
+        if s.status == "ready" and first.epoch is None:
+            report.add("servers", "ok", f"{label} ready in {s.startup_ms} ms, {s.listed} tools listed")
+        elif s.status == "ready":
+            c = counts.get(s.id, {})
+            published = c.get("published", 0)
+            text = f"{label} ready in {s.startup_ms} ms, {published} tool{'s' if published != 1 else ''}"
+            held = [f"{c[k]} {k}" for k in ("quarantined", "excluded", "duplicate") if c.get(k)]
+            if held or published != s.listed:
+                text += f" ({s.listed} listed" + "".join(f", {h}" for h in held) + ")"
+            report.add("servers", "ok", text)
+        elif s.status == "late":
+            report.add(
+                "servers",
+                "warn" if not s.required else "FAIL",
+                f"{label} late{required}: {s.error or 'not ready in time'}; its tools are not in the catalog "
+                "(raise startup_timeout or discovery_deadline if it is just slow)",
+                tail,
+            )
+        else:
+            report.add("servers", "FAIL", f"{label} {s.status}{required}: {s.error or 'no reason given'}", tail)
+
+
+_KIND_VERDICT: dict[str, Verdict] = {"renamed": "info", "excluded": "info", "quarantined": "warn", "duplicate": "warn"}
+
+
+def check_tools(report: Report, first: Round) -> None:
+    if first.epoch is None:
+        return
+    warnings = first.epoch.catalog.warnings
+    for w in warnings:
+        report.add("tools", _KIND_VERDICT.get(w.kind, "warn"), w.line())
+    for line in first.surface_warnings:
+        report.add("tools", "info", f"resources/prompts: {line}")
+    if not warnings and not first.surface_warnings:
+        report.add("tools", "ok", f"{len(first.epoch.catalog.entries)} tools, none renamed, quarantined or excluded")
+
+
+def check_declarations(report: Report, config: Config, first: Round) -> None:
+    if first.epoch is None:
+        report.add("declarations", "FAIL", first.error or "no declaration plan fits the client")
+        report.data["decision"] = None
+        return
+    d = first.epoch.decision
+    limit = "no limit" if d.function_limit is None else f"limit {d.function_limit}"
+    budget = "no budget: [client] context_window is not set" if d.token_budget is None else f"budget {d.token_budget}"
+    details = [
+        f"functions: {d.function_count} declared ({limit})",
+        f"tokens: ~{d.declared_tokens} estimated ({budget})",
+        f"deferred: {len(d.deferred_names)}" + (" (reachable through tool_search)" if d.deferred_names else ""),
+        f"detail: {d.detail}",
+    ]
+    requested = config.client.declarations
+    if d.fallback is None:
+        report.add("declarations", "ok", f"mode {d.mode} (requested {requested}, profile {config.client.profile})", details)
+    else:
+        report.add(
+            "declarations",
+            "info",
+            f"mode {d.mode} (requested {requested}, fell back: {d.fallback}, profile {config.client.profile})",
+            details,
+        )
+    report.data["decision"] = {
+        "mode": d.mode,
+        "requested": requested,
+        "fallback": d.fallback,
+        "detail": d.detail,
+        "functions": {"declared": d.function_count, "limit": d.function_limit},
+        "tokens": {"declared": d.declared_tokens, "budget": d.token_budget},
+        "deferred": len(d.deferred_names),
+        "fingerprint": d.fingerprint,
+    }
+
+
+def _owner(uid: int) -> str:
+    try:
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
+
+
+def inspect_dir(path: Path) -> tuple[Verdict, str]:
+    """The verdict on one private directory, without creating or changing anything."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        parent = path.parent
+        while not os.path.lexists(parent) and parent != parent.parent:
+            parent = parent.parent
+        if not os.path.isdir(parent):
+            return "FAIL", f"missing, and cannot be created: {parent} is not a directory"
+        if not os.access(parent, os.W_OK | os.X_OK):
+            return "FAIL", f"missing, and cannot be created: {parent} is not writable"
+        return "ok", "missing; will be created (mode 0700)"
+    except OSError as exc:
+        return "FAIL", f"cannot inspect: {exc.strerror or exc}"
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            target = os.readlink(path)
+        except OSError:
+            target = "?"
+        return "FAIL", f"is a symlink (-> {target}); the gateway refuses symlinked private directories: use a real one"
+    if not stat.S_ISDIR(st.st_mode):
+        return "FAIL", "exists but is not a directory"
+    me = os.geteuid()
+    if st.st_uid != me:
+        return "FAIL", f"owned by {_owner(st.st_uid)}, not by you ({_owner(me)})"
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & 0o700 != 0o700:
+        return "FAIL", f"mode {mode:04o}: you cannot read, write or enter it (chmod 700 {shlex.quote(str(path))})"
+    if mode & 0o077:
+        return "warn", f"mode {mode:04o}: group/other bits set, expected 0700 (chmod 700 {shlex.quote(str(path))})"
+    return "ok", f"mode {mode:04o}, owned by you"
+
+
+def _session_problems(root: Path) -> tuple[int, list[str]]:
+    """Entries of the artifact directory that the store would refuse."""
+    try:
+        names = sorted(os.listdir(root))
+    except OSError:
+        return 0, []
+    problems = []
+    sessions = 0
+    me = os.geteuid()
+    for name in names:
+        try:
+            st = os.lstat(root / name)
+        except OSError:
+            continue
+        if stat.S_ISLNK(st.st_mode):
+            problems.append(f"{name}: a symlink")
+        elif not stat.S_ISDIR(st.st_mode):
+            continue
+        elif st.st_uid != me:
+            problems.append(f"{name}: owned by {_owner(st.st_uid)}")
+        else:
+            sessions += 1
+            if stat.S_IMODE(st.st_mode) & 0o077:
+                problems.append(f"{name}: mode {stat.S_IMODE(st.st_mode):04o}")
+    return sessions, problems
+
+
+def check_directories(report: Report, config: Config) -> None:
+    state = Path(os.path.abspath(config.gateway.state_dir))
+    dirs: list[tuple[str, Path]] = [("state directory", state), ("activation directory", state / "activation")]
+    if config.spill.enabled:
+        dirs.append(("artifact directory", state / "artifacts"))
+    entries = []
+    state_problem = False
+    for label, path in dirs:
+        if label != "state directory" and state_problem and not os.path.lexists(path):
+            continue  # already said: it cannot be created under a broken state directory
+        verdict, text = inspect_dir(path)
+        details: list[str] = []
+        if label == "artifact directory" and verdict != "FAIL" and os.path.isdir(path) and not os.path.islink(path):
+            sessions, problems = _session_problems(path)
+            text += f"; {sessions} session director{'y' if sessions == 1 else 'ies'}"
+            if problems:
+                verdict = "FAIL" if verdict != "FAIL" else verdict
+                details = [f"refused by the store: {p}" for p in problems[:5]]
+                if len(problems) > 5:
+                    details.append(f"... and {len(problems) - 5} more")
+        if label == "state directory" and verdict == "FAIL":
+            state_problem = True
+        report.add("directories", verdict, f"{label} {path}: {text}", details)
+        entries.append({"label": label, "path": str(path), "verdict": verdict, "message": text})
+    if not config.spill.enabled:
+        report.add("directories", "info", "artifact directory: not used ([spill] enabled = false)")
+    report.data["directories"] = entries
+
+
+# --- stability --------------------------------------------------------------------------
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+
+
+def server_view(rnd: Round, server: str) -> dict[str, str]:
+    """One server's tools as the catalog saw them, by original name: canonical declarations
+    (without the public name, which may depend on other servers) and the reasons a tool was
+    held back (renames left out for the same reason)."""
+    view: dict[str, str] = {}
+    if rnd.epoch is None:
+        return view
+    for entry in rnd.epoch.catalog.entries:
+        if entry.server == server:
+            decl = {k: v for k, v in entry.declaration.items() if k != "name"}
+            view[entry.original] = _canonical(decl)
+    for w in rnd.epoch.catalog.warnings:
+        if w.server == server and w.kind != "renamed":
+            view.setdefault(w.tool, "")
+            view[w.tool] += f"|{w.kind}: {w.detail}"
+    return view
+
+
+def _names(names: Sequence[str], limit: int = 5) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def tool_changes(before: dict[str, str], after: dict[str, str]) -> list[str]:
+    added = sorted(set(after) - set(before))
+    removed = sorted(set(before) - set(after))
+    changed = sorted(n for n in set(before) & set(after) if before[n] != after[n])
+    parts = []
+    for label, names in (("added", added), ("removed", removed), ("changed", changed)):
+        if names:
+            parts.append(f"{label} {_names(names)}")
+    return parts
+
+
+def check_stability(report: Report, first: Round, second: Round) -> None:
+    report.headers["stability"] = f"second discovery: {second.discovery_ms} ms"
+    a, b = first.published_bytes(), second.published_bytes()
+    culprits: list[dict[str, Any]] = []
+    quiet: list[dict[str, Any]] = []
+    statuses = {s.id: s for s in second.servers}
+    for s in first.servers:
+        t = statuses.get(s.id)
+        if t is None:
+            continue
+        if s.status != t.status:
+            culprits.append(
+                {
+                    "id": s.id,
+                    "changes": [f"{s.status} in the first discovery, {t.status} in the second"
+                                + (f" ({t.error or s.error})" if (t.error or s.error) else "")],
+                }
+            )
+            continue
+        if s.status != "ready":
+            continue
+        changes = tool_changes(server_view(first, s.id), server_view(second, s.id))
+        if changes:
+            culprits.append({"id": s.id, "changes": changes})
+    identical = None if a is None or b is None else a == b
+    fingerprints = [r.epoch.fingerprint if r.epoch is not None else None for r in (first, second)]
+    if identical is None:
+        report.add("stability", "FAIL", "cannot compare: no catalog was published (see declarations)")
+    elif identical:
+        report.add(
+            "stability",
+            "ok",
+            f"published tools/list is byte-identical across two discoveries ({len(a)} bytes, "
+            f"fingerprint {fingerprints[0][:16]})",
+        )
+        quiet, culprits = culprits, []
+        assert first.epoch is not None and second.epoch is not None
+        deferred_changed = (
+            first.epoch.catalog.fingerprint != second.epoch.catalog.fingerprint
+            or first.epoch.identity != second.epoch.identity
+        )
+        if deferred_changed:
+            report.add(
+                "stability",
+                "warn",
+                "the deferred tools changed between discoveries: tool_search answers differ and a persisted "
+                "activation (--session) is reset on every restart",
+            )
+        for c in quiet:
+            report.add(
+                "stability",
+                "warn" if deferred_changed else "info",
+                f"{c['id']}: its tool list changed between two listings"
+                + ("" if deferred_changed else ", but not in anything the catalog holds (excluded or quarantined)")
+                + ": "
+                + "; ".join(c["changes"]),
+            )
+    else:
+        report.add(
+            "stability",
+            "FAIL",
+            f"published tools/list differs between two discoveries (fingerprint {fingerprints[0][:16]} -> "
+            f"{fingerprints[1][:16]}): the provider's prompt cache will miss on every restart",
+        )
+        for c in culprits:
+            report.add(
+                "stability",
+                "FAIL",
+                f"{c['id']}: its tool list changed between two listings, a cache killer: " + "; ".join(c["changes"]),
+            )
+        if not culprits:
+            report.add("stability", "FAIL", "no single server's tool list changed; the names or the decision did")
+    report.data["stability"] = {
+        "identical": identical,
+        "fingerprints": fingerprints,
+        "changed_servers": culprits,
+        "unpublished_changes": quiet,
+    }
+
+
+# --- registration snippets --------------------------------------------------------------
+
+
+def launcher() -> list[str]:
+    """The absolute command that starts prefixgate: the ``prefixgate`` script beside this
+    Python when there is one, else ``python -m gateway``."""
+    exe = os.path.abspath(sys.executable)
+    for name in ("prefixgate", "prefixgate.exe") if os.name == "nt" else ("prefixgate",):
+        script = os.path.join(os.path.dirname(exe), name)
+        if os.path.isfile(script) and os.access(script, os.X_OK):
+            return [script]
+    return [exe, "-m", "gateway"]
+
+
+def _toml_string(text: str) -> str:
+    out = ['"']
+    for char in text:
+        code = ord(char)
+        if char == '"':
+            out.append('\\"')
+        elif char == "\\":
+            out.append("\\\\")
+        elif char == "\n":
+            out.append("\\n")
+        elif char == "\t":
+            out.append("\\t")
+        elif code < 0x20 or code == 0x7F:
+            out.append(f"\\u{code:04X}")
+        else:
+            out.append(char)
+    out.append('"')
+    return "".join(out)
+
+
+_WHERE = {
+    "claude-code": "Claude Code: run once (user scope: every project)",
+    "claude-desktop": "Claude Desktop: merge into claude_desktop_config.json (macOS: ~/Library/Application "
+    "Support/Claude/, Windows: %APPDATA%\\Claude\\), then restart Claude Desktop",
+    "cursor": "Cursor: merge into ~/.cursor/mcp.json (every project) or .cursor/mcp.json (this project)",
+    "vscode": "VS Code: merge into .vscode/mcp.json in the workspace (or the user mcp.json: "
+    "'MCP: Open User Configuration')",
+    "codex": "Codex CLI: add to ~/.codex/config.toml",
+}
+
+
+def snippet(client: str, config_path: str) -> dict[str, Any]:
+    """The exact text that registers prefixgate in ``client``, with absolute paths."""
+    head = launcher()
+    command, args = head[0], [*head[1:], "serve", "--config", os.path.abspath(config_path)]
+    if client == "claude-code":
+        text = shlex.join(["claude", "mcp", "add", "--scope", "user", "prefixgate", "--", command, *args])
+    elif client in ("claude-desktop", "cursor"):
+        text = json.dumps({"mcpServers": {"prefixgate": {"command": command, "args": args}}}, indent=2)
+    elif client == "vscode":
+        text = json.dumps({"servers": {"prefixgate": {"type": "stdio", "command": command, "args": args}}}, indent=2)
+    elif client == "codex":
+        text = "\n".join(
+            [
+                "[mcp_servers.prefixgate]",
+                f"command = {_toml_string(command)}",
+                "args = [" + ", ".join(_toml_string(a) for a in args) + "]",
+            ]
+        )
+    else:
+        raise ValueError(f"unknown client {client!r}")
+    return {"client": client, "where": _WHERE[client], "command": command, "args": args, "snippet": text}
+
+
+# --- the run ----------------------------------------------------------------------------
+
+
+SECTIONS = ("config", "servers", "tools", "declarations", "directories", "stability")
+
+
+def render(report: Report) -> str:
+    lines = [f"prefixgate doctor {__version__}", f"config: {report.config or '-'}", f"client: {report.client}"]
+    for section in SECTIONS:
+        checks = [c for c in report.checks if c.section == section]
+        if not checks:
+            continue
+        header = section + (f" ({report.headers[section]})" if section in report.headers else "")
+        lines += ["", header]
+        for c in checks:
+            lines.append(f"  {c.verdict:<4}  {c.message}")
+            lines += [f"          {d}" for d in c.details]
+    register = report.data.get("register")
+    if register is not None:
+        lines += ["", f"register in {register['where']}:", "", register["snippet"]]
+    counts = report.counts()
+    verdict = "needs attention" if report.status else "all is well"
+    summary = ", ".join(f"{n} {k}" for k, n in counts.items() if n)
+    lines += ["", f"summary: {summary or 'nothing checked'}: {verdict}"]
+    return "\n".join(lines) + "\n"
+
+
+def to_json(report: Report) -> dict[str, Any]:
+    return {
+        "version": __version__,
+        "config": report.config,
+        "client": report.client,
+        "status": report.status,
+        "summary": report.counts(),
+        "checks": [c.as_json() for c in report.checks],
+        **report.data,
+    }
+
+
+async def diagnose(config: Config, report: Report) -> None:
+    first = await discover_once(config)
+    # The second round repeats the first: its log lines (the same warnings again) would
+    # only be noise on stderr; what differs is in the report.
+    logger = logging.getLogger("prefixgate")
+    level = logger.level
+    logger.setLevel(max(level, logging.ERROR))
+    try:
+        second = await discover_once(config)
+    finally:
+        logger.setLevel(level)
+    report.data["servers"] = [
+        {
+            "id": s.id,
+            "status": s.status,
+            "required": s.required,
+            "error": s.error,
+            "startup_ms": s.startup_ms,
+            "listed": s.listed,
+            "stderr_tail": s.stderr_tail,
+        }
+        for s in first.servers
+    ]
+    report.data["discovery_ms"] = [first.discovery_ms, second.discovery_ms]
+    check_servers(report, first)
+    check_tools(report, first)
+    check_declarations(report, config, first)
+    check_directories(report, config)
+    check_stability(report, first, second)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``prefixgate doctor`` besides the common --config/--log-level."""
+    parser.add_argument(
+        "--client",
+        choices=CLIENTS,
+        default="claude-code",
+        help="the client to print the registration snippet for (default claude-code)",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the text report")
+
+
+def run(config_path: str | None, args: argparse.Namespace) -> int:
+    """Run every check, print the report on stdout; 0 all is well, 1 something needs attention."""
+    client = getattr(args, "client", None) or "claude-code"
+    as_json = bool(getattr(args, "json", False))
+    path: Path | None = None
+    try:
+        path = find_config(config_path)
+        config = load_config(path)
+    except ConfigError as exc:
+        report = Report(os.path.abspath(path) if path is not None else None, client)
+        report.add("config", "FAIL", f"config error: {exc}")
+        _emit(report, as_json)
+        return report.status
+    report = Report(os.path.abspath(path), client)
+    enabled = len(config.enabled_servers)
+    total = len(config.servers)
+    report.add(
+        "config",
+        "ok",
+        f"parsed: {total} server{'s' if total != 1 else ''} ({enabled} enabled), profile {config.client.profile}, "
+        f"declarations {config.client.declarations}, spill {'on' if config.spill.enabled else 'off'}",
+    )
+    anyio.run(diagnose, config, report)
+    report.data["register"] = snippet(client, str(config.path or path))
+    _emit(report, as_json)
+    return report.status
+
+
+def _emit(report: Report, as_json: bool) -> None:
+    if as_json:
+        sys.stdout.write(json.dumps(to_json(report), ensure_ascii=False, indent=2) + "\n")
+    else:
+        sys.stdout.write(render(report))
+    sys.stdout.flush()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from gateway import logs
+
+    parser = argparse.ArgumentParser(
+        prog="prefixgate doctor",
+        description="Check a prefixgate setup: config, servers, tools, declarations, directories, "
+        "catalog stability; print the registration snippet for a client.",
+    )
+    parser.add_argument("--config", metavar="PATH", help="config file (default: $PREFIXGATE_CONFIG, ./prefixgate.toml, "
+                        "$XDG_CONFIG_HOME/prefixgate/config.toml)")
+    parser.add_argument("--log-level", choices=logs.LEVELS, default="warning", help="stderr log level (default warning)")
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    logs.setup(args.log_level)
+    return run(args.config, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,289 @@
+"""``prefixgate doctor``: real processes, real demo servers, a server whose tools drift."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import textwrap
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import PYTHON, demo, write_config
+
+DOCTOR = [PYTHON, "-m", "gateway.doctor"]
+
+# A stdio MCP server (mcp 2.x low-level SDK) whose tool list changes every time it starts:
+# a counter file says how often it has been started, and the tool's description and a
+# second tool depend on it.
+DRIFTING_SERVER = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+
+    import anyio
+    import mcp_types as types
+    from mcp.server.lowlevel import Server
+    from mcp.server.stdio import stdio_server
+
+    counter = Path(sys.argv[1])
+    n = int(counter.read_text()) + 1 if counter.exists() else 1
+    counter.write_text(str(n))
+
+    async def list_tools(ctx, params):
+        tools = [types.Tool(name="status", description=f"Status, generation {n}.", input_schema={"type": "object"})]
+        if n % 2 == 0:
+            tools.append(types.Tool(name="extra", input_schema={"type": "object"}))
+        return types.ListToolsResult(tools=tools)
+
+    async def call_tool(ctx, params):
+        return types.CallToolResult(content=[types.TextContent(type="text", text=str(n))])
+
+    async def main():
+        server = Server("drifting", on_list_tools=list_tools, on_call_tool=call_tool)
+        async with stdio_server() as (read, write):
+            await server.run(read, write, server.create_initialization_options())
+
+    anyio.run(main)
+    """
+)
+
+FAILING = ["-c", "import sys; sys.stderr.write('starting\\nboom: DEMO_TOKEN is not set\\n'); sys.exit(3)"]
+
+
+def _argv(config: Path | None, args: tuple[str, ...]) -> list[str]:
+    return [*DOCTOR, *(["--config", str(config)] if config is not None else []), *args]
+
+
+def doctor(config: Path | None, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(_argv(config, args), capture_output=True, text=True, timeout=timeout, cwd="/")
+
+
+def doctors(*runs: tuple[Path, tuple[str, ...]], timeout: float = 60) -> list[subprocess.CompletedProcess[str]]:
+    """Several doctor runs at once (each discovery waits mostly on server start-up)."""
+    procs = [
+        subprocess.Popen(_argv(config, args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd="/")
+        for config, args in runs
+    ]
+    done = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=timeout)
+        done.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
+    return done
+
+
+def lines_with(text: str, *needles: str) -> list[str]:
+    return [line for line in text.splitlines() if all(n in line for n in needles)]
+
+
+def verdict(text: str, *needles: str) -> str:
+    found = lines_with(text, *needles)
+    assert len(found) == 1, (needles, text)
+    return found[0].split()[0]
+
+
+def troubled_config(tmp: Path) -> Path:
+    """One healthy server, one that fails to start, one with invalid tool schemas, one whose
+    tool list drifts, one late, one disabled."""
+    script = tmp / "drifting.py"
+    script.write_text(DRIFTING_SERVER, encoding="utf-8")
+    return write_config(
+        tmp,
+        {
+            "healthy": demo("--tools", 2),
+            "broken": {"command": PYTHON, "args": FAILING},
+            "badschema": demo("--tools", 2, "--bad-schema", "--name", "bad"),
+            "drifting": {"command": PYTHON, "args": [str(script), str(tmp / "counter")]},
+            "sleepy": {**demo("--tools", 1, "--startup-delay", 30), "startup_timeout": 0.5},
+            "off": {**demo("--tools", 1), "enabled": False},
+        },
+    )
+
+
+@pytest.fixture(scope="module")
+def troubled(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], dict[str, Any], Path]:
+    """One doctor run (text) and one (--json), at once, each over its own copy of the config."""
+    text_config = troubled_config(tmp_path_factory.mktemp("doctor-text"))
+    json_config = troubled_config(tmp_path_factory.mktemp("doctor-json"))
+    text, as_json = doctors((text_config, ()), (json_config, ("--json",)))
+    assert as_json.returncode == 1, as_json.stderr
+    return text, json.loads(as_json.stdout), text_config
+
+
+def test_troubled_config_needs_attention(troubled: tuple[subprocess.CompletedProcess[str], dict[str, Any], Path]) -> None:
+    proc, _, config = troubled
+    out = proc.stdout
+    assert proc.returncode == 1, proc.stderr
+    assert f"config: {config}" in out
+    assert verdict(out, "parsed: 6 servers (5 enabled)") == "ok"
+    # servers: ready with time and count; failed with the error and its stderr tail; late; disabled
+    healthy = lines_with(out, "healthy: ready in ")
+    assert len(healthy) == 1 and healthy[0].split()[0] == "ok" and " ms, 9 tools" in healthy[0]
+    assert verdict(out, "broken: failed") == "FAIL"
+    assert "exited during start-up (exit status 3)" in out
+    assert lines_with(out, "stderr | starting") and lines_with(out, "stderr | boom: DEMO_TOKEN is not set")
+    assert verdict(out, "sleepy: late") == "warn"
+    assert verdict(out, "off: disabled") == "info"
+    assert verdict(out, "badschema: ready in") == "ok"
+    assert "(12 listed, 3 quarantined)" in lines_with(out, "badschema: ready in")[0]
+    # tools: the invalid schemas are quarantined, with their reasons
+    for tool in ("broken", "broken_type", "broken_hint"):
+        assert verdict(out, f"quarantined: badschema/{tool}:") == "warn"
+    # stability: the drifting server is named as the cache killer, nobody else is
+    assert verdict(out, "published tools/list differs between two discoveries") == "FAIL"
+    killer = lines_with(out, "drifting: its tool list changed between two listings, a cache killer")
+    assert len(killer) == 1 and killer[0].split()[0] == "FAIL", out
+    assert "added extra" in killer[0] and "changed status" in killer[0]
+    assert not lines_with(out, "healthy: its tool list changed")
+    assert not lines_with(out, "badschema: its tool list changed")
+    # the declaration numbers and the directories are there
+    assert verdict(out, "mode fixed (requested auto, profile openai)") == "ok"
+    assert lines_with(out, "functions: ", " declared (limit 128)")
+    assert lines_with(out, "tokens: ~", " estimated (no budget")
+    assert verdict(out, "state directory", "missing; will be created") == "ok"
+    assert out.rstrip().endswith("needs attention")
+    assert "claude mcp add --scope user prefixgate -- " in out
+
+
+def test_troubled_config_json(troubled: tuple[subprocess.CompletedProcess[str], dict[str, Any], Path]) -> None:
+    _, report, _ = troubled
+    assert report["status"] == 1 and report["config"].endswith("/prefixgate.toml")
+    servers = {s["id"]: s for s in report["servers"]}
+    assert [s["id"] for s in report["servers"]] == sorted(servers)
+    assert servers["healthy"]["status"] == "ready" and servers["healthy"]["listed"] == 9
+    assert servers["broken"]["status"] == "failed"
+    assert servers["broken"]["stderr_tail"] == ["starting", "boom: DEMO_TOKEN is not set"]
+    assert servers["sleepy"]["status"] == "late" and servers["off"]["status"] == "disabled"
+    stability = report["stability"]
+    assert stability["identical"] is False
+    assert [c["id"] for c in stability["changed_servers"]] == ["drifting"]
+    decision = report["decision"]
+    assert decision["mode"] == "fixed" and decision["fallback"] is None
+    assert decision["functions"]["limit"] == 128 and decision["functions"]["declared"] > 0
+    assert decision["tokens"]["declared"] > 0 and decision["tokens"]["budget"] is None
+    assert report["summary"]["FAIL"] >= 3 and report["summary"]["warn"] >= 4
+
+
+def test_healthy_config_is_all_well_and_deterministic(tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"alpha": demo("--tools", 2), "beta": demo("--tools", 3, "--seed", 7)})
+    proc, again = doctors((config, ()), (config, ()))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert not [line for line in out.splitlines() if line.split()[:1] in (["FAIL"], ["warn"])], out
+    assert verdict(out, "published tools/list is byte-identical across two discoveries") == "ok"
+    assert verdict(out, "alpha: ready in") == "ok" and verdict(out, "beta: ready in") == "ok"
+    assert out.rstrip().endswith("all is well")
+    # the same report twice, timings aside
+    assert re.sub(r"\d+ ms", "N ms", out) == re.sub(r"\d+ ms", "N ms", again.stdout)
+
+
+def test_renames_alone_are_informational(tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"dotted": demo("--tools", 1, "--extra-tool", "my.tool")})
+    proc = doctor(config)
+    assert proc.returncode == 0, proc.stdout
+    assert verdict(proc.stdout, "renamed: dotted/my.tool") == "info"
+
+
+def test_config_error_is_one_fail_line_and_stops(tmp_path: Path) -> None:
+    config = tmp_path / "prefixgate.toml"
+    config.write_text('[servers.git]\ncommand = "git-mcp"\nstartup_timeout = "soon"\n', encoding="utf-8")
+    proc = doctor(config)
+    assert proc.returncode == 1
+    fails = lines_with(proc.stdout, "FAIL  ")
+    assert fails == ["  FAIL  config error: servers.git.startup_timeout: expected a number"]
+    assert "\nservers" not in proc.stdout and "register in" not in proc.stdout
+
+
+# --- directories --------------------------------------------------------------------------
+
+
+MISSING = {"command": "/nonexistent/prefixgate-doctor-test-server"}
+"""A server that fails at once (nothing to spawn): keeps the tests that need no tools fast."""
+
+
+def quick_config(tmp_path: Path, state: Path | None = None) -> Path:
+    return write_config(tmp_path, {"missing": MISSING}, gateway={"state_dir": str(state or tmp_path / "state")})
+
+
+def test_private_state_dir_is_ok(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    (state / "artifacts" / "abc").mkdir(mode=0o700, parents=True)
+    os.chmod(state, 0o700)
+    os.chmod(state / "artifacts", 0o700)
+    proc = doctor(quick_config(tmp_path, state))
+    out = proc.stdout
+    assert verdict(out, f"state directory {state}:") == "ok"
+    assert "mode 0700, owned by you" in out
+    assert verdict(out, "artifact directory", "1 session directory") == "ok"
+    assert verdict(out, "activation directory", "missing; will be created") == "ok"
+
+
+def test_symlinked_or_open_state_dir_needs_attention(tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    real.mkdir(mode=0o700)
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    proc = doctor(quick_config(tmp_path, link))
+    assert verdict(proc.stdout, f"state directory {link}: is a symlink") == "FAIL"
+
+    shared = tmp_path / "shared"
+    (shared / "artifacts").mkdir(parents=True)
+    os.chmod(shared, 0o755)
+    os.chmod(shared / "artifacts", 0o777)
+    proc = doctor(write_config(tmp_path, {"alpha": demo("--tools", 1)}, gateway={"state_dir": str(shared)}))
+    assert proc.returncode == 1, proc.stdout  # the only trouble is the directory modes
+    assert verdict(proc.stdout, f"state directory {shared}: mode 0755") == "warn"
+    assert verdict(proc.stdout, "artifact directory", "mode 0777") == "warn"
+
+
+# --- registration snippets ----------------------------------------------------------------
+
+
+CLIENTS = ["claude-code", "claude-desktop", "cursor", "vscode", "codex"]
+
+
+def check_snippet(register: dict[str, Any], client: str, config: Path) -> None:
+    text, command, args = register["snippet"], register["command"], register["args"]
+    assert register["client"] == client
+    assert os.path.isabs(command) and os.path.exists(command)
+    assert args[-3:] == ["serve", "--config", str(config)]
+    if command == sys.executable:
+        assert args[:2] == ["-m", "gateway"]
+    if client == "claude-code":
+        assert text.startswith("claude mcp add --scope user prefixgate -- ")
+        assert shlex.split(text)[7:] == [command, *args]
+    elif client in ("claude-desktop", "cursor"):
+        assert json.loads(text) == {"mcpServers": {"prefixgate": {"command": command, "args": args}}}
+    elif client == "vscode":
+        assert json.loads(text) == {"servers": {"prefixgate": {"type": "stdio", "command": command, "args": args}}}
+    else:
+        assert tomllib.loads(text) == {"mcp_servers": {"prefixgate": {"command": command, "args": args}}}
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_registration_snippet_is_valid(tmp_path: Path, client: str) -> None:
+    from gateway.doctor import snippet
+
+    # awkward characters in the path must survive quoting in every format
+    odd = tmp_path / "my configs" / 'it\'s "odd" \\ ü'
+    odd.mkdir(parents=True)
+    config = odd / "prefixgate.toml"
+    check_snippet(snippet(client, str(config)), client, config)
+
+
+def test_doctor_prints_the_snippet_for_each_client(tmp_path: Path) -> None:
+    config = quick_config(tmp_path)
+    runs = doctors(*[(config, ("--client", c, "--json")) for c in CLIENTS], (config, ("--client", "vscode")))
+    for client, proc in zip(CLIENTS, runs):
+        check_snippet(json.loads(proc.stdout)["register"], client, config)
+    register = json.loads(runs[3].stdout)["register"]
+    assert register["snippet"] in runs[-1].stdout  # the text report prints exactly the same snippet
+    # and the registered command really is prefixgate
+    proc = subprocess.run([register["command"], *register["args"][:-3], "--version"], capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout.startswith("prefixgate ")
