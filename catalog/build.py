@@ -12,6 +12,7 @@ import hashlib
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import canonicaljson
 
@@ -73,40 +74,62 @@ def _exclusion(name: str, server: ServerTools) -> str | None:
     return None
 
 
-def _declaration(raw: dict[str, JSON]) -> tuple[dict[str, JSON], str | None]:
-    """Canonical copy of the whole tool dict, and the reason it is unpublishable (if any)."""
-    decl = {
-        k: canonicalize(raw[k]) if k in _SCHEMA_KEYS else sort_keys(raw[k]) for k in sorted(raw)
-    }
+class Memo(Protocol):
+    """Remembers declarations that passed every check (keyed by their canonical bytes).
+
+    The metaschema check costs milliseconds per tool; a caller that rebuilds catalogs
+    (or restarts) can skip it for declarations it has already seen pass. Failures are
+    never remembered, so a quarantine reason is always computed fresh.
+    """
+
+    def passed(self, encoded: bytes) -> bool: ...
+
+    def add(self, encoded: bytes) -> None: ...
+
+
+def _canonical(raw: dict[str, JSON]) -> dict[str, JSON]:
+    """Canonical copy of the whole tool dict: schemas canonicalised, all keys sorted."""
+    return {k: canonicalize(raw[k]) if k in _SCHEMA_KEYS else sort_keys(raw[k]) for k in sorted(raw)}
+
+
+def _problem(decl: dict[str, JSON]) -> str | None:
+    """Why a canonical declaration is unpublishable, or None."""
     if "inputSchema" not in decl:
-        return decl, "missing inputSchema"
+        return "missing inputSchema"
     problem = check(decl["inputSchema"], "inputSchema")
     if problem is None and decl.get("outputSchema") is not None:
         problem = check(decl["outputSchema"], "outputSchema")
-    return decl, problem
+    return problem
 
 
 Check = Callable[[dict[str, JSON]], str | None]
 """An extra publishability check supplied by the caller (the gateway's wire model)."""
 
 
-def _prepare(server: str, raw: dict[str, JSON], extra: Check | None) -> _Tool | str:
+def _prepare(server: str, raw: dict[str, JSON], extra: Check | None, memo: Memo | None) -> _Tool | str:
     """A checked tool, or the reason it is quarantined."""
     try:
-        decl, problem = _declaration(raw)
+        decl = _canonical(raw)
+        encoded = canonicaljson.encode_canonical_json(decl)
+        if memo is not None and memo.passed(encoded):
+            return _Tool(server, raw["name"], decl, encoded)
+        problem = _problem(decl)
         if problem is None and extra is not None:
             problem = extra(decl)
         if problem is not None:
             return problem
-        encoded = canonicaljson.encode_canonical_json(decl)
     except RecursionError:
         return "nested too deeply"
     except (ValueError, TypeError) as err:  # NaN/Infinity, lone surrogates, non-str keys
         return "not canonical JSON: " + _short(str(err), 120)
+    if memo is not None:
+        memo.add(encoded)
     return _Tool(server, raw["name"], decl, encoded)
 
 
-def _server_tools(server: ServerTools, extra: Check | None) -> tuple[list[_Tool], list[CatalogWarning]]:
+def _server_tools(
+    server: ServerTools, extra: Check | None, memo: Memo | None
+) -> tuple[list[_Tool], list[CatalogWarning]]:
     """The publishable tools of one server, and what happened to the rest."""
     warnings: list[CatalogWarning] = []
     by_name: dict[str, list[dict[str, JSON]]] = defaultdict(list)
@@ -122,14 +145,14 @@ def _server_tools(server: ServerTools, extra: Check | None) -> tuple[list[_Tool]
         by_name[raw["name"]].append(raw)
     tools: list[_Tool] = []
     for name, raws in by_name.items():
-        kept, more = _keep_one(server.id, name, raws, extra)
+        kept, more = _keep_one(server.id, name, raws, extra, memo)
         tools.extend(kept)
         warnings.extend(more)
     return tools, warnings
 
 
 def _keep_one(
-    server: str, name: str, raws: list[dict[str, JSON]], extra: Check | None
+    server: str, name: str, raws: list[dict[str, JSON]], extra: Check | None, memo: Memo | None
 ) -> tuple[list[_Tool], list[CatalogWarning]]:
     """Resolve one name of one server: at most one tool survives.
 
@@ -137,7 +160,7 @@ def _keep_one(
     listing order cannot matter): valid declarations beat invalid ones, then the
     smallest canonical encoding wins.
     """
-    prepared = [_prepare(server, raw, extra) for raw in raws]
+    prepared = [_prepare(server, raw, extra, memo) for raw in raws]
     valid = sorted((p for p in prepared if isinstance(p, _Tool)), key=lambda t: t.encoded)
     problems = sorted(p for p in prepared if isinstance(p, str))
     if not valid:
@@ -164,12 +187,14 @@ def build(
     separator: str = "__",
     reserved: frozenset[str] = frozenset(),
     extra_check: Check | None = None,
+    memo: Memo | None = None,
 ) -> Catalog:
     """The catalog of one epoch: published entries in UTF-16 code-unit order.
 
     Bad tools are quarantined and hidden tools excluded, each with a warning, never
     silently dropped; the rest of their server is still published. ``extra_check``
-    lets the caller quarantine what its transport could not send (a reason, or None).
+    lets the caller quarantine what its transport could not send (a reason, or None);
+    ``memo`` lets it skip the (expensive) checks for declarations that passed before.
     """
     ids = [s.id for s in servers]
     if len(set(ids)) != len(ids):
@@ -179,7 +204,7 @@ def build(
     prefixes = {s.id: s.prefix for s in servers}
     deferred = {s.id: s.deferred for s in servers}
     for server in servers:
-        kept, more = _server_tools(server, extra_check)
+        kept, more = _server_tools(server, extra_check, memo)
         tools.extend(kept)
         warnings.extend(more)
     requests = [(t.server, prefixes[t.server], t.name) for t in tools]

@@ -69,7 +69,7 @@ async def discover(config: Config, hub: Hub) -> Epoch:
     started = anyio.current_time()
     await wait_for_discovery([d for d in downstreams if d.config.enabled], config.gateway.discovery_deadline)
     try:
-        epoch = build_epoch(config, downstreams)
+        epoch = build_epoch(config, downstreams, hub.checks)
     except DecisionError as exc:
         raise Exit(1, f"prefixgate: {exc}") from None
     epoch.discovery_ms = round((anyio.current_time() - started) * 1000)

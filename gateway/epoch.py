@@ -24,7 +24,8 @@ from jsonschema.validators import validator_for
 
 from gateway.config import Config
 from gateway.downstream import Downstream
-from gateway.wire import DEFAULT_VERSION, published_tools, wire_problem
+from gateway.checks import CheckCache
+from gateway.wire import DEFAULT_VERSION, published_tools
 
 META_TOOLS = frozenset({"tool_search", "tool_call", "artifact_read"})
 """Names the gateway serves itself: a downstream tool never takes one."""
@@ -128,14 +129,17 @@ def server_tools(downstreams: Sequence[Downstream]) -> list[ServerTools]:
     ]
 
 
-def build_epoch(config: Config, downstreams: Sequence[Downstream]) -> Epoch:
+def build_epoch(config: Config, downstreams: Sequence[Downstream], checks: CheckCache | None = None) -> Epoch:
     """Build and decide; raises ``catalog.budget.DecisionError`` when no plan fits."""
+    checks = checks or CheckCache()
     catalog = build(
         server_tools(downstreams),
         PROFILES[config.client.profile],
         config.gateway.separator,
         reserved=META_TOOLS,
-        extra_check=wire_problem,
+        extra_check=checks.wire_check,
+        memo=checks,
     )
+    checks.save()
     decision = decide(catalog, client_policy(config), meta_declarations(config.spill.enabled))
     return Epoch(catalog=catalog, decision=decision)

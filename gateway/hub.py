@@ -32,6 +32,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import INVALID_REQUEST
 from spill import ArtifactStore
 
+from gateway.checks import CheckCache
 from gateway.config import Config
 from gateway.downstream import Downstream
 from gateway.epoch import Epoch, build_epoch
@@ -65,6 +66,7 @@ class Hub:
         self.bus = InMemorySubscriptionBus()
         self.upstreams: list[Upstream] = []
         self.discovered = anyio.Event()
+        self.checks = CheckCache(config.gateway.state_dir)
         self._rebuild_lock = anyio.Lock()
         self._log_level: str | None = None
 
@@ -195,7 +197,7 @@ class Hub:
         async with self._rebuild_lock:
             old = self.router.epoch
             try:
-                epoch = build_epoch(self.config, self.downstreams)
+                epoch = build_epoch(self.config, self.downstreams, self.checks)
             except DecisionError as exc:
                 log.error("catalog change refused (%s): %s; keeping the current epoch", why, exc)
                 return

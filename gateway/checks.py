@@ -1,0 +1,87 @@
+"""Memoised publishability checks: the metaschema check and the SDK wire-model check.
+
+Checking a tool schema against the JSON Schema 2020-12 metaschema costs milliseconds
+(python-jsonschema resolves ``$dynamicRef`` for every subschema), so a catalog of
+thousands of tools would take seconds on every start and every rebuild. Both checks
+are pure functions of the canonical declaration, so their *passes* are remembered by
+SHA-256 of its canonical JSON (``catalog.build.Memo``): in memory for rebuilds, and in
+``<state_dir>/cache/``
+(a private file, keyed also by the jsonschema and mcp versions) for the next start.
+Failures are never cached, so a quarantine reason is always computed fresh.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from gateway.journal import JournalError, private_dir
+from gateway.wire import wire_problem
+
+log = logging.getLogger("prefixgate.checks")
+
+_FILE = "checks-passed.txt"
+
+
+def _versions() -> str:
+    parts = []
+    for name in ("jsonschema", "mcp", "prefixgate"):
+        try:
+            parts.append(f"{name}={metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            parts.append(f"{name}=?")
+    return " ".join(parts)
+
+
+class CheckCache:
+    def __init__(self, state_dir: Path | None = None) -> None:
+        self.directory = state_dir / "cache" if state_dir is not None else None
+        self.header = f"# prefixgate check cache v1 {_versions()}"
+        self.passed_keys: set[str] = set()
+        self._loaded: set[str] = set()
+        self._load()
+
+    def passed(self, encoded: bytes) -> bool:
+        """Whether this canonical declaration passed every check before (``catalog.build.Memo``)."""
+        return hashlib.sha256(encoded).hexdigest() in self.passed_keys
+
+    def add(self, encoded: bytes) -> None:
+        self.passed_keys.add(hashlib.sha256(encoded).hexdigest())
+
+    @staticmethod
+    def wire_check(declaration: dict[str, Any]) -> str | None:
+        return wire_problem(declaration)
+
+    def _load(self) -> None:
+        if self.directory is None:
+            return
+        path = self.directory / _FILE
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return
+        with os.fdopen(fd, encoding="ascii", errors="replace") as handle:
+            lines = handle.read().splitlines()
+        if not lines or lines[0] != self.header:
+            return  # another version of a checker: start over
+        self._loaded = {line for line in lines[1:] if len(line) == 64}
+        self.passed_keys |= self._loaded
+
+    def save(self) -> None:
+        """Write the remembered passes (atomically, 0600) if anything new was learnt."""
+        if self.directory is None or self.passed_keys <= self._loaded:
+            return
+        try:
+            private_dir(self.directory)
+            temporary = self.directory / f".{_FILE}.{os.getpid()}"
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            with os.fdopen(fd, "w", encoding="ascii") as handle:
+                handle.write(self.header + "\n" + "".join(f"{k}\n" for k in sorted(self.passed_keys)))
+            os.replace(temporary, self.directory / _FILE)
+            self._loaded = set(self.passed_keys)
+        except (OSError, JournalError) as exc:
+            log.info("check cache not saved: %s", exc)

@@ -1,0 +1,55 @@
+"""The remembered-passes cache for the expensive publishability checks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from catalog.build import build
+from catalog.model import ServerTools
+from catalog.names import PROFILES
+
+from gateway.checks import CheckCache
+
+GOOD = {"name": "ok", "inputSchema": {"type": "object", "properties": {"a": {"type": "string"}}}}
+BAD = {"name": "bad", "inputSchema": {"type": "object", "properties": {"a": {"type": "strin"}}}}
+
+
+def run(cache: CheckCache) -> list[str]:
+    catalog = build([ServerTools("s", "s", (GOOD, BAD))], PROFILES["openai"], extra_check=cache.wire_check, memo=cache)
+    return [e.name for e in catalog.entries]
+
+
+def test_passes_are_remembered_across_processes_and_failures_never(tmp_path: Path) -> None:
+    first = CheckCache(tmp_path)
+    assert run(first) == ["s__ok"]
+    assert len(first.passed_keys) == 1
+    first.save()
+    cache_file = tmp_path / "cache" / "checks-passed.txt"
+    assert cache_file.stat().st_mode & 0o777 == 0o600
+    assert (tmp_path / "cache").stat().st_mode & 0o777 == 0o700
+
+    second = CheckCache(tmp_path)
+    assert second.passed_keys == first.passed_keys
+    assert run(second) == ["s__ok"]  # the bad tool is checked again and still quarantined
+
+
+def test_cache_from_another_checker_version_is_ignored(tmp_path: Path) -> None:
+    cache = CheckCache(tmp_path)
+    run(cache)
+    cache.save()
+    path = tmp_path / "cache" / "checks-passed.txt"
+    lines = path.read_text().splitlines()
+    path.write_text("# prefixgate check cache v1 jsonschema=0.0\n" + "\n".join(lines[1:]) + "\n")
+    assert CheckCache(tmp_path).passed_keys == set()
+
+
+def test_a_remembered_pass_skips_the_checks(tmp_path: Path) -> None:
+    class Everything:
+        def passed(self, encoded: bytes) -> bool:
+            return True
+
+        def add(self, encoded: bytes) -> None:
+            raise AssertionError("nothing new to remember")
+
+    catalog = build([ServerTools("s", "s", (BAD,))], PROFILES["openai"], memo=Everything())
+    assert [e.name for e in catalog.entries] == ["s__bad"]
