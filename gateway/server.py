@@ -21,6 +21,7 @@ from mcp.server.models import InitializationOptions
 from mcp.server.subscriptions import ListenHandler
 from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import INVALID_PARAMS
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from gateway import __version__
 from gateway.downstream import DownstreamUnavailable
@@ -72,6 +73,11 @@ def build_server(hub: Hub, new_session: SessionFactory) -> tuple[Server[Any], In
             return result
         if ctx.request_id is not None:
             await upstream_of(ctx)
+            if ctx.method == "tools/list" and ctx.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS:
+                # The epoch's wire form was built (and validated) once: serve it as is
+                # instead of re-validating thousands of tools on every call.
+                epoch = await router.current()
+                return {"tools": epoch.published(ctx.protocol_version)}
         return await call_next(ctx)
 
     async def list_tools(ctx: ServerRequestContext[Any, Any], params: Any) -> Any:
