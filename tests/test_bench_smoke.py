@@ -24,3 +24,36 @@ def test_spill_benchmark_smoke(tmp_path: Path) -> None:
     assert set(rows) == {"text", "cjk-text", "image"}
     assert all(r["peak_ratio"] > 0 and r["median_s"] > 0 for r in rows.values())
     assert "| text |" in proc.stdout
+
+
+def test_full_harness_smoke(tmp_path: Path) -> None:
+    """``python -m bench.run --quick``: every benchmark runs, the table and JSON come out.
+
+    FastMCP contenders run when ``fastmcp`` is installed (the ``bench`` extra) and are
+    reported n/a otherwise. Targets are reported, not asserted: this is not a timing test.
+    """
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.run", "--quick", "--out", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    results = json.loads((tmp_path / "latest.json").read_text())
+    for name in ("calls", "startup", "catalog", "bigresult"):
+        assert "error" not in results[name], results[name].get("error")
+    assert results["_quick"] is True
+    seq = results["calls"]["sequential"]
+    assert seq["contenders"]["direct"]["per_call_s"]["median"] > 0
+    assert seq["ratios"]["prefixgate/direct"]["n"] == seq["settings"]["rounds"]
+    assert results["startup"]["ratios"]["prefixgate/single"]["median"] > 0
+    assert results["catalog"]["gateway"]["tool_search_raw_s"]["n"] > 0
+    assert results["bigresult"]["contenders"]["prefixgate"]["answer_bytes"] <= 65536
+    statuses = {t["id"]: t["status"] for t in results["_targets"]}
+    assert len(statuses) == 8 and set(statuses.values()) <= {"met", "MISSED", "n/a"}
+    fastmcp = "fastmcp-1" in seq["contenders"]
+    assert (statuses["per-call-vs-fastmcp"] == "n/a") is not fastmcp
+    table = (tmp_path / "latest.md").read_text()
+    assert "| target | measured | limit | spread | status |" in table
+    assert table in proc.stdout
