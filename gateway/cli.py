@@ -120,9 +120,9 @@ async def _serve(config: Config, session_id: str | None, http: str | None, token
         async with anyio.create_task_group() as tg:
             tg.start_soon(barrier)
             if http is None:
-                from mcp.server.stdio import stdio_server
+                from gateway.upstream_stdio import stdio_streams
 
-                async with stdio_server() as (read, write):
+                async with stdio_streams() as (read, write):
                     await server.run(read, write, options)
             else:
                 from gateway.http import serve_http

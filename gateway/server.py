@@ -78,6 +78,14 @@ def build_server(hub: Hub, new_session: SessionFactory) -> tuple[Server[Any], In
                 # instead of re-validating thousands of tools on every call.
                 epoch = await router.current()
                 return {"tools": epoch.published(ctx.protocol_version)}
+            if ctx.method == "tools/call" and ctx.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS:
+                # The hot path: the router checks names and arguments itself and every
+                # result it returns is checked against the protocol model (router._checked),
+                # so the SDK's own params model and result re-validation are skipped.
+                params = ctx.params or {}
+                name, arguments = params.get("name"), params.get("arguments")
+                if isinstance(name, str) and (arguments is None or isinstance(arguments, dict)):
+                    return await call_tool_raw(ctx, name, arguments)
         return await call_next(ctx)
 
     async def list_tools(ctx: ServerRequestContext[Any, Any], params: Any) -> Any:
@@ -85,6 +93,9 @@ def build_server(hub: Hub, new_session: SessionFactory) -> tuple[Server[Any], In
         return {"tools": epoch.published(ctx.protocol_version)}
 
     async def call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> Any:
+        return await call_tool_raw(ctx, params.name, params.arguments)
+
+    async def call_tool_raw(ctx: ServerRequestContext[Any, Any], name: str, arguments: dict[str, Any] | None) -> Any:
         upstream = await upstream_of(ctx)
         raw_meta = (ctx.params or {}).get("_meta")
         meta = dict(raw_meta) if isinstance(raw_meta, dict) else None
@@ -94,13 +105,13 @@ def build_server(hub: Hub, new_session: SessionFactory) -> tuple[Server[Any], In
             await ctx.session.report_progress(value, total, message)
 
         await router.current()
-        target = router.server_of(params.name, params.arguments)
+        target = router.server_of(name, arguments)
         if target is not None:
             upstream.calls[ctx.request_id] = target
         try:
             return await router.call(
-                params.name,
-                params.arguments,
+                name,
+                arguments,
                 upstream.session,
                 meta=meta,
                 on_progress=progress if wants_progress else None,
