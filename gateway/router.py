@@ -133,10 +133,13 @@ class Router:
             return error_result(problem)
         downstream = self.downstreams[entry.server]
         result = await downstream.call_tool(entry.original, arguments, meta=meta, on_progress=on_progress)
-        result = _checked(result, version, entry.server, entry.original)
         if self.spill.enabled:
-            result = await self.bound(result, session, entry.declaration.get("outputSchema"))
-        return result
+            # Bound first: a huge result is then checked in its small, model-visible form.
+            try:
+                result = await self.bound(result, session, entry.declaration.get("outputSchema"))
+            except (TypeError, ValueError, AttributeError, KeyError):
+                pass  # malformed: the check below names the server
+        return _checked(result, version, entry.server, entry.original)
 
     async def bound(self, result: dict[str, Any], session: Session, output_schema: Any) -> dict[str, Any]:
         """Bound the model-visible size; spill the full output to the session's store."""

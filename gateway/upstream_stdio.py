@@ -24,7 +24,7 @@ import anyio
 from mcp.shared._context_streams import create_context_streams
 from mcp.shared.message import SessionMessage
 
-from gateway.stdio import _parse, _split_lines
+from gateway.stdio import LineSplitter, _parse, is_blank
 
 _CHUNK = 1 << 16
 
@@ -66,11 +66,11 @@ async def stdio_streams() -> AsyncIterator[tuple[Any, Any]]:
     write_send, write_recv = create_context_streams[SessionMessage](0)
 
     async def read_lines() -> None:
-        buffer = bytearray()
+        splitter = LineSplitter()
         async with read_send:
             while chunk := await reader.read(_CHUNK):
-                for line in _split_lines(buffer, chunk):
-                    if line.strip():
+                for line in splitter.feed(chunk):
+                    if not is_blank(line):
                         await read_send.send(_parse(line))
 
     async def write_lines() -> None:
