@@ -125,7 +125,13 @@ def targets(results: dict[str, Any]) -> list[Target]:
             seq.get("prefixgate/fastmcp-1"), 0.6,
         ),
         _ratio_target(
-            "startup", f"start-up to first tools/list, {n_servers} slow servers: prefixgate / slowest single server",
+            "startup",
+            f"start-up to first tools/list, {n_servers} servers x 0.5 s: prefixgate / prefixgate with the slowest alone",
+            _get(results, "startup", "ratios", "barrier"), 1.3,
+        ),
+        _ratio_target(
+            "startup-demo",
+            f"(context) start-up, {n_servers} Python demo servers on 2 cores: prefixgate / one demo server direct",
             _get(results, "startup", "ratios", "prefixgate/single"), 1.3,
         ),
         _time_target(

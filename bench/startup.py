@@ -11,11 +11,17 @@ Contenders, interleaved round by round:
 - ``prefixgate-1`` (context): prefixgate with the one slow server: the gateway's own cost;
 - ``direct-xN`` (context): N direct clients spawning the N slow servers at once, until all
   have listed: what N Python servers cost to start on this machine, gateway or not.
+
+The barrier itself is measured with ``bench/slow_server.py`` (standard library only, so
+ten of them do not fight over two cores importing the SDK): ``light-N`` is prefixgate
+with N such servers, ``light-1`` prefixgate with the slowest of them alone; their ratio
+is what the barrier costs over the slowest server (target <= 1.3).
 """
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -35,6 +41,7 @@ from bench.common import (
 )
 
 TOOLS = 3  # generated tools per server; each demo server also has 7 fixed ones
+LIGHT = Path(__file__).resolve().parent / "slow_server.py"
 PER_SERVER = TOOLS + 7
 
 
@@ -89,6 +96,15 @@ async def run(ctx: Any) -> dict[str, Any]:
             via_fastmcp("fastmcp-reuse", ctx.fastmcp_python, cfg, reuse=True),
             lambda c: _time_to_list(c, ctx, count * PER_SERVER),
         )
+    light = {f"l{i:02d}": [str(LIGHT), str(delay), f"l{i:02d}"] for i in range(count)}
+    runs[f"light-{count}"] = (
+        via_prefixgate(f"light-{count}", gateway_config(tmp / "light", light)),
+        lambda c: _time_to_list(c, ctx, count * 3),
+    )
+    runs["light-1"] = (
+        via_prefixgate("light-1", gateway_config(tmp / "light1", {"l00": light["l00"]})),
+        lambda c: _time_to_list(c, ctx, 3),
+    )
     if not quick:  # context rows
         one_server = {"s00": servers["s00"]}
         runs["prefixgate-1"] = (
@@ -130,4 +146,5 @@ async def run(ctx: Any) -> dict[str, Any]:
         result["contenders"][f"direct-x{count}"]["note"] = f"{count} mcp SDK clients, each spawning one slow demo server"
     if "fastmcp" in times:
         result["ratios"]["prefixgate/fastmcp"] = ratio("prefixgate", "fastmcp")
+    result["ratios"]["barrier"] = ratio(f"light-{count}", "light-1")
     return result
