@@ -38,8 +38,9 @@ def _versions() -> str:
 
 
 class CheckCache:
-    def __init__(self, state_dir: Path | None = None) -> None:
+    def __init__(self, state_dir: Path | None = None, *, persist: bool = True) -> None:
         self.directory = state_dir / "cache" if state_dir is not None else None
+        self.persist = persist
         self.header = f"# prefixgate check cache v1 {_versions()}"
         self.passed_keys: set[str] = set()
         self._loaded: set[str] = set()
@@ -73,7 +74,7 @@ class CheckCache:
 
     def save(self) -> None:
         """Write the remembered passes (atomically, 0600) if anything new was learnt."""
-        if self.directory is None or self.passed_keys <= self._loaded:
+        if self.directory is None or not self.persist or self.passed_keys <= self._loaded:
             return
         try:
             private_dir(self.directory)

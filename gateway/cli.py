@@ -48,9 +48,12 @@ def _load(path: str | None) -> Config:
 
 
 @asynccontextmanager
-async def running(config: Config, *, supervise: bool = False) -> AsyncIterator[Hub]:
-    """Start every server concurrently; stop them all on exit."""
-    hub = Hub(config)
+async def running(config: Config, *, supervise: bool = False, persist: bool = True) -> AsyncIterator[Hub]:
+    """Start every server concurrently; stop them all on exit.
+
+    ``persist=False`` (doctor) writes nothing to the state directory.
+    """
+    hub = Hub(config, persist=persist)
     async with anyio.create_task_group() as tg:
         hub.start(tg, supervise=supervise)
         try:

@@ -127,7 +127,7 @@ async def discover_once(config: Config) -> Round:
     from gateway import cli  # lazily: cli imports this module
 
     started = anyio.current_time()
-    async with cli.running(config) as hub:
+    async with cli.running(config, persist=False) as hub:
         try:
             epoch = await cli.discover(config, hub)
             error = None

@@ -57,7 +57,7 @@ class Upstream:
 
 
 class Hub:
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, *, persist: bool = True) -> None:
         self.config = config
         self.downstreams = [Downstream(s, self) for s in config.servers]
         self.by_id = {d.id: d for d in self.downstreams}
@@ -66,7 +66,7 @@ class Hub:
         self.bus = InMemorySubscriptionBus()
         self.upstreams: list[Upstream] = []
         self.discovered = anyio.Event()
-        self.checks = CheckCache(config.gateway.state_dir)
+        self.checks = CheckCache(config.gateway.state_dir, persist=persist)
         self._rebuild_lock = anyio.Lock()
         self._log_level: str | None = None
 

@@ -25,8 +25,17 @@ def session_key(session_id: str) -> str:
 
 
 def private_dir(path: Path) -> Path:
-    """Create ``path`` (and parents) mode 0700 and refuse anything that is not ours."""
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    """Create ``path`` (and missing parents) mode 0700 and refuse anything that is not ours.
+
+    ``Path.mkdir(parents=True)`` would create the parents (the state directory itself)
+    with the umask's default mode, readable by everyone.
+    """
+    missing = [p for p in (path, *path.parents) if not os.path.lexists(p)]
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory, 0o700)
+        except FileExistsError:
+            pass
     info = os.lstat(path)
     if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
         raise JournalError(f"{path} is not a real directory")

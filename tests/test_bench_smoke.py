@@ -51,7 +51,7 @@ def test_full_harness_smoke(tmp_path: Path) -> None:
     assert results["catalog"]["gateway"]["tool_search_raw_s"]["n"] > 0
     assert results["bigresult"]["contenders"]["prefixgate"]["answer_bytes"] <= 65536
     statuses = {t["id"]: t["status"] for t in results["_targets"]}
-    assert len(statuses) == 8 and set(statuses.values()) <= {"met", "MISSED", "n/a"}
+    assert len(statuses) == 10 and set(statuses.values()) <= {"met", "MISSED", "n/a"}
     fastmcp = "fastmcp-1" in seq["contenders"]
     assert (statuses["per-call-vs-fastmcp"] == "n/a") is not fastmcp
     table = (tmp_path / "latest.md").read_text()

@@ -53,3 +53,16 @@ def test_a_remembered_pass_skips_the_checks(tmp_path: Path) -> None:
 
     catalog = build([ServerTools("s", "s", (BAD,))], PROFILES["openai"], memo=Everything())
     assert [e.name for e in catalog.entries] == ["s__bad"]
+
+
+def test_the_state_directory_is_created_private(tmp_path: Path) -> None:
+    state = tmp_path / "deep" / "state"
+    cache = CheckCache(state)
+    run(cache)
+    cache.save()
+    for directory in (tmp_path / "deep", state, state / "cache"):
+        assert directory.stat().st_mode & 0o777 == 0o700, directory
+    doctor_like = CheckCache(tmp_path / "other", persist=False)
+    run(doctor_like)
+    doctor_like.save()
+    assert not (tmp_path / "other").exists()
