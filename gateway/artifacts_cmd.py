@@ -42,7 +42,7 @@ def run(config: Config, args: argparse.Namespace) -> int:
             max_age_seconds=config.spill.max_age_days * 86400,
             max_total_bytes=config.spill.max_total_bytes,
         )
-        print(f"removed {len(removed)} artifacts ({sum(a.size for a in removed)} bytes)")
+        sys.stdout.write(f"removed {len(removed)} artifacts ({sum(a.size for a in removed)} bytes)\n")
         return 0
     except StoreError as exc:
         sys.stderr.write(f"prefixgate: {exc}\n")
@@ -53,12 +53,12 @@ def _list(root: object, as_json: bool) -> int:
     items = list_artifacts(root)  # type: ignore[arg-type]
     if as_json:
         rows = [{"id": a.id, "session": a.session, "size": a.size, "mtime": a.mtime} for a in items]
-        print(json.dumps(rows, indent=2))
+        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
         return 0
     for a in items:
         when = datetime.datetime.fromtimestamp(a.mtime).isoformat(timespec="seconds")
-        print(f"{a.id}  {a.size:>10}  {when}  session {a.session[:12]}")
-    print(f"{len(items)} artifacts, {sum(a.size for a in items)} bytes")
+        sys.stdout.write(f"{a.id}  {a.size:>10}  {when}  session {a.session[:12]}\n")
+    sys.stdout.write(f"{len(items)} artifacts, {sum(a.size for a in items)} bytes\n")
     return 0
 
 

@@ -42,6 +42,7 @@ import anyio
 
 from gateway import __version__
 from gateway.config import Config, ConfigError, find_config, load_config
+from gateway.importer import toml_string
 
 CLIENTS = ("claude-code", "claude-desktop", "cursor", "vscode", "codex")
 STDERR_LINES = 5
@@ -484,26 +485,6 @@ def launcher() -> list[str]:
     return [exe, "-m", "gateway"]
 
 
-def _toml_string(text: str) -> str:
-    out = ['"']
-    for char in text:
-        code = ord(char)
-        if char == '"':
-            out.append('\\"')
-        elif char == "\\":
-            out.append("\\\\")
-        elif char == "\n":
-            out.append("\\n")
-        elif char == "\t":
-            out.append("\\t")
-        elif code < 0x20 or code == 0x7F:
-            out.append(f"\\u{code:04X}")
-        else:
-            out.append(char)
-    out.append('"')
-    return "".join(out)
-
-
 _WHERE = {
     "claude-code": "Claude Code: run once (user scope: every project)",
     "claude-desktop": "Claude Desktop: merge into claude_desktop_config.json (macOS: ~/Library/Application "
@@ -529,8 +510,8 @@ def snippet(client: str, config_path: str) -> dict[str, Any]:
         text = "\n".join(
             [
                 "[mcp_servers.prefixgate]",
-                f"command = {_toml_string(command)}",
-                "args = [" + ", ".join(_toml_string(a) for a in args) + "]",
+                f"command = {toml_string(command)}",
+                "args = [" + ", ".join(toml_string(a) for a in args) + "]",
             ]
         )
     else:
