@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from catalog.build import build, fingerprint
 from catalog.model import Catalog, ServerTools
-from catalog.names import PROFILES, code_unit_key
+from catalog.names import PROFILES
 
 OPENAI = PROFILES["openai"]
 META = frozenset({"tool_search", "tool_call", "artifact_read"})

@@ -11,7 +11,6 @@ The lists of scenarios that must pass live in ``tests/conformance/expected_fixtu
 
 from __future__ import annotations
 
-import os
 import queue
 import socket
 import subprocess

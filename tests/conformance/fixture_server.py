@@ -24,7 +24,6 @@ Run it:
 from __future__ import annotations
 
 import argparse
-import base64
 import json
 import re
 import socket
