@@ -411,7 +411,7 @@ def _server(
     )
     if not common["enabled"]:
         # A disabled server is validated for shape but never expanded: its variables may be unset.
-        return ServerConfig(transport="stdio" if "command" in s else s.get("transport", "http"), **common)  # type: ignore[arg-type]
+        return ServerConfig(transport="stdio" if "command" in s else s.get("transport", "http"), **common)
     if "command" in s:
         return ServerConfig(
             transport="stdio",
@@ -419,7 +419,7 @@ def _server(
             args=tuple(expand(f"{where}.args[{i}]", a, env) for i, a in enumerate(s.get("args", ()))),
             env={k: expand(f"{where}.env.{k}", v, env) for k, v in sorted(s.get("env", {}).items())},
             cwd=str(Path(expand(f"{where}.cwd", s["cwd"], env)).expanduser()) if "cwd" in s else None,
-            **common,  # type: ignore[arg-type]
+            **common,
         )
     url = expand(f"{where}.url", s["url"], env)
     if not re.match(r"^https?://", url):
@@ -428,5 +428,5 @@ def _server(
         transport=s.get("transport", "http"),
         url=url,
         headers={k: expand(f"{where}.headers.{k}", v, env) for k, v in sorted(s.get("headers", {}).items())},
-        **common,  # type: ignore[arg-type]
+        **common,
     )

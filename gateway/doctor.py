@@ -337,7 +337,7 @@ def check_directories(report: Report, config: Config) -> None:
             sessions, problems = _session_problems(path)
             text += f"; {sessions} session director{'y' if sessions == 1 else 'ies'}"
             if problems:
-                verdict = "FAIL" if verdict != "FAIL" else verdict
+                verdict = "FAIL"
                 details = [f"refused by the store: {p}" for p in problems[:5]]
                 if len(problems) > 5:
                     details.append(f"... and {len(problems) - 5} more")
@@ -416,8 +416,8 @@ def check_stability(report: Report, first: Round, second: Round) -> None:
         if changes:
             culprits.append({"id": s.id, "changes": changes})
     identical = None if a is None or b is None else a == b
-    fingerprints = [r.epoch.fingerprint if r.epoch is not None else None for r in (first, second)]
-    if identical is None:
+    fingerprints = [r.epoch.fingerprint if r.epoch is not None else "-" for r in (first, second)]
+    if identical is None or a is None:
         report.add("stability", "FAIL", "cannot compare: no catalog was published (see declarations)")
     elif identical:
         report.add(

@@ -10,6 +10,7 @@ roots requests (to the client whose call caused them, when there is one).
 
 from __future__ import annotations
 
+import functools
 import logging
 import secrets
 from collections.abc import Callable, Sequence
@@ -74,7 +75,7 @@ class Hub:
 
     def start(self, tg: anyio.abc.TaskGroup, *, supervise: bool) -> None:
         for downstream in self.downstreams:
-            tg.start_soon(lambda d=downstream: d.run(supervise=supervise))
+            tg.start_soon(functools.partial(downstream.run, supervise=supervise))
 
     async def first_epoch(self, epoch: Epoch) -> None:
         self.surface = build_surface(self.downstreams, PROFILES[self.config.client.profile], self.config.gateway.separator)

@@ -220,5 +220,5 @@ async def _stop(child: ChildProcess) -> None:
             await process.stdin.aclose()
     if await child.wait_exit(_GRACE_SECONDS) is None:
         with suppress(ProcessLookupError, PermissionError, OSError):
-            await terminate_posix_process_tree(process, _GRACE_SECONDS)  # type: ignore[arg-type]
+            await terminate_posix_process_tree(process, _GRACE_SECONDS)
         await child.wait_exit(_GRACE_SECONDS)

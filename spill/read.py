@@ -122,7 +122,10 @@ def _sorted_keys(value: Any) -> Any:
 
 def artifact_read_declaration() -> dict[str, Any]:
     """The MCP tool declaration of artifact_read, keys sorted at every depth."""
-    return _sorted_keys({"description": _DESCRIPTION, "inputSchema": ARTIFACT_READ_SCHEMA, "name": "artifact_read"})
+    declaration: dict[str, Any] = _sorted_keys(
+        {"description": _DESCRIPTION, "inputSchema": ARTIFACT_READ_SCHEMA, "name": "artifact_read"}
+    )
+    return declaration
 
 
 # --------------------------------------------------------------------------- helpers
@@ -201,7 +204,7 @@ def _budget(max_visible_bytes: int, *header_worst: str) -> int:
 
 def _nines(n: int) -> int:
     """The largest number with as many digits as n: stands in for any number <= n in a header."""
-    return 10 ** len(str(max(n, 0))) - 1
+    return int(10 ** len(str(max(n, 0))) - 1)
 
 
 def _beyond(n: int) -> int:
