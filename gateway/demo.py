@@ -456,6 +456,7 @@ async def _serve_http(server: Server[Any], args: argparse.Namespace) -> None:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", args.port))
+    sock.listen(128)
     port = sock.getsockname()[1]
     if args.transport == "http":
         app = server.streamable_http_app(streamable_http_path="/mcp")

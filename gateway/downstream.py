@@ -35,6 +35,7 @@ ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
 log = logging.getLogger("prefixgate.downstream")
 
 _MAX_PAGES = 10_000
+_ENVELOPE = "io.modelcontextprotocol/"
 BACKOFF_START = 1.0
 BACKOFF_MAX = 60.0
 HEALTHY_RESET = 300.0
@@ -409,7 +410,11 @@ class Downstream:
         if arguments is not None:
             params["arguments"] = dict(arguments)
         if meta:
-            params["_meta"] = {k: v for k, v in meta.items() if k != "progressToken"}
+            # The client's progress token and its per-request protocol envelope (2026-07-28
+            # keys) belong to the upstream connection, not to this one.
+            forwarded = {k: v for k, v in meta.items() if k != "progressToken" and not k.startswith(_ENVELOPE)}
+            if forwarded:
+                params["_meta"] = forwarded
         timeout = self.config.call_timeout
         try:
             return await self.request("tools/call", params, timeout=timeout, on_progress=on_progress)

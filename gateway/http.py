@@ -80,6 +80,7 @@ async def serve_http(server: Server[Any], listen: str, token: str | None) -> Non
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
+    sock.listen(128)  # accept from the moment the URL is printed (uvicorn starts a little later)
     bound = sock.getsockname()[1]
     app: ASGIApp = server.streamable_http_app(streamable_http_path=MCP_PATH, host=host)
     if token is not None:

@@ -19,6 +19,7 @@ from catalog.search import render
 from catalog.schema import json_path
 from jsonschema.exceptions import best_match
 from mcp_types.methods import validate_server_result
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 from spill import ArtifactNotFound, ArtifactStore, StoreError, artifact_read, bound_result
 
@@ -252,8 +253,11 @@ def argument_problem(epoch: Epoch, name: str, arguments: Mapping[str, Any] | Non
 
 def _checked(result: dict[str, Any], version: str, server: str, tool: str) -> dict[str, Any]:
     """Refuse a malformed downstream result here, where we can still name the server."""
+    candidate = result
+    if version in MODERN_PROTOCOL_VERSIONS and "resultType" not in result:
+        candidate = {**result, "resultType": "complete"}  # a handshake-era server's result
     try:
-        validate_server_result("tools/call", version, result)
+        validate_server_result("tools/call", version, candidate)
     except (ValidationError, KeyError, ValueError) as exc:
         detail = exc.errors()[0].get("msg", "invalid") if isinstance(exc, ValidationError) else str(exc)
         log.warning("server %s returned an invalid result for %s: %s", server, tool, detail)

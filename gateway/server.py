@@ -15,13 +15,14 @@ from typing import Any
 
 import anyio
 import mcp_types as types
+from mcp.server.caching import CacheHint
 from mcp.server.context import CallNext, ServerRequestContext
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
 from mcp.server.subscriptions import ListenHandler
 from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import INVALID_PARAMS
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 
 from gateway import __version__
 from gateway.downstream import DownstreamUnavailable
@@ -90,10 +91,10 @@ def build_server(hub: Hub, new_session: SessionFactory) -> tuple[Server[Any], In
 
     async def list_tools(ctx: ServerRequestContext[Any, Any], params: Any) -> Any:
         epoch = await router.current()
-        return {"tools": epoch.published(ctx.protocol_version)}
+        return _result(ctx, {"tools": epoch.published(ctx.protocol_version)})
 
     async def call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> Any:
-        return await call_tool_raw(ctx, params.name, params.arguments)
+        return _result(ctx, dict(await call_tool_raw(ctx, params.name, params.arguments)))
 
     async def call_tool_raw(ctx: ServerRequestContext[Any, Any], name: str, arguments: dict[str, Any] | None) -> Any:
         upstream = await upstream_of(ctx)
@@ -122,12 +123,14 @@ def build_server(hub: Hub, new_session: SessionFactory) -> tuple[Server[Any], In
 
     # --- resources, prompts, completion, logging --------------------------------------
 
-    async def routed(server_id: str | None, what: str, method: str, params: dict[str, Any]) -> Any:
+    async def routed(
+        ctx: ServerRequestContext[Any, Any], server_id: str | None, what: str, method: str, params: dict[str, Any]
+    ) -> Any:
         if server_id is None:
             raise MCPError(code=INVALID_PARAMS, message=f"prefixgate: no server offers {what}")
         downstream = hub.by_id[server_id]
         try:
-            return await downstream.request(method, params, timeout=downstream.config.call_timeout)
+            return _result(ctx, await downstream.request(method, params, timeout=downstream.config.call_timeout))
         except DownstreamUnavailable as exc:
             raise MCPError(code=INVALID_PARAMS, message=str(exc)) from None
 
@@ -138,22 +141,22 @@ def build_server(hub: Hub, new_session: SessionFactory) -> tuple[Server[Any], In
 
     async def list_resources(ctx: ServerRequestContext[Any, Any], params: Any) -> Any:
         await router.current()
-        return {"resources": hub.surface.resources}
+        return _result(ctx, {"resources": hub.surface.resources})
 
     async def list_templates(ctx: ServerRequestContext[Any, Any], params: Any) -> Any:
         await router.current()
-        return {"resourceTemplates": hub.surface.templates}
+        return _result(ctx, {"resourceTemplates": hub.surface.templates})
 
     async def read_resource(ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams) -> Any:
         await router.current()
         uri = str(params.uri)
-        return await routed(_resource_server(hub, uri), f"resource {uri!r}", "resources/read", raw(ctx))
+        return await routed(ctx, _resource_server(hub, uri), f"resource {uri!r}", "resources/read", raw(ctx))
 
     async def subscribe(ctx: ServerRequestContext[Any, Any], params: types.SubscribeRequestParams) -> Any:
         await router.current()
         uri = str(params.uri)
         upstream = await upstream_of(ctx)
-        result = await routed(_resource_server(hub, uri), f"resource {uri!r}", "resources/subscribe", raw(ctx))
+        result = await routed(ctx, _resource_server(hub, uri), f"resource {uri!r}", "resources/subscribe", raw(ctx))
         upstream.subscriptions.add(uri)
         return result
 
@@ -162,11 +165,11 @@ def build_server(hub: Hub, new_session: SessionFactory) -> tuple[Server[Any], In
         uri = str(params.uri)
         upstream = await upstream_of(ctx)
         upstream.subscriptions.discard(uri)
-        return await routed(_resource_server(hub, uri), f"resource {uri!r}", "resources/unsubscribe", raw(ctx))
+        return await routed(ctx, _resource_server(hub, uri), f"resource {uri!r}", "resources/unsubscribe", raw(ctx))
 
     async def list_prompts(ctx: ServerRequestContext[Any, Any], params: Any) -> Any:
         await router.current()
-        return {"prompts": hub.surface.prompts}
+        return _result(ctx, {"prompts": hub.surface.prompts})
 
     async def get_prompt(ctx: ServerRequestContext[Any, Any], params: types.GetPromptRequestParams) -> Any:
         await router.current()
@@ -174,7 +177,7 @@ def build_server(hub: Hub, new_session: SessionFactory) -> tuple[Server[Any], In
         if route is None:
             raise MCPError(code=INVALID_PARAMS, message=f"Unknown prompt {params.name!r}")
         server_id, original = route
-        return await routed(server_id, f"prompt {params.name!r}", "prompts/get", {**raw(ctx), "name": original})
+        return await routed(ctx, server_id, f"prompt {params.name!r}", "prompts/get", {**raw(ctx), "name": original})
 
     async def complete(ctx: ServerRequestContext[Any, Any], params: types.CompleteRequestParams) -> Any:
         await router.current()
@@ -188,7 +191,8 @@ def build_server(hub: Hub, new_session: SessionFactory) -> tuple[Server[Any], In
         elif ref.get("type") == "ref/resource":
             uri = str(ref.get("uri"))
             server_id = hub.surface.owner_of_template(uri) or hub.surface.owner_of_uri(uri)
-        return await routed(server_id, f"completion for {ref.get('type')}", "completion/complete", {**request, "ref": ref})
+        what = f"completion for {ref.get('type')}"
+        return await routed(ctx, server_id, what, "completion/complete", {**request, "ref": ref})
 
     async def set_level(ctx: ServerRequestContext[Any, Any], params: types.SetLevelRequestParams) -> Any:
         await router.current()
@@ -213,12 +217,27 @@ def build_server(hub: Hub, new_session: SessionFactory) -> tuple[Server[Any], In
             on_completion=complete,
             on_set_logging_level=set_level,
             on_subscriptions_listen=ListenHandler(hub.bus),
+            cache_hints={
+                "tools/list": CacheHint(ttl_ms=0, scope="public"),
+                "prompts/list": CacheHint(ttl_ms=0, scope="public"),
+                "resources/list": CacheHint(ttl_ms=0, scope="public"),
+                "resources/templates/list": CacheHint(ttl_ms=0, scope="public"),
+                "resources/read": CacheHint(ttl_ms=0, scope="private"),
+            },
         )
     server.middleware.insert(0, middleware)
     options = server.create_initialization_options(
         NotificationOptions(tools_changed=True, prompts_changed=True, resources_changed=True)
     )
     return server, options
+
+
+def _result(ctx: ServerRequestContext[Any, Any], result: dict[str, Any]) -> dict[str, Any]:
+    """A result as the negotiated era wants it: 2026-07-28 results name their type, and
+    a result relayed from a handshake-era server has none."""
+    if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+        result.setdefault("resultType", "complete")
+    return result
 
 
 def _resource_server(hub: Hub, uri: str) -> str | None:

@@ -11,15 +11,21 @@ from collections.abc import Sequence
 from typing import Any
 
 from mcp_types.methods import serialize_server_result
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION, MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
 DEFAULT_VERSION = LATEST_HANDSHAKE_VERSION
+LIST_CACHE_FIELDS = {"resultType": "complete", "ttlMs": 0, "cacheScope": "public"}
+"""2026-07-28 cache hints of the aggregated lists: the same for every client, and
+immediately stale, because a change is announced (list_changed / subscriptions)."""
 
 
 def published_tools(declarations: Sequence[dict[str, Any]], version: str = DEFAULT_VERSION) -> list[dict[str, Any]]:
     """The ``tools`` array exactly as the SDK will put it on the wire for ``version``."""
-    result = serialize_server_result("tools/list", version, {"tools": list(declarations)})
+    data: dict[str, Any] = {"tools": list(declarations)}
+    if version in MODERN_PROTOCOL_VERSIONS:  # the 2026-07-28 result carries its cache hints
+        data.update(LIST_CACHE_FIELDS)
+    result = serialize_server_result("tools/list", version, data)
     tools: list[dict[str, Any]] = result["tools"]
     return tools
 

@@ -116,3 +116,47 @@ async def test_late_server_joins_when_ready(tmp_path: Path) -> None:
         joined = [t.name for t in (await gw.session.list_tools()).tools]
         assert "slow__echo" in joined
         assert (await gw.session.call_tool("slow__echo", {"text": "made it"})).content[0].text == "made it"
+
+
+async def test_modern_protocol_clients_get_the_change_on_their_listen_stream(config: Path) -> None:
+    """2026-07-28 clients have no standing notification stream: subscriptions/listen."""
+    import os
+
+    from mcp import Client, StdioServerParameters
+    from mcp.shared.subscriptions import ToolsListChanged
+
+    from tests.conftest import PYTHON
+
+    params = StdioServerParameters(
+        command=PYTHON,
+        args=["-m", "gateway", "serve", "--config", str(config), "--log-level", "warning"],
+        env=dict(os.environ),
+    )
+    async with Client(params, mode="auto") as client:
+        assert client.session.protocol_version == "2026-07-28"
+        before = [t.name for t in (await client.list_tools()).tools]
+        async with client.listen(tools_list_changed=True) as subscription:
+            events: list[object] = []
+
+            async def collect() -> None:
+                async for event in subscription:
+                    events.append(event)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(collect)
+                await client.call_tool("r__mutate", {"kind": "reorder"})
+                await anyio.sleep(1.5)
+                assert events == [], "an unchanged catalog must not notify"
+                await client.call_tool("r__mutate", {"kind": "grow"})
+                await wait_for(lambda: len(events) >= 1)
+                await anyio.sleep(0.5)
+                tg.cancel_scope.cancel()
+        assert len(events) == 1 and isinstance(events[0], ToolsListChanged)
+        after = [t.name for t in (await client.list_tools()).tools]
+        assert set(after) - set(before) == {"r__grown_1"}
+        # Everything else relayed from a handshake-era server works on the modern wire too.
+        assert (await client.read_resource("demo://r/readme")).contents[0].text == "r says hello"
+        assert "r__greet" in [p.name for p in (await client.list_prompts()).prompts]
+        greeting = await client.get_prompt("r__greet", {"who": "Mo"})
+        assert greeting.messages[0].content.text == "Hello Mo from r"
+        assert (await client.call_tool("r__echo", {"text": "modern"})).content[0].text == "modern"
