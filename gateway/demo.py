@@ -476,7 +476,8 @@ async def _serve_http(server: Server[Any], args: argparse.Namespace) -> None:
         )
         url = f"http://127.0.0.1:{port}/sse"
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
-    print(url, flush=True)
+    sys.stdout.write(url + "\n")  # HTTP/SSE mode: stdout is not an MCP stream here
+    sys.stdout.flush()
     await uvicorn.Server(config).serve(sockets=[sock])
 
 
