@@ -17,10 +17,8 @@ import logging
 import os
 from importlib import metadata
 from pathlib import Path
-from typing import Any
 
 from gateway.journal import JournalError, private_dir
-from gateway.wire import wire_problem
 
 log = logging.getLogger("prefixgate.checks")
 
@@ -52,10 +50,6 @@ class CheckCache:
 
     def add(self, encoded: bytes) -> None:
         self.passed_keys.add(hashlib.sha256(encoded).hexdigest())
-
-    @staticmethod
-    def wire_check(declaration: dict[str, Any]) -> str | None:
-        return wire_problem(declaration)
 
     def _load(self) -> None:
         if self.directory is None:

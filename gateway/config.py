@@ -52,12 +52,6 @@ class ServerConfig:
     exclude: tuple[str, ...] = ()
     deferred: bool = False
 
-    def describe(self) -> str:
-        """Where the server lives, without secrets (env and headers are never shown)."""
-        if self.transport == "stdio":
-            return f"stdio: {self.command}"
-        return f"{self.transport}: {self.url}"
-
 
 @dataclass(frozen=True)
 class GatewayConfig:

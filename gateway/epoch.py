@@ -22,10 +22,10 @@ from spill import artifact_read_declaration
 from jsonschema.protocols import Validator
 from jsonschema.validators import validator_for
 
+from gateway.checks import CheckCache
 from gateway.config import Config
 from gateway.downstream import Downstream
-from gateway.checks import CheckCache
-from gateway.wire import DEFAULT_VERSION, published_tools
+from gateway.wire import DEFAULT_VERSION, published_tools, wire_problem
 
 META_TOOLS = frozenset({"tool_search", "tool_call", "artifact_read"})
 """Names the gateway serves itself: a downstream tool never takes one."""
@@ -137,7 +137,7 @@ def build_epoch(config: Config, downstreams: Sequence[Downstream], checks: Check
         PROFILES[config.client.profile],
         config.gateway.separator,
         reserved=META_TOOLS,
-        extra_check=checks.wire_check,
+        extra_check=wire_problem,
         memo=checks,
     )
     checks.save()

@@ -13,12 +13,11 @@ from __future__ import annotations
 import functools
 import logging
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
-import anyio.to_thread
 from catalog.budget import DecisionError
 from catalog.names import PROFILES
 from mcp.server.session import ServerSession
@@ -37,7 +36,7 @@ from gateway.checks import CheckCache
 from gateway.config import Config
 from gateway.downstream import Downstream
 from gateway.epoch import Epoch, build_epoch
-from gateway.router import Router, collect
+from gateway.router import Router
 from gateway.session import Session
 from gateway.surface import Surface, build_surface
 
@@ -258,10 +257,6 @@ class Hub:
             if d.status == "ready" and "logging" in d.capabilities:
                 await d.request("logging/setLevel", {"level": level}, timeout=10)
 
-    async def retention(self, store: ArtifactStore | None) -> None:
-        if store is not None:
-            await anyio.to_thread.run_sync(collect, store, self.config.spill)
-
 
 def change_summary(old: Epoch | None, new: Epoch) -> str:
     """Tools added, removed and changed between two epochs, for the log line."""
@@ -281,6 +276,3 @@ def change_summary(old: Epoch | None, new: Epoch) -> str:
         parts.append(f"mode {old.decision.mode} -> {new.decision.mode}")
     return "; ".join(parts) or "declarations changed"
 
-
-def enabled(downstreams: Sequence[Downstream]) -> list[Downstream]:
-    return [d for d in downstreams if d.config.enabled]

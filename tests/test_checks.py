@@ -9,13 +9,14 @@ from catalog.model import ServerTools
 from catalog.names import PROFILES
 
 from gateway.checks import CheckCache
+from gateway.wire import wire_problem
 
 GOOD = {"name": "ok", "inputSchema": {"type": "object", "properties": {"a": {"type": "string"}}}}
 BAD = {"name": "bad", "inputSchema": {"type": "object", "properties": {"a": {"type": "strin"}}}}
 
 
 def run(cache: CheckCache) -> list[str]:
-    catalog = build([ServerTools("s", "s", (GOOD, BAD))], PROFILES["openai"], extra_check=cache.wire_check, memo=cache)
+    catalog = build([ServerTools("s", "s", (GOOD, BAD))], PROFILES["openai"], extra_check=wire_problem, memo=cache)
     return [e.name for e in catalog.entries]
 
 
