@@ -365,6 +365,13 @@ class Downstream:
     ) -> dict[str, Any]:
         """Send one raw request; the result is the peer's JSON, unvalidated."""
         dispatcher = self._dispatcher
+        if dispatcher is not None and self._child is not None and self._child.stdout_closed.is_set():
+            # The process is gone but the supervisor has not noted it yet: wait for that
+            # (briefly) so the answer says when it will be retried, not a stale "ready".
+            with anyio.move_on_after(3):
+                while self.retry_at is None and not self._stopping:
+                    await anyio.sleep(0.01)
+            dispatcher = None
         if dispatcher is None:
             raise DownstreamUnavailable(self.unavailable())
         opts: dict[str, Any] = {"headers": dict(self._headers)}
