@@ -170,3 +170,42 @@ async def http_client(url: str, token: str | None = None) -> AsyncIterator[Gatew
             async with ClientSession(dispatcher=dispatcher) as session:
                 await session.initialize()
                 yield Gateway(session, dispatcher, Path(os.devnull))
+
+
+ERAS = ("legacy", "auto")
+"""The real SDK client's two ways in: the 2025-11-25 handshake and the 2026-07-28 stateless protocol."""
+
+
+@asynccontextmanager
+async def sdk_client(
+    target: Path | str,
+    mode: str,
+    *extra: str,
+    env: Mapping[str, str] | None = None,
+    log_level: str = "info",
+    headers: Mapping[str, str] | None = None,
+    **options: Any,
+) -> AsyncIterator[Any]:
+    """The SDK's high-level ``Client`` in ``mode`` ("legacy" or "auto").
+
+    ``target`` is a config path (``prefixgate serve`` over stdio, stderr discarded) or an
+    HTTP URL of a running ``serve --http``; ``options`` go to ``Client`` (callbacks etc.).
+    """
+    from mcp import Client
+
+    if isinstance(target, Path):
+        params = StdioServerParameters(
+            command=PYTHON,
+            args=["-m", "gateway", "serve", "--config", str(target), "--log-level", log_level, *extra],
+            env={**os.environ, **(env or {})},
+            encoding_error_handler="replace",
+        )
+        async with Client(params, mode=mode, **options) as client:  # type: ignore[arg-type]
+            yield client
+        return
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    async with create_mcp_http_client(headers=dict(headers or {})) as http:
+        async with Client(streamable_http_client(target, http_client=http), mode=mode, **options) as client:  # type: ignore[arg-type]
+            yield client
