@@ -1,9 +1,12 @@
 """``serve --http``: the gateway over streamable HTTP at ``/mcp``.
 
-On a loopback address the SDK's Host/Origin checks block DNS rebinding; any other
-address requires a bearer token, checked before a request reaches anything (401
-otherwise). Each HTTP session (``Mcp-Session-Id``) is its own client to the hub, with
-its own activation state and artifacts.
+On every loopback address (all of 127/8, ``::1`` in any spelling, ``localhost``) the
+SDK's Host/Origin checks block DNS rebinding, allowing only the bound address and the
+usual loopback names with the bound port; any other address requires a bearer token,
+checked before a request reaches anything (401 otherwise). A request body must arrive
+within ``BODY_TIMEOUT`` seconds (408 otherwise), so a slow client cannot hold a
+connection open. Each HTTP session (``Mcp-Session-Id``) is its own client to the hub,
+with its own activation state and artifacts.
 """
 
 from __future__ import annotations
@@ -11,14 +14,23 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import json
+import logging
+import os
 import socket
 import sys
 from typing import Any
 
+import anyio
 from mcp.server.lowlevel import Server
-from starlette.types import ASGIApp, Receive, Scope, Send
+from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE, TransportSecuritySettings
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+log = logging.getLogger("prefixgate.http")
 
 MCP_PATH = "/mcp"
+BODY_TIMEOUT = float(os.environ.get("PREFIXGATE_HTTP_BODY_TIMEOUT") or 30.0)
+"""Seconds a request body may take to arrive in full (the environment variable exists for tests)."""
+_LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
 
 
 def parse_listen(value: str) -> tuple[str, int]:
@@ -43,6 +55,100 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def _host_literal(host: str) -> str:
+    """How ``host`` appears in a Host header: IPv6 in brackets."""
+    return f"[{host}]" if ":" in host else host
+
+
+def transport_security(host: str, port: int) -> TransportSecuritySettings:
+    """DNS-rebinding protection for a bind address.
+
+    The SDK switches it on only for the literal ``127.0.0.1``, ``localhost`` and ``::1``,
+    so ``127.0.0.2`` or ``[0:0:0:0:0:0:0:1]`` (loopback too, so no token is needed)
+    would accept any Host and Origin. Here every loopback bind allows exactly the bound
+    address (as given and normalised) and the usual loopback names, with the bound port.
+    A non-loopback bind is guarded by the bearer token instead.
+    """
+    if not is_loopback(host):
+        return TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    names = {_host_literal(host), *_LOOPBACK_NAMES}
+    try:
+        names.add(_host_literal(str(ipaddress.ip_address(host))))
+    except ValueError:
+        pass  # localhost
+    hosts = sorted(f"{name}:{port}" for name in names)
+    if port == 80:
+        hosts += sorted(names)
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=hosts,
+        allowed_origins=[f"http://{h}" for h in hosts],
+    )
+
+
+class BodyDeadline:
+    """Pure ASGI: the whole request body must arrive within ``timeout`` seconds, else 408.
+
+    uvicorn has no body timeout, so a client that sends headers and then nothing would
+    hold its connection (and a task) for ever. The body is read here, under the deadline
+    and bounded by the SDK's size limit (413 beyond it), then replayed to the app.
+    """
+
+    def __init__(self, app: ASGIApp, timeout: float, max_size: int = DEFAULT_MAX_REQUEST_BODY_SIZE) -> None:
+        self.app = app
+        self.timeout = timeout
+        self.max_size = max_size
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        size = 0
+        trailing: Message | None = None
+        with anyio.move_on_after(self.timeout) as deadline:
+            while True:
+                message = await receive()
+                if message["type"] != "http.request":
+                    trailing = message  # the client went away
+                    break
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                if size > self.max_size:
+                    await _plain(send, 413, "request body too large")
+                    return
+                chunks.append(chunk)
+                if not message.get("more_body", False):
+                    break
+        if deadline.cancelled_caught:
+            log.info("request body not received within %g s: 408", self.timeout)
+            await _plain(send, 408, f"request body not received within {self.timeout:g} s")
+            return
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                if trailing is not None:
+                    return trailing
+                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
+async def _plain(send: Send, status: int, text: str) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"text/plain; charset=utf-8"), (b"connection", b"close")],
+        }
+    )
+    await send({"type": "http.response.body", "body": text.encode()})
 
 
 class BearerAuth:
@@ -82,11 +188,13 @@ async def serve_http(server: Server[Any], listen: str, token: str | None) -> Non
     sock.bind((host, port))
     sock.listen(128)  # accept from the moment the URL is printed (uvicorn starts a little later)
     bound = sock.getsockname()[1]
-    app: ASGIApp = server.streamable_http_app(streamable_http_path=MCP_PATH, host=host)
+    app: ASGIApp = server.streamable_http_app(
+        streamable_http_path=MCP_PATH, transport_security=transport_security(host, bound)
+    )
+    app = BodyDeadline(app, BODY_TIMEOUT)
     if token is not None:
         app = BearerAuth(app, token)
-    shown = f"[{host}]" if ":" in host else host
-    sys.stdout.write(f"http://{shown}:{bound}{MCP_PATH}\n")
+    sys.stdout.write(f"http://{_host_literal(host)}:{bound}{MCP_PATH}\n")
     sys.stdout.flush()
     config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False)
     await uvicorn.Server(config).serve(sockets=[sock])
