@@ -295,9 +295,11 @@ def _token(args: argparse.Namespace) -> str | None:
         except OSError as exc:
             raise Exit(2, f"prefixgate: --token-file: cannot read {args.token_file}: {exc.strerror}") from None
         if not token:
-            raise Exit(2, f"prefixgate: --token-file: {args.token_file} is empty")
+            raise Exit(2, f"prefixgate: --token-file: {args.token_file} is empty or only whitespace")
     elif os.environ.get("PREFIXGATE_TOKEN"):
         token = os.environ["PREFIXGATE_TOKEN"].strip()
+        if not token:
+            raise Exit(2, "prefixgate: $PREFIXGATE_TOKEN is only whitespace; set a real token or unset it")
     if token is None and not is_loopback(host):
         raise Exit(2, f"prefixgate: --http {args.http}: a non-loopback address requires --token-file or $PREFIXGATE_TOKEN")
     return token
