@@ -1,0 +1,137 @@
+"""Hardening (issue 10), helper C: HTTP exposure, life cycle, the activation journal,
+catalog-change storms and log routing, through real gateway processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import anyio
+import httpx2
+import pytest
+
+from tests.conftest import ERAS, GATEWAY, PYTHON, demo, gateway, run_cli, sdk_client, write_config
+
+pytestmark = pytest.mark.anyio
+
+ROGUE = Path(__file__).with_name("rogue_life.py")
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+}
+ACCEPT = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+
+
+def rogue(*args: str | int) -> dict[str, Any]:
+    """A stdio server table running tests/rogue_life.py."""
+    return {"command": PYTHON, "args": [str(ROGUE), *map(str, args)]}
+
+
+@contextmanager
+def serve_http(config: Path, listen: str, env: Mapping[str, str] | None = None) -> Iterator[tuple[str, Path]]:
+    """``prefixgate serve --http LISTEN`` on any address: yields its URL and stderr log."""
+    stderr_path = config.parent / f"http-gateway-{os.urandom(4).hex()}.log"
+    with stderr_path.open("w") as errlog:
+        proc = subprocess.Popen(
+            [*GATEWAY, "serve", "--config", str(config), "--http", listen],
+            stdout=subprocess.PIPE,
+            stderr=errlog,
+            text=True,
+            env={**os.environ, **(env or {})},
+        )
+        try:
+            assert proc.stdout is not None
+            url = proc.stdout.readline().strip()
+            assert url.startswith("http://"), (url, stderr_path.read_text())
+            yield url, stderr_path
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def text(result: Any) -> str:
+    return "".join(block.text for block in result.content if block.type == "text")
+
+
+# --- item 3: DNS-rebinding protection on every loopback bind ------------------------------
+
+
+@pytest.mark.parametrize("listen", ["127.0.0.2:0", "[0:0:0:0:0:0:0:1]:0"])
+async def test_every_loopback_bind_checks_host_and_origin(tmp_path: Path, listen: str) -> None:
+    config = write_config(tmp_path, {"d": demo("--tools", 1, "--log-calls")})
+    with serve_http(config, listen) as (url, stderr):
+        port = urlsplit(url).port
+        call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "d__echo", "arguments": {"text": "x"}}}
+        async with httpx2.AsyncClient() as plain:
+            for evil in (
+                {"host": "evil.example"},
+                {"host": f"evil.example:{port}"},
+                {"origin": "http://evil.example"},
+                {"host": f"evil.example:{port}", "origin": f"http://evil.example:{port}"},
+            ):
+                refused = await plain.post(url, json=INIT, headers={**ACCEPT, **evil})
+                assert 400 <= refused.status_code < 500, (evil, refused.status_code)
+            # A legitimate session, then a rebinding attempt that reuses it: refused, nothing runs.
+            ok = await plain.post(url, json=INIT, headers=ACCEPT)
+            assert ok.status_code == 200
+            session = {"mcp-session-id": ok.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
+            attack = await plain.post(
+                url, json=call, headers={**ACCEPT, **session, "host": "evil.example", "origin": "http://evil.example"}
+            )
+            assert 400 <= attack.status_code < 500
+            # The usual loopback names with the bound port are allowed.
+            local = await plain.post(url, json=INIT, headers={**ACCEPT, "host": f"localhost:{port}"})
+            assert local.status_code == 200
+        assert "call echo" not in stderr.read_text()
+        for mode in ERAS:
+            async with sdk_client(url, mode) as client:
+                assert text(await client.call_tool("d__echo", {"text": mode})) == mode
+    assert stderr.read_text().count("call echo") == 2
+
+
+# --- item 12: whitespace-only token; slow request bodies -----------------------------------
+
+
+def test_whitespace_only_token_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"d": demo("--tools", 1)})
+    proc = run_cli("serve", "--config", str(config), "--http", "127.0.0.1:0", env={"PREFIXGATE_TOKEN": " \t "}, timeout=30)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "prefixgate: $PREFIXGATE_TOKEN is only whitespace; set a real token or unset it"
+    ]
+    assert proc.stdout == ""
+    token_file = tmp_path / "token"
+    token_file.write_text("  \n")
+    proc = run_cli("serve", "--config", str(config), "--http", "0.0.0.0:0", "--token-file", str(token_file), timeout=30)
+    assert proc.returncode == 2 and "is empty or only whitespace" in proc.stderr
+
+
+async def test_a_body_that_never_arrives_gets_408_and_frees_the_connection(tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"d": demo("--tools", 1)})
+    with serve_http(config, "127.0.0.1:0", env={"PREFIXGATE_HTTP_BODY_TIMEOUT": "1"}) as (url, _):
+        parts = urlsplit(url)
+        assert parts.hostname is not None and parts.port is not None
+        with socket.create_connection((parts.hostname, parts.port), timeout=30) as sock:
+            sock.sendall(
+                f"POST /mcp HTTP/1.1\r\nHost: {parts.netloc}\r\nContent-Type: application/json\r\n"
+                "Accept: application/json, text/event-stream\r\nContent-Length: 1000\r\n\r\n{".encode()
+            )
+            received = b""
+            while chunk := sock.recv(65536):  # ends when the gateway closes the connection
+                received += chunk
+        assert received.startswith(b"HTTP/1.1 408"), received[:200]
+        async with sdk_client(url, "legacy") as client:  # still serving
+            assert text(await client.call_tool("d__echo", {"text": "up"})) == "up"
