@@ -18,7 +18,7 @@ import os
 from importlib import metadata
 from pathlib import Path
 
-from gateway.journal import JournalError, private_dir
+from gateway.journal import check_private_file, open_private_dir
 
 log = logging.getLogger("prefixgate.checks")
 
@@ -56,10 +56,17 @@ class CheckCache:
             return
         path = self.directory / _FILE
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            # O_NONBLOCK and the file check: a FIFO or a foreign file here must not hang
+            # or steer the start-up (a remembered pass skips a schema check).
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError:
             return
         with os.fdopen(fd, encoding="ascii", errors="replace") as handle:
+            try:
+                check_private_file(fd, str(path))
+            except OSError as exc:
+                log.warning("check cache ignored: %s", exc)
+                return
             lines = handle.read().splitlines()
         if not lines or lines[0] != self.header:
             return  # another version of a checker: start over
@@ -71,12 +78,18 @@ class CheckCache:
         if self.directory is None or not self.persist or self.passed_keys <= self._loaded:
             return
         try:
-            private_dir(self.directory)
-            temporary = self.directory / f".{_FILE}.{os.getpid()}"
-            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-            with os.fdopen(fd, "w", encoding="ascii") as handle:
-                handle.write(self.header + "\n" + "".join(f"{k}\n" for k in sorted(self.passed_keys)))
-            os.replace(temporary, self.directory / _FILE)
+            dir_fd = open_private_dir(self.directory, create=True)
+            assert dir_fd is not None
+            try:
+                temporary = f".{_FILE}.{os.getpid()}"
+                flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+                fd = os.open(temporary, flags, 0o600, dir_fd=dir_fd)
+                with os.fdopen(fd, "w", encoding="ascii") as handle:
+                    check_private_file(fd, temporary)
+                    handle.write(self.header + "\n" + "".join(f"{k}\n" for k in sorted(self.passed_keys)))
+                os.replace(temporary, _FILE, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            finally:
+                os.close(dir_fd)
             self._loaded = set(self.passed_keys)
-        except (OSError, JournalError) as exc:
+        except OSError as exc:
             log.info("check cache not saved: %s", exc)

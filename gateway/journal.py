@@ -3,16 +3,27 @@
 A grant must survive a gateway restart with the same ``--session`` (clients restart
 their MCP servers often), but only if it is provably the same epoch; the record format
 and the fail-closed restore rules live in ``catalog.activation``. This module only does
-the file work: a private directory, ``O_APPEND`` writes, and ``fsync`` before the search
-result that granted the tools goes out.
+the file work, and trusts nothing it finds: the directory is verified like the artifact
+store's (a real directory, ours, 0700: the same opener), the file must be a regular file
+that we own and nobody else can write (opened ``O_NONBLOCK`` so a FIFO cannot hang us),
+only its tail is read (restore needs the last record, and the file may be huge), and
+each record is fsynced before the search result that granted the tools goes out.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import stat
 from pathlib import Path
+
+from spill import StoreError
+from spill.store import _open_verified
+
+TAIL_LIMIT = 4 << 20
+"""How far back from the end the last record is looked for (bytes)."""
+_OPEN_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 class JournalError(OSError):
@@ -24,48 +35,91 @@ def session_key(session_id: str) -> str:
     return hashlib.sha256(session_id.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def private_dir(path: Path) -> Path:
-    """Create ``path`` (and missing parents) mode 0700 and refuse anything that is not ours.
+def open_private_dir(path: Path, *, create: bool) -> int | None:
+    """Verified descriptor of a private directory (created 0700 with its missing parents
+    when ``create``); None when it is missing and not created. Raises JournalError for a
+    symlink, a non-directory or a directory owned by someone else."""
+    try:
+        return _open_verified(path, f"directory {str(path)!r}", create=create)
+    except StoreError as exc:
+        raise JournalError(str(exc)) from None
 
-    ``Path.mkdir(parents=True)`` would create the parents (the state directory itself)
-    with the umask's default mode, readable by everyone.
-    """
-    missing = [p for p in (path, *path.parents) if not os.path.lexists(p)]
-    for directory in reversed(missing):
-        try:
-            os.mkdir(directory, 0o700)
-        except FileExistsError:
-            pass
-    info = os.lstat(path)
-    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
-        raise JournalError(f"{path} is not a real directory")
+
+def check_private_file(fd: int, label: str) -> os.stat_result:
+    """Refuse anything but a regular file we own that nobody else can write."""
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        raise JournalError(f"{label} is not a regular file")
     if info.st_uid != os.geteuid():
-        raise JournalError(f"{path} is not owned by this user")
-    if info.st_mode & 0o077:
-        os.chmod(path, 0o700)
-    return path
+        raise JournalError(f"{label} is owned by uid {info.st_uid}, not by us (uid {os.geteuid()})")
+    if info.st_mode & 0o022:
+        raise JournalError(f"{label} is writable by group or others (mode {stat.S_IMODE(info.st_mode):04o})")
+    return info
+
+
+def tail_record(fd: int, size: int, limit: int = TAIL_LIMIT) -> bytes:
+    """The file's last line (with its newline, if any), read from the end only."""
+    if size <= 0:
+        return b""
+    start = max(0, size - limit)
+    chunk = os.pread(fd, size - start, start)
+    cut = chunk.rfind(b"\n", 0, len(chunk) - 1)
+    if cut >= 0:
+        return chunk[cut + 1 :]
+    if start == 0:
+        return chunk
+    raise JournalError(f"the last record is longer than {limit} bytes")
 
 
 class Journal:
     def __init__(self, state_dir: Path, session_id: str) -> None:
         self.directory = state_dir / "activation"
         self.path = self.directory / f"{session_key(session_id)}.jsonl"
+        self.label = f"activation journal {str(self.path)!r}"
+
+    def _refused(self, exc: OSError) -> JournalError:
+        if exc.errno == errno.ELOOP:
+            return JournalError(f"{self.label} is a symlink")
+        if exc.errno == errno.ENXIO:
+            return JournalError(f"{self.label} is not a regular file")
+        return JournalError(f"cannot open {self.label}: {exc.strerror or exc}")
 
     def read(self) -> bytes:
-        """The whole journal (empty when it does not exist yet)."""
+        """The journal's last record (empty when it does not exist yet).
+
+        Raises OSError (JournalError with the reason) when the directory or the file
+        fails verification; the caller then grants nothing.
+        """
+        dir_fd = open_private_dir(self.directory, create=False)
+        if dir_fd is None:
+            return b""
         try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            fd = os.open(self.path.name, os.O_RDONLY | _OPEN_FLAGS, dir_fd=dir_fd)
         except FileNotFoundError:
             return b""
-        with os.fdopen(fd, "rb") as handle:
-            return handle.read()
+        except OSError as exc:
+            raise self._refused(exc) from None
+        finally:
+            os.close(dir_fd)
+        try:
+            info = check_private_file(fd, self.label)
+            return tail_record(fd, info.st_size)
+        finally:
+            os.close(fd)
 
     def append(self, record: bytes) -> None:
         """Append one record and fsync it; raise OSError if it is not durably written."""
-        private_dir(self.directory)
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-        fd = os.open(self.path, flags, 0o600)
+        dir_fd = open_private_dir(self.directory, create=True)
+        assert dir_fd is not None
         try:
+            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | _OPEN_FLAGS
+            fd = os.open(self.path.name, flags, 0o600, dir_fd=dir_fd)
+        except OSError as exc:
+            raise self._refused(exc) from None
+        finally:
+            os.close(dir_fd)
+        try:
+            check_private_file(fd, self.label)
             view = memoryview(record)
             while view:
                 written = os.write(fd, view)

@@ -2,7 +2,9 @@
 
 A grant is written to the journal (fsynced) before it exists in memory, under one lock,
 so the journal's last line always matches what the session allows; a failed write
-grants nothing. Restores fail closed: anything doubtful grants nothing and is recorded.
+grants nothing. Restores fail closed: anything doubtful grants nothing and is recorded,
+and a journal that fails verification (not ours, not a regular file) grants nothing and
+is logged with the reason.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ class Session:
         try:
             data = await anyio.to_thread.run_sync(journal.read)
         except OSError as exc:
-            log.warning("activation journal unreadable (%s): nothing restored", exc.strerror or exc)
+            log.warning("activation journal not used: %s; nothing restored", exc.strerror or exc)
             return frozenset()
         active, reason = restore(data, identity)
         if reason is None:
