@@ -135,3 +135,76 @@ async def test_a_body_that_never_arrives_gets_408_and_frees_the_connection(tmp_p
         assert received.startswith(b"HTTP/1.1 408"), received[:200]
         async with sdk_client(url, "legacy") as client:  # still serving
             assert text(await client.call_tool("d__echo", {"text": "up"})) == "up"
+
+
+# --- item 9: the activation journal is verified, never trusted blindly --------------------
+
+DEFERRED = {"d": {**demo("--tools", 3), "deferred": True}}
+NOT_ACTIVE = "Call tool_search to activate d__echo first; a declaration does not grant execution."
+
+
+async def _granted_journal(config: Path) -> Path:
+    """Run once with --session s and activate d__echo; return the journal's path."""
+    async with gateway(config, "--session", "s") as gw:
+        await gw.session.call_tool("tool_search", {"query": "d__echo", "limit": 1})
+        assert text(await gw.session.call_tool("d__echo", {"text": "1"})) == "1"
+    (journal,) = (config.parent / "state" / "activation").iterdir()
+    return journal
+
+
+@pytest.mark.parametrize("foreign", ["file", "directory"])
+async def test_a_foreign_owned_journal_grants_nothing(tmp_path: Path, foreign: str) -> None:
+    config = write_config(tmp_path, DEFERRED)
+    journal = await _granted_journal(config)
+    os.chown(journal if foreign == "file" else journal.parent, 54321, 54321)
+    async with gateway(config, "--session", "s") as gw:
+        assert text(await gw.session.call_tool("d__echo", {"text": "2"})) == NOT_ACTIVE
+        assert "owned by uid 54321" in gw.stderr() and "nothing restored" in gw.stderr()
+
+
+async def test_a_fifo_at_the_journal_path_does_not_hang_calls(tmp_path: Path) -> None:
+    config = write_config(tmp_path, DEFERRED)
+    journal = await _granted_journal(config)
+    journal.unlink()
+    os.mkfifo(journal, 0o600)
+    with anyio.fail_after(60):
+        async with gateway(config, "--session", "s") as gw:
+            assert text(await gw.session.call_tool("d__echo", {"text": "2"})) == NOT_ACTIVE
+            found = await gw.session.call_tool("tool_search", {"query": "d__echo", "limit": 1})
+            assert found.is_error  # the grant cannot be written, so nothing is granted
+            assert text(await gw.session.call_tool("d__echo", {"text": "3"})) == NOT_ACTIVE
+            assert "not a regular file" in gw.stderr()
+
+
+def _gateway_pid(config: Path) -> int:
+    """The pid of the ``serve`` process for this config (found through /proc)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"serve" in argv and str(config).encode() in argv and b"gateway" in argv:
+            return int(entry.name)
+    raise AssertionError("gateway process not found")
+
+
+def _peak_rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmHWM")
+
+
+async def test_a_huge_journal_is_read_from_its_tail_only(tmp_path: Path) -> None:
+    config = write_config(tmp_path, DEFERRED)
+    journal = await _granted_journal(config)
+    last = journal.read_bytes().splitlines()[-1]
+    with journal.open("r+b") as handle:
+        handle.truncate(1 << 30)  # 1 GiB, sparse
+        handle.seek(0, os.SEEK_END)
+        handle.write(b"\n" + last + b"\n")
+    async with gateway(config, "--session", "s") as gw:
+        assert text(await gw.session.call_tool("d__echo", {"text": "2"})) == "2"  # honoured
+        assert _peak_rss_kib(_gateway_pid(config)) < 400 * 1024
