@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import secrets
+import signal
 import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -121,6 +122,7 @@ async def _serve(config: Config, session_id: str | None, http: str | None, token
                 await _exit_now(hub.downstreams, "prefixgate: " + failures[0])
 
         async with anyio.create_task_group() as tg:
+            tg.start_soon(_stop_on_signals, hub.downstreams)
             tg.start_soon(barrier)
             if http is None:
                 from gateway.upstream_stdio import stdio_streams
@@ -152,11 +154,29 @@ async def _artifact_store(config: Config, session_id: str | None) -> ArtifactSto
     return store
 
 
-async def _exit_now(downstreams: Sequence[Downstream], message: str) -> None:
-    """Stop every server and exit 1 at once.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+"""Each stops the gateway the same way; the exit status is 128 + the signal number."""
 
-    The SDK reads stdin in a worker thread that cancellation cannot interrupt, so a
-    gateway that must stop while its client is still connected cannot unwind normally.
+
+async def _stop_on_signals(downstreams: Sequence[Downstream]) -> None:
+    """SIGTERM, SIGHUP and SIGINT stop every server (none is left running) and exit.
+
+    Without this a SIGTERM or SIGHUP killed the gateway at once and left the servers
+    that ignore EOF on stdin running; clients send SIGTERM a second after closing stdin.
+    """
+    with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
+        async for signum in signals:
+            name = signal.Signals(signum).name
+            log.info("%s received: stopping every server", name)
+            await _exit_now(downstreams, f"prefixgate: stopped by {name}", 128 + signum)
+
+
+async def _exit_now(downstreams: Sequence[Downstream], message: str, code: int = 1) -> None:
+    """Stop every server (concurrently: each in its own task) and exit with ``code`` at once.
+
+    Stdin may be read in a worker thread that cancellation cannot interrupt (the SDK's
+    fallback transport), so a gateway that must stop while its client is still
+    connected cannot rely on unwinding normally.
     """
     for downstream in downstreams:
         downstream.stop()
@@ -165,7 +185,7 @@ async def _exit_now(downstreams: Sequence[Downstream], message: str) -> None:
             await downstream.closed.wait()
     sys.stderr.write(message + "\n")
     sys.stderr.flush()
-    os._exit(1)
+    os._exit(code)
 
 
 # --- catalog ---------------------------------------------------------------------------

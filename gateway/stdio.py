@@ -30,7 +30,10 @@ from mcp.shared.message import SessionMessage
 
 log = logging.getLogger("prefixgate.stdio")
 
-_GRACE_SECONDS = 2.0
+_GRACE_SECONDS = 0.2
+"""How long a stopping server gets after EOF on stdin (and half as long after SIGTERM)
+before SIGKILL: a whole stop stays well under the second a client waits before its own
+SIGTERM."""
 _STDERR_TAIL_LINES = 20
 
 
@@ -213,12 +216,17 @@ async def stdio_transport(
 
 
 async def _stop(child: ChildProcess) -> None:
-    """Close stdin, give the server a grace period, then end its whole process group."""
+    """Close stdin, give the server a short grace, then end its whole process group
+    (SIGTERM, then SIGKILL), so nothing it started outlives the gateway.
+
+    Every server is stopped from its own task, so all of them stop concurrently.
+    """
     process = child.process
     if process.stdin is not None:
         with suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
             await process.stdin.aclose()
-    if await child.wait_exit(_GRACE_SECONDS) is None:
-        with suppress(ProcessLookupError, PermissionError, OSError):
-            await terminate_posix_process_tree(process, _GRACE_SECONDS)
-        await child.wait_exit(_GRACE_SECONDS)
+    await child.wait_exit(_GRACE_SECONDS)
+    # Even when the leader has exited, what it started may still be running in its group.
+    with suppress(ProcessLookupError, PermissionError, OSError):
+        await terminate_posix_process_tree(process, _GRACE_SECONDS / 2)
+    await child.wait_exit(_GRACE_SECONDS)
