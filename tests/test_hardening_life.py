@@ -208,3 +208,60 @@ async def test_a_huge_journal_is_read_from_its_tail_only(tmp_path: Path) -> None
     async with gateway(config, "--session", "s") as gw:
         assert text(await gw.session.call_tool("d__echo", {"text": "2"})) == "2"  # honoured
         assert _peak_rss_kib(_gateway_pid(config)) < 400 * 1024
+
+
+# --- item 8: SIGTERM, SIGHUP and closed stdin leave no server running ---------------------
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` is still running (a zombie waiting for a reaper counts as gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def _wait_gone(pid: int, timeout: float = 30) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not _alive(pid):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGHUP", "eof", "eof-then-SIGTERM"])
+def test_stopping_the_gateway_leaves_no_server_running(tmp_path: Path, how: str) -> None:
+    pidfile = tmp_path / "rogue.pid"
+    config = write_config(
+        tmp_path, {"r": rogue("--ignore-eof", "--ignore-term", "--pidfile", pidfile), "d": demo("--tools", 1)}
+    )
+    errlog = (tmp_path / "stderr.log").open("w")
+    proc = subprocess.Popen(
+        [*GATEWAY, "serve", "--config", str(config)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errlog
+    )
+    try:
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write((__import__("json").dumps(INIT) + "\n").encode())
+        proc.stdin.flush()
+        assert b'"result"' in proc.stdout.readline()  # serving: every server has started
+        pid = int(pidfile.read_text())
+        assert _alive(pid)
+        if how.startswith("SIG"):
+            proc.send_signal(getattr(signal, how))
+        else:
+            proc.stdin.close()  # what every client does first
+            if how == "eof-then-SIGTERM":
+                time.sleep(1)  # ... and then SIGTERM a second later
+                if proc.poll() is None:
+                    proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=30)
+        assert code in (0, 128 + signal.SIGTERM, 128 + signal.SIGHUP), code
+        assert _wait_gone(pid), f"server {pid} outlived the gateway ({how})"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        errlog.close()
+        if pidfile.exists() and _alive(int(pidfile.read_text())):
+            os.kill(int(pidfile.read_text()), signal.SIGKILL)
