@@ -1,7 +1,7 @@
 """The running gateway: downstream servers, the current epoch, and the connected clients.
 
 It reacts to what downstream servers report: a ``list_changed`` re-lists that server and
-rebuilds the catalog, but publishes a new epoch (clearing activation, notifying clients
+rebuilds the catalog (coalesced per server: one re-list running, at most one pending), but publishes a new epoch (clearing activation, notifying clients
 in both protocol eras) only when the canonical declarations really changed; a server
 that becomes ready late, or comes back after a crash, joins the same way. It also relays
 server-to-client traffic: log messages, resource updates, and sampling / elicitation /
@@ -68,11 +68,16 @@ class Hub:
         self.discovered = anyio.Event()
         self.checks = CheckCache(config.gateway.state_dir, persist=persist)
         self._rebuild_lock = anyio.Lock()
+        self._rebuild_waiting = False
+        self._relists: dict[tuple[str, str], bool] = {}
+        """(server id, kind) -> whether another re-list is pending behind the running one."""
+        self._tasks: anyio.abc.TaskGroup | None = None
         self._log_level: str | None = None
 
     # --- start-up ---------------------------------------------------------------------
 
     def start(self, tg: anyio.abc.TaskGroup, *, supervise: bool) -> None:
+        self._tasks = tg
         for downstream in self.downstreams:
             tg.start_soon(functools.partial(downstream.run, supervise=supervise))
 
@@ -143,15 +148,13 @@ class Hub:
         if method.endswith("/list_changed"):
             if downstream.status != "ready":
                 return  # still starting: its start-up listing comes after this
-            if method == "notifications/tools/list_changed":
-                await downstream.refresh(tools=True)
-                if self.discovered.is_set():
-                    await self.rebuild(f"server {downstream.id!r} changed its tools")
-            elif method in ("notifications/prompts/list_changed", "notifications/resources/list_changed"):
-                kind = "prompts" if "prompts" in method else "resources"
-                await downstream.refresh(**{kind: True})
-                if await self._resurface() and self.discovered.is_set():
-                    await self._notify_lists(kind)
+            kind = {
+                "notifications/tools/list_changed": "tools",
+                "notifications/prompts/list_changed": "prompts",
+                "notifications/resources/list_changed": "resources",
+            }.get(method)
+            if kind is not None:
+                self._relist_soon(downstream, kind)
         elif method == "notifications/resources/updated":
             uri = params.get("uri")
             if isinstance(uri, str):
@@ -162,6 +165,42 @@ class Hub:
             name = params.get("logger")
             source = downstream.id if not name else f"{downstream.id}/{name}"
             await self._broadcast(lambda s: s.send_log_message(level, params.get("data"), source))
+
+    def _relist_soon(self, downstream: Downstream, kind: str) -> None:
+        """Coalesce a server's ``list_changed`` storm: one re-list runs, at most one waits.
+
+        Each re-list may rebuild a catalog of thousands of tools; hundreds of notifications
+        in a burst must not mean hundreds of rebuilds. A notification that arrives while a
+        re-list runs marks one more as pending (it will see every change so far); while
+        one is pending, a notification adds nothing. The re-list runs in the hub's own
+        task, so whoever delivers notifications is never held up by it.
+        """
+        key = (downstream.id, kind)
+        if key in self._relists:
+            self._relists[key] = True
+            return
+        self._relists[key] = False
+        if self._tasks is None:
+            self._relists.pop(key)
+            return
+        self._tasks.start_soon(self._relist, downstream, kind, key)
+
+    async def _relist(self, downstream: Downstream, kind: str, key: tuple[str, str]) -> None:
+        try:
+            while True:
+                self._relists[key] = False
+                try:
+                    await downstream.refresh(**{kind: True})
+                    if kind == "tools":
+                        await self.rebuild(f"server {downstream.id!r} changed its tools")
+                    elif await self._resurface() and self.discovered.is_set():
+                        await self._notify_lists(kind)
+                except Exception as exc:  # noqa: BLE001 - a server that fails to re-list keeps its old lists
+                    log.warning("[%s] re-listing %s after list_changed failed: %s", downstream.id, kind, exc)
+                if not self._relists[key]:
+                    return
+        finally:
+            del self._relists[key]
 
     async def server_request(self, downstream: Downstream, method: str, params: dict[str, Any]) -> dict[str, Any]:
         """Relay sampling, elicitation or roots to the client that can answer it."""
@@ -191,36 +230,53 @@ class Hub:
     # --- epochs -----------------------------------------------------------------------
 
     async def rebuild(self, why: str) -> None:
-        """Rebuild the catalog; publish a new epoch only when what clients see changed."""
+        """Rebuild the catalog; publish a new epoch only when what clients see changed.
+
+        A request made while another rebuild waits for the lock is folded into that one:
+        it builds from the state current when it runs, so it includes this change.
+        """
         if not self.discovered.is_set():
             return  # the barrier builds the first epoch
-        async with self._rebuild_lock:
-            old = self.router.epoch
-            try:
-                epoch = build_epoch(self.config, self.downstreams, self.checks)
-            except DecisionError as exc:
-                log.error("catalog change refused (%s): %s; keeping the current epoch", why, exc)
-                return
-            await self._resurface()
-            if old is not None and epoch.identity == old.identity and epoch.fingerprint == old.fingerprint:
-                log.info("%s: catalog unchanged (fingerprint %s), same epoch", why, old.fingerprint[:16])
-                return
-            for warning in epoch.catalog.warnings:
-                log.warning("%s", warning.line())
-            log.warning(
-                "new epoch (%s): fingerprint %s -> %s; %s",
-                why,
-                old.fingerprint[:16] if old else "-",
-                epoch.fingerprint[:16],
-                change_summary(old, epoch),
-            )
-            if old is None or epoch.decision.fallback != old.decision.fallback:
-                log.warning("declarations: %s (%s)", epoch.decision.mode, epoch.decision.detail)
-            await self.router.publish(epoch)
-            for upstream in self.upstreams:
-                await upstream.session.enter(epoch.identity)
-            await self._broadcast(lambda s: s.send_tool_list_changed())
-            await self.bus.publish(ToolsListChanged())
+        if self._rebuild_waiting:
+            log.debug("%s: a rebuild is already waiting and will include it", why)
+            return
+        self._rebuild_waiting = True
+        try:
+            await self._rebuild_lock.acquire()
+        finally:
+            self._rebuild_waiting = False
+        try:
+            await self._rebuild(why)
+        finally:
+            self._rebuild_lock.release()
+
+    async def _rebuild(self, why: str) -> None:
+        old = self.router.epoch
+        try:
+            epoch = build_epoch(self.config, self.downstreams, self.checks)
+        except DecisionError as exc:
+            log.error("catalog change refused (%s): %s; keeping the current epoch", why, exc)
+            return
+        await self._resurface()
+        if old is not None and epoch.identity == old.identity and epoch.fingerprint == old.fingerprint:
+            log.info("%s: catalog unchanged (fingerprint %s), same epoch", why, old.fingerprint[:16])
+            return
+        for warning in epoch.catalog.warnings:
+            log.warning("%s", warning.line())
+        log.warning(
+            "new epoch (%s): fingerprint %s -> %s; %s",
+            why,
+            old.fingerprint[:16] if old else "-",
+            epoch.fingerprint[:16],
+            change_summary(old, epoch),
+        )
+        if old is None or epoch.decision.fallback != old.decision.fallback:
+            log.warning("declarations: %s (%s)", epoch.decision.mode, epoch.decision.detail)
+        await self.router.publish(epoch)
+        for upstream in self.upstreams:
+            await upstream.session.enter(epoch.identity)
+        await self._broadcast(lambda s: s.send_tool_list_changed())
+        await self.bus.publish(ToolsListChanged())
 
     async def _resurface(self) -> bool:
         new = build_surface(self.downstreams, PROFILES[self.config.client.profile], self.config.gateway.separator)
