@@ -265,3 +265,31 @@ def test_stopping_the_gateway_leaves_no_server_running(tmp_path: Path, how: str)
         errlog.close()
         if pidfile.exists() and _alive(int(pidfile.read_text())):
             os.kill(int(pidfile.read_text()), signal.SIGKILL)
+
+
+# --- item 7: a list_changed storm is coalesced --------------------------------------------
+
+
+async def test_a_list_changed_storm_is_coalesced_and_other_calls_go_on(tmp_path: Path) -> None:
+    count = tmp_path / "lists.txt"
+    config = write_config(
+        tmp_path,
+        {"r": rogue("--tools", 600, "--storm", 300, "--count", count), "d": demo("--tools", 1)},
+        client={"profile": "mcp", "declarations": "fixed"},
+    )
+    async with gateway(config) as gw:
+        assert len(count.read_text().splitlines()) == 1  # the start-up listing
+        assert text(await gw.session.call_tool("r__storm", {})) == "storm done"  # 300 list_changed first
+        with anyio.fail_after(60):
+            assert text(await gw.session.call_tool("d__echo", {"text": "unrelated"})) == "unrelated"
+        # Let the gateway settle: the count stops changing.
+        seen, stable_since = -1, time.monotonic()
+        with anyio.fail_after(120):
+            while time.monotonic() - stable_since < 2:
+                now = len(count.read_text().splitlines())
+                if now != seen:
+                    seen, stable_since = now, time.monotonic()
+                await anyio.sleep(0.1)
+        assert 2 <= seen <= 4, f"{seen - 1} re-listings for 300 notifications"
+        with anyio.fail_after(60):
+            assert text(await gw.session.call_tool("d__echo", {"text": "still"})) == "still"
