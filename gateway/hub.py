@@ -10,12 +10,14 @@ roots requests (to the client whose call caused them, when there is one).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import secrets
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, get_args
 
 import anyio
 from catalog.budget import DecisionError
@@ -29,6 +31,7 @@ from mcp.server.subscriptions import (
     ToolsListChanged,
 )
 from mcp.shared.exceptions import MCPError
+from mcp_types import LoggingLevel
 from mcp_types.jsonrpc import INVALID_REQUEST
 from spill import ArtifactStore
 
@@ -54,6 +57,10 @@ class Upstream:
     subscriptions: set[str] = field(default_factory=set)
     calls: dict[Any, str] = field(default_factory=dict)
     """In-flight tools/call request id -> downstream server id (to route its requests back)."""
+    call_sessions: dict[Any, ServerSession] = field(default_factory=dict)
+    """In-flight tools/call request id -> that request's session (its stream, its log opt-in)."""
+    log_level: str | None = None
+    """The level this client set with ``logging/setLevel`` (None: never set)."""
 
 
 class Hub:
@@ -161,10 +168,7 @@ class Hub:
                 await self._broadcast(lambda s: s.send_resource_updated(uri), lambda u: uri in u.subscriptions)
                 await self.bus.publish(ResourceUpdated(uri=uri))
         elif method == "notifications/message":
-            level = params.get("level", "info")
-            name = params.get("logger")
-            source = downstream.id if not name else f"{downstream.id}/{name}"
-            await self._broadcast(lambda s: s.send_log_message(level, params.get("data"), source))
+            await self._relay_log(downstream, params)
 
     def _relist_soon(self, downstream: Downstream, kind: str) -> None:
         """Coalesce a server's ``list_changed`` storm: one re-list runs, at most one waits.
@@ -219,6 +223,28 @@ class Hub:
         # puts it on the originating call's stream (streamable HTTP needs that).
         channel = server_session._request_outbound if related is not None else server_session._connection.outbound  # noqa: SLF001
         return await channel.send_raw_request(method, params, None)
+
+    async def _relay_log(self, downstream: Downstream, params: dict[str, Any]) -> None:
+        """A server's log message goes to the client whose call to it is in flight (on that
+        call's stream, as that call opted in); otherwise to every client whose own
+        ``logging/setLevel`` admits it. Never to everyone regardless of who asked."""
+        level = params.get("level")
+        if level not in LOG_LEVELS:
+            return
+        name = params.get("logger")
+        source = downstream.id if not name else f"{downstream.id}/{name}"
+        data = params.get("data")
+        caller, request_id = self._requester(downstream.id)
+        if request_id is not None and caller is not None:
+            session = caller.call_sessions.get(request_id)
+            if session is not None and admits(caller.log_level, level):
+                with contextlib.suppress(Exception):  # a gone client must not break the server's call
+                    await _send_log(session, level, data, source, request_id)
+            return
+        await self._broadcast(
+            lambda s: _send_log(s, level, data, source, None),
+            lambda u: u.log_level is not None and admits(u.log_level, level),
+        )
 
     def _requester(self, server_id: str) -> tuple[Upstream | None, Any]:
         for upstream in reversed(self.upstreams):
@@ -307,11 +333,38 @@ class Hub:
             except Exception as exc:  # noqa: BLE001 - a gone client must not stop the others
                 log.debug("notification to a client failed: %s", exc)
 
-    async def set_log_level(self, level: str) -> None:
-        self._log_level = level
+    async def set_log_level(self, upstream: Upstream, level: str) -> None:
+        """One client's level: each client filters at its own level, and the servers are
+        asked for the most verbose level any client wants (never lowered by another)."""
+        upstream.log_level = level
+        wanted = [u.log_level for u in self.upstreams if u.log_level in LOG_LEVELS]
+        verbose = min(wanted, key=LOG_LEVELS.index, default=level)
+        if verbose == self._log_level:
+            return
+        self._log_level = verbose
         for d in self.downstreams:
             if d.status == "ready" and "logging" in d.capabilities:
-                await d.request("logging/setLevel", {"level": level}, timeout=10)
+                try:
+                    await d.request("logging/setLevel", {"level": verbose}, timeout=10)
+                except Exception as exc:  # noqa: BLE001 - one server refusing must not fail the client's request
+                    log.info("[%s] logging/setLevel refused: %s", d.id, exc)
+
+
+LOG_LEVELS: tuple[str, ...] = get_args(LoggingLevel)
+"""Log levels, least severe first."""
+
+
+async def _send_log(session: ServerSession, level: Any, data: Any, source: str, related: Any) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # logging is deprecated in 2026-07-28; still relayed
+        await session.send_log_message(level, data, source, related_request_id=related)
+
+
+def admits(threshold: str | None, level: str) -> bool:
+    """Whether a client at ``threshold`` (None: never set, sees what its calls cause) wants ``level``."""
+    if threshold not in LOG_LEVELS:
+        return True
+    return LOG_LEVELS.index(level) >= LOG_LEVELS.index(threshold)
 
 
 def change_summary(old: Epoch | None, new: Epoch) -> str:

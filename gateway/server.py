@@ -109,6 +109,7 @@ def build_server(hub: Hub, new_session: SessionFactory) -> tuple[Server[Any], In
         target = router.server_of(name, arguments)
         if target is not None:
             upstream.calls[ctx.request_id] = target
+            upstream.call_sessions[ctx.request_id] = ctx.session
         try:
             return await router.call(
                 name,
@@ -120,6 +121,7 @@ def build_server(hub: Hub, new_session: SessionFactory) -> tuple[Server[Any], In
             )
         finally:
             upstream.calls.pop(ctx.request_id, None)
+            upstream.call_sessions.pop(ctx.request_id, None)
 
     # --- resources, prompts, completion, logging --------------------------------------
 
@@ -196,7 +198,7 @@ def build_server(hub: Hub, new_session: SessionFactory) -> tuple[Server[Any], In
 
     async def set_level(ctx: ServerRequestContext[Any, Any], params: types.SetLevelRequestParams) -> Any:
         await router.current()
-        await hub.set_log_level(params.level)
+        await hub.set_log_level(await upstream_of(ctx), params.level)
         return {}
 
     with warnings.catch_warnings():
