@@ -8,8 +8,8 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -293,3 +293,72 @@ async def test_a_list_changed_storm_is_coalesced_and_other_calls_go_on(tmp_path:
         assert 2 <= seen <= 4, f"{seen - 1} re-listings for 300 notifications"
         with anyio.fail_after(60):
             assert text(await gw.session.call_tool("d__echo", {"text": "still"})) == "still"
+
+
+# --- item 12: server logs go to the client that caused them, at each client's own level ----
+
+
+@asynccontextmanager
+async def _log_client(url: str) -> AsyncIterator[tuple[Any, list[str]]]:
+    """A handshake-era SDK ClientSession over HTTP that records the log data it receives."""
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    received: list[str] = []
+
+    async def on_log(params: Any) -> None:
+        received.append(f"{params.logger}:{params.data}")
+
+    async with create_mcp_http_client() as http:
+        async with streamable_http_client(url, http_client=http) as (read, write):
+            async with ClientSession(read, write, logging_callback=on_log) as session:
+                await session.initialize()
+                yield session, received
+
+
+async def _until(condition: Any, what: str) -> None:
+    with anyio.fail_after(20):
+        while not condition():
+            await anyio.sleep(0.05)
+
+
+async def test_server_logs_reach_the_client_that_caused_them_at_its_own_level(tmp_path: Path) -> None:
+    levels = tmp_path / "levels.txt"
+    config = write_config(tmp_path, {"r": rogue("--levels", levels)})
+    with serve_http(config, "127.0.0.1:0") as (url, _):
+        async with _log_client(url) as (a, a_logs), _log_client(url) as (b, b_logs):
+            await a.set_logging_level("debug")
+            await b.set_logging_level("error")  # must not quiet the server for a
+            await a.call_tool("r__log", {"level": "info", "data": "from-a"})
+            await b.call_tool("r__log", {"level": "critical", "data": "from-b"})
+            await b.call_tool("r__log", {"level": "info", "data": "below-b"})
+            await _until(lambda: "r:from-a" in a_logs and "r:from-b" in b_logs, "call logs")
+            # Outside any call: every client whose own level admits it.
+            await a.call_tool("r__log_later", {"level": "warning", "data": "later-warning"})
+            await _until(lambda: "r:later-warning" in a_logs, "later-warning")
+            await a.call_tool("r__log_later", {"level": "alert", "data": "later-alert"})
+            await _until(lambda: "r:later-alert" in a_logs and "r:later-alert" in b_logs, "later-alert")
+            await anyio.sleep(0.3)
+        assert a_logs == ["r:from-a", "r:later-warning", "r:later-alert"]
+        assert b_logs == ["r:from-b", "r:later-alert"]
+    assert levels.read_text().split() == ["debug"]
+
+
+async def test_a_modern_client_gets_its_calls_logs_at_the_level_it_asked_for(tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"r": rogue()})
+    received: list[str] = []
+
+    async def on_log(params: Any) -> None:
+        received.append(str(params.data))
+
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    with serve_http(config, "127.0.0.1:0") as (url, _):
+        # Not sdk_client: its log_level is the gateway's stderr level.
+        async with Client(streamable_http_client(url), mode="auto", log_level="warning", logging_callback=on_log) as client:
+            await client.call_tool("r__log", {"level": "info", "data": "quiet"})
+            await client.call_tool("r__log", {"level": "error", "data": "loud"})
+            await _until(lambda: "loud" in received, "loud")
+    assert received == ["loud"]
