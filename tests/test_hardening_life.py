@@ -323,6 +323,7 @@ async def _until(condition: Any, what: str) -> None:
             await anyio.sleep(0.05)
 
 
+@pytest.mark.filterwarnings("ignore:The logging capability is deprecated")
 async def test_server_logs_reach_the_client_that_caused_them_at_its_own_level(tmp_path: Path) -> None:
     levels = tmp_path / "levels.txt"
     config = write_config(tmp_path, {"r": rogue("--levels", levels)})
