@@ -8,13 +8,16 @@ canonical form removes only differences that cannot change what the schema accep
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from typing import NoReturn
 
+import jsonschema_rs
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from jsonschema.validators import validator_for
 
 from catalog.model import JSON
+from catalog.names import quote
 
 # Keyword tables are the union of drafts 4 to 2020-12: one walk serves every dialect.
 # Inside a keyword a dialect does not know, the union can only reorder/de-duplicate
@@ -151,6 +154,8 @@ def check(schema: JSON, where: str = "inputSchema") -> str | None:
     validated against its ``$schema`` dialect (default 2020-12). Call it on the
     canonical form, so defects canonicalisation removes don't cost the tool.
     ``where`` names the root in the reason (``inputSchema``/``outputSchema``).
+    Finally the schema must compile for argument validation (:func:`reference_problem`):
+    a ``$ref`` that cannot be resolved locally is a reason, never a fetch.
     """
     if not isinstance(schema, dict):
         return f"{where}: root must be an object schema, got {type(schema).__name__}"
@@ -167,4 +172,100 @@ def check(schema: JSON, where: str = "inputSchema") -> str | None:
         return f"{json_path(where, err.absolute_path)}: {_one_line(err.message)}"
     except RecursionError:
         return f"{where}: nested too deeply"
+    return reference_problem(schema, where)
+
+
+# --------------------------------------------------------------------------- argument validation
+#
+# Arguments are validated with jsonschema-rs: it never retrieves a remote ``$ref`` (our
+# retriever refuses; python-jsonschema's deprecated automatic retrieval fetched any URL a
+# schema named), its regex engine is linear-time for patterns without backreferences (and
+# bounded by a backtrack limit for the rest), and it is fast enough to run on every call.
+
+REFERENCE_KEYS = frozenset({"$ref", "$dynamicRef", "$recursiveRef"})
+
+REMOTE_REFUSED = "remote references are never fetched"
+
+
+class RemoteReference(Exception):
+    """Raised by the retriever: a schema named a resource outside itself."""
+
+
+def _refuse(uri: str) -> NoReturn:
+    raise RemoteReference(REMOTE_REFUSED)
+
+
+_UNKNOWN_DIALECT = "Unknown meta-schema"
+_RESOURCE = re.compile(r"Resource '(.*?)' is not present in a registry")
+_POINTER = re.compile(r"Pointer '(.*?)' does not exist")
+
+
+def compile_validator(schema: JSON) -> jsonschema_rs.Validator:
+    """The argument validator of a (canonical) schema; raises ``jsonschema_rs.ValidationError``.
+
+    Formats are not asserted (python-jsonschema's default, kept so no call changes meaning).
+    An unknown ``$schema`` falls back to 2020-12, as python-jsonschema's ``validator_for``
+    does, instead of failing.
+    """
+    try:
+        return jsonschema_rs.validator_for(schema, retriever=_refuse, validate_formats=False)
+    except jsonschema_rs.ValidationError as err:
+        if not (isinstance(schema, dict) and err.message.startswith(_UNKNOWN_DIALECT)):
+            raise
+    plain = {k: v for k, v in schema.items() if k != "$schema"}
+    return jsonschema_rs.validator_for(plain, retriever=_refuse, validate_formats=False)
+
+
+def references(schema: JSON, path: tuple[str | int, ...] = ()) -> Iterator[tuple[tuple[str | int, ...], str]]:
+    """Every ``$ref``-like keyword in a schema: (path of the object holding it, reference)."""
+    stack: list[tuple[tuple[str | int, ...], JSON]] = [(path, schema)]
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if key in REFERENCE_KEYS and isinstance(item, str):
+                    yield where, item
+                stack.append(((*where, key), item))
+        elif isinstance(value, list):
+            stack.extend(((*where, i), item) for i, item in enumerate(value))
+
+
+def is_referencing(schema: JSON) -> bool:
+    """Whether a schema uses references (else it is a tree: validation is linear)."""
+    return next(references(schema), None) is not None
+
+
+def _first_line(message: str) -> str:
+    return message.strip().splitlines()[0] if message.strip() else "invalid schema"
+
+
+def reference_problem(schema: JSON, where: str = "inputSchema") -> str | None:
+    """Why the schema cannot be compiled for argument validation (a reason), or None.
+
+    A reference that cannot be resolved inside the schema itself (a remote URL, a
+    relative name without a base, a dangling pointer) is named in the reason: nothing is
+    ever fetched, so such a tool could never be validated.
+    """
+    try:
+        compile_validator(schema)
+    except jsonschema_rs.ValidationError as err:
+        message = _first_line(err.message)
+        remote, pointer = _RESOURCE.search(message), _POINTER.search(message)
+        if remote is None and pointer is None:
+            return f"{where}: {_one_line(message)}"
+        target = remote.group(1) if remote is not None else "#" + (pointer.group(1) if pointer else "")
+        why = REMOTE_REFUSED if remote is not None else "no such location in the schema"
+        holder: tuple[str | int, ...] = ()
+        for at, ref in references(schema):
+            if ref == target or ref.split("#")[0] == target.split("#")[0] != "" or ref.endswith(target):
+                holder = at
+                break
+        return f"{json_path(where, holder)}: $ref {_quote(target)} cannot be resolved: {why}"
+    except (RecursionError, ValueError, TypeError, OverflowError) as err:
+        return f"{where}: cannot be compiled: {_one_line(str(err))}"
     return None
+
+
+def _quote(text: str) -> str:
+    """A reference as one printable quoted token (it comes from an untrusted server)."""
+    return _one_line(quote(text))

@@ -17,7 +17,8 @@ from typing import Any
 import anyio
 from catalog.search import render
 from catalog.schema import json_path
-from jsonschema.exceptions import best_match
+from jsonschema_rs import ValidationError as SchemaViolation
+from jsonschema_rs import Validator
 from mcp_types.methods import validate_server_result
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
@@ -129,7 +130,7 @@ class Router:
         refusal = self.refusal(epoch, name, session)
         if refusal is not None:
             return error_result(refusal)
-        problem = argument_problem(epoch, name, arguments)
+        problem = await argument_problem(epoch, name, arguments)
         if problem is not None:
             return error_result(problem)
         downstream = self.downstreams[entry.server]
@@ -242,13 +243,57 @@ def collect(store: ArtifactStore, spill: SpillConfig) -> None:
         log.info("artifact retention removed %d artifacts", len(removed))
 
 
-def argument_problem(epoch: Epoch, name: str, arguments: Mapping[str, Any] | None) -> str | None:
-    """The first schema violation of ``arguments``, naming its path, or None."""
-    instance = {} if arguments is None else arguments
-    error = best_match(epoch.validator(name).iter_errors(instance))
-    if error is None:
+VALIDATION_BUDGET = 2.0
+"""Seconds a referencing schema may spend validating one call's arguments."""
+
+_MAX_ERRORS = 64
+_MAX_MESSAGE = 300
+
+
+async def argument_problem(epoch: Epoch, name: str, arguments: Mapping[str, Any] | None) -> str | None:
+    """The most relevant schema violation of ``arguments``, naming its path, or None.
+
+    A tree-shaped schema costs at most schema size x argument size (jsonschema-rs's
+    regex engine is linear), so it is validated inline. A schema with references can
+    share subschemas and cost exponential time, so it runs in a worker thread under
+    :data:`VALIDATION_BUDGET`; past it the call is refused and the thread abandoned.
+    """
+    instance = {} if arguments is None else dict(arguments)
+    try:
+        validator, referencing = epoch.validator(name)
+    except SchemaViolation as err:
+        return f"Cannot validate arguments for {name}: its inputSchema does not compile ({_line(err.message)})."
+    if not referencing:
+        return _violation(name, validator, instance)
+    try:
+        with anyio.fail_after(VALIDATION_BUDGET):
+            return await anyio.to_thread.run_sync(_violation, name, validator, instance, abandon_on_cancel=True)
+    except TimeoutError:
+        return f"Validation of arguments for {name} took longer than {VALIDATION_BUDGET:g} s; the call was not forwarded."
+
+
+def _violation(name: str, validator: Validator, instance: dict[str, Any]) -> str | None:
+    """Like python-jsonschema's ``best_match``: the shallowest error, ``anyOf``/``oneOf`` last."""
+    try:
+        if validator.is_valid(instance):  # short-circuits; collects no error context
+            return None
+        errors = []
+        for error in validator.iter_errors(instance):
+            errors.append(error)
+            if len(errors) >= _MAX_ERRORS:
+                break
+    except (ValueError, TypeError, RecursionError, OverflowError) as exc:
+        return f"Invalid arguments for {name}: they could not be validated ({_line(str(exc))})."
+    if not errors:
         return None
-    return f"Invalid arguments for {name}: {json_path('arguments', error.absolute_path)}: {error.message}"
+    best = min(errors, key=lambda e: (len(e.instance_path), e.kind.name in ("anyOf", "oneOf")))
+    return f"Invalid arguments for {name}: {json_path('arguments', best.instance_path)}: {_line(best.message)}"
+
+
+def _line(text: str) -> str:
+    """One bounded line: messages quote argument values, which can be huge or multi-line."""
+    text = " ".join(text.split()) or "invalid"
+    return text if len(text) <= _MAX_MESSAGE else text[: _MAX_MESSAGE - 1] + "…"
 
 
 def _checked(result: dict[str, Any], version: str, server: str, tool: str) -> dict[str, Any]:

@@ -1,0 +1,151 @@
+"""Hardening (issue 10): hostile schemas, names, results and secrets cost one request at most.
+
+Every test runs the real gateway with a deliberately misbehaving downstream
+(``tests/rogue_schema.py``, raw JSON lines on stdio) and the real SDK client.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from tests.conftest import ERAS, PYTHON, catalog_json, run_cli, sdk_client, write_config
+
+pytestmark = pytest.mark.anyio
+
+ROGUE = str(Path(__file__).with_name("rogue_schema.py"))
+
+
+def rogue(**spec: Any) -> dict[str, Any]:
+    """A server table running the rogue server with this spec."""
+    return {"command": PYTHON, "args": [ROGUE, json.dumps(spec)]}
+
+
+def tool(name: str, schema: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
+    return {"name": name, "inputSchema": schema or {"type": "object"}, **extra}
+
+
+def text(result: Any) -> str:
+    return "\n".join(getattr(block, "text", "") for block in result.content)
+
+
+# --------------------------------------------------------------------------- item 2: schemas
+
+
+@contextmanager
+def recording_server() -> Iterator[tuple[str, list[str]]]:
+    """A loopback HTTP server that serves a secret schema and records every hit."""
+    hits: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            hits.append(self.path)
+            body = json.dumps({"enum": ["INTERNAL-SECRET"]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", hits
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_remote_ref_is_quarantined_and_never_fetched(tmp_path: Path) -> None:
+    with recording_server() as (base, hits):
+        ref = f"{base}/internal/admin.json"
+        schema = {"type": "object", "properties": {"role": {"$ref": ref}}}
+        config = write_config(tmp_path, {"r": rogue(tools=[tool("admin", schema), tool("fine")])})
+        report = catalog_json(config)
+        proc = run_cli("catalog", "--config", str(config), "--log-level", "warning")
+        assert hits == []
+    names = [t["name"] for t in report["tools"]]
+    assert names == ["r__fine"]
+    (warning,) = [w for w in report["warnings"] if w["kind"] == "quarantined"]
+    assert warning["tool"] == "admin"
+    assert warning["detail"] == (
+        f"inputSchema.properties.role: $ref '{ref}' cannot be resolved: remote references are never fetched"
+    )
+    assert f"$ref '{ref}' cannot be resolved" in proc.stderr  # the log names it too
+    assert "INTERNAL-SECRET" not in proc.stdout + proc.stderr + json.dumps(report)
+
+
+def test_dangling_local_pointer_is_quarantined(tmp_path: Path) -> None:
+    schema = {"type": "object", "properties": {"x": {"$ref": "#/$defs/missing"}}}
+    config = write_config(tmp_path, {"r": rogue(tools=[tool("dangling", schema)])})
+    report = catalog_json(config)
+    (warning,) = report["warnings"]
+    assert warning["kind"] == "quarantined"
+    assert "$ref '#/$defs/missing' cannot be resolved" in warning["detail"]
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_remote_ref_tool_call_is_an_error_and_fetches_nothing(tmp_path: Path, mode: str) -> None:
+    with recording_server() as (base, hits):
+        schema = {"type": "object", "properties": {"role": {"$ref": f"{base}/internal/admin.json"}}}
+        config = write_config(tmp_path, {"r": rogue(tools=[tool("admin", schema)])})
+        async with sdk_client(config, mode) as client:
+            with anyio.fail_after(30):
+                result = await client.call_tool("r__admin", {"role": "x"})
+        assert hits == []
+    assert result.is_error
+    assert "INTERNAL-SECRET" not in text(result)
+
+
+REDOS = {"type": "object", "properties": {"s": {"type": "string", "pattern": "^(a+)+$"}}}
+CYCLE = {
+    "type": "object",
+    "$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}},
+    "properties": {"x": {"$ref": "#/$defs/a"}},
+    "required": ["y"],
+}
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_redos_pattern_answers_quickly_and_others_keep_running(tmp_path: Path, mode: str) -> None:
+    config = write_config(tmp_path, {"r": rogue(tools=[tool("redos", REDOS), tool("other")])})
+    async with sdk_client(config, mode) as client:
+        await client.list_tools()
+        slow: list[Any] = []
+
+        async def attack() -> None:
+            slow.append(await client.call_tool("r__redos", {"s": "a" * 30 + "!"}))
+
+        with anyio.fail_after(20):  # main: 30 a's take minutes of backtracking on the event loop
+            async with anyio.create_task_group() as group:
+                group.start_soon(attack)
+                other = await client.call_tool("r__other", {})
+        assert not other.is_error and text(other) == "other ran"
+        (result,) = slow
+        assert result.is_error
+        assert text(result).startswith("Invalid arguments for r__redos: arguments.s: ")
+        assert "does not match" in text(result)
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_ref_cycle_is_an_is_error_result(tmp_path: Path, mode: str) -> None:
+    config = write_config(tmp_path, {"r": rogue(tools=[tool("cycle", CYCLE)])})
+    async with sdk_client(config, mode) as client:
+        with anyio.fail_after(30):
+            result = await client.call_tool("r__cycle", {"x": 1})  # main: a JSON-RPC recursion error
+            ok = await client.call_tool("r__cycle", {"x": 1, "y": 2})
+    assert result.is_error
+    assert text(result) == 'Invalid arguments for r__cycle: arguments: "y" is a required property'
+    assert not ok.is_error and text(ok) == "cycle ran"
