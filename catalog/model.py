@@ -37,6 +37,15 @@ class Entry:
     declaration: dict[str, JSON]
     """Canonical tool object as published: ``name`` is the qualified name."""
     deferred: bool = False
+    aliases: tuple[str, ...] = ()
+    """The tool's other identities, which policy rules match as well as ``name``: the
+    unrenamed qualified name (prefix + separator + original, or the original with an
+    empty prefix) and server id + separator + original. A rename (a collision, a too
+    long name) must never take a tool past a deny rule written for one of them."""
+
+    @property
+    def identities(self) -> tuple[str, ...]:
+        return (self.name, *self.aliases)
 
 
 @dataclass(frozen=True)

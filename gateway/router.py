@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import anyio
+from catalog.names import quote
 from catalog.search import render
 from catalog.schema import json_path
 from jsonschema_rs import ValidationError as SchemaViolation
@@ -180,9 +181,13 @@ class Router:
 
     def refusal(self, epoch: Epoch, name: str, session: Session) -> str | None:
         """Policy, then activation: why this resolved tool may not run now, or None."""
+        identities = epoch.catalog.by_name[name].identities
         for pattern in self.policy.deny:
-            if fnmatch.fnmatchcase(name, pattern):
+            matched = next((n for n in identities if fnmatch.fnmatchcase(n, pattern)), None)
+            if matched == name:
                 return f"Tool {name} is denied by policy (deny pattern {pattern!r})."
+            if matched is not None:
+                return f"Tool {name} is denied by policy (deny pattern {pattern!r} matches its identity {quote(matched)})."
         if self.policy.read_only:
             annotations = epoch.catalog.by_name[name].declaration.get("annotations")
             if not (isinstance(annotations, dict) and annotations.get("readOnlyHint") is True):
