@@ -23,7 +23,7 @@ from jsonschema_rs import Validator
 from mcp_types.methods import validate_server_result
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
-from spill import ArtifactNotFound, ArtifactStore, StoreError, artifact_read, bound_result
+from spill import ArtifactNotFound, ArtifactStore, StoreError, artifact_read, bound_result, surely_within
 
 from gateway.config import PolicyConfig, SpillConfig
 from gateway.downstream import Downstream, ProgressFn, error_result
@@ -161,8 +161,8 @@ class Router:
                 collect(store, spill)
             return bounded
 
-        if spill.max_visible_bytes >= _CHEAP_SIZE_LIMIT and _cheap_size(result) < spill.max_visible_bytes // 8:
-            return result  # far below the ceiling: skip the thread hop
+        if surely_within(result, spill.max_visible_bytes // 8):
+            return result  # far below the ceiling (an upper bound over every field): skip the thread hop
         return await anyio.to_thread.run_sync(work)
 
     async def artifact_read(self, arguments: Mapping[str, Any], session: Session) -> dict[str, Any]:
@@ -215,21 +215,6 @@ class Router:
                 "nothing was activated."
             )
         return text_result(rendered.text)
-
-
-_CHEAP_SIZE_LIMIT = 1024
-
-
-def _cheap_size(result: Mapping[str, Any]) -> int:
-    """An upper-bound-ish quick size of the text blocks, to skip bounding small results."""
-    total = 0
-    for block in result.get("content") or ():
-        if not isinstance(block, dict) or block.get("type") != "text":
-            return 1 << 62  # anything else: let bound_result measure it exactly
-        total += 6 * len(block.get("text", ""))  # worst case: every character escaped
-    if result.get("structuredContent") is not None:
-        return 1 << 62
-    return total
 
 
 def _message(exc: BaseException) -> str:

@@ -16,12 +16,20 @@ from typing import Any
 
 import anyio
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from spill import ArtifactStore, bound_result, json_size, list_artifacts, surely_within, visible_size
 
 from tests.conftest import ERAS, PYTHON, catalog_json, demo, run_cli, sdk_client, write_config
 
 pytestmark = pytest.mark.anyio
 
 ROGUE = str(Path(__file__).with_name("rogue_schema.py"))
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(), kids, max_size=4),
+    max_leaves=30,
+)
 
 
 def rogue(**spec: Any) -> dict[str, Any]:
@@ -201,3 +209,43 @@ async def test_deny_rule_survives_a_rename_through_list_changed(tmp_path: Path, 
             assert refused.is_error and "deny pattern 'demo__crash'" in text(refused)
         alive = await client.call_tool("demo__echo", {"text": "still here"})
     assert text(alive) == "still here"
+
+
+# --------------------------------------------------------------------------- item 5: the bound
+
+PADS = ("_meta", "annotations", "block_meta", "unknown")
+PAD_BYTES = 1_000_000
+
+
+@given(JSON_VALUES, st.integers(0, 5000))
+def test_surely_within_is_an_upper_bound(value: Any, limit: int) -> None:
+    if surely_within(value, limit):
+        assert json_size(value) <= limit
+
+
+@pytest.mark.parametrize("where", PADS)
+def test_bound_result_counts_and_bounds_every_field(tmp_path: Path, where: str) -> None:
+    from tests.rogue_schema import padded
+
+    store = ArtifactStore(tmp_path / "artifacts", "c" * 64)
+    result = padded(where, PAD_BYTES)
+    assert visible_size(result) > PAD_BYTES
+    out = bound_result(result, store=store)
+    assert json_size(out) <= 65536
+    assert out["content"][0]["text"].startswith("ok\n[prefixgate] output of ")
+    (artifact,) = list_artifacts(store.root)
+    assert artifact.size > PAD_BYTES  # the full result, padding included, is kept
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_padded_results_are_bounded_through_the_gateway(tmp_path: Path, mode: str) -> None:
+    pads = {f"pad_{where.strip('_')}": [where, PAD_BYTES] for where in PADS}
+    config = write_config(tmp_path, {"r": rogue(tools=[tool(name) for name in pads], pads=pads)})
+    async with sdk_client(config, mode) as client:
+        for name in pads:
+            with anyio.fail_after(30):
+                result = await client.call_tool(f"r__{name}", {})
+            wire = result.model_dump_json(by_alias=True, exclude_none=True)
+            assert len(wire.encode()) <= 65536, name  # main: over 1 MB passed through
+            assert "exceeds the 65536-byte limit" in text(result)
+            assert "saved as artifact" in text(result)
