@@ -17,7 +17,8 @@ from typing import Protocol
 import canonicaljson
 
 from catalog.model import JSON, Catalog, CatalogWarning, Entry, ServerTools
-from catalog.names import Profile, assign_names, code_unit_key, qualify, quote
+from catalog.names import Profile, assign_names, code_unit_key, qualify
+from catalog.text import quote
 from catalog.schema import canonicalize, check, sort_keys
 
 _SCHEMA_KEYS = ("inputSchema", "outputSchema")

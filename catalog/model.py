@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from catalog.text import escape
+
 JSON = Any
 """A JSON value: dict, list, str, int, float, bool or None."""
 
@@ -58,7 +60,8 @@ class CatalogWarning:
     detail: str
 
     def line(self) -> str:
-        return f"{self.kind}: {self.server}/{self.tool}: {self.detail}"
+        """One printable line: tool names and details come from servers, so they are escaped."""
+        return f"{self.kind}: {escape(self.server)}/{escape(self.tool)}: {escape(self.detail)}"
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from jsonschema.exceptions import SchemaError
 from jsonschema.validators import validator_for
 
 from catalog.model import JSON
-from catalog.names import quote
+from catalog.text import quote
 
 # Keyword tables are the union of drafts 4 to 2020-12: one walk serves every dialect.
 # Inside a keyword a dialect does not know, the union can only reorder/de-duplicate

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import anyio
-from catalog.names import quote
+from catalog.text import escape, quote
 from catalog.search import render
 from catalog.schema import json_path
 from jsonschema_rs import ValidationError as SchemaViolation
@@ -295,6 +295,6 @@ def _checked(result: dict[str, Any], version: str, server: str, tool: str) -> di
         validate_server_result("tools/call", version, candidate)
     except (ValidationError, KeyError, ValueError) as exc:
         detail = exc.errors()[0].get("msg", "invalid") if isinstance(exc, ValidationError) else str(exc)
-        log.warning("server %s returned an invalid result for %s: %s", server, tool, detail)
+        log.warning("server %s returned an invalid result for %s: %s", server, quote(tool), escape(detail))
         return error_result(f"Server {server!r} returned an invalid result for tool {tool!r}: {detail}")
     return result

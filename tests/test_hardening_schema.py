@@ -249,3 +249,32 @@ async def test_padded_results_are_bounded_through_the_gateway(tmp_path: Path, mo
             assert len(wire.encode()) <= 65536, name  # main: over 1 MB passed through
             assert "exceeds the 65536-byte limit" in text(result)
             assert "saved as artifact" in text(result)
+
+
+# --------------------------------------------------------------------------- item 10: names printed
+
+FORGED = "2026-12-01 prefixgate WARNING forged line"
+HOSTILE_NAMES = ["\ud800x", f"evil\n{FORGED}", "\x1b[31mred", "bell\x07"]
+
+
+def assert_clean(output: str) -> None:
+    assert "Traceback" not in output
+    assert "\x1b" not in output and "\x07" not in output
+    assert not any(line.startswith(FORGED) for line in output.splitlines())
+
+
+@pytest.mark.parametrize("command", [["catalog"], ["catalog", "--json"], ["doctor"], ["doctor", "--json"]])
+def test_hostile_names_are_printed_quoted(tmp_path: Path, command: list[str]) -> None:
+    tools = [tool(name) for name in HOSTILE_NAMES]
+    tools.append(tool("schema\n" + FORGED, {"type": "string"}))  # quarantined: its name is in a warning
+    config = write_config(tmp_path, {"r": rogue(tools=tools)})
+    proc = run_cli(*command, "--config", str(config), "--log-level", "info")
+    assert proc.returncode in ((0, 1) if command[0] == "doctor" else (0,)), proc.stderr
+    assert_clean(proc.stdout)
+    assert_clean(proc.stderr)
+    assert "evil\\u000a" in proc.stdout + proc.stderr  # named, escaped
+    if "--json" in command:
+        report = json.loads(proc.stdout)  # every value exact, lone surrogates as \\u escapes
+        if command[0] == "catalog":
+            assert f"evil\n{FORGED}" in {t["original"] for t in report["tools"]}
+            assert "\ud800x" in {w["tool"] for w in report["warnings"]}
