@@ -44,6 +44,7 @@ from catalog.text import escape, json_text, printable
 from gateway import __version__
 from gateway.config import Config, ConfigError, find_config, load_config
 from gateway.importer import toml_string
+from gateway.redact import redact
 
 CLIENTS = ("claude-code", "claude-desktop", "cursor", "vscode", "codex")
 STDERR_LINES = 5
@@ -148,7 +149,7 @@ async def discover_once(config: Config) -> Round:
                     error=d.error,
                     startup_ms=d.startup_ms,
                     listed=len(d.tools),
-                    stderr_tail=tail[-STDERR_LINES:],
+                    stderr_tail=[redact(line, d.config) for line in tail[-STDERR_LINES:]],
                 )
             )
         surface = list(hub.surface.warnings) if epoch is not None else []

@@ -278,3 +278,73 @@ def test_hostile_names_are_printed_quoted(tmp_path: Path, command: list[str]) ->
         if command[0] == "catalog":
             assert f"evil\n{FORGED}" in {t["original"] for t in report["tools"]}
             assert "\ud800x" in {w["tool"] for w in report["warnings"]}
+
+
+# --------------------------------------------------------------------------- item 11: secrets
+
+SECRET = "s3cr3t-t0ken-value"
+
+
+@pytest.mark.parametrize("how", ["literal", "variable"])
+def test_header_with_cr_lf_is_a_config_error_that_hides_the_value(tmp_path: Path, how: str) -> None:
+    value = f"Bearer {SECRET}\r\nX-Injected: 1"
+    header = value if how == "literal" else "${PG_TEST_TOKEN}"
+    with echoing_server() as url:
+        config = write_config(tmp_path, {"r": {"url": url, "headers": {"Authorization": header}}})
+        runs = [
+            (command, run_cli(*command, "--config", str(config), env={"PG_TEST_TOKEN": value}))
+            for command in (["catalog"], ["catalog", "--json"], ["doctor"])
+        ]
+    for command, proc in runs:
+        assert SECRET not in proc.stdout + proc.stderr  # main: h11's error quoted the value
+        assert "servers.r.headers.Authorization: invalid header value" in proc.stdout + proc.stderr
+        if command[0] == "catalog":  # main: a failed server, the h11 error quoting the value
+            assert proc.returncode == 2
+            assert proc.stderr.strip().count("\n") == 0  # one line
+
+
+@contextmanager
+def echoing_server() -> Iterator[str]:
+    """A remote MCP endpoint that rejects every request, quoting the Authorization header."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+            message = f"rejected credentials {self.headers.get('Authorization')}"
+            data = json.dumps({"jsonrpc": "2.0", "id": body.get("id"), "error": {"code": -32600, "message": message}})
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data.encode())
+
+        def do_GET(self) -> None:  # noqa: N802
+            self.send_response(405)
+            self.end_headers()
+
+        do_DELETE = do_GET  # noqa: N815
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/mcp"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_secret_quoted_by_a_failing_server_is_redacted(tmp_path: Path) -> None:
+    with echoing_server() as url:
+        config = write_config(tmp_path, {"r": {"url": url, "headers": {"Authorization": f"Bearer {SECRET}"}}})
+        report = catalog_json(config)
+        outputs = [run_cli(*command, "--config", str(config)) for command in (["doctor"], ["doctor", "--json"])]
+    (server,) = report["servers"]
+    assert server["status"] == "failed"
+    assert server["error"] == "rejected credentials ***"  # main: the token, verbatim
+    for proc in outputs:
+        assert SECRET not in proc.stdout + proc.stderr
+        assert "rejected credentials ***" in proc.stdout
