@@ -8,8 +8,7 @@ canonical form removes only differences that cannot change what the schema accep
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Iterator
-from typing import NoReturn
+from collections.abc import Callable, Iterable
 
 import jsonschema_rs
 from jsonschema import Draft202012Validator
@@ -18,6 +17,7 @@ from jsonschema.validators import validator_for
 
 from catalog.model import JSON
 from catalog.text import quote
+from catalog.validation import REMOTE_REFUSED, compile_validator, references
 
 # Keyword tables are the union of drafts 4 to 2020-12: one walk serves every dialect.
 # Inside a keyword a dialect does not know, the union can only reorder/de-duplicate
@@ -175,64 +175,8 @@ def check(schema: JSON, where: str = "inputSchema") -> str | None:
     return reference_problem(schema, where)
 
 
-# --------------------------------------------------------------------------- argument validation
-#
-# Arguments are validated with jsonschema-rs: it never retrieves a remote ``$ref`` (our
-# retriever refuses; python-jsonschema's deprecated automatic retrieval fetched any URL a
-# schema named), its regex engine is linear-time for patterns without backreferences (and
-# bounded by a backtrack limit for the rest), and it is fast enough to run on every call.
-
-REFERENCE_KEYS = frozenset({"$ref", "$dynamicRef", "$recursiveRef"})
-
-REMOTE_REFUSED = "remote references are never fetched"
-
-
-class RemoteReference(Exception):
-    """Raised by the retriever: a schema named a resource outside itself."""
-
-
-def _refuse(uri: str) -> NoReturn:
-    raise RemoteReference(REMOTE_REFUSED)
-
-
-_UNKNOWN_DIALECT = "Unknown meta-schema"
 _RESOURCE = re.compile(r"Resource '(.*?)' is not present in a registry")
 _POINTER = re.compile(r"Pointer '(.*?)' does not exist")
-
-
-def compile_validator(schema: JSON) -> jsonschema_rs.Validator:
-    """The argument validator of a (canonical) schema; raises ``jsonschema_rs.ValidationError``.
-
-    Formats are not asserted (python-jsonschema's default, kept so no call changes meaning).
-    An unknown ``$schema`` falls back to 2020-12, as python-jsonschema's ``validator_for``
-    does, instead of failing.
-    """
-    try:
-        return jsonschema_rs.validator_for(schema, retriever=_refuse, validate_formats=False)
-    except jsonschema_rs.ValidationError as err:
-        if not (isinstance(schema, dict) and err.message.startswith(_UNKNOWN_DIALECT)):
-            raise
-    plain = {k: v for k, v in schema.items() if k != "$schema"}
-    return jsonschema_rs.validator_for(plain, retriever=_refuse, validate_formats=False)
-
-
-def references(schema: JSON, path: tuple[str | int, ...] = ()) -> Iterator[tuple[tuple[str | int, ...], str]]:
-    """Every ``$ref``-like keyword in a schema: (path of the object holding it, reference)."""
-    stack: list[tuple[tuple[str | int, ...], JSON]] = [(path, schema)]
-    while stack:
-        where, value = stack.pop()
-        if isinstance(value, dict):
-            for key, item in value.items():
-                if key in REFERENCE_KEYS and isinstance(item, str):
-                    yield where, item
-                stack.append(((*where, key), item))
-        elif isinstance(value, list):
-            stack.extend(((*where, i), item) for i, item in enumerate(value))
-
-
-def is_referencing(schema: JSON) -> bool:
-    """Whether a schema uses references (else it is a tree: validation is linear)."""
-    return next(references(schema), None) is not None
 
 
 def _first_line(message: str) -> str:

@@ -17,7 +17,7 @@ from catalog.build import build
 from catalog.model import Catalog, ServerTools
 from catalog.names import PROFILES
 from catalog.search import SearchIndex, tool_call_declaration, tool_search_declaration
-from catalog.schema import compile_validator, is_referencing
+from catalog.validation import compile_validator, is_referencing
 from jsonschema_rs import Validator
 from spill import artifact_read_declaration
 

@@ -18,8 +18,8 @@ import anyio
 from catalog.text import escape, quote
 from catalog.search import render
 from catalog.schema import json_path
+from catalog.validation import violation
 from jsonschema_rs import ValidationError as SchemaViolation
-from jsonschema_rs import Validator
 from mcp_types.methods import validate_server_result
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
@@ -29,6 +29,7 @@ from gateway.config import PolicyConfig, SpillConfig
 from gateway.downstream import Downstream, ProgressFn, error_result
 from gateway.epoch import META_TOOLS, Epoch
 from gateway.session import Session
+from gateway.validation import ValidationFailure, ValidationPool, ValidationTimeout
 from gateway.wire import DEFAULT_VERSION
 
 log = logging.getLogger("prefixgate.router")
@@ -59,6 +60,8 @@ class Router:
         """Names that earlier epochs had and the current one does not."""
         self.ready = anyio.Event()
         """Set once the discovery barrier has passed and the first epoch is built."""
+        self.validation = ValidationPool()
+        """Worker processes for arguments of referencing schemas (started on first use)."""
 
     async def publish(self, epoch: Epoch) -> None:
         """Make ``epoch`` current; sessions are re-bound by the caller (the hub)."""
@@ -131,7 +134,7 @@ class Router:
         refusal = self.refusal(epoch, name, session)
         if refusal is not None:
             return error_result(refusal)
-        problem = await argument_problem(epoch, name, arguments)
+        problem = await argument_problem(epoch, name, arguments, self.validation)
         if problem is not None:
             return error_result(problem)
         downstream = self.downstreams[entry.server]
@@ -233,51 +236,35 @@ def collect(store: ArtifactStore, spill: SpillConfig) -> None:
         log.info("artifact retention removed %d artifacts", len(removed))
 
 
-VALIDATION_BUDGET = 2.0
-"""Seconds a referencing schema may spend validating one call's arguments."""
-
-_MAX_ERRORS = 64
-_MAX_MESSAGE = 300
-
-
-async def argument_problem(epoch: Epoch, name: str, arguments: Mapping[str, Any] | None) -> str | None:
+async def argument_problem(
+    epoch: Epoch, name: str, arguments: Mapping[str, Any] | None, pool: ValidationPool
+) -> str | None:
     """The most relevant schema violation of ``arguments``, naming its path, or None.
 
-    A tree-shaped schema costs at most schema size x argument size (jsonschema-rs's
-    regex engine is linear), so it is validated inline. A schema with references can
-    share subschemas and cost exponential time, so it runs in a worker thread under
-    :data:`VALIDATION_BUDGET`; past it the call is refused and the thread abandoned.
+    A tree-shaped schema is validated inline (its cost is bounded: see gateway.validation);
+    a referencing one in a worker process under the pool's time budget.
     """
     instance = {} if arguments is None else dict(arguments)
     try:
         validator, referencing = epoch.validator(name)
     except SchemaViolation as err:
         return f"Cannot validate arguments for {name}: its inputSchema does not compile ({_line(err.message)})."
-    if not referencing:
-        return _violation(name, validator, instance)
     try:
-        with anyio.fail_after(VALIDATION_BUDGET):
-            return await anyio.to_thread.run_sync(_violation, name, validator, instance, abandon_on_cancel=True)
-    except TimeoutError:
-        return f"Validation of arguments for {name} took longer than {VALIDATION_BUDGET:g} s; the call was not forwarded."
-
-
-def _violation(name: str, validator: Validator, instance: dict[str, Any]) -> str | None:
-    """Like python-jsonschema's ``best_match``: the shallowest error, ``anyOf``/``oneOf`` last."""
-    try:
-        if validator.is_valid(instance):  # short-circuits; collects no error context
-            return None
-        errors = []
-        for error in validator.iter_errors(instance):
-            errors.append(error)
-            if len(errors) >= _MAX_ERRORS:
-                break
-    except (ValueError, TypeError, RecursionError, OverflowError) as exc:
-        return f"Invalid arguments for {name}: they could not be validated ({_line(str(exc))})."
-    if not errors:
+        if referencing:
+            found = await pool.violation(epoch.catalog.by_name[name].declaration["inputSchema"], instance)
+        else:
+            found = violation(validator, instance)
+    except ValidationTimeout:
+        return f"Validation of arguments for {name} took longer than {pool.budget:g} s; the call was not forwarded."
+    except (ValidationFailure, ValueError, TypeError, RecursionError, OverflowError) as exc:
+        return f"Arguments for {name} could not be validated ({_line(str(exc))}); the call was not forwarded."
+    if found is None:
         return None
-    best = min(errors, key=lambda e: (len(e.instance_path), e.kind.name in ("anyOf", "oneOf")))
-    return f"Invalid arguments for {name}: {json_path('arguments', best.instance_path)}: {_line(best.message)}"
+    path, message = found
+    return f"Invalid arguments for {name}: {json_path('arguments', path)}: {_line(message)}"
+
+
+_MAX_MESSAGE = 300
 
 
 def _line(text: str) -> str:

@@ -147,6 +147,44 @@ async def test_redos_pattern_answers_quickly_and_others_keep_running(tmp_path: P
         assert "does not match" in text(result)
 
 
+def exponential(levels: int) -> dict[str, Any]:
+    """Each level refers to the next one twice: 2**levels evaluations for a wrong type."""
+    defs = {f"d{i}": {"anyOf": [{"$ref": f"#/$defs/d{i + 1}"}, {"$ref": f"#/$defs/d{i + 1}"}]} for i in range(levels)}
+    defs[f"d{levels}"] = {"type": "string"}
+    return {"type": "object", "$defs": defs, "properties": {"x": {"$ref": "#/$defs/d0"}}}
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_exponential_schema_is_cut_off_and_others_keep_running(tmp_path: Path, mode: str) -> None:
+    tools = [tool("blowup", exponential(48)), tool("other"), tool("shared", exponential(3))]
+    config = write_config(tmp_path, {"r": rogue(tools=tools)})
+    async with sdk_client(config, mode) as client:
+        await client.list_tools()
+        slow: list[Any] = []
+
+        async def attack() -> None:
+            slow.append(await client.call_tool("r__blowup", {"x": 1}))
+
+        # main and a worker thread alike: jsonschema holds the event loop (and the GIL) for hours
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as group:
+                group.start_soon(attack)
+                await anyio.sleep(0.5)
+                other = await client.call_tool("r__other", {})
+                assert not other.is_error and text(other) == "other ran"
+                fine = await client.call_tool("r__shared", {"x": "text"})
+                assert not fine.is_error and text(fine) == "shared ran"
+                wrong = await client.call_tool("r__shared", {"x": 1})
+                assert wrong.is_error and text(wrong).startswith("Invalid arguments for r__shared: arguments.x: ")
+        (result,) = slow
+        assert result.is_error
+        assert text(result) == (
+            "Validation of arguments for r__blowup took longer than 2 s; the call was not forwarded."
+        )
+        again = await client.call_tool("r__shared", {"x": "again"})  # a fresh worker replaced the killed one
+        assert not again.is_error
+
+
 @pytest.mark.parametrize("mode", ERAS)
 async def test_ref_cycle_is_an_is_error_result(tmp_path: Path, mode: str) -> None:
     config = write_config(tmp_path, {"r": rogue(tools=[tool("cycle", CYCLE)])})
