@@ -18,8 +18,8 @@ import canonicaljson
 
 from catalog.model import JSON, Catalog, CatalogWarning, Entry, ServerTools
 from catalog.names import Profile, assign_names, code_unit_key, qualify
-from catalog.text import quote
 from catalog.schema import canonicalize, check, sort_keys
+from catalog.text import quote
 
 _SCHEMA_KEYS = ("inputSchema", "outputSchema")
 

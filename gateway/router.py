@@ -15,9 +15,9 @@ from collections.abc import Mapping
 from typing import Any
 
 import anyio
-from catalog.text import escape, quote
-from catalog.search import render
 from catalog.schema import json_path
+from catalog.search import render
+from catalog.text import escape, quote
 from catalog.validation import violation
 from jsonschema_rs import ValidationError as SchemaViolation
 from mcp_types.methods import validate_server_result

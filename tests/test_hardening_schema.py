@@ -386,3 +386,16 @@ def test_secret_quoted_by_a_failing_server_is_redacted(tmp_path: Path) -> None:
     for proc in outputs:
         assert SECRET not in proc.stdout + proc.stderr
         assert "rejected credentials ***" in proc.stdout
+
+
+def test_redaction_covers_quoted_forms_and_spares_short_values() -> None:
+    from gateway.config import ServerConfig
+    from gateway.redact import redact
+
+    config = ServerConfig(
+        id="r", transport="http", url="http://x/mcp", headers={"Authorization": "Bearer tok'en\\1"}, env={"A": "on"}
+    )
+    assert redact("got Bearer tok'en\\1 back", config) == "got *** back"
+    assert redact(f"h11: {'Bearer tok' + chr(39) + 'en' + chr(92) + '1'!r}", config) == 'h11: "***"'
+    assert redact(f"{b'Bearer tok' + bytes([39]) + b'en' + bytes([92]) + b'1'!r}", config) == 'b"***"'
+    assert redact("turned on", config) == "turned on"
