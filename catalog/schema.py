@@ -195,8 +195,8 @@ def reference_problem(schema: JSON, where: str = "inputSchema") -> str | None:
     except jsonschema_rs.ValidationError as err:
         message = _first_line(err.message)
         remote, pointer = _RESOURCE.search(message), _POINTER.search(message)
-        if remote is None and pointer is None:
-            return f"{where}: {_one_line(message)}"
+        if remote is None and pointer is None:  # e.g. a pattern the ECMA-262 engine refuses
+            return f"{json_path(where, err.instance_path)}: {_one_line(message)}"
         target = remote.group(1) if remote is not None else "#" + (pointer.group(1) if pointer else "")
         why = REMOTE_REFUSED if remote is not None else "no such location in the schema"
         holder: tuple[str | int, ...] = ()

@@ -399,3 +399,11 @@ def test_redaction_covers_quoted_forms_and_spares_short_values() -> None:
     assert redact(f"h11: {'Bearer tok' + chr(39) + 'en' + chr(92) + '1'!r}", config) == 'h11: "***"'
     assert redact(f"{b'Bearer tok' + bytes([39]) + b'en' + bytes([92]) + b'1'!r}", config) == 'b"***"'
     assert redact("turned on", config) == "turned on"
+
+
+def test_pattern_the_validator_cannot_compile_is_a_quarantine_reason_with_its_path() -> None:
+    from catalog.schema import check
+
+    schema = {"type": "object", "properties": {"x": {"type": "string", "pattern": "\\A[a-z]+\\Z"}}}
+    reason = check(schema)
+    assert reason is not None and reason.startswith("inputSchema.properties.x.pattern: ")
