@@ -17,8 +17,9 @@ from typing import Protocol
 import canonicaljson
 
 from catalog.model import JSON, Catalog, CatalogWarning, Entry, ServerTools
-from catalog.names import Profile, assign_names, code_unit_key, quote
+from catalog.names import Profile, assign_names, code_unit_key, qualify
 from catalog.schema import canonicalize, check, sort_keys
+from catalog.text import quote
 
 _SCHEMA_KEYS = ("inputSchema", "outputSchema")
 
@@ -214,7 +215,9 @@ def build(
     for t in tools:
         public = names[(t.server, t.name)]
         decl = dict(sorted(dict(t.declaration, name=public).items()))
-        entries.append(Entry(public, t.server, t.name, decl, deferred[t.server]))
+        identities = {qualify(prefixes[t.server], t.name, separator), t.server + separator + t.name}
+        aliases = tuple(sorted(identities - {public}, key=code_unit_key))
+        entries.append(Entry(public, t.server, t.name, decl, deferred[t.server], aliases))
     entries.sort(key=lambda e: code_unit_key(e.name))
     return Catalog(
         entries=tuple(entries),

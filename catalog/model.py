@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from catalog.text import escape
+
 JSON = Any
 """A JSON value: dict, list, str, int, float, bool or None."""
 
@@ -37,6 +39,15 @@ class Entry:
     declaration: dict[str, JSON]
     """Canonical tool object as published: ``name`` is the qualified name."""
     deferred: bool = False
+    aliases: tuple[str, ...] = ()
+    """The tool's other identities, which policy rules match as well as ``name``: the
+    unrenamed qualified name (prefix + separator + original, or the original with an
+    empty prefix) and server id + separator + original. A rename (a collision, a too
+    long name) must never take a tool past a deny rule written for one of them."""
+
+    @property
+    def identities(self) -> tuple[str, ...]:
+        return (self.name, *self.aliases)
 
 
 @dataclass(frozen=True)
@@ -49,7 +60,8 @@ class CatalogWarning:
     detail: str
 
     def line(self) -> str:
-        return f"{self.kind}: {self.server}/{self.tool}: {self.detail}"
+        """One printable line: tool names and details come from servers, so they are escaped."""
+        return f"{self.kind}: {escape(self.server)}/{escape(self.tool)}: {escape(self.detail)}"
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from catalog.model import CatalogWarning
+from catalog.text import quote
 
 SUFFIX_HEX = 8
 """Hex digits of SHA-256 appended to a renamed name: 32 bits make accidents rare."""
@@ -81,19 +82,6 @@ def suffix_hash(server: str, tool: str, round_: int = 0) -> str:
     else:
         data = json.dumps([server, tool, round_], ensure_ascii=True).encode("ascii")
     return hashlib.sha256(data).hexdigest()[:SUFFIX_HEX]
-
-
-def quote(text: str) -> str:
-    """Single-quote a name for a one-line report, escaping what would break the line."""
-    out = []
-    for ch in text:
-        if ch.isprintable() and not 0xD800 <= ord(ch) <= 0xDFFF:
-            out.append(ch)
-        elif ord(ch) <= 0xFFFF:
-            out.append(f"\\u{ord(ch):04x}")
-        else:
-            out.append(f"\\U{ord(ch):08x}")
-    return "'" + "".join(out) + "'"
 
 
 @dataclass

@@ -10,11 +10,14 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 
+import jsonschema_rs
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from jsonschema.validators import validator_for
 
 from catalog.model import JSON
+from catalog.text import quote
+from catalog.validation import REMOTE_REFUSED, compile_validator, references
 
 # Keyword tables are the union of drafts 4 to 2020-12: one walk serves every dialect.
 # Inside a keyword a dialect does not know, the union can only reorder/de-duplicate
@@ -151,6 +154,8 @@ def check(schema: JSON, where: str = "inputSchema") -> str | None:
     validated against its ``$schema`` dialect (default 2020-12). Call it on the
     canonical form, so defects canonicalisation removes don't cost the tool.
     ``where`` names the root in the reason (``inputSchema``/``outputSchema``).
+    Finally the schema must compile for argument validation (:func:`reference_problem`):
+    a ``$ref`` that cannot be resolved locally is a reason, never a fetch.
     """
     if not isinstance(schema, dict):
         return f"{where}: root must be an object schema, got {type(schema).__name__}"
@@ -167,4 +172,44 @@ def check(schema: JSON, where: str = "inputSchema") -> str | None:
         return f"{json_path(where, err.absolute_path)}: {_one_line(err.message)}"
     except RecursionError:
         return f"{where}: nested too deeply"
+    return reference_problem(schema, where)
+
+
+_RESOURCE = re.compile(r"Resource '(.*?)' is not present in a registry")
+_POINTER = re.compile(r"Pointer '(.*?)' does not exist")
+
+
+def _first_line(message: str) -> str:
+    return message.strip().splitlines()[0] if message.strip() else "invalid schema"
+
+
+def reference_problem(schema: JSON, where: str = "inputSchema") -> str | None:
+    """Why the schema cannot be compiled for argument validation (a reason), or None.
+
+    A reference that cannot be resolved inside the schema itself (a remote URL, a
+    relative name without a base, a dangling pointer) is named in the reason: nothing is
+    ever fetched, so such a tool could never be validated.
+    """
+    try:
+        compile_validator(schema)
+    except jsonschema_rs.ValidationError as err:
+        message = _first_line(err.message)
+        remote, pointer = _RESOURCE.search(message), _POINTER.search(message)
+        if remote is None and pointer is None:  # e.g. a pattern the ECMA-262 engine refuses
+            return f"{json_path(where, err.instance_path)}: {_one_line(message)}"
+        target = remote.group(1) if remote is not None else "#" + (pointer.group(1) if pointer else "")
+        why = REMOTE_REFUSED if remote is not None else "no such location in the schema"
+        holder: tuple[str | int, ...] = ()
+        for at, ref in references(schema):
+            if ref == target or ref.split("#")[0] == target.split("#")[0] != "" or ref.endswith(target):
+                holder = at
+                break
+        return f"{json_path(where, holder)}: $ref {_quote(target)} cannot be resolved: {why}"
+    except (RecursionError, ValueError, TypeError, OverflowError) as err:
+        return f"{where}: cannot be compiled: {_one_line(str(err))}"
     return None
+
+
+def _quote(text: str) -> str:
+    """A reference as one printable quoted token (it comes from an untrusted server)."""
+    return _one_line(quote(text))

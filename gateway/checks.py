@@ -6,7 +6,7 @@ thousands of tools would take seconds on every start and every rebuild. Both che
 are pure functions of the canonical declaration, so their *passes* are remembered by
 SHA-256 of its canonical JSON (``catalog.build.Memo``): in memory for rebuilds, and in
 ``<state_dir>/cache/``
-(a private file, keyed also by the jsonschema and mcp versions) for the next start.
+(a private file, keyed also by the jsonschema, jsonschema-rs and mcp versions) for the next start.
 Failures are never cached, so a quarantine reason is always computed fresh.
 """
 
@@ -27,7 +27,7 @@ _FILE = "checks-passed.txt"
 
 def _versions() -> str:
     parts = []
-    for name in ("jsonschema", "mcp", "prefixgate"):
+    for name in ("jsonschema", "jsonschema-rs", "mcp", "prefixgate"):
         try:
             parts.append(f"{name}={metadata.version(name)}")
         except metadata.PackageNotFoundError:

@@ -7,7 +7,6 @@ a ``required`` server failed or the gateway could not run.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import secrets
@@ -20,6 +19,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 from catalog.budget import DecisionError
+from catalog.text import escape, json_text, printable
 from spill import ArtifactStore, StoreError
 
 from gateway import __version__, artifacts_cmd, diff_cmd, doctor, importer, logs
@@ -248,7 +248,7 @@ def render_text(report: dict[str, Any], config: Config) -> str:
         tools = f"{s['tools']} tools" if s["status"] == "ready" else "-"
         line = f"  {s['id']:<{width}}  {s['status']:<8}  {tools:>10}  {ms:>8}"
         if s["error"]:
-            line += f"  {s['error']}"
+            line += f"  {escape(s['error'])}"
         lines.append(line.rstrip())
     fn, tok = report["functions"], report["tokens"]
     limit = "no limit" if fn["limit"] is None else f"limit {fn['limit']}"
@@ -265,15 +265,15 @@ def render_text(report: dict[str, Any], config: Config) -> str:
     ]
     for tool in report["tools"]:
         mark = "*" if tool["deferred"] else " "
-        lines.append(f" {mark}{tool['name']}  <- {tool['server']}/{tool['original']}")
+        lines.append(f" {mark}{escape(tool['name'])}  <- {tool['server']}/{escape(tool['original'])}")
     meta = [d["name"] for d in report["declarations"] if d["name"] in ("tool_search", "tool_call", "artifact_read")]
     if meta:
         lines.append(f"  gateway tools declared: {', '.join(meta)}")
     if report["warnings"]:
         lines += ["", f"warnings ({len(report['warnings'])}):"]
-        lines += [f"  {w['message']}" for w in report["warnings"]]
+        lines += [f"  {escape(w['message'])}" for w in report["warnings"]]
     lines += ["", f"fingerprint: {report['fingerprint']}", f"identity:    {report['identity']}"]
-    return "\n".join(lines) + "\n"
+    return printable("\n".join(lines)) + "\n"
 
 
 async def _catalog(config: Config, as_json: bool) -> int:
@@ -288,7 +288,7 @@ async def _catalog(config: Config, as_json: bool) -> int:
         ]
         downstreams = hub.downstreams
     if as_json:
-        sys.stdout.write(json.dumps(report, ensure_ascii=False, indent=2) + "\n")
+        sys.stdout.write(json_text(report) + "\n")
     else:
         sys.stdout.write(render_text(report, config))
     failures = required_failures(downstreams)

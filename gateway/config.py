@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from catalog.names import PROFILES
+from catalog.text import escape
 
 SERVER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 _VAR = re.compile(r"\$\{([^}]*)\}")
@@ -418,9 +419,27 @@ def _server(
     url = expand(f"{where}.url", s["url"], env)
     if not re.match(r"^https?://", url):
         raise ConfigError(f"{where}.url", "expected an http:// or https:// URL")
-    return ServerConfig(
-        transport=s.get("transport", "http"),
-        url=url,
-        headers={k: expand(f"{where}.headers.{k}", v, env) for k, v in sorted(s.get("headers", {}).items())},
-        **common,
-    )
+    headers = {k: expand(f"{where}.headers.{k}", v, env) for k, v in sorted(s.get("headers", {}).items())}
+    for name, value in headers.items():
+        header_problem(f"{where}.headers", name, value)
+    return ServerConfig(transport=s.get("transport", "http"), url=url, headers=headers, **common)
+
+
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+"""An HTTP field name: an RFC 9110 token."""
+_HEADER_VALUE_BAD = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]|^[ \t]|[ \t]$")
+"""What an HTTP field value must not hold: control characters (CR, LF, NUL...) other than
+a tab, and leading or trailing whitespace. The HTTP library would reject it later, in an
+error quoting the value, secret included."""
+
+
+def header_problem(where: str, name: str, value: str) -> None:
+    """Raise a ConfigError naming the header, never its value (it is usually a secret)."""
+    if not _HEADER_NAME.fullmatch(name):
+        raise ConfigError(f"{where}.{escape(name)}", "not a valid HTTP header name")
+    if _HEADER_VALUE_BAD.search(value):
+        raise ConfigError(
+            f"{where}.{name}",
+            "invalid header value: control characters (CR, LF, NUL...) or leading/trailing whitespace "
+            "(the value is not shown)",
+        )

@@ -39,10 +39,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 import anyio
+from catalog.text import escape, json_text, printable
 
 from gateway import __version__
 from gateway.config import Config, ConfigError, find_config, load_config
 from gateway.importer import toml_string
+from gateway.redact import redact
 
 CLIENTS = ("claude-code", "claude-desktop", "cursor", "vscode", "codex")
 STDERR_LINES = 5
@@ -147,7 +149,7 @@ async def discover_once(config: Config) -> Round:
                     error=d.error,
                     startup_ms=d.startup_ms,
                     listed=len(d.tools),
-                    stderr_tail=tail[-STDERR_LINES:],
+                    stderr_tail=[redact(line, d.config) for line in tail[-STDERR_LINES:]],
                 )
             )
         surface = list(hub.surface.warnings) if epoch is not None else []
@@ -534,8 +536,8 @@ def render(report: Report) -> str:
         header = section + (f" ({report.headers[section]})" if section in report.headers else "")
         lines += ["", header]
         for c in checks:
-            lines.append(f"  {c.verdict:<4}  {c.message}")
-            lines += [f"          {d}" for d in c.details]
+            lines.append(f"  {c.verdict:<4}  {escape(c.message)}")  # names, errors, stderr: from servers
+            lines += [f"          {escape(d)}" for d in c.details]
     register = report.data.get("register")
     if register is not None:
         lines += ["", f"register in {register['where']}:", "", register["snippet"]]
@@ -543,7 +545,7 @@ def render(report: Report) -> str:
     verdict = "needs attention" if report.status else "all is well"
     summary = ", ".join(f"{n} {k}" for k, n in counts.items() if n)
     lines += ["", f"summary: {summary or 'nothing checked'}: {verdict}"]
-    return "\n".join(lines) + "\n"
+    return printable("\n".join(lines)) + "\n"
 
 
 def to_json(report: Report) -> dict[str, Any]:
@@ -630,7 +632,7 @@ def run(config_path: str | None, args: argparse.Namespace) -> int:
 
 def _emit(report: Report, as_json: bool) -> None:
     if as_json:
-        sys.stdout.write(json.dumps(to_json(report), ensure_ascii=False, indent=2) + "\n")
+        sys.stdout.write(json_text(to_json(report)) + "\n")
     else:
         sys.stdout.write(render(report))
     sys.stdout.flush()

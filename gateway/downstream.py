@@ -249,12 +249,18 @@ class Downstream:
             self._scope.cancel()
 
     def _set(self, status: Status, error: str | None) -> None:
+        """Record a status. The error text is kept redacted (it can quote a header or env
+        value: a server echoing a token, an HTTP library quoting a header) and logged as
+        one escaped line (a server's message can hold newlines or terminal escapes)."""
+        from catalog.text import escape  # here, not at the top: this method is the only hunk
+        from gateway.redact import redact
+
         self.status = status
-        self.error = error
+        self.error = redact(error, self.config) if error else error
         if status == "ready":
             self._log.info("[%s] ready: %d tools in %d ms", self.config.id, len(self.tools), self.startup_ms or 0)
-        elif error:
-            self._log.warning("[%s] %s: %s", self.config.id, status, error)
+        elif self.error:
+            self._log.warning("[%s] %s: %s", self.config.id, status, escape(self.error))
         if status != "starting":
             self.settled.set()
 

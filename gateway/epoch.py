@@ -17,10 +17,9 @@ from catalog.build import build
 from catalog.model import Catalog, ServerTools
 from catalog.names import PROFILES
 from catalog.search import SearchIndex, tool_call_declaration, tool_search_declaration
-from jsonschema import Draft202012Validator
+from catalog.validation import compile_validator, is_referencing
+from jsonschema_rs import Validator
 from spill import artifact_read_declaration
-from jsonschema.protocols import Validator
-from jsonschema.validators import validator_for
 
 from gateway.checks import CheckCache
 from gateway.config import Config
@@ -39,7 +38,7 @@ class Epoch:
     """Wall time of the discovery barrier that produced this epoch."""
     _wire: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     _index: SearchIndex | None = None
-    _validators: dict[str, Validator] = field(default_factory=dict)
+    _validators: dict[str, tuple[Validator, bool]] = field(default_factory=dict)
     _deferred: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
@@ -78,14 +77,18 @@ class Epoch:
             self._index = SearchIndex(self.catalog.entries)
         return self._index
 
-    def validator(self, name: str) -> Validator:
-        """The compiled validator of a catalog tool's canonical input schema."""
-        validator = self._validators.get(name)
-        if validator is None:
-            entry = self.catalog.by_name[name]
-            schema = entry.declaration["inputSchema"]
-            validator = self._validators[name] = validator_for(schema, default=Draft202012Validator)(schema)
-        return validator
+    def validator(self, name: str) -> tuple[Validator, bool]:
+        """The compiled validator of a catalog tool's canonical input schema, and whether
+        the schema uses references (a tree-shaped one validates in linear time).
+
+        Raises ``jsonschema_rs.ValidationError`` if it does not compile (the build
+        quarantines such schemas, so only a stale check cache can get here).
+        """
+        compiled = self._validators.get(name)
+        if compiled is None:
+            schema = self.catalog.by_name[name].declaration["inputSchema"]
+            compiled = self._validators[name] = (compile_validator(schema), is_referencing(schema))
+        return compiled
 
 
 def client_policy(config: Config) -> ClientPolicy:

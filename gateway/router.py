@@ -15,18 +15,21 @@ from collections.abc import Mapping
 from typing import Any
 
 import anyio
-from catalog.search import render
 from catalog.schema import json_path
-from jsonschema.exceptions import best_match
+from catalog.search import render
+from catalog.text import escape, quote
+from catalog.validation import violation
+from jsonschema_rs import ValidationError as SchemaViolation
 from mcp_types.methods import validate_server_result
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
-from spill import ArtifactNotFound, ArtifactStore, StoreError, artifact_read, bound_result
+from spill import ArtifactNotFound, ArtifactStore, StoreError, artifact_read, bound_result, surely_within
 
 from gateway.config import PolicyConfig, SpillConfig
 from gateway.downstream import Downstream, ProgressFn, error_result
 from gateway.epoch import META_TOOLS, Epoch
 from gateway.session import Session
+from gateway.validation import ValidationFailure, ValidationPool, ValidationTimeout
 from gateway.wire import DEFAULT_VERSION
 
 log = logging.getLogger("prefixgate.router")
@@ -57,6 +60,8 @@ class Router:
         """Names that earlier epochs had and the current one does not."""
         self.ready = anyio.Event()
         """Set once the discovery barrier has passed and the first epoch is built."""
+        self.validation = ValidationPool()
+        """Worker processes for arguments of referencing schemas (started on first use)."""
 
     async def publish(self, epoch: Epoch) -> None:
         """Make ``epoch`` current; sessions are re-bound by the caller (the hub)."""
@@ -129,7 +134,7 @@ class Router:
         refusal = self.refusal(epoch, name, session)
         if refusal is not None:
             return error_result(refusal)
-        problem = argument_problem(epoch, name, arguments)
+        problem = await argument_problem(epoch, name, arguments, self.validation)
         if problem is not None:
             return error_result(problem)
         downstream = self.downstreams[entry.server]
@@ -159,8 +164,8 @@ class Router:
                 collect(store, spill)
             return bounded
 
-        if spill.max_visible_bytes >= _CHEAP_SIZE_LIMIT and _cheap_size(result) < spill.max_visible_bytes // 8:
-            return result  # far below the ceiling: skip the thread hop
+        if surely_within(result, spill.max_visible_bytes // 8):
+            return result  # far below the ceiling (an upper bound over every field): skip the thread hop
         return await anyio.to_thread.run_sync(work)
 
     async def artifact_read(self, arguments: Mapping[str, Any], session: Session) -> dict[str, Any]:
@@ -179,9 +184,13 @@ class Router:
 
     def refusal(self, epoch: Epoch, name: str, session: Session) -> str | None:
         """Policy, then activation: why this resolved tool may not run now, or None."""
+        identities = epoch.catalog.by_name[name].identities
         for pattern in self.policy.deny:
-            if fnmatch.fnmatchcase(name, pattern):
+            matched = next((n for n in identities if fnmatch.fnmatchcase(n, pattern)), None)
+            if matched == name:
                 return f"Tool {name} is denied by policy (deny pattern {pattern!r})."
+            if matched is not None:
+                return f"Tool {name} is denied by policy (deny pattern {pattern!r} matches its identity {quote(matched)})."
         if self.policy.read_only:
             annotations = epoch.catalog.by_name[name].declaration.get("annotations")
             if not (isinstance(annotations, dict) and annotations.get("readOnlyHint") is True):
@@ -211,21 +220,6 @@ class Router:
         return text_result(rendered.text)
 
 
-_CHEAP_SIZE_LIMIT = 1024
-
-
-def _cheap_size(result: Mapping[str, Any]) -> int:
-    """An upper-bound-ish quick size of the text blocks, to skip bounding small results."""
-    total = 0
-    for block in result.get("content") or ():
-        if not isinstance(block, dict) or block.get("type") != "text":
-            return 1 << 62  # anything else: let bound_result measure it exactly
-        total += 6 * len(block.get("text", ""))  # worst case: every character escaped
-    if result.get("structuredContent") is not None:
-        return 1 << 62
-    return total
-
-
 def _message(exc: BaseException) -> str:
     text = exc.args[0] if exc.args and isinstance(exc.args[0], str) else str(exc)
     return text
@@ -242,13 +236,41 @@ def collect(store: ArtifactStore, spill: SpillConfig) -> None:
         log.info("artifact retention removed %d artifacts", len(removed))
 
 
-def argument_problem(epoch: Epoch, name: str, arguments: Mapping[str, Any] | None) -> str | None:
-    """The first schema violation of ``arguments``, naming its path, or None."""
-    instance = {} if arguments is None else arguments
-    error = best_match(epoch.validator(name).iter_errors(instance))
-    if error is None:
+async def argument_problem(
+    epoch: Epoch, name: str, arguments: Mapping[str, Any] | None, pool: ValidationPool
+) -> str | None:
+    """The most relevant schema violation of ``arguments``, naming its path, or None.
+
+    A tree-shaped schema is validated inline (its cost is bounded: see gateway.validation);
+    a referencing one in a worker process under the pool's time budget.
+    """
+    instance = {} if arguments is None else dict(arguments)
+    try:
+        validator, referencing = epoch.validator(name)
+    except SchemaViolation as err:
+        return f"Cannot validate arguments for {name}: its inputSchema does not compile ({_line(err.message)})."
+    try:
+        if referencing:
+            found = await pool.violation(epoch.catalog.by_name[name].declaration["inputSchema"], instance)
+        else:
+            found = violation(validator, instance)
+    except ValidationTimeout:
+        return f"Validation of arguments for {name} took longer than {pool.budget:g} s; the call was not forwarded."
+    except (ValidationFailure, ValueError, TypeError, RecursionError, OverflowError) as exc:
+        return f"Arguments for {name} could not be validated ({_line(str(exc))}); the call was not forwarded."
+    if found is None:
         return None
-    return f"Invalid arguments for {name}: {json_path('arguments', error.absolute_path)}: {error.message}"
+    path, message = found
+    return f"Invalid arguments for {name}: {json_path('arguments', path)}: {_line(message)}"
+
+
+_MAX_MESSAGE = 300
+
+
+def _line(text: str) -> str:
+    """One bounded line: messages quote argument values, which can be huge or multi-line."""
+    text = " ".join(text.split()) or "invalid"
+    return text if len(text) <= _MAX_MESSAGE else text[: _MAX_MESSAGE - 1] + "…"
 
 
 def _checked(result: dict[str, Any], version: str, server: str, tool: str) -> dict[str, Any]:
@@ -260,6 +282,6 @@ def _checked(result: dict[str, Any], version: str, server: str, tool: str) -> di
         validate_server_result("tools/call", version, candidate)
     except (ValidationError, KeyError, ValueError) as exc:
         detail = exc.errors()[0].get("msg", "invalid") if isinstance(exc, ValidationError) else str(exc)
-        log.warning("server %s returned an invalid result for %s: %s", server, tool, detail)
+        log.warning("server %s returned an invalid result for %s: %s", server, quote(tool), escape(detail))
         return error_result(f"Server {server!r} returned an invalid result for tool {tool!r}: {detail}")
     return result

@@ -12,6 +12,7 @@ from .bound import (
     canonical_json,
     json_size,
     structured_limit,
+    surely_within,
     text_result_size,
     visible_size,
 )
@@ -48,6 +49,7 @@ __all__ = [
     "read_bytes",
     "read_lines",
     "structured_limit",
+    "surely_within",
     "text_result_size",
     "valid_id",
     "visible_size",

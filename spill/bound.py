@@ -4,11 +4,12 @@ Why: one screenshot, log or query dump of a few hundred kilobytes can cost a who
 and clients cut such output silently. Every result passes through :func:`bound_result`.
 
 **Model-visible size** (:func:`visible_size`) is the UTF-8 length of the compact JSON
-(``ensure_ascii=False``, separators ``,`` and ``:``) of ``{"content": ..., "structuredContent":
-...}`` (each key only if present in the result), i.e. what a client sends the model, JSON escaping
-included: a quote, backslash or newline costs two bytes, another control character six.
-``isError``, ``_meta`` and other keys are not counted. :func:`visible_size` computes the number
-without building the JSON text.
+(``ensure_ascii=False``, separators ``,`` and ``:``) of the whole result: ``content`` (with each
+block's ``annotations``, ``_meta`` and unknown keys), ``structuredContent``, ``isError``, ``_meta``
+and any other key, i.e. everything the client would be sent, JSON escaping included: a quote,
+backslash or newline costs two bytes, another control character six. Counting less would let a
+tiny ``text`` carry megabytes in ``_meta``. :func:`visible_size` computes the number without
+building the JSON text; :func:`surely_within` is a cheap upper-bound test for small results.
 
 **At or under the ceiling** the very same object is returned.
 
@@ -33,6 +34,12 @@ boundaries. If the whole preview source fits, it is shown whole, without the omi
   text resource as a ``[resource: URI (MIME)]`` line plus its text, a resource link as a line,
   anything else as canonical JSON. When ``structuredContent`` is dropped and no block is text,
   its canonical JSON is the preview source too.
+
+**Other result fields** (``isError``, ``_meta``, unknown keys) are kept in a bounded result while
+together they fit ``max((max_visible_bytes - 1024) // 4, 256)`` bytes, in the order the result has them
+(``isError`` always); the rest are left out (the trailer gives their number and size) and the
+artifact is then the canonical JSON of the whole result. Blocks are replaced by the preview, so
+their ``annotations`` and ``_meta`` are never sent; large ones also make the artifact JSON.
 
 **structuredContent rule.** The mcp SDK client (``ClientSession.validate_tool_result``) skips
 validation for ``isError`` results; otherwise, when the tool declared an ``outputSchema``, it
@@ -70,6 +77,7 @@ __all__ = [
     "canonical_json",
     "json_size",
     "structured_limit",
+    "surely_within",
     "text_result_size",
     "utf8",
     "visible_size",
@@ -80,6 +88,7 @@ MIN_VISIBLE_BYTES = 1024
 DEFAULT_MAX_ARTIFACT_BYTES = 16 * 1024 * 1024
 _RESERVE = 1024  # trailer (<= ~600 bytes worst case) plus a minimal preview
 _REASON_MAX = 200
+_MIN_OTHER_FIELDS = 256  # small _meta survives even the smallest ceiling (the trailer leaves room)
 _HEAD_SHARE = 0.75
 
 # JSON escaping (json.dumps, ensure_ascii=False): '"' '\\' and \b\f\n\r\t take 2 bytes, other
@@ -159,8 +168,49 @@ def json_size(value: object) -> int:
 
 
 def visible_size(result: Mapping[str, Any]) -> int:
-    """The model-visible size of a CallToolResult dict (see the module docstring)."""
-    return json_size({k: result[k] for k in ("content", "structuredContent") if k in result})
+    """The model-visible size of a CallToolResult dict: all of it (see the module docstring)."""
+    return json_size(result)
+
+
+_MAX_CHAR_BYTES = 6
+"""Most bytes one Python character can cost in compact JSON (a control character as \\u00XX)."""
+
+
+def surely_within(value: object, limit: int, max_nodes: int = 256) -> bool:
+    """True only if ``json_size(value) <= limit``, decided from at most ``max_nodes`` values.
+
+    An upper bound: every character counts as 6 bytes, numbers at their longest. Big or
+    deeply structured values answer False (measure them exactly, off the event loop).
+    """
+    total, stack = 0, [value]
+    while stack:
+        max_nodes -= 1
+        if max_nodes < 0:
+            return False
+        v = stack.pop()
+        if isinstance(v, str):
+            total += 2 + _MAX_CHAR_BYTES * len(v)
+        elif isinstance(v, Mapping):
+            total += 2 + 2 * len(v)
+            for k, item in v.items():
+                if not isinstance(k, str):
+                    return False
+                total += 2 + _MAX_CHAR_BYTES * len(k)
+                stack.append(item)
+        elif isinstance(v, list | tuple):
+            total += 2 + len(v)
+            stack.extend(v)
+        elif v is None or isinstance(v, bool):
+            total += 5
+        elif isinstance(v, int):
+            total += 2 + v.bit_length() // 3  # sign plus at least one digit per 3.32 bits
+        elif isinstance(v, float):
+            total += 24  # the longest repr of a finite float
+        else:
+            return False
+        if total > limit:
+            return False
+    return True
 
 
 def text_result_size(text: str) -> int:
@@ -314,12 +364,15 @@ def _one_line(reason: str) -> str:
 
 def _trailer(
     visible: int, ceiling: int, full_size: int, artifact_id: str | None, reason: str | None,
-    dropped_structured: int | None, forced_error: bool,
+    dropped_structured: int | None, forced_error: bool, left_out: tuple[int, int] | None = None,
 ) -> str:
     first = f"[prefixgate] output of {visible} bytes exceeds the {ceiling}-byte limit; preview above."
     if dropped_structured is not None:
         first += f" structuredContent ({dropped_structured} bytes) not shown"
         first += "; isError set since the tool's outputSchema needs it." if forced_error else "."
+    if left_out is not None:
+        count, size = left_out
+        first += f" {count} other result field{'s' if count > 1 else ''} ({size} bytes) not shown."
     if artifact_id is None:
         return f"{first}\nfull output of {full_size} bytes not retained: {reason}"
     return (
@@ -371,8 +424,15 @@ def bound_result(
     keep = structured_size is not None and structured_size <= structured_limit(max_visible_bytes)
     dropped = structured_size if structured is not None and not keep else None
     forced_error = output_schema is not None and not keep and not result.get("isError")
+    others, left_out = _other_fields(result, max_visible_bytes, forced_error)
 
-    text_only = bool(blocks) and all(_is_text_block(b) for b in blocks) and (structured is None or keep)
+    text_only = (
+        bool(blocks)
+        and all(_is_text_block(b) for b in blocks)
+        and (structured is None or keep)
+        and left_out is None
+        and sum(_block_extras(b) for b in blocks) <= _RESERVE
+    )
     if text_only:
         full = _joined(utf8(b["text"]) for b in blocks)  # type: ignore[index]
         source = full
@@ -383,8 +443,9 @@ def bound_result(
     artifact_id, reason = _retain(full, full_size, store, max_artifact_bytes)
     del full
 
-    trailer = _trailer(visible, max_visible_bytes, full_size, artifact_id, reason, dropped, forced_error)
+    trailer = _trailer(visible, max_visible_bytes, full_size, artifact_id, reason, dropped, forced_error, left_out)
     fixed = _WRAPPER + (_STRUCTURED_KEY + structured_size if keep and structured_size is not None else 0)
+    fixed += json_size(others) - 1 if others else 0  # each: a comma, "key", a colon, the value
     budget = max_visible_bytes - fixed - _escaped_len("\n" + trailer)
     preview = _preview(source, sum(len(c) for c in source), budget)
     text = f"{preview}\n{trailer}" if preview else trailer
@@ -392,9 +453,35 @@ def bound_result(
     bounded: dict[str, Any] = {"content": [{"type": "text", "text": text}]}
     if keep:
         bounded["structuredContent"] = structured
-    for key, value in result.items():
-        if key not in ("content", "structuredContent"):
-            bounded[key] = value
-    if forced_error:
-        bounded["isError"] = True
+    bounded.update(others)
     return bounded
+
+
+def _block_extras(block: object) -> int:
+    """Bytes of a text block's fields other than its text (annotations, _meta, unknown)."""
+    assert isinstance(block, dict)
+    return sum(json_size(k) + json_size(v) for k, v in block.items() if k not in ("type", "text"))
+
+
+def _other_fields(
+    result: Mapping[str, Any], max_visible_bytes: int, forced_error: bool
+) -> tuple[dict[str, Any], tuple[int, int] | None]:
+    """The result's other fields a bounded result keeps, and (number, bytes) of those left out."""
+    budget = max((max_visible_bytes - _RESERVE) // 4, _MIN_OTHER_FIELDS)
+    kept: dict[str, Any] = {}
+    count = size = 0
+    for key, value in result.items():
+        if key in ("content", "structuredContent"):
+            continue
+        if key == "isError" and isinstance(value, bool):
+            kept[key] = value  # tiny, and its meaning must survive (covered by _RESERVE)
+            continue
+        cost = json_size(key) + json_size(value) + 2
+        if cost <= budget:
+            kept[key] = value
+            budget -= cost
+        else:
+            count, size = count + 1, size + cost
+    if forced_error:
+        kept["isError"] = True
+    return kept, (count, size) if count else None

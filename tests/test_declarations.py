@@ -148,9 +148,9 @@ async def test_gate_order_activation_policy_and_arguments(tmp_path: Path) -> Non
 
         bad = await gw.session.call_tool("e__get_issue", {"owner": "o", "repo": "r", "options": {"state": "maybe"}})
         assert bad.is_error
-        assert text(bad).startswith("Invalid arguments for e__get_issue: arguments.options.state: 'maybe' is not one of")
+        assert text(bad).startswith('Invalid arguments for e__get_issue: arguments.options.state: "maybe" is not one of')
         missing = await gw.session.call_tool("e__echo", {})
-        assert text(missing) == "Invalid arguments for e__echo: arguments: 'text' is a required property"
+        assert text(missing) == 'Invalid arguments for e__echo: arguments: "text" is a required property'
         await anyio.sleep(0.3)
         assert "[e] call get_issue" not in gw.stderr() and "[e] call fail" not in gw.stderr()
         assert wire(await gw.raw("tools/list")) == listed

@@ -25,8 +25,7 @@ ANY_TEXT = st.one_of(st.text(), NASTY, st.text(max_size=3000))
 
 
 def reference_size(result: dict[str, Any]) -> int:
-    shown = {k: result[k] for k in ("content", "structuredContent") if k in result}
-    return len(json.dumps(shown, ensure_ascii=False, separators=(",", ":")).encode())
+    return len(json.dumps(result, ensure_ascii=False, separators=(",", ":")).encode())
 
 
 def text_result(*texts: str, **extra: Any) -> dict[str, Any]:
@@ -64,9 +63,12 @@ def test_json_size_equals_compact_json_length(value: Any) -> None:
     assert json_size(value) == len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
 
 
-def test_visible_size_counts_escapes_and_structured_content() -> None:
+def test_visible_size_counts_escapes_and_every_field() -> None:
     r = text_result('a"\n\x01', structuredContent={"k": [1, None]}, isError=False, _meta={"big": "x" * 1000})
-    assert visible_size(r) == reference_size(r) == len('{"content":[{"type":"text","text":"a\\"\\n\\u0001"}],"structuredContent":{"k":[1,null]}}')
+    assert visible_size(r) == reference_size(r) == len(
+        '{"content":[{"type":"text","text":"a\\"\\n\\u0001"}],"structuredContent":{"k":[1,null]},'
+        '"isError":false,"_meta":{"big":"' + "x" * 1000 + '"}}'
+    )
 
 
 def test_lone_surrogates_are_measured_as_replacement_characters() -> None:

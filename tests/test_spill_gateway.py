@@ -21,8 +21,7 @@ HEADER = re.compile(r"^\[artifact ([A-Za-z0-9_-]+)\] bytes (\d+) to (\d+) of (\d
 
 
 def visible_size(result: dict[str, Any]) -> int:
-    shown = {k: result[k] for k in ("content", "structuredContent") if k in result}
-    return len(json.dumps(shown, ensure_ascii=False, separators=(",", ":")).encode())
+    return len(json.dumps(result, ensure_ascii=False, separators=(",", ":")).encode())
 
 
 def expected_payload(size: int) -> str:

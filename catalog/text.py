@@ -1,0 +1,50 @@
+"""Printing untrusted text: names, reasons and errors that come from downstream servers.
+
+Every line the gateway prints (logs, ``catalog``, ``doctor``) may carry a name a server
+chose; a newline in it would forge a log line, an ESC drive the terminal, a lone
+surrogate make the UTF-8 writer raise. These helpers make such text one printable line.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+__all__ = ["escape", "json_text", "printable", "quote"]
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def escape(text: str) -> str:
+    """``text`` with every non-printable character (newline, ESC, a lone surrogate...) as
+    ``\\uXXXX``: a name from a server can then neither forge a log line, nor drive the
+    terminal, nor make printing fail. Printable text is returned unchanged."""
+    if text.isprintable() and text.isascii():
+        return text
+    out = []
+    for ch in text:
+        if ch.isprintable() and not 0xD800 <= ord(ch) <= 0xDFFF:
+            out.append(ch)
+        elif ord(ch) <= 0xFFFF:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(f"\\U{ord(ch):08x}")
+    return "".join(out)
+
+
+def quote(text: str) -> str:
+    """Single-quote a name for a one-line report, escaping what would break the line."""
+    return "'" + escape(text) + "'"
+
+
+def printable(text: str) -> str:
+    """A multi-line text (a report) with each line escaped: the last line of defence for
+    text assembled from many sources before it is written."""
+    return "\n".join(escape(line) for line in text.split("\n"))
+
+
+def json_text(value: object, indent: int | None = 2) -> str:
+    """JSON text for stdout: non-ASCII stays readable, a lone surrogate (which UTF-8 cannot
+    encode) becomes its ``\\uXXXX`` escape, so the value parses back exactly."""
+    text = json.dumps(value, ensure_ascii=False, indent=indent)
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)

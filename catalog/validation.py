@@ -1,0 +1,93 @@
+"""Argument validation with jsonschema-rs: compile a tool's input schema, find a violation.
+
+jsonschema-rs never retrieves a remote ``$ref`` (our retriever refuses; python-jsonschema's
+deprecated automatic retrieval fetched any URL a schema named), its regex engine is
+linear-time for patterns without backreferences (and bounded by a backtrack limit for the
+rest), and it is fast enough to run on every call. It holds the GIL while it validates, so
+work whose cost is not bounded (a schema with references can share subschemas and cost
+exponential time) must run in another process; see :func:`is_referencing`.
+
+Pure: only jsonschema-rs, so the validation worker process starts fast.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, NoReturn
+
+import jsonschema_rs
+
+JSON = Any
+
+REFERENCE_KEYS = frozenset({"$ref", "$dynamicRef", "$recursiveRef"})
+
+REMOTE_REFUSED = "remote references are never fetched"
+
+
+class RemoteReference(Exception):
+    """Raised by the retriever: a schema named a resource outside itself."""
+
+
+def _refuse(uri: str) -> NoReturn:
+    raise RemoteReference(REMOTE_REFUSED)
+
+
+_UNKNOWN_DIALECT = "Unknown meta-schema"
+
+
+def compile_validator(schema: JSON) -> jsonschema_rs.Validator:
+    """The argument validator of a (canonical) schema; raises ``jsonschema_rs.ValidationError``.
+
+    Formats are not asserted (python-jsonschema's default, kept so no call changes meaning).
+    An unknown ``$schema`` falls back to 2020-12, as python-jsonschema's ``validator_for``
+    does, instead of failing.
+    """
+    try:
+        return jsonschema_rs.validator_for(schema, retriever=_refuse, validate_formats=False)
+    except jsonschema_rs.ValidationError as err:
+        if not (isinstance(schema, dict) and err.message.startswith(_UNKNOWN_DIALECT)):
+            raise
+    plain = {k: v for k, v in schema.items() if k != "$schema"}
+    return jsonschema_rs.validator_for(plain, retriever=_refuse, validate_formats=False)
+
+
+def references(schema: JSON, path: tuple[str | int, ...] = ()) -> Iterator[tuple[tuple[str | int, ...], str]]:
+    """Every ``$ref``-like keyword in a schema: (path of the object holding it, reference)."""
+    stack: list[tuple[tuple[str | int, ...], JSON]] = [(path, schema)]
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if key in REFERENCE_KEYS and isinstance(item, str):
+                    yield where, item
+                stack.append(((*where, key), item))
+        elif isinstance(value, list):
+            stack.extend(((*where, i), item) for i, item in enumerate(value))
+
+
+def is_referencing(schema: JSON) -> bool:
+    """Whether a schema uses references (else it is a tree: validation is linear)."""
+    return next(references(schema), None) is not None
+
+
+MAX_ERRORS = 64
+"""Errors looked at to pick the most relevant one (each can carry a large context)."""
+
+
+def violation(validator: jsonschema_rs.Validator, instance: JSON) -> tuple[list[str | int], str] | None:
+    """The most relevant violation (instance path, message), like python-jsonschema's
+    ``best_match``: the shallowest error, ``anyOf``/``oneOf`` last; None if valid.
+
+    ``is_valid`` first: it short-circuits and collects no error context.
+    """
+    if validator.is_valid(instance):
+        return None
+    errors = []
+    for error in validator.iter_errors(instance):
+        errors.append(error)
+        if len(errors) >= MAX_ERRORS:
+            break
+    if not errors:
+        return None
+    best = min(errors, key=lambda e: (len(e.instance_path), e.kind.name in ("anyOf", "oneOf")))
+    return list(best.instance_path), best.message

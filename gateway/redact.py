@@ -1,0 +1,41 @@
+"""Keep configured secrets out of recorded errors: defence in depth.
+
+Header and env values are never put into errors on purpose, but an error can still quote
+one: a server that echoes the token it rejected, an HTTP library naming a bad header
+value. Whatever is recorded for a server (shown by ``catalog``, ``doctor``, the logs and
+in isError results) first has that server's configured values replaced by ``***``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+
+from gateway.config import ServerConfig
+
+MASK = "***"
+MIN_SECRET = 4
+"""Shorter values are left alone: masking "1" or "on" everywhere would garble errors and
+hide nothing worth hiding."""
+
+
+def _forms(value: str) -> Iterable[str]:
+    """The value as it may appear in an error: raw, Python repr, bytes repr, JSON."""
+    yield value
+    yield repr(value)[1:-1]
+    yield repr(value.encode("utf-8", "replace"))[2:-1]
+    yield json.dumps(value)[1:-1]
+
+
+def secrets_of(config: ServerConfig) -> list[str]:
+    """The server's header and env values worth masking, longest first."""
+    values = {*config.headers.values(), *config.env.values()}
+    forms = {form for value in values if len(value) >= MIN_SECRET for form in _forms(value)}
+    return sorted((f for f in forms if len(f) >= MIN_SECRET), key=len, reverse=True)
+
+
+def redact(text: str, config: ServerConfig) -> str:
+    for secret in secrets_of(config):
+        if secret in text:
+            text = text.replace(secret, MASK)
+    return text
