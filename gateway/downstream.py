@@ -27,7 +27,8 @@ from mcp_types.jsonrpc import CONNECTION_CLOSED, INVALID_REQUEST, REQUEST_TIMEOU
 
 from gateway import __version__
 from gateway.config import ServerConfig
-from gateway.stdio import ChildProcess, CommandNotFound, stdio_transport
+from gateway.inbox import Inbox
+from gateway.stdio import MESSAGE_TOO_LARGE, UNPARSABLE_REPLY, ChildProcess, CommandNotFound, stdio_transport
 
 Status = Literal["starting", "ready", "failed", "late", "disabled", "exited", "restarting"]
 ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
@@ -115,6 +116,7 @@ class Downstream:
         self._scope: anyio.CancelScope | None = None
         self._stopping = False
         self._log = logging.getLogger(f"prefixgate.server.{config.id}")
+        self._inbox: Inbox | None = None
 
     @property
     def id(self) -> str:
@@ -200,6 +202,13 @@ class Downstream:
             tg.cancel_scope.cancel()
 
     async def _connect(self, stack: AsyncExitStack) -> None:
+        # Notifications wait in a bounded inbox with one consumer: a flood while the
+        # client is slow costs dropped log lines, never unbounded tasks and memory.
+        consumer = await stack.enter_async_context(anyio.create_task_group())
+        stack.callback(consumer.cancel_scope.cancel)
+        inbox = Inbox(self.id, lambda method, params: self.events.server_notification(self, method, params))
+        consumer.start_soon(inbox.run)
+        self._inbox = inbox
         read, write = await stack.enter_async_context(self._open())
         dispatcher: JSONRPCDispatcher[Any] = JSONRPCDispatcher(read, write)
         session = ClientSession(
@@ -265,7 +274,12 @@ class Downstream:
         if cfg.transport == "stdio":
             assert cfg.command is not None
             async with stdio_transport(
-                cfg.command, cfg.args, env=cfg.env, cwd=cfg.cwd, on_stderr=self._stderr_line
+                cfg.command,
+                cfg.args,
+                env=cfg.env,
+                cwd=cfg.cwd,
+                on_stderr=self._stderr_line,
+                max_message_bytes=cfg.max_message_bytes,
             ) as (read, write, child):
                 self._child = child
                 yield read, write
@@ -328,7 +342,8 @@ class Downstream:
             self._log.debug("[%s] transport error: %s", self.id, message)
             return
         data = message.model_dump(by_alias=True, mode="json", exclude_none=True)
-        await self.events.server_notification(self, data["method"], data.get("params") or {})
+        if self._inbox is not None:
+            self._inbox.put(data["method"], data.get("params") or {})
 
     async def _forward(self, method: str, params: Any) -> Any:
         raw = params.model_dump(by_alias=True, mode="json", exclude_none=True) if params is not None else {}
@@ -432,6 +447,8 @@ class Downstream:
                 return error_result(f"{self.config.id}: tool {tool!r} timed out after {timeout:g} s")
             if exc.code == CONNECTION_CLOSED:
                 return error_result(await self._closed_reason(tool))
+            if exc.code in (MESSAGE_TOO_LARGE, UNPARSABLE_REPLY):  # refused by the gateway's transport
+                return error_result(f"{self.config.id}: tool {tool!r}: {exc.message}")
             raise
 
     async def _closed_reason(self, tool: str) -> str:
