@@ -23,7 +23,7 @@ import mcp_types as types
 from mcp.client.session import ClientRequestContext, ClientSession, IncomingMessage
 from mcp.shared.exceptions import MCPError
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
-from mcp_types.jsonrpc import CONNECTION_CLOSED, INVALID_REQUEST, REQUEST_TIMEOUT
+from mcp_types.jsonrpc import CONNECTION_CLOSED, INVALID_REQUEST, PARSE_ERROR, REQUEST_TIMEOUT
 
 from gateway import __version__
 from gateway.config import ServerConfig
@@ -171,6 +171,10 @@ class Downstream:
                     scope.cancel()
 
         async with anyio.create_task_group() as tg:
+            # Notifications wait in a bounded inbox with one consumer: a flood while the
+            # client is slow costs dropped log lines, never unbounded tasks and memory.
+            self._inbox = Inbox(self.id, lambda method, params: self.events.server_notification(self, method, params))
+            tg.start_soon(self._inbox.run)
             with anyio.CancelScope() as scope:
                 tg.start_soon(watch_startup, scope)
                 try:
@@ -202,13 +206,6 @@ class Downstream:
             tg.cancel_scope.cancel()
 
     async def _connect(self, stack: AsyncExitStack) -> None:
-        # Notifications wait in a bounded inbox with one consumer: a flood while the
-        # client is slow costs dropped log lines, never unbounded tasks and memory.
-        consumer = await stack.enter_async_context(anyio.create_task_group())
-        stack.callback(consumer.cancel_scope.cancel)
-        inbox = Inbox(self.id, lambda method, params: self.events.server_notification(self, method, params))
-        consumer.start_soon(inbox.run)
-        self._inbox = inbox
         read, write = await stack.enter_async_context(self._open())
         dispatcher: JSONRPCDispatcher[Any] = JSONRPCDispatcher(read, write)
         session = ClientSession(
@@ -231,11 +228,20 @@ class Downstream:
         """Re-list what the server offers (at start-up and on its list_changed)."""
         if tools:
             self.tools = await self.list_all("tools/list", "tools")
+        # A bad resources or prompts page costs those lists, not the server's tools.
         if resources and "resources" in self.capabilities:
-            self.resources = await self.list_all("resources/list", "resources")
-            self.templates = await self.list_all("resources/templates/list", "resourceTemplates")
+            try:
+                self.resources = await self.list_all("resources/list", "resources")
+                self.templates = await self.list_all("resources/templates/list", "resourceTemplates")
+            except (MCPError, ValueError) as exc:
+                self.resources = self.templates = ()
+                self._log.warning("[%s] its resources are not offered: %s", self.id, _short(exc))
         if prompts and "prompts" in self.capabilities:
-            self.prompts = await self.list_all("prompts/list", "prompts")
+            try:
+                self.prompts = await self.list_all("prompts/list", "prompts")
+            except (MCPError, ValueError) as exc:
+                self.prompts = ()
+                self._log.warning("[%s] its prompts are not offered: %s", self.id, _short(exc))
 
     async def _startup_error(self, exc: MCPError) -> str:
         if exc.code == CONNECTION_CLOSED and self._child is not None:
@@ -447,7 +453,9 @@ class Downstream:
                 return error_result(f"{self.config.id}: tool {tool!r} timed out after {timeout:g} s")
             if exc.code == CONNECTION_CLOSED:
                 return error_result(await self._closed_reason(tool))
-            if exc.code in (MESSAGE_TOO_LARGE, UNPARSABLE_REPLY):  # refused by the gateway's transport
+            if exc.code in (MESSAGE_TOO_LARGE, UNPARSABLE_REPLY, PARSE_ERROR):
+                # The reply never arrived whole: refused by our transport, or (remote) by the
+                # SDK's, whose JSON parser rejects lone surrogates (``\ud800``) outright.
                 return error_result(f"{self.config.id}: tool {tool!r}: {exc.message}")
             raise
 

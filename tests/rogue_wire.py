@@ -5,7 +5,8 @@ wire when its tools are called: lone surrogates (``"\\ud800"``, what a JavaScrip
 writes when it cuts an emoji in half) in results, log notifications, resource names and
 prompt descriptions; results over any sane size, with the id first (Python) or last
 (TypeScript); floods of log notifications and of stderr without a newline; a schema
-nested far too deeply. Options: ``--deep-schema N`` (list a tool nested N levels).
+nested far too deeply. Options: ``--deep-schema N`` (list a tool nested N levels);
+``--http`` (serve the same over plain JSON-response HTTP on loopback, print the URL).
 """
 
 from __future__ import annotations
@@ -79,7 +80,86 @@ def call(request_id: Any, name: str, args: dict[str, Any]) -> None:
         send({"jsonrpc": "2.0", "id": request_id, "result": text("ok")})
 
 
+def answer(msg: dict[str, Any], deep: str = "") -> None:
+    """Answer one request on stdout (the stdio server)."""
+    method, request_id = msg.get("method"), msg.get("id")
+    params = msg.get("params") or {}
+    if method == "initialize":
+        result = {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {"tools": {}, "resources": {}, "prompts": {}, "logging": {}},
+            "serverInfo": {"name": "rogue-wire", "version": "0"},
+        }
+        send({"jsonrpc": "2.0", "id": request_id, "result": result})
+    elif method == "tools/list":
+        listed = json.dumps({"jsonrpc": "2.0", "id": request_id, "result": {"tools": TOOLS}})
+        if deep:
+            listed = listed.replace('"tools": [', '"tools": [' + deep + ",", 1)
+        OUT.write(listed.encode() + b"\n")
+        OUT.flush()
+    elif method == "resources/list":
+        resource = {"uri": "rogue://r", "name": f"res {LONE}", "description": f"d {LONE}"}
+        send({"jsonrpc": "2.0", "id": request_id, "result": {"resources": [resource]}})
+    elif method == "resources/templates/list":
+        send({"jsonrpc": "2.0", "id": request_id, "result": {"resourceTemplates": []}})
+    elif method == "prompts/list":
+        prompt = {"name": "p", "description": f"prompt {LONE}"}
+        send({"jsonrpc": "2.0", "id": request_id, "result": {"prompts": [prompt]}})
+    elif method == "tools/call":
+        call(request_id, params.get("name", ""), params.get("arguments") or {})
+    elif method == "ping":
+        send({"jsonrpc": "2.0", "id": request_id, "result": {}})
+    else:
+        send({"jsonrpc": "2.0", "id": request_id, "error": {"code": -32601, "message": f"no {method}"}})
+
+
+def serve_http() -> None:
+    """The same answers as JSON HTTP responses (a remote server: streamable HTTP, no SSE)."""
+    import io
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    lock = threading.Lock()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802
+            global OUT
+            msg = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))))
+            if msg.get("id") is None or msg.get("method") is None:
+                self.send_response(202)
+                self.end_headers()
+                return
+            with lock:
+                OUT = io.BytesIO()
+                answer(msg)
+                body = OUT.getvalue().splitlines()[-1]
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:  # noqa: N802
+            self.send_response(405)
+            self.end_headers()
+
+        def do_DELETE(self) -> None:  # noqa: N802
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    sys.stdout.write(f"http://127.0.0.1:{server.server_address[1]}/mcp\n")
+    sys.stdout.flush()
+    server.serve_forever()
+
+
 def main() -> None:
+    if "--http" in sys.argv:
+        serve_http()
+        return
     deep = ""
     if "--deep-schema" in sys.argv:
         deep = deep_tool(int(sys.argv[sys.argv.index("--deep-schema") + 1]))
@@ -87,37 +167,8 @@ def main() -> None:
         if not raw.strip():
             continue
         msg = json.loads(raw)
-        method, request_id = msg.get("method"), msg.get("id")
-        if request_id is None or method is None:
-            continue  # notifications and responses
-        params = msg.get("params") or {}
-        if method == "initialize":
-            result = {
-                "protocolVersion": "2025-11-25",
-                "capabilities": {"tools": {}, "resources": {}, "prompts": {}, "logging": {}},
-                "serverInfo": {"name": "rogue-wire", "version": "0"},
-            }
-            send({"jsonrpc": "2.0", "id": request_id, "result": result})
-        elif method == "tools/list":
-            listed = json.dumps({"jsonrpc": "2.0", "id": request_id, "result": {"tools": TOOLS}})
-            if deep:
-                listed = listed.replace('"tools": [', '"tools": [' + deep + ",", 1)
-            OUT.write(listed.encode() + b"\n")
-            OUT.flush()
-        elif method == "resources/list":
-            resource = {"uri": "rogue://r", "name": f"res {LONE}", "description": f"d {LONE}"}
-            send({"jsonrpc": "2.0", "id": request_id, "result": {"resources": [resource]}})
-        elif method == "resources/templates/list":
-            send({"jsonrpc": "2.0", "id": request_id, "result": {"resourceTemplates": []}})
-        elif method == "prompts/list":
-            prompt = {"name": "p", "description": f"prompt {LONE}"}
-            send({"jsonrpc": "2.0", "id": request_id, "result": {"prompts": [prompt]}})
-        elif method == "tools/call":
-            call(request_id, params.get("name", ""), params.get("arguments") or {})
-        elif method == "ping":
-            send({"jsonrpc": "2.0", "id": request_id, "result": {}})
-        else:
-            send({"jsonrpc": "2.0", "id": request_id, "error": {"code": -32601, "message": f"no {method}"}})
+        if msg.get("id") is not None and msg.get("method") is not None:
+            answer(msg, deep)  # notifications and responses get no answer
 
 
 if __name__ == "__main__":
