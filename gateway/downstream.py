@@ -347,6 +347,8 @@ class Downstream:
         if isinstance(message, Exception):
             self._log.debug("[%s] transport error: %s", self.id, message)
             return
+        if isinstance(message, types.ProgressNotification):
+            return  # delivered to its call's on_progress by the dispatcher
         data = message.model_dump(by_alias=True, mode="json", exclude_none=True)
         if self._inbox is not None:
             self._inbox.put(data["method"], data.get("params") or {})
@@ -399,7 +401,7 @@ class Downstream:
         if timeout is not None:
             opts["timeout"] = timeout
         if on_progress is not None:
-            opts["on_progress"] = on_progress
+            opts["on_progress"] = _latest_only(on_progress)
         return await dispatcher.send_raw_request(method, params, opts)  # type: ignore[arg-type]
 
     async def list_all(self, method: str, key: str) -> tuple[Any, ...]:
@@ -467,6 +469,32 @@ class Downstream:
                 f"({self._child.exit_description()})"
             )
         return f"connection to server {self.config.id!r} closed during the call to {tool!r}"
+
+
+def _latest_only(forward: ProgressFn) -> ProgressFn:
+    """Progress forwarded one at a time; while one is on its way only the newest waits.
+
+    The SDK runs a task per progress notification: against a slow client a flood would
+    pile them up without bound. Progress is a level, not a log, so the newest is enough.
+    """
+    busy = False
+    waiting: tuple[float, float | None, str | None] | None = None
+
+    async def wrapped(progress: float, total: float | None, message: str | None) -> None:
+        nonlocal busy, waiting
+        if busy:
+            waiting = (progress, total, message)
+            return
+        busy = True
+        try:
+            await forward(progress, total, message)
+            while waiting is not None:
+                args, waiting = waiting, None
+                await forward(*args)
+        finally:
+            busy = False
+
+    return wrapped
 
 
 def error_result(message: str) -> dict[str, Any]:

@@ -39,11 +39,11 @@ def deep_tool(depth: int) -> str:
 
 TOOLS = [
     {"name": name, "description": f"rogue {name}", "inputSchema": {"type": "object", "properties": {"n": {"type": "integer"}, "text": {"type": "string"}}}}
-    for name in ("surrogate_text", "log_surrogate", "echo", "big", "big_ts", "flood_logs", "flood_stderr", "stderr_lines", "ok")
+    for name in ("surrogate_text", "log_surrogate", "echo", "big", "big_ts", "flood_logs", "flood_progress", "flood_stderr", "stderr_lines", "ok")
 ]
 
 
-def call(request_id: Any, name: str, args: dict[str, Any]) -> None:
+def call(request_id: Any, name: str, args: dict[str, Any], token: Any = None) -> None:
     n = int(args.get("n", 0))
     if name == "surrogate_text":
         send({"jsonrpc": "2.0", "id": request_id, "result": text(f"half an emoji: {LONE}!")})
@@ -65,6 +65,12 @@ def call(request_id: Any, name: str, args: dict[str, Any]) -> None:
             OUT.write(line)
         OUT.flush()
         send({"jsonrpc": "2.0", "id": request_id, "result": text(f"sent {n} log notifications")})
+    elif name == "flood_progress":
+        for i in range(n):
+            notice = {"progressToken": token, "progress": i, "total": n, "message": "p" * 1000}
+            OUT.write(json.dumps({"jsonrpc": "2.0", "method": "notifications/progress", "params": notice}).encode() + b"\n")
+        OUT.flush()
+        send({"jsonrpc": "2.0", "id": request_id, "result": text(f"sent {n} progress notifications")})
     elif name == "flood_stderr":  # n bytes of stderr without a newline
         chunk = b"e" * 65536
         for _ in range(n // len(chunk)):
@@ -106,7 +112,8 @@ def answer(msg: dict[str, Any], deep: str = "") -> None:
         prompt = {"name": "p", "description": f"prompt {LONE}"}
         send({"jsonrpc": "2.0", "id": request_id, "result": {"prompts": [prompt]}})
     elif method == "tools/call":
-        call(request_id, params.get("name", ""), params.get("arguments") or {})
+        token = (params.get("_meta") or {}).get("progressToken")
+        call(request_id, params.get("name", ""), params.get("arguments") or {}, token)
     elif method == "ping":
         send({"jsonrpc": "2.0", "id": request_id, "result": {}})
     else:

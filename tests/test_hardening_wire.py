@@ -73,6 +73,25 @@ async def test_lone_surrogate_result_over_http(tmp_path: Path, mode: str) -> Non
             assert texts(await client.call_tool("rogue__ok", {})) == "ok"
 
 
+async def test_lone_surrogate_from_an_http_client_is_a_parse_error(tmp_path: Path) -> None:
+    import urllib.error
+    import urllib.request
+
+    config = write_config(tmp_path, {"rogue": rogue()})
+    with http_gateway(config) as (url, _):
+        body = b'{"jsonrpc":"2.0","id":"\\ud800","method":"tools/call","params":{"name":"rogue__echo","arguments":{"text":"\\ud800"}}}'
+        request = urllib.request.Request(
+            url, data=body, method="POST",
+            headers={"content-type": "application/json", "accept": "application/json, text/event-stream"},
+        )
+        with pytest.raises(urllib.error.HTTPError) as failed:
+            urllib.request.urlopen(request, timeout=60)
+        assert failed.value.code == 400
+        assert json.loads(failed.value.read())["error"]["code"] == -32700
+        async with sdk_client(url, "auto") as client:
+            assert texts(await client.call_tool("rogue__ok", {})) == "ok"
+
+
 @contextmanager
 def remote_rogue() -> Iterator[str]:
     proc = subprocess.Popen([PYTHON, ROGUE, "--http"], stdout=subprocess.PIPE, text=True)
@@ -246,6 +265,22 @@ async def test_log_flood_while_the_client_is_slow_stays_bounded(tmp_path: Path) 
         time.sleep(4)
         answer = gw.answer(2)
         assert answer["result"]["content"][0]["text"] == "sent 40000 log notifications"
+        peak = peak_rss_mib(gw.proc.pid)
+        assert peak - idle < 60, (idle, peak)
+        call(gw, 3, "rogue__ok")
+        assert gw.answer(3)["result"]["content"][0]["text"] == "ok"
+
+
+async def test_progress_flood_while_the_client_is_slow_stays_bounded(tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"rogue": rogue()})
+    with raw_gateway(config) as gw:
+        gw.handshake()
+        idle = peak_rss_mib(gw.proc.pid)
+        params = {"name": "rogue__flood_progress", "arguments": {"n": 40_000}, "_meta": {"progressToken": "t"}}
+        gw.request(2, "tools/call", params)  # ~40 MB of progress, nobody reading
+        time.sleep(4)
+        answer = gw.answer(2)
+        assert answer["result"]["content"][0]["text"] == "sent 40000 progress notifications"
         peak = peak_rss_mib(gw.proc.pid)
         assert peak - idle < 60, (idle, peak)
         call(gw, 3, "rogue__ok")
