@@ -28,24 +28,25 @@ class TooDeep(ValueError):
     """The message nests deeper than ``MAX_DEPTH``."""
 
 
-def loads(raw: bytes | bytearray | str) -> Any:
+def decode(raw: bytes | bytearray) -> tuple[str, bool]:
+    """UTF-8 text (invalid bytes replaced) and whether it may hold a lone surrogate escape.
+
+    Only a ``\\uD800``-``\\uDFFF`` escape can yield a lone surrogate (raw UTF-8 surrogates
+    are invalid UTF-8 and were replaced here), so a large clean result costs one regex scan
+    and ``loads`` skips the scrub. The caller drops ``raw`` next: two copies at most.
+    """
+    return raw.decode("utf-8", errors="replace"), _ESCAPED_SURROGATE.search(raw) is not None
+
+
+def loads(text: str, suspicious: bool = True) -> Any:
     """Parse one JSON text; lone surrogates become U+FFFD; nesting bounded by ``MAX_DEPTH``.
 
-    The scrub runs only when the raw text has a ``\\uD8xx``-``\\uDFxx`` escape (raw UTF-8
-    surrogates are invalid UTF-8 and were replaced by decoding), so a large clean result
-    costs one regex scan and nothing else.
+    ``suspicious`` is ``decode``'s verdict: False skips the scrub.
     """
-    text = raw if isinstance(raw, str) else raw.decode("utf-8", errors="replace")
-    suspicious = (
-        _ESCAPED_SURROGATE.search(raw) is not None
-        if not isinstance(raw, str)
-        else _ESCAPED_SURROGATE.search(text.encode("utf-8", errors="surrogatepass")) is not None
-    )
     try:
         data = json.loads(text)
     except RecursionError:
         data = _loads_deep(text)
-    del text
     return scrub(data) if suspicious else data
 
 

@@ -91,9 +91,10 @@ def setup(level: str) -> None:
     first = _writer is None
     _writer = _Writer(handler, records, sys.stderr)
     if first:
-        atexit.register(_flush_at_exit)
+        atexit.register(flush)
 
 
-def _flush_at_exit() -> None:
+def flush(timeout: float = EXIT_FLUSH_SECONDS) -> None:
+    """Wait (at most ``timeout``) for queued records to be written: at exit, and before ``os._exit``."""
     if _writer is not None:
-        _writer.flush(EXIT_FLUSH_SECONDS)
+        _writer.flush(timeout)

@@ -23,6 +23,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
+from typing import cast
 
 import anyio
 import anyio.abc
@@ -172,8 +173,10 @@ def _parse(line: bytes | bytearray) -> SessionMessage | Exception:
     large message are alive at once.
     """
     try:
-        data = jsontext.loads(line)
+        text, suspicious = jsontext.decode(line)
         del line
+        data = jsontext.loads(text, suspicious)
+        del text
         return SessionMessage(types.jsonrpc_message_adapter.validate_python(data, by_name=False))
     except ValueError as exc:  # JSONDecodeError, TooDeep and pydantic's ValidationError
         return exc
@@ -208,6 +211,11 @@ def _too_large(line: Overlong, limit: int) -> SessionMessage | None:
 
 def jsonrpc_error(request_id: types.RequestId | None, code: int, text: str) -> types.JSONRPCError:
     return types.JSONRPCError(jsonrpc="2.0", id=request_id, error=types.ErrorData(code=code, message=text))
+
+
+def _ends(line: bytes | bytearray) -> tuple[bytes, bytes]:
+    """The first and last few KiB of a line: where its id is, should it not parse."""
+    return bytes(line[:_KEEP]), bytes(line[-_KEEP:])
 
 
 def _unparsable(exc: Exception, head: bytes, tail: bytes) -> SessionMessage | None:
@@ -260,20 +268,19 @@ async def stdio_transport(
                         del chunk
                         lines.reverse()
                         while lines:
-                            line = lines.pop()
                             message: SessionMessage | Exception | None
-                            if isinstance(line, Overlong):
-                                message = _too_large(line, max_message_bytes)
-                            elif is_blank(line):
+                            if isinstance(lines[-1], Overlong):
+                                message = _too_large(cast(Overlong, lines.pop()), max_message_bytes)
+                            elif is_blank(lines[-1]):
+                                lines.pop()
                                 continue
                             else:
-                                ends = (bytes(line[:_KEEP]), bytes(line[-_KEEP:]))
+                                ends = _ends(lines[-1])
                                 # _parse gets the only reference: a large line is freed as soon
                                 # as it is decoded, and the message as soon as it is handed on.
-                                message = _parse(line)
+                                message = _parse(cast("bytes | bytearray", lines.pop()))
                                 if isinstance(message, Exception):
                                     message = _unparsable(message, *ends) or message
-                            del line
                             if message is not None:
                                 await read_send.send(message)
                             del message

@@ -25,7 +25,7 @@ import os
 import stat
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import mcp_types as types
@@ -84,12 +84,15 @@ class InFlight:
 
 def _parse_client(line: bytes | bytearray) -> SessionMessage | types.JSONRPCError | None:
     """A client's message, or the error that answers it (None: nothing to answer)."""
-    try:
-        data = jsontext.loads(line)
-    except ValueError as exc:  # not JSON, or nested too deeply
-        log.warning("unparsable client message of %d bytes: %s", len(line), _first_line(exc))
-        return jsonrpc_error(None, PARSE_ERROR, f"Parse error: {_first_line(exc)}")
+    size = len(line)
+    text, suspicious = jsontext.decode(line)
     del line
+    try:
+        data = jsontext.loads(text, suspicious)
+    except ValueError as exc:  # not JSON, or nested too deeply
+        log.warning("unparsable client message of %d bytes: %s", size, _first_line(exc))
+        return jsonrpc_error(None, PARSE_ERROR, f"Parse error: {_first_line(exc)}")
+    del text
     try:
         return SessionMessage(types.jsonrpc_message_adapter.validate_python(data, by_name=False))
     except ValidationError as exc:
@@ -153,17 +156,21 @@ async def stdio_streams(max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> A
         splitter = LineSplitter(max_message_bytes)
         async with read_send:
             while chunk := await reader.read(_CHUNK):
-                for line in splitter.feed(chunk):
-                    if isinstance(line, Overlong):
+                lines = splitter.feed(chunk)
+                lines.reverse()
+                while lines:
+                    if isinstance(line := lines[-1], Overlong):
+                        lines.pop()
                         request_id = jsontext.find_id(line.head, line.tail)
                         log.warning("dropped a client message of %d bytes (over max_message_bytes %d)", line.size, max_message_bytes)
                         text = f"request of {line.size} bytes exceeds max_message_bytes {max_message_bytes}"
                         await answer(jsonrpc_error(request_id, INVALID_REQUEST, text))
                         continue
                     if is_blank(line):
+                        lines.pop()
                         continue
-                    parsed = _parse_client(line)
                     del line
+                    parsed = _parse_client(cast("bytes | bytearray", lines.pop()))  # the only reference
                     if parsed is None:
                         continue
                     if isinstance(parsed, types.JSONRPCError):

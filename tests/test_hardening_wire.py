@@ -306,10 +306,17 @@ async def test_undrained_gateway_stderr_never_blocks_serving(tmp_path: Path) -> 
     with raw_gateway(config, stderr=subprocess.PIPE) as gw:
         gw.handshake()
         for i in range(2, 6):
-            call(gw, i, "rogue__stderr_lines", n=2000)  # ~450 KB of logged stderr a call
-            assert gw.answer(i)["result"]["content"][0]["text"] == "wrote 2000 stderr lines"
+            call(gw, i, "rogue__stderr_lines", n=4000)  # ~900 KB of logged stderr a call
+            assert gw.answer(i)["result"]["content"][0]["text"] == "wrote 4000 stderr lines"
         call(gw, 9, "rogue__ok")
         assert gw.answer(9)["result"]["content"][0]["text"] == "ok"
+        # Once stderr is read again, the writer catches up and says how much it dropped.
+        assert gw.proc.stderr is not None
+        fd, seen, deadline = gw.proc.stderr.fileno(), b"", time.monotonic() + 60
+        while b"log records dropped" not in seen and time.monotonic() < deadline:
+            if select.select([fd], [], [], 1)[0]:
+                seen = seen[-4096:] + os.read(fd, 1 << 16)
+        assert b"log records dropped" in seen
 
 
 async def test_a_client_that_never_reads_meets_back_pressure(tmp_path: Path) -> None:
