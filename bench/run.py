@@ -1,6 +1,6 @@
 """Every benchmark in one run: prefixgate vs a direct connection vs FastMCP's proxy.
 
-    python -m bench.run [--quick] [--out DIR] [--only calls,startup,catalog,bigresult]
+    python -m bench.run [--quick] [--out DIR] [--only calls,startup,catalog,bigresult,flood]
                         [--fastmcp-python PATH]
 
 Each benchmark interleaves its contenders round by round and reports medians, spreads
@@ -33,7 +33,7 @@ from typing import Any
 
 import anyio
 
-from bench import bigresult, calls, catalog5k, startup
+from bench import bigresult, calls, catalog5k, flood, startup
 from bench.common import ROOT, fastmcp_python
 
 BENCHMARKS: dict[str, Callable[[Any], Any]] = {
@@ -41,6 +41,7 @@ BENCHMARKS: dict[str, Callable[[Any], Any]] = {
     "startup": startup.run,
     "catalog": catalog5k.run,
     "bigresult": bigresult.run,
+    "flood": flood.run,
 }
 
 
@@ -264,6 +265,9 @@ def measurement_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, 
                     f"added max {mem['peak_added_bytes']['max'] / 2**20:.0f} MiB",
                     f"{mem['peak_added_over_size']:.2f}x size added",
                 ))
+    fl = results.get("flood")
+    if isinstance(fl, dict) and "phases" in fl:
+        rows += flood.rows(fl)
     return rows
 
 

@@ -19,6 +19,8 @@ from typing import Any, Literal
 from catalog.names import PROFILES
 from catalog.text import escape
 
+DEFAULT_MAX_MESSAGE_BYTES = 32 << 20
+MIN_MESSAGE_BYTES = 1 << 16
 SERVER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 _VAR = re.compile(r"\$\{([^}]*)\}")
 
@@ -49,6 +51,8 @@ class ServerConfig:
     startup_timeout: float = 30.0
     call_timeout: float = 300.0
     prefix: str = ""
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    """From ``[gateway]``."""
     include: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
     deferred: bool = False
@@ -59,6 +63,8 @@ class GatewayConfig:
     state_dir: Path
     discovery_deadline: float = 60.0
     separator: str = "__"
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    """Largest JSON-RPC line read on stdio (from a server or the client); larger ones fail their request."""
 
 
 @dataclass(frozen=True)
@@ -187,6 +193,13 @@ def _positive_count(path: str, value: Any) -> int:
     return number
 
 
+def _message_bytes(path: str, value: Any) -> int:
+    number = _count(path, value)
+    if number < MIN_MESSAGE_BYTES:
+        raise ConfigError(path, f"expected an integer >= {MIN_MESSAGE_BYTES}")
+    return number
+
+
 def _bool(path: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise ConfigError(path, "expected true or false")
@@ -268,6 +281,7 @@ _GATEWAY_KEYS: dict[str, Check] = {
     "state_dir": _nonempty_str,
     "discovery_deadline": _number,
     "separator": _nonempty_str,
+    "max_message_bytes": _message_bytes,
 }
 
 _CLIENT_KEYS: dict[str, Check] = {
@@ -347,6 +361,7 @@ def parse_config(data: Mapping[str, Any], *, path: Path | None = None, env: Mapp
         state_dir=state_dir,
         discovery_deadline=gw.get("discovery_deadline", 60.0),
         separator=gw.get("separator", "__"),
+        max_message_bytes=gw.get("max_message_bytes", DEFAULT_MAX_MESSAGE_BYTES),
     )
 
     cl = _fields("client", _table("client", data.get("client", {})), _CLIENT_KEYS)
@@ -400,6 +415,7 @@ def _server(
         startup_timeout=s.get("startup_timeout", 30.0),
         call_timeout=s.get("call_timeout", 300.0),
         prefix=prefix,
+        max_message_bytes=gateway.max_message_bytes,
         include=s.get("include", ()),
         exclude=s.get("exclude", ()),
         deferred=s.get("deferred", False),

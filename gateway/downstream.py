@@ -23,11 +23,12 @@ import mcp_types as types
 from mcp.client.session import ClientRequestContext, ClientSession, IncomingMessage
 from mcp.shared.exceptions import MCPError
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
-from mcp_types.jsonrpc import CONNECTION_CLOSED, INVALID_REQUEST, REQUEST_TIMEOUT
+from mcp_types.jsonrpc import CONNECTION_CLOSED, INVALID_REQUEST, PARSE_ERROR, REQUEST_TIMEOUT
 
 from gateway import __version__
 from gateway.config import ServerConfig
-from gateway.stdio import ChildProcess, CommandNotFound, stdio_transport
+from gateway.inbox import Inbox
+from gateway.stdio import MESSAGE_TOO_LARGE, UNPARSABLE_REPLY, ChildProcess, CommandNotFound, stdio_transport
 
 Status = Literal["starting", "ready", "failed", "late", "disabled", "exited", "restarting"]
 ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
@@ -115,6 +116,7 @@ class Downstream:
         self._scope: anyio.CancelScope | None = None
         self._stopping = False
         self._log = logging.getLogger(f"prefixgate.server.{config.id}")
+        self._inbox: Inbox | None = None
 
     @property
     def id(self) -> str:
@@ -169,6 +171,10 @@ class Downstream:
                     scope.cancel()
 
         async with anyio.create_task_group() as tg:
+            # Notifications wait in a bounded inbox with one consumer: a flood while the
+            # client is slow costs dropped log lines, never unbounded tasks and memory.
+            self._inbox = Inbox(self.id, lambda method, params: self.events.server_notification(self, method, params))
+            tg.start_soon(self._inbox.run)
             with anyio.CancelScope() as scope:
                 tg.start_soon(watch_startup, scope)
                 try:
@@ -222,11 +228,20 @@ class Downstream:
         """Re-list what the server offers (at start-up and on its list_changed)."""
         if tools:
             self.tools = await self.list_all("tools/list", "tools")
+        # A bad resources or prompts page costs those lists, not the server's tools.
         if resources and "resources" in self.capabilities:
-            self.resources = await self.list_all("resources/list", "resources")
-            self.templates = await self.list_all("resources/templates/list", "resourceTemplates")
+            try:
+                self.resources = await self.list_all("resources/list", "resources")
+                self.templates = await self.list_all("resources/templates/list", "resourceTemplates")
+            except (MCPError, ValueError) as exc:
+                self.resources = self.templates = ()
+                self._log.warning("[%s] its resources are not offered: %s", self.id, _short(exc))
         if prompts and "prompts" in self.capabilities:
-            self.prompts = await self.list_all("prompts/list", "prompts")
+            try:
+                self.prompts = await self.list_all("prompts/list", "prompts")
+            except (MCPError, ValueError) as exc:
+                self.prompts = ()
+                self._log.warning("[%s] its prompts are not offered: %s", self.id, _short(exc))
 
     async def _startup_error(self, exc: MCPError) -> str:
         if exc.code == CONNECTION_CLOSED and self._child is not None:
@@ -271,7 +286,12 @@ class Downstream:
         if cfg.transport == "stdio":
             assert cfg.command is not None
             async with stdio_transport(
-                cfg.command, cfg.args, env=cfg.env, cwd=cfg.cwd, on_stderr=self._stderr_line
+                cfg.command,
+                cfg.args,
+                env=cfg.env,
+                cwd=cfg.cwd,
+                on_stderr=self._stderr_line,
+                max_message_bytes=cfg.max_message_bytes,
             ) as (read, write, child):
                 self._child = child
                 yield read, write
@@ -333,8 +353,11 @@ class Downstream:
         if isinstance(message, Exception):
             self._log.debug("[%s] transport error: %s", self.id, message)
             return
+        if isinstance(message, types.ProgressNotification):
+            return  # delivered to its call's on_progress by the dispatcher
         data = message.model_dump(by_alias=True, mode="json", exclude_none=True)
-        await self.events.server_notification(self, data["method"], data.get("params") or {})
+        if self._inbox is not None:
+            self._inbox.put(data["method"], data.get("params") or {})
 
     async def _forward(self, method: str, params: Any) -> Any:
         raw = params.model_dump(by_alias=True, mode="json", exclude_none=True) if params is not None else {}
@@ -384,7 +407,7 @@ class Downstream:
         if timeout is not None:
             opts["timeout"] = timeout
         if on_progress is not None:
-            opts["on_progress"] = on_progress
+            opts["on_progress"] = _latest_only(on_progress)
         return await dispatcher.send_raw_request(method, params, opts)  # type: ignore[arg-type]
 
     async def list_all(self, method: str, key: str) -> tuple[Any, ...]:
@@ -438,6 +461,10 @@ class Downstream:
                 return error_result(f"{self.config.id}: tool {tool!r} timed out after {timeout:g} s")
             if exc.code == CONNECTION_CLOSED:
                 return error_result(await self._closed_reason(tool))
+            if exc.code in (MESSAGE_TOO_LARGE, UNPARSABLE_REPLY, PARSE_ERROR):
+                # The reply never arrived whole: refused by our transport, or (remote) by the
+                # SDK's, whose JSON parser rejects lone surrogates (``\ud800``) outright.
+                return error_result(f"{self.config.id}: tool {tool!r}: {exc.message}")
             raise
 
     async def _closed_reason(self, tool: str) -> str:
@@ -448,6 +475,32 @@ class Downstream:
                 f"({self._child.exit_description()})"
             )
         return f"connection to server {self.config.id!r} closed during the call to {tool!r}"
+
+
+def _latest_only(forward: ProgressFn) -> ProgressFn:
+    """Progress forwarded one at a time; while one is on its way only the newest waits.
+
+    The SDK runs a task per progress notification: against a slow client a flood would
+    pile them up without bound. Progress is a level, not a log, so the newest is enough.
+    """
+    busy = False
+    waiting: tuple[float, float | None, str | None] | None = None
+
+    async def wrapped(progress: float, total: float | None, message: str | None) -> None:
+        nonlocal busy, waiting
+        if busy:
+            waiting = (progress, total, message)
+            return
+        busy = True
+        try:
+            await forward(progress, total, message)
+            while waiting is not None:
+                args, waiting = waiting, None
+                await forward(*args)
+        finally:
+            busy = False
+
+    return wrapped
 
 
 def error_result(message: str) -> dict[str, Any]:

@@ -1,17 +1,100 @@
-"""Logging to stderr only: in stdio mode stdout is the MCP stream."""
+"""Logging to stderr only (in stdio mode stdout is the MCP stream), never blocking serving.
+
+A client that does not drain the gateway's stderr would block a plain ``StreamHandler``
+and with it the event loop. Records go through a bounded queue to a writer thread; when
+the queue is full they are dropped, and the count is written once the writer catches up.
+"""
 
 from __future__ import annotations
 
+import atexit
 import logging
+import queue
 import sys
+import threading
+import time
+from logging.handlers import QueueHandler
+from typing import TextIO
 
 LEVELS = ("debug", "info", "warning", "error")
+QUEUE_RECORDS = 10_000
+"""Log records waiting for stderr before new ones are dropped."""
+EXIT_FLUSH_SECONDS = 2.0
+"""How long exit waits for queued records to reach a stderr that may never be read."""
+
+
+class _DroppingQueueHandler(QueueHandler):
+    """Enqueues without ever waiting; counts what did not fit."""
+
+    def __init__(self, records: queue.Queue[logging.LogRecord | None]) -> None:
+        super().__init__(records)
+        self.dropped = 0
+        self._lock = threading.Lock()
+
+    def enqueue(self, record: logging.LogRecord) -> None:
+        try:
+            self.queue.put_nowait(record)
+        except queue.Full:
+            with self._lock:
+                self.dropped += 1
+
+    def take_dropped(self) -> int:
+        with self._lock:
+            dropped, self.dropped = self.dropped, 0
+        return dropped
+
+
+class _Writer:
+    """The daemon thread that formats records and writes them to stderr."""
+
+    def __init__(self, source: _DroppingQueueHandler, records: queue.Queue[logging.LogRecord | None], stream: TextIO) -> None:
+        self.source = source
+        self.records = records
+        self.target = logging.StreamHandler(stream)
+        self.target.setFormatter(logging.Formatter("prefixgate %(levelname)s %(message)s"))
+        self.thread = threading.Thread(target=self._run, name="prefixgate-log", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while (record := self.records.get()) is not None:
+            try:
+                self.target.handle(record)
+                if self.records.empty() and (dropped := self.source.take_dropped()):
+                    self.target.handle(_dropped_note(dropped))
+            finally:
+                self.records.task_done()
+
+    def flush(self, timeout: float) -> None:
+        """At exit: let queued records out, but never hang on a stderr nobody reads."""
+        deadline = time.monotonic() + timeout
+        with self.records.all_tasks_done:
+            while self.records.unfinished_tasks and (left := deadline - time.monotonic()) > 0:
+                self.records.all_tasks_done.wait(left)
+
+
+def _dropped_note(dropped: int) -> logging.LogRecord:
+    message = "%d log records dropped: stderr was not read fast enough"
+    return logging.LogRecord("prefixgate", logging.WARNING, __file__, 0, message, (dropped,), None)
+
+
+_writer: _Writer | None = None
 
 
 def setup(level: str) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("prefixgate %(levelname)s %(message)s"))
+    global _writer
+    records: queue.Queue[logging.LogRecord | None] = queue.Queue(QUEUE_RECORDS)
+    handler = _DroppingQueueHandler(records)
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.WARNING)
     logging.getLogger("prefixgate").setLevel(level.upper())
+    first = _writer is None
+    _writer = _Writer(handler, records, sys.stderr)
+    if first:
+        atexit.register(flush)
+
+
+def flush(timeout: float = EXIT_FLUSH_SECONDS) -> None:
+    """Wait (at most ``timeout``) for queued records to be written: at exit, and before ``os._exit``."""
+    if _writer is not None:
+        _writer.flush(timeout)

@@ -5,11 +5,15 @@ line size: a 40 MB result took ~11 s), needs a real file descriptor for the chil
 and hides the child process, whose exit status we must report. This transport keeps the
 SDK's message types and framing (one JSON-RPC message per line) but reads stdout in linear
 time, drains stderr line by line into the gateway's log, and exposes the process.
+
+Every peer is untrusted: a line over ``max_message_bytes`` is dropped as it arrives (its
+request fails at once, by the id found at either end), a stderr line is cut at
+``STDERR_LINE_BYTES`` and only a few are kept, and a message that cannot be written costs
+only its own request.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
@@ -19,6 +23,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
+from typing import cast
 
 import anyio
 import anyio.abc
@@ -27,6 +32,10 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from mcp.client.stdio import get_default_environment
 from mcp.os.posix.utilities import terminate_posix_process_tree
 from mcp.shared.message import SessionMessage
+from mcp_types.jsonrpc import INVALID_REQUEST
+
+from gateway import jsontext
+from gateway.config import DEFAULT_MAX_MESSAGE_BYTES
 
 log = logging.getLogger("prefixgate.stdio")
 
@@ -34,7 +43,15 @@ _GRACE_SECONDS = 0.2
 """How long a stopping server gets after EOF on stdin (and half as long after SIGTERM)
 before SIGKILL: a whole stop stays well under the second a client waits before its own
 SIGTERM."""
-_STDERR_TAIL_LINES = 20
+_STDERR_TAIL_LINES = 5
+STDERR_LINE_BYTES = 4096
+"""A stderr line is cut here (the rest is discarded up to its newline), for the log and the tail."""
+MESSAGE_TOO_LARGE = -32099
+"""JSON-RPC error code (implementation-defined range) of a reply the gateway refused for size."""
+UNPARSABLE_REPLY = -32098
+"""JSON-RPC error code of a reply the gateway could not parse (not JSON, too deep, not JSON-RPC)."""
+_KEEP = 4096
+"""Bytes kept at each end of an overlong line: enough to find its id."""
 
 
 class CommandNotFound(OSError):
@@ -62,6 +79,7 @@ class ChildProcess:
 
     process: anyio.abc.Process
     stderr_tail: deque[str] = field(default_factory=lambda: deque(maxlen=_STDERR_TAIL_LINES))
+    """The last few stderr lines, each cut at ``STDERR_LINE_BYTES``: bounded in bytes."""
     stdout_closed: anyio.Event = field(default_factory=anyio.Event)
     """Set when the child's stdout ends: the connection is gone, whatever the process does."""
 
@@ -85,30 +103,64 @@ class ChildProcess:
         return f"exit status {code}"
 
 
+@dataclass
+class Overlong:
+    """A line longer than the splitter's limit: only its size and its two ends were kept."""
+
+    size: int
+    head: bytes
+    tail: bytes
+
+
 class LineSplitter:
     """Re-joins chunks into lines in linear time; a long line is handed over, never copied.
 
     A 16 MiB result arrives as hundreds of chunks: joining them by concatenation would
     be quadratic, and copying the joined line once more would double the peak memory.
+    A line growing past ``limit`` is not buffered further: its bytes are counted and
+    dropped as they arrive, keeping ``keep`` bytes at each end (where its id can be found),
+    and it comes out as an ``Overlong``.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int | None = None, keep: int = _KEEP) -> None:
         self.pending = bytearray()
+        self.limit = limit
+        self.keep = keep
+        self._over: Overlong | None = None
 
-    def feed(self, chunk: bytes) -> list[bytes | bytearray]:
-        lines: list[bytes | bytearray] = []
+    def feed(self, chunk: bytes) -> list[bytes | bytearray | Overlong]:
+        lines: list[bytes | bytearray | Overlong] = []
         start = 0
-        while (end := chunk.find(b"\n", start)) >= 0:
-            if self.pending:
-                self.pending += chunk[start:end]
+        while True:
+            end = chunk.find(b"\n", start)
+            stop = len(chunk) if end < 0 else end
+            if self._over is not None:
+                self._overflow(chunk[start:stop])
+            elif self.limit is not None and len(self.pending) + stop - start > self.limit:
+                self.pending += chunk[start:stop]
+                self._over = Overlong(len(self.pending), bytes(self.pending[: self.keep]), bytes(self.pending[-self.keep :]))
+                self.pending = bytearray()
+            elif end >= 0 and not self.pending:
+                lines.append(chunk[start:end])
+                start = end + 1
+                continue
+            else:
+                self.pending += chunk[start:stop]
+            if end < 0:
+                return lines
+            if self._over is not None:
+                lines.append(self._over)
+                self._over = None
+            else:
                 lines.append(self.pending)
                 self.pending = bytearray()
-            else:
-                lines.append(chunk[start:end])
             start = end + 1
-        if start < len(chunk):
-            self.pending += chunk[start:]
-        return lines
+
+    def _overflow(self, piece: bytes) -> None:
+        over = self._over
+        assert over is not None
+        over.size += len(piece)
+        over.tail = (over.tail + piece)[-self.keep :] if len(piece) < self.keep else piece[-self.keep :]
 
 
 def is_blank(line: bytes | bytearray) -> bool:
@@ -116,7 +168,7 @@ def is_blank(line: bytes | bytearray) -> bool:
 
 
 def _parse(line: bytes | bytearray) -> SessionMessage | Exception:
-    """One JSON-RPC message; invalid UTF-8 is replaced.
+    """One JSON-RPC message; invalid UTF-8 and lone surrogates are replaced.
 
     ``json.loads`` then model validation, not pydantic's ``validate_json``: for a 16 MiB
     result the latter adds about 5x the message size in peak memory. Each stage drops
@@ -124,16 +176,63 @@ def _parse(line: bytes | bytearray) -> SessionMessage | Exception:
     large message are alive at once.
     """
     try:
-        text = line.decode("utf-8")
-    except UnicodeDecodeError:
-        text = line.decode("utf-8", errors="replace")
-    del line
-    try:
-        data = json.loads(text)
+        text, suspicious = jsontext.decode(line)
+        del line
+        data = jsontext.loads(text, suspicious)
         del text
         return SessionMessage(types.jsonrpc_message_adapter.validate_python(data, by_name=False))
-    except ValueError as exc:  # JSONDecodeError and pydantic's ValidationError
+    except ValueError as exc:  # JSONDecodeError, TooDeep and pydantic's ValidationError
         return exc
+
+
+def encode(message: SessionMessage) -> bytes:
+    """One message as a JSON line. Raises ``ValueError`` when it cannot be serialised."""
+    try:
+        data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
+        return data.encode("utf-8") + b"\n"
+    except (ValueError, RecursionError) as exc:  # PydanticSerializationError, UnicodeEncodeError
+        raise ValueError(str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__) from None
+
+
+def reply_id(message: SessionMessage) -> types.RequestId | None:
+    """The id a failed message must still be answered (or failed) for, if it has one."""
+    msg = message.message
+    if isinstance(msg, types.JSONRPCRequest | types.JSONRPCResponse | types.JSONRPCError):
+        return msg.id
+    return None
+
+
+def _too_large(line: Overlong, limit: int) -> SessionMessage | None:
+    """The error that fails the request an overlong reply answered, or None (nothing to fail)."""
+    request_id = jsontext.find_id(line.head, line.tail)
+    if request_id is None or jsontext.names_method(line.head):
+        log.warning("dropped a message of %d bytes (over max_message_bytes %d); no request to fail", line.size, limit)
+        return None
+    log.warning("dropped a reply of %d bytes to request %r (over max_message_bytes %d)", line.size, request_id, limit)
+    return error_message(request_id, MESSAGE_TOO_LARGE, f"result of {line.size} bytes exceeds max_message_bytes {limit}")
+
+
+def jsonrpc_error(request_id: types.RequestId | None, code: int, text: str) -> types.JSONRPCError:
+    return types.JSONRPCError(jsonrpc="2.0", id=request_id, error=types.ErrorData(code=code, message=text))
+
+
+def _ends(line: bytes | bytearray) -> tuple[bytes, bytes]:
+    """The first and last few KiB of a line: where its id is, should it not parse."""
+    return bytes(line[:_KEEP]), bytes(line[-_KEEP:])
+
+
+def _unparsable(exc: Exception, head: bytes, tail: bytes) -> SessionMessage | None:
+    """The error that fails the request an unparsable reply answered, or None (none found)."""
+    request_id = jsontext.find_id(head, tail)
+    if request_id is None or jsontext.names_method(head):
+        return None
+    text = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+    log.warning("unparsable reply to request %r: %s", request_id, text)
+    return error_message(request_id, UNPARSABLE_REPLY, f"unparsable reply: {text}")
+
+
+def error_message(request_id: types.RequestId | None, code: int, text: str) -> SessionMessage:
+    return SessionMessage(jsonrpc_error(request_id, code, text))
 
 
 @asynccontextmanager
@@ -144,6 +243,7 @@ async def stdio_transport(
     env: Mapping[str, str] | None = None,
     cwd: str | None = None,
     on_stderr: Callable[[str], None] | None = None,
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
 ) -> AsyncIterator[tuple[MemoryObjectReceiveStream[SessionMessage | Exception], MemoryObjectSendStream[SessionMessage], ChildProcess]]:
     """Spawn the server in its own process group and bridge its pipes to message streams."""
     executable = resolve_command(command)
@@ -162,31 +262,44 @@ async def stdio_transport(
 
     async def stdout_reader() -> None:
         assert process.stdout is not None
-        splitter = LineSplitter()
+        splitter = LineSplitter(max_message_bytes)
         try:
             async with read_send:
                 with suppress(anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
                     async for chunk in process.stdout:
                         lines = splitter.feed(chunk)
+                        del chunk
+                        lines.reverse()
                         while lines:
-                            if is_blank(lines[0]):
-                                lines.pop(0)
+                            message: SessionMessage | Exception | None
+                            if isinstance(lines[-1], Overlong):
+                                message = _too_large(cast(Overlong, lines.pop()), max_message_bytes)
+                            elif is_blank(lines[-1]):
+                                lines.pop()
                                 continue
-                            # _parse gets the only reference: a large line is freed as soon
-                            # as it is decoded, and the message as soon as it is handed on.
-                            message = _parse(lines.pop(0))
-                            await read_send.send(message)
+                            else:
+                                ends = _ends(lines[-1])
+                                # _parse gets the only reference: a large line is freed as soon
+                                # as it is decoded, and the message as soon as it is handed on.
+                                message = _parse(cast("bytes | bytearray", lines.pop()))
+                                if isinstance(message, Exception):
+                                    message = _unparsable(message, *ends) or message
+                            if message is not None:
+                                await read_send.send(message)
                             del message
         finally:
             child.stdout_closed.set()
 
     async def stderr_reader() -> None:
         assert process.stderr is not None
-        splitter = LineSplitter()
+        splitter = LineSplitter(STDERR_LINE_BYTES)
         with suppress(anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
             async for chunk in process.stderr:
                 for line in splitter.feed(chunk):
-                    text = line.decode("utf-8", errors="replace").rstrip("\r")
+                    raw = line.head[:STDERR_LINE_BYTES] if isinstance(line, Overlong) else line
+                    text = raw.decode("utf-8", errors="replace").rstrip("\r")
+                    if isinstance(line, Overlong):
+                        text += f" … ({line.size} bytes)"
                     child.stderr_tail.append(text)
                     if on_stderr is not None:
                         on_stderr(text)
@@ -196,8 +309,18 @@ async def stdio_transport(
         async with write_recv:
             try:
                 async for message in write_recv:
-                    data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
-                    await process.stdin.send(data.encode("utf-8") + b"\n")
+                    try:
+                        data = encode(message)
+                    except ValueError as exc:
+                        # Only this request fails: its caller gets the reason, not "exited".
+                        log.warning("cannot send a message to %s: %s", command, exc)
+                        request_id = reply_id(message)
+                        if isinstance(message.message, types.JSONRPCRequest) and request_id is not None:
+                            with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+                                await read_send.send(error_message(request_id, INVALID_REQUEST, f"request not sent: {exc}"))
+                        continue
+                    await process.stdin.send(data)
+                    del data
             except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
                 await read_send.aclose()
 

@@ -9,24 +9,105 @@ file) it falls back to the SDK's transport.
 
 Like the SDK's, it moves the real streams aside while serving: fd 0 reads /dev/null
 and fd 1 goes to stderr, so stray prints from libraries can never corrupt the stream.
+
+The client is untrusted too: an unparsable line is answered with a JSON-RPC parse error
+(id null), a line over ``max_message_bytes`` is dropped as it arrives and answered with an
+error for its id, a reply that cannot be serialised becomes an error for its id, and at
+most ``MAX_IN_FLIGHT`` requests are unanswered at once: past that the reader stops, so a
+client that never reads its responses fills its own pipe, not the gateway's memory.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import stat
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
-from typing import Any
+from typing import Any, cast
 
 import anyio
+import mcp_types as types
 from mcp.shared._context_streams import create_context_streams
 from mcp.shared.message import SessionMessage
+from mcp_types.jsonrpc import INTERNAL_ERROR, INVALID_REQUEST, PARSE_ERROR
+from pydantic import ValidationError
 
-from gateway.stdio import LineSplitter, _parse, is_blank
+from gateway import jsontext
+from gateway.config import DEFAULT_MAX_MESSAGE_BYTES
+from gateway.stdio import LineSplitter, Overlong, encode, error_message, is_blank, jsonrpc_error, reply_id
 
 _CHUNK = 1 << 16
+MAX_IN_FLIGHT = 64
+"""Client requests read but not yet answered, per connection, before the reader waits."""
+
+log = logging.getLogger("prefixgate.stdio")
+
+
+def _key(request_id: Any) -> tuple[str, Any]:
+    return (type(request_id).__name__, request_id)
+
+
+class InFlight:
+    """The client's unanswered requests; ``wait_room`` parks the reader while there are too many."""
+
+    def __init__(self, limit: int = MAX_IN_FLIGHT) -> None:
+        self.limit = limit
+        self._ids: dict[tuple[str, Any], int] = {}
+        self._count = 0
+        self._room = anyio.Event()
+
+    async def wait_room(self) -> None:
+        while self._count >= self.limit:
+            self._room = anyio.Event()
+            await self._room.wait()
+
+    def add(self, request_id: Any) -> None:
+        key = _key(request_id)
+        self._ids[key] = self._ids.get(key, 0) + 1
+        self._count += 1
+
+    def done(self, request_id: Any) -> None:
+        """Answered, or cancelled by the client (a cancelled request may get no answer)."""
+        key = _key(request_id)
+        left = self._ids.get(key, 0)
+        if not left:
+            return
+        if left == 1:
+            del self._ids[key]
+        else:
+            self._ids[key] = left - 1
+        self._count -= 1
+        self._room.set()
+
+
+def _parse_client(line: bytes | bytearray) -> SessionMessage | types.JSONRPCError | None:
+    """A client's message, or the error that answers it (None: nothing to answer)."""
+    size = len(line)
+    text, suspicious = jsontext.decode(line)
+    del line
+    try:
+        data = jsontext.loads(text, suspicious)
+    except ValueError as exc:  # not JSON, or nested too deeply
+        log.warning("unparsable client message of %d bytes: %s", size, _first_line(exc))
+        return jsonrpc_error(None, PARSE_ERROR, f"Parse error: {_first_line(exc)}")
+    del text
+    try:
+        return SessionMessage(types.jsonrpc_message_adapter.validate_python(data, by_name=False))
+    except ValidationError as exc:
+        log.warning("invalid client message: %s", _first_line(exc))
+        if isinstance(data, dict) and ("result" in data or "error" in data or "id" not in data):
+            return None  # a malformed response or notification: JSON-RPC answers neither
+        request_id = data.get("id") if isinstance(data, dict) else None
+        if isinstance(request_id, bool) or not isinstance(request_id, str | int):
+            request_id = None
+        return jsonrpc_error(request_id, INVALID_REQUEST, "Invalid Request: not a JSON-RPC 2.0 message")
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:200] if text else type(exc).__name__
 
 
 def _streamable(fd: int) -> bool:
@@ -38,7 +119,7 @@ def _streamable(fd: int) -> bool:
 
 
 @asynccontextmanager
-async def stdio_streams() -> AsyncIterator[tuple[Any, Any]]:
+async def stdio_streams(max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> AsyncIterator[tuple[Any, Any]]:
     """The (read, write) message streams of the stdio MCP connection."""
     if not (_streamable(0) and _streamable(1)):
         from mcp.server.stdio import stdio_server
@@ -65,19 +146,65 @@ async def stdio_streams() -> AsyncIterator[tuple[Any, Any]]:
     read_send, read_recv = create_context_streams[SessionMessage | Exception](0)
     write_send, write_recv = create_context_streams[SessionMessage](0)
 
+    in_flight = InFlight()
+
+    async def answer(error: types.JSONRPCError) -> None:
+        with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+            await write_send.send(SessionMessage(error))
+
     async def read_lines() -> None:
-        splitter = LineSplitter()
+        splitter = LineSplitter(max_message_bytes)
         async with read_send:
             while chunk := await reader.read(_CHUNK):
-                for line in splitter.feed(chunk):
-                    if not is_blank(line):
-                        await read_send.send(_parse(line))
+                lines = splitter.feed(chunk)
+                lines.reverse()
+                while lines:
+                    if isinstance(line := lines[-1], Overlong):
+                        lines.pop()
+                        request_id = jsontext.find_id(line.head, line.tail)
+                        log.warning("dropped a client message of %d bytes (over max_message_bytes %d)", line.size, max_message_bytes)
+                        text = f"request of {line.size} bytes exceeds max_message_bytes {max_message_bytes}"
+                        await answer(jsonrpc_error(request_id, INVALID_REQUEST, text))
+                        continue
+                    if is_blank(line):
+                        lines.pop()
+                        continue
+                    del line
+                    parsed = _parse_client(cast("bytes | bytearray", lines.pop()))  # the only reference
+                    if parsed is None:
+                        continue
+                    if isinstance(parsed, types.JSONRPCError):
+                        await answer(parsed)
+                        continue
+                    msg = parsed.message
+                    if isinstance(msg, types.JSONRPCRequest):
+                        await in_flight.wait_room()
+                        in_flight.add(msg.id)
+                    elif isinstance(msg, types.JSONRPCNotification) and msg.method == "notifications/cancelled":
+                        cancelled = (msg.params or {}).get("requestId")
+                        if cancelled is not None:
+                            in_flight.done(cancelled)
+                    await read_send.send(parsed)
 
     async def write_lines() -> None:
         async with write_recv:
             async for message in write_recv:
-                data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
-                writer.write(data.encode("utf-8") + b"\n")
+                try:
+                    data = encode(message)
+                except ValueError as exc:
+                    log.warning("cannot send %s to the client: %s", type(message.message).__name__, exc)
+                    request_id = reply_id(message)
+                    if request_id is None:
+                        continue  # a notification: dropped, logged
+                    if isinstance(message.message, types.JSONRPCRequest):  # ours: fail it, not the wire
+                        with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+                            await read_send.send(error_message(request_id, INTERNAL_ERROR, f"request not sent: {exc}"))
+                        continue
+                    data = encode(error_message(request_id, INTERNAL_ERROR, f"the result could not be sent: {exc}"))
+                if isinstance(message.message, types.JSONRPCResponse | types.JSONRPCError):
+                    in_flight.done(message.message.id)
+                writer.write(data)
+                del data
                 with suppress(ConnectionError):
                     await writer.drain()
 
@@ -97,3 +224,4 @@ async def stdio_streams() -> AsyncIterator[tuple[Any, Any]]:
             os.dup2(wire_out, 1)
         writer.close()
         read_transport.close()
+

@@ -1,0 +1,84 @@
+"""A downstream's notifications, bounded: one queue and one consumer per connection.
+
+The SDK runs a task per incoming notification; when each awaits a slow client, a log
+flood grows without bound (300k notifications took 1.35 GB). Here the SDK's task only
+enqueues. Beyond ``LIMIT`` waiting notifications new ones are dropped and counted, the
+count logged once per burst. ``list_changed`` notifications are never dropped: they are
+idempotent, so one pending per kind stands for any number.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+
+LIMIT = 256
+"""Notifications (other than list_changed) waiting per downstream before new ones are dropped."""
+REPORT_EVERY = 10.0
+"""Seconds between drop reports while a flood goes on."""
+
+Deliver = Callable[[str, dict[str, Any]], Awaitable[None]]
+
+log = logging.getLogger("prefixgate.downstream")
+
+
+class Inbox:
+    def __init__(self, server: str, deliver: Deliver, limit: int = LIMIT) -> None:
+        self.server = server
+        self.limit = limit
+        self.dropped = 0
+        self._deliver = deliver
+        self._queue: deque[tuple[str, dict[str, Any]]] = deque()
+        self._others = 0
+        self._changes: set[str] = set()
+        self._wake = anyio.Event()
+        self._reported = 0.0
+
+    def put(self, method: str, params: dict[str, Any]) -> None:
+        """Enqueue without waiting (called from the SDK's per-notification task)."""
+        if method.endswith("/list_changed"):
+            if method in self._changes:
+                return  # one pending refresh covers this one too
+            self._changes.add(method)
+        elif self._others >= self.limit:
+            self.dropped += 1
+            return
+        else:
+            self._others += 1
+        self._queue.append((method, params))
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Deliver in arrival order, one at a time, until cancelled."""
+        while True:
+            if not self._queue:
+                self._report()
+                await self._wake.wait()
+                self._wake = anyio.Event()
+                continue
+            method, params = self._queue.popleft()
+            if method.endswith("/list_changed"):
+                self._changes.discard(method)  # a change arriving from now on needs another refresh
+            else:
+                self._others -= 1
+            try:
+                await self._deliver(method, params)
+            except Exception:  # one bad notification costs only itself
+                log.exception("[%s] handling %s failed", self.server, method)
+            if self.dropped and anyio.current_time() - self._reported >= REPORT_EVERY:
+                self._report()
+
+    def _report(self) -> None:
+        if self.dropped:
+            log.warning(
+                "[%s] dropped %d notifications: more than %d were waiting for the client",
+                self.server,
+                self.dropped,
+                self.limit,
+            )
+            self.dropped = 0
+            self._reported = anyio.current_time()

@@ -1,0 +1,137 @@
+"""JSON text that crosses the gateway: valid Unicode, bounded nesting, ids found in a cut line.
+
+Python's ``json`` accepts ``"\\ud800"`` (a lone surrogate, what a JavaScript peer sends when
+it cuts an emoji in half) and yields a ``str`` no encoder will write back out: one such
+string would fail the writer of whatever stream it reaches. Every JSON line read on stdio
+goes through ``loads`` here, so text inside the gateway is always encodable.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from typing import Any
+
+MAX_DEPTH = 10_000
+"""Nesting accepted in one message. Deeper than the ~1,000 levels ``json.loads`` takes by
+default, so a page holding one absurdly nested schema still arrives and the catalog
+quarantines that one tool ("nested too deeply") instead of losing the server; bounded so a
+100,000-level line cannot exhaust the C stack."""
+
+_ESCAPED_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+REPLACEMENT = "\ufffd"
+
+
+class TooDeep(ValueError):
+    """The message nests deeper than ``MAX_DEPTH``."""
+
+
+def decode(raw: bytes | bytearray) -> tuple[str, bool]:
+    """UTF-8 text (invalid bytes replaced) and whether it may hold a lone surrogate escape.
+
+    Only a ``\\uD800``-``\\uDFFF`` escape can yield a lone surrogate (raw UTF-8 surrogates
+    are invalid UTF-8 and were replaced here), so a large clean result costs one regex scan
+    and ``loads`` skips the scrub. The caller drops ``raw`` next: two copies at most.
+    """
+    return raw.decode("utf-8", errors="replace"), _ESCAPED_SURROGATE.search(raw) is not None
+
+
+def loads(text: str, suspicious: bool = True) -> Any:
+    """Parse one JSON text; lone surrogates become U+FFFD; nesting bounded by ``MAX_DEPTH``.
+
+    ``suspicious`` is ``decode``'s verdict: False skips the scrub.
+    """
+    try:
+        data = json.loads(text)
+    except RecursionError:
+        data = _loads_deep(text)
+    return scrub(data) if suspicious else data
+
+
+def _loads_deep(text: str) -> Any:
+    """Retry with the recursion limit raised to ``MAX_DEPTH`` levels above the caller.
+
+    ``json``'s C scanner counts one recursion level per nested array or object against
+    the interpreter's limit; the event loop is single-threaded, and the limit is restored
+    before anything else runs.
+    """
+    depth = 0
+    frame = sys._getframe()
+    while frame.f_back is not None:
+        frame = frame.f_back
+        depth += 1
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(depth + MAX_DEPTH + 50)
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise TooDeep(f"JSON nested deeper than {MAX_DEPTH} levels") from None
+    finally:
+        sys.setrecursionlimit(old)
+
+
+def scrub_text(text: str) -> str:
+    """``text`` with every lone surrogate replaced by U+FFFD."""
+    return _SURROGATE.sub(REPLACEMENT, text) if _SURROGATE.search(text) else text
+
+
+def scrub(value: Any) -> Any:
+    """A JSON value with lone surrogates replaced in every string and key.
+
+    Iterative, so a value nested as deep as ``MAX_DEPTH`` cannot overflow the stack;
+    containers are edited in place (they were just parsed and belong to the caller).
+    """
+    if isinstance(value, str):
+        return scrub_text(value)
+    stack: list[Any] = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            for key in [k for k in node if isinstance(k, str) and _SURROGATE.search(k)]:
+                node[scrub_text(key)] = node.pop(key)
+            for key, item in node.items():
+                if isinstance(item, str):
+                    node[key] = scrub_text(item)
+                elif isinstance(item, dict | list):
+                    stack.append(item)
+        elif isinstance(node, list):
+            for i, item in enumerate(node):
+                if isinstance(item, str):
+                    node[i] = scrub_text(item)
+                elif isinstance(item, dict | list):
+                    stack.append(item)
+    return value
+
+
+# --- the id of a line too long to parse -----------------------------------------------
+
+_ID = rb'("(?:[^"\\]|\\.){0,200}"|-?\d{1,30})'
+_HEAD_ID = re.compile(rb'^\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?"id"\s*:\s*' + _ID)
+_TAIL_ID = re.compile(rb'"id"\s*:\s*' + _ID + rb'\s*(?:,\s*"jsonrpc"\s*:\s*"2\.0"\s*)?\}\s*$')
+_HEAD_METHOD = re.compile(rb'^\s*\{\s*(?:"(?:jsonrpc|id)"\s*:\s*(?:"[^"]*"|-?\d+)\s*,\s*){0,2}"method"\s*:')
+
+
+def find_id(head: bytes, tail: bytes) -> str | int | None:
+    """The JSON-RPC ``id`` of a message known only by its first and last bytes.
+
+    Python peers write ``id`` first (``{"jsonrpc":"2.0","id":7,...``), the TypeScript SDK
+    last (``...,"jsonrpc":"2.0","id":7}``); both anchors sit outside any string value.
+    """
+    for match in (_HEAD_ID.match(head), _TAIL_ID.search(tail)):
+        if match is not None:
+            try:
+                found = json.loads(match.group(1))
+            except ValueError:
+                continue
+            if isinstance(found, str):
+                return scrub_text(found)
+            if isinstance(found, int):
+                return found
+    return None
+
+
+def names_method(head: bytes) -> bool:
+    """Whether a cut message starts like a request or notification (``method`` among the first keys)."""
+    return _HEAD_METHOD.match(head) is not None

@@ -1,0 +1,384 @@
+"""The wire is untrusted: one bad message, server or client costs at most its own request.
+
+Real gateway processes, a raw misbehaving downstream (``tests/rogue_wire.py``) over real
+pipes, the real SDK client in both eras; where the SDK client cannot say something (a lone
+surrogate id, 100,000 levels of nesting, a client that never reads), raw lines are written
+to the gateway's stdin.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import ERAS, GATEWAY, PYTHON, catalog_json, http_gateway, sdk_client, write_config
+
+pytestmark = pytest.mark.anyio
+
+ROGUE = str(Path(__file__).with_name("rogue_wire.py"))
+FFFD = "\ufffd"
+
+
+def rogue(*args: str, **table: Any) -> dict[str, Any]:
+    return {"command": PYTHON, "args": [ROGUE, *args], **table}
+
+
+def texts(result: Any) -> str:
+    return "".join(block.text for block in result.content if getattr(block, "type", None) == "text")
+
+
+# --- lone surrogates from a server --------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_lone_surrogates_from_a_server_become_fffd(tmp_path: Path, mode: str) -> None:
+    config = write_config(tmp_path, {"rogue": rogue()}, client={"profile": "mcp"})
+    logs: list[Any] = []
+
+    async def on_log(params: Any) -> None:
+        logs.append(params)
+
+    async with sdk_client(config, mode, logging_callback=on_log) as client:
+        result = await client.call_tool("rogue__surrogate_text", {})
+        assert not result.is_error
+        assert texts(result) == f"half an emoji: {FFFD}!"
+        result = await client.call_tool("rogue__log_surrogate", {})
+        assert texts(result) == "logged"
+        resources = await client.list_resources()
+        assert [r.name for r in resources.resources] == [f"res {FFFD}"]
+        prompts = await client.list_prompts()
+        assert [p.description for p in prompts.prompts] == [f"prompt {FFFD}"]
+        assert texts(await client.call_tool("rogue__ok", {})) == "ok"  # still serving
+    if mode == "legacy":  # a 2026-07-28 client has no stream for logs outside a call's own
+        assert [(p.logger, p.data) for p in logs] == [(f"rogue/l{FFFD}", f"log {FFFD}")]
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_lone_surrogate_result_over_http(tmp_path: Path, mode: str) -> None:
+    config = write_config(tmp_path, {"rogue": rogue()})
+    with http_gateway(config) as (url, _):
+        async with sdk_client(url, mode) as client:
+            result = await client.call_tool("rogue__surrogate_text", {})
+            assert not result.is_error
+            assert texts(result) == f"half an emoji: {FFFD}!"
+            assert texts(await client.call_tool("rogue__ok", {})) == "ok"
+
+
+async def test_lone_surrogate_from_an_http_client_is_a_parse_error(tmp_path: Path) -> None:
+    import urllib.error
+    import urllib.request
+
+    config = write_config(tmp_path, {"rogue": rogue()})
+    with http_gateway(config) as (url, _):
+        body = b'{"jsonrpc":"2.0","id":"\\ud800","method":"tools/call","params":{"name":"rogue__echo","arguments":{"text":"\\ud800"}}}'
+        request = urllib.request.Request(
+            url, data=body, method="POST",
+            headers={"content-type": "application/json", "accept": "application/json, text/event-stream"},
+        )
+        with pytest.raises(urllib.error.HTTPError) as failed:
+            urllib.request.urlopen(request, timeout=60)
+        assert failed.value.code == 400
+        assert json.loads(failed.value.read())["error"]["code"] == -32700
+        async with sdk_client(url, "auto") as client:
+            assert texts(await client.call_tool("rogue__ok", {})) == "ok"
+
+
+@contextmanager
+def remote_rogue() -> Iterator[str]:
+    proc = subprocess.Popen([PYTHON, ROGUE, "--http"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        yield proc.stdout.readline().strip()
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_lone_surrogate_from_a_remote_server_fails_only_that_call(tmp_path: Path, mode: str) -> None:
+    # The SDK's HTTP client parses with jiter, which rejects "\ud800" outright: nothing to
+    # scrub, but the call must end at once as an isError result, and the next one work.
+    with remote_rogue() as url:
+        config = write_config(tmp_path, {"rogue": {"url": url}})
+        async with sdk_client(config, mode) as client:
+            result = await client.call_tool("rogue__surrogate_text", {})
+            assert result.is_error, result
+            assert "parse" in texts(result).lower(), texts(result)
+            assert texts(await client.call_tool("rogue__ok", {})) == "ok"
+
+
+async def test_schema_nested_too_deeply_quarantines_only_that_tool(tmp_path: Path) -> None:
+    # 600 schema levels are 1,200 JSON levels: past what json.loads takes by default.
+    config = write_config(tmp_path, {"rogue": rogue("--deep-schema", "600")}, client={"profile": "mcp"})
+    data = catalog_json(config)
+    (server,) = data["servers"]
+    assert server["status"] == "ready", server
+    names = [t["name"] for t in data["tools"]]
+    assert "rogue__ok" in names
+    assert "rogue__deep" not in [t["name"] for t in data["tools"] if t["declared"]]
+    assert any("deep" in w and "nested too deeply" in w for w in map(str, data["warnings"])), data["warnings"]
+
+
+# --- a raw client on the gateway's stdio ------------------------------------------------
+
+
+class RawGateway:
+    """``prefixgate serve`` with the test holding its pipes: lines in, lines out."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self.proc = proc
+        self.buffer = b""
+
+    def send(self, line: bytes) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line + b"\n")
+        self.proc.stdin.flush()
+
+    def request(self, request_id: Any, method: str, params: Any = None) -> None:
+        message = {"jsonrpc": "2.0", "id": request_id, "method": method}
+        if params is not None:
+            message["params"] = params
+        self.send(json.dumps(message).encode())
+
+    def read(self, timeout: float = 60) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self.buffer:
+            left = deadline - time.monotonic()
+            assert left > 0, "no answer from the gateway"
+            ready, _, _ = select.select([fd], [], [], left)
+            if ready:
+                chunk = os.read(fd, 1 << 16)
+                assert chunk, f"gateway closed stdout (exit {self.proc.poll()})"
+                self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        message: dict[str, Any] = json.loads(line)
+        return message
+
+    def answer(self, request_id: Any) -> dict[str, Any]:
+        """The response to ``request_id`` (notifications in between are skipped)."""
+        while True:
+            message = self.read()
+            if "method" not in message and message.get("id") == request_id:
+                return message
+
+    def handshake(self) -> None:
+        self.request(0, "initialize", {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}})
+        assert "result" in self.answer(0)
+        self.send(b'{"jsonrpc":"2.0","method":"notifications/initialized"}')
+
+
+@contextmanager
+def raw_gateway(config: Path, stderr: Any = None) -> Iterator[RawGateway]:
+    proc = subprocess.Popen(
+        [*GATEWAY, "serve", "--config", str(config)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=stderr if stderr is not None else subprocess.DEVNULL,
+    )
+    try:
+        yield RawGateway(proc)
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+
+
+def peak_rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM")
+
+
+async def test_client_lines_that_cannot_be_parsed_are_answered(tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"rogue": rogue()}, client={"profile": "mcp"})
+    with raw_gateway(config) as gw:
+        gw.handshake()
+        gw.send(b'{"jsonrpc":"2.0","id":"\\ud800","method":"ping"}')  # a lone surrogate id
+        assert gw.read() == {"jsonrpc": "2.0", "id": FFFD, "result": {}}
+        gw.send(b"[" * 100_000 + b"]" * 100_000)  # RecursionError in a naive parser
+        answer = gw.read()
+        assert answer["id"] is None and answer["error"]["code"] == -32700, answer
+        gw.send(b"{not json")
+        answer = gw.read()
+        assert answer["id"] is None and answer["error"]["code"] == -32700, answer
+        gw.send(b'{"jsonrpc":"2.0","id":5,"method":7}')  # JSON, but not JSON-RPC
+        answer = gw.read()
+        assert answer["id"] == 5 and answer["error"]["code"] == -32600, answer
+        gw.send(b'{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"rogue__echo","arguments":{"text":"a\\ud800b"}}}')
+        answer = gw.answer(6)
+        assert answer["result"]["content"][0]["text"] == f"echo: a{FFFD}b", answer
+        gw.request(7, "ping")
+        assert gw.answer(7) == {"jsonrpc": "2.0", "id": 7, "result": {}}
+
+
+async def test_client_request_over_max_message_bytes_is_answered(tmp_path: Path) -> None:
+    # The default limit (32 MiB): the upstream stdio end is sized before the config is read.
+    config = write_config(tmp_path, {"rogue": rogue()})
+    with raw_gateway(config) as gw:
+        gw.handshake()
+        arguments = {"text": "q" * (33 << 20)}
+        gw.request(8, "tools/call", {"name": "rogue__echo", "arguments": arguments})
+        answer = gw.answer(8)
+        assert f"exceeds max_message_bytes {32 << 20}" in answer["error"]["message"], answer
+        assert peak_rss_mib(gw.proc.pid) < 200  # discarded as it arrived, never buffered
+        gw.request(9, "ping")
+        assert gw.answer(9)["result"] == {}
+
+
+# --- bounded memory ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("tool", ["rogue__big", "rogue__big_ts"])
+async def test_result_over_max_message_bytes_fails_its_call_at_once(tmp_path: Path, tool: str) -> None:
+    limit = 1 << 20
+    config = write_config(tmp_path, {"rogue": rogue()}, gateway={"max_message_bytes": limit})
+    async with sdk_client(config, "legacy") as client:
+        result = await client.call_tool(tool, {"n": 3 << 20})
+        assert result.is_error
+        assert f"exceeds max_message_bytes {limit}" in texts(result), texts(result)
+        assert texts(await client.call_tool("rogue__ok", {})) == "ok"
+
+
+def call(gw: RawGateway, request_id: int, tool: str, **arguments: Any) -> None:
+    gw.request(request_id, "tools/call", {"name": tool, "arguments": arguments})
+
+
+async def test_log_flood_while_the_client_is_slow_stays_bounded(tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"rogue": rogue()})
+    with raw_gateway(config) as gw:
+        gw.handshake()
+        gw.request(1, "logging/setLevel", {"level": "debug"})
+        gw.answer(1)
+        idle = peak_rss_mib(gw.proc.pid)
+        call(gw, 2, "rogue__flood_logs", n=40_000)  # ~40 MB of notifications, nobody reading
+        time.sleep(4)
+        answer = gw.answer(2)
+        assert answer["result"]["content"][0]["text"] == "sent 40000 log notifications"
+        peak = peak_rss_mib(gw.proc.pid)
+        assert peak - idle < 60, (idle, peak)
+        call(gw, 3, "rogue__ok")
+        assert gw.answer(3)["result"]["content"][0]["text"] == "ok"
+
+
+async def test_progress_flood_while_the_client_is_slow_stays_bounded(tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"rogue": rogue()})
+    with raw_gateway(config) as gw:
+        gw.handshake()
+        idle = peak_rss_mib(gw.proc.pid)
+        params = {"name": "rogue__flood_progress", "arguments": {"n": 40_000}, "_meta": {"progressToken": "t"}}
+        gw.request(2, "tools/call", params)  # ~40 MB of progress, nobody reading
+        time.sleep(4)
+        answer = gw.answer(2)
+        assert answer["result"]["content"][0]["text"] == "sent 40000 progress notifications"
+        peak = peak_rss_mib(gw.proc.pid)
+        assert peak - idle < 60, (idle, peak)
+        call(gw, 3, "rogue__ok")
+        assert gw.answer(3)["result"]["content"][0]["text"] == "ok"
+
+
+async def test_stderr_without_newline_is_not_held(tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"rogue": rogue()})
+    with raw_gateway(config) as gw:
+        gw.handshake()
+        idle = peak_rss_mib(gw.proc.pid)
+        call(gw, 2, "rogue__flood_stderr", n=200 << 20)  # 200 MiB, no newline
+        assert gw.answer(2)["result"]["content"][0]["text"] == f"wrote {200 << 20} bytes of stderr"
+        peak = peak_rss_mib(gw.proc.pid)
+        assert peak - idle < 60, (idle, peak)
+        call(gw, 3, "rogue__ok")
+        assert gw.answer(3)["result"]["content"][0]["text"] == "ok"
+
+
+async def test_undrained_gateway_stderr_never_blocks_serving(tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"rogue": rogue()})
+    # stderr is a pipe nobody reads: it fills after 64 KiB of log lines.
+    with raw_gateway(config, stderr=subprocess.PIPE) as gw:
+        gw.handshake()
+        for i in range(2, 6):
+            call(gw, i, "rogue__stderr_lines", n=4000)  # ~900 KB of logged stderr a call
+            assert gw.answer(i)["result"]["content"][0]["text"] == "wrote 4000 stderr lines"
+        call(gw, 9, "rogue__ok")
+        assert gw.answer(9)["result"]["content"][0]["text"] == "ok"
+        # Once stderr is read again, the writer catches up and says how much it dropped.
+        assert gw.proc.stderr is not None
+        fd, seen, deadline = gw.proc.stderr.fileno(), b"", time.monotonic() + 60
+        while b"log records dropped" not in seen and time.monotonic() < deadline:
+            if select.select([fd], [], [], 1)[0]:
+                seen = seen[-4096:] + os.read(fd, 1 << 16)
+        assert b"log records dropped" in seen
+
+
+async def test_a_client_that_never_reads_meets_back_pressure(tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"rogue": rogue()})
+    with raw_gateway(config) as gw:
+        gw.handshake()
+        assert gw.proc.stdin is not None
+        fd = gw.proc.stdin.fileno()
+        os.set_blocking(fd, False)
+        line = b'{"jsonrpc":"2.0","id":%d,"method":"tools/list"}\n'
+        sent = pending = 0
+        data = b""
+        # Write requests without reading any response until the gateway stops taking them.
+        while sent < 20_000:
+            if not data:
+                data = line % (100 + sent)
+                sent += 1
+            _, writable, _ = select.select([], [fd], [], 5)
+            if not writable:
+                break  # the gateway stopped reading: back-pressure reached our pipe
+            try:
+                data = data[os.write(fd, data) :]
+            except BlockingIOError:
+                continue
+        os.set_blocking(fd, True)
+        pending = sent
+        assert pending < 20_000, "the gateway kept reading requests nobody collects"
+        assert peak_rss_mib(gw.proc.pid) < 300
+        # Reading again lets everything through: every request is answered, in order of ids.
+        for request_id in range(100, 100 + pending - (1 if data else 0)):
+            assert "result" in gw.answer(request_id)
+
+
+async def test_inbox_drops_logs_beyond_its_bound_but_never_list_changed(caplog: pytest.LogCaptureFixture) -> None:
+    """The per-downstream notification queue, with its consumer held up by a slow client."""
+    import anyio
+
+    from gateway.inbox import Inbox
+
+    delivered: list[str] = []
+    release = anyio.Event()
+
+    async def deliver(method: str, params: dict[str, Any]) -> None:
+        await release.wait()  # the client is slow
+        delivered.append(method)
+
+    inbox = Inbox("s", deliver, limit=10)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(inbox.run)
+        await anyio.sleep(0)
+        for i in range(1000):
+            inbox.put("notifications/message", {"data": i})
+            if i % 100 == 0:
+                inbox.put("notifications/tools/list_changed", {})
+        assert inbox.dropped > 900
+        release.set()
+        with anyio.fail_after(30):
+            while len(delivered) < 11:
+                await anyio.sleep(0.01)
+        await anyio.sleep(0.1)
+        tg.cancel_scope.cancel()
+    # 10 logs waited, 990 were dropped; ten list_changed collapsed into one, never dropped.
+    assert delivered.count("notifications/tools/list_changed") == 1
+    assert delivered.count("notifications/message") == 10
+    assert any("dropped 990 notifications" in r.getMessage() for r in caplog.records), caplog.text
