@@ -127,7 +127,7 @@ async def _serve(config: Config, session_id: str | None, http: str | None, token
             if http is None:
                 from gateway.upstream_stdio import stdio_streams
 
-                async with stdio_streams() as (read, write):
+                async with stdio_streams(config.gateway.max_message_bytes) as (read, write):
                     await server.run(read, write, options)
             else:
                 from gateway.http import serve_http
@@ -183,6 +183,7 @@ async def _exit_now(downstreams: Sequence[Downstream], message: str, code: int =
     with anyio.move_on_after(10):
         for downstream in downstreams:
             await downstream.closed.wait()
+    logs.flush()
     sys.stderr.write(message + "\n")
     sys.stderr.flush()
     os._exit(code)

@@ -16,6 +16,8 @@ import time
 from logging.handlers import QueueHandler
 from typing import TextIO
 
+from catalog.text import escape
+
 LEVELS = ("debug", "info", "warning", "error")
 QUEUE_RECORDS = 10_000
 """Log records waiting for stderr before new ones are dropped."""
@@ -51,7 +53,7 @@ class _Writer:
         self.source = source
         self.records = records
         self.target = logging.StreamHandler(stream)
-        self.target.setFormatter(logging.Formatter("prefixgate %(levelname)s %(message)s"))
+        self.target.setFormatter(_OneLine("prefixgate %(levelname)s %(message)s"))
         self.thread = threading.Thread(target=self._run, name="prefixgate-log", daemon=True)
         self.thread.start()
 
@@ -70,6 +72,16 @@ class _Writer:
         with self.records.all_tasks_done:
             while self.records.unfinished_tasks and (left := deadline - time.monotonic()) > 0:
                 self.records.all_tasks_done.wait(left)
+
+
+class _OneLine(logging.Formatter):
+    """Each record is one printable line: a message may quote a server's stderr, a tool
+    name or an error text, and a newline or ESC in it must not forge a log line or drive
+    the terminal (tracebacks, formatted separately, keep their lines)."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = escape(record.message)
+        return super().formatMessage(record)
 
 
 def _dropped_note(dropped: int) -> logging.LogRecord:

@@ -39,7 +39,7 @@ def deep_tool(depth: int) -> str:
 
 TOOLS = [
     {"name": name, "description": f"rogue {name}", "inputSchema": {"type": "object", "properties": {"n": {"type": "integer"}, "text": {"type": "string"}}}}
-    for name in ("surrogate_text", "log_surrogate", "echo", "big", "big_ts", "flood_logs", "flood_progress", "flood_stderr", "stderr_lines", "ok")
+    for name in ("surrogate_text", "log_surrogate", "echo", "big", "big_ts", "flood_logs", "flood_progress", "flood_stderr", "stderr_lines", "stderr_forge", "ok")
 ]
 
 
@@ -77,6 +77,10 @@ def call(request_id: Any, name: str, args: dict[str, Any], token: Any = None) ->
             sys.stderr.buffer.write(chunk)
         sys.stderr.buffer.flush()
         send({"jsonrpc": "2.0", "id": request_id, "result": text(f"wrote {n} bytes of stderr")})
+    elif name == "stderr_forge":  # terminal escapes and a carriage return that would forge a log line
+        sys.stderr.buffer.write(b"\x1b[2K\rprefixgate ERROR forged by a server\x07\n")
+        sys.stderr.buffer.flush()
+        send({"jsonrpc": "2.0", "id": request_id, "result": text("forged")})
     elif name == "stderr_lines":  # n chatty stderr lines
         for i in range(n):
             sys.stderr.buffer.write(b"chatter %d %s\n" % (i, b"w" * 200))

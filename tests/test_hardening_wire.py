@@ -223,14 +223,14 @@ async def test_client_lines_that_cannot_be_parsed_are_answered(tmp_path: Path) -
 
 
 async def test_client_request_over_max_message_bytes_is_answered(tmp_path: Path) -> None:
-    # The default limit (32 MiB): the upstream stdio end is sized before the config is read.
-    config = write_config(tmp_path, {"rogue": rogue()})
+    limit = 1 << 20  # [gateway] max_message_bytes bounds the client's lines too
+    config = write_config(tmp_path, {"rogue": rogue()}, gateway={"max_message_bytes": limit})
     with raw_gateway(config) as gw:
         gw.handshake()
         arguments = {"text": "q" * (33 << 20)}
         gw.request(8, "tools/call", {"name": "rogue__echo", "arguments": arguments})
         answer = gw.answer(8)
-        assert f"exceeds max_message_bytes {32 << 20}" in answer["error"]["message"], answer
+        assert f"exceeds max_message_bytes {limit}" in answer["error"]["message"], answer
         assert peak_rss_mib(gw.proc.pid) < 200  # discarded as it arrived, never buffered
         gw.request(9, "ping")
         assert gw.answer(9)["result"] == {}
@@ -382,3 +382,21 @@ async def test_inbox_drops_logs_beyond_its_bound_but_never_list_changed(caplog: 
     assert delivered.count("notifications/tools/list_changed") == 1
     assert delivered.count("notifications/message") == 10
     assert any("dropped 990 notifications" in r.getMessage() for r in caplog.records), caplog.text
+
+
+async def test_server_stderr_cannot_forge_log_lines_or_drive_the_terminal(tmp_path: Path) -> None:
+    """A server's stderr (and any text it chose) is logged as one escaped line."""
+    from tests.conftest import gateway
+
+    config = write_config(tmp_path, {"rogue": rogue()}, client={"profile": "mcp"})
+    async with gateway(config) as gw:
+        result = await gw.session.call_tool("rogue__stderr_forge", {})
+        assert texts(result) == "forged"
+        deadline = time.monotonic() + 10
+        while "forged by a server" not in gw.stderr() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        log = gw.stderr()
+    assert "forged by a server" in log
+    assert "\x1b" not in log and "\r" not in log and "\x07" not in log
+    forged = [line for line in log.splitlines() if "forged by a server" in line]
+    assert forged and all(line.startswith("prefixgate INFO [rogue] ") for line in forged), forged
