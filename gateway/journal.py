@@ -19,7 +19,7 @@ import stat
 from pathlib import Path
 
 from spill import StoreError
-from spill.store import _open_verified
+from spill import open_private_dir as _open_verified_dir
 
 TAIL_LIMIT = 4 << 20
 """How far back from the end the last record is looked for (bytes)."""
@@ -40,7 +40,7 @@ def open_private_dir(path: Path, *, create: bool) -> int | None:
     when ``create``); None when it is missing and not created. Raises JournalError for a
     symlink, a non-directory or a directory owned by someone else."""
     try:
-        return _open_verified(path, f"directory {str(path)!r}", create=create)
+        return _open_verified_dir(path, f"directory {str(path)!r}", create=create)
     except StoreError as exc:
         raise JournalError(str(exc)) from None
 

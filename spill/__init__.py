@@ -25,6 +25,7 @@ from .store import (
     find_artifact,
     gc,
     list_artifacts,
+    open_private_dir,
     valid_id,
 )
 
@@ -46,6 +47,7 @@ __all__ = [
     "gc",
     "json_size",
     "list_artifacts",
+    "open_private_dir",
     "read_bytes",
     "read_lines",
     "structured_limit",

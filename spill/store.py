@@ -131,7 +131,7 @@ def _make_parents(root: Path) -> None:
             pass
 
 
-def _open_verified(path: str | Path, label: str, *, create: bool, dir_fd: int | None = None) -> int | None:
+def open_private_dir(path: str | Path, label: str, *, create: bool, dir_fd: int | None = None) -> int | None:
     """Verified fd of a private directory (created 0700 if asked), never following a symlink.
 
     None when it is missing and ``create`` is False.
@@ -160,12 +160,12 @@ def _open_verified(path: str | Path, label: str, *, create: bool, dir_fd: int | 
 
 def _open_root(root: Path, *, create: bool) -> int | None:
     """Verified fd of the artifact root, or None when it is missing and create is False."""
-    return _open_verified(root, f"artifact directory {str(root)!r}", create=create)
+    return open_private_dir(root, f"artifact directory {str(root)!r}", create=create)
 
 
 def _open_session(root_fd: int, session: str, *, create: bool) -> int | None:
     """Verified fd of a session directory (relative to root_fd, never following a symlink)."""
-    return _open_verified(session, f"session directory {session!r}", create=create, dir_fd=root_fd)
+    return open_private_dir(session, f"session directory {session!r}", create=create, dir_fd=root_fd)
 
 
 @contextmanager
