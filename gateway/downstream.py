@@ -408,7 +408,10 @@ class Downstream:
             opts["timeout"] = timeout
         if on_progress is not None:
             opts["on_progress"] = _latest_only(on_progress)
-        return await dispatcher.send_raw_request(method, params, opts)  # type: ignore[arg-type]
+        result: dict[str, Any] = await dispatcher.send_raw_request(method, params, opts)  # type: ignore[arg-type]
+        if self._inbox is not None:
+            await self._inbox.settle()  # what the server said before its reply goes out first
+        return result
 
     async def list_all(self, method: str, key: str) -> tuple[Any, ...]:
         """Every item of every page, following ``nextCursor`` to the end."""

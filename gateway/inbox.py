@@ -5,6 +5,11 @@ flood grows without bound (300k notifications took 1.35 GB). Here the SDK's task
 enqueues. Beyond ``LIMIT`` waiting notifications new ones are dropped and counted, the
 count logged once per burst. ``list_changed`` notifications are never dropped: they are
 idempotent, so one pending per kind stands for any number.
+
+Queueing must not reorder a notification after the reply it preceded: a log message a
+server sent during a call belongs to that call (on the 2026-07-28 protocol it can only
+travel on the call's own response stream). :meth:`Inbox.settle` lets a request wait, after
+its reply, until what arrived before the reply has been delivered.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ LIMIT = 256
 """Notifications (other than list_changed) waiting per downstream before new ones are dropped."""
 REPORT_EVERY = 10.0
 """Seconds between drop reports while a flood goes on."""
+SETTLE_SECONDS = 5.0
+"""At most this long a reply waits for the notifications that arrived before it."""
 
 Deliver = Callable[[str, dict[str, Any]], Awaitable[None]]
 
@@ -37,6 +44,10 @@ class Inbox:
         self._changes: set[str] = set()
         self._wake = anyio.Event()
         self._reported = 0.0
+        self._enqueued = 0
+        self._delivered = 0
+        self._caught_up: anyio.Event | None = None
+        self._consumer: int | None = None
 
     def put(self, method: str, params: dict[str, Any]) -> None:
         """Enqueue without waiting (called from the SDK's per-notification task)."""
@@ -50,10 +61,12 @@ class Inbox:
         else:
             self._others += 1
         self._queue.append((method, params))
+        self._enqueued += 1
         self._wake.set()
 
     async def run(self) -> None:
         """Deliver in arrival order, one at a time, until cancelled."""
+        self._consumer = anyio.get_current_task().id
         while True:
             if not self._queue:
                 self._report()
@@ -69,8 +82,24 @@ class Inbox:
                 await self._deliver(method, params)
             except Exception:  # one bad notification costs only itself
                 log.exception("[%s] handling %s failed", self.server, method)
+            self._delivered += 1
+            if self._caught_up is not None:
+                self._caught_up.set()  # every waiter shares it; the next wait makes a new one
+                self._caught_up = None
             if self.dropped and anyio.current_time() - self._reported >= REPORT_EVERY:
                 self._report()
+
+    async def settle(self) -> None:
+        """Wait until every notification enqueued so far has been delivered (at most
+        ``SETTLE_SECONDS``; at once when nothing is waiting, and never from the consumer)."""
+        target = self._enqueued
+        if self._delivered >= target or anyio.get_current_task().id == self._consumer:
+            return
+        with anyio.move_on_after(SETTLE_SECONDS):
+            while self._delivered < target:
+                if self._caught_up is None:
+                    self._caught_up = anyio.Event()
+                await self._caught_up.wait()
 
     def _report(self) -> None:
         if self.dropped:

@@ -88,6 +88,7 @@ def run_cli(*args: str, env: Mapping[str, str] | None = None, timeout: float = 6
 def catalog_json(config: Path) -> dict[str, Any]:
     proc = run_cli("catalog", "--config", str(config), "--json", "--log-level", "warning")
     assert proc.returncode in (0, 1), proc.stderr
+    assert proc.stdout.strip(), f"catalog --json printed nothing (exit {proc.returncode}): {proc.stderr}"
     report: dict[str, Any] = json.loads(proc.stdout)
     return report
 

@@ -315,7 +315,8 @@ def test_hostile_names_are_printed_quoted(tmp_path: Path, command: list[str]) ->
         report = json.loads(proc.stdout)  # every value exact, lone surrogates as \\u escapes
         if command[0] == "catalog":
             assert f"evil\n{FORGED}" in {t["original"] for t in report["tools"]}
-            assert "\ud800x" in {w["tool"] for w in report["warnings"]}
+            # The wire replaced the lone surrogate where it was parsed (U+FFFD).
+            assert "\ufffdx" in {w["tool"] for w in report["warnings"]}
 
 
 # --------------------------------------------------------------------------- item 11: secrets

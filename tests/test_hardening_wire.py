@@ -400,3 +400,42 @@ async def test_server_stderr_cannot_forge_log_lines_or_drive_the_terminal(tmp_pa
     assert "\x1b" not in log and "\r" not in log and "\x07" not in log
     forged = [line for line in log.splitlines() if "forged by a server" in line]
     assert forged and all(line.startswith("prefixgate INFO [rogue] ") for line in forged), forged
+
+
+async def test_inbox_settle_waits_for_what_arrived_before_a_reply() -> None:
+    """A reply waits until the notifications that preceded it are delivered (a call's log
+    must reach the call's stream before its result closes it), every waiter released."""
+    import anyio
+
+    from gateway.inbox import Inbox
+
+    delivered: list[int] = []
+    gate = anyio.Event()
+
+    async def deliver(method: str, params: dict[str, Any]) -> None:
+        await gate.wait()
+        delivered.append(params["n"])
+
+    inbox = Inbox("s", deliver)
+    finished: list[int] = []
+
+    async def reply(n: int) -> None:
+        await inbox.settle()
+        finished.append(len(delivered))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(inbox.run)
+        await anyio.sleep(0)
+        await inbox.settle()  # nothing waiting: returns at once
+        for n in range(3):
+            inbox.put("notifications/message", {"n": n})
+        tg.start_soon(reply, 1)
+        tg.start_soon(reply, 2)
+        await anyio.sleep(0.05)
+        assert finished == []  # both wait for the three queued messages
+        gate.set()
+        with anyio.fail_after(2):  # far below the settle bound: the waiters were woken
+            while len(finished) < 2:
+                await anyio.sleep(0.01)
+        tg.cancel_scope.cancel()
+    assert finished == [3, 3] and delivered == [0, 1, 2]
