@@ -108,6 +108,17 @@ class Gateway:
     def stderr(self) -> str:
         return self.stderr_path.read_text(encoding="utf-8", errors="replace")
 
+    async def saw(self, *texts: str, timeout: float = 10) -> bool:
+        """Whether every text appears on the gateway's stderr within ``timeout`` seconds
+        (log lines are written by a thread, a moment after what they report)."""
+        import anyio
+
+        with anyio.move_on_after(timeout):
+            while not all(t in self.stderr() for t in texts):
+                await anyio.sleep(0.02)
+            return True
+        return False
+
 
 @asynccontextmanager
 async def gateway(

@@ -59,7 +59,7 @@ async def test_serve_answers_tools_list_after_a_late_server_times_out(tmp_path: 
     async with gateway(config) as gw:
         tools = (await gw.session.list_tools()).tools
         assert {t.name.split("__")[0] for t in tools} == {"ok", "artifact_read"}
-        assert "[stuck] late: not ready within startup_timeout 1 s" in gw.stderr()
+        assert await gw.saw("[stuck] late: not ready within startup_timeout 1 s"), gw.stderr()
 
 
 def test_required_server_failure_stops_serve(tmp_path: Path) -> None:

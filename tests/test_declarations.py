@@ -202,7 +202,7 @@ async def test_activation_persists_across_restarts_with_the_same_session(tmp_pat
     changed = write_config(tmp_path, {"d": {**demo("--tools", 4), "deferred": True}})  # a new identity
     async with gateway(changed, "--session", "chat-1") as gw:
         assert text(await gw.session.call_tool("d__echo", {"text": "5"})) == NOT_ACTIVE.format("d__echo")
-        assert "nothing restored" in gw.stderr()
+        assert await gw.saw("nothing restored"), gw.stderr()
 
 
 async def test_torn_journal_restores_nothing_and_serves(tmp_path: Path) -> None:
@@ -222,7 +222,7 @@ async def test_torn_journal_restores_nothing_and_serves(tmp_path: Path) -> None:
     journal.write_bytes(b"not json at all\n")
     async with gateway(config, "--session", "s") as gw:
         assert (await gw.session.call_tool("d__echo", {"text": "x"})).is_error
-        assert "last record is invalid" in gw.stderr()
+        assert await gw.saw("last record is invalid"), gw.stderr()
 
 
 async def test_journal_write_failure_fails_the_search_and_grants_nothing(tmp_path: Path) -> None:

@@ -159,7 +159,7 @@ async def test_a_foreign_owned_journal_grants_nothing(tmp_path: Path, foreign: s
     os.chown(journal if foreign == "file" else journal.parent, 54321, 54321)
     async with gateway(config, "--session", "s") as gw:
         assert text(await gw.session.call_tool("d__echo", {"text": "2"})) == NOT_ACTIVE
-        assert "owned by uid 54321" in gw.stderr() and "nothing restored" in gw.stderr()
+        assert await gw.saw("owned by uid 54321", "nothing restored"), gw.stderr()
 
 
 async def test_a_fifo_at_the_journal_path_does_not_hang_calls(tmp_path: Path) -> None:
@@ -173,7 +173,7 @@ async def test_a_fifo_at_the_journal_path_does_not_hang_calls(tmp_path: Path) ->
             found = await gw.session.call_tool("tool_search", {"query": "d__echo", "limit": 1})
             assert found.is_error  # the grant cannot be written, so nothing is granted
             assert text(await gw.session.call_tool("d__echo", {"text": "3"})) == NOT_ACTIVE
-            assert "not a regular file" in gw.stderr()
+            assert await gw.saw("not a regular file"), gw.stderr()
 
 
 def _gateway_pid(config: Path) -> int:

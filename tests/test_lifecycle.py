@@ -73,7 +73,7 @@ async def test_unchanged_list_changed_is_silent_and_a_real_change_is_one_epoch(c
         refused = await gw.session.call_tool("d__echo", {"text": "x"})
         assert refused.is_error and "Call tool_search to activate d__echo first" in refused.content[0].text
         assert (await gw.session.call_tool("r__grown_1", {})).content[0].text.startswith("r:grown_1")
-        assert "new epoch (server 'r' changed its tools)" in gw.stderr() and "added: r__grown_1" in gw.stderr()
+        assert await gw.saw("new epoch (server 'r' changed its tools)", "added: r__grown_1"), gw.stderr()
 
 
 async def test_killed_server_comes_back_in_the_same_epoch(config: Path) -> None:
@@ -111,7 +111,7 @@ async def test_late_server_joins_when_ready(tmp_path: Path) -> None:
     async with gateway(config, client={"message_handler": notes}) as gw:
         first = [t.name for t in (await gw.session.list_tools()).tools]
         assert "fast__echo" in first and "slow__echo" not in first
-        assert "[slow] late: not ready within startup_timeout 1 s" in gw.stderr()
+        assert await gw.saw("[slow] late: not ready within startup_timeout 1 s"), gw.stderr()
         await wait_for(lambda: notes.tool_changes() == 1)
         joined = [t.name for t in (await gw.session.list_tools()).tools]
         assert "slow__echo" in joined
