@@ -17,6 +17,15 @@ from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
 
 PYTHON = sys.executable
 GATEWAY = [PYTHON, "-m", "gateway"]
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+}
+"""A handshake-era initialize request, for raw HTTP tests."""
+ACCEPT = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+"""The headers a streamable HTTP POST needs."""
 
 
 @pytest.fixture
@@ -145,12 +154,14 @@ async def gateway(
 
 
 @contextmanager
-def http_gateway(config: Path, *extra: str, env: Mapping[str, str] | None = None) -> Iterator[tuple[str, Path]]:
-    """``prefixgate serve --http 127.0.0.1:0``: yields its URL and its stderr log."""
+def http_gateway(
+    config: Path, *extra: str, env: Mapping[str, str] | None = None, listen: str = "127.0.0.1:0"
+) -> Iterator[tuple[str, Path]]:
+    """``prefixgate serve --http LISTEN`` (default ``127.0.0.1:0``): yields its URL and its stderr log."""
     stderr_path = config.parent / f"http-gateway-{os.urandom(4).hex()}.log"
     with stderr_path.open("w") as errlog:
         proc = subprocess.Popen(
-            [*GATEWAY, "serve", "--config", str(config), "--http", "127.0.0.1:0", *extra],
+            [*GATEWAY, "serve", "--config", str(config), "--http", listen, *extra],
             stdout=subprocess.PIPE,
             stderr=errlog,
             text=True,
@@ -159,7 +170,7 @@ def http_gateway(config: Path, *extra: str, env: Mapping[str, str] | None = None
         try:
             assert proc.stdout is not None
             url = proc.stdout.readline().strip()
-            assert url.startswith("http://127.0.0.1:"), (url, stderr_path.read_text())
+            assert url.startswith("http://"), (url, stderr_path.read_text())
             yield url, stderr_path
         finally:
             proc.terminate()

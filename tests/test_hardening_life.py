@@ -8,8 +8,8 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -18,48 +18,16 @@ import anyio
 import httpx2
 import pytest
 
-from tests.conftest import ERAS, GATEWAY, PYTHON, demo, gateway, run_cli, sdk_client, write_config
+from tests.conftest import ACCEPT, ERAS, GATEWAY, INIT, PYTHON, demo, gateway, http_gateway, run_cli, sdk_client, write_config
 
 pytestmark = pytest.mark.anyio
 
 ROGUE = Path(__file__).with_name("rogue_life.py")
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
-}
-ACCEPT = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
 
 
 def rogue(*args: str | int) -> dict[str, Any]:
     """A stdio server table running tests/rogue_life.py."""
     return {"command": PYTHON, "args": [str(ROGUE), *map(str, args)]}
-
-
-@contextmanager
-def serve_http(config: Path, listen: str, env: Mapping[str, str] | None = None) -> Iterator[tuple[str, Path]]:
-    """``prefixgate serve --http LISTEN`` on any address: yields its URL and stderr log."""
-    stderr_path = config.parent / f"http-gateway-{os.urandom(4).hex()}.log"
-    with stderr_path.open("w") as errlog:
-        proc = subprocess.Popen(
-            [*GATEWAY, "serve", "--config", str(config), "--http", listen],
-            stdout=subprocess.PIPE,
-            stderr=errlog,
-            text=True,
-            env={**os.environ, **(env or {})},
-        )
-        try:
-            assert proc.stdout is not None
-            url = proc.stdout.readline().strip()
-            assert url.startswith("http://"), (url, stderr_path.read_text())
-            yield url, stderr_path
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
 
 
 def text(result: Any) -> str:
@@ -72,7 +40,7 @@ def text(result: Any) -> str:
 @pytest.mark.parametrize("listen", ["127.0.0.2:0", "[0:0:0:0:0:0:0:1]:0"])
 async def test_every_loopback_bind_checks_host_and_origin(tmp_path: Path, listen: str) -> None:
     config = write_config(tmp_path, {"d": demo("--tools", 1, "--log-calls")})
-    with serve_http(config, listen) as (url, stderr):
+    with http_gateway(config, listen=listen) as (url, stderr):
         port = urlsplit(url).port
         call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "d__echo", "arguments": {"text": "x"}}}
         async with httpx2.AsyncClient() as plain:
@@ -121,7 +89,7 @@ def test_whitespace_only_token_is_refused_before_anything_starts(tmp_path: Path)
 
 async def test_a_body_that_never_arrives_gets_408_and_frees_the_connection(tmp_path: Path) -> None:
     config = write_config(tmp_path, {"d": demo("--tools", 1)})
-    with serve_http(config, "127.0.0.1:0", env={"PREFIXGATE_HTTP_BODY_TIMEOUT": "1"}) as (url, _):
+    with http_gateway(config, listen="127.0.0.1:0", env={"PREFIXGATE_HTTP_BODY_TIMEOUT": "1"}) as (url, _):
         parts = urlsplit(url)
         assert parts.hostname is not None and parts.port is not None
         with socket.create_connection((parts.hostname, parts.port), timeout=30) as sock:
@@ -327,7 +295,7 @@ async def _until(condition: Any, what: str) -> None:
 async def test_server_logs_reach_the_client_that_caused_them_at_its_own_level(tmp_path: Path) -> None:
     levels = tmp_path / "levels.txt"
     config = write_config(tmp_path, {"r": rogue("--levels", levels)})
-    with serve_http(config, "127.0.0.1:0") as (url, _):
+    with http_gateway(config, listen="127.0.0.1:0") as (url, _):
         async with _log_client(url) as (a, a_logs), _log_client(url) as (b, b_logs):
             await a.set_logging_level("debug")
             await b.set_logging_level("error")  # must not quiet the server for a
@@ -356,7 +324,7 @@ async def test_a_modern_client_gets_its_calls_logs_at_the_level_it_asked_for(tmp
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
 
-    with serve_http(config, "127.0.0.1:0") as (url, _):
+    with http_gateway(config, listen="127.0.0.1:0") as (url, _):
         # Not sdk_client: its log_level is the gateway's stderr level.
         async with Client(streamable_http_client(url), mode="auto", log_level="warning", logging_callback=on_log) as client:
             await client.call_tool("r__log", {"level": "info", "data": "quiet"})

@@ -9,19 +9,12 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from tests.conftest import GATEWAY, demo, http_client, http_gateway, write_config
+from tests.conftest import ACCEPT, GATEWAY, INIT, demo, http_client, http_gateway, write_config
 
 pytestmark = pytest.mark.anyio
 
 TOKEN = "s3cret-test-token"
 ARTIFACT = re.compile(r"saved as artifact ([A-Za-z0-9_-]+);")
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
-}
-ACCEPT = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
 
 
 @pytest.fixture
