@@ -16,6 +16,7 @@ import os
 import random
 import sys
 import warnings
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -23,6 +24,9 @@ import mcp_types as types
 from mcp.server.context import CallNext, ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from gateway.wire import CACHE_HINTS, LIST_CACHE_FIELDS, with_result_type
 
 _VERBS = ["get", "list", "create", "update", "delete", "search", "sync", "archive", "export", "describe"]
 _NOUNS = [
@@ -202,13 +206,13 @@ class DemoServer:
         """Serve tools/list raw (bypassing the SDK's result model) so invalid schemas go out as-is."""
         if ctx.method != "tools/list":
             return await call_next(ctx)
-        page = self.args.page_size
-        if not page:
-            return {"tools": self.tools}
+        page = self.args.page_size or len(self.tools) or 1
         cursor = int((ctx.params or {}).get("cursor") or 0)
         result: dict[str, Any] = {"tools": self.tools[cursor : cursor + page]}
         if cursor + page < len(self.tools):
             result["nextCursor"] = str(cursor + page)
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            result.update(LIST_CACHE_FIELDS)  # a 2026-07-28 list result names its type and cache hints
         return result
 
     async def call_tool(
@@ -420,20 +424,20 @@ async def serve(args: argparse.Namespace) -> None:
     rich: dict[str, Any] = {}
     if args.rich:
         rich = dict(
-            on_list_resources=demo.list_resources,
-            on_list_resource_templates=demo.list_templates,
-            on_read_resource=demo.read_resource,
-            on_subscribe_resource=demo.subscribe,
-            on_unsubscribe_resource=demo.subscribe,
-            on_list_prompts=demo.list_prompts,
-            on_get_prompt=demo.get_prompt,
-            on_completion=demo.complete,
-            on_set_logging_level=demo.set_level,
+            on_list_resources=_typed(demo.list_resources),
+            on_list_resource_templates=_typed(demo.list_templates),
+            on_read_resource=_typed(demo.read_resource),
+            on_subscribe_resource=_typed(demo.subscribe),
+            on_unsubscribe_resource=_typed(demo.subscribe),
+            on_list_prompts=_typed(demo.list_prompts),
+            on_get_prompt=_typed(demo.get_prompt),
+            on_completion=_typed(demo.complete),
+            on_set_logging_level=_typed(demo.set_level),
         )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # logging is deprecated in 2026-07-28, still served here
         server: Server[Any] = Server(
-            args.name, version="1.0", on_call_tool=demo.call_tool, on_list_tools=_unused, **rich
+            args.name, version="1.0", on_call_tool=demo.call_tool, on_list_tools=_unused, cache_hints=CACHE_HINTS, **rich
         )
     server.middleware.insert(0, demo.list_tools_raw)
     if args.transport == "stdio":
@@ -441,6 +445,16 @@ async def serve(args: argparse.Namespace) -> None:
             await server.run(read, write, _options(server))
     else:
         await _serve_http(server, args)
+
+
+def _typed(handler: Callable[[Any, Any], Awaitable[Any]]) -> Callable[[Any, Any], Awaitable[Any]]:
+    """A dict-returning handler whose results name their type on the 2026-07-28 protocol."""
+
+    async def handle(ctx: Any, params: Any) -> Any:
+        result = await handler(ctx, params)
+        return with_result_type(result, ctx.protocol_version) if isinstance(result, dict) else result
+
+    return handle
 
 
 async def _serve_http(server: Server[Any], args: argparse.Namespace) -> None:

@@ -15,19 +15,19 @@ from typing import Any
 
 import anyio
 import mcp_types as types
-from mcp.server.caching import CacheHint
 from mcp.server.context import CallNext, ServerRequestContext
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
 from mcp.server.subscriptions import ListenHandler
 from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import INVALID_PARAMS
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from gateway import __version__
 from gateway.downstream import DownstreamUnavailable
 from gateway.hub import Hub, Upstream
 from gateway.session import Session
+from gateway.wire import CACHE_HINTS, with_result_type
 
 log = logging.getLogger("prefixgate.server")
 
@@ -219,13 +219,7 @@ def build_server(hub: Hub, new_session: SessionFactory) -> tuple[Server[Any], In
             on_completion=complete,
             on_set_logging_level=set_level,
             on_subscriptions_listen=ListenHandler(hub.bus),
-            cache_hints={
-                "tools/list": CacheHint(ttl_ms=0, scope="public"),
-                "prompts/list": CacheHint(ttl_ms=0, scope="public"),
-                "resources/list": CacheHint(ttl_ms=0, scope="public"),
-                "resources/templates/list": CacheHint(ttl_ms=0, scope="public"),
-                "resources/read": CacheHint(ttl_ms=0, scope="private"),
-            },
+            cache_hints=CACHE_HINTS,
         )
     server.middleware.insert(0, middleware)
     options = server.create_initialization_options(
@@ -235,11 +229,7 @@ def build_server(hub: Hub, new_session: SessionFactory) -> tuple[Server[Any], In
 
 
 def _result(ctx: ServerRequestContext[Any, Any], result: dict[str, Any]) -> dict[str, Any]:
-    """A result as the negotiated era wants it: 2026-07-28 results name their type, and
-    a result relayed from a handshake-era server has none."""
-    if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
-        result.setdefault("resultType", "complete")
-    return result
+    return with_result_type(result, ctx.protocol_version)
 
 
 def _resource_server(hub: Hub, uri: str) -> str | None:

@@ -1,0 +1,62 @@
+"""The bundled demo server, a new user's first contact, works with the real SDK client in
+both protocol eras, over stdio and over streamable HTTP."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from mcp import Client, StdioServerParameters
+
+from tests.conftest import ERAS, GATEWAY, PYTHON
+
+pytestmark = pytest.mark.anyio
+
+DEMO = ["demo-server", "--tools", "3", "--rich", "--name", "d"]
+
+
+@contextmanager
+def demo_http() -> Iterator[str]:
+    proc = subprocess.Popen([*GATEWAY, *DEMO, "--transport", "http"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        yield proc.stdout.readline().strip()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
+
+
+async def exercise(client: Any) -> None:
+    tools = {t.name for t in (await client.list_tools()).tools}
+    assert {"echo", "structured", "payload"} <= tools and len(tools) >= 10
+    assert (await client.call_tool("echo", {"text": "hé 😀"})).content[0].text == "hé 😀"
+    structured = await client.call_tool("structured", {"count": 2})
+    assert structured.structured_content == {"count": 2, "items": ["item-0", "item-1"]}
+    assert (await client.call_tool("fail", {"message": "no"})).is_error
+    resources = {str(r.uri) for r in (await client.list_resources()).resources}
+    assert "demo://d/readme" in resources
+    assert (await client.read_resource("demo://d/readme")).contents[0].text == "d says hello"
+    templates = (await client.list_resource_templates()).resource_templates
+    assert [t.uri_template for t in templates] == ["demo://d/items/{id}"]
+    assert {p.name for p in (await client.list_prompts()).prompts} == {"greet", "summarize"}
+    greeting = await client.get_prompt("greet", {"who": "Mo"})
+    assert greeting.messages[0].content.text == "Hello Mo from d"
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_demo_server_over_stdio(mode: str) -> None:
+    params = StdioServerParameters(command=PYTHON, args=["-m", "gateway", *DEMO])
+    async with Client(params, mode=mode) as client:  # type: ignore[arg-type]
+        assert client.session.protocol_version == ("2025-11-25" if mode == "legacy" else "2026-07-28")
+        await exercise(client)
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_demo_server_over_http(mode: str) -> None:
+    with demo_http() as url:
+        async with Client(url, mode=mode) as client:  # type: ignore[arg-type]
+            assert client.session.protocol_version == ("2025-11-25" if mode == "legacy" else "2026-07-28")
+            await exercise(client)
