@@ -100,17 +100,21 @@ async def discover(config: Config, hub: Hub) -> Epoch:
 # --- serve -----------------------------------------------------------------------------
 
 
-async def _serve(config: Config, session_id: str | None, http: str | None, token: str | None) -> None:
+async def _serve(config: Config, session_id: str | None, http: str | None, tokens: Sequence[str]) -> None:
     from gateway.server import build_server
 
     async with running(config, supervise=True) as hub:
         if http is None:
             journal = Journal(config.gateway.state_dir, session_id) if session_id else None
             stdio_session = Session(journal, await _artifact_store(config, session_id))
-            server, options = build_server(hub, lambda: stdio_session)
+            server, options = build_server(hub, lambda ctx: stdio_session)
         else:
+            from gateway.http import principal_of_scope
+
             await _artifact_store(config, None)  # retention at start
-            server, options = build_server(hub, hub.http_session)
+            server, options = build_server(
+                hub, lambda ctx: hub.principal_session(principal_of_scope(getattr(ctx.request, "scope", None)))
+            )
 
         async def barrier() -> None:
             try:
@@ -132,7 +136,7 @@ async def _serve(config: Config, session_id: str | None, http: str | None, token
             else:
                 from gateway.http import serve_http
 
-                await serve_http(server, http, token)
+                await serve_http(server, http, tokens)
             tg.cancel_scope.cancel()
 
 
@@ -301,29 +305,40 @@ async def _catalog(config: Config, as_json: bool) -> int:
 # --- entry point -----------------------------------------------------------------------
 
 
-def _token(args: argparse.Namespace) -> str | None:
-    """The HTTP bearer token; required when binding a non-loopback address."""
+def _tokens(args: argparse.Namespace) -> list[str]:
+    """The HTTP bearer tokens, each its own principal; required off loopback.
+
+    ``--token-file`` holds one token per line (blank lines and lines starting with ``#``
+    are skipped); ``$PREFIXGATE_TOKEN`` holds one.
+    """
     from gateway.http import is_loopback, parse_listen
 
     try:
         host, _ = parse_listen(args.http)
     except ValueError as exc:
         raise Exit(2, f"prefixgate: --http: {exc}") from None
-    token: str | None = None
+    tokens: list[str] = []
     if args.token_file:
         try:
-            token = open(args.token_file, encoding="utf-8").read().strip()
-        except OSError as exc:
-            raise Exit(2, f"prefixgate: --token-file: cannot read {args.token_file}: {exc.strerror}") from None
-        if not token:
+            with open(args.token_file, encoding="utf-8") as handle:
+                lines = [line.strip() for line in handle]
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+            raise Exit(2, f"prefixgate: --token-file: cannot read {args.token_file}: {reason}") from None
+        tokens = list(dict.fromkeys(line for line in lines if line and not line.startswith("#")))
+        if not tokens:
             raise Exit(2, f"prefixgate: --token-file: {args.token_file} is empty or only whitespace")
+        for number, line in enumerate(lines, 1):
+            if any(c.isspace() for c in line) and not line.startswith("#"):
+                raise Exit(2, f"prefixgate: --token-file: {args.token_file} line {number}: a token cannot contain spaces")
     elif os.environ.get("PREFIXGATE_TOKEN"):
         token = os.environ["PREFIXGATE_TOKEN"].strip()
         if not token:
             raise Exit(2, "prefixgate: $PREFIXGATE_TOKEN is only whitespace; set a real token or unset it")
-    if token is None and not is_loopback(host):
+        tokens = [token]
+    if not tokens and not is_loopback(host):
         raise Exit(2, f"prefixgate: --http {args.http}: a non-loopback address requires --token-file or $PREFIXGATE_TOKEN")
-    return token
+    return tokens
 
 
 def _exit_in(exc: BaseException) -> Exit | None:
@@ -361,7 +376,7 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--token-file",
         metavar="PATH",
-        help="file holding the bearer token HTTP clients must send (default: $PREFIXGATE_TOKEN)",
+        help="file of bearer tokens HTTP clients must send, one per line, each its own principal (activation and artifacts); default: $PREFIXGATE_TOKEN",
     )
     serve.add_argument(
         "--session",
@@ -429,8 +444,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = _load(args.config)
         if args.command == "serve":
-            token = _token(args) if args.http else None
-            anyio.run(_serve, config, args.session, args.http, token)
+            tokens = _tokens(args) if args.http else []
+            anyio.run(_serve, config, args.session, args.http, tokens)
             return 0
         if args.command == "catalog":
             return anyio.run(_catalog, config, args.json)

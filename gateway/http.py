@@ -5,12 +5,17 @@ SDK's Host/Origin checks block DNS rebinding, allowing only the bound address an
 usual loopback names with the bound port; any other address requires a bearer token,
 checked before a request reaches anything (401 otherwise). A request body must arrive
 within ``BODY_TIMEOUT`` seconds (408 otherwise), so a slow client cannot hold a
-connection open. Each HTTP session (``Mcp-Session-Id``) is its own client to the hub,
-with its own activation state and artifacts.
+connection open.
+
+State belongs to the principal that authenticated: each bearer token is one principal
+(named by a hash of the token), an unauthenticated loopback gateway has one (``LOCAL``).
+Every connection of a principal, handshake-era sessions and 2026-07-28 requests alike,
+shares its activation and artifacts; another principal's are out of reach.
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import ipaddress
 import json
@@ -18,6 +23,7 @@ import logging
 import os
 import socket
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 import anyio
@@ -28,6 +34,21 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 log = logging.getLogger("prefixgate.http")
 
 MCP_PATH = "/mcp"
+PRINCIPAL = "prefixgate.principal"
+"""ASGI scope key: the principal that authenticated the request (``LOCAL`` without tokens)."""
+LOCAL = "local"
+"""The one principal of an unauthenticated loopback gateway."""
+
+
+def principal_of_token(token: str) -> str:
+    """A bearer token's principal: a hash, never the token (it names state on disk and in logs)."""
+    return "token-" + hashlib.sha256(token.encode("utf-8")).hexdigest()[:32]
+
+
+def principal_of_scope(scope: Any) -> str:
+    """The principal ``BearerAuth`` recorded for a request (``LOCAL`` when there is none)."""
+    found = scope.get(PRINCIPAL) if isinstance(scope, dict) else None
+    return found if isinstance(found, str) else LOCAL
 BODY_TIMEOUT = float(os.environ.get("PREFIXGATE_HTTP_BODY_TIMEOUT") or 30.0)
 """Seconds a request body may take to arrive in full (the environment variable exists for tests)."""
 _LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
@@ -152,16 +173,26 @@ async def _plain(send: Send, status: int, text: str) -> None:
 
 
 class BearerAuth:
-    """Pure ASGI: every HTTP request must carry ``Authorization: Bearer <token>``."""
+    """Pure ASGI: every HTTP request must carry ``Authorization: Bearer <token>`` with one of
+    the tokens; the principal it stands for is recorded in the scope for the handlers."""
 
-    def __init__(self, app: ASGIApp, token: str) -> None:
+    def __init__(self, app: ASGIApp, tokens: Sequence[str]) -> None:
         self.app = app
-        self.expected = f"Bearer {token}".encode()
+        self.expected = [(f"Bearer {t}".encode(), principal_of_token(t)) for t in tokens]
+
+    def _principal(self, given: bytes) -> str | None:
+        found = None
+        for expected, principal in self.expected:  # every token compared: no early exit
+            if hmac.compare_digest(given, expected):
+                found = principal
+        return found
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             given = dict(scope.get("headers") or []).get(b"authorization", b"")
-            if not hmac.compare_digest(given, self.expected):
+            principal = self._principal(given)
+            scope[PRINCIPAL] = principal
+            if principal is None:
                 body = json.dumps({"error": "unauthorized", "error_description": "missing or wrong bearer token"})
                 await send(
                     {
@@ -178,7 +209,7 @@ class BearerAuth:
         await self.app(scope, receive, send)
 
 
-async def serve_http(server: Server[Any], listen: str, token: str | None) -> None:
+async def serve_http(server: Server[Any], listen: str, tokens: Sequence[str]) -> None:
     import uvicorn
 
     host, port = parse_listen(listen)
@@ -192,8 +223,8 @@ async def serve_http(server: Server[Any], listen: str, token: str | None) -> Non
         streamable_http_path=MCP_PATH, transport_security=transport_security(host, bound)
     )
     app = BodyDeadline(app, BODY_TIMEOUT)
-    if token is not None:
-        app = BearerAuth(app, token)
+    if tokens:
+        app = BearerAuth(app, tokens)
     sys.stdout.write(f"http://{_host_literal(host)}:{bound}{MCP_PATH}\n")
     sys.stdout.flush()
     config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False)

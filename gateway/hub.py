@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import secrets
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,6 +39,7 @@ from gateway.config import Config
 from gateway.downstream import Downstream
 from gateway.epoch import Epoch, build_epoch
 from gateway.router import Router
+from gateway.journal import Journal, session_key
 from gateway.session import Session
 from gateway.surface import Surface, build_surface
 
@@ -80,6 +80,7 @@ class Hub:
         """(server id, kind) -> whether another re-list is pending behind the running one."""
         self._tasks: anyio.abc.TaskGroup | None = None
         self._log_level: str | None = None
+        self._principals: dict[str, Session] = {}
 
     # --- start-up ---------------------------------------------------------------------
 
@@ -110,12 +111,24 @@ class Hub:
         if upstream in self.upstreams:
             self.upstreams.remove(upstream)
 
-    def http_session(self) -> Session:
-        """A fresh session for an HTTP client: in-memory activation, its own artifacts."""
-        store = None
-        if self.config.spill.enabled:
-            store = ArtifactStore(self.config.gateway.state_dir / "artifacts", secrets.token_hex(16))
-        return Session(None, store)
+    def principal_session(self, principal: str) -> Session:
+        """The one session of an HTTP principal, shared by all its connections and requests.
+
+        The 2026-07-28 protocol has no sessions (every request is a connection of its
+        own), so state keyed by connection would be lost between a ``tool_search`` and the
+        call it enables. Activation is journaled and artifacts are stored under
+        ``state_dir`` by the principal's name, so both survive a restart. Principals are
+        the configured tokens (or the one local principal): this map cannot grow with
+        what clients send.
+        """
+        session = self._principals.get(principal)
+        if session is None:
+            name = f"principal:{principal}"
+            store = None
+            if self.config.spill.enabled:
+                store = ArtifactStore(self.config.gateway.state_dir / "artifacts", session_key(name))
+            session = self._principals[principal] = Session(Journal(self.config.gateway.state_dir, name), store)
+        return session
 
     def capabilities(self) -> dict[str, Any]:
         """The union of what the ready servers offer (tools are always served)."""

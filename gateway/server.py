@@ -41,7 +41,8 @@ INITIALIZE_WAIT = 10.0
 """Seconds ``initialize`` waits for the barrier before advertising every capability."""
 _STATE_KEY = "prefixgate.upstream"
 
-SessionFactory = Callable[[], Session]
+SessionFactory = Callable[[ServerRequestContext[Any, Any]], Session]
+"""The activation/artifact session a new client connection belongs to."""
 
 
 def _connection(ctx: ServerRequestContext[Any, Any]) -> Any:
@@ -57,7 +58,7 @@ def build_server(hub: Hub, new_session: SessionFactory) -> tuple[Server[Any], In
         connection = _connection(ctx)
         upstream: Upstream | None = connection.state.get(_STATE_KEY)
         if upstream is None:
-            upstream = await hub.connect(new_session())
+            upstream = await hub.connect(new_session(ctx))
             connection.state[_STATE_KEY] = upstream
             connection.exit_stack.callback(hub.disconnect, upstream)
         upstream.server_session = ctx.session

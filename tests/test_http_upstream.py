@@ -1,4 +1,4 @@
-"""``serve --http``: bearer token, loopback protection, and per-session state."""
+"""``serve --http``: bearer token, loopback protection, and state shared by a principal's sessions."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def config(tmp_path: Path) -> Path:
     return write_config(tmp_path, {"d": {**demo("--tools", 2, "--log-calls"), "deferred": True}})
 
 
-async def test_token_required_and_sessions_are_separate(config: Path) -> None:
+async def test_token_required_and_a_principals_sessions_share_its_state(config: Path) -> None:
     with http_gateway(config, env={"PREFIXGATE_TOKEN": TOKEN}) as (url, stderr):
         async with httpx2.AsyncClient() as plain:
             for headers in ({}, {"authorization": "Bearer wrong"}, {"authorization": TOKEN}):
@@ -33,22 +33,23 @@ async def test_token_required_and_sessions_are_separate(config: Path) -> None:
             assert ok.status_code == 200
 
         async with http_client(url, TOKEN) as a, http_client(url, TOKEN) as b:
-            # Activation is per session.
-            await a.session.call_tool("tool_search", {"query": "d__echo", "limit": 1})
-            assert (await a.session.call_tool("d__echo", {"text": "a"})).content[0].text == "a"
+            # Two sessions (Mcp-Session-Id) of one principal: activation is the principal's.
             refused = await b.session.call_tool("d__echo", {"text": "b"})
             assert refused.is_error and "Call tool_search to activate d__echo first" in refused.content[0].text
+            await a.session.call_tool("tool_search", {"query": "d__echo", "limit": 1})
+            assert (await a.session.call_tool("d__echo", {"text": "a"})).content[0].text == "a"
+            assert (await b.session.call_tool("d__echo", {"text": "b"})).content[0].text == "b"
 
-            # Artifacts are per session.
+            # So are its artifacts (other principals': tests/test_principals.py).
             await a.session.call_tool("tool_search", {"query": "d__payload", "limit": 1})
             big = await a.raw("tools/call", {"name": "d__payload", "arguments": {"bytes": 200_000}})
             artifact_id = ARTIFACT.search(big["content"][0]["text"]).group(1)  # type: ignore[union-attr]
             mine = await a.session.call_tool("artifact_read", {"id": artifact_id, "limit": 10})
             assert not mine.is_error
-            theirs = await b.session.call_tool("artifact_read", {"id": artifact_id, "limit": 10})
-            assert theirs.is_error and "no artifact with id" in theirs.content[0].text
+            shared = await b.session.call_tool("artifact_read", {"id": artifact_id, "limit": 10})
+            assert not shared.is_error and shared.content[0].text == mine.content[0].text
     log = stderr.read_text()
-    assert log.count("[d] call echo") == 1, "only the authorised, activated call reached the server"
+    assert log.count("[d] call echo") == 2, "only authorised, activated calls reached the server"
     assert TOKEN not in log
 
 

@@ -1,0 +1,157 @@
+"""State belongs to a principal, not to a connection (issue 11, item 1).
+
+The 2026-07-28 protocol has no sessions: every request of a modern client is a connection
+of its own. Activation and artifacts must therefore survive from one request to the next
+for the same principal (stdio: the process or ``--session``; HTTP: the bearer token, or
+the one local principal on an unauthenticated loopback bind), and stay out of reach of
+every other principal. Real gateway processes, the real SDK client in both eras.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import ERAS, demo, http_gateway, sdk_client, write_config
+
+pytestmark = pytest.mark.anyio
+
+ARTIFACT = re.compile(r"saved as artifact ([A-Za-z0-9_-]+);")
+NEXT = re.compile(r"; next offset (\d+)$")
+PATTERN = "0123456789abcdefghijklmnopqrstuvwxyz\n"
+SIZE = 200_000
+EXPECTED = (PATTERN * (SIZE // len(PATTERN) + 1))[:SIZE]  # what the demo's payload tool returns
+NOT_ACTIVE = "Call tool_search to activate d__echo first"
+
+
+def text(result: Any) -> str:
+    return "".join(getattr(block, "text", "") for block in result.content)
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Path:
+    return write_config(tmp_path, {"d": {**demo("--tools", 2), "deferred": True}}, client={"declarations": "on-demand"})
+
+
+@contextmanager
+def tokens_file(directory: Path, *tokens: str) -> Iterator[Path]:
+    path = directory / "tokens"
+    path.write_text("# one token per line, each its own principal\n" + "\n".join(tokens) + "\n\n")
+    yield path
+
+
+@contextmanager
+def gateway_for(transport: str, config: Path) -> Iterator[str | None]:
+    """Over HTTP one gateway serves every client; over stdio each client starts its own."""
+    if transport == "stdio":
+        yield None
+        return
+    with http_gateway(config) as (url, _):
+        yield url
+
+
+@asynccontextmanager
+async def client_for(transport: str, config: Path, mode: str, url: str | None, token: str | None = None) -> AsyncIterator[Any]:
+    """A fresh SDK client: a new connection every time (over HTTP, the same gateway)."""
+    if transport == "stdio":
+        async with sdk_client(config, mode, "--session", "s1", log_level="warning") as client:
+            yield client
+    else:
+        assert url is not None
+        headers = {"Authorization": f"Bearer {token}"} if token else None
+        async with sdk_client(url, mode, headers=headers) as client:
+            yield client
+
+
+async def read_artifact(client: Any, artifact_id: str) -> str:
+    """The whole artifact, page by page through artifact_read."""
+    parts, offset = [], 0
+    while True:
+        page = text(await client.call_tool("artifact_read", {"id": artifact_id, "offset": offset}))
+        header, _, body = page.partition("\n")
+        assert header.startswith(f"[artifact {artifact_id}] bytes "), header
+        parts.append(body)
+        found = NEXT.search(header)
+        if found is None:
+            assert header.endswith("; end reached"), header
+            return "".join(parts)
+        offset = int(found.group(1))
+
+
+@pytest.mark.parametrize("mode", ERAS)
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_activation_and_artifacts_last_from_one_request_to_the_next(
+    config: Path, transport: str, mode: str
+) -> None:
+    with gateway_for(transport, config) as url:
+        async with client_for(transport, config, mode, url) as client:
+            assert NOT_ACTIVE in text(await client.call_tool("d__echo", {"text": "early"}))
+            found = await client.call_tool("tool_search", {"query": "echo", "limit": 1})
+            assert "d__echo" in text(found)
+            # The next requests (each its own connection on the modern protocol) may run it.
+            assert text(await client.call_tool("d__echo", {"text": "direct"})) == "direct"
+            via = await client.call_tool("tool_call", {"name": "d__echo", "arguments": {"text": "via"}})
+            assert text(via) == "via"
+            await client.call_tool("tool_search", {"query": "payload", "limit": 1})
+            big = text(await client.call_tool("d__payload", {"bytes": SIZE}))
+            artifact_id = ARTIFACT.search(big).group(1)  # type: ignore[union-attr]
+            # Read back in later requests, byte for byte.
+            assert await read_artifact(client, artifact_id) == EXPECTED
+        if transport == "http":
+            # A new connection of the same principal (the local one) keeps both.
+            async with client_for(transport, config, mode, url) as again:
+                assert text(await again.call_tool("d__echo", {"text": "again"})) == "again"
+                assert (await read_artifact(again, artifact_id))[:100] == EXPECTED[:100]
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_two_tokens_are_two_principals(tmp_path: Path, config: Path, mode: str) -> None:
+    with tokens_file(tmp_path, "token-of-alice", "token-of-bob") as tokens:
+        with http_gateway(config, "--token-file", str(tokens)) as (url, stderr):
+            async with client_for("http", config, mode, url, "token-of-alice") as alice:
+                await alice.call_tool("tool_search", {"query": "echo", "limit": 1})
+                await alice.call_tool("tool_search", {"query": "payload", "limit": 1})
+                assert text(await alice.call_tool("d__echo", {"text": "mine"})) == "mine"
+                big = text(await alice.call_tool("d__payload", {"bytes": SIZE}))
+                artifact_id = ARTIFACT.search(big).group(1)  # type: ignore[union-attr]
+            async with client_for("http", config, mode, url, "token-of-bob") as bob:
+                refused = await bob.call_tool("d__echo", {"text": "theirs"})
+                assert refused.is_error and NOT_ACTIVE in text(refused)
+                theirs = await bob.call_tool("artifact_read", {"id": artifact_id})
+                unknown_id = "A" * len(artifact_id)
+                unknown = await bob.call_tool("artifact_read", {"id": unknown_id})
+                assert theirs.is_error and unknown.is_error
+                # Exactly the error of an id that does not exist: nothing tells them apart.
+                assert text(theirs).replace(artifact_id, "ID") == text(unknown).replace(unknown_id, "ID")
+            async with client_for("http", config, mode, url, "token-of-alice") as alice_again:
+                assert text(await alice_again.call_tool("d__echo", {"text": "still"})) == "still"
+                assert (await read_artifact(alice_again, artifact_id)) == EXPECTED
+        log = stderr.read_text()
+        assert "token-of-alice" not in log and "token-of-bob" not in log
+
+
+async def test_a_principals_activation_survives_a_restart(tmp_path: Path, config: Path) -> None:
+    with tokens_file(tmp_path, "restart-token") as tokens:
+        with http_gateway(config, "--token-file", str(tokens)) as (url, _):
+            async with client_for("http", config, "auto", url, "restart-token") as client:
+                await client.call_tool("tool_search", {"query": "echo", "limit": 1})
+        with http_gateway(config, "--token-file", str(tokens)) as (url, _):
+            async with client_for("http", config, "auto", url, "restart-token") as client:
+                assert text(await client.call_tool("d__echo", {"text": "remembered"})) == "remembered"
+    journals = list((tmp_path / "state" / "activation").iterdir())
+    assert len(journals) == 1 and "restart-token" not in journals[0].name
+
+
+def test_token_file_with_a_spaced_token_is_refused(tmp_path: Path, config: Path) -> None:
+    from tests.conftest import run_cli
+
+    bad = tmp_path / "tokens"
+    bad.write_text("good-token\nbad token with spaces\n")
+    proc = run_cli("serve", "--config", str(config), "--http", "127.0.0.1:0", "--token-file", str(bad), timeout=30)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"prefixgate: --token-file: {bad} line 2: a token cannot contain spaces"
