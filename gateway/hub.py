@@ -58,6 +58,8 @@ class Upstream:
     subscriptions: set[str] = field(default_factory=set)
     calls: dict[Any, str] = field(default_factory=dict)
     """In-flight tools/call request id -> downstream server id (to route its requests back)."""
+    call_order: dict[Any, int] = field(default_factory=dict)
+    """In-flight handshake-era tools/call request id -> when it began (``RoundTrips.order``)."""
     call_sessions: dict[Any, ServerSession] = field(default_factory=dict)
     """In-flight tools/call request id -> that request's session (its stream, its log opt-in)."""
     log_level: str | None = None
@@ -230,10 +232,10 @@ class Hub:
         client's ``input_required`` retry instead (gateway/roundtrip.py).
         """
         trip = self.round_trips.waiting_on(downstream.id)
-        if trip is not None:
+        target, related = self._requester(downstream.id)
+        if trip is not None and (target is None or target.call_order.get(related, 0) < trip.seq):
             return await trip.ask(method, params)
         capability = _CAPABILITY_FOR.get(method)
-        target, related = self._requester(downstream.id)
         if target is None or target.server_session is None:
             raise MCPError(code=INVALID_REQUEST, message=f"prefixgate: no client is connected to answer {method}")
         caps = target.server_session.client_capabilities

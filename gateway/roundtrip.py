@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import itertools
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
@@ -67,6 +68,8 @@ class RoundTrip:
     server_id: str
     capabilities: Any
     """The client's declared capabilities (from its latest request's envelope)."""
+    seq: int = 0
+    """When the call began, in the order of ``RoundTrips.order`` (which call a server request belongs to)."""
     round: int = 0
     fresh: dict[str, _Ask] = field(default_factory=dict)
     handed: dict[str, _Ask] = field(default_factory=dict)
@@ -124,6 +127,11 @@ class RoundTrips:
         self._key = secrets.token_bytes(32)
         self._trips: dict[str, RoundTrip] = {}
         self.tasks: anyio.abc.TaskGroup | None = None
+        self._order = itertools.count(1)
+
+    def order(self) -> int:
+        """A number for a call beginning now: a server request belongs to the newest call to it."""
+        return next(self._order)
 
     def __len__(self) -> int:
         return len(self._trips)
@@ -156,7 +164,7 @@ class RoundTrips:
                 message=f"prefixgate: this client already has {self.per_owner} calls waiting for its input; "
                 "answer or abandon one first",
             )
-        trip = RoundTrip(secrets.token_urlsafe(12), owner, method, target, binding, server_id, capabilities)
+        trip = RoundTrip(secrets.token_urlsafe(12), owner, method, target, binding, server_id, capabilities, self.order())
         self._trips[trip.id] = trip
         self.tasks.start_soon(self._run, trip, run)
         return trip

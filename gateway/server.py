@@ -126,9 +126,17 @@ def build_server(hub: Hub, new_session: SessionFactory) -> tuple[Server[Any], In
                     version=ctx.protocol_version,
                 )
 
-            return await with_input(ctx, upstream, "tools/call", name, _digest(arguments), target, run)
+            if target is not None:  # its logs go to this request while it waits
+                upstream.calls[ctx.request_id] = target
+                upstream.call_sessions[ctx.request_id] = ctx.session
+            try:
+                return await with_input(ctx, upstream, "tools/call", name, _digest(arguments), target, run)
+            finally:
+                upstream.calls.pop(ctx.request_id, None)
+                upstream.call_sessions.pop(ctx.request_id, None)
         if target is not None:
             upstream.calls[ctx.request_id] = target
+            upstream.call_order[ctx.request_id] = hub.round_trips.order()
             upstream.call_sessions[ctx.request_id] = ctx.session
         try:
             return await router.call(
@@ -141,6 +149,7 @@ def build_server(hub: Hub, new_session: SessionFactory) -> tuple[Server[Any], In
             )
         finally:
             upstream.calls.pop(ctx.request_id, None)
+            upstream.call_order.pop(ctx.request_id, None)
             upstream.call_sessions.pop(ctx.request_id, None)
 
     async def with_input(

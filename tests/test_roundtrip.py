@@ -206,3 +206,33 @@ async def test_pending_round_trips_are_bounded_per_principal(tmp_path: Path) -> 
                 assert isinstance(pending, types.InputRequiredResult)
             with pytest.raises(MCPError, match="already has 2 calls waiting for its input"):
                 await client.session.call_tool("r__ask", {}, allow_input_required=True)
+
+
+async def test_expired_round_trips_free_their_place(tmp_path: Path) -> None:
+    config = config_for(tmp_path, max_round_trips=1, round_trip_timeout=1)
+    async with modern(config, "stdio", **CALLBACKS) as (client, stderr):
+        with anyio.fail_after(60):
+            assert isinstance(await client.session.call_tool("r__ask", {}, allow_input_required=True), types.InputRequiredResult)
+            with pytest.raises(MCPError, match="already has 1 calls waiting"):
+                await client.session.call_tool("r__ask", {}, allow_input_required=True)
+            assert await saw(stderr, "no retry within 1 s, cancelling the call")
+            again = await client.session.call_tool("r__ask", {}, allow_input_required=True)
+            assert isinstance(again, types.InputRequiredResult)
+
+
+async def test_a_handshake_clients_request_is_not_taken_by_a_parked_modern_call(tmp_path: Path) -> None:
+    from tests.conftest import sdk_client
+
+    with http_gateway(config_for(tmp_path)) as (url, _stderr):
+        async with sdk_client(url, "auto", **CALLBACKS) as modern_client:
+            with anyio.fail_after(60):
+                parked = await modern_client.session.call_tool("r__ask", {}, allow_input_required=True)
+                assert isinstance(parked, types.InputRequiredResult)
+                async with sdk_client(url, "legacy", **CALLBACKS) as legacy:
+                    assert text_of(await legacy.call_tool("r__ask", {})) == "accept:{'name': 'Ann'}"
+                (key, _request), = (parked.input_requests or {}).items()
+                answer = {key: types.ElicitResult(action="accept", content={"name": "Cy"})}
+                done = await modern_client.session.call_tool(
+                    "r__ask", {}, input_responses=answer, request_state=parked.request_state
+                )
+                assert text_of(done) == "accept:{'name': 'Cy'}"
