@@ -238,9 +238,15 @@ class RoundTrips:
                 await trip.changed.wait()
         finally:
             trip.attached = False
-            if trip.id in self._trips and self.tasks is not None:
-                trip.timer = anyio.CancelScope()
-                self.tasks.start_soon(self._expire, trip, trip.timer)
+            if trip.id in self._trips:
+                if trip.round == 0 or self.tasks is None:
+                    # The client gave up before it was handed any state: nothing can resume
+                    # this call, so it ends now, as a cancelled call of the handshake era does.
+                    self._trips.pop(trip.id, None)
+                    trip.scope.cancel()
+                else:
+                    trip.timer = anyio.CancelScope()
+                    self.tasks.start_soon(self._expire, trip, trip.timer)
 
     def _input_required(self, trip: RoundTrip) -> dict[str, Any]:
         requests: dict[str, Any] = {}

@@ -236,3 +236,20 @@ async def test_a_handshake_clients_request_is_not_taken_by_a_parked_modern_call(
                     "r__ask", {}, input_responses=answer, request_state=parked.request_state
                 )
                 assert text_of(done) == "accept:{'name': 'Cy'}"
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_cancelled_modern_call_is_cancelled_downstream(tmp_path: Path, transport: str) -> None:
+    async with modern(config_for(tmp_path), transport, **CALLBACKS) as (client, stderr):
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+
+                async def call() -> None:
+                    await client.call_tool("r__slow", {"seconds": 60, "steps": 60})
+                    pytest.fail("the call should have been cancelled")
+
+                tg.start_soon(call)
+                await anyio.sleep(2)  # the call is running downstream
+                tg.cancel_scope.cancel()
+            assert await saw(stderr, "[r] slow cancelled after step")
+            assert text_of(await client.call_tool("r__ask", {})) == "accept:{'name': 'Ann'}"
