@@ -125,6 +125,8 @@ class RoundTrips:
         self.timeout = timeout
         self.per_owner = per_owner
         self._key = secrets.token_bytes(32)
+        self._boot = secrets.token_urlsafe(6)
+        """Names this process in its states, so a state from before a restart is told apart."""
         self._trips: dict[str, RoundTrip] = {}
         self.tasks: anyio.abc.TaskGroup | None = None
         self._order = itertools.count(1)
@@ -277,20 +279,28 @@ class RoundTrips:
 
     def _seal(self, trip: RoundTrip) -> str:
         mac = self._mac(trip.id, trip.round, trip.owner, trip.method, trip.target, trip.binding)
-        return f"{_PREFIX}{trip.id}.{trip.round}.{mac}"
+        return f"{_PREFIX}{self._boot}.{trip.id}.{trip.round}.{mac}"
 
     def _verify(self, state: Any, owner: object, method: str, target: str, binding: str) -> tuple[str, int]:
         refused = MCPError(
             code=INVALID_PARAMS,
             message=f"prefixgate: {method} {target!r}: requestState refused: not issued by this gateway "
-            "for this request and this client (tampered, foreign, or from before a restart)",
+            "for this request and this client (tampered or foreign)",
         )
         if not isinstance(state, str) or not state.startswith(_PREFIX) or len(state) > 200:
             raise refused
         parts = state[len(_PREFIX) :].split(".")
-        if len(parts) != 3 or not parts[1].isdigit():
+        if len(parts) != 4 or not parts[2].isdigit():
             raise refused
-        trip_id, round_text, mac = parts
+        boot, trip_id, round_text, mac = parts
+        if boot != self._boot:
+            # Not covered by the MAC (another process's key is gone): changing it only
+            # changes which refusal the sender reads.
+            raise MCPError(
+                code=INVALID_PARAMS,
+                message=f"prefixgate: {method} {target!r}: this input round trip expired: the gateway that began it "
+                "has restarted since; call again without requestState",
+            )
         if not hmac.compare_digest(mac, self._mac(trip_id, int(round_text), owner, method, target, binding)):
             raise refused
         return trip_id, int(round_text)

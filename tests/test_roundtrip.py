@@ -253,3 +253,21 @@ async def test_a_cancelled_modern_call_is_cancelled_downstream(tmp_path: Path, t
                 tg.cancel_scope.cancel()
             assert await saw(stderr, "[r] slow cancelled after step")
             assert text_of(await client.call_tool("r__ask", {})) == "accept:{'name': 'Ann'}"
+
+
+async def test_a_retry_after_a_restart_is_told_the_round_trip_expired(tmp_path: Path) -> None:
+    from tests.conftest import sdk_client
+
+    config = config_for(tmp_path)
+    with http_gateway(config) as (url, _stderr):
+        async with sdk_client(url, "auto", **CALLBACKS) as before:
+            with anyio.fail_after(60):
+                first = await before.session.call_tool("r__ask", {}, allow_input_required=True)
+                assert isinstance(first, types.InputRequiredResult) and first.input_requests
+    (key, _request), = first.input_requests.items()
+    answer = {key: types.ElicitResult(action="accept", content={"name": "Di"})}
+    with http_gateway(config) as (url, _stderr):
+        async with sdk_client(url, "auto", **CALLBACKS) as after:
+            with anyio.fail_after(60):
+                with pytest.raises(MCPError, match="expired: the gateway that began it has restarted"):
+                    await after.session.call_tool("r__ask", {}, input_responses=answer, request_state=first.request_state)
