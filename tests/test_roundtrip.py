@@ -18,6 +18,7 @@ from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import MCPError
 
+from gateway.config import ConfigError, parse_config
 from tests.conftest import PYTHON, demo, http_gateway, write_config
 
 pytestmark = pytest.mark.anyio
@@ -271,3 +272,14 @@ async def test_a_retry_after_a_restart_is_told_the_round_trip_expired(tmp_path: 
             with anyio.fail_after(60):
                 with pytest.raises(MCPError, match="expired: the gateway that began it has restarted"):
                     await after.session.call_tool("r__ask", {}, input_responses=answer, request_state=first.request_state)
+
+
+def test_round_trip_limits_are_configurable_and_checked() -> None:
+    servers = {"servers": {"r": {"command": "x"}}}
+    defaults = parse_config(servers, env={"HOME": "/home/u"}).gateway
+    assert (defaults.round_trip_timeout, defaults.max_round_trips) == (120.0, 16)
+    set_ = parse_config({**servers, "gateway": {"round_trip_timeout": 5, "max_round_trips": 2}}, env={"HOME": "/h"})
+    assert (set_.gateway.round_trip_timeout, set_.gateway.max_round_trips) == (5.0, 2)
+    for bad in ({"round_trip_timeout": 0}, {"max_round_trips": 0}, {"max_round_trips": "many"}):
+        with pytest.raises(ConfigError):
+            parse_config({**servers, "gateway": bad}, env={"HOME": "/h"})
