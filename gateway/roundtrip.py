@@ -12,6 +12,9 @@ random key over that name, the round, the request (method and target) and the ow
 principal's session, so a tampered state or another principal's is refused. Each
 principal holds a bounded number of pending calls; one not resumed within the timeout is
 cancelled downstream (the server sees ``notifications/cancelled``) and forgotten.
+
+The other direction (a 2026-07-28 server's own ``input_required`` passed on to clients)
+is not here: the gateway speaks only the handshake era toward servers so far.
 """
 
 from __future__ import annotations
