@@ -12,7 +12,7 @@ import contextlib
 import json
 import logging
 import warnings
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import anyio
@@ -110,47 +110,29 @@ def build_server(hub: Hub, new_session: SessionFactory) -> tuple[Server[Any], In
 
         await router.current()
         target = router.server_of(name, arguments)
+        def run(on_progress: Any) -> Awaitable[dict[str, Any]]:
+            return router.call(
+                name,
+                arguments,
+                upstream.session,
+                meta=meta,
+                on_progress=on_progress if wants_progress else None,
+                version=ctx.protocol_version,
+            )
+
         if ctx.protocol_version not in HANDSHAKE_PROTOCOL_VERSIONS:
 
             async def quiet_progress(value: float, total: float | None, message: str | None) -> None:
                 with contextlib.suppress(Exception):  # the request that asked may be answered already
                     await progress(value, total, message)
 
-            def run() -> Awaitable[dict[str, Any]]:
-                return router.call(
-                    name,
-                    arguments,
-                    upstream.session,
-                    meta=meta,
-                    on_progress=quiet_progress if wants_progress else None,
-                    version=ctx.protocol_version,
+            # Its logs go to this request while it waits (no place in the back-channel order).
+            with _in_flight(upstream, ctx, target, None):
+                return await with_input(
+                    ctx, upstream, "tools/call", name, _digest(arguments), target, lambda: run(quiet_progress)
                 )
-
-            if target is not None:  # its logs go to this request while it waits
-                upstream.calls[ctx.request_id] = target
-                upstream.call_sessions[ctx.request_id] = ctx.session
-            try:
-                return await with_input(ctx, upstream, "tools/call", name, _digest(arguments), target, run)
-            finally:
-                upstream.calls.pop(ctx.request_id, None)
-                upstream.call_sessions.pop(ctx.request_id, None)
-        if target is not None:
-            upstream.calls[ctx.request_id] = target
-            upstream.call_order[ctx.request_id] = hub.round_trips.order()
-            upstream.call_sessions[ctx.request_id] = ctx.session
-        try:
-            return await router.call(
-                name,
-                arguments,
-                upstream.session,
-                meta=meta,
-                on_progress=progress if wants_progress else None,
-                version=ctx.protocol_version,
-            )
-        finally:
-            upstream.calls.pop(ctx.request_id, None)
-            upstream.call_order.pop(ctx.request_id, None)
-            upstream.call_sessions.pop(ctx.request_id, None)
+        with _in_flight(upstream, ctx, target, hub.round_trips.order()):
+            return await run(progress)
 
     async def with_input(
         ctx: ServerRequestContext[Any, Any],
@@ -292,6 +274,23 @@ def build_server(hub: Hub, new_session: SessionFactory) -> tuple[Server[Any], In
 
 _INPUT_METHODS = ("prompts/get", "resources/read")
 """Besides tools/call, the requests a server may answer with a request for input."""
+
+
+@contextlib.contextmanager
+def _in_flight(upstream: Upstream, ctx: ServerRequestContext[Any, Any], target: str | None, order: Any) -> Iterator[None]:
+    """Record a call to ``target`` as in flight for the time of the block, so a server's
+    logs and requests find the call (and client) that caused them."""
+    if target is not None:
+        upstream.calls[ctx.request_id] = target
+        upstream.call_sessions[ctx.request_id] = ctx.session
+        if order is not None:
+            upstream.call_order[ctx.request_id] = order
+    try:
+        yield
+    finally:
+        upstream.calls.pop(ctx.request_id, None)
+        upstream.call_order.pop(ctx.request_id, None)
+        upstream.call_sessions.pop(ctx.request_id, None)
 
 
 def _digest(value: Any) -> str:
