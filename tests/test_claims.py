@@ -1,0 +1,166 @@
+"""README claims that had no test: the gate's order, errors through tool_call, a tool removed by a
+catalog change, the artifacts command and retention at the gateway, with real processes and the
+real SDK client in both protocol eras."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from tests.conftest import ERAS, demo, run_cli, sdk_client, write_config
+
+pytestmark = pytest.mark.anyio
+
+ARTIFACT = re.compile(r'artifact_read \{"id": "([A-Za-z0-9_-]+)"\}')
+
+
+def mutating(state: Path) -> dict[str, Any]:
+    return {"command": sys.executable, "args": ["-m", "tests.mutating_server", str(state)], "cwd": str(Path.cwd())}
+
+
+def text(result: Any) -> str:
+    return "".join(block.text for block in result.content if block.type == "text")
+
+
+async def names(client: Any) -> set[str]:
+    return {t.name for t in (await client.list_tools()).tools}
+
+
+async def until(predicate: Any, timeout: float = 20) -> None:
+    """Poll until ``predicate()`` holds: the positive marker a change has been seen."""
+    with anyio.fail_after(timeout):
+        while not await predicate():
+            await anyio.sleep(0.05)
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_policy_comes_before_activation(tmp_path: Path, mode: str) -> None:
+    """A tool both denied and not yet activated is refused for policy, directly and through
+    tool_call; activating it changes nothing."""
+    config = write_config(
+        tmp_path,
+        {"m": mutating(tmp_path / "m.json")},
+        client={"declarations": "on-demand", "defer": ["m__alpha", "m__beta"]},
+        policy={"deny": ["m__alpha"]},
+    )
+    denial = "Tool m__alpha is denied by policy (deny pattern 'm__alpha')."
+    async with sdk_client(config, mode) as client:
+        assert {"tool_search", "tool_call"} <= await names(client)
+        direct = await client.call_tool("m__alpha", {"text": "x"})
+        via = await client.call_tool("tool_call", {"name": "m__alpha", "arguments": {"text": "x"}})
+        assert (direct.is_error, text(direct)) == (True, denial)
+        assert (via.is_error, text(via)) == (True, denial)
+        found = await client.call_tool("tool_search", {"query": "echo text"})
+        assert "m__alpha" in text(found)
+        again = await client.call_tool("tool_call", {"name": "m__alpha", "arguments": {"text": "x"}})
+        assert (again.is_error, text(again)) == (True, denial)
+        # Not denied, not active: the activation message, so the order is the cause.
+        beta = await client.call_tool("tool_call", {"name": "m__beta", "arguments": {}})
+        assert beta.is_error and text(beta).startswith("Call tool_search to activate m__beta first")
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_argument_and_name_errors_through_tool_call(tmp_path: Path, mode: str) -> None:
+    config = write_config(tmp_path, {"m": mutating(tmp_path / "m.json")}, client={"declarations": "on-demand", "defer": ["m__alpha", "m__beta"]})
+    async with sdk_client(config, mode) as client:
+        await client.call_tool("tool_search", {"query": "echo text"})
+        bad = await client.call_tool("tool_call", {"name": "m__alpha", "arguments": {"text": 5}})
+        assert bad.is_error
+        assert text(bad).startswith("Invalid arguments for m__alpha: arguments.text: ")
+        missing = await client.call_tool("tool_call", {"name": "m__alpha", "arguments": {}})
+        assert missing.is_error and text(missing).startswith("Invalid arguments for m__alpha: arguments: ")
+        unknown = await client.call_tool("tool_call", {"name": "m__nope", "arguments": {}})
+        assert (unknown.is_error, text(unknown)) == (True, "Unknown tool 'm__nope': it is not in this gateway's catalog.")
+        good = await client.call_tool("tool_call", {"name": "m__alpha", "arguments": {"text": "fine"}})
+        assert (good.is_error, text(good)) == (False, "fine")
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_tool_removed_by_a_catalog_change_is_no_longer_available(tmp_path: Path, mode: str) -> None:
+    config = write_config(tmp_path, {"m": mutating(tmp_path / "m.json")})
+    async with sdk_client(config, mode) as client:
+        assert "m__beta" in await names(client)
+        assert text(await client.call_tool("m__beta", {})) == "beta"
+        await client.call_tool("m__mutate", {"kind": "remove"})
+
+        async def beta_gone() -> bool:
+            return "m__beta" not in await names(client)
+
+        await until(beta_gone)
+        gone = await client.call_tool("m__beta", {})
+        assert gone.is_error
+        assert text(gone) == "Tool 'm__beta' is no longer available: the catalog changed and it was removed."
+        never = await client.call_tool("m__never", {})
+        assert text(never) == "Unknown tool 'm__never': it is not in this gateway's catalog."
+
+
+async def _spill(config: Path, session: str, size: int) -> str:
+    """One spilled payload in a stdio gateway with ``--session``; its artifact id."""
+    async with sdk_client(config, "legacy", "--session", session) as client:
+        result = await client.call_tool("d__payload", {"bytes": size})
+        found = ARTIFACT.search(text(result))
+        assert found, text(result)[-400:]
+        return found.group(1)
+
+
+async def test_artifacts_command_lists_reads_and_collects(tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"d": demo()}, spill={"max_visible_bytes": 4096})
+    first = await _spill(config, "one", 50_000)
+    second = await _spill(config, "two", 60_000)
+
+    listed = run_cli("artifacts", "list", "--config", str(config), "--json")
+    assert listed.returncode == 0, listed.stderr
+    rows = json.loads(listed.stdout)
+    assert [r["id"] for r in rows] == [first, second]  # oldest first
+    assert [r["size"] for r in rows] == [50_000, 60_000]
+
+    plain = run_cli("artifacts", "list", "--config", str(config))
+    assert plain.stdout.splitlines()[-1] == f"2 artifacts, {sum(r['size'] for r in rows)} bytes"
+
+    read = subprocess_bytes("artifacts", "read", first, "--config", str(config))
+    assert len(read) == rows[0]["size"] and read.startswith(b"0123456789abcdefghijklmnopqrstuvwxyz\n")
+    part = subprocess_bytes("artifacts", "read", first, "--offset", "5", "--limit", "8", "--config", str(config))
+    assert part == read[5:13]
+    unknown = run_cli("artifacts", "read", "A" * len(first), "--config", str(config))
+    assert unknown.returncode == 1 and "no artifact with id" in unknown.stderr
+
+    # Retention by size: a limit below both keeps neither (no gateway is running to protect one).
+    tight = write_config(tmp_path, {"d": demo()}, spill={"max_visible_bytes": 4096, "max_total_bytes": 1000})
+    collected = run_cli("artifacts", "gc", "--config", str(tight))
+    assert collected.returncode == 0, collected.stderr
+    assert collected.stdout.startswith("removed 2 artifacts")
+    assert json.loads(run_cli("artifacts", "list", "--config", str(tight), "--json").stdout) == []
+
+
+def subprocess_bytes(*args: str) -> bytes:
+    import subprocess
+
+    from tests.conftest import GATEWAY
+
+    proc = subprocess.run([*GATEWAY, *args], capture_output=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_retention_runs_after_each_spill_in_the_gateway(tmp_path: Path, mode: str) -> None:
+    """max_total_bytes is enforced by the serving gateway after a spill: older artifacts of other
+    sessions go, oldest first, while the artifact just handed to the model stays readable."""
+    config = write_config(tmp_path, {"d": demo()}, spill={"max_visible_bytes": 4096, "max_total_bytes": 150_000})
+    old = await _spill(config, "old", 80_000)
+    older_rows = json.loads(run_cli("artifacts", "list", "--config", str(config), "--json").stdout)
+    assert [r["id"] for r in older_rows] == [old]
+    async with sdk_client(config, mode, "--session", "new") as client:
+        result = await client.call_tool("d__payload", {"bytes": 100_000})
+        fresh = ARTIFACT.search(text(result))
+        assert fresh, text(result)[-400:]
+        rows = json.loads(run_cli("artifacts", "list", "--config", str(config), "--json").stdout)
+        assert [r["id"] for r in rows] == [fresh.group(1)]
+        again = await client.call_tool("artifact_read", {"id": fresh.group(1), "line": 1, "lines": 1})
+        assert not again.is_error and "0123456789abcdefghijklmnopqrstuvwxyz" in text(again)
