@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import mcp_types as types
 import pytest
 
 from tests.conftest import ERAS, demo, run_cli, sdk_client, write_config
@@ -164,3 +165,33 @@ async def test_retention_runs_after_each_spill_in_the_gateway(tmp_path: Path, mo
         assert [r["id"] for r in rows] == [fresh.group(1)]
         again = await client.call_tool("artifact_read", {"id": fresh.group(1), "line": 1, "lines": 1})
         assert not again.is_error and "0123456789abcdefghijklmnopqrstuvwxyz" in text(again)
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_meta_passes_through_both_ways_without_the_clients_envelope(tmp_path: Path, mode: str) -> None:
+    """The client's own ``_meta`` keys reach the server; its progress token and its 2026-07-28
+    envelope (``io.modelcontextprotocol/*``: its identity and capabilities) do not - they belong
+    to the client's connection. The server's result ``_meta`` reaches the client untouched, and
+    progress the server reports reaches the client against the client's own token."""
+    server = {"command": sys.executable, "args": ["-m", "tests.meta_server"], "cwd": str(Path.cwd())}
+    config = write_config(tmp_path, {"s": server})
+    progress: list[tuple[float, float | None, str | None]] = []
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        progress.append((value, total, message))
+
+    async with sdk_client(config, mode, client_info=types.Implementation(name="secret-client", version="9")) as client:
+        result = await client.call_tool(
+            "s__meta", {}, progress_callback=on_progress, meta={"x.example/trace": "abc", "x.example/n": [1, 2]}
+        )
+    assert not result.is_error
+    seen = json.loads(text(result))
+    # The gateway asks for progress with a token of its own connection's.
+    own = {k: v for k, v in seen.items() if not k.startswith("io.modelcontextprotocol/") and k != "progressToken"}
+    assert own == {"x.example/trace": "abc", "x.example/n": [1, 2]}
+    assert "secret-client" not in text(result)
+    meta = dict(result.meta or {})
+    # On 2026-07-28 the result names the server that answered: the gateway, never the one behind it.
+    assert meta.pop("io.modelcontextprotocol/serverInfo", {"name": "prefixgate"})["name"] == "prefixgate"
+    assert meta == {"x.example/answer": 42}
+    assert progress == [(1, 2, "half")]
