@@ -195,3 +195,16 @@ async def test_meta_passes_through_both_ways_without_the_clients_envelope(tmp_pa
     assert meta.pop("io.modelcontextprotocol/serverInfo", {"name": "prefixgate"})["name"] == "prefixgate"
     assert meta == {"x.example/answer": 42}
     assert progress == [(1, 2, "half")]
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_resources_templates_and_prompts_follow_downstream_cursors(tmp_path: Path, mode: str) -> None:
+    server = {"command": sys.executable, "args": ["-m", "tests.paged_server"], "cwd": str(Path.cwd())}
+    config = write_config(tmp_path, {"p": server})
+    async with sdk_client(config, mode) as client:
+        resources = await client.list_resources()
+        templates = await client.list_resource_templates()
+        prompts = await client.list_prompts()
+    assert sorted(str(r.uri) for r in resources.resources) == [f"paged://r/{i}" for i in range(3)]
+    assert sorted(t.uri_template for t in templates.resource_templates) == [f"paged://t{i}/{{id}}" for i in range(3)]
+    assert sorted(p.name for p in prompts.prompts) == ["p__p0", "p__p1", "p__p2"]
