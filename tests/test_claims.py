@@ -208,3 +208,18 @@ async def test_resources_templates_and_prompts_follow_downstream_cursors(tmp_pat
     assert sorted(str(r.uri) for r in resources.resources) == [f"paged://r/{i}" for i in range(3)]
     assert sorted(t.uri_template for t in templates.resource_templates) == [f"paged://t{i}/{{id}}" for i in range(3)]
     assert sorted(p.name for p in prompts.prompts) == ["p__p0", "p__p1", "p__p2"]
+
+
+async def test_initialize_waits_for_the_barrier_at_most_ten_seconds(tmp_path: Path) -> None:
+    """A server still starting does not hold the client's handshake: after INITIALIZE_WAIT the
+    gateway answers, advertising every capability it might come to offer, while the server has
+    not joined yet (its ready line is not in the log). (2026-07-28 has no handshake to hold.)"""
+    from tests.conftest import gateway
+
+    config = write_config(tmp_path, {"slow": demo("--startup-delay", 60)}, gateway={"discovery_deadline": 120})
+    with anyio.fail_after(40):
+        async with gateway(config) as gw:
+            caps = gw.session.server_capabilities
+            assert caps is not None and caps.resources is not None and caps.resources.subscribe
+            assert caps.prompts is not None and caps.logging is not None
+            assert "[slow] ready" not in gw.stderr()
