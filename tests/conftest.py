@@ -12,8 +12,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
+
+# Hypothesis derandomises itself when it sees CI=true, so CI would only ever replay the same
+# examples. This profile keeps it exploring there, with the failing example's blob printed
+# (reproduce with @reproduce_failure) and no example database left behind; like the CI profile,
+# no per-example deadline (these machines are noisy: speed lives in bench/).
+settings.register_profile(
+    "explore",
+    derandomize=False,
+    print_blob=True,
+    database=None,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.load_profile("explore")
 
 PYTHON = sys.executable
 GATEWAY = [PYTHON, "-m", "gateway"]

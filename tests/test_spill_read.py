@@ -213,9 +213,7 @@ def big(store: ArtifactStore) -> tuple[str, list[str]]:
 
 def test_line_ranges_on_a_multi_megabyte_artifact(store: ArtifactStore, big: tuple[str, list[str]]) -> None:
     aid, lines = big
-    t = time.perf_counter()
     header, body = split(artifact_read(store, {"id": aid, "line": 100_000, "lines": 3}))
-    assert time.perf_counter() - t < 1.0
     assert body == "\n".join(lines[99_999:100_002]) + "\n"
     start = sum(len(x) + 1 for x in lines[:99_999])
     assert header == (f"[artifact {aid}] lines 100000 to 100002 (bytes {start} to {start + len(body)}) of "
@@ -253,9 +251,7 @@ def test_lines_default_and_crlf(store: ArtifactStore) -> None:
 
 def test_find_on_a_multi_megabyte_artifact(store: ArtifactStore, big: tuple[str, list[str]]) -> None:
     aid, lines = big
-    t = time.perf_counter()
     header, body = split(artifact_read(store, {"id": aid, "find": "needle"}))
-    assert time.perf_counter() - t < 1.0
     expected = [f"{i}: {lines[i - 1]}" for i in range(10_000, 120_001, 10_000)]
     assert body.split("\n") == expected
     assert header == f'[artifact {aid}] 12 matching lines for "needle" from line 1 of {store.size(aid)} bytes; end reached'
