@@ -71,6 +71,7 @@ def build_server(hub: Hub, new_session: SessionFactory) -> tuple[Server[Any], In
             with anyio.move_on_after(INITIALIZE_WAIT):
                 await hub.discovered.wait()
             result = await call_next(ctx)
+            await upstream_of(ctx)  # connected now: the most recent client from here on
             if isinstance(result, dict) and "capabilities" in result:
                 caps = hub.capabilities() if hub.discovered.is_set() else _everything()
                 result["capabilities"] = {**result["capabilities"], **caps}

@@ -223,3 +223,31 @@ async def test_initialize_waits_for_the_barrier_at_most_ten_seconds(tmp_path: Pa
             assert caps is not None and caps.resources is not None and caps.resources.subscribe
             assert caps.prompts is not None and caps.logging is not None
             assert "[slow] ready" not in gw.stderr()
+
+
+async def test_a_request_outside_any_call_goes_to_the_most_recent_client(tmp_path: Path) -> None:
+    """Two handshake-era HTTP clients with different roots: a server's roots/list that belongs to
+    no call in flight is answered by the client that connected last, whoever made the call."""
+    from contextlib import AsyncExitStack
+
+    from tests.conftest import http_gateway
+
+    out = tmp_path / "roots.txt"
+    server = {"command": sys.executable, "args": ["-m", "tests.unprompted_server", str(out)], "cwd": str(Path.cwd())}
+    config = write_config(tmp_path, {"u": server})
+
+    def roots_of(name: str) -> Any:
+        async def answer(context: Any) -> types.ListRootsResult:
+            return types.ListRootsResult(roots=[types.Root(uri=f"file:///{name}")])
+
+        return answer
+
+    with http_gateway(config) as (url, _stderr):
+        async with AsyncExitStack() as stack:
+            first = await stack.enter_async_context(sdk_client(url, "legacy", list_roots_callback=roots_of("first")))
+            await stack.enter_async_context(sdk_client(url, "legacy", list_roots_callback=roots_of("second")))
+            assert text(await first.call_tool("u__later", {})) == "later"
+            with anyio.fail_after(20):
+                while not out.exists() or not out.read_text():
+                    await anyio.sleep(0.05)
+    assert out.read_text() == "file:///second"
