@@ -67,14 +67,18 @@ def build_server(hub: Hub, new_session: SessionFactory) -> tuple[Server[Any], In
         return upstream
 
     async def middleware(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> Any:
-        if ctx.method == "initialize":
+        if ctx.method in ("initialize", "server/discover"):
             with anyio.move_on_after(INITIALIZE_WAIT):
                 await hub.discovered.wait()
             result = await call_next(ctx)
-            await upstream_of(ctx)  # connected now: the most recent client from here on
-            if isinstance(result, dict) and "capabilities" in result:
+            if ctx.method == "initialize":
+                await upstream_of(ctx)  # connected now: the most recent client from here on
+            if not isinstance(result, dict):
+                result = result.model_dump(by_alias=True, mode="json", exclude_none=True)
+            if "capabilities" in result:
                 caps = hub.capabilities() if hub.discovered.is_set() else _everything()
-                result["capabilities"] = {**result["capabilities"], **caps}
+                kept = {k: v for k, v in result["capabilities"].items() if k not in _EVERYTHING}
+                result["capabilities"] = {**kept, **caps}
             return result
         if ctx.request_id is not None:
             await upstream_of(ctx)
@@ -315,12 +319,16 @@ def _resource_server(hub: Hub, uri: str) -> str | None:
     return candidates[0].id if candidates else None
 
 
+_EVERYTHING: dict[str, Any] = {
+    "tools": {"listChanged": True},
+    "resources": {"listChanged": True, "subscribe": True},
+    "prompts": {"listChanged": True},
+    "completions": {},
+    "logging": {},
+}
+"""Every capability the gateway can relay; it advertises those its servers offer."""
+
+
 def _everything() -> dict[str, Any]:
-    return {
-        "tools": {"listChanged": True},
-        "resources": {"listChanged": True, "subscribe": True},
-        "prompts": {"listChanged": True},
-        "completions": {},
-        "logging": {},
-    }
+    return json.loads(json.dumps(_EVERYTHING))
 

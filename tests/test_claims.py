@@ -251,3 +251,26 @@ async def test_a_request_outside_any_call_goes_to_the_most_recent_client(tmp_pat
                 while not out.exists() or not out.read_text():
                     await anyio.sleep(0.05)
     assert out.read_text() == "file:///second"
+
+
+@pytest.mark.parametrize("mode", ERAS)
+@pytest.mark.parametrize("rich", [False, True], ids=["tools-only", "rich"])
+async def test_capabilities_are_the_union_of_the_servers_on_stdio_and_http(tmp_path: Path, mode: str, rich: bool) -> None:
+    from tests.conftest import http_gateway
+
+    config = write_config(tmp_path, {"d": demo(*(["--rich"] if rich else []))})
+    everything = {
+        "tools": {"listChanged": True},
+        "resources": {"subscribe": True, "listChanged": True},
+        "prompts": {"listChanged": True},
+        "completions": {},
+        "logging": {},
+    }
+    expected = everything if rich else {"tools": {"listChanged": True}}
+    async with sdk_client(config, mode) as client:
+        over_stdio = client.server_capabilities.model_dump(by_alias=True, exclude_none=True)
+    with http_gateway(config) as (url, _stderr):
+        async with sdk_client(url, mode) as client:
+            over_http = client.server_capabilities.model_dump(by_alias=True, exclude_none=True)
+    assert over_stdio == expected
+    assert over_http == expected
