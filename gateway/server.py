@@ -9,6 +9,7 @@ its own session (activation state and artifacts); on stdio there is one.
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import logging
 import warnings
@@ -24,6 +25,7 @@ from mcp.server.subscriptions import ListenHandler
 from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import INVALID_PARAMS
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+from pydantic import BaseModel
 
 from gateway import __version__
 from gateway.downstream import DownstreamUnavailable
@@ -73,9 +75,9 @@ def build_server(hub: Hub, new_session: SessionFactory) -> tuple[Server[Any], In
             result = await call_next(ctx)
             if ctx.method == "initialize":
                 await upstream_of(ctx)  # connected now: the most recent client from here on
-            if not isinstance(result, dict):
+            if isinstance(result, BaseModel):
                 result = result.model_dump(by_alias=True, mode="json", exclude_none=True)
-            if "capabilities" in result:
+            if isinstance(result, dict) and "capabilities" in result:
                 caps = hub.capabilities() if hub.discovered.is_set() else _everything()
                 kept = {k: v for k, v in result["capabilities"].items() if k not in _EVERYTHING}
                 result["capabilities"] = {**kept, **caps}
@@ -330,5 +332,5 @@ _EVERYTHING: dict[str, Any] = {
 
 
 def _everything() -> dict[str, Any]:
-    return json.loads(json.dumps(_EVERYTHING))
+    return copy.deepcopy(_EVERYTHING)
 
