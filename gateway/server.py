@@ -18,6 +18,7 @@ from typing import Any
 
 import anyio
 import mcp_types as types
+from mcp_types import SERVER_INFO_META_KEY
 from mcp.server.context import CallNext, ServerRequestContext
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
@@ -31,7 +32,7 @@ from gateway import __version__
 from gateway.downstream import DownstreamUnavailable
 from gateway.hub import Hub, Upstream
 from gateway.session import Session
-from gateway.wire import CACHE_HINTS, with_result_type
+from gateway.wire import CACHE_HINTS, LIST_CACHE_FIELDS, with_result_type
 
 log = logging.getLogger("prefixgate.server")
 
@@ -84,11 +85,11 @@ def build_server(hub: Hub, new_session: SessionFactory) -> tuple[Server[Any], In
             return result
         if ctx.request_id is not None:
             await upstream_of(ctx)
-            if ctx.method == "tools/list" and ctx.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS:
-                # The epoch's wire form was built (and validated) once: serve it as is
-                # instead of re-validating thousands of tools on every call.
+            if ctx.method == "tools/list":
+                # The epoch's wire form was built (and validated) once: serve it as is,
+                # canonical bytes, instead of re-validating thousands of tools on every call.
                 epoch = await router.current()
-                return {"tools": epoch.published(ctx.protocol_version)}
+                return list_result(ctx, epoch.published(ctx.protocol_version), server.server_info_stamp)
             if ctx.method == "tools/call" and ctx.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS:
                 # The hot path: the router checks names and arguments itself and every
                 # result it returns is checked against the protocol model (router._checked),
@@ -99,9 +100,9 @@ def build_server(hub: Hub, new_session: SessionFactory) -> tuple[Server[Any], In
                     return await call_tool_raw(ctx, name, arguments)
         return await call_next(ctx)
 
-    async def list_tools(ctx: ServerRequestContext[Any, Any], params: Any) -> Any:
-        epoch = await router.current()
-        return _result(ctx, {"tools": epoch.published(ctx.protocol_version)})
+    async def list_tools(ctx: ServerRequestContext[Any, Any], params: Any) -> Any:  # pragma: no cover
+        epoch = await router.current()  # the middleware answers tools/list; kept for the SDK's capabilities
+        return list_result(ctx, epoch.published(ctx.protocol_version), server.server_info_stamp)
 
     async def call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> Any:
         return _result(ctx, dict(await call_tool_raw(ctx, params.name, params.arguments)))
@@ -303,6 +304,15 @@ def _in_flight(upstream: Upstream, ctx: ServerRequestContext[Any, Any], target: 
 def _digest(value: Any) -> str:
     """What a ``requestState`` binds besides the target: the request's arguments."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def list_result(ctx: ServerRequestContext[Any, Any], tools: list[dict[str, Any]], stamp: dict[str, Any]) -> dict[str, Any]:
+    """A ``tools/list`` result as the SDK's result pipeline would finish it, which a
+    middleware answer bypasses: on 2026-07-28 with its type, cache hints and the
+    ``serverInfo`` stamp."""
+    if ctx.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS:
+        return {"tools": tools}
+    return {"tools": tools, **LIST_CACHE_FIELDS, "_meta": {SERVER_INFO_META_KEY: stamp}}
 
 
 def _result(ctx: ServerRequestContext[Any, Any], result: dict[str, Any]) -> dict[str, Any]:

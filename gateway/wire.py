@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from catalog.schema import sort_keys
 from mcp.server.caching import CacheHint
 from mcp_types.methods import serialize_server_result
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION, MODERN_PROTOCOL_VERSIONS
@@ -43,7 +44,9 @@ def published_tools(declarations: Sequence[dict[str, Any]], version: str = DEFAU
     if version in MODERN_PROTOCOL_VERSIONS:  # the 2026-07-28 result carries its cache hints
         data.update(LIST_CACHE_FIELDS)
     result = serialize_server_result("tools/list", version, data)
-    tools: list[dict[str, Any]] = result["tools"]
+    # The SDK's models emit fields in their own order (a schema's root as properties,
+    # required, type, ...); published bytes are canonical: keys sorted at every depth.
+    tools: list[dict[str, Any]] = [sort_keys(tool) for tool in result["tools"]]
     return tools
 
 

@@ -274,3 +274,33 @@ async def test_capabilities_are_the_union_of_the_servers_on_stdio_and_http(tmp_p
             over_http = client.server_capabilities.model_dump(by_alias=True, exclude_none=True)
     assert over_stdio == expected
     assert over_http == expected
+
+
+def keys_sorted_everywhere(value: Any) -> bool:
+    if isinstance(value, dict):
+        return list(value) == sorted(value) and all(keys_sorted_everywhere(v) for v in value.values())
+    if isinstance(value, list):
+        return all(keys_sorted_everywhere(v) for v in value)
+    return True
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_tools_list_sends_canonical_bytes_on_both_eras(tmp_path: Path, mode: str) -> None:
+    """Keys sorted at every depth of every tool as received, schema roots included (the SDK's
+    models would put a root's properties, required and type first), and equal to catalog --json."""
+    from tests.conftest import catalog_json
+
+    config = write_config(tmp_path, {"d": demo("--rich")})
+    async with sdk_client(config, mode) as client:
+        params: dict[str, Any] = {}
+        if mode == "auto":
+            params["_meta"] = {
+                "io.modelcontextprotocol/protocolVersion": client.protocol_version,
+                "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
+                "io.modelcontextprotocol/clientCapabilities": {},
+            }
+        raw = await client.session._dispatcher.send_raw_request("tools/list", params, {})  # noqa: SLF001 - the bytes as sent
+    tools = raw["tools"]
+    assert tools and all(keys_sorted_everywhere(t) for t in tools)
+    assert any(list(t["inputSchema"]) == sorted(t["inputSchema"]) and len(t["inputSchema"]) >= 3 for t in tools)
+    assert tools == catalog_json(config)["declarations"]
