@@ -422,17 +422,19 @@ def structured_text(value: object) -> bytes:
         return canonical_json(value)
 
 
-def _part_line(part: _Part, first: bool) -> str:
+def _part_line(part: _Part, explain: bool) -> str:
+    """A part's trailer line; ``explain``: the first retained part says how to read artifacts."""
     if part.artifact_id is None:
         return f"{part.what} of {part.size} bytes not retained: {part.reason}"
     aid = part.artifact_id
-    if first:
+    size = f"{part.size} bytes of JSON" if part.what == "structuredContent" else f"{part.size} bytes"
+    if explain:
         return (
-            f"{part.what} ({part.size} bytes) saved as artifact {aid}; read it with "
+            f"{part.what} ({size}) saved as artifact {aid}; read it with "
             f'artifact_read {{"id": "{aid}"}} plus "offset"/"limit" (bytes), '
             f'"line"/"lines" (line range) or "find" (literal text).'
         )
-    return f'{part.what} ({part.size} bytes of JSON) saved as artifact {aid}; read it the same way: {{"id": "{aid}"}}.'
+    return f'{part.what} ({size}) saved as artifact {aid}; read it the same way: {{"id": "{aid}"}}.'
 
 
 def _trailer(
@@ -446,7 +448,12 @@ def _trailer(
     if left_out is not None:
         count, size = left_out
         first += f" {count} other result field{'s' if count > 1 else ''} ({size} bytes) not shown."
-    return "\n".join([first, *(_part_line(p, i == 0) for i, p in enumerate(parts))])
+    lines = [first]
+    explained = False
+    for part in parts:
+        lines.append(_part_line(part, explain=not explained))
+        explained = explained or part.artifact_id is not None
+    return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------- entry point

@@ -375,6 +375,14 @@ def test_artifacts_hold_what_the_model_was_reading(
     assert len(list_artifacts(store.root)) == 1 + (isinstance(second, dict)), case
 
 
+def test_structured_line_explains_reading_when_the_text_was_not_retained(store: ArtifactStore) -> None:
+    r = text_result("t\n" * 100_000, structuredContent={"k": "v" * 100_000})  # text 200 KB, structured ~100 KB
+    text = only_text(bound_result(r, store=store, max_artifact_bytes=150_000))
+    assert "\ntext of 200000 bytes not retained: larger than the 150000-byte artifact limit\n" in text
+    m = re.search(r'structuredContent \(\d+ bytes of JSON\) saved as artifact (\S+); read it with artifact_read \{"id": "\1"\} plus', text)
+    assert m and json.loads(store.read(m.group(1), 0, 1 << 30)) == r["structuredContent"]
+
+
 def test_text_artifact_is_line_addressable_and_structured_part_readable(store: ArtifactStore) -> None:
     from spill import artifact_read
 
