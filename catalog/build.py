@@ -88,9 +88,14 @@ class Memo(Protocol):
     def add(self, encoded: bytes) -> None: ...
 
 
-def _canonical(raw: dict[str, JSON]) -> dict[str, JSON]:
-    """Canonical copy of the whole tool dict: schemas canonicalised, all keys sorted."""
-    return {k: canonicalize(raw[k]) if k in _SCHEMA_KEYS else sort_keys(raw[k]) for k in sorted(raw)}
+def _canonical(raw: dict[str, JSON], output_schemas: bool) -> dict[str, JSON]:
+    """Canonical copy of the whole tool dict: schemas canonicalised, all keys sorted;
+    without ``outputSchema`` unless ``output_schemas``."""
+    return {
+        k: canonicalize(raw[k]) if k in _SCHEMA_KEYS else sort_keys(raw[k])
+        for k in sorted(raw)
+        if output_schemas or k != "outputSchema"
+    }
 
 
 def _problem(decl: dict[str, JSON]) -> str | None:
@@ -107,10 +112,12 @@ Check = Callable[[dict[str, JSON]], str | None]
 """An extra publishability check supplied by the caller (the gateway's wire model)."""
 
 
-def _prepare(server: str, raw: dict[str, JSON], extra: Check | None, memo: Memo | None) -> _Tool | str:
-    """A checked tool, or the reason it is quarantined."""
+def _prepare(
+    server: str, raw: dict[str, JSON], extra: Check | None, memo: Memo | None, output_schemas: bool
+) -> _Tool | str:
+    """A checked tool, or the reason it is quarantined (an unpublished outputSchema is not checked)."""
     try:
-        decl = _canonical(raw)
+        decl = _canonical(raw, output_schemas)
         encoded = canonicaljson.encode_canonical_json(decl)
         if memo is not None and memo.passed(encoded):
             return _Tool(server, raw["name"], decl, encoded)
@@ -129,7 +136,7 @@ def _prepare(server: str, raw: dict[str, JSON], extra: Check | None, memo: Memo 
 
 
 def _server_tools(
-    server: ServerTools, extra: Check | None, memo: Memo | None
+    server: ServerTools, extra: Check | None, memo: Memo | None, output_schemas: bool
 ) -> tuple[list[_Tool], list[CatalogWarning]]:
     """The publishable tools of one server, and what happened to the rest."""
     warnings: list[CatalogWarning] = []
@@ -146,14 +153,15 @@ def _server_tools(
         by_name[raw["name"]].append(raw)
     tools: list[_Tool] = []
     for name, raws in by_name.items():
-        kept, more = _keep_one(server.id, name, raws, extra, memo)
+        kept, more = _keep_one(server.id, name, raws, extra, memo, output_schemas)
         tools.extend(kept)
         warnings.extend(more)
     return tools, warnings
 
 
 def _keep_one(
-    server: str, name: str, raws: list[dict[str, JSON]], extra: Check | None, memo: Memo | None
+    server: str, name: str, raws: list[dict[str, JSON]], extra: Check | None, memo: Memo | None,
+    output_schemas: bool,
 ) -> tuple[list[_Tool], list[CatalogWarning]]:
     """Resolve one name of one server: at most one tool survives.
 
@@ -161,7 +169,7 @@ def _keep_one(
     listing order cannot matter): valid declarations beat invalid ones, then the
     smallest canonical encoding wins.
     """
-    prepared = [_prepare(server, raw, extra, memo) for raw in raws]
+    prepared = [_prepare(server, raw, extra, memo, output_schemas) for raw in raws]
     valid = sorted((p for p in prepared if isinstance(p, _Tool)), key=lambda t: t.encoded)
     problems = sorted(p for p in prepared if isinstance(p, str))
     if not valid:
@@ -189,6 +197,7 @@ def build(
     reserved: frozenset[str] = frozenset(),
     extra_check: Check | None = None,
     memo: Memo | None = None,
+    output_schemas: bool = True,
 ) -> Catalog:
     """The catalog of one epoch: published entries in UTF-16 code-unit order.
 
@@ -196,6 +205,8 @@ def build(
     silently dropped; the rest of their server is still published. ``extra_check``
     lets the caller quarantine what its transport could not send (a reason, or None);
     ``memo`` lets it skip the (expensive) checks for declarations that passed before.
+    ``output_schemas=False`` publishes no ``outputSchema``: a client that sees one demands
+    ``structuredContent`` in every successful result, which a bounded result may lack.
     """
     ids = [s.id for s in servers]
     if len(set(ids)) != len(ids):
@@ -205,7 +216,7 @@ def build(
     prefixes = {s.id: s.prefix for s in servers}
     deferred = {s.id: s.deferred for s in servers}
     for server in servers:
-        kept, more = _server_tools(server, extra_check, memo)
+        kept, more = _server_tools(server, extra_check, memo, output_schemas)
         tools.extend(kept)
         warnings.extend(more)
     requests = [(t.server, prefixes[t.server], t.name) for t in tools]

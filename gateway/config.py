@@ -113,6 +113,16 @@ class SpillConfig:
     max_artifact_bytes: int = 16 * 1024 * 1024
     max_age_days: float = 7.0
     max_total_bytes: int = 1024 * 1024 * 1024
+    output_schemas: Literal["omit", "publish"] = "omit"
+    """Whether tools/list carries the servers' ``outputSchema``s. A client that sees one rejects a
+    successful result without ``structuredContent``, which bounding drops when it is large; so
+    by default they are not published and a bounded success stays a success. "publish" keeps
+    them, and such a bounded result is then marked ``isError``."""
+
+    @property
+    def publishes_output_schemas(self) -> bool:
+        """Only bounding drops structuredContent: with spilling off, schemas are always published."""
+        return not self.enabled or self.output_schemas == "publish"
 
 
 @dataclass(frozen=True)
@@ -341,6 +351,7 @@ _SPILL_KEYS: dict[str, Check] = {
     "max_artifact_bytes": _positive_count,
     "max_age_days": _number,
     "max_total_bytes": _positive_count,
+    "output_schemas": _one_of("omit", "publish"),
 }
 
 _TOP_KEYS = ("client", "gateway", "policy", "servers", "spill")

@@ -142,6 +142,7 @@ def build_epoch(config: Config, downstreams: Sequence[Downstream], checks: Check
         reserved=META_TOOLS,
         extra_check=wire_problem,
         memo=checks,
+        output_schemas=config.spill.publishes_output_schemas,
     )
     checks.save()
     decision = decide(catalog, client_policy(config), meta_declarations(config.spill.enabled))

@@ -141,6 +141,7 @@ class Router:
         result = await downstream.call_tool(entry.original, arguments, meta=meta, on_progress=on_progress)
         if self.spill.enabled:
             # Bound first: a huge result is then checked in its small, model-visible form.
+            # The outputSchema as published: none with [spill] output_schemas = "omit".
             try:
                 result = await self.bound(result, session, entry.declaration.get("outputSchema"))
             except (TypeError, ValueError, AttributeError, KeyError):

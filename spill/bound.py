@@ -26,9 +26,17 @@ the last line is ``full output of A bytes not retained: <reason>`` and no file i
 The trailer is budgeted first, so it is never cut; head and tail are cut on character
 boundaries. If the whole preview source fits, it is shown whole, without the omission line.
 
-- *Full output* (the artifact): the text blocks joined with ``"\\n"`` when every block is text
-  and ``structuredContent`` is absent or kept (below); otherwise the canonical JSON of the whole
-  result, binary data included. So nothing the model lost is lost from the artifact.
+- *Full output* (the artifacts): when every block is text (and the result's other fields
+  fit, below), the text blocks joined with ``"\\n"``: what the model was reading,
+  line-addressable. If ``structuredContent`` was dropped too, it is a second artifact of its
+  own, :func:`structured_text` (indented JSON, sorted keys), named on its own trailer line::
+
+    text (A bytes) saved as artifact ID; read it with artifact_read {"id": "ID"} ...
+    structuredContent (S bytes of JSON) saved as artifact ID2; read it the same way: {"id": "ID2"}.
+
+  Otherwise one artifact, the canonical JSON of the whole result, binary data included. Each
+  artifact is retained on its own (either line may say ``... not retained: <reason>``).
+  So nothing the model lost is lost.
 - *Preview source*: that same joined text; otherwise each block rendered on its own line(s):
   text verbatim, image/audio/blob as ``[image: image/png, N bytes of base64]``, an embedded
   text resource as a ``[resource: URI (MIME)]`` line plus its text, a resource link as a line,
@@ -51,11 +59,13 @@ raises if ``structuredContent`` is missing or does not validate. So:
 2. otherwise it is dropped (the trailer says so), and if ``output_schema`` is given and the
    result was not already an error, ``isError`` is set to ``true``: the only way a client that
    validates can accept a result without the structured part. Pass the ``outputSchema`` exactly
-   as published to the client (None when none was published).
+   as published to the client (None when none was published: the gateway's default is not to
+   publish output schemas, so a bounded success stays a success).
 
 Everything except the artifact id is deterministic. Memory: one pass, text encoded once (the
 artifact is written from the encoded pieces without joining them); peak extra memory stays around
-one copy of the output for text results, two for JSON ones.
+one copy of the output for text results (plus the structured part's JSON when it is dropped), two
+for JSON ones.
 """
 
 from __future__ import annotations
@@ -63,6 +73,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import canonicaljson
@@ -75,6 +86,7 @@ __all__ = [
     "MIN_VISIBLE_BYTES",
     "bound_result",
     "canonical_json",
+    "structured_text",
     "json_size",
     "structured_limit",
     "surely_within",
@@ -362,26 +374,6 @@ def _one_line(reason: str) -> str:
     return line if len(line) <= _REASON_MAX else line[: _REASON_MAX - 1] + "…"
 
 
-def _trailer(
-    visible: int, ceiling: int, full_size: int, artifact_id: str | None, reason: str | None,
-    dropped_structured: int | None, forced_error: bool, left_out: tuple[int, int] | None = None,
-) -> str:
-    first = f"[prefixgate] output of {visible} bytes exceeds the {ceiling}-byte limit; preview above."
-    if dropped_structured is not None:
-        first += f" structuredContent ({dropped_structured} bytes) not shown"
-        first += "; isError set since the tool's outputSchema needs it." if forced_error else "."
-    if left_out is not None:
-        count, size = left_out
-        first += f" {count} other result field{'s' if count > 1 else ''} ({size} bytes) not shown."
-    if artifact_id is None:
-        return f"{first}\nfull output of {full_size} bytes not retained: {reason}"
-    return (
-        f"{first}\nfull output ({full_size} bytes) saved as artifact {artifact_id}; read it with "
-        f'artifact_read {{"id": "{artifact_id}"}} plus "offset"/"limit" (bytes), '
-        f'"line"/"lines" (line range) or "find" (literal text).'
-    )
-
-
 def _retain(
     chunks: Sequence[bytes], size: int, store: ArtifactStore | None, max_artifact_bytes: int,
 ) -> tuple[str | None, str | None]:
@@ -394,6 +386,74 @@ def _retain(
         return store.put_chunks(chunks), None
     except (StoreError, OSError) as e:
         return None, _one_line(str(e))
+
+
+@dataclass(frozen=True)
+class _Part:
+    """One retained (or not) piece of the output: what it is, its size, its id or why not."""
+
+    what: str
+    size: int
+    artifact_id: str | None
+    reason: str | None
+
+
+def _keep(what: str, chunks: Sequence[bytes], store: ArtifactStore | None, max_artifact_bytes: int) -> _Part:
+    size = sum(len(c) for c in chunks)
+    artifact_id, reason = _retain(chunks, size, store, max_artifact_bytes)
+    return _Part(what, size, artifact_id, reason)
+
+
+def _keep_structured(value: object, compact: int, store: ArtifactStore | None, max_artifact_bytes: int) -> _Part:
+    """structuredContent as indented JSON with sorted keys: one value per line, so a model can
+    read it by line and ``find`` shows whole lines. Never encoded when its compact form alone
+    is already over the artifact limit."""
+    if compact > max_artifact_bytes:
+        return _Part("structuredContent", compact, None, f"larger than the {max_artifact_bytes}-byte artifact limit")
+    return _keep("structuredContent", [structured_text(value)], store, max_artifact_bytes)
+
+
+def structured_text(value: object) -> bytes:
+    """The structured-part artifact: sorted keys, one-space indent, UTF-8; canonical JSON if
+    the value cannot be sorted (never the case for parsed JSON)."""
+    try:
+        return utf8(json.dumps(value, ensure_ascii=False, sort_keys=True, indent=1))
+    except (ValueError, TypeError):
+        return canonical_json(value)
+
+
+def _part_line(part: _Part, explain: bool) -> str:
+    """A part's trailer line; ``explain``: the first retained part says how to read artifacts."""
+    if part.artifact_id is None:
+        return f"{part.what} of {part.size} bytes not retained: {part.reason}"
+    aid = part.artifact_id
+    size = f"{part.size} bytes of JSON" if part.what == "structuredContent" else f"{part.size} bytes"
+    if explain:
+        return (
+            f"{part.what} ({size}) saved as artifact {aid}; read it with "
+            f'artifact_read {{"id": "{aid}"}} plus "offset"/"limit" (bytes), '
+            f'"line"/"lines" (line range) or "find" (literal text).'
+        )
+    return f'{part.what} ({size}) saved as artifact {aid}; read it the same way: {{"id": "{aid}"}}.'
+
+
+def _trailer(
+    visible: int, ceiling: int, parts: Sequence[_Part],
+    dropped_structured: int | None, forced_error: bool, left_out: tuple[int, int] | None = None,
+) -> str:
+    first = f"[prefixgate] output of {visible} bytes exceeds the {ceiling}-byte limit; preview above."
+    if dropped_structured is not None:
+        first += f" structuredContent ({dropped_structured} bytes) not shown"
+        first += "; isError set since the tool's outputSchema needs it." if forced_error else "."
+    if left_out is not None:
+        count, size = left_out
+        first += f" {count} other result field{'s' if count > 1 else ''} ({size} bytes) not shown."
+    lines = [first]
+    explained = False
+    for part in parts:
+        lines.append(_part_line(part, explain=not explained))
+        explained = explained or part.artifact_id is not None
+    return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------- entry point
@@ -426,24 +486,27 @@ def bound_result(
     forced_error = output_schema is not None and not keep and not result.get("isError")
     others, left_out = _other_fields(result, max_visible_bytes, forced_error)
 
-    text_only = (
+    text_blocks = (
         bool(blocks)
         and all(_is_text_block(b) for b in blocks)
-        and (structured is None or keep)
         and left_out is None
         and sum(_block_extras(b) for b in blocks) <= _RESERVE
     )
-    if text_only:
+    parts: list[_Part] = []
+    if text_blocks:
+        # What the model was reading, line-addressable; a dropped structured part is its own artifact.
         full = _joined(utf8(b["text"]) for b in blocks)  # type: ignore[index]
         source = full
+        parts.append(_keep("text" if dropped is not None else "full output", full, store, max_artifact_bytes))
+        if dropped is not None:
+            parts.append(_keep_structured(structured, dropped, store, max_artifact_bytes))
     else:
         full = [canonical_json(result)]
         source = _preview_source(blocks, structured, dropped is not None)
-    full_size = sum(len(c) for c in full)
-    artifact_id, reason = _retain(full, full_size, store, max_artifact_bytes)
+        parts.append(_keep("full output", full, store, max_artifact_bytes))
     del full
 
-    trailer = _trailer(visible, max_visible_bytes, full_size, artifact_id, reason, dropped, forced_error, left_out)
+    trailer = _trailer(visible, max_visible_bytes, parts, dropped, forced_error, left_out)
     fixed = _WRAPPER + (_STRUCTURED_KEY + structured_size if keep and structured_size is not None else 0)
     fixed += json_size(others) - 1 if others else 0  # each: a comma, "key", a colon, the value
     budget = max_visible_bytes - fixed - _escaped_len("\n" + trailer)

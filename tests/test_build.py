@@ -111,6 +111,20 @@ def test_declaration_keys_sorted_and_everything_passed_through() -> None:
     assert raw["name"] == "t" and raw["outputSchema"]["required"] == ["r", "r"]  # input untouched
 
 
+def test_output_schemas_false_publishes_none_and_checks_none() -> None:
+    """Unpublished output schemas are not in the declarations (nor the fingerprint), so an
+    invalid one no longer quarantines its tool; the rest is unchanged."""
+    out = {"type": "object", "properties": {"r": {"type": "string"}}}
+    servers = [server("s", tool("t", outputSchema=out), tool("badout", outputSchema={"type": "array"}))]
+    published, omitted = build(servers, OPENAI), build(servers, OPENAI, output_schemas=False)
+    assert [e.name for e in published.entries] == ["s__t"]
+    assert [e.name for e in omitted.entries] == ["s__badout", "s__t"]
+    assert all("outputSchema" not in e.declaration for e in omitted.entries)
+    assert omitted.by_name["s__t"].declaration == {k: v for k, v in published.by_name["s__t"].declaration.items() if k != "outputSchema"}
+    assert omitted.fingerprint != published.fingerprint
+    assert build(servers, OPENAI, output_schemas=False).fingerprint == omitted.fingerprint
+
+
 @settings(max_examples=30, deadline=None)
 @given(st.randoms(use_true_random=False))
 def test_server_and_tool_order_do_not_matter(rnd: random.Random) -> None:

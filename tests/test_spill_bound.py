@@ -38,6 +38,15 @@ def only_text(result: dict[str, Any]) -> str:
     return str(block["text"])
 
 
+STRUCTURED_ID = re.compile(r'structuredContent \(\d+ bytes of JSON\) saved as artifact ([A-Za-z0-9_-]+); read it the same way: \{"id": "([A-Za-z0-9_-]+)"\}')
+
+
+def structured_artifact(text: str, store: ArtifactStore) -> bytes:
+    m = STRUCTURED_ID.search(text)
+    assert m and m.group(1) == m.group(2)
+    return store.read(m.group(1), 0, 1 << 30)
+
+
 def artifact_of(text: str, store: ArtifactStore) -> bytes:
     m = TRAILER_ID.search(text)
     assert m and m.group(1) == m.group(2)
@@ -157,9 +166,13 @@ def test_property_mixed_results(store: ArtifactStore, blocks: list[dict[str, Any
     kept = "structuredContent" in out
     if kept:
         assert out["structuredContent"] == structured
-    all_text = all(b["type"] == "text" for b in blocks) and (structured is None or kept)
+    all_text = all(b["type"] == "text" for b in blocks)
     expected = "\n".join(b["text"] for b in blocks).encode() if all_text else canonical_json(r)
     assert artifact_of(text, store) == expected
+    if all_text and structured is not None and not kept:  # the structured part is its own artifact
+        assert json.loads(structured_artifact(text, store)) == structured
+    else:
+        assert STRUCTURED_ID.search(text) is None
     assert out.get("isError", False) is (schema and not kept)
 
 
@@ -303,12 +316,87 @@ def test_large_structured_content_is_dropped_and_marked_error(store: ArtifactSto
     text = check_bounded(out, 65536)
     assert "structuredContent" not in out and out["isError"] is True
     assert f"structuredContent ({json_size(r['structuredContent'])} bytes) not shown" in text
-    assert json.loads(artifact_of(text, store)) == r  # nothing lost
+    assert artifact_of(text, store) == r["content"][0]["text"].encode()  # what the model was reading
+    assert json.loads(structured_artifact(text, store)) == r["structuredContent"]  # nothing lost
 
 
 def test_large_structured_content_without_schema_is_dropped_without_error(store: ArtifactStore) -> None:
     out = bound_result(structured_result(2000), store=store)
     assert "structuredContent" not in out and "isError" not in out
+
+
+FILE_TEXT = "".join(f"line {i}: {'é' * (i % 7)} \"quoted\"\n" for i in range(40_000))  # ~1 MiB, read_text_file-like
+FILE_SCHEMA = {"type": "object", "properties": {"content": {"type": "string"}}, "required": ["content"]}
+PNG = {"type": "image", "data": "A" * 80_000, "mimeType": "image/png"}
+BIG = {"rows": ["r" * 50] * 2000}
+TEXT, JSON_WHOLE = "text", "json"
+
+
+@pytest.mark.parametrize(
+    "case,result,schema,max_artifact,is_error,first,second",
+    [
+        # case, result, published outputSchema, max_artifact_bytes,
+        #   isError?, first artifact (TEXT: the joined text; JSON_WHOLE: canonical JSON of the result),
+        #   second artifact (the structured value; a "not retained" reason; None: no second line)
+        ("text only", text_result(FILE_TEXT), None, None, False, TEXT, None),
+        ("text+structured, schema omitted", text_result(FILE_TEXT, structuredContent={"content": FILE_TEXT}),
+         None, None, False, TEXT, {"content": FILE_TEXT}),
+        ("text+structured, schema published", text_result(FILE_TEXT, structuredContent={"content": FILE_TEXT}),
+         FILE_SCHEMA, None, True, TEXT, {"content": FILE_TEXT}),
+        ("two text blocks+structured", text_result("a\nb", FILE_TEXT, structuredContent=BIG),
+         None, None, False, TEXT, BIG),
+        ("already an error", text_result(FILE_TEXT, structuredContent=BIG, isError=True), SCHEMA, None, True, TEXT, BIG),
+        ("small structured kept", text_result(FILE_TEXT, structuredContent={"n": 1}), FILE_SCHEMA, None, False, TEXT, None),
+        ("structured over the artifact limit", text_result("t\n" * 40_000, structuredContent={"content": FILE_TEXT}),
+         None, 100_000, False, TEXT, "structuredContent of 1"),
+        ("image+structured", {"content": [PNG], "structuredContent": BIG}, None, None, False, JSON_WHOLE, None),
+        ("text+structured+big _meta", text_result(FILE_TEXT, structuredContent=BIG, _meta={"m": "x" * 20_000}),
+         None, None, False, JSON_WHOLE, None),
+    ],
+)
+def test_artifacts_hold_what_the_model_was_reading(
+    store: ArtifactStore, case: str, result: dict[str, Any], schema: Any, max_artifact: int | None,
+    is_error: bool, first: str, second: Any,
+) -> None:
+    limits = {} if max_artifact is None else {"max_artifact_bytes": max_artifact}
+    out = bound_result(result, store=store, output_schema=schema, **limits)
+    text = check_bounded(out, 65536)
+    assert out.get("isError", False) is is_error, case
+    texts = "\n".join(b["text"] for b in result["content"] if b["type"] == "text")
+    assert artifact_of(text, store) == (texts.encode() if first == TEXT else canonical_json(result)), case
+    if first == TEXT:
+        assert text.startswith(texts[:1000])  # the preview is the text itself
+    if second is None:
+        assert STRUCTURED_ID.search(text) is None and "structuredContent of" not in text, case
+    elif isinstance(second, str):
+        assert re.search(rf"^{re.escape(second)}\d* bytes not retained: larger than the", text, re.M), case
+    else:
+        assert json.loads(structured_artifact(text, store)) == second, case
+    assert len(list_artifacts(store.root)) == 1 + (isinstance(second, dict)), case
+
+
+def test_structured_line_explains_reading_when_the_text_was_not_retained(store: ArtifactStore) -> None:
+    r = text_result("t\n" * 100_000, structuredContent={"k": "v" * 100_000})  # text 200 KB, structured ~100 KB
+    text = only_text(bound_result(r, store=store, max_artifact_bytes=150_000))
+    assert "\ntext of 200000 bytes not retained: larger than the 150000-byte artifact limit\n" in text
+    m = re.search(r'structuredContent \(\d+ bytes of JSON\) saved as artifact (\S+); read it with artifact_read \{"id": "\1"\} plus', text)
+    assert m and json.loads(store.read(m.group(1), 0, 1 << 30)) == r["structuredContent"]
+
+
+def test_text_artifact_is_line_addressable_and_structured_part_readable(store: ArtifactStore) -> None:
+    from spill import artifact_read
+
+    out = bound_result(text_result(FILE_TEXT, structuredContent={"content": FILE_TEXT}), store=store)
+    text = only_text(out)
+    text_id = TRAILER_ID.search(text).group(1)  # type: ignore[union-attr]
+    line = artifact_read(store, {"id": text_id, "line": 2, "lines": 1})
+    assert line.endswith('\nline 1: é "quoted"\n') and "lines 2 to 2" in line.partition("\n")[0]
+    found = artifact_read(store, {"id": text_id, "find": "line 39999:"})
+    assert found.endswith('\n40000: line 39999: é "quoted"')  # a whole line, not an excerpt
+    structured_id = STRUCTURED_ID.search(text).group(1)  # type: ignore[union-attr]
+    assert artifact_read(store, {"id": structured_id, "line": 1, "lines": 1}).endswith("\n{\n")
+    page = artifact_read(store, {"id": structured_id, "offset": 0, "limit": 40})
+    assert page.endswith('\n{\n "content": "line 0:  \\"quoted\\"\\nline')
 
 
 async def call_through_sdk_client(result: dict[str, Any]) -> Any:

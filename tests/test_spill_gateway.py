@@ -12,7 +12,8 @@ import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
 
-from tests.conftest import PYTHON, demo, gateway, write_config
+from tests.conftest import ERAS, PYTHON, catalog_json, demo, gateway, sdk_client, write_config
+from tests.textfile_server import OUTPUT_SCHEMA, file_text
 
 pytestmark = pytest.mark.anyio
 
@@ -129,7 +130,8 @@ async def test_small_results_are_untouched_byte_for_byte(tmp_path: Path, config:
     assert artifact_files(tmp_path) == []
 
 
-async def test_structured_output_stays_valid_for_the_sdk_client(tmp_path: Path, config: Path) -> None:
+async def test_structured_output_stays_valid_for_the_sdk_client(tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"d": demo("--tools", 1)}, spill={"output_schemas": "publish"})
     async with gateway(config) as gw:
         small = await gw.session.call_tool("d__structured", {"count": 10})  # the SDK validates outputSchema
         assert not small.is_error and small.structured_content["count"] == 10
@@ -137,8 +139,85 @@ async def test_structured_output_stays_valid_for_the_sdk_client(tmp_path: Path, 
         assert large.is_error and large.structured_content is None
         text = large.content[0].text
         assert "structuredContent" in text and ARTIFACT.search(text)
-        full = json.loads(await read_all(gw, ARTIFACT.search(text).group(1)))  # type: ignore[union-attr]
-        assert full["structuredContent"]["count"] == 20000 and len(full["structuredContent"]["items"]) == 20000
+        assert await read_all(gw, ARTIFACT.search(text).group(1)) == b"20000 items"  # type: ignore[union-attr]
+        full = json.loads(await read_all(gw, STRUCTURED.search(text).group(2)))  # type: ignore[union-attr]
+        assert full["count"] == 20000 and len(full["items"]) == 20000
+
+
+TEXTFILE = [PYTHON, str(Path(__file__).with_name("textfile_server.py"))]
+STRUCTURED = re.compile(r'structuredContent \((\d+) bytes of JSON\) saved as artifact ([A-Za-z0-9_-]+); read it the same way')
+LINES = 40_000  # about 1 MiB, in content and again in structuredContent
+
+
+def textfile_config(tmp_path: Path, output_schemas: str | None) -> Path:
+    spill = {} if output_schemas is None else {"output_schemas": output_schemas}
+    server = {"command": TEXTFILE[0], "args": TEXTFILE[1:]}
+    return write_config(tmp_path, {"f": server}, spill=spill)
+
+
+def answer(result: Any) -> str:
+    assert len(result.content) == 1 and result.content[0].type == "text"
+    return str(result.content[0].text)
+
+
+@pytest.mark.parametrize("mode", ERAS)
+@pytest.mark.parametrize("output_schemas", [None, "publish"])
+async def test_big_structured_result_stays_a_success_and_each_part_is_readable(
+    tmp_path: Path, mode: str, output_schemas: str | None
+) -> None:
+    """A read_text_file-like tool (outputSchema; the text in content and in structuredContent):
+    by default the SDK client accepts the bounded result as a success; "publish" keeps today's
+    isError. Either way the text artifact is line-addressable and the structured part readable."""
+    publish = output_schemas == "publish"
+    body = file_text(LINES)
+    async with sdk_client(textfile_config(tmp_path, output_schemas), mode) as client:
+        [tool] = [t for t in (await client.list_tools()).tools if t.name == "f__read_text_file"]
+        assert (tool.output_schema == OUTPUT_SCHEMA) if publish else (tool.output_schema is None)
+        result = await client.call_tool("f__read_text_file", {"lines": LINES})  # the SDK validates here
+        assert result.is_error is publish and result.structured_content is None
+        text = answer(result)
+        assert text.startswith(body[:30_000])  # the preview is what the model reads: the text
+        assert ("isError set since the tool's outputSchema needs it" in text) is publish
+        text_id = ARTIFACT.search(text).group(1)  # type: ignore[union-attr]
+        size, structured_id = STRUCTURED.search(text).groups()  # type: ignore[union-attr]
+        assert f"text ({len(body.encode())} bytes) saved as artifact {text_id}" in text
+
+        line = answer(await client.call_tool("artifact_read", {"id": text_id, "line": 2, "lines": 1}))
+        assert line.partition("\n")[2] == 'line 1: é "quoted"\n'
+        found = answer(await client.call_tool("artifact_read", {"id": text_id, "find": "line 39998:"}))
+        assert found.endswith('\n39999: line 39998:  "quoted"')  # a whole line, not an excerpt
+
+        data, offset = b"", 0
+        while True:  # the structured part, page by page: nothing the model lost is lost
+            page = answer(await client.call_tool("artifact_read", {"id": structured_id, "offset": offset, "limit": 65536}))
+            header, _, chunk = page.partition("\n")
+            data += chunk.encode()
+            if header.endswith("end reached"):
+                break
+            offset = int(re.search(r"next offset (\d+)", header).group(1))  # type: ignore[union-attr]
+        assert len(data) == int(size) and json.loads(data) == {"content": body}
+
+
+@pytest.mark.parametrize("output_schemas", ["omit", "publish"])
+async def test_catalog_json_is_what_serve_publishes_for_either_setting(tmp_path: Path, output_schemas: str) -> None:
+    config = textfile_config(tmp_path, output_schemas)
+    report = catalog_json(config)
+    [declared] = [d for d in report["declarations"] if d["name"] == "f__read_text_file"]
+    assert ("outputSchema" in declared) is (output_schemas == "publish")
+    assert catalog_json(config)["fingerprint"] == report["fingerprint"]  # deterministic
+    async with gateway(config) as gw:
+        published = await gw.raw("tools/list")
+    wire = json.dumps(published["tools"], ensure_ascii=False, separators=(",", ":"))
+    assert wire == json.dumps(report["declarations"], ensure_ascii=False, separators=(",", ":"))
+
+
+def test_output_schemas_setting_is_validated(tmp_path: Path) -> None:
+    from tests.conftest import run_cli
+
+    config = textfile_config(tmp_path, "hide")
+    proc = run_cli("catalog", "--config", str(config))
+    assert proc.returncode == 2
+    assert "spill.output_schemas: expected one of 'omit', 'publish'" in proc.stderr
 
 
 async def test_artifact_ids_are_per_session_and_never_paths(tmp_path: Path, config: Path) -> None:
