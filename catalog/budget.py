@@ -2,14 +2,13 @@
 
 The estimate must over-count: under-counting lets a catalog that does not fit push the
 conversation into early compaction, which ends the cache epoch the gateway exists to keep.
-Over-counting only makes the fallback to on-demand happen a little early. The rates are
-calibrated against cl100k_base and o200k_base (see docs/token-estimate.md).
+Over-counting makes the fallback to on-demand happen early, so it should be small. The
+weights are fitted against cl100k_base and o200k_base (see docs/token-estimate.md).
 """
 
 from __future__ import annotations
 
 import fnmatch
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -22,56 +21,111 @@ from catalog.model import JSON, Catalog, Entry
 from catalog.names import code_unit_key
 
 # -- token estimate -------------------------------------------------------------------
+#
+# BPE tokenizers first cut text into pieces (letter runs, 1-3 digit numbers, punctuation
+# runs, whitespace) and then merge bytes inside each piece, so the count follows the
+# pieces, not the characters. The estimate counts piece-level features of the canonical
+# JSON with C-level byte operations (one ``bytes.translate`` into a class per character,
+# then ``bytes.count``) and charges each a weight fitted offline so that it never
+# under-counts cl100k_base or o200k_base on the committed corpus (docs/token-estimate.md).
 
-TOKEN_DENOMINATOR = 12
-"""Rates below are in twelfths of a token per character: integer arithmetic, exact."""
-
-RATE_ASCII = 4
-"""ASCII other than digits: 1 token per 3 chars (JSON declarations measure ~3.8-5)."""
-RATE_DIGIT = 9
-"""ASCII digits: 3/4 token per char; numbers, hex ids and dates split into short pieces."""
-RATE_LATIN = 12
-"""U+0080-U+02FF, U+1E00-U+1EFF (accented Latin): 1 per char; each one breaks a word."""
-RATE_CYRILLIC = 8
-"""U+0400-U+052F: 2/3 per char (cl100k, the worse encoding for Cyrillic, ~0.4-0.5)."""
-RATE_OTHER = 15
-"""Every other BMP character (Greek, CJK, Hangul, Indic, Arabic, Hebrew, Thai...): 5/4."""
-RATE_ASTRAL = 36
-"""Outside the BMP (emoji, rare CJK): 3 per char; an emoji is 2-4 byte-level tokens."""
+TOKEN_DENOMINATOR = 1000
+"""Weights are in thousandths of a token: integer arithmetic, exact and deterministic."""
 TOOL_OVERHEAD = 8
 """Per declared tool: the provider's framing around each function definition."""
 
-_NON_ASCII = re.compile(r"[^\x00-\x7f]")
-_DIGITS = b"0123456789"
+
+def _class_table() -> bytes:
+    """UTF-8 byte -> class letter; continuation bytes are deleted, so one letter per char."""
+    table = bytearray(b"." * 256)  # ASCII punctuation and control characters
+    for lo, hi, cls in (
+        (0x61, 0x7A, "a"), (0x41, 0x5A, "A"), (0x30, 0x39, "0"), (0x20, 0x20, " "), (0x22, 0x22, "q"),
+        (0xC2, 0xCB, "L"),  # U+0080-02FF Latin-1, Latin Extended-A/B, IPA
+        (0xCC, 0xCD, "M"),  # U+0300-037F combining diacritical marks
+        (0xCE, 0xCF, "G"),  # U+0380-03FF Greek
+        (0xD0, 0xD4, "C"),  # U+0400-053F Cyrillic (and its supplement)
+        (0xD5, 0xD6, "Y"),  # U+0540-05BF Armenian (and Hebrew points)
+        (0xD7, 0xD7, "H"),  # U+05C0-05FF Hebrew letters
+        (0xD8, 0xDB, "R"),  # U+0600-06FF Arabic
+        (0xDC, 0xDF, "S"),  # U+0700-07FF Syriac, Thaana, NKo...
+        (0xE0, 0xE0, "I"),  # U+0800-0FFF Indic scripts, Thai, Lao, Tibetan
+        (0xE1, 0xE1, "V"),  # U+1000-1FFF Latin Extended Additional (Vietnamese), Georgian, Khmer...
+        (0xE2, 0xE2, "P"),  # U+2000-2FFF punctuation, symbols, arrows, dingbats
+        (0xE3, 0xE3, "K"),  # U+3000-3FFF CJK punctuation, kana
+        (0xE4, 0xE9, "Z"),  # U+4000-9FFF CJK ideographs
+        (0xEA, 0xED, "K"),  # U+A000-DFFF Hangul syllables, Yi...
+        (0xEE, 0xEF, "P"),  # U+E000-FFFF private use, compatibility, fullwidth, variation selectors
+        (0xF0, 0xF7, "E"),  # outside the BMP: emoji, rare ideographs
+    ):
+        table[lo : hi + 1] = cls.encode() * (hi - lo + 1)
+    return bytes(table)
 
 
-def _char_rate(ch: str) -> int:
-    cp = ord(ch)
-    if cp <= 0x2FF or 0x1E00 <= cp <= 0x1EFF:
-        return RATE_LATIN
-    if 0x400 <= cp <= 0x52F:
-        return RATE_CYRILLIC
-    if cp > 0xFFFF:
-        return RATE_ASTRAL
-    return RATE_OTHER
+_CLASSES = _class_table()
+_CONTINUATION = bytes(range(0x80, 0xC0))
+_KINDS = bytes.maketrans(b"aA0q.", b"aa0..")
+"""Class string -> letter / digit / punctuation / other (space, non-ASCII): for run counts."""
+_KIND_OTHER = bytes.maketrans(b"LMGCYHRSIVPKZE", b" " * 14)
+_LATIN_ADDITIONAL = (b"\xe1\xb8", b"\xe1\xb9", b"\xe1\xba", b"\xe1\xbb")
+"""Lead + first continuation byte of U+1E00-1EFF: Vietnamese letters, not Georgian or Khmer."""
+_DEVANAGARI_THAI = (b"\xe0\xa4", b"\xe0\xa5", b"\xe0\xb8", b"\xe0\xb9")
+"""U+0900-097F and U+0E00-0E7F: the two scripts of that block with many BPE merges."""
+
+FEATURES = (
+    "lower", "upper", "words", "humps", "digits", "numbers",
+    "spaces", "quotes", "punct", "punct_runs",
+    "latin", "marks", "greek", "cyrillic", "armenian", "hebrew", "arabic", "syriac",
+    "devanagari_thai", "u0800", "latin_additional", "u1000", "symbols", "kana_hangul", "han", "astral",
+)
+"""What ``token_features`` counts, in the order of ``WEIGHTS``."""
+
+WEIGHTS = (
+    149, 151, 193, 562, 0, 1589,
+    414, 84, 692, 0,
+    2720, 2090, 988, 671, 2072, 1140, 758, 2000, 1128, 2100,
+    500, 3000, 1593, 1095, 908, 2412,
+)
+"""Thousandths of a token per feature, from ``tests/fixtures/tokens/fit.py --margin 1.02``."""
+
+
+def token_features(data: bytes) -> list[int]:
+    """Counts of ``FEATURES`` in UTF-8 ``data``.
+
+    Letters by case, letter runs (``words``), lower-to-upper changes (``humps``: o200k
+    splits camelCase), digits and the 1-3 digit pieces numbers are cut into, spaces,
+    quotes, other punctuation and its runs, then characters per script class.
+    """
+    t = data.translate(_CLASSES, _CONTINUATION)
+    k = t.translate(_KINDS).translate(_KIND_OTHER) if not data.isascii() else t.translate(_KINDS)
+    k = b" " + k.replace(b"000", b"0 ")  # a piece ends after 3 digits; runs count from the start
+    out = [
+        t.count(b"a"), t.count(b"A"),
+        k.count(b" a") + k.count(b".a") + k.count(b"0a"),
+        t.count(b"aA"),
+        t.count(b"0"),
+        k.count(b" 0") + k.count(b".0") + k.count(b"a0"),
+        t.count(b" "), t.count(b"q"), t.count(b"."),
+        k.count(b" .") + k.count(b"a.") + k.count(b"0."),
+    ]
+    if data.isascii():
+        return out + [0] * (len(FEATURES) - len(out))
+    out += [t.count(c) for c in (b"L", b"M", b"G", b"C", b"Y", b"H", b"R", b"S")]
+    indic = sum(data.count(p) for p in _DEVANAGARI_THAI)
+    additional = sum(data.count(p) for p in _LATIN_ADDITIONAL)
+    out += [indic, t.count(b"I") - indic, additional, t.count(b"V") - additional]
+    out += [t.count(c) for c in (b"P", b"K", b"Z", b"E")]
+    return out
 
 
 def estimate_tokens(declaration: JSON) -> int:
     """Upper estimate of the tokens one declaration costs in the prompt.
 
-    Counted over its compact canonical JSON, the bytes actually published. ASCII is
-    counted with C-level byte operations, so 5,000 declarations take milliseconds.
+    Counted over its compact canonical JSON, the bytes actually published, plus
+    ``TOOL_OVERHEAD``. Only byte-level C operations per declaration, so 5,000
+    declarations take milliseconds.
     """
-    data = canonicaljson.encode_canonical_json(declaration)
-    digits = len(data) - len(data.translate(None, _DIGITS))
-    if data.isascii():
-        units = (len(data) - digits) * RATE_ASCII + digits * RATE_DIGIT
-    else:
-        text = data.decode("utf-8")
-        wide = _NON_ASCII.findall(text)
-        ascii_other = len(text) - len(wide) - digits
-        units = ascii_other * RATE_ASCII + digits * RATE_DIGIT
-        units += sum(_char_rate(ch) for ch in wide)
+    counts = token_features(canonicaljson.encode_canonical_json(declaration))
+    units = sum(w * c for w, c in zip(WEIGHTS, counts) if c)
     return -(-units // TOKEN_DENOMINATOR) + TOOL_OVERHEAD
 
 
