@@ -31,7 +31,7 @@ from mcp.server.subscriptions import (
 )
 from mcp.shared.exceptions import MCPError
 from mcp_types import LoggingLevel
-from mcp_types.jsonrpc import INVALID_REQUEST
+from mcp_types.jsonrpc import INVALID_REQUEST, MISSING_REQUIRED_CLIENT_CAPABILITY
 from spill import ArtifactStore
 
 from gateway.checks import CheckCache
@@ -226,10 +226,15 @@ class Hub:
         if target is None or target.server_session is None:
             raise MCPError(code=INVALID_REQUEST, message=f"prefixgate: no client is connected to answer {method}")
         caps = target.server_session.client_capabilities
-        if capability is None or caps is None or getattr(caps, capability, None) is None:
+        if capability is None:
+            raise MCPError(code=INVALID_REQUEST, message=f"prefixgate: the connected client does not support {method}")
+        if caps is None or getattr(caps, capability, None) is None:
+            # The 2026-07-28 error for an undeclared capability (SEP-2575); the server's call
+            # fails with it, so the client learns which capability the call needed.
             raise MCPError(
-                code=INVALID_REQUEST,
-                message=f"prefixgate: the connected client does not support {capability or method}",
+                code=MISSING_REQUIRED_CLIENT_CAPABILITY,
+                message=f"prefixgate: the connected client does not support {capability}",
+                data={"requiredCapabilities": {capability: {}}},
             )
         server_session = target.server_session
         # The raw channel keeps the request as the server sent it; a related request id
