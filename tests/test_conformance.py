@@ -22,6 +22,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -79,11 +80,35 @@ def serving(command: list[str], log: Path, *, timeout: float = 30) -> Iterator[s
                     proc.wait(10)
 
 
-def run_eras(url: str, cli: Path) -> tuple[set[str], str]:
-    """Run the suite at every era against ``url``: the era-qualified passes and a failure report."""
+@dataclass
+class Run:
+    """Both eras' results against one URL, era-qualified."""
+
+    passed: set[str]
+    warned: dict[str, list[str]]  # passed with WARNING checks (SHOULDs not met): name -> warnings
+    report: str
+
+
+def run_eras(url: str, cli: Path) -> Run:
+    """Run the suite at every era against ``url``."""
     results = [runner.run_suite(url, cli, era=era) for era in runner.ERAS]
+    warned = {
+        f"{r.era}/{name}": result.warnings
+        for r in results
+        for name, result in r.scenarios.items()
+        if result.passed and result.warnings
+    }
     passed = set().union(*(r.qualified_passed for r in results))
-    return passed, "\n".join(r.report() for r in results if r.failed)
+    return Run(passed, warned, "\n".join(r.report() for r in results if r.failed))
+
+
+def assert_no_warnings(run: Run, expected: set[str], where: str) -> None:
+    """An expected scenario passes cleanly: a SHOULD it met before (say, list_changed on a
+    subscription stream) must not quietly become a WARNING."""
+    warned = {name: w for name, w in run.warned.items() if name in expected}
+    assert not warned, f"{where}: expected scenarios now pass only with warnings:\n" + "\n".join(
+        f"{name}:\n    " + "\n    ".join(w) for name, w in sorted(warned.items())
+    )
 
 
 def test_expected_lists_name_real_scenarios(conformance_cli: Path) -> None:
@@ -115,12 +140,13 @@ def test_fixture_passes_expected_scenarios(conformance_cli: Path, tmp_path: Path
     """The fixture served directly over streamable HTTP passes every scenario it is known to pass, in both eras."""
     expected = runner.read_expected(EXPECTED_FIXTURE)
     with serving(FIXTURE_HTTP, tmp_path / "fixture-stderr.log") as url:
-        passed, report = run_eras(url, conformance_cli)
-    missing = expected - passed
+        run = run_eras(url, conformance_cli)
+    missing = expected - run.passed
     assert not missing, (
-        f"the fixture regressed on {len(missing)} conformance scenario(s): {sorted(missing)}\n{report}\n\n"
+        f"the fixture regressed on {len(missing)} conformance scenario(s): {sorted(missing)}\n{run.report}\n\n"
         f"fixture stderr:\n{(tmp_path / 'fixture-stderr.log').read_text(errors='replace')[-4000:]}"
     )
+    assert_no_warnings(run, expected, "the fixture")
 
 
 # --------------------------------------------------------------------------------------
@@ -187,13 +213,14 @@ def test_gateway_passes_what_the_fixture_passes(conformance_cli: Path, tmp_path:
         command = [sys.executable, "-m", "gateway", "serve", "--config", str(config), "--http", "127.0.0.1:0"]
         log = tmp_path / "gateway-stderr.log"
         url = stack.enter_context(serving(command, log, timeout=60))
-        passed, report = run_eras(url, conformance_cli)
-    missing = gateway_expected - passed
+        run = run_eras(url, conformance_cli)
+    missing = gateway_expected - run.passed
     assert not missing, (
-        f"through the gateway, {len(missing)} conformance scenario(s) failed: {sorted(missing)}\n{report}\n\n"
+        f"through the gateway, {len(missing)} conformance scenario(s) failed: {sorted(missing)}\n{run.report}\n\n"
         f"gateway stderr:\n{log.read_text(errors='replace')[-4000:]}"
     )
-    fixed = pending & passed
+    assert_no_warnings(run, gateway_expected, "through the gateway")
+    fixed = pending & run.passed
     assert not fixed, (
         f"through the gateway these pending scenarios pass now: move them from gateway_pending.txt "
         f"to expected_gateway.txt: {sorted(fixed)}"

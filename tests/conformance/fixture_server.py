@@ -35,12 +35,14 @@ import re
 import socket
 import sys
 import warnings
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
+from mcp.server.lowlevel import NotificationOptions
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, PromptsListChanged, ToolsListChanged
 from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 from mcp.server.streamable_http import EventCallback, EventId, EventMessage, EventStore, StreamId
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
@@ -152,6 +154,16 @@ TOOLS: list[types.Tool] = [
     ),
     *fixture_mrtr.TOOLS,
     types.Tool(
+        name="test_trigger_tool_change",
+        description="Adds (or removes again) the tool test_dynamic_tool and announces the change (SEP-2575).",
+        input_schema=_OBJECT_NO_ARGS,
+    ),
+    types.Tool(
+        name="test_trigger_prompt_change",
+        description="Adds (or removes again) the prompt test_dynamic_prompt and announces the change (SEP-2575).",
+        input_schema=_OBJECT_NO_ARGS,
+    ),
+    types.Tool(
         name="test_reconnection",
         description="Closes its SSE stream mid-call and answers after the client reconnects (SEP-1699).",
         input_schema=_OBJECT_NO_ARGS,
@@ -187,6 +199,11 @@ TEMPLATES: list[types.ResourceTemplate] = [
         mime_type="application/json",
     )
 ]
+DYNAMIC_TOOL = types.Tool(
+    name="test_dynamic_tool", description="Present between two test_trigger_tool_change calls.", input_schema=_OBJECT_NO_ARGS
+)
+DYNAMIC_PROMPT = types.Prompt(name="test_dynamic_prompt", description="Present between two test_trigger_prompt_change calls.")
+
 _TEMPLATE_RE = re.compile(r"^test://template/(?P<id>[^/]+)/data$")
 
 PROMPTS: list[types.Prompt] = [
@@ -240,6 +257,11 @@ class Fixture:
     def __init__(self) -> None:
         self.subscriptions: set[str] = set()
         self.min_level: types.LoggingLevel = "debug"
+        # List changes reach 2026-07-28 clients on subscriptions/listen streams (this bus) and
+        # handshake-era clients as notifications on their session.
+        self.bus = InMemorySubscriptionBus()
+        self.dynamic_tool = False
+        self.dynamic_prompt = False
 
     async def log(self, ctx: ServerRequestContext[Any, Any], level: types.LoggingLevel, text: str) -> None:
         """A log notification on this request's stream, honouring logging/setLevel."""
@@ -250,7 +272,7 @@ class Fixture:
     # -- tools -----------------------------------------------------------------------
 
     async def list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=TOOLS)
+        return types.ListToolsResult(tools=[*TOOLS, DYNAMIC_TOOL] if self.dynamic_tool else TOOLS)
 
     async def call_tool(
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
@@ -405,6 +427,25 @@ class Fixture:
         content = json.dumps(result.content or {}, sort_keys=True)
         return types.CallToolResult(content=[_text(f"{label}: action={result.action}, content={content}")])
 
+    async def tool_test_trigger_tool_change(self, ctx: Any, args: dict[str, Any]) -> types.CallToolResult:
+        self.dynamic_tool = not self.dynamic_tool
+        await self.bus.publish(ToolsListChanged())
+        if not fixture_mrtr.is_modern(ctx):
+            await ctx.session.send_tool_list_changed()
+        return types.CallToolResult(content=[_text(f"test_dynamic_tool listed: {self.dynamic_tool}")])
+
+    async def tool_test_trigger_prompt_change(self, ctx: Any, args: dict[str, Any]) -> types.CallToolResult:
+        self.dynamic_prompt = not self.dynamic_prompt
+        await self.bus.publish(PromptsListChanged())
+        if not fixture_mrtr.is_modern(ctx):
+            await ctx.session.send_prompt_list_changed()
+        return types.CallToolResult(content=[_text(f"test_dynamic_prompt listed: {self.dynamic_prompt}")])
+
+    async def tool_test_dynamic_tool(self, ctx: Any, args: dict[str, Any]) -> types.CallToolResult:
+        if not self.dynamic_tool:
+            return _error("test_dynamic_tool is not listed now")
+        return types.CallToolResult(content=[_text("dynamic tool called")])
+
     async def tool_test_custom_header(self, ctx: Any, args: dict[str, Any]) -> types.CallToolResult:
         # The SDK has already checked the Mcp-Param-Region header against the body (2026-07-28).
         return types.CallToolResult(content=[_text(f"region={args.get('region')}")])
@@ -461,15 +502,17 @@ class Fixture:
     # -- prompts ---------------------------------------------------------------------
 
     async def list_prompts(self, ctx: Any, params: Any) -> types.ListPromptsResult:
-        return types.ListPromptsResult(prompts=PROMPTS)
+        return types.ListPromptsResult(prompts=[*PROMPTS, DYNAMIC_PROMPT] if self.dynamic_prompt else PROMPTS)
 
     async def get_prompt(
         self, ctx: Any, params: types.GetPromptRequestParams
     ) -> types.GetPromptResult | types.InputRequiredResult:
         if params.name == fixture_mrtr.PROMPT.name:
             return await fixture_mrtr.get_prompt(ctx, params)
+        if params.name == DYNAMIC_PROMPT.name and self.dynamic_prompt:
+            return types.GetPromptResult(messages=[types.PromptMessage(role="user", content=_text("A dynamic prompt."))])
         args = params.arguments or {}
-        user = "user"
+        user: Literal["user"] = "user"
         if params.name == "test_simple_prompt":
             messages = [types.PromptMessage(role=user, content=_text("This is a simple prompt for testing."))]
         elif params.name == "test_prompt_with_arguments":
@@ -534,6 +577,7 @@ def build_server() -> Server[Any]:
         on_get_prompt=fixture.get_prompt,
         on_completion=fixture.complete,
         on_set_logging_level=fixture.set_level,
+        on_subscriptions_listen=ListenHandler(fixture.bus),
     )
     # Seals every requestState the multi-round-trip tools mint and rejects tampered echoes.
     server.middleware.append(RequestStateBoundary(RequestStateSecurity.ephemeral(), default_audience=NAME))
@@ -545,7 +589,8 @@ async def serve_stdio() -> None:
 
     server = build_server()
     async with stdio_server() as (read, write):
-        await server.run(read, write, server.create_initialization_options())
+        options = server.create_initialization_options(NotificationOptions(tools_changed=True, prompts_changed=True))
+        await server.run(read, write, options)
 
 
 async def serve_http(host: str, port: int) -> None:
