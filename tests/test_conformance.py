@@ -154,10 +154,9 @@ def test_fixture_passes_expected_scenarios(conformance_cli: Path, tmp_path: Path
 
 
 # --------------------------------------------------------------------------------------
-# THROUGH THE GATEWAY (issue 5, part 7).
-# This test needs `prefixgate serve --http HOST:PORT` (streamable HTTP at /mcp, printing
-# its URL as the first stdout line). Until that exists it FAILS, by design: it is the
-# acceptance test for that work, not something to skip.
+# THROUGH THE GATEWAY (issue 5, part 7; issue 11, item 3): `prefixgate serve --http` with the
+# fixture as its only downstream, over stdio and over streamable HTTP. The gateway speaks the
+# handshake era to the fixture either way (2026-07-28 toward a downstream is issue 13).
 # --------------------------------------------------------------------------------------
 
 
