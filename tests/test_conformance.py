@@ -228,3 +228,56 @@ def test_gateway_passes_what_the_fixture_passes(conformance_cli: Path, tmp_path:
         f"through the gateway these pending scenarios pass now: move them from gateway_pending.txt "
         f"to expected_gateway.txt: {sorted(fixed)}"
     )
+
+
+# --------------------------------------------------------------------------------------
+# The fixture's multi-round-trip tools with the SDK's own client, in both eras: on 2026-07-28
+# the client answers the fixture's input_required results and retries (the SDK drives the
+# rounds), on the handshake era the fixture asks on the back channel. Same answers either way:
+# this is the downstream behaviour the gateway must carry across eras.
+# --------------------------------------------------------------------------------------
+
+MRTR_CALLS = {
+    "test_input_required_result_elicitation": "Hello, Ada!",
+    "test_input_required_result_sampling": "LLM response: Paris",
+    "test_input_required_result_list_roots": "Client roots: file:///work",
+    "test_input_required_result_request_state": "state-ok: confirmed=True",
+    "test_input_required_result_multiple_inputs": "name=Ada; greeting=Paris; roots=file:///work",
+    "test_input_required_result_multi_round": "name=Ada; color=teal",
+    "test_input_required_result_tampered_state": "state-ok",
+    "test_input_required_result_capabilities": "answered: capital_question, user_name",
+}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_fixture_multi_round_trip_tools_in_both_eras(mode: str) -> None:
+    import mcp_types as types
+    from mcp import Client, StdioServerParameters
+
+    async def elicit(context: object, params: types.ElicitRequestParams) -> types.ElicitResult:
+        assert isinstance(params, types.ElicitRequestFormParams)
+        field = next(iter(params.requested_schema["properties"]))
+        value = {"name": "Ada", "color": "teal", "ok": True, "context": "tests"}[field]
+        return types.ElicitResult(action="accept", content={field: value})
+
+    async def sample(context: object, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
+        text = types.TextContent(type="text", text="Paris")
+        return types.CreateMessageResult(role="assistant", content=text, model="test", stop_reason="endTurn")
+
+    async def roots(context: object) -> types.ListRootsResult:
+        return types.ListRootsResult(roots=[types.Root(uri="file:///work", name="work")])
+
+    server = StdioServerParameters(command=FIXTURE_STDIO[0], args=FIXTURE_STDIO[1:], cwd=str(ROOT))
+    async with Client(
+        server, mode=mode, elicitation_callback=elicit, sampling_callback=sample, list_roots_callback=roots
+    ) as client:
+        era = client.protocol_version
+        assert (era == "2026-07-28") == (mode == "auto"), era
+        for name, text in MRTR_CALLS.items():
+            result = await client.call_tool(name, {})
+            assert not result.is_error, (name, result)
+            assert [c.text for c in result.content if isinstance(c, types.TextContent)] == [text], (name, era)
+        prompt = await client.get_prompt("test_input_required_result_prompt")
+        assert isinstance(prompt.messages[0].content, types.TextContent)
+        assert prompt.messages[0].content.text == "Use this context: tests"

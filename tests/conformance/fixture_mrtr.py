@@ -20,6 +20,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+import anyio
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
@@ -100,20 +101,44 @@ class Gather:
 
 
 async def gather(
-    ctx: Ctx, params: Params, requests: Mapping[str, types.InputRequest], *, state: str | None = None
+    ctx: Ctx,
+    params: Params,
+    requests: Mapping[str, types.InputRequest],
+    *,
+    state: str | None = None,
+    optional: bool = False,
 ) -> Gather:
     """Collect an answer for every request: from ``inputResponses`` (2026-07-28) or the back channel.
 
     On 2026-07-28 a request without a well-formed answer is asked (again), with ``state`` as the
-    ``requestState``; extra answers the fixture never asked for are ignored.
+    ``requestState``; extra answers the fixture never asked for are ignored. On the handshake era
+    the requests go out together (one round, as on 2026-07-28, so a gateway in front can turn them
+    into one ``input_required`` result); with ``optional``, one the client refuses for a missing
+    capability (-32021) is left unanswered instead of failing the call.
     """
     if not is_modern(ctx):
         answers: dict[str, dict[str, Any]] = {}
-        for key, request in requests.items():
-            result = await ctx.session.send_request(
-                request, _RESULT_TYPES[request.method], metadata=ServerMessageMetadata(related_request_id=ctx.request_id)
-            )
+
+        async def ask(key: str, request: types.InputRequest) -> None:
+            metadata = ServerMessageMetadata(related_request_id=ctx.request_id)
+            try:
+                result = await ctx.session.send_request(request, _RESULT_TYPES[request.method], metadata=metadata)
+            except MCPError as exc:
+                if optional and exc.error.code == types.MISSING_REQUIRED_CLIENT_CAPABILITY:
+                    return
+                raise
             answers[key] = result.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+        try:
+            async with anyio.create_task_group() as tasks:
+                for key, request in requests.items():
+                    tasks.start_soon(ask, key, request)
+        except BaseExceptionGroup as group:
+            # The call fails with the client's own error (say -32021), not with the group.
+            leaf: BaseException = group
+            while isinstance(leaf, BaseExceptionGroup) and leaf.exceptions:
+                leaf = leaf.exceptions[0]
+            raise leaf from None
         return Gather(answers, None)
     given = params.input_responses or {}
     answers = {key: answer for key in requests if (answer := _as_dict(given.get(key))) is not None}
@@ -263,10 +288,10 @@ async def _capabilities(ctx: Ctx, params: types.CallToolRequestParams) -> ToolRe
     requests = {key: request for key, request in wanted.items() if client_can(ctx, request.method)}
     if not requests:
         raise missing_sampling(ctx)
-    got = await gather(ctx, params, requests)
+    got = await gather(ctx, params, requests, optional=True)
     if got.pending:
         return got.pending
-    return _text(f"answered: {', '.join(sorted(got.answers))}")
+    return _text(f"answered: {', '.join(sorted(got.answers)) or '(nothing)'}")
 
 
 _HANDLERS = {
