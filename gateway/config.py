@@ -65,6 +65,10 @@ class GatewayConfig:
     separator: str = "__"
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     """Largest JSON-RPC line read on stdio (from a server or the client); larger ones fail their request."""
+    round_trip_timeout: float = 120.0
+    """Seconds a downstream call waits for a modern client's input_required retry before it is cancelled."""
+    max_round_trips: int = 16
+    """Pending input_required round trips one principal may hold at once (more are refused)."""
 
 
 @dataclass(frozen=True)
@@ -282,6 +286,8 @@ _GATEWAY_KEYS: dict[str, Check] = {
     "discovery_deadline": _number,
     "separator": _nonempty_str,
     "max_message_bytes": _message_bytes,
+    "round_trip_timeout": _number,
+    "max_round_trips": _positive_count,
 }
 
 _CLIENT_KEYS: dict[str, Check] = {
@@ -362,6 +368,8 @@ def parse_config(data: Mapping[str, Any], *, path: Path | None = None, env: Mapp
         discovery_deadline=gw.get("discovery_deadline", 60.0),
         separator=gw.get("separator", "__"),
         max_message_bytes=gw.get("max_message_bytes", DEFAULT_MAX_MESSAGE_BYTES),
+        round_trip_timeout=gw.get("round_trip_timeout", 120.0),
+        max_round_trips=gw.get("max_round_trips", 16),
     )
 
     cl = _fields("client", _table("client", data.get("client", {})), _CLIENT_KEYS)

@@ -284,11 +284,16 @@ class DemoServer:
         session = ctx.session
         text = types.TextContent
         if name == "ask":
-            answer = await session.elicit(
-                "What is your name?",
-                {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]},
-                related_request_id=ctx.request_id,
-            )
+            try:
+                answer = await session.elicit(
+                    "What is your name?",
+                    {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]},
+                    related_request_id=ctx.request_id,
+                )
+            except anyio.get_cancelled_exc_class():
+                sys.stderr.write("ask cancelled while waiting for the answer\n")
+                sys.stderr.flush()
+                raise
             return types.CallToolResult(content=[text(type="text", text=f"{answer.action}:{answer.content}")])
         if name == "sample":
             reply = await session.create_message(
@@ -346,6 +351,9 @@ class DemoServer:
             return {"contents": [{"uri": uri, "mimeType": "text/plain", "text": f"{self.args.name} says hello"}]}
         if uri == f"{base}/data.bin":
             return {"contents": [{"uri": uri, "blob": base64.b64encode(b"\x00\x01binary").decode()}]}
+        if uri == f"{base}/roots" and self.args.interactive:
+            roots = await ctx.session.list_roots()
+            return {"contents": [{"uri": uri, "text": ",".join(str(r.uri) for r in roots.roots)}]}
         if uri.startswith(f"{base}/items/"):
             return {"contents": [{"uri": uri, "text": f"item {uri.rsplit('/', 1)[1]} of {self.args.name}"}]}
         from mcp.shared.exceptions import MCPError
@@ -356,12 +364,13 @@ class DemoServer:
         return {}
 
     async def list_prompts(self, ctx: Any, params: Any) -> Any:
-        return {
-            "prompts": [
-                {"name": "greet", "description": "Greet someone.", "arguments": [{"name": "who", "required": True}]},
-                {"name": "summarize", "description": "Summarize a text.", "arguments": [{"name": "text"}]},
-            ]
-        }
+        prompts = [
+            {"name": "greet", "description": "Greet someone.", "arguments": [{"name": "who", "required": True}]},
+            {"name": "summarize", "description": "Summarize a text.", "arguments": [{"name": "text"}]},
+        ]
+        if self.args.interactive:
+            prompts.append({"name": "interview", "description": "Greet whoever answers (elicitation)."})
+        return {"prompts": prompts}
 
     async def get_prompt(self, ctx: Any, params: types.GetPromptRequestParams) -> Any:
         arguments = params.arguments or {}
@@ -369,6 +378,13 @@ class DemoServer:
             text = f"Hello {arguments.get('who', 'you')} from {self.args.name}"
         elif params.name == "summarize":
             text = f"Summarize: {arguments.get('text', '')}"
+        elif params.name == "interview" and self.args.interactive:
+            answer = await ctx.session.elicit(
+                "What is your name?",
+                {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]},
+                related_request_id=ctx.request_id,
+            )
+            text = f"Hello {(answer.content or {}).get('name')} from {self.args.name}"
         else:
             from mcp.shared.exceptions import MCPError
 
@@ -397,6 +413,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="varies key, required and listing order")
     p.add_argument("--name", default="demo", help="server name (serverInfo and descriptions)")
     p.add_argument("--extra-tool", action="append", default=[], metavar="NAME", help="add a tool with this name")
+    p.add_argument(
+        "--interactive",
+        action="store_true",
+        help="with --rich: also a prompt 'interview' (elicitation) and a resource demo://NAME/roots (roots)",
+    )
     p.add_argument("--bad-schema", action="store_true", help="also list three invalid tools")
     p.add_argument("--page-size", type=int, default=0, help="paginate tools/list (0: one page)")
     p.add_argument("--hang", action="store_true", help="never answer (for start-up timeout tests)")

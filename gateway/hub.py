@@ -38,6 +38,7 @@ from gateway.checks import CheckCache
 from gateway.config import Config
 from gateway.downstream import Downstream
 from gateway.epoch import Epoch, build_epoch
+from gateway.roundtrip import CAPABILITY_FOR, RoundTrips
 from gateway.router import Router
 from gateway.journal import Journal, session_key
 from gateway.session import Session
@@ -45,7 +46,7 @@ from gateway.surface import Surface, build_surface
 
 log = logging.getLogger("prefixgate")
 
-_CAPABILITY_FOR = {"sampling/createMessage": "sampling", "elicitation/create": "elicitation", "roots/list": "roots"}
+_CAPABILITY_FOR = CAPABILITY_FOR
 
 
 @dataclass(eq=False)
@@ -57,6 +58,8 @@ class Upstream:
     subscriptions: set[str] = field(default_factory=set)
     calls: dict[Any, str] = field(default_factory=dict)
     """In-flight tools/call request id -> downstream server id (to route its requests back)."""
+    call_order: dict[Any, int] = field(default_factory=dict)
+    """In-flight handshake-era tools/call request id -> when it began (``RoundTrips.order``)."""
     call_sessions: dict[Any, ServerSession] = field(default_factory=dict)
     """In-flight tools/call request id -> that request's session (its stream, its log opt-in)."""
     log_level: str | None = None
@@ -81,11 +84,14 @@ class Hub:
         self._tasks: anyio.abc.TaskGroup | None = None
         self._log_level: str | None = None
         self._principals: dict[str, Session] = {}
+        self.round_trips = RoundTrips(timeout=config.gateway.round_trip_timeout, per_owner=config.gateway.max_round_trips)
+        """Calls of 2026-07-28 clients that may wait for the client's input (no back-channel)."""
 
     # --- start-up ---------------------------------------------------------------------
 
     def start(self, tg: anyio.abc.TaskGroup, *, supervise: bool) -> None:
         self._tasks = tg
+        self.round_trips.tasks = tg
         for downstream in self.downstreams:
             tg.start_soon(functools.partial(downstream.run, supervise=supervise))
 
@@ -220,9 +226,16 @@ class Hub:
             del self._relists[key]
 
     async def server_request(self, downstream: Downstream, method: str, params: dict[str, Any]) -> dict[str, Any]:
-        """Relay sampling, elicitation or roots to the client that can answer it."""
-        capability = _CAPABILITY_FOR.get(method)
+        """Relay sampling, elicitation or roots to the client that can answer it.
+
+        A call of a 2026-07-28 client has no back-channel: the request waits for that
+        client's ``input_required`` retry instead (gateway/roundtrip.py).
+        """
+        trip = self.round_trips.waiting_on(downstream.id)
         target, related = self._requester(downstream.id)
+        if trip is not None and (target is None or target.call_order.get(related, 0) < trip.seq):
+            return await trip.ask(method, params)
+        capability = _CAPABILITY_FOR.get(method)
         if target is None or target.server_session is None:
             raise MCPError(code=INVALID_REQUEST, message=f"prefixgate: no client is connected to answer {method}")
         caps = target.server_session.client_capabilities

@@ -8,9 +8,11 @@ its own session (activation state and artifacts); on stdio there is one.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import warnings
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import anyio
@@ -108,21 +110,53 @@ def build_server(hub: Hub, new_session: SessionFactory) -> tuple[Server[Any], In
 
         await router.current()
         target = router.server_of(name, arguments)
-        if target is not None:
-            upstream.calls[ctx.request_id] = target
-            upstream.call_sessions[ctx.request_id] = ctx.session
-        try:
-            return await router.call(
+        def run(on_progress: Any) -> Awaitable[dict[str, Any]]:
+            return router.call(
                 name,
                 arguments,
                 upstream.session,
                 meta=meta,
-                on_progress=progress if wants_progress else None,
+                on_progress=on_progress if wants_progress else None,
                 version=ctx.protocol_version,
             )
-        finally:
-            upstream.calls.pop(ctx.request_id, None)
-            upstream.call_sessions.pop(ctx.request_id, None)
+
+        if ctx.protocol_version not in HANDSHAKE_PROTOCOL_VERSIONS:
+
+            async def quiet_progress(value: float, total: float | None, message: str | None) -> None:
+                with contextlib.suppress(Exception):  # the request that asked may be answered already
+                    await progress(value, total, message)
+
+            # Its logs go to this request while it waits (no place in the back-channel order).
+            with _in_flight(upstream, ctx, target, None):
+                return await with_input(
+                    ctx, upstream, "tools/call", name, _digest(arguments), target, lambda: run(quiet_progress)
+                )
+        with _in_flight(upstream, ctx, target, hub.round_trips.order()):
+            return await run(progress)
+
+    async def with_input(
+        ctx: ServerRequestContext[Any, Any],
+        upstream: Upstream,
+        method: str,
+        target: str,
+        binding: str,
+        server_id: str | None,
+        run: Callable[[], Awaitable[dict[str, Any]]],
+    ) -> dict[str, Any]:
+        """A modern client's request: the call runs in the gateway, so a server's request
+        for input becomes an ``input_required`` result and the retry resumes the call."""
+        params = ctx.params or {}
+        state = params.get("requestState")
+        capabilities = ctx.session.client_capabilities
+        trips = hub.round_trips
+        if state is not None:
+            responses = params.get("inputResponses")
+            trip = trips.resume(state, upstream.session, method, target, binding, capabilities, responses)
+        elif server_id is None:
+            return await run()
+        else:
+            trip = trips.begin(upstream.session, method, target, binding, server_id, capabilities, run)
+        return await trips.next_answer(trip)
 
     # --- resources, prompts, completion, logging --------------------------------------
 
@@ -132,14 +166,23 @@ def build_server(hub: Hub, new_session: SessionFactory) -> tuple[Server[Any], In
         if server_id is None:
             raise MCPError(code=INVALID_PARAMS, message=f"prefixgate: no server offers {what}")
         downstream = hub.by_id[server_id]
-        try:
-            return _result(ctx, await downstream.request(method, params, timeout=downstream.config.call_timeout))
-        except DownstreamUnavailable as exc:
-            raise MCPError(code=INVALID_PARAMS, message=str(exc)) from None
+
+        async def run() -> dict[str, Any]:
+            try:
+                return await downstream.request(method, params, timeout=downstream.config.call_timeout)
+            except DownstreamUnavailable as exc:
+                raise MCPError(code=INVALID_PARAMS, message=str(exc)) from None
+
+        if method in _INPUT_METHODS and ctx.protocol_version not in HANDSHAKE_PROTOCOL_VERSIONS:
+            target = str(params.get("uri") if method == "resources/read" else params.get("name"))
+            upstream = await upstream_of(ctx)
+            return _result(ctx, await with_input(ctx, upstream, method, target, _digest(params), server_id, run))
+        return _result(ctx, await run())
 
     def raw(ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
         params = dict(ctx.params or {})
-        params.pop("_meta", None)
+        for key in ("_meta", "inputResponses", "requestState"):  # this client's round trip, not the server's
+            params.pop(key, None)
         return params
 
     async def list_resources(ctx: ServerRequestContext[Any, Any], params: Any) -> Any:
@@ -227,6 +270,32 @@ def build_server(hub: Hub, new_session: SessionFactory) -> tuple[Server[Any], In
         NotificationOptions(tools_changed=True, prompts_changed=True, resources_changed=True)
     )
     return server, options
+
+
+_INPUT_METHODS = ("prompts/get", "resources/read")
+"""Besides tools/call, the requests a server may answer with a request for input."""
+
+
+@contextlib.contextmanager
+def _in_flight(upstream: Upstream, ctx: ServerRequestContext[Any, Any], target: str | None, order: Any) -> Iterator[None]:
+    """Record a call to ``target`` as in flight for the time of the block, so a server's
+    logs and requests find the call (and client) that caused them."""
+    if target is not None:
+        upstream.calls[ctx.request_id] = target
+        upstream.call_sessions[ctx.request_id] = ctx.session
+        if order is not None:
+            upstream.call_order[ctx.request_id] = order
+    try:
+        yield
+    finally:
+        upstream.calls.pop(ctx.request_id, None)
+        upstream.call_order.pop(ctx.request_id, None)
+        upstream.call_sessions.pop(ctx.request_id, None)
+
+
+def _digest(value: Any) -> str:
+    """What a ``requestState`` binds besides the target: the request's arguments."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
 
 
 def _result(ctx: ServerRequestContext[Any, Any], result: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,309 @@
+"""Input-required round trips (SEP-2322): a handshake-era server asks a modern client.
+
+A 2026-07-28 client has no back-channel, so a downstream's ``elicitation/create``,
+``sampling/createMessage`` or ``roots/list`` during its call cannot be relayed as a
+request. Instead the downstream call keeps running inside this gateway process (waiting
+in the server's request), the client is answered ``input_required`` with the server's
+request embedded, and its retry (the same request plus ``inputResponses`` and the
+``requestState``) hands the answers to the waiting server and waits for what comes next.
+
+The ``requestState`` names the pending call and carries an HMAC under a per-process
+random key over that name, the round, the request (method and target) and the owning
+principal's session, so a tampered state or another principal's is refused. Each
+principal holds a bounded number of pending calls; one not resumed within the timeout is
+cancelled downstream (the server sees ``notifications/cancelled``) and forgotten.
+
+The other direction (a 2026-07-28 server's own ``input_required`` passed on to clients)
+is not here: the gateway speaks only the handshake era toward servers so far.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import itertools
+import logging
+import secrets
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import anyio.abc
+from mcp.shared.exceptions import MCPError
+from mcp_types.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
+
+log = logging.getLogger("prefixgate.roundtrip")
+
+CAPABILITY_FOR = {"sampling/createMessage": "sampling", "elicitation/create": "elicitation", "roots/list": "roots"}
+MAX_ASKS = 8
+"""Server requests one pending call may have open at once (more are refused to the server)."""
+_PREFIX = "pg1."
+
+
+@dataclass(eq=False)
+class _Ask:
+    """One server request waiting for the client's answer."""
+
+    method: str
+    params: dict[str, Any]
+    done: anyio.Event = field(default_factory=anyio.Event)
+    answer: dict[str, Any] | None = None
+    error: MCPError | None = None
+
+    def settle(self, answer: dict[str, Any] | None = None, error: MCPError | None = None) -> None:
+        self.answer, self.error = answer, error
+        self.done.set()
+
+
+@dataclass(eq=False)
+class RoundTrip:
+    """One downstream call of a modern client that may need the client's input."""
+
+    id: str
+    owner: object
+    """The principal's session: only its requests may resume this call."""
+    method: str
+    target: str
+    binding: str
+    """The rest of the request (its arguments) the state is bound to."""
+    server_id: str
+    capabilities: Any
+    """The client's declared capabilities (from its latest request's envelope)."""
+    seq: int = 0
+    """When the call began, in the order of ``RoundTrips.order`` (which call a server request belongs to)."""
+    round: int = 0
+    fresh: dict[str, _Ask] = field(default_factory=dict)
+    handed: dict[str, _Ask] = field(default_factory=dict)
+    changed: anyio.Event = field(default_factory=anyio.Event)
+    finished: bool = False
+    result: dict[str, Any] | None = None
+    error: BaseException | None = None
+    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    timer: anyio.CancelScope | None = None
+    attached: bool = False
+    """A request of the client is waiting for this call now (no second one may)."""
+    _next_key: int = 0
+
+    def poke(self) -> None:
+        self.changed.set()
+
+    async def ask(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """The server's request: wait for the client's answer (delivered by a retry)."""
+        capability = CAPABILITY_FOR.get(method)
+        caps = self.capabilities
+        if capability is None or caps is None or getattr(caps, capability, None) is None:
+            raise MCPError(
+                code=INVALID_REQUEST,
+                message=f"prefixgate: the connected client does not support {capability or method}",
+            )
+        if self.finished:
+            raise MCPError(code=INVALID_REQUEST, message="prefixgate: the call this request belongs to is over")
+        if len(self.fresh) + len(self.handed) >= MAX_ASKS:
+            raise MCPError(code=INVALID_REQUEST, message=f"prefixgate: more than {MAX_ASKS} open requests in one call")
+        self._next_key += 1
+        pending = self.fresh[f"{self.server_id}-{self._next_key}"] = _Ask(method, params)
+        self.poke()
+        await pending.done.wait()
+        if pending.error is not None:
+            raise pending.error
+        assert pending.answer is not None
+        return pending.answer
+
+    def end(self, why: str) -> None:
+        """No more answers will come: every waiting server request fails with ``why``."""
+        self.finished = True
+        for pending in [*self.fresh.values(), *self.handed.values()]:
+            pending.settle(error=MCPError(code=INVALID_REQUEST, message=why))
+        self.fresh.clear()
+        self.handed.clear()
+        self.poke()
+
+
+class RoundTrips:
+    """The pending round trips of this gateway process, bounded per principal."""
+
+    def __init__(self, *, timeout: float, per_owner: int) -> None:
+        self.timeout = timeout
+        self.per_owner = per_owner
+        self._key = secrets.token_bytes(32)
+        self._boot = secrets.token_urlsafe(6)
+        """Names this process in its states, so a state from before a restart is told apart."""
+        self._trips: dict[str, RoundTrip] = {}
+        self.tasks: anyio.abc.TaskGroup | None = None
+        self._order = itertools.count(1)
+
+    def order(self) -> int:
+        """A number for a call beginning now: a server request belongs to the newest call to it."""
+        return next(self._order)
+
+    def __len__(self) -> int:
+        return len(self._trips)
+
+    def waiting_on(self, server_id: str) -> RoundTrip | None:
+        """The newest unfinished call to ``server_id`` (the one its request belongs to)."""
+        for trip in reversed(self._trips.values()):
+            if trip.server_id == server_id and not trip.finished:
+                return trip
+        return None
+
+    # --- the client's side --------------------------------------------------------------
+
+    def begin(
+        self,
+        owner: object,
+        method: str,
+        target: str,
+        binding: str,
+        server_id: str,
+        capabilities: Any,
+        run: Callable[[], Awaitable[dict[str, Any]]],
+    ) -> RoundTrip:
+        """Start a call in the gateway's own task, so it outlives the request that began it."""
+        if self.tasks is None:
+            raise MCPError(code=INTERNAL_ERROR, message="prefixgate: not serving")
+        if sum(1 for t in self._trips.values() if t.owner is owner) >= self.per_owner:
+            raise MCPError(
+                code=INVALID_REQUEST,
+                message=f"prefixgate: this client already has {self.per_owner} calls waiting for its input; "
+                "answer or abandon one first",
+            )
+        trip = RoundTrip(secrets.token_urlsafe(12), owner, method, target, binding, server_id, capabilities, self.order())
+        self._trips[trip.id] = trip
+        self.tasks.start_soon(self._run, trip, run)
+        return trip
+
+    async def _run(self, trip: RoundTrip, run: Callable[[], Awaitable[dict[str, Any]]]) -> None:
+        with trip.scope:
+            try:
+                trip.result = await run()
+            except Exception as exc:  # noqa: BLE001 - delivered to the client's request
+                trip.error = exc
+        if trip.scope.cancelled_caught and trip.error is None:
+            trip.error = MCPError(code=INVALID_REQUEST, message="prefixgate: the call was cancelled")
+        trip.end("prefixgate: the call this request belongs to is over (or its client did not answer in time)")
+
+    def resume(
+        self, state: Any, owner: object, method: str, target: str, binding: str, capabilities: Any, responses: Any
+    ) -> RoundTrip:
+        """A retry: check its state, hand its answers to the waiting server requests."""
+        trip_id, round_no = self._verify(state, owner, method, target, binding)
+        trip = self._trips.get(trip_id)
+        if trip is None or trip.owner is not owner:
+            raise MCPError(
+                code=INVALID_PARAMS,
+                message=f"prefixgate: {method} {target!r}: this input round trip expired (not answered in time, "
+                "already completed, or the gateway restarted); call again without requestState",
+            )
+        if round_no != trip.round:
+            raise MCPError(
+                code=INVALID_PARAMS,
+                message=f"prefixgate: {method} {target!r}: requestState of round {round_no} was already answered "
+                f"(the call is at round {trip.round})",
+            )
+        if trip.attached:
+            raise MCPError(
+                code=INVALID_PARAMS,
+                message=f"prefixgate: {method} {target!r}: this requestState is being answered by another request",
+            )
+        trip.capabilities = capabilities
+        given = responses if isinstance(responses, dict) else {}
+        for key, pending in list(trip.handed.items()):
+            answer = given.get(key)
+            if isinstance(answer, dict):
+                del trip.handed[key]
+                pending.settle(answer={k: v for k, v in answer.items() if k != "resultType"})
+            # an unanswered request is asked again in the next round
+        trip.fresh = {**trip.handed, **trip.fresh}
+        trip.handed = {}
+        return trip
+
+    async def next_answer(self, trip: RoundTrip) -> dict[str, Any]:
+        """Wait for the call to finish (its result) or to need input (``input_required``).
+
+        While no request of the client waits here, the call is parked: after the
+        timeout it is cancelled downstream and forgotten.
+        """
+        if trip.timer is not None:
+            trip.timer.cancel()
+            trip.timer = None
+        trip.attached = True
+        try:
+            while True:
+                if trip.finished:
+                    self._trips.pop(trip.id, None)
+                    if trip.error is not None:
+                        raise trip.error
+                    assert trip.result is not None
+                    return trip.result
+                if trip.fresh:
+                    return self._input_required(trip)
+                trip.changed = anyio.Event()
+                await trip.changed.wait()
+        finally:
+            trip.attached = False
+            if trip.id in self._trips:
+                if trip.round == 0 or self.tasks is None:
+                    # The client gave up before it was handed any state: nothing can resume
+                    # this call, so it ends now, as a cancelled call of the handshake era does.
+                    self._trips.pop(trip.id, None)
+                    trip.scope.cancel()
+                else:
+                    trip.timer = anyio.CancelScope()
+                    self.tasks.start_soon(self._expire, trip, trip.timer)
+
+    def _input_required(self, trip: RoundTrip) -> dict[str, Any]:
+        requests: dict[str, Any] = {}
+        for key, pending in trip.fresh.items():
+            requests[key] = {"method": pending.method, **({"params": pending.params} if pending.params else {})}
+        trip.handed.update(trip.fresh)
+        trip.fresh = {}
+        trip.round += 1
+        return {"resultType": "input_required", "inputRequests": requests, "requestState": self._seal(trip)}
+
+    async def _expire(self, trip: RoundTrip, timer: anyio.CancelScope) -> None:
+        with timer:
+            await anyio.sleep(self.timeout)
+            log.warning(
+                "[%s] %s %r: no retry within %g s, cancelling the call", trip.server_id, trip.method, trip.target, self.timeout
+            )
+            self._trips.pop(trip.id, None)
+            # Cancel first: the server must see notifications/cancelled before any of its
+            # requests is answered (``_run`` fails them once the cancellation is out).
+            trip.scope.cancel()
+
+    # --- requestState -------------------------------------------------------------------
+
+    def _mac(self, trip_id: str, round_no: int, owner: object, method: str, target: str, binding: str) -> str:
+        message = "\0".join((trip_id, str(round_no), str(id(owner)), method, target, binding)).encode("utf-8", "surrogatepass")
+        digest = hmac.new(self._key, message, hashlib.sha256).digest()
+        return base64.urlsafe_b64encode(digest).decode().rstrip("=")
+
+    def _seal(self, trip: RoundTrip) -> str:
+        mac = self._mac(trip.id, trip.round, trip.owner, trip.method, trip.target, trip.binding)
+        return f"{_PREFIX}{self._boot}.{trip.id}.{trip.round}.{mac}"
+
+    def _verify(self, state: Any, owner: object, method: str, target: str, binding: str) -> tuple[str, int]:
+        refused = MCPError(
+            code=INVALID_PARAMS,
+            message=f"prefixgate: {method} {target!r}: requestState refused: not issued by this gateway "
+            "for this request and this client (tampered or foreign)",
+        )
+        if not isinstance(state, str) or not state.startswith(_PREFIX) or len(state) > 200:
+            raise refused
+        parts = state[len(_PREFIX) :].split(".")
+        if len(parts) != 4 or not parts[2].isdigit():
+            raise refused
+        boot, trip_id, round_text, mac = parts
+        if boot != self._boot:
+            # Not covered by the MAC (another process's key is gone): changing it only
+            # changes which refusal the sender reads.
+            raise MCPError(
+                code=INVALID_PARAMS,
+                message=f"prefixgate: {method} {target!r}: this input round trip expired: the gateway that began it "
+                "has restarted since; call again without requestState",
+            )
+        if not hmac.compare_digest(mac, self._mac(trip_id, int(round_text), owner, method, target, binding)):
+            raise refused
+        return trip_id, int(round_text)

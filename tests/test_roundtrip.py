@@ -1,0 +1,285 @@
+"""Input-required round trips (SEP-2322): a handshake-era server's elicitation, sampling and
+roots requests reach a 2026-07-28 client (which has no back-channel) as ``input_required``
+results, and the client's retry resumes the same downstream call. Real gateway, real demo
+server, the real SDK client, over stdio and HTTP."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp_types as types
+import pytest
+from mcp import Client, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp.shared.exceptions import MCPError
+
+from gateway.config import ConfigError, parse_config
+from tests.conftest import PYTHON, demo, http_gateway, write_config
+
+pytestmark = pytest.mark.anyio
+
+TRANSPORTS = ("stdio", "http")
+
+
+def config_for(tmp_path: Path, **gateway: Any) -> Path:
+    return write_config(
+        tmp_path, {"r": demo("--tools", 0, "--rich", "--interactive", "--name", "r")}, gateway=gateway
+    )
+
+
+async def sampling(context: Any, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
+    asked = params.messages[0].content
+    assert isinstance(asked, types.TextContent) and asked.text == "Say hi"
+    return types.CreateMessageResult(role="assistant", content=types.TextContent(type="text", text="hi"), model="m1")
+
+
+async def elicitation(context: Any, params: Any) -> types.ElicitResult:
+    assert params.message == "What is your name?"
+    return types.ElicitResult(action="accept", content={"name": "Ann"})
+
+
+async def roots(context: Any) -> types.ListRootsResult:
+    return types.ListRootsResult(roots=[types.Root(uri="file:///work/project", name="project")])
+
+
+CALLBACKS: dict[str, Any] = {
+    "sampling_callback": sampling,
+    "elicitation_callback": elicitation,
+    "list_roots_callback": roots,
+}
+
+
+@asynccontextmanager
+async def modern(
+    config: Path, transport: str, token: str | None = None, **options: Any
+) -> AsyncIterator[tuple[Any, Path]]:
+    """A 2026-07-28 SDK ``Client`` (mode "auto") on a real gateway, and the gateway's stderr."""
+    if transport == "http":
+        from mcp.client.streamable_http import streamable_http_client
+        from mcp.shared._httpx_utils import create_mcp_http_client
+
+        extra = ("--token-file", str(config.parent / "tokens")) if (config.parent / "tokens").exists() else ()
+        with http_gateway(config, *extra) as (url, stderr):
+            headers = {"Authorization": f"Bearer {token}"} if token else {}
+            async with create_mcp_http_client(headers=headers) as http:
+                async with Client(streamable_http_client(url, http_client=http), mode="auto", **options) as client:
+                    yield client, stderr
+        return
+    stderr = config.parent / f"gateway-stderr-{os.urandom(4).hex()}.log"
+    params = StdioServerParameters(
+        command=PYTHON,
+        args=["-m", "gateway", "serve", "--config", str(config), "--log-level", "info"],
+        env=dict(os.environ),
+    )
+    with stderr.open("w", encoding="utf-8") as errlog:
+        async with Client(stdio_client(params, errlog=errlog), mode="auto", **options) as client:
+            yield client, stderr
+
+
+async def saw(stderr: Path, text: str, timeout: float = 20) -> bool:
+    with anyio.move_on_after(timeout):
+        while text not in stderr.read_text(encoding="utf-8", errors="replace"):
+            await anyio.sleep(0.05)
+        return True
+    return False
+
+
+def text_of(result: Any) -> str:
+    content = result.content if hasattr(result, "content") else result
+    first = content[0]
+    assert isinstance(first, types.TextContent), first
+    return first.text
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_elicitation_sampling_and_roots_reach_a_modern_client(tmp_path: Path, transport: str) -> None:
+    async with modern(config_for(tmp_path), transport, **CALLBACKS) as (client, _):
+        with anyio.fail_after(60):
+            assert text_of(await client.call_tool("r__ask", {})) == "accept:{'name': 'Ann'}"
+            assert text_of(await client.call_tool("r__sample", {})) == "m1:hi"
+            assert text_of(await client.call_tool("r__roots", {})) == "file:///work/project"
+            # the other requests a server may ask input for
+            prompt = await client.get_prompt("r__interview")
+            assert prompt.messages[0].content.text == "Hello Ann from r"
+            read = await client.read_resource("demo://r/roots")
+            assert read.contents[0].text == "file:///work/project"
+            # and nothing is left pending
+            assert text_of(await client.call_tool("r__ask", {})) == "accept:{'name': 'Ann'}"
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_client_without_the_capability_gets_an_error_not_a_hang(tmp_path: Path, transport: str) -> None:
+    async with modern(config_for(tmp_path), transport) as (client, _):
+        with anyio.fail_after(60):
+            # The server's elicitation is refused at once; the server reports it as an error.
+            with pytest.raises(MCPError, match="the connected client does not support elicitation"):
+                await client.call_tool("r__ask", {})
+            with pytest.raises(MCPError, match="the connected client does not support sampling"):
+                await client.call_tool("r__sample", {})
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_tampered_request_state_is_refused(tmp_path: Path, transport: str) -> None:
+    async with modern(config_for(tmp_path), transport, **CALLBACKS) as (client, _):
+        with anyio.fail_after(60):
+            first = await client.session.call_tool("r__ask", {}, allow_input_required=True)
+            assert isinstance(first, types.InputRequiredResult)
+            assert first.input_requests and first.request_state
+            (key, request), = first.input_requests.items()
+            assert request.method == "elicitation/create"
+            state = first.request_state
+            answer = {key: types.ElicitResult(action="accept", content={"name": "Bo"})}
+            tampered = state[:-2] + ("AA" if not state.endswith("AA") else "BB")
+            for bad in (tampered, "garbage", state + "x"):
+                with pytest.raises(MCPError, match="requestState refused"):
+                    await client.session.call_tool("r__ask", {}, input_responses=answer, request_state=bad)
+            # bound to the request too: the same state on other arguments is refused
+            with pytest.raises(MCPError, match="requestState refused"):
+                await client.session.call_tool("r__ask", {"x": 1}, input_responses=answer, request_state=state)
+            # the genuine state still resumes the call
+            done = await client.session.call_tool("r__ask", {}, input_responses=answer, request_state=state)
+            assert isinstance(done, types.CallToolResult)
+            assert text_of(done) == "accept:{'name': 'Bo'}"
+            # and a second use of it finds the call over
+            with pytest.raises(MCPError, match="expired"):
+                await client.session.call_tool("r__ask", {}, input_responses=answer, request_state=state)
+
+
+async def test_another_principals_request_state_is_refused(tmp_path: Path) -> None:
+    config = config_for(tmp_path)
+    (tmp_path / "tokens").write_text("token-of-ann\ntoken-of-bo\n")
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    with http_gateway(config, "--token-file", str(tmp_path / "tokens")) as (url, _stderr):
+
+        @asynccontextmanager
+        async def as_principal(token: str) -> AsyncIterator[Any]:
+            async with create_mcp_http_client(headers={"Authorization": f"Bearer {token}"}) as http:
+                async with Client(streamable_http_client(url, http_client=http), mode="auto", **CALLBACKS) as c:
+                    yield c
+
+        async with as_principal("token-of-ann") as ann, as_principal("token-of-bo") as bo:
+            with anyio.fail_after(60):
+                first = await ann.session.call_tool("r__ask", {}, allow_input_required=True)
+                assert isinstance(first, types.InputRequiredResult) and first.input_requests
+                (key, _request), = first.input_requests.items()
+                answer = {key: types.ElicitResult(action="accept", content={"name": "Bo"})}
+                with pytest.raises(MCPError, match="requestState refused"):
+                    await bo.session.call_tool("r__ask", {}, input_responses=answer, request_state=first.request_state)
+                done = await ann.session.call_tool(
+                    "r__ask", {}, input_responses=answer, request_state=first.request_state
+                )
+                assert text_of(done) == "accept:{'name': 'Bo'}"
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_an_abandoned_round_trip_times_out_and_cancels_the_downstream_call(
+    tmp_path: Path, transport: str
+) -> None:
+    config = config_for(tmp_path, round_trip_timeout=1)
+    async with modern(config, transport, **CALLBACKS) as (client, stderr):
+        with anyio.fail_after(60):
+            first = await client.session.call_tool("r__ask", {}, allow_input_required=True)
+            assert isinstance(first, types.InputRequiredResult) and first.input_requests
+            (key, _request), = first.input_requests.items()
+            # Nobody retries: the gateway cancels the call downstream, which the server sees.
+            assert await saw(stderr, "no retry within 1 s, cancelling the call")
+            assert await saw(stderr, "[r] ask cancelled while waiting for the answer")
+            answer = {key: types.ElicitResult(action="accept", content={"name": "Late"})}
+            with pytest.raises(MCPError, match="expired"):
+                await client.session.call_tool("r__ask", {}, input_responses=answer, request_state=first.request_state)
+            # the gateway keeps serving, and a fresh call completes
+            assert text_of(await client.call_tool("r__ask", {})) == "accept:{'name': 'Ann'}"
+
+
+async def test_pending_round_trips_are_bounded_per_principal(tmp_path: Path) -> None:
+    config = config_for(tmp_path, max_round_trips=2)
+    async with modern(config, "stdio", **CALLBACKS) as (client, _):
+        with anyio.fail_after(60):
+            for _ in range(2):
+                pending = await client.session.call_tool("r__ask", {}, allow_input_required=True)
+                assert isinstance(pending, types.InputRequiredResult)
+            with pytest.raises(MCPError, match="already has 2 calls waiting for its input"):
+                await client.session.call_tool("r__ask", {}, allow_input_required=True)
+
+
+async def test_expired_round_trips_free_their_place(tmp_path: Path) -> None:
+    config = config_for(tmp_path, max_round_trips=1, round_trip_timeout=1)
+    async with modern(config, "stdio", **CALLBACKS) as (client, stderr):
+        with anyio.fail_after(60):
+            assert isinstance(await client.session.call_tool("r__ask", {}, allow_input_required=True), types.InputRequiredResult)
+            with pytest.raises(MCPError, match="already has 1 calls waiting"):
+                await client.session.call_tool("r__ask", {}, allow_input_required=True)
+            assert await saw(stderr, "no retry within 1 s, cancelling the call")
+            again = await client.session.call_tool("r__ask", {}, allow_input_required=True)
+            assert isinstance(again, types.InputRequiredResult)
+
+
+async def test_a_handshake_clients_request_is_not_taken_by_a_parked_modern_call(tmp_path: Path) -> None:
+    from tests.conftest import sdk_client
+
+    with http_gateway(config_for(tmp_path)) as (url, _stderr):
+        async with sdk_client(url, "auto", **CALLBACKS) as modern_client:
+            with anyio.fail_after(60):
+                parked = await modern_client.session.call_tool("r__ask", {}, allow_input_required=True)
+                assert isinstance(parked, types.InputRequiredResult)
+                async with sdk_client(url, "legacy", **CALLBACKS) as legacy:
+                    assert text_of(await legacy.call_tool("r__ask", {})) == "accept:{'name': 'Ann'}"
+                (key, _request), = (parked.input_requests or {}).items()
+                answer = {key: types.ElicitResult(action="accept", content={"name": "Cy"})}
+                done = await modern_client.session.call_tool(
+                    "r__ask", {}, input_responses=answer, request_state=parked.request_state
+                )
+                assert text_of(done) == "accept:{'name': 'Cy'}"
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_cancelled_modern_call_is_cancelled_downstream(tmp_path: Path, transport: str) -> None:
+    async with modern(config_for(tmp_path), transport, **CALLBACKS) as (client, stderr):
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+
+                async def call() -> None:
+                    await client.call_tool("r__slow", {"seconds": 60, "steps": 60})
+                    pytest.fail("the call should have been cancelled")
+
+                tg.start_soon(call)
+                await anyio.sleep(2)  # the call is running downstream
+                tg.cancel_scope.cancel()
+            assert await saw(stderr, "[r] slow cancelled after step")
+            assert text_of(await client.call_tool("r__ask", {})) == "accept:{'name': 'Ann'}"
+
+
+async def test_a_retry_after_a_restart_is_told_the_round_trip_expired(tmp_path: Path) -> None:
+    from tests.conftest import sdk_client
+
+    config = config_for(tmp_path)
+    with http_gateway(config) as (url, _stderr):
+        async with sdk_client(url, "auto", **CALLBACKS) as before:
+            with anyio.fail_after(60):
+                first = await before.session.call_tool("r__ask", {}, allow_input_required=True)
+                assert isinstance(first, types.InputRequiredResult) and first.input_requests
+    (key, _request), = first.input_requests.items()
+    answer = {key: types.ElicitResult(action="accept", content={"name": "Di"})}
+    with http_gateway(config) as (url, _stderr):
+        async with sdk_client(url, "auto", **CALLBACKS) as after:
+            with anyio.fail_after(60):
+                with pytest.raises(MCPError, match="expired: the gateway that began it has restarted"):
+                    await after.session.call_tool("r__ask", {}, input_responses=answer, request_state=first.request_state)
+
+
+def test_round_trip_limits_are_configurable_and_checked() -> None:
+    servers = {"servers": {"r": {"command": "x"}}}
+    defaults = parse_config(servers, env={"HOME": "/home/u"}).gateway
+    assert (defaults.round_trip_timeout, defaults.max_round_trips) == (120.0, 16)
+    set_ = parse_config({**servers, "gateway": {"round_trip_timeout": 5, "max_round_trips": 2}}, env={"HOME": "/h"})
+    assert (set_.gateway.round_trip_timeout, set_.gateway.max_round_trips) == (5.0, 2)
+    for bad in ({"round_trip_timeout": 0}, {"max_round_trips": 0}, {"max_round_trips": "many"}):
+        with pytest.raises(ConfigError):
+            parse_config({**servers, "gateway": bad}, env={"HOME": "/h"})
