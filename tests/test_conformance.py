@@ -301,25 +301,34 @@ async def test_fixture_multi_round_trip_tools_in_both_eras(mode: str) -> None:
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize(
-    "mode",
-    [
-        "legacy",
-        pytest.param(
-            "auto",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="issue 11, item 2: the gateway cannot yet turn a handshake-era server's back-channel "
-                "requests into input_required results for a 2026-07-28 client (remove this mark when it can)",
-            ),
-        ),
-    ],
-)
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
 async def test_gateway_carries_multi_round_trip_tools(mode: str, tmp_path: Path) -> None:
     """Through `prefixgate serve` (stdio) with the fixture as a handshake-era downstream, a client of
-    either era gets the same answers as from the fixture directly."""
+    either era gets the same answers as from the fixture directly: on 2026-07-28 the fixture's
+    back-channel requests reach the client as ``input_required`` results (gateway/roundtrip.py)."""
     from tests.conftest import sdk_client
 
     config = write_gateway_config(tmp_path)
     async with sdk_client(config, mode, **CALLBACKS) as client:
         await check_multi_round_trip_tools(client, mode)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_gateway_refuses_an_undeclared_capability_with_32021(mode: str, tmp_path: Path) -> None:
+    """A client of either era that declared no sampling calls a tool whose handshake-era server
+    asks for sampling: the gateway refuses the server's request with -32021 naming the capability
+    (SEP-2575), so the call fails with that error, as ``2026-07-28/server-stateless`` requires.
+    On 2026-07-28 the request takes the input-required path (no back channel), which must refuse
+    it the same way: never a generic -32600, never a wait for a retry that cannot answer it."""
+    from mcp.shared.exceptions import MCPError
+
+    from tests.conftest import sdk_client
+
+    config = write_gateway_config(tmp_path)
+    async with sdk_client(config, mode) as client:
+        with pytest.raises(MCPError) as caught:
+            await client.call_tool("test_missing_capability", {})
+    assert caught.value.error.code == -32021, caught.value.error
+    assert isinstance(caught.value.error.data, dict)
+    assert "sampling" in caught.value.error.data.get("requiredCapabilities", {}), caught.value.error.data
