@@ -332,3 +332,66 @@ async def test_gateway_refuses_an_undeclared_capability_with_32021(mode: str, tm
     assert caught.value.error.code == -32021, caught.value.error
     assert isinstance(caught.value.error.data, dict)
     assert "sampling" in caught.value.error.data.get("requiredCapabilities", {}), caught.value.error.data
+
+
+def _post_modern(url: str, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    """One 2026-07-28 request over plain HTTP (headers and ``_meta`` envelope as the suite sends
+    them); the JSON-RPC response, whether it came as JSON or on an SSE stream."""
+    import json
+
+    import httpx2
+
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "tests", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}, "sampling": {}, "roots": {}},
+    }
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2026-07-28",
+        "Mcp-Method": method,
+        "Mcp-Name": str(params.get("name", "")),
+    }
+    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": {**params, "_meta": meta}}
+    response = httpx2.post(url, json=body, headers=headers, timeout=60)
+    if response.headers.get("content-type", "").startswith("application/json"):
+        answer: dict[str, Any] = response.json()
+        return answer
+    for line in response.text.splitlines():
+        if line.startswith("data:") and line[5:].strip():
+            message = json.loads(line[5:])
+            if message.get("id") == 1:
+                return dict(message)
+    raise AssertionError(f"no response in HTTP {response.status_code}: {response.text[:2000]}")
+
+
+def test_gateway_asks_for_requests_sent_together_in_one_round(tmp_path: Path) -> None:
+    """A handshake-era server that asks for elicitation, sampling and roots at once (concurrent
+    back-channel requests) gets them to a 2026-07-28 client in ONE ``input_required`` result, as
+    the server itself would have on 2026-07-28 (``input-required-result-multiple-input-requests``)."""
+    config = write_gateway_config(tmp_path)
+    command = [sys.executable, "-m", "gateway", "serve", "--config", str(config), "--http", "127.0.0.1:0"]
+    with serving(command, tmp_path / "gateway-stderr.log", timeout=60) as url:
+        first = _post_modern(url, "tools/call", {"name": "test_input_required_result_multiple_inputs", "arguments": {}})
+        result = first.get("result") or {}
+        assert result.get("resultType") == "input_required", first
+        methods = sorted(r["method"] for r in result["inputRequests"].values())
+        assert methods == ["elicitation/create", "roots/list", "sampling/createMessage"], result
+        answers: dict[str, Any] = {}
+        for key, request in result["inputRequests"].items():
+            if request["method"] == "elicitation/create":
+                answers[key] = {"action": "accept", "content": {"name": "Ada"}}
+            elif request["method"] == "sampling/createMessage":
+                text = {"type": "text", "text": "Paris"}
+                answers[key] = {"role": "assistant", "content": text, "model": "m", "stopReason": "endTurn"}
+            else:
+                answers[key] = {"roots": [{"uri": "file:///work", "name": "work"}]}
+        retry = {
+            "name": "test_input_required_result_multiple_inputs",
+            "arguments": {},
+            "inputResponses": answers,
+            "requestState": result["requestState"],
+        }
+        done = _post_modern(url, "tools/call", retry).get("result") or {}
+    assert done.get("resultType", "complete") == "complete", done
+    assert done["content"][0]["text"] == "name=Ada; greeting=Paris; roots=file:///work", done
