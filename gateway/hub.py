@@ -31,7 +31,7 @@ from mcp.server.subscriptions import (
 )
 from mcp.shared.exceptions import MCPError
 from mcp_types import LoggingLevel
-from mcp_types.jsonrpc import INVALID_REQUEST
+from mcp_types.jsonrpc import INVALID_REQUEST, MISSING_REQUIRED_CLIENT_CAPABILITY
 from spill import ArtifactStore
 
 from gateway.checks import CheckCache
@@ -47,6 +47,21 @@ from gateway.surface import Surface, build_surface
 log = logging.getLogger("prefixgate")
 
 _CAPABILITY_FOR = CAPABILITY_FOR
+
+
+def _require_capability(method: str, capabilities: Any) -> None:
+    """Refuse a server request the client cannot answer, in either era, with the
+    2026-07-28 error for an undeclared capability (SEP-2575): the server's call fails
+    with it, so the client learns which capability the call needed instead of waiting."""
+    capability = _CAPABILITY_FOR.get(method)
+    if capability is None:
+        raise MCPError(code=INVALID_REQUEST, message=f"prefixgate: the connected client does not support {method}")
+    if capabilities is None or getattr(capabilities, capability, None) is None:
+        raise MCPError(
+            code=MISSING_REQUIRED_CLIENT_CAPABILITY,
+            message=f"prefixgate: the connected client does not support {capability}",
+            data={"requiredCapabilities": {capability: {}}},
+        )
 
 
 @dataclass(eq=False)
@@ -234,16 +249,11 @@ class Hub:
         trip = self.round_trips.waiting_on(downstream.id)
         target, related = self._requester(downstream.id)
         if trip is not None and (target is None or target.call_order.get(related, 0) < trip.seq):
+            _require_capability(method, trip.capabilities)
             return await trip.ask(method, params)
-        capability = _CAPABILITY_FOR.get(method)
         if target is None or target.server_session is None:
             raise MCPError(code=INVALID_REQUEST, message=f"prefixgate: no client is connected to answer {method}")
-        caps = target.server_session.client_capabilities
-        if capability is None or caps is None or getattr(caps, capability, None) is None:
-            raise MCPError(
-                code=INVALID_REQUEST,
-                message=f"prefixgate: the connected client does not support {capability or method}",
-            )
+        _require_capability(method, target.server_session.client_capabilities)
         server_session = target.server_session
         # The raw channel keeps the request as the server sent it; a related request id
         # puts it on the originating call's stream (streamable HTTP needs that).

@@ -40,6 +40,9 @@ CAPABILITY_FOR = {"sampling/createMessage": "sampling", "elicitation/create": "e
 MAX_ASKS = 8
 """Server requests one pending call may have open at once (more are refused to the server)."""
 _PREFIX = "pg1."
+GATHER = 0.1
+"""Seconds a round waits for more requests after the latest: a handshake-era server asks for
+several inputs at once as concurrent requests, and they belong in one ``input_required``."""
 
 
 @dataclass(eq=False)
@@ -119,6 +122,16 @@ class RoundTrip:
         self.fresh.clear()
         self.handed.clear()
         self.poke()
+
+
+async def _gather(trip: RoundTrip) -> None:
+    """Wait until no new request of the server came for ``GATHER`` s (bounded by ``MAX_ASKS``)."""
+    while not trip.finished and len(trip.fresh) < MAX_ASKS:
+        trip.changed = anyio.Event()
+        with anyio.move_on_after(GATHER):
+            await trip.changed.wait()
+        if not trip.changed.is_set():
+            return
 
 
 class RoundTrips:
@@ -238,7 +251,10 @@ class RoundTrips:
                     assert trip.result is not None
                     return trip.result
                 if trip.fresh:
-                    return self._input_required(trip)
+                    await _gather(trip)
+                    if not trip.finished:
+                        return self._input_required(trip)
+                    continue
                 trip.changed = anyio.Event()
                 await trip.changed.wait()
         finally:

@@ -1,18 +1,24 @@
 """The project's own fixture MCP server for the official conformance suite.
 
 It implements, with the mcp 2.x low-level ``Server``, every tool, resource and prompt the
-server scenarios of ``@modelcontextprotocol/conformance`` (see ``runner.PACKAGE``) expect:
+non-extension server scenarios of ``@modelcontextprotocol/conformance`` (see
+``runner.PACKAGE``) expect, in both protocol eras (the SDK serves the handshake era and the
+stateless 2026-07-28 one on the same endpoint):
 
     tools      test_simple_text, test_image_content, test_audio_content,
                test_embedded_resource, test_multiple_content_types, test_tool_with_logging,
                test_tool_with_progress, test_error_handling, test_sampling, test_elicitation,
                test_elicitation_sep1034_defaults, test_elicitation_sep1330_enums,
-               json_schema_2020_12_tool, test_reconnection
+               json_schema_2020_12_tool, test_custom_header (x-mcp-header), test_reconnection,
+               test_missing_capability and the test_input_required_result_* tools
+               (fixture_mrtr.py)
     resources  test://static-text, test://static-binary, test://watched-resource,
                template test://template/{id}/data (plus subscribe/unsubscribe)
     prompts    test_simple_prompt, test_prompt_with_arguments,
-               test_prompt_with_embedded_resource, test_prompt_with_image
-    utilities  completion/complete, logging/setLevel, ping
+               test_prompt_with_embedded_resource, test_prompt_with_image,
+               test_input_required_result_prompt
+    utilities  completion/complete, logging/setLevel, ping; requestState sealed by the SDK's
+               RequestStateBoundary
 
 Run it:
 
@@ -29,14 +35,19 @@ import re
 import socket
 import sys
 import warnings
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
+from mcp.server.lowlevel import NotificationOptions
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, PromptsListChanged, ToolsListChanged
+from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 from mcp.server.streamable_http import EventCallback, EventId, EventMessage, EventStore, StreamId
-from mcp.shared.exceptions import MCPDeprecationWarning
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
+
+from tests.conformance import fixture_mrtr
 
 # Logging, sampling and roots are deprecated as of 2026-07-28, but the 2025-era suite
 # exercises them; the warnings are noise here.
@@ -106,18 +117,51 @@ TOOLS: list[types.Tool] = [
     types.Tool(
         name="json_schema_2020_12_tool",
         description="Tool with JSON Schema 2020-12 features",
+        # SEP-1613 ($schema, $defs, additionalProperties) and SEP-2106 ($anchor, allOf/anyOf,
+        # if/then/else): exactly the schema the suite's json-schema-2020-12 scenario names.
         input_schema={
             "$schema": "https://json-schema.org/draft/2020-12/schema",
             "type": "object",
             "$defs": {
                 "address": {
+                    "$anchor": "addressDef",
                     "type": "object",
                     "properties": {"street": {"type": "string"}, "city": {"type": "string"}},
                 }
             },
-            "properties": {"name": {"type": "string"}, "address": {"$ref": "#/$defs/address"}},
+            "properties": {
+                "name": {"type": "string"},
+                "address": {"$ref": "#/$defs/address"},
+                "contactMethod": {"type": "string", "enum": ["phone", "email"]},
+                "phone": {"type": "string"},
+                "email": {"type": "string"},
+            },
+            "allOf": [{"anyOf": [{"required": ["phone"]}, {"required": ["email"]}]}],
+            "if": {"properties": {"contactMethod": {"const": "phone"}}, "required": ["contactMethod"]},
+            "then": {"required": ["phone"]},
+            "else": {"required": ["email"]},
             "additionalProperties": False,
         },
+    ),
+    types.Tool(
+        name="test_custom_header",
+        description="Echoes a parameter the client mirrors into the Mcp-Param-Region header (SEP-2243).",
+        input_schema={
+            "type": "object",
+            "properties": {"region": {"type": "string", "description": "A region name", "x-mcp-header": "Region"}},
+            "required": ["region"],
+        },
+    ),
+    *fixture_mrtr.TOOLS,
+    types.Tool(
+        name="test_trigger_tool_change",
+        description="Adds (or removes again) the tool test_dynamic_tool and announces the change (SEP-2575).",
+        input_schema=_OBJECT_NO_ARGS,
+    ),
+    types.Tool(
+        name="test_trigger_prompt_change",
+        description="Adds (or removes again) the prompt test_dynamic_prompt and announces the change (SEP-2575).",
+        input_schema=_OBJECT_NO_ARGS,
     ),
     types.Tool(
         name="test_reconnection",
@@ -155,6 +199,11 @@ TEMPLATES: list[types.ResourceTemplate] = [
         mime_type="application/json",
     )
 ]
+DYNAMIC_TOOL = types.Tool(
+    name="test_dynamic_tool", description="Present between two test_trigger_tool_change calls.", input_schema=_OBJECT_NO_ARGS
+)
+DYNAMIC_PROMPT = types.Prompt(name="test_dynamic_prompt", description="Present between two test_trigger_prompt_change calls.")
+
 _TEMPLATE_RE = re.compile(r"^test://template/(?P<id>[^/]+)/data$")
 
 PROMPTS: list[types.Prompt] = [
@@ -173,6 +222,7 @@ PROMPTS: list[types.Prompt] = [
         arguments=[types.PromptArgument(name="resourceUri", description="URI of the resource to embed", required=True)],
     ),
     types.Prompt(name="test_prompt_with_image", description="A prompt with image content."),
+    fixture_mrtr.PROMPT,
 ]
 
 # Completion candidates for test_prompt_with_arguments (and anything else).
@@ -207,6 +257,11 @@ class Fixture:
     def __init__(self) -> None:
         self.subscriptions: set[str] = set()
         self.min_level: types.LoggingLevel = "debug"
+        # List changes reach 2026-07-28 clients on subscriptions/listen streams (this bus) and
+        # handshake-era clients as notifications on their session.
+        self.bus = InMemorySubscriptionBus()
+        self.dynamic_tool = False
+        self.dynamic_prompt = False
 
     async def log(self, ctx: ServerRequestContext[Any, Any], level: types.LoggingLevel, text: str) -> None:
         """A log notification on this request's stream, honouring logging/setLevel."""
@@ -217,11 +272,14 @@ class Fixture:
     # -- tools -----------------------------------------------------------------------
 
     async def list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=TOOLS)
+        return types.ListToolsResult(tools=[*TOOLS, DYNAMIC_TOOL] if self.dynamic_tool else TOOLS)
 
     async def call_tool(
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
-    ) -> types.CallToolResult:
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        multi_round = await fixture_mrtr.call(ctx, params)
+        if multi_round is not None:
+            return multi_round
         args = params.arguments or {}
         handler = getattr(self, f"tool_{params.name}", None)
         if handler is None:
@@ -369,6 +427,29 @@ class Fixture:
         content = json.dumps(result.content or {}, sort_keys=True)
         return types.CallToolResult(content=[_text(f"{label}: action={result.action}, content={content}")])
 
+    async def tool_test_trigger_tool_change(self, ctx: Any, args: dict[str, Any]) -> types.CallToolResult:
+        self.dynamic_tool = not self.dynamic_tool
+        await self.bus.publish(ToolsListChanged())
+        if not fixture_mrtr.is_modern(ctx):
+            await ctx.session.send_tool_list_changed()
+        return types.CallToolResult(content=[_text(f"test_dynamic_tool listed: {self.dynamic_tool}")])
+
+    async def tool_test_trigger_prompt_change(self, ctx: Any, args: dict[str, Any]) -> types.CallToolResult:
+        self.dynamic_prompt = not self.dynamic_prompt
+        await self.bus.publish(PromptsListChanged())
+        if not fixture_mrtr.is_modern(ctx):
+            await ctx.session.send_prompt_list_changed()
+        return types.CallToolResult(content=[_text(f"test_dynamic_prompt listed: {self.dynamic_prompt}")])
+
+    async def tool_test_dynamic_tool(self, ctx: Any, args: dict[str, Any]) -> types.CallToolResult:
+        if not self.dynamic_tool:
+            return _error("test_dynamic_tool is not listed now")
+        return types.CallToolResult(content=[_text("dynamic tool called")])
+
+    async def tool_test_custom_header(self, ctx: Any, args: dict[str, Any]) -> types.CallToolResult:
+        # The SDK has already checked the Mcp-Param-Region header against the body (2026-07-28).
+        return types.CallToolResult(content=[_text(f"region={args.get('region')}")])
+
     async def tool_json_schema_2020_12_tool(self, ctx: Any, args: dict[str, Any]) -> types.CallToolResult:
         return types.CallToolResult(content=[_text(f"Received: {json.dumps(args, sort_keys=True)}")])
 
@@ -406,9 +487,8 @@ class Fixture:
             body = json.dumps({"id": ident, "templateTest": True, "data": f"Data for ID: {ident}"})
             contents = types.TextResourceContents(uri=uri, mime_type="application/json", text=body)
         else:
-            from mcp.shared.exceptions import MCPError
-
-            raise MCPError(code=-32002, message=f"Resource not found: {uri}")
+            # SEP-2164: an unknown URI is invalid params, with the URI in the error data.
+            raise MCPError(code=types.INVALID_PARAMS, message="Resource not found", data={"uri": uri})
         return types.ReadResourceResult(contents=[contents])
 
     async def subscribe(self, ctx: Any, params: types.SubscribeRequestParams) -> types.EmptyResult:
@@ -422,11 +502,17 @@ class Fixture:
     # -- prompts ---------------------------------------------------------------------
 
     async def list_prompts(self, ctx: Any, params: Any) -> types.ListPromptsResult:
-        return types.ListPromptsResult(prompts=PROMPTS)
+        return types.ListPromptsResult(prompts=[*PROMPTS, DYNAMIC_PROMPT] if self.dynamic_prompt else PROMPTS)
 
-    async def get_prompt(self, ctx: Any, params: types.GetPromptRequestParams) -> types.GetPromptResult:
+    async def get_prompt(
+        self, ctx: Any, params: types.GetPromptRequestParams
+    ) -> types.GetPromptResult | types.InputRequiredResult:
+        if params.name == fixture_mrtr.PROMPT.name:
+            return await fixture_mrtr.get_prompt(ctx, params)
+        if params.name == DYNAMIC_PROMPT.name and self.dynamic_prompt:
+            return types.GetPromptResult(messages=[types.PromptMessage(role="user", content=_text("A dynamic prompt."))])
         args = params.arguments or {}
-        user = "user"
+        user: Literal["user"] = "user"
         if params.name == "test_simple_prompt":
             messages = [types.PromptMessage(role=user, content=_text("This is a simple prompt for testing."))]
         elif params.name == "test_prompt_with_arguments":
@@ -448,8 +534,6 @@ class Fixture:
                 types.PromptMessage(role=user, content=_text("Please analyze the image above.")),
             ]
         else:
-            from mcp.shared.exceptions import MCPError
-
             raise MCPError(code=-32602, message=f"Unknown prompt: {params.name}")
         return types.GetPromptResult(messages=messages)
 
@@ -479,7 +563,7 @@ def _error(message: str) -> types.CallToolResult:
 
 def build_server() -> Server[Any]:
     fixture = Fixture()
-    return Server(
+    server = Server(
         NAME,
         version="1.0.0",
         on_list_tools=fixture.list_tools,
@@ -493,7 +577,11 @@ def build_server() -> Server[Any]:
         on_get_prompt=fixture.get_prompt,
         on_completion=fixture.complete,
         on_set_logging_level=fixture.set_level,
+        on_subscriptions_listen=ListenHandler(fixture.bus),
     )
+    # Seals every requestState the multi-round-trip tools mint and rejects tampered echoes.
+    server.middleware.append(RequestStateBoundary(RequestStateSecurity.ephemeral(), default_audience=NAME))
+    return server
 
 
 async def serve_stdio() -> None:
@@ -501,7 +589,8 @@ async def serve_stdio() -> None:
 
     server = build_server()
     async with stdio_server() as (read, write):
-        await server.run(read, write, server.create_initialization_options())
+        options = server.create_initialization_options(NotificationOptions(tools_changed=True, prompts_changed=True))
+        await server.run(read, write, options)
 
 
 async def serve_http(host: str, port: int) -> None:

