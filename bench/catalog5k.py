@@ -1,6 +1,6 @@
 """A 5,000-tool catalog: build + decision, the search index, and serving it.
 
-In process (no I/O): 50 servers x 100 generated tools (``gateway.demo.generated_tool``, the
+In process (no I/O): 50 servers x 100 generated tools (``gateway.commands.demo.generated_tool``, the
 demo server's own tools, with per-server key and ``required`` order), then exactly what
 ``gateway.epoch.build_epoch`` does: ``catalog.build.build`` + ``catalog.budget.decide``
 (profile openai: 5,000 tools are over its 128-function limit, so the decision falls back
@@ -56,7 +56,7 @@ QUERIES = [
 
 def raw_tools(servers: int, per_server: int) -> list[Any]:
     from catalog.model import ServerTools
-    from gateway.demo import generated_tool
+    from gateway.commands.demo import generated_tool
 
     out = []
     for s in range(servers):

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from catalog.diff import ABSENT, Change, diff, json_changes, render
-from gateway import diff_cmd
+from gateway.commands import diff as diff_cmd
 from tests.conftest import PYTHON, demo, write_config
 
 Report = dict[str, Any]
@@ -420,7 +420,7 @@ def test_cmd_as_module(tmp_path: Path, real: dict[str, Report]) -> None:
     a = save(tmp_path / "a.json", real["base"])
     b = save(tmp_path / "b.json", real["failed"])
     proc = subprocess.run(
-        [sys.executable, "-m", "gateway.diff_cmd", a, b], capture_output=True, text=True, timeout=30, check=False
+        [sys.executable, "-m", "gateway.commands.diff", a, b], capture_output=True, text=True, timeout=30, check=False
     )
     assert proc.returncode == 1, proc.stderr
     assert proc.stdout.startswith("published tools/list bytes differ (fingerprint ")

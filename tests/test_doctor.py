@@ -17,7 +17,7 @@ import pytest
 
 from tests.conftest import PYTHON, demo, write_config
 
-DOCTOR = [PYTHON, "-m", "gateway.doctor"]
+DOCTOR = [PYTHON, "-m", "gateway.commands.doctor"]
 
 # A stdio MCP server (mcp 2.x low-level SDK) whose tool list changes every time it starts:
 # a counter file says how often it has been started, and the tool's description and a
@@ -268,7 +268,7 @@ def check_snippet(register: dict[str, Any], client: str, config: Path) -> None:
 
 @pytest.mark.parametrize("client", CLIENTS)
 def test_registration_snippet_is_valid(tmp_path: Path, client: str) -> None:
-    from gateway.doctor import snippet
+    from gateway.commands.doctor import snippet
 
     # awkward characters in the path must survive quoting in every format
     odd = tmp_path / "my configs" / 'it\'s "odd" \\ ü'

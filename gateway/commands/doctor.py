@@ -41,9 +41,11 @@ from typing import Any, Literal
 import anyio
 from catalog.text import escape, json_text, printable
 
-from gateway import __version__
+from gateway import __version__, logs
+from gateway.commands.startup import Exit, discover, running
+from gateway.commands.toml_writer import toml_string
 from gateway.config import Config, ConfigError, find_config, load_config
-from gateway.importer import toml_string
+from gateway.epoch import Epoch
 from gateway.redact import redact
 
 CLIENTS = ("claude-code", "claude-desktop", "cursor", "vscode", "codex")
@@ -113,8 +115,8 @@ class ServerSnapshot:
 @dataclass
 class Round:
     servers: list[ServerSnapshot]
-    epoch: Any | None
-    """The gateway Epoch, or None when no declaration plan fits (``error`` says why)."""
+    epoch: Epoch | None
+    """None when no declaration plan fits (``error`` says why)."""
     error: str | None
     discovery_ms: int
     surface_warnings: list[str]
@@ -127,14 +129,12 @@ class Round:
 
 async def discover_once(config: Config) -> Round:
     """One full start-up and tools/list round, through ``catalog``'s code path."""
-    from gateway import cli  # lazily: cli imports this module
-
     started = anyio.current_time()
-    async with cli.running(config, persist=False) as hub:
+    async with running(config, persist=False) as hub:
         try:
-            epoch = await cli.discover(config, hub)
+            epoch = await discover(config, hub)
             error = None
-        except cli.Exit as exc:
+        except Exit as exc:
             epoch, error = None, str(exc).removeprefix("prefixgate: ")
         servers = []
         for d in hub.downstreams:
@@ -159,7 +159,7 @@ async def discover_once(config: Config) -> Round:
 # --- checks -----------------------------------------------------------------------------
 
 
-def _per_server(epoch: Any | None) -> dict[str, dict[str, int]]:
+def _per_server(epoch: Epoch | None) -> dict[str, dict[str, int]]:
     counts: dict[str, dict[str, int]] = {}
     if epoch is None:
         return counts
@@ -639,8 +639,6 @@ def _emit(report: Report, as_json: bool) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from gateway import logs
-
     parser = argparse.ArgumentParser(
         prog="prefixgate doctor",
         description="Check a prefixgate setup: config, servers, tools, declarations, directories, "
