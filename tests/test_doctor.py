@@ -139,7 +139,7 @@ def test_troubled_config_needs_attention(troubled: tuple[subprocess.CompletedPro
     assert verdict(out, "published tools/list differs between two discoveries") == "FAIL"
     killer = lines_with(out, "drifting: its tool list changed between two listings, a cache killer")
     assert len(killer) == 1 and killer[0].split()[0] == "FAIL", out
-    assert "added extra" in killer[0] and "changed status" in killer[0]
+    assert "added: extra" in killer[0] and "changed: status" in killer[0]
     assert not lines_with(out, "healthy: its tool list changed")
     assert not lines_with(out, "badschema: its tool list changed")
     # the declaration numbers and the directories are there

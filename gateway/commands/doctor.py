@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import anyio
+from catalog.diff import name_changes
 from catalog.text import escape, json_text, printable
 
 from gateway import __version__, logs
@@ -377,22 +378,6 @@ def server_view(rnd: Round, server: str) -> dict[str, str]:
     return view
 
 
-def _names(names: Sequence[str], limit: int = 5) -> str:
-    shown = ", ".join(names[:limit])
-    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
-
-
-def tool_changes(before: dict[str, str], after: dict[str, str]) -> list[str]:
-    added = sorted(set(after) - set(before))
-    removed = sorted(set(before) - set(after))
-    changed = sorted(n for n in set(before) & set(after) if before[n] != after[n])
-    parts = []
-    for label, names in (("added", added), ("removed", removed), ("changed", changed)):
-        if names:
-            parts.append(f"{label} {_names(names)}")
-    return parts
-
-
 def check_stability(report: Report, first: Round, second: Round) -> None:
     report.headers["stability"] = f"second discovery: {second.discovery_ms} ms"
     a, b = first.published_bytes(), second.published_bytes()
@@ -414,7 +399,7 @@ def check_stability(report: Report, first: Round, second: Round) -> None:
             continue
         if s.status != "ready":
             continue
-        changes = tool_changes(server_view(first, s.id), server_view(second, s.id))
+        changes = name_changes(server_view(first, s.id), server_view(second, s.id))
         if changes:
             culprits.append({"id": s.id, "changes": changes})
     identical = None if a is None or b is None else a == b
