@@ -105,9 +105,11 @@ async def _stop_on_signals(downstreams: Sequence[Downstream]) -> None:
 async def _exit_now(downstreams: Sequence[Downstream], message: str, code: int = 1) -> None:
     """Stop every server (concurrently: each in its own task) and exit with ``code`` at once.
 
-    Stdin may be read in a worker thread that cancellation cannot interrupt (the SDK's
-    fallback transport), so a gateway that must stop while its client is still
-    connected cannot rely on unwinding normally.
+    Exiting rather than unwinding keeps the stop independent of the transport: over
+    pipes and sockets stdin is read on the event loop (``upstream_stdio``) and would
+    unwind, but when stdin is a terminal or a file the SDK's ``stdio_server`` reads it in
+    a worker thread that cancellation cannot interrupt, and the client may still be
+    connected.
     """
     for downstream in downstreams:
         downstream.stop()
