@@ -86,7 +86,12 @@ def in_process(rounds: int, servers: int, per_server: int, budget_s: float) -> d
     from catalog.search import SearchIndex, render
 
     raw = raw_tools(servers, per_server)
-    totals, builds, decides, indexes, cold, warm = [], [], [], [], [], []
+    totals: list[float] = []
+    builds: list[float] = []
+    decides: list[float] = []
+    indexes: list[float] = []
+    cold: list[float] = []
+    warm: list[float] = []
     tools = mode = None
     began = time.perf_counter()
     for r in range(rounds):
@@ -166,7 +171,8 @@ async def through_gateway(ctx: Any, rounds: int, servers: int, per_server: int) 
         for name, c in clients.items():
             c.initialize()
             first = c.request("tools/list", {})  # waits for the discovery barrier
-            ctx.progress(f"{name} gateway up: {len(json.loads(first)['result']['tools'])} declared, {time.perf_counter() - started:.1f} s")
+            declared = len(json.loads(first)["result"]["tools"])
+            ctx.progress(f"{name} gateway up: {declared} declared, {time.perf_counter() - started:.1f} s")
             _serve_measure(c, "list", 3)  # warm-up
             _serve_measure(c, "search", len(QUERIES))  # first query of each term: postings built
         list_times: dict[str, list[float]] = {n: [] for n in clients}

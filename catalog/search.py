@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 import canonicaljson
 
-from catalog.model import JSON, Entry
 from catalog.keywords import subschemas
+from catalog.model import JSON, Entry
 from catalog.names import code_unit_key
 
 K1 = 1.2
@@ -229,7 +229,7 @@ class SearchIndex:
             idf = math.log(1.0 + (self._n - df + 0.5) / (df + 0.5))
             bags, norms, k = self._bags, self._norms, idf * (K1 + 1.0)
             tfs = [bags[doc][term] for doc in docs]
-            scored = tuple((doc, k * tf / (tf + norms[doc])) for doc, tf in zip(docs, tfs))
+            scored = tuple((doc, k * tf / (tf + norms[doc])) for doc, tf in zip(docs, tfs, strict=True))
             self._scored[term] = scored
         return scored
 

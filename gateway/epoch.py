@@ -12,19 +12,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from jsonschema_rs import Validator
+
 from catalog.budget import ClientPolicy, Declarations, decide
 from catalog.build import build
 from catalog.model import Catalog, ServerTools
 from catalog.names import PROFILES
 from catalog.search import SearchIndex, tool_call_declaration, tool_search_declaration
 from catalog.validation import compile_validator, is_referencing
-from jsonschema_rs import Validator
-from spill import artifact_read_declaration
-
 from gateway.checks import CheckCache
 from gateway.config import Config
 from gateway.downstream import Downstream
 from gateway.wire import DEFAULT_VERSION, published_tools, wire_problem
+from spill import artifact_read_declaration
 
 META_TOOLS = frozenset({"tool_search", "tool_call", "artifact_read"})
 """Names the gateway serves itself: a downstream tool never takes one."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -44,10 +45,11 @@ def test_client_defaults_are_the_policy_defaults() -> None:
     policy = client_policy(parse(BASE))
     assert policy == ClientPolicy(max_functions=128)
     assert policy.reserve_tokens == 16384 and policy.keep_recent_tokens == 20000 and policy.declarations == "auto"
-    every = {"profile": "anthropic", "max_functions": 7, "context_window": 9000, "reserve_tokens": 1,
+    every: dict[str, Any] = {"profile": "anthropic", "max_functions": 7, "context_window": 9000, "reserve_tokens": 1,
              "keep_recent_tokens": 2, "system_prompt_tokens": 3, "declarations": "fixed", "defer": ["a*"],
              "account": "acc", "model": "m", "api": "x", "endpoint": "https://e"}
     assert client_policy(parse({**BASE, "client": every})) == ClientPolicy(**{**every, "defer": ("a*",)})
+
 
 @pytest.mark.parametrize(
     ("data", "message"),

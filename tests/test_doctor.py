@@ -116,7 +116,9 @@ def troubled(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.Compl
     return text, json.loads(as_json.stdout), text_config
 
 
-def test_troubled_config_needs_attention(troubled: tuple[subprocess.CompletedProcess[str], dict[str, Any], Path]) -> None:
+def test_troubled_config_needs_attention(
+    troubled: tuple[subprocess.CompletedProcess[str], dict[str, Any], Path],
+) -> None:
     proc, _, config = troubled
     out = proc.stdout
     assert proc.returncode == 1, proc.stderr
@@ -280,7 +282,7 @@ def test_registration_snippet_is_valid(tmp_path: Path, client: str) -> None:
 def test_doctor_prints_the_snippet_for_each_client(tmp_path: Path) -> None:
     config = quick_config(tmp_path)
     runs = doctors(*[(config, ("--client", c, "--json")) for c in CLIENTS], (config, ("--client", "vscode")))
-    for client, proc in zip(CLIENTS, runs):
+    for client, proc in zip(CLIENTS, runs[: len(CLIENTS)], strict=True):
         check_snippet(json.loads(proc.stdout)["register"], client, config)
     register = json.loads(runs[3].stdout)["register"]
     assert register["snippet"] in runs[-1].stdout  # the text report prints exactly the same snippet

@@ -581,7 +581,7 @@ def test_from_with_a_broken_file_is_one_line(_home: Path, capsys: pytest.Capture
     (_home / ".claude.json").write_text('{"mcpServers": {')
     code, out, err = do_import(capsys, "--from", "claude-code")
     assert code == 2 and out == ""
-    assert (
-        err
-        == f"prefixgate import: {_home / '.claude.json'}: not valid JSON: Expecting property name enclosed in double quotes at line 1 column 17\n"
+    assert err == (
+        f"prefixgate import: {_home / '.claude.json'}: not valid JSON: "
+        "Expecting property name enclosed in double quotes at line 1 column 17\n"
     )

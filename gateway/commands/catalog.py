@@ -8,7 +8,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from catalog.text import escape, json_text, printable
-
 from gateway import __version__
 from gateway.barrier import required_failures
 from gateway.commands.startup import discover, running

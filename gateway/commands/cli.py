@@ -60,7 +60,8 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--token-file",
         metavar="PATH",
-        help="file of bearer tokens HTTP clients must send, one per line, each its own principal (activation and artifacts); default: $PREFIXGATE_TOKEN",
+        help="file of bearer tokens HTTP clients must send, one per line, each its own principal "
+        "(activation and artifacts); default: $PREFIXGATE_TOKEN",
     )
     serve.add_argument(
         "--session",

@@ -39,9 +39,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import anyio
+
 from catalog.diff import name_changes
 from catalog.text import escape, json_text, printable
-
 from gateway import __version__, logs
 from gateway.commands.startup import Exit, discover, running
 from gateway.commands.toml_writer import toml_string
@@ -236,7 +236,8 @@ def check_declarations(report: Report, config: Config, first: Round) -> None:
     ]
     requested = config.client.declarations
     if d.fallback is None:
-        report.add("declarations", "ok", f"mode {d.mode} (requested {requested}, profile {config.client.profile})", details)
+        text = f"mode {d.mode} (requested {requested}, profile {config.client.profile})"
+        report.add("declarations", "ok", text, details)
     else:
         report.add(
             "declarations",
@@ -392,8 +393,10 @@ def check_stability(report: Report, first: Round, second: Round) -> None:
             culprits.append(
                 {
                     "id": s.id,
-                    "changes": [f"{s.status} in the first discovery, {t.status} in the second"
-                                + (f" ({t.error or s.error})" if (t.error or s.error) else "")],
+                    "changes": [
+                        f"{s.status} in the first discovery, {t.status} in the second"
+                        + (f" ({t.error or s.error})" if (t.error or s.error) else "")
+                    ],
                 }
             )
             continue
@@ -629,9 +632,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Check a prefixgate setup: config, servers, tools, declarations, directories, "
         "catalog stability; print the registration snippet for a client.",
     )
-    parser.add_argument("--config", metavar="PATH", help="config file (default: $PREFIXGATE_CONFIG, ./prefixgate.toml, "
-                        "$XDG_CONFIG_HOME/prefixgate/config.toml)")
-    parser.add_argument("--log-level", choices=logs.LEVELS, default="warning", help="stderr log level (default warning)")
+    parser.add_argument(
+        "--config",
+        metavar="PATH",
+        help="config file (default: $PREFIXGATE_CONFIG, ./prefixgate.toml, $XDG_CONFIG_HOME/prefixgate/config.toml)",
+    )
+    parser.add_argument(
+        "--log-level", choices=logs.LEVELS, default="warning", help="stderr log level (default warning)"
+    )
     add_arguments(parser)
     args = parser.parse_args(argv)
     logs.setup(args.log_level)

@@ -12,7 +12,6 @@ from collections.abc import Sequence
 
 import anyio
 import anyio.to_thread
-from spill import ArtifactStore, StoreError
 
 from gateway import logs
 from gateway.barrier import required_failures
@@ -22,6 +21,7 @@ from gateway.downstream import Downstream
 from gateway.journal import Journal, session_key
 from gateway.router import collect
 from gateway.session import Session
+from spill import ArtifactStore, StoreError
 
 log = logging.getLogger("prefixgate")
 
@@ -147,12 +147,15 @@ def http_tokens(args: argparse.Namespace) -> list[str]:
             raise Exit(2, f"prefixgate: --token-file: {args.token_file} is empty or only whitespace")
         for number, line in enumerate(lines, 1):
             if any(c.isspace() for c in line) and not line.startswith("#"):
-                raise Exit(2, f"prefixgate: --token-file: {args.token_file} line {number}: a token cannot contain spaces")
+                where = f"{args.token_file} line {number}"
+                raise Exit(2, f"prefixgate: --token-file: {where}: a token cannot contain spaces")
     elif os.environ.get("PREFIXGATE_TOKEN"):
         token = os.environ["PREFIXGATE_TOKEN"].strip()
         if not token:
             raise Exit(2, "prefixgate: $PREFIXGATE_TOKEN is only whitespace; set a real token or unset it")
         tokens = [token]
     if not tokens and not is_loopback(host):
-        raise Exit(2, f"prefixgate: --http {args.http}: a non-loopback address requires --token-file or $PREFIXGATE_TOKEN")
+        raise Exit(
+            2, f"prefixgate: --http {args.http}: a non-loopback address requires --token-file or $PREFIXGATE_TOKEN"
+        )
     return tokens

@@ -11,8 +11,8 @@ from contextlib import asynccontextmanager
 
 import anyio
 import anyio.to_thread
-from catalog.budget import DecisionError
 
+from catalog.budget import DecisionError
 from gateway.barrier import wait_for_discovery
 from gateway.config import Config, ConfigError, find_config, load_config
 from gateway.epoch import Epoch, build_epoch

@@ -71,7 +71,8 @@ def import_sources(sources: Sequence[Source]) -> Result:
                 merged += 1
                 say(
                     "merged",
-                    f"{label} ({_origin(entry)}) is identical to servers.{twin} ({placed[twin].origins[0]}); imported once",
+                    f"{label} ({_origin(entry)}) is identical to servers.{twin} ({placed[twin].origins[0]}); "
+                    "imported once",
                 )
                 continue
             server_id = base

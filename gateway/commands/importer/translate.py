@@ -231,7 +231,8 @@ class _Translator:
             fields["cwd"] = escape_literal(self.project_dir)
             self.note(
                 "cwd",
-                f"set to the project directory: the client starts this server there and it uses relative paths ({relative[0]})",
+                "set to the project directory: the client starts this server there and it uses relative "
+                f"paths ({relative[0]})",
             )
         else:
             self.note(
@@ -402,7 +403,8 @@ def _translate_codex(entry: Entry) -> Translated:
             put(name, "${" + var + "}")
             t.note(
                 f"headers.{name}",
-                f"from env_http_headers: ${{{var}}}; Codex omits the header when {var} is unset, prefixgate requires it to be set",
+                f"from env_http_headers: ${{{var}}}; Codex omits the header when {var} is unset, "
+                "prefixgate requires it to be set",
             )
         if "bearer_token_env_var" in raw:
             var = raw["bearer_token_env_var"]
