@@ -10,19 +10,15 @@ a ``required`` server failed or the gateway could not run.
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 from collections.abc import Sequence
 
 import anyio
-import anyio.to_thread
 
 from gateway import __version__, logs
 from gateway.commands import artifacts, catalog, demo, diff, doctor, importer, serve
 from gateway.commands.startup import Exit, load
-
-log = logging.getLogger("prefixgate")
 
 
 def _exit_in(exc: BaseException) -> Exit | None:

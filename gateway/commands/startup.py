@@ -10,7 +10,6 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import anyio
-import anyio.to_thread
 
 from catalog.budget import DecisionError
 from gateway.barrier import wait_for_discovery
