@@ -94,10 +94,16 @@ async def run(ctx: Any) -> dict[str, Any]:
             "direct-raw": RawClient([PYTHON, *demo_args("--tools", 1)], ctx.errlog),
             "prefixgate-raw": RawClient(gw_argv, ctx.errlog),
         }
-        stack.callback(lambda: [c.close() for c in raws.values()])
+        for raw in raws.values():
+            stack.callback(raw.close)
         for c in raws.values():
             c.initialize()
-        tools = {"direct": "payload", "prefixgate": "d__payload", "direct-raw": "payload", "prefixgate-raw": "d__payload"}
+        tools = {
+            "direct": "payload",
+            "prefixgate": "d__payload",
+            "direct-raw": "payload",
+            "prefixgate-raw": "d__payload",
+        }
         # Warm-up with a result that also spills (lazy imports, the artifact directory).
         for name, conn in conns.items():
             await _sdk_call(conn, tools[name], 256 * 1024)

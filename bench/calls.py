@@ -45,7 +45,10 @@ def contenders(ctx: Any) -> tuple[list[Contender], list[Contender]]:
     tmp = ctx.tmp / "calls"
     one = {"d": demo_args("--tools", 3, "--name", "d")}
     two = {"a": demo_args("--tools", 3, "--name", "a"), "b": demo_args("--tools", 3, "--seed", 1, "--name", "b")}
-    fast = [direct("direct", "--tools", 3, "--name", "d"), via_prefixgate("prefixgate", gateway_config(tmp / "pg", one))]
+    fast = [
+        direct("direct", "--tools", 3, "--name", "d"),
+        via_prefixgate("prefixgate", gateway_config(tmp / "pg", one)),
+    ]
     slow: list[Contender] = []
     if ctx.fastmcp_python:
         fast.append(via_fastmcp("fastmcp-1", ctx.fastmcp_python, fastmcp_config(tmp, "one", one)))
@@ -124,7 +127,9 @@ async def run(ctx: Any) -> dict[str, Any]:
         if name != "direct":
             sequential["ratios"][f"{name}/direct"] = ratio_summary(round_medians(name), base)
     if "fastmcp-1" in samples:
-        sequential["ratios"]["prefixgate/fastmcp-1"] = ratio_summary(round_medians("prefixgate"), round_medians("fastmcp-1"))
+        sequential["ratios"]["prefixgate/fastmcp-1"] = ratio_summary(
+            round_medians("prefixgate"), round_medians("fastmcp-1")
+        )
 
     concurrent: dict[str, Any] = {
         "settings": {"rounds": conc_rounds, "concurrency": concurrency},

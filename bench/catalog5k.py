@@ -1,6 +1,6 @@
 """A 5,000-tool catalog: build + decision, the search index, and serving it.
 
-In process (no I/O): 50 servers x 100 generated tools (``gateway.demo.generated_tool``, the
+In process (no I/O): 50 servers x 100 generated tools (``gateway.commands.demo.generated_tool``, the
 demo server's own tools, with per-server key and ``required`` order), then exactly what
 ``gateway.epoch.build_epoch`` does: ``catalog.build.build`` + ``catalog.budget.decide``
 (profile openai: 5,000 tools are over its 128-function limit, so the decision falls back
@@ -56,7 +56,7 @@ QUERIES = [
 
 def raw_tools(servers: int, per_server: int) -> list[Any]:
     from catalog.model import ServerTools
-    from gateway.demo import generated_tool
+    from gateway.commands.demo import generated_tool
 
     out = []
     for s in range(servers):
@@ -86,7 +86,12 @@ def in_process(rounds: int, servers: int, per_server: int, budget_s: float) -> d
     from catalog.search import SearchIndex, render
 
     raw = raw_tools(servers, per_server)
-    totals, builds, decides, indexes, cold, warm = [], [], [], [], [], []
+    totals: list[float] = []
+    builds: list[float] = []
+    decides: list[float] = []
+    indexes: list[float] = []
+    cold: list[float] = []
+    warm: list[float] = []
     tools = mode = None
     began = time.perf_counter()
     for r in range(rounds):
@@ -166,7 +171,8 @@ async def through_gateway(ctx: Any, rounds: int, servers: int, per_server: int) 
         for name, c in clients.items():
             c.initialize()
             first = c.request("tools/list", {})  # waits for the discovery barrier
-            ctx.progress(f"{name} gateway up: {len(json.loads(first)['result']['tools'])} declared, {time.perf_counter() - started:.1f} s")
+            declared = len(json.loads(first)["result"]["tools"])
+            ctx.progress(f"{name} gateway up: {declared} declared, {time.perf_counter() - started:.1f} s")
             _serve_measure(c, "list", 3)  # warm-up
             _serve_measure(c, "search", len(QUERIES))  # first query of each term: postings built
         list_times: dict[str, list[float]] = {n: [] for n in clients}

@@ -49,7 +49,7 @@ def summary(values: Sequence[float]) -> dict[str, float]:
     }
 
 
-def ratio_summary(numerators: Sequence[float], denominators: Sequence[float]) -> dict[str, float]:
+def ratio_summary(numerators: Sequence[float], denominators: Sequence[float]) -> dict[str, float | list[float]]:
     """Per-round ratios (same round, so the same machine state), then their median and range."""
     ratios = [a / b for a, b in zip(numerators, denominators, strict=True) if b > 0]
     return summary(ratios) | {"rounds": ratios}

@@ -22,13 +22,14 @@ import argparse
 import json
 import os
 import sys
+from typing import Any
 
 os.environ.setdefault("FASTMCP_SHOW_SERVER_BANNER", "false")
 os.environ.setdefault("FASTMCP_CHECK_FOR_UPDATES", "off")
 os.environ.setdefault("FASTMCP_LOG_LEVEL", "WARNING")
 
 
-async def serve(config: dict, reuse: bool) -> None:
+async def serve(config: dict[str, Any], reuse: bool) -> None:
     from fastmcp import Client
     from fastmcp.server import create_proxy
 

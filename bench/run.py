@@ -27,7 +27,7 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -122,39 +122,54 @@ def targets(results: dict[str, Any]) -> list[Target]:
     out = [
         _ratio_target("per-call-vs-direct", "per-call median, prefixgate / direct", seq.get("prefixgate/direct"), 1.5),
         _ratio_target(
-            "per-call-vs-fastmcp", "per-call median, prefixgate / FastMCP single-server proxy",
-            seq.get("prefixgate/fastmcp-1"), 0.6,
+            "per-call-vs-fastmcp",
+            "per-call median, prefixgate / FastMCP single-server proxy",
+            seq.get("prefixgate/fastmcp-1"),
+            0.6,
         ),
         _ratio_target(
             "startup",
-            f"start-up to first tools/list, {n_servers} servers x 0.5 s: prefixgate / prefixgate with the slowest alone",
-            _get(results, "startup", "ratios", "barrier"), 1.3,
+            f"start-up to first tools/list, {n_servers} servers x 0.5 s: "
+            "prefixgate / prefixgate with the slowest alone",
+            _get(results, "startup", "ratios", "barrier"),
+            1.3,
         ),
         _ratio_target(
             "startup-demo",
             f"(context) start-up, {n_servers} Python demo servers on 2 cores: prefixgate / one demo server direct",
-            _get(results, "startup", "ratios", "prefixgate/single"), 1.3,
+            _get(results, "startup", "ratios", "prefixgate/single"),
+            1.3,
         ),
         _time_target(
             "catalog-build",
             f"{n_build}-tool catalog: build + decide, checks remembered (every start after the first, every rebuild)",
-            _get(results, "catalog", "in_process", "build_plus_decide_remembered_s"), 0.25,
+            _get(results, "catalog", "in_process", "build_plus_decide_remembered_s"),
+            0.25,
         ),
         _time_target(
-            "catalog-build-cold", f"(context) {n_build}-tool catalog: first-ever build + decide (every schema checked)",
-            _get(results, "catalog", "in_process", "build_plus_decide_s"), 0.25,
+            "catalog-build-cold",
+            f"(context) {n_build}-tool catalog: first-ever build + decide (every schema checked)",
+            _get(results, "catalog", "in_process", "build_plus_decide_s"),
+            0.25,
         ),
         _time_target(
-            "tools-list", f"tools/list through the gateway, {n_gw} tools all declared (wire)",
-            _get(results, "catalog", "gateway", "tools_list_raw_s", "fixed"), 0.025,
+            "tools-list",
+            f"tools/list through the gateway, {n_gw} tools all declared (wire)",
+            _get(results, "catalog", "gateway", "tools_list_raw_s", "fixed"),
+            0.025,
         ),
         _time_target(
-            "tool-search", f"tool_search median through the gateway, {n_gw} tools (wire)",
-            _get(results, "catalog", "gateway", "tool_search_raw_s"), 0.002,
+            "tool-search",
+            f"tool_search median through the gateway, {n_gw} tools (wire)",
+            _get(results, "catalog", "gateway", "tool_search_raw_s"),
+            0.002,
         ),
         _ratio_target(
-            "big-result-time", "large result: prefixgate bounded answer / direct full answer (SDK client)",
-            _get(results, "bigresult", "ratios", "prefixgate/direct"), 1.0, strict=True,
+            "big-result-time",
+            "large result: prefixgate bounded answer / direct full answer (SDK client)",
+            _get(results, "bigresult", "ratios", "prefixgate/direct"),
+            1.0,
+            strict=True,
         ),
     ]
     mem = _get(results, "bigresult", "contenders", "prefixgate", "gateway_memory") or {}
@@ -162,14 +177,22 @@ def targets(results: dict[str, Any]) -> list[Target]:
         value = mem["peak_added_over_size"]
         out.append(
             Target(
-                "big-result-memory", "large result: gateway peak memory added by the call / result size",
-                "<= 3x", value, f"peak RSS {mem['peak_rss_bytes']['max'] / 2**20:.0f} MiB = "
-                f"{mem['peak_rss_over_size']:.1f}x size", value <= 3, f"{value:.2f}x",
+                "big-result-memory",
+                "large result: gateway peak memory added by the call / result size",
+                "<= 3x",
+                value,
+                f"peak RSS {mem['peak_rss_bytes']['max'] / 2**20:.0f} MiB = {mem['peak_rss_over_size']:.1f}x size",
+                value <= 3,
+                f"{value:.2f}x",
                 "" if mem.get("peak_mark_reset") else "peak mark could not be reset: process-lifetime peak",
             )
         )
     else:
-        out.append(Target("big-result-memory", "large result: gateway peak memory / result size", "<= 3x", None, "", None, "n/a"))
+        out.append(
+            Target(
+                "big-result-memory", "large result: gateway peak memory / result size", "<= 3x", None, "", None, "n/a"
+            )
+        )
     if results.get("_quick"):
         for t in out:
             t.note = (t.note + "; " if t.note else "") + "quick run: sizes and counts reduced"
@@ -219,13 +242,29 @@ def measurement_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, 
     if conc:
         label = f"echo, {conc['settings']['concurrency']} concurrent (batch wall time)"
         for name, c in conc["contenders"].items():
-            rows.append((label, name, _ms(c["batch_wall_s"]["median"]), _spread(c["batch_wall_s"]), _ratio(conc["ratios"].get(f"{name}/direct"))))
+            rows.append(
+                (
+                    label,
+                    name,
+                    _ms(c["batch_wall_s"]["median"]),
+                    _spread(c["batch_wall_s"]),
+                    _ratio(conc["ratios"].get(f"{name}/direct")),
+                )
+            )
     su = results.get("startup")
     if isinstance(su, dict) and "contenders" in su:
         st = su["settings"]
         label = f"start-up to tools/list, {st['servers']} servers x {st['startup_delay_s']} s"
         for name, c in su["contenders"].items():
-            rows.append((label, name, _ms(c["time_to_list_s"]["median"]), _spread(c["time_to_list_s"]), _ratio(su["ratios"].get(f"{name}/single"))))
+            rows.append(
+                (
+                    label,
+                    name,
+                    _ms(c["time_to_list_s"]["median"]),
+                    _spread(c["time_to_list_s"]),
+                    _ratio(su["ratios"].get(f"{name}/single")),
+                )
+            )
     cat = results.get("catalog")
     if isinstance(cat, dict) and "in_process" in cat:
         ip = cat["in_process"]
@@ -245,8 +284,24 @@ def measurement_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, 
         for name, s in gw["tools_list_raw_s"].items():
             size = gw["tools_list_bytes"].get(name, 0)
             rows.append((label, f"tools/list, {name} ({size / 1024:.0f} KiB, wire)", _ms(s["median"]), _spread(s), ""))
-        rows.append((label, "tool_search (on-demand, wire)", _ms(gw["tool_search_raw_s"]["median"]), _spread(gw["tool_search_raw_s"]), ""))
-        rows.append((label, "tools/list, fixed, SDK client list_tools()", _ms(gw["tools_list_sdk_client_s"]["median"]), _spread(gw["tools_list_sdk_client_s"]), ""))
+        rows.append(
+            (
+                label,
+                "tool_search (on-demand, wire)",
+                _ms(gw["tool_search_raw_s"]["median"]),
+                _spread(gw["tool_search_raw_s"]),
+                "",
+            )
+        )
+        rows.append(
+            (
+                label,
+                "tools/list, fixed, SDK client list_tools()",
+                _ms(gw["tools_list_sdk_client_s"]["median"]),
+                _spread(gw["tools_list_sdk_client_s"]),
+                "",
+            )
+        )
     big = results.get("bigresult")
     if isinstance(big, dict) and "contenders" in big:
         size = big["settings"]["result_bytes"]
@@ -254,17 +309,28 @@ def measurement_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, 
         for name, c in big["contenders"].items():
             base = "direct-raw" if name.endswith("-raw") else "direct"
             r = big["ratios"].get(f"{name}/{base}")
-            rows.append((label, f"{name} ({c['answer_bytes'] / 1024:.0f} KiB answer)", _ms(c["time_to_answer_s"]["median"]), _spread(c["time_to_answer_s"]), _ratio(r)))
+            rows.append(
+                (
+                    label,
+                    f"{name} ({c['answer_bytes'] / 1024:.0f} KiB answer)",
+                    _ms(c["time_to_answer_s"]["median"]),
+                    _spread(c["time_to_answer_s"]),
+                    _ratio(r),
+                )
+            )
             mem = c.get("gateway_memory")
             if mem:
-                rows.append((
-                    f"{size // 2**20} MiB result, gateway memory",
-                    f"{name}: peak RSS / RSS before / added",
-                    f"{mem['peak_rss_bytes']['median'] / 2**20:.0f} / {mem['rss_before_bytes']['median'] / 2**20:.0f} / "
-                    f"{mem['peak_added_bytes']['median'] / 2**20:.0f} MiB",
-                    f"added max {mem['peak_added_bytes']['max'] / 2**20:.0f} MiB",
-                    f"{mem['peak_added_over_size']:.2f}x size added",
-                ))
+                rows.append(
+                    (
+                        f"{size // 2**20} MiB result, gateway memory",
+                        f"{name}: peak RSS / RSS before / added",
+                        f"{mem['peak_rss_bytes']['median'] / 2**20:.0f} / "
+                        f"{mem['rss_before_bytes']['median'] / 2**20:.0f} / "
+                        f"{mem['peak_added_bytes']['median'] / 2**20:.0f} MiB",
+                        f"added max {mem['peak_added_bytes']['max'] / 2**20:.0f} MiB",
+                        f"{mem['peak_added_over_size']:.2f}x size added",
+                    )
+                )
     fl = results.get("flood")
     if isinstance(fl, dict) and "phases" in fl:
         rows += flood.rows(fl)
@@ -274,8 +340,9 @@ def measurement_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, 
 def markdown(results: dict[str, Any], target_rows: list[dict[str, Any]]) -> str:
     m = results["_machine"]
     lines = [
-        f"prefixgate benchmarks, {m['when']}{' (quick)' if results.get('_quick') else ''}: {m['cpus']} cores ({m['cpu']}), "
-        f"Python {m['python']}, mcp {m['mcp']}, {m['fastmcp']}; load average {m['loadavg_start']} at start, {m['loadavg_end']} at end.",
+        f"prefixgate benchmarks, {m['when']}{' (quick)' if results.get('_quick') else ''}: "
+        f"{m['cpus']} cores ({m['cpu']}), Python {m['python']}, mcp {m['mcp']}, {m['fastmcp']}; "
+        f"load average {m['loadavg_start']} at start, {m['loadavg_end']} at end.",
         "",
         "| target | measured | limit | spread | status |",
         "| --- | ---: | ---: | --- | --- |",
@@ -285,7 +352,8 @@ def markdown(results: dict[str, Any], target_rows: list[dict[str, Any]]) -> str:
         lines.append(f"| {t['what']}{note} | {t['shown']} | {t['limit']} | {t['spread']} | {t['status']} |")
     lines += [
         "",
-        "| benchmark | contender | median | spread (p10-p90, or min-max) | ratio to reference (per-round median, range) |",
+        "| benchmark | contender | median | spread (p10-p90, or min-max) "
+        "| ratio to reference (per-round median, range) |",
         "| --- | --- | ---: | --- | --- |",
     ]
     for row in measurement_rows(results):
@@ -319,7 +387,7 @@ def machine(fastmcp_note: str) -> dict[str, Any]:
     except OSError:
         pass
     return {
-        "when": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "when": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "cpus": os.cpu_count(),
         "cpu": cpu,
         "platform": platform.platform(),
@@ -346,8 +414,12 @@ async def run_all(ctx: Context, only: list[str]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smoke run: a handful of iterations, smaller sizes")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="directory for the JSON and Markdown")
-    parser.add_argument("--only", default=",".join(BENCHMARKS), help=f"comma-separated subset of {','.join(BENCHMARKS)}")
+    parser.add_argument(
+        "--out", type=Path, default=ROOT / "bench" / "results", help="directory for the JSON and Markdown"
+    )
+    parser.add_argument(
+        "--only", default=",".join(BENCHMARKS), help=f"comma-separated subset of {','.join(BENCHMARKS)}"
+    )
     parser.add_argument("--fastmcp-python", help="interpreter with fastmcp installed (default: this one if it has it)")
     parser.add_argument("--no-fastmcp", action="store_true", help="skip the FastMCP contenders")
     parser.add_argument("--keep-tmp", action="store_true", help="keep the temporary configs, state and logs")
@@ -378,7 +450,7 @@ def main(argv: list[str] | None = None) -> int:
     table = markdown(results, target_rows)
 
     args.out.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S") + ("-quick" if args.quick else "")
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S") + ("-quick" if args.quick else "")
     for stem in (f"bench-{stamp}", "latest"):
         (args.out / f"{stem}.json").write_text(json.dumps(results, indent=2, default=str) + "\n", encoding="utf-8")
         (args.out / f"{stem}.md").write_text(table, encoding="utf-8")

@@ -125,7 +125,7 @@ async def run(ctx: Any) -> dict[str, Any]:
         ctx.progress(f"start-up round {r + 1}/{rounds}")
 
     def ratio(a: str, b: str) -> dict[str, Any]:
-        pairs = [(x, y) for x, y in zip(times[a], times[b]) if x is not None and y is not None]
+        pairs = [(x, y) for x, y in zip(times[a], times[b], strict=True) if x is not None and y is not None]
         return ratio_summary([x for x, _ in pairs], [y for _, y in pairs])
 
     result: dict[str, Any] = {
@@ -143,7 +143,8 @@ async def run(ctx: Any) -> dict[str, Any]:
         "ratios": {f"{name}/single": ratio(name, "single") for name in times if name != "single"},
     }
     if f"direct-x{count}" in result["contenders"]:
-        result["contenders"][f"direct-x{count}"]["note"] = f"{count} mcp SDK clients, each spawning one slow demo server"
+        note = f"{count} mcp SDK clients, each spawning one slow demo server"
+        result["contenders"][f"direct-x{count}"]["note"] = note
     if "fastmcp" in times:
         result["ratios"]["prefixgate/fastmcp"] = ratio("prefixgate", "fastmcp")
     result["ratios"]["barrier"] = ratio(f"light-{count}", "light-1")

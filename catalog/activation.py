@@ -9,6 +9,7 @@ deferred tools' schemas), and every doubtful record grants nothing: fail closed.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -79,7 +80,7 @@ def _check_names(active: object) -> tuple[str, ...]:
         if not n:
             raise RecordError("active holds an empty name")
     keys = [code_unit_key(n) for n in active]
-    for a, b in zip(keys, keys[1:]):
+    for a, b in itertools.pairwise(keys):
         if a == b:
             raise RecordError("active holds a duplicate name")
         if a > b:

@@ -18,9 +18,11 @@ import difflib
 import json
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from catalog.names import code_unit_key
 
 JSON = Any
 
@@ -58,11 +60,6 @@ VALUE_LIMIT = 80
 """Longest value shown in text output (compact JSON); longer ones are cut with ``…``."""
 
 NAMES_IN_SUMMARY = 3
-
-
-def code_unit_key(text: str) -> bytes:
-    """UTF-16 code-unit order (the order JavaScript clients and the catalog use)."""
-    return text.encode("utf-16-be", "surrogatepass")
 
 
 def dumps(value: JSON) -> str:
@@ -641,6 +638,22 @@ def _names(names: Sequence[str]) -> str:
     if len(names) > NAMES_IN_SUMMARY:
         shown.append(f"+{len(names) - NAMES_IN_SUMMARY} more")
     return ", ".join(shown)
+
+
+def name_changes(before: Mapping[str, object], after: Mapping[str, object]) -> list[str]:
+    """What changed between two ``name -> value`` maps, one part per kind that occurs:
+    ``added: a, b``, ``removed: c``, ``changed: d`` (a different value), names in code-unit
+    order and cut after a few. The one short "what changed" of the gateway: the log line
+    of a new epoch and ``doctor``'s stability check both use it."""
+    parts = []
+    for label, names in (
+        ("added", after.keys() - before.keys()),
+        ("removed", before.keys() - after.keys()),
+        ("changed", {n for n in before.keys() & after.keys() if before[n] != after[n]}),
+    ):
+        if names:
+            parts.append(f"{label}: {_names(sorted(names, key=code_unit_key))}")
+    return parts
 
 
 def _count(n: int, one: str, many: str | None = None) -> str:

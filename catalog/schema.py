@@ -15,41 +15,10 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from jsonschema.validators import validator_for
 
+from catalog.keywords import STRING_SET, SUBSCHEMA, SUBSCHEMA_LIST, SUBSCHEMA_MAP
 from catalog.model import JSON
 from catalog.text import quote
 from catalog.validation import REMOTE_REFUSED, compile_validator, references
-
-# Keyword tables are the union of drafts 4 to 2020-12: one walk serves every dialect.
-# Inside a keyword a dialect does not know, the union can only reorder/de-duplicate
-# string sets (``required``, ``type``), which never changes validation.
-
-_SUBSCHEMA = frozenset(
-    {
-        "additionalItems",
-        "additionalProperties",
-        "contains",
-        "contentSchema",
-        "else",
-        "if",
-        "not",
-        "propertyNames",
-        "then",
-        "unevaluatedItems",
-        "unevaluatedProperties",
-    }
-)
-"""Keywords whose value is one subschema."""
-
-_SUBSCHEMA_LIST = frozenset({"allOf", "anyOf", "oneOf", "prefixItems"})
-"""Keywords whose value is an ordered array of subschemas (order is kept)."""
-
-_SUBSCHEMA_MAP = frozenset(
-    {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"}
-)
-"""Keywords whose value maps *names* (not keywords) to subschemas."""
-
-_STRING_SET = frozenset({"required", "type"})
-"""Keywords whose string-array value is a set: de-duplicated and sorted."""
 
 # Sets sort by code point (plain ``sorted``), the same order canonicaljson uses for keys.
 
@@ -94,13 +63,13 @@ def _dependency(value: JSON) -> JSON:
 
 
 def _keyword(key: str, value: JSON) -> JSON:
-    if key in _SUBSCHEMA:
+    if key in SUBSCHEMA:
         return _subschema(value)
-    if key in _SUBSCHEMA_LIST:
+    if key in SUBSCHEMA_LIST:
         return _list_values(value, _subschema)
-    if key in _SUBSCHEMA_MAP:
+    if key in SUBSCHEMA_MAP:
         return _map_values(value, _subschema)
-    if key in _STRING_SET:
+    if key in STRING_SET:
         return _string_set(value)
     if key == "items":  # draft 2020-12: a subschema; earlier drafts: also an ordered array
         return _list_values(value, _subschema) if isinstance(value, list) else _subschema(value)

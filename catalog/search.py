@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import canonicaljson
 
+from catalog.keywords import subschemas
 from catalog.model import JSON, Entry
 from catalog.names import code_unit_key
 
@@ -118,11 +119,6 @@ def _compound(name: str) -> str:
     return "".join(_ALNUM.findall(name)).casefold()
 
 
-_SUB_ONE = frozenset({"items", "additionalProperties", "not", "if", "then", "else"})
-_SUB_LIST = frozenset({"prefixItems", "allOf", "anyOf", "oneOf"})
-_SUB_MAP = frozenset({"$defs", "definitions", "patternProperties"})
-
-
 def _schema_words(schema: dict[str, JSON]) -> tuple[list[str], list[str]]:
     """Parameter names and descriptions, through nested properties and sub-schemas."""
     names: list[str] = []
@@ -141,14 +137,8 @@ def _schema_words(schema: dict[str, JSON]) -> tuple[list[str], list[str]]:
             elif key == "description":
                 if depth and isinstance(sub, str):
                     texts.append(sub)
-            elif key in _SUB_ONE:
-                if isinstance(sub, dict):
-                    stack.append((sub, depth + 1))
-            elif key in _SUB_LIST:
-                if isinstance(sub, list):
-                    stack.extend((x, depth + 1) for x in sub if isinstance(x, dict))
-            elif key in _SUB_MAP and isinstance(sub, dict):
-                stack.extend((x, depth + 1) for x in sub.values() if isinstance(x, dict))
+            else:
+                stack.extend((x, depth + 1) for x in subschemas(key, sub))
     return names, texts
 
 
@@ -239,7 +229,7 @@ class SearchIndex:
             idf = math.log(1.0 + (self._n - df + 0.5) / (df + 0.5))
             bags, norms, k = self._bags, self._norms, idf * (K1 + 1.0)
             tfs = [bags[doc][term] for doc in docs]
-            scored = tuple((doc, k * tf / (tf + norms[doc])) for doc, tf in zip(docs, tfs))
+            scored = tuple((doc, k * tf / (tf + norms[doc])) for doc, tf in zip(docs, tfs, strict=True))
             self._scored[term] = scored
         return scored
 

@@ -14,8 +14,9 @@ import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
+from catalog.budget import ClientPolicy, Mode
 from catalog.names import PROFILES
 from catalog.text import escape
 
@@ -25,7 +26,8 @@ SERVER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 _VAR = re.compile(r"\$\{([^}]*)\}")
 
 Transport = Literal["stdio", "http", "sse"]
-DeclarationsMode = Literal["auto", "fixed", "on-demand"]
+DeclarationsMode = Mode
+_POLICY = ClientPolicy()
 
 
 class ConfigError(Exception):
@@ -73,19 +75,21 @@ class GatewayConfig:
 
 @dataclass(frozen=True)
 class ClientConfig:
-    profile: str = "openai"
+    """``[client]``: the defaults are ``ClientPolicy``'s, written once in ``catalog.budget``."""
+
+    profile: str = _POLICY.profile
     max_functions: int | None = None
     """Explicit override; ``None`` means the profile's limit."""
-    context_window: int | None = None
-    reserve_tokens: int = 16384
-    keep_recent_tokens: int = 20000
-    system_prompt_tokens: int = 0
-    declarations: DeclarationsMode = "auto"
-    defer: tuple[str, ...] = ()
-    account: str | None = None
-    model: str | None = None
-    api: str | None = None
-    endpoint: str | None = None
+    context_window: int | None = _POLICY.context_window
+    reserve_tokens: int = _POLICY.reserve_tokens
+    keep_recent_tokens: int = _POLICY.keep_recent_tokens
+    system_prompt_tokens: int = _POLICY.system_prompt_tokens
+    declarations: DeclarationsMode = _POLICY.declarations
+    defer: tuple[str, ...] = _POLICY.defer
+    account: str | None = _POLICY.account
+    model: str | None = _POLICY.model
+    api: str | None = _POLICY.api
+    endpoint: str | None = _POLICY.endpoint
 
     @property
     def function_limit(self) -> int | None:
@@ -307,7 +311,7 @@ _CLIENT_KEYS: dict[str, Check] = {
     "reserve_tokens": _count,
     "keep_recent_tokens": _count,
     "system_prompt_tokens": _count,
-    "declarations": _one_of("auto", "fixed", "on-demand"),
+    "declarations": _one_of(*get_args(Mode)),
     "defer": _str_list,
     "account": _str,
     "model": _str,

@@ -9,8 +9,10 @@ and cached here, because they belong to exactly this catalog.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
+
+from jsonschema_rs import Validator
 
 from catalog.budget import ClientPolicy, Declarations, decide
 from catalog.build import build
@@ -18,13 +20,11 @@ from catalog.model import Catalog, ServerTools
 from catalog.names import PROFILES
 from catalog.search import SearchIndex, tool_call_declaration, tool_search_declaration
 from catalog.validation import compile_validator, is_referencing
-from jsonschema_rs import Validator
-from spill import artifact_read_declaration
-
 from gateway.checks import CheckCache
 from gateway.config import Config
 from gateway.downstream import Downstream
 from gateway.wire import DEFAULT_VERSION, published_tools, wire_problem
+from spill import artifact_read_declaration
 
 META_TOOLS = frozenset({"tool_search", "tool_call", "artifact_read"})
 """Names the gateway serves itself: a downstream tool never takes one."""
@@ -92,21 +92,11 @@ class Epoch:
 
 
 def client_policy(config: Config) -> ClientPolicy:
+    """The ``[client]`` table as the policy ``decide`` applies: the same fields, and the
+    function limit resolved (``max_functions`` or the profile's)."""
     c = config.client
-    return ClientPolicy(
-        profile=c.profile,
-        max_functions=c.function_limit,
-        context_window=c.context_window,
-        reserve_tokens=c.reserve_tokens,
-        keep_recent_tokens=c.keep_recent_tokens,
-        system_prompt_tokens=c.system_prompt_tokens,
-        declarations=c.declarations,
-        defer=c.defer,
-        account=c.account,
-        model=c.model,
-        api=c.api,
-        endpoint=c.endpoint,
-    )
+    copied = {f.name: getattr(c, f.name) for f in fields(ClientPolicy)}
+    return ClientPolicy(**{**copied, "max_functions": c.function_limit})
 
 
 def meta_declarations(spill: bool) -> dict[str, dict[str, Any]]:

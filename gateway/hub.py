@@ -20,6 +20,7 @@ from typing import Any, get_args
 
 import anyio
 from catalog.budget import DecisionError
+from catalog.diff import name_changes
 from catalog.names import PROFILES
 from mcp.server.session import ServerSession
 from mcp.server.subscriptions import (
@@ -409,14 +410,7 @@ def change_summary(old: Epoch | None, new: Epoch) -> str:
         return f"{len(new.catalog.entries)} tools"
     before = {e.name: e.declaration for e in old.catalog.entries}
     after = {e.name: e.declaration for e in new.catalog.entries}
-    added = sorted(set(after) - set(before))
-    removed = sorted(set(before) - set(after))
-    changed = sorted(n for n in set(after) & set(before) if after[n] != before[n])
-    parts = []
-    for label, names in (("added", added), ("removed", removed), ("changed", changed)):
-        if names:
-            shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
-            parts.append(f"{label}: {shown}")
+    parts = name_changes(before, after)
     if old.decision.mode != new.decision.mode:
         parts.append(f"mode {old.decision.mode} -> {new.decision.mode}")
     return "; ".join(parts) or "declarations changed"

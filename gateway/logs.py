@@ -49,7 +49,9 @@ class _DroppingQueueHandler(QueueHandler):
 class _Writer:
     """The daemon thread that formats records and writes them to stderr."""
 
-    def __init__(self, source: _DroppingQueueHandler, records: queue.Queue[logging.LogRecord | None], stream: TextIO) -> None:
+    def __init__(
+        self, source: _DroppingQueueHandler, records: queue.Queue[logging.LogRecord | None], stream: TextIO
+    ) -> None:
         self.source = source
         self.records = records
         self.target = logging.StreamHandler(stream)

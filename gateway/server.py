@@ -18,6 +18,7 @@ from typing import Any
 
 import anyio
 import mcp_types as types
+from catalog.names import code_unit_key
 from mcp_types import SERVER_INFO_META_KEY
 from mcp.server.context import CallNext, ServerRequestContext
 from mcp.server.lowlevel import NotificationOptions, Server
@@ -326,7 +327,7 @@ def _resource_server(hub: Hub, uri: str) -> str | None:
         return owner
     candidates = sorted(
         (d for d in hub.downstreams if d.status == "ready" and "resources" in d.capabilities),
-        key=lambda d: d.id.encode("utf-16-be", "surrogatepass"),
+        key=lambda d: code_unit_key(d.id),
     )
     return candidates[0].id if candidates else None
 

@@ -14,10 +14,10 @@ from collections.abc import Iterable
 
 import anyio
 import anyio.to_thread
-from catalog.activation import ActivationState, encode_record, restore
-from spill import ArtifactStore
 
+from catalog.activation import ActivationState, encode_record, restore
 from gateway.journal import Journal
+from spill import ArtifactStore
 
 log = logging.getLogger("prefixgate.session")
 

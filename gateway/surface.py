@@ -12,10 +12,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from catalog.names import Profile, assign_names, code_unit_key
-from catalog.schema import sort_keys
 from mcp.shared.uri_template import InvalidUriTemplate, UriTemplate
 
+from catalog.names import Profile, assign_names, code_unit_key
+from catalog.schema import sort_keys
 from gateway.downstream import Downstream
 
 
@@ -61,7 +61,9 @@ def _first_owner(
             continue
         if value in owner:
             if owner[value] != server:
-                warnings.append(f"{kind} {value!r} is offered by {owner[value]!r} and {server!r}: served by {owner[value]!r}")
+                warnings.append(
+                    f"{kind} {value!r} is offered by {owner[value]!r} and {server!r}: served by {owner[value]!r}"
+                )
             continue
         owner[value] = server
         kept.append(sort_keys(item))
@@ -81,12 +83,8 @@ def build_surface(downstreams: Sequence[Downstream], profile: Profile, separator
             if server == d.id:
                 surface.template_owner.append((_parse(text), text, server))
 
-    raw_prompts = [
-        (d, p) for d in ready for p in d.prompts if isinstance(p, dict) and isinstance(p.get("name"), str)
-    ]
-    names, renames = assign_names(
-        [(d.id, d.config.prefix, p["name"]) for d, p in raw_prompts], profile, separator
-    )
+    raw_prompts = [(d, p) for d in ready for p in d.prompts if isinstance(p, dict) and isinstance(p.get("name"), str)]
+    names, renames = assign_names([(d.id, d.config.prefix, p["name"]) for d, p in raw_prompts], profile, separator)
     surface.warnings += [f"prompt {w.line()}" for w in renames]
     seen: set[str] = set()
     for d, prompt in raw_prompts:

@@ -37,9 +37,9 @@ from contextlib import contextmanager
 from typing import Any
 
 from .bound import DEFAULT_MAX_VISIBLE_BYTES, MIN_VISIBLE_BYTES, text_result_size, utf8
+from .store import ArtifactStore
 
 _WRAPPER = text_result_size("")
-from .store import ArtifactStore
 
 __all__ = [
     "ARTIFACT_READ_SCHEMA",

@@ -38,8 +38,24 @@ def deep_tool(depth: int) -> str:
 
 
 TOOLS = [
-    {"name": name, "description": f"rogue {name}", "inputSchema": {"type": "object", "properties": {"n": {"type": "integer"}, "text": {"type": "string"}}}}
-    for name in ("surrogate_text", "log_surrogate", "echo", "big", "big_ts", "flood_logs", "flood_progress", "flood_stderr", "stderr_lines", "stderr_forge", "ok")
+    {
+        "name": name,
+        "description": f"rogue {name}",
+        "inputSchema": {"type": "object", "properties": {"n": {"type": "integer"}, "text": {"type": "string"}}},
+    }
+    for name in (
+        "surrogate_text",
+        "log_surrogate",
+        "echo",
+        "big",
+        "big_ts",
+        "flood_logs",
+        "flood_progress",
+        "flood_stderr",
+        "stderr_lines",
+        "stderr_forge",
+        "ok",
+    )
 ]
 
 
@@ -48,7 +64,13 @@ def call(request_id: Any, name: str, args: dict[str, Any], token: Any = None) ->
     if name == "surrogate_text":
         send({"jsonrpc": "2.0", "id": request_id, "result": text(f"half an emoji: {LONE}!")})
     elif name == "log_surrogate":
-        send({"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "warning", "logger": f"l{LONE}", "data": f"log {LONE}"}})
+        send(
+            {
+                "jsonrpc": "2.0",
+                "method": "notifications/message",
+                "params": {"level": "warning", "logger": f"l{LONE}", "data": f"log {LONE}"},
+            }
+        )
         send({"jsonrpc": "2.0", "id": request_id, "result": text("logged")})
     elif name == "echo":
         send({"jsonrpc": "2.0", "id": request_id, "result": text("echo: " + str(args.get("text", "")))})
@@ -57,10 +79,21 @@ def call(request_id: Any, name: str, args: dict[str, Any], token: Any = None) ->
         OUT.write(head + b',"result":{"content":[{"type":"text","text":"' + b"x" * n + b'"}]}}\n')
         OUT.flush()
     elif name == "big_ts":  # id last, as the TypeScript SDK writes it
-        OUT.write(b'{"result":{"content":[{"type":"text","text":"' + b"y" * n + b'"}]},"jsonrpc":"2.0","id":' + json.dumps(request_id).encode() + b"}\n")
+        OUT.write(
+            b'{"result":{"content":[{"type":"text","text":"'
+            + b"y" * n
+            + b'"}]},"jsonrpc":"2.0","id":'
+            + json.dumps(request_id).encode()
+            + b"}\n"
+        )
         OUT.flush()
     elif name == "flood_logs":
-        line = json.dumps({"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "z" * 1000}}).encode() + b"\n"
+        line = (
+            json.dumps(
+                {"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "z" * 1000}}
+            ).encode()
+            + b"\n"
+        )
         for _ in range(n):
             OUT.write(line)
         OUT.flush()
@@ -68,7 +101,9 @@ def call(request_id: Any, name: str, args: dict[str, Any], token: Any = None) ->
     elif name == "flood_progress":
         for i in range(n):
             notice = {"progressToken": token, "progress": i, "total": n, "message": "p" * 1000}
-            OUT.write(json.dumps({"jsonrpc": "2.0", "method": "notifications/progress", "params": notice}).encode() + b"\n")
+            OUT.write(
+                json.dumps({"jsonrpc": "2.0", "method": "notifications/progress", "params": notice}).encode() + b"\n"
+            )
         OUT.flush()
         send({"jsonrpc": "2.0", "id": request_id, "result": text(f"sent {n} progress notifications")})
     elif name == "flood_stderr":  # n bytes of stderr without a newline

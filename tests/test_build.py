@@ -21,7 +21,11 @@ META = frozenset({"tool_search", "tool_call", "artifact_read"})
 
 
 def tool(name: str, **extra: Any) -> dict[str, Any]:
-    schema = {"type": "object", "properties": {"q": {"type": "string"}, "n": {"type": "integer"}}, "required": ["q", "n"]}
+    schema = {
+        "type": "object",
+        "properties": {"q": {"type": "string"}, "n": {"type": "integer"}},
+        "required": ["q", "n"],
+    }
     return {"name": name, "description": f"does {name}", "inputSchema": schema, **extra}
 
 
@@ -46,7 +50,12 @@ def wire(catalog: Catalog) -> str:
 
 
 def snapshot(catalog: Catalog) -> tuple[Any, ...]:
-    return (wire(catalog), catalog.fingerprint, catalog.warnings, [(e.name, e.server, e.original, e.deferred) for e in catalog.entries])
+    return (
+        wire(catalog),
+        catalog.fingerprint,
+        catalog.warnings,
+        [(e.name, e.server, e.original, e.deferred) for e in catalog.entries],
+    )
 
 
 def test_fingerprint_is_sha256_of_canonical_json() -> None:
@@ -132,7 +141,7 @@ def test_server_and_tool_order_do_not_matter(rnd: random.Random) -> None:
         server("x", tool("y__z"), tool("a.b"), tool("a b"), tool("ok"), {"bad": 1}),
         server("x__y", tool("z"), tool("ok", inputSchema={"type": "string"}), deferred=True),
         server("plain", tool("tool_search"), tool("dup"), tool("dup", description="other"), prefix=""),
-        server("solo", tool("t" * 80), tool("\U0001F600"), exclude=("hidden*",), include=()),
+        server("solo", tool("t" * 80), tool("\U0001f600"), exclude=("hidden*",), include=()),
     ]
     expected = snapshot(build(servers, OPENAI, "__", META))
     mixed = [
@@ -177,14 +186,23 @@ def test_quarantine_reports_reason_and_keeps_the_rest() -> None:
 
 
 def test_schema_defect_removed_by_canonical_form_does_not_cost_the_tool() -> None:
-    raw = tool("t", inputSchema={"type": "object", "required": ["a", "a"], "properties": {"a": {"type": ["string", "string"]}}})
+    raw = tool(
+        "t", inputSchema={"type": "object", "required": ["a", "a"], "properties": {"a": {"type": ["string", "string"]}}}
+    )
     cat = build([server("s", raw)], OPENAI)
     assert [e.name for e in cat.entries] == ["s__t"] and cat.warnings == ()
 
 
 def test_include_and_exclude() -> None:
-    srv = server("s", tool("read_file"), tool("read_dir"), tool("write_file"), tool("Read_x"),
-                 include=("read_*", "write_*"), exclude=("*_dir",))
+    srv = server(
+        "s",
+        tool("read_file"),
+        tool("read_dir"),
+        tool("write_file"),
+        tool("Read_x"),
+        include=("read_*", "write_*"),
+        exclude=("*_dir",),
+    )
     cat = build([srv], OPENAI)
     assert [e.original for e in cat.entries] == ["read_file", "write_file"]
     excluded = {w.tool: w.detail for w in cat.warnings if w.kind == "excluded"}
@@ -240,17 +258,27 @@ def test_deferred_and_duplicate_server_ids() -> None:
 
 def test_warnings_sorted_by_kind_server_tool() -> None:
     cat = build(
-        [server("b", tool("x", inputSchema=1), tool("e"), exclude=("e",)), server("a", tool("y", inputSchema=1), tool("a.b"))],
+        [
+            server("b", tool("x", inputSchema=1), tool("e"), exclude=("e",)),
+            server("a", tool("y", inputSchema=1), tool("a.b")),
+        ],
         OPENAI,
     )
     keys = [(w.kind, w.server, w.tool) for w in cat.warnings]
-    assert keys == [("excluded", "b", "e"), ("quarantined", "a", "y"), ("quarantined", "b", "x"), ("renamed", "a", "a.b")]
+    assert keys == [
+        ("excluded", "b", "e"),
+        ("quarantined", "a", "y"),
+        ("quarantined", "b", "x"),
+        ("renamed", "a", "a.b"),
+    ]
 
 
 def test_published_bytes_are_canonical_json() -> None:
     cat = build([server("s", shuffled(tool("t", annotations={"b": 1, "a": 2}), random.Random(1)))], OPENAI)
     decls = [e.declaration for e in cat.entries]
-    assert json.dumps(decls, separators=(",", ":"), ensure_ascii=False).encode() == canonicaljson.encode_canonical_json(decls)
+    assert json.dumps(decls, separators=(",", ":"), ensure_ascii=False).encode() == canonicaljson.encode_canonical_json(
+        decls
+    )
 
 
 def test_extra_check_quarantines_with_its_reason() -> None:

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from catalog.diff import ABSENT, Change, diff, json_changes, render
-from gateway import diff_cmd
+from catalog.diff import ABSENT, Change, diff, json_changes, name_changes, render
+from gateway.commands import diff as diff_cmd
 from tests.conftest import PYTHON, demo, write_config
 
 Report = dict[str, Any]
@@ -420,7 +420,7 @@ def test_cmd_as_module(tmp_path: Path, real: dict[str, Report]) -> None:
     a = save(tmp_path / "a.json", real["base"])
     b = save(tmp_path / "b.json", real["failed"])
     proc = subprocess.run(
-        [sys.executable, "-m", "gateway.diff_cmd", a, b], capture_output=True, text=True, timeout=30, check=False
+        [sys.executable, "-m", "gateway.commands.diff", a, b], capture_output=True, text=True, timeout=30, check=False
     )
     assert proc.returncode == 1, proc.stderr
     assert proc.stdout.startswith("published tools/list bytes differ (fingerprint ")
@@ -463,3 +463,15 @@ def test_any_report_shape_diffs_without_crashing(old: Report, new: Report) -> No
     assert (d.identical is True) == text.startswith("published tools/list bytes are identical")
     if d.identical is False:
         assert text.startswith("published tools/list bytes differ")
+
+
+def test_name_changes_is_the_one_short_summary() -> None:
+    """The epoch log line and doctor's stability check: kinds in order, names in code-unit order, cut."""
+    before = {"\uffff": 1, "\U0001f600": 1, "kept": 1, "same": 1}
+    after = {"e": 1, "a": 1, "c": 1, "d": 1, "kept": 2, "same": 1}
+    assert name_changes(before, after) == [
+        "added: a, c, d, +1 more",
+        'removed: \U0001f600, "\uffff"',  # a surrogate pair sorts before U+FFFF; unprintable is quoted
+        "changed: kept",
+    ]
+    assert name_changes(before, before) == []

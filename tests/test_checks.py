@@ -7,7 +7,6 @@ from pathlib import Path
 from catalog.build import build
 from catalog.model import ServerTools
 from catalog.names import PROFILES
-
 from gateway.checks import CheckCache
 from gateway.wire import wire_problem
 

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from catalog.budget import ClientPolicy
 from gateway.config import ConfigError, find_config, load_config, parse_config
+from gateway.epoch import client_policy
 from tests.conftest import run_cli
 
 BASE = {"servers": {"git": {"command": "mcp-server-git"}}}
@@ -34,6 +37,18 @@ def test_defaults() -> None:
     )
     assert parse({**BASE, "client": {"profile": "anthropic"}}).client.function_limit is None
     assert parse({**BASE, "client": {"profile": "anthropic", "max_functions": 40}}).client.function_limit == 40
+
+
+
+def test_client_defaults_are_the_policy_defaults() -> None:
+    """An empty [client] table decides exactly like the catalog's default policy."""
+    policy = client_policy(parse(BASE))
+    assert policy == ClientPolicy(max_functions=128)
+    assert policy.reserve_tokens == 16384 and policy.keep_recent_tokens == 20000 and policy.declarations == "auto"
+    every: dict[str, Any] = {"profile": "anthropic", "max_functions": 7, "context_window": 9000, "reserve_tokens": 1,
+             "keep_recent_tokens": 2, "system_prompt_tokens": 3, "declarations": "fixed", "defer": ["a*"],
+             "account": "acc", "model": "m", "api": "x", "endpoint": "https://e"}
+    assert client_policy(parse({**BASE, "client": every})) == ClientPolicy(**{**every, "defer": ("a*",)})
 
 
 @pytest.mark.parametrize(

@@ -148,7 +148,9 @@ async def test_gate_order_activation_policy_and_arguments(tmp_path: Path) -> Non
 
         bad = await gw.session.call_tool("e__get_issue", {"owner": "o", "repo": "r", "options": {"state": "maybe"}})
         assert bad.is_error
-        assert text(bad).startswith('Invalid arguments for e__get_issue: arguments.options.state: "maybe" is not one of')
+        assert text(bad).startswith(
+            'Invalid arguments for e__get_issue: arguments.options.state: "maybe" is not one of'
+        )
         missing = await gw.session.call_tool("e__echo", {})
         assert text(missing) == 'Invalid arguments for e__echo: arguments: "text" is a required property'
         await anyio.sleep(0.3)
@@ -169,7 +171,9 @@ async def test_tool_search_bytes_are_stable_and_limit_is_clamped(tmp_path: Path)
     answers = []
     for _ in range(2):
         async with gateway(config) as gw:
-            first = await gw.raw("tools/call", {"name": "tool_search", "arguments": {"query": "owner repo", "limit": 1000}})
+            first = await gw.raw(
+                "tools/call", {"name": "tool_search", "arguments": {"query": "owner repo", "limit": 1000}}
+            )
             second = await gw.raw(
                 "tools/call", {"name": "tool_search", "arguments": {"query": "owner repo", "limit": 1000}}
             )

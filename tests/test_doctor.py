@@ -17,7 +17,7 @@ import pytest
 
 from tests.conftest import PYTHON, demo, write_config
 
-DOCTOR = [PYTHON, "-m", "gateway.doctor"]
+DOCTOR = [PYTHON, "-m", "gateway.commands.doctor"]
 
 # A stdio MCP server (mcp 2.x low-level SDK) whose tool list changes every time it starts:
 # a counter file says how often it has been started, and the tool's description and a
@@ -116,7 +116,9 @@ def troubled(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.Compl
     return text, json.loads(as_json.stdout), text_config
 
 
-def test_troubled_config_needs_attention(troubled: tuple[subprocess.CompletedProcess[str], dict[str, Any], Path]) -> None:
+def test_troubled_config_needs_attention(
+    troubled: tuple[subprocess.CompletedProcess[str], dict[str, Any], Path],
+) -> None:
     proc, _, config = troubled
     out = proc.stdout
     assert proc.returncode == 1, proc.stderr
@@ -139,7 +141,7 @@ def test_troubled_config_needs_attention(troubled: tuple[subprocess.CompletedPro
     assert verdict(out, "published tools/list differs between two discoveries") == "FAIL"
     killer = lines_with(out, "drifting: its tool list changed between two listings, a cache killer")
     assert len(killer) == 1 and killer[0].split()[0] == "FAIL", out
-    assert "added extra" in killer[0] and "changed status" in killer[0]
+    assert "added: extra" in killer[0] and "changed: status" in killer[0]
     assert not lines_with(out, "healthy: its tool list changed")
     assert not lines_with(out, "badschema: its tool list changed")
     # the declaration numbers and the directories are there
@@ -268,7 +270,7 @@ def check_snippet(register: dict[str, Any], client: str, config: Path) -> None:
 
 @pytest.mark.parametrize("client", CLIENTS)
 def test_registration_snippet_is_valid(tmp_path: Path, client: str) -> None:
-    from gateway.doctor import snippet
+    from gateway.commands.doctor import snippet
 
     # awkward characters in the path must survive quoting in every format
     odd = tmp_path / "my configs" / 'it\'s "odd" \\ ü'
@@ -280,7 +282,7 @@ def test_registration_snippet_is_valid(tmp_path: Path, client: str) -> None:
 def test_doctor_prints_the_snippet_for_each_client(tmp_path: Path) -> None:
     config = quick_config(tmp_path)
     runs = doctors(*[(config, ("--client", c, "--json")) for c in CLIENTS], (config, ("--client", "vscode")))
-    for client, proc in zip(CLIENTS, runs):
+    for client, proc in zip(CLIENTS, runs[: len(CLIENTS)], strict=True):
         check_snippet(json.loads(proc.stdout)["register"], client, config)
     register = json.loads(runs[3].stdout)["register"]
     assert register["snippet"] in runs[-1].stdout  # the text report prints exactly the same snippet

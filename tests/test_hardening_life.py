@@ -18,7 +18,19 @@ import anyio
 import httpx2
 import pytest
 
-from tests.conftest import ACCEPT, ERAS, GATEWAY, INIT, PYTHON, demo, gateway, http_gateway, run_cli, sdk_client, write_config
+from tests.conftest import (
+    ACCEPT,
+    ERAS,
+    GATEWAY,
+    INIT,
+    PYTHON,
+    demo,
+    gateway,
+    http_gateway,
+    run_cli,
+    sdk_client,
+    write_config,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -42,7 +54,12 @@ async def test_every_loopback_bind_checks_host_and_origin(tmp_path: Path, listen
     config = write_config(tmp_path, {"d": demo("--tools", 1, "--log-calls")})
     with http_gateway(config, listen=listen) as (url, stderr):
         port = urlsplit(url).port
-        call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "d__echo", "arguments": {"text": "x"}}}
+        call = {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {"name": "d__echo", "arguments": {"text": "x"}},
+        }
         async with httpx2.AsyncClient() as plain:
             for evil in (
                 {"host": "evil.example"},
@@ -75,7 +92,9 @@ async def test_every_loopback_bind_checks_host_and_origin(tmp_path: Path, listen
 
 def test_whitespace_only_token_is_refused_before_anything_starts(tmp_path: Path) -> None:
     config = write_config(tmp_path, {"d": demo("--tools", 1)})
-    proc = run_cli("serve", "--config", str(config), "--http", "127.0.0.1:0", env={"PREFIXGATE_TOKEN": " \t "}, timeout=30)
+    proc = run_cli(
+        "serve", "--config", str(config), "--http", "127.0.0.1:0", env={"PREFIXGATE_TOKEN": " \t "}, timeout=30
+    )
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines() == [
         "prefixgate: $PREFIXGATE_TOKEN is only whitespace; set a real token or unset it"
@@ -326,7 +345,9 @@ async def test_a_modern_client_gets_its_calls_logs_at_the_level_it_asked_for(tmp
 
     with http_gateway(config, listen="127.0.0.1:0") as (url, _):
         # Not sdk_client: its log_level is the gateway's stderr level.
-        async with Client(streamable_http_client(url), mode="auto", log_level="warning", logging_callback=on_log) as client:
+        async with Client(
+            streamable_http_client(url), mode="auto", log_level="warning", logging_callback=on_log
+        ) as client:
             await client.call_tool("r__log", {"level": "info", "data": "quiet"})
             await client.call_tool("r__log", {"level": "error", "data": "loud"})
             await _until(lambda: "loud" in received, "loud")

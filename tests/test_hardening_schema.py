@@ -18,8 +18,8 @@ import anyio
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from spill import ArtifactStore, bound_result, json_size, list_artifacts, surely_within, visible_size
 
+from spill import ArtifactStore, bound_result, json_size, list_artifacts, surely_within, visible_size
 from tests.conftest import ERAS, PYTHON, catalog_json, demo, run_cli, sdk_client, write_config
 
 pytestmark = pytest.mark.anyio

@@ -79,9 +79,14 @@ async def test_lone_surrogate_from_an_http_client_is_a_parse_error(tmp_path: Pat
 
     config = write_config(tmp_path, {"rogue": rogue()})
     with http_gateway(config) as (url, _):
-        body = b'{"jsonrpc":"2.0","id":"\\ud800","method":"tools/call","params":{"name":"rogue__echo","arguments":{"text":"\\ud800"}}}'
+        body = (
+            b'{"jsonrpc":"2.0","id":"\\ud800","method":"tools/call",'
+            b'"params":{"name":"rogue__echo","arguments":{"text":"\\ud800"}}}'
+        )
         request = urllib.request.Request(
-            url, data=body, method="POST",
+            url,
+            data=body,
+            method="POST",
             headers={"content-type": "application/json", "accept": "application/json, text/event-stream"},
         )
         with pytest.raises(urllib.error.HTTPError) as failed:
@@ -173,7 +178,11 @@ class RawGateway:
                 return message
 
     def handshake(self) -> None:
-        self.request(0, "initialize", {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}})
+        self.request(
+            0,
+            "initialize",
+            {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}},
+        )
         assert "result" in self.answer(0)
         self.send(b'{"jsonrpc":"2.0","method":"notifications/initialized"}')
 
@@ -215,7 +224,9 @@ async def test_client_lines_that_cannot_be_parsed_are_answered(tmp_path: Path) -
         gw.send(b'{"jsonrpc":"2.0","id":5,"method":7}')  # JSON, but not JSON-RPC
         answer = gw.read()
         assert answer["id"] == 5 and answer["error"]["code"] == -32600, answer
-        gw.send(b'{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"rogue__echo","arguments":{"text":"a\\ud800b"}}}')
+        gw.send(
+            b'{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"rogue__echo","arguments":{"text":"a\\ud800b"}}}'
+        )
         answer = gw.answer(6)
         assert answer["result"]["content"][0]["text"] == f"echo: a{FFFD}b", answer
         gw.request(7, "ping")

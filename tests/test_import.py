@@ -14,7 +14,11 @@ from typing import Any
 
 import pytest
 
-from gateway import importer
+from gateway.commands import importer
+from gateway.commands.importer.credentials import find_secrets
+from gateway.commands.importer.sources import CLIENT_NAMES, default_paths
+from gateway.commands.importer.translate import escape_literal
+from gateway.commands.toml_writer import toml_string
 from gateway.config import Config, ServerConfig, expand, parse_config
 
 FIXTURES = Path(__file__).parent / "fixtures" / "import"
@@ -200,7 +204,7 @@ def test_detected_format_matches_from(capsys: pytest.CaptureFixture[str], path: 
     """Without --from the format comes from the file; with --from the output is the same."""
     code, detected, _ = do_import(capsys, path)
     assert code == 0 and f"({client})" in detected
-    fmt = {v: k for k, v in importer.CLIENT_NAMES.items()}[client]
+    fmt = {v: k for k, v in CLIENT_NAMES.items()}[client]
     code, forced, _ = do_import(capsys, "--from", fmt, path)
     assert code == 0 and forced == detected
 
@@ -254,7 +258,7 @@ def test_literal_secrets_are_kept_and_warned_without_echoing(capsys: pytest.Capt
 
 
 def test_secret_detection_rules() -> None:
-    find = importer.find_secrets
+    find = find_secrets
     assert find("docs", {"headers": {"Authorization": "Bearer abc.def"}}) == [
         ("headers.Authorization", "DOCS_TOKEN", '"Bearer ${DOCS_TOKEN}"')
     ]
@@ -374,8 +378,8 @@ def test_strings_round_trip_through_toml_and_expansion(tmp_path: Path, capsys: p
 
 @pytest.mark.parametrize("value", TRICKY)
 def test_toml_string_is_valid_and_exact(value: str) -> None:
-    assert tomllib.loads(f"v = {importer.toml_string(value)}")["v"] == value
-    assert expand("x", importer._escape_literal(value), {}) == value
+    assert tomllib.loads(f"v = {toml_string(value)}")["v"] == value
+    assert expand("x", escape_literal(value), {}) == value
 
 
 def test_dollar_before_a_reference_cannot_be_written(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -437,26 +441,26 @@ def test_from_reads_the_usual_locations(_home: Path, tmp_path: Path, capsys: pyt
 def test_default_paths_per_platform(tmp_path: Path) -> None:
     env = {"HOME": "/Users/alice"}
     cwd = Path("/work/p")
-    assert importer.default_paths("claude-desktop", env, cwd, "darwin") == [
+    assert default_paths("claude-desktop", env, cwd, "darwin") == [
         Path("/Users/alice/Library/Application Support/Claude/claude_desktop_config.json")
     ]
-    assert importer.default_paths("claude-desktop", env, cwd, "linux") == [
+    assert default_paths("claude-desktop", env, cwd, "linux") == [
         Path("/Users/alice/.config/Claude/claude_desktop_config.json")
     ]
-    assert importer.default_paths("claude-desktop", {**env, "XDG_CONFIG_HOME": "/x"}, cwd, "linux") == [
+    assert default_paths("claude-desktop", {**env, "XDG_CONFIG_HOME": "/x"}, cwd, "linux") == [
         Path("/x/Claude/claude_desktop_config.json")
     ]
-    assert importer.default_paths("claude-code", env, cwd, "linux") == [
+    assert default_paths("claude-code", env, cwd, "linux") == [
         Path("/Users/alice/.claude.json"), Path("/work/p/.mcp.json")
     ]  # fmt: skip
-    assert importer.default_paths("vscode", env, cwd, "darwin")[0] == Path(
+    assert default_paths("vscode", env, cwd, "darwin")[0] == Path(
         "/Users/alice/Library/Application Support/Code/User/mcp.json"
     )
-    assert importer.default_paths("vscode", env, cwd, "linux")[-1] == Path("/work/p/.vscode/mcp.json")
-    assert importer.default_paths("codex", {**env, "CODEX_HOME": "/c"}, cwd, "linux") == [
+    assert default_paths("vscode", env, cwd, "linux")[-1] == Path("/work/p/.vscode/mcp.json")
+    assert default_paths("codex", {**env, "CODEX_HOME": "/c"}, cwd, "linux") == [
         Path("/c/config.toml"), Path("/work/p/.codex/config.toml")
     ]  # fmt: skip
-    assert importer.default_paths("cursor", env, Path("/Users/alice"), "linux") == [
+    assert default_paths("cursor", env, Path("/Users/alice"), "linux") == [
         Path("/Users/alice/.cursor/mcp.json")
     ]
 
@@ -548,7 +552,7 @@ def test_directory_argument_finds_project_files(tmp_path: Path, capsys: pytest.C
 
 
 def test_imported_config_runs_catalog(tmp_path: Path) -> None:
-    """Import (python -m gateway.importer), then `prefixgate catalog` on the result."""
+    """Import (python -m gateway.commands.importer), then `prefixgate catalog` on the result."""
     project = tmp_path / "project"
     project.mkdir()
     template = (FIXTURES / "demo" / ".mcp.json").read_text()
@@ -556,7 +560,7 @@ def test_imported_config_runs_catalog(tmp_path: Path) -> None:
     out_file = tmp_path / "prefixgate.toml"
     env = {**os.environ, "HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path / "state"), "GITHUB_TOKEN": "t"}
     imported = subprocess.run(
-        [sys.executable, "-m", "gateway.importer", str(project / ".mcp.json"), "--out", str(out_file)],
+        [sys.executable, "-m", "gateway.commands.importer", str(project / ".mcp.json"), "--out", str(out_file)],
         check=False, capture_output=True, text=True, env=env, timeout=60, cwd=Path(__file__).parent.parent,
     )  # fmt: skip
     assert imported.returncode == 0, imported.stderr
@@ -577,7 +581,7 @@ def test_from_with_a_broken_file_is_one_line(_home: Path, capsys: pytest.Capture
     (_home / ".claude.json").write_text('{"mcpServers": {')
     code, out, err = do_import(capsys, "--from", "claude-code")
     assert code == 2 and out == ""
-    assert (
-        err
-        == f"prefixgate import: {_home / '.claude.json'}: not valid JSON: Expecting property name enclosed in double quotes at line 1 column 17\n"
+    assert err == (
+        f"prefixgate import: {_home / '.claude.json'}: not valid JSON: "
+        "Expecting property name enclosed in double quotes at line 1 column 17\n"
     )

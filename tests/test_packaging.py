@@ -27,7 +27,9 @@ def test_wheel_installs_in_a_fresh_venv_and_runs_the_example(tmp_path: Path) -> 
     (wheel,) = wheels.glob("prefixgate-*.whl")
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
-    subprocess.run([str(venv / "bin" / "pip"), "install", "-q", str(wheel)], check=True, capture_output=True, timeout=600)
+    subprocess.run(
+        [str(venv / "bin" / "pip"), "install", "-q", str(wheel)], check=True, capture_output=True, timeout=600
+    )
     prefixgate = str(venv / "bin" / "prefixgate")
     env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state"), "PATH": "/usr/bin:/bin"}
 

@@ -56,7 +56,9 @@ def gateway_for(transport: str, config: Path) -> Iterator[str | None]:
 
 
 @asynccontextmanager
-async def client_for(transport: str, config: Path, mode: str, url: str | None, token: str | None = None) -> AsyncIterator[Any]:
+async def client_for(
+    transport: str, config: Path, mode: str, url: str | None, token: str | None = None
+) -> AsyncIterator[Any]:
     """A fresh SDK client: a new connection every time (over HTTP, the same gateway)."""
     if transport == "stdio":
         async with sdk_client(config, mode, "--session", "s1", log_level="warning") as client:

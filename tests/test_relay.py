@@ -94,10 +94,13 @@ async def test_resources_templates_and_prompts(config: Path) -> None:
         with pytest.raises(MCPError, match="Unknown prompt"):
             await gw.session.get_prompt("nope", {})
 
-        done = await gw.session.complete(types.PromptReference(type="ref/prompt", name="r__greet"), {"name": "who", "value": "a"})
+        done = await gw.session.complete(
+            types.PromptReference(type="ref/prompt", name="r__greet"), {"name": "who", "value": "a"}
+        )
         assert done.completion.values == ["alice@r"]
         done = await gw.session.complete(
-            types.ResourceTemplateReference(type="ref/resource", uri="demo://s/items/{id}"), {"name": "id", "value": "1"}
+            types.ResourceTemplateReference(type="ref/resource", uri="demo://s/items/{id}"),
+            {"name": "id", "value": "1"},
         )
         assert done.completion.values == ["1", "12"]
 
@@ -117,7 +120,11 @@ async def test_logging_subscriptions_and_client_requests(config: Path) -> None:
         with anyio.fail_after(10):
             while not client.logs:
                 await anyio.sleep(0.05)
-        assert (client.logs[0].level, client.logs[0].logger, client.logs[0].data) == ("warning", "r/demo", "disk almost full")
+        assert (client.logs[0].level, client.logs[0].logger, client.logs[0].data) == (
+            "warning",
+            "r/demo",
+            "disk almost full",
+        )
 
         await gw.session.subscribe_resource("demo://s/readme")
         await gw.session.call_tool("s__touch", {"uri": "demo://s/readme"})

@@ -213,7 +213,8 @@ async def test_expired_round_trips_free_their_place(tmp_path: Path) -> None:
     config = config_for(tmp_path, max_round_trips=1, round_trip_timeout=1)
     async with modern(config, "stdio", **CALLBACKS) as (client, stderr):
         with anyio.fail_after(60):
-            assert isinstance(await client.session.call_tool("r__ask", {}, allow_input_required=True), types.InputRequiredResult)
+            first = await client.session.call_tool("r__ask", {}, allow_input_required=True)
+            assert isinstance(first, types.InputRequiredResult)
             with pytest.raises(MCPError, match="already has 1 calls waiting"):
                 await client.session.call_tool("r__ask", {}, allow_input_required=True)
             assert await saw(stderr, "no retry within 1 s, cancelling the call")
@@ -231,7 +232,7 @@ async def test_a_handshake_clients_request_is_not_taken_by_a_parked_modern_call(
                 assert isinstance(parked, types.InputRequiredResult)
                 async with sdk_client(url, "legacy", **CALLBACKS) as legacy:
                     assert text_of(await legacy.call_tool("r__ask", {})) == "accept:{'name': 'Ann'}"
-                (key, _request), = (parked.input_requests or {}).items()
+                ((key, _request),) = (parked.input_requests or {}).items()
                 answer = {key: types.ElicitResult(action="accept", content={"name": "Cy"})}
                 done = await modern_client.session.call_tool(
                     "r__ask", {}, input_responses=answer, request_state=parked.request_state
@@ -265,13 +266,15 @@ async def test_a_retry_after_a_restart_is_told_the_round_trip_expired(tmp_path: 
             with anyio.fail_after(60):
                 first = await before.session.call_tool("r__ask", {}, allow_input_required=True)
                 assert isinstance(first, types.InputRequiredResult) and first.input_requests
-    (key, _request), = first.input_requests.items()
+    ((key, _request),) = first.input_requests.items()
     answer = {key: types.ElicitResult(action="accept", content={"name": "Di"})}
     with http_gateway(config) as (url, _stderr):
         async with sdk_client(url, "auto", **CALLBACKS) as after:
             with anyio.fail_after(60):
                 with pytest.raises(MCPError, match="expired: the gateway that began it has restarted"):
-                    await after.session.call_tool("r__ask", {}, input_responses=answer, request_state=first.request_state)
+                    await after.session.call_tool(
+                        "r__ask", {}, input_responses=answer, request_state=first.request_state
+                    )
 
 
 def test_round_trip_limits_are_configurable_and_checked() -> None:

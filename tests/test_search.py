@@ -249,3 +249,21 @@ def test_tool_search_schema_bounds() -> None:
     assert props["limit"]["default"] == 5 and props["offset"]["default"] == 0
     call = jsonschema.Draft202012Validator(tool_call_declaration()["inputSchema"])
     assert call.is_valid({"name": "a", "arguments": {"x": 1}}) and not call.is_valid({"arguments": {}})
+
+
+@pytest.mark.parametrize(
+    ("keyword", "value"),
+    [
+        ("contains", {"description": "quokka"}),
+        ("propertyNames", {"description": "quokka"}),
+        ("dependentSchemas", {"mode": {"description": "quokka"}}),
+        ("dependencies", {"mode": {"description": "quokka"}}),
+        ("unevaluatedProperties", {"description": "quokka"}),
+        ("items", [{"description": "quokka"}]),  # draft 7's array form
+    ],
+)
+def test_text_under_every_subschema_keyword_is_found(keyword: str, value: Any) -> None:
+    """Search walks the same keyword table as canonicalisation (catalog.keywords)."""
+    entry = tool("zoo__list", "List the animals.", {"tags": {"type": "array", keyword: value}})
+    other = tool("zoo__feed", "Feed the animals.")
+    assert names(SearchIndex([entry, other]).query("quokka")) == ["zoo__list"]

@@ -20,7 +20,9 @@ from spill.store import ArtifactStore, StoreError, list_artifacts
 
 SESSION = "c" * 64
 TRAILER_ID = re.compile(r'saved as artifact ([A-Za-z0-9_-]+); read it with artifact_read \{"id": "([A-Za-z0-9_-]+)"\}')
-NASTY = st.text(alphabet=st.sampled_from(['"', "\\", "\n", "\r", "\t", "\x00", "\x1f", "\x7f", "a", "é", "漢", "😀", "…"]))
+NASTY = st.text(
+    alphabet=st.sampled_from(['"', "\\", "\n", "\r", "\t", "\x00", "\x1f", "\x7f", "a", "é", "漢", "😀", "…"])
+)
 ANY_TEXT = st.one_of(st.text(), NASTY, st.text(max_size=3000))
 
 
@@ -74,9 +76,13 @@ def test_json_size_equals_compact_json_length(value: Any) -> None:
 
 def test_visible_size_counts_escapes_and_every_field() -> None:
     r = text_result('a"\n\x01', structuredContent={"k": [1, None]}, isError=False, _meta={"big": "x" * 1000})
-    assert visible_size(r) == reference_size(r) == len(
-        '{"content":[{"type":"text","text":"a\\"\\n\\u0001"}],"structuredContent":{"k":[1,null]},'
-        '"isError":false,"_meta":{"big":"' + "x" * 1000 + '"}}'
+    assert (
+        visible_size(r)
+        == reference_size(r)
+        == len(
+            '{"content":[{"type":"text","text":"a\\"\\n\\u0001"}],"structuredContent":{"k":[1,null]},'
+            '"isError":false,"_meta":{"big":"' + "x" * 1000 + '"}}'
+        )
     )
 
 
@@ -131,10 +137,16 @@ def test_property_text_results(store: ArtifactStore, texts: list[str], pad: int,
 
 BLOCK = st.one_of(
     ANY_TEXT.map(lambda t: {"type": "text", "text": t}),
-    st.binary(max_size=4000).map(lambda b: {"type": "image", "data": base64.b64encode(b).decode(), "mimeType": "image/png"}),
-    st.binary(max_size=4000).map(lambda b: {"type": "audio", "data": base64.b64encode(b).decode(), "mimeType": "audio/wav"}),
+    st.binary(max_size=4000).map(
+        lambda b: {"type": "image", "data": base64.b64encode(b).decode(), "mimeType": "image/png"}
+    ),
+    st.binary(max_size=4000).map(
+        lambda b: {"type": "audio", "data": base64.b64encode(b).decode(), "mimeType": "audio/wav"}
+    ),
     ANY_TEXT.map(lambda t: {"type": "resource", "resource": {"uri": "file:///a", "text": t, "mimeType": "text/plain"}}),
-    st.binary(max_size=2000).map(lambda b: {"type": "resource", "resource": {"uri": "file:///b", "blob": base64.b64encode(b).decode()}}),
+    st.binary(max_size=2000).map(
+        lambda b: {"type": "resource", "resource": {"uri": "file:///b", "blob": base64.b64encode(b).decode()}}
+    ),
     st.just({"type": "resource_link", "uri": "file:///c", "name": "c"}),
 )
 
@@ -147,11 +159,23 @@ FILLER = st.one_of(
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(blocks=st.lists(BLOCK, max_size=4), filler=FILLER, at=st.integers(0, 4),
-       structured=st.none() | st.dictionaries(ANY_TEXT, ANY_TEXT, max_size=3) | st.just({"big": "b" * 3000}),
-       ceiling=st.integers(1024, 3000), schema=st.booleans())
-def test_property_mixed_results(store: ArtifactStore, blocks: list[dict[str, Any]], filler: dict[str, Any], at: int,
-                                structured: Any, ceiling: int, schema: bool) -> None:
+@given(
+    blocks=st.lists(BLOCK, max_size=4),
+    filler=FILLER,
+    at=st.integers(0, 4),
+    structured=st.none() | st.dictionaries(ANY_TEXT, ANY_TEXT, max_size=3) | st.just({"big": "b" * 3000}),
+    ceiling=st.integers(1024, 3000),
+    schema=st.booleans(),
+)
+def test_property_mixed_results(
+    store: ArtifactStore,
+    blocks: list[dict[str, Any]],
+    filler: dict[str, Any],
+    at: int,
+    structured: Any,
+    ceiling: int,
+    schema: bool,
+) -> None:
     blocks = [*blocks[:at], filler, *blocks[at:]]
     r: dict[str, Any] = {"content": blocks, "_meta": {"k": "v"}}
     if structured is not None:
@@ -292,7 +316,11 @@ def test_worst_case_trailer_fits_minimum_ceiling(store: ArtifactStore, monkeypat
 
 # --------------------------------------------------------------------------- structuredContent rule
 
-SCHEMA = {"type": "object", "properties": {"rows": {"type": "array", "items": {"type": "string"}}}, "required": ["rows"]}
+SCHEMA = {
+    "type": "object",
+    "properties": {"rows": {"type": "array", "items": {"type": "string"}}},
+    "required": ["rows"],
+}
 
 
 def structured_result(rows: int, width: int = 50) -> dict[str, Any]:
@@ -406,7 +434,9 @@ async def call_through_sdk_client(result: dict[str, Any]) -> Any:
     from mcp.server import Server
 
     async def list_tools(ctx: Any, params: Any) -> Any:
-        return types.ListToolsResult(tools=[types.Tool(name="q", input_schema={"type": "object"}, output_schema=SCHEMA)])
+        return types.ListToolsResult(
+            tools=[types.Tool(name="q", input_schema={"type": "object"}, output_schema=SCHEMA)]
+        )
 
     async def call_tool(ctx: Any, params: Any) -> Any:
         return types.CallToolResult.model_validate(result)

@@ -18,7 +18,9 @@ from tests.textfile_server import OUTPUT_SCHEMA, file_text
 pytestmark = pytest.mark.anyio
 
 ARTIFACT = re.compile(r"saved as artifact ([A-Za-z0-9_-]+);")
-HEADER = re.compile(r"^\[artifact ([A-Za-z0-9_-]+)\] bytes (\d+) to (\d+) of (\d+)(?: \(.*?\))?; (next offset \d+|end reached)$")
+HEADER = re.compile(
+    r"^\[artifact ([A-Za-z0-9_-]+)\] bytes (\d+) to (\d+) of (\d+)(?: \(.*?\))?; (next offset \d+|end reached)$"
+)
 
 
 def visible_size(result: dict[str, Any]) -> int:
@@ -97,9 +99,9 @@ async def test_oversize_result_is_bounded_with_a_warning_and_no_file(tmp_path: P
         result = await gw.raw("tools/call", {"name": "d__payload", "arguments": {"bytes": size}})
     assert visible_size(result) <= 65536
     text = result["content"][0]["text"]
-    assert text.endswith(
-        f"full output of {size} bytes not retained: larger than the 16777216-byte artifact limit"
-    ), text[-300:]
+    assert text.endswith(f"full output of {size} bytes not retained: larger than the 16777216-byte artifact limit"), (
+        text[-300:]
+    )
     assert "artifact_read" not in text.rsplit("\n", 1)[-1]
     assert artifact_files(tmp_path) == []
 

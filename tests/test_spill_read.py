@@ -12,13 +12,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from spill.bound import text_result_size
 from spill.read import (
     ARTIFACT_READ_SCHEMA,
     MAX_LIMIT,
     artifact_read,
     artifact_read_declaration,
 )
-from spill.bound import text_result_size
 from spill.store import ArtifactNotFound, ArtifactStore, gc
 
 SESSION = "d" * 64

@@ -195,7 +195,9 @@ def test_full_disk_leaves_no_partial_file(store: ArtifactStore, root: Path, monk
     assert list((root / SESSION).iterdir()) == []
 
 
-def test_read_only_directory_gives_store_error(store: ArtifactStore, root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_read_only_directory_gives_store_error(
+    store: ArtifactStore, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Root ignores directory modes, so simulate EROFS where a real read-only mount fails: the create.
     store.ensure()
     real_open = os.open
@@ -331,8 +333,9 @@ def test_put_after_gc_removed_session_dir(root: Path) -> None:
     assert new != aid and mine.read(new, 0, 9) == b"again"
 
 
-def test_put_survives_session_dir_removed_by_a_concurrent_gc(store: ArtifactStore, root: Path,
-                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_put_survives_session_dir_removed_by_a_concurrent_gc(
+    store: ArtifactStore, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     store.ensure()
     real_create = store_mod._create_file
     raced: list[bool] = []

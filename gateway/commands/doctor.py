@@ -39,11 +39,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import anyio
-from catalog.text import escape, json_text, printable
 
-from gateway import __version__
+from catalog.diff import name_changes
+from catalog.text import escape, json_text, printable
+from gateway import __version__, logs
+from gateway.commands.startup import Exit, discover, running
+from gateway.commands.toml_writer import toml_string
 from gateway.config import Config, ConfigError, find_config, load_config
-from gateway.importer import toml_string
+from gateway.epoch import Epoch
 from gateway.redact import redact
 
 CLIENTS = ("claude-code", "claude-desktop", "cursor", "vscode", "codex")
@@ -113,8 +116,8 @@ class ServerSnapshot:
 @dataclass
 class Round:
     servers: list[ServerSnapshot]
-    epoch: Any | None
-    """The gateway Epoch, or None when no declaration plan fits (``error`` says why)."""
+    epoch: Epoch | None
+    """None when no declaration plan fits (``error`` says why)."""
     error: str | None
     discovery_ms: int
     surface_warnings: list[str]
@@ -127,14 +130,12 @@ class Round:
 
 async def discover_once(config: Config) -> Round:
     """One full start-up and tools/list round, through ``catalog``'s code path."""
-    from gateway import cli  # lazily: cli imports this module
-
     started = anyio.current_time()
-    async with cli.running(config, persist=False) as hub:
+    async with running(config, persist=False) as hub:
         try:
-            epoch = await cli.discover(config, hub)
+            epoch = await discover(config, hub)
             error = None
-        except cli.Exit as exc:
+        except Exit as exc:
             epoch, error = None, str(exc).removeprefix("prefixgate: ")
         servers = []
         for d in hub.downstreams:
@@ -159,7 +160,7 @@ async def discover_once(config: Config) -> Round:
 # --- checks -----------------------------------------------------------------------------
 
 
-def _per_server(epoch: Any | None) -> dict[str, dict[str, int]]:
+def _per_server(epoch: Epoch | None) -> dict[str, dict[str, int]]:
     counts: dict[str, dict[str, int]] = {}
     if epoch is None:
         return counts
@@ -235,7 +236,8 @@ def check_declarations(report: Report, config: Config, first: Round) -> None:
     ]
     requested = config.client.declarations
     if d.fallback is None:
-        report.add("declarations", "ok", f"mode {d.mode} (requested {requested}, profile {config.client.profile})", details)
+        text = f"mode {d.mode} (requested {requested}, profile {config.client.profile})"
+        report.add("declarations", "ok", text, details)
     else:
         report.add(
             "declarations",
@@ -377,22 +379,6 @@ def server_view(rnd: Round, server: str) -> dict[str, str]:
     return view
 
 
-def _names(names: Sequence[str], limit: int = 5) -> str:
-    shown = ", ".join(names[:limit])
-    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
-
-
-def tool_changes(before: dict[str, str], after: dict[str, str]) -> list[str]:
-    added = sorted(set(after) - set(before))
-    removed = sorted(set(before) - set(after))
-    changed = sorted(n for n in set(before) & set(after) if before[n] != after[n])
-    parts = []
-    for label, names in (("added", added), ("removed", removed), ("changed", changed)):
-        if names:
-            parts.append(f"{label} {_names(names)}")
-    return parts
-
-
 def check_stability(report: Report, first: Round, second: Round) -> None:
     report.headers["stability"] = f"second discovery: {second.discovery_ms} ms"
     a, b = first.published_bytes(), second.published_bytes()
@@ -407,14 +393,16 @@ def check_stability(report: Report, first: Round, second: Round) -> None:
             culprits.append(
                 {
                     "id": s.id,
-                    "changes": [f"{s.status} in the first discovery, {t.status} in the second"
-                                + (f" ({t.error or s.error})" if (t.error or s.error) else "")],
+                    "changes": [
+                        f"{s.status} in the first discovery, {t.status} in the second"
+                        + (f" ({t.error or s.error})" if (t.error or s.error) else "")
+                    ],
                 }
             )
             continue
         if s.status != "ready":
             continue
-        changes = tool_changes(server_view(first, s.id), server_view(second, s.id))
+        changes = name_changes(server_view(first, s.id), server_view(second, s.id))
         if changes:
             culprits.append({"id": s.id, "changes": changes})
     identical = None if a is None or b is None else a == b
@@ -639,16 +627,19 @@ def _emit(report: Report, as_json: bool) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from gateway import logs
-
     parser = argparse.ArgumentParser(
         prog="prefixgate doctor",
         description="Check a prefixgate setup: config, servers, tools, declarations, directories, "
         "catalog stability; print the registration snippet for a client.",
     )
-    parser.add_argument("--config", metavar="PATH", help="config file (default: $PREFIXGATE_CONFIG, ./prefixgate.toml, "
-                        "$XDG_CONFIG_HOME/prefixgate/config.toml)")
-    parser.add_argument("--log-level", choices=logs.LEVELS, default="warning", help="stderr log level (default warning)")
+    parser.add_argument(
+        "--config",
+        metavar="PATH",
+        help="config file (default: $PREFIXGATE_CONFIG, ./prefixgate.toml, $XDG_CONFIG_HOME/prefixgate/config.toml)",
+    )
+    parser.add_argument(
+        "--log-level", choices=logs.LEVELS, default="warning", help="stderr log level (default warning)"
+    )
     add_arguments(parser)
     args = parser.parse_args(argv)
     logs.setup(args.log_level)

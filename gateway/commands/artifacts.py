@@ -12,9 +12,8 @@ import json
 import sys
 from collections.abc import Callable
 
-from spill import ArtifactNotFound, StoreError, find_artifact, gc, list_artifacts
-
 from gateway.config import Config
+from spill import ArtifactNotFound, StoreError, find_artifact, gc, list_artifacts
 
 
 def add_arguments(parser: argparse.ArgumentParser, common: Callable[[argparse.ArgumentParser], None]) -> None:

@@ -111,7 +111,8 @@ def rich_tools() -> list[dict[str, Any]]:
         },
         {
             "name": "mutate",
-            "description": "Change the tool list: reorder (same tools, new order and key order) or grow (one more tool).",
+            "description": "Change the tool list: reorder (same tools, new order and key order) "
+            "or grow (one more tool).",
             "inputSchema": {"type": obj, "properties": {"kind": {"type": "string", "enum": ["reorder", "grow"]}}},
         },
     ]
@@ -194,7 +195,9 @@ class DemoServer:
                 {"name": "broken_type", "inputSchema": {"type": "object", "properties": {"x": {"type": "strin"}}}}
             )
             # A valid JSON Schema, but not a valid MCP tool: the SDK could not send it.
-            tools.append({"name": "broken_hint", "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": "maybe"}})
+            tools.append(
+                {"name": "broken_hint", "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": "maybe"}}
+            )
         rng.shuffle(tools)
         self.tools = tools
         self.extra = set(args.extra_tool)
@@ -232,7 +235,9 @@ class DemoServer:
             if kind == "image":
                 raw = (b"\x89PNG" * (size // 4 + 1))[: max(size * 3 // 4, 1)]
                 data = base64.b64encode(raw).decode()
-                return types.CallToolResult(content=[types.ImageContent(type="image", data=data, mime_type="image/png")])
+                return types.CallToolResult(
+                    content=[types.ImageContent(type="image", data=data, mime_type="image/png")]
+                )
             if kind == "lines":
                 line = "line {:08d} of the demo payload\n"
                 count = max(size // len(line.format(0)), 1)
@@ -277,7 +282,6 @@ class DemoServer:
             return types.CallToolResult(content=[text(type="text", text=f"{self.args.name}:{name} {args}")])
         return types.CallToolResult(content=[text(type="text", text=f"unknown tool {name!r}")], is_error=True)
 
-
     async def rich_call(
         self, ctx: ServerRequestContext[Any, Any], name: str, args: dict[str, Any]
     ) -> types.CallToolResult:
@@ -316,7 +320,11 @@ class DemoServer:
             if args.get("kind") == "grow":
                 self.grown += 1
                 self.tools.append(
-                    {"name": f"grown_{self.grown}", "description": "Added by mutate.", "inputSchema": {"type": "object"}}
+                    {
+                        "name": f"grown_{self.grown}",
+                        "description": "Added by mutate.",
+                        "inputSchema": {"type": "object"},
+                    }
                 )
             self.rng.shuffle(self.tools)
             self.tools = [_shuffled(self.rng, t) for t in self.tools]
@@ -429,7 +437,9 @@ def parser() -> argparse.ArgumentParser:
         "elicit, sample, list roots, log, touch a resource or change the tool list",
     )
     p.add_argument(
-        "--transport", choices=("stdio", "http", "sse"), default="stdio",
+        "--transport",
+        choices=("stdio", "http", "sse"),
+        default="stdio",
         help="stdio (default), streamable HTTP at /mcp, or SSE at /sse; HTTP and SSE print their URL on stdout",
     )
     p.add_argument("--port", type=int, default=0, help="loopback port for http/sse (default: any free port)")
@@ -458,7 +468,12 @@ async def serve(args: argparse.Namespace) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # logging is deprecated in 2026-07-28, still served here
         server: Server[Any] = Server(
-            args.name, version="1.0", on_call_tool=demo.call_tool, on_list_tools=_unused, cache_hints=CACHE_HINTS, **rich
+            args.name,
+            version="1.0",
+            on_call_tool=demo.call_tool,
+            on_list_tools=_unused,
+            cache_hints=CACHE_HINTS,
+            **rich,
         )
     server.middleware.insert(0, demo.list_tools_raw)
     if args.transport == "stdio":
@@ -507,7 +522,10 @@ async def _serve_http(server: Server[Any], args: argparse.Namespace) -> None:
             return Response()
 
         app = Starlette(
-            routes=[Route("/sse", endpoint=handle_sse, methods=["GET"]), Mount("/messages/", app=sse.handle_post_message)]
+            routes=[
+                Route("/sse", endpoint=handle_sse, methods=["GET"]),
+                Mount("/messages/", app=sse.handle_post_message),
+            ]
         )
         url = f"http://127.0.0.1:{port}/sse"
     config = uvicorn.Config(app, log_level="warning", lifespan="on")

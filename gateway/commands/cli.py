@@ -1,0 +1,145 @@
+"""The ``prefixgate`` command line: the parser and the dispatch to each command.
+
+Commands: ``serve``, ``catalog`` (and ``catalog diff``), ``doctor``, ``import``,
+``artifacts`` and ``demo-server``; each lives in its own module beside this one.
+
+Exit status: 0 on success, 2 for a bad config or usage (before anything starts), 1 when
+a ``required`` server failed or the gateway could not run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+import anyio
+
+from gateway import __version__, logs
+from gateway.commands import artifacts, catalog, demo, diff, doctor, importer, serve
+from gateway.commands.startup import Exit, load
+
+
+def _exit_in(exc: BaseException) -> Exit | None:
+    """The Exit inside (possibly nested) task-group exception groups."""
+    if isinstance(exc, Exit):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            if (found := _exit_in(inner)) is not None:
+                return found
+    return None
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="prefixgate",
+        description="One MCP server entry for many downstream MCP servers, with one deterministic catalog.",
+    )
+    p.add_argument("--version", action="version", version=f"prefixgate {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def common(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--config", metavar="PATH", help="config file (default: $PREFIXGATE_CONFIG, ./prefixgate.toml, "
+                        "$XDG_CONFIG_HOME/prefixgate/config.toml)")
+        sp.add_argument("--log-level", choices=logs.LEVELS, default="info", help="stderr log level (default info)")
+
+    serve = sub.add_parser("serve", help="serve MCP over stdio", description="Serve the gateway over stdio.")
+    common(serve)
+    serve.add_argument(
+        "--http",
+        metavar="HOST:PORT",
+        help="serve streamable HTTP at http://HOST:PORT/mcp instead of stdio (port 0: any free port; "
+        "the URL is printed on stdout); a non-loopback HOST requires a bearer token",
+    )
+    serve.add_argument(
+        "--token-file",
+        metavar="PATH",
+        help="file of bearer tokens HTTP clients must send, one per line, each its own principal "
+        "(activation and artifacts); default: $PREFIXGATE_TOKEN",
+    )
+    serve.add_argument(
+        "--session",
+        metavar="ID",
+        default=os.environ.get("PREFIXGATE_SESSION") or None,
+        help="persist tool activation for this session id across restarts (default: $PREFIXGATE_SESSION)",
+    )
+    cat = sub.add_parser(
+        "catalog",
+        help="discover every server and print the catalog",
+        description="Run the same discovery and build as serve, print the catalog, and exit.",
+    )
+    common(cat)
+    cat.add_argument("--json", action="store_true", help="print one JSON object")
+    cat_sub = cat.add_subparsers(dest="catalog_action", metavar="[diff]")
+    diff_parser = cat_sub.add_parser(
+        "diff",
+        help="compare two 'catalog --json' outputs: why did my prompt cache miss?",
+        description="Compare two 'prefixgate catalog --json' outputs. Exit 0 when the published "
+        "tools/list bytes are identical, 1 when they differ, 2 when a file is unusable.",
+    )
+    diff.add_arguments(diff_parser)
+    imp = sub.add_parser(
+        "import",
+        help="turn the MCP servers another client has configured into a prefixgate config",
+        description="Read Claude Desktop, Claude Code, Cursor, VS Code or Codex MCP server "
+        "configurations and print a complete prefixgate config.",
+    )
+    importer.add_arguments(imp)
+    doc = sub.add_parser(
+        "doctor",
+        help="check the config, every server, the catalog's stability and the directories",
+        description="Check, in one run: the config parses; each server starts; renamed and quarantined "
+        "tools; the declaration decision with its numbers; state and artifact directory ownership and "
+        "modes; whether the published catalog is byte-stable across two discoveries. Ends with the "
+        "snippet to register prefixgate in the chosen client. Exit 0 when all is well, 1 otherwise.",
+    )
+    doc.add_argument("--config", metavar="PATH", help="config file (same discovery as the other commands)")
+    doc.add_argument("--log-level", choices=logs.LEVELS, default="warning", help="stderr log level (default warning)")
+    doctor.add_arguments(doc)
+    arts = sub.add_parser(
+        "artifacts",
+        help="list, read or clean up spilled tool outputs",
+        description="The full outputs of results that were bounded (spilled), kept under <state_dir>/artifacts.",
+    )
+    artifacts.add_arguments(arts, common)
+    sub.add_parser("demo-server", help="run the bundled demo MCP server (stdio)", add_help=False)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["demo-server"]:
+        return demo.main(argv[1:])
+    args = parser().parse_args(argv)
+    logs.setup(getattr(args, "log_level", "info"))
+    if args.command == "import":
+        return importer.run(args)
+    if args.command == "doctor":
+        return doctor.run(args.config, args)
+    if args.command == "catalog" and args.catalog_action == "diff":
+        return diff.run(args)
+    try:
+        config = load(args.config)
+        if args.command == "serve":
+            tokens = serve.http_tokens(args) if args.http else []
+            anyio.run(serve.serve, config, args.session, args.http, tokens)
+            return 0
+        if args.command == "catalog":
+            return anyio.run(catalog.run, config, args.json)
+        if args.command == "artifacts":
+            return artifacts.run(config, args)
+    except (Exit, BaseExceptionGroup) as exc:
+        found = _exit_in(exc)
+        if found is None:
+            raise
+        sys.stderr.write(f"{found}\n")
+        return found.code
+    except KeyboardInterrupt:
+        return 130
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,113 @@
+"""``prefixgate import``'s options, its run (stdout or ``--out``) and its exit status."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from gateway.commands.importer.merge import import_sources
+from gateway.commands.importer.sources import FORMATS, PROG, InputError, collect_sources
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``prefixgate import`` (dests: paths, source, out, force)."""
+    parser.add_argument(
+        "paths",
+        nargs="*",
+        metavar="PATH",
+        help="client config files (or project directories) to import, merged in order; "
+        "the format is detected from the name and content unless --from is given",
+    )
+    parser.add_argument(
+        "--from",
+        dest="source",
+        choices=FORMATS,
+        metavar="CLIENT",
+        help="the client that wrote the files: " + ", ".join(FORMATS) + "; without PATH, read its usual locations",
+    )
+    parser.add_argument("--out", metavar="FILE", help="write the config to FILE (mode 0600) instead of stdout")
+    parser.add_argument("--force", action="store_true", help="let --out overwrite an existing file")
+
+
+def _write_out(path: str, text: str, force: bool) -> None:
+    data = text.encode("utf-8")
+    if not force:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            raise InputError(f"{path} already exists; pass --force to overwrite it") from None
+        except OSError as exc:
+            raise InputError(f"{path}: cannot write: {exc.strerror or exc}") from None
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        return
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".prefixgate-import-", dir=directory)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot write: {exc.strerror or exc}") from None
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except OSError as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise InputError(f"{path}: cannot write: {exc.strerror or exc}") from None
+
+
+def run(args: argparse.Namespace, *, env: Mapping[str, str] | None = None, cwd: Path | None = None) -> int:
+    """Run ``prefixgate import``: 0 success, 2 bad input or a refused --out."""
+    env = os.environ if env is None else env
+    cwd = Path.cwd() if cwd is None else cwd
+    to_file = bool(args.out) and args.out != "-"
+    try:
+        if to_file and not args.force and os.path.lexists(args.out):
+            raise InputError(f"{args.out} already exists; pass --force to overwrite it")
+        sources, notes = collect_sources(args.paths, args.source, env=env, cwd=cwd)
+        result = import_sources(sources)
+        if result.servers == 0:
+            for line in [*notes, *result.messages[:-1]]:
+                print(line, file=sys.stderr)
+            raise InputError(
+                "no server could be imported from " + ", ".join(s.path for s in sources)
+                if any(s.entries for s in sources)
+                else "no MCP servers found in " + ", ".join(s.path for s in sources)
+            )
+        if to_file:
+            _write_out(args.out, result.text, args.force)
+        else:
+            sys.stdout.flush()
+            buffer = getattr(sys.stdout, "buffer", None)
+            if buffer is not None:
+                buffer.write(result.text.encode("utf-8"))
+                buffer.flush()
+            else:
+                sys.stdout.write(result.text)
+        for line in [*notes, *result.messages]:
+            print(line, file=sys.stderr)
+        if to_file:
+            print(f"{PROG}: wrote {args.out}", file=sys.stderr)
+        return 0
+    except InputError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Print a prefixgate config holding the MCP servers configured in other clients.",
+    )
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

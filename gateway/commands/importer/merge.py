@@ -1,0 +1,185 @@
+"""The whole import: translate every entry, give it an id, merge duplicates, render one config."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.commands.importer.credentials import find_secrets
+from gateway.commands.importer.names import sanitize_id
+from gateway.commands.importer.sources import CLIENT_NAMES, PROG, Entry, Source
+from gateway.commands.importer.translate import Skip, translate
+from gateway.commands.toml_writer import toml_comment, toml_key, toml_value
+
+
+@dataclass
+class Placed:
+    id: str
+    base: str
+    fields: dict[str, Any]
+    origins: list[str]
+    """``file: where`` of every entry merged into this server."""
+
+
+@dataclass
+class Result:
+    text: str
+    messages: list[str]
+    servers: int
+    enabled: int
+    sources: list[Source]
+
+
+def _origin(entry: Entry) -> str:
+    return f"{entry.source.path}: {entry.where}"
+
+
+def import_sources(sources: Sequence[Source]) -> Result:
+    """Translate, name, merge and render; never raises for a bad entry (it is reported)."""
+    messages: list[str] = []
+
+    def say(kind: str, text: str) -> None:
+        messages.append(f"{PROG}: {kind}: {text}")
+
+    placed: dict[str, Placed] = {}
+    families: dict[str, list[str]] = {}
+    skipped: list[str] = []
+    secret_comments: dict[tuple[str, str], str] = {}
+    total_entries = 0
+    renamed = merged = suffixed = secrets = 0
+
+    for source in sources:
+        for note in source.notes:
+            say("note", note)
+        for entry in source.entries:
+            total_entries += 1
+            label = json.dumps(entry.name, ensure_ascii=False)
+            try:
+                translated = translate(entry)
+            except Skip as exc:
+                line = f"{label} ({_origin(entry)}): {exc}"
+                skipped.append(line)
+                say("skipped", line)
+                continue
+            base = sanitize_id(entry.name)
+            family = families.setdefault(base, [])
+            twin = next((sid for sid in family if placed[sid].fields == translated.fields), None)
+            if twin is not None:
+                placed[twin].origins.append(_origin(entry))
+                merged += 1
+                say(
+                    "merged",
+                    f"{label} ({_origin(entry)}) is identical to servers.{twin} ({placed[twin].origins[0]}); "
+                    "imported once",
+                )
+                continue
+            server_id = base
+            n = 1
+            while server_id in placed:
+                n += 1
+                server_id = f"{base}-{n}"
+            earlier = [f"servers.{sid} ({placed[sid].origins[0]})" for sid in family]
+            family.append(server_id)
+            placed[server_id] = Placed(server_id, base, translated.fields, [_origin(entry)])
+            if base != entry.name:
+                renamed += 1
+                say(
+                    "renamed",
+                    f"{label} ({_origin(entry)}) -> servers.{base}: ids use letters, digits, '_' and '-' "
+                    "and start with a letter or digit",
+                )
+            if server_id != base:
+                suffixed += 1
+                other = ", ".join(earlier) if earlier else f"servers.{base}"
+                say(
+                    "duplicate",
+                    f"{label} ({_origin(entry)}) differs from {other}; imported as servers.{server_id}",
+                )
+            for kind, where, text in translated.notes:
+                say(kind, f"servers.{server_id}{'.' + where if where else ''}: {text}")
+            for where, var, write in find_secrets(server_id, translated.fields):
+                secrets += 1
+                say(
+                    "warning",
+                    f"servers.{server_id}.{where} holds a literal secret; set {var} in your environment "
+                    f"(export {var}=...) and write {write}",
+                )
+                secret_comments[(server_id, where)] = f"literal secret: set {var} in the environment and write {write}"
+
+    enabled = sum(1 for p in placed.values() if p.fields.get("enabled", True))
+    text = _render(sources, placed, skipped, secret_comments)
+    if placed and not enabled:
+        say(
+            "warning",
+            "every imported server is disabled; prefixgate needs at least one enabled server "
+            "(set enabled = true on one before using this config)",
+        )
+    summary = (
+        f"{len(placed)} server{'s' if len(placed) != 1 else ''} ({enabled} enabled) from "
+        f"{len(sources)} file{'s' if len(sources) != 1 else ''}; {len(skipped)} skipped, {renamed} renamed, "
+        f"{merged} merged, {suffixed} duplicates renamed, {secrets} literal secret{'s' if secrets != 1 else ''}"
+    )
+    messages.append(f"{PROG}: {summary}")
+    return Result(text=text, messages=messages, servers=len(placed), enabled=enabled, sources=list(sources))
+
+
+_GATEWAY_DEFAULTS = """\
+[gateway]
+# state_dir = "~/.local/state/prefixgate"   # default: $XDG_STATE_HOME/prefixgate
+# discovery_deadline = 60                   # seconds to wait for every server
+# separator = "__"                          # qualified name: <prefix>__<tool>
+
+[client]
+# profile = "openai"                        # openai, deepseek, anthropic or mcp
+# max_functions = 128                       # overrides the profile's function limit
+# context_window = 200000                   # unset: no token-budget check
+# reserve_tokens = 16384
+# keep_recent_tokens = 20000
+# system_prompt_tokens = 0
+# declarations = "auto"                     # auto, fixed or on-demand
+# defer = []                                # globs on qualified names
+"""
+
+
+def _render(
+    sources: Sequence[Source],
+    placed: Mapping[str, Placed],
+    skipped: Sequence[str],
+    secret_comments: Mapping[tuple[str, str], str],
+) -> str:
+    lines = ["# prefixgate configuration written by `prefixgate import` from:"]
+    for source in sources:
+        lines.append(toml_comment(f"#   {source.path} ({CLIENT_NAMES[source.fmt]})"))
+    lines.append("# Check it with: prefixgate catalog --config <this file>")
+    lines.append("# Every option is explained in config.example.toml.")
+    if skipped:
+        lines.append("#")
+        lines.append("# Not imported (see the reasons):")
+        lines += [toml_comment(f"#   {line}") for line in skipped]
+    lines.append("")
+    lines.append(_GATEWAY_DEFAULTS)
+    for server_id, server in placed.items():
+        lines.append(f"[servers.{toml_key(server_id)}]")
+        for origin in server.origins:
+            lines.append(toml_comment(f"# from {origin}"))
+        tables: list[tuple[str, dict[str, str]]] = []
+        for key, value in server.fields.items():
+            if isinstance(value, dict):
+                tables.append((key, value))
+                continue
+            for (sid, where), comment in secret_comments.items():
+                if sid == server_id and (where == key or where.startswith(key + "[")):
+                    lines.append(toml_comment(f"# {where}: {comment}"))
+            lines.append(f"{toml_key(key)} = {toml_value(value)}")
+        for table, values in tables:
+            lines.append("")
+            lines.append(f"[servers.{toml_key(server_id)}.{table}]")
+            for key, value in values.items():
+                hint = secret_comments.get((server_id, f"{table}.{key}"))
+                if hint:
+                    lines.append(toml_comment(f"# {hint}"))
+                lines.append(f"{toml_key(key)} = {toml_value(value)}")
+        lines.append("")
+    return "\n".join(lines).rstrip("\n") + "\n"

@@ -1,0 +1,380 @@
+"""Reading the MCP client configs an import starts from: find them, detect their format, list their entries.
+
+Each client stores its servers in its own place and shape (JSON with comments, JSON
+nested by project, TOML); this module turns every one into :class:`Source` entries so
+translation never has to care where an entry came from.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+FORMATS = ("claude-desktop", "claude-code", "cursor", "vscode", "codex")
+CLIENT_NAMES = {
+    "claude-desktop": "Claude Desktop",
+    "claude-code": "Claude Code",
+    "cursor": "Cursor",
+    "vscode": "VS Code",
+    "codex": "Codex CLI",
+}
+PROG = "prefixgate import"
+
+
+class InputError(Exception):
+    """Unreadable or invalid input: ``str()`` is the one line shown (exit status 2)."""
+
+
+@dataclass
+class Source:
+    path: str
+    """As the user gave it (or as found in a usual location): used in messages."""
+    fmt: str
+    entries: list[Entry] = field(default_factory=list)
+    inputs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """VS Code ``inputs`` by id."""
+    project_dir: str | None = None
+    """The project a project-scoped file belongs to (None for user-wide files)."""
+    notes: list[str] = field(default_factory=list)
+    inputs_noted: set[str] = field(default_factory=set)
+
+
+@dataclass
+class Entry:
+    name: str
+    where: str
+    """Where in the file, e.g. ``mcpServers["github"]``."""
+    raw: Any
+    source: Source
+    project_dir: str | None = None
+    scope_disabled: str | None = None
+    """Why the source's own scope disables it (Claude Code ``disabledMcpServers``)."""
+
+
+def _key_path(*parts: str) -> str:
+    out = parts[0]
+    for part in parts[1:]:
+        out += "[" + json.dumps(part, ensure_ascii=False) + "]"
+    return out
+
+
+def _strip_jsonc(text: str) -> str:
+    """Blank out // and /* */ comments and trailing commas (JSONC, as VS Code writes it).
+
+    Positions are kept (removed characters become spaces) so parse errors still point at
+    the right line and column.
+    """
+    out = list(text)
+    i, n = 0, len(text)
+    in_string = False
+    last_comma: int | None = None
+    while i < n:
+        ch = text[i]
+        if in_string:
+            if ch == "\\":
+                i += 2
+                continue
+            if ch == '"':
+                in_string = False
+            i += 1
+            continue
+        if ch == '"':
+            in_string = True
+            last_comma = None
+        elif text.startswith("//", i):
+            end = text.find("\n", i)
+            end = n if end < 0 else end
+            for j in range(i, end):
+                out[j] = " "
+            i = end
+            continue
+        elif text.startswith("/*", i):
+            end = text.find("*/", i + 2)
+            end = n if end < 0 else end + 2
+            for j in range(i, end):
+                if out[j] != "\n":
+                    out[j] = " "
+            i = end
+            continue
+        elif ch == ",":
+            last_comma = i
+        elif ch in "]}":
+            if last_comma is not None:
+                out[last_comma] = " "
+            last_comma = None
+        elif not ch.isspace():
+            last_comma = None
+        i += 1
+    return "".join(out)
+
+
+def _read_text(path: Path, shown: str) -> str:
+    try:
+        data = path.read_bytes()
+    except IsADirectoryError:
+        raise InputError(f"{shown}: is a directory with no MCP client config in it") from None
+    except OSError as exc:
+        raise InputError(f"{shown}: cannot read: {exc.strerror or exc}") from None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{shown}: not valid UTF-8 (byte {exc.start})") from None
+
+
+def _parse_json(text: str, shown: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        pass
+    try:
+        return json.loads(_strip_jsonc(text))
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{shown}: not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+
+
+def _parse_toml(text: str, shown: str) -> dict[str, Any]:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"{shown}: not valid TOML: {exc}") from None
+
+
+def _detect(path: Path, text: str, shown: str) -> tuple[str, Any]:
+    """The format of a file given without --from: from its name, then its content."""
+    name = path.name
+    parent = path.parent.name
+    if path.suffix == ".toml":
+        return "codex", _parse_toml(text, shown)
+    try:
+        data = _parse_json(text, shown)
+    except InputError as json_error:
+        try:
+            toml = tomllib.loads(text)
+        except tomllib.TOMLDecodeError:
+            raise json_error from None
+        if isinstance(toml.get("mcp_servers"), dict):
+            return "codex", toml
+        raise
+    if not isinstance(data, dict):
+        raise InputError(f"{shown}: expected a JSON object at the top level")
+    if name == "claude_desktop_config.json":
+        return "claude-desktop", data
+    if parent == ".cursor":
+        return "cursor", data
+    if parent == ".vscode" or (isinstance(data.get("servers"), dict) and "mcpServers" not in data):
+        return "vscode", data
+    if isinstance(data.get("mcp"), dict) and "servers" in data["mcp"]:
+        return "vscode", data
+    if name in (".claude.json", ".mcp.json") or isinstance(data.get("projects"), dict):
+        return "claude-code", data
+    if "mcpServers" in data:
+        text_all = json.dumps(data.get("mcpServers"))
+        if "${env:" in text_all or "${workspaceFolder}" in text_all:
+            return "cursor", data
+        # Claude Code's .mcp.json vocabulary is the common denominator of mcpServers files.
+        return "claude-code", data
+    raise InputError(
+        f"{shown}: not a known MCP client config (no mcpServers, servers or mcp_servers); "
+        "pass --from to name the client"
+    )
+
+
+def _servers_object(data: Mapping[str, Any], key: str, shown: str, where: str) -> dict[str, Any]:
+    value = data.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InputError(f"{shown}: {where}: expected an object of servers, found {type_name(value)}")
+    return value
+
+
+def type_name(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
+def _project_dir(fmt: str, path: Path, env: Mapping[str, str]) -> str | None:
+    """The project directory of a project-scoped file, or None for a user-wide one."""
+    home = Path(env.get("HOME") or str(Path.home()))
+    parent = path.parent
+    if fmt == "claude-code" and path.name == ".mcp.json":
+        return str(parent)
+    if fmt == "cursor" and parent.name == ".cursor" and parent.parent != home:
+        return str(parent.parent)
+    if fmt == "vscode" and parent.name == ".vscode":
+        return str(parent.parent)
+    if fmt == "codex" and parent.name == ".codex" and parent.parent != home:
+        codex_home = env.get("CODEX_HOME")
+        if not codex_home or Path(codex_home) != parent:
+            return str(parent.parent)
+    return None
+
+
+def read_source(path: Path, shown: str, fmt: str | None, env: Mapping[str, str]) -> Source:
+    """Read one file; raise InputError (one line) when it is unreadable or invalid."""
+    text = _read_text(path, shown)
+    if fmt is None:
+        fmt, data = _detect(path, text, shown)
+    elif fmt == "codex":
+        data = _parse_toml(text, shown)
+    else:
+        data = _parse_json(text, shown)
+        if not isinstance(data, dict):
+            raise InputError(f"{shown}: expected a JSON object at the top level")
+    absolute = Path(os.path.abspath(path))
+    source = Source(path=shown, fmt=fmt, project_dir=_project_dir(fmt, absolute, env))
+
+    def add(servers: Mapping[str, Any], where: str, *, project: str | None, disabled: Sequence[Any] = (),
+            scope: str = "") -> None:  # fmt: skip
+        for name, raw in servers.items():
+            entry = Entry(name, _key_path(where, name), raw, source, project)
+            if name in disabled:
+                entry.scope_disabled = f"listed in {scope}disabledMcpServers"
+            source.entries.append(entry)
+
+    if fmt == "codex":
+        servers = _servers_object(data, "mcp_servers", shown, "mcp_servers")
+        if "mcp_servers" not in data:
+            source.notes.append(f"{shown}: no [mcp_servers] tables")
+        add(servers, "mcp_servers", project=source.project_dir)
+    elif fmt == "vscode":
+        holder: Mapping[str, Any] = data
+        prefix = ""
+        if "servers" not in data and isinstance(data.get("mcp"), dict):
+            holder, prefix = data["mcp"], "mcp."
+        servers = _servers_object(holder, "servers", shown, prefix + "servers")
+        if "servers" not in holder:
+            source.notes.append(f'{shown}: no "servers" object')
+        inputs = holder.get("inputs", [])
+        if not isinstance(inputs, list):
+            raise InputError(f"{shown}: {prefix}inputs: expected a list, found {type_name(inputs)}")
+        for item in inputs:
+            if isinstance(item, dict) and isinstance(item.get("id"), str):
+                source.inputs.setdefault(item["id"], item)
+        add(servers, prefix + "servers", project=source.project_dir)
+    elif fmt == "claude-code":
+        servers = _servers_object(data, "mcpServers", shown, "mcpServers")
+        add(servers, "mcpServers", project=source.project_dir)
+        projects = data.get("projects", {})
+        if not isinstance(projects, dict):
+            raise InputError(f"{shown}: projects: expected an object, found {type_name(projects)}")
+        for project_path, project in projects.items():
+            if not isinstance(project, dict):
+                continue
+            where = _key_path("projects", project_path)
+            scoped = _servers_object(project, "mcpServers", shown, where + ".mcpServers")
+            disabled = project.get("disabledMcpServers") or []
+            if not isinstance(disabled, list):
+                disabled = []
+            add(scoped, where + ".mcpServers", project=project_path, disabled=disabled, scope=where + ".")
+        if "mcpServers" not in data and "projects" not in data:
+            source.notes.append(f"{shown}: no mcpServers object")
+    else:
+        servers = _servers_object(data, "mcpServers", shown, "mcpServers")
+        if "mcpServers" not in data:
+            source.notes.append(f"{shown}: no mcpServers object")
+        add(servers, "mcpServers", project=source.project_dir)
+    return source
+
+
+def default_paths(client: str, env: Mapping[str, str], cwd: Path, platform: str = sys.platform) -> list[Path]:
+    """The usual locations of a client's MCP config, user-wide first, then the project in ``cwd``."""
+    home = Path(env.get("HOME") or str(Path.home()))
+    xdg = Path(env["XDG_CONFIG_HOME"]) if env.get("XDG_CONFIG_HOME") else home / ".config"
+    if platform == "darwin":
+        app_config = home / "Library" / "Application Support"
+    elif platform.startswith("win"):
+        app_config = Path(env.get("APPDATA") or str(home / "AppData" / "Roaming"))
+    else:
+        app_config = xdg
+    paths: list[Path]
+    if client == "claude-desktop":
+        paths = [app_config / "Claude" / "claude_desktop_config.json"]
+    elif client == "claude-code":
+        config_dir = env.get("CLAUDE_CONFIG_DIR")
+        user = Path(config_dir) / ".claude.json" if config_dir else home / ".claude.json"
+        paths = [user, cwd / ".mcp.json"]
+    elif client == "cursor":
+        paths = [home / ".cursor" / "mcp.json", cwd / ".cursor" / "mcp.json"]
+    elif client == "vscode":
+        paths = [
+            app_config / "Code" / "User" / "mcp.json",
+            app_config / "Code - Insiders" / "User" / "mcp.json",
+            cwd / ".vscode" / "mcp.json",
+        ]
+    elif client == "codex":
+        codex_home = Path(env["CODEX_HOME"]) if env.get("CODEX_HOME") else home / ".codex"
+        paths = [codex_home / "config.toml", cwd / ".codex" / "config.toml"]
+    else:
+        raise ValueError(client)
+    unique: list[Path] = []
+    for p in paths:
+        if p not in unique:
+            unique.append(p)
+    return unique
+
+
+_DIRECTORY_FILES = (
+    ("claude-code", ".mcp.json"),
+    ("cursor", ".cursor/mcp.json"),
+    ("vscode", ".vscode/mcp.json"),
+    ("codex", ".codex/config.toml"),
+    ("claude-desktop", "claude_desktop_config.json"),
+)
+
+
+def collect_sources(
+    paths: Sequence[str],
+    client: str | None,
+    *,
+    env: Mapping[str, str],
+    cwd: Path,
+    platform: str = sys.platform,
+) -> tuple[list[Source], list[str]]:
+    """Read every input file (or the client's usual locations); raise InputError."""
+    notes: list[str] = []
+    files: list[tuple[Path, str, str | None]] = []
+    if not paths:
+        if client is None:
+            raise InputError("give one or more PATHs, or --from CLIENT to read its usual locations")
+        candidates = default_paths(client, env, cwd, platform)
+        for candidate in candidates:
+            if candidate.is_file():
+                files.append((candidate, str(candidate), client))
+                notes.append(f"{PROG}: note: reading {candidate} ({CLIENT_NAMES[client]})")
+        if not files:
+            raise InputError(
+                f"no {CLIENT_NAMES[client]} config found (looked in: {', '.join(str(c) for c in candidates)})"
+            )
+    for given in paths:
+        path = Path(given)
+        if path.is_dir():
+            found = [
+                (path / rel, str(path / rel), fmt)
+                for fmt, rel in _DIRECTORY_FILES
+                if (client is None or client == fmt) and (path / rel).is_file()
+            ]
+            if not found:
+                raise InputError(f"{given}: a directory with no MCP client config in it")
+            files += found
+        else:
+            files.append((path, given, client))
+    sources = [read_source(path, shown, fmt, env) for path, shown, fmt in files]
+    return sources, notes

@@ -1,0 +1,470 @@
+"""Per-client translation: one source entry -> the fields of one prefixgate server table."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.commands.importer.names import VAR_NAME, env_var_name
+from gateway.commands.importer.sources import CLIENT_NAMES, Entry, type_name
+
+_PLACEHOLDER = re.compile(r"\$\{([^}]*)\}")
+
+# Transport names used by the clients -> prefixgate's.
+_TYPES = {
+    "stdio": "stdio",
+    "http": "http",
+    "streamable-http": "http",
+    "streamable_http": "http",
+    "streamablehttp": "http",
+    "sse": "sse",
+}
+
+# Fields the JSON clients know that prefixgate has no equivalent for: (warning?, reason).
+_DROPPED_FIELDS: dict[str, tuple[bool, str]] = {
+    "envFile": (True, "prefixgate reads no env files; put the variables in env as ${VAR} references"),
+    "headersHelper": (
+        True,
+        "prefixgate runs no header helper; set the headers it produces in headers as ${VAR} references",
+    ),
+    "oauth": (True, "prefixgate runs no OAuth flow; send a token in headers as a ${VAR} reference"),
+    "dev": (False, "VS Code development mode (watch/debug) has no prefixgate equivalent"),
+    "autoApprove": (False, "tool approval belongs to the client that runs prefixgate"),
+    "alwaysAllow": (False, "tool approval belongs to the client that runs prefixgate"),
+    "timeout": (False, "use startup_timeout / call_timeout (seconds) instead"),
+    "description": (False, "descriptive only"),
+    "name": (False, "descriptive only"),
+    "icon": (False, "descriptive only"),
+    "gallery": (False, "descriptive only"),
+    "version": (False, "descriptive only"),
+}
+_CODEX_DROPPED: dict[str, tuple[bool, str]] = {
+    "oauth": (True, "prefixgate runs no OAuth flow (codex mcp login); send a token in headers as a ${VAR} reference"),
+    "scopes": (True, "prefixgate runs no OAuth flow"),
+    "oauth_resource": (True, "prefixgate runs no OAuth flow"),
+    "default_tools_approval_mode": (False, "tool approval belongs to the client that runs prefixgate"),
+    "tools": (False, "per-tool approval belongs to the client that runs prefixgate"),
+}
+
+
+class Skip(Exception):
+    """The entry cannot be translated; the message is the reason."""
+
+
+@dataclass
+class Translated:
+    fields: dict[str, Any]
+    """TOML keys of the server table in output order; ``env``/``headers`` are dicts."""
+    notes: list[tuple[str, str, str]] = field(default_factory=list)
+    """(kind, field, text): kind ``warning`` or ``note``; field relative to the server table."""
+
+
+def _has_surrogate(text: str) -> bool:
+    return any(0xD800 <= ord(c) <= 0xDFFF for c in text)
+
+
+def escape_literal(text: str) -> str:
+    """Literal text for a field prefixgate expands: every ``${`` becomes ``$${``."""
+    return text.replace("${", "$${")
+
+
+def _glob_literal(name: str) -> str:
+    """An fnmatch pattern matching exactly ``name``."""
+    return re.sub(r"([*?\[])", r"[\1]", name)
+
+
+class _Translator:
+    def __init__(self, entry: Entry) -> None:
+        self.entry = entry
+        self.fmt = entry.source.fmt
+        self.out = Translated(fields={})
+        self.project_dir = entry.project_dir
+
+    def note(self, where: str, text: str, kind: str = "note") -> None:
+        self.out.notes.append((kind, where, text))
+
+    # strings with placeholders --------------------------------------------------------
+
+    def string(self, value: Any, where: str) -> str:
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            raise Skip(f"{where}: expected a string, found {type_name(value)}")
+        if not isinstance(value, str):
+            self.note(where, f"number {value!r} written as the string {str(value)!r}")
+            value = str(value)
+        if _has_surrogate(value):
+            raise Skip(f"{where}: contains text that is not valid Unicode (a lone surrogate)")
+        pieces: list[tuple[bool, str]] = []
+        pos = 0
+        for match in _PLACEHOLDER.finditer(value):
+            if match.start() > pos:
+                pieces.append((False, value[pos : match.start()]))
+            pieces.append(self._placeholder(match.group(1), match.group(0), where))
+            pos = match.end()
+        if pos < len(value):
+            pieces.append((False, value[pos:]))
+        merged: list[tuple[bool, str]] = []
+        for is_ref, text in pieces:
+            if merged and not is_ref and not merged[-1][0]:
+                merged[-1] = (False, merged[-1][1] + text)
+            else:
+                merged.append((is_ref, text))
+        out = []
+        for i, (is_ref, text) in enumerate(merged):
+            if is_ref:
+                out.append("${" + text + "}")
+                continue
+            if i + 1 < len(merged) and text.endswith("$"):
+                raise Skip(
+                    f"{where}: a '$' right before a variable reference cannot be written in a prefixgate config"
+                )
+            out.append(escape_literal(text))
+        return "".join(out)
+
+    def _placeholder(self, inner: str, whole: str, where: str) -> tuple[bool, str]:
+        fmt = self.fmt
+        client = CLIENT_NAMES[fmt]
+        if fmt == "claude-code":
+            if VAR_NAME.fullmatch(inner):
+                return True, inner
+            m = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*):-(.*)", inner, re.DOTALL)
+            if m:
+                self.note(
+                    where,
+                    f"${{{m[1]}:-...}} has a default prefixgate cannot express; it became ${{{m[1]}}}, "
+                    f"so {m[1]} must be set in the environment",
+                    "warning",
+                )
+                return True, m[1]
+        if fmt in ("cursor", "vscode"):
+            if inner.startswith("env:") and VAR_NAME.fullmatch(inner[4:]):
+                return True, inner[4:]
+            if inner == "userHome":
+                return True, "HOME"
+            if inner in ("workspaceFolder", "workspaceRoot") and self.project_dir:
+                return False, self.project_dir
+            if inner == "workspaceFolderBasename" and self.project_dir:
+                return False, os.path.basename(self.project_dir)
+            if inner in ("pathSeparator", "/"):
+                return False, "/"
+            if fmt == "vscode" and inner.startswith("input:"):
+                return True, self._input(inner[len("input:") :], where)
+        if fmt in ("claude-desktop", "codex") and VAR_NAME.fullmatch(inner):
+            self.note(
+                where,
+                f"{whole} is kept as literal text, written $${{{inner}}} ({client} does not expand it); "
+                f"write ${{{inner}}} instead to read the environment variable",
+            )
+        else:
+            self.note(where, f"{whole} has no prefixgate equivalent; kept as literal text", "warning")
+        return False, whole
+
+    def _input(self, input_id: str, where: str) -> str:
+        var = env_var_name(input_id)
+        seen = self.entry.source.inputs_noted
+        if input_id not in seen:
+            seen.add(input_id)
+            spec = self.entry.source.inputs.get(input_id)
+            if spec is None:
+                what = f'VS Code input "{input_id}" (not declared in inputs)'
+            else:
+                desc = spec.get("description")
+                extra = []
+                if isinstance(desc, str) and desc:
+                    extra.append(json.dumps(desc, ensure_ascii=False))
+                if spec.get("password"):
+                    extra.append("password")
+                what = f'VS Code input "{input_id}"' + (f" ({', '.join(extra)})" if extra else "")
+            self.note(
+                where,
+                f"{what} became ${{{var}}}: VS Code prompted for it, prefixgate reads the environment; "
+                f"export {var}=... before starting prefixgate",
+            )
+        return var
+
+    # field helpers --------------------------------------------------------------------
+
+    def str_list(self, value: Any, where: str) -> list[str]:
+        if not isinstance(value, list):
+            raise Skip(f"{where}: expected a list, found {type_name(value)}")
+        return [self.string(v, f"{where}[{i}]") for i, v in enumerate(value)]
+
+    def str_table(self, value: Any, where: str, *, drop_null: bool = False) -> dict[str, str]:
+        if not isinstance(value, dict):
+            raise Skip(f"{where}: expected an object, found {type_name(value)}")
+        out: dict[str, str] = {}
+        for key, v in value.items():
+            if _has_surrogate(key):
+                raise Skip(f"{where}: a key is not valid Unicode (a lone surrogate)")
+            if v is None and drop_null:
+                self.note(
+                    f"{where}.{key}", "null (unset the variable) has no prefixgate equivalent; dropped", "warning"
+                )
+                continue
+            out[key] = self.string(v, f"{where}.{key}")
+        return out
+
+    def nonempty(self, value: Any, where: str) -> str:
+        text = self.string(value, where)
+        if not text:
+            raise Skip(f"{where}: is empty")
+        return text
+
+    def check_url(self, url: str, where: str) -> None:
+        if re.match(r"(?i)^https?://", url) or url.startswith("${"):
+            return
+        scheme = url.split(":", 1)[0] if ":" in url else url
+        raise Skip(f"{where}: {scheme!r} URLs are not supported (prefixgate connects over http:// and https://)")
+
+    def relative_cwd(self, fields: dict[str, Any]) -> None:
+        """A project-scoped stdio server with relative paths runs in its project directory."""
+        if "cwd" in fields:
+            return
+        values = [fields["command"], *fields.get("args", [])]
+        relative = [v for v in values if v in (".", "..") or v.startswith(("./", "../", ".\\", "..\\"))]
+        if not relative:
+            return
+        if self.project_dir:
+            fields["cwd"] = escape_literal(self.project_dir)
+            self.note(
+                "cwd",
+                "set to the project directory: the client starts this server there and it uses relative "
+                f"paths ({relative[0]})",
+            )
+        else:
+            self.note(
+                "args",
+                f"uses a relative path ({relative[0]}) but prefixgate starts it in its own working directory; set cwd",
+                "warning",
+            )
+
+
+def _translate_json(entry: Entry) -> Translated:
+    raw = entry.raw
+    if not isinstance(raw, dict):
+        raise Skip(f"expected an object, found {type_name(raw)}")
+    t = _Translator(entry)
+    fields = t.out.fields
+    client = CLIENT_NAMES[entry.source.fmt]
+    type_key = next((k for k in ("type", "transport", "transportType") if k in raw), None)
+    url_key = next((k for k in ("url", "serverUrl") if k in raw), None)
+    has_command = "command" in raw
+    if type_key is not None:
+        declared = raw[type_key]
+        if not isinstance(declared, str):
+            raise Skip(f"{type_key}: expected a string, found {type_name(declared)}")
+        kind = _TYPES.get(declared.lower())
+        if kind is None:
+            raise Skip(f"{type_key} {declared!r} is not a transport prefixgate speaks (stdio, http, sse)")
+    elif has_command and url_key:
+        raise Skip(f"has both command and {url_key} and no type saying which one {client} uses")
+    elif has_command:
+        kind = "stdio"
+    elif url_key:
+        url_value = raw[url_key]
+        path = url_value.split("?", 1)[0].rstrip("/") if isinstance(url_value, str) else ""
+        kind = "sse" if path.endswith("/sse") else "http"
+        t.note(
+            "transport",
+            f"no type given; {kind!r} inferred from the URL" + (" (its path ends in /sse)" if kind == "sse" else ""),
+        )
+    else:
+        raise Skip("has neither command (stdio) nor url (http/sse)")
+
+    handled = {"type", "transport", "transportType", "disabled", "enabled"}
+    if kind == "stdio":
+        if not has_command:
+            raise Skip(f"{type_key} is {raw[type_key]!r} but there is no command")
+        fields["command"] = t.nonempty(raw["command"], "command")
+        if "args" in raw and raw["args"] is not None:
+            args = t.str_list(raw["args"], "args")
+            if args:
+                fields["args"] = args
+        if raw.get("cwd") is not None:
+            fields["cwd"] = t.nonempty(raw["cwd"], "cwd")
+        if raw.get("env") is not None:
+            env = t.str_table(raw["env"], "env", drop_null=True)
+            if env:
+                fields["env"] = env
+        handled |= {"command", "args", "cwd", "env"}
+        if url_key:
+            t.note(url_key, f"ignored: the entry is a stdio server ({type_key} {raw[type_key]!r})", "warning")
+            handled.add(url_key)
+        if "headers" in raw:
+            t.note("headers", "ignored: headers apply to remote servers only", "warning")
+            handled.add("headers")
+        t.relative_cwd(fields)
+    else:
+        if not url_key:
+            raise Skip(f"{type_key} is {raw[type_key]!r} but there is no url")
+        fields["url"] = t.nonempty(raw[url_key], url_key)
+        t.check_url(fields["url"], url_key)
+        fields["transport"] = kind
+        if raw.get("headers") is not None:
+            headers = t.str_table(raw["headers"], "headers")
+            if headers:
+                fields["headers"] = headers
+        handled |= {url_key, "headers"}
+        if has_command:
+            t.note("command", f"ignored: the entry is a remote server ({type_key} {raw[type_key]!r})", "warning")
+            handled.add("command")
+        for key in ("args", "env", "cwd"):
+            if raw.get(key):
+                t.note(key, "ignored: it applies to stdio servers only", "warning")
+            handled.add(key)
+
+    enabled = True
+    if "disabled" in raw:
+        if not isinstance(raw["disabled"], bool):
+            raise Skip(f"disabled: expected true or false, found {type_name(raw['disabled'])}")
+        enabled = not raw["disabled"]
+    if "enabled" in raw:
+        if not isinstance(raw["enabled"], bool):
+            raise Skip(f"enabled: expected true or false, found {type_name(raw['enabled'])}")
+        enabled = enabled and raw["enabled"]
+    if entry.scope_disabled:
+        enabled = False
+        t.note("enabled", f"false: {entry.scope_disabled}")
+    if not enabled:
+        fields["enabled"] = False
+
+    for key in raw:
+        if key in handled:
+            continue
+        loud, reason = _DROPPED_FIELDS.get(key, (False, f"unknown {client} field"))
+        t.note(key, f"not imported: {reason}", "warning" if loud else "note")
+    return _ordered(t.out)
+
+
+def _translate_codex(entry: Entry) -> Translated:
+    raw = entry.raw
+    if not isinstance(raw, dict):
+        raise Skip(f"expected a table, found {type_name(raw)}")
+    t = _Translator(entry)
+    fields = t.out.fields
+    has_command, has_url = "command" in raw, "url" in raw
+    if has_command and has_url:
+        raise Skip("has both command and url")
+    if not has_command and not has_url:
+        raise Skip("has neither command (stdio) nor url (streamable HTTP)")
+    handled = {"enabled", "required", "startup_timeout_sec", "startup_timeout_ms", "tool_timeout_sec",
+               "enabled_tools", "disabled_tools"}  # fmt: skip
+    if has_command:
+        fields["command"] = t.nonempty(raw["command"], "command")
+        if "args" in raw:
+            args = t.str_list(raw["args"], "args")
+            if args:
+                fields["args"] = args
+        if "cwd" in raw:
+            fields["cwd"] = t.nonempty(raw["cwd"], "cwd")
+        env = t.str_table(raw["env"], "env") if "env" in raw else {}
+        env_vars = raw.get("env_vars", [])
+        if not isinstance(env_vars, list):
+            raise Skip(f"env_vars: expected a list, found {type_name(env_vars)}")
+        for i, item in enumerate(env_vars):
+            name = item.get("name") if isinstance(item, dict) else item
+            if not isinstance(name, str) or not VAR_NAME.fullmatch(name):
+                raise Skip(f"env_vars[{i}]: expected an environment variable name")
+            if name not in env:
+                env[name] = "${" + name + "}"
+                t.note(
+                    f"env.{name}",
+                    f"from env_vars: passed through as ${{{name}}}; Codex skips it when unset, "
+                    "prefixgate requires it to be set",
+                )
+        if env:
+            fields["env"] = env
+        handled |= {"command", "args", "cwd", "env", "env_vars"}
+        for key in ("http_headers", "env_http_headers", "bearer_token_env_var", "bearer_token"):
+            if key in raw:
+                t.note(key, "ignored: it applies to remote servers only", "warning")
+                handled.add(key)
+        t.relative_cwd(fields)
+    else:
+        fields["url"] = t.nonempty(raw["url"], "url")
+        t.check_url(fields["url"], "url")
+        fields["transport"] = "http"
+        headers = t.str_table(raw["http_headers"], "http_headers") if "http_headers" in raw else {}
+
+        def put(name: str, value: str) -> None:
+            for existing in [k for k in headers if k.lower() == name.lower()]:
+                del headers[existing]
+            headers[name] = value
+
+        env_headers = raw.get("env_http_headers", {})
+        if not isinstance(env_headers, dict):
+            raise Skip(f"env_http_headers: expected a table, found {type_name(env_headers)}")
+        for name, var in env_headers.items():
+            if not isinstance(var, str) or not VAR_NAME.fullmatch(var):
+                raise Skip(f"env_http_headers.{name}: expected an environment variable name")
+            put(name, "${" + var + "}")
+            t.note(
+                f"headers.{name}",
+                f"from env_http_headers: ${{{var}}}; Codex omits the header when {var} is unset, "
+                "prefixgate requires it to be set",
+            )
+        if "bearer_token_env_var" in raw:
+            var = raw["bearer_token_env_var"]
+            if not isinstance(var, str) or not VAR_NAME.fullmatch(var):
+                raise Skip("bearer_token_env_var: expected an environment variable name")
+            put("Authorization", "Bearer ${" + var + "}")
+        if "bearer_token" in raw:
+            put("Authorization", "Bearer " + t.nonempty(raw["bearer_token"], "bearer_token"))
+        if headers:
+            fields["headers"] = headers
+        handled |= {"url", "http_headers", "env_http_headers", "bearer_token_env_var", "bearer_token"}
+        for key in ("args", "env", "env_vars", "cwd"):
+            if key in raw:
+                t.note(key, "ignored: it applies to stdio servers only", "warning")
+                handled.add(key)
+
+    for key in ("enabled", "required"):
+        if key in raw and not isinstance(raw[key], bool):
+            raise Skip(f"{key}: expected true or false, found {type_name(raw[key])}")
+    if raw.get("enabled") is False:
+        fields["enabled"] = False
+    if raw.get("required") is True:
+        fields["required"] = True
+    for key, target, scale in (
+        ("startup_timeout_sec", "startup_timeout", 1),
+        ("startup_timeout_ms", "startup_timeout", 1000),
+        ("tool_timeout_sec", "call_timeout", 1),
+    ):
+        if key not in raw:
+            continue
+        value = raw[key]
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+            t.note(key, "not imported: expected a positive number", "warning")
+            continue
+        if target in fields:
+            t.note(key, f"not imported: {target} is already set from another key", "warning")
+            continue
+        fields[target] = value if scale == 1 else value / scale
+    for key, target in (("enabled_tools", "include"), ("disabled_tools", "exclude")):
+        if key in raw:
+            names = t.str_list(raw[key], key)
+            fields[target] = [_glob_literal(n) for n in names]
+    for key in raw:
+        if key in handled:
+            continue
+        loud, reason = _CODEX_DROPPED.get(key, (False, "unknown Codex field"))
+        t.note(key, f"not imported: {reason}", "warning" if loud else "note")
+    return _ordered(t.out)
+
+
+_ORDER = ("command", "args", "cwd", "url", "transport", "enabled", "required",
+          "startup_timeout", "call_timeout", "include", "exclude", "env", "headers")  # fmt: skip
+
+
+def _ordered(out: Translated) -> Translated:
+    out.fields = {k: out.fields[k] for k in _ORDER if k in out.fields}
+    return out
+
+
+def translate(entry: Entry) -> Translated:
+    if entry.source.fmt == "codex":
+        return _translate_codex(entry)
+    return _translate_json(entry)

@@ -1,0 +1,161 @@
+"""``prefixgate serve``: the gateway over stdio or streamable HTTP until its client leaves or a signal stops it."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import secrets
+import signal
+import sys
+from collections.abc import Sequence
+
+import anyio
+import anyio.to_thread
+
+from gateway import logs
+from gateway.barrier import required_failures
+from gateway.commands.startup import Exit, discover, running
+from gateway.config import Config
+from gateway.downstream import Downstream
+from gateway.journal import Journal, session_key
+from gateway.router import collect
+from gateway.session import Session
+from spill import ArtifactStore, StoreError
+
+log = logging.getLogger("prefixgate")
+
+
+async def serve(config: Config, session_id: str | None, http: str | None, tokens: Sequence[str]) -> None:
+    """Serve until the client leaves (stdio), forever (HTTP), or a signal or a failed barrier exits."""
+    from gateway.server import build_server
+
+    async with running(config, supervise=True) as hub:
+        if http is None:
+            journal = Journal(config.gateway.state_dir, session_id) if session_id else None
+            stdio_session = Session(journal, await _artifact_store(config, session_id))
+            server, options = build_server(hub, lambda ctx: stdio_session)
+        else:
+            from gateway.http import principal_of_scope
+
+            await _artifact_store(config, None)  # retention at start
+            server, options = build_server(
+                hub, lambda ctx: hub.principal_session(principal_of_scope(getattr(ctx.request, "scope", None)))
+            )
+
+        async def barrier() -> None:
+            try:
+                await discover(config, hub)
+            except Exit as exc:
+                await _exit_now(hub.downstreams, str(exc))
+            failures = required_failures(hub.downstreams)
+            if failures:
+                await _exit_now(hub.downstreams, "prefixgate: " + failures[0])
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_stop_on_signals, hub.downstreams)
+            tg.start_soon(barrier)
+            if http is None:
+                from gateway.upstream_stdio import stdio_streams
+
+                async with stdio_streams(config.gateway.max_message_bytes) as (read, write):
+                    await server.run(read, write, options)
+            else:
+                from gateway.http import serve_http
+
+                await serve_http(server, http, tokens)
+            tg.cancel_scope.cancel()
+
+
+async def _artifact_store(config: Config, session_id: str | None) -> ArtifactStore | None:
+    """The session's artifact store (one per process without a session id), after retention.
+
+    A store that cannot be used is logged, not fatal: results are still bounded, with a
+    non-retention warning instead of an artifact id.
+    """
+    if not config.spill.enabled:
+        return None
+    key = session_key(session_id) if session_id else secrets.token_hex(16)
+    store = ArtifactStore(config.gateway.state_dir / "artifacts", key)
+    try:
+        await anyio.to_thread.run_sync(store.ensure)
+    except StoreError as exc:
+        log.error("artifact store unusable, outputs over the ceiling will not be retained: %s", exc)
+    await anyio.to_thread.run_sync(collect, store, config.spill)
+    return store
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+"""Each stops the gateway the same way; the exit status is 128 + the signal number."""
+
+
+async def _stop_on_signals(downstreams: Sequence[Downstream]) -> None:
+    """SIGTERM, SIGHUP and SIGINT stop every server (none is left running) and exit.
+
+    Without this a SIGTERM or SIGHUP killed the gateway at once and left the servers
+    that ignore EOF on stdin running; clients send SIGTERM a second after closing stdin.
+    """
+    with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
+        async for signum in signals:
+            name = signal.Signals(signum).name
+            log.info("%s received: stopping every server", name)
+            await _exit_now(downstreams, f"prefixgate: stopped by {name}", 128 + signum)
+
+
+async def _exit_now(downstreams: Sequence[Downstream], message: str, code: int = 1) -> None:
+    """Stop every server (concurrently: each in its own task) and exit with ``code`` at once.
+
+    Exiting rather than unwinding keeps the stop independent of the transport: over
+    pipes and sockets stdin is read on the event loop (``upstream_stdio``) and would
+    unwind, but when stdin is a terminal or a file the SDK's ``stdio_server`` reads it in
+    a worker thread that cancellation cannot interrupt, and the client may still be
+    connected.
+    """
+    for downstream in downstreams:
+        downstream.stop()
+    with anyio.move_on_after(10):
+        for downstream in downstreams:
+            await downstream.closed.wait()
+    logs.flush()
+    sys.stderr.write(message + "\n")
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def http_tokens(args: argparse.Namespace) -> list[str]:
+    """The HTTP bearer tokens, each its own principal; required off loopback.
+
+    ``--token-file`` holds one token per line (blank lines and lines starting with ``#``
+    are skipped); ``$PREFIXGATE_TOKEN`` holds one.
+    """
+    from gateway.http import is_loopback, parse_listen
+
+    try:
+        host, _ = parse_listen(args.http)
+    except ValueError as exc:
+        raise Exit(2, f"prefixgate: --http: {exc}") from None
+    tokens: list[str] = []
+    if args.token_file:
+        try:
+            with open(args.token_file, encoding="utf-8") as handle:
+                lines = [line.strip() for line in handle]
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+            raise Exit(2, f"prefixgate: --token-file: cannot read {args.token_file}: {reason}") from None
+        tokens = list(dict.fromkeys(line for line in lines if line and not line.startswith("#")))
+        if not tokens:
+            raise Exit(2, f"prefixgate: --token-file: {args.token_file} is empty or only whitespace")
+        for number, line in enumerate(lines, 1):
+            if any(c.isspace() for c in line) and not line.startswith("#"):
+                where = f"{args.token_file} line {number}"
+                raise Exit(2, f"prefixgate: --token-file: {where}: a token cannot contain spaces")
+    elif os.environ.get("PREFIXGATE_TOKEN"):
+        token = os.environ["PREFIXGATE_TOKEN"].strip()
+        if not token:
+            raise Exit(2, "prefixgate: $PREFIXGATE_TOKEN is only whitespace; set a real token or unset it")
+        tokens = [token]
+    if not tokens and not is_loopback(host):
+        raise Exit(
+            2, f"prefixgate: --http {args.http}: a non-loopback address requires --token-file or $PREFIXGATE_TOKEN"
+        )
+    return tokens

@@ -1,0 +1,85 @@
+"""What serve, catalog and doctor share: start every server, wait for the barrier, build the first epoch.
+
+:class:`Exit` carries a command's exit status and its one-line message up to ``main``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio
+
+from catalog.budget import DecisionError
+from gateway.barrier import wait_for_discovery
+from gateway.config import Config, ConfigError, find_config, load_config
+from gateway.epoch import Epoch, build_epoch
+from gateway.hub import Hub
+
+log = logging.getLogger("prefixgate")
+
+
+class Exit(Exception):
+    """Leave the command with ``code``; ``main`` prints the message."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def load(path: str | None) -> Config:
+    """The config, or Exit(2) with the one line naming what is wrong."""
+    try:
+        return load_config(find_config(path))
+    except ConfigError as exc:
+        raise Exit(2, f"prefixgate: config error: {exc}") from None
+
+
+@asynccontextmanager
+async def running(config: Config, *, supervise: bool = False, persist: bool = True) -> AsyncIterator[Hub]:
+    """Start every server concurrently; stop them all on exit.
+
+    ``persist=False`` (doctor) writes nothing to the state directory.
+    """
+    hub = Hub(config, persist=persist)
+    async with anyio.create_task_group() as tg:
+        hub.start(tg, supervise=supervise)
+        try:
+            yield hub
+        finally:
+            tg.cancel_scope.cancel()
+
+
+async def discover(config: Config, hub: Hub) -> Epoch:
+    """Wait for the barrier, build and decide the first epoch, publish it.
+
+    Raises Exit(1) when no declaration plan fits the client (``declarations = "fixed"``
+    over the function limit).
+    """
+    downstreams = hub.downstreams
+    started = anyio.current_time()
+    await wait_for_discovery([d for d in downstreams if d.config.enabled], config.gateway.discovery_deadline)
+    try:
+        epoch = build_epoch(config, downstreams, hub.checks)
+    except DecisionError as exc:
+        raise Exit(1, f"prefixgate: {exc}") from None
+    epoch.discovery_ms = round((anyio.current_time() - started) * 1000)
+    for warning in epoch.catalog.warnings:
+        log.warning("%s", warning.line())
+    ready = sum(1 for d in downstreams if d.status == "ready")
+    decision = epoch.decision
+    log.info(
+        "catalog: %d tools from %d of %d servers; %s, %d declared, %d deferred; fingerprint %s",
+        len(epoch.catalog.entries),
+        ready,
+        len(config.enabled_servers),
+        decision.mode,
+        decision.function_count,
+        len(decision.deferred_names),
+        epoch.fingerprint[:16],
+    )
+    if decision.fallback is not None:
+        log.warning("declarations fell back to %s (%s): %s", decision.mode, decision.fallback, decision.detail)
+    await hub.first_epoch(epoch)
+    return epoch

@@ -1,0 +1,139 @@
+"""The import direction, checked mechanically: the layout the README describes holds.
+
+``catalog/`` and ``spill/`` are pure (no SDK, no anyio, nothing of the gateway), the
+commands sit above the engine (``gateway.commands`` imports the engine, never the other
+way), and no modules import each other in a cycle. Every import counts, also one inside
+a function: a lazy import that only hides a cycle is still a cycle.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("catalog", "spill", "gateway")
+PURE = ("catalog", "spill")
+FORBIDDEN_IN_PURE = ("mcp", "mcp_types", "anyio", "gateway")
+COMMANDS = "gateway.commands"
+ENTRY_POINTS = {"gateway.__main__"}
+"""``python -m gateway``: the command line itself, above everything."""
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            found[module_name(path)] = path
+    return found
+
+
+def imported(path: Path, name: str, known: dict[str, Path]) -> Iterator[str]:
+    """Every module ``path`` imports, anywhere in it; ``from a import b`` is ``a.b`` when
+    that is a module of ours, else ``a``."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            for alias in node.names:
+                full = f"{base}.{alias.name}"
+                yield full if full in known else base
+
+
+def graph() -> dict[str, set[str]]:
+    known = modules()
+    return {name: set(imported(path, name, known)) for name, path in known.items()}
+
+
+def within(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+def test_catalog_and_spill_are_pure() -> None:
+    bad = [
+        f"{module} imports {target}"
+        for module, targets in graph().items()
+        if any(within(module, p) for p in PURE)
+        for target in sorted(targets)
+        if any(within(target, f) for f in FORBIDDEN_IN_PURE)
+    ]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_engine_never_imports_the_commands() -> None:
+    bad = [
+        f"{module} imports {target}"
+        for module, targets in graph().items()
+        if not within(module, COMMANDS) and module not in ENTRY_POINTS
+        for target in sorted(targets)
+        if within(target, COMMANDS)
+    ]
+    assert not bad, "\n".join(bad)
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """One cycle (as a path) per strongly connected component larger than one module."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(edges.get(node, ())):
+            if target not in edges:
+                continue
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1 or node in edges.get(node, ()):
+                found.append(sorted(component))
+
+    for node in sorted(edges):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_cycles() -> None:
+    found = cycles(graph())
+    assert not found, "modules that import each other: " + "; ".join(" <-> ".join(c) for c in found)
+
+
+def test_the_cycle_check_sees_cycles() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_graph_sees_lazy_and_from_imports() -> None:
+    edges = graph()
+    assert "gateway.commands.startup" in edges["gateway.commands.doctor"]
+    assert "gateway.config" in edges["gateway.commands.importer.names"]
+    assert "gateway.server" in edges["gateway.commands.serve"]  # imported inside a function
+    assert "gateway.logs" in edges["gateway.commands.cli"]  # from gateway import logs
