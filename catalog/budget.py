@@ -125,7 +125,7 @@ def estimate_tokens(declaration: JSON) -> int:
     declarations take milliseconds.
     """
     counts = token_features(canonicaljson.encode_canonical_json(declaration))
-    units = sum(w * c for w, c in zip(WEIGHTS, counts) if c)
+    units = sum(w * c for w, c in zip(WEIGHTS, counts, strict=True) if c)
     return -(-units // TOKEN_DENOMINATOR) + TOOL_OVERHEAD
 
 

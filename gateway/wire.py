@@ -10,11 +10,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from catalog.schema import sort_keys
 from mcp.server.caching import CacheHint
 from mcp_types.methods import serialize_server_result
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION, MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
+
+from catalog.schema import sort_keys
 
 DEFAULT_VERSION = LATEST_HANDSHAKE_VERSION
 LIST_CACHE_FIELDS = {"resultType": "complete", "ttlMs": 0, "cacheScope": "public"}

@@ -33,9 +33,15 @@ def tools(changes: list[str]) -> list[types.Tool]:
             description=description,
             input_schema={"type": "object", "properties": alpha_props, "required": ["text"]},
         ),
-        types.Tool(name="mutate", description="Change this server's tools.", input_schema={
-            "type": "object", "properties": {"kind": {"type": "string", "enum": list(KINDS)}}, "required": ["kind"]
-        }),
+        types.Tool(
+            name="mutate",
+            description="Change this server's tools.",
+            input_schema={
+                "type": "object",
+                "properties": {"kind": {"type": "string", "enum": list(KINDS)}},
+                "required": ["kind"],
+            },
+        ),
     ]
     if "remove" not in changes:
         listed.append(types.Tool(name="beta", description="Answer beta.", input_schema={"type": "object"}))

@@ -30,7 +30,11 @@ def page(key: str, ctx: Any) -> dict[str, Any]:
 
 async def main() -> None:
     async def lists(ctx: Any, call_next: Any) -> Any:
-        keys = {"resources/list": "resources", "resources/templates/list": "resourceTemplates", "prompts/list": "prompts"}
+        keys = {
+            "resources/list": "resources",
+            "resources/templates/list": "resourceTemplates",
+            "prompts/list": "prompts",
+        }
         if ctx.method in keys:
             return page(keys[ctx.method], ctx)
         return await call_next(ctx)

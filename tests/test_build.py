@@ -129,7 +129,8 @@ def test_output_schemas_false_publishes_none_and_checks_none() -> None:
     assert [e.name for e in published.entries] == ["s__t"]
     assert [e.name for e in omitted.entries] == ["s__badout", "s__t"]
     assert all("outputSchema" not in e.declaration for e in omitted.entries)
-    assert omitted.by_name["s__t"].declaration == {k: v for k, v in published.by_name["s__t"].declaration.items() if k != "outputSchema"}
+    full = published.by_name["s__t"].declaration
+    assert omitted.by_name["s__t"].declaration == {k: v for k, v in full.items() if k != "outputSchema"}
     assert omitted.fingerprint != published.fingerprint
     assert build(servers, OPENAI, output_schemas=False).fingerprint == omitted.fingerprint
 

@@ -68,7 +68,11 @@ async def test_policy_comes_before_activation(tmp_path: Path, mode: str) -> None
 
 @pytest.mark.parametrize("mode", ERAS)
 async def test_argument_and_name_errors_through_tool_call(tmp_path: Path, mode: str) -> None:
-    config = write_config(tmp_path, {"m": mutating(tmp_path / "m.json")}, client={"declarations": "on-demand", "defer": ["m__alpha", "m__beta"]})
+    config = write_config(
+        tmp_path,
+        {"m": mutating(tmp_path / "m.json")},
+        client={"declarations": "on-demand", "defer": ["m__alpha", "m__beta"]},
+    )
     async with sdk_client(config, mode) as client:
         await client.call_tool("tool_search", {"query": "echo text"})
         bad = await client.call_tool("tool_call", {"name": "m__alpha", "arguments": {"text": 5}})
@@ -77,7 +81,10 @@ async def test_argument_and_name_errors_through_tool_call(tmp_path: Path, mode: 
         missing = await client.call_tool("tool_call", {"name": "m__alpha", "arguments": {}})
         assert missing.is_error and text(missing).startswith("Invalid arguments for m__alpha: arguments: ")
         unknown = await client.call_tool("tool_call", {"name": "m__nope", "arguments": {}})
-        assert (unknown.is_error, text(unknown)) == (True, "Unknown tool 'm__nope': it is not in this gateway's catalog.")
+        assert (unknown.is_error, text(unknown)) == (
+            True,
+            "Unknown tool 'm__nope': it is not in this gateway's catalog.",
+        )
         good = await client.call_tool("tool_call", {"name": "m__alpha", "arguments": {"text": "fine"}})
         assert (good.is_error, text(good)) == (False, "fine")
 
@@ -255,7 +262,9 @@ async def test_a_request_outside_any_call_goes_to_the_most_recent_client(tmp_pat
 
 @pytest.mark.parametrize("mode", ERAS)
 @pytest.mark.parametrize("rich", [False, True], ids=["tools-only", "rich"])
-async def test_capabilities_are_the_union_of_the_servers_on_stdio_and_http(tmp_path: Path, mode: str, rich: bool) -> None:
+async def test_capabilities_are_the_union_of_the_servers_on_stdio_and_http(
+    tmp_path: Path, mode: str, rich: bool
+) -> None:
     from tests.conftest import http_gateway
 
     config = write_config(tmp_path, {"d": demo(*(["--rich"] if rich else []))})

@@ -272,7 +272,11 @@ async def _roots(context: object) -> Any:
     return types.ListRootsResult(roots=[types.Root(uri="file:///work", name="work")])
 
 
-CALLBACKS: dict[str, Any] = {"elicitation_callback": _elicit, "sampling_callback": _sample, "list_roots_callback": _roots}
+CALLBACKS: dict[str, Any] = {
+    "elicitation_callback": _elicit,
+    "sampling_callback": _sample,
+    "list_roots_callback": _roots,
+}
 
 
 async def check_multi_round_trip_tools(client: Any, mode: str) -> None:

@@ -40,7 +40,10 @@ def only_text(result: dict[str, Any]) -> str:
     return str(block["text"])
 
 
-STRUCTURED_ID = re.compile(r'structuredContent \(\d+ bytes of JSON\) saved as artifact ([A-Za-z0-9_-]+); read it the same way: \{"id": "([A-Za-z0-9_-]+)"\}')
+STRUCTURED_ID = re.compile(
+    r"structuredContent \(\d+ bytes of JSON\) saved as artifact ([A-Za-z0-9_-]+); "
+    r'read it the same way: \{"id": "([A-Za-z0-9_-]+)"\}'
+)
 
 
 def structured_artifact(text: str, store: ArtifactStore) -> bytes:
@@ -373,8 +376,10 @@ TEXT, JSON_WHOLE = "text", "json"
          FILE_SCHEMA, None, True, TEXT, {"content": FILE_TEXT}),
         ("two text blocks+structured", text_result("a\nb", FILE_TEXT, structuredContent=BIG),
          None, None, False, TEXT, BIG),
-        ("already an error", text_result(FILE_TEXT, structuredContent=BIG, isError=True), SCHEMA, None, True, TEXT, BIG),
-        ("small structured kept", text_result(FILE_TEXT, structuredContent={"n": 1}), FILE_SCHEMA, None, False, TEXT, None),
+        ("already an error", text_result(FILE_TEXT, structuredContent=BIG, isError=True),
+         SCHEMA, None, True, TEXT, BIG),
+        ("small structured kept", text_result(FILE_TEXT, structuredContent={"n": 1}),
+         FILE_SCHEMA, None, False, TEXT, None),
         ("structured over the artifact limit", text_result("t\n" * 40_000, structuredContent={"content": FILE_TEXT}),
          None, 100_000, False, TEXT, "structuredContent of 1"),
         ("image+structured", {"content": [PNG], "structuredContent": BIG}, None, None, False, JSON_WHOLE, None),
@@ -407,7 +412,11 @@ def test_structured_line_explains_reading_when_the_text_was_not_retained(store: 
     r = text_result("t\n" * 100_000, structuredContent={"k": "v" * 100_000})  # text 200 KB, structured ~100 KB
     text = only_text(bound_result(r, store=store, max_artifact_bytes=150_000))
     assert "\ntext of 200000 bytes not retained: larger than the 150000-byte artifact limit\n" in text
-    m = re.search(r'structuredContent \(\d+ bytes of JSON\) saved as artifact (\S+); read it with artifact_read \{"id": "\1"\} plus', text)
+    m = re.search(
+        r"structuredContent \(\d+ bytes of JSON\) saved as artifact (\S+); "
+        r'read it with artifact_read \{"id": "\1"\} plus',
+        text,
+    )
     assert m and json.loads(store.read(m.group(1), 0, 1 << 30)) == r["structuredContent"]
 
 

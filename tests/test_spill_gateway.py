@@ -147,7 +147,9 @@ async def test_structured_output_stays_valid_for_the_sdk_client(tmp_path: Path) 
 
 
 TEXTFILE = [PYTHON, str(Path(__file__).with_name("textfile_server.py"))]
-STRUCTURED = re.compile(r'structuredContent \((\d+) bytes of JSON\) saved as artifact ([A-Za-z0-9_-]+); read it the same way')
+STRUCTURED = re.compile(
+    r"structuredContent \((\d+) bytes of JSON\) saved as artifact ([A-Za-z0-9_-]+); read it the same way"
+)
 LINES = 40_000  # about 1 MiB, in content and again in structuredContent
 
 
@@ -191,7 +193,8 @@ async def test_big_structured_result_stays_a_success_and_each_part_is_readable(
 
         data, offset = b"", 0
         while True:  # the structured part, page by page: nothing the model lost is lost
-            page = answer(await client.call_tool("artifact_read", {"id": structured_id, "offset": offset, "limit": 65536}))
+            arguments = {"id": structured_id, "offset": offset, "limit": 65536}
+            page = answer(await client.call_tool("artifact_read", arguments))
             header, _, chunk = page.partition("\n")
             data += chunk.encode()
             if header.endswith("end reached"):

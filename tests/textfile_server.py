@@ -20,7 +20,7 @@ OUTPUT_SCHEMA = {"type": "object", "properties": {"content": {"type": "string"}}
 
 
 def file_text(lines: int) -> str:
-    return "".join(f"line {i}: {'é' * (i % 7)} \"quoted\"\n" for i in range(lines))
+    return "".join(f'line {i}: {"é" * (i % 7)} "quoted"\n' for i in range(lines))
 
 
 async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:

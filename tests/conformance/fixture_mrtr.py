@@ -59,7 +59,9 @@ def _elicit(message: str, field: str, kind: str = "string") -> types.ElicitReque
 
 def _sample(text: str, max_tokens: int) -> types.CreateMessageRequest:
     message = types.SamplingMessage(role="user", content=types.TextContent(type="text", text=text))
-    return types.CreateMessageRequest(params=types.CreateMessageRequestParams(messages=[message], max_tokens=max_tokens))
+    return types.CreateMessageRequest(
+        params=types.CreateMessageRequestParams(messages=[message], max_tokens=max_tokens)
+    )
 
 
 _RESULT_TYPES: dict[str, type[BaseModel]] = {
@@ -253,7 +255,9 @@ async def _multi_round(ctx: Ctx, params: types.CallToolRequestParams) -> ToolRes
     if not is_modern(ctx):
         first = await gather(ctx, params, step1)
         second = await gather(ctx, params, step2)
-        return _text(f"name={_elicited(first.answers['step1'], 'name')}; color={_elicited(second.answers['step2'], 'color')}")
+        return _text(
+            f"name={_elicited(first.answers['step1'], 'name')}; color={_elicited(second.answers['step2'], 'color')}"
+        )
     state = params.request_state
     if state is None or state == "round-1":
         got = await gather(ctx, params, step1, state="round-1")
@@ -306,7 +310,9 @@ _HANDLERS = {
 }
 
 
-async def get_prompt(ctx: Ctx, params: types.GetPromptRequestParams) -> types.GetPromptResult | types.InputRequiredResult:
+async def get_prompt(
+    ctx: Ctx, params: types.GetPromptRequestParams
+) -> types.GetPromptResult | types.InputRequiredResult:
     """``test_input_required_result_prompt``: elicits the context the prompt should use."""
     request = _elicit("What context should the prompt use?", "context")
     got = await gather(ctx, params, {"user_context": request})

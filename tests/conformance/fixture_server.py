@@ -40,11 +40,10 @@ from typing import Any, Literal
 import anyio
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
-from mcp.server.lowlevel import Server
-from mcp.server.lowlevel import NotificationOptions
-from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, PromptsListChanged, ToolsListChanged
+from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 from mcp.server.streamable_http import EventCallback, EventId, EventMessage, EventStore, StreamId
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, PromptsListChanged, ToolsListChanged
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 
 from tests.conformance import fixture_mrtr
@@ -200,9 +199,13 @@ TEMPLATES: list[types.ResourceTemplate] = [
     )
 ]
 DYNAMIC_TOOL = types.Tool(
-    name="test_dynamic_tool", description="Present between two test_trigger_tool_change calls.", input_schema=_OBJECT_NO_ARGS
+    name="test_dynamic_tool",
+    description="Present between two test_trigger_tool_change calls.",
+    input_schema=_OBJECT_NO_ARGS,
 )
-DYNAMIC_PROMPT = types.Prompt(name="test_dynamic_prompt", description="Present between two test_trigger_prompt_change calls.")
+DYNAMIC_PROMPT = types.Prompt(
+    name="test_dynamic_prompt", description="Present between two test_trigger_prompt_change calls."
+)
 
 _TEMPLATE_RE = re.compile(r"^test://template/(?P<id>[^/]+)/data$")
 
@@ -510,7 +513,8 @@ class Fixture:
         if params.name == fixture_mrtr.PROMPT.name:
             return await fixture_mrtr.get_prompt(ctx, params)
         if params.name == DYNAMIC_PROMPT.name and self.dynamic_prompt:
-            return types.GetPromptResult(messages=[types.PromptMessage(role="user", content=_text("A dynamic prompt."))])
+            message = types.PromptMessage(role="user", content=_text("A dynamic prompt."))
+            return types.GetPromptResult(messages=[message])
         args = params.arguments or {}
         user: Literal["user"] = "user"
         if params.name == "test_simple_prompt":
