@@ -79,8 +79,11 @@ def test_property_any_offset_lands_on_a_boundary(store: ArtifactStore, text: str
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(lines=st.lists(st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\n")), max_size=30),
-       count=st.integers(1, 7), trailing=st.booleans())
+@given(
+    lines=st.lists(st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\n")), max_size=30),
+    count=st.integers(1, 7),
+    trailing=st.booleans(),
+)
 def test_property_line_pages_reproduce_the_artifact(store: ArtifactStore, lines: list[str], count: int,
                                                      trailing: bool) -> None:
     data = ("\n".join(lines) + ("\n" if trailing and lines else "")).encode()
@@ -254,7 +257,8 @@ def test_find_on_a_multi_megabyte_artifact(store: ArtifactStore, big: tuple[str,
     header, body = split(artifact_read(store, {"id": aid, "find": "needle"}))
     expected = [f"{i}: {lines[i - 1]}" for i in range(10_000, 120_001, 10_000)]
     assert body.split("\n") == expected
-    assert header == f'[artifact {aid}] 12 matching lines for "needle" from line 1 of {store.size(aid)} bytes; end reached'
+    size = store.size(aid)
+    assert header == f'[artifact {aid}] 12 matching lines for "needle" from line 1 of {size} bytes; end reached'
 
 
 def test_find_stops_at_max_matches_and_continues(store: ArtifactStore, big: tuple[str, list[str]]) -> None:
