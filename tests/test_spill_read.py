@@ -80,7 +80,9 @@ def test_property_any_offset_lands_on_a_boundary(store: ArtifactStore, text: str
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
-    lines=st.lists(st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\n")), max_size=30),
+    lines=st.lists(
+        st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\n")), max_size=30
+    ),
     count=st.integers(1, 7),
     trailing=st.booleans(),
 )
