@@ -31,6 +31,8 @@ from mcp.server.lowlevel import Server
 from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE, TransportSecuritySettings
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from gateway.events import RETRY_MS, BoundedEventStore, SessionScope
+
 log = logging.getLogger("prefixgate.http")
 
 MCP_PATH = "/mcp"
@@ -220,8 +222,12 @@ async def serve_http(server: Server[Any], listen: str, tokens: Sequence[str]) ->
     sock.listen(128)  # accept from the moment the URL is printed (uvicorn starts a little later)
     bound = sock.getsockname()[1]
     app: ASGIApp = server.streamable_http_app(
-        streamable_http_path=MCP_PATH, transport_security=transport_security(host, bound)
+        streamable_http_path=MCP_PATH,
+        transport_security=transport_security(host, bound),
+        event_store=BoundedEventStore(),
+        retry_interval=RETRY_MS,
     )
+    app = SessionScope(app)
     app = BodyDeadline(app, BODY_TIMEOUT)
     if tokens:
         app = BearerAuth(app, tokens)
