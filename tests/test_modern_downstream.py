@@ -1,0 +1,197 @@
+"""A downstream server that speaks only the 2026-07-28 protocol (tests/modern_server.py: no
+``initialize``) behind the real gateway, reached by the real SDK client in both eras:
+negotiation, per-request envelope and headers, list_changed, progress, logs, quarantine,
+and its ``input_required`` results in both upstream eras."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp_types as types
+import pytest
+
+from tests.conftest import ERAS, PYTHON, catalog_json, demo, sdk_client, write_config
+
+pytestmark = pytest.mark.anyio
+
+SERVER = str(Path(__file__).with_name("modern_server.py"))
+
+
+def modern(**extra: Any) -> dict[str, Any]:
+    return {"command": PYTHON, "args": [SERVER], **extra}
+
+
+def config_for(tmp_path: Path, **extra: Any) -> Path:
+    return write_config(tmp_path, {"m": modern(**extra)})
+
+
+def text_of(result: Any) -> str:
+    first = result.content[0]
+    assert isinstance(first, types.TextContent), first
+    return first.text
+
+
+def requests_seen(log: Path) -> list[dict[str, Any]]:
+    if not log.exists():
+        return []
+    return [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+@contextmanager
+def modern_http(log: Path) -> Iterator[str]:
+    """The modern-only server on loopback HTTP; yields its URL."""
+    proc = subprocess.Popen(
+        [PYTHON, SERVER, "--http"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, "MODERN_SERVER_LOG": str(log)},
+    )
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        assert url.startswith("http://"), url
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_list_call_and_quarantine(tmp_path: Path, mode: str) -> None:
+    async with sdk_client(config_for(tmp_path), mode) as client:
+        with anyio.fail_after(30):
+            names = [t.name for t in (await client.list_tools()).tools]
+            assert "m__echo" in names and "m__region" in names
+            # one malformed tool (bad root type, invalid x-mcp-header) never hides the rest
+            assert "m__bad_schema" not in names and "m__bad_header" not in names
+            assert text_of(await client.call_tool("m__echo", {"text": "hi"})) == "modern:hi"
+
+
+async def test_the_catalog_reports_the_quarantined_tools(tmp_path: Path) -> None:
+    report = catalog_json(config_for(tmp_path))
+    (server,) = report["servers"]
+    assert server["status"] == "ready", server
+    quarantined = {w["message"] for w in report["warnings"] if w.get("kind") == "quarantined"}
+    assert any("bad_schema" in m for m in quarantined), report["warnings"]
+    assert any("bad_header" in m and "x-mcp-header" in m for m in quarantined), report["warnings"]
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_progress_and_logs_during_a_call(tmp_path: Path, mode: str) -> None:
+    logs: list[types.LoggingMessageNotificationParams] = []
+
+    async def on_log(params: types.LoggingMessageNotificationParams) -> None:
+        logs.append(params)
+
+    # 2026-07-28: logs are opted in per request; the handshake era: with logging/setLevel.
+    opt_in = {"io.modelcontextprotocol/logLevel": "info"} if mode == "auto" else None
+    async with sdk_client(config_for(tmp_path), mode, logging_callback=on_log) as client:
+        with anyio.fail_after(30):
+            if mode == "legacy":
+                await client.set_logging_level("info")
+            seen: list[float] = []
+
+            async def progress(value: float, total: float | None, message: str | None) -> None:
+                seen.append(value)
+
+            result = await client.call_tool("m__slow", {}, progress_callback=progress)
+            assert text_of(result) == "slow done"
+            assert seen == [1.0, 2.0, 3.0]
+            assert text_of(await client.call_tool("m__log", {}, meta=opt_in)) == "logged"
+            while not logs:
+                await anyio.sleep(0.05)
+            assert logs[0].data == "modern log line" and logs[0].level == "warning"
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_list_changed_reaches_the_client(tmp_path: Path, mode: str) -> None:
+    heard: list[Any] = []
+
+    async def on_message(message: Any) -> None:
+        heard.append(message)
+
+    async with sdk_client(config_for(tmp_path), mode, message_handler=on_message) as client:
+        with anyio.fail_after(30):
+            assert "m__grown_1" not in [t.name for t in (await client.list_tools()).tools]
+            if mode == "auto":
+                async with client.listen(tools_list_changed=True) as events:
+                    assert text_of(await client.call_tool("m__mutate", {})) == "mutated"
+                    async for _ in events:
+                        break
+            else:
+                assert text_of(await client.call_tool("m__mutate", {})) == "mutated"
+                while not any(isinstance(m, types.ToolListChangedNotification) for m in heard):
+                    await anyio.sleep(0.05)
+            assert "m__grown_1" in [t.name for t in (await client.list_tools()).tools]
+            assert text_of(await client.call_tool("m__grown_1", {})) == "modern:grown_1"
+
+
+async def test_every_request_carries_the_envelope_and_headers(tmp_path: Path) -> None:
+    log = tmp_path / "requests.jsonl"
+    with modern_http(log) as url:
+        config = write_config(tmp_path, {"m": {"url": url}})
+        async with sdk_client(config, "legacy") as client:
+            with anyio.fail_after(30):
+                assert text_of(await client.call_tool("m__region", {"region": "eu-west"})) == "region:eu-west"
+    # The SDK server looks the tool up (an internal tools/list under the call's headers)
+    # to check the Mcp-Param headers: that one is not the gateway's request.
+    seen = [r for r in requests_seen(log) if r["method"] == "tools/call" or r["headers"].get("mcp-method") != "tools/call"]
+    assert {r["method"] for r in seen} >= {"server/discover", "tools/list", "tools/call"}
+    for request in seen:
+        meta = request["meta"]
+        assert meta["io.modelcontextprotocol/protocolVersion"] == "2026-07-28", request
+        assert meta["io.modelcontextprotocol/clientInfo"]["name"] == "prefixgate", request
+        assert "elicitation" in meta["io.modelcontextprotocol/clientCapabilities"], request
+        assert request["headers"]["mcp-method"] == request["method"], request
+        assert request["headers"]["mcp-protocol-version"] == "2026-07-28", request
+    (call,) = [r for r in seen if r["method"] == "tools/call"]
+    assert call["headers"]["mcp-name"] == "region"
+    assert call["headers"]["mcp-param-region"] == "eu-west"
+
+
+async def test_pinning_the_handshake(tmp_path: Path) -> None:
+    # A modern-only server pinned to the handshake really gets `initialize` (and refuses it).
+    report = catalog_json(config_for(tmp_path, protocol="legacy"))
+    (server,) = report["servers"]
+    assert server["status"] == "failed" and "speaks only 2026-07-28" in server["error"], server
+    # A dual-era server: pinned, the handshake; by default, 2026-07-28.
+    config = write_config(tmp_path, {"d": {**demo("--tools", 1), "protocol": "legacy"}, "e": demo("--tools", 1)})
+    stderr = tmp_path / "stderr.log"
+    with stderr.open("w") as errlog:
+        subprocess.run(
+            [PYTHON, "-m", "gateway", "catalog", "--config", str(config), "--log-level", "info"],
+            stdout=subprocess.DEVNULL,
+            stderr=errlog,
+            timeout=60,
+            check=False,
+        )
+    text = stderr.read_text()
+    assert "[d] protocol 2025-11-25" in text and "[e] protocol 2026-07-28" in text, text
+
+
+def test_the_protocol_key_is_checked(tmp_path: Path) -> None:
+    from gateway.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match=r"^servers\.m\.protocol: expected one of 'auto', 'legacy'$"):
+        load_config(config_for(tmp_path, protocol="2026"))
+
+
+async def test_the_fixture_refuses_the_handshake() -> None:
+    """So a server that works behind the gateway was reached with server/discover."""
+    from mcp import Client, StdioServerParameters
+
+    with pytest.raises(BaseException) as caught:
+        async with Client(StdioServerParameters(command=PYTHON, args=[SERVER]), mode="legacy"):
+            pass
+    assert "speaks only 2026-07-28" in repr(caught.value)
