@@ -513,8 +513,12 @@ class Downstream:
         *,
         meta: Mapping[str, Any] | None = None,
         on_progress: ProgressFn | None = None,
+        answers: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Forward ``tools/call``; errors become ``isError`` results naming the server.
+
+        ``answers`` (``inputResponses``, ``requestState``) retry a call the server
+        answered with ``input_required`` (2026-07-28).
 
         A JSON-RPC error from the server itself is re-raised as MCPError so the client
         sees exactly what the server said.
@@ -530,6 +534,8 @@ class Downstream:
             forwarded = {k: v for k, v in meta.items() if k != "progressToken" and not k.startswith(_ENVELOPE)}
             if forwarded:
                 params["_meta"] = forwarded
+        if answers:
+            params.update(answers)
         timeout = self.config.call_timeout
         try:
             return await self.request(
