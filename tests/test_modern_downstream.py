@@ -16,6 +16,7 @@ from typing import Any
 import anyio
 import mcp_types as types
 import pytest
+from mcp.shared.exceptions import MCPError
 
 from tests.conftest import ERAS, PYTHON, catalog_json, demo, sdk_client, write_config
 
@@ -195,3 +196,89 @@ async def test_the_fixture_refuses_the_handshake() -> None:
         async with Client(StdioServerParameters(command=PYTHON, args=[SERVER]), mode="legacy"):
             pass
     assert "speaks only 2026-07-28" in repr(caught.value)
+
+
+async def sampling(context: Any, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
+    asked = params.messages[0].content
+    assert isinstance(asked, types.TextContent) and asked.text == "Say hi"
+    return types.CreateMessageResult(role="assistant", content=types.TextContent(type="text", text="hi"), model="m1")
+
+
+async def elicitation(context: Any, params: Any) -> types.ElicitResult:
+    assert params.message == "What is your name?"
+    return types.ElicitResult(action="accept", content={"name": "Ann"})
+
+
+async def roots(context: Any) -> types.ListRootsResult:
+    return types.ListRootsResult(roots=[types.Root(uri="file:///work/project", name="project")])
+
+
+CALLBACKS: dict[str, Any] = {"sampling_callback": sampling, "elicitation_callback": elicitation, "list_roots_callback": roots}
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_its_input_required_reaches_both_eras(tmp_path: Path, mode: str) -> None:
+    """Modern clients answer the server's input_required themselves (state wrapped by the
+    gateway); handshake-era clients are asked over their back-channel by the gateway."""
+    async with sdk_client(config_for(tmp_path), mode, **CALLBACKS) as client:
+        with anyio.fail_after(60):
+            assert text_of(await client.call_tool("m__ask", {})) == "accept:{'name': 'Ann'}"
+            assert text_of(await client.call_tool("m__sample", {})) == "m1:hi"
+            assert text_of(await client.call_tool("m__roots", {})) == "file:///work/project"
+            prompt = await client.get_prompt("m__interview")
+            assert prompt.messages[0].content.text == "Hello accept:{'name': 'Ann'}"
+            read = await client.read_resource("modern://roots")
+            assert read.contents[0].text == "file:///work/project"
+            # through tool_call too (the same route)
+            assert text_of(await client.call_tool("m__echo", {"text": "after"})) == "modern:after"
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_client_without_the_capability_gets_an_error_not_a_hang(tmp_path: Path, mode: str) -> None:
+    async with sdk_client(config_for(tmp_path), mode) as client:
+        with anyio.fail_after(60):
+            result = await client.call_tool("m__ask", {})
+            assert result.is_error and "does not support elicitation" in text_of(result)
+            result = await client.call_tool("m__roots", {})
+            assert result.is_error and "does not support roots" in text_of(result)
+            with pytest.raises(MCPError, match="does not support elicitation"):
+                await client.get_prompt("m__interview")
+            # the gateway is still fine
+            assert text_of(await client.call_tool("m__echo", {"text": "x"})) == "modern:x"
+
+
+async def test_the_wrapped_request_state(tmp_path: Path) -> None:
+    async with sdk_client(config_for(tmp_path), "auto", **CALLBACKS) as client:
+        with anyio.fail_after(60):
+            session = client.session
+            first = await session.call_tool("m__ask", {}, allow_input_required=True)
+            assert isinstance(first, types.InputRequiredResult)
+            assert first.input_requests is not None and set(first.input_requests) == {"ask"}  # intact
+            state = first.request_state
+            assert state is not None and state.startswith("pg2.") and state != "modern-state-1"
+            answer = {"ask": types.ElicitResult(action="accept", content={"name": "Bo"})}
+            tampered = state[:-2] + ("AA" if not state.endswith("AA") else "BB")
+            with pytest.raises(MCPError, match="requestState refused"):
+                await session.call_tool("m__ask", {}, input_responses=answer, request_state=tampered)
+            with pytest.raises(MCPError, match="requestState refused"):  # bound to the request
+                await session.call_tool("m__sample", {}, input_responses=answer, request_state=state)
+            with pytest.raises(MCPError, match="requestState refused"):  # and to its arguments
+                await session.call_tool("m__ask", {"x": 1}, input_responses=answer, request_state=state)
+            done = await session.call_tool("m__ask", {}, input_responses=answer, request_state=state)
+            assert text_of(done) == "accept:{'name': 'Bo'}"  # the server got its own state back
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_over_http_both_ways(tmp_path: Path, mode: str) -> None:
+    """The modern server over HTTP behind a gateway served over HTTP."""
+    from tests.conftest import http_gateway
+
+    with modern_http(tmp_path / "requests.jsonl") as url:
+        config = write_config(tmp_path, {"m": {"url": url}})
+        with http_gateway(config) as (gateway_url, _):
+            async with sdk_client(gateway_url, mode, **CALLBACKS) as client:
+                with anyio.fail_after(60):
+                    assert text_of(await client.call_tool("m__region", {"region": "eu"})) == "region:eu"
+                    assert text_of(await client.call_tool("m__ask", {})) == "accept:{'name': 'Ann'}"
+                    prompt = await client.get_prompt("m__interview")
+                    assert prompt.messages[0].content.text == "Hello accept:{'name': 'Ann'}"
