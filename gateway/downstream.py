@@ -29,7 +29,7 @@ from gateway import __version__
 from gateway.config import ServerConfig
 from gateway.inbox import Inbox
 from gateway.modern import ENVELOPE as _ENVELOPE
-from gateway.modern import client_info, header_maps, negotiate, stamp
+from gateway.modern import client_info, header_maps, hop_local_removed, negotiate, stamp
 from gateway.stdio import MESSAGE_TOO_LARGE, UNPARSABLE_REPLY, ChildProcess, CommandNotFound, stdio_transport
 
 Status = Literal["starting", "ready", "failed", "late", "disabled", "exited", "restarting"]
@@ -483,6 +483,8 @@ class Downstream:
         if on_progress is not None:
             opts["on_progress"] = _latest_only(on_progress)
         result: dict[str, Any] = await dispatcher.send_raw_request(method, params, opts)  # type: ignore[arg-type]
+        if self.modern:
+            result = hop_local_removed(result)
         if self._inbox is not None:
             await self._inbox.settle()  # what the server said before its reply goes out first
         return result

@@ -124,5 +124,29 @@ def header_maps(tools: tuple[Any, ...]) -> dict[str, dict[tuple[str, ...], str]]
     return maps
 
 
+def hop_local_removed(result: dict[str, Any]) -> dict[str, Any]:
+    """A modern server's result without what belongs to its hop alone.
+
+    Its cache hints (``ttlMs``, ``cacheScope``) describe its own answer to the gateway,
+    not the gateway's answer to a client (which may be shared by others): the gateway
+    publishes its own hints. ``resultType: complete`` and the envelope keys in ``_meta``
+    (its ``serverInfo``) are the gateway's to set for its own clients. An
+    ``input_required`` result keeps its type: the caller answers it.
+    """
+    if not isinstance(result, dict):
+        return result
+    cleaned = {k: v for k, v in result.items() if k not in ("ttlMs", "cacheScope")}
+    if cleaned.get("resultType") == "complete":
+        del cleaned["resultType"]
+    meta = cleaned.get("_meta")
+    if isinstance(meta, dict):
+        kept = {k: v for k, v in meta.items() if not (isinstance(k, str) and k.startswith(ENVELOPE))}
+        if kept:
+            cleaned["_meta"] = kept
+        else:
+            del cleaned["_meta"]
+    return cleaned
+
+
 def client_info(version: str) -> dict[str, Any]:
     return types.Implementation(name="prefixgate", version=version).model_dump(by_alias=True, exclude_none=True)

@@ -144,7 +144,8 @@ async def middleware(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -
         pending, said = with_input("roots", params)
         if pending is not None:
             return pending
-        return done({"contents": [{"uri": "modern://roots", "text": said}], "ttlMs": 0, "cacheScope": "private"})
+        # Hints meant for the gateway alone: a gateway must not pass them on as its own.
+        return done({"contents": [{"uri": "modern://roots", "text": said}], "ttlMs": 3_600_000, "cacheScope": "public"})
     return await call_next(ctx)
 
 

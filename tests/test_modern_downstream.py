@@ -282,3 +282,23 @@ async def test_over_http_both_ways(tmp_path: Path, mode: str) -> None:
                     assert text_of(await client.call_tool("m__ask", {})) == "accept:{'name': 'Ann'}"
                     prompt = await client.get_prompt("m__interview")
                     assert prompt.messages[0].content.text == "Hello accept:{'name': 'Ann'}"
+
+
+async def test_its_hop_local_fields_are_not_passed_on(tmp_path: Path) -> None:
+    """The server's cache hints, resultType and serverInfo stamp are its answer to the
+    gateway; each client gets the gateway's own (here the server says public, one hour)."""
+    from tests.conftest import gateway
+
+    config = config_for(tmp_path)
+    async with sdk_client(config, "auto", **CALLBACKS) as client:
+        with anyio.fail_after(60):
+            read = await client.read_resource("modern://roots")
+            assert read.contents[0].text == "file:///work/project"
+            assert (read.ttl_ms, read.cache_scope) == (0, "private")
+            assert client.server_info is None or client.server_info.name == "prefixgate"
+    async with gateway(config, client=CALLBACKS) as gw:  # the handshake era, raw
+        with anyio.fail_after(60):
+            called = await gw.raw("tools/call", {"name": "m__echo", "arguments": {"text": "a"}})
+            assert called == {"content": [{"type": "text", "text": "modern:a"}]}
+            read_raw = await gw.raw("resources/read", {"uri": "modern://roots"})
+            assert set(read_raw) == {"contents"}, read_raw
