@@ -41,6 +41,8 @@ _MAX_PAGES = 10_000
 BACKOFF_START = 1.0
 BACKOFF_MAX = 60.0
 HEALTHY_RESET = 300.0
+MAX_WATCHED = 1024
+"""Resource URIs one modern server is watched for (each is a filter entry of its listen stream)."""
 
 
 class DownstreamUnavailable(Exception):
@@ -125,6 +127,11 @@ class Downstream:
         """Modern servers: the log level asked for on every request (no ``logging/setLevel``)."""
         self._session: ClientSession | None = None
         self._header_maps: dict[str, dict[tuple[str, ...], str]] = {}
+        self._watched: set[str] = set()
+        """Resource URIs clients subscribed to on a modern server (its listen filter)."""
+        self._listening: frozenset[str] = frozenset()
+        self._relisten = anyio.Event()
+        self._listen_changed = anyio.Event()
 
     @property
     def id(self) -> str:
@@ -247,37 +254,71 @@ class Downstream:
         await self.refresh(tools=True, resources=True, prompts=True)
 
     async def _listen(self, session: ClientSession) -> None:
-        """A modern server's list_changed comes only on a ``subscriptions/listen`` stream.
+        """A modern server's change events come only on a ``subscriptions/listen`` stream.
 
-        Its events also reach ``_message`` (the SDK tees them), which re-lists as for a
-        handshake-era server; this task only holds the stream open and drains it. A lost
-        stream is re-opened (and everything re-listed, as the spec asks) after a pause.
+        Its events also reach ``_message`` (the SDK tees them), which re-lists or relays
+        as for a handshake-era server; this task holds the stream open and drains it. The
+        resource URIs clients subscribed to are the stream's filter, so a change to them
+        re-opens it. A lost stream is re-opened after a pause, and everything re-listed
+        (events may have been missed meanwhile, and there is no replay).
         """
         from mcp.client.subscriptions import listen
 
         caps = self.capabilities
         tools, prompts, resources = (bool((caps.get(k) or {}).get("listChanged")) for k in ("tools", "prompts", "resources"))
-        if not (tools or prompts or resources):
+        if not (tools or prompts or resources or (caps.get("resources") or {}).get("subscribe")):
             return
         pause = BACKOFF_START
+        lost = False
         while self._session is session:
+            relisten = self._relisten = anyio.Event()
+            uris = sorted(self._watched)
             try:
                 async with listen(
-                    session, tools_list_changed=tools, prompts_list_changed=prompts, resources_list_changed=resources
+                    session,
+                    tools_list_changed=tools,
+                    prompts_list_changed=prompts,
+                    resources_list_changed=resources,
+                    resource_subscriptions=uris,
                 ) as events:
                     pause = BACKOFF_START
-                    async for _ in events:
-                        pass
-            except Exception as exc:  # noqa: BLE001 - no stream costs list_changed, never the server
+                    self._listening = frozenset(uris)
+                    self._listen_changed.set()
+                    self._listen_changed = anyio.Event()
+                    if lost:
+                        lost = False
+                        for kind in ("tools", "prompts", "resources"):
+                            await self.events.server_notification(self, f"notifications/{kind}/list_changed", {})
+                    with anyio.CancelScope() as scope:
+
+                        async def wake() -> None:
+                            await relisten.wait()
+                            scope.cancel()
+
+                        async with anyio.create_task_group() as tg:
+                            tg.start_soon(wake)
+                            async for _ in events:
+                                pass
+                            tg.cancel_scope.cancel()
+                    if relisten.is_set():
+                        continue
+            except Exception as exc:  # noqa: BLE001 - no stream costs change events, never the server
                 self._log.info("[%s] subscriptions/listen ended: %s", self.id, _short(exc))
+            lost = True
             await anyio.sleep(pause)
             pause = min(pause * 2, BACKOFF_MAX)
-            if self._session is session:
-                try:
-                    await self.refresh(tools=True, resources=True, prompts=True)
-                    await self.events.server_notification(self, "notifications/tools/list_changed", {})
-                except Exception as exc:  # noqa: BLE001
-                    self._log.info("[%s] re-listing after the stream ended failed: %s", self.id, _short(exc))
+
+    async def watch_resource(self, uri: str, watch: bool) -> None:
+        """``resources/subscribe`` toward a modern server (2026-07-28 has no such request):
+        the URI joins (or leaves) the listen stream's filter; returns once the re-opened
+        stream is acknowledged (at most 10 s)."""
+        if watch and uri not in self._watched and len(self._watched) >= MAX_WATCHED:
+            raise MCPError(code=INVALID_REQUEST, message=f"prefixgate: more than {MAX_WATCHED} resources watched on {self.id!r}")
+        (self._watched.add if watch else self._watched.discard)(uri)
+        self._relisten.set()
+        with anyio.move_on_after(10):
+            while (uri in self._listening) != watch:
+                await self._listen_changed.wait()
 
     async def refresh(self, *, tools: bool = False, resources: bool = False, prompts: bool = False) -> None:
         """Re-list what the server offers (at start-up and on its list_changed)."""

@@ -268,7 +268,12 @@ def build_server(hub: Hub, new_session: SessionFactory) -> tuple[Server[Any], In
         await router.current()
         uri = str(params.uri)
         upstream = await upstream_of(ctx)
-        result = await routed(ctx, _resource_server(hub, uri), f"resource {uri!r}", "resources/subscribe", raw(ctx))
+        server_id = _resource_server(hub, uri)
+        if server_id is not None and hub.by_id[server_id].modern:
+            await hub.by_id[server_id].watch_resource(uri, True)  # 2026-07-28: a listen filter
+            result = _result(ctx, {})
+        else:
+            result = await routed(ctx, server_id, f"resource {uri!r}", "resources/subscribe", raw(ctx))
         upstream.subscriptions.add(uri)
         return result
 
@@ -277,7 +282,11 @@ def build_server(hub: Hub, new_session: SessionFactory) -> tuple[Server[Any], In
         uri = str(params.uri)
         upstream = await upstream_of(ctx)
         upstream.subscriptions.discard(uri)
-        return await routed(ctx, _resource_server(hub, uri), f"resource {uri!r}", "resources/unsubscribe", raw(ctx))
+        server_id = _resource_server(hub, uri)
+        if server_id is not None and hub.by_id[server_id].modern:
+            await hub.by_id[server_id].watch_resource(uri, False)
+            return _result(ctx, {})
+        return await routed(ctx, server_id, f"resource {uri!r}", "resources/unsubscribe", raw(ctx))
 
     async def list_prompts(ctx: ServerRequestContext[Any, Any], params: Any) -> Any:
         await router.current()

@@ -21,7 +21,7 @@ import anyio
 import mcp_types as types
 from mcp.server.context import CallNext, ServerRequestContext
 from mcp.server.lowlevel import Server
-from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ResourceUpdated, ToolsListChanged
 from mcp.shared.exceptions import MCPError
 from mcp_types import UNSUPPORTED_PROTOCOL_VERSION
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
@@ -51,6 +51,7 @@ def tools() -> list[dict[str, Any]]:
         {"name": "slow", "description": "Reports progress three times.", "inputSchema": OBJ},
         {"name": "log", "description": "Logs one line during the call.", "inputSchema": OBJ},
         {"name": "mutate", "description": "Adds a tool and says so.", "inputSchema": OBJ},
+        {"name": "touch", "description": "Says modern://roots changed.", "inputSchema": OBJ},
         {"name": "ask", "description": "Elicitation (input_required).", "inputSchema": OBJ},
         {"name": "sample", "description": "Sampling (input_required).", "inputSchema": OBJ},
         {"name": "roots", "description": "Roots (input_required).", "inputSchema": OBJ},
@@ -172,6 +173,9 @@ async def call(ctx: ServerRequestContext[Any, Any], params: dict[str, Any]) -> d
         grown.append(f"grown_{len(grown) + 1}")
         await bus.publish(ToolsListChanged())
         return text("mutated")
+    if name == "touch":
+        await bus.publish(ResourceUpdated(uri="modern://roots"))
+        return text("touched")
     if name in ASKS:
         pending, said = with_input(str(name), params)
         return pending if pending is not None else text(str(said))

@@ -302,3 +302,21 @@ async def test_its_hop_local_fields_are_not_passed_on(tmp_path: Path) -> None:
             assert called == {"content": [{"type": "text", "text": "modern:a"}]}
             read_raw = await gw.raw("resources/read", {"uri": "modern://roots"})
             assert set(read_raw) == {"contents"}, read_raw
+
+
+async def test_resource_subscriptions_become_its_listen_filter(tmp_path: Path) -> None:
+    """2026-07-28 has no resources/subscribe: a client's subscription to a modern server's
+    resource is a filter of the gateway's listen stream to it, and its updates arrive."""
+    heard: list[Any] = []
+
+    async def on_message(message: Any) -> None:
+        heard.append(message)
+
+    async with sdk_client(config_for(tmp_path), "legacy", message_handler=on_message) as client:
+        with anyio.fail_after(60):
+            await client.subscribe_resource("modern://roots")
+            assert text_of(await client.call_tool("m__touch", {})) == "touched"
+            while not any(isinstance(m, types.ResourceUpdatedNotification) for m in heard):
+                await anyio.sleep(0.05)
+            (update,) = [m for m in heard if isinstance(m, types.ResourceUpdatedNotification)]
+            assert str(update.params.uri) == "modern://roots"
