@@ -65,7 +65,17 @@ async def negotiate(session: ClientSession) -> bool:
                 raise
     except (ValidationError, RuntimeError) as exc:
         log.debug("server/discover answer not usable (%s); using the handshake", exc)
-    await session.initialize()
+    try:
+        await session.initialize()
+    except MCPError as exc:
+        # A server slower to start than the probe's timeout read the probe after all and
+        # settled on 2026-07-28; its -32022 names its versions: ask once more (the SDK's
+        # own client does the same).
+        supported = (exc.error.data or {}).get("supported") if isinstance(exc.error.data, dict) else None
+        if exc.code != UNSUPPORTED_PROTOCOL_VERSION or not any(v in MODERN_PROTOCOL_VERSIONS for v in supported or ()):
+            raise
+        await session.discover()
+        return True
     return False
 
 

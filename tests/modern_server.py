@@ -7,7 +7,8 @@ Built on the SDK's low-level ``Server`` and its dual-era loop with the handshake
 
 Usage: ``python tests/modern_server.py [--http]`` (HTTP prints its URL on stdout).
 Every request's ``_meta`` envelope and routing headers are appended, one JSON line per
-request, to ``$MODERN_SERVER_LOG`` when set (what the tests inspect).
+request, to ``$MODERN_SERVER_LOG`` when set (what the tests inspect). With
+``$MODERN_SERVER_SHY`` set, the first ``server/discover`` fails as if it had timed out.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ OBJ = {"type": "object"}
 STATE = "modern-state-1"
 bus = InMemorySubscriptionBus()
 grown: list[str] = []
+shy_done: list[bool] = []
 
 
 def tools() -> list[dict[str, Any]]:
@@ -52,6 +54,7 @@ def tools() -> list[dict[str, Any]]:
         {"name": "log", "description": "Logs one line during the call.", "inputSchema": OBJ},
         {"name": "mutate", "description": "Adds a tool and says so.", "inputSchema": OBJ},
         {"name": "touch", "description": "Says modern://roots changed.", "inputSchema": OBJ},
+        {"name": "later", "description": "Not done yet twice (requestState only), then done.", "inputSchema": OBJ},
         {"name": "ask", "description": "Elicitation (input_required).", "inputSchema": OBJ},
         {"name": "sample", "description": "Sampling (input_required).", "inputSchema": OBJ},
         {"name": "roots", "description": "Roots (input_required).", "inputSchema": OBJ},
@@ -130,6 +133,11 @@ async def middleware(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -
         )
     if ctx.request_id is not None:
         record(ctx)
+    if ctx.method == "server/discover" and os.environ.get("MODERN_SERVER_SHY") and not shy_done:
+        # Stands in for a probe that timed out at the client while the server was still
+        # starting: the first discover is not answered usefully, yet the server is modern.
+        shy_done.append(True)
+        raise MCPError(code=-32001, message="request timed out")
     params = dict(ctx.params or {})
     if ctx.method == "tools/list":
         # Raw, so the invalid tools reach the client as a real server would send them.
@@ -173,6 +181,13 @@ async def call(ctx: ServerRequestContext[Any, Any], params: dict[str, Any]) -> d
         grown.append(f"grown_{len(grown) + 1}")
         await bus.publish(ToolsListChanged())
         return text("mutated")
+    if name == "later":
+        step = {None: 1, "later-1": 2, "later-2": 3}.get(params.get("requestState"))
+        if step is None:
+            raise MCPError(code=-32602, message=f"modern server: wrong requestState {params.get('requestState')!r}")
+        if step < 3:
+            return {"resultType": "input_required", "requestState": f"later-{step}"}
+        return text("done later")
     if name == "touch":
         await bus.publish(ResourceUpdated(uri="modern://roots"))
         return text("touched")

@@ -320,3 +320,21 @@ async def test_resource_subscriptions_become_its_listen_filter(tmp_path: Path) -
                 await anyio.sleep(0.05)
             (update,) = [m for m in heard if isinstance(m, types.ResourceUpdatedNotification)]
             assert str(update.params.uri) == "modern://roots"
+
+
+async def test_a_refused_handshake_naming_modern_versions_is_probed_again(tmp_path: Path) -> None:
+    """A probe lost to a slow start: the handshake's -32022 names 2026-07-28, so the
+    gateway asks server/discover once more instead of failing the server."""
+    config = write_config(tmp_path, {"m": {**modern(), "env": {"MODERN_SERVER_SHY": "1"}}})
+    async with sdk_client(config, "legacy") as client:
+        with anyio.fail_after(30):
+            assert text_of(await client.call_tool("m__echo", {"text": "late"})) == "modern:late"
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_state_only_rounds(tmp_path: Path, mode: str) -> None:
+    """An input_required with only a requestState (the server is not done yet) is retried
+    with that state, by the modern client itself or by the gateway for a handshake-era one."""
+    async with sdk_client(config_for(tmp_path), mode) as client:
+        with anyio.fail_after(30):
+            assert text_of(await client.call_tool("m__later", {})) == "done later"
