@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+import anyio
 from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import INVALID_REQUEST
 from mcp_types.methods import is_input_required
@@ -55,8 +56,11 @@ async def answer_over_back_channel(
 ) -> dict[str, Any]:
     """Drive a server's ``input_required`` rounds for a handshake-era client."""
     result = first
-    for _ in range(max_rounds):
+    for round_no in range(max_rounds):
         requests = requests_of(result, server_id)
+        if not requests:
+            # Only a requestState: the server is not done yet; back off as SDK clients do.
+            await anyio.sleep(min(0.05 * 2**round_no, 0.25))
         responses = {key: await ask(request["method"], dict(request.get("params") or {})) for key, request in requests.items()}
         answers: dict[str, Any] = {"inputResponses": responses}
         if isinstance(result.get("requestState"), str):
