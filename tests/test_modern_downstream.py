@@ -338,3 +338,32 @@ async def test_state_only_rounds(tmp_path: Path, mode: str) -> None:
     async with sdk_client(config_for(tmp_path), mode) as client:
         with anyio.fail_after(30):
             assert text_of(await client.call_tool("m__later", {})) == "done later"
+
+
+async def test_a_wrapped_state_is_the_principals_own_and_expires(tmp_path: Path) -> None:
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    from tests.conftest import http_gateway
+
+    config = write_config(tmp_path, {"m": modern()}, gateway={"round_trip_timeout": 1})
+    (tmp_path / "tokens").write_text("token-of-ann\ntoken-of-bo\n")
+    answer = {"ask": types.ElicitResult(action="accept", content={"name": "Bo"})}
+    with http_gateway(config, "--token-file", str(tmp_path / "tokens")) as (url, _):
+        async with (
+            create_mcp_http_client(headers={"Authorization": "Bearer token-of-ann"}) as ann_http,
+            create_mcp_http_client(headers={"Authorization": "Bearer token-of-bo"}) as bo_http,
+            Client(streamable_http_client(url, http_client=ann_http), mode="auto", **CALLBACKS) as ann,
+            Client(streamable_http_client(url, http_client=bo_http), mode="auto", **CALLBACKS) as bo,
+        ):
+            with anyio.fail_after(60):
+                first = await ann.session.call_tool("m__ask", {}, allow_input_required=True)
+                assert isinstance(first, types.InputRequiredResult) and first.request_state
+                with pytest.raises(MCPError, match="requestState refused"):
+                    await bo.session.call_tool("m__ask", {}, input_responses=answer, request_state=first.request_state)
+                done = await ann.session.call_tool("m__ask", {}, input_responses=answer, request_state=first.request_state)
+                assert text_of(done) == "accept:{'name': 'Bo'}"
+                await anyio.sleep(2.5)  # past round_trip_timeout (1 s): the state is no longer accepted
+                with pytest.raises(MCPError, match="expired"):
+                    await ann.session.call_tool("m__ask", {}, input_responses=answer, request_state=first.request_state)
