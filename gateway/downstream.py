@@ -127,6 +127,7 @@ class Downstream:
         """Modern servers: the log level asked for on every request (no ``logging/setLevel``)."""
         self._session: ClientSession | None = None
         self._header_maps: dict[str, dict[tuple[str, ...], str]] = {}
+        self._hinted = False
         self._watched: set[str] = set()
         """Resource URIs clients subscribed to on a modern server (its listen filter)."""
         self._listening: frozenset[str] = frozenset()
@@ -523,7 +524,20 @@ class Downstream:
             opts["timeout"] = timeout
         if on_progress is not None:
             opts["on_progress"] = _latest_only(on_progress)
-        result: dict[str, Any] = await dispatcher.send_raw_request(method, params, opts)  # type: ignore[arg-type]
+        try:
+            result: dict[str, Any] = await dispatcher.send_raw_request(method, params, opts)  # type: ignore[arg-type]
+        except MCPError as exc:
+            if self.modern and "back-channel" in exc.message and not self._hinted:
+                # A dual-era server that asks for input the handshake way (a request of its
+                # own) cannot do so on 2026-07-28; the handshake would let it.
+                self._hinted = True
+                self._log.warning(
+                    "[%s] its %s asked the client for input over a back-channel, which the 2026-07-28 "
+                    'protocol does not have; set protocol = "legacy" for this server to relay such requests',
+                    self.id,
+                    method,
+                )
+            raise
         if self.modern:
             result = hop_local_removed(result)
         if self._inbox is not None:

@@ -367,3 +367,21 @@ async def test_a_wrapped_state_is_the_principals_own_and_expires(tmp_path: Path)
                 await anyio.sleep(2.5)  # past round_trip_timeout (1 s): the state is no longer accepted
                 with pytest.raises(MCPError, match="expired"):
                     await ann.session.call_tool("m__ask", {}, input_responses=answer, request_state=first.request_state)
+
+
+async def test_a_dual_era_server_asking_over_a_back_channel_gets_a_hint(tmp_path: Path) -> None:
+    """The demo asks for elicitation with a request of its own: fine on the handshake, not
+    on 2026-07-28; the log says which setting makes it work."""
+    from tests.conftest import gateway
+
+    config = write_config(tmp_path, {"r": demo("--tools", 0, "--rich", "--interactive", "--name", "r")})
+    async with gateway(config, client=CALLBACKS) as gw:
+        with anyio.fail_after(60):
+            with pytest.raises(MCPError, match="back-channel"):
+                await gw.session.call_tool("r__ask", {})
+            assert await gw.saw('[r] its tools/call asked the client for input over a back-channel', 'protocol = "legacy"')
+    pinned = write_config(tmp_path, {"r": {**demo("--tools", 0, "--rich", "--interactive", "--name", "r"), "protocol": "legacy"}})
+    async with gateway(pinned, client=CALLBACKS) as gw:
+        with anyio.fail_after(60):
+            result = await gw.session.call_tool("r__ask", {})
+            assert text_of(result) == "accept:{'name': 'Ann'}"
