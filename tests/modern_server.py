@@ -22,7 +22,13 @@ import anyio
 import mcp_types as types
 from mcp.server.context import CallNext, ServerRequestContext
 from mcp.server.lowlevel import Server
-from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ResourceUpdated, ToolsListChanged
+from mcp.server.subscriptions import (
+    InMemorySubscriptionBus,
+    ListenHandler,
+    PromptsListChanged,
+    ResourceUpdated,
+    ToolsListChanged,
+)
 from mcp.shared.exceptions import MCPError
 from mcp_types import UNSUPPORTED_PROTOCOL_VERSION
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
@@ -32,6 +38,7 @@ STATE = "modern-state-1"
 bus = InMemorySubscriptionBus()
 grown: list[str] = []
 shy_done: list[bool] = []
+extra_prompts: list[str] = []
 
 
 def tools() -> list[dict[str, Any]]:
@@ -54,6 +61,7 @@ def tools() -> list[dict[str, Any]]:
         {"name": "log", "description": "Logs one line during the call.", "inputSchema": OBJ},
         {"name": "mutate", "description": "Adds a tool and says so.", "inputSchema": OBJ},
         {"name": "touch", "description": "Says modern://roots changed.", "inputSchema": OBJ},
+        {"name": "add_prompt", "description": "Adds a prompt and says so.", "inputSchema": OBJ},
         {"name": "later", "description": "Not done yet twice (requestState only), then done.", "inputSchema": OBJ},
         {"name": "ask", "description": "Elicitation (input_required).", "inputSchema": OBJ},
         {"name": "sample", "description": "Sampling (input_required).", "inputSchema": OBJ},
@@ -188,6 +196,10 @@ async def call(ctx: ServerRequestContext[Any, Any], params: dict[str, Any]) -> d
         if step < 3:
             return {"resultType": "input_required", "requestState": f"later-{step}"}
         return text("done later")
+    if name == "add_prompt":
+        extra_prompts.append(f"extra_{len(extra_prompts) + 1}")
+        await bus.publish(PromptsListChanged())
+        return text("prompt added")
     if name == "touch":
         await bus.publish(ResourceUpdated(uri="modern://roots"))
         return text("touched")
@@ -200,7 +212,8 @@ async def call(ctx: ServerRequestContext[Any, Any], params: dict[str, Any]) -> d
 
 
 async def list_prompts(ctx: Any, params: Any) -> types.ListPromptsResult:
-    return types.ListPromptsResult(prompts=[types.Prompt(name="interview", description="Asks a name (input_required).")])
+    prompts = [types.Prompt(name="interview", description="Asks a name (input_required).")]
+    return types.ListPromptsResult(prompts=prompts + [types.Prompt(name=name) for name in extra_prompts])
 
 
 async def list_resources(ctx: Any, params: Any) -> types.ListResourcesResult:

@@ -385,3 +385,18 @@ async def test_a_dual_era_server_asking_over_a_back_channel_gets_a_hint(tmp_path
         with anyio.fail_after(60):
             result = await gw.session.call_tool("r__ask", {})
             assert text_of(result) == "accept:{'name': 'Ann'}"
+
+
+async def test_its_prompts_list_changed_reaches_the_client(tmp_path: Path) -> None:
+    heard: list[Any] = []
+
+    async def on_message(message: Any) -> None:
+        heard.append(message)
+
+    async with sdk_client(config_for(tmp_path), "legacy", message_handler=on_message) as client:
+        with anyio.fail_after(30):
+            assert [p.name for p in (await client.list_prompts()).prompts] == ["m__interview"]
+            assert text_of(await client.call_tool("m__add_prompt", {})) == "prompt added"
+            while not any(isinstance(m, types.PromptListChangedNotification) for m in heard):
+                await anyio.sleep(0.05)
+            assert [p.name for p in (await client.list_prompts()).prompts] == ["m__extra_1", "m__interview"]
