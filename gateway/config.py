@@ -58,6 +58,8 @@ class ServerConfig:
     include: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
     deferred: bool = False
+    protocol: str = "auto"
+    """"auto": ``server/discover`` (2026-07-28) first, else the handshake; "legacy": the handshake only."""
 
 
 @dataclass(frozen=True)
@@ -335,6 +337,7 @@ _SERVER_KEYS: dict[str, Check] = {
     "include": _str_list,
     "exclude": _str_list,
     "deferred": _bool,
+    "protocol": _one_of("auto", "legacy"),
 }
 
 _POLICY_KEYS: dict[str, Check] = {
@@ -442,6 +445,7 @@ def _server(
         include=s.get("include", ()),
         exclude=s.get("exclude", ()),
         deferred=s.get("deferred", False),
+        protocol=s.get("protocol", "auto"),
     )
     if not common["enabled"]:
         # A disabled server is validated for shape but never expanded: its variables may be unset.

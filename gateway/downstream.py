@@ -28,6 +28,8 @@ from mcp_types.jsonrpc import CONNECTION_CLOSED, INVALID_REQUEST, PARSE_ERROR, R
 from gateway import __version__
 from gateway.config import ServerConfig
 from gateway.inbox import Inbox
+from gateway.modern import ENVELOPE as _ENVELOPE
+from gateway.modern import client_info, header_maps, hop_local_removed, negotiate, stamp
 from gateway.stdio import MESSAGE_TOO_LARGE, UNPARSABLE_REPLY, ChildProcess, CommandNotFound, stdio_transport
 
 Status = Literal["starting", "ready", "failed", "late", "disabled", "exited", "restarting"]
@@ -36,10 +38,11 @@ ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
 log = logging.getLogger("prefixgate.downstream")
 
 _MAX_PAGES = 10_000
-_ENVELOPE = "io.modelcontextprotocol/"
 BACKOFF_START = 1.0
 BACKOFF_MAX = 60.0
 HEALTHY_RESET = 300.0
+MAX_WATCHED = 1024
+"""Resource URIs one modern server is watched for (each is a filter entry of its listen stream)."""
 
 
 class DownstreamUnavailable(Exception):
@@ -117,6 +120,19 @@ class Downstream:
         self._stopping = False
         self._log = logging.getLogger(f"prefixgate.server.{config.id}")
         self._inbox: Inbox | None = None
+        self.protocol_version: str | None = None
+        self.modern = False
+        """The server speaks 2026-07-28: every request carries its own envelope (``gateway.modern``)."""
+        self.log_level: str | None = None
+        """Modern servers: the log level asked for on every request (no ``logging/setLevel``)."""
+        self._session: ClientSession | None = None
+        self._header_maps: dict[str, dict[tuple[str, ...], str]] = {}
+        self._hinted = False
+        self._watched: set[str] = set()
+        """Resource URIs clients subscribed to on a modern server (its listen filter)."""
+        self._listening: frozenset[str] = frozenset()
+        self._relisten = anyio.Event()
+        self._listen_changed = anyio.Event()
 
     @property
     def id(self) -> str:
@@ -154,6 +170,7 @@ class Downstream:
                     self.retry_at = None
         finally:
             self._dispatcher = None
+            self._session = None
             self.settled.set()
             self.closed.set()
 
@@ -182,6 +199,8 @@ class Downstream:
                         await self._connect(stack)
                         self.startup_ms = round((anyio.current_time() - started) * 1000)
                         ready.set()
+                        if self.modern and self._session is not None:
+                            tg.start_soon(self._listen, self._session)
                         self._set("ready", None)
                         await self.events.server_ready(self)
                         await self._wait_closed()
@@ -203,6 +222,7 @@ class Downstream:
                         self._set("failed", _short(leaf) + self._stderr_hint())
                 finally:
                     self._dispatcher = None
+                    self._session = None
             tg.cancel_scope.cancel()
 
     async def _connect(self, stack: AsyncExitStack) -> None:
@@ -217,17 +237,96 @@ class Downstream:
             message_handler=self._message,
         )
         await stack.enter_async_context(session)
-        init = await session.initialize()
-        self._headers = {"mcp-protocol-version": init.protocol_version}
+        if self.config.protocol == "legacy":
+            await session.initialize()
+            self.modern = False
+        else:
+            self.modern = await negotiate(session)
+        version = session.protocol_version
+        assert version is not None
+        self.protocol_version = version
+        self._headers = {"mcp-protocol-version": version}
         self._dispatcher = dispatcher
-        self.server_info = init.server_info.model_dump(by_alias=True, mode="json", exclude_none=True)
-        self.capabilities = init.capabilities.model_dump(by_alias=True, mode="json", exclude_none=True)
+        self._session = session
+        info, caps = session.server_info, session.server_capabilities
+        self.server_info = info.model_dump(by_alias=True, mode="json", exclude_none=True) if info else None
+        self.capabilities = caps.model_dump(by_alias=True, mode="json", exclude_none=True) if caps else {}
+        self._log.info("[%s] protocol %s", self.id, version)
         await self.refresh(tools=True, resources=True, prompts=True)
+
+    async def _listen(self, session: ClientSession) -> None:
+        """A modern server's change events come only on a ``subscriptions/listen`` stream.
+
+        Its events also reach ``_message`` (the SDK tees them), which re-lists or relays
+        as for a handshake-era server; this task holds the stream open and drains it. The
+        resource URIs clients subscribed to are the stream's filter, so a change to them
+        re-opens it. A lost stream is re-opened after a pause, and everything re-listed
+        (events may have been missed meanwhile, and there is no replay).
+        """
+        from mcp.client.subscriptions import listen
+
+        caps = self.capabilities
+        tools, prompts, resources = (bool((caps.get(k) or {}).get("listChanged")) for k in ("tools", "prompts", "resources"))
+        if not (tools or prompts or resources or (caps.get("resources") or {}).get("subscribe")):
+            return
+        pause = BACKOFF_START
+        lost = False
+        while self._session is session:
+            relisten = self._relisten = anyio.Event()
+            uris = sorted(self._watched)
+            try:
+                async with listen(
+                    session,
+                    tools_list_changed=tools,
+                    prompts_list_changed=prompts,
+                    resources_list_changed=resources,
+                    resource_subscriptions=uris,
+                ) as events:
+                    pause = BACKOFF_START
+                    self._listening = frozenset(uris)
+                    self._listen_changed.set()
+                    self._listen_changed = anyio.Event()
+                    if lost:
+                        lost = False
+                        for kind in ("tools", "prompts", "resources"):
+                            await self.events.server_notification(self, f"notifications/{kind}/list_changed", {})
+                    with anyio.CancelScope() as scope:
+
+                        async def wake() -> None:
+                            await relisten.wait()
+                            scope.cancel()
+
+                        async with anyio.create_task_group() as tg:
+                            tg.start_soon(wake)
+                            async for _ in events:
+                                pass
+                            tg.cancel_scope.cancel()
+                    if relisten.is_set():
+                        continue
+            except Exception as exc:  # noqa: BLE001 - no stream costs change events, never the server
+                self._log.info("[%s] subscriptions/listen ended: %s", self.id, _short(exc))
+            lost = True
+            await anyio.sleep(pause)
+            pause = min(pause * 2, BACKOFF_MAX)
+
+    async def watch_resource(self, uri: str, watch: bool) -> None:
+        """``resources/subscribe`` toward a modern server (2026-07-28 has no such request):
+        the URI joins (or leaves) the listen stream's filter; returns once the re-opened
+        stream is acknowledged (at most 10 s)."""
+        if watch and uri not in self._watched and len(self._watched) >= MAX_WATCHED:
+            raise MCPError(code=INVALID_REQUEST, message=f"prefixgate: more than {MAX_WATCHED} resources watched on {self.id!r}")
+        (self._watched.add if watch else self._watched.discard)(uri)
+        self._relisten.set()
+        with anyio.move_on_after(10):
+            while (uri in self._listening) != watch:
+                await self._listen_changed.wait()
 
     async def refresh(self, *, tools: bool = False, resources: bool = False, prompts: bool = False) -> None:
         """Re-list what the server offers (at start-up and on its list_changed)."""
         if tools:
             self.tools = await self.list_all("tools/list", "tools")
+            if self.modern:
+                self._header_maps = header_maps(self.tools)
         # A bad resources or prompts page costs those lists, not the server's tools.
         if resources and "resources" in self.capabilities:
             try:
@@ -322,7 +421,8 @@ class Downstream:
         while True:
             await anyio.sleep(15)
             try:
-                await self.request("ping", None, timeout=10)
+                # ping does not exist in 2026-07-28; server/discover is always answered.
+                await self.request("server/discover" if self.modern else "ping", None, timeout=10)
             except (MCPError, DownstreamUnavailable) as exc:
                 self.error = f"connection lost: {exc}"
                 return
@@ -391,8 +491,13 @@ class Downstream:
         *,
         timeout: float | None = None,
         on_progress: ProgressFn | None = None,
+        log_level: str | None = None,
     ) -> dict[str, Any]:
-        """Send one raw request; the result is the peer's JSON, unvalidated."""
+        """Send one raw request; the result is the peer's JSON, unvalidated.
+
+        To a modern server the request carries the 2026-07-28 envelope and headers
+        (``log_level``: that request's log opt-in, else the gateway's level).
+        """
         dispatcher = self._dispatcher
         if dispatcher is not None and self._child is not None and self._child.stdout_closed.is_set():
             # The process is gone but the supervisor has not noted it yet: wait for that
@@ -403,12 +508,38 @@ class Downstream:
             dispatcher = None
         if dispatcher is None:
             raise DownstreamUnavailable(self.unavailable())
-        opts: dict[str, Any] = {"headers": dict(self._headers)}
+        if self.modern and self.protocol_version is not None:
+            params, headers = stamp(
+                method,
+                params,
+                version=self.protocol_version,
+                client_info=client_info(__version__),
+                log_level=log_level or self.log_level,
+                header_maps=self._header_maps,
+            )
+        else:
+            headers = dict(self._headers)
+        opts: dict[str, Any] = {"headers": headers}
         if timeout is not None:
             opts["timeout"] = timeout
         if on_progress is not None:
             opts["on_progress"] = _latest_only(on_progress)
-        result: dict[str, Any] = await dispatcher.send_raw_request(method, params, opts)  # type: ignore[arg-type]
+        try:
+            result: dict[str, Any] = await dispatcher.send_raw_request(method, params, opts)  # type: ignore[arg-type]
+        except MCPError as exc:
+            if self.modern and "back-channel" in exc.message and not self._hinted:
+                # A dual-era server that asks for input the handshake way (a request of its
+                # own) cannot do so on 2026-07-28; the handshake would let it.
+                self._hinted = True
+                self._log.warning(
+                    "[%s] its %s asked the client for input over a back-channel, which the 2026-07-28 "
+                    'protocol does not have; set protocol = "legacy" for this server to relay such requests',
+                    self.id,
+                    method,
+                )
+            raise
+        if self.modern:
+            result = hop_local_removed(result)
         if self._inbox is not None:
             await self._inbox.settle()  # what the server said before its reply goes out first
         return result
@@ -439,13 +570,19 @@ class Downstream:
         *,
         meta: Mapping[str, Any] | None = None,
         on_progress: ProgressFn | None = None,
+        answers: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Forward ``tools/call``; errors become ``isError`` results naming the server.
+
+        ``answers`` (``inputResponses``, ``requestState``) retry a call the server
+        answered with ``input_required`` (2026-07-28).
 
         A JSON-RPC error from the server itself is re-raised as MCPError so the client
         sees exactly what the server said.
         """
         params: dict[str, Any] = {"name": tool}
+        # A modern client's per-request log opt-in holds for this call's hop too.
+        wanted_level = (meta or {}).get(_ENVELOPE + "logLevel")
         if arguments is not None:
             params["arguments"] = dict(arguments)
         if meta:
@@ -454,9 +591,17 @@ class Downstream:
             forwarded = {k: v for k, v in meta.items() if k != "progressToken" and not k.startswith(_ENVELOPE)}
             if forwarded:
                 params["_meta"] = forwarded
+        if answers:
+            params.update(answers)
         timeout = self.config.call_timeout
         try:
-            return await self.request("tools/call", params, timeout=timeout, on_progress=on_progress)
+            return await self.request(
+                "tools/call",
+                params,
+                timeout=timeout,
+                on_progress=on_progress,
+                log_level=wanted_level if isinstance(wanted_level, str) else None,
+            )
         except DownstreamUnavailable as exc:
             return error_result(str(exc))
         except MCPError as exc:

@@ -174,7 +174,9 @@ class Hub:
     # --- Events (from downstream servers) ---------------------------------------------
 
     async def server_ready(self, downstream: Downstream) -> None:
-        if self._log_level is not None and "logging" in downstream.capabilities:
+        if downstream.modern:
+            downstream.log_level = self._log_level  # 2026-07-28: asked for on each request
+        elif self._log_level is not None and "logging" in downstream.capabilities:
             try:
                 await downstream.request("logging/setLevel", {"level": self._log_level}, timeout=10)
             except Exception as exc:  # noqa: BLE001 - a server that refuses is still usable
@@ -380,7 +382,9 @@ class Hub:
             return
         self._log_level = verbose
         for d in self.downstreams:
-            if d.status == "ready" and "logging" in d.capabilities:
+            if d.modern:
+                d.log_level = verbose
+            elif d.status == "ready" and "logging" in d.capabilities:
                 try:
                     await d.request("logging/setLevel", {"level": verbose}, timeout=10)
                 except Exception as exc:  # noqa: BLE001 - one server refusing must not fail the client's request

@@ -13,8 +13,12 @@ principal's session, so a tampered state or another principal's is refused. Each
 principal holds a bounded number of pending calls; one not resumed within the timeout is
 cancelled downstream (the server sees ``notifications/cancelled``) and forgotten.
 
-The other direction (a 2026-07-28 server's own ``input_required`` passed on to clients)
-is not here: the gateway speaks only the handshake era toward servers so far.
+A 2026-07-28 server asks the modern way, with its own ``input_required`` result. To a
+modern client it is passed on with the server's ``requestState`` wrapped (``wrap``): the
+same key's HMAC binds it to the principal, the request and the server, and an issue time
+limits it to ``timeout``, so the retry goes back to that server with the server's own
+state, and nothing is kept here between rounds. Handshake-era clients are asked over
+their back-channel instead (gateway/inputs.py).
 """
 
 from __future__ import annotations
@@ -24,10 +28,12 @@ import hashlib
 import hmac
 import itertools
 import logging
+import json
 import secrets
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 import anyio
 import anyio.abc
@@ -43,6 +49,9 @@ _PREFIX = "pg1."
 GATHER = 0.1
 """Seconds a round waits for more requests after the latest: a handshake-era server asks for
 several inputs at once as concurrent requests, and they belong in one ``input_required``."""
+_WRAPPED = "pg2."
+MAX_WRAPPED = 256 * 1024
+"""Largest wrapped ``requestState`` accepted (the server's own state plus a small envelope)."""
 
 
 @dataclass(eq=False)
@@ -323,3 +332,50 @@ class RoundTrips:
         if not hmac.compare_digest(mac, self._mac(trip_id, int(round_text), owner, method, target, binding)):
             raise refused
         return trip_id, int(round_text)
+
+    # --- a modern server's own requestState, wrapped ----------------------------------------
+
+    @staticmethod
+    def is_wrapped(state: Any) -> TypeGuard[str]:
+        return isinstance(state, str) and state.startswith(_WRAPPED)
+
+    def wrap(self, owner: object, method: str, target: str, binding: str, server_id: str, state: str | None) -> str:
+        """The server's ``requestState`` (or none) as a state only this request of this
+        principal can bring back, to this server, within the timeout."""
+        body = json.dumps({"s": server_id, "r": state, "t": int(time.time())}, separators=(",", ":"))
+        payload = base64.urlsafe_b64encode(body.encode("utf-8", "surrogatepass")).decode().rstrip("=")
+        return f"{_WRAPPED}{self._boot}.{payload}.{self._wrap_mac(payload, owner, method, target, binding)}"
+
+    def unwrap(self, state: str, owner: object, method: str, target: str, binding: str) -> tuple[str, str | None]:
+        """The server and its own state from a wrapped state, or a clear refusal."""
+        refused = MCPError(
+            code=INVALID_PARAMS,
+            message=f"prefixgate: {method} {target!r}: requestState refused: not issued by this gateway "
+            "for this request and this client (tampered or foreign)",
+        )
+        parts = state[len(_WRAPPED) :].split(".")
+        if len(state) > MAX_WRAPPED or len(parts) != 3:
+            raise refused
+        boot, payload, mac = parts
+        if boot != self._boot:
+            raise MCPError(
+                code=INVALID_PARAMS,
+                message=f"prefixgate: {method} {target!r}: this input round trip expired: the gateway that began it "
+                "has restarted since; call again without requestState",
+            )
+        if not hmac.compare_digest(mac, self._wrap_mac(payload, owner, method, target, binding)):
+            raise refused
+        body = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+        if time.time() - body["t"] > self.timeout:
+            raise MCPError(
+                code=INVALID_PARAMS,
+                message=f"prefixgate: {method} {target!r}: this input round trip expired (not answered within "
+                f"{self.timeout:g} s); call again without requestState",
+            )
+        server_state = body["r"]
+        return str(body["s"]), server_state if isinstance(server_state, str) else None
+
+    def _wrap_mac(self, payload: str, owner: object, method: str, target: str, binding: str) -> str:
+        message = "\0".join((_WRAPPED, self._boot, payload, str(id(owner)), method, target, binding))
+        digest = hmac.new(self._key, message.encode("utf-8", "surrogatepass"), hashlib.sha256).digest()
+        return base64.urlsafe_b64encode(digest).decode().rstrip("=")

@@ -20,7 +20,7 @@ from catalog.search import render
 from catalog.text import escape, quote
 from catalog.validation import violation
 from jsonschema_rs import ValidationError as SchemaViolation
-from mcp_types.methods import validate_server_result
+from mcp_types.methods import is_input_required, validate_server_result
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 from spill import ArtifactNotFound, ArtifactStore, StoreError, artifact_read, bound_result, surely_within
@@ -95,7 +95,10 @@ class Router:
         meta: Mapping[str, Any] | None = None,
         on_progress: ProgressFn | None = None,
         version: str = DEFAULT_VERSION,
+        answers: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
+        """Gate and forward one call. ``answers``: ``inputResponses``/``requestState`` of a
+        retry after the server's ``input_required`` (passed to the server as given)."""
         epoch = await self.current()
         if name in META_TOOLS and epoch.declares(name):
             if name == "tool_search":
@@ -113,8 +116,8 @@ class Router:
                     return error_result("tool_call: arguments.arguments must be an object.")
                 if target in META_TOOLS:
                     return error_result(f"tool_call runs catalog tools; call {target} directly.")
-                return await self._gated(epoch, target, inner, session, meta, on_progress, version)
-        return await self._gated(epoch, name, arguments, session, meta, on_progress, version)
+                return await self._gated(epoch, target, inner, session, meta, on_progress, version, answers)
+        return await self._gated(epoch, name, arguments, session, meta, on_progress, version, answers)
 
     async def _gated(
         self,
@@ -125,6 +128,7 @@ class Router:
         meta: Mapping[str, Any] | None,
         on_progress: ProgressFn | None,
         version: str,
+        answers: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         entry = epoch.catalog.get(name)
         if entry is None:
@@ -138,7 +142,9 @@ class Router:
         if problem is not None:
             return error_result(problem)
         downstream = self.downstreams[entry.server]
-        result = await downstream.call_tool(entry.original, arguments, meta=meta, on_progress=on_progress)
+        result = await downstream.call_tool(entry.original, arguments, meta=meta, on_progress=on_progress, answers=answers)
+        if is_input_required(result):
+            return result  # not a result yet: the caller answers it (gateway/inputs.py)
         if self.spill.enabled:
             # Bound first: a huge result is then checked in its small, model-visible form.
             # The outputSchema as published: none with [spill] output_schemas = "omit".

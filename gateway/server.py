@@ -13,7 +13,7 @@ import copy
 import json
 import logging
 import warnings
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any
 
 import anyio
@@ -26,12 +26,14 @@ from mcp.server.models import InitializationOptions
 from mcp.server.subscriptions import ListenHandler
 from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import INVALID_PARAMS
+from mcp_types.methods import is_input_required
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from pydantic import BaseModel
 
 from gateway import __version__
-from gateway.downstream import DownstreamUnavailable
+from gateway.downstream import DownstreamUnavailable, error_result
 from gateway.hub import Hub, Upstream
+from gateway.inputs import answer_over_back_channel, missing_capability, refusal, requests_of
 from gateway.session import Session
 from gateway.wire import CACHE_HINTS, LIST_CACHE_FIELDS, with_result_type
 
@@ -119,7 +121,8 @@ def build_server(hub: Hub, new_session: SessionFactory) -> tuple[Server[Any], In
 
         await router.current()
         target = router.server_of(name, arguments)
-        def run(on_progress: Any) -> Awaitable[dict[str, Any]]:
+
+        def run(on_progress: Any, answers: Mapping[str, Any] | None = None) -> Awaitable[dict[str, Any]]:
             return router.call(
                 name,
                 arguments,
@@ -127,6 +130,7 @@ def build_server(hub: Hub, new_session: SessionFactory) -> tuple[Server[Any], In
                 meta=meta,
                 on_progress=on_progress if wants_progress else None,
                 version=ctx.protocol_version,
+                answers=answers,
             )
 
         if ctx.protocol_version not in HANDSHAKE_PROTOCOL_VERSIONS:
@@ -138,10 +142,28 @@ def build_server(hub: Hub, new_session: SessionFactory) -> tuple[Server[Any], In
             # Its logs go to this request while it waits (no place in the back-channel order).
             with _in_flight(upstream, ctx, target, None):
                 return await with_input(
-                    ctx, upstream, "tools/call", name, _digest(arguments), target, lambda: run(quiet_progress)
+                    ctx, upstream, "tools/call", name, _digest(arguments), target, lambda a: run(quiet_progress, a)
                 )
         with _in_flight(upstream, ctx, target, hub.round_trips.order()):
-            return await run(progress)
+            result = await run(progress)
+            if target is not None and is_input_required(result):
+                try:
+                    return await over_back_channel(result, target, lambda a: run(progress, a))
+                except MCPError as exc:
+                    return error_result(f"{target}: tool {name!r}: {exc.error.message}")
+            return result
+
+    async def over_back_channel(
+        first: dict[str, Any], server_id: str, retry: Callable[[Mapping[str, Any]], Awaitable[dict[str, Any]]]
+    ) -> dict[str, Any]:
+        """A modern server's ``input_required`` during a handshake-era client's request:
+        the gateway asks that client over its back-channel and retries the server."""
+        downstream = hub.by_id[server_id]
+
+        async def ask(method: str, params: dict[str, Any]) -> dict[str, Any]:
+            return await hub.server_request(downstream, method, params)
+
+        return await answer_over_back_channel(first, server_id, ask, retry, hub.config.gateway.max_round_trips)
 
     async def with_input(
         ctx: ServerRequestContext[Any, Any],
@@ -150,21 +172,57 @@ def build_server(hub: Hub, new_session: SessionFactory) -> tuple[Server[Any], In
         target: str,
         binding: str,
         server_id: str | None,
-        run: Callable[[], Awaitable[dict[str, Any]]],
+        run: Callable[[Mapping[str, Any] | None], Awaitable[dict[str, Any]]],
     ) -> dict[str, Any]:
         """A modern client's request: the call runs in the gateway, so a server's request
-        for input becomes an ``input_required`` result and the retry resumes the call."""
+        for input becomes an ``input_required`` result and the retry resumes the call.
+
+        A modern server's own ``input_required`` is passed on with its state wrapped, and
+        a retry carrying such a state goes straight back to that server (gateway/inputs.py).
+        """
         params = ctx.params or {}
         state = params.get("requestState")
         capabilities = ctx.session.client_capabilities
         trips = hub.round_trips
+        owner = upstream.session
+
+        def passed_on(result: dict[str, Any]) -> dict[str, Any]:
+            if server_id is None or not is_input_required(result):
+                return result
+            lacking = missing_capability(requests_of(result, server_id), capabilities)
+            if lacking is not None:
+                if method == "tools/call":
+                    return error_result(f"{server_id}: tool {target!r}: {refusal(lacking).error.message}")
+                raise refusal(lacking)
+            server_state = result.get("requestState")
+            wrapped = trips.wrap(
+                owner, method, target, binding, server_id, server_state if isinstance(server_state, str) else None
+            )
+            return {**result, "requestState": wrapped}
+
+        if trips.is_wrapped(state):
+            origin, server_state = trips.unwrap(state, owner, method, target, binding)
+            if origin != server_id:
+                raise MCPError(
+                    code=INVALID_PARAMS,
+                    message=f"prefixgate: {method} {target!r}: requestState belongs to server {origin!r}, "
+                    "which no longer serves this request; call again without requestState",
+                )
+            answers: dict[str, Any] = {"inputResponses": params.get("inputResponses") or {}}
+            if server_state is not None:
+                answers["requestState"] = server_state
+            return passed_on(await run(answers))
         if state is not None:
             responses = params.get("inputResponses")
-            trip = trips.resume(state, upstream.session, method, target, binding, capabilities, responses)
+            trip = trips.resume(state, owner, method, target, binding, capabilities, responses)
         elif server_id is None:
-            return await run()
+            return await run(None)
         else:
-            trip = trips.begin(upstream.session, method, target, binding, server_id, capabilities, run)
+
+            async def first() -> dict[str, Any]:
+                return passed_on(await run(None))
+
+            trip = trips.begin(owner, method, target, binding, server_id, capabilities, first)
         return await trips.next_answer(trip)
 
     # --- resources, prompts, completion, logging --------------------------------------
@@ -176,17 +234,25 @@ def build_server(hub: Hub, new_session: SessionFactory) -> tuple[Server[Any], In
             raise MCPError(code=INVALID_PARAMS, message=f"prefixgate: no server offers {what}")
         downstream = hub.by_id[server_id]
 
-        async def run() -> dict[str, Any]:
+        async def run(answers: Mapping[str, Any] | None = None) -> dict[str, Any]:
             try:
-                return await downstream.request(method, params, timeout=downstream.config.call_timeout)
+                return await downstream.request(
+                    method, {**params, **(answers or {})}, timeout=downstream.config.call_timeout
+                )
             except DownstreamUnavailable as exc:
                 raise MCPError(code=INVALID_PARAMS, message=str(exc)) from None
 
-        if method in _INPUT_METHODS and ctx.protocol_version not in HANDSHAKE_PROTOCOL_VERSIONS:
+        if method not in _INPUT_METHODS:
+            return _result(ctx, await run())
+        upstream = await upstream_of(ctx)
+        if ctx.protocol_version not in HANDSHAKE_PROTOCOL_VERSIONS:
             target = str(params.get("uri") if method == "resources/read" else params.get("name"))
-            upstream = await upstream_of(ctx)
             return _result(ctx, await with_input(ctx, upstream, method, target, _digest(params), server_id, run))
-        return _result(ctx, await run())
+        with _in_flight(upstream, ctx, server_id, hub.round_trips.order()):
+            result = await run()
+            if is_input_required(result):
+                result = await over_back_channel(result, server_id, run)
+        return _result(ctx, result)
 
     def raw(ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
         params = dict(ctx.params or {})
@@ -211,7 +277,12 @@ def build_server(hub: Hub, new_session: SessionFactory) -> tuple[Server[Any], In
         await router.current()
         uri = str(params.uri)
         upstream = await upstream_of(ctx)
-        result = await routed(ctx, _resource_server(hub, uri), f"resource {uri!r}", "resources/subscribe", raw(ctx))
+        server_id = _resource_server(hub, uri)
+        if server_id is not None and hub.by_id[server_id].modern:
+            await hub.by_id[server_id].watch_resource(uri, True)  # 2026-07-28: a listen filter
+            result = _result(ctx, {})
+        else:
+            result = await routed(ctx, server_id, f"resource {uri!r}", "resources/subscribe", raw(ctx))
         upstream.subscriptions.add(uri)
         return result
 
@@ -220,7 +291,11 @@ def build_server(hub: Hub, new_session: SessionFactory) -> tuple[Server[Any], In
         uri = str(params.uri)
         upstream = await upstream_of(ctx)
         upstream.subscriptions.discard(uri)
-        return await routed(ctx, _resource_server(hub, uri), f"resource {uri!r}", "resources/unsubscribe", raw(ctx))
+        server_id = _resource_server(hub, uri)
+        if server_id is not None and hub.by_id[server_id].modern:
+            await hub.by_id[server_id].watch_resource(uri, False)
+            return _result(ctx, {})
+        return await routed(ctx, server_id, f"resource {uri!r}", "resources/unsubscribe", raw(ctx))
 
     async def list_prompts(ctx: ServerRequestContext[Any, Any], params: Any) -> Any:
         await router.current()

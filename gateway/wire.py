@@ -60,4 +60,9 @@ def wire_problem(declaration: dict[str, Any]) -> str | None:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first.get("loc", ()) if p not in ("tools", 0))
             return f"not a valid MCP tool for protocol {version}: {where or 'tool'}: {first.get('msg', 'invalid')}"
+    from mcp.shared.inbound import find_invalid_x_mcp_header
+
+    header = find_invalid_x_mcp_header(declaration.get("inputSchema"))
+    if header is not None:
+        return f"invalid x-mcp-header ({header}): 2026-07-28 clients must drop such a tool"
     return None

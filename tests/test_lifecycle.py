@@ -41,7 +41,8 @@ def config(tmp_path: Path) -> Path:
     return write_config(
         tmp_path,
         {
-            "r": demo("--tools", 2, "--rich", "--name", "r"),
+            # The demo announces changes only on the handshake-era wire (no subscriptions/listen).
+            "r": {**demo("--tools", 2, "--rich", "--name", "r"), "protocol": "legacy"},
             "d": {**demo("--tools", 1, "--name", "d"), "deferred": True},
         },
     )

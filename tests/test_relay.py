@@ -24,8 +24,10 @@ def config(tmp_path: Path) -> Path:
     return write_config(
         tmp_path,
         {
-            "r": demo("--tools", 0, "--rich", "--name", "r"),
-            "s": demo("--tools", 0, "--rich", "--name", "s"),
+            # Handshake-era downstreams: their logging/setLevel, resources/subscribe and
+            # server-to-client requests are what this file relays (2026-07-28 has none).
+            "r": {**demo("--tools", 0, "--rich", "--name", "r"), "protocol": "legacy"},
+            "s": {**demo("--tools", 0, "--rich", "--name", "s"), "protocol": "legacy"},
         },
     )
 

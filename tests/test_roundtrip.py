@@ -28,7 +28,10 @@ TRANSPORTS = ("stdio", "http")
 
 def config_for(tmp_path: Path, **gateway: Any) -> Path:
     return write_config(
-        tmp_path, {"r": demo("--tools", 0, "--rich", "--interactive", "--name", "r")}, gateway=gateway
+        tmp_path,
+        # A handshake-era downstream: its server-to-client requests are what this file turns into input_required.
+        {"r": {**demo("--tools", 0, "--rich", "--interactive", "--name", "r"), "protocol": "legacy"}},
+        gateway=gateway,
     )
 
 

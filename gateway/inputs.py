@@ -1,0 +1,74 @@
+"""A 2026-07-28 server's ``input_required`` result, answered for either era of client.
+
+- A modern client answers it itself: the result is passed on with its ``requestState``
+  wrapped (``RoundTrips.wrap``) so the retry comes back to the same server; a request the
+  client did not declare the capability for is refused here, with a clear error.
+- A handshake-era client cannot read ``input_required``: the gateway sends each input
+  request over that client's back-channel (the hub's relay, which checks the client's
+  capabilities) and retries the server with the answers and its ``requestState``, for
+  at most ``max_rounds`` rounds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import anyio
+from mcp.shared.exceptions import MCPError
+from mcp_types.jsonrpc import INVALID_REQUEST
+from mcp_types.methods import is_input_required
+
+from gateway.roundtrip import CAPABILITY_FOR
+
+Ask = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
+"""Send one input request to the client; its answer."""
+Retry = Callable[[Mapping[str, Any]], Awaitable[dict[str, Any]]]
+"""The same request again with ``inputResponses`` and ``requestState``."""
+
+
+def requests_of(result: Mapping[str, Any], server_id: str) -> dict[str, dict[str, Any]]:
+    """The input requests of an ``input_required`` result, checked for shape."""
+    requests = result.get("inputRequests") or {}
+    if not isinstance(requests, dict) or not all(
+        isinstance(r, dict) and isinstance(r.get("method"), str) for r in requests.values()
+    ):
+        raise MCPError(code=INVALID_REQUEST, message=f"prefixgate: server {server_id!r} sent malformed inputRequests")
+    return requests
+
+
+def missing_capability(requests: Mapping[str, dict[str, Any]], capabilities: Any) -> str | None:
+    """The first capability the client lacks for these requests (or the unknown method)."""
+    for request in requests.values():
+        method = request["method"]
+        capability = CAPABILITY_FOR.get(method)
+        if capability is None or capabilities is None or getattr(capabilities, capability, None) is None:
+            return capability or method
+    return None
+
+
+def refusal(capability: str) -> MCPError:
+    return MCPError(code=INVALID_REQUEST, message=f"prefixgate: the connected client does not support {capability}")
+
+
+async def answer_over_back_channel(
+    first: dict[str, Any], server_id: str, ask: Ask, retry: Retry, max_rounds: int
+) -> dict[str, Any]:
+    """Drive a server's ``input_required`` rounds for a handshake-era client."""
+    result = first
+    for round_no in range(max_rounds):
+        requests = requests_of(result, server_id)
+        if not requests:
+            # Only a requestState: the server is not done yet; back off as SDK clients do.
+            await anyio.sleep(min(0.05 * 2**round_no, 0.25))
+        responses = {key: await ask(request["method"], dict(request.get("params") or {})) for key, request in requests.items()}
+        answers: dict[str, Any] = {"inputResponses": responses}
+        if isinstance(result.get("requestState"), str):
+            answers["requestState"] = result["requestState"]
+        result = await retry(answers)
+        if not is_input_required(result):
+            return result
+    raise MCPError(
+        code=INVALID_REQUEST,
+        message=f"prefixgate: server {server_id!r} still asked for input after {max_rounds} rounds; gave up",
+    )

@@ -1,0 +1,273 @@
+"""A downstream server that speaks only the 2026-07-28 protocol (no ``initialize``).
+
+Built on the SDK's low-level ``Server`` and its dual-era loop with the handshake refused
+(-32022 naming only modern versions), so the gateway must negotiate with
+``server/discover`` and stamp every request. It asks for input the modern way: an
+``input_required`` result whose ``requestState`` it checks on the retry.
+
+Usage: ``python tests/modern_server.py [--http]`` (HTTP prints its URL on stdout).
+Every request's ``_meta`` envelope and routing headers are appended, one JSON line per
+request, to ``$MODERN_SERVER_LOG`` when set (what the tests inspect). With
+``$MODERN_SERVER_SHY`` set, the first ``server/discover`` fails as if it had timed out.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp.server.context import CallNext, ServerRequestContext
+from mcp.server.lowlevel import Server
+from mcp.server.subscriptions import (
+    InMemorySubscriptionBus,
+    ListenHandler,
+    PromptsListChanged,
+    ResourceUpdated,
+    ToolsListChanged,
+)
+from mcp.shared.exceptions import MCPError
+from mcp_types import UNSUPPORTED_PROTOCOL_VERSION
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+OBJ = {"type": "object"}
+STATE = "modern-state-1"
+bus = InMemorySubscriptionBus()
+grown: list[str] = []
+shy_done: list[bool] = []
+extra_prompts: list[str] = []
+
+
+def tools() -> list[dict[str, Any]]:
+    listed: list[dict[str, Any]] = [
+        {
+            "name": "echo",
+            "description": "Echo text.",
+            "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+        },
+        {
+            "name": "region",
+            "description": "Says which region it was asked for (its argument is also an HTTP header).",
+            "inputSchema": {
+                "type": "object",
+                "properties": {"region": {"type": "string", "x-mcp-header": "Region"}},
+                "required": ["region"],
+            },
+        },
+        {"name": "slow", "description": "Reports progress three times.", "inputSchema": OBJ},
+        {"name": "log", "description": "Logs one line during the call.", "inputSchema": OBJ},
+        {"name": "mutate", "description": "Adds a tool and says so.", "inputSchema": OBJ},
+        {"name": "touch", "description": "Says modern://roots changed.", "inputSchema": OBJ},
+        {"name": "add_prompt", "description": "Adds a prompt and says so.", "inputSchema": OBJ},
+        {"name": "later", "description": "Not done yet twice (requestState only), then done.", "inputSchema": OBJ},
+        {"name": "ask", "description": "Elicitation (input_required).", "inputSchema": OBJ},
+        {"name": "sample", "description": "Sampling (input_required).", "inputSchema": OBJ},
+        {"name": "roots", "description": "Roots (input_required).", "inputSchema": OBJ},
+        {"name": "bad_schema", "description": "Root is not an object.", "inputSchema": {"type": "string"}},
+        {
+            "name": "bad_header",
+            "description": "Invalid x-mcp-header (not a valid header name).",
+            "inputSchema": {"type": "object", "properties": {"a": {"type": "string", "x-mcp-header": "bad header"}}},
+        },
+    ]
+    listed += [{"name": name, "description": "Added by mutate.", "inputSchema": OBJ} for name in grown]
+    return listed
+
+
+ASKS: dict[str, dict[str, Any]] = {
+    "ask": {
+        "method": "elicitation/create",
+        "params": {
+            "mode": "form",
+            "message": "What is your name?",
+            "requestedSchema": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]},
+        },
+    },
+    "sample": {
+        "method": "sampling/createMessage",
+        "params": {"messages": [{"role": "user", "content": {"type": "text", "text": "Say hi"}}], "maxTokens": 20},
+    },
+    "roots": {"method": "roots/list"},
+}
+
+
+def answer_text(kind: str, response: dict[str, Any]) -> str:
+    if kind == "ask":
+        return f"{response.get('action')}:{response.get('content')}"
+    if kind == "sample":
+        return f"{response.get('model')}:{(response.get('content') or {}).get('text')}"
+    return ",".join(r["uri"] for r in response.get("roots", []))
+
+
+def with_input(kind: str, params: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
+    """An ``input_required`` result for a first call; the answer's text for a good retry."""
+    responses = params.get("inputResponses")
+    if not responses:
+        return {"resultType": "input_required", "inputRequests": {kind: ASKS[kind]}, "requestState": STATE}, None
+    if params.get("requestState") != STATE:
+        raise MCPError(code=-32602, message=f"modern server: wrong requestState {params.get('requestState')!r}")
+    response = responses.get(kind)
+    if not isinstance(response, dict):
+        raise MCPError(code=-32602, message=f"modern server: no input response {kind!r}")
+    return None, answer_text(kind, response)
+
+
+def record(ctx: ServerRequestContext[Any, Any]) -> None:
+    path = os.environ.get("MODERN_SERVER_LOG")
+    if not path:
+        return
+    headers: dict[str, str] = {}
+    request = getattr(ctx, "request", None)
+    if request is not None and hasattr(request, "headers"):
+        headers = {k: v for k, v in request.headers.items() if k.startswith("mcp-")}
+    meta = (ctx.params or {}).get("_meta") or {}
+    with open(path, "a", encoding="utf-8") as out:
+        out.write(json.dumps({"method": ctx.method, "meta": meta, "headers": headers}) + "\n")
+
+
+def done(result: dict[str, Any]) -> dict[str, Any]:
+    return {"resultType": "complete", **result}
+
+
+async def middleware(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> Any:
+    if ctx.method == "initialize":
+        raise MCPError(
+            code=UNSUPPORTED_PROTOCOL_VERSION,
+            message="this server speaks only 2026-07-28",
+            data={"supported": list(MODERN_PROTOCOL_VERSIONS), "requested": (ctx.params or {}).get("protocolVersion")},
+        )
+    if ctx.request_id is not None:
+        record(ctx)
+    if ctx.method == "server/discover" and os.environ.get("MODERN_SERVER_SHY") and not shy_done:
+        # Stands in for a probe that timed out at the client while the server was still
+        # starting: the first discover is not answered usefully, yet the server is modern.
+        shy_done.append(True)
+        raise MCPError(code=-32001, message="request timed out")
+    params = dict(ctx.params or {})
+    if ctx.method == "tools/list":
+        # Raw, so the invalid tools reach the client as a real server would send them.
+        return done({"tools": tools(), "ttlMs": 0, "cacheScope": "private"})
+    if ctx.method == "tools/call":
+        return await call(ctx, params)
+    if ctx.method == "prompts/get" and params.get("name") == "interview":
+        pending, said = with_input("ask", params)
+        if pending is not None:
+            return pending
+        return done({"messages": [{"role": "user", "content": {"type": "text", "text": f"Hello {said}"}}]})
+    if ctx.method == "resources/read" and params.get("uri") == "modern://roots":
+        pending, said = with_input("roots", params)
+        if pending is not None:
+            return pending
+        # Hints meant for the gateway alone: a gateway must not pass them on as its own.
+        return done({"contents": [{"uri": "modern://roots", "text": said}], "ttlMs": 3_600_000, "cacheScope": "public"})
+    return await call_next(ctx)
+
+
+async def call(ctx: ServerRequestContext[Any, Any], params: dict[str, Any]) -> dict[str, Any]:
+    name = params.get("name")
+    args = params.get("arguments") or {}
+
+    def text(value: str) -> dict[str, Any]:
+        return done({"content": [{"type": "text", "text": value}]})
+
+    if name == "echo":
+        return text(f"modern:{args.get('text')}")
+    if name == "region":
+        return text(f"region:{args.get('region')}")
+    if name == "slow":
+        for step in (1, 2, 3):
+            await ctx.session.report_progress(step, 3, f"step {step}")
+            await anyio.sleep(0.05)
+        return text("slow done")
+    if name == "log":
+        await ctx.session.send_log_message("warning", "modern log line", "modern", related_request_id=ctx.request_id)
+        return text("logged")
+    if name == "mutate":
+        grown.append(f"grown_{len(grown) + 1}")
+        await bus.publish(ToolsListChanged())
+        return text("mutated")
+    if name == "later":
+        step = {None: 1, "later-1": 2, "later-2": 3}.get(params.get("requestState"))
+        if step is None:
+            raise MCPError(code=-32602, message=f"modern server: wrong requestState {params.get('requestState')!r}")
+        if step < 3:
+            return {"resultType": "input_required", "requestState": f"later-{step}"}
+        return text("done later")
+    if name == "add_prompt":
+        extra_prompts.append(f"extra_{len(extra_prompts) + 1}")
+        await bus.publish(PromptsListChanged())
+        return text("prompt added")
+    if name == "touch":
+        await bus.publish(ResourceUpdated(uri="modern://roots"))
+        return text("touched")
+    if name in ASKS:
+        pending, said = with_input(str(name), params)
+        return pending if pending is not None else text(str(said))
+    if name in grown:
+        return text(f"modern:{name}")
+    return done({"content": [{"type": "text", "text": f"unknown tool {name!r}"}], "isError": True})
+
+
+async def list_prompts(ctx: Any, params: Any) -> types.ListPromptsResult:
+    prompts = [types.Prompt(name="interview", description="Asks a name (input_required).")]
+    return types.ListPromptsResult(prompts=prompts + [types.Prompt(name=name) for name in extra_prompts])
+
+
+async def list_resources(ctx: Any, params: Any) -> types.ListResourcesResult:
+    return types.ListResourcesResult(resources=[types.Resource(uri="modern://roots", name="roots")])
+
+
+async def list_templates(ctx: Any, params: Any) -> types.ListResourceTemplatesResult:
+    return types.ListResourceTemplatesResult(resource_templates=[])
+
+
+async def unused(ctx: Any, params: Any) -> Any:  # pragma: no cover - the middleware answers
+    raise MCPError(code=-32603, message="unreachable")
+
+
+def build() -> Server[Any]:
+    server: Server[Any] = Server(
+        "modern",
+        version="1.0",
+        on_list_tools=unused,
+        on_call_tool=unused,
+        on_list_prompts=list_prompts,
+        on_get_prompt=unused,
+        on_list_resources=list_resources,
+        on_list_resource_templates=list_templates,
+        on_read_resource=unused,
+        on_subscriptions_listen=ListenHandler(bus),
+    )
+    server.middleware.insert(0, middleware)
+    return server
+
+
+async def main() -> None:
+    from mcp.server.lowlevel import NotificationOptions
+
+    server = build()
+    if "--http" in sys.argv:
+        import socket
+
+        import uvicorn
+
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(64)
+        app = server.streamable_http_app(streamable_http_path="/mcp")
+        sys.stdout.write(f"http://127.0.0.1:{sock.getsockname()[1]}/mcp\n")
+        sys.stdout.flush()
+        await uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on")).serve(sockets=[sock])
+        return
+    from mcp.server.stdio import stdio_server
+
+    options = server.create_initialization_options(NotificationOptions(tools_changed=True))
+    async with stdio_server() as (read, write):
+        await server.run(read, write, options)
+
+
+if __name__ == "__main__":
+    anyio.run(main)

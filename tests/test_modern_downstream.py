@@ -1,0 +1,402 @@
+"""A downstream server that speaks only the 2026-07-28 protocol (tests/modern_server.py: no
+``initialize``) behind the real gateway, reached by the real SDK client in both eras:
+negotiation, per-request envelope and headers, list_changed, progress, logs, quarantine,
+and its ``input_required`` results in both upstream eras."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp_types as types
+import pytest
+from mcp.shared.exceptions import MCPError
+
+from tests.conftest import ERAS, PYTHON, catalog_json, demo, sdk_client, write_config
+
+pytestmark = pytest.mark.anyio
+
+SERVER = str(Path(__file__).with_name("modern_server.py"))
+
+
+def modern(**extra: Any) -> dict[str, Any]:
+    return {"command": PYTHON, "args": [SERVER], **extra}
+
+
+def config_for(tmp_path: Path, **extra: Any) -> Path:
+    return write_config(tmp_path, {"m": modern(**extra)})
+
+
+def text_of(result: Any) -> str:
+    first = result.content[0]
+    assert isinstance(first, types.TextContent), first
+    return first.text
+
+
+def requests_seen(log: Path) -> list[dict[str, Any]]:
+    if not log.exists():
+        return []
+    return [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+@contextmanager
+def modern_http(log: Path) -> Iterator[str]:
+    """The modern-only server on loopback HTTP; yields its URL."""
+    proc = subprocess.Popen(
+        [PYTHON, SERVER, "--http"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, "MODERN_SERVER_LOG": str(log)},
+    )
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        assert url.startswith("http://"), url
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_list_call_and_quarantine(tmp_path: Path, mode: str) -> None:
+    async with sdk_client(config_for(tmp_path), mode) as client:
+        with anyio.fail_after(30):
+            names = [t.name for t in (await client.list_tools()).tools]
+            assert "m__echo" in names and "m__region" in names
+            # one malformed tool (bad root type, invalid x-mcp-header) never hides the rest
+            assert "m__bad_schema" not in names and "m__bad_header" not in names
+            assert text_of(await client.call_tool("m__echo", {"text": "hi"})) == "modern:hi"
+
+
+async def test_the_catalog_reports_the_quarantined_tools(tmp_path: Path) -> None:
+    report = catalog_json(config_for(tmp_path))
+    (server,) = report["servers"]
+    assert server["status"] == "ready", server
+    quarantined = {w["message"] for w in report["warnings"] if w.get("kind") == "quarantined"}
+    assert any("bad_schema" in m for m in quarantined), report["warnings"]
+    assert any("bad_header" in m and "x-mcp-header" in m for m in quarantined), report["warnings"]
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_progress_and_logs_during_a_call(tmp_path: Path, mode: str) -> None:
+    logs: list[types.LoggingMessageNotificationParams] = []
+
+    async def on_log(params: types.LoggingMessageNotificationParams) -> None:
+        logs.append(params)
+
+    # 2026-07-28: logs are opted in per request; the handshake era: with logging/setLevel.
+    opt_in = {"io.modelcontextprotocol/logLevel": "info"} if mode == "auto" else None
+    async with sdk_client(config_for(tmp_path), mode, logging_callback=on_log) as client:
+        with anyio.fail_after(30):
+            if mode == "legacy":
+                await client.set_logging_level("info")
+            seen: list[float] = []
+
+            async def progress(value: float, total: float | None, message: str | None) -> None:
+                seen.append(value)
+
+            result = await client.call_tool("m__slow", {}, progress_callback=progress)
+            assert text_of(result) == "slow done"
+            assert seen == [1.0, 2.0, 3.0]
+            assert text_of(await client.call_tool("m__log", {}, meta=opt_in)) == "logged"
+            while not logs:
+                await anyio.sleep(0.05)
+            assert logs[0].data == "modern log line" and logs[0].level == "warning"
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_list_changed_reaches_the_client(tmp_path: Path, mode: str) -> None:
+    heard: list[Any] = []
+
+    async def on_message(message: Any) -> None:
+        heard.append(message)
+
+    async with sdk_client(config_for(tmp_path), mode, message_handler=on_message) as client:
+        with anyio.fail_after(30):
+            assert "m__grown_1" not in [t.name for t in (await client.list_tools()).tools]
+            if mode == "auto":
+                async with client.listen(tools_list_changed=True) as events:
+                    assert text_of(await client.call_tool("m__mutate", {})) == "mutated"
+                    async for _ in events:
+                        break
+            else:
+                assert text_of(await client.call_tool("m__mutate", {})) == "mutated"
+                while not any(isinstance(m, types.ToolListChangedNotification) for m in heard):
+                    await anyio.sleep(0.05)
+            assert "m__grown_1" in [t.name for t in (await client.list_tools()).tools]
+            assert text_of(await client.call_tool("m__grown_1", {})) == "modern:grown_1"
+
+
+async def test_every_request_carries_the_envelope_and_headers(tmp_path: Path) -> None:
+    log = tmp_path / "requests.jsonl"
+    with modern_http(log) as url:
+        config = write_config(tmp_path, {"m": {"url": url}})
+        async with sdk_client(config, "legacy") as client:
+            with anyio.fail_after(30):
+                assert text_of(await client.call_tool("m__region", {"region": "eu-west"})) == "region:eu-west"
+    # The SDK server looks the tool up (an internal tools/list under the call's headers)
+    # to check the Mcp-Param headers: that one is not the gateway's request.
+    seen = [r for r in requests_seen(log) if r["method"] == "tools/call" or r["headers"].get("mcp-method") != "tools/call"]
+    assert {r["method"] for r in seen} >= {"server/discover", "tools/list", "tools/call"}
+    for request in seen:
+        meta = request["meta"]
+        assert meta["io.modelcontextprotocol/protocolVersion"] == "2026-07-28", request
+        assert meta["io.modelcontextprotocol/clientInfo"]["name"] == "prefixgate", request
+        assert "elicitation" in meta["io.modelcontextprotocol/clientCapabilities"], request
+        assert request["headers"]["mcp-method"] == request["method"], request
+        assert request["headers"]["mcp-protocol-version"] == "2026-07-28", request
+    (call,) = [r for r in seen if r["method"] == "tools/call"]
+    assert call["headers"]["mcp-name"] == "region"
+    assert call["headers"]["mcp-param-region"] == "eu-west"
+
+
+async def test_pinning_the_handshake(tmp_path: Path) -> None:
+    # A modern-only server pinned to the handshake really gets `initialize` (and refuses it).
+    report = catalog_json(config_for(tmp_path, protocol="legacy"))
+    (server,) = report["servers"]
+    assert server["status"] == "failed" and "speaks only 2026-07-28" in server["error"], server
+    # A dual-era server: pinned, the handshake; by default, 2026-07-28.
+    config = write_config(tmp_path, {"d": {**demo("--tools", 1), "protocol": "legacy"}, "e": demo("--tools", 1)})
+    stderr = tmp_path / "stderr.log"
+    with stderr.open("w") as errlog:
+        subprocess.run(
+            [PYTHON, "-m", "gateway", "catalog", "--config", str(config), "--log-level", "info"],
+            stdout=subprocess.DEVNULL,
+            stderr=errlog,
+            timeout=60,
+            check=False,
+        )
+    text = stderr.read_text()
+    assert "[d] protocol 2025-11-25" in text and "[e] protocol 2026-07-28" in text, text
+
+
+def test_the_protocol_key_is_checked(tmp_path: Path) -> None:
+    from gateway.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match=r"^servers\.m\.protocol: expected one of 'auto', 'legacy'$"):
+        load_config(config_for(tmp_path, protocol="2026"))
+
+
+async def test_the_fixture_refuses_the_handshake() -> None:
+    """So a server that works behind the gateway was reached with server/discover."""
+    from mcp import Client, StdioServerParameters
+
+    with pytest.raises(BaseException) as caught:
+        async with Client(StdioServerParameters(command=PYTHON, args=[SERVER]), mode="legacy"):
+            pass
+    assert "speaks only 2026-07-28" in repr(caught.value)
+
+
+async def sampling(context: Any, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
+    asked = params.messages[0].content
+    assert isinstance(asked, types.TextContent) and asked.text == "Say hi"
+    return types.CreateMessageResult(role="assistant", content=types.TextContent(type="text", text="hi"), model="m1")
+
+
+async def elicitation(context: Any, params: Any) -> types.ElicitResult:
+    assert params.message == "What is your name?"
+    return types.ElicitResult(action="accept", content={"name": "Ann"})
+
+
+async def roots(context: Any) -> types.ListRootsResult:
+    return types.ListRootsResult(roots=[types.Root(uri="file:///work/project", name="project")])
+
+
+CALLBACKS: dict[str, Any] = {"sampling_callback": sampling, "elicitation_callback": elicitation, "list_roots_callback": roots}
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_its_input_required_reaches_both_eras(tmp_path: Path, mode: str) -> None:
+    """Modern clients answer the server's input_required themselves (state wrapped by the
+    gateway); handshake-era clients are asked over their back-channel by the gateway."""
+    async with sdk_client(config_for(tmp_path), mode, **CALLBACKS) as client:
+        with anyio.fail_after(60):
+            assert text_of(await client.call_tool("m__ask", {})) == "accept:{'name': 'Ann'}"
+            assert text_of(await client.call_tool("m__sample", {})) == "m1:hi"
+            assert text_of(await client.call_tool("m__roots", {})) == "file:///work/project"
+            prompt = await client.get_prompt("m__interview")
+            assert prompt.messages[0].content.text == "Hello accept:{'name': 'Ann'}"
+            read = await client.read_resource("modern://roots")
+            assert read.contents[0].text == "file:///work/project"
+            # through tool_call too (the same route)
+            assert text_of(await client.call_tool("m__echo", {"text": "after"})) == "modern:after"
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_client_without_the_capability_gets_an_error_not_a_hang(tmp_path: Path, mode: str) -> None:
+    async with sdk_client(config_for(tmp_path), mode) as client:
+        with anyio.fail_after(60):
+            result = await client.call_tool("m__ask", {})
+            assert result.is_error and "does not support elicitation" in text_of(result)
+            result = await client.call_tool("m__roots", {})
+            assert result.is_error and "does not support roots" in text_of(result)
+            with pytest.raises(MCPError, match="does not support elicitation"):
+                await client.get_prompt("m__interview")
+            # the gateway is still fine
+            assert text_of(await client.call_tool("m__echo", {"text": "x"})) == "modern:x"
+
+
+async def test_the_wrapped_request_state(tmp_path: Path) -> None:
+    async with sdk_client(config_for(tmp_path), "auto", **CALLBACKS) as client:
+        with anyio.fail_after(60):
+            session = client.session
+            first = await session.call_tool("m__ask", {}, allow_input_required=True)
+            assert isinstance(first, types.InputRequiredResult)
+            assert first.input_requests is not None and set(first.input_requests) == {"ask"}  # intact
+            state = first.request_state
+            assert state is not None and state.startswith("pg2.") and state != "modern-state-1"
+            answer = {"ask": types.ElicitResult(action="accept", content={"name": "Bo"})}
+            tampered = state[:-2] + ("AA" if not state.endswith("AA") else "BB")
+            with pytest.raises(MCPError, match="requestState refused"):
+                await session.call_tool("m__ask", {}, input_responses=answer, request_state=tampered)
+            with pytest.raises(MCPError, match="requestState refused"):  # bound to the request
+                await session.call_tool("m__sample", {}, input_responses=answer, request_state=state)
+            with pytest.raises(MCPError, match="requestState refused"):  # and to its arguments
+                await session.call_tool("m__ask", {"x": 1}, input_responses=answer, request_state=state)
+            done = await session.call_tool("m__ask", {}, input_responses=answer, request_state=state)
+            assert text_of(done) == "accept:{'name': 'Bo'}"  # the server got its own state back
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_over_http_both_ways(tmp_path: Path, mode: str) -> None:
+    """The modern server over HTTP behind a gateway served over HTTP."""
+    from tests.conftest import http_gateway
+
+    with modern_http(tmp_path / "requests.jsonl") as url:
+        config = write_config(tmp_path, {"m": {"url": url}})
+        with http_gateway(config) as (gateway_url, _):
+            async with sdk_client(gateway_url, mode, **CALLBACKS) as client:
+                with anyio.fail_after(60):
+                    assert text_of(await client.call_tool("m__region", {"region": "eu"})) == "region:eu"
+                    assert text_of(await client.call_tool("m__ask", {})) == "accept:{'name': 'Ann'}"
+                    prompt = await client.get_prompt("m__interview")
+                    assert prompt.messages[0].content.text == "Hello accept:{'name': 'Ann'}"
+
+
+async def test_its_hop_local_fields_are_not_passed_on(tmp_path: Path) -> None:
+    """The server's cache hints, resultType and serverInfo stamp are its answer to the
+    gateway; each client gets the gateway's own (here the server says public, one hour)."""
+    from tests.conftest import gateway
+
+    config = config_for(tmp_path)
+    async with sdk_client(config, "auto", **CALLBACKS) as client:
+        with anyio.fail_after(60):
+            read = await client.read_resource("modern://roots")
+            assert read.contents[0].text == "file:///work/project"
+            assert (read.ttl_ms, read.cache_scope) == (0, "private")
+            assert client.server_info is None or client.server_info.name == "prefixgate"
+    async with gateway(config, client=CALLBACKS) as gw:  # the handshake era, raw
+        with anyio.fail_after(60):
+            called = await gw.raw("tools/call", {"name": "m__echo", "arguments": {"text": "a"}})
+            assert called == {"content": [{"type": "text", "text": "modern:a"}]}
+            read_raw = await gw.raw("resources/read", {"uri": "modern://roots"})
+            assert set(read_raw) == {"contents"}, read_raw
+
+
+async def test_resource_subscriptions_become_its_listen_filter(tmp_path: Path) -> None:
+    """2026-07-28 has no resources/subscribe: a client's subscription to a modern server's
+    resource is a filter of the gateway's listen stream to it, and its updates arrive."""
+    heard: list[Any] = []
+
+    async def on_message(message: Any) -> None:
+        heard.append(message)
+
+    async with sdk_client(config_for(tmp_path), "legacy", message_handler=on_message) as client:
+        with anyio.fail_after(60):
+            await client.subscribe_resource("modern://roots")
+            assert text_of(await client.call_tool("m__touch", {})) == "touched"
+            while not any(isinstance(m, types.ResourceUpdatedNotification) for m in heard):
+                await anyio.sleep(0.05)
+            (update,) = [m for m in heard if isinstance(m, types.ResourceUpdatedNotification)]
+            assert str(update.params.uri) == "modern://roots"
+
+
+async def test_a_refused_handshake_naming_modern_versions_is_probed_again(tmp_path: Path) -> None:
+    """A probe lost to a slow start: the handshake's -32022 names 2026-07-28, so the
+    gateway asks server/discover once more instead of failing the server."""
+    config = write_config(tmp_path, {"m": {**modern(), "env": {"MODERN_SERVER_SHY": "1"}}})
+    async with sdk_client(config, "legacy") as client:
+        with anyio.fail_after(30):
+            assert text_of(await client.call_tool("m__echo", {"text": "late"})) == "modern:late"
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_state_only_rounds(tmp_path: Path, mode: str) -> None:
+    """An input_required with only a requestState (the server is not done yet) is retried
+    with that state, by the modern client itself or by the gateway for a handshake-era one."""
+    async with sdk_client(config_for(tmp_path), mode) as client:
+        with anyio.fail_after(30):
+            assert text_of(await client.call_tool("m__later", {})) == "done later"
+
+
+async def test_a_wrapped_state_is_the_principals_own_and_expires(tmp_path: Path) -> None:
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    from tests.conftest import http_gateway
+
+    config = write_config(tmp_path, {"m": modern()}, gateway={"round_trip_timeout": 1})
+    (tmp_path / "tokens").write_text("token-of-ann\ntoken-of-bo\n")
+    answer = {"ask": types.ElicitResult(action="accept", content={"name": "Bo"})}
+    with http_gateway(config, "--token-file", str(tmp_path / "tokens")) as (url, _):
+        async with (
+            create_mcp_http_client(headers={"Authorization": "Bearer token-of-ann"}) as ann_http,
+            create_mcp_http_client(headers={"Authorization": "Bearer token-of-bo"}) as bo_http,
+            Client(streamable_http_client(url, http_client=ann_http), mode="auto", **CALLBACKS) as ann,
+            Client(streamable_http_client(url, http_client=bo_http), mode="auto", **CALLBACKS) as bo,
+        ):
+            with anyio.fail_after(60):
+                first = await ann.session.call_tool("m__ask", {}, allow_input_required=True)
+                assert isinstance(first, types.InputRequiredResult) and first.request_state
+                with pytest.raises(MCPError, match="requestState refused"):
+                    await bo.session.call_tool("m__ask", {}, input_responses=answer, request_state=first.request_state)
+                done = await ann.session.call_tool("m__ask", {}, input_responses=answer, request_state=first.request_state)
+                assert text_of(done) == "accept:{'name': 'Bo'}"
+                await anyio.sleep(2.5)  # past round_trip_timeout (1 s): the state is no longer accepted
+                with pytest.raises(MCPError, match="expired"):
+                    await ann.session.call_tool("m__ask", {}, input_responses=answer, request_state=first.request_state)
+
+
+async def test_a_dual_era_server_asking_over_a_back_channel_gets_a_hint(tmp_path: Path) -> None:
+    """The demo asks for elicitation with a request of its own: fine on the handshake, not
+    on 2026-07-28; the log says which setting makes it work."""
+    from tests.conftest import gateway
+
+    config = write_config(tmp_path, {"r": demo("--tools", 0, "--rich", "--interactive", "--name", "r")})
+    async with gateway(config, client=CALLBACKS) as gw:
+        with anyio.fail_after(60):
+            with pytest.raises(MCPError, match="back-channel"):
+                await gw.session.call_tool("r__ask", {})
+            assert await gw.saw('[r] its tools/call asked the client for input over a back-channel', 'protocol = "legacy"')
+    pinned = write_config(tmp_path, {"r": {**demo("--tools", 0, "--rich", "--interactive", "--name", "r"), "protocol": "legacy"}})
+    async with gateway(pinned, client=CALLBACKS) as gw:
+        with anyio.fail_after(60):
+            result = await gw.session.call_tool("r__ask", {})
+            assert text_of(result) == "accept:{'name': 'Ann'}"
+
+
+async def test_its_prompts_list_changed_reaches_the_client(tmp_path: Path) -> None:
+    heard: list[Any] = []
+
+    async def on_message(message: Any) -> None:
+        heard.append(message)
+
+    async with sdk_client(config_for(tmp_path), "legacy", message_handler=on_message) as client:
+        with anyio.fail_after(30):
+            assert [p.name for p in (await client.list_prompts()).prompts] == ["m__interview"]
+            assert text_of(await client.call_tool("m__add_prompt", {})) == "prompt added"
+            while not any(isinstance(m, types.PromptListChangedNotification) for m in heard):
+                await anyio.sleep(0.05)
+            assert [p.name for p in (await client.list_prompts()).prompts] == ["m__extra_1", "m__interview"]
