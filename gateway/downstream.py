@@ -266,7 +266,9 @@ class Downstream:
         from mcp.client.subscriptions import listen
 
         caps = self.capabilities
-        tools, prompts, resources = (bool((caps.get(k) or {}).get("listChanged")) for k in ("tools", "prompts", "resources"))
+        tools, prompts, resources = (
+            bool((caps.get(k) or {}).get("listChanged")) for k in ("tools", "prompts", "resources")
+        )
         if not (tools or prompts or resources or (caps.get("resources") or {}).get("subscribe")):
             return
         pause = BACKOFF_START
@@ -292,7 +294,7 @@ class Downstream:
                             await self.events.server_notification(self, f"notifications/{kind}/list_changed", {})
                     with anyio.CancelScope() as scope:
 
-                        async def wake() -> None:
+                        async def wake(relisten: anyio.Event = relisten) -> None:
                             await relisten.wait()
                             scope.cancel()
 
@@ -314,7 +316,9 @@ class Downstream:
         the URI joins (or leaves) the listen stream's filter; returns once the re-opened
         stream is acknowledged (at most 10 s)."""
         if watch and uri not in self._watched and len(self._watched) >= MAX_WATCHED:
-            raise MCPError(code=INVALID_REQUEST, message=f"prefixgate: more than {MAX_WATCHED} resources watched on {self.id!r}")
+            raise MCPError(
+                code=INVALID_REQUEST, message=f"prefixgate: more than {MAX_WATCHED} resources watched on {self.id!r}"
+            )
         (self._watched.add if watch else self._watched.discard)(uri)
         self._relisten.set()
         with anyio.move_on_after(10):

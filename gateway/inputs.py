@@ -61,7 +61,9 @@ async def answer_over_back_channel(
         if not requests:
             # Only a requestState: the server is not done yet; back off as SDK clients do.
             await anyio.sleep(min(0.05 * 2**round_no, 0.25))
-        responses = {key: await ask(request["method"], dict(request.get("params") or {})) for key, request in requests.items()}
+        responses = {
+            key: await ask(request["method"], dict(request.get("params") or {})) for key, request in requests.items()
+        }
         answers: dict[str, Any] = {"inputResponses": responses}
         if isinstance(result.get("requestState"), str):
             answers["requestState"] = result["requestState"]

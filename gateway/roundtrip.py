@@ -27,8 +27,8 @@ import base64
 import hashlib
 import hmac
 import itertools
-import logging
 import json
+import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable

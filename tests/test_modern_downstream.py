@@ -147,7 +147,9 @@ async def test_every_request_carries_the_envelope_and_headers(tmp_path: Path) ->
                 assert text_of(await client.call_tool("m__region", {"region": "eu-west"})) == "region:eu-west"
     # The SDK server looks the tool up (an internal tools/list under the call's headers)
     # to check the Mcp-Param headers: that one is not the gateway's request.
-    seen = [r for r in requests_seen(log) if r["method"] == "tools/call" or r["headers"].get("mcp-method") != "tools/call"]
+    seen = [
+        r for r in requests_seen(log) if r["method"] == "tools/call" or r["headers"].get("mcp-method") != "tools/call"
+    ]
     assert {r["method"] for r in seen} >= {"server/discover", "tools/list", "tools/call"}
     for request in seen:
         meta = request["meta"]
@@ -213,7 +215,11 @@ async def roots(context: Any) -> types.ListRootsResult:
     return types.ListRootsResult(roots=[types.Root(uri="file:///work/project", name="project")])
 
 
-CALLBACKS: dict[str, Any] = {"sampling_callback": sampling, "elicitation_callback": elicitation, "list_roots_callback": roots}
+CALLBACKS: dict[str, Any] = {
+    "sampling_callback": sampling,
+    "elicitation_callback": elicitation,
+    "list_roots_callback": roots,
+}
 
 
 @pytest.mark.parametrize("mode", ERAS)
@@ -362,7 +368,9 @@ async def test_a_wrapped_state_is_the_principals_own_and_expires(tmp_path: Path)
                 assert isinstance(first, types.InputRequiredResult) and first.request_state
                 with pytest.raises(MCPError, match="requestState refused"):
                     await bo.session.call_tool("m__ask", {}, input_responses=answer, request_state=first.request_state)
-                done = await ann.session.call_tool("m__ask", {}, input_responses=answer, request_state=first.request_state)
+                done = await ann.session.call_tool(
+                    "m__ask", {}, input_responses=answer, request_state=first.request_state
+                )
                 assert text_of(done) == "accept:{'name': 'Bo'}"
                 await anyio.sleep(2.5)  # past round_trip_timeout (1 s): the state is no longer accepted
                 with pytest.raises(MCPError, match="expired"):
@@ -379,8 +387,12 @@ async def test_a_dual_era_server_asking_over_a_back_channel_gets_a_hint(tmp_path
         with anyio.fail_after(60):
             with pytest.raises(MCPError, match="back-channel"):
                 await gw.session.call_tool("r__ask", {})
-            assert await gw.saw('[r] its tools/call asked the client for input over a back-channel', 'protocol = "legacy"')
-    pinned = write_config(tmp_path, {"r": {**demo("--tools", 0, "--rich", "--interactive", "--name", "r"), "protocol": "legacy"}})
+            assert await gw.saw(
+                "[r] its tools/call asked the client for input over a back-channel", 'protocol = "legacy"'
+            )
+    pinned = write_config(
+        tmp_path, {"r": {**demo("--tools", 0, "--rich", "--interactive", "--name", "r"), "protocol": "legacy"}}
+    )
     async with gateway(pinned, client=CALLBACKS) as gw:
         with anyio.fail_after(60):
             result = await gw.session.call_tool("r__ask", {})
