@@ -18,6 +18,8 @@ import anyio
 import mcp_types as types
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.stdio import stdio_server
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 KINDS = ("reword", "param", "add", "remove")
 
@@ -51,6 +53,10 @@ def tools(changes: list[str]) -> list[types.Tool]:
 
 
 async def main(state: Path) -> None:
+    # A dual-era server: 2026-07-28 clients hear changes on subscriptions/listen (the bus),
+    # handshake-era ones as a notification on their session.
+    bus = InMemorySubscriptionBus()
+
     def changes() -> list[str]:
         return json.loads(state.read_text()) if state.exists() else []
 
@@ -62,13 +68,21 @@ async def main(state: Path) -> None:
         if params.name == "mutate":
             kind = str(args.get("kind"))
             state.write_text(json.dumps(sorted({*changes(), kind})))
-            await ctx.session.send_tool_list_changed()
+            await bus.publish(ToolsListChanged())
+            if ctx.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS:
+                await ctx.session.send_tool_list_changed()
             return types.CallToolResult(content=[types.TextContent(type="text", text=f"mutated:{kind}")])
         if params.name == "alpha":
             return types.CallToolResult(content=[types.TextContent(type="text", text=str(args.get("text")))])
         return types.CallToolResult(content=[types.TextContent(type="text", text=params.name)])
 
-    server: Server[Any] = Server("mutating", version="1.0", on_list_tools=list_tools, on_call_tool=call_tool)
+    server: Server[Any] = Server(
+        "mutating",
+        version="1.0",
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+        on_subscriptions_listen=ListenHandler(bus),
+    )
     options = server.create_initialization_options(NotificationOptions(tools_changed=True))
     async with stdio_server() as (read, write):
         await server.run(read, write, options)

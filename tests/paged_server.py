@@ -9,8 +9,12 @@ from __future__ import annotations
 from typing import Any
 
 import anyio
+import mcp_types as types
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.stdio import stdio_server
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+
+from gateway.wire import CACHE_HINTS
 
 ITEMS = {
     "resources": [{"uri": f"paged://r/{i}", "name": f"r{i}"} for i in range(3)],
@@ -23,6 +27,8 @@ def page(key: str, ctx: Any) -> dict[str, Any]:
     cursor = (ctx.params or {}).get("cursor")
     index = int(cursor.removeprefix("after-")) + 1 if isinstance(cursor, str) else 0
     answer: dict[str, Any] = {key: ITEMS[key][index : index + 1]}
+    if ctx.protocol_version not in HANDSHAKE_PROTOCOL_VERSIONS:
+        answer["resultType"] = "complete"  # a 2026-07-28 result names its type
     if index + 1 < len(ITEMS[key]):
         answer["nextCursor"] = f"after-{index}"
     return answer
@@ -43,7 +49,7 @@ async def main() -> None:
         raise AssertionError
 
     async def no_tools(ctx: Any, params: Any) -> Any:
-        return {"tools": []}
+        return types.ListToolsResult(tools=[])
 
     server: Server[Any] = Server(
         "paged",
@@ -54,6 +60,7 @@ async def main() -> None:
         on_list_prompts=unused,
         on_get_prompt=unused,
         on_read_resource=unused,
+        cache_hints=CACHE_HINTS,
     )
     server.middleware.insert(0, lists)
     async with stdio_server() as (read, write):
