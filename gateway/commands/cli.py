@@ -45,7 +45,12 @@ def parser() -> argparse.ArgumentParser:
                         "$XDG_CONFIG_HOME/prefixgate/config.toml)")
         sp.add_argument("--log-level", choices=logs.LEVELS, default="info", help="stderr log level (default info)")
 
-    serve = sub.add_parser("serve", help="serve MCP over stdio", description="Serve the gateway over stdio.")
+    serve = sub.add_parser(
+        "serve",
+        help="serve the gateway over stdio (default) or streamable HTTP (--http)",
+        description="Serve the gateway: over stdio for the client that started it (the default), or "
+        "over streamable HTTP with --http.",
+    )
     common(serve)
     serve.add_argument(
         "--http",
@@ -104,7 +109,11 @@ def parser() -> argparse.ArgumentParser:
         description="The full outputs of results that were bounded (spilled), kept under <state_dir>/artifacts.",
     )
     artifacts.add_arguments(arts, common)
-    sub.add_parser("demo-server", help="run the bundled demo MCP server (stdio)", add_help=False)
+    sub.add_parser(
+        "demo-server",
+        help="run the bundled demo MCP server (stdio, or HTTP/SSE with --transport)",
+        add_help=False,
+    )
     return p
 
 

@@ -416,9 +416,16 @@ class DemoServer:
         sys.stderr.flush()
         return {}
 
+DESCRIPTION = (
+    "A bundled downstream MCP server for the example config, the tests and the benchmarks: generated "
+    "tools plus echo, payload, structured, image, fail, slow and crash. Serves stdio by default, or "
+    "streamable HTTP (/mcp) or SSE (/sse) on loopback with --transport."
+)
+"""Plain text: argparse prints it as is, so no reStructuredText markup."""
+
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="prefixgate demo-server", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="prefixgate demo-server", description=DESCRIPTION)
     p.add_argument("--tools", type=int, default=5, help="number of generated tools (default 5)")
     p.add_argument("--startup-delay", type=float, default=0.0, help="seconds to wait before serving")
     p.add_argument("--seed", type=int, default=0, help="varies key, required and listing order")
