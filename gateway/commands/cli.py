@@ -95,10 +95,12 @@ def parser() -> argparse.ArgumentParser:
     doc = sub.add_parser(
         "doctor",
         help="check the config, every server, the catalog's stability and the directories",
-        description="Check, in one run: the config parses; each server starts; renamed and quarantined "
-        "tools; the declaration decision with its numbers; state and artifact directory ownership and "
-        "modes; whether the published catalog is byte-stable across two discoveries. Ends with the "
-        "snippet to register prefixgate in the chosen client. Exit 0 when all is well, 1 otherwise.",
+        description="Check, in one run: the config parses; each server starts; renamed, quarantined and "
+        "excluded tools, and for Claude Code and Claude Desktop whether every tool name fits once they show "
+        "it as mcp__<entry>__<name>; the declaration decision with its numbers; state and artifact "
+        "directory ownership and modes; whether the published catalog is byte-stable across two "
+        "discoveries. Ends with the snippet to register prefixgate in the chosen client. Exit 0 when "
+        "all is well, 1 otherwise.",
     )
     doc.add_argument("--config", metavar="PATH", help="config file (same discovery as the other commands)")
     doc.add_argument("--log-level", choices=logs.LEVELS, default="warning", help="stderr log level (default warning)")

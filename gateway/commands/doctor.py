@@ -5,7 +5,9 @@ It checks, each with a verdict line (``ok``, ``info``, ``warn`` or ``FAIL``):
 1. the config parses (a config error is one ``FAIL`` line, and the doctor stops);
 2. each server starts: its start-up time and tool count, or why it failed or was late,
    with the last lines it wrote to stderr;
-3. renamed, quarantined, excluded and duplicate tools, with the reasons;
+3. renamed, quarantined, excluded and duplicate tools, with the reasons; for a client
+   that wraps tool names (``--client claude-code`` or ``claude-desktop``:
+   ``mcp__<entry>__<tool>``), whether every name still fits its limit once wrapped;
 4. the declaration decision with its numbers: mode, fallback, functions against the
    limit, estimated tokens against the budget, deferred tools;
 5. the state, activation and artifact directories: a real directory, owned by this user,
