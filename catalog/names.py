@@ -12,7 +12,7 @@ import json
 import re
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from catalog.model import CatalogWarning
 from catalog.text import quote
@@ -33,12 +33,27 @@ class Profile:
     """Matches exactly one allowed character (a single character class)."""
     max_len: int
     max_functions: int | None
+    wrapper: str = ""
+    """How the client shows a tool to the model, ``{entry}`` standing for the name prefixgate
+    is registered under (Claude Code: ``mcp__{entry}__``); ``max_len`` counts it, because
+    the provider checks the wrapped name."""
 
     def valid(self, name: str) -> bool:
         """Whether ``name`` satisfies ``^[allowed]{1,max_len}$`` (no trailing-newline gap)."""
         return 1 <= len(name) <= self.max_len and all(
             self.allowed.fullmatch(ch) for ch in name
         )
+
+    def wrapped(self, name: str, entry: str) -> str:
+        """``name`` as the model sees it through a client registered as ``entry``."""
+        return self.wrapper.format(entry=sanitise(entry, self)) + name
+
+    def for_entry(self, entry: str) -> Profile:
+        """The rule for a published name: ``max_len`` less the wrapper of ``entry``, so every
+        published name still fits once the client wraps it."""
+        if not self.wrapper:
+            return self
+        return replace(self, max_len=self.max_len - len(self.wrapped("", entry)), wrapper="")
 
 
 _WORD_DASH = re.compile(r"[a-zA-Z0-9_-]")
@@ -48,7 +63,13 @@ PROFILES: dict[str, Profile] = {
     "deepseek": Profile("deepseek", _WORD_DASH, 64, 128),
     "anthropic": Profile("anthropic", _WORD_DASH, 128, None),
     "mcp": Profile("mcp", re.compile(r"[A-Za-z0-9._-]"), 128, None),  # SEP-986
+    # Claude Code and Claude Desktop name a tool mcp__<entry>__<tool> and reject one over 64.
+    "claude-code": Profile("claude-code", _WORD_DASH, 64, None, "mcp__{entry}__"),
+    "claude-desktop": Profile("claude-desktop", _WORD_DASH, 64, None, "mcp__{entry}__"),
 }
+
+DEFAULT_ENTRY = "prefixgate"
+"""The name ``doctor``'s registration snippets give prefixgate in a client."""
 
 
 def code_unit_key(name: str) -> bytes:
@@ -182,7 +203,10 @@ def assign_names(
     Returns ``{(server_id, tool): name}`` and one ``renamed`` warning per name that
     differs from its plain qualified name. The result depends only on the set of
     requests, never on their order: every member of a colliding group is suffixed.
+    A profile whose client wraps names should come through ``Profile.for_entry``; one that
+    still carries its wrapper counts the default entry's.
     """
+    profile = profile.for_entry(DEFAULT_ENTRY)  # still wrapping: the entry doctor registers
     if profile.max_len <= SUFFIX_HEX + 1:
         raise ValueError(f"profile {profile.name!r}: max_len too short for a suffix")
     items = _items(requests, profile, separator)

@@ -17,11 +17,13 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from catalog.budget import ClientPolicy, Mode
-from catalog.names import PROFILES
+from catalog.names import DEFAULT_ENTRY, PROFILES, Profile
 from catalog.text import escape
 
 DEFAULT_MAX_MESSAGE_BYTES = 32 << 20
 MIN_MESSAGE_BYTES = 1 << 16
+MIN_NAME_ROOM = 16
+"""Characters a wrapping profile must leave for the published name (a shortened one needs 10)."""
 SERVER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 _VAR = re.compile(r"\$\{([^}]*)\}")
 
@@ -92,6 +94,14 @@ class ClientConfig:
     model: str | None = _POLICY.model
     api: str | None = _POLICY.api
     endpoint: str | None = _POLICY.endpoint
+    entry: str = DEFAULT_ENTRY
+    """The name prefixgate is registered under in the client: counted in every published name
+    by a profile whose client wraps names (``claude-code``: ``mcp__<entry>__<tool>``)."""
+
+    @property
+    def names(self) -> Profile:
+        """The rule published names must meet, the client's wrapper already counted."""
+        return PROFILES[self.profile].for_entry(self.entry)
 
     @property
     def function_limit(self) -> int | None:
@@ -251,6 +261,13 @@ def _str_table(path: str, value: Any) -> dict[str, str]:
     return dict(value)
 
 
+def _entry(path: str, value: Any) -> str:
+    text = _nonempty_str(path, value)
+    if not SERVER_ID.fullmatch(text):
+        raise ConfigError(path, "expected the client's name for prefixgate: letters, digits, '_' and '-'")
+    return text
+
+
 def _one_of(*choices: str) -> Check:
     def check(path: str, value: Any) -> str:
         if value not in choices:
@@ -319,6 +336,7 @@ _CLIENT_KEYS: dict[str, Check] = {
     "model": _str,
     "api": _str,
     "endpoint": _str,
+    "entry": _entry,
 }
 
 _SERVER_KEYS: dict[str, Check] = {
@@ -393,6 +411,12 @@ def parse_config(data: Mapping[str, Any], *, path: Path | None = None, env: Mapp
     cl = _fields("client", _table("client", data.get("client", {})), _CLIENT_KEYS)
     client = ClientConfig(**cl)
     profile = PROFILES[client.profile]
+    if client.names.max_len < MIN_NAME_ROOM:
+        raise ConfigError(
+            "client.entry",
+            f"too long for profile {client.profile}: {profile.wrapped('', client.entry)!r} leaves "
+            f"{client.names.max_len} of {profile.max_len} characters for a tool name (at least {MIN_NAME_ROOM})",
+        )
     for char in gateway.separator:
         if not profile.allowed.fullmatch(char):
             raise ConfigError(

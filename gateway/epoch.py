@@ -17,7 +17,6 @@ from jsonschema_rs import Validator
 from catalog.budget import ClientPolicy, Declarations, decide
 from catalog.build import build
 from catalog.model import Catalog, ServerTools
-from catalog.names import PROFILES
 from catalog.search import SearchIndex, tool_call_declaration, tool_search_declaration
 from catalog.validation import compile_validator, is_referencing
 from gateway.checks import CheckCache
@@ -127,7 +126,7 @@ def build_epoch(config: Config, downstreams: Sequence[Downstream], checks: Check
     checks = checks or CheckCache()
     catalog = build(
         server_tools(downstreams),
-        PROFILES[config.client.profile],
+        config.client.names,
         config.gateway.separator,
         reserved=META_TOOLS,
         extra_check=wire_problem,

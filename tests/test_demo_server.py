@@ -60,3 +60,21 @@ async def test_demo_server_over_http(mode: str) -> None:
         async with Client(url, mode=mode) as client:  # type: ignore[arg-type]
             assert client.session.protocol_version == ("2025-11-25" if mode == "legacy" else "2026-07-28")
             await exercise(client)
+
+
+SIZES = (0, 1, 3, 33, 34, 35, 1000, 4097, 200_000)
+
+
+async def test_payload_is_exactly_the_requested_size() -> None:
+    """The description promises the size: text and lines exact for every size (small ones, ones
+    that are not a multiple of the line length), image data rounded up to whole base64 quads."""
+    params = StdioServerParameters(command=PYTHON, args=["-m", "gateway", "demo-server", "--tools", "0"])
+    async with Client(params, mode="legacy") as client:
+        for size in SIZES:
+            for kind in ("text", "lines"):
+                result = await client.call_tool("payload", {"bytes": size, "kind": kind})
+                assert len(result.content[0].text.encode()) == size, (kind, size)
+            lines = (await client.call_tool("payload", {"bytes": 100, "kind": "lines"})).content[0].text
+            assert lines.startswith("line 00000000 of the demo payload\nline 00000001")
+            image = (await client.call_tool("payload", {"bytes": size, "kind": "image"})).content[0]
+            assert len(image.data) == max(-(-size // 4) * 4, 4), size

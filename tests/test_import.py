@@ -585,3 +585,22 @@ def test_from_with_a_broken_file_is_one_line(_home: Path, capsys: pytest.Capture
         f"prefixgate import: {_home / '.claude.json'}: not valid JSON: "
         "Expecting property name enclosed in double quotes at line 1 column 17\n"
     )
+
+
+def test_the_same_file_twice_is_read_once(tmp_path: Path) -> None:
+    """Named directly, through its folder and through a symlink: one source, no self-merge,
+    one ``# from`` comment per server, and a note naming the other spelling of the same file."""
+    from tests.conftest import run_cli
+
+    project = tmp_path / "project"
+    project.mkdir()
+    mcp = project / ".mcp.json"
+    mcp.write_text(json.dumps({"mcpServers": {"memory": {"command": "npx", "args": ["-y", "m"]}}}))
+    (tmp_path / "link.json").symlink_to(mcp)
+    once = run_cli("import", str(mcp))
+    proc = run_cli("import", str(mcp), str(project), str(tmp_path / "link.json"))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == once.stdout
+    assert proc.stdout.count("# from ") == 1
+    assert "from 1 file; 0 skipped, 0 renamed, 0 merged" in proc.stderr and "identical to" not in proc.stderr
+    assert f"{tmp_path / 'link.json'} is the same file as {mcp}; read once" in proc.stderr

@@ -19,6 +19,9 @@ FULL_RULES = {
     "deepseek": r"^[a-zA-Z0-9_-]{1,64}$",
     "anthropic": r"^[a-zA-Z0-9_-]{1,128}$",
     "mcp": r"^[A-Za-z0-9._-]{1,128}$",
+    # 64 less "mcp__prefixgate__": a profile that still carries its wrapper counts the default entry
+    "claude-code": r"^[a-zA-Z0-9_-]{1,47}$",
+    "claude-desktop": r"^[a-zA-Z0-9_-]{1,47}$",
 }
 
 
@@ -30,7 +33,7 @@ def assert_valid(names: dict[tuple[str, str], str], profile: Profile) -> None:
     rule = re.compile(FULL_RULES[profile.name])
     for name in names.values():
         assert rule.fullmatch(name), name
-        assert profile.valid(name)
+        assert profile.valid(profile.wrapped(name, "prefixgate"))
     assert len(set(names.values())) == len(names)
 
 
@@ -40,6 +43,8 @@ def test_profiles() -> None:
         "deepseek": (64, 128),
         "anthropic": (128, None),
         "mcp": (128, None),
+        "claude-code": (64, None),  # mcp__<entry>__ counted in the 64: see test_names_wrapped
+        "claude-desktop": (64, None),
     }
     assert PROFILES["mcp"].valid("a.b") and not OPENAI.valid("a.b")
     assert not OPENAI.valid("") and not OPENAI.valid("a\n") and not OPENAI.valid("a" * 65)

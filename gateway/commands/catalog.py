@@ -2,20 +2,56 @@
 
 from __future__ import annotations
 
+import fnmatch
 import logging
 import sys
 from collections.abc import Sequence
 from typing import Any
 
+from catalog.model import CatalogWarning, Entry
 from catalog.text import escape, json_text, printable
 from gateway import __version__
 from gateway.barrier import required_failures
 from gateway.commands.startup import discover, running
-from gateway.config import Config
+from gateway.config import Config, PolicyConfig
 from gateway.downstream import Downstream
 from gateway.epoch import Epoch
 
 log = logging.getLogger("prefixgate")
+
+
+HELD = ("excluded", "quarantined", "duplicate")
+"""Warning kinds that keep a listed tool out of the catalog (a rename keeps it in)."""
+
+
+def policy_refusal(entry: Entry, policy: PolicyConfig) -> str | None:
+    """Why ``[policy]`` refuses every call to this tool, or None: the rule the router applies
+    at call time (a deny glob on any identity, then ``read_only``), for the reader's eye."""
+    for pattern in policy.deny:
+        matched = next((n for n in entry.identities if fnmatch.fnmatchcase(n, pattern)), None)
+        if matched is not None:
+            via = "" if matched == entry.name else f" (matches {matched})"
+            return f"denied by {pattern!r}{via}"
+    if policy.read_only:
+        annotations = entry.declaration.get("annotations")
+        if not (isinstance(annotations, dict) and annotations.get("readOnlyHint") is True):
+            return "refused: read_only and no readOnlyHint"
+    return None
+
+
+def held_counts(warnings: Sequence[CatalogWarning]) -> dict[str, dict[str, int]]:
+    """Per server, how many listed tools each kind of warning kept out of the catalog."""
+    held: dict[str, dict[str, int]] = {}
+    for w in warnings:
+        if w.kind in HELD:
+            bucket = held.setdefault(w.server, dict.fromkeys(HELD, 0))
+            bucket[w.kind] += 1
+    return held
+
+
+def held_text(held: dict[str, int]) -> str:
+    """``1 excluded, 2 quarantined``, or empty when nothing was held back."""
+    return ", ".join(f"{n} {kind}" for kind, n in held.items() if n)
 
 
 def catalog_report(config: Config, downstreams: Sequence[Downstream], epoch: Epoch) -> dict[str, Any]:
@@ -25,6 +61,7 @@ def catalog_report(config: Config, downstreams: Sequence[Downstream], epoch: Epo
     counts: dict[str, int] = {}
     for entry in catalog.entries:
         counts[entry.server] = counts.get(entry.server, 0) + 1
+    held = held_counts(catalog.warnings)
     return {
         "fingerprint": epoch.fingerprint,
         "catalog_fingerprint": catalog.fingerprint,
@@ -42,6 +79,7 @@ def catalog_report(config: Config, downstreams: Sequence[Downstream], epoch: Epo
                 "status": d.status,
                 "tools": counts.get(d.config.id, 0),
                 "listed": len(d.tools),
+                "held": held.get(d.config.id, dict.fromkeys(HELD, 0)),
                 "error": d.error,
                 "startup_ms": d.startup_ms,
                 "required": d.config.required,
@@ -56,6 +94,7 @@ def catalog_report(config: Config, downstreams: Sequence[Downstream], epoch: Epo
                 "original": e.original,
                 "declared": epoch.declares(e.name),
                 "deferred": epoch.is_deferred(e.name),
+                "policy": policy_refusal(e, config.policy),
             }
             for e in catalog.entries
         ],
@@ -67,35 +106,76 @@ def catalog_report(config: Config, downstreams: Sequence[Downstream], epoch: Epo
     }
 
 
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
 def render_text(report: dict[str, Any], config: Config) -> str:
-    lines = [f"prefixgate {__version__}  config: {config.path}", "", "servers:"]
-    width = max((len(s["id"]) for s in report["servers"]), default=2)
-    for s in report["servers"]:
+    """The report a newcomer reads at a glance: every number once, each where it is explained."""
+    lines = [f"prefixgate {__version__}  config: {config.path}", ""]
+    servers = report["servers"]
+    width = max([6, *(len(s["id"]) for s in servers)])
+    lines.append(f"  {'server':<{width}}  {'status':<8}  {'tools':>5}  {'start-up':>8}")
+    for s in servers:
         ms = f"{s['startup_ms']} ms" if s["startup_ms"] is not None else "-"
-        tools = f"{s['tools']} tools" if s["status"] == "ready" else "-"
-        line = f"  {s['id']:<{width}}  {s['status']:<8}  {tools:>10}  {ms:>8}"
+        ready = s["status"] == "ready"
+        line = f"  {s['id']:<{width}}  {s['status']:<8}  {s['tools'] if ready else '-':>5}  {ms:>8}"
+        held = held_text(s.get("held", {}))
+        if ready and (held or s["listed"] != s["tools"]):
+            line += f"  ({s['listed']} listed" + (f": {held}" if held else "") + ")"
         if s["error"]:
             line += f"  {escape(s['error'])}"
         lines.append(line.rstrip())
+
+    ready = [s for s in servers if s["status"] == "ready"]
+    enabled = [s for s in servers if s["status"] != "disabled"]
+    listed = sum(s["listed"] for s in ready)
+    held_all: dict[str, int] = {}
+    for s in ready:
+        for kind, n in s.get("held", {}).items():
+            held_all[kind] = held_all.get(kind, 0) + n
+    tools = report["tools"]
+    total = f"catalog: {_plural(len(tools), 'tool')} from {len(ready)} of {_plural(len(enabled), 'server')}"
+    if listed != len(tools):
+        total += f" ({listed} listed" + (f": {held_text(held_all)}" if held_text(held_all) else "") + ")"
+    lines += ["", total]
+    if "resources" in report:
+        prompts = report.get("prompts", [])
+        lines.append(
+            f"  also: {_plural(report['resources'], 'resource')}, "
+            f"{_plural(report.get('resource_templates', 0), 'resource template')}, {_plural(len(prompts), 'prompt')}"
+        )
+
     fn, tok = report["functions"], report["tokens"]
     limit = "no limit" if fn["limit"] is None else f"limit {fn['limit']}"
     budget = "no context window set" if tok["budget"] is None else f"budget {tok['budget']}"
+    fell = f" (fell back: {report['fallback']})" if report["fallback"] else ""
+    meta = [d["name"] for d in report["declarations"] if d["name"] in ("tool_search", "tool_call", "artifact_read")]
+    declared_tools = sum(1 for t in tools if t["declared"])
     lines += [
         "",
-        f"mode: {report['mode']}" + (f" (fallback: {report['fallback']})" if report["fallback"] else ""),
-        f"  {report['detail']}",
-        f"functions: {fn['declared']} declared ({limit}); tokens: ~{tok['declared']} ({budget}); "
-        f"deferred: {report['deferred']}",
-        "",
-        f"tools ({len(report['tools'])} in the catalog, in published order; * = deferred, "
-        "reachable through tool_search):",
+        f"declarations: {report['mode']}{fell}",
+        f"  {_plural(fn['declared'], 'function')} declared ({limit}): "
+        + " + ".join([_plural(declared_tools, "tool")] * bool(declared_tools) + meta),
+        f"  ~{tok['declared']} tokens ({budget}), {report['deferred']} deferred"
+        + (" (reachable through tool_search, marked *)" if report["deferred"] else ""),
     ]
-    for tool in report["tools"]:
-        mark = "*" if tool["deferred"] else " "
-        lines.append(f" {mark}{escape(tool['name'])}  <- {tool['server']}/{escape(tool['original'])}")
-    meta = [d["name"] for d in report["declarations"] if d["name"] in ("tool_search", "tool_call", "artifact_read")]
+    steps = str(report["detail"]).split("; ")[:-1]  # the last step is the numbers above
+    lines += [f"  {'why:' if i == 0 else 'then'} {step}" for i, step in enumerate(steps)]
+    refused = [t for t in tools if t.get("policy")]
+    if refused:
+        lines.append(f"  policy: {_plural(len(refused), 'tool')} refused at call time, marked !")
+
+    lines += ["", "tools, in published order:"]
+    name_width = min(max((len(t["name"]) for t in tools), default=0), 48)
+    for tool in tools:
+        mark = ("!" if tool.get("policy") else " ") + ("*" if tool["deferred"] else " ")
+        line = f" {mark} {escape(tool['name']):<{name_width}}  <- {tool['server']}/{escape(tool['original'])}"
+        if tool.get("policy"):
+            line += f"  {escape(tool['policy'])}"
+        lines.append(line)
     if meta:
-        lines.append(f"  gateway tools declared: {', '.join(meta)}")
+        lines.append(f"    + gateway tools: {', '.join(meta)}")
     if report["warnings"]:
         lines += ["", f"warnings ({len(report['warnings'])}):"]
         lines += [f"  {escape(w['message'])}" for w in report["warnings"]]

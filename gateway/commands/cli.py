@@ -45,7 +45,12 @@ def parser() -> argparse.ArgumentParser:
                         "$XDG_CONFIG_HOME/prefixgate/config.toml)")
         sp.add_argument("--log-level", choices=logs.LEVELS, default="info", help="stderr log level (default info)")
 
-    serve = sub.add_parser("serve", help="serve MCP over stdio", description="Serve the gateway over stdio.")
+    serve = sub.add_parser(
+        "serve",
+        help="serve the gateway over stdio (default) or streamable HTTP (--http)",
+        description="Serve the gateway: over stdio for the client that started it (the default), or "
+        "over streamable HTTP with --http.",
+    )
     common(serve)
     serve.add_argument(
         "--http",
@@ -90,10 +95,12 @@ def parser() -> argparse.ArgumentParser:
     doc = sub.add_parser(
         "doctor",
         help="check the config, every server, the catalog's stability and the directories",
-        description="Check, in one run: the config parses; each server starts; renamed and quarantined "
-        "tools; the declaration decision with its numbers; state and artifact directory ownership and "
-        "modes; whether the published catalog is byte-stable across two discoveries. Ends with the "
-        "snippet to register prefixgate in the chosen client. Exit 0 when all is well, 1 otherwise.",
+        description="Check, in one run: the config parses; each server starts; renamed, quarantined and "
+        "excluded tools, and for Claude Code and Claude Desktop whether every tool name fits once they show "
+        "it as mcp__<entry>__<name>; the declaration decision with its numbers; state and artifact "
+        "directory ownership and modes; whether the published catalog is byte-stable across two "
+        "discoveries. Ends with the snippet to register prefixgate in the chosen client. Exit 0 when "
+        "all is well, 1 otherwise.",
     )
     doc.add_argument("--config", metavar="PATH", help="config file (same discovery as the other commands)")
     doc.add_argument("--log-level", choices=logs.LEVELS, default="warning", help="stderr log level (default warning)")
@@ -104,7 +111,11 @@ def parser() -> argparse.ArgumentParser:
         description="The full outputs of results that were bounded (spilled), kept under <state_dir>/artifacts.",
     )
     artifacts.add_arguments(arts, common)
-    sub.add_parser("demo-server", help="run the bundled demo MCP server (stdio)", add_help=False)
+    sub.add_parser(
+        "demo-server",
+        help="run the bundled demo MCP server (stdio, or HTTP/SSE with --transport)",
+        add_help=False,
+    )
     return p
 
 

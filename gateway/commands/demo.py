@@ -129,7 +129,8 @@ def fixed_tools() -> list[dict[str, Any]]:
         },
         {
             "name": "payload",
-            "description": "Return a text (or image) result of exactly the requested size in bytes.",
+            "description": "Return a result of the requested size: text or numbered lines of exactly that many "
+            "bytes, or an image whose base64 data has that length rounded up to a multiple of 4.",
             "inputSchema": {
                 "type": obj,
                 "properties": {
@@ -233,15 +234,17 @@ class DemoServer:
             size = int(args.get("bytes", 0))
             kind = args.get("kind", "text")
             if kind == "image":
-                raw = (b"\x89PNG" * (size // 4 + 1))[: max(size * 3 // 4, 1)]
+                # base64 of 3k bytes is exactly 4k characters: no padding, no guessing.
+                raw = (b"\x89PNG" * (size // 4 + 1))[: max((size + 3) // 4, 1) * 3]
                 data = base64.b64encode(raw).decode()
                 return types.CallToolResult(
                     content=[types.ImageContent(type="image", data=data, mime_type="image/png")]
                 )
             if kind == "lines":
+                # Whole numbered lines, the last one cut so the text is exactly ``size`` bytes.
                 line = "line {:08d} of the demo payload\n"
-                count = max(size // len(line.format(0)), 1)
-                body = "".join(line.format(i) for i in range(count))
+                count = -(-size // len(line.format(0)))
+                body = "".join(line.format(i) for i in range(count))[:size]
                 return types.CallToolResult(content=[text(type="text", text=body)])
             pattern = "0123456789abcdefghijklmnopqrstuvwxyz\n"
             body = (pattern * (size // len(pattern) + 1))[:size]
@@ -413,9 +416,16 @@ class DemoServer:
         sys.stderr.flush()
         return {}
 
+DESCRIPTION = (
+    "A bundled downstream MCP server for the example config, the tests and the benchmarks: generated "
+    "tools plus echo, payload, structured, image, fail, slow and crash. Serves stdio by default, or "
+    "streamable HTTP (/mcp) or SSE (/sse) on loopback with --transport."
+)
+"""Plain text: argparse prints it as is, so no reStructuredText markup."""
+
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="prefixgate demo-server", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="prefixgate demo-server", description=DESCRIPTION)
     p.add_argument("--tools", type=int, default=5, help="number of generated tools (default 5)")
     p.add_argument("--startup-delay", type=float, default=0.0, help="seconds to wait before serving")
     p.add_argument("--seed", type=int, default=0, help="varies key, required and listing order")

@@ -5,7 +5,9 @@ It checks, each with a verdict line (``ok``, ``info``, ``warn`` or ``FAIL``):
 1. the config parses (a config error is one ``FAIL`` line, and the doctor stops);
 2. each server starts: its start-up time and tool count, or why it failed or was late,
    with the last lines it wrote to stderr;
-3. renamed, quarantined, excluded and duplicate tools, with the reasons;
+3. renamed, quarantined, excluded and duplicate tools, with the reasons; for a client
+   that wraps tool names (``--client claude-code`` or ``claude-desktop``:
+   ``mcp__<entry>__<tool>``), whether every name still fits its limit once wrapped;
 4. the declaration decision with its numbers: mode, fallback, functions against the
    limit, estimated tokens against the budget, deferred tools;
 5. the state, activation and artifact directories: a real directory, owned by this user,
@@ -41,6 +43,7 @@ from typing import Any, Literal
 import anyio
 
 from catalog.diff import name_changes
+from catalog.names import DEFAULT_ENTRY, PROFILES
 from catalog.text import escape, json_text, printable
 from gateway import __version__, logs
 from gateway.commands.startup import Exit, discover, running
@@ -218,6 +221,40 @@ def check_tools(report: Report, first: Round) -> None:
         report.add("tools", "info", f"resources/prompts: {line}")
     if not warnings and not first.surface_warnings:
         report.add("tools", "ok", f"{len(first.epoch.catalog.entries)} tools, none renamed, quarantined or excluded")
+
+
+def check_wrapped_names(report: Report, config: Config, first: Round) -> None:
+    """For a client that wraps tool names (Claude Code: ``mcp__<entry>__<tool>``), whether every
+    name the gateway can declare still fits the client's limit once wrapped."""
+    client = PROFILES.get(report.client)
+    if first.epoch is None or client is None or not client.wrapper:
+        return
+    entry = config.client.entry
+    names = sorted(
+        {e.name for e in first.epoch.catalog.entries} | {str(d["name"]) for d in first.epoch.published()}
+    )
+    shown = client.wrapped("<name>", entry)
+    too_long = [n for n in names if not client.valid(client.wrapped(n, entry))]
+    longest = max((len(client.wrapped(n, entry)) for n in names), default=0)
+    report.data["wrapped_names"] = {"wrapper": client.wrapped("", entry), "max_len": client.max_len,
+                                    "longest": longest, "too_long": too_long}  # fmt: skip
+    if not too_long:
+        report.add("tools", "ok", f"every tool name fits {client.name}'s {client.max_len} characters as {shown} "
+                   f"(longest {longest})")  # fmt: skip
+        return
+    fix = (
+        f'set [client] profile = "{report.client}" so names are shortened to fit'
+        if not PROFILES[config.client.profile].wrapper
+        else f'check [client] entry = "{entry}": it must be the name prefixgate is registered under'
+    )
+    report.add(
+        "tools",
+        "warn",
+        f"{len(too_long)} tool name{'s' if len(too_long) != 1 else ''} over {client.max_len} characters once "
+        f"{client.name} shows {'them' if len(too_long) != 1 else 'it'} as {shown}, which it rejects: {fix}",
+        [f"{client.wrapped(n, entry)} ({len(client.wrapped(n, entry))})" for n in too_long[:5]]
+        + ([f"... and {len(too_long) - 5} more"] if len(too_long) > 5 else []),
+    )
 
 
 def check_declarations(report: Report, config: Config, first: Round) -> None:
@@ -486,20 +523,20 @@ _WHERE = {
 }
 
 
-def snippet(client: str, config_path: str) -> dict[str, Any]:
-    """The exact text that registers prefixgate in ``client``, with absolute paths."""
+def snippet(client: str, config_path: str, entry: str = DEFAULT_ENTRY) -> dict[str, Any]:
+    """The exact text that registers prefixgate in ``client`` as ``entry``, with absolute paths."""
     head = launcher()
     command, args = head[0], [*head[1:], "serve", "--config", os.path.abspath(config_path)]
     if client == "claude-code":
-        text = shlex.join(["claude", "mcp", "add", "--scope", "user", "prefixgate", "--", command, *args])
+        text = shlex.join(["claude", "mcp", "add", "--scope", "user", entry, "--", command, *args])
     elif client in ("claude-desktop", "cursor"):
-        text = json.dumps({"mcpServers": {"prefixgate": {"command": command, "args": args}}}, indent=2)
+        text = json.dumps({"mcpServers": {entry: {"command": command, "args": args}}}, indent=2)
     elif client == "vscode":
-        text = json.dumps({"servers": {"prefixgate": {"type": "stdio", "command": command, "args": args}}}, indent=2)
+        text = json.dumps({"servers": {entry: {"type": "stdio", "command": command, "args": args}}}, indent=2)
     elif client == "codex":
         text = "\n".join(
             [
-                "[mcp_servers.prefixgate]",
+                f"[mcp_servers.{entry}]",
                 f"command = {toml_string(command)}",
                 "args = [" + ", ".join(toml_string(a) for a in args) + "]",
             ]
@@ -574,6 +611,7 @@ async def diagnose(config: Config, report: Report) -> None:
     report.data["discovery_ms"] = [first.discovery_ms, second.discovery_ms]
     check_servers(report, first)
     check_tools(report, first)
+    check_wrapped_names(report, config, first)
     check_declarations(report, config, first)
     check_directories(report, config)
     check_stability(report, first, second)
@@ -585,7 +623,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--client",
         choices=CLIENTS,
         default="claude-code",
-        help="the client to print the registration snippet for (default claude-code)",
+        help="the client to check tool names for (Claude Code and Claude Desktop wrap them as "
+        "mcp__<entry>__<tool>) and print the registration snippet for (default claude-code)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the text report")
 
@@ -613,7 +652,7 @@ def run(config_path: str | None, args: argparse.Namespace) -> int:
         f"declarations {config.client.declarations}, spill {'on' if config.spill.enabled else 'off'}",
     )
     anyio.run(diagnose, config, report)
-    report.data["register"] = snippet(client, str(config.path or path))
+    report.data["register"] = snippet(client, str(config.path or path), config.client.entry)
     _emit(report, as_json)
     return report.status
 

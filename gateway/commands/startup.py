@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -67,13 +68,19 @@ async def discover(config: Config, hub: Hub) -> Epoch:
     epoch.discovery_ms = round((anyio.current_time() - started) * 1000)
     for warning in epoch.catalog.warnings:
         log.warning("%s", warning.line())
-    ready = sum(1 for d in downstreams if d.status == "ready")
+    ready = [d for d in downstreams if d.status == "ready"]
     decision = epoch.decision
+    listed = sum(len(d.tools) for d in ready)
+    held = Counter(w.kind for w in epoch.catalog.warnings)
+    why = ", ".join(f"{held[kind]} {kind}" for kind in ("excluded", "quarantined", "duplicate") if held[kind])
+    # Each server's "ready: N tools" line counts what it listed; say what became of the rest.
+    listing = "" if listed == len(epoch.catalog.entries) else f" ({listed} listed" + (f": {why}" if why else "") + ")"
     log.info(
-        "catalog: %d tools from %d of %d servers; %s, %d declared, %d deferred; fingerprint %s",
+        "catalog: %d tools from %d of %d servers%s; %s, %d declared, %d deferred; fingerprint %s",
         len(epoch.catalog.entries),
-        ready,
+        len(ready),
         len(config.enabled_servers),
+        listing,
         decision.mode,
         decision.function_count,
         len(decision.deferred_names),

@@ -132,7 +132,8 @@ _GATEWAY_DEFAULTS = """\
 # separator = "__"                          # qualified name: <prefix>__<tool>
 
 [client]
-# profile = "openai"                        # openai, deepseek, anthropic or mcp
+# profile = "openai"                        # openai, deepseek, anthropic, mcp, claude-code, claude-desktop
+# entry = "prefixgate"                      # your client's name for prefixgate (claude-*: in every name)
 # max_functions = 128                       # overrides the profile's function limit
 # context_window = 200000                   # unset: no token-budget check
 # reserve_tokens = 16384

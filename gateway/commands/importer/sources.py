@@ -376,5 +376,23 @@ def collect_sources(
             files += found
         else:
             files.append((path, given, client))
-    sources = [read_source(path, shown, fmt, env) for path, shown, fmt in files]
+    sources = [read_source(path, shown, fmt, env) for path, shown, fmt in _read_once(files, notes)]
     return sources, notes
+
+
+def _read_once(
+    files: Sequence[tuple[Path, str, str | None]], notes: list[str]
+) -> list[tuple[Path, str, str | None]]:
+    """Each file once, at its first mention: the same file named twice (directly and through its
+    folder, or through a symlink) would otherwise merge with itself and repeat its comments."""
+    seen: dict[str, str] = {}
+    unique = []
+    for path, shown, fmt in files:
+        key = os.path.realpath(path)
+        if key in seen:
+            if shown != seen[key]:
+                notes.append(f"{PROG}: note: {shown} is the same file as {seen[key]}; read once")
+            continue
+        seen[key] = shown
+        unique.append((path, shown, fmt))
+    return unique

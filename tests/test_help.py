@@ -1,0 +1,37 @@
+"""Help text a new user reads first: true (serve and demo-server also speak HTTP) and plain
+(argparse prints it as is, so no reStructuredText or Markdown backticks)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import run_cli
+
+COMMANDS = (
+    (),
+    ("serve",),
+    ("catalog",),
+    ("catalog", "diff"),
+    ("doctor",),
+    ("import",),
+    ("artifacts",),
+    ("artifacts", "list"),
+    ("demo-server",),
+)
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "prefixgate")
+def test_help_is_plain_text(command: tuple[str, ...]) -> None:
+    proc = run_cli(*command, "--help")
+    assert proc.returncode == 0, proc.stderr
+    assert "`" not in proc.stdout, proc.stdout
+
+
+def test_serve_and_demo_server_say_they_also_serve_http() -> None:
+    top = " ".join(run_cli("--help").stdout.split())
+    assert "serve the gateway over stdio (default) or streamable HTTP" in top
+    assert "demo MCP server (stdio, or HTTP/SSE" in top
+    for command in ("serve", "demo-server"):
+        text = run_cli(command, "--help").stdout
+        description = " ".join(text.split("options:")[0].split())
+        assert "HTTP" in description, f"{command} --help: {description}"
