@@ -21,7 +21,6 @@ from typing import Any, get_args
 import anyio
 from catalog.budget import DecisionError
 from catalog.diff import name_changes
-from catalog.names import PROFILES
 from mcp.server.session import ServerSession
 from mcp.server.subscriptions import (
     InMemorySubscriptionBus,
@@ -112,7 +111,7 @@ class Hub:
             tg.start_soon(functools.partial(downstream.run, supervise=supervise))
 
     async def first_epoch(self, epoch: Epoch) -> None:
-        self.surface = build_surface(self.downstreams, PROFILES[self.config.client.profile], self.config.gateway.separator)
+        self.surface = build_surface(self.downstreams, self.config.client.names, self.config.gateway.separator)
         for warning in self.surface.warnings:
             log.warning("%s", warning)
         await self.router.publish(epoch)
@@ -344,7 +343,7 @@ class Hub:
         await self.bus.publish(ToolsListChanged())
 
     async def _resurface(self) -> bool:
-        new = build_surface(self.downstreams, PROFILES[self.config.client.profile], self.config.gateway.separator)
+        new = build_surface(self.downstreams, self.config.client.names, self.config.gateway.separator)
         changed = (new.resources, new.templates, new.prompts) != (
             self.surface.resources,
             self.surface.templates,
