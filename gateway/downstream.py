@@ -29,7 +29,7 @@ from gateway import __version__
 from gateway.config import ServerConfig
 from gateway.inbox import Inbox
 from gateway.modern import ENVELOPE as _ENVELOPE
-from gateway.modern import client_info, header_maps, hop_local_removed, negotiate, stamp
+from gateway.modern import client_info, header_maps, hop_local_removed, negotiate, relayable, stamp
 from gateway.stdio import MESSAGE_TOO_LARGE, UNPARSABLE_REPLY, ChildProcess, CommandNotFound, stdio_transport
 
 Status = Literal["starting", "ready", "failed", "late", "disabled", "exited", "restarting"]
@@ -496,11 +496,14 @@ class Downstream:
         timeout: float | None = None,
         on_progress: ProgressFn | None = None,
         log_level: str | None = None,
+        capabilities: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Send one raw request; the result is the peer's JSON, unvalidated.
 
         To a modern server the request carries the 2026-07-28 envelope and headers
-        (``log_level``: that request's log opt-in, else the gateway's level).
+        (``log_level``: that request's log opt-in, else the gateway's level;
+        ``capabilities``: what the client it is made for can answer, else all the
+        gateway relays).
         """
         dispatcher = self._dispatcher
         if dispatcher is not None and self._child is not None and self._child.stdout_closed.is_set():
@@ -520,6 +523,7 @@ class Downstream:
                 client_info=client_info(__version__),
                 log_level=log_level or self.log_level,
                 header_maps=self._header_maps,
+                capabilities=capabilities,
             )
         else:
             headers = dict(self._headers)
@@ -587,6 +591,8 @@ class Downstream:
         params: dict[str, Any] = {"name": tool}
         # A modern client's per-request log opt-in holds for this call's hop too.
         wanted_level = (meta or {}).get(_ENVELOPE + "logLevel")
+        # ... and so do the capabilities it declared: the server asks only for what it can answer.
+        capabilities = relayable((meta or {}).get(types.CLIENT_CAPABILITIES_META_KEY))
         if arguments is not None:
             params["arguments"] = dict(arguments)
         if meta:
@@ -605,6 +611,7 @@ class Downstream:
                 timeout=timeout,
                 on_progress=on_progress,
                 log_level=wanted_level if isinstance(wanted_level, str) else None,
+                capabilities=capabilities,
             )
         except DownstreamUnavailable as exc:
             return error_result(str(exc))

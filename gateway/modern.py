@@ -47,6 +47,20 @@ CLIENT_CAPABILITIES: dict[str, Any] = {
 """What the gateway declares to servers: it relays all three to the client that can answer."""
 
 
+def relayable(client_capabilities: Any) -> dict[str, Any] | None:
+    """The capabilities to declare for one client's request: those of :data:`CLIENT_CAPABILITIES`
+    the client itself declared (its own value), or ``None`` when it declared none per request.
+
+    On 2026-07-28 a server may ask only for what the request declares, and the gateway can
+    relay only what its client can answer: declaring more would make a server ask for input
+    it must then refuse, where the server itself would have chosen differently (answered
+    -32021, or asked only for what the client supports).
+    """
+    if not isinstance(client_capabilities, dict):
+        return None
+    return {k: v for k, v in client_capabilities.items() if k in CLIENT_CAPABILITIES and isinstance(v, dict)}
+
+
 async def negotiate(session: ClientSession) -> bool:
     """``server/discover`` first; the ``initialize`` handshake unless the server offers 2026-07-28.
 
@@ -91,8 +105,12 @@ def stamp(
     client_info: dict[str, Any],
     log_level: str | None,
     header_maps: Mapping[str, dict[tuple[str, ...], str]],
+    capabilities: dict[str, Any] | None = None,
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """The params (with the ``_meta`` envelope) and HTTP headers of one modern request.
+
+    ``capabilities``: what to declare for this request (:func:`relayable`); by default all
+    the gateway can relay.
 
     Headers: Mcp-Protocol-Version, Mcp-Method, Mcp-Name for name-bearing methods, and
     for ``tools/call`` the ``Mcp-Param-*`` headers the tool's schema declares (SEP-2243).
@@ -101,7 +119,7 @@ def stamp(
     meta = dict(data.get("_meta") or {})
     meta[PROTOCOL_VERSION_META_KEY] = version
     meta[CLIENT_INFO_META_KEY] = client_info
-    meta[CLIENT_CAPABILITIES_META_KEY] = CLIENT_CAPABILITIES
+    meta[CLIENT_CAPABILITIES_META_KEY] = CLIENT_CAPABILITIES if capabilities is None else capabilities
     if log_level is not None:
         meta.setdefault(LOG_LEVEL_META_KEY, log_level)
     data["_meta"] = meta

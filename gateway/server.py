@@ -19,7 +19,7 @@ from typing import Any
 import anyio
 import mcp_types as types
 from catalog.names import code_unit_key
-from mcp_types import SERVER_INFO_META_KEY
+from mcp_types import CLIENT_CAPABILITIES_META_KEY, SERVER_INFO_META_KEY
 from mcp.server.context import CallNext, ServerRequestContext
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
@@ -34,6 +34,7 @@ from gateway import __version__
 from gateway.downstream import DownstreamUnavailable, error_result
 from gateway.hub import Hub, Upstream
 from gateway.inputs import answer_over_back_channel, missing_capability, refusal, requests_of
+from gateway.modern import relayable
 from gateway.session import Session
 from gateway.wire import CACHE_HINTS, LIST_CACHE_FIELDS, with_result_type
 
@@ -115,6 +116,9 @@ def build_server(hub: Hub, new_session: SessionFactory) -> tuple[Server[Any], In
         raw_meta = (ctx.params or {}).get("_meta")
         meta = dict(raw_meta) if isinstance(raw_meta, dict) else None
         wants_progress = bool(meta and meta.get("progressToken") is not None)
+        if (declared := _declared(ctx)) is not None:
+            # What this client can answer (either era), for a 2026-07-28 server (gateway/modern.py).
+            meta = {**(meta or {}), CLIENT_CAPABILITIES_META_KEY: declared}
 
         async def progress(value: float, total: float | None, message: str | None) -> None:
             await ctx.session.report_progress(value, total, message)
@@ -218,9 +222,13 @@ def build_server(hub: Hub, new_session: SessionFactory) -> tuple[Server[Any], In
         elif server_id is None:
             return await run(None)
         else:
+            # Answers sent before anything was asked go to a modern server as they are (its
+            # keys; it ignores what it did not ask for); a handshake-era server has no use for them.
+            given = params.get("inputResponses")
+            early = {"inputResponses": given} if isinstance(given, dict) and hub.by_id[server_id].modern else None
 
             async def first() -> dict[str, Any]:
-                return passed_on(await run(None))
+                return passed_on(await run(early))
 
             trip = trips.begin(owner, method, target, binding, server_id, capabilities, first)
         return await trips.next_answer(trip)
@@ -237,7 +245,10 @@ def build_server(hub: Hub, new_session: SessionFactory) -> tuple[Server[Any], In
         async def run(answers: Mapping[str, Any] | None = None) -> dict[str, Any]:
             try:
                 return await downstream.request(
-                    method, {**params, **(answers or {})}, timeout=downstream.config.call_timeout
+                    method,
+                    {**params, **(answers or {})},
+                    timeout=downstream.config.call_timeout,
+                    capabilities=relayable(_declared(ctx)),
                 )
             except DownstreamUnavailable as exc:
                 raise MCPError(code=INVALID_PARAMS, message=str(exc)) from None
@@ -358,6 +369,12 @@ def build_server(hub: Hub, new_session: SessionFactory) -> tuple[Server[Any], In
 
 _INPUT_METHODS = ("prompts/get", "resources/read")
 """Besides tools/call, the requests a server may answer with a request for input."""
+
+
+def _declared(ctx: ServerRequestContext[Any, Any]) -> dict[str, Any] | None:
+    """The capabilities the client declared: at ``initialize``, or on this 2026-07-28 request."""
+    declared = ctx.session.client_capabilities
+    return None if declared is None else declared.model_dump(by_alias=True, mode="json", exclude_none=True)
 
 
 @contextlib.contextmanager

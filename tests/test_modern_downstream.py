@@ -155,7 +155,10 @@ async def test_every_request_carries_the_envelope_and_headers(tmp_path: Path) ->
         meta = request["meta"]
         assert meta["io.modelcontextprotocol/protocolVersion"] == "2026-07-28", request
         assert meta["io.modelcontextprotocol/clientInfo"]["name"] == "prefixgate", request
-        assert "elicitation" in meta["io.modelcontextprotocol/clientCapabilities"], request
+        # The gateway's own requests declare all it relays; a client's call declares what that
+        # client can answer (this one declared no elicitation).
+        declared = meta["io.modelcontextprotocol/clientCapabilities"]
+        assert ("elicitation" in declared) == (request["method"] != "tools/call"), request
         assert request["headers"]["mcp-method"] == request["method"], request
         assert request["headers"]["mcp-protocol-version"] == "2026-07-28", request
     (call,) = [r for r in seen if r["method"] == "tools/call"]

@@ -171,16 +171,43 @@ def _roots(answer: dict[str, Any]) -> list[str]:
     return [str(r.get("uri")) for r in roots if isinstance(r, dict)] if isinstance(roots, list) else []
 
 
-def missing_sampling(ctx: Ctx) -> MCPError:
-    """``MissingRequiredClientCapabilityError`` (-32021) naming ``sampling`` (HTTP 400 on 2026-07-28)."""
-    data = types.MissingRequiredClientCapabilityErrorData(
-        required_capabilities=types.ClientCapabilities(sampling=types.SamplingCapability())
-    )
+def lacking(ctx: Ctx, method: str) -> MCPError:
+    """``MissingRequiredClientCapabilityError`` (-32021) naming the capability ``method`` needs
+    (HTTP 400 on 2026-07-28)."""
+    capability = _CAPABILITY[method]
+    required = types.ClientCapabilities.model_validate({capability: {}})
+    data = types.MissingRequiredClientCapabilityErrorData(required_capabilities=required)
     return MCPError(
         code=types.MISSING_REQUIRED_CLIENT_CAPABILITY,
-        message=f"{ctx.method} needs the client's sampling capability",
+        message=f"{ctx.method} needs the client's {capability} capability",
         data=data.model_dump(by_alias=True, mode="json", exclude_none=True),
     )
+
+
+def missing_sampling(ctx: Ctx) -> MCPError:
+    return lacking(ctx, "sampling/createMessage")
+
+
+async def ask_one(
+    ctx: Ctx, params: Params, key: str, request: types.InputRequest
+) -> dict[str, Any] | types.InputRequiredResult:
+    """One input request, answered in either era: the answer (as JSON), or, on 2026-07-28 before
+    the client answered it under ``key``, the ``InputRequiredResult`` that asks for it. Never a
+    back-channel request on 2026-07-28: that era has none."""
+    got = await gather(ctx, params, {key: request})
+    return got.pending if got.pending else got.answers[key]
+
+
+def elicit_form(message: str, schema: dict[str, Any]) -> types.ElicitRequest:
+    return types.ElicitRequest(params=types.ElicitRequestFormParams(message=message, requested_schema=schema))
+
+
+def sample_text(text: str, max_tokens: int) -> types.CreateMessageRequest:
+    return _sample(text, max_tokens)
+
+
+def sampled_text(answer: dict[str, Any]) -> str:
+    return _sampled(answer)
 
 
 def _bad_state(ctx: Ctx, got: str | None) -> MCPError:

@@ -234,6 +234,9 @@ _COMPLETIONS = ["paris", "park", "party", "test", "testing", "tested"]
 _LEVELS = ["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"]
 
 
+ToolAnswer = types.CallToolResult | types.InputRequiredResult
+
+
 class MemoryEventStore(EventStore):
     """In-memory SSE event store, so a client can resume a closed stream (SEP-1699)."""
 
@@ -283,6 +286,10 @@ class Fixture:
         multi_round = await fixture_mrtr.call(ctx, params)
         if multi_round is not None:
             return multi_round
+        asks = getattr(self, f"asks_{params.name}", None)
+        if asks is not None:
+            answer: types.CallToolResult | types.InputRequiredResult = await asks(ctx, params)
+            return answer
         args = params.arguments or {}
         handler = getattr(self, f"tool_{params.name}", None)
         if handler is None:
@@ -337,20 +344,23 @@ class Fixture:
     async def tool_test_error_handling(self, ctx: Any, args: dict[str, Any]) -> types.CallToolResult:
         return _error("This tool intentionally returns an error for testing")
 
-    async def tool_test_sampling(self, ctx: Any, args: dict[str, Any]) -> types.CallToolResult:
-        if not ctx.session.check_client_capability(types.ClientCapabilities(sampling=types.SamplingCapability())):
-            return _error("The client does not support sampling.")
-        prompt = str(args.get("prompt", ""))
-        result = await ctx.session.create_message(
-            messages=[types.SamplingMessage(role="user", content=_text(prompt))],
-            max_tokens=100,
-            related_request_id=ctx.request_id,
-        )
-        content = result.content
-        answer = content.text if isinstance(content, types.TextContent) else json.dumps(result.model_dump(mode="json"))
-        return types.CallToolResult(content=[_text(f"LLM response: {answer}")])
+    # The tools that need the client's input (asks_*) ask for it the way the request's era
+    # allows: a back-channel request on the handshake era, an input_required result on
+    # 2026-07-28 (fixture_mrtr.ask_one), so the fixture is a well-behaved downstream in both.
 
-    async def tool_test_elicitation(self, ctx: Any, args: dict[str, Any]) -> types.CallToolResult:
+    async def asks_test_sampling(self, ctx: Any, params: types.CallToolRequestParams) -> ToolAnswer:
+        method = "sampling/createMessage"
+        if not fixture_mrtr.client_can(ctx, method):
+            if fixture_mrtr.is_modern(ctx):
+                raise fixture_mrtr.lacking(ctx, method)
+            return _error("The client does not support sampling.")
+        prompt = str((params.arguments or {}).get("prompt", ""))
+        answer = await fixture_mrtr.ask_one(ctx, params, "llm_answer", fixture_mrtr.sample_text(prompt, 100))
+        if isinstance(answer, types.InputRequiredResult):
+            return answer
+        return types.CallToolResult(content=[_text(f"LLM response: {fixture_mrtr.sampled_text(answer)}")])
+
+    async def asks_test_elicitation(self, ctx: Any, params: types.CallToolRequestParams) -> ToolAnswer:
         schema = {
             "type": "object",
             "properties": {
@@ -359,9 +369,10 @@ class Fixture:
             },
             "required": ["username", "email"],
         }
-        return await self._elicit(ctx, str(args.get("message", "")), schema, "User response")
+        message = str((params.arguments or {}).get("message", ""))
+        return await self._elicit(ctx, params, message, schema, "User response")
 
-    async def tool_test_elicitation_sep1034_defaults(self, ctx: Any, args: dict[str, Any]) -> types.CallToolResult:
+    async def asks_test_elicitation_sep1034_defaults(self, ctx: Any, params: types.CallToolRequestParams) -> ToolAnswer:
         schema = {
             "type": "object",
             "properties": {
@@ -377,9 +388,9 @@ class Fixture:
                 "verified": {"type": "boolean", "description": "Verification status", "default": True},
             },
         }
-        return await self._elicit(ctx, "Please provide user information", schema, "Elicitation completed")
+        return await self._elicit(ctx, params, "Please provide user information", schema, "Elicitation completed")
 
-    async def tool_test_elicitation_sep1330_enums(self, ctx: Any, args: dict[str, Any]) -> types.CallToolResult:
+    async def asks_test_elicitation_sep1330_enums(self, ctx: Any, params: types.CallToolRequestParams) -> ToolAnswer:
         schema = {
             "type": "object",
             "properties": {
@@ -421,14 +432,22 @@ class Fixture:
                 },
             },
         }
-        return await self._elicit(ctx, "Please pick values for every enum variant", schema, "Elicitation completed")
+        message = "Please pick values for every enum variant"
+        return await self._elicit(ctx, params, message, schema, "Elicitation completed")
 
-    async def _elicit(self, ctx: Any, message: str, schema: dict[str, Any], label: str) -> types.CallToolResult:
-        if not ctx.session.check_client_capability(types.ClientCapabilities(elicitation=types.ElicitationCapability())):
+    async def _elicit(
+        self, ctx: Any, params: types.CallToolRequestParams, message: str, schema: dict[str, Any], label: str
+    ) -> ToolAnswer:
+        method = "elicitation/create"
+        if not fixture_mrtr.client_can(ctx, method):
+            if fixture_mrtr.is_modern(ctx):
+                raise fixture_mrtr.lacking(ctx, method)
             return _error("The client does not support elicitation.")
-        result = await ctx.session.elicit_form(message, schema, related_request_id=ctx.request_id)
-        content = json.dumps(result.content or {}, sort_keys=True)
-        return types.CallToolResult(content=[_text(f"{label}: action={result.action}, content={content}")])
+        answer = await fixture_mrtr.ask_one(ctx, params, "user_input", fixture_mrtr.elicit_form(message, schema))
+        if isinstance(answer, types.InputRequiredResult):
+            return answer
+        content = json.dumps(answer.get("content") or {}, sort_keys=True)
+        return types.CallToolResult(content=[_text(f"{label}: action={answer.get('action')}, content={content}")])
 
     async def tool_test_trigger_tool_change(self, ctx: Any, args: dict[str, Any]) -> types.CallToolResult:
         self.dynamic_tool = not self.dynamic_tool
