@@ -29,7 +29,8 @@ from typing import Any, TypeVar
 import anyio
 import mcp_types as types
 from mcp.server.context import CallNext, ServerRequestContext
-from mcp.server.lowlevel import Server
+from mcp.server.lowlevel import NotificationOptions, Server
+from mcp.server.models import InitializationOptions
 from mcp.server.stdio import stdio_server
 from mcp.server.subscriptions import (
     InMemorySubscriptionBus,
@@ -583,7 +584,7 @@ async def serve(args: argparse.Namespace) -> None:
         )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # logging is deprecated in 2026-07-28, still served here
-        server: Server[Any] = Server(
+        server: Server[Any] = _Server(
             args.name,
             version="1.0",
             on_call_tool=demo.call_tool,
@@ -595,7 +596,7 @@ async def serve(args: argparse.Namespace) -> None:
     server.middleware.insert(0, demo.list_tools_raw)
     if args.transport == "stdio":
         async with stdio_server() as (read, write):
-            await server.run(read, write, _options(server))
+            await server.run(read, write, server.create_initialization_options())
     else:
         await _serve_http(server, args)
 
@@ -635,7 +636,7 @@ async def _serve_http(server: Server[Any], args: argparse.Namespace) -> None:
 
         async def handle_sse(request: Request) -> Response:
             async with sse.connect_sse(request.scope, request.receive, request._send) as (read, write):
-                await server.run(read, write, _options(server))
+                await server.run(read, write, server.create_initialization_options())
             return Response()
 
         app = Starlette(
@@ -651,12 +652,20 @@ async def _serve_http(server: Server[Any], args: argparse.Namespace) -> None:
     await uvicorn.Server(config).serve(sockets=[sock])
 
 
-def _options(server: Server[Any]) -> Any:
-    from mcp.server.lowlevel import NotificationOptions
+class _Server(Server[Any]):
+    """Handshake-era capabilities that name the demo's list-change notifications on every
+    transport: the streamable HTTP session manager asks for the options with no arguments."""
 
-    return server.create_initialization_options(
-        NotificationOptions(tools_changed=True, prompts_changed=True, resources_changed=True)
-    )
+    def create_initialization_options(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> InitializationOptions:
+        every = NotificationOptions(tools_changed=True, prompts_changed=True, resources_changed=True)
+        return super().create_initialization_options(
+            notification_options or every, experimental_capabilities, extensions
+        )
 
 
 async def _unused(ctx: Any, params: Any) -> types.ListToolsResult:  # pragma: no cover - middleware answers
