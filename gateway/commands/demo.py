@@ -526,7 +526,9 @@ class DemoServer:
 DESCRIPTION = (
     "A bundled downstream MCP server for the example config, the tests and the benchmarks: generated "
     "tools plus echo, payload, structured, image, fail, slow and crash. Serves stdio by default, or "
-    "streamable HTTP (/mcp) or SSE (/sse) on loopback with --transport."
+    "streamable HTTP (/mcp) or SSE (/sse) on loopback with --transport. Serves both protocol eras: "
+    "on 2026-07-28 it announces changes on subscriptions/listen streams and asks for input with "
+    "input_required results; on the handshake era with notifications and requests of its own."
 )
 """Plain text: argparse prints it as is, so no reStructuredText markup."""
 
