@@ -273,9 +273,9 @@ async def test_capabilities_are_the_union_of_the_servers_on_stdio_and_http(
 ) -> None:
     from tests.conftest import http_gateway
 
-    # Pinned to the handshake: there the demo offers resources with subscribe (on 2026-07-28 a
-    # server offers subscribe only with a subscriptions/listen stream, which the demo has not).
-    config = write_config(tmp_path, {"d": {**demo(*(["--rich"] if rich else [])), "protocol": "legacy"}})
+    # The demo is reached on 2026-07-28 (the default): it offers list changes and resource
+    # subscriptions there through its subscriptions/listen stream.
+    config = write_config(tmp_path, {"d": demo(*(["--rich"] if rich else []))})
     everything = {
         "tools": {"listChanged": True},
         "resources": {"subscribe": True, "listChanged": True},

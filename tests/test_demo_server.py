@@ -8,8 +8,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import anyio
+import mcp_types as types
 import pytest
 from mcp import Client, StdioServerParameters
+from mcp.shared.exceptions import MCPError
+from mcp.shared.subscriptions import ResourceUpdated, ToolsListChanged
 
 from tests.conftest import ERAS, GATEWAY, PYTHON
 
@@ -19,8 +23,8 @@ DEMO = ["demo-server", "--tools", "3", "--rich", "--name", "d"]
 
 
 @contextmanager
-def demo_http() -> Iterator[str]:
-    proc = subprocess.Popen([*GATEWAY, *DEMO, "--transport", "http"], stdout=subprocess.PIPE, text=True)
+def demo_http(args: list[str] = DEMO) -> Iterator[str]:
+    proc = subprocess.Popen([*GATEWAY, *args, "--transport", "http"], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
         yield proc.stdout.readline().strip()
@@ -78,3 +82,89 @@ async def test_payload_is_exactly_the_requested_size() -> None:
             assert lines.startswith("line 00000000 of the demo payload\nline 00000001")
             image = (await client.call_tool("payload", {"bytes": size, "kind": "image"})).content[0]
             assert len(image.data) == max(-(-size // 4) * 4, 4), size
+
+
+INTERACTIVE = ["demo-server", "--tools", "0", "--rich", "--interactive", "--name", "d"]
+
+
+async def sampling(context: Any, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
+    return types.CreateMessageResult(role="assistant", content=types.TextContent(type="text", text="hi"), model="m1")
+
+
+async def elicitation(context: Any, params: Any) -> types.ElicitResult:
+    assert params.message == "What is your name?"
+    return types.ElicitResult(action="accept", content={"name": "Ann"})
+
+
+async def roots(context: Any) -> types.ListRootsResult:
+    return types.ListRootsResult(roots=[types.Root(uri="file:///work/project", name="project")])
+
+
+CALLBACKS: dict[str, Any] = {
+    "sampling_callback": sampling,
+    "elicitation_callback": elicitation,
+    "list_roots_callback": roots,
+}
+
+
+async def talk_back(client: Any, mode: str, heard: list[Any]) -> None:
+    """Input from the client (back-channel requests or input_required rounds) and change
+    announcements (session notifications or the listen stream), each the way its era allows."""
+    text = lambda result: result.content[0].text  # noqa: E731
+    assert text(await client.call_tool("ask", {})) == "accept:{'name': 'Ann'}"
+    assert text(await client.call_tool("sample", {})) == "m1:hi"
+    assert text(await client.call_tool("roots", {})) == "file:///work/project"
+    assert (await client.get_prompt("interview")).messages[0].content.text == "Hello Ann from d"
+    assert (await client.read_resource("demo://d/roots")).contents[0].text == "file:///work/project"
+    capabilities = client.server_capabilities
+    assert capabilities.tools.list_changed and capabilities.resources.subscribe, capabilities
+    if mode == "auto":
+        async with client.listen(tools_list_changed=True, resource_subscriptions=["demo://d/readme"]) as events:
+            assert text(await client.call_tool("mutate", {"kind": "grow"})) == "mutated:grow"
+            assert text(await client.call_tool("touch", {})) == "touched"
+            got = []
+            async for event in events:
+                got.append(event)
+                if len(got) == 2:
+                    break
+        assert got == [ToolsListChanged(), ResourceUpdated(uri="demo://d/readme")]
+    else:
+        await client.subscribe_resource("demo://d/readme")
+        assert text(await client.call_tool("mutate", {"kind": "grow"})) == "mutated:grow"
+        assert text(await client.call_tool("touch", {})) == "touched"
+        while len(heard) < 2:
+            await anyio.sleep(0.05)
+        assert [type(m) for m in heard] == [types.ToolListChangedNotification, types.ResourceUpdatedNotification]
+    assert "grown_1" in [t.name for t in (await client.list_tools()).tools]
+
+
+@pytest.mark.parametrize("mode", ERAS)
+@pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
+async def test_the_demo_talks_back_in_both_eras(mode: str) -> None:
+    heard: list[Any] = []
+
+    async def on_message(message: Any) -> None:
+        if not isinstance(message, Exception):
+            heard.append(message)
+
+    params = StdioServerParameters(command=PYTHON, args=["-m", "gateway", *INTERACTIVE])
+    async with Client(params, mode=mode, message_handler=on_message, **CALLBACKS) as client:  # type: ignore[arg-type]
+        with anyio.fail_after(30):
+            await talk_back(client, mode, heard)
+    heard.clear()
+    with demo_http(INTERACTIVE) as url:
+        async with Client(url, mode=mode, message_handler=on_message, **CALLBACKS) as client:  # type: ignore[arg-type]
+            with anyio.fail_after(30):
+                await talk_back(client, mode, heard)
+
+
+async def test_a_modern_client_without_the_capability_is_told_so() -> None:
+    """On 2026-07-28 the demo asks only for what the client declared: else -32021."""
+    params = StdioServerParameters(command=PYTHON, args=["-m", "gateway", *INTERACTIVE])
+    async with Client(params, mode="auto") as client:  # type: ignore[arg-type]
+        with anyio.fail_after(30):
+            with pytest.raises(MCPError) as caught:
+                await client.call_tool("ask", {})
+            assert caught.value.error.code == types.MISSING_REQUIRED_CLIENT_CAPABILITY
+            assert "elicitation" in caught.value.error.message
+            assert (await client.call_tool("echo", {"text": "x"})).content[0].text == "x"

@@ -41,8 +41,8 @@ def config(tmp_path: Path) -> Path:
     return write_config(
         tmp_path,
         {
-            # The demo announces changes only on the handshake-era wire (no subscriptions/listen).
-            "r": {**demo("--tools", 2, "--rich", "--name", "r"), "protocol": "legacy"},
+            # Reached on 2026-07-28 (the default): the demo announces changes on its listen stream.
+            "r": demo("--tools", 2, "--rich", "--name", "r"),
             "d": {**demo("--tools", 1, "--name", "d"), "deferred": True},
         },
     )

@@ -381,25 +381,32 @@ async def test_a_wrapped_state_is_the_principals_own_and_expires(tmp_path: Path)
 
 
 async def test_a_dual_era_server_asking_over_a_back_channel_gets_a_hint(tmp_path: Path) -> None:
-    """The demo asks for elicitation with a request of its own: fine on the handshake, not
-    on 2026-07-28; the log says which setting makes it work."""
+    """A server that asks for elicitation with a request of its own: fine on the handshake, not
+    on 2026-07-28; the log says which setting makes it work. (The demo asks the 2026-07-28 way.)"""
     from tests.conftest import gateway
 
-    config = write_config(tmp_path, {"r": demo("--tools", 0, "--rich", "--interactive", "--name", "r")})
+    server = {"command": PYTHON, "args": ["-m", "tests.backchannel_server"], "cwd": str(Path.cwd())}
+    config = write_config(tmp_path, {"b": server})
     async with gateway(config, client=CALLBACKS) as gw:
         with anyio.fail_after(60):
             with pytest.raises(MCPError, match="back-channel"):
-                await gw.session.call_tool("r__ask", {})
+                await gw.session.call_tool("b__ask", {})
             assert await gw.saw(
-                "[r] its tools/call asked the client for input over a back-channel", 'protocol = "legacy"'
+                "[b] its tools/call asked the client for input over a back-channel", 'protocol = "legacy"'
             )
-    pinned = write_config(
-        tmp_path, {"r": {**demo("--tools", 0, "--rich", "--interactive", "--name", "r"), "protocol": "legacy"}}
-    )
+    pinned = write_config(tmp_path, {"b": {**server, "protocol": "legacy"}})
     async with gateway(pinned, client=CALLBACKS) as gw:
+        with anyio.fail_after(60):
+            result = await gw.session.call_tool("b__ask", {})
+            assert text_of(result) == "accept:{'name': 'Ann'}"
+    # The demo, reached on 2026-07-28, answers input_required instead: no pin needed.
+    config = write_config(tmp_path, {"r": demo("--tools", 0, "--rich", "--interactive", "--name", "r")})
+    async with gateway(config, client=CALLBACKS) as gw:
         with anyio.fail_after(60):
             result = await gw.session.call_tool("r__ask", {})
             assert text_of(result) == "accept:{'name': 'Ann'}"
+            assert await gw.saw("[r] protocol 2026-07-28")
+            assert "back-channel" not in gw.stderr()
 
 
 async def test_its_prompts_list_changed_reaches_the_client(tmp_path: Path) -> None:

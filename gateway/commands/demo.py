@@ -6,6 +6,13 @@ order, ``required`` order and listing order vary with ``--seed`` (names and mean
 not), so a gateway's canonical catalog can be checked against reordered input. Fixed
 tools exercise forwarding: ``echo``, ``payload`` (a result of a requested size),
 ``structured``, ``image``, ``fail``, ``slow`` (progress, cancellation) and ``crash``.
+
+It serves both protocol eras as a well-behaved server does. On the handshake era (up to
+2025-11-25) it announces changes with notifications on the session and asks the client for
+input (elicitation, sampling, roots) with requests of its own; on 2026-07-28, which has
+neither, changes go out on ``subscriptions/listen`` streams and a request that needs input
+answers ``input_required`` (SEP-2322), reading the answers from the retry's
+``inputResponses``. Logs during a call ride that call's stream in both eras.
 """
 
 from __future__ import annotations
@@ -17,14 +24,24 @@ import random
 import sys
 import warnings
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import mcp_types as types
 from mcp.server.context import CallNext, ServerRequestContext
-from mcp.server.lowlevel import Server
+from mcp.server.lowlevel import NotificationOptions, Server
+from mcp.server.models import InitializationOptions
 from mcp.server.stdio import stdio_server
+from mcp.server.subscriptions import (
+    InMemorySubscriptionBus,
+    ListenHandler,
+    ResourceUpdated,
+    ServerEvent,
+    ToolsListChanged,
+)
+from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import BaseModel, ValidationError
 
 from gateway.wire import CACHE_HINTS, LIST_CACHE_FIELDS, with_result_type
 
@@ -41,6 +58,62 @@ _PNG = base64.b64encode(
         "1f15c4890000000d49444154789c6360000002000001e221bc330000000049454e44ae426082"
     )
 ).decode()
+
+
+# --- input from the client, in either era ------------------------------------------------
+
+Answer = TypeVar("Answer", bound=BaseModel)
+_NAME_SCHEMA: dict[str, Any] = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
+_CAPABILITY = {"elicitation/create": "elicitation", "sampling/createMessage": "sampling", "roots/list": "roots"}
+
+
+def is_modern(ctx: ServerRequestContext[Any, Any]) -> bool:
+    return ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+
+
+def ask_name() -> types.ElicitRequest:
+    return types.ElicitRequest(
+        params=types.ElicitRequestFormParams(message="What is your name?", requested_schema=_NAME_SCHEMA)
+    )
+
+
+def ask_hi() -> types.CreateMessageRequest:
+    message = types.SamplingMessage(role="user", content=types.TextContent(type="text", text="Say hi"))
+    return types.CreateMessageRequest(params=types.CreateMessageRequestParams(messages=[message], max_tokens=20))
+
+
+def answered(
+    ctx: ServerRequestContext[Any, Any],
+    params: types.CallToolRequestParams | types.GetPromptRequestParams | types.ReadResourceRequestParams,
+    key: str,
+    request: types.InputRequest,
+    result_type: type[Answer],
+) -> Answer | types.InputRequiredResult:
+    """On 2026-07-28 (no back-channel): the client's answer from the retry's ``inputResponses``,
+    else the ``input_required`` result asking for it (again, if what came back does not parse).
+
+    A client that did not declare the capability the request needs is refused with -32021,
+    as the protocol asks, rather than sent a request it cannot answer.
+    """
+    capability = _CAPABILITY[request.method]
+    declared = ctx.session.client_capabilities
+    if declared is None or getattr(declared, capability, None) is None:
+        data = types.MissingRequiredClientCapabilityErrorData(
+            required_capabilities=types.ClientCapabilities.model_validate({capability: {}})
+        )
+        raise MCPError(
+            code=types.MISSING_REQUIRED_CLIENT_CAPABILITY,
+            message=f"{ctx.method} needs the client's {capability} capability",
+            data=data.model_dump(by_alias=True, mode="json", exclude_none=True),
+        )
+    given = (params.input_responses or {}).get(key)
+    if given is not None:
+        raw = given.model_dump(by_alias=True, mode="json", exclude_none=True) if isinstance(given, BaseModel) else given
+        try:
+            return result_type.model_validate(raw)
+        except ValidationError:
+            pass
+    return types.InputRequiredResult(input_requests={key: request})
 
 
 def _shuffled(rng: random.Random, items: dict[str, Any]) -> dict[str, Any]:
@@ -205,6 +278,8 @@ class DemoServer:
         self.rng = rng
         self.grown = 0
         self.log_level = "info"
+        self.bus = InMemorySubscriptionBus()
+        """Change events for 2026-07-28 clients, served on their ``subscriptions/listen`` streams."""
 
     async def list_tools_raw(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> Any:
         """Serve tools/list raw (bypassing the SDK's result model) so invalid schemas go out as-is."""
@@ -221,7 +296,7 @@ class DemoServer:
 
     async def call_tool(
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
-    ) -> types.CallToolResult:
+    ) -> types.CallToolResult | types.InputRequiredResult:
         args = params.arguments or {}
         name = params.name
         if self.args.log_calls:
@@ -278,7 +353,7 @@ class DemoServer:
             sys.stderr.flush()
             os._exit(int(args.get("status", 3)))
         if self.args.rich and name in {t["name"] for t in rich_tools()}:
-            return await self.rich_call(ctx, name, args)
+            return await self.rich_call(ctx, params)
         if name in self.extra:
             return types.CallToolResult(content=[text(type="text", text=f"{self.args.name}:{name}")])
         if any(t.get("name") == name for t in self.tools):
@@ -286,38 +361,54 @@ class DemoServer:
         return types.CallToolResult(content=[text(type="text", text=f"unknown tool {name!r}")], is_error=True)
 
     async def rich_call(
-        self, ctx: ServerRequestContext[Any, Any], name: str, args: dict[str, Any]
-    ) -> types.CallToolResult:
+        self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult | types.InputRequiredResult:
         session = ctx.session
+        name = params.name
+        args = params.arguments or {}
         text = types.TextContent
         if name == "ask":
-            try:
-                answer = await session.elicit(
-                    "What is your name?",
-                    {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]},
-                    related_request_id=ctx.request_id,
-                )
-            except anyio.get_cancelled_exc_class():
-                sys.stderr.write("ask cancelled while waiting for the answer\n")
-                sys.stderr.flush()
-                raise
+            if is_modern(ctx):
+                answer = answered(ctx, params, "name", ask_name(), types.ElicitResult)
+                if isinstance(answer, types.InputRequiredResult):
+                    return answer
+            else:
+                try:
+                    answer = await session.elicit("What is your name?", _NAME_SCHEMA, related_request_id=ctx.request_id)
+                except anyio.get_cancelled_exc_class():
+                    sys.stderr.write("ask cancelled while waiting for the answer\n")
+                    sys.stderr.flush()
+                    raise
             return types.CallToolResult(content=[text(type="text", text=f"{answer.action}:{answer.content}")])
         if name == "sample":
-            reply = await session.create_message(
-                [types.SamplingMessage(role="user", content=types.TextContent(type="text", text="Say hi"))],
-                max_tokens=20,
-                related_request_id=ctx.request_id,
-            )
+            if is_modern(ctx):
+                reply = answered(ctx, params, "hi", ask_hi(), types.CreateMessageResult)
+                if isinstance(reply, types.InputRequiredResult):
+                    return reply
+            else:
+                reply = await session.create_message(
+                    [types.SamplingMessage(role="user", content=types.TextContent(type="text", text="Say hi"))],
+                    max_tokens=20,
+                    related_request_id=ctx.request_id,
+                )
             said = reply.content.text if isinstance(reply.content, types.TextContent) else str(reply.content)
             return types.CallToolResult(content=[text(type="text", text=f"{reply.model}:{said}")])
         if name == "roots":
-            roots = await session.list_roots()
+            roots = await self.roots(ctx, params)
+            if isinstance(roots, types.InputRequiredResult):
+                return roots
             return types.CallToolResult(content=[text(type="text", text=",".join(str(r.uri) for r in roots.roots))])
         if name == "log":
-            await session.send_log_message(args.get("level", "info"), args.get("text", ""), "demo")
+            # On 2026-07-28 the SDK puts it on this call's stream (if the call opted in to logs).
+            level = args.get("level", "info")
+            if is_modern(ctx):
+                await session.send_log_message(level, args.get("text", ""), "demo", related_request_id=ctx.request_id)
+            else:
+                await session.send_log_message(level, args.get("text", ""), "demo")
             return types.CallToolResult(content=[text(type="text", text="logged")])
         if name == "touch":
-            await session.send_resource_updated(args.get("uri", f"demo://{self.args.name}/readme"))
+            uri = args.get("uri", f"demo://{self.args.name}/readme")
+            await self.announce(ctx, ResourceUpdated(uri=uri), lambda: session.send_resource_updated(uri))
             return types.CallToolResult(content=[text(type="text", text="touched")])
         if name == "mutate":
             if args.get("kind") == "grow":
@@ -331,9 +422,25 @@ class DemoServer:
                 )
             self.rng.shuffle(self.tools)
             self.tools = [_shuffled(self.rng, t) for t in self.tools]
-            await session.send_tool_list_changed()
+            await self.announce(ctx, ToolsListChanged(), session.send_tool_list_changed)
             return types.CallToolResult(content=[text(type="text", text=f"mutated:{args.get('kind')}")])
         raise AssertionError(name)
+
+    async def announce(
+        self, ctx: ServerRequestContext[Any, Any], event: ServerEvent, notify: Callable[[], Awaitable[None]]
+    ) -> None:
+        """Tell every 2026-07-28 listener (``subscriptions/listen`` streams), and a handshake-era
+        caller on its own session as before (that era has no listen streams)."""
+        await self.bus.publish(event)
+        if not is_modern(ctx):
+            await notify()
+
+    async def roots(
+        self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams | types.ReadResourceRequestParams
+    ) -> types.ListRootsResult | types.InputRequiredResult:
+        if is_modern(ctx):
+            return answered(ctx, params, "roots", types.ListRootsRequest(), types.ListRootsResult)
+        return await ctx.session.list_roots()
 
     # --- resources, prompts, completion, logging (for --rich) --------------------------
 
@@ -363,12 +470,12 @@ class DemoServer:
         if uri == f"{base}/data.bin":
             return {"contents": [{"uri": uri, "blob": base64.b64encode(b"\x00\x01binary").decode()}]}
         if uri == f"{base}/roots" and self.args.interactive:
-            roots = await ctx.session.list_roots()
+            roots = await self.roots(ctx, params)
+            if isinstance(roots, types.InputRequiredResult):
+                return roots
             return {"contents": [{"uri": uri, "text": ",".join(str(r.uri) for r in roots.roots)}]}
         if uri.startswith(f"{base}/items/"):
             return {"contents": [{"uri": uri, "text": f"item {uri.rsplit('/', 1)[1]} of {self.args.name}"}]}
-        from mcp.shared.exceptions import MCPError
-
         raise MCPError(code=-32002, message=f"Resource not found: {uri}")
 
     async def subscribe(self, ctx: Any, params: Any) -> Any:
@@ -390,15 +497,14 @@ class DemoServer:
         elif params.name == "summarize":
             text = f"Summarize: {arguments.get('text', '')}"
         elif params.name == "interview" and self.args.interactive:
-            answer = await ctx.session.elicit(
-                "What is your name?",
-                {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]},
-                related_request_id=ctx.request_id,
-            )
+            if is_modern(ctx):
+                answer = answered(ctx, params, "name", ask_name(), types.ElicitResult)
+                if isinstance(answer, types.InputRequiredResult):
+                    return answer
+            else:
+                answer = await ctx.session.elicit("What is your name?", _NAME_SCHEMA, related_request_id=ctx.request_id)
             text = f"Hello {(answer.content or {}).get('name')} from {self.args.name}"
         else:
-            from mcp.shared.exceptions import MCPError
-
             raise MCPError(code=-32602, message=f"Unknown prompt {params.name}")
         return {"messages": [{"role": "user", "content": {"type": "text", "text": text}}]}
 
@@ -416,10 +522,13 @@ class DemoServer:
         sys.stderr.flush()
         return {}
 
+
 DESCRIPTION = (
     "A bundled downstream MCP server for the example config, the tests and the benchmarks: generated "
     "tools plus echo, payload, structured, image, fail, slow and crash. Serves stdio by default, or "
-    "streamable HTTP (/mcp) or SSE (/sse) on loopback with --transport."
+    "streamable HTTP (/mcp) or SSE (/sse) on loopback with --transport. Serves both protocol eras: "
+    "on 2026-07-28 it announces changes on subscriptions/listen streams and asks for input with "
+    "input_required results; on the handshake era with notifications and requests of its own."
 )
 """Plain text: argparse prints it as is, so no reStructuredText markup."""
 
@@ -477,18 +586,19 @@ async def serve(args: argparse.Namespace) -> None:
         )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # logging is deprecated in 2026-07-28, still served here
-        server: Server[Any] = Server(
+        server: Server[Any] = _Server(
             args.name,
             version="1.0",
             on_call_tool=demo.call_tool,
             on_list_tools=_unused,
+            on_subscriptions_listen=ListenHandler(demo.bus),
             cache_hints=CACHE_HINTS,
             **rich,
         )
     server.middleware.insert(0, demo.list_tools_raw)
     if args.transport == "stdio":
         async with stdio_server() as (read, write):
-            await server.run(read, write, _options(server))
+            await server.run(read, write, server.create_initialization_options())
     else:
         await _serve_http(server, args)
 
@@ -528,7 +638,7 @@ async def _serve_http(server: Server[Any], args: argparse.Namespace) -> None:
 
         async def handle_sse(request: Request) -> Response:
             async with sse.connect_sse(request.scope, request.receive, request._send) as (read, write):
-                await server.run(read, write, _options(server))
+                await server.run(read, write, server.create_initialization_options())
             return Response()
 
         app = Starlette(
@@ -544,12 +654,20 @@ async def _serve_http(server: Server[Any], args: argparse.Namespace) -> None:
     await uvicorn.Server(config).serve(sockets=[sock])
 
 
-def _options(server: Server[Any]) -> Any:
-    from mcp.server.lowlevel import NotificationOptions
+class _Server(Server[Any]):
+    """Handshake-era capabilities that name the demo's list-change notifications on every
+    transport: the streamable HTTP session manager asks for the options with no arguments."""
 
-    return server.create_initialization_options(
-        NotificationOptions(tools_changed=True, prompts_changed=True, resources_changed=True)
-    )
+    def create_initialization_options(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> InitializationOptions:
+        every = NotificationOptions(tools_changed=True, prompts_changed=True, resources_changed=True)
+        return super().create_initialization_options(
+            notification_options or every, experimental_capabilities, extensions
+        )
 
 
 async def _unused(ctx: Any, params: Any) -> types.ListToolsResult:  # pragma: no cover - middleware answers
