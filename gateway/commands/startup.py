@@ -48,10 +48,6 @@ async def running(
     (``catalog lock``, ``approve``, ``diff --lock``) builds the live catalog, not the locked one.
     """
     hub = Hub(config, persist=persist, use_lock=use_lock)
-    try:
-        hub.load_lock()
-    except LockError as exc:
-        raise Exit(2, f"prefixgate: catalog lock: {exc}") from None
     async with anyio.create_task_group() as tg:
         hub.start(tg, supervise=supervise)
         try:
@@ -64,8 +60,12 @@ async def discover(config: Config, hub: Hub) -> Epoch:
     """Wait for the barrier, build and decide the first epoch, publish it.
 
     Raises Exit(1) when no declaration plan fits the client (``declarations = "fixed"``
-    over the function limit).
+    over the function limit), Exit(2) when the catalog lock cannot be read.
     """
+    try:
+        hub.load_lock()
+    except LockError as exc:
+        raise Exit(2, f"prefixgate: catalog lock: {exc}") from None
     downstreams = hub.downstreams
     started = anyio.current_time()
     await wait_for_discovery([d for d in downstreams if d.config.enabled], config.gateway.discovery_deadline)
