@@ -20,7 +20,7 @@ import anyio
 import mcp_types as types
 import pytest
 
-from tests.conftest import ERAS, catalog_json, run_cli, sdk_client, write_config
+from tests.conftest import ERAS, catalog_json, http_gateway, run_cli, sdk_client, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -262,3 +262,32 @@ def test_doctor_reports_a_lock_the_live_catalog_does_not_match(tmp_path: Path) -
     assert section.startswith("  warn  ") and "differs from the lock in 1 tool(s)" in section
     assert "changed: m__alpha <- m/alpha" in section
     assert 'inputSchema.properties.loud: added {"type":"boolean"}' in section
+
+
+def test_lock_refuses_to_leave_out_a_server_that_is_not_ready(tmp_path: Path) -> None:
+    broken = {"command": str(tmp_path / "no-such-server")}
+    config = write_config(tmp_path, {"m": mutating(tmp_path / "m.json"), "x": broken})
+    proc = cli("catalog", "lock", "--config", str(config))
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "prefixgate: catalog lock: server 'x' is not ready: a lock written now would leave its tools out "
+        "(nothing written)"
+    )
+    assert not (tmp_path / "prefixgate.lock").exists()
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_over_http_the_lock_holds_too(tmp_path: Path, mode: str) -> None:
+    config = write_config(tmp_path, {"m": mutating(tmp_path / "m.json")})
+    lock(config)
+    with http_gateway(config) as (url, _):
+        async with sdk_client(url, mode) as client:
+            published = await listed(client)
+            await client.call_tool("m__mutate", {"kind": "reword"})
+
+            async def refused() -> bool:
+                result = await client.call_tool("m__alpha", {"text": "x"})
+                return result.is_error and text(result) == CHANGED
+
+            await until(refused)
+            assert await listed(client) == published

@@ -60,6 +60,13 @@ async def lock(config: Config) -> int:
     existing = _existing(config) if path.exists() else None
     async with running(config, use_lock=False) as hub:
         live = await discover(config, hub)
+        missing = [d.config.id for d in hub.downstreams if d.config.enabled and d.status != "ready"]
+        if missing:
+            raise Exit(
+                1,
+                f"prefixgate: catalog lock: server {missing[0]!r} is not ready: a lock written now would leave "
+                "its tools out (nothing written)",
+            )
         if existing is not None:
             pending = pending_of(config, hub.downstreams, live, existing)
             if pending:
