@@ -185,8 +185,13 @@ def render_text(report: dict[str, Any], config: Config) -> str:
     lock = report.get("lock")
     if lock is not None:
         pending = lock["pending"]
-        lines += ["", f"lock: {escape(lock['path'])}: " + (f"{len(pending)} pending change(s), not published "
-                  "(accept: prefixgate catalog approve NAME)" if pending else "the live catalog matches it")]
+        state = (
+            f"{len(pending)} change(s) pending approval, the locked declarations are served "
+            "(accept: prefixgate catalog approve NAME)"
+            if pending
+            else "the live catalog matches it"
+        )
+        lines += ["", f"lock: {escape(lock['path'])}: {state}"]
         lines += [f"  {line}" for p in pending for line in p["message"].split("\n")]
     lines += ["", f"fingerprint: {report['fingerprint']}", f"identity:    {report['identity']}"]
     return printable("\n".join(lines)) + "\n"
