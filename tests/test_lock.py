@@ -78,7 +78,9 @@ async def client_hearing(config: Path, mode: str) -> AsyncIterator[tuple[Any, li
         if isinstance(message, types.ToolListChangedNotification):
             heard.append(message)
 
-    async with sdk_client(config, mode, message_handler=on_message) as client:
+    # 2026-07-28: the listen stream only (the SDK also hands its events to a message handler).
+    options = {"message_handler": on_message} if mode == "legacy" else {}
+    async with sdk_client(config, mode, **options) as client:
         if mode == "legacy":
             yield client, heard
             return
@@ -158,6 +160,7 @@ async def test_a_locked_catalog_holds_until_approved(tmp_path: Path, mode: str, 
         if kind != "add":  # the other pending change (gamma) is still held back
             held = await client.call_tool("m__gamma", {})
             assert held.is_error and "run prefixgate catalog approve m__gamma" in text(held)
+        assert len(heard) == 1, "the approval is one new epoch: one list_changed"
 
     final = catalog_json(config)
     new_lock = (tmp_path / "prefixgate.lock").read_text()
