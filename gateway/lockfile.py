@@ -28,6 +28,8 @@ def lock_path(config: Config) -> Path | None:
     """The lock a gateway serves under: the configured one (which must exist), or one found beside the config."""
     if config.gateway.lock is not None:
         return config.gateway.lock
+    if config.path is None:
+        return None  # a config built in memory: never pick up a stray lock from the working directory
     found = lock_target(config)
     return found if found.exists() else None
 
