@@ -75,6 +75,11 @@ class GatewayConfig:
     """Seconds a downstream call waits for a modern client's input_required retry before it is cancelled."""
     max_round_trips: int = 16
     """Pending input_required round trips one principal may hold at once (more are refused)."""
+    lock: Path | None = None
+    """The catalog lock file (relative to the config's directory); None: ``prefixgate.lock``
+    beside the config, when there is one."""
+    lock_new: str = "hold"
+    """"hold": a tool new since the lock is unpublished until approved; "allow": published (a new epoch)."""
 
 
 @dataclass(frozen=True)
@@ -321,6 +326,8 @@ _GATEWAY_KEYS: dict[str, Check] = {
     "max_message_bytes": _message_bytes,
     "round_trip_timeout": _number,
     "max_round_trips": _positive_count,
+    "lock": _nonempty_str,
+    "lock_new": _one_of("allow", "hold"),
 }
 
 _CLIENT_KEYS: dict[str, Check] = {
@@ -382,6 +389,14 @@ _SPILL_KEYS: dict[str, Check] = {
 _TOP_KEYS = ("client", "gateway", "policy", "servers", "spill")
 
 
+def _lock_path(gw: Mapping[str, Any], config: Path | None, env: Mapping[str, str]) -> Path | None:
+    """``[gateway] lock``, relative to the config's directory (as a team commits both together)."""
+    if "lock" not in gw:
+        return None
+    lock = Path(expand("gateway.lock", gw["lock"], env)).expanduser()
+    return lock if lock.is_absolute() or config is None else config.parent / lock
+
+
 def default_state_dir(env: Mapping[str, str]) -> Path:
     base = env.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "prefixgate"
@@ -406,6 +421,8 @@ def parse_config(data: Mapping[str, Any], *, path: Path | None = None, env: Mapp
         max_message_bytes=gw.get("max_message_bytes", DEFAULT_MAX_MESSAGE_BYTES),
         round_trip_timeout=gw.get("round_trip_timeout", 120.0),
         max_round_trips=gw.get("max_round_trips", 16),
+        lock=_lock_path(gw, path, env),
+        lock_new=gw.get("lock_new", "hold"),
     )
 
     cl = _fields("client", _table("client", data.get("client", {})), _CLIENT_KEYS)

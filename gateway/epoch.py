@@ -8,7 +8,7 @@ and cached here, because they belong to exactly this catalog.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -16,6 +16,7 @@ from jsonschema_rs import Validator
 
 from catalog.budget import ClientPolicy, Declarations, decide
 from catalog.build import build
+from catalog.lock import Lock, Pending, apply
 from catalog.model import Catalog, ServerTools
 from catalog.search import SearchIndex, tool_call_declaration, tool_search_declaration
 from catalog.validation import compile_validator, is_referencing
@@ -35,6 +36,12 @@ class Epoch:
     decision: Declarations
     discovery_ms: int = 0
     """Wall time of the discovery barrier that produced this epoch."""
+    pending: tuple[Pending, ...] = ()
+    """Under a catalog lock: live changes waiting for ``prefixgate catalog approve``."""
+    lock_refusals: Mapping[str, str] = field(default_factory=dict)
+    """Under a catalog lock: name -> why calls to it are refused (changed, removed, new).
+    The one part of an epoch a rebuild may replace in place: it gates calls and never
+    changes a published byte (see ``Hub._rebuild``)."""
     _wire: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     _index: SearchIndex | None = None
     _validators: dict[str, tuple[Validator, bool]] = field(default_factory=dict)
@@ -121,8 +128,14 @@ def server_tools(downstreams: Sequence[Downstream]) -> list[ServerTools]:
     ]
 
 
-def build_epoch(config: Config, downstreams: Sequence[Downstream], checks: CheckCache | None = None) -> Epoch:
-    """Build and decide; raises ``catalog.budget.DecisionError`` when no plan fits."""
+def build_epoch(
+    config: Config, downstreams: Sequence[Downstream], checks: CheckCache | None = None, lock: Lock | None = None
+) -> Epoch:
+    """Build and decide; raises ``catalog.budget.DecisionError`` when no plan fits.
+
+    Under a ``lock`` the catalog holds the locked declarations (catalog/lock.py): what
+    the servers list now only decides what is pending and which calls are refused.
+    """
     checks = checks or CheckCache()
     catalog = build(
         server_tools(downstreams),
@@ -134,5 +147,12 @@ def build_epoch(config: Config, downstreams: Sequence[Downstream], checks: Check
         output_schemas=config.spill.publishes_output_schemas,
     )
     checks.save()
+    pending: tuple[Pending, ...] = ()
+    refusals: Mapping[str, str] = {}
+    if lock is not None:
+        ready = frozenset(d.config.id for d in downstreams if d.status == "ready")
+        deferred = frozenset(d.config.id for d in downstreams if d.config.deferred)
+        applied = apply(catalog, lock, ready, deferred, allow_new=config.gateway.lock_new == "allow")
+        catalog, pending, refusals = applied.catalog, applied.pending, applied.refusals
     decision = decide(catalog, client_policy(config), meta_declarations(config.spill.enabled))
-    return Epoch(catalog=catalog, decision=decision)
+    return Epoch(catalog=catalog, decision=decision, pending=pending, lock_refusals=refusals)

@@ -21,6 +21,7 @@ from typing import Any, get_args
 import anyio
 from catalog.budget import DecisionError
 from catalog.diff import name_changes
+from catalog.lock import Lock, LockError
 from mcp.server.session import ServerSession
 from mcp.server.subscriptions import (
     InMemorySubscriptionBus,
@@ -38,6 +39,7 @@ from gateway.checks import CheckCache
 from gateway.config import Config
 from gateway.downstream import Downstream
 from gateway.epoch import Epoch, build_epoch
+from gateway.lockfile import lock_path, read_lock
 from gateway.roundtrip import CAPABILITY_FOR, RoundTrips
 from gateway.router import Router
 from gateway.journal import Journal, session_key
@@ -81,9 +83,17 @@ class Upstream:
     """The level this client set with ``logging/setLevel`` (None: never set)."""
 
 
+LOCK_POLL = 1.0
+"""Seconds between checks of the lock file for a change (``catalog approve`` while serving)."""
+
+
 class Hub:
-    def __init__(self, config: Config, *, persist: bool = True) -> None:
+    def __init__(self, config: Config, *, persist: bool = True, use_lock: bool = True) -> None:
         self.config = config
+        self.lock_file = lock_path(config) if use_lock else None
+        self.lock: Lock | None = None
+        """The catalog lock served under (read by ``load_lock``), or None: serve the live catalog."""
+        self._lock_stamp: tuple[int, int, int] | None = None
         self.downstreams = [Downstream(s, self) for s in config.servers]
         self.by_id = {d.id: d for d in self.downstreams}
         self.router = Router(self.by_id, config.policy, config.spill)
@@ -109,6 +119,36 @@ class Hub:
         self.round_trips.tasks = tg
         for downstream in self.downstreams:
             tg.start_soon(functools.partial(downstream.run, supervise=supervise))
+        if self.lock_file is not None and supervise:
+            tg.start_soon(self._watch_lock)
+
+    def load_lock(self) -> None:
+        """Read the lock file (LockError names it and the problem); none configured or found: no lock."""
+        if self.lock_file is None:
+            return
+        self._lock_stamp = _stamp(self.lock_file)
+        self.lock = read_lock(self.lock_file)
+        log.info("catalog lock: %s (%d tools)", self.lock_file, len(self.lock.tools))
+
+    async def _watch_lock(self) -> None:
+        """Serve an approved change without a restart: a new lock file is a rebuild.
+
+        A lock that cannot be read keeps the previous one (an unreadable lock never
+        unlocks the catalog); ``catalog approve`` replaces the file atomically.
+        """
+        assert self.lock_file is not None
+        while True:
+            await anyio.sleep(LOCK_POLL)
+            stamp = _stamp(self.lock_file)
+            if stamp == self._lock_stamp or not self.discovered.is_set():
+                continue
+            self._lock_stamp = stamp
+            try:
+                self.lock = read_lock(self.lock_file)
+            except LockError as exc:
+                log.error("catalog lock not reloaded, keeping the previous one: %s", exc)
+                continue
+            await self.rebuild(f"lock file {self.lock_file.name} changed")
 
     async def first_epoch(self, epoch: Epoch) -> None:
         self.surface = build_surface(self.downstreams, self.config.client.names, self.config.gateway.separator)
@@ -317,12 +357,17 @@ class Hub:
     async def _rebuild(self, why: str) -> None:
         old = self.router.epoch
         try:
-            epoch = build_epoch(self.config, self.downstreams, self.checks)
+            epoch = build_epoch(self.config, self.downstreams, self.checks, self.lock)
         except DecisionError as exc:
             log.error("catalog change refused (%s): %s; keeping the current epoch", why, exc)
             return
         await self._resurface()
+        if old is None or epoch.pending != old.pending:
+            log_pending(epoch)
         if old is not None and epoch.identity == old.identity and epoch.fingerprint == old.fingerprint:
+            # Under a lock the published bytes stay while the live tools change: only the
+            # call gate learns of it (no new epoch, no list_changed, activation kept).
+            old.pending, old.lock_refusals = epoch.pending, epoch.lock_refusals
             log.info("%s: catalog unchanged (fingerprint %s), same epoch", why, old.fingerprint[:16])
             return
         for warning in epoch.catalog.warnings:
@@ -405,6 +450,28 @@ def admits(threshold: str | None, level: str) -> bool:
     if threshold not in LOG_LEVELS:
         return True
     return LOG_LEVELS.index(level) >= LOG_LEVELS.index(threshold)
+
+
+def _stamp(path: Any) -> tuple[int, int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def log_pending(epoch: Epoch) -> None:
+    """Each change waiting for approval, with the JSON path of each difference."""
+    if not epoch.pending:
+        return
+    log.warning(
+        "catalog lock: %d pending change(s); the locked declarations are served "
+        "(review: prefixgate catalog diff --lock; accept: prefixgate catalog approve NAME)",
+        len(epoch.pending),
+    )
+    for pending in epoch.pending:
+        for line in pending.lines():
+            log.warning("  %s", line)
 
 
 def change_summary(old: Epoch | None, new: Epoch) -> str:

@@ -132,6 +132,8 @@ class Router:
     ) -> dict[str, Any]:
         entry = epoch.catalog.get(name)
         if entry is None:
+            if name in epoch.lock_refusals:
+                return error_result(epoch.lock_refusals[name])
             if name in self.removed:
                 return error_result(f"Tool {name!r} is no longer available: the catalog changed and it was removed.")
             return error_result(f"Unknown tool {name!r}: it is not in this gateway's catalog.")
@@ -190,7 +192,9 @@ class Router:
         return text_result(answer)
 
     def refusal(self, epoch: Epoch, name: str, session: Session) -> str | None:
-        """Policy, then activation: why this resolved tool may not run now, or None."""
+        """The catalog lock, policy, then activation: why this resolved tool may not run now, or None."""
+        if name in epoch.lock_refusals:
+            return epoch.lock_refusals[name]
         identities = epoch.catalog.by_name[name].identities
         for pattern in self.policy.deny:
             matched = next((n for n in identities if fnmatch.fnmatchcase(n, pattern)), None)

@@ -95,6 +95,7 @@ def catalog_report(config: Config, downstreams: Sequence[Downstream], epoch: Epo
                 "declared": epoch.declares(e.name),
                 "deferred": epoch.is_deferred(e.name),
                 "policy": policy_refusal(e, config.policy),
+                "lock": epoch.lock_refusals.get(e.name),
             }
             for e in catalog.entries
         ],
@@ -169,16 +170,29 @@ def render_text(report: dict[str, Any], config: Config) -> str:
     lines += ["", "tools, in published order:"]
     name_width = min(max((len(t["name"]) for t in tools), default=0), 48)
     for tool in tools:
-        mark = ("!" if tool.get("policy") else " ") + ("*" if tool["deferred"] else " ")
+        mark = ("!" if tool.get("policy") or tool.get("lock") else " ") + ("*" if tool["deferred"] else " ")
         line = f" {mark} {escape(tool['name']):<{name_width}}  <- {tool['server']}/{escape(tool['original'])}"
         if tool.get("policy"):
             line += f"  {escape(tool['policy'])}"
+        elif tool.get("lock"):
+            line += "  refused until approved (catalog lock)"
         lines.append(line)
     if meta:
         lines.append(f"    + gateway tools: {', '.join(meta)}")
     if report["warnings"]:
         lines += ["", f"warnings ({len(report['warnings'])}):"]
         lines += [f"  {escape(w['message'])}" for w in report["warnings"]]
+    lock = report.get("lock")
+    if lock is not None:
+        pending = lock["pending"]
+        state = (
+            f"{len(pending)} change(s) pending approval, the locked declarations are served "
+            "(accept: prefixgate catalog approve NAME)"
+            if pending
+            else "the live catalog matches it"
+        )
+        lines += ["", f"lock: {escape(lock['path'])}: {state}"]
+        lines += [f"  {line}" for p in pending for line in p["message"].split("\n")]
     lines += ["", f"fingerprint: {report['fingerprint']}", f"identity:    {report['identity']}"]
     return printable("\n".join(lines)) + "\n"
 
@@ -194,6 +208,8 @@ async def run(config: Config, as_json: bool) -> int:
         report["warnings"] += [
             {"kind": "surface", "server": "", "tool": "", "detail": w, "message": w} for w in hub.surface.warnings
         ]
+        if hub.lock_file is not None:
+            report["lock"] = {"path": str(hub.lock_file), "pending": [p.to_json() for p in epoch.pending]}
         downstreams = hub.downstreams
     if as_json:
         sys.stdout.write(json_text(report) + "\n")

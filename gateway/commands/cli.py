@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import anyio
 
 from gateway import __version__, logs
-from gateway.commands import artifacts, catalog, demo, diff, doctor, importer, serve
+from gateway.commands import artifacts, catalog, demo, diff, doctor, importer, lock, serve
 from gateway.commands.startup import Exit, load
 
 
@@ -77,7 +77,7 @@ def parser() -> argparse.ArgumentParser:
     )
     common(cat)
     cat.add_argument("--json", action="store_true", help="print one JSON object")
-    cat_sub = cat.add_subparsers(dest="catalog_action", metavar="[diff]")
+    cat_sub = cat.add_subparsers(dest="catalog_action", metavar="[diff | lock | approve]")
     diff_parser = cat_sub.add_parser(
         "diff",
         help="compare two 'catalog --json' outputs: why did my prompt cache miss?",
@@ -85,6 +85,27 @@ def parser() -> argparse.ArgumentParser:
         "tools/list bytes are identical, 1 when they differ, 2 when a file is unusable.",
     )
     diff.add_arguments(diff_parser)
+    diff_parser.add_argument("--lock", action="store_true", help="instead: list the live changes pending against the "
+                             "catalog lock (exit 1 when any is)")
+    lock_parser = cat_sub.add_parser(
+        "lock",
+        help="write the catalog lock (prefixgate.lock) from the live catalog",
+        description="Write the catalog lock beside the config (or at [gateway] lock): each tool's server, "
+        "original and published name and declaration with its SHA-256, and the published list's fingerprint. "
+        "Refuses to overwrite a lock that live changes are pending against (use catalog approve).",
+    )
+    approve_parser = cat_sub.add_parser(
+        "approve",
+        help="accept pending changes into the catalog lock",
+        description="Show each pending change (the JSON path of each difference) and record it in the lock; "
+        "a serving gateway publishes it as one new epoch.",
+    )
+    approve_parser.add_argument("names", nargs="*", metavar="NAME", help="published names of the pending changes")
+    approve_parser.add_argument("--all", action="store_true", help="approve every pending change")
+    approve_parser.add_argument("--yes", action="store_true", help="do not ask (required when stdin is not a terminal)")
+    for sp in (diff_parser, lock_parser, approve_parser):
+        sp.add_argument("--config", metavar="PATH", default=argparse.SUPPRESS, help="config file")
+        sp.add_argument("--log-level", choices=logs.LEVELS, default=argparse.SUPPRESS, help="stderr log level")
     imp = sub.add_parser(
         "import",
         help="turn the MCP servers another client has configured into a prefixgate config",
@@ -123,13 +144,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["demo-server"]:
         return demo.main(argv[1:])
-    args = parser().parse_args(argv)
+    p = parser()
+    args = p.parse_args(argv)
     logs.setup(getattr(args, "log_level", "info"))
     if args.command == "import":
         return importer.run(args)
     if args.command == "doctor":
         return doctor.run(args.config, args)
-    if args.command == "catalog" and args.catalog_action == "diff":
+    if args.command == "catalog" and args.catalog_action == "diff" and not args.lock:
+        if args.old is None or args.new is None:
+            p.error("catalog diff: give OLD and NEW, or --lock")
         return diff.run(args)
     try:
         config = load(args.config)
@@ -137,6 +161,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             tokens = serve.http_tokens(args) if args.http else []
             anyio.run(serve.serve, config, args.session, args.http, tokens)
             return 0
+        if args.command == "catalog" and args.catalog_action == "lock":
+            return anyio.run(lock.lock, config)
+        if args.command == "catalog" and args.catalog_action == "approve":
+            return anyio.run(lock.approve_command, config, args.names, args.all, args.yes)
+        if args.command == "catalog" and args.catalog_action == "diff":
+            return anyio.run(lock.diff, config, args.json)
         if args.command == "catalog":
             return anyio.run(catalog.run, config, args.json)
         if args.command == "artifacts":

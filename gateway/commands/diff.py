@@ -23,8 +23,12 @@ class ReportError(Exception):
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("old", metavar="OLD", help="the earlier 'prefixgate catalog --json' output (- for stdin)")
-    parser.add_argument("new", metavar="NEW", help="the later 'prefixgate catalog --json' output (- for stdin)")
+    parser.add_argument(
+        "old", metavar="OLD", nargs="?", help="the earlier 'prefixgate catalog --json' output (- for stdin)"
+    )
+    parser.add_argument(
+        "new", metavar="NEW", nargs="?", help="the later 'prefixgate catalog --json' output (- for stdin)"
+    )
     parser.add_argument("--json", action="store_true", help="print the difference as one JSON object")
 
 

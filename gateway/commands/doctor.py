@@ -43,6 +43,7 @@ from typing import Any, Literal
 import anyio
 
 from catalog.diff import name_changes
+from catalog.lock import LockError
 from catalog.names import DEFAULT_ENTRY, PROFILES
 from catalog.text import escape, json_text, printable
 from gateway import __version__, logs
@@ -50,6 +51,7 @@ from gateway.commands.startup import Exit, discover, running
 from gateway.commands.toml_writer import toml_string
 from gateway.config import Config, ConfigError, find_config, load_config
 from gateway.epoch import Epoch
+from gateway.lockfile import lock_path, read_lock
 from gateway.redact import redact
 
 CLIENTS = ("claude-code", "claude-desktop", "cursor", "vscode", "codex")
@@ -549,7 +551,7 @@ def snippet(client: str, config_path: str, entry: str = DEFAULT_ENTRY) -> dict[s
 # --- the run ----------------------------------------------------------------------------
 
 
-SECTIONS = ("config", "servers", "tools", "declarations", "directories", "stability")
+SECTIONS = ("config", "servers", "tools", "declarations", "directories", "stability", "catalog lock")
 
 
 def render(report: Report) -> str:
@@ -615,6 +617,44 @@ async def diagnose(config: Config, report: Report) -> None:
     check_declarations(report, config, first)
     check_directories(report, config)
     check_stability(report, first, second)
+    check_lock(report, config, first)
+
+
+def check_lock(report: Report, config: Config, first: Round) -> None:
+    """A catalog lock that does not match the live catalog: each pending change, with its JSON paths."""
+    path = lock_path(config)
+    if path is None:
+        return  # no lock is a choice, not a problem
+    if first.epoch is None:
+        if first.error is not None and first.error.startswith("catalog lock"):
+            report.add("catalog lock", "FAIL", escape(first.error))
+        return
+    pending = first.epoch.pending
+    if pending:
+        details = [line for p in pending for line in p.lines()]
+        report.add(
+            "catalog lock",
+            "warn",
+            f"{escape(str(path))}: the live catalog differs from the lock in {len(pending)} tool(s); the locked "
+            "declarations are served (review: prefixgate catalog diff --lock; accept: prefixgate catalog approve NAME)",
+            details,
+        )
+        return
+    try:
+        locked = read_lock(path).fingerprint
+    except LockError as exc:
+        report.add("catalog lock", "FAIL", escape(str(exc)))
+        return
+    if locked != first.epoch.fingerprint:
+        report.add(
+            "catalog lock",
+            "warn",
+            f"{escape(str(path))}: the tools match, but the published fingerprint is not the lock's "
+            "(the config changed the declarations?): run prefixgate catalog lock",
+            [f"lock {locked}", f"now  {first.epoch.fingerprint}"],
+        )
+        return
+    report.add("catalog lock", "ok", f"{escape(str(path))}: the live catalog matches the lock")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

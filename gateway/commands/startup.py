@@ -13,10 +13,11 @@ from contextlib import asynccontextmanager
 import anyio
 
 from catalog.budget import DecisionError
+from catalog.lock import LockError
 from gateway.barrier import wait_for_discovery
 from gateway.config import Config, ConfigError, find_config, load_config
 from gateway.epoch import Epoch, build_epoch
-from gateway.hub import Hub
+from gateway.hub import Hub, log_pending
 
 log = logging.getLogger("prefixgate")
 
@@ -38,12 +39,15 @@ def load(path: str | None) -> Config:
 
 
 @asynccontextmanager
-async def running(config: Config, *, supervise: bool = False, persist: bool = True) -> AsyncIterator[Hub]:
+async def running(
+    config: Config, *, supervise: bool = False, persist: bool = True, use_lock: bool = True
+) -> AsyncIterator[Hub]:
     """Start every server concurrently; stop them all on exit.
 
-    ``persist=False`` (doctor) writes nothing to the state directory.
+    ``persist=False`` (doctor) writes nothing to the state directory; ``use_lock=False``
+    (``catalog lock``, ``approve``, ``diff --lock``) builds the live catalog, not the locked one.
     """
-    hub = Hub(config, persist=persist)
+    hub = Hub(config, persist=persist, use_lock=use_lock)
     async with anyio.create_task_group() as tg:
         hub.start(tg, supervise=supervise)
         try:
@@ -56,13 +60,17 @@ async def discover(config: Config, hub: Hub) -> Epoch:
     """Wait for the barrier, build and decide the first epoch, publish it.
 
     Raises Exit(1) when no declaration plan fits the client (``declarations = "fixed"``
-    over the function limit).
+    over the function limit), Exit(2) when the catalog lock cannot be read.
     """
+    try:
+        hub.load_lock()
+    except LockError as exc:
+        raise Exit(2, f"prefixgate: catalog lock: {exc}") from None
     downstreams = hub.downstreams
     started = anyio.current_time()
     await wait_for_discovery([d for d in downstreams if d.config.enabled], config.gateway.discovery_deadline)
     try:
-        epoch = build_epoch(config, downstreams, hub.checks)
+        epoch = build_epoch(config, downstreams, hub.checks, hub.lock)
     except DecisionError as exc:
         raise Exit(1, f"prefixgate: {exc}") from None
     epoch.discovery_ms = round((anyio.current_time() - started) * 1000)
@@ -88,5 +96,6 @@ async def discover(config: Config, hub: Hub) -> Epoch:
     )
     if decision.fallback is not None:
         log.warning("declarations fell back to %s (%s): %s", decision.mode, decision.fallback, decision.detail)
+    log_pending(epoch)
     await hub.first_epoch(epoch)
     return epoch
