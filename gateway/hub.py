@@ -22,6 +22,7 @@ import anyio
 from catalog.budget import DecisionError
 from catalog.diff import name_changes
 from catalog.lock import Lock, LockError
+from catalog.names import code_unit_key
 from mcp.server.session import ServerSession
 from mcp.server.subscriptions import (
     InMemorySubscriptionBus,
@@ -45,6 +46,7 @@ from gateway.router import Router
 from gateway.journal import Journal, session_key
 from gateway.session import Session
 from gateway.surface import Surface, build_surface
+from gateway.watches import Watches
 
 log = logging.getLogger("prefixgate")
 
@@ -109,6 +111,8 @@ class Hub:
         self._tasks: anyio.abc.TaskGroup | None = None
         self._log_level: str | None = None
         self._principals: dict[str, Session] = {}
+        self.watches = Watches(self.resource_owner)
+        """Resources clients watch (resources/subscribe, listen streams), counted per URI."""
         self.round_trips = RoundTrips(timeout=config.gateway.round_trip_timeout, per_owner=config.gateway.max_round_trips)
         """Calls of 2026-07-28 clients that may wait for the client's input (no back-channel)."""
 
@@ -171,6 +175,21 @@ class Hub:
     def disconnect(self, upstream: Upstream) -> None:
         if upstream in self.upstreams:
             self.upstreams.remove(upstream)
+        if upstream.subscriptions and self._tasks is not None:
+            for uri in sorted(upstream.subscriptions):  # a client that leaves stops watching
+                self._tasks.start_soon(self.watches.unwatch, uri)
+            upstream.subscriptions.clear()
+
+    def resource_owner(self, uri: str) -> Downstream | None:
+        """The owner of a URI; else the first ready server (code-unit id order) offering resources."""
+        owner = self.surface.owner_of_uri(uri)
+        if owner is None:
+            candidates = sorted(
+                (d for d in self.downstreams if d.status == "ready" and "resources" in d.capabilities),
+                key=lambda d: code_unit_key(d.id),
+            )
+            owner = candidates[0].id if candidates else None
+        return self.by_id.get(owner) if owner is not None else None
 
     def principal_session(self, principal: str) -> Session:
         """The one session of an HTTP principal, shared by all its connections and requests.

@@ -18,7 +18,6 @@ from typing import Any
 
 import anyio
 import mcp_types as types
-from catalog.names import code_unit_key
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, SERVER_INFO_META_KEY
 from mcp.server.context import CallNext, ServerRequestContext
 from mcp.server.lowlevel import NotificationOptions, Server
@@ -288,25 +287,19 @@ def build_server(hub: Hub, new_session: SessionFactory) -> tuple[Server[Any], In
         await router.current()
         uri = str(params.uri)
         upstream = await upstream_of(ctx)
-        server_id = _resource_server(hub, uri)
-        if server_id is not None and hub.by_id[server_id].modern:
-            await hub.by_id[server_id].watch_resource(uri, True)  # 2026-07-28: a listen filter
-            result = _result(ctx, {})
-        else:
-            result = await routed(ctx, server_id, f"resource {uri!r}", "resources/subscribe", raw(ctx))
-        upstream.subscriptions.add(uri)
-        return result
+        if uri not in upstream.subscriptions:
+            await hub.watches.watch(uri)
+            upstream.subscriptions.add(uri)
+        return _result(ctx, {})
 
     async def unsubscribe(ctx: ServerRequestContext[Any, Any], params: types.UnsubscribeRequestParams) -> Any:
         await router.current()
         uri = str(params.uri)
         upstream = await upstream_of(ctx)
-        upstream.subscriptions.discard(uri)
-        server_id = _resource_server(hub, uri)
-        if server_id is not None and hub.by_id[server_id].modern:
-            await hub.by_id[server_id].watch_resource(uri, False)
-            return _result(ctx, {})
-        return await routed(ctx, server_id, f"resource {uri!r}", "resources/unsubscribe", raw(ctx))
+        if uri in upstream.subscriptions:
+            upstream.subscriptions.discard(uri)
+            await hub.watches.unwatch(uri)
+        return _result(ctx, {})
 
     async def list_prompts(ctx: ServerRequestContext[Any, Any], params: Any) -> Any:
         await router.current()
@@ -357,7 +350,7 @@ def build_server(hub: Hub, new_session: SessionFactory) -> tuple[Server[Any], In
             on_get_prompt=get_prompt,
             on_completion=complete,
             on_set_logging_level=set_level,
-            on_subscriptions_listen=ListenHandler(hub.bus),
+            on_subscriptions_listen=WatchingListen(hub),
             cache_hints=CACHE_HINTS,
         )
     server.middleware.insert(0, middleware)
@@ -413,15 +406,9 @@ def _result(ctx: ServerRequestContext[Any, Any], result: dict[str, Any]) -> dict
 
 
 def _resource_server(hub: Hub, uri: str) -> str | None:
-    """The owner of a URI; else the first server (code-unit id order) offering resources."""
-    owner = hub.surface.owner_of_uri(uri)
-    if owner is not None:
-        return owner
-    candidates = sorted(
-        (d for d in hub.downstreams if d.status == "ready" and "resources" in d.capabilities),
-        key=lambda d: code_unit_key(d.id),
-    )
-    return candidates[0].id if candidates else None
+    """The server that answers for a URI (see ``Hub._resource_owner``)."""
+    owner = hub.resource_owner(uri)
+    return owner.id if owner is not None else None
 
 
 _EVERYTHING: dict[str, Any] = {
@@ -437,3 +424,41 @@ _EVERYTHING: dict[str, Any] = {
 def _everything() -> dict[str, Any]:
     return copy.deepcopy(_EVERYTHING)
 
+
+
+MAX_LISTEN_URIS = 64
+"""Resources one ``subscriptions/listen`` stream may watch."""
+
+
+class WatchingListen:
+    """``subscriptions/listen`` that also watches the stream's resources downstream.
+
+    The SDK's handler filters the gateway's own event bus; a resource update reaches that
+    bus only if the owning server reports it, so the stream's ``resourceSubscriptions``
+    are watched (counted, see gateway/watches.py) while the stream is open.
+    """
+
+    def __init__(self, hub: Hub) -> None:
+        self.hub = hub
+        self.inner = ListenHandler(hub.bus)
+
+    async def __call__(self, ctx: ServerRequestContext[Any, Any], params: types.SubscriptionsListenRequestParams) -> Any:
+        wanted = sorted(set(params.notifications.resource_subscriptions or ()))
+        if len(wanted) > MAX_LISTEN_URIS:
+            raise MCPError(
+                code=INVALID_PARAMS,
+                message=f"prefixgate: a listen stream may watch at most {MAX_LISTEN_URIS} resources ({len(wanted)} given)",
+            )
+        watched: list[str] = []
+        try:
+            for uri in wanted:
+                try:
+                    await self.hub.watches.watch(uri)
+                    watched.append(uri)
+                except MCPError as exc:  # not offered, or refused: the stream serves the rest
+                    log.info("listen stream: not watching %r: %s", uri, exc.message)
+            return await self.inner(ctx, params)
+        finally:
+            with anyio.CancelScope(shield=True):
+                for uri in watched:
+                    await self.hub.watches.unwatch(uri)

@@ -81,7 +81,7 @@ async def test_the_demo_asks_for_input_on_2026_07_28(config: Path, mode: str) ->
 @pytest.mark.parametrize("mode", ERAS)
 async def test_mutate_and_touch_reach_the_client_on_2026_07_28(config: Path, mode: str) -> None:
     """The demo announces on its listen stream; the gateway relays to either era's client.
-    (A resource update for a modern client: see the xfail below.)"""
+    (A resource update for a modern client: the next tests.)"""
     heard: list[Any] = []
 
     async def on_message(message: Any) -> None:
@@ -115,11 +115,6 @@ async def test_mutate_and_touch_reach_the_client_on_2026_07_28(config: Path, mod
         assert reached_modern(stderr), stderr.read_text()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="gateway: a 2026-07-28 client's listen filter (resourceSubscriptions) is not passed on to a "
-    "modern downstream's listen stream; only a handshake-era resources/subscribe is (server.py subscribe)",
-)
 async def test_touch_reaches_a_modern_client_on_2026_07_28(config: Path) -> None:
     with http_gateway(config, "--log-level", "info") as (url, stderr):
         async with sdk_client(url, "auto") as client:
@@ -129,6 +124,33 @@ async def test_touch_reaches_a_modern_client_on_2026_07_28(config: Path) -> None
                     async for event in events:
                         assert isinstance(event, ResourceUpdated) and event.uri == "demo://r/readme"
                         break
+        assert reached_modern(stderr), stderr.read_text()
+
+
+async def test_watchers_are_counted_so_one_leaving_does_not_silence_another(config: Path) -> None:
+    """A handshake-era client's resources/subscribe and a 2026-07-28 client's listen stream watch
+    the same resource: when the listen stream closes, the other client still gets updates."""
+    heard: list[Any] = []
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, types.ResourceUpdatedNotification):
+            heard.append(str(message.params.uri))
+
+    with http_gateway(config, "--log-level", "info") as (url, stderr):
+        async with sdk_client(url, "legacy", message_handler=on_message) as old:
+            await old.subscribe_resource("demo://r/readme")
+            async with sdk_client(url, "auto") as new:
+                async with new.listen(resource_subscriptions=["demo://r/readme"]) as events:
+                    assert text_of(await new.call_tool("r__touch", {})) == "touched"
+                    with anyio.fail_after(10):
+                        async for event in events:
+                            assert isinstance(event, ResourceUpdated)
+                            break
+            await wait_for(lambda: len(heard) >= 1)
+            assert text_of(await old.call_tool("r__touch", {})) == "touched"
+            await wait_for(lambda: len(heard) >= 2)
+            assert heard == ["demo://r/readme", "demo://r/readme"]
+            await old.unsubscribe_resource("demo://r/readme")
         assert reached_modern(stderr), stderr.read_text()
 
 

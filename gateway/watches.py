@@ -1,0 +1,96 @@
+"""Which resources clients watch, counted, so each owning server is told once.
+
+A client watches a resource with ``resources/subscribe`` (handshake era) or by naming it in a
+``subscriptions/listen`` stream's ``resourceSubscriptions`` (2026-07-28). The owning server is
+asked to report updates when the first client starts watching a URI and told to stop when the
+last one stops: a handshake-era server with ``resources/subscribe`` / ``unsubscribe``, a
+2026-07-28 server through the filter of the gateway's listen stream to it. Counting keeps one
+client's unsubscribe from silencing a resource another client still watches.
+
+Bounded: at most ``MAX_URIS`` distinct URIs watched at once (more are refused with an error),
+and each change of a URI is serialised by that URI's own lock, so a slow server delays only
+the clients watching its resources.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import anyio
+from mcp.shared.exceptions import MCPError
+from mcp_types.jsonrpc import INVALID_PARAMS, INVALID_REQUEST
+
+from gateway.downstream import Downstream, DownstreamUnavailable
+
+log = logging.getLogger("prefixgate")
+
+MAX_URIS = 4096
+"""Distinct resource URIs all clients together may watch at once."""
+STOP_TIMEOUT = 10.0
+"""Seconds telling a server to stop reporting a resource may take (it runs shielded, on cleanup)."""
+
+
+class Watches:
+    def __init__(self, owner_of: Callable[[str], Downstream | None]) -> None:
+        self._owner_of = owner_of
+        self._count: dict[str, int] = {}
+        self._locks: dict[str, anyio.Lock] = {}
+
+    def watched(self) -> dict[str, int]:
+        """URI -> how many clients (or listen streams) watch it."""
+        return dict(self._count)
+
+    async def watch(self, uri: str) -> None:
+        """One more watcher; the first one has the owning server start reporting.
+
+        Raises MCPError (nothing counted) when no server offers the resource, the server
+        refuses, or too many URIs are watched already.
+        """
+        async with self._lock(uri):
+            count = self._count.get(uri, 0)
+            if count == 0:
+                if len(self._count) >= MAX_URIS:
+                    raise MCPError(code=INVALID_REQUEST, message=f"prefixgate: more than {MAX_URIS} resources watched")
+                await self._tell(uri, True)
+            self._count[uri] = count + 1
+        self._forget_lock(uri)
+
+    async def unwatch(self, uri: str) -> None:
+        """One watcher less; the last one has the owning server stop (best effort)."""
+        async with self._lock(uri):
+            count = self._count.get(uri, 0)
+            if count > 1:
+                self._count[uri] = count - 1
+            elif count == 1:
+                del self._count[uri]
+                with anyio.move_on_after(STOP_TIMEOUT):
+                    try:
+                        await self._tell(uri, False)
+                    except (MCPError, DownstreamUnavailable) as exc:
+                        log.info("resource %r: its server was not told to stop reporting: %s", uri, exc)
+        self._forget_lock(uri)
+
+    def _lock(self, uri: str) -> anyio.Lock:
+        lock = self._locks.get(uri)
+        if lock is None:
+            lock = self._locks[uri] = anyio.Lock()
+        return lock
+
+    def _forget_lock(self, uri: str) -> None:
+        lock = self._locks.get(uri)
+        if lock is not None and uri not in self._count and not lock.locked() and not lock.statistics().tasks_waiting:
+            del self._locks[uri]
+
+    async def _tell(self, uri: str, start: bool) -> None:
+        downstream = self._owner_of(uri)
+        if downstream is None:
+            raise MCPError(code=INVALID_PARAMS, message=f"prefixgate: no server offers resource {uri!r}")
+        if downstream.modern:
+            await downstream.watch_resource(uri, start)
+            return
+        method = "resources/subscribe" if start else "resources/unsubscribe"
+        try:
+            await downstream.request(method, {"uri": uri}, timeout=downstream.config.call_timeout)
+        except DownstreamUnavailable as exc:
+            raise MCPError(code=INVALID_PARAMS, message=str(exc)) from None
