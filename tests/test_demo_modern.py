@@ -173,3 +173,23 @@ async def test_logs_during_a_call_reach_the_client_on_2026_07_28(config: Path, m
                 await wait_for(lambda: bool(logs))
                 assert (logs[0].level, logs[0].logger, logs[0].data) == ("warning", "r/demo", "disk almost full")
         assert reached_modern(stderr), stderr.read_text()
+
+
+async def test_a_listen_stream_watching_too_many_resources_is_refused(config: Path) -> None:
+    """At most 64 resources per listen stream: a stream naming more is refused (and the gateway
+    keeps serving); a stream naming a resource no server lists still serves the rest."""
+    from mcp.shared.exceptions import MCPError
+
+    too_many = [f"demo://r/items/{i}" for i in range(65)]
+    with http_gateway(config, "--log-level", "info") as (url, _stderr):
+        async with sdk_client(url, "auto") as client:
+            with pytest.raises(MCPError, match="at most 64 resources"):
+                async with client.listen(resource_subscriptions=too_many) as events:
+                    async for _ in events:
+                        break
+            async with client.listen(resource_subscriptions=["nowhere://x", "demo://r/readme"]) as events:
+                assert text_of(await client.call_tool("r__touch", {})) == "touched"
+                with anyio.fail_after(10):
+                    async for event in events:
+                        assert isinstance(event, ResourceUpdated) and event.uri == "demo://r/readme"
+                        break
