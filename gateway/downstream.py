@@ -41,6 +41,10 @@ _MAX_PAGES = 10_000
 BACKOFF_START = 1.0
 BACKOFF_MAX = 60.0
 HEALTHY_RESET = 300.0
+SPEC_ERRORS = (-32099, -32020)
+"""Error codes the 2026-07-28 spec allocates (about the request itself, not the tool)."""
+MAX_ERROR_CHARS = 500
+"""A server's error message kept in a tool's ``isError`` text (one line)."""
 MAX_WATCHED = 1024
 """Resource URIs one modern server is watched for (each is a filter entry of its listen stream)."""
 
@@ -581,8 +585,11 @@ class Downstream:
         ``answers`` (``inputResponses``, ``requestState``) retry a call the server
         answered with ``input_required`` (2026-07-28).
 
-        A JSON-RPC error from the server itself is re-raised as MCPError so the client
-        sees exactly what the server said.
+        A JSON-RPC error from the server (an offline server's ``-32603 fetch failed``)
+        becomes an ``isError`` result too: the model can act on one, while a protocol
+        error ends its turn. Only the spec's own codes (-32020..-32099: a header
+        mismatch, a client capability the request lacked, an unsupported version) stay
+        JSON-RPC errors: they are about the client's request, which a client acts on.
         """
         params: dict[str, Any] = {"name": tool}
         # A modern client's per-request log opt-in holds for this call's hop too.
@@ -611,13 +618,22 @@ class Downstream:
         except MCPError as exc:
             if exc.code == REQUEST_TIMEOUT:
                 return error_result(f"{self.config.id}: tool {tool!r} timed out after {timeout:g} s")
-            if exc.code == CONNECTION_CLOSED:
+            if exc.code == CONNECTION_CLOSED and self._connection_gone(exc):
                 return error_result(await self._closed_reason(tool))
             if exc.code in (MESSAGE_TOO_LARGE, UNPARSABLE_REPLY, PARSE_ERROR):
                 # The reply never arrived whole: refused by our transport, or (remote) by the
                 # SDK's, whose JSON parser rejects lone surrogates (``\ud800``) outright.
                 return error_result(f"{self.config.id}: tool {tool!r}: {exc.message}")
-            raise
+            if SPEC_ERRORS[0] <= exc.code <= SPEC_ERRORS[1]:
+                raise
+            return error_result(server_error(self.config.id, tool, exc.code, exc.message))
+
+    def _connection_gone(self, exc: MCPError) -> bool:
+        """Whether -32000 is the SDK's own "connection closed" rather than a server's error
+        (the code is also a common implementation-defined one, e.g. "Internal error")."""
+        if self._child is not None:
+            return self._child.stdout_closed.is_set()
+        return exc.message == "Connection closed" and exc.error.data is None
 
     async def _closed_reason(self, tool: str) -> str:
         if self._child is not None:
@@ -653,6 +669,16 @@ def _latest_only(forward: ProgressFn) -> ProgressFn:
             busy = False
 
     return wrapped
+
+
+def server_error(server: str, tool: str, code: int, message: str) -> str:
+    """A server's JSON-RPC error as one bounded, printable line naming server, tool and code."""
+    from catalog.text import escape
+
+    text = escape(" ".join(message.split()))
+    if len(text) > MAX_ERROR_CHARS:
+        text = text[: MAX_ERROR_CHARS - 1] + "…"
+    return f"Server {server!r} answered tool {tool!r} with JSON-RPC error {code}: {text or '(no message)'}"
 
 
 def error_result(message: str) -> dict[str, Any]:
