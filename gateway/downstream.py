@@ -5,7 +5,8 @@ typed layer rejects a whole page when one tool's schema is invalid; the catalog
 quarantines that one tool instead. Calls are forwarded with ``send_raw_request`` so
 ``content``, ``structuredContent``, ``isError`` and ``_meta`` reach the client untouched.
 
-Under ``serve`` a server is supervised: one that misses its start-up timeout keeps
+A server whose config references an unset ``${VAR}`` fails at once and is never
+retried. Under ``serve`` a server is supervised: one that misses its start-up timeout keeps
 connecting and joins when ready; one that exits or drops is restarted with exponential
 backoff (1 s doubling to 60 s, reset after 5 minutes healthy).
 """
@@ -151,6 +152,12 @@ class Downstream:
         timeout is stopped and reported late.
         """
         if not self.config.enabled:
+            return
+        if self.config.unset_reason is not None:
+            # Nothing changes this without a restart: failed once, never retried.
+            self._set("failed", self.config.unset_reason)
+            self.settled.set()
+            self.closed.set()
             return
         backoff = BACKOFF_START
         try:
