@@ -8,13 +8,15 @@ quarantines that one tool instead. Calls are forwarded with ``send_raw_request``
 A server whose config references an unset ``${VAR}`` fails at once and is never
 retried. Under ``serve`` a server is supervised: one that misses its start-up timeout keeps
 connecting and joins when ready; one that exits or drops is restarted with exponential
-backoff (1 s doubling to 60 s, reset after 5 minutes healthy).
+backoff (``gateway.backoff``: 1 s doubling to 60 s, reset after 5 minutes healthy). A
+remote server has no exit to see: it is checked every ``LIVENESS_INTERVAL`` (15 s).
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any, Literal, Protocol
@@ -26,7 +28,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
 from mcp_types.jsonrpc import CONNECTION_CLOSED, INVALID_REQUEST, PARSE_ERROR, REQUEST_TIMEOUT
 
-from gateway import __version__
+from gateway import __version__, backoff
 from gateway.config import ServerConfig
 from gateway.inbox import Inbox
 from gateway.modern import ENVELOPE as _ENVELOPE
@@ -39,9 +41,10 @@ ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
 log = logging.getLogger("prefixgate.downstream")
 
 _MAX_PAGES = 10_000
-BACKOFF_START = 1.0
-BACKOFF_MAX = 60.0
-HEALTHY_RESET = 300.0
+BACKOFF_START = backoff.START
+BACKOFF_MAX = backoff.LIMIT
+LIVENESS_INTERVAL = float(os.environ.get("PREFIXGATE_LIVENESS_INTERVAL") or 15.0)
+"""Seconds between liveness checks of a remote server (the environment variable exists for tests)."""
 SPEC_ERRORS = (-32099, -32020)
 """Error codes the 2026-07-28 spec allocates (about the request itself, not the tool)."""
 MAX_ERROR_CHARS = 500
@@ -122,6 +125,8 @@ class Downstream:
         self._child: ChildProcess | None = None
         self._headers: dict[str, str] = {}
         self._scope: anyio.CancelScope | None = None
+        self._ready_at: float | None = None
+        """When the current connection became ready: how long it stayed healthy decides the backoff."""
         self._stopping = False
         self._log = logging.getLogger(f"prefixgate.server.{config.id}")
         self._inbox: Inbox | None = None
@@ -159,24 +164,23 @@ class Downstream:
             self.settled.set()
             self.closed.set()
             return
-        backoff = BACKOFF_START
+        policy = backoff.Backoff()
         try:
             with anyio.CancelScope() as scope:
                 self._scope = scope
                 while True:
-                    started = anyio.current_time()
+                    self._ready_at = None
                     await self._attempt(supervise)
                     if not supervise or self._stopping:
                         return
-                    if self.startup_ms is not None and anyio.current_time() - started >= HEALTHY_RESET:
-                        backoff = BACKOFF_START
-                    self.retry_at = anyio.current_time() + backoff
+                    healthy = None if self._ready_at is None else anyio.current_time() - self._ready_at
+                    wait = policy.delay(healthy)
+                    self.retry_at = anyio.current_time() + wait
                     if self.status in ("exited", "ready"):
                         self.status = "restarting"  # it was serving: say so; a start-up failure stays "failed"
-                    self._log.warning("[%s] retrying in %g s (%s)", self.id, backoff, self.error or self.status)
+                    self._log.warning("[%s] retrying in %g s (%s)", self.id, wait, self.error or self.status)
                     await self.events.server_down(self)
-                    await anyio.sleep(backoff)
-                    backoff = min(backoff * 2, BACKOFF_MAX)
+                    await anyio.sleep(wait)
                     self.restarts += 1
                     self.retry_at = None
         finally:
@@ -209,6 +213,7 @@ class Downstream:
                     async with AsyncExitStack() as stack:
                         await self._connect(stack)
                         self.startup_ms = round((anyio.current_time() - started) * 1000)
+                        self._ready_at = anyio.current_time()
                         ready.set()
                         if self.modern and self._session is not None:
                             tg.start_soon(self._listen, self._session)
@@ -229,6 +234,10 @@ class Downstream:
                         self._set("failed", await self._startup_error(leaf))
                     elif isinstance(leaf, CommandNotFound):
                         self._set("failed", str(leaf))
+                    elif ready.is_set() and self._child is None:
+                        # A remote connection that was serving: its HTTP client failed (the
+                        # server went away), which is a lost connection, not a failed start.
+                        self._set("exited", f"connection lost: {_short(leaf)}")
                     else:
                         self._set("failed", _short(leaf) + self._stderr_hint())
                 finally:
@@ -434,12 +443,15 @@ class Downstream:
             return
         # Remote: the transport gives no close signal of its own; a failing ping is one.
         while True:
-            await anyio.sleep(15)
+            await anyio.sleep(LIVENESS_INTERVAL)
             try:
                 # ping does not exist in 2026-07-28; server/discover is always answered.
                 await self.request("server/discover" if self.modern else "ping", None, timeout=10)
             except (MCPError, DownstreamUnavailable) as exc:
                 self.error = f"connection lost: {exc}"
+                return
+            except Exception as exc:  # noqa: BLE001 - the HTTP client's own (ConnectError...): the same loss
+                self.error = f"connection lost: {_short(_leaf(exc))}"
                 return
 
     def _exit_reason(self) -> str:
