@@ -11,7 +11,7 @@ import pytest
 from catalog.budget import ClientPolicy
 from gateway.config import ConfigError, find_config, load_config, parse_config
 from gateway.epoch import client_policy
-from tests.conftest import run_cli
+from tests.helpers import run_cli
 
 BASE = {"servers": {"git": {"command": "mcp-server-git"}}}
 

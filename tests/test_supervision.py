@@ -13,7 +13,7 @@ import anyio
 import pytest
 
 from gateway.backoff import Backoff
-from tests.conftest import GATEWAY, PYTHON, demo, gateway, write_config
+from tests.helpers import GATEWAY, PYTHON, demo, gateway, write_config
 
 pytestmark = pytest.mark.anyio
 

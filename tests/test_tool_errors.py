@@ -6,19 +6,14 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from tests.conftest import ERAS, sdk_client, write_config
+from tests.helpers import ERAS, sdk_client, text, write_config
 
 pytestmark = pytest.mark.anyio
-
-
-def text(result: Any) -> str:
-    return "".join(block.text for block in result.content if block.type == "text")
 
 
 @pytest.mark.parametrize("mode", ERAS)

@@ -11,7 +11,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tests.conftest import catalog_json, demo, gateway, run_cli, write_config
+from tests.helpers import catalog_json, demo, gateway, run_cli, write_config
 
 pytestmark = pytest.mark.anyio
 
