@@ -4,6 +4,11 @@ A bad config must stop the gateway before anything starts, with one line naming 
 path that is wrong; so every key is checked against a table of known keys and types, and
 nothing is ever guessed. Values that may hold secrets (``env``, ``headers``) are never
 echoed in error messages.
+
+An unset ``${VAR}`` in one server's table is that server's problem, not the config's: the
+server is recorded with the variable (``ServerConfig.unset``) and fails alone at start-up,
+as a missing command does (``import`` writes such references). A reference that is wrong
+in itself (``${1X}``) and an unset variable in ``[gateway]`` still stop everything.
 """
 
 from __future__ import annotations
@@ -62,6 +67,23 @@ class ServerConfig:
     deferred: bool = False
     protocol: str = "auto"
     """"auto": ``server/discover`` (2026-07-28) first, else the handshake; "legacy": the handshake only."""
+    variables: tuple[str, ...] = ()
+    """Every ``${VAR}`` this (enabled) server's table references: what the environment must carry."""
+    unset: tuple[tuple[str, str], ...] = ()
+    """``(variable, key path)`` for each reference the environment did not set: the server cannot start."""
+
+    @property
+    def unset_reason(self) -> str | None:
+        """Why the server cannot start (names and keys, never a value), or None."""
+        if not self.unset:
+            return None
+        names = sorted({name for name, _ in self.unset})
+        where = ", ".join(f"${{{name}}} in {key}" for name, key in self.unset)
+        plural = "s" if len(names) > 1 else ""
+        return (
+            f"environment variable{plural} {', '.join(names)} not set ({where}); "
+            "set it in the environment that starts prefixgate and restart it"
+        )
 
 
 @dataclass(frozen=True)
@@ -299,10 +321,20 @@ def _fields(path: str, table: Mapping[str, Any], checks: Mapping[str, Check]) ->
     return out
 
 
-def expand(path: str, text: str, env: Mapping[str, str]) -> str:
-    """Replace ``${NAME}`` with the environment's value; an unset name is an error.
+class References:
+    """What a server's expansions referenced, and which of those the environment lacked."""
 
-    ``$${`` escapes a literal ``${``. The error names the variable, never a value.
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+        self.unset: list[tuple[str, str]] = []
+
+
+def expand(path: str, text: str, env: Mapping[str, str], refs: References | None = None) -> str:
+    """Replace ``${NAME}`` with the environment's value.
+
+    ``$${`` escapes a literal ``${``. An invalid reference is always an error; an unset
+    name is one too, unless ``refs`` collects it (then it expands to ""). Errors name the
+    variable, never a value.
     """
     parts = text.split("$${")
 
@@ -310,8 +342,13 @@ def expand(path: str, text: str, env: Mapping[str, str]) -> str:
         name = match.group(1)
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
             raise ConfigError(path, f"invalid variable reference ${{{name}}}")
+        if refs is not None:
+            refs.names.add(name)
         if name not in env:
-            raise ConfigError(path, f"environment variable {name} is not set")
+            if refs is None:
+                raise ConfigError(path, f"environment variable {name} is not set")
+            refs.unset.append((name, path))
+            return ""
         return env[name]
 
     return "${".join(_VAR.sub(sub, part) for part in parts)
@@ -491,22 +528,38 @@ def _server(
     if not common["enabled"]:
         # A disabled server is validated for shape but never expanded: its variables may be unset.
         return ServerConfig(transport="stdio" if "command" in s else s.get("transport", "http"), **common)
+    refs = References()
     if "command" in s:
+        command = expand(f"{where}.command", s["command"], env, refs)
+        args = tuple(expand(f"{where}.args[{i}]", a, env, refs) for i, a in enumerate(s.get("args", ())))
+        child_env = {k: expand(f"{where}.env.{k}", v, env, refs) for k, v in sorted(s.get("env", {}).items())}
+        cwd = expand(f"{where}.cwd", s["cwd"], env, refs) if "cwd" in s else None
         return ServerConfig(
             transport="stdio",
-            command=expand(f"{where}.command", s["command"], env),
-            args=tuple(expand(f"{where}.args[{i}]", a, env) for i, a in enumerate(s.get("args", ()))),
-            env={k: expand(f"{where}.env.{k}", v, env) for k, v in sorted(s.get("env", {}).items())},
-            cwd=str(Path(expand(f"{where}.cwd", s["cwd"], env)).expanduser()) if "cwd" in s else None,
+            command=command,
+            args=args,
+            env=child_env,
+            cwd=str(Path(cwd).expanduser()) if cwd is not None else None,
+            variables=tuple(sorted(refs.names)),
+            unset=tuple(refs.unset),
             **common,
         )
-    url = expand(f"{where}.url", s["url"], env)
-    if not re.match(r"^https?://", url):
-        raise ConfigError(f"{where}.url", "expected an http:// or https:// URL")
-    headers = {k: expand(f"{where}.headers.{k}", v, env) for k, v in sorted(s.get("headers", {}).items())}
-    for name, value in headers.items():
-        header_problem(f"{where}.headers", name, value)
-    return ServerConfig(transport=s.get("transport", "http"), url=url, headers=headers, **common)
+    url = expand(f"{where}.url", s["url"], env, refs)
+    headers = {k: expand(f"{where}.headers.{k}", v, env, refs) for k, v in sorted(s.get("headers", {}).items())}
+    # With a variable unset the values are incomplete: checked once it is set (the server fails meanwhile).
+    if not refs.unset:
+        if not re.match(r"^https?://", url):
+            raise ConfigError(f"{where}.url", "expected an http:// or https:// URL")
+        for name, value in headers.items():
+            header_problem(f"{where}.headers", name, value)
+    return ServerConfig(
+        transport=s.get("transport", "http"),
+        url=url,
+        headers=headers,
+        variables=tuple(sorted(refs.names)),
+        unset=tuple(refs.unset),
+        **common,
+    )
 
 
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")

@@ -5,15 +5,18 @@ typed layer rejects a whole page when one tool's schema is invalid; the catalog
 quarantines that one tool instead. Calls are forwarded with ``send_raw_request`` so
 ``content``, ``structuredContent``, ``isError`` and ``_meta`` reach the client untouched.
 
-Under ``serve`` a server is supervised: one that misses its start-up timeout keeps
+A server whose config references an unset ``${VAR}`` fails at once and is never
+retried. Under ``serve`` a server is supervised: one that misses its start-up timeout keeps
 connecting and joins when ready; one that exits or drops is restarted with exponential
-backoff (1 s doubling to 60 s, reset after 5 minutes healthy).
+backoff (``gateway.backoff``: 1 s doubling to 60 s, reset after 5 minutes healthy). A
+remote server has no exit to see: it is checked every ``LIVENESS_INTERVAL`` (15 s).
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any, Literal, Protocol
@@ -25,7 +28,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
 from mcp_types.jsonrpc import CONNECTION_CLOSED, INVALID_REQUEST, PARSE_ERROR, REQUEST_TIMEOUT
 
-from gateway import __version__
+from gateway import __version__, backoff
 from gateway.config import ServerConfig
 from gateway.inbox import Inbox
 from gateway.modern import ENVELOPE as _ENVELOPE
@@ -38,9 +41,14 @@ ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
 log = logging.getLogger("prefixgate.downstream")
 
 _MAX_PAGES = 10_000
-BACKOFF_START = 1.0
-BACKOFF_MAX = 60.0
-HEALTHY_RESET = 300.0
+BACKOFF_START = backoff.START
+BACKOFF_MAX = backoff.LIMIT
+LIVENESS_INTERVAL = float(os.environ.get("PREFIXGATE_LIVENESS_INTERVAL") or 15.0)
+"""Seconds between liveness checks of a remote server (the environment variable exists for tests)."""
+SPEC_ERRORS = (-32099, -32020)
+"""Error codes the 2026-07-28 spec allocates (about the request itself, not the tool)."""
+MAX_ERROR_CHARS = 500
+"""A server's error message kept in a tool's ``isError`` text (one line)."""
 MAX_WATCHED = 1024
 """Resource URIs one modern server is watched for (each is a filter entry of its listen stream)."""
 
@@ -117,6 +125,8 @@ class Downstream:
         self._child: ChildProcess | None = None
         self._headers: dict[str, str] = {}
         self._scope: anyio.CancelScope | None = None
+        self._ready_at: float | None = None
+        """When the current connection became ready: how long it stayed healthy decides the backoff."""
         self._stopping = False
         self._log = logging.getLogger(f"prefixgate.server.{config.id}")
         self._inbox: Inbox | None = None
@@ -148,24 +158,29 @@ class Downstream:
         """
         if not self.config.enabled:
             return
-        backoff = BACKOFF_START
+        if self.config.unset_reason is not None:
+            # Nothing changes this without a restart: failed once, never retried.
+            self._set("failed", self.config.unset_reason)
+            self.settled.set()
+            self.closed.set()
+            return
+        policy = backoff.Backoff()
         try:
             with anyio.CancelScope() as scope:
                 self._scope = scope
                 while True:
-                    started = anyio.current_time()
+                    self._ready_at = None
                     await self._attempt(supervise)
                     if not supervise or self._stopping:
                         return
-                    if self.startup_ms is not None and anyio.current_time() - started >= HEALTHY_RESET:
-                        backoff = BACKOFF_START
-                    self.retry_at = anyio.current_time() + backoff
+                    healthy = None if self._ready_at is None else anyio.current_time() - self._ready_at
+                    wait = policy.delay(healthy)
+                    self.retry_at = anyio.current_time() + wait
                     if self.status in ("exited", "ready"):
                         self.status = "restarting"  # it was serving: say so; a start-up failure stays "failed"
-                    self._log.warning("[%s] retrying in %g s (%s)", self.id, backoff, self.error or self.status)
+                    self._log.warning("[%s] retrying in %g s (%s)", self.id, wait, self.error or self.status)
                     await self.events.server_down(self)
-                    await anyio.sleep(backoff)
-                    backoff = min(backoff * 2, BACKOFF_MAX)
+                    await anyio.sleep(wait)
                     self.restarts += 1
                     self.retry_at = None
         finally:
@@ -198,6 +213,7 @@ class Downstream:
                     async with AsyncExitStack() as stack:
                         await self._connect(stack)
                         self.startup_ms = round((anyio.current_time() - started) * 1000)
+                        self._ready_at = anyio.current_time()
                         ready.set()
                         if self.modern and self._session is not None:
                             tg.start_soon(self._listen, self._session)
@@ -218,6 +234,10 @@ class Downstream:
                         self._set("failed", await self._startup_error(leaf))
                     elif isinstance(leaf, CommandNotFound):
                         self._set("failed", str(leaf))
+                    elif ready.is_set() and self._child is None:
+                        # A remote connection that was serving: its HTTP client failed (the
+                        # server went away), which is a lost connection, not a failed start.
+                        self._set("exited", f"connection lost: {_short(leaf)}")
                     else:
                         self._set("failed", _short(leaf) + self._stderr_hint())
                 finally:
@@ -423,12 +443,15 @@ class Downstream:
             return
         # Remote: the transport gives no close signal of its own; a failing ping is one.
         while True:
-            await anyio.sleep(15)
+            await anyio.sleep(LIVENESS_INTERVAL)
             try:
                 # ping does not exist in 2026-07-28; server/discover is always answered.
                 await self.request("server/discover" if self.modern else "ping", None, timeout=10)
             except (MCPError, DownstreamUnavailable) as exc:
                 self.error = f"connection lost: {exc}"
+                return
+            except Exception as exc:  # noqa: BLE001 - the HTTP client's own (ConnectError...): the same loss
+                self.error = f"connection lost: {_short(_leaf(exc))}"
                 return
 
     def _exit_reason(self) -> str:
@@ -585,8 +608,11 @@ class Downstream:
         ``answers`` (``inputResponses``, ``requestState``) retry a call the server
         answered with ``input_required`` (2026-07-28).
 
-        A JSON-RPC error from the server itself is re-raised as MCPError so the client
-        sees exactly what the server said.
+        A JSON-RPC error from the server (an offline server's ``-32603 fetch failed``)
+        becomes an ``isError`` result too: the model can act on one, while a protocol
+        error ends its turn. Only the spec's own codes (-32020..-32099: a header
+        mismatch, a client capability the request lacked, an unsupported version) stay
+        JSON-RPC errors: they are about the client's request, which a client acts on.
         """
         params: dict[str, Any] = {"name": tool}
         # A modern client's per-request log opt-in holds for this call's hop too.
@@ -618,13 +644,22 @@ class Downstream:
         except MCPError as exc:
             if exc.code == REQUEST_TIMEOUT:
                 return error_result(f"{self.config.id}: tool {tool!r} timed out after {timeout:g} s")
-            if exc.code == CONNECTION_CLOSED:
+            if exc.code == CONNECTION_CLOSED and self._connection_gone(exc):
                 return error_result(await self._closed_reason(tool))
             if exc.code in (MESSAGE_TOO_LARGE, UNPARSABLE_REPLY, PARSE_ERROR):
                 # The reply never arrived whole: refused by our transport, or (remote) by the
                 # SDK's, whose JSON parser rejects lone surrogates (``\ud800``) outright.
                 return error_result(f"{self.config.id}: tool {tool!r}: {exc.message}")
-            raise
+            if SPEC_ERRORS[0] <= exc.code <= SPEC_ERRORS[1]:
+                raise
+            return error_result(server_error(self.config.id, tool, exc.code, exc.message))
+
+    def _connection_gone(self, exc: MCPError) -> bool:
+        """Whether -32000 is the SDK's own "connection closed" rather than a server's error
+        (the code is also a common implementation-defined one, e.g. "Internal error")."""
+        if self._child is not None:
+            return self._child.stdout_closed.is_set()
+        return exc.message == "Connection closed" and exc.error.data is None
 
     async def _closed_reason(self, tool: str) -> str:
         if self._child is not None:
@@ -660,6 +695,16 @@ def _latest_only(forward: ProgressFn) -> ProgressFn:
             busy = False
 
     return wrapped
+
+
+def server_error(server: str, tool: str, code: int, message: str) -> str:
+    """A server's JSON-RPC error as one bounded, printable line naming server, tool and code."""
+    from catalog.text import escape
+
+    text = escape(" ".join(message.split()))
+    if len(text) > MAX_ERROR_CHARS:
+        text = text[: MAX_ERROR_CHARS - 1] + "…"
+    return f"Server {server!r} answered tool {tool!r} with JSON-RPC error {code}: {text or '(no message)'}"
 
 
 def error_result(message: str) -> dict[str, Any]:

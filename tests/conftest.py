@@ -1,20 +1,12 @@
-"""Shared fixtures: real gateway processes, real demo servers, the real mcp SDK client."""
+"""Pytest fixtures and hooks only; shared helpers live in tests/helpers.py."""
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
-from collections.abc import AsyncIterator, Iterator, Mapping
-from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
-from mcp import ClientSession, StdioServerParameters, stdio_client
-from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
 
 # Hypothesis derandomises itself when it sees CI=true, so CI would only ever replay the same
 # examples. This profile keeps it exploring there, with the failing example's blob printed
@@ -29,18 +21,6 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile("explore")
-
-PYTHON = sys.executable
-GATEWAY = [PYTHON, "-m", "gateway"]
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
-}
-"""A handshake-era initialize request, for raw HTTP tests."""
-ACCEPT = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
-"""The headers a streamable HTTP POST needs."""
 
 
 @pytest.fixture
@@ -59,191 +39,3 @@ def npm_packages(tmp_path_factory: pytest.TempPathFactory) -> Path:
     directory = Path(cache) if cache else tmp_path_factory.mktemp("npm-packages")
     runner.ensure_installed(directory)
     return directory
-
-
-def toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)
-    if isinstance(value, list):
-        return "[" + ", ".join(toml_value(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{json.dumps(k)} = {toml_value(v)}" for k, v in value.items()) + "}"
-    raise TypeError(type(value))
-
-
-def demo(*args: str | int | float) -> dict[str, Any]:
-    """A stdio server table running the bundled demo server."""
-    return {"command": PYTHON, "args": ["-m", "gateway", "demo-server", *map(str, args)]}
-
-
-def write_config(
-    directory: Path,
-    servers: Mapping[str, Mapping[str, Any]],
-    **tables: Mapping[str, Any],
-) -> Path:
-    """Write a prefixgate TOML config; ``state_dir`` defaults to a private temp dir."""
-    gateway = {"state_dir": str(directory / "state"), **tables.pop("gateway", {})}
-    lines: list[str] = []
-    for name, table in {"gateway": gateway, **tables}.items():
-        lines.append(f"[{name}]")
-        lines += [f"{k} = {toml_value(v)}" for k, v in table.items()]
-    for server_id, table in servers.items():
-        lines.append(f"[servers.{json.dumps(server_id)}]")
-        lines += [f"{k} = {toml_value(v)}" for k, v in table.items()]
-    path = directory / "prefixgate.toml"
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return path
-
-
-def run_cli(*args: str, env: Mapping[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*GATEWAY, *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, **(env or {})},
-    )
-
-
-def catalog_json(config: Path) -> dict[str, Any]:
-    proc = run_cli("catalog", "--config", str(config), "--json", "--log-level", "warning")
-    assert proc.returncode in (0, 1), proc.stderr
-    assert proc.stdout.strip(), f"catalog --json printed nothing (exit {proc.returncode}): {proc.stderr}"
-    report: dict[str, Any] = json.loads(proc.stdout)
-    return report
-
-
-class Gateway:
-    """A running ``prefixgate serve`` and an initialised SDK client session to it."""
-
-    def __init__(self, session: ClientSession, dispatcher: JSONRPCDispatcher[Any], stderr: Path) -> None:
-        self.session = session
-        self.dispatcher = dispatcher
-        self.stderr_path = stderr
-
-    async def raw(self, method: str, params: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        """A request below the SDK's typed layer: exactly the JSON the gateway sent."""
-        return await self.dispatcher.send_raw_request(method, params, {})
-
-    def stderr(self) -> str:
-        return self.stderr_path.read_text(encoding="utf-8", errors="replace")
-
-    async def saw(self, *texts: str, timeout: float = 10) -> bool:
-        """Whether every text appears on the gateway's stderr within ``timeout`` seconds
-        (log lines are written by a thread, a moment after what they report)."""
-        import anyio
-
-        with anyio.move_on_after(timeout):
-            while not all(t in self.stderr() for t in texts):
-                await anyio.sleep(0.02)
-            return True
-        return False
-
-
-@asynccontextmanager
-async def gateway(
-    config: Path,
-    *extra: str,
-    env: Mapping[str, str] | None = None,
-    log_level: str = "info",
-    client: Mapping[str, Any] | None = None,
-) -> AsyncIterator[Gateway]:
-    """``prefixgate serve`` over stdio; ``client`` passes callbacks to the SDK ClientSession."""
-    stderr_path = config.parent / f"gateway-stderr-{os.urandom(4).hex()}.log"
-    params = StdioServerParameters(
-        command=PYTHON,
-        args=["-m", "gateway", "serve", "--config", str(config), "--log-level", log_level, *extra],
-        env={k: v for k, v in {**os.environ, **(env or {})}.items()},
-        encoding_error_handler="replace",
-    )
-    with stderr_path.open("w", encoding="utf-8") as errlog:
-        async with stdio_client(params, errlog=errlog) as (read, write):
-            dispatcher: JSONRPCDispatcher[Any] = JSONRPCDispatcher(read, write)
-            async with ClientSession(dispatcher=dispatcher, **dict(client or {})) as session:
-                await session.initialize()
-                yield Gateway(session, dispatcher, stderr_path)
-
-
-@contextmanager
-def http_gateway(
-    config: Path, *extra: str, env: Mapping[str, str] | None = None, listen: str = "127.0.0.1:0"
-) -> Iterator[tuple[str, Path]]:
-    """``prefixgate serve --http LISTEN`` (default ``127.0.0.1:0``): yields its URL and its stderr log."""
-    stderr_path = config.parent / f"http-gateway-{os.urandom(4).hex()}.log"
-    with stderr_path.open("w") as errlog:
-        proc = subprocess.Popen(
-            [*GATEWAY, "serve", "--config", str(config), "--http", listen, *extra],
-            stdout=subprocess.PIPE,
-            stderr=errlog,
-            text=True,
-            env={**os.environ, **(env or {})},
-        )
-        try:
-            assert proc.stdout is not None
-            url = proc.stdout.readline().strip()
-            assert url.startswith("http://"), (url, stderr_path.read_text())
-            yield url, stderr_path
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-
-
-@asynccontextmanager
-async def http_client(url: str, token: str | None = None) -> AsyncIterator[Gateway]:
-    """The SDK's streamable HTTP client, initialised, as a Gateway handle (no stderr)."""
-    from mcp.client.streamable_http import streamable_http_client
-    from mcp.shared._httpx_utils import create_mcp_http_client
-
-    headers = {"Authorization": f"Bearer {token}"} if token else None
-    async with create_mcp_http_client(headers=headers) as http:
-        async with streamable_http_client(url, http_client=http) as (read, write):
-            dispatcher: JSONRPCDispatcher[Any] = JSONRPCDispatcher(read, write)
-            async with ClientSession(dispatcher=dispatcher) as session:
-                await session.initialize()
-                yield Gateway(session, dispatcher, Path(os.devnull))
-
-
-ERAS = ("legacy", "auto")
-"""The real SDK client's two ways in: the 2025-11-25 handshake and the 2026-07-28 stateless protocol."""
-
-
-@asynccontextmanager
-async def sdk_client(
-    target: Path | str,
-    mode: str,
-    *extra: str,
-    env: Mapping[str, str] | None = None,
-    log_level: str = "info",
-    headers: Mapping[str, str] | None = None,
-    **options: Any,
-) -> AsyncIterator[Any]:
-    """The SDK's high-level ``Client`` in ``mode`` ("legacy" or "auto").
-
-    ``target`` is a config path (``prefixgate serve`` over stdio, stderr discarded) or an
-    HTTP URL of a running ``serve --http``; ``options`` go to ``Client`` (callbacks etc.).
-    """
-    from mcp import Client
-
-    if isinstance(target, Path):
-        params = StdioServerParameters(
-            command=PYTHON,
-            args=["-m", "gateway", "serve", "--config", str(target), "--log-level", log_level, *extra],
-            env={**os.environ, **(env or {})},
-            encoding_error_handler="replace",
-        )
-        async with Client(params, mode=mode, **options) as client:  # type: ignore[arg-type]
-            yield client
-        return
-    from mcp.client.streamable_http import streamable_http_client
-    from mcp.shared._httpx_utils import create_mcp_http_client
-
-    async with create_mcp_http_client(headers=dict(headers or {})) as http:
-        async with Client(streamable_http_client(target, http_client=http), mode=mode, **options) as client:  # type: ignore[arg-type]
-            yield client

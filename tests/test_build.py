@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from catalog.build import build, fingerprint
 from catalog.model import Catalog, ServerTools
 from catalog.names import PROFILES
+from tests.helpers import shuffled, wire
 
 OPENAI = PROFILES["openai"]
 META = frozenset({"tool_search", "tool_call", "artifact_read"})
@@ -33,25 +34,9 @@ def server(id_: str, *tools: Any, prefix: str | None = None, **kw: Any) -> Serve
     return ServerTools(id=id_, prefix=id_ if prefix is None else prefix, tools=tuple(tools), **kw)
 
 
-def shuffled(value: Any, rnd: random.Random) -> Any:
-    """Same JSON value with object keys in random order at every depth."""
-    if isinstance(value, dict):
-        keys = list(value)
-        rnd.shuffle(keys)
-        return {k: shuffled(value[k], rnd) for k in keys}
-    if isinstance(value, list):
-        return [shuffled(v, rnd) for v in value]
-    return value
-
-
-def wire(catalog: Catalog) -> str:
-    """What would be published, byte for byte, in insertion order."""
-    return json.dumps([e.declaration for e in catalog.entries], ensure_ascii=False)
-
-
 def snapshot(catalog: Catalog) -> tuple[Any, ...]:
     return (
-        wire(catalog),
+        wire([e.declaration for e in catalog.entries]),
         catalog.fingerprint,
         catalog.warnings,
         [(e.name, e.server, e.original, e.deferred) for e in catalog.entries],
@@ -89,7 +74,7 @@ def test_shuffled_keys_and_required_give_the_same_fingerprint() -> None:
     b["inputSchema"]["required"] = ["q", "n", "q"]
     first = build([server("s", a)], OPENAI)
     second = build([server("s", b)], OPENAI)
-    assert wire(first) == wire(second)
+    assert wire([e.declaration for e in first.entries]) == wire([e.declaration for e in second.entries])
     assert first.fingerprint == second.fingerprint
     # A real change does change it.
     c = dict(a, description="changed")

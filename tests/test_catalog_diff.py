@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from catalog.diff import ABSENT, Change, diff, json_changes, name_changes, render
 from gateway.commands import diff as diff_cmd
-from tests.conftest import PYTHON, demo, write_config
+from tests.helpers import PYTHON, demo, write_config
 
 Report = dict[str, Any]
 

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import demo, run_cli, write_config
+from tests.helpers import demo, run_cli, write_config
 
 
 def catalog(config: Path) -> tuple[str, str, dict[str, Any]]:

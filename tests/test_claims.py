@@ -14,7 +14,7 @@ import anyio
 import mcp_types as types
 import pytest
 
-from tests.conftest import ERAS, demo, run_cli, sdk_client, write_config
+from tests.helpers import ERAS, demo, keys_sorted_everywhere, run_cli, sdk_client, text, wait_for, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -25,19 +25,8 @@ def mutating(state: Path) -> dict[str, Any]:
     return {"command": sys.executable, "args": ["-m", "tests.mutating_server", str(state)], "cwd": str(Path.cwd())}
 
 
-def text(result: Any) -> str:
-    return "".join(block.text for block in result.content if block.type == "text")
-
-
 async def names(client: Any) -> set[str]:
     return {t.name for t in (await client.list_tools()).tools}
-
-
-async def until(predicate: Any, timeout: float = 20) -> None:
-    """Poll until ``predicate()`` holds: the positive marker a change has been seen."""
-    with anyio.fail_after(timeout):
-        while not await predicate():
-            await anyio.sleep(0.05)
 
 
 @pytest.mark.parametrize("mode", ERAS)
@@ -100,7 +89,7 @@ async def test_a_tool_removed_by_a_catalog_change_is_no_longer_available(tmp_pat
         async def beta_gone() -> bool:
             return "m__beta" not in await names(client)
 
-        await until(beta_gone)
+        await wait_for(beta_gone)
         gone = await client.call_tool("m__beta", {})
         assert gone.is_error
         assert text(gone) == "Tool 'm__beta' is no longer available: the catalog changed and it was removed."
@@ -149,7 +138,7 @@ async def test_artifacts_command_lists_reads_and_collects(tmp_path: Path) -> Non
 def subprocess_bytes(*args: str) -> bytes:
     import subprocess
 
-    from tests.conftest import GATEWAY
+    from tests.helpers import GATEWAY
 
     proc = subprocess.run([*GATEWAY, *args], capture_output=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
@@ -221,7 +210,7 @@ async def test_initialize_waits_for_the_barrier_at_most_ten_seconds(tmp_path: Pa
     """A server still starting does not hold the client's handshake: after INITIALIZE_WAIT the
     gateway answers, advertising every capability it might come to offer, while the server has
     not joined yet (its ready line is not in the log). (2026-07-28 has no handshake to hold.)"""
-    from tests.conftest import gateway
+    from tests.helpers import gateway
 
     config = write_config(tmp_path, {"slow": demo("--startup-delay", 60)}, gateway={"discovery_deadline": 120})
     with anyio.fail_after(40):
@@ -237,7 +226,7 @@ async def test_a_request_outside_any_call_goes_to_the_most_recent_client(tmp_pat
     no call in flight is answered by the client that connected last, whoever made the call."""
     from contextlib import AsyncExitStack
 
-    from tests.conftest import http_gateway
+    from tests.helpers import http_gateway
 
     out = tmp_path / "roots.txt"
     # A request of the server's own outside any call exists only in the handshake era.
@@ -271,7 +260,7 @@ async def test_a_request_outside_any_call_goes_to_the_most_recent_client(tmp_pat
 async def test_capabilities_are_the_union_of_the_servers_on_stdio_and_http(
     tmp_path: Path, mode: str, rich: bool
 ) -> None:
-    from tests.conftest import http_gateway
+    from tests.helpers import http_gateway
 
     # The demo is reached on 2026-07-28 (the default): it offers list changes and resource
     # subscriptions there through its subscriptions/listen stream.
@@ -293,19 +282,11 @@ async def test_capabilities_are_the_union_of_the_servers_on_stdio_and_http(
     assert over_http == expected
 
 
-def keys_sorted_everywhere(value: Any) -> bool:
-    if isinstance(value, dict):
-        return list(value) == sorted(value) and all(keys_sorted_everywhere(v) for v in value.values())
-    if isinstance(value, list):
-        return all(keys_sorted_everywhere(v) for v in value)
-    return True
-
-
 @pytest.mark.parametrize("mode", ERAS)
 async def test_tools_list_sends_canonical_bytes_on_both_eras(tmp_path: Path, mode: str) -> None:
     """Keys sorted at every depth of every tool as received, schema roots included (the SDK's
     models would put a root's properties, required and type first), and equal to catalog --json."""
-    from tests.conftest import catalog_json
+    from tests.helpers import catalog_json
 
     config = write_config(tmp_path, {"d": demo("--rich")})
     async with sdk_client(config, mode) as client:

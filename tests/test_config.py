@@ -11,7 +11,7 @@ import pytest
 from catalog.budget import ClientPolicy
 from gateway.config import ConfigError, find_config, load_config, parse_config
 from gateway.epoch import client_policy
-from tests.conftest import run_cli
+from tests.helpers import run_cli
 
 BASE = {"servers": {"git": {"command": "mcp-server-git"}}}
 
@@ -96,8 +96,29 @@ def test_variable_expansion_and_unset_variable() -> None:
     assert git.command == "/opt/git" and git.args == ("--repo", "/home/u/r", "${literal}")
     assert git.env == {"K": "s3cret"}
 
-    text = error(data, {"HOST": "h", "BIN": "/opt", "HOME": "/h"})
-    assert text == "servers.gh.headers.Authorization: environment variable TOKEN is not set"
+    # An unset variable is that server's problem (it fails alone at start-up), not the config's.
+    gh, git = parse(data, {"HOST": "h", "BIN": "/opt", "HOME": "/h"}).servers
+    assert gh.unset == (("TOKEN", "servers.gh.headers.Authorization"),) and gh.variables == ("HOST", "TOKEN")
+    assert git.unset == (("TOKEN", "servers.git.env.K"),) and git.variables == ("BIN", "HOME", "TOKEN")
+    assert gh.unset_reason is not None and "TOKEN" in gh.unset_reason and "servers.gh.headers.Authorization" in (
+        gh.unset_reason
+    )
+
+
+def test_unset_variables_fail_the_server_but_a_wrong_reference_stops_the_config() -> None:
+    # Unset in a URL: the scheme check waits until it is set (the server fails meanwhile).
+    (gh,) = parse({"servers": {"gh": {"url": "${BASE}/mcp"}}}).servers
+    assert gh.unset == (("BASE", "servers.gh.url"),)
+    # Invalid in itself, even after an unset one in the same value: exit 2.
+    assert error({"servers": {"a": {"command": "x", "args": ["${UNSET}${1X}"]}}}) == (
+        "servers.a.args[0]: invalid variable reference ${1X}"
+    )
+    assert error({**BASE, "gateway": {"state_dir": "${PG_UNSET_STATE}/s"}}) == (
+        "gateway.state_dir: environment variable PG_UNSET_STATE is not set"
+    )
+    # Set variables expand as before and leave nothing unset.
+    (git,) = parse({"servers": {"git": {"command": "x", "env": {"T": "${TOKEN}"}}}}, {"TOKEN": "v"}).servers
+    assert git.env == {"T": "v"} and git.unset == () and git.unset_reason is None
 
 
 def test_secrets_never_appear_in_errors() -> None:
@@ -140,8 +161,9 @@ def test_example_config_is_valid_and_runs_on_this_machine() -> None:
     [
         ('[servers.git]\ncommand = "x"\nstartup_timeout = "soon"\n', "servers.git.startup_timeout: expected a number"),
         ('[servers.git]\ncommand = "x"\nbogus = 1\n', "servers.git.bogus: unknown key"),
-        ('[servers.git]\ncommand = "x"\nargs = ["${PG_TEST_UNSET_VAR}"]\n',
-         "servers.git.args[0]: environment variable PG_TEST_UNSET_VAR is not set"),
+        ('[servers.git]\ncommand = "x"\nargs = ["${1X}"]\n', "servers.git.args[0]: invalid variable reference ${1X}"),
+        ('[gateway]\nstate_dir = "${PG_TEST_UNSET_VAR}"\n[servers.git]\ncommand = "x"\n',
+         "gateway.state_dir: environment variable PG_TEST_UNSET_VAR is not set"),
         ('[servers.git]\nargs = ["x"]\n', "servers.git.command: missing"),
         ("[servers.git\n", "config"),
     ],

@@ -374,7 +374,7 @@ async def test_gateway_carries_multi_round_trip_tools(mode: str, protocol: str, 
     back-channel requests reach a 2026-07-28 client as ``input_required`` results
     (gateway/roundtrip.py); a 2026-07-28 fixture's ``input_required`` reaches a handshake-era
     client as the gateway's own back-channel requests (gateway/inputs.py)."""
-    from tests.conftest import sdk_client
+    from tests.helpers import sdk_client
 
     config = write_gateway_config(tmp_path, protocol=protocol)
     async with sdk_client(config, mode, **CALLBACKS) as client:
@@ -394,7 +394,7 @@ async def test_gateway_refuses_an_undeclared_capability_with_32021(mode: str, pr
     can answer) and refuses with -32021 itself, which the gateway passes on."""
     from mcp.shared.exceptions import MCPError
 
-    from tests.conftest import sdk_client
+    from tests.helpers import sdk_client
 
     config = write_gateway_config(tmp_path, protocol=protocol)
     async with sdk_client(config, mode) as client:

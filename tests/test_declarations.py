@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 import pytest
 
-from tests.conftest import catalog_json, demo, gateway, run_cli, write_config
+from tests.helpers import catalog_json, demo, gateway, run_cli, text, wire, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -25,14 +25,6 @@ def args_for(original: str) -> dict[str, Any]:
     if original in ("structured", "image", "fail"):
         return {}
     return GOOD_ARGS
-
-
-def text(result: Any) -> str:
-    return "".join(block.text for block in result.content if block.type == "text")
-
-
-def wire(tools: object) -> bytes:
-    return json.dumps(tools, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 @pytest.mark.parametrize(("spill", "tools"), [(False, 127), (True, 126)])

@@ -13,7 +13,7 @@ import mcp_types as types
 import pytest
 from mcp.shared.subscriptions import ResourceUpdated, ToolsListChanged
 
-from tests.conftest import ERAS, demo, http_gateway, sdk_client, write_config
+from tests.helpers import ERAS, demo, http_gateway, sdk_client, text, wait_for, write_config
 
 pytestmark = [pytest.mark.anyio, pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")]
 
@@ -42,16 +42,6 @@ CALLBACKS: dict[str, Any] = {
 }
 
 
-def text_of(result: Any) -> str:
-    return str(result.content[0].text)
-
-
-async def wait_for(predicate: Any, seconds: float = 30) -> None:
-    with anyio.fail_after(seconds):
-        while not predicate():
-            await anyio.sleep(0.05)
-
-
 @pytest.fixture
 def config(tmp_path: Path) -> Path:
     return write_config(tmp_path, {"r": demo(*RICH)})
@@ -68,9 +58,9 @@ async def test_the_demo_asks_for_input_on_2026_07_28(config: Path, mode: str) ->
     with http_gateway(config, "--log-level", "info") as (url, stderr):
         async with sdk_client(url, mode, **CALLBACKS) as client:
             with anyio.fail_after(60):
-                assert text_of(await client.call_tool("r__ask", {})) == "accept:{'name': 'Ann'}"
-                assert text_of(await client.call_tool("r__sample", {})) == "m1:hi"
-                assert text_of(await client.call_tool("r__roots", {})) == "file:///work/project"
+                assert text(await client.call_tool("r__ask", {})) == "accept:{'name': 'Ann'}"
+                assert text(await client.call_tool("r__sample", {})) == "m1:hi"
+                assert text(await client.call_tool("r__roots", {})) == "file:///work/project"
                 prompt = await client.get_prompt("r__interview")
                 assert prompt.messages[0].content.text == "Hello Ann from r"
                 read = await client.read_resource("demo://r/roots")
@@ -99,19 +89,19 @@ async def test_mutate_and_touch_reach_the_client_on_2026_07_28(config: Path, mod
                 assert "r__grown_1" not in [t.name for t in (await client.list_tools()).tools]
                 if mode == "auto":
                     async with client.listen(tools_list_changed=True) as events:
-                        assert text_of(await client.call_tool("r__mutate", {"kind": "grow"})) == "mutated:grow"
+                        assert text(await client.call_tool("r__mutate", {"kind": "grow"})) == "mutated:grow"
                         async for event in events:
                             assert isinstance(event, ToolsListChanged)
                             break
                 else:
                     await client.subscribe_resource("demo://r/readme")
-                    assert text_of(await client.call_tool("r__mutate", {"kind": "grow"})) == "mutated:grow"
+                    assert text(await client.call_tool("r__mutate", {"kind": "grow"})) == "mutated:grow"
                     await wait_for(lambda: tool_changes() >= 1)
-                    assert text_of(await client.call_tool("r__touch", {})) == "touched"
+                    assert text(await client.call_tool("r__touch", {})) == "touched"
                     await wait_for(lambda: bool(updates()))
                     assert updates() == ["demo://r/readme"]
                 assert "r__grown_1" in [t.name for t in (await client.list_tools()).tools]
-                assert text_of(await client.call_tool("r__grown_1", {})).startswith("r:grown_1")
+                assert text(await client.call_tool("r__grown_1", {})).startswith("r:grown_1")
         assert reached_modern(stderr), stderr.read_text()
 
 
@@ -119,7 +109,7 @@ async def test_touch_reaches_a_modern_client_on_2026_07_28(config: Path) -> None
     with http_gateway(config, "--log-level", "info") as (url, stderr):
         async with sdk_client(url, "auto") as client:
             async with client.listen(resource_subscriptions=["demo://r/readme"]) as events:
-                assert text_of(await client.call_tool("r__touch", {})) == "touched"
+                assert text(await client.call_tool("r__touch", {})) == "touched"
                 with anyio.fail_after(10):
                     async for event in events:
                         assert isinstance(event, ResourceUpdated) and event.uri == "demo://r/readme"
@@ -141,13 +131,13 @@ async def test_watchers_are_counted_so_one_leaving_does_not_silence_another(conf
             await old.subscribe_resource("demo://r/readme")
             async with sdk_client(url, "auto") as new:
                 async with new.listen(resource_subscriptions=["demo://r/readme"]) as events:
-                    assert text_of(await new.call_tool("r__touch", {})) == "touched"
+                    assert text(await new.call_tool("r__touch", {})) == "touched"
                     with anyio.fail_after(10):
                         async for event in events:
                             assert isinstance(event, ResourceUpdated)
                             break
             await wait_for(lambda: len(heard) >= 1)
-            assert text_of(await old.call_tool("r__touch", {})) == "touched"
+            assert text(await old.call_tool("r__touch", {})) == "touched"
             await wait_for(lambda: len(heard) >= 2)
             assert heard == ["demo://r/readme", "demo://r/readme"]
             await old.unsubscribe_resource("demo://r/readme")
@@ -169,7 +159,7 @@ async def test_logs_during_a_call_reach_the_client_on_2026_07_28(config: Path, m
                 if mode == "legacy":
                     await client.set_logging_level("info")
                 result = await client.call_tool("r__log", {"level": "warning", "text": "disk almost full"}, meta=opt_in)
-                assert text_of(result) == "logged"
+                assert text(result) == "logged"
                 await wait_for(lambda: bool(logs))
                 assert (logs[0].level, logs[0].logger, logs[0].data) == ("warning", "r/demo", "disk almost full")
         assert reached_modern(stderr), stderr.read_text()
@@ -188,7 +178,7 @@ async def test_a_listen_stream_watching_too_many_resources_is_refused(config: Pa
                     async for _ in events:
                         break
             async with client.listen(resource_subscriptions=["nowhere://x", "demo://r/readme"]) as events:
-                assert text_of(await client.call_tool("r__touch", {})) == "touched"
+                assert text(await client.call_tool("r__touch", {})) == "touched"
                 with anyio.fail_after(10):
                     async for event in events:
                         assert isinstance(event, ResourceUpdated) and event.uri == "demo://r/readme"

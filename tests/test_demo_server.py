@@ -15,7 +15,7 @@ from mcp import Client, StdioServerParameters
 from mcp.shared.exceptions import MCPError
 from mcp.shared.subscriptions import ResourceUpdated, ToolsListChanged
 
-from tests.conftest import ERAS, GATEWAY, PYTHON
+from tests.helpers import ERAS, GATEWAY, PYTHON
 
 pytestmark = pytest.mark.anyio
 

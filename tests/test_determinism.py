@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import catalog_json, demo, gateway, write_config
+from tests.helpers import catalog_json, demo, gateway, wire, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -23,11 +23,6 @@ def three_servers(directory: Path, delays: tuple[float, float, float], seed: int
             for i, (name, delay) in enumerate(zip(("a", "b", "c"), delays, strict=True))
         },
     )
-
-
-def wire(tools: object) -> bytes:
-    """Bytes as received: json.dumps keeps the order the gateway sent keys in."""
-    return json.dumps(tools, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 async def test_tools_list_bytes_identical_across_runs_and_equal_catalog_json(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import PYTHON, demo, write_config
+from tests.helpers import PYTHON, demo, write_config
 
 DOCTOR = [PYTHON, "-m", "gateway.commands.doctor"]
 

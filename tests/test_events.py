@@ -15,7 +15,7 @@ from mcp.server.streamable_http import EventMessage
 
 from gateway import events
 from gateway.events import BoundedEventStore, Owner
-from tests.conftest import ACCEPT, INIT, demo, http_gateway, write_config
+from tests.helpers import ACCEPT, INIT, demo, http_gateway, write_config
 
 pytestmark = pytest.mark.anyio
 

@@ -8,7 +8,7 @@ import anyio
 import mcp_types as types
 import pytest
 
-from tests.conftest import demo, gateway, write_config
+from tests.helpers import demo, gateway, write_config
 
 pytestmark = pytest.mark.anyio
 

@@ -18,7 +18,7 @@ import anyio
 import httpx2
 import pytest
 
-from tests.conftest import (
+from tests.helpers import (
     ACCEPT,
     ERAS,
     GATEWAY,
@@ -29,6 +29,7 @@ from tests.conftest import (
     http_gateway,
     run_cli,
     sdk_client,
+    text,
     write_config,
 )
 
@@ -40,10 +41,6 @@ ROGUE = Path(__file__).with_name("rogue_life.py")
 def rogue(*args: str | int) -> dict[str, Any]:
     """A stdio server table running tests/rogue_life.py."""
     return {"command": PYTHON, "args": [str(ROGUE), *map(str, args)]}
-
-
-def text(result: Any) -> str:
-    return "".join(block.text for block in result.content if block.type == "text")
 
 
 # --- item 3: DNS-rebinding protection on every loopback bind ------------------------------

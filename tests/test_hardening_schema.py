@@ -20,7 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from spill import ArtifactStore, bound_result, json_size, list_artifacts, surely_within, visible_size
-from tests.conftest import ERAS, PYTHON, catalog_json, demo, run_cli, sdk_client, write_config
+from tests.helpers import ERAS, PYTHON, catalog_json, demo, run_cli, sdk_client, text, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -39,10 +39,6 @@ def rogue(**spec: Any) -> dict[str, Any]:
 
 def tool(name: str, schema: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
     return {"name": name, "inputSchema": schema or {"type": "object"}, **extra}
-
-
-def text(result: Any) -> str:
-    return "\n".join(getattr(block, "text", "") for block in result.content)
 
 
 # --------------------------------------------------------------------------- item 2: schemas

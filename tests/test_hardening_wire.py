@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ERAS, GATEWAY, PYTHON, catalog_json, http_gateway, sdk_client, write_config
+from tests.helpers import ERAS, GATEWAY, PYTHON, catalog_json, http_gateway, sdk_client, text, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -30,10 +30,6 @@ FFFD = "\ufffd"
 
 def rogue(*args: str, **table: Any) -> dict[str, Any]:
     return {"command": PYTHON, "args": [ROGUE, *args], **table}
-
-
-def texts(result: Any) -> str:
-    return "".join(block.text for block in result.content if getattr(block, "type", None) == "text")
 
 
 # --- lone surrogates from a server --------------------------------------------------------
@@ -50,14 +46,14 @@ async def test_lone_surrogates_from_a_server_become_fffd(tmp_path: Path, mode: s
     async with sdk_client(config, mode, logging_callback=on_log) as client:
         result = await client.call_tool("rogue__surrogate_text", {})
         assert not result.is_error
-        assert texts(result) == f"half an emoji: {FFFD}!"
+        assert text(result) == f"half an emoji: {FFFD}!"
         result = await client.call_tool("rogue__log_surrogate", {})
-        assert texts(result) == "logged"
+        assert text(result) == "logged"
         resources = await client.list_resources()
         assert [r.name for r in resources.resources] == [f"res {FFFD}"]
         prompts = await client.list_prompts()
         assert [p.description for p in prompts.prompts] == [f"prompt {FFFD}"]
-        assert texts(await client.call_tool("rogue__ok", {})) == "ok"  # still serving
+        assert text(await client.call_tool("rogue__ok", {})) == "ok"  # still serving
     if mode == "legacy":  # a 2026-07-28 client has no stream for logs outside a call's own
         assert [(p.logger, p.data) for p in logs] == [(f"rogue/l{FFFD}", f"log {FFFD}")]
 
@@ -69,8 +65,8 @@ async def test_lone_surrogate_result_over_http(tmp_path: Path, mode: str) -> Non
         async with sdk_client(url, mode) as client:
             result = await client.call_tool("rogue__surrogate_text", {})
             assert not result.is_error
-            assert texts(result) == f"half an emoji: {FFFD}!"
-            assert texts(await client.call_tool("rogue__ok", {})) == "ok"
+            assert text(result) == f"half an emoji: {FFFD}!"
+            assert text(await client.call_tool("rogue__ok", {})) == "ok"
 
 
 async def test_lone_surrogate_from_an_http_client_is_a_parse_error(tmp_path: Path) -> None:
@@ -94,7 +90,7 @@ async def test_lone_surrogate_from_an_http_client_is_a_parse_error(tmp_path: Pat
         assert failed.value.code == 400
         assert json.loads(failed.value.read())["error"]["code"] == -32700
         async with sdk_client(url, "auto") as client:
-            assert texts(await client.call_tool("rogue__ok", {})) == "ok"
+            assert text(await client.call_tool("rogue__ok", {})) == "ok"
 
 
 @contextmanager
@@ -117,8 +113,8 @@ async def test_lone_surrogate_from_a_remote_server_fails_only_that_call(tmp_path
         async with sdk_client(config, mode) as client:
             result = await client.call_tool("rogue__surrogate_text", {})
             assert result.is_error, result
-            assert "parse" in texts(result).lower(), texts(result)
-            assert texts(await client.call_tool("rogue__ok", {})) == "ok"
+            assert "parse" in text(result).lower(), text(result)
+            assert text(await client.call_tool("rogue__ok", {})) == "ok"
 
 
 async def test_schema_nested_too_deeply_quarantines_only_that_tool(tmp_path: Path) -> None:
@@ -257,8 +253,8 @@ async def test_result_over_max_message_bytes_fails_its_call_at_once(tmp_path: Pa
     async with sdk_client(config, "legacy") as client:
         result = await client.call_tool(tool, {"n": 3 << 20})
         assert result.is_error
-        assert f"exceeds max_message_bytes {limit}" in texts(result), texts(result)
-        assert texts(await client.call_tool("rogue__ok", {})) == "ok"
+        assert f"exceeds max_message_bytes {limit}" in text(result), text(result)
+        assert text(await client.call_tool("rogue__ok", {})) == "ok"
 
 
 def call(gw: RawGateway, request_id: int, tool: str, **arguments: Any) -> None:
@@ -397,12 +393,12 @@ async def test_inbox_drops_logs_beyond_its_bound_but_never_list_changed(caplog: 
 
 async def test_server_stderr_cannot_forge_log_lines_or_drive_the_terminal(tmp_path: Path) -> None:
     """A server's stderr (and any text it chose) is logged as one escaped line."""
-    from tests.conftest import gateway
+    from tests.helpers import gateway
 
     config = write_config(tmp_path, {"rogue": rogue()}, client={"profile": "mcp"})
     async with gateway(config) as gw:
         result = await gw.session.call_tool("rogue__stderr_forge", {})
-        assert texts(result) == "forged"
+        assert text(result) == "forged"
         deadline = time.monotonic() + 10
         while "forged by a server" not in gw.stderr() and time.monotonic() < deadline:
             time.sleep(0.05)

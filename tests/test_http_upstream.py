@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from tests.conftest import ACCEPT, GATEWAY, INIT, demo, http_client, http_gateway, write_config
+from tests.helpers import ACCEPT, GATEWAY, INIT, demo, http_client, http_gateway, write_config
 
 pytestmark = pytest.mark.anyio
 

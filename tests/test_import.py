@@ -590,7 +590,7 @@ def test_from_with_a_broken_file_is_one_line(_home: Path, capsys: pytest.Capture
 def test_the_same_file_twice_is_read_once(tmp_path: Path) -> None:
     """Named directly, through its folder and through a symlink: one source, no self-merge,
     one ``# from`` comment per server, and a note naming the other spelling of the same file."""
-    from tests.conftest import run_cli
+    from tests.helpers import run_cli
 
     project = tmp_path / "project"
     project.mkdir()

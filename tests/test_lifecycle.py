@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +9,7 @@ import anyio
 import mcp_types as types
 import pytest
 
-from tests.conftest import demo, gateway, write_config
+from tests.helpers import demo, gateway, wait_for, wire, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -24,16 +23,6 @@ class Notifications:
 
     def tool_changes(self) -> int:
         return sum(isinstance(m, types.ToolListChangedNotification) for m in self.seen)
-
-
-def wire(value: object) -> bytes:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
-
-
-async def wait_for(predicate: Any, seconds: float = 20) -> None:
-    with anyio.fail_after(seconds):
-        while not predicate():
-            await anyio.sleep(0.05)
 
 
 @pytest.fixture
@@ -127,7 +116,7 @@ async def test_modern_protocol_clients_get_the_change_on_their_listen_stream(con
     from mcp import Client, StdioServerParameters, stdio_client
     from mcp.shared.subscriptions import ToolsListChanged
 
-    from tests.conftest import PYTHON
+    from tests.helpers import PYTHON
 
     params = StdioServerParameters(
         command=PYTHON,

@@ -20,7 +20,7 @@ import anyio
 import mcp_types as types
 import pytest
 
-from tests.conftest import ERAS, catalog_json, http_gateway, run_cli, sdk_client, write_config
+from tests.helpers import ERAS, catalog_json, http_gateway, run_cli, sdk_client, text, wait_for, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -49,19 +49,9 @@ def mutating(state: Path) -> dict[str, Any]:
     return {"command": sys.executable, "args": ["-m", "tests.mutating_server", str(state)], "cwd": str(ROOT)}
 
 
-def text(result: Any) -> str:
-    return "".join(block.text for block in result.content if block.type == "text")
-
-
 async def listed(client: Any) -> list[dict[str, Any]]:
     """The published tools as the client received them (every field it kept)."""
     return [t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in (await client.list_tools()).tools]
-
-
-async def until(predicate: Any, timeout: float = 30) -> None:
-    with anyio.fail_after(timeout):
-        while not await predicate():
-            await anyio.sleep(0.1)
 
 
 def cli(*args: str) -> Any:
@@ -119,7 +109,7 @@ async def test_a_locked_catalog_holds_until_approved(tmp_path: Path, mode: str, 
             result = await client.call_tool(tool, arguments)
             return result.is_error and text(result) == refusal
 
-        await until(refused)
+        await wait_for(refused)
         assert await listed(client) == published
         assert heard == [], "no list_changed for a change the lock holds back"
         if kind != "add":
@@ -145,7 +135,7 @@ async def test_a_locked_catalog_holds_until_approved(tmp_path: Path, mode: str, 
         async def republished() -> bool:
             return len(heard) >= 1 and await listed(client) != published
 
-        await until(republished)
+        await wait_for(republished)
         now = {t["name"]: t for t in await listed(client)}
         was = {t["name"]: t for t in published}
         if kind == "remove":
@@ -221,7 +211,7 @@ async def test_lock_new_allow_publishes_a_new_tool_as_a_new_epoch(tmp_path: Path
         async def grown() -> bool:
             return "m__gamma" in [t["name"] for t in await listed(client)]
 
-        await until(grown)
+        await wait_for(grown)
         assert text(await client.call_tool("m__gamma", {})) == "gamma"
         assert len(await listed(client)) == len(published) + 1
 
@@ -292,5 +282,5 @@ async def test_over_http_the_lock_holds_too(tmp_path: Path, mode: str) -> None:
                 result = await client.call_tool("m__alpha", {"text": "x"})
                 return result.is_error and text(result) == CHANGED
 
-            await until(refused)
+            await wait_for(refused)
             assert await listed(client) == published

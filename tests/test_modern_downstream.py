@@ -18,7 +18,7 @@ import mcp_types as types
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from tests.conftest import ERAS, PYTHON, catalog_json, demo, sdk_client, write_config
+from tests.helpers import ERAS, PYTHON, catalog_json, demo, sdk_client, text, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -31,12 +31,6 @@ def modern(**extra: Any) -> dict[str, Any]:
 
 def config_for(tmp_path: Path, **extra: Any) -> Path:
     return write_config(tmp_path, {"m": modern(**extra)})
-
-
-def text_of(result: Any) -> str:
-    first = result.content[0]
-    assert isinstance(first, types.TextContent), first
-    return first.text
 
 
 def requests_seen(log: Path) -> list[dict[str, Any]]:
@@ -76,7 +70,7 @@ async def test_list_call_and_quarantine(tmp_path: Path, mode: str) -> None:
             assert "m__echo" in names and "m__region" in names
             # one malformed tool (bad root type, invalid x-mcp-header) never hides the rest
             assert "m__bad_schema" not in names and "m__bad_header" not in names
-            assert text_of(await client.call_tool("m__echo", {"text": "hi"})) == "modern:hi"
+            assert text(await client.call_tool("m__echo", {"text": "hi"})) == "modern:hi"
 
 
 async def test_the_catalog_reports_the_quarantined_tools(tmp_path: Path) -> None:
@@ -107,9 +101,9 @@ async def test_progress_and_logs_during_a_call(tmp_path: Path, mode: str) -> Non
                 seen.append(value)
 
             result = await client.call_tool("m__slow", {}, progress_callback=progress)
-            assert text_of(result) == "slow done"
+            assert text(result) == "slow done"
             assert seen == [1.0, 2.0, 3.0]
-            assert text_of(await client.call_tool("m__log", {}, meta=opt_in)) == "logged"
+            assert text(await client.call_tool("m__log", {}, meta=opt_in)) == "logged"
             while not logs:
                 await anyio.sleep(0.05)
             assert logs[0].data == "modern log line" and logs[0].level == "warning"
@@ -127,15 +121,15 @@ async def test_list_changed_reaches_the_client(tmp_path: Path, mode: str) -> Non
             assert "m__grown_1" not in [t.name for t in (await client.list_tools()).tools]
             if mode == "auto":
                 async with client.listen(tools_list_changed=True) as events:
-                    assert text_of(await client.call_tool("m__mutate", {})) == "mutated"
+                    assert text(await client.call_tool("m__mutate", {})) == "mutated"
                     async for _ in events:
                         break
             else:
-                assert text_of(await client.call_tool("m__mutate", {})) == "mutated"
+                assert text(await client.call_tool("m__mutate", {})) == "mutated"
                 while not any(isinstance(m, types.ToolListChangedNotification) for m in heard):
                     await anyio.sleep(0.05)
             assert "m__grown_1" in [t.name for t in (await client.list_tools()).tools]
-            assert text_of(await client.call_tool("m__grown_1", {})) == "modern:grown_1"
+            assert text(await client.call_tool("m__grown_1", {})) == "modern:grown_1"
 
 
 async def test_every_request_carries_the_envelope_and_headers(tmp_path: Path) -> None:
@@ -144,7 +138,7 @@ async def test_every_request_carries_the_envelope_and_headers(tmp_path: Path) ->
         config = write_config(tmp_path, {"m": {"url": url}})
         async with sdk_client(config, "legacy") as client:
             with anyio.fail_after(30):
-                assert text_of(await client.call_tool("m__region", {"region": "eu-west"})) == "region:eu-west"
+                assert text(await client.call_tool("m__region", {"region": "eu-west"})) == "region:eu-west"
     # The SDK server looks the tool up (an internal tools/list under the call's headers)
     # to check the Mcp-Param headers: that one is not the gateway's request.
     seen = [
@@ -231,15 +225,15 @@ async def test_its_input_required_reaches_both_eras(tmp_path: Path, mode: str) -
     gateway); handshake-era clients are asked over their back-channel by the gateway."""
     async with sdk_client(config_for(tmp_path), mode, **CALLBACKS) as client:
         with anyio.fail_after(60):
-            assert text_of(await client.call_tool("m__ask", {})) == "accept:{'name': 'Ann'}"
-            assert text_of(await client.call_tool("m__sample", {})) == "m1:hi"
-            assert text_of(await client.call_tool("m__roots", {})) == "file:///work/project"
+            assert text(await client.call_tool("m__ask", {})) == "accept:{'name': 'Ann'}"
+            assert text(await client.call_tool("m__sample", {})) == "m1:hi"
+            assert text(await client.call_tool("m__roots", {})) == "file:///work/project"
             prompt = await client.get_prompt("m__interview")
             assert prompt.messages[0].content.text == "Hello accept:{'name': 'Ann'}"
             read = await client.read_resource("modern://roots")
             assert read.contents[0].text == "file:///work/project"
             # through tool_call too (the same route)
-            assert text_of(await client.call_tool("m__echo", {"text": "after"})) == "modern:after"
+            assert text(await client.call_tool("m__echo", {"text": "after"})) == "modern:after"
 
 
 @pytest.mark.parametrize("mode", ERAS)
@@ -247,13 +241,13 @@ async def test_a_client_without_the_capability_gets_an_error_not_a_hang(tmp_path
     async with sdk_client(config_for(tmp_path), mode) as client:
         with anyio.fail_after(60):
             result = await client.call_tool("m__ask", {})
-            assert result.is_error and "does not support elicitation" in text_of(result)
+            assert result.is_error and "does not support elicitation" in text(result)
             result = await client.call_tool("m__roots", {})
-            assert result.is_error and "does not support roots" in text_of(result)
+            assert result.is_error and "does not support roots" in text(result)
             with pytest.raises(MCPError, match="does not support elicitation"):
                 await client.get_prompt("m__interview")
             # the gateway is still fine
-            assert text_of(await client.call_tool("m__echo", {"text": "x"})) == "modern:x"
+            assert text(await client.call_tool("m__echo", {"text": "x"})) == "modern:x"
 
 
 async def test_the_wrapped_request_state(tmp_path: Path) -> None:
@@ -274,21 +268,21 @@ async def test_the_wrapped_request_state(tmp_path: Path) -> None:
             with pytest.raises(MCPError, match="requestState refused"):  # and to its arguments
                 await session.call_tool("m__ask", {"x": 1}, input_responses=answer, request_state=state)
             done = await session.call_tool("m__ask", {}, input_responses=answer, request_state=state)
-            assert text_of(done) == "accept:{'name': 'Bo'}"  # the server got its own state back
+            assert text(done) == "accept:{'name': 'Bo'}"  # the server got its own state back
 
 
 @pytest.mark.parametrize("mode", ERAS)
 async def test_over_http_both_ways(tmp_path: Path, mode: str) -> None:
     """The modern server over HTTP behind a gateway served over HTTP."""
-    from tests.conftest import http_gateway
+    from tests.helpers import http_gateway
 
     with modern_http(tmp_path / "requests.jsonl") as url:
         config = write_config(tmp_path, {"m": {"url": url}})
         with http_gateway(config) as (gateway_url, _):
             async with sdk_client(gateway_url, mode, **CALLBACKS) as client:
                 with anyio.fail_after(60):
-                    assert text_of(await client.call_tool("m__region", {"region": "eu"})) == "region:eu"
-                    assert text_of(await client.call_tool("m__ask", {})) == "accept:{'name': 'Ann'}"
+                    assert text(await client.call_tool("m__region", {"region": "eu"})) == "region:eu"
+                    assert text(await client.call_tool("m__ask", {})) == "accept:{'name': 'Ann'}"
                     prompt = await client.get_prompt("m__interview")
                     assert prompt.messages[0].content.text == "Hello accept:{'name': 'Ann'}"
 
@@ -296,7 +290,7 @@ async def test_over_http_both_ways(tmp_path: Path, mode: str) -> None:
 async def test_its_hop_local_fields_are_not_passed_on(tmp_path: Path) -> None:
     """The server's cache hints, resultType and serverInfo stamp are its answer to the
     gateway; each client gets the gateway's own (here the server says public, one hour)."""
-    from tests.conftest import gateway
+    from tests.helpers import gateway
 
     config = config_for(tmp_path)
     async with sdk_client(config, "auto", **CALLBACKS) as client:
@@ -324,7 +318,7 @@ async def test_resource_subscriptions_become_its_listen_filter(tmp_path: Path) -
     async with sdk_client(config_for(tmp_path), "legacy", message_handler=on_message) as client:
         with anyio.fail_after(60):
             await client.subscribe_resource("modern://roots")
-            assert text_of(await client.call_tool("m__touch", {})) == "touched"
+            assert text(await client.call_tool("m__touch", {})) == "touched"
             while not any(isinstance(m, types.ResourceUpdatedNotification) for m in heard):
                 await anyio.sleep(0.05)
             (update,) = [m for m in heard if isinstance(m, types.ResourceUpdatedNotification)]
@@ -337,7 +331,7 @@ async def test_a_refused_handshake_naming_modern_versions_is_probed_again(tmp_pa
     config = write_config(tmp_path, {"m": {**modern(), "env": {"MODERN_SERVER_SHY": "1"}}})
     async with sdk_client(config, "legacy") as client:
         with anyio.fail_after(30):
-            assert text_of(await client.call_tool("m__echo", {"text": "late"})) == "modern:late"
+            assert text(await client.call_tool("m__echo", {"text": "late"})) == "modern:late"
 
 
 @pytest.mark.parametrize("mode", ERAS)
@@ -346,7 +340,7 @@ async def test_state_only_rounds(tmp_path: Path, mode: str) -> None:
     with that state, by the modern client itself or by the gateway for a handshake-era one."""
     async with sdk_client(config_for(tmp_path), mode) as client:
         with anyio.fail_after(30):
-            assert text_of(await client.call_tool("m__later", {})) == "done later"
+            assert text(await client.call_tool("m__later", {})) == "done later"
 
 
 async def test_a_wrapped_state_is_the_principals_own_and_expires(tmp_path: Path) -> None:
@@ -354,7 +348,7 @@ async def test_a_wrapped_state_is_the_principals_own_and_expires(tmp_path: Path)
     from mcp.client.streamable_http import streamable_http_client
     from mcp.shared._httpx_utils import create_mcp_http_client
 
-    from tests.conftest import http_gateway
+    from tests.helpers import http_gateway
 
     config = write_config(tmp_path, {"m": modern()}, gateway={"round_trip_timeout": 1})
     (tmp_path / "tokens").write_text("token-of-ann\ntoken-of-bo\n")
@@ -374,7 +368,7 @@ async def test_a_wrapped_state_is_the_principals_own_and_expires(tmp_path: Path)
                 done = await ann.session.call_tool(
                     "m__ask", {}, input_responses=answer, request_state=first.request_state
                 )
-                assert text_of(done) == "accept:{'name': 'Bo'}"
+                assert text(done) == "accept:{'name': 'Bo'}"
                 await anyio.sleep(2.5)  # past round_trip_timeout (1 s): the state is no longer accepted
                 with pytest.raises(MCPError, match="expired"):
                     await ann.session.call_tool("m__ask", {}, input_responses=answer, request_state=first.request_state)
@@ -383,14 +377,15 @@ async def test_a_wrapped_state_is_the_principals_own_and_expires(tmp_path: Path)
 async def test_a_dual_era_server_asking_over_a_back_channel_gets_a_hint(tmp_path: Path) -> None:
     """A server that asks for elicitation with a request of its own: fine on the handshake, not
     on 2026-07-28; the log says which setting makes it work. (The demo asks the 2026-07-28 way.)"""
-    from tests.conftest import gateway
+    from tests.helpers import gateway
 
     server = {"command": PYTHON, "args": ["-m", "tests.backchannel_server"], "cwd": str(Path.cwd())}
     config = write_config(tmp_path, {"b": server})
     async with gateway(config, client=CALLBACKS) as gw:
         with anyio.fail_after(60):
-            with pytest.raises(MCPError, match="back-channel"):
-                await gw.session.call_tool("b__ask", {})
+            # The server's JSON-RPC error reaches the model as an isError result naming it.
+            refused = await gw.session.call_tool("b__ask", {})
+            assert refused.is_error and "back-channel" in text(refused), refused
             assert await gw.saw(
                 "[b] its tools/call asked the client for input over a back-channel", 'protocol = "legacy"'
             )
@@ -398,13 +393,13 @@ async def test_a_dual_era_server_asking_over_a_back_channel_gets_a_hint(tmp_path
     async with gateway(pinned, client=CALLBACKS) as gw:
         with anyio.fail_after(60):
             result = await gw.session.call_tool("b__ask", {})
-            assert text_of(result) == "accept:{'name': 'Ann'}"
+            assert text(result) == "accept:{'name': 'Ann'}"
     # The demo, reached on 2026-07-28, answers input_required instead: no pin needed.
     config = write_config(tmp_path, {"r": demo("--tools", 0, "--rich", "--interactive", "--name", "r")})
     async with gateway(config, client=CALLBACKS) as gw:
         with anyio.fail_after(60):
             result = await gw.session.call_tool("r__ask", {})
-            assert text_of(result) == "accept:{'name': 'Ann'}"
+            assert text(result) == "accept:{'name': 'Ann'}"
             assert await gw.saw("[r] protocol 2026-07-28")
             assert "back-channel" not in gw.stderr()
 
@@ -418,7 +413,7 @@ async def test_its_prompts_list_changed_reaches_the_client(tmp_path: Path) -> No
     async with sdk_client(config_for(tmp_path), "legacy", message_handler=on_message) as client:
         with anyio.fail_after(30):
             assert [p.name for p in (await client.list_prompts()).prompts] == ["m__interview"]
-            assert text_of(await client.call_tool("m__add_prompt", {})) == "prompt added"
+            assert text(await client.call_tool("m__add_prompt", {})) == "prompt added"
             while not any(isinstance(m, types.PromptListChangedNotification) for m in heard):
                 await anyio.sleep(0.05)
             assert [p.name for p in (await client.list_prompts()).prompts] == ["m__extra_1", "m__interview"]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import catalog_json, demo, gateway, write_config
+from tests.helpers import catalog_json, demo, gateway, write_config
 
 pytestmark = pytest.mark.anyio
 

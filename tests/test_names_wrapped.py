@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from catalog.names import PROFILES, SUFFIX_HEX, suffix_hash
-from tests.conftest import GATEWAY, catalog_json, demo, gateway, write_config
+from tests.helpers import GATEWAY, catalog_json, demo, gateway, write_config
 
 TOOL = "summarise_the_pull_request_review_comments_by_file"  # 50 characters
 PLAIN = "d__" + TOOL  # 53: fits openai's 64 ...

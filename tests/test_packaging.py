@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gateway import __version__
-from tests.conftest import run_cli
+from tests.helpers import run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 SUBCOMMANDS = ("serve", "catalog", "artifacts", "import", "doctor", "demo-server")

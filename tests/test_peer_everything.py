@@ -8,7 +8,7 @@ import mcp_types as types
 import pytest
 
 from tests.conformance.runner import node_binary
-from tests.conftest import gateway, write_config
+from tests.helpers import gateway, write_config
 
 pytestmark = pytest.mark.anyio
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import PYTHON, gateway, write_config
+from tests.helpers import PYTHON, gateway, write_config
 
 pytestmark = pytest.mark.anyio
 

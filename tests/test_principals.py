@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ERAS, demo, http_gateway, sdk_client, write_config
+from tests.helpers import ERAS, demo, http_gateway, sdk_client, text, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -27,10 +27,6 @@ PATTERN = "0123456789abcdefghijklmnopqrstuvwxyz\n"
 SIZE = 200_000
 EXPECTED = (PATTERN * (SIZE // len(PATTERN) + 1))[:SIZE]  # what the demo's payload tool returns
 NOT_ACTIVE = "Call tool_search to activate d__echo first"
-
-
-def text(result: Any) -> str:
-    return "".join(getattr(block, "text", "") for block in result.content)
 
 
 @pytest.fixture
@@ -150,7 +146,7 @@ async def test_a_principals_activation_survives_a_restart(tmp_path: Path, config
 
 
 def test_token_file_with_a_spaced_token_is_refused(tmp_path: Path, config: Path) -> None:
-    from tests.conftest import run_cli
+    from tests.helpers import run_cli
 
     bad = tmp_path / "tokens"
     bad.write_text("good-token\nbad token with spaces\n")

@@ -12,7 +12,7 @@ import mcp_types as types
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from tests.conftest import catalog_json, demo, gateway, write_config
+from tests.helpers import catalog_json, demo, gateway, write_config
 
 # Logging and resources/subscribe are deprecated in the 2026-07-28 era but still part of
 # the handshake era the gateway must pass through.

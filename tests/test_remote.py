@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import GATEWAY, gateway, write_config
+from tests.helpers import GATEWAY, gateway, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -64,7 +64,7 @@ async def test_streamable_http_and_sse_servers_behind_the_gateway(tmp_path: Path
 def test_unreachable_remote_server_is_reported_failed(tmp_path: Path) -> None:
     import socket
 
-    from tests.conftest import catalog_json, demo
+    from tests.helpers import catalog_json, demo
 
     with socket.socket() as sock:  # a port that is free, so nothing listens on it
         sock.bind(("127.0.0.1", 0))

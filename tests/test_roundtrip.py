@@ -19,7 +19,7 @@ from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import MCPError
 
 from gateway.config import ConfigError, parse_config
-from tests.conftest import PYTHON, demo, http_gateway, write_config
+from tests.helpers import PYTHON, demo, http_gateway, text, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -92,27 +92,20 @@ async def saw(stderr: Path, text: str, timeout: float = 20) -> bool:
     return False
 
 
-def text_of(result: Any) -> str:
-    content = result.content if hasattr(result, "content") else result
-    first = content[0]
-    assert isinstance(first, types.TextContent), first
-    return first.text
-
-
 @pytest.mark.parametrize("transport", TRANSPORTS)
 async def test_elicitation_sampling_and_roots_reach_a_modern_client(tmp_path: Path, transport: str) -> None:
     async with modern(config_for(tmp_path), transport, **CALLBACKS) as (client, _):
         with anyio.fail_after(60):
-            assert text_of(await client.call_tool("r__ask", {})) == "accept:{'name': 'Ann'}"
-            assert text_of(await client.call_tool("r__sample", {})) == "m1:hi"
-            assert text_of(await client.call_tool("r__roots", {})) == "file:///work/project"
+            assert text(await client.call_tool("r__ask", {})) == "accept:{'name': 'Ann'}"
+            assert text(await client.call_tool("r__sample", {})) == "m1:hi"
+            assert text(await client.call_tool("r__roots", {})) == "file:///work/project"
             # the other requests a server may ask input for
             prompt = await client.get_prompt("r__interview")
             assert prompt.messages[0].content.text == "Hello Ann from r"
             read = await client.read_resource("demo://r/roots")
             assert read.contents[0].text == "file:///work/project"
             # and nothing is left pending
-            assert text_of(await client.call_tool("r__ask", {})) == "accept:{'name': 'Ann'}"
+            assert text(await client.call_tool("r__ask", {})) == "accept:{'name': 'Ann'}"
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
@@ -147,7 +140,7 @@ async def test_tampered_request_state_is_refused(tmp_path: Path, transport: str)
             # the genuine state still resumes the call
             done = await client.session.call_tool("r__ask", {}, input_responses=answer, request_state=state)
             assert isinstance(done, types.CallToolResult)
-            assert text_of(done) == "accept:{'name': 'Bo'}"
+            assert text(done) == "accept:{'name': 'Bo'}"
             # and a second use of it finds the call over
             with pytest.raises(MCPError, match="expired"):
                 await client.session.call_tool("r__ask", {}, input_responses=answer, request_state=state)
@@ -178,7 +171,7 @@ async def test_another_principals_request_state_is_refused(tmp_path: Path) -> No
                 done = await ann.session.call_tool(
                     "r__ask", {}, input_responses=answer, request_state=first.request_state
                 )
-                assert text_of(done) == "accept:{'name': 'Bo'}"
+                assert text(done) == "accept:{'name': 'Bo'}"
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
@@ -198,7 +191,7 @@ async def test_an_abandoned_round_trip_times_out_and_cancels_the_downstream_call
             with pytest.raises(MCPError, match="expired"):
                 await client.session.call_tool("r__ask", {}, input_responses=answer, request_state=first.request_state)
             # the gateway keeps serving, and a fresh call completes
-            assert text_of(await client.call_tool("r__ask", {})) == "accept:{'name': 'Ann'}"
+            assert text(await client.call_tool("r__ask", {})) == "accept:{'name': 'Ann'}"
 
 
 async def test_pending_round_trips_are_bounded_per_principal(tmp_path: Path) -> None:
@@ -226,7 +219,7 @@ async def test_expired_round_trips_free_their_place(tmp_path: Path) -> None:
 
 
 async def test_a_handshake_clients_request_is_not_taken_by_a_parked_modern_call(tmp_path: Path) -> None:
-    from tests.conftest import sdk_client
+    from tests.helpers import sdk_client
 
     with http_gateway(config_for(tmp_path)) as (url, _stderr):
         async with sdk_client(url, "auto", **CALLBACKS) as modern_client:
@@ -234,13 +227,13 @@ async def test_a_handshake_clients_request_is_not_taken_by_a_parked_modern_call(
                 parked = await modern_client.session.call_tool("r__ask", {}, allow_input_required=True)
                 assert isinstance(parked, types.InputRequiredResult)
                 async with sdk_client(url, "legacy", **CALLBACKS) as legacy:
-                    assert text_of(await legacy.call_tool("r__ask", {})) == "accept:{'name': 'Ann'}"
+                    assert text(await legacy.call_tool("r__ask", {})) == "accept:{'name': 'Ann'}"
                 ((key, _request),) = (parked.input_requests or {}).items()
                 answer = {key: types.ElicitResult(action="accept", content={"name": "Cy"})}
                 done = await modern_client.session.call_tool(
                     "r__ask", {}, input_responses=answer, request_state=parked.request_state
                 )
-                assert text_of(done) == "accept:{'name': 'Cy'}"
+                assert text(done) == "accept:{'name': 'Cy'}"
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
@@ -257,11 +250,11 @@ async def test_a_cancelled_modern_call_is_cancelled_downstream(tmp_path: Path, t
                 await anyio.sleep(2)  # the call is running downstream
                 tg.cancel_scope.cancel()
             assert await saw(stderr, "[r] slow cancelled after step")
-            assert text_of(await client.call_tool("r__ask", {})) == "accept:{'name': 'Ann'}"
+            assert text(await client.call_tool("r__ask", {})) == "accept:{'name': 'Ann'}"
 
 
 async def test_a_retry_after_a_restart_is_told_the_round_trip_expired(tmp_path: Path) -> None:
-    from tests.conftest import sdk_client
+    from tests.helpers import sdk_client
 
     config = config_for(tmp_path)
     with http_gateway(config) as (url, _stderr):

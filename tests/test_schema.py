@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
 from catalog.schema import canonicalize, check
+from tests.helpers import keys_sorted_everywhere, shuffled
 
 SETTINGS = settings(max_examples=100, deadline=None)
 
@@ -107,17 +108,6 @@ _MAPS = {"properties", "patternProperties", "dependentSchemas", "$defs"}
 _LITERAL = {"enum", "const", "default", "examples", "x-vendor"}
 
 
-def shuffled_keys(value: Any, rnd: random.Random) -> Any:
-    """Same JSON value, object keys in random insertion order at every depth."""
-    if isinstance(value, dict):
-        keys = list(value)
-        rnd.shuffle(keys)
-        return {k: shuffled_keys(value[k], rnd) for k in keys}
-    if isinstance(value, list):
-        return [shuffled_keys(v, rnd) for v in value]
-    return value
-
-
 def perturb(schema: Any, rnd: random.Random) -> Any:
     """An equivalent schema: `required`/`type` sets shuffled and duplicated, keys shuffled.
 
@@ -139,15 +129,7 @@ def perturb(schema: Any, rnd: random.Random) -> Any:
         elif key in _MAPS:
             value = {k: perturb(v, rnd) for k, v in value.items()}
         out[key] = value
-    return shuffled_keys(out, rnd)
-
-
-def keys_sorted_everywhere(value: Any) -> bool:
-    if isinstance(value, dict):
-        return list(value) == sorted(value) and all(keys_sorted_everywhere(v) for v in value.values())
-    if isinstance(value, list):
-        return all(keys_sorted_everywhere(v) for v in value)
-    return True
+    return shuffled(out, rnd)
 
 
 def dump(value: Any) -> str:

@@ -12,7 +12,7 @@ import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
 
-from tests.conftest import ERAS, PYTHON, catalog_json, demo, gateway, sdk_client, write_config
+from tests.helpers import ERAS, PYTHON, catalog_json, demo, gateway, sdk_client, write_config
 from tests.textfile_server import OUTPUT_SCHEMA, file_text
 
 pytestmark = pytest.mark.anyio
@@ -217,7 +217,7 @@ async def test_catalog_json_is_what_serve_publishes_for_either_setting(tmp_path:
 
 
 def test_output_schemas_setting_is_validated(tmp_path: Path) -> None:
-    from tests.conftest import run_cli
+    from tests.helpers import run_cli
 
     config = textfile_config(tmp_path, "hide")
     proc = run_cli("catalog", "--config", str(config))

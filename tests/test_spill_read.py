@@ -20,6 +20,7 @@ from spill.read import (
     artifact_read_declaration,
 )
 from spill.store import ArtifactNotFound, ArtifactStore, gc
+from tests.helpers import keys_sorted_everywhere
 
 SESSION = "d" * 64
 HEADER = re.compile(r"\[artifact (?P<id>[A-Za-z0-9_-]+)\] bytes (?P<a>\d+) to (?P<b>\d+) of (?P<size>\d+)"
@@ -300,18 +301,10 @@ def test_find_unicode(store: ArtifactStore) -> None:
 # --------------------------------------------------------------------------- declaration
 
 
-def sorted_everywhere(v: Any) -> bool:
-    if isinstance(v, dict):
-        return list(v) == sorted(v) and all(sorted_everywhere(x) for x in v.values())
-    if isinstance(v, list):
-        return all(sorted_everywhere(x) for x in v)
-    return True
-
-
 def test_declaration_is_sorted_and_valid() -> None:
     decl = artifact_read_declaration()
     assert list(decl) == ["description", "inputSchema", "name"] and decl["name"] == "artifact_read"
-    assert sorted_everywhere(decl)
+    assert keys_sorted_everywhere(decl)
     jsonschema.Draft202012Validator.check_schema(decl["inputSchema"])
     v = jsonschema.Draft202012Validator(ARTIFACT_READ_SCHEMA)
     assert v.is_valid({"id": "abc", "offset": 0, "limit": 10})

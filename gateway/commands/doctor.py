@@ -525,8 +525,12 @@ _WHERE = {
 }
 
 
-def snippet(client: str, config_path: str, entry: str = DEFAULT_ENTRY) -> dict[str, Any]:
-    """The exact text that registers prefixgate in ``client`` as ``entry``, with absolute paths."""
+def snippet(
+    client: str, config_path: str, entry: str = DEFAULT_ENTRY, variables: Sequence[str] = ()
+) -> dict[str, Any]:
+    """The exact text that registers prefixgate in ``client`` as ``entry``, with absolute paths;
+    ``variables``: the ``${VAR}``s the enabled servers reference, which the environment the
+    client starts prefixgate in must carry (their values are never written here)."""
     head = launcher()
     command, args = head[0], [*head[1:], "serve", "--config", os.path.abspath(config_path)]
     if client == "claude-code":
@@ -545,7 +549,14 @@ def snippet(client: str, config_path: str, entry: str = DEFAULT_ENTRY) -> dict[s
         )
     else:
         raise ValueError(f"unknown client {client!r}")
-    return {"client": client, "where": _WHERE[client], "command": command, "args": args, "snippet": text}
+    return {
+        "client": client,
+        "where": _WHERE[client],
+        "command": command,
+        "args": args,
+        "snippet": text,
+        "variables": sorted(variables),
+    }
 
 
 # --- the run ----------------------------------------------------------------------------
@@ -568,6 +579,12 @@ def render(report: Report) -> str:
     register = report.data.get("register")
     if register is not None:
         lines += ["", f"register in {register['where']}:", "", register["snippet"]]
+        if register.get("variables"):
+            lines += [
+                "",
+                "the environment the client starts prefixgate in must carry: " + ", ".join(register["variables"]),
+                "(the enabled servers' ${VAR} references; a server whose variable is unset fails alone)",
+            ]
     counts = report.counts()
     verdict = "needs attention" if report.status else "all is well"
     summary = ", ".join(f"{n} {k}" for k, n in counts.items() if n)
@@ -692,7 +709,8 @@ def run(config_path: str | None, args: argparse.Namespace) -> int:
         f"declarations {config.client.declarations}, spill {'on' if config.spill.enabled else 'off'}",
     )
     anyio.run(diagnose, config, report)
-    report.data["register"] = snippet(client, str(config.path or path), config.client.entry)
+    variables = sorted({name for server in config.enabled_servers for name in server.variables})
+    report.data["register"] = snippet(client, str(config.path or path), config.client.entry, variables)
     _emit(report, as_json)
     return report.status
 
