@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 
 from tests.helpers import catalog_json, demo, gateway, run_cli, text, wire, write_config
@@ -124,13 +123,15 @@ async def test_gate_order_activation_policy_and_arguments(tmp_path: Path) -> Non
 
         refused = await gw.session.call_tool("d__echo", {"text": "x"})
         assert refused.is_error and text(refused) == NOT_ACTIVE.format("d__echo")
-        await anyio.sleep(0.3)
-        assert "[d] call echo" not in gw.stderr(), "a refused call reached the server"
 
         found = await gw.session.call_tool("tool_search", {"query": "echo text back"})
         assert "1. d__echo" in text(found) and "d__echo" in text(found).split("Activated:")[1]
         ok = await gw.session.call_tool("d__echo", {"text": "x"})
         assert not ok.is_error and text(ok) == "x"
+        # The server logs each call it gets, in order: once the allowed call's line is there,
+        # a refused call that had reached it would be there too.
+        assert await gw.saw("[d] call echo")
+        assert gw.stderr().count("[d] call echo") == 1, "a refused call reached the server"
 
         denied = await gw.session.call_tool("e__fail", {})
         assert denied.is_error and text(denied) == "Tool e__fail is denied by policy (deny pattern 'e__fail')."
@@ -145,8 +146,10 @@ async def test_gate_order_activation_policy_and_arguments(tmp_path: Path) -> Non
         )
         missing = await gw.session.call_tool("e__echo", {})
         assert text(missing) == 'Invalid arguments for e__echo: arguments: "text" is a required property'
-        await anyio.sleep(0.3)
+        marker = await gw.session.call_tool("e__echo", {"text": "marker"})  # allowed: the server logs it
+        assert not marker.is_error and await gw.saw("[e] call echo")
         assert "[e] call get_issue" not in gw.stderr() and "[e] call fail" not in gw.stderr()
+        assert gw.stderr().count("[e] call echo") == 1
         assert wire(await gw.raw("tools/list")) == listed
 
 

@@ -324,9 +324,11 @@ async def test_server_logs_reach_the_client_that_caused_them_at_its_own_level(tm
             await _until(lambda: "r:later-warning" in a_logs, "later-warning")
             await a.call_tool("r__log_later", {"level": "alert", "data": "later-alert"})
             await _until(lambda: "r:later-alert" in a_logs and "r:later-alert" in b_logs, "later-alert")
-            await anyio.sleep(0.3)
-        assert a_logs == ["r:from-a", "r:later-warning", "r:later-alert"]
-        assert b_logs == ["r:from-b", "r:later-alert"]
+            # A marker both receive: anything wrongly delivered earlier would precede it.
+            await a.call_tool("r__log_later", {"level": "emergency", "data": "final"})
+            await _until(lambda: "r:final" in a_logs and "r:final" in b_logs, "final")
+        assert a_logs == ["r:from-a", "r:later-warning", "r:later-alert", "r:final"]
+        assert b_logs == ["r:from-b", "r:later-alert", "r:final"]
     assert levels.read_text().split() == ["debug"]
 
 

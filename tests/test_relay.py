@@ -134,7 +134,9 @@ async def test_logging_subscriptions_and_client_requests(config: Path) -> None:
         with anyio.fail_after(10):
             while not any(isinstance(n, types.ResourceUpdatedNotification) for n in client.notifications):
                 await anyio.sleep(0.05)
-        await anyio.sleep(0.3)
+        # r's update, had it been relayed, went out before r__touch's reply; one more round trip
+        # makes sure everything sent before it has been handled.
+        await gw.session.list_tools()
         updated = [str(n.params.uri) for n in client.notifications if isinstance(n, types.ResourceUpdatedNotification)]
         assert updated == ["demo://s/readme"]
         await gw.session.unsubscribe_resource("demo://s/readme")
