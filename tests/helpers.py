@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import mcp_types as types
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
 
@@ -265,3 +266,30 @@ def keys_sorted_everywhere(value: Any) -> bool:
     if isinstance(value, list):
         return all(keys_sorted_everywhere(v) for v in value)
     return True
+
+
+# --- a client that answers a server's requests for input ----------------------------------
+
+
+async def sampling(context: Any, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
+    """The demo's ``sample`` asks "Say hi"; the model answers "hi"."""
+    asked = params.messages[0].content
+    assert isinstance(asked, types.TextContent) and asked.text == "Say hi", asked
+    return types.CreateMessageResult(role="assistant", content=types.TextContent(type="text", text="hi"), model="m1")
+
+
+async def elicitation(context: Any, params: Any) -> types.ElicitResult:
+    assert params.message == "What is your name?"
+    return types.ElicitResult(action="accept", content={"name": "Ann"})
+
+
+async def roots(context: Any) -> types.ListRootsResult:
+    return types.ListRootsResult(roots=[types.Root(uri="file:///work/project", name="project")])
+
+
+CALLBACKS: dict[str, Any] = {
+    "sampling_callback": sampling,
+    "elicitation_callback": elicitation,
+    "list_roots_callback": roots,
+}
+"""SDK client options: answers to sampling, elicitation and roots (what the demo asks)."""

@@ -13,33 +13,11 @@ import mcp_types as types
 import pytest
 from mcp.shared.subscriptions import ResourceUpdated, ToolsListChanged
 
-from tests.helpers import ERAS, demo, http_gateway, sdk_client, text, wait_for, write_config
+from tests.helpers import CALLBACKS, ERAS, demo, http_gateway, sdk_client, text, wait_for, write_config
 
 pytestmark = [pytest.mark.anyio, pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")]
 
 RICH = ("--tools", 0, "--rich", "--interactive", "--name", "r")
-
-
-async def sampling(context: Any, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
-    asked = params.messages[0].content
-    assert isinstance(asked, types.TextContent) and asked.text == "Say hi"
-    return types.CreateMessageResult(role="assistant", content=types.TextContent(type="text", text="hi"), model="m1")
-
-
-async def elicitation(context: Any, params: Any) -> types.ElicitResult:
-    assert params.message == "What is your name?"
-    return types.ElicitResult(action="accept", content={"name": "Ann"})
-
-
-async def roots(context: Any) -> types.ListRootsResult:
-    return types.ListRootsResult(roots=[types.Root(uri="file:///work/project", name="project")])
-
-
-CALLBACKS: dict[str, Any] = {
-    "sampling_callback": sampling,
-    "elicitation_callback": elicitation,
-    "list_roots_callback": roots,
-}
 
 
 @pytest.fixture

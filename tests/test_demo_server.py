@@ -15,7 +15,7 @@ from mcp import Client, StdioServerParameters
 from mcp.shared.exceptions import MCPError
 from mcp.shared.subscriptions import ResourceUpdated, ToolsListChanged
 
-from tests.helpers import ERAS, GATEWAY, PYTHON
+from tests.helpers import CALLBACKS, ERAS, GATEWAY, PYTHON
 
 pytestmark = pytest.mark.anyio
 
@@ -85,26 +85,6 @@ async def test_payload_is_exactly_the_requested_size() -> None:
 
 
 INTERACTIVE = ["demo-server", "--tools", "0", "--rich", "--interactive", "--name", "d"]
-
-
-async def sampling(context: Any, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
-    return types.CreateMessageResult(role="assistant", content=types.TextContent(type="text", text="hi"), model="m1")
-
-
-async def elicitation(context: Any, params: Any) -> types.ElicitResult:
-    assert params.message == "What is your name?"
-    return types.ElicitResult(action="accept", content={"name": "Ann"})
-
-
-async def roots(context: Any) -> types.ListRootsResult:
-    return types.ListRootsResult(roots=[types.Root(uri="file:///work/project", name="project")])
-
-
-CALLBACKS: dict[str, Any] = {
-    "sampling_callback": sampling,
-    "elicitation_callback": elicitation,
-    "list_roots_callback": roots,
-}
 
 
 async def talk_back(client: Any, mode: str, heard: list[Any]) -> None:

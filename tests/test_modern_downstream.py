@@ -18,7 +18,7 @@ import mcp_types as types
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from tests.helpers import ERAS, PYTHON, catalog_json, demo, sdk_client, text, write_config
+from tests.helpers import CALLBACKS, ERAS, PYTHON, catalog_json, demo, sdk_client, text, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -195,28 +195,6 @@ async def test_the_fixture_refuses_the_handshake() -> None:
         async with Client(StdioServerParameters(command=PYTHON, args=[SERVER]), mode="legacy"):
             pass
     assert "speaks only 2026-07-28" in repr(caught.value)
-
-
-async def sampling(context: Any, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
-    asked = params.messages[0].content
-    assert isinstance(asked, types.TextContent) and asked.text == "Say hi"
-    return types.CreateMessageResult(role="assistant", content=types.TextContent(type="text", text="hi"), model="m1")
-
-
-async def elicitation(context: Any, params: Any) -> types.ElicitResult:
-    assert params.message == "What is your name?"
-    return types.ElicitResult(action="accept", content={"name": "Ann"})
-
-
-async def roots(context: Any) -> types.ListRootsResult:
-    return types.ListRootsResult(roots=[types.Root(uri="file:///work/project", name="project")])
-
-
-CALLBACKS: dict[str, Any] = {
-    "sampling_callback": sampling,
-    "elicitation_callback": elicitation,
-    "list_roots_callback": roots,
-}
 
 
 @pytest.mark.parametrize("mode", ERAS)

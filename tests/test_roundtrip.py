@@ -19,7 +19,7 @@ from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import MCPError
 
 from gateway.config import ConfigError, parse_config
-from tests.helpers import PYTHON, demo, http_gateway, text, write_config
+from tests.helpers import CALLBACKS, PYTHON, demo, http_gateway, text, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -33,28 +33,6 @@ def config_for(tmp_path: Path, **gateway: Any) -> Path:
         {"r": {**demo("--tools", 0, "--rich", "--interactive", "--name", "r"), "protocol": "legacy"}},
         gateway=gateway,
     )
-
-
-async def sampling(context: Any, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
-    asked = params.messages[0].content
-    assert isinstance(asked, types.TextContent) and asked.text == "Say hi"
-    return types.CreateMessageResult(role="assistant", content=types.TextContent(type="text", text="hi"), model="m1")
-
-
-async def elicitation(context: Any, params: Any) -> types.ElicitResult:
-    assert params.message == "What is your name?"
-    return types.ElicitResult(action="accept", content={"name": "Ann"})
-
-
-async def roots(context: Any) -> types.ListRootsResult:
-    return types.ListRootsResult(roots=[types.Root(uri="file:///work/project", name="project")])
-
-
-CALLBACKS: dict[str, Any] = {
-    "sampling_callback": sampling,
-    "elicitation_callback": elicitation,
-    "list_roots_callback": roots,
-}
 
 
 @asynccontextmanager
