@@ -141,30 +141,38 @@ async def gateway(
 
 
 @contextmanager
+def url_process(
+    command: list[str], *, env: Mapping[str, str] | None = None, stderr: Any = subprocess.DEVNULL
+) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """Start ``command``, which prints the URL it serves as its first stdout line; yield the
+    URL and the process, and stop it afterwards."""
+    proc = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=stderr, text=True, env={**os.environ, **(env or {})}
+    )
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        assert url.startswith("http://"), (command, url)
+        yield url, proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@contextmanager
 def http_gateway(
     config: Path, *extra: str, env: Mapping[str, str] | None = None, listen: str = "127.0.0.1:0"
 ) -> Iterator[tuple[str, Path]]:
     """``prefixgate serve --http LISTEN`` (default ``127.0.0.1:0``): yields its URL and its stderr log."""
     stderr_path = config.parent / f"http-gateway-{os.urandom(4).hex()}.log"
-    with stderr_path.open("w") as errlog:
-        proc = subprocess.Popen(
-            [*GATEWAY, "serve", "--config", str(config), "--http", listen, *extra],
-            stdout=subprocess.PIPE,
-            stderr=errlog,
-            text=True,
-            env={**os.environ, **(env or {})},
-        )
-        try:
-            assert proc.stdout is not None
-            url = proc.stdout.readline().strip()
-            assert url.startswith("http://"), (url, stderr_path.read_text())
-            yield url, stderr_path
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+    command = [*GATEWAY, "serve", "--config", str(config), "--http", listen, *extra]
+    with stderr_path.open("w") as errlog, url_process(command, env=env, stderr=errlog) as (url, _proc):
+        assert url, stderr_path.read_text()
+        yield url, stderr_path
 
 
 @asynccontextmanager

@@ -6,7 +6,6 @@ and its ``input_required`` results in both upstream eras."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,7 +17,7 @@ import mcp_types as types
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from tests.helpers import CALLBACKS, ERAS, PYTHON, catalog_json, demo, sdk_client, text, write_config
+from tests.helpers import CALLBACKS, ERAS, PYTHON, catalog_json, demo, sdk_client, text, url_process, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -42,24 +41,8 @@ def requests_seen(log: Path) -> list[dict[str, Any]]:
 @contextmanager
 def modern_http(log: Path) -> Iterator[str]:
     """The modern-only server on loopback HTTP; yields its URL."""
-    proc = subprocess.Popen(
-        [PYTHON, SERVER, "--http"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        env={**os.environ, "MODERN_SERVER_LOG": str(log)},
-    )
-    try:
-        assert proc.stdout is not None
-        url = proc.stdout.readline().strip()
-        assert url.startswith("http://"), url
+    with url_process([PYTHON, SERVER, "--http"], env={"MODERN_SERVER_LOG": str(log)}) as (url, _proc):
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 @pytest.mark.parametrize("mode", ERAS)

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import GATEWAY, gateway, write_config
+from tests.helpers import GATEWAY, gateway, url_process, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -17,20 +16,10 @@ pytestmark = pytest.mark.anyio
 @contextmanager
 def remote_demo(transport: str, name: str) -> Iterator[str]:
     """A demo server on a free loopback port; yields its URL."""
-    proc = subprocess.Popen(
-        [*GATEWAY, "demo-server", "--transport", transport, "--tools", "2", "--name", name],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        url = proc.stdout.readline().strip()
+    command = [*GATEWAY, "demo-server", "--transport", transport, "--tools", "2", "--name", name]
+    with url_process(command) as (url, _proc):
         assert url.startswith("http://127.0.0.1:"), url
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 async def test_streamable_http_and_sse_servers_behind_the_gateway(tmp_path: Path) -> None:

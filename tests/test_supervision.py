@@ -13,7 +13,7 @@ import anyio
 import pytest
 
 from gateway.backoff import Backoff
-from tests.helpers import GATEWAY, PYTHON, demo, gateway, write_config
+from tests.helpers import GATEWAY, PYTHON, demo, gateway, url_process, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -45,20 +45,10 @@ async def test_a_server_that_keeps_exiting_is_retried_after_1_2_4_s(tmp_path: Pa
 @contextmanager
 def http_demo(port: int = 0) -> Iterator[tuple[str, subprocess.Popen[str]]]:
     """``demo-server --transport http`` on loopback; yields its URL and process."""
-    proc = subprocess.Popen(
-        [*GATEWAY, "demo-server", "--transport", "http", "--tools", "1", "--name", "web", "--port", str(port)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        url = proc.stdout.readline().strip()
+    command = [*GATEWAY, "demo-server", "--transport", "http", "--tools", "1", "--name", "web", "--port", str(port)]
+    with url_process(command) as (url, proc):
         assert url.startswith("http://127.0.0.1:"), url
         yield url, proc
-    finally:
-        proc.kill()
-        proc.wait(timeout=10)
 
 
 @pytest.mark.parametrize("protocol", ["legacy", "auto"])
