@@ -200,6 +200,17 @@ class Declarations:
     fingerprint: str
     identity: str
 
+    def numbers(self) -> dict[str, JSON]:
+        """The decision as ``catalog --json`` and ``doctor --json`` report it."""
+        return {
+            "mode": self.mode,
+            "fallback": self.fallback,
+            "detail": self.detail,
+            "functions": {"declared": self.function_count, "limit": self.function_limit},
+            "tokens": {"declared": self.declared_tokens, "budget": self.token_budget},
+            "deferred": len(self.deferred_names),
+        }
+
 
 
 def _is_deferred(entry: Entry, globs: Sequence[str]) -> bool:

@@ -66,12 +66,7 @@ def catalog_report(config: Config, downstreams: Sequence[Downstream], epoch: Epo
         "fingerprint": epoch.fingerprint,
         "catalog_fingerprint": catalog.fingerprint,
         "identity": epoch.identity,
-        "mode": decision.mode,
-        "fallback": decision.fallback,
-        "detail": decision.detail,
-        "functions": {"declared": decision.function_count, "limit": decision.function_limit},
-        "tokens": {"declared": decision.declared_tokens, "budget": decision.token_budget},
-        "deferred": len(decision.deferred_names),
+        **decision.numbers(),
         "discovery_ms": epoch.discovery_ms,
         "servers": [
             {

@@ -284,16 +284,7 @@ def check_declarations(report: Report, config: Config, first: Round) -> None:
             f"mode {d.mode} (requested {requested}, fell back: {d.fallback}, profile {config.client.profile})",
             details,
         )
-    report.data["decision"] = {
-        "mode": d.mode,
-        "requested": requested,
-        "fallback": d.fallback,
-        "detail": d.detail,
-        "functions": {"declared": d.function_count, "limit": d.function_limit},
-        "tokens": {"declared": d.declared_tokens, "budget": d.token_budget},
-        "deferred": len(d.deferred_names),
-        "fingerprint": d.fingerprint,
-    }
+    report.data["decision"] = {**d.numbers(), "requested": requested, "fingerprint": d.fingerprint}
 
 
 def _owner(uid: int) -> str:
