@@ -16,7 +16,7 @@ import anyio
 import anyio.to_thread
 
 from catalog.activation import ActivationState, encode_record, restore
-from gateway.journal import Journal
+from gateway.state.journal import Journal
 from spill import ArtifactStore
 
 log = logging.getLogger("prefixgate.session")

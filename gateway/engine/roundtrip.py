@@ -18,7 +18,7 @@ modern client it is passed on with the server's ``requestState`` wrapped (``wrap
 same key's HMAC binds it to the principal, the request and the server, and an issue time
 limits it to ``timeout``, so the retry goes back to that server with the server's own
 state, and nothing is kept here between rounds. Handshake-era clients are asked over
-their back-channel instead (gateway/inputs.py).
+their back-channel instead (gateway/upstream/inputs.py).
 """
 
 from __future__ import annotations

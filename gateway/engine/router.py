@@ -26,10 +26,10 @@ from pydantic import ValidationError
 from spill import ArtifactNotFound, ArtifactStore, StoreError, artifact_read, bound_result, surely_within
 
 from gateway.config import PolicyConfig, SpillConfig
-from gateway.downstream import Downstream, ProgressFn, error_result
-from gateway.epoch import META_TOOLS, Epoch
-from gateway.session import Session
-from gateway.validation import ValidationFailure, ValidationPool, ValidationTimeout
+from gateway.downstream.connection import Downstream, ProgressFn, error_result
+from gateway.engine.epoch import META_TOOLS, Epoch
+from gateway.state.session import Session
+from gateway.engine.validation import ValidationFailure, ValidationPool, ValidationTimeout
 from gateway.wire import DEFAULT_VERSION
 
 log = logging.getLogger("prefixgate.router")
@@ -146,7 +146,7 @@ class Router:
         downstream = self.downstreams[entry.server]
         result = await downstream.call_tool(entry.original, arguments, meta=meta, on_progress=on_progress, answers=answers)
         if is_input_required(result):
-            return result  # not a result yet: the caller answers it (gateway/inputs.py)
+            return result  # not a result yet: the caller answers it (gateway/upstream/inputs.py)
         if self.spill.enabled:
             # Bound first: a huge result is then checked in its small, model-visible form.
             # The outputSchema as published: none with [spill] output_schemas = "omit".
@@ -252,7 +252,7 @@ async def argument_problem(
 ) -> str | None:
     """The most relevant schema violation of ``arguments``, naming its path, or None.
 
-    A tree-shaped schema is validated inline (its cost is bounded: see gateway.validation);
+    A tree-shaped schema is validated inline (its cost is bounded: see gateway.engine.validation);
     a referencing one in a worker process under the pool's time budget.
     """
     instance = {} if arguments is None else dict(arguments)

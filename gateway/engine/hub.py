@@ -36,17 +36,17 @@ from mcp_types import LoggingLevel
 from mcp_types.jsonrpc import INVALID_REQUEST, MISSING_REQUIRED_CLIENT_CAPABILITY
 from spill import ArtifactStore
 
-from gateway.checks import CheckCache
+from gateway.engine.checks import CheckCache
 from gateway.config import Config
-from gateway.downstream import Downstream
-from gateway.epoch import Epoch, build_epoch
-from gateway.lockfile import lock_path, read_lock
-from gateway.roundtrip import CAPABILITY_FOR, RoundTrips
-from gateway.router import Router
-from gateway.journal import Journal, session_key
-from gateway.session import Session
-from gateway.surface import Surface, build_surface
-from gateway.watches import Watches
+from gateway.downstream.connection import Downstream
+from gateway.engine.epoch import Epoch, build_epoch
+from gateway.engine.lockfile import lock_path, read_lock
+from gateway.engine.roundtrip import CAPABILITY_FOR, RoundTrips
+from gateway.engine.router import Router
+from gateway.state.journal import Journal, session_key
+from gateway.state.session import Session
+from gateway.engine.surface import Surface, build_surface
+from gateway.engine.watches import Watches
 
 log = logging.getLogger("prefixgate")
 
@@ -305,7 +305,7 @@ class Hub:
         """Relay sampling, elicitation or roots to the client that can answer it.
 
         A call of a 2026-07-28 client has no back-channel: the request waits for that
-        client's ``input_required`` retry instead (gateway/roundtrip.py).
+        client's ``input_required`` retry instead (gateway/engine/roundtrip.py).
         """
         trip = self.round_trips.waiting_on(downstream.id)
         target, related = self._requester(downstream.id)

@@ -30,11 +30,11 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from pydantic import BaseModel
 
 from gateway import __version__
-from gateway.downstream import DownstreamUnavailable, error_result
-from gateway.hub import Hub, Upstream
-from gateway.inputs import answer_over_back_channel, missing_capability, refusal, requests_of
-from gateway.modern import relayable
-from gateway.session import Session
+from gateway.downstream.connection import DownstreamUnavailable, error_result
+from gateway.engine.hub import Hub, Upstream
+from gateway.upstream.inputs import answer_over_back_channel, missing_capability, refusal, requests_of
+from gateway.downstream.modern import relayable
+from gateway.state.session import Session
 from gateway.wire import CACHE_HINTS, LIST_CACHE_FIELDS, with_result_type
 
 log = logging.getLogger("prefixgate.server")
@@ -116,7 +116,7 @@ def build_server(hub: Hub, new_session: SessionFactory) -> tuple[Server[Any], In
         meta = dict(raw_meta) if isinstance(raw_meta, dict) else None
         wants_progress = bool(meta and meta.get("progressToken") is not None)
         if (declared := _declared(ctx)) is not None:
-            # What this client can answer (either era), for a 2026-07-28 server (gateway/modern.py).
+            # What this client can answer (either era), for a 2026-07-28 server (gateway/downstream/modern.py).
             meta = {**(meta or {}), CLIENT_CAPABILITIES_META_KEY: declared}
 
         async def progress(value: float, total: float | None, message: str | None) -> None:
@@ -181,7 +181,7 @@ def build_server(hub: Hub, new_session: SessionFactory) -> tuple[Server[Any], In
         for input becomes an ``input_required`` result and the retry resumes the call.
 
         A modern server's own ``input_required`` is passed on with its state wrapped, and
-        a retry carrying such a state goes straight back to that server (gateway/inputs.py).
+        a retry carrying such a state goes straight back to that server (gateway/upstream/inputs.py).
         """
         params = ctx.params or {}
         state = params.get("requestState")
@@ -435,7 +435,7 @@ class WatchingListen:
 
     The SDK's handler filters the gateway's own event bus; a resource update reaches that
     bus only if the owning server reports it, so the stream's ``resourceSubscriptions``
-    are watched (counted, see gateway/watches.py) while the stream is open.
+    are watched (counted, see gateway/engine/watches.py) while the stream is open.
     """
 
     def __init__(self, hub: Hub) -> None:

@@ -36,7 +36,7 @@ from pydantic import ValidationError
 
 from gateway import jsontext
 from gateway.config import DEFAULT_MAX_MESSAGE_BYTES
-from gateway.stdio import LineSplitter, Overlong, encode, error_message, is_blank, jsonrpc_error, reply_id
+from gateway.downstream.stdio import LineSplitter, Overlong, encode, error_message, is_blank, jsonrpc_error, reply_id
 
 _CHUNK = 1 << 16
 MAX_IN_FLIGHT = 64
