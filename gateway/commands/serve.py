@@ -20,7 +20,7 @@ from gateway.downstream.connection import Downstream
 from gateway.engine.barrier import required_failures
 from gateway.engine.router import collect
 from gateway.state.journal import Journal, session_key
-from gateway.state.session import Session
+from gateway.state.session import ClientState
 from spill import ArtifactStore, StoreError
 
 log = logging.getLogger("prefixgate")
@@ -33,14 +33,14 @@ async def serve(config: Config, session_id: str | None, http: str | None, tokens
     async with running(config, supervise=True) as hub:
         if http is None:
             journal = Journal(config.gateway.state_dir, session_id) if session_id else None
-            stdio_session = Session(journal, await _artifact_store(config, session_id))
-            server, options = build_server(hub, lambda ctx: stdio_session)
+            stdio_state = ClientState(journal, await _artifact_store(config, session_id))
+            server, options = build_server(hub, lambda ctx: stdio_state)
         else:
             from gateway.upstream.http import principal_of_scope
 
             await _artifact_store(config, None)  # retention at start
             server, options = build_server(
-                hub, lambda ctx: hub.principal_session(principal_of_scope(getattr(ctx.request, "scope", None)))
+                hub, lambda ctx: hub.principal_state(principal_of_scope(getattr(ctx.request, "scope", None)))
             )
 
         async def barrier() -> None:

@@ -22,7 +22,7 @@ from spill import ArtifactStore
 log = logging.getLogger("prefixgate.session")
 
 
-class Session:
+class ClientState:
     """Activation (``journal``) and artifacts (``store``) of one client session."""
 
     def __init__(self, journal: Journal | None = None, store: ArtifactStore | None = None) -> None:
