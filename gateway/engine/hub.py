@@ -1,10 +1,11 @@
 """The running gateway: downstream servers, the current epoch, and the connected clients.
 
 It reacts to what downstream servers report: a ``list_changed`` re-lists that server and
-rebuilds the catalog (coalesced per server: one re-list running, at most one pending), but publishes a new epoch (clearing activation, notifying clients
-in both protocol eras) only when the canonical declarations really changed; a server
-that becomes ready late, or comes back after a crash, joins the same way. It also relays
-server-to-client traffic: log messages, resource updates, and sampling / elicitation /
+rebuilds the catalog (coalesced per server: one re-list running, at most one pending),
+but publishes a new epoch (clearing activation, notifying clients in both protocol
+eras) only when the canonical declarations really changed; a server that becomes ready
+late, or comes back after a crash, joins the same way. It also relays server-to-client
+traffic: log messages, resource updates, and sampling / elicitation /
 roots requests (to the client whose call caused them, when there is one).
 """
 
@@ -19,10 +20,6 @@ from dataclasses import dataclass, field
 from typing import Any, get_args
 
 import anyio
-from catalog.budget import DecisionError
-from catalog.diff import name_changes
-from catalog.lock import Lock, LockError
-from catalog.names import code_unit_key
 from mcp.server.session import ServerSession
 from mcp.server.subscriptions import (
     InMemorySubscriptionBus,
@@ -34,19 +31,23 @@ from mcp.server.subscriptions import (
 from mcp.shared.exceptions import MCPError
 from mcp_types import LoggingLevel
 from mcp_types.jsonrpc import INVALID_REQUEST, MISSING_REQUIRED_CLIENT_CAPABILITY
-from spill import ArtifactStore
 
-from gateway.engine.checks import CheckCache
+from catalog.budget import DecisionError
+from catalog.diff import name_changes
+from catalog.lock import Lock, LockError
+from catalog.names import code_unit_key
 from gateway.config import Config
 from gateway.downstream.connection import Downstream
+from gateway.engine.checks import CheckCache
 from gateway.engine.epoch import Epoch, build_epoch
 from gateway.engine.lockfile import lock_path, read_lock
 from gateway.engine.roundtrip import CAPABILITY_FOR, RoundTrips
 from gateway.engine.router import Router
-from gateway.state.journal import Journal, session_key
-from gateway.state.session import ClientState
 from gateway.engine.surface import Surface, build_surface
 from gateway.engine.watches import Watches
+from gateway.state.journal import Journal, session_key
+from gateway.state.session import ClientState
+from spill import ArtifactStore
 
 log = logging.getLogger("prefixgate")
 
@@ -113,7 +114,9 @@ class Hub:
         self._principals: dict[str, ClientState] = {}
         self.watches = Watches(self.resource_owner)
         """Resources clients watch (resources/subscribe, listen streams), counted per URI."""
-        self.round_trips = RoundTrips(timeout=config.gateway.round_trip_timeout, per_owner=config.gateway.max_round_trips)
+        self.round_trips = RoundTrips(
+            timeout=config.gateway.round_trip_timeout, per_owner=config.gateway.max_round_trips
+        )
         """Calls of 2026-07-28 clients that may wait for the client's input (no back-channel)."""
 
     # --- start-up ---------------------------------------------------------------------
@@ -503,4 +506,3 @@ def change_summary(old: Epoch | None, new: Epoch) -> str:
     if old.decision.mode != new.decision.mode:
         parts.append(f"mode {old.decision.mode} -> {new.decision.mode}")
     return "; ".join(parts) or "declarations changed"
-

@@ -15,22 +15,22 @@ from collections.abc import Mapping
 from typing import Any
 
 import anyio
-from catalog.schema import json_path
-from catalog.search import render
-from catalog.text import escape, quote
-from catalog.validation import violation
 from jsonschema_rs import ValidationError as SchemaViolation
 from mcp_types.methods import is_input_required, validate_server_result
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
-from spill import ArtifactNotFound, ArtifactStore, StoreError, artifact_read, bound_result, surely_within
 
+from catalog.schema import json_path
+from catalog.search import render
+from catalog.text import escape, quote
+from catalog.validation import violation
 from gateway.config import PolicyConfig, SpillConfig
 from gateway.downstream.connection import Downstream, ProgressFn, error_result
 from gateway.engine.epoch import META_TOOLS, Epoch
-from gateway.state.session import ClientState
 from gateway.engine.validation import ValidationFailure, ValidationPool, ValidationTimeout
+from gateway.state.session import ClientState
 from gateway.wire import DEFAULT_VERSION
+from spill import ArtifactNotFound, ArtifactStore, StoreError, artifact_read, bound_result, surely_within
 
 log = logging.getLogger("prefixgate.router")
 
@@ -144,7 +144,9 @@ class Router:
         if problem is not None:
             return error_result(problem)
         downstream = self.downstreams[entry.server]
-        result = await downstream.call_tool(entry.original, arguments, meta=meta, on_progress=on_progress, answers=answers)
+        result = await downstream.call_tool(
+            entry.original, arguments, meta=meta, on_progress=on_progress, answers=answers
+        )
         if is_input_required(result):
             return result  # not a result yet: the caller answers it (gateway/upstream/inputs.py)
         if self.spill.enabled:
@@ -201,7 +203,9 @@ class Router:
             if matched == name:
                 return f"Tool {name} is denied by policy (deny pattern {pattern!r})."
             if matched is not None:
-                return f"Tool {name} is denied by policy (deny pattern {pattern!r} matches its identity {quote(matched)})."
+                return (
+                    f"Tool {name} is denied by policy (deny pattern {pattern!r} matches its identity {quote(matched)})."
+                )
         if self.policy.read_only:
             annotations = epoch.catalog.by_name[name].declaration.get("annotations")
             if not (isinstance(annotations, dict) and annotations.get("readOnlyHint") is True):

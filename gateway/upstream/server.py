@@ -18,12 +18,12 @@ from typing import Any
 
 import anyio
 import mcp_types as types
-from mcp_types import CLIENT_CAPABILITIES_META_KEY, SERVER_INFO_META_KEY
 from mcp.server.context import CallNext, ServerRequestContext
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
 from mcp.server.subscriptions import ListenHandler
 from mcp.shared.exceptions import MCPError
+from mcp_types import CLIENT_CAPABILITIES_META_KEY, SERVER_INFO_META_KEY
 from mcp_types.jsonrpc import INVALID_PARAMS
 from mcp_types.methods import is_input_required
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
@@ -31,10 +31,10 @@ from pydantic import BaseModel
 
 from gateway import __version__
 from gateway.downstream.connection import DownstreamUnavailable, error_result
-from gateway.engine.hub import Hub, ClientConnection
-from gateway.upstream.inputs import answer_over_back_channel, missing_capability, refusal, requests_of
 from gateway.downstream.modern import relayable
+from gateway.engine.hub import ClientConnection, Hub
 from gateway.state.session import ClientState
+from gateway.upstream.inputs import answer_over_back_channel, missing_capability, refusal, requests_of
 from gateway.wire import CACHE_HINTS, LIST_CACHE_FIELDS, with_result_type
 
 log = logging.getLogger("prefixgate.server")
@@ -371,7 +371,9 @@ def _declared(ctx: ServerRequestContext[Any, Any]) -> dict[str, Any] | None:
 
 
 @contextlib.contextmanager
-def _in_flight(client: ClientConnection, ctx: ServerRequestContext[Any, Any], target: str | None, order: Any) -> Iterator[None]:
+def _in_flight(
+    client: ClientConnection, ctx: ServerRequestContext[Any, Any], target: str | None, order: Any
+) -> Iterator[None]:
     """Record a call to ``target`` as in flight for the time of the block, so a server's
     logs and requests find the call (and client) that caused them."""
     if target is not None:
@@ -392,7 +394,9 @@ def _digest(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
 
 
-def list_result(ctx: ServerRequestContext[Any, Any], tools: list[dict[str, Any]], stamp: dict[str, Any]) -> dict[str, Any]:
+def list_result(
+    ctx: ServerRequestContext[Any, Any], tools: list[dict[str, Any]], stamp: dict[str, Any]
+) -> dict[str, Any]:
     """A ``tools/list`` result as the SDK's result pipeline would finish it, which a
     middleware answer bypasses: on 2026-07-28 with its type, cache hints and the
     ``serverInfo`` stamp."""
@@ -425,7 +429,6 @@ def _everything() -> dict[str, Any]:
     return copy.deepcopy(_EVERYTHING)
 
 
-
 MAX_LISTEN_URIS = 64
 """Resources one ``subscriptions/listen`` stream may watch."""
 
@@ -442,12 +445,16 @@ class WatchingListen:
         self.hub = hub
         self.inner = ListenHandler(hub.bus)
 
-    async def __call__(self, ctx: ServerRequestContext[Any, Any], params: types.SubscriptionsListenRequestParams) -> Any:
+    async def __call__(
+        self, ctx: ServerRequestContext[Any, Any], params: types.SubscriptionsListenRequestParams
+    ) -> Any:
         wanted = sorted(set(params.notifications.resource_subscriptions or ()))
         if len(wanted) > MAX_LISTEN_URIS:
             raise MCPError(
                 code=INVALID_PARAMS,
-                message=f"prefixgate: a listen stream may watch at most {MAX_LISTEN_URIS} resources ({len(wanted)} given)",
+                message=(
+                    f"prefixgate: a listen stream may watch at most {MAX_LISTEN_URIS} resources ({len(wanted)} given)"
+                ),
             )
         watched: list[str] = []
         try:
