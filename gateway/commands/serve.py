@@ -106,7 +106,7 @@ async def _exit_now(downstreams: Sequence[Downstream], message: str, code: int =
     """Stop every server (concurrently: each in its own task) and exit with ``code`` at once.
 
     Exiting rather than unwinding keeps the stop independent of the transport: over
-    pipes and sockets stdin is read on the event loop (``upstream_stdio``) and would
+    pipes and sockets stdin is read on the event loop (``gateway.upstream.stdio``) and would
     unwind, but when stdin is a terminal or a file the SDK's ``stdio_server`` reads it in
     a worker thread that cancellation cannot interrupt, and the client may still be
     connected.
