@@ -2,7 +2,7 @@
 
 In process (no I/O): 50 servers x 100 generated tools (``gateway.commands.demo.generated_tool``, the
 demo server's own tools, with per-server key and ``required`` order), then exactly what
-``gateway.epoch.build_epoch`` does: ``catalog.build.build`` + ``catalog.budget.decide``
+``gateway.engine.epoch.build_epoch`` does: ``catalog.build.build`` + ``catalog.budget.decide``
 (profile openai: 5,000 tools are over its 128-function limit, so the decision falls back
 to on-demand). Then ``SearchIndex`` construction and ``query`` + ``render`` (what
 ``tool_search`` runs).
@@ -71,7 +71,7 @@ def build_and_decide(servers: list[Any], memo: Any = None) -> tuple[Any, Any, fl
     from catalog.budget import ClientPolicy, decide
     from catalog.build import build
     from catalog.names import PROFILES
-    from gateway.epoch import META_TOOLS, meta_declarations
+    from gateway.engine.epoch import META_TOOLS, meta_declarations
     from gateway.wire import wire_problem
 
     started = time.perf_counter()
@@ -113,8 +113,8 @@ def in_process(rounds: int, servers: int, per_server: int, budget_s: float) -> d
                 render(result, [e.name for e in result.matches if e.name in deferred])
                 bucket.append(time.perf_counter() - started)
     # What the gateway does on every start after the first and on every rebuild: the
-    # expensive checks are remembered (gateway.checks.CheckCache, here in memory only).
-    from gateway.checks import CheckCache
+    # expensive checks are remembered (gateway.engine.checks.CheckCache, here in memory only).
+    from gateway.engine.checks import CheckCache
 
     memo = CheckCache()
     build_and_decide(raw, memo)

@@ -7,7 +7,7 @@ from pathlib import Path
 from catalog.build import build
 from catalog.model import ServerTools
 from catalog.names import PROFILES
-from gateway.checks import CheckCache
+from gateway.engine.checks import CheckCache
 from gateway.wire import wire_problem
 
 GOOD = {"name": "ok", "inputSchema": {"type": "object", "properties": {"a": {"type": "string"}}}}

@@ -10,7 +10,7 @@ import pytest
 
 from catalog.budget import ClientPolicy
 from gateway.config import ConfigError, find_config, load_config, parse_config
-from gateway.epoch import client_policy
+from gateway.engine.epoch import client_policy
 from tests.helpers import run_cli
 
 BASE = {"servers": {"git": {"command": "mcp-server-git"}}}

@@ -210,7 +210,7 @@ def write_gateway_config(directory: Path, fixture_url: str | None = None, *, pro
 
 def negotiated(log: Path) -> set[str]:
     """The protocol versions the gateway's log says it settled on with the fixture (one line per
-    connection: ``[fixture] protocol VERSION``, gateway/downstream.py)."""
+    connection: ``[fixture] protocol VERSION``, gateway/downstream/connection.py)."""
     return set(re.findall(r"\[fixture\] protocol (\S+)", log.read_text(errors="replace")))
 
 
@@ -372,8 +372,8 @@ async def test_gateway_carries_multi_round_trip_tools(mode: str, protocol: str, 
     """Through `prefixgate serve` (stdio), a client of either era gets the same answers as from the
     fixture directly, with the fixture as a downstream of either era: a handshake-era fixture's
     back-channel requests reach a 2026-07-28 client as ``input_required`` results
-    (gateway/roundtrip.py); a 2026-07-28 fixture's ``input_required`` reaches a handshake-era
-    client as the gateway's own back-channel requests (gateway/inputs.py)."""
+    (gateway/engine/roundtrip.py); a 2026-07-28 fixture's ``input_required`` reaches a handshake-era
+    client as the gateway's own back-channel requests (gateway/upstream/inputs.py)."""
     from tests.helpers import sdk_client
 
     config = write_gateway_config(tmp_path, protocol=protocol)

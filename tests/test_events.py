@@ -13,8 +13,8 @@ import mcp_types as types
 import pytest
 from mcp.server.streamable_http import EventMessage
 
-from gateway import events
-from gateway.events import BoundedEventStore, Owner
+from gateway.upstream import events
+from gateway.upstream.events import BoundedEventStore, Owner
 from tests.helpers import ACCEPT, INIT, demo, http_gateway, write_config
 
 pytestmark = pytest.mark.anyio

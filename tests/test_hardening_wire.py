@@ -361,7 +361,7 @@ async def test_inbox_drops_logs_beyond_its_bound_but_never_list_changed(caplog: 
     """The per-downstream notification queue, with its consumer held up by a slow client."""
     import anyio
 
-    from gateway.inbox import Inbox
+    from gateway.downstream.inbox import Inbox
 
     delivered: list[str] = []
     release = anyio.Event()
@@ -414,7 +414,7 @@ async def test_inbox_settle_waits_for_what_arrived_before_a_reply() -> None:
     must reach the call's stream before its result closes it), every waiter released."""
     import anyio
 
-    from gateway.inbox import Inbox
+    from gateway.downstream.inbox import Inbox
 
     delivered: list[int] = []
     gate = anyio.Event()

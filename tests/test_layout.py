@@ -1,8 +1,9 @@
 """The import direction, checked mechanically: the layout the README describes holds.
 
 ``catalog/`` and ``spill/`` are pure (no SDK, no anyio, nothing of the gateway), the
-commands sit above the engine (``gateway.commands`` imports the engine, never the other
-way), and no modules import each other in a cycle. Every import counts, also one inside
+gateway's rooms import downward only (``commands`` -> ``upstream`` -> ``engine`` ->
+``downstream`` and ``state`` -> the shared top-level modules; the two lowest rooms not each
+other), and no modules import each other in a cycle. Every import counts, also one inside
 a function: a lazy import that only hides a cycle is still a cycle.
 """
 
@@ -19,6 +20,16 @@ FORBIDDEN_IN_PURE = ("mcp", "mcp_types", "anyio", "gateway")
 COMMANDS = "gateway.commands"
 ENTRY_POINTS = {"gateway.__main__"}
 """``python -m gateway``: the command line itself, above everything."""
+ROOMS = {
+    "gateway.commands": 4,
+    "gateway.upstream": 3,
+    "gateway.engine": 2,
+    "gateway.downstream": 1,
+    "gateway.state": 1,
+}
+"""Each room's height: a module imports from its own room or from a lower one."""
+SHARED = {"gateway", "gateway.config", "gateway.jsontext", "gateway.logs", "gateway.redact", "gateway.wire"}
+"""The small modules every room may use (height 0); they import no room."""
 
 
 def module_name(path: Path) -> str:
@@ -84,6 +95,44 @@ def test_the_engine_never_imports_the_commands() -> None:
     assert not bad, "\n".join(bad)
 
 
+def room_of(name: str) -> str | None:
+    return next((room for room in ROOMS if within(name, room)), None)
+
+
+def height(name: str) -> int:
+    room = room_of(name)
+    return ROOMS[room] if room else 0
+
+
+def test_the_gateway_is_rooms_and_a_few_shared_modules() -> None:
+    loose = sorted(
+        name
+        for name in modules()
+        if within(name, "gateway") and room_of(name) is None and name not in SHARED | ENTRY_POINTS
+    )
+    assert not loose, "modules outside a room (move them, or name them shared): " + ", ".join(loose)
+    assert all(name in modules() for name in ROOMS), "every room is a package"
+
+
+def test_the_rooms_import_downward() -> None:
+    bad = [
+        f"{module} imports {target}"
+        for module, targets in graph().items()
+        if within(module, "gateway") and module not in ENTRY_POINTS
+        for target in sorted(targets)
+        if within(target, "gateway")
+        and room_of(target) != room_of(module)
+        and height(target) >= height(module)
+    ]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_room_check_sees_upward_imports() -> None:
+    assert height("gateway.engine.hub") > height("gateway.state.session") > height("gateway.config")
+    assert height("gateway.downstream.connection") == height("gateway.state.journal")
+    assert room_of("gateway.upstream") == "gateway.upstream" and room_of("gateway.wire") is None
+
+
 def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     """One cycle (as a path) per strongly connected component larger than one module."""
     index: dict[str, int] = {}
@@ -135,5 +184,5 @@ def test_the_graph_sees_lazy_and_from_imports() -> None:
     edges = graph()
     assert "gateway.commands.startup" in edges["gateway.commands.doctor"]
     assert "gateway.config" in edges["gateway.commands.importer.names"]
-    assert "gateway.server" in edges["gateway.commands.serve"]  # imported inside a function
+    assert "gateway.upstream.server" in edges["gateway.commands.serve"]  # imported inside a function
     assert "gateway.logs" in edges["gateway.commands.cli"]  # from gateway import logs

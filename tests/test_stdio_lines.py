@@ -7,7 +7,7 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.stdio import LineSplitter, _parse, is_blank
+from gateway.downstream.stdio import LineSplitter, _parse, is_blank
 
 
 @given(st.lists(st.text(alphabet=st.characters(blacklist_characters="\n")), max_size=8), st.integers(1, 17))

@@ -12,7 +12,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from gateway.backoff import Backoff
+from gateway.downstream.backoff import Backoff
 from tests.helpers import GATEWAY, PYTHON, demo, gateway, url_process, write_config
 
 pytestmark = pytest.mark.anyio

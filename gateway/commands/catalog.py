@@ -11,11 +11,11 @@ from typing import Any
 from catalog.model import CatalogWarning, Entry
 from catalog.text import escape, json_text, printable
 from gateway import __version__
-from gateway.barrier import required_failures
 from gateway.commands.startup import discover, running
 from gateway.config import Config, PolicyConfig
-from gateway.downstream import Downstream
-from gateway.epoch import Epoch
+from gateway.downstream.connection import Downstream
+from gateway.engine.barrier import required_failures
+from gateway.engine.epoch import Epoch
 
 log = logging.getLogger("prefixgate")
 

@@ -50,8 +50,8 @@ from gateway import __version__, logs
 from gateway.commands.startup import Exit, discover, running
 from gateway.commands.toml_writer import toml_string
 from gateway.config import Config, ConfigError, find_config, load_config
-from gateway.epoch import Epoch
-from gateway.lockfile import lock_path, read_lock
+from gateway.engine.epoch import Epoch
+from gateway.engine.lockfile import lock_path, read_lock
 from gateway.redact import redact
 
 CLIENTS = ("claude-code", "claude-desktop", "cursor", "vscode", "codex")

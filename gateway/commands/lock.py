@@ -16,12 +16,12 @@ from collections.abc import Sequence
 
 from catalog.lock import Lock, LockedTool, LockError, Pending, apply, approve
 from catalog.text import printable
-from gateway.checks import CheckCache
 from gateway.commands.startup import Exit, discover, running
 from gateway.config import Config
-from gateway.downstream import Downstream
-from gateway.epoch import Epoch, build_epoch, client_policy
-from gateway.lockfile import lock_target, read_lock, write_lock
+from gateway.downstream.connection import Downstream
+from gateway.engine.checks import CheckCache
+from gateway.engine.epoch import Epoch, build_epoch, client_policy
+from gateway.engine.lockfile import lock_target, read_lock, write_lock
 
 
 def finished(

@@ -14,13 +14,13 @@ import anyio
 import anyio.to_thread
 
 from gateway import logs
-from gateway.barrier import required_failures
 from gateway.commands.startup import Exit, discover, running
 from gateway.config import Config
-from gateway.downstream import Downstream
-from gateway.journal import Journal, session_key
-from gateway.router import collect
-from gateway.session import Session
+from gateway.downstream.connection import Downstream
+from gateway.engine.barrier import required_failures
+from gateway.engine.router import collect
+from gateway.state.journal import Journal, session_key
+from gateway.state.session import ClientState
 from spill import ArtifactStore, StoreError
 
 log = logging.getLogger("prefixgate")
@@ -28,19 +28,19 @@ log = logging.getLogger("prefixgate")
 
 async def serve(config: Config, session_id: str | None, http: str | None, tokens: Sequence[str]) -> None:
     """Serve until the client leaves (stdio), forever (HTTP), or a signal or a failed barrier exits."""
-    from gateway.server import build_server
+    from gateway.upstream.server import build_server
 
     async with running(config, supervise=True) as hub:
         if http is None:
             journal = Journal(config.gateway.state_dir, session_id) if session_id else None
-            stdio_session = Session(journal, await _artifact_store(config, session_id))
-            server, options = build_server(hub, lambda ctx: stdio_session)
+            stdio_state = ClientState(journal, await _artifact_store(config, session_id))
+            server, options = build_server(hub, lambda ctx: stdio_state)
         else:
-            from gateway.http import principal_of_scope
+            from gateway.upstream.http import principal_of_scope
 
             await _artifact_store(config, None)  # retention at start
             server, options = build_server(
-                hub, lambda ctx: hub.principal_session(principal_of_scope(getattr(ctx.request, "scope", None)))
+                hub, lambda ctx: hub.principal_state(principal_of_scope(getattr(ctx.request, "scope", None)))
             )
 
         async def barrier() -> None:
@@ -56,12 +56,12 @@ async def serve(config: Config, session_id: str | None, http: str | None, tokens
             tg.start_soon(_stop_on_signals, hub.downstreams)
             tg.start_soon(barrier)
             if http is None:
-                from gateway.upstream_stdio import stdio_streams
+                from gateway.upstream.stdio import stdio_streams
 
                 async with stdio_streams(config.gateway.max_message_bytes) as (read, write):
                     await server.run(read, write, options)
             else:
-                from gateway.http import serve_http
+                from gateway.upstream.http import serve_http
 
                 await serve_http(server, http, tokens)
             tg.cancel_scope.cancel()
@@ -106,7 +106,7 @@ async def _exit_now(downstreams: Sequence[Downstream], message: str, code: int =
     """Stop every server (concurrently: each in its own task) and exit with ``code`` at once.
 
     Exiting rather than unwinding keeps the stop independent of the transport: over
-    pipes and sockets stdin is read on the event loop (``upstream_stdio``) and would
+    pipes and sockets stdin is read on the event loop (``gateway.upstream.stdio``) and would
     unwind, but when stdin is a terminal or a file the SDK's ``stdio_server`` reads it in
     a worker thread that cancellation cannot interrupt, and the client may still be
     connected.
@@ -128,7 +128,7 @@ def http_tokens(args: argparse.Namespace) -> list[str]:
     ``--token-file`` holds one token per line (blank lines and lines starting with ``#``
     are skipped); ``$PREFIXGATE_TOKEN`` holds one.
     """
-    from gateway.http import is_loopback, parse_listen
+    from gateway.upstream.http import is_loopback, parse_listen
 
     try:
         host, _ = parse_listen(args.http)

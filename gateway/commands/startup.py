@@ -14,10 +14,10 @@ import anyio
 
 from catalog.budget import DecisionError
 from catalog.lock import LockError
-from gateway.barrier import wait_for_discovery
 from gateway.config import Config, ConfigError, find_config, load_config
-from gateway.epoch import Epoch, build_epoch
-from gateway.hub import Hub, log_pending
+from gateway.engine.barrier import wait_for_discovery
+from gateway.engine.epoch import Epoch, build_epoch
+from gateway.engine.hub import Hub, log_pending
 
 log = logging.getLogger("prefixgate")
 

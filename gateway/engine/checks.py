@@ -18,7 +18,7 @@ import os
 from importlib import metadata
 from pathlib import Path
 
-from gateway.journal import check_private_file, open_private_dir
+from gateway.state.journal import check_private_file, open_private_dir
 
 log = logging.getLogger("prefixgate.checks")
 

@@ -16,7 +16,7 @@ from mcp.shared.uri_template import InvalidUriTemplate, UriTemplate
 
 from catalog.names import Profile, assign_names, code_unit_key
 from catalog.schema import sort_keys
-from gateway.downstream import Downstream
+from gateway.downstream.connection import Downstream
 
 
 @dataclass

@@ -20,9 +20,9 @@ from catalog.lock import Lock, Pending, apply
 from catalog.model import Catalog, ServerTools
 from catalog.search import SearchIndex, tool_call_declaration, tool_search_declaration
 from catalog.validation import compile_validator, is_referencing
-from gateway.checks import CheckCache
 from gateway.config import Config
-from gateway.downstream import Downstream
+from gateway.downstream.connection import Downstream
+from gateway.engine.checks import CheckCache
 from gateway.wire import DEFAULT_VERSION, published_tools, wire_problem
 from spill import artifact_read_declaration
 

@@ -36,7 +36,7 @@ from pydantic import ValidationError
 
 from gateway import jsontext
 from gateway.config import DEFAULT_MAX_MESSAGE_BYTES
-from gateway.stdio import LineSplitter, Overlong, encode, error_message, is_blank, jsonrpc_error, reply_id
+from gateway.downstream.stdio import LineSplitter, Overlong, encode, error_message, is_blank, jsonrpc_error, reply_id
 
 _CHUNK = 1 << 16
 MAX_IN_FLIGHT = 64
@@ -162,7 +162,11 @@ async def stdio_streams(max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> A
                     if isinstance(line := lines[-1], Overlong):
                         lines.pop()
                         request_id = jsontext.find_id(line.head, line.tail)
-                        log.warning("dropped a client message of %d bytes (over max_message_bytes %d)", line.size, max_message_bytes)
+                        log.warning(
+                            "dropped a client message of %d bytes (over max_message_bytes %d)",
+                            line.size,
+                            max_message_bytes,
+                        )
                         text = f"request of {line.size} bytes exceeds max_message_bytes {max_message_bytes}"
                         await answer(jsonrpc_error(request_id, INVALID_REQUEST, text))
                         continue
@@ -224,4 +228,3 @@ async def stdio_streams(max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> A
             os.dup2(wire_out, 1)
         writer.close()
         read_transport.close()
-

@@ -21,7 +21,7 @@ import anyio
 from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import INVALID_PARAMS, INVALID_REQUEST
 
-from gateway.downstream import Downstream, DownstreamUnavailable
+from gateway.downstream.connection import Downstream, DownstreamUnavailable
 
 log = logging.getLogger("prefixgate")
 

@@ -16,13 +16,13 @@ import anyio
 import anyio.to_thread
 
 from catalog.activation import ActivationState, encode_record, restore
-from gateway.journal import Journal
+from gateway.state.journal import Journal
 from spill import ArtifactStore
 
 log = logging.getLogger("prefixgate.session")
 
 
-class Session:
+class ClientState:
     """Activation (``journal``) and artifacts (``store``) of one client session."""
 
     def __init__(self, journal: Journal | None = None, store: ArtifactStore | None = None) -> None:

@@ -18,23 +18,23 @@ from typing import Any
 
 import anyio
 import mcp_types as types
-from mcp_types import CLIENT_CAPABILITIES_META_KEY, SERVER_INFO_META_KEY
 from mcp.server.context import CallNext, ServerRequestContext
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
 from mcp.server.subscriptions import ListenHandler
 from mcp.shared.exceptions import MCPError
+from mcp_types import CLIENT_CAPABILITIES_META_KEY, SERVER_INFO_META_KEY
 from mcp_types.jsonrpc import INVALID_PARAMS
 from mcp_types.methods import is_input_required
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from pydantic import BaseModel
 
 from gateway import __version__
-from gateway.downstream import DownstreamUnavailable, error_result
-from gateway.hub import Hub, Upstream
-from gateway.inputs import answer_over_back_channel, missing_capability, refusal, requests_of
-from gateway.modern import relayable
-from gateway.session import Session
+from gateway.downstream.connection import DownstreamUnavailable, error_result
+from gateway.downstream.modern import relayable
+from gateway.engine.hub import ClientConnection, Hub
+from gateway.state.session import ClientState
+from gateway.upstream.inputs import answer_over_back_channel, missing_capability, refusal, requests_of
 from gateway.wire import CACHE_HINTS, LIST_CACHE_FIELDS, with_result_type
 
 log = logging.getLogger("prefixgate.server")
@@ -49,8 +49,8 @@ INITIALIZE_WAIT = 10.0
 """Seconds ``initialize`` waits for the barrier before advertising every capability."""
 _STATE_KEY = "prefixgate.upstream"
 
-SessionFactory = Callable[[ServerRequestContext[Any, Any]], Session]
-"""The activation/artifact session a new client connection belongs to."""
+StateFactory = Callable[[ServerRequestContext[Any, Any]], ClientState]
+"""The state (activation, artifacts) a new client connection belongs to."""
 
 
 def _connection(ctx: ServerRequestContext[Any, Any]) -> Any:
@@ -59,18 +59,18 @@ def _connection(ctx: ServerRequestContext[Any, Any]) -> Any:
     return ctx.session._connection  # noqa: SLF001
 
 
-def build_server(hub: Hub, new_session: SessionFactory) -> tuple[Server[Any], InitializationOptions]:
+def build_server(hub: Hub, new_state: StateFactory) -> tuple[Server[Any], InitializationOptions]:
     router = hub.router
 
-    async def upstream_of(ctx: ServerRequestContext[Any, Any]) -> Upstream:
+    async def client_of(ctx: ServerRequestContext[Any, Any]) -> ClientConnection:
         connection = _connection(ctx)
-        upstream: Upstream | None = connection.state.get(_STATE_KEY)
-        if upstream is None:
-            upstream = await hub.connect(new_session(ctx))
-            connection.state[_STATE_KEY] = upstream
-            connection.exit_stack.callback(hub.disconnect, upstream)
-        upstream.server_session = ctx.session
-        return upstream
+        client: ClientConnection | None = connection.state.get(_STATE_KEY)
+        if client is None:
+            client = await hub.connect(new_state(ctx))
+            connection.state[_STATE_KEY] = client
+            connection.exit_stack.callback(hub.disconnect, client)
+        client.server_session = ctx.session
+        return client
 
     async def middleware(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> Any:
         if ctx.method in ("initialize", "server/discover"):
@@ -78,7 +78,7 @@ def build_server(hub: Hub, new_session: SessionFactory) -> tuple[Server[Any], In
                 await hub.discovered.wait()
             result = await call_next(ctx)
             if ctx.method == "initialize":
-                await upstream_of(ctx)  # connected now: the most recent client from here on
+                await client_of(ctx)  # connected now: the most recent client from here on
             if isinstance(result, BaseModel):
                 result = result.model_dump(by_alias=True, mode="json", exclude_none=True)
             if isinstance(result, dict) and "capabilities" in result:
@@ -87,7 +87,7 @@ def build_server(hub: Hub, new_session: SessionFactory) -> tuple[Server[Any], In
                 result["capabilities"] = {**kept, **caps}
             return result
         if ctx.request_id is not None:
-            await upstream_of(ctx)
+            await client_of(ctx)
             if ctx.method == "tools/list":
                 # The epoch's wire form was built (and validated) once: serve it as is,
                 # canonical bytes, instead of re-validating thousands of tools on every call.
@@ -111,12 +111,12 @@ def build_server(hub: Hub, new_session: SessionFactory) -> tuple[Server[Any], In
         return _result(ctx, dict(await call_tool_raw(ctx, params.name, params.arguments)))
 
     async def call_tool_raw(ctx: ServerRequestContext[Any, Any], name: str, arguments: dict[str, Any] | None) -> Any:
-        upstream = await upstream_of(ctx)
+        client = await client_of(ctx)
         raw_meta = (ctx.params or {}).get("_meta")
         meta = dict(raw_meta) if isinstance(raw_meta, dict) else None
         wants_progress = bool(meta and meta.get("progressToken") is not None)
         if (declared := _declared(ctx)) is not None:
-            # What this client can answer (either era), for a 2026-07-28 server (gateway/modern.py).
+            # What this client can answer (either era), for a 2026-07-28 server (gateway/downstream/modern.py).
             meta = {**(meta or {}), CLIENT_CAPABILITIES_META_KEY: declared}
 
         async def progress(value: float, total: float | None, message: str | None) -> None:
@@ -129,7 +129,7 @@ def build_server(hub: Hub, new_session: SessionFactory) -> tuple[Server[Any], In
             return router.call(
                 name,
                 arguments,
-                upstream.session,
+                client.state,
                 meta=meta,
                 on_progress=on_progress if wants_progress else None,
                 version=ctx.protocol_version,
@@ -143,11 +143,11 @@ def build_server(hub: Hub, new_session: SessionFactory) -> tuple[Server[Any], In
                     await progress(value, total, message)
 
             # Its logs go to this request while it waits (no place in the back-channel order).
-            with _in_flight(upstream, ctx, target, None):
+            with _in_flight(client, ctx, target, None):
                 return await with_input(
-                    ctx, upstream, "tools/call", name, _digest(arguments), target, lambda a: run(quiet_progress, a)
+                    ctx, client, "tools/call", name, _digest(arguments), target, lambda a: run(quiet_progress, a)
                 )
-        with _in_flight(upstream, ctx, target, hub.round_trips.order()):
+        with _in_flight(client, ctx, target, hub.round_trips.order()):
             result = await run(progress)
             if target is not None and is_input_required(result):
                 try:
@@ -170,7 +170,7 @@ def build_server(hub: Hub, new_session: SessionFactory) -> tuple[Server[Any], In
 
     async def with_input(
         ctx: ServerRequestContext[Any, Any],
-        upstream: Upstream,
+        client: ClientConnection,
         method: str,
         target: str,
         binding: str,
@@ -181,13 +181,13 @@ def build_server(hub: Hub, new_session: SessionFactory) -> tuple[Server[Any], In
         for input becomes an ``input_required`` result and the retry resumes the call.
 
         A modern server's own ``input_required`` is passed on with its state wrapped, and
-        a retry carrying such a state goes straight back to that server (gateway/inputs.py).
+        a retry carrying such a state goes straight back to that server (gateway/upstream/inputs.py).
         """
         params = ctx.params or {}
         state = params.get("requestState")
         capabilities = ctx.session.client_capabilities
         trips = hub.round_trips
-        owner = upstream.session
+        owner = client.state
 
         def passed_on(result: dict[str, Any]) -> dict[str, Any]:
             if server_id is None or not is_input_required(result):
@@ -254,11 +254,11 @@ def build_server(hub: Hub, new_session: SessionFactory) -> tuple[Server[Any], In
 
         if method not in _INPUT_METHODS:
             return _result(ctx, await run())
-        upstream = await upstream_of(ctx)
+        client = await client_of(ctx)
         if ctx.protocol_version not in HANDSHAKE_PROTOCOL_VERSIONS:
             target = str(params.get("uri") if method == "resources/read" else params.get("name"))
-            return _result(ctx, await with_input(ctx, upstream, method, target, _digest(params), server_id, run))
-        with _in_flight(upstream, ctx, server_id, hub.round_trips.order()):
+            return _result(ctx, await with_input(ctx, client, method, target, _digest(params), server_id, run))
+        with _in_flight(client, ctx, server_id, hub.round_trips.order()):
             result = await run()
             if is_input_required(result):
                 result = await over_back_channel(result, server_id, run)
@@ -286,18 +286,18 @@ def build_server(hub: Hub, new_session: SessionFactory) -> tuple[Server[Any], In
     async def subscribe(ctx: ServerRequestContext[Any, Any], params: types.SubscribeRequestParams) -> Any:
         await router.current()
         uri = str(params.uri)
-        upstream = await upstream_of(ctx)
-        if uri not in upstream.subscriptions:
+        client = await client_of(ctx)
+        if uri not in client.subscriptions:
             await hub.watches.watch(uri)
-            upstream.subscriptions.add(uri)
+            client.subscriptions.add(uri)
         return _result(ctx, {})
 
     async def unsubscribe(ctx: ServerRequestContext[Any, Any], params: types.UnsubscribeRequestParams) -> Any:
         await router.current()
         uri = str(params.uri)
-        upstream = await upstream_of(ctx)
-        if uri in upstream.subscriptions:
-            upstream.subscriptions.discard(uri)
+        client = await client_of(ctx)
+        if uri in client.subscriptions:
+            client.subscriptions.discard(uri)
             await hub.watches.unwatch(uri)
         return _result(ctx, {})
 
@@ -330,7 +330,7 @@ def build_server(hub: Hub, new_session: SessionFactory) -> tuple[Server[Any], In
 
     async def set_level(ctx: ServerRequestContext[Any, Any], params: types.SetLevelRequestParams) -> Any:
         await router.current()
-        await hub.set_log_level(await upstream_of(ctx), params.level)
+        await hub.set_log_level(await client_of(ctx), params.level)
         return {}
 
     with warnings.catch_warnings():
@@ -371,20 +371,22 @@ def _declared(ctx: ServerRequestContext[Any, Any]) -> dict[str, Any] | None:
 
 
 @contextlib.contextmanager
-def _in_flight(upstream: Upstream, ctx: ServerRequestContext[Any, Any], target: str | None, order: Any) -> Iterator[None]:
+def _in_flight(
+    client: ClientConnection, ctx: ServerRequestContext[Any, Any], target: str | None, order: Any
+) -> Iterator[None]:
     """Record a call to ``target`` as in flight for the time of the block, so a server's
     logs and requests find the call (and client) that caused them."""
     if target is not None:
-        upstream.calls[ctx.request_id] = target
-        upstream.call_sessions[ctx.request_id] = ctx.session
+        client.calls[ctx.request_id] = target
+        client.call_sessions[ctx.request_id] = ctx.session
         if order is not None:
-            upstream.call_order[ctx.request_id] = order
+            client.call_order[ctx.request_id] = order
     try:
         yield
     finally:
-        upstream.calls.pop(ctx.request_id, None)
-        upstream.call_order.pop(ctx.request_id, None)
-        upstream.call_sessions.pop(ctx.request_id, None)
+        client.calls.pop(ctx.request_id, None)
+        client.call_order.pop(ctx.request_id, None)
+        client.call_sessions.pop(ctx.request_id, None)
 
 
 def _digest(value: Any) -> str:
@@ -392,7 +394,9 @@ def _digest(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
 
 
-def list_result(ctx: ServerRequestContext[Any, Any], tools: list[dict[str, Any]], stamp: dict[str, Any]) -> dict[str, Any]:
+def list_result(
+    ctx: ServerRequestContext[Any, Any], tools: list[dict[str, Any]], stamp: dict[str, Any]
+) -> dict[str, Any]:
     """A ``tools/list`` result as the SDK's result pipeline would finish it, which a
     middleware answer bypasses: on 2026-07-28 with its type, cache hints and the
     ``serverInfo`` stamp."""
@@ -425,7 +429,6 @@ def _everything() -> dict[str, Any]:
     return copy.deepcopy(_EVERYTHING)
 
 
-
 MAX_LISTEN_URIS = 64
 """Resources one ``subscriptions/listen`` stream may watch."""
 
@@ -435,19 +438,23 @@ class WatchingListen:
 
     The SDK's handler filters the gateway's own event bus; a resource update reaches that
     bus only if the owning server reports it, so the stream's ``resourceSubscriptions``
-    are watched (counted, see gateway/watches.py) while the stream is open.
+    are watched (counted, see gateway/engine/watches.py) while the stream is open.
     """
 
     def __init__(self, hub: Hub) -> None:
         self.hub = hub
         self.inner = ListenHandler(hub.bus)
 
-    async def __call__(self, ctx: ServerRequestContext[Any, Any], params: types.SubscriptionsListenRequestParams) -> Any:
+    async def __call__(
+        self, ctx: ServerRequestContext[Any, Any], params: types.SubscriptionsListenRequestParams
+    ) -> Any:
         wanted = sorted(set(params.notifications.resource_subscriptions or ()))
         if len(wanted) > MAX_LISTEN_URIS:
             raise MCPError(
                 code=INVALID_PARAMS,
-                message=f"prefixgate: a listen stream may watch at most {MAX_LISTEN_URIS} resources ({len(wanted)} given)",
+                message=(
+                    f"prefixgate: a listen stream may watch at most {MAX_LISTEN_URIS} resources ({len(wanted)} given)"
+                ),
             )
         watched: list[str] = []
         try:

@@ -31,7 +31,7 @@ from mcp.server.lowlevel import Server
 from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE, TransportSecuritySettings
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway.events import RETRY_MS, BoundedEventStore, SessionScope
+from gateway.upstream.events import RETRY_MS, BoundedEventStore, SessionScope
 
 log = logging.getLogger("prefixgate.http")
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import anyio
 
-from gateway.downstream import Downstream
+from gateway.downstream.connection import Downstream
 
 log = logging.getLogger("prefixgate.barrier")
 

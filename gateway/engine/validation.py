@@ -5,7 +5,7 @@ jsonschema-rs's linear regex engine, so it is validated inline. A schema with re
 can cost exponential time, and jsonschema-rs holds the GIL while it validates (measured:
 a ticker thread got no turn during a 1 s validation), so a worker thread would freeze the
 event loop all the same. Such schemas go to worker processes
-(``gateway.validation_worker``); one that overruns the budget is killed and replaced.
+(``gateway.engine.validation_worker``); one that overruns the budget is killed and replaced.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ class _Worker:
         root = str(Path(__file__).resolve().parent.parent)  # where the gateway package lives
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
         process = await anyio.open_process(
-            [sys.executable, "-m", "gateway.validation_worker"],
+            [sys.executable, "-m", "gateway.engine.validation_worker"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,  # a Rust panic's backtrace would be many raw log lines

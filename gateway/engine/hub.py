@@ -1,10 +1,11 @@
 """The running gateway: downstream servers, the current epoch, and the connected clients.
 
 It reacts to what downstream servers report: a ``list_changed`` re-lists that server and
-rebuilds the catalog (coalesced per server: one re-list running, at most one pending), but publishes a new epoch (clearing activation, notifying clients
-in both protocol eras) only when the canonical declarations really changed; a server
-that becomes ready late, or comes back after a crash, joins the same way. It also relays
-server-to-client traffic: log messages, resource updates, and sampling / elicitation /
+rebuilds the catalog (coalesced per server: one re-list running, at most one pending),
+but publishes a new epoch (clearing activation, notifying clients in both protocol
+eras) only when the canonical declarations really changed; a server that becomes ready
+late, or comes back after a crash, joins the same way. It also relays server-to-client
+traffic: log messages, resource updates, and sampling / elicitation /
 roots requests (to the client whose call caused them, when there is one).
 """
 
@@ -19,10 +20,6 @@ from dataclasses import dataclass, field
 from typing import Any, get_args
 
 import anyio
-from catalog.budget import DecisionError
-from catalog.diff import name_changes
-from catalog.lock import Lock, LockError
-from catalog.names import code_unit_key
 from mcp.server.session import ServerSession
 from mcp.server.subscriptions import (
     InMemorySubscriptionBus,
@@ -34,19 +31,23 @@ from mcp.server.subscriptions import (
 from mcp.shared.exceptions import MCPError
 from mcp_types import LoggingLevel
 from mcp_types.jsonrpc import INVALID_REQUEST, MISSING_REQUIRED_CLIENT_CAPABILITY
-from spill import ArtifactStore
 
-from gateway.checks import CheckCache
+from catalog.budget import DecisionError
+from catalog.diff import name_changes
+from catalog.lock import Lock, LockError
+from catalog.names import code_unit_key
 from gateway.config import Config
-from gateway.downstream import Downstream
-from gateway.epoch import Epoch, build_epoch
-from gateway.lockfile import lock_path, read_lock
-from gateway.roundtrip import CAPABILITY_FOR, RoundTrips
-from gateway.router import Router
-from gateway.journal import Journal, session_key
-from gateway.session import Session
-from gateway.surface import Surface, build_surface
-from gateway.watches import Watches
+from gateway.downstream.connection import Downstream
+from gateway.engine.checks import CheckCache
+from gateway.engine.epoch import Epoch, build_epoch
+from gateway.engine.lockfile import lock_path, read_lock
+from gateway.engine.roundtrip import CAPABILITY_FOR, RoundTrips
+from gateway.engine.router import Router
+from gateway.engine.surface import Surface, build_surface
+from gateway.engine.watches import Watches
+from gateway.state.journal import Journal, session_key
+from gateway.state.session import ClientState
+from spill import ArtifactStore
 
 log = logging.getLogger("prefixgate")
 
@@ -69,10 +70,10 @@ def _require_capability(method: str, capabilities: Any) -> None:
 
 
 @dataclass(eq=False)
-class Upstream:
-    """One connected client: its activation/artifact session and its notification channel."""
+class ClientConnection:
+    """One connected client: its state (activation, artifacts) and its notification channel."""
 
-    session: Session
+    state: ClientState
     server_session: ServerSession | None = None
     subscriptions: set[str] = field(default_factory=set)
     calls: dict[Any, str] = field(default_factory=dict)
@@ -101,7 +102,7 @@ class Hub:
         self.router = Router(self.by_id, config.policy, config.spill)
         self.surface = Surface()
         self.bus = InMemorySubscriptionBus()
-        self.upstreams: list[Upstream] = []
+        self.clients: list[ClientConnection] = []
         self.discovered = anyio.Event()
         self.checks = CheckCache(config.gateway.state_dir, persist=persist)
         self._rebuild_lock = anyio.Lock()
@@ -110,10 +111,12 @@ class Hub:
         """(server id, kind) -> whether another re-list is pending behind the running one."""
         self._tasks: anyio.abc.TaskGroup | None = None
         self._log_level: str | None = None
-        self._principals: dict[str, Session] = {}
+        self._principals: dict[str, ClientState] = {}
         self.watches = Watches(self.resource_owner)
         """Resources clients watch (resources/subscribe, listen streams), counted per URI."""
-        self.round_trips = RoundTrips(timeout=config.gateway.round_trip_timeout, per_owner=config.gateway.max_round_trips)
+        self.round_trips = RoundTrips(
+            timeout=config.gateway.round_trip_timeout, per_owner=config.gateway.max_round_trips
+        )
         """Calls of 2026-07-28 clients that may wait for the client's input (no back-channel)."""
 
     # --- start-up ---------------------------------------------------------------------
@@ -159,26 +162,26 @@ class Hub:
         for warning in self.surface.warnings:
             log.warning("%s", warning)
         await self.router.publish(epoch)
-        for upstream in self.upstreams:
-            await upstream.session.enter(epoch.identity)
+        for client in self.clients:
+            await client.state.enter(epoch.identity)
         self.discovered.set()
 
     # --- clients ----------------------------------------------------------------------
 
-    async def connect(self, session: Session) -> Upstream:
-        upstream = Upstream(session)
-        self.upstreams.append(upstream)
+    async def connect(self, state: ClientState) -> ClientConnection:
+        client = ClientConnection(state)
+        self.clients.append(client)
         if self.router.epoch is not None:
-            await session.enter(self.router.epoch.identity)
-        return upstream
+            await state.enter(self.router.epoch.identity)
+        return client
 
-    def disconnect(self, upstream: Upstream) -> None:
-        if upstream in self.upstreams:
-            self.upstreams.remove(upstream)
-        if upstream.subscriptions and self._tasks is not None:
-            for uri in sorted(upstream.subscriptions):  # a client that leaves stops watching
+    def disconnect(self, client: ClientConnection) -> None:
+        if client in self.clients:
+            self.clients.remove(client)
+        if client.subscriptions and self._tasks is not None:
+            for uri in sorted(client.subscriptions):  # a client that leaves stops watching
                 self._tasks.start_soon(self.watches.unwatch, uri)
-            upstream.subscriptions.clear()
+            client.subscriptions.clear()
 
     def resource_owner(self, uri: str) -> Downstream | None:
         """The owner of a URI; else the first ready server (code-unit id order) offering resources."""
@@ -191,8 +194,8 @@ class Hub:
             owner = candidates[0].id if candidates else None
         return self.by_id.get(owner) if owner is not None else None
 
-    def principal_session(self, principal: str) -> Session:
-        """The one session of an HTTP principal, shared by all its connections and requests.
+    def principal_state(self, principal: str) -> ClientState:
+        """The one state (activation, artifacts) of an HTTP principal, shared by all its connections and requests.
 
         The 2026-07-28 protocol has no sessions (every request is a connection of its
         own), so state keyed by connection would be lost between a ``tool_search`` and the
@@ -201,14 +204,14 @@ class Hub:
         the configured tokens (or the one local principal): this map cannot grow with
         what clients send.
         """
-        session = self._principals.get(principal)
-        if session is None:
+        state = self._principals.get(principal)
+        if state is None:
             name = f"principal:{principal}"
             store = None
             if self.config.spill.enabled:
                 store = ArtifactStore(self.config.gateway.state_dir / "artifacts", session_key(name))
-            session = self._principals[principal] = Session(Journal(self.config.gateway.state_dir, name), store)
-        return session
+            state = self._principals[principal] = ClientState(Journal(self.config.gateway.state_dir, name), store)
+        return state
 
     def capabilities(self) -> dict[str, Any]:
         """The union of what the ready servers offer (tools are always served)."""
@@ -305,7 +308,7 @@ class Hub:
         """Relay sampling, elicitation or roots to the client that can answer it.
 
         A call of a 2026-07-28 client has no back-channel: the request waits for that
-        client's ``input_required`` retry instead (gateway/roundtrip.py).
+        client's ``input_required`` retry instead (gateway/engine/roundtrip.py).
         """
         trip = self.round_trips.waiting_on(downstream.id)
         target, related = self._requester(downstream.id)
@@ -343,12 +346,12 @@ class Hub:
             lambda u: u.log_level is not None and admits(u.log_level, level),
         )
 
-    def _requester(self, server_id: str) -> tuple[Upstream | None, Any]:
-        for upstream in reversed(self.upstreams):
-            for request_id, target in upstream.calls.items():
+    def _requester(self, server_id: str) -> tuple[ClientConnection | None, Any]:
+        for client in reversed(self.clients):
+            for request_id, target in client.calls.items():
                 if target == server_id:
-                    return upstream, request_id
-        return (self.upstreams[-1], None) if self.upstreams else (None, None)
+                    return client, request_id
+        return (self.clients[-1], None) if self.clients else (None, None)
 
     # --- epochs -----------------------------------------------------------------------
 
@@ -401,8 +404,8 @@ class Hub:
         if old is None or epoch.decision.fallback != old.decision.fallback:
             log.warning("declarations: %s (%s)", epoch.decision.mode, epoch.decision.detail)
         await self.router.publish(epoch)
-        for upstream in self.upstreams:
-            await upstream.session.enter(epoch.identity)
+        for client in self.clients:
+            await client.state.enter(epoch.identity)
         await self._broadcast(lambda s: s.send_tool_list_changed())
         await self.bus.publish(ToolsListChanged())
 
@@ -425,21 +428,21 @@ class Hub:
             await self.bus.publish(ResourcesListChanged())
 
     async def _broadcast(
-        self, send: Callable[[ServerSession], Any], only: Callable[[Upstream], bool] = lambda u: True
+        self, send: Callable[[ServerSession], Any], only: Callable[[ClientConnection], bool] = lambda u: True
     ) -> None:
-        for upstream in list(self.upstreams):
-            if upstream.server_session is None or not only(upstream):
+        for client in list(self.clients):
+            if client.server_session is None or not only(client):
                 continue
             try:
-                await send(upstream.server_session)
+                await send(client.server_session)
             except Exception as exc:  # noqa: BLE001 - a gone client must not stop the others
                 log.debug("notification to a client failed: %s", exc)
 
-    async def set_log_level(self, upstream: Upstream, level: str) -> None:
+    async def set_log_level(self, client: ClientConnection, level: str) -> None:
         """One client's level: each client filters at its own level, and the servers are
         asked for the most verbose level any client wants (never lowered by another)."""
-        upstream.log_level = level
-        wanted = [u.log_level for u in self.upstreams if u.log_level in LOG_LEVELS]
+        client.log_level = level
+        wanted = [u.log_level for u in self.clients if u.log_level in LOG_LEVELS]
         verbose = min(wanted, key=LOG_LEVELS.index, default=level)
         if verbose == self._log_level:
             return
@@ -503,4 +506,3 @@ def change_summary(old: Epoch | None, new: Epoch) -> str:
     if old.decision.mode != new.decision.mode:
         parts.append(f"mode {old.decision.mode} -> {new.decision.mode}")
     return "; ".join(parts) or "declarations changed"
-

@@ -18,7 +18,7 @@ modern client it is passed on with the server's ``requestState`` wrapped (``wrap
 same key's HMAC binds it to the principal, the request and the server, and an issue time
 limits it to ``timeout``, so the retry goes back to that server with the server's own
 state, and nothing is kept here between rounds. Handshake-era clients are asked over
-their back-channel instead (gateway/inputs.py).
+their back-channel instead (gateway/upstream/inputs.py).
 """
 
 from __future__ import annotations
@@ -191,7 +191,9 @@ class RoundTrips:
                 message=f"prefixgate: this client already has {self.per_owner} calls waiting for its input; "
                 "answer or abandon one first",
             )
-        trip = RoundTrip(secrets.token_urlsafe(12), owner, method, target, binding, server_id, capabilities, self.order())
+        trip = RoundTrip(
+            secrets.token_urlsafe(12), owner, method, target, binding, server_id, capabilities, self.order()
+        )
         self._trips[trip.id] = trip
         self.tasks.start_soon(self._run, trip, run)
         return trip
@@ -291,7 +293,11 @@ class RoundTrips:
         with timer:
             await anyio.sleep(self.timeout)
             log.warning(
-                "[%s] %s %r: no retry within %g s, cancelling the call", trip.server_id, trip.method, trip.target, self.timeout
+                "[%s] %s %r: no retry within %g s, cancelling the call",
+                trip.server_id,
+                trip.method,
+                trip.target,
+                self.timeout,
             )
             self._trips.pop(trip.id, None)
             # Cancel first: the server must see notifications/cancelled before any of its
@@ -301,7 +307,9 @@ class RoundTrips:
     # --- requestState -------------------------------------------------------------------
 
     def _mac(self, trip_id: str, round_no: int, owner: object, method: str, target: str, binding: str) -> str:
-        message = "\0".join((trip_id, str(round_no), str(id(owner)), method, target, binding)).encode("utf-8", "surrogatepass")
+        message = "\0".join((trip_id, str(round_no), str(id(owner)), method, target, binding)).encode(
+            "utf-8", "surrogatepass"
+        )
         digest = hmac.new(self._key, message, hashlib.sha256).digest()
         return base64.urlsafe_b64encode(digest).decode().rstrip("=")
 

@@ -19,7 +19,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import INVALID_REQUEST
 from mcp_types.methods import is_input_required
 
-from gateway.roundtrip import CAPABILITY_FOR
+from gateway.engine.roundtrip import CAPABILITY_FOR
 
 Ask = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 """Send one input request to the client; its answer."""

@@ -138,7 +138,9 @@ class LineSplitter:
                 self._overflow(chunk[start:stop])
             elif self.limit is not None and len(self.pending) + stop - start > self.limit:
                 self.pending += chunk[start:stop]
-                self._over = Overlong(len(self.pending), bytes(self.pending[: self.keep]), bytes(self.pending[-self.keep :]))
+                self._over = Overlong(
+                    len(self.pending), bytes(self.pending[: self.keep]), bytes(self.pending[-self.keep :])
+                )
                 self.pending = bytearray()
             elif end >= 0 and not self.pending:
                 lines.append(chunk[start:end])
@@ -209,7 +211,9 @@ def _too_large(line: Overlong, limit: int) -> SessionMessage | None:
         log.warning("dropped a message of %d bytes (over max_message_bytes %d); no request to fail", line.size, limit)
         return None
     log.warning("dropped a reply of %d bytes to request %r (over max_message_bytes %d)", line.size, request_id, limit)
-    return error_message(request_id, MESSAGE_TOO_LARGE, f"result of {line.size} bytes exceeds max_message_bytes {limit}")
+    return error_message(
+        request_id, MESSAGE_TOO_LARGE, f"result of {line.size} bytes exceeds max_message_bytes {limit}"
+    )
 
 
 def jsonrpc_error(request_id: types.RequestId | None, code: int, text: str) -> types.JSONRPCError:
@@ -244,7 +248,9 @@ async def stdio_transport(
     cwd: str | None = None,
     on_stderr: Callable[[str], None] | None = None,
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-) -> AsyncIterator[tuple[MemoryObjectReceiveStream[SessionMessage | Exception], MemoryObjectSendStream[SessionMessage], ChildProcess]]:
+) -> AsyncIterator[
+    tuple[MemoryObjectReceiveStream[SessionMessage | Exception], MemoryObjectSendStream[SessionMessage], ChildProcess]
+]:
     """Spawn the server in its own process group and bridge its pipes to message streams."""
     executable = resolve_command(command)
     process = await anyio.open_process(
@@ -317,7 +323,9 @@ async def stdio_transport(
                         request_id = reply_id(message)
                         if isinstance(message.message, types.JSONRPCRequest) and request_id is not None:
                             with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
-                                await read_send.send(error_message(request_id, INVALID_REQUEST, f"request not sent: {exc}"))
+                                await read_send.send(
+                                    error_message(request_id, INVALID_REQUEST, f"request not sent: {exc}")
+                                )
                         continue
                     await process.stdin.send(data)
                     del data

@@ -8,7 +8,7 @@ quarantines that one tool instead. Calls are forwarded with ``send_raw_request``
 A server whose config references an unset ``${VAR}`` fails at once and is never
 retried. Under ``serve`` a server is supervised: one that misses its start-up timeout keeps
 connecting and joins when ready; one that exits or drops is restarted with exponential
-backoff (``gateway.backoff``: 1 s doubling to 60 s, reset after 5 minutes healthy). A
+backoff (``gateway.downstream.backoff``: 1 s doubling to 60 s, reset after 5 minutes healthy). A
 remote server has no exit to see: it is checked every ``LIVENESS_INTERVAL`` (15 s).
 """
 
@@ -28,12 +28,13 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
 from mcp_types.jsonrpc import CONNECTION_CLOSED, INVALID_REQUEST, PARSE_ERROR, REQUEST_TIMEOUT
 
-from gateway import __version__, backoff
+from gateway import __version__
 from gateway.config import ServerConfig
-from gateway.inbox import Inbox
-from gateway.modern import ENVELOPE as _ENVELOPE
-from gateway.modern import client_info, header_maps, hop_local_removed, negotiate, relayable, stamp
-from gateway.stdio import MESSAGE_TOO_LARGE, UNPARSABLE_REPLY, ChildProcess, CommandNotFound, stdio_transport
+from gateway.downstream import backoff
+from gateway.downstream.inbox import Inbox
+from gateway.downstream.modern import ENVELOPE as _ENVELOPE
+from gateway.downstream.modern import client_info, header_maps, hop_local_removed, negotiate, relayable, stamp
+from gateway.downstream.stdio import MESSAGE_TOO_LARGE, UNPARSABLE_REPLY, ChildProcess, CommandNotFound, stdio_transport
 
 Status = Literal["starting", "ready", "failed", "late", "disabled", "exited", "restarting"]
 ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
@@ -132,7 +133,7 @@ class Downstream:
         self._inbox: Inbox | None = None
         self.protocol_version: str | None = None
         self.modern = False
-        """The server speaks 2026-07-28: every request carries its own envelope (``gateway.modern``)."""
+        """The server speaks 2026-07-28: every request carries its own envelope (``gateway.downstream.modern``)."""
         self.log_level: str | None = None
         """Modern servers: the log level asked for on every request (no ``logging/setLevel``)."""
         self._session: ClientSession | None = None

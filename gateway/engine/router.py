@@ -15,22 +15,22 @@ from collections.abc import Mapping
 from typing import Any
 
 import anyio
-from catalog.schema import json_path
-from catalog.search import render
-from catalog.text import escape, quote
-from catalog.validation import violation
 from jsonschema_rs import ValidationError as SchemaViolation
 from mcp_types.methods import is_input_required, validate_server_result
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
-from spill import ArtifactNotFound, ArtifactStore, StoreError, artifact_read, bound_result, surely_within
 
+from catalog.schema import json_path
+from catalog.search import render
+from catalog.text import escape, quote
+from catalog.validation import violation
 from gateway.config import PolicyConfig, SpillConfig
-from gateway.downstream import Downstream, ProgressFn, error_result
-from gateway.epoch import META_TOOLS, Epoch
-from gateway.session import Session
-from gateway.validation import ValidationFailure, ValidationPool, ValidationTimeout
+from gateway.downstream.connection import Downstream, ProgressFn, error_result
+from gateway.engine.epoch import META_TOOLS, Epoch
+from gateway.engine.validation import ValidationFailure, ValidationPool, ValidationTimeout
+from gateway.state.session import ClientState
 from gateway.wire import DEFAULT_VERSION
+from spill import ArtifactNotFound, ArtifactStore, StoreError, artifact_read, bound_result, surely_within
 
 log = logging.getLogger("prefixgate.router")
 
@@ -90,7 +90,7 @@ class Router:
         self,
         name: str,
         arguments: Mapping[str, Any] | None,
-        session: Session,
+        state: ClientState,
         *,
         meta: Mapping[str, Any] | None = None,
         on_progress: ProgressFn | None = None,
@@ -102,9 +102,9 @@ class Router:
         epoch = await self.current()
         if name in META_TOOLS and epoch.declares(name):
             if name == "tool_search":
-                return await self.tool_search(epoch, arguments or {}, session)
+                return await self.tool_search(epoch, arguments or {}, state)
             if name == "artifact_read":
-                return await self.artifact_read(arguments or {}, session)
+                return await self.artifact_read(arguments or {}, state)
             if name == "tool_call":
                 target = (arguments or {}).get("name")
                 inner = (arguments or {}).get("arguments", {})
@@ -116,15 +116,15 @@ class Router:
                     return error_result("tool_call: arguments.arguments must be an object.")
                 if target in META_TOOLS:
                     return error_result(f"tool_call runs catalog tools; call {target} directly.")
-                return await self._gated(epoch, target, inner, session, meta, on_progress, version, answers)
-        return await self._gated(epoch, name, arguments, session, meta, on_progress, version, answers)
+                return await self._gated(epoch, target, inner, state, meta, on_progress, version, answers)
+        return await self._gated(epoch, name, arguments, state, meta, on_progress, version, answers)
 
     async def _gated(
         self,
         epoch: Epoch,
         name: str,
         arguments: Mapping[str, Any] | None,
-        session: Session,
+        state: ClientState,
         meta: Mapping[str, Any] | None,
         on_progress: ProgressFn | None,
         version: str,
@@ -137,29 +137,31 @@ class Router:
             if name in self.removed:
                 return error_result(f"Tool {name!r} is no longer available: the catalog changed and it was removed.")
             return error_result(f"Unknown tool {name!r}: it is not in this gateway's catalog.")
-        refusal = self.refusal(epoch, name, session)
+        refusal = self.refusal(epoch, name, state)
         if refusal is not None:
             return error_result(refusal)
         problem = await argument_problem(epoch, name, arguments, self.validation)
         if problem is not None:
             return error_result(problem)
         downstream = self.downstreams[entry.server]
-        result = await downstream.call_tool(entry.original, arguments, meta=meta, on_progress=on_progress, answers=answers)
+        result = await downstream.call_tool(
+            entry.original, arguments, meta=meta, on_progress=on_progress, answers=answers
+        )
         if is_input_required(result):
-            return result  # not a result yet: the caller answers it (gateway/inputs.py)
+            return result  # not a result yet: the caller answers it (gateway/upstream/inputs.py)
         if self.spill.enabled:
             # Bound first: a huge result is then checked in its small, model-visible form.
             # The outputSchema as published: none with [spill] output_schemas = "omit".
             try:
-                result = await self.bound(result, session, entry.declaration.get("outputSchema"))
+                result = await self.bound(result, state, entry.declaration.get("outputSchema"))
             except (TypeError, ValueError, AttributeError, KeyError):
                 pass  # malformed: the check below names the server
         return _checked(result, version, entry.server, entry.original)
 
-    async def bound(self, result: dict[str, Any], session: Session, output_schema: Any) -> dict[str, Any]:
-        """Bound the model-visible size; spill the full output to the session's store."""
+    async def bound(self, result: dict[str, Any], state: ClientState, output_schema: Any) -> dict[str, Any]:
+        """Bound the model-visible size; spill the full output to the client's store."""
         spill = self.spill
-        store = session.store
+        store = state.store
 
         def work() -> dict[str, Any]:
             bounded = bound_result(
@@ -177,8 +179,8 @@ class Router:
             return result  # far below the ceiling (an upper bound over every field): skip the thread hop
         return await anyio.to_thread.run_sync(work)
 
-    async def artifact_read(self, arguments: Mapping[str, Any], session: Session) -> dict[str, Any]:
-        store = session.store
+    async def artifact_read(self, arguments: Mapping[str, Any], state: ClientState) -> dict[str, Any]:
+        store = state.store
         if store is None:
             return error_result("artifact_read: no artifact store (spilling is disabled or the store is unusable).")
         try:
@@ -191,7 +193,7 @@ class Router:
             return error_result(f"artifact_read: cannot read the artifact ({exc.strerror or 'I/O error'}).")
         return text_result(answer)
 
-    def refusal(self, epoch: Epoch, name: str, session: Session) -> str | None:
+    def refusal(self, epoch: Epoch, name: str, state: ClientState) -> str | None:
         """The catalog lock, policy, then activation: why this resolved tool may not run now, or None."""
         if name in epoch.lock_refusals:
             return epoch.lock_refusals[name]
@@ -201,16 +203,18 @@ class Router:
             if matched == name:
                 return f"Tool {name} is denied by policy (deny pattern {pattern!r})."
             if matched is not None:
-                return f"Tool {name} is denied by policy (deny pattern {pattern!r} matches its identity {quote(matched)})."
+                return (
+                    f"Tool {name} is denied by policy (deny pattern {pattern!r} matches its identity {quote(matched)})."
+                )
         if self.policy.read_only:
             annotations = epoch.catalog.by_name[name].declaration.get("annotations")
             if not (isinstance(annotations, dict) and annotations.get("readOnlyHint") is True):
                 return f"Tool {name} is refused by policy: read_only = true allows only tools with readOnlyHint."
-        if epoch.is_deferred(name) and not session.allows(name):
+        if epoch.is_deferred(name) and not state.allows(name):
             return not_active(name)
         return None
 
-    async def tool_search(self, epoch: Epoch, arguments: Mapping[str, Any], session: Session) -> dict[str, Any]:
+    async def tool_search(self, epoch: Epoch, arguments: Mapping[str, Any], state: ClientState) -> dict[str, Any]:
         query = arguments.get("query")
         if not isinstance(query, str) or not query.strip():
             return error_result("tool_search: arguments.query must be a non-empty string.")
@@ -221,7 +225,7 @@ class Router:
         rendered = render(result, candidates)
         grant = [n for n in rendered.shown_names if n in set(candidates)]
         try:
-            await session.activate(grant)
+            await state.activate(grant)
         except OSError as exc:
             log.error("activation journal write failed: %s", exc.strerror or exc)
             return error_result(
@@ -252,7 +256,7 @@ async def argument_problem(
 ) -> str | None:
     """The most relevant schema violation of ``arguments``, naming its path, or None.
 
-    A tree-shaped schema is validated inline (its cost is bounded: see gateway.validation);
+    A tree-shaped schema is validated inline (its cost is bounded: see gateway.engine.validation);
     a referencing one in a worker process under the pool's time budget.
     """
     instance = {} if arguments is None else dict(arguments)

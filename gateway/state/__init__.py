@@ -1,0 +1,1 @@
+"""Who a client is and what it owns: its activation and artifacts, and the journal that keeps them."""
