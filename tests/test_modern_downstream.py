@@ -205,8 +205,11 @@ async def test_a_client_without_the_capability_gets_an_error_not_a_hang(tmp_path
             assert result.is_error and "does not support elicitation" in text(result)
             result = await client.call_tool("m__roots", {})
             assert result.is_error and "does not support roots" in text(result)
-            with pytest.raises(MCPError, match="does not support elicitation"):
+            with pytest.raises(MCPError, match="does not support elicitation") as refused:
                 await client.get_prompt("m__interview")
+            # -32021 naming the capability, as for a handshake-era server's request
+            assert refused.value.error.code == -32021
+            assert refused.value.error.data == {"requiredCapabilities": {"elicitation": {}}}
             # the gateway is still fine
             assert text(await client.call_tool("m__echo", {"text": "x"})) == "modern:x"
 

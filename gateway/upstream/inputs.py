@@ -16,7 +16,7 @@ from typing import Any
 
 import anyio
 from mcp.shared.exceptions import MCPError
-from mcp_types.jsonrpc import INVALID_REQUEST
+from mcp_types.jsonrpc import INVALID_REQUEST, MISSING_REQUIRED_CLIENT_CAPABILITY
 from mcp_types.methods import is_input_required
 
 from gateway.engine.roundtrip import CAPABILITY_FOR
@@ -48,7 +48,12 @@ def missing_capability(requests: Mapping[str, dict[str, Any]], capabilities: Any
 
 
 def refusal(capability: str) -> MCPError:
-    return MCPError(code=INVALID_REQUEST, message=f"prefixgate: the connected client does not support {capability}")
+    """-32021 naming the capability, as the hub answers a handshake-era server's request."""
+    return MCPError(
+        code=MISSING_REQUIRED_CLIENT_CAPABILITY,
+        message=f"prefixgate: the connected client does not support {capability}",
+        data={"requiredCapabilities": {capability: {}}},
+    )
 
 
 async def answer_over_back_channel(
