@@ -150,8 +150,8 @@ class Hub:
             if stamp == self._lock_stamp or not self.discovered.is_set():
                 continue
             self._lock_stamp = stamp
-            try:
-                self.lock = read_lock(self.lock_file)
+            try:  # a 5,000-tool lock is megabytes of TOML: parsed off the event loop
+                self.lock = await anyio.to_thread.run_sync(read_lock, self.lock_file)
             except LockError as exc:
                 log.error("catalog lock not reloaded, keeping the previous one: %s", exc)
                 continue
