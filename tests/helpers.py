@@ -301,3 +301,15 @@ CALLBACKS: dict[str, Any] = {
     "list_roots_callback": roots,
 }
 """SDK client options: answers to sampling, elicitation and roots (what the demo asks)."""
+
+
+async def answers_every_input_request(client: Any, prefix: str = "r") -> None:
+    """The demo's ``--interactive`` tools, prompt and resource, each answered by ``CALLBACKS``
+    (directly, or relayed across protocol eras by the gateway)."""
+    assert text(await client.call_tool(f"{prefix}__ask", {})) == "accept:{'name': 'Ann'}"
+    assert text(await client.call_tool(f"{prefix}__sample", {})) == "m1:hi"
+    assert text(await client.call_tool(f"{prefix}__roots", {})) == "file:///work/project"
+    prompt = await client.get_prompt(f"{prefix}__interview")
+    assert prompt.messages[0].content.text == f"Hello Ann from {prefix}"
+    read = await client.read_resource(f"demo://{prefix}/roots")
+    assert read.contents[0].text == "file:///work/project"

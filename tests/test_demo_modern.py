@@ -13,7 +13,17 @@ import mcp_types as types
 import pytest
 from mcp.shared.subscriptions import ResourceUpdated, ToolsListChanged
 
-from tests.helpers import CALLBACKS, ERAS, demo, http_gateway, sdk_client, text, wait_for, write_config
+from tests.helpers import (
+    CALLBACKS,
+    ERAS,
+    answers_every_input_request,
+    demo,
+    http_gateway,
+    sdk_client,
+    text,
+    wait_for,
+    write_config,
+)
 
 pytestmark = [pytest.mark.anyio, pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")]
 
@@ -36,13 +46,7 @@ async def test_the_demo_asks_for_input_on_2026_07_28(config: Path, mode: str) ->
     with http_gateway(config, "--log-level", "info") as (url, stderr):
         async with sdk_client(url, mode, **CALLBACKS) as client:
             with anyio.fail_after(60):
-                assert text(await client.call_tool("r__ask", {})) == "accept:{'name': 'Ann'}"
-                assert text(await client.call_tool("r__sample", {})) == "m1:hi"
-                assert text(await client.call_tool("r__roots", {})) == "file:///work/project"
-                prompt = await client.get_prompt("r__interview")
-                assert prompt.messages[0].content.text == "Hello Ann from r"
-                read = await client.read_resource("demo://r/roots")
-                assert read.contents[0].text == "file:///work/project"
+                await answers_every_input_request(client)
         assert reached_modern(stderr), stderr.read_text()
 
 

@@ -19,7 +19,7 @@ from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import MCPError
 
 from gateway.config import ConfigError, parse_config
-from tests.helpers import CALLBACKS, PYTHON, demo, http_gateway, text, write_config
+from tests.helpers import CALLBACKS, PYTHON, answers_every_input_request, demo, http_gateway, text, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -74,14 +74,7 @@ async def saw(stderr: Path, text: str, timeout: float = 20) -> bool:
 async def test_elicitation_sampling_and_roots_reach_a_modern_client(tmp_path: Path, transport: str) -> None:
     async with modern(config_for(tmp_path), transport, **CALLBACKS) as (client, _):
         with anyio.fail_after(60):
-            assert text(await client.call_tool("r__ask", {})) == "accept:{'name': 'Ann'}"
-            assert text(await client.call_tool("r__sample", {})) == "m1:hi"
-            assert text(await client.call_tool("r__roots", {})) == "file:///work/project"
-            # the other requests a server may ask input for
-            prompt = await client.get_prompt("r__interview")
-            assert prompt.messages[0].content.text == "Hello Ann from r"
-            read = await client.read_resource("demo://r/roots")
-            assert read.contents[0].text == "file:///work/project"
+            await answers_every_input_request(client)  # tools/call, prompts/get, resources/read
             # and nothing is left pending
             assert text(await client.call_tool("r__ask", {})) == "accept:{'name': 'Ann'}"
 
