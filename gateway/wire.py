@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import pydantic_core
 from mcp.server.caching import CacheHint
 from mcp_types.methods import serialize_server_result
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION, MODERN_PROTOCOL_VERSIONS
@@ -39,7 +40,28 @@ def with_result_type(result: dict[str, Any], version: str) -> dict[str, Any]:
     return result
 
 
-def published_tools(declarations: Sequence[dict[str, Any]], version: str = DEFAULT_VERSION) -> list[dict[str, Any]]:
+class PublishedTools(list[dict[str, Any]]):
+    """The ``tools`` array of one epoch and protocol version, and its JSON encoded once.
+
+    A 5,000-tool list is megabytes; re-encoding it on every ``tools/list`` cost ~20 ms of
+    CPU. The stdio end splices these bytes into the response (gateway/upstream/stdio.py);
+    they are what pydantic's serializer, which the SDK uses, writes for the same list.
+    Never mutated once published.
+    """
+
+    __slots__ = ("_encoded",)
+
+    def __init__(self, tools: Sequence[dict[str, Any]] = ()) -> None:
+        super().__init__(tools)
+        self._encoded: bytes | None = None
+
+    def encoded(self) -> bytes:
+        if self._encoded is None:
+            self._encoded = pydantic_core.to_json(self)
+        return self._encoded
+
+
+def published_tools(declarations: Sequence[dict[str, Any]], version: str = DEFAULT_VERSION) -> PublishedTools:
     """The ``tools`` array exactly as the SDK will put it on the wire for ``version``."""
     data: dict[str, Any] = {"tools": list(declarations)}
     if version in MODERN_PROTOCOL_VERSIONS:  # the 2026-07-28 result carries its cache hints
@@ -47,8 +69,7 @@ def published_tools(declarations: Sequence[dict[str, Any]], version: str = DEFAU
     result = serialize_server_result("tools/list", version, data)
     # The SDK's models emit fields in their own order (a schema's root as properties,
     # required, type, ...); published bytes are canonical: keys sorted at every depth.
-    tools: list[dict[str, Any]] = [sort_keys(tool) for tool in result["tools"]]
-    return tools
+    return PublishedTools([sort_keys(tool) for tool in result["tools"]])
 
 
 def wire_problem(declaration: dict[str, Any]) -> str | None:

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
+import mcp_types as types
 from hypothesis import given
 from hypothesis import strategies as st
+from mcp.shared.message import SessionMessage
 
-from gateway.downstream.stdio import LineSplitter, _parse, is_blank
+from gateway.downstream.stdio import LineSplitter, _parse, encode, is_blank
+from gateway.upstream.stdio import encode_reply
+from gateway.wire import LIST_CACHE_FIELDS, PublishedTools
 
 
 @given(st.lists(st.text(alphabet=st.characters(blacklist_characters="\n")), max_size=8), st.integers(1, 17))
@@ -38,3 +43,35 @@ def test_parse_replaces_invalid_utf8_and_reports_bad_json() -> None:
     assert isinstance(_parse(b"{not json"), ValueError)
     assert isinstance(_parse(json.dumps({"jsonrpc": "1.0"}).encode()), ValueError)
     assert is_blank(b"  \t") and is_blank(bytearray()) and not is_blank(b" x")
+
+
+_JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(alphabet=st.characters(blacklist_categories=("Cs",))),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+    max_leaves=20,
+)
+_TOOL = st.fixed_dictionaries({"name": st.text(min_size=1, max_size=12), "inputSchema": _JSON})
+
+
+@given(
+    st.lists(_TOOL, max_size=5),
+    st.integers(0, 2**53) | st.text(max_size=10),
+    st.sampled_from(["2025-11-25", "2026-07-28"]),
+)
+def test_cached_tools_list_bytes_equal_the_sdk_encoding(tools: list[dict[str, Any]], request_id: Any, era: str) -> None:
+    """tools/list over stdio splices bytes encoded once per epoch: byte-identical to encoding the
+    whole response (any JSON values, non-ASCII, big numbers, string or number ids, either era's
+    result shape), and the cached bytes are made once."""
+    published = PublishedTools(tools)
+    extra: dict[str, Any] = {} if era == "2025-11-25" else {**LIST_CACHE_FIELDS, "_meta": {"k": '"result":{"tools":[]'}}
+
+    def reply(listed: list[dict[str, Any]]) -> SessionMessage:
+        return SessionMessage(types.JSONRPCResponse(jsonrpc="2.0", id=request_id, result={"tools": listed, **extra}))
+
+    assert encode_reply(reply(published)) == encode(reply(list(tools)))
+    assert published.encoded() is published.encoded()
+    assert encode_reply(reply(list(tools))) == encode(reply(list(tools)))  # a plain list: encoded as ever

@@ -23,7 +23,7 @@ from catalog.validation import compile_validator, is_referencing
 from gateway.config import Config
 from gateway.downstream.connection import Downstream
 from gateway.engine.checks import CheckCache
-from gateway.wire import DEFAULT_VERSION, published_tools, wire_problem
+from gateway.wire import DEFAULT_VERSION, PublishedTools, published_tools, wire_problem
 from spill import artifact_read_declaration
 
 META_TOOLS = frozenset({"tool_search", "tool_call", "artifact_read"})
@@ -42,7 +42,7 @@ class Epoch:
     """Under a catalog lock: name -> why calls to it are refused (changed, removed, new).
     The one part of an epoch a rebuild may replace in place: it gates calls and never
     changes a published byte (see ``Hub._rebuild``)."""
-    _wire: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    _wire: dict[str, PublishedTools] = field(default_factory=dict)
     _index: SearchIndex | None = None
     _validators: dict[str, tuple[Validator, bool]] = field(default_factory=dict)
     _deferred: frozenset[str] = frozenset()
@@ -70,7 +70,7 @@ class Epoch:
     def is_deferred(self, name: str) -> bool:
         return name in self._deferred
 
-    def published(self, version: str = DEFAULT_VERSION) -> list[dict[str, Any]]:
+    def published(self, version: str = DEFAULT_VERSION) -> PublishedTools:
         """The wire form for a protocol version, built once per epoch and then reused."""
         wire = self._wire.get(version)
         if wire is None:

@@ -36,6 +36,7 @@ from pydantic import ValidationError
 from gateway import jsontext
 from gateway.config import DEFAULT_MAX_MESSAGE_BYTES
 from gateway.downstream.stdio import LineSplitter, Overlong, encode, error_message, is_blank, jsonrpc_error, reply_id
+from gateway.wire import PublishedTools
 
 _CHUNK = 1 << 16
 MAX_IN_FLIGHT = 64
@@ -195,7 +196,7 @@ async def stdio_streams(max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> A
         async with write_recv:
             async for message in write_recv:
                 try:
-                    data = encode(message)
+                    data = encode_reply(message)
                 except ValueError as exc:
                     log.warning("cannot send %s to the client: %s", type(message.message).__name__, exc)
                     request_id = reply_id(message)
@@ -230,3 +231,23 @@ async def stdio_streams(max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> A
         writer.close()
         read_transport.close()
 
+
+_TOOLS_SHELL = b'"result":{"tools":[]'
+_TOOLS_OPEN = b'"result":{"tools":'
+
+
+def encode_reply(message: SessionMessage) -> bytes:
+    """One message as a JSON line; a ``tools/list`` result splices in its tools' bytes,
+    encoded once per epoch and protocol version, instead of encoding megabytes again.
+    Byte-identical to ``encode`` (tests/test_stdio_lines.py)."""
+    msg = message.message
+    if isinstance(msg, types.JSONRPCResponse):
+        tools = msg.result.get("tools")
+        if isinstance(tools, PublishedTools):
+            shell = encode(SessionMessage(msg.model_copy(update={"result": {**msg.result, "tools": []}})))
+            # The envelope before the result is "jsonrpc" and "id" only, and a quote inside
+            # a JSON string is escaped: the first match is the result's own "tools" key.
+            at = shell.find(_TOOLS_SHELL)
+            if at >= 0:
+                return b"".join((shell[:at], _TOOLS_OPEN, tools.encoded(), shell[at + len(_TOOLS_SHELL) :]))
+    return encode(message)
