@@ -18,11 +18,16 @@ from contextlib import ExitStack, asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
+import mcp_types as types
 import pytest
+from mcp.shared.exceptions import MCPError
 
 from tests.helpers import (
+    CALLBACKS,
     ERAS,
     GATEWAY,
+    PYTHON,
     RedisServer,
     demo,
     free_port,
@@ -234,3 +239,40 @@ async def test_artifacts_commands_and_doctor_against_redis(tmp_path: Path, redis
     assert json.loads(down.stdout)["store"]["reachable"] is False
     failed = run_cli("artifacts", "list", "--config", str(other))
     assert failed.returncode == 1 and "store unavailable: Redis at " in failed.stderr
+
+
+async def test_input_round_trips_across_replicas(tmp_path: Path, redis: RedisServer) -> None:
+    """A modern server's own ``input_required`` keeps nothing in the gateway: its wrapped state
+    (sealed with the store's shared key, bound to the principal's key) is answered on the other
+    replica. A handshake-era server's pending call stays in the replica that began it: its state
+    on the other replica is refused with an error that says so."""
+    modern_server = str(Path(__file__).with_name("modern_server.py"))
+    servers = {
+        "m": {"command": PYTHON, "args": [modern_server]},
+        "r": {**demo("--tools", 0, "--rich", "--interactive", "--name", "r"), "protocol": "legacy"},
+    }
+    with ExitStack() as stack:
+        urls = []
+        for name in ("a", "b"):
+            (tmp_path / name).mkdir()
+            config = write_config(tmp_path / name, servers, gateway={"store": redis.url})
+            urls.append(stack.enter_context(http_gateway(config))[0])
+        async with sdk_client(urls[0], "auto", **CALLBACKS) as on_a, sdk_client(urls[1], "auto", **CALLBACKS) as on_b:
+            with anyio.fail_after(60):
+                first = await on_a.session.call_tool("m__ask", {}, allow_input_required=True)
+                assert isinstance(first, types.InputRequiredResult) and first.request_state.startswith("pg2.")
+                answer = {"ask": types.ElicitResult(action="accept", content={"name": "Bo"})}
+                state = first.request_state
+                done = await on_b.session.call_tool("m__ask", {}, input_responses=answer, request_state=state)
+                assert text(done) == "accept:{'name': 'Bo'}"
+
+                held = await on_a.session.call_tool("r__ask", {}, allow_input_required=True)
+                assert isinstance(held, types.InputRequiredResult) and held.input_requests
+                ((key, _request),) = held.input_requests.items()
+                answer = {key: types.ElicitResult(action="accept", content={"name": "Di"})}
+                state = held.request_state
+                with pytest.raises(MCPError, match="pending on another gateway replica"):
+                    await on_b.session.call_tool("r__ask", {}, input_responses=answer, request_state=state)
+                # The replica holding it still takes the answer.
+                done = await on_a.session.call_tool("r__ask", {}, input_responses=answer, request_state=state)
+                assert text(done) == "accept:{'name': 'Di'}"
