@@ -129,11 +129,20 @@ async def test_principals_are_isolated_across_replicas(tmp_path: Path, redis: Re
             assert await read_artifact(alice_on_b, artifact_id) == EXPECTED
 
 
+def integrity_key(server: RedisServer) -> bytes | None:
+    import redis
+
+    with redis.Redis.from_url(server.url, socket_timeout=5) as client:
+        value: bytes | None = client.get("prefixgate:integrity-key")  # type: ignore[assignment]
+        return value
+
+
 @pytest.mark.parametrize("mode", ERAS)
 async def test_redis_lost_and_back_while_serving(tmp_path: Path, redis: RedisServer, mode: str) -> None:
     with two_replicas(tmp_path, redis) as (a, b):
         async with client(a, mode) as on_a, client(b, mode) as on_b:
             await on_a.call_tool("tool_search", {"query": "payload", "limit": 1})
+            key = integrity_key(redis)
             redis.stop()
             # Calls that need no state keep working, on both replicas.
             assert text(await on_a.call_tool("e__echo", {"text": "still"})) == "still"
@@ -152,6 +161,8 @@ async def test_redis_lost_and_back_while_serving(tmp_path: Path, redis: RedisSer
             redis.start()
             # Reconnected on their own: grants and spills work again across replicas.
             assert "d__echo" in text(await on_b.call_tool("tool_search", {"query": "echo", "limit": 1}))
+            # The restarted Redis kept nothing; the grant put the replicas' integrity key back.
+            assert integrity_key(redis) == key
             assert text(await on_a.call_tool("d__echo", {"text": "back"})) == "back"
             await on_a.call_tool("tool_search", {"query": "payload", "limit": 1})
             big = text(await on_a.call_tool("d__payload", {"bytes": SIZE}))

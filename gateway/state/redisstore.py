@@ -11,7 +11,8 @@ Keys (``prefixgate:`` then the owner's key, a SHA-256 hex: never a principal or 
   a reader sees a whole artifact or none.
 - ``prefixgate:artifacts`` (sorted set ``<owner>/<id>`` by time) and
   ``prefixgate:artifact-sizes`` (hash): retention by total size across the whole store.
-- ``prefixgate:integrity-key``: the HMAC key of input round trips, set once (``SET NX``).
+- ``prefixgate:integrity-key``: the HMAC key of input round trips, set once (``SET NX``) by
+  the first replica, and put back by every grant if a Redis restarted without persistence.
 
 Two clients from one URL: ``redis.asyncio`` on the event loop (activation, the key, health),
 and redis-py's blocking client for artifacts, because spilling and ``artifact_read`` are
@@ -60,12 +61,15 @@ _UNAVAILABLE = "store unavailable"
 _ERRORS = (redis.exceptions.RedisError, OSError)
 
 _SET_IF = """
+redis.call('SET', KEYS[2], ARGV[3], 'NX')
 local current = redis.call('GET', KEYS[1]) or ''
 if current ~= ARGV[1] then return 0 end
 redis.call('SET', KEYS[1], ARGV[2])
 return 1
 """
-"""Compare-and-set of an activation record: KEYS[1] record; ARGV previous, new."""
+"""Compare-and-set of an activation record: KEYS record, integrity key; ARGV previous, new, our key.
+Each grant also puts back the integrity key if Redis lost it (restarted without persistence), so
+a replica started afterwards adopts the running replicas' key instead of making another."""
 
 _PUBLISH = """
 if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
@@ -309,7 +313,8 @@ class RedisStore:
 
     async def write_record(self, owner: str, record: bytes, previous: bytes) -> bool:
         try:
-            return bool(await self._set_if(keys=[_record_key(owner)], args=[previous, record]))
+            key = await self.integrity_key()
+            return bool(await self._set_if(keys=[_record_key(owner), KEY], args=[previous, record, key]))
         except _ERRORS as exc:
             raise self._error(exc) from None
 
