@@ -12,14 +12,13 @@ Reported: medians per step and per-round ratios redis / file.
 
 from __future__ import annotations
 
-import subprocess
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import ExitStack, asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
-from bench.common import PYTHON, demo_args, gateway_config, ratio_summary, rotated, summary
+from bench.common import PYTHON, demo_args, gateway_config, ratio_summary, rotated, summary, url_process
 from bench.redisserver import redis_server
 
 SIZE = 1 << 20
@@ -32,21 +31,8 @@ STEPS = ("tool_search_s", "spill_s", "read_s")
 def _serve(config: Path, tokens: Path, errlog: Path) -> Iterator[str]:
     command = [PYTHON, "-m", "gateway", "serve", "--config", str(config), "--http", "127.0.0.1:0",
                "--token-file", str(tokens), "--log-level", "warning"]
-    with errlog.open("a") as err:
-        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=err, text=True)
-    try:
-        assert proc.stdout is not None
-        url = proc.stdout.readline().strip()
-        if not url.startswith("http://"):
-            raise RuntimeError(f"gateway did not start (see {errlog})")
+    with errlog.open("a") as err, url_process(command, stderr=err) as (url, _proc):
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 @asynccontextmanager

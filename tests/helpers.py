@@ -21,7 +21,9 @@ import mcp_types as types
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
 
-# A real Redis server: one copy, in bench/ (the store benchmark starts one too).
+# One copy each, in bench/ (the store benchmark needs them too): a process that prints its
+# URL first (a gateway over HTTP), and a real Redis server.
+from bench.common import url_process as url_process
 from bench.redisserver import RedisServer as RedisServer
 from bench.redisserver import free_port as free_port
 from bench.redisserver import redis_server as redis_server
@@ -144,29 +146,6 @@ async def gateway(
             async with ClientSession(dispatcher=dispatcher, **dict(client or {})) as session:
                 await session.initialize()
                 yield Gateway(session, dispatcher, stderr_path)
-
-
-@contextmanager
-def url_process(
-    command: list[str], *, env: Mapping[str, str] | None = None, stderr: Any = subprocess.DEVNULL
-) -> Iterator[tuple[str, subprocess.Popen[str]]]:
-    """Start ``command``, which prints the URL it serves as its first stdout line; yield the
-    URL and the process, and stop it afterwards."""
-    proc = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=stderr, text=True, env={**os.environ, **(env or {})}
-    )
-    try:
-        assert proc.stdout is not None
-        url = proc.stdout.readline().strip()
-        assert url.startswith("http://"), (command, url)
-        yield url, proc
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 @contextmanager
