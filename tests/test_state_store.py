@@ -265,3 +265,22 @@ async def test_health(backend: Backend, store: StateStore) -> None:
     backend.break_it()
     if store.shared:
         assert not (await store.health()).reachable
+
+
+async def test_an_artifact_opened_again_and_after_its_removal(store: StateStore) -> None:
+    """Each open is a reader of its own (Redis keeps a copy for artifact_read's next page);
+    a removed artifact is not found, copy or not."""
+    data = os.urandom(300_000)
+    artifacts = store.artifacts(ALICE)
+    artifact_id = await anyio.to_thread.run_sync(artifacts.put_chunks, [data])
+
+    def twice() -> tuple[bytes, bytes]:
+        with artifacts.open(artifact_id) as first, artifacts.open(artifact_id) as second:
+            head = first.read(1000)
+            return head + first.read(), second.read()
+
+    assert await anyio.to_thread.run_sync(twice) == (data, data)
+    assert await anyio.to_thread.run_sync(twice) == (data, data)
+    assert [a.id for a in await store.collect(max_age_seconds=-1, max_total_bytes=1 << 30)] == [artifact_id]
+    with pytest.raises(ArtifactNotFound):
+        await anyio.to_thread.run_sync(twice)

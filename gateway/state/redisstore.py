@@ -25,12 +25,14 @@ compare-and-set, publishing refuses a second run.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import secrets
 import tempfile
+import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, BinaryIO
 
@@ -56,6 +58,8 @@ PARTIAL_TTL = 3600
 """Seconds an unfinished artifact write is kept (a replica that died mid-write leaves nothing)."""
 PROTECT_SECONDS = 60.0
 """An owner's artifact younger than this survives its own retention pass (its id was just handed out)."""
+COPIES_BYTES = 32 << 20
+"""Memory for copies of artifacts read lately (one process, all principals)."""
 _PIECE = 1 << 20
 _UNAVAILABLE = "store unavailable"
 _ERRORS = (redis.exceptions.RedisError, OSError)
@@ -126,8 +130,11 @@ class _Failing:
 class RedisArtifacts:
     """One owner's artifacts in Redis, blocking (for spill's worker threads)."""
 
-    def __init__(self, client: redis.Redis, owner: str, max_age_seconds: float, failing: _Failing) -> None:
+    def __init__(
+        self, client: redis.Redis, owner: str, max_age_seconds: float, failing: _Failing, copies: _Copies
+    ) -> None:
         self.client, self.owner, self.max_age, self._failing = client, owner, max_age_seconds, failing
+        self._copies = copies
         self._publish = client.register_script(_PUBLISH)
 
     def __repr__(self) -> str:
@@ -166,50 +173,59 @@ class RedisArtifacts:
             raise StoreError(_UNAVAILABLE) from None
         raise StoreError("cannot create artifact: no free id after repeated collisions")
 
-    def _exists(self, artifact_id: str) -> str:
+    def _existing(self, artifact_id: str, command: Callable[[Any, str], Any]) -> Any:
+        """``command(pipeline, key)`` on the artifact's key, in the same round trip as the check that it
+        exists (a missing key reads as empty, which an empty artifact is too)."""
         if not valid_id(artifact_id):
             raise artifact_not_found(artifact_id)
         key = _artifact_key(self.owner, artifact_id)
         try:
-            found = self.client.exists(key)
+            pipe = self.client.pipeline(transaction=False)
+            pipe.exists(key)
+            command(pipe, key)
+            found, value = pipe.execute()
         except _ERRORS as exc:
             raise self._failing.error(exc) from None
         if not found:
             raise artifact_not_found(artifact_id)
-        return key
+        return value
 
     def size(self, artifact_id: str) -> int:
-        key = self._exists(artifact_id)
-        try:
-            return int(self.client.strlen(key))
-        except _ERRORS as exc:
-            raise self._failing.error(exc) from None
+        return int(self._existing(artifact_id, lambda pipe, key: pipe.strlen(key)))
 
     def read(self, artifact_id: str, offset: int, length: int) -> bytes:
         if offset < 0 or length < 0:
             raise ValueError("offset and length must be >= 0")
-        key = self._exists(artifact_id)
         if length == 0:
+            self.size(artifact_id)  # still: not found is not found
             return b""
-        try:
-            return _bytes(self.client.getrange(key, offset, offset + length - 1))
-        except _ERRORS as exc:
-            raise self._failing.error(exc) from None
+        end = offset + length - 1
+        return _bytes(self._existing(artifact_id, lambda pipe, key: pipe.getrange(key, offset, end)))
 
     @contextmanager
     def open(self, artifact_id: str) -> Iterator[BinaryIO]:
-        """The artifact copied into an anonymous in-memory file (``artifact_read`` maps it)."""
+        """The artifact as an anonymous in-memory file (``artifact_read`` maps it), copied
+        from Redis once and then reused while it exists (see :class:`_Copies`)."""
         size = self.size(artifact_id)
-        with _anonymous_file() as f:
-            position = 0
-            while position < size:
-                piece = self.read(artifact_id, position, _PIECE)
-                if not piece:
-                    break
-                f.write(piece)
-                position += len(piece)
-            f.flush()
-            f.seek(0)
+        key = _artifact_key(self.owner, artifact_id)
+        f = self._copies.reopen(key, size)
+        if f is None:
+            f = _anonymous_file()
+            try:
+                position = 0
+                while position < size:
+                    piece = self.read(artifact_id, position, _PIECE)
+                    if not piece:
+                        break
+                    f.write(piece)
+                    position += len(piece)
+                f.flush()
+                f.seek(0)
+                self._copies.keep(key, f, position)
+            except BaseException:
+                f.close()
+                raise
+        with f:
             yield f
 
     def gc(self, *, max_age_seconds: float, max_total_bytes: int, now: float | None = None) -> list[ArtifactInfo]:
@@ -220,17 +236,59 @@ class RedisArtifacts:
             raise StoreError(str(self._failing.error(exc))) from None
 
 
-@contextmanager
-def _anonymous_file() -> Iterator[BinaryIO]:
+def _anonymous_file() -> BinaryIO:
     """A file with no name (memfd where there is one): the artifact never lands on disk."""
     if hasattr(os, "memfd_create"):
-        f: BinaryIO = os.fdopen(os.memfd_create("prefixgate-artifact", os.MFD_CLOEXEC), "w+b")
-    else:  # pragma: no cover - not Linux
-        f = tempfile.TemporaryFile()  # noqa: SIM115 - closed below
-    try:
-        yield f
-    finally:
-        f.close()
+        return os.fdopen(os.memfd_create("prefixgate-artifact", os.MFD_CLOEXEC), "w+b")
+    return tempfile.TemporaryFile()  # pragma: no cover - not Linux
+
+
+class _Copies:
+    """Artifacts read lately, kept as in-memory files, up to ``limit`` bytes in all.
+
+    ``artifact_read`` pages through one artifact in several calls and each maps it whole;
+    without this every page would copy the whole artifact from Redis again. A published
+    artifact never changes (ids are never reused), so a copy is right for as long as the
+    artifact exists, which every open still asks Redis (its size, one round trip). Each
+    reader gets its own open file (its own offset) on the kept one; eviction closes only
+    the kept one. Used from worker threads: one lock.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._kept: collections.OrderedDict[str, tuple[BinaryIO, int]] = collections.OrderedDict()
+        self._total = 0
+
+    def reopen(self, key: str, size: int) -> BinaryIO | None:
+        with self._lock:
+            entry = self._kept.get(key)
+            if entry is None or entry[1] != size:
+                return None
+            self._kept.move_to_end(key)
+            try:
+                return open(f"/proc/self/fd/{entry[0].fileno()}", "rb")  # noqa: SIM115 - the caller closes it
+            except OSError:
+                return None
+
+    def keep(self, key: str, f: BinaryIO, size: int) -> None:
+        if size > self.limit or not os.path.isdir("/proc/self/fd"):
+            return
+        try:
+            kept = open(f"/proc/self/fd/{f.fileno()}", "rb")  # noqa: SIM115 - closed on eviction
+        except OSError:
+            return
+        with self._lock:
+            old = self._kept.pop(key, None)
+            if old is not None:
+                old[0].close()
+                self._total -= old[1]
+            self._kept[key] = (kept, size)
+            self._total += size
+            while self._total > self.limit:
+                _, (evicted, evicted_size) = self._kept.popitem(last=False)
+                evicted.close()
+                self._total -= evicted_size
 
 
 def _scan(client: redis.Redis) -> list[ArtifactInfo]:
@@ -288,6 +346,7 @@ class RedisStore:
         self._blocking = redis.Redis.from_url(url, **_options(timeout, redis.retry.Retry(NoBackoff(), 1)))
         self._set_if = self._async.register_script(_SET_IF)
         self._key: bytes | None = None
+        self._copies = _Copies(COPIES_BYTES)
 
     def _error(self, exc: BaseException) -> StoreUnavailable:
         return self._failing.error(exc)
@@ -319,7 +378,7 @@ class RedisStore:
             raise self._error(exc) from None
 
     def artifacts(self, owner: str) -> Artifacts:
-        return RedisArtifacts(self._blocking, owner, self.max_age, self._failing)
+        return RedisArtifacts(self._blocking, owner, self.max_age, self._failing, self._copies)
 
     async def list_artifacts(self) -> list[ArtifactInfo]:
         def present() -> list[ArtifactInfo]:
