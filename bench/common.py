@@ -15,8 +15,8 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -170,6 +170,30 @@ def via_fastmcp(name: str, python: str, config: Path, *, reuse: bool = False, ec
     argv = [python, str(FASTMCP_PROXY), str(config)] + (["--reuse"] if reuse else [])
     note = "mcp SDK client -> FastMCP create_proxy" + (" (connected Client: session reuse)" if reuse else "")
     return Contender(name, argv, echo, note + " -> demo server(s)")
+
+
+@contextmanager
+def url_process(
+    command: list[str], *, env: Mapping[str, str] | None = None, stderr: Any = subprocess.DEVNULL
+) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """Start ``command``, which prints the URL it serves as its first stdout line; yield the
+    URL and the process, and stop it afterwards."""
+    proc = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=stderr, text=True, env={**os.environ, **(env or {})}
+    )
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        assert url.startswith("http://"), (command, url)
+        yield url, proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
 
 
 # --- the SDK client -----------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """Every benchmark in one run: prefixgate vs a direct connection vs FastMCP's proxy.
 
-    python -m bench.run [--quick] [--out DIR] [--only calls,startup,catalog,bigresult,flood]
+    python -m bench.run [--quick] [--out DIR] [--only calls,startup,catalog,bigresult,flood,stores]
                         [--fastmcp-python PATH]
 
 Each benchmark interleaves its contenders round by round and reports medians, spreads
@@ -33,7 +33,7 @@ from typing import Any
 
 import anyio
 
-from bench import bigresult, calls, catalog5k, flood, startup
+from bench import bigresult, calls, catalog5k, flood, startup, stores
 from bench.common import ROOT, fastmcp_python
 
 BENCHMARKS: dict[str, Callable[[Any], Any]] = {
@@ -42,6 +42,7 @@ BENCHMARKS: dict[str, Callable[[Any], Any]] = {
     "catalog": catalog5k.run,
     "bigresult": bigresult.run,
     "flood": flood.run,
+    "stores": stores.run,
 }
 
 
@@ -334,6 +335,15 @@ def measurement_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, 
     fl = results.get("flood")
     if isinstance(fl, dict) and "phases" in fl:
         rows += flood.rows(fl)
+    st = results.get("stores")
+    if isinstance(st, dict) and "contenders" in st:
+        steps = {"tool_search_s": "tool_search with a grant", "spill_s": "1 MiB result spilled",
+                 "read_s": "1 MiB artifact read back"}
+        for step, label in steps.items():
+            for name, c in st["contenders"].items():
+                ratio = st["ratios"].get(f"redis/file {step}") if name == "redis" else None
+                rows.append((f"state store: {label}", f"{name} store", _ms(c[step]["median"]),
+                             _spread(c[step]), _ratio(ratio)))
     return rows
 
 

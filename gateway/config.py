@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import re
 import tomllib
+import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,6 +103,9 @@ class GatewayConfig:
     beside the config, when there is one."""
     lock_new: str = "hold"
     """"hold": a tool new since the lock is unpublished until approved; "allow": published (a new epoch)."""
+    store: str | None = None
+    """The shared state store, ``redis://`` or ``rediss://`` with ``${VAR}`` already expanded (it may
+    hold a password: show it only through ``redact.redact_url``); None: the file store under ``state_dir``."""
 
 
 @dataclass(frozen=True)
@@ -365,6 +369,7 @@ _GATEWAY_KEYS: dict[str, Check] = {
     "max_round_trips": _positive_count,
     "lock": _nonempty_str,
     "lock_new": _one_of("allow", "hold"),
+    "store": _nonempty_str,
 }
 
 _CLIENT_KEYS: dict[str, Check] = {
@@ -434,6 +439,28 @@ def _lock_path(gw: Mapping[str, Any], config: Path | None, env: Mapping[str, str
     return lock if lock.is_absolute() or config is None else config.parent / lock
 
 
+def _store_url(url: str) -> str:
+    """``redis://[user:password@]host[:port][/db]`` (or ``rediss://``): checked here so a
+    typo is a config error at start, not a connection error later. Messages never quote
+    the URL (it may hold a password)."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise ConfigError("gateway.store", f"not a valid URL ({exc})") from None
+    if parts.scheme not in ("redis", "rediss"):
+        shown = f"{parts.scheme!r}" if parts.scheme else "none"
+        raise ConfigError("gateway.store", f"scheme is {shown}: expected redis:// or rediss://")
+    if not parts.hostname:
+        raise ConfigError("gateway.store", "the URL names no host (expected redis://HOST:PORT/DB)")
+    db = parts.path.lstrip("/")
+    if db and not db.isdigit():
+        raise ConfigError("gateway.store", "the path must be a database number (redis://HOST:PORT/DB)")
+    if port == 0 or parts.query or parts.fragment:
+        raise ConfigError("gateway.store", "expected redis://HOST:PORT/DB with no query or fragment")
+    return url
+
+
 def default_state_dir(env: Mapping[str, str]) -> Path:
     base = env.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "prefixgate"
@@ -460,6 +487,7 @@ def parse_config(data: Mapping[str, Any], *, path: Path | None = None, env: Mapp
         max_round_trips=gw.get("max_round_trips", 16),
         lock=_lock_path(gw, path, env),
         lock_new=gw.get("lock_new", "hold"),
+        store=_store_url(expand("gateway.store", gw["store"], env)) if "store" in gw else None,
     )
 
     cl = _fields("client", _table("client", data.get("client", {})), _CLIENT_KEYS)

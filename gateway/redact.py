@@ -9,6 +9,7 @@ in isError results) first has that server's configured values replaced by ``***`
 from __future__ import annotations
 
 import json
+import urllib.parse
 from collections.abc import Iterable
 
 from gateway.config import ServerConfig
@@ -34,8 +35,31 @@ def secrets_of(config: ServerConfig) -> list[str]:
     return sorted((f for f in forms if len(f) >= MIN_SECRET), key=len, reverse=True)
 
 
-def redact(text: str, config: ServerConfig) -> str:
-    for secret in secrets_of(config):
+def mask(text: str, secrets: Iterable[str]) -> str:
+    """``text`` with each of ``secrets`` (longest first) replaced by ``***``."""
+    for secret in secrets:
         if secret in text:
             text = text.replace(secret, MASK)
     return text
+
+
+def redact(text: str, config: ServerConfig) -> str:
+    return mask(text, secrets_of(config))
+
+
+def url_secrets(url: str) -> list[str]:
+    """The password of a ``scheme://user:password@host`` URL in every form an error may show."""
+    try:
+        password = urllib.parse.urlsplit(url).password
+    except ValueError:
+        return []
+    if not password:
+        return []
+    values = {password, urllib.parse.unquote(password)}
+    forms = {form for value in values for form in _forms(value)}
+    return sorted((f for f in forms if f), key=len, reverse=True)
+
+
+def redact_url(text: str, url: str) -> str:
+    """``text`` (the URL itself, or an error quoting it) with the URL's password masked."""
+    return mask(text, url_secrets(url))

@@ -78,7 +78,7 @@ from typing import Any
 
 import canonicaljson
 
-from .store import ArtifactStore, StoreError
+from .store import Artifacts, StoreError
 
 __all__ = [
     "DEFAULT_MAX_ARTIFACT_BYTES",
@@ -375,7 +375,7 @@ def _one_line(reason: str) -> str:
 
 
 def _retain(
-    chunks: Sequence[bytes], size: int, store: ArtifactStore | None, max_artifact_bytes: int,
+    chunks: Sequence[bytes], size: int, store: Artifacts | None, max_artifact_bytes: int,
 ) -> tuple[str | None, str | None]:
     """(artifact id, None) or (None, one-line reason it was not kept)."""
     if store is None:
@@ -398,13 +398,13 @@ class _Part:
     reason: str | None
 
 
-def _keep(what: str, chunks: Sequence[bytes], store: ArtifactStore | None, max_artifact_bytes: int) -> _Part:
+def _keep(what: str, chunks: Sequence[bytes], store: Artifacts | None, max_artifact_bytes: int) -> _Part:
     size = sum(len(c) for c in chunks)
     artifact_id, reason = _retain(chunks, size, store, max_artifact_bytes)
     return _Part(what, size, artifact_id, reason)
 
 
-def _keep_structured(value: object, compact: int, store: ArtifactStore | None, max_artifact_bytes: int) -> _Part:
+def _keep_structured(value: object, compact: int, store: Artifacts | None, max_artifact_bytes: int) -> _Part:
     """structuredContent as indented JSON with sorted keys: one value per line, so a model can
     read it by line and ``find`` shows whole lines. Never encoded when its compact form alone
     is already over the artifact limit."""
@@ -464,7 +464,7 @@ def bound_result(
     *,
     max_visible_bytes: int = DEFAULT_MAX_VISIBLE_BYTES,
     max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES,
-    store: ArtifactStore | None,
+    store: Artifacts | None,
     output_schema: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Return result itself if it fits max_visible_bytes, else a bounded copy (module docstring).

@@ -37,7 +37,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from .bound import DEFAULT_MAX_VISIBLE_BYTES, MIN_VISIBLE_BYTES, text_result_size, utf8
-from .store import ArtifactStore
+from .store import Artifacts
 
 _WRAPPER = text_result_size("")
 
@@ -132,7 +132,7 @@ def artifact_read_declaration() -> dict[str, Any]:
 
 
 @contextmanager
-def _mapped(store: ArtifactStore, artifact_id: str) -> Iterator[Buffer]:
+def _mapped(store: Artifacts, artifact_id: str) -> Iterator[Buffer]:
     """The artifact as a read-only buffer (an mmap, or b"" when empty: mmap rejects size 0)."""
     with store.open(artifact_id) as f:
         size = os.fstat(f.fileno()).st_size
@@ -226,7 +226,7 @@ def _bytes_header(aid: str, start: int, end: int, size: int, moved_from: int | N
 
 
 def read_bytes(
-    store: ArtifactStore, artifact_id: str, *, offset: int = 0, limit: int = DEFAULT_LIMIT,
+    store: Artifacts, artifact_id: str, *, offset: int = 0, limit: int = DEFAULT_LIMIT,
     max_visible_bytes: int = DEFAULT_MAX_VISIBLE_BYTES,
 ) -> str:
     """A page of bytes from offset; limit is clamped to 1..MAX_LIMIT, and further to the budget."""
@@ -309,7 +309,7 @@ def _part_header(aid: str, line: int, start: int, end: int, size: int) -> str:
 
 
 def read_lines(
-    store: ArtifactStore, artifact_id: str, *, line: int = 1, lines: int = DEFAULT_LINES,
+    store: Artifacts, artifact_id: str, *, line: int = 1, lines: int = DEFAULT_LINES,
     max_visible_bytes: int = DEFAULT_MAX_VISIBLE_BYTES,
 ) -> str:
     """Whole lines from line (1-based) as fit the budget; a line too long for one page comes
@@ -366,7 +366,7 @@ def _find_header(aid: str, count: int, text: str, line: int, size: int, next_lin
 
 
 def find_text(
-    store: ArtifactStore, artifact_id: str, find: str, *, max_matches: int = DEFAULT_MATCHES, line: int = 1,
+    store: Artifacts, artifact_id: str, find: str, *, max_matches: int = DEFAULT_MATCHES, line: int = 1,
     max_visible_bytes: int = DEFAULT_MAX_VISIBLE_BYTES,
 ) -> str:
     """Lines containing find (literal, case-sensitive), numbered, from line on; stops at
@@ -443,7 +443,7 @@ def _mode(args: Mapping[str, Any]) -> str:
 
 
 def artifact_read(
-    store: ArtifactStore, arguments: Mapping[str, Any], *, max_visible_bytes: int = DEFAULT_MAX_VISIBLE_BYTES,
+    store: Artifacts, arguments: Mapping[str, Any], *, max_visible_bytes: int = DEFAULT_MAX_VISIBLE_BYTES,
 ) -> str:
     """The artifact_read tool: validate arguments, pick the mode, return the answer's text.
 

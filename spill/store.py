@@ -24,16 +24,18 @@ import secrets
 import stat
 import time
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Protocol
 
 __all__ = [
     "ArtifactInfo",
     "ArtifactNotFound",
     "ArtifactStore",
+    "Artifacts",
     "StoreError",
+    "artifact_not_found",
     "find_artifact",
     "gc",
     "list_artifacts",
@@ -67,6 +69,22 @@ class ArtifactInfo:
     mtime: float
 
 
+class Artifacts(Protocol):
+    """One owner's artifacts as spilling and ``artifact_read`` use them: blocking calls, made
+    from a worker thread. :class:`ArtifactStore` is the file backend; the gateway's shared
+    stores provide others (so this package never depends on them)."""
+
+    def put_chunks(self, chunks: Iterable[bytes | memoryview]) -> str: ...
+
+    def open(self, artifact_id: str) -> AbstractContextManager[BinaryIO]: ...
+
+    def size(self, artifact_id: str) -> int: ...
+
+    def read(self, artifact_id: str, offset: int, length: int) -> bytes: ...
+
+    def gc(self, *, max_age_seconds: float, max_total_bytes: int, now: float | None = None) -> list[ArtifactInfo]: ...
+
+
 def _new_id() -> str:
     """Random artifact id: 24 bytes = 192 bits, URL-safe base64 (tests monkeypatch this)."""
     return secrets.token_urlsafe(24)
@@ -77,7 +95,8 @@ def valid_id(s: object) -> bool:
     return isinstance(s, str) and _ID_RE.fullmatch(s) is not None
 
 
-def _not_found(artifact_id: object) -> ArtifactNotFound:
+def artifact_not_found(artifact_id: object) -> ArtifactNotFound:
+    """The one refusal for an id this reader may not see (unknown, malformed or another's)."""
     shown = artifact_id if isinstance(artifact_id, str) and len(artifact_id) <= 80 else "…"
     return ArtifactNotFound(f"no artifact with id {shown!r} in this session")
 
@@ -296,18 +315,18 @@ class ArtifactStore:
     def open(self, artifact_id: str) -> Iterator[BinaryIO]:
         """Open an artifact of this session for streaming reads (never following a symlink)."""
         if not valid_id(artifact_id):
-            raise _not_found(artifact_id)
+            raise artifact_not_found(artifact_id)
         try:
             with _dirs(self.root, self.session_key, create=False) as dir_fd:
                 if dir_fd is None:
-                    raise _not_found(artifact_id)
+                    raise artifact_not_found(artifact_id)
                 fd = os.open(artifact_id, _READ_FLAGS, dir_fd=dir_fd)
         except (OSError, StoreError):
-            raise _not_found(artifact_id) from None
+            raise artifact_not_found(artifact_id) from None
         f = os.fdopen(fd, "rb")
         try:
             if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                raise _not_found(artifact_id)
+                raise artifact_not_found(artifact_id)
             yield f
         finally:
             f.close()

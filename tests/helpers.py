@@ -8,6 +8,7 @@ import inspect
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
@@ -19,6 +20,13 @@ import anyio
 import mcp_types as types
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
+
+# One copy each, in bench/ (the store benchmark needs them too): a process that prints its
+# URL first (a gateway over HTTP), and a real Redis server.
+from bench.common import url_process as url_process
+from bench.redisserver import RedisServer as RedisServer
+from bench.redisserver import free_port as free_port
+from bench.redisserver import redis_server as redis_server
 
 PYTHON = sys.executable
 GATEWAY = [PYTHON, "-m", "gateway"]
@@ -141,29 +149,6 @@ async def gateway(
 
 
 @contextmanager
-def url_process(
-    command: list[str], *, env: Mapping[str, str] | None = None, stderr: Any = subprocess.DEVNULL
-) -> Iterator[tuple[str, subprocess.Popen[str]]]:
-    """Start ``command``, which prints the URL it serves as its first stdout line; yield the
-    URL and the process, and stop it afterwards."""
-    proc = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=stderr, text=True, env={**os.environ, **(env or {})}
-    )
-    try:
-        assert proc.stdout is not None
-        url = proc.stdout.readline().strip()
-        assert url.startswith("http://"), (command, url)
-        yield url, proc
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-@contextmanager
 def http_gateway(
     config: Path, *extra: str, env: Mapping[str, str] | None = None, listen: str = "127.0.0.1:0"
 ) -> Iterator[tuple[str, Path]]:
@@ -236,6 +221,24 @@ def text(result: Any) -> str:
     """The text of a tool result (or a content list): its text blocks joined."""
     content = result.content if hasattr(result, "content") else result
     return "".join(block.text for block in content if getattr(block, "type", None) == "text")
+
+
+ARTIFACT_PAGE = re.compile(r"; next offset (\d+)$")
+
+
+async def read_artifact(client: Any, artifact_id: str) -> str:
+    """The whole artifact, page by page through artifact_read."""
+    parts, offset = [], 0
+    while True:
+        page = text(await client.call_tool("artifact_read", {"id": artifact_id, "offset": offset}))
+        header, _, body = page.partition("\n")
+        assert header.startswith(f"[artifact {artifact_id}] bytes "), header
+        parts.append(body)
+        found = ARTIFACT_PAGE.search(header)
+        if found is None:
+            assert header.endswith("; end reached"), header
+            return "".join(parts)
+        offset = int(found.group(1))
 
 
 async def wait_for(predicate: Callable[[], Any], seconds: float = 30) -> None:

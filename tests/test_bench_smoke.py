@@ -41,7 +41,7 @@ def test_full_harness_smoke(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     results = json.loads((tmp_path / "latest.json").read_text())
-    for name in ("calls", "startup", "catalog", "bigresult", "flood"):
+    for name in ("calls", "startup", "catalog", "bigresult", "flood", "stores"):
         assert "error" not in results[name], results[name].get("error")
     assert results["_quick"] is True
     seq = results["calls"]["sequential"]
@@ -51,6 +51,7 @@ def test_full_harness_smoke(tmp_path: Path) -> None:
     assert results["catalog"]["gateway"]["tool_search_raw_s"]["n"] > 0
     assert results["bigresult"]["contenders"]["prefixgate"]["answer_bytes"] <= 65536
     assert all(p["next_call"] == "ok" for p in results["flood"]["phases"])
+    assert results["stores"]["ratios"]["redis/file tool_search_s"]["n"] == results["stores"]["settings"]["rounds"]
     statuses = {t["id"]: t["status"] for t in results["_targets"]}
     assert len(statuses) == 10 and set(statuses.values()) <= {"met", "MISSED", "n/a"}
     fastmcp = "fastmcp-1" in seq["contenders"]

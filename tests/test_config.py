@@ -179,3 +179,39 @@ def test_cli_exits_2_with_one_line(tmp_path: Path, body: str, first_line: str, c
     assert len(lines) == 1, proc.stderr
     assert lines[0].startswith("prefixgate: config error: ")
     assert first_line in lines[0]
+
+
+@pytest.mark.parametrize(
+    ("url", "env", "expected"),
+    [
+        ("redis://127.0.0.1:6379/0", {}, "redis://127.0.0.1:6379/0"),
+        ("rediss://cache.internal:6380/2", {}, "rediss://cache.internal:6380/2"),
+        ("redis://cache", {}, "redis://cache"),
+        ("redis://:${PG_TEST_PW}@cache:6379/0", {"PG_TEST_PW": "s3cret"}, "redis://:s3cret@cache:6379/0"),
+    ],
+)
+def test_the_store_url(url: str, env: dict[str, str], expected: str) -> None:
+    config = parse_config({"gateway": {"store": url}, "servers": {"s": {"command": "x"}}}, env=env)
+    assert config.gateway.store == expected
+
+
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("http://cache:6379/0", "scheme is 'http': expected redis:// or rediss://"),
+        ("cache:6379", "scheme is 'cache'"),
+        ("redis://:6379/0", "the URL names no host"),
+        ("redis://cache:6379/db0", "the path must be a database number"),
+        ("redis://cache:99999/0", "not a valid URL"),
+        ("redis://:hunter2@cache:6379/0?x=1", "expected redis://HOST:PORT/DB with no query or fragment"),
+    ],
+)
+def test_a_bad_store_url_names_gateway_store_and_never_the_password(url: str, problem: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config({"gateway": {"store": url}, "servers": {"s": {"command": "x"}}}, env={})
+    assert str(caught.value).startswith("gateway.store: ") and problem in str(caught.value)
+    assert "hunter2" not in str(caught.value)
+
+
+def test_the_default_store_is_the_file_store() -> None:
+    assert parse_config({"servers": {"s": {"command": "x"}}}, env={}).gateway.store is None

@@ -17,12 +17,11 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import ERAS, demo, http_gateway, sdk_client, text, write_config
+from tests.helpers import ERAS, demo, http_gateway, read_artifact, sdk_client, text, write_config
 
 pytestmark = pytest.mark.anyio
 
 ARTIFACT = re.compile(r"saved as artifact ([A-Za-z0-9_-]+);")
-NEXT = re.compile(r"; next offset (\d+)$")
 PATTERN = "0123456789abcdefghijklmnopqrstuvwxyz\n"
 SIZE = 200_000
 EXPECTED = (PATTERN * (SIZE // len(PATTERN) + 1))[:SIZE]  # what the demo's payload tool returns
@@ -64,21 +63,6 @@ async def client_for(
         headers = {"Authorization": f"Bearer {token}"} if token else None
         async with sdk_client(url, mode, headers=headers) as client:
             yield client
-
-
-async def read_artifact(client: Any, artifact_id: str) -> str:
-    """The whole artifact, page by page through artifact_read."""
-    parts, offset = [], 0
-    while True:
-        page = text(await client.call_tool("artifact_read", {"id": artifact_id, "offset": offset}))
-        header, _, body = page.partition("\n")
-        assert header.startswith(f"[artifact {artifact_id}] bytes "), header
-        parts.append(body)
-        found = NEXT.search(header)
-        if found is None:
-            assert header.endswith("; end reached"), header
-            return "".join(parts)
-        offset = int(found.group(1))
 
 
 @pytest.mark.parametrize("mode", ERAS)

@@ -1,7 +1,8 @@
 """``prefixgate artifacts list|read|gc``: the owner's view of spilled outputs.
 
 The model reads artifacts only through ``artifact_read`` and only its own session's;
-the person who owns the state directory may list and read all of them here.
+the person who owns the state (the directory, or the Redis store of ``[gateway] store``)
+may list and read all of them here.
 """
 
 from __future__ import annotations
@@ -12,8 +13,13 @@ import json
 import sys
 from collections.abc import Callable
 
+import anyio
+import anyio.to_thread
+
 from gateway.config import Config
-from spill import ArtifactNotFound, StoreError, find_artifact, gc, list_artifacts
+from gateway.state.backend import state_store
+from gateway.state.store import StateStore, StoreUnavailable
+from spill import ArtifactNotFound, StoreError
 
 
 def add_arguments(parser: argparse.ArgumentParser, common: Callable[[argparse.ArgumentParser], None]) -> None:
@@ -30,26 +36,31 @@ def add_arguments(parser: argparse.ArgumentParser, common: Callable[[argparse.Ar
 
 
 def run(config: Config, args: argparse.Namespace) -> int:
-    root = config.gateway.state_dir / "artifacts"
+    return anyio.run(_run, config, args)
+
+
+async def _run(config: Config, args: argparse.Namespace) -> int:
+    store = state_store(config)
     try:
         if args.action == "list":
-            return _list(root, args.json)
+            return await _list(store, args.json)
         if args.action == "read":
-            return _read(root, args.id, args.offset, args.limit)
-        removed = gc(
-            root,
+            return await _read(store, args.id, args.offset, args.limit)
+        removed = await store.collect(
             max_age_seconds=config.spill.max_age_days * 86400,
             max_total_bytes=config.spill.max_total_bytes,
         )
         sys.stdout.write(f"removed {len(removed)} artifacts ({sum(a.size for a in removed)} bytes)\n")
         return 0
-    except StoreError as exc:
+    except (StoreError, StoreUnavailable) as exc:
         sys.stderr.write(f"prefixgate: {exc}\n")
         return 1
+    finally:
+        await store.aclose()
 
 
-def _list(root: object, as_json: bool) -> int:
-    items = list_artifacts(root)  # type: ignore[arg-type]
+async def _list(store: StateStore, as_json: bool) -> int:
+    items = await store.list_artifacts()
     if as_json:
         rows = [{"id": a.id, "session": a.session, "size": a.size, "mtime": a.mtime} for a in items]
         sys.stdout.write(json.dumps(rows, indent=2) + "\n")
@@ -61,24 +72,32 @@ def _list(root: object, as_json: bool) -> int:
     return 0
 
 
-def _read(root: object, artifact_id: str, offset: int, limit: int | None) -> int:
+async def _read(state: StateStore, artifact_id: str, offset: int, limit: int | None) -> int:
     if offset < 0 or (limit is not None and limit < 0):
         sys.stderr.write("prefixgate: --offset and --limit must be >= 0\n")
         return 2
     try:
-        store = find_artifact(root, artifact_id)  # type: ignore[arg-type]
-        size = store.size(artifact_id)
-        length = size - offset if limit is None else limit
-        position, out = offset, sys.stdout.buffer
-        while length > 0 and position < size:
-            chunk = store.read(artifact_id, position, min(length, 1 << 20))
-            if not chunk:
-                break
-            out.write(chunk)
-            position += len(chunk)
-            length -= len(chunk)
-        out.flush()
+        store = await state.find_artifact(artifact_id)
     except ArtifactNotFound:
         sys.stderr.write(f"prefixgate: no artifact with id {artifact_id!r}\n")
         return 1
-    return 0
+
+    def copy() -> int:
+        try:
+            size = store.size(artifact_id)
+            length = size - offset if limit is None else limit
+            position, out = offset, sys.stdout.buffer
+            while length > 0 and position < size:
+                chunk = store.read(artifact_id, position, min(length, 1 << 20))
+                if not chunk:
+                    break
+                out.write(chunk)
+                position += len(chunk)
+                length -= len(chunk)
+            out.flush()
+        except ArtifactNotFound:
+            sys.stderr.write(f"prefixgate: no artifact with id {artifact_id!r}\n")
+            return 1
+        return 0
+
+    return await anyio.to_thread.run_sync(copy)

@@ -129,7 +129,8 @@ def parser() -> argparse.ArgumentParser:
     arts = sub.add_parser(
         "artifacts",
         help="list, read or clean up spilled tool outputs",
-        description="The full outputs of results that were bounded (spilled), kept under <state_dir>/artifacts.",
+        description="The full outputs of results that were bounded (spilled), kept under <state_dir>/artifacts "
+        "or in the Redis store that [gateway] store names.",
     )
     artifacts.add_arguments(arts, common)
     sub.add_parser(

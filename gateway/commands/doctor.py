@@ -11,7 +11,8 @@ It checks, each with a verdict line (``ok``, ``info``, ``warn`` or ``FAIL``):
 4. the declaration decision with its numbers: mode, fallback, functions against the
    limit, estimated tokens against the budget, deferred tools;
 5. the state, activation and artifact directories: a real directory, owned by this user,
-   mode 0700 (missing is fine: it will be created);
+   mode 0700 (missing is fine: it will be created); the state store (the files, or the
+   Redis store of ``[gateway] store``): reachable, writable, its server's version;
 6. byte stability: discovery runs twice (fresh processes each time, the code path of
    ``catalog``) and the published ``tools/list`` bytes are compared; a server whose tool
    list changed between the two listings is named, because it defeats the prompt cache.
@@ -53,6 +54,7 @@ from gateway.config import Config, ConfigError, find_config, load_config
 from gateway.engine.epoch import Epoch
 from gateway.engine.lockfile import lock_path, read_lock
 from gateway.redact import redact
+from gateway.state.backend import state_store
 
 CLIENTS = ("claude-code", "claude-desktop", "cursor", "vscode", "codex")
 STDERR_LINES = 5
@@ -383,6 +385,29 @@ def check_directories(report: Report, config: Config) -> None:
     report.data["directories"] = entries
 
 
+async def check_store(report: Report, config: Config) -> None:
+    """The state store: reachable, writable (a probe key that expires, for Redis; the
+    directory's permissions, for files), and the server's version."""
+    store = state_store(config)
+    try:
+        health = await store.health()
+    finally:
+        await store.aclose()
+    version = f", {store.kind.capitalize()} {health.version}" if health.version else ""
+    verdict: Verdict
+    if not health.reachable:
+        verdict, text = "FAIL", "unreachable"
+    elif not health.writable:
+        verdict, text = "FAIL", "reachable, not writable"
+    else:
+        verdict, text = ("warn" if health.problems else "ok"), "reachable, writable"
+    report.add("store", verdict, f"{store.kind} store {health.where}: {text}{version}", list(health.problems))
+    report.data["store"] = {
+        "kind": store.kind, "where": health.where, "reachable": health.reachable, "writable": health.writable,
+        "version": health.version, "problems": list(health.problems),
+    }
+
+
 # --- stability --------------------------------------------------------------------------
 
 
@@ -552,7 +577,7 @@ def snippet(
 # --- the run ----------------------------------------------------------------------------
 
 
-SECTIONS = ("config", "servers", "tools", "declarations", "directories", "stability", "catalog lock")
+SECTIONS = ("config", "servers", "tools", "declarations", "directories", "store", "stability", "catalog lock")
 
 
 def render(report: Report) -> str:
@@ -623,6 +648,7 @@ async def diagnose(config: Config, report: Report) -> None:
     check_wrapped_names(report, config, first)
     check_declarations(report, config, first)
     check_directories(report, config)
+    await check_store(report, config)
     check_stability(report, first, second)
     check_lock(report, config, first)
 

@@ -18,10 +18,12 @@ from gateway.commands.startup import Exit, discover, running
 from gateway.config import Config
 from gateway.downstream.connection import Downstream
 from gateway.engine.barrier import required_failures
+from gateway.engine.hub import Hub
 from gateway.engine.router import collect
-from gateway.state.journal import Journal, session_key
+from gateway.state.journal import session_key
 from gateway.state.session import ClientState
-from spill import ArtifactStore, StoreError
+from gateway.state.store import StoreUnavailable
+from spill import Artifacts, ArtifactStore, StoreError
 
 log = logging.getLogger("prefixgate")
 
@@ -31,14 +33,15 @@ async def serve(config: Config, session_id: str | None, http: str | None, tokens
     from gateway.upstream.server import build_server
 
     async with running(config, supervise=True) as hub:
+        await open_store(hub)
         if http is None:
-            journal = Journal(config.gateway.state_dir, session_id) if session_id else None
-            stdio_state = ClientState(journal, await _artifact_store(config, session_id))
+            owner = session_key(session_id) if session_id else None
+            stdio_state = ClientState(hub.store, owner, await _artifact_store(hub, session_id))
             server, options = build_server(hub, lambda ctx: stdio_state)
         else:
             from gateway.upstream.http import principal_of_scope
 
-            await _artifact_store(config, None)  # retention at start
+            await _artifact_store(hub, None)  # retention at start
             server, options = build_server(
                 hub, lambda ctx: hub.principal_state(principal_of_scope(getattr(ctx.request, "scope", None)))
             )
@@ -67,20 +70,37 @@ async def serve(config: Config, session_id: str | None, http: str | None, tokens
             tg.cancel_scope.cancel()
 
 
-async def _artifact_store(config: Config, session_id: str | None) -> ArtifactStore | None:
-    """The session's artifact store (one per process without a session id), after retention.
+async def open_store(hub: Hub) -> None:
+    """Reach the configured state store before serving, and take its integrity key.
+
+    A configured Redis store is required: unreachable at start is exit 2, naming the URL
+    (its password masked).
+    """
+    store = hub.store
+    try:
+        await store.open()
+        hub.round_trips.use_key(await store.integrity_key(), shared=store.shared)
+    except StoreUnavailable as exc:
+        raise Exit(2, f"prefixgate: gateway.store: {exc}") from None
+    log.info("state store: %s %s", store.kind, store.where)
+
+
+async def _artifact_store(hub: Hub, session_id: str | None) -> Artifacts | None:
+    """The session's artifacts (one owner per process without a session id), after retention.
 
     A store that cannot be used is logged, not fatal: results are still bounded, with a
     non-retention warning instead of an artifact id.
     """
+    config = hub.config
     if not config.spill.enabled:
         return None
     key = session_key(session_id) if session_id else secrets.token_hex(16)
-    store = ArtifactStore(config.gateway.state_dir / "artifacts", key)
-    try:
-        await anyio.to_thread.run_sync(store.ensure)
-    except StoreError as exc:
-        log.error("artifact store unusable, outputs over the ceiling will not be retained: %s", exc)
+    store = hub.store.artifacts(key)
+    if isinstance(store, ArtifactStore):
+        try:
+            await anyio.to_thread.run_sync(store.ensure)
+        except StoreError as exc:
+            log.error("artifact store unusable, outputs over the ceiling will not be retained: %s", exc)
     await anyio.to_thread.run_sync(collect, store, config.spill)
     return store
 

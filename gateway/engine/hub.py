@@ -46,9 +46,9 @@ from gateway.engine.router import Router
 from gateway.engine.surface import Surface, build_surface
 from gateway.engine.watches import Watches
 from gateway.sdk import send_raw_request
-from gateway.state.journal import Journal, session_key
+from gateway.state.backend import state_store
+from gateway.state.journal import session_key
 from gateway.state.session import ClientState
-from spill import ArtifactStore
 
 log = logging.getLogger("prefixgate")
 
@@ -106,6 +106,8 @@ class Hub:
         self.clients: list[ClientConnection] = []
         self.discovered = anyio.Event()
         self.checks = CheckCache(config.gateway.state_dir, persist=persist)
+        self.store = state_store(config)
+        """Activation, artifacts and the integrity key (opened by ``serve``)."""
         self._rebuild_lock = anyio.Lock()
         self._rebuild_waiting = False
         self._relists: dict[tuple[str, str], bool] = {}
@@ -200,18 +202,17 @@ class Hub:
 
         The 2026-07-28 protocol has no sessions (every request is a connection of its
         own), so state keyed by connection would be lost between a ``tool_search`` and the
-        call it enables. Activation is journaled and artifacts are stored under
-        ``state_dir`` by the principal's name, so both survive a restart. Principals are
+        call it enables. Activation and artifacts are kept in the state store under the
+        principal's key, so both survive a restart (and reach every replica sharing a
+        Redis store). Principals are
         the configured tokens (or the one local principal): this map cannot grow with
         what clients send.
         """
         state = self._principals.get(principal)
         if state is None:
-            name = f"principal:{principal}"
-            store = None
-            if self.config.spill.enabled:
-                store = ArtifactStore(self.config.gateway.state_dir / "artifacts", session_key(name))
-            state = self._principals[principal] = ClientState(Journal(self.config.gateway.state_dir, name), store)
+            key = session_key(f"principal:{principal}")
+            artifacts = self.store.artifacts(key) if self.config.spill.enabled else None
+            state = self._principals[principal] = ClientState(self.store, key, artifacts)
         return state
 
     def capabilities(self) -> dict[str, Any]:

@@ -19,6 +19,12 @@ same key's HMAC binds it to the principal, the request and the server, and an is
 limits it to ``timeout``, so the retry goes back to that server with the server's own
 state, and nothing is kept here between rounds. Handshake-era clients are asked over
 their back-channel instead (gateway/upstream/inputs.py).
+
+Replicas sharing a Redis store share the key (``use_key``) and bind states to the
+principal's key, not to this process's objects: a wrapped state then verifies on any
+replica. A pending handshake-era call cannot move (its downstream connection lives in
+the process that began it), so its retry reaching another replica fails with an error
+that says so.
 """
 
 from __future__ import annotations
@@ -52,6 +58,13 @@ several inputs at once as concurrent requests, and they belong in one ``input_re
 _WRAPPED = "pg2."
 MAX_WRAPPED = 256 * 1024
 """Largest wrapped ``requestState`` accepted (the server's own state plus a small envelope)."""
+
+
+def _tag(owner: object) -> str:
+    """What a state is bound to: the owner's stored-state key when it has one (the same on
+    every replica), else this object (a session without stored state lives in one process)."""
+    key = getattr(owner, "owner", None)
+    return f"key:{key}" if isinstance(key, str) else f"object:{id(owner)}"
 
 
 @dataclass(eq=False)
@@ -150,11 +163,17 @@ class RoundTrips:
         self.timeout = timeout
         self.per_owner = per_owner
         self._key = secrets.token_bytes(32)
+        self.shared = False
+        """The key is shared with other replicas (wrapped states verify on any of them)."""
         self._boot = secrets.token_urlsafe(6)
         """Names this process in its states, so a state from before a restart is told apart."""
         self._trips: dict[str, RoundTrip] = {}
         self.tasks: anyio.abc.TaskGroup | None = None
         self._order = itertools.count(1)
+
+    def use_key(self, key: bytes, *, shared: bool) -> None:
+        """The state store's integrity key (before serving): shared by replicas of a Redis store."""
+        self._key, self.shared = key, shared
 
     def order(self) -> int:
         """A number for a call beginning now: a server request belongs to the newest call to it."""
@@ -307,7 +326,7 @@ class RoundTrips:
     # --- requestState -------------------------------------------------------------------
 
     def _mac(self, trip_id: str, round_no: int, owner: object, method: str, target: str, binding: str) -> str:
-        message = "\0".join((trip_id, str(round_no), str(id(owner)), method, target, binding)).encode(
+        message = "\0".join((trip_id, str(round_no), _tag(owner), method, target, binding)).encode(
             "utf-8", "surrogatepass"
         )
         digest = hmac.new(self._key, message, hashlib.sha256).digest()
@@ -329,6 +348,14 @@ class RoundTrips:
         if len(parts) != 4 or not parts[2].isdigit():
             raise refused
         boot, trip_id, round_text, mac = parts
+        if boot != self._boot and self.shared:
+            # Not covered by the MAC: changing it only changes which refusal the sender reads.
+            raise MCPError(
+                code=INVALID_PARAMS,
+                message=f"prefixgate: {method} {target!r}: this input round trip is pending on another gateway "
+                "replica (or on one that restarted): a handshake-era server's call stays in the replica that "
+                "began it, and this request reached a different one; call again without requestState",
+            )
         if boot != self._boot:
             # Not covered by the MAC (another process's key is gone): changing it only
             # changes which refusal the sender reads.
@@ -352,7 +379,8 @@ class RoundTrips:
         principal can bring back, to this server, within the timeout."""
         body = json.dumps({"s": server_id, "r": state, "t": int(time.time())}, separators=(",", ":"))
         payload = base64.urlsafe_b64encode(body.encode("utf-8", "surrogatepass")).decode().rstrip("=")
-        return f"{_WRAPPED}{self._boot}.{payload}.{self._wrap_mac(payload, owner, method, target, binding)}"
+        mac = self._wrap_mac(self._boot, payload, owner, method, target, binding)
+        return f"{_WRAPPED}{self._boot}.{payload}.{mac}"
 
     def unwrap(self, state: str, owner: object, method: str, target: str, binding: str) -> tuple[str, str | None]:
         """The server and its own state from a wrapped state, or a clear refusal."""
@@ -365,13 +393,13 @@ class RoundTrips:
         if len(state) > MAX_WRAPPED or len(parts) != 3:
             raise refused
         boot, payload, mac = parts
-        if boot != self._boot:
+        if boot != self._boot and not self.shared:
             raise MCPError(
                 code=INVALID_PARAMS,
                 message=f"prefixgate: {method} {target!r}: this input round trip expired: the gateway that began it "
                 "has restarted since; call again without requestState",
             )
-        if not hmac.compare_digest(mac, self._wrap_mac(payload, owner, method, target, binding)):
+        if not hmac.compare_digest(mac, self._wrap_mac(boot, payload, owner, method, target, binding)):
             raise refused
         body = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
         if time.time() - body["t"] > self.timeout:
@@ -383,7 +411,7 @@ class RoundTrips:
         server_state = body["r"]
         return str(body["s"]), server_state if isinstance(server_state, str) else None
 
-    def _wrap_mac(self, payload: str, owner: object, method: str, target: str, binding: str) -> str:
-        message = "\0".join((_WRAPPED, self._boot, payload, str(id(owner)), method, target, binding))
+    def _wrap_mac(self, boot: str, payload: str, owner: object, method: str, target: str, binding: str) -> str:
+        message = "\0".join((_WRAPPED, boot, payload, _tag(owner), method, target, binding))
         digest = hmac.new(self._key, message.encode("utf-8", "surrogatepass"), hashlib.sha256).digest()
         return base64.urlsafe_b64encode(digest).decode().rstrip("=")

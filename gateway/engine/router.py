@@ -32,7 +32,7 @@ from gateway.engine.validation import ValidationFailure, ValidationPool, Validat
 from gateway.results import error_result, text_result
 from gateway.state.session import ClientState
 from gateway.wire import DEFAULT_VERSION
-from spill import ArtifactNotFound, ArtifactStore, StoreError, artifact_read, bound_result, surely_within
+from spill import ArtifactNotFound, Artifacts, StoreError, artifact_read, bound_result, surely_within
 
 log = logging.getLogger("prefixgate.router")
 
@@ -149,6 +149,13 @@ class Router:
             if name in self.removed:
                 return error_result(f"Tool {name!r} is no longer available: the catalog changed and it was removed.")
             return error_result(f"Unknown tool {name!r}: it is not in this gateway's catalog.")
+        if epoch.is_deferred(name) and not state.allows(name):
+            unreadable = await state.refresh()  # granted on another replica? (shared store)
+            if unreadable is not None:
+                return error_result(
+                    f"Tool {name} may not run: its activation cannot be read from the state store "
+                    f"({unreadable}); nothing is granted until it can."
+                )
         refusal = self.refusal(epoch, name, state)
         if refusal is not None:
             return error_result(refusal)
@@ -252,7 +259,7 @@ def _message(exc: BaseException) -> str:
     return text
 
 
-def collect(store: ArtifactStore, spill: SpillConfig) -> None:
+def collect(store: Artifacts, spill: SpillConfig) -> None:
     """Retention: oldest first by age and total size; never this session's fresh artifacts."""
     try:
         removed = store.gc(max_age_seconds=spill.max_age_days * 86400, max_total_bytes=spill.max_total_bytes)

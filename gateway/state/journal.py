@@ -72,9 +72,10 @@ def tail_record(fd: int, size: int, limit: int = TAIL_LIMIT) -> bytes:
 
 
 class Journal:
-    def __init__(self, state_dir: Path, session_id: str) -> None:
+    def __init__(self, state_dir: Path, session_id: str = "", *, key: str | None = None) -> None:
+        """The journal of ``session_id``, or of an owner ``key`` already hashed (``session_key``)."""
         self.directory = state_dir / "activation"
-        self.path = self.directory / f"{session_key(session_id)}.jsonl"
+        self.path = self.directory / f"{session_key(session_id) if key is None else key}.jsonl"
         self.label = f"activation journal {str(self.path)!r}"
 
     def _refused(self, exc: OSError) -> JournalError:

@@ -1,10 +1,14 @@
 """One client session's activation state, bound to the current epoch's identity.
 
-A grant is written to the journal (fsynced) before it exists in memory, under one lock,
-so the journal's last line always matches what the session allows; a failed write
-grants nothing. Restores fail closed: anything doubtful grants nothing and is recorded,
-and a journal that fails verification (not ours, not a regular file) grants nothing and
-is logged with the reason.
+A grant is written to the state store (fsynced, in the file store) before it exists in
+memory, under one lock, so the stored record always matches what the session allows; a
+failed write grants nothing. Restores fail closed: anything doubtful grants nothing and is
+recorded, and a record that cannot be read (a journal that fails verification, a store
+that cannot be reached) grants nothing and is logged with the reason.
+
+With a shared store (Redis: other replicas write the same owner's record) memory is only
+a cache: a tool not granted here is looked up in the store before it is refused, and a
+grant merges with whatever another replica recorded first (compare-and-set, retried).
 """
 
 from __future__ import annotations
@@ -13,70 +17,105 @@ import logging
 from collections.abc import Iterable
 
 import anyio
-import anyio.to_thread
 
 from catalog.activation import ActivationState, encode_record, restore
-from gateway.state.journal import Journal
-from spill import ArtifactStore
+from gateway.state.store import StateStore, StoreUnavailable
+from spill import Artifacts
 
 log = logging.getLogger("prefixgate.session")
 
+CAS_ATTEMPTS = 8
+"""Grants retried when other replicas keep writing the same record in between."""
+
 
 class ClientState:
-    """Activation (``journal``) and artifacts (``store``) of one client session."""
+    """Activation (the ``records`` store under ``owner``) and artifacts (``store``) of one client session."""
 
-    def __init__(self, journal: Journal | None = None, store: ArtifactStore | None = None) -> None:
-        self.journal = journal
+    def __init__(
+        self, records: StateStore | None = None, owner: str | None = None, store: Artifacts | None = None
+    ) -> None:
+        self.records = records if owner is not None else None
+        self.owner = owner
+        """The owner's key (``journal.session_key``): names its state, binds its round-trip states."""
         self.store = store
         self.state: ActivationState | None = None
         self._lock = anyio.Lock()
 
     async def enter(self, identity: str) -> None:
-        """Bind to an epoch: restore from the journal once, clear on any identity change."""
+        """Bind to an epoch: restore from the store once, clear on any identity change."""
         async with self._lock:
             if self.state is not None:
                 if self.state.reset(identity):
                     log.info("new epoch %s: activation cleared", identity[:12])
                 return
             active: frozenset[str] = frozenset()
-            if self.journal is not None:
-                active = await self._restore(self.journal, identity)
+            if self.records is not None:
+                active = await self._restore(self.records, identity)
             self.state = ActivationState(identity, active)
 
-    async def _restore(self, journal: Journal, identity: str) -> frozenset[str]:
+    async def _restore(self, records: StateStore, identity: str) -> frozenset[str]:
+        assert self.owner is not None
         try:
-            data = await anyio.to_thread.run_sync(journal.read)
+            data = await records.last_record(self.owner)
         except OSError as exc:
-            log.warning("activation journal not used: %s; nothing restored", exc.strerror or exc)
+            log.warning("activation record not used: %s; nothing restored", exc.strerror or exc)
             return frozenset()
         active, reason = restore(data, identity)
         if reason is None:
             if active:
                 log.info("restored %d activated tools for epoch %s", len(active), identity[:12])
             return active
-        log.warning("activation journal: %s; nothing restored", reason)
+        log.warning("activation record: %s; nothing restored", reason)
         # Record the fresh start, first ending a torn line so the new record stands alone.
         record = (b"\n" if data and not data.endswith(b"\n") else b"") + encode_record(identity, ())
         try:
-            await anyio.to_thread.run_sync(journal.append, record)
+            await records.write_record(self.owner, record, data)
         except OSError as exc:
-            log.warning("activation journal not writable (%s)", exc.strerror or exc)
+            log.warning("activation record not writable (%s)", exc.strerror or exc)
         return frozenset()
 
     def allows(self, name: str) -> bool:
         return self.state is not None and self.state.allows(name)
 
+    async def _merge(self, records: StateStore) -> bytes:
+        """Take in what the store holds for this epoch (another replica's grants); return it."""
+        assert self.state is not None and self.owner is not None
+        data = await records.last_record(self.owner)
+        active, reason = restore(data, self.state.snapshot)
+        if reason is None and active:
+            self.state.commit(active, self.state.snapshot)
+        return data
+
+    async def refresh(self) -> str | None:
+        """Before refusing a tool not granted here: read what other replicas granted.
+
+        Returns why the store could not be read (nothing is granted then), else None.
+        """
+        if self.records is None or not self.records.shared or self.state is None:
+            return None
+        async with self._lock:
+            try:
+                await self._merge(self.records)
+            except OSError as exc:
+                log.error("activation record not readable: %s", exc.strerror or exc)
+                return str(exc.strerror or exc)
+        return None
+
     async def activate(self, names: Iterable[str]) -> None:
-        """Grant ``names``; raise OSError (granting nothing) if the journal write fails."""
+        """Grant ``names``; raise OSError (granting nothing) if the store write fails."""
         names = frozenset(names)
         if not names:
             return
         async with self._lock:
             assert self.state is not None
             snapshot = self.state.snapshot
-            new, record = self.state.activate(names)
-            if new == self.state.active:
-                return
-            if self.journal is not None:
-                await anyio.to_thread.run_sync(self.journal.append, record)
-            self.state.commit(new, snapshot)
+            records = self.records
+            for _ in range(CAS_ATTEMPTS):
+                previous = await self._merge(records) if records is not None and records.shared else b""
+                new, record = self.state.activate(names)
+                if new == self.state.active:
+                    return
+                if records is None or await records.write_record(self.owner or "", record, previous):
+                    self.state.commit(new, snapshot)
+                    return
+            raise StoreUnavailable(f"the activation record kept changing ({CAS_ATTEMPTS} attempts)")

