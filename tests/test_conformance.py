@@ -589,3 +589,36 @@ def test_gateway_as_client_passes_expected_client_scenarios(conformance_cli: Pat
     assert not warned, f"expected client scenarios now pass only with warnings: {warned}"
     fixed = pending & passed
     assert not fixed, f"these pending client scenarios pass now: move them to expected_client.txt: {sorted(fixed)}"
+
+
+def test_stand_in_browser_follows_redirects_to_the_loopback_redirect_uri(tmp_path: Path) -> None:
+    """``$BROWSER`` for ``prefixgate login`` in the auth scenarios: it returns at once (as a
+    browser launcher does, so a login that waits for it is not stuck) and GETs the URL in the
+    background, following the authorization server's redirect to the redirect URI."""
+    import http.server
+
+    hits: queue.Queue[str] = queue.Queue()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+            hits.put(self.path)
+            if self.path.startswith("/authorize"):
+                self.send_response(302)
+                self.send_header("Location", f"http://127.0.0.1:{self.server.server_address[1]}/callback?code=c1")
+                self.end_headers()
+            else:
+                self.send_response(200)
+                self.end_headers()
+                self.wfile.write(b"done")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        url = f"http://127.0.0.1:{server.server_address[1]}/authorize?state=s"
+        done = subprocess.run([sys.executable, str(CONFORMANCE / "stand_in_browser.py"), url], timeout=30, check=False)
+        assert done.returncode == 0
+        assert hits.get(timeout=30) == "/authorize?state=s"
+        assert hits.get(timeout=30) == "/callback?code=c1"
+        server.shutdown()
