@@ -194,7 +194,11 @@ async def _attempt(what: str, awaitable: Any) -> Any:
 def login(config: Path, env: Mapping[str, str]) -> None:
     """``prefixgate login s``: the browser flow, through the stand-in browser."""
     command = [sys.executable, "-m", "gateway", "login", "s", "--config", str(config)]
-    done = subprocess.run(command, cwd=ROOT, env={**os.environ, **env}, timeout=STEP_TIMEOUT, check=False)
+    try:
+        done = subprocess.run(command, cwd=ROOT, env={**os.environ, **env}, timeout=STEP_TIMEOUT, check=False)
+    except subprocess.TimeoutExpired:
+        LOG.error("%s did not finish within %g s", " ".join(command), STEP_TIMEOUT)
+        return
     if done.returncode != 0:
         LOG.error("%s exited %s", " ".join(command), done.returncode)
 
