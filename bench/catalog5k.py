@@ -4,8 +4,9 @@ In process (no I/O): 50 servers x 100 generated tools (``gateway.commands.demo.g
 demo server's own tools, with per-server key and ``required`` order), then exactly what
 ``gateway.engine.epoch.build_epoch`` does: ``catalog.build.build`` + ``catalog.budget.decide``
 (profile openai: 5,000 tools are over its 128-function limit, so the decision falls back
-to on-demand). Then ``SearchIndex`` construction and ``query`` + ``render`` (what
-``tool_search`` runs).
+to on-demand), never remembering a check (a first-ever build), and the schema check alone
+(``catalog.schema.check`` on every input schema). Then ``SearchIndex`` construction and
+``query`` + ``render`` (what ``tool_search`` runs).
 
 Through a running gateway: 5 demo servers x 1,000 generated tools (+7 fixed each: 5,035
 tools; 50 Python servers would cost ~40 s of CPU to start on 2 cores), read with
@@ -112,6 +113,17 @@ def in_process(rounds: int, servers: int, per_server: int, budget_s: float) -> d
                 result = index.query(q, 5, 0)
                 render(result, [e.name for e in result.matches if e.name in deferred])
                 bucket.append(time.perf_counter() - started)
+    # The schema check alone (metaschema + compile for argument validation), every tool, no
+    # memo: what a first-ever build spends in catalog.schema.check.
+    from catalog.schema import canonicalize, check
+
+    schemas = [canonicalize(tool["inputSchema"]) for server in raw for tool in server.tools]
+    checks: list[float] = []
+    for _ in range(max(len(totals), 3)):
+        started = time.perf_counter()
+        for schema in schemas:
+            check(schema)
+        checks.append(time.perf_counter() - started)
     # What the gateway does on every start after the first and on every rebuild: the
     # expensive checks are remembered (gateway.engine.checks.CheckCache, here in memory only).
     from gateway.engine.checks import CheckCache
@@ -128,6 +140,7 @@ def in_process(rounds: int, servers: int, per_server: int, budget_s: float) -> d
         "build_plus_decide_s": summary(totals),
         "build_plus_decide_remembered_s": summary(remembered),
         "build_s": summary(builds),
+        "schema_check_s": summary(checks),
         "decide_s": summary(decides),
         "search_index_build_s": summary(indexes),
         "tool_search_cold_s": summary(cold),

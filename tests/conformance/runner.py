@@ -18,9 +18,15 @@
 * Expected lists name scenarios *era-qualified*, ``ERA/scenario`` (:func:`qualified`), since
   most scenarios run in both eras and may pass in one only.
 
+* :func:`run_client_suite` runs the *client* scenarios of one era (``conformance client
+  --scenario NAME --spec-version ERA``, a few at a time in threads) with prefixgate as the client
+  under test (``client_under_test.py``: the suite's test server becomes the gateway's one
+  downstream server); same verdict per scenario.
+
 CLI::
 
     python -m tests.conformance.runner --url http://127.0.0.1:PORT/mcp [--era ERA] [--json] [--cache DIR]
+    python -m tests.conformance.runner --client [--era ERA] [--scenario NAME] [--json]
 
 prints the era-qualified names of the scenarios that passed, one a line (``--json``: every
 scenario with its failures and warnings). The cache directory defaults to ``$PREFIXGATE_CONFORMANCE_CACHE``
@@ -40,6 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -71,6 +78,8 @@ class ScenarioResult:
     name: str
     passed: bool
     checks: list[dict[str, Any]] = field(default_factory=list)
+    log: str = ""
+    """For a client scenario: the end of the client under test's stderr (the report shows it)."""
 
     @property
     def failures(self) -> list[str]:
@@ -84,6 +93,7 @@ class ScenarioResult:
 @dataclass
 class SuiteResult:
     url: str
+    """The server under test (server scenarios), or the client command (client scenarios)."""
     era: str
     scenarios: dict[str, ScenarioResult]
     returncode: int
@@ -118,6 +128,8 @@ class SuiteResult:
                 lines.extend(f"    {w}" for w in result.warnings)
             else:
                 lines.append("    (no checks recorded: the scenario crashed)")
+            if result.log and not result.passed:
+                lines.extend(f"    | {line}" for line in result.log.splitlines())
         return "\n".join(lines)
 
 
@@ -217,24 +229,25 @@ def ensure_installed(cache_dir: Path | None = None, *, timeout: float = 600) -> 
     return cli
 
 
-def _run_node(cli: Path, args: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+def _run_node(cli: Path, args: list[str], timeout: float, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     command = [str(node_binary()), str(cli), *args]
     try:
-        return subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
+        return subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False, cwd=cwd)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise ConformanceSetupError(f"{' '.join(command)} failed: {exc}") from exc
 
 
-def list_scenarios(cli: Path, era: str) -> list[str]:
-    """The server scenarios the installed suite runs at ``era`` (``list --server --spec-version ERA``).
+def list_scenarios(cli: Path, era: str, side: str = "server") -> list[str]:
+    """The ``side`` ("server" or "client") scenarios the installed suite runs at ``era``
+    (``list --server --spec-version ERA``).
 
     Extension scenarios (tasks, skills) are not on the spec timeline and are never listed.
     """
-    done = _run_node(cli, ["list", "--server", "--spec-version", era], timeout=60)
+    done = _run_node(cli, ["list", f"--{side}", "--spec-version", era], timeout=60)
     names = [m["name"] for line in done.stdout.splitlines() if (m := _LISTED.match(line))]
     if done.returncode != 0 or not names:
         raise ConformanceSetupError(
-            f"conformance list --server --spec-version {era} failed ({done.returncode}):\n{done.stdout}{done.stderr}"
+            f"conformance list --{side} --spec-version {era} failed ({done.returncode}):\n{done.stdout}{done.stderr}"
         )
     return names
 
@@ -282,6 +295,83 @@ def run_suite(
     return SuiteResult(url, era, dict(sorted(results.items())), done.returncode, output, seconds)
 
 
+# -- client scenarios --------------------------------------------------------------------
+
+ROOT = HERE.parent.parent
+CLIENT_MODULE = "tests.conformance.client_under_test"
+# The suite runs a client scenario for at most this long (its --timeout; its default is 30 s).
+CLIENT_TIMEOUT = 60.0
+# Client scenarios run at once (threads, one suite process each). The suite's own
+# ``client --suite all`` starts every scenario of an era at once, which on 2 cores starves the
+# clients (three processes each: scenario server, client under test, gateway) into timeouts.
+CLIENT_WORKERS = 4
+_LOG_TAIL = 15
+
+
+def client_command() -> str:
+    """The command the suite runs (with the scenario server's URL appended): prefixgate as the
+    client under test. The suite splits it on spaces, so the interpreter path must have none."""
+    if " " in sys.executable:
+        raise ConformanceSetupError(f"the suite splits --command on spaces; {sys.executable!r} contains one")
+    return f"{sys.executable} -m {CLIENT_MODULE}"
+
+
+def run_client_scenario(cli: Path, era: str, name: str, command: str, out: Path) -> ScenarioResult:
+    """One client scenario (``conformance client --scenario NAME --spec-version ERA``), run from
+    the repository root (so ``python -m tests...`` imports this checkout), its checks read from
+    the one ``checks.json`` it writes under ``out``."""
+    args = [
+        "client", "--command", command, "--scenario", name, "--spec-version", era,
+        "--output-dir", str(out), "--timeout", str(int(CLIENT_TIMEOUT * 1000)),
+    ]  # fmt: skip
+    try:
+        done = _run_node(cli, args, timeout=CLIENT_TIMEOUT + 60, cwd=ROOT)
+        output = done.stdout + done.stderr
+    except ConformanceSetupError as exc:  # the suite itself hung: this scenario fails
+        output = str(exc)
+    found = sorted(out.rglob("checks.json"))
+    if not found:
+        return ScenarioResult(name, False, log=_tail(output))
+    checks = json.loads(found[0].read_text())
+    stderr = found[0].parent / "stderr.txt"
+    log = stderr.read_text(errors="replace") if stderr.exists() else output
+    return ScenarioResult(name, _verdict(checks), checks, log=_tail(log))
+
+
+def _tail(text: str) -> str:
+    return "\n".join(text.strip().splitlines()[-_LOG_TAIL:])
+
+
+def run_client_suite(
+    cli: Path | None = None,
+    *,
+    era: str,
+    scenarios: list[str] | None = None,
+    command: str | None = None,
+    workers: int = CLIENT_WORKERS,
+) -> SuiteResult:
+    """Every client scenario of ``era`` (or ``scenarios``) with ``command`` (default: prefixgate,
+    :func:`client_command`) as the client under test, ``workers`` at a time; same verdict as for
+    server scenarios (:func:`_verdict`)."""
+    if era not in ERAS:
+        raise ValueError(f"unknown era {era!r}; expected one of {ERAS}")
+    cli = cli if cli is not None else ensure_installed()
+    command = command if command is not None else client_command()
+    names = scenarios if scenarios is not None else list_scenarios(cli, era, "client")
+    start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="conformance-client-") as tmp:
+        with ThreadPoolExecutor(max(1, workers)) as pool:
+            futures = {
+                name: pool.submit(run_client_scenario, cli, era, name, command, Path(tmp) / str(index))
+                for index, name in enumerate(names)
+            }
+            results = {name: future.result() for name, future in futures.items()}
+    if names and not any(r.checks for r in results.values()):
+        report = "\n".join(f"{n}:\n{r.log}" for n, r in results.items())
+        raise ConformanceSetupError(f"no client scenario of {era} recorded any check:\n{report}")
+    return SuiteResult(command, era, dict(sorted(results.items())), 0, "", time.monotonic() - start)
+
+
 def _verdict(checks: list[dict[str, Any]]) -> bool:
     """No ``FAILURE``, and a ``SUCCESS`` of the scenario's own (see the module docstring)."""
     if any(c.get("status") == "FAILURE" for c in checks):
@@ -301,30 +391,39 @@ def read_expected(path: Path) -> set[str]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tests.conformance.runner", description=__doc__.split("\n\n")[0])
-    p.add_argument("--url", required=True, help="the MCP server's streamable HTTP endpoint")
+    target = p.add_mutually_exclusive_group(required=True)
+    target.add_argument("--url", help="run the server scenarios against this streamable HTTP endpoint")
+    target.add_argument(
+        "--client", action="store_true", help="run the client scenarios with prefixgate as the client under test"
+    )
     p.add_argument("--era", choices=ERAS, action="append", help="run at this protocol era (default: both)")
     p.add_argument("--scenario", help="run only this scenario")
     p.add_argument("--cache", type=Path, help=f"install directory (default ${CACHE_ENV} or ~/.cache/...)")
     p.add_argument("--json", action="store_true", help="print every scenario with failures and warnings as JSON")
-    p.add_argument("--output-dir", type=Path, help="keep the suite's checks.json files here")
+    p.add_argument("--output-dir", type=Path, help="keep the suite's checks.json files here (server scenarios)")
     args = p.parse_args(argv)
     eras = args.era or list(ERAS)
     try:
         cli = ensure_installed(args.cache)
-        results = [
-            run_suite(
-                args.url, cli, era=era, scenario=args.scenario,
-                output_dir=args.output_dir / era if args.output_dir else None,
-            )
-            for era in eras
-        ]  # fmt: skip
+        if args.client:
+            results = [
+                run_client_suite(cli, era=era, scenarios=[args.scenario] if args.scenario else None) for era in eras
+            ]
+        else:
+            results = [
+                run_suite(
+                    args.url, cli, era=era, scenario=args.scenario,
+                    output_dir=args.output_dir / era if args.output_dir else None,
+                )
+                for era in eras
+            ]  # fmt: skip
     except ConformanceSetupError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.json:
         doc = {
             "package": f"{PACKAGE}@{VERSION}",
-            "url": args.url,
+            "url": args.url if args.url else results[0].url,
             "seconds": round(sum(r.seconds for r in results), 2),
             "scenarios": {
                 f"{result.era}/{n}": {"passed": r.passed, "failures": r.failures, "warnings": r.warnings}
