@@ -19,8 +19,8 @@ from gateway.config import Config
 from gateway.downstream.connection import Downstream
 from gateway.engine.barrier import required_failures
 from gateway.engine.hub import Hub
-from gateway.engine.router import collect
 from gateway.state.journal import session_key
+from gateway.state.retention import collect
 from gateway.state.session import ClientState
 from gateway.state.store import StoreUnavailable
 from spill import Artifacts, ArtifactStore, StoreError

@@ -30,9 +30,10 @@ from gateway.downstream.connection import Downstream, ProgressFn
 from gateway.engine.epoch import META_TOOLS, Epoch
 from gateway.engine.validation import ValidationFailure, ValidationPool, ValidationTimeout
 from gateway.results import error_result, text_result
+from gateway.state.retention import collect
 from gateway.state.session import ClientState
 from gateway.wire import DEFAULT_VERSION
-from spill import ArtifactNotFound, Artifacts, StoreError, artifact_read, bound_result, surely_within
+from spill import ArtifactNotFound, artifact_read, bound_result, surely_within
 
 log = logging.getLogger("prefixgate.router")
 
@@ -257,17 +258,6 @@ class Router:
 def _message(exc: BaseException) -> str:
     text = exc.args[0] if exc.args and isinstance(exc.args[0], str) else str(exc)
     return text
-
-
-def collect(store: Artifacts, spill: SpillConfig) -> None:
-    """Retention: oldest first by age and total size; never this session's fresh artifacts."""
-    try:
-        removed = store.gc(max_age_seconds=spill.max_age_days * 86400, max_total_bytes=spill.max_total_bytes)
-    except (OSError, StoreError) as exc:
-        log.warning("artifact retention failed: %s", exc)
-        return
-    if removed:
-        log.info("artifact retention removed %d artifacts", len(removed))
 
 
 async def argument_problem(
