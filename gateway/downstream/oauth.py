@@ -1,0 +1,216 @@
+"""OAuth 2.1 toward a remote server: the mcp SDK's client provider, plugged into the HTTP client.
+
+The SDK's ``OAuthClientProvider`` does the protocol (protected-resource and
+authorization-server metadata discovery, pre-registration / client ID metadata document /
+dynamic registration, PKCE S256, ``resource``, scope selection and step-up, ``iss``
+checks, refresh); ``ClientCredentialsOAuthProvider`` does the headless grant. This module
+adds only what a gateway needs around them:
+
+- tokens come from a store the engine hands in (``gateway.state.tokens``), which keeps the
+  absolute expiry, so a restarted gateway refreshes before sending an expired token;
+- the provider's idea of expiry is moved a little earlier (half the lifetime, at most a
+  minute), so a token is refreshed before it can expire on its way to the server;
+- a gateway never starts an interactive flow: where the SDK would open a browser, the
+  serve-side redirect handler records why a login is needed (with the exact
+  ``prefixgate login`` command, and the scope asked for on a step-up) and stops the
+  connection; the server is reported ``failed`` with that reason. Only ``prefixgate
+  login`` passes a real redirect and callback handler (:class:`Interactive`);
+- a pre-registered ``client_id``/``client_secret`` is presented as the stored client, and
+  never written to the token file.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import warnings
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+from urllib.parse import parse_qs, urlparse
+
+import httpx2
+from mcp.client.auth import OAuthClientProvider, TokenStorage
+from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuthProvider
+from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
+
+from gateway.config import ServerConfig
+
+PLACEHOLDER_REDIRECT = "http://127.0.0.1/callback"
+"""The redirect URI a gateway declares: it never receives a redirect (it never starts a flow)."""
+MAX_EARLY = 60.0
+"""At most this many seconds before its expiry is a token refreshed."""
+
+
+class LoginNeeded(Exception):
+    """The server needs ``prefixgate login`` (again); ``str()`` is the reason with the command."""
+
+
+def _leaf(exc: BaseException) -> BaseException:
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+class _ExpectedStop(logging.Filter):
+    """Drops the SDK's tracebacks for a flow the gateway stopped on purpose (a login is
+    needed): the server's status says why, once, with the command to run."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return exc is None or not isinstance(_leaf(exc), LoginNeeded)
+
+
+for _name in ("mcp.client.auth.oauth2", "mcp.client.streamable_http", "mcp.client.sse"):
+    logging.getLogger(_name).addFilter(_ExpectedStop())
+
+
+class Store(TokenStorage, Protocol):
+    """What the provider needs of a token store (``gateway.state.tokens.TokenStore``)."""
+
+    async def load(self) -> object: ...
+
+    async def expires_at(self) -> float | None: ...
+
+    def fingerprint(self) -> object: ...
+
+
+@dataclass
+class Interactive:
+    """``prefixgate login``'s side of the flow: where the browser is sent, and the code comes back."""
+
+    redirect_uri: str
+    redirect: Callable[[str], Awaitable[None]]
+    callback: Callable[[], Awaitable[AuthorizationCodeResult]]
+    fresh: bool = True
+    """Ignore stored tokens (a login asks again, e.g. for a wider scope)."""
+
+
+@dataclass
+class OAuthSetup:
+    """What the engine hands a remote downstream with ``auth``: its store and how to say "log in"."""
+
+    store_for: Callable[[ServerConfig], Store]
+    login_command: Callable[[str], str]
+    interactive: Interactive | None = None
+    problems: dict[str, str] = field(default_factory=dict)
+    """Server id -> why its last connection needs a login (set by the serve-side redirect handler)."""
+
+
+def early_expiry(expires_in: float, now: float) -> float:
+    """When to treat a token as expired: before the server does, by half its lifetime (<= 60 s)."""
+    return now + expires_in - min(MAX_EARLY, expires_in / 2)
+
+
+def _scopes(url: str) -> list[str]:
+    return " ".join(parse_qs(urlparse(url).query).get("scope", [])).split()
+
+
+class _Bound:
+    """The store as the provider sees it: the pre-registered client presented, expiry kept early."""
+
+    def __init__(self, store: Store, fixed: OAuthClientInformationFull | None, fresh: bool) -> None:
+        self.store = store
+        self.fixed = fixed
+        self.fresh = fresh
+        self.provider: OAuthClientProvider | None = None
+
+    async def get_tokens(self) -> OAuthToken | None:
+        return None if self.fresh else await self.store.get_tokens()
+
+    async def set_tokens(self, tokens: OAuthToken) -> None:
+        self.fresh = False
+        await self.store.set_tokens(tokens)
+        if self.provider is not None and tokens.expires_in is not None:
+            # The SDK has just set the exact expiry; take it a little earlier.
+            self.provider.context.token_expiry_time = early_expiry(tokens.expires_in, time.time())
+
+    async def get_client_info(self) -> OAuthClientInformationFull | None:
+        return self.fixed or await self.store.get_client_info()
+
+    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
+        if self.fixed is None:
+            await self.store.set_client_info(client_info)
+
+
+async def provider(config: ServerConfig, setup: OAuthSetup) -> httpx2.Auth:
+    """The ``auth=`` of one connection's HTTP client (a new one per connection: it re-reads
+    the token file, so a login made meanwhile in another process is picked up).
+
+    Raises LoginNeeded when the browser flow has never been completed for this server,
+    and TokenFileError (an OSError) when the stored file is refused.
+    """
+    assert config.url is not None and config.auth is not None
+    store = setup.store_for(config)
+    await store.load()
+    scope = " ".join(config.scopes) or None
+    if config.auth == "client_credentials":
+        assert config.client_id is not None and config.client_secret is not None
+        with warnings.catch_warnings():
+            # Without ``issuer`` the SDK warns that discovery decides where the secret goes;
+            # that is the documented choice of a config that names none.
+            warnings.simplefilter("ignore")
+            return ClientCredentialsOAuthProvider(
+                config.url,
+                store,
+                config.client_id,
+                config.client_secret,
+                scope=scope,
+                issuer=config.issuer,
+            )
+    interactive = setup.interactive
+    if interactive is None and await store.get_tokens() is None:
+        raise LoginNeeded(f"not logged in: run {setup.login_command(config.id)}")
+    redirect_uri = interactive.redirect_uri if interactive else PLACEHOLDER_REDIRECT
+    fixed = None
+    if config.client_id is not None:
+        fixed = OAuthClientInformationFull(
+            client_id=config.client_id,
+            client_secret=config.client_secret,
+            redirect_uris=[redirect_uri],  # type: ignore[list-item]
+            token_endpoint_auth_method="client_secret_basic" if config.client_secret else "none",
+            grant_types=["authorization_code", "refresh_token"],
+            scope=scope,
+        )
+    bound = _Bound(store, fixed, fresh=interactive is not None and interactive.fresh)
+    granted = await store.get_tokens()
+
+    async def no_browser(url: str) -> None:
+        wanted = _scopes(url)
+        have = (granted.scope or "").split() if granted else []
+        extra = [s for s in wanted if s not in have]
+        command = setup.login_command(config.id)
+        if granted is not None and extra:
+            reason = (
+                f"needs a wider grant (scope {' '.join(extra)}; step-up): run {command} "
+                f"--scope \"{' '.join(extra)}\""
+            )
+        else:
+            reason = f"needs a new login (the stored tokens were refused and could not be refreshed): run {command}"
+        setup.problems[config.id] = reason
+        raise LoginNeeded(reason)
+
+    async def no_callback() -> AuthorizationCodeResult:  # pragma: no cover - no_browser raised first
+        raise LoginNeeded(f"run {setup.login_command(config.id)}")
+
+    metadata = OAuthClientMetadata(
+        client_name="prefixgate",
+        redirect_uris=[redirect_uri],  # type: ignore[list-item]
+        grant_types=["authorization_code", "refresh_token"],
+        response_types=["code"],
+        scope=scope,
+    )
+    auth = OAuthClientProvider(
+        config.url,
+        metadata,
+        bound,
+        redirect_handler=interactive.redirect if interactive else no_browser,
+        callback_handler=interactive.callback if interactive else no_callback,
+        client_metadata_url=config.client_metadata_url,
+    )
+    bound.provider = auth
+    expires_at = await store.expires_at()
+    if expires_at is not None and not bound.fresh:
+        lifetime = granted.expires_in if granted is not None and granted.expires_in else 0
+        auth.context.token_expiry_time = expires_at - min(MAX_EARLY, lifetime / 2)
+    return auth

@@ -1,0 +1,178 @@
+"""An OAuth-protected MCP server on loopback, for the OAuth tests.
+
+Built with the mcp SDK's server auth helpers: ``MCPServer`` with an in-memory
+authorization server (``OAuthAuthorizationServerProvider``) that registers any client
+dynamically, approves every authorization at once (it redirects straight back to the
+client's redirect URI with a code, as the conformance suite's test server does), and
+issues short-lived access tokens with rotating refresh tokens. Its protected resource
+metadata points at itself as the authorization server. Both protocol eras are served on
+``/mcp`` (streamable HTTP), or the handshake era on ``/sse`` with ``--transport sse``.
+
+Usage: ``python tests/oauth_server.py [--transport http|sse] [--lifetime S] [--scopes a,b]``;
+prints its endpoint URL on stdout once bound. Every secret it issues (access token,
+refresh token, client secret) is appended as one JSON line to ``$OAUTH_SERVER_LOG`` when
+set, so tests can look for the exact strings in what the gateway prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import socket
+import sys
+import time
+from typing import Any
+
+import anyio
+import uvicorn
+from mcp.server.auth.middleware.auth_context import get_access_token
+from mcp.server.auth.provider import (
+    AccessToken,
+    AuthorizationCode,
+    AuthorizationParams,
+    RefreshToken,
+    TokenError,
+    construct_redirect_uri,
+)
+from mcp.server.auth.settings import AuthSettings, ClientRegistrationOptions
+from mcp.server.mcpserver import MCPServer
+from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
+
+
+def _record(kind: str, value: str | None) -> None:
+    path = os.environ.get("OAUTH_SERVER_LOG")
+    if path and value:
+        with open(path, "a", encoding="utf-8") as log:
+            log.write(json.dumps({"kind": kind, "value": value}) + "\n")
+
+
+class ApprovingProvider:
+    """An authorization server that says yes at once (no login page, no consent)."""
+
+    def __init__(self, lifetime: int) -> None:
+        self.lifetime = lifetime
+        self.clients: dict[str, OAuthClientInformationFull] = {}
+        self.codes: dict[str, AuthorizationCode] = {}
+        self.access: dict[str, AccessToken] = {}
+        self.refresh: dict[str, RefreshToken] = {}
+
+    async def get_client(self, client_id: str) -> OAuthClientInformationFull | None:
+        return self.clients.get(client_id)
+
+    async def register_client(self, client_info: OAuthClientInformationFull) -> None:
+        assert client_info.client_id is not None
+        self.clients[client_info.client_id] = client_info
+        _record("client_secret", client_info.client_secret)
+
+    async def authorize(self, client: OAuthClientInformationFull, params: AuthorizationParams) -> str:
+        code = secrets.token_urlsafe(24)
+        assert client.client_id is not None
+        self.codes[code] = AuthorizationCode(
+            code=code,
+            scopes=params.scopes or [],
+            expires_at=time.time() + 300,
+            client_id=client.client_id,
+            code_challenge=params.code_challenge,
+            redirect_uri=params.redirect_uri,
+            redirect_uri_provided_explicitly=params.redirect_uri_provided_explicitly,
+            resource=params.resource,
+        )
+        return construct_redirect_uri(str(params.redirect_uri), code=code, state=params.state)
+
+    async def load_authorization_code(self, client: OAuthClientInformationFull, code: str) -> AuthorizationCode | None:
+        found = self.codes.get(code)
+        return found if found is not None and found.client_id == client.client_id else None
+
+    def _issue(self, client_id: str, scopes: list[str], resource: str | None) -> OAuthToken:
+        access, refresh = "at-" + secrets.token_urlsafe(24), "rt-" + secrets.token_urlsafe(24)
+        self.access[access] = AccessToken(
+            token=access,
+            client_id=client_id,
+            scopes=scopes,
+            expires_at=int(time.time()) + self.lifetime,
+            resource=resource,
+        )
+        self.refresh[refresh] = RefreshToken(token=refresh, client_id=client_id, scopes=scopes, resource=resource)
+        _record("access_token", access)
+        _record("refresh_token", refresh)
+        return OAuthToken(
+            access_token=access, expires_in=self.lifetime, scope=" ".join(scopes), refresh_token=refresh
+        )
+
+    async def exchange_authorization_code(
+        self, client: OAuthClientInformationFull, code: AuthorizationCode
+    ) -> OAuthToken:
+        self.codes.pop(code.code, None)
+        return self._issue(code.client_id, code.scopes, code.resource)
+
+    async def load_refresh_token(self, client: OAuthClientInformationFull, refresh_token: str) -> RefreshToken | None:
+        found = self.refresh.get(refresh_token)
+        return found if found is not None and found.client_id == client.client_id else None
+
+    async def exchange_refresh_token(
+        self, client: OAuthClientInformationFull, refresh_token: RefreshToken, scopes: list[str]
+    ) -> OAuthToken:
+        if self.refresh.pop(refresh_token.token, None) is None:
+            raise TokenError(error="invalid_grant", error_description="refresh token already used")
+        return self._issue(refresh_token.client_id, scopes or refresh_token.scopes, refresh_token.resource)
+
+    async def load_access_token(self, token: str) -> AccessToken | None:
+        found = self.access.get(token)
+        if found is None or (found.expires_at is not None and found.expires_at < time.time()):
+            return None
+        return found
+
+    async def revoke_token(self, token: AccessToken | RefreshToken) -> None:
+        self.access.pop(token.token, None)
+        self.refresh.pop(token.token, None)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--transport", choices=("http", "sse"), default="http")
+    p.add_argument("--lifetime", type=int, default=3600, help="access token lifetime in seconds")
+    p.add_argument("--scopes", default="mcp:read", help="comma-separated scopes the resource requires")
+    args = p.parse_args()
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(128)
+    base = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    path = "/mcp" if args.transport == "http" else "/sse"
+    scopes = [s for s in args.scopes.split(",") if s]
+    provider = ApprovingProvider(args.lifetime)
+    server: MCPServer[Any] = MCPServer(
+        "oauth-demo",
+        auth_server_provider=provider,
+        auth=AuthSettings(
+            issuer_url=base,
+            resource_server_url=base + path,
+            client_registration_options=ClientRegistrationOptions(enabled=True, valid_scopes=scopes),
+            required_scopes=scopes,
+            validate_token_resource=False,
+        ),
+    )
+
+    @server.tool()
+    def echo(text: str) -> str:
+        """Echo text."""
+        return text
+
+    @server.tool()
+    def whoami() -> str:
+        """Which client and scopes the presented access token belongs to."""
+        token = get_access_token()
+        return f"client={token.client_id if token else None} scopes={' '.join(token.scopes) if token else ''}"
+
+    app = server.streamable_http_app() if args.transport == "http" else server.sse_app()
+    sys.stdout.write(base + path + "\n")
+    sys.stdout.flush()
+    config = uvicorn.Config(app, log_level="warning", lifespan="on")
+    anyio.run(uvicorn.Server(config).serve, [sock])
+
+
+if __name__ == "__main__":
+    main()
