@@ -242,3 +242,29 @@ def test_auth_config_errors_name_the_key(tmp_path: Path, table: dict[str, object
     assert message in proc.stderr
     assert "hunter22" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_doctor_shows_the_auth_state_and_the_fix_never_a_token(tmp_path: Path) -> None:
+    with oauth_server(tmp_path) as url:
+        config = write_config(tmp_path, {"remote": {"url": url, "auth": "oauth"}})
+        before = run_cli("doctor", "--config", str(config))
+        assert f"remote: not logged in: run {command(config)}" in before.stdout
+        assert before.returncode == 1
+        login(tmp_path, config)
+        after = run_cli("doctor", "--config", str(config), "--log-level", "debug")
+        as_json = run_cli("doctor", "--config", str(config), "--json")
+    assert "remote: logged in (scopes mcp:read); access token valid until " in after.stdout
+    (entry,) = json.loads(as_json.stdout)["auth"]
+    assert entry["logged_in"] is True and entry["scopes"] == "mcp:read" and entry["refreshable"] is True
+    assert entry["fix"] == command(config)
+    assert_no_secret(tmp_path, after.stdout, after.stderr, as_json.stdout, as_json.stderr)
+
+
+def test_a_server_that_asks_for_no_login_works_without_one(tmp_path: Path) -> None:
+    from tests.helpers import GATEWAY
+
+    with url_process([*GATEWAY, "demo-server", "--transport", "http", "--tools", "1"]) as (url, _proc):
+        config = write_config(tmp_path, {"open": {"url": url, "auth": "oauth"}})
+        report = catalog_json(config)
+    assert report["servers"][0]["status"] == "ready"
+    assert token_files(config) == []

@@ -150,6 +150,20 @@ async def _registered_port(config: Config, server: ServerConfig) -> int:
     return 0
 
 
+async def _fit_registration(config: Config, server: ServerConfig, redirect_uri: str) -> None:
+    """A stored registration for another redirect URI (its port was taken) is dropped: the
+    authorization server matches redirect URIs exactly, so the SDK registers anew."""
+    if server.client_id is not None:
+        return  # pre-registered: the configured client is used as it is (set redirect_port)
+    store = TokenStore(token_file(config, server))
+    try:
+        client = await store.get_client_info()
+    except TokenFileError:
+        return  # the connection reports it
+    if client is not None and redirect_uri not in [str(u) for u in client.redirect_uris or []]:
+        await store.forget_client()
+
+
 async def login(config: Config, args: argparse.Namespace) -> int:
     try:
         server = _server(config, args.server)
@@ -197,8 +211,7 @@ async def _login(config: Config, server: ServerConfig, args: argparse.Namespace)
         # The connection waits for a person: its start-up may take as long as the login.
         patient = dataclasses.replace(server, startup_timeout=args.timeout + server.startup_timeout)
         downstream = Downstream(patient, oauth=setup)
-        if port and bound != port:
-            await TokenStore(token_file(config, server)).forget_client()
+        await _fit_registration(config, server, redirect_uri)
         tg.start_soon(downstream.run)
         await downstream.settled.wait()
         downstream.stop()

@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import time
 import warnings
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 from urllib.parse import parse_qs, urlparse
@@ -97,6 +97,24 @@ class OAuthSetup:
     """Server id -> why its last connection needs a login (set by the serve-side redirect handler)."""
 
 
+class _Unauthenticated(httpx2.Auth):
+    """No login stored: requests go out as they would without ``auth`` (a server that asks
+    for no login just works, as in the clients ``import`` reads, which log in only on
+    demand); a 401 fails the connection with the ``prefixgate login`` command. Nothing is
+    discovered or registered: that is ``login``'s work, not the gateway's."""
+
+    def __init__(self, server_id: str, setup: OAuthSetup) -> None:
+        self.server_id = server_id
+        self.setup = setup
+
+    async def async_auth_flow(self, request: httpx2.Request) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
+        response = yield request
+        if response.status_code == 401:
+            reason = f"not logged in: run {self.setup.login_command(self.server_id)}"
+            self.setup.problems[self.server_id] = reason
+            raise LoginNeeded(reason)
+
+
 def early_expiry(expires_in: float, now: float) -> float:
     """When to treat a token as expired: before the server does, by half its lifetime (<= 60 s)."""
     return now + expires_in - min(MAX_EARLY, expires_in / 2)
@@ -137,8 +155,7 @@ async def provider(config: ServerConfig, setup: OAuthSetup) -> httpx2.Auth:
     """The ``auth=`` of one connection's HTTP client (a new one per connection: it re-reads
     the token file, so a login made meanwhile in another process is picked up).
 
-    Raises LoginNeeded when the browser flow has never been completed for this server,
-    and TokenFileError (an OSError) when the stored file is refused.
+    Raises TokenFileError (an OSError) when the stored file is refused.
     """
     assert config.url is not None and config.auth is not None
     store = setup.store_for(config)
@@ -160,7 +177,7 @@ async def provider(config: ServerConfig, setup: OAuthSetup) -> httpx2.Auth:
             )
     interactive = setup.interactive
     if interactive is None and await store.get_tokens() is None:
-        raise LoginNeeded(f"not logged in: run {setup.login_command(config.id)}")
+        return _Unauthenticated(config.id, setup)
     redirect_uri = interactive.redirect_uri if interactive else PLACEHOLDER_REDIRECT
     fixed = None
     if config.client_id is not None:
