@@ -8,7 +8,8 @@ issues short-lived access tokens with rotating refresh tokens. Its protected res
 metadata points at itself as the authorization server. Both protocol eras are served on
 ``/mcp`` (streamable HTTP), or the handshake era on ``/sse`` with ``--transport sse``.
 
-Usage: ``python tests/oauth_server.py [--transport http|sse] [--lifetime S] [--scopes a,b]``;
+Usage: ``python tests/oauth_server.py [--transport http|sse] [--lifetime S] [--scopes a,b]
+[--client-credentials ID:SECRET]`` (the last also answers that grant for one client);
 prints its endpoint URL on stdout once bound. Every secret it issues (access token,
 refresh token, client secret) is appended as one JSON line to ``$OAUTH_SERVER_LOG`` when
 set, so tests can look for the exact strings in what the gateway prints.
@@ -129,11 +130,62 @@ class ApprovingProvider:
         self.refresh.pop(token.token, None)
 
 
+def with_client_credentials(app: Any, provider: ApprovingProvider, client_id: str, secret: str) -> Any:
+    """The app, with ``grant_type=client_credentials`` answered at ``/token`` for one
+    pre-registered client (HTTP Basic or form credentials); the SDK's token handler has no such
+    grant, so it is answered here, before the request reaches it."""
+    import base64
+    from urllib.parse import parse_qs, unquote
+
+    async def wrapped(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["path"] != "/token" or scope["method"] != "POST":
+            await app(scope, receive, send)
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        form = {k: v[0] for k, v in parse_qs(body.decode()).items()}
+        if form.get("grant_type") != "client_credentials":
+            sent = False
+
+            async def replay() -> Any:
+                nonlocal sent
+                if sent:
+                    return await receive()
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+
+            await app(scope, replay, send)
+            return
+        headers = dict(scope["headers"])
+        given = (form.get("client_id"), form.get("client_secret"))
+        basic = headers.get(b"authorization", b"").decode()
+        if basic.lower().startswith("basic "):
+            user, _, password = base64.b64decode(basic[6:]).decode().partition(":")
+            given = (unquote(user), unquote(password))
+        if given != (client_id, secret):
+            status, payload = 401, {"error": "invalid_client"}
+        else:
+            scopes = form.get("scope", "").split() or ["mcp:read"]
+            token = provider._issue(client_id, scopes, form.get("resource"))
+            status, payload = 200, token.model_dump(exclude_none=True)
+        data = json.dumps(payload).encode()
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/json"), (b"cache-control", b"no-store")]})
+        await send({"type": "http.response.body", "body": data})
+
+    return wrapped
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--transport", choices=("http", "sse"), default="http")
     p.add_argument("--lifetime", type=int, default=3600, help="access token lifetime in seconds")
     p.add_argument("--scopes", default="mcp:read", help="comma-separated scopes the resource requires")
+    p.add_argument("--client-credentials", metavar="ID:SECRET", help="also answer the client_credentials grant")
     args = p.parse_args()
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -168,6 +220,9 @@ def main() -> None:
         return f"client={token.client_id if token else None} scopes={' '.join(token.scopes) if token else ''}"
 
     app = server.streamable_http_app() if args.transport == "http" else server.sse_app()
+    if args.client_credentials:
+        client_id, _, secret = args.client_credentials.partition(":")
+        app = with_client_credentials(app, provider, client_id, secret)
     sys.stdout.write(base + path + "\n")
     sys.stdout.flush()
     config = uvicorn.Config(app, log_level="warning", lifespan="on")

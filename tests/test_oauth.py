@@ -268,3 +268,29 @@ def test_a_server_that_asks_for_no_login_works_without_one(tmp_path: Path) -> No
         report = catalog_json(config)
     assert report["servers"][0]["status"] == "ready"
     assert token_files(config) == []
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_client_credentials_needs_no_browser_and_renews_itself(tmp_path: Path, mode: str) -> None:
+    secret = "svc-secret-" + os.urandom(8).hex()
+    with oauth_server(tmp_path, "--lifetime", "2", "--client-credentials", f"svc:{secret}") as url:
+        table = {"url": url, "auth": "client_credentials", "client_id": "svc", "client_secret": "${SVC_SECRET}"}
+        config = write_config(tmp_path, {"remote": table})
+        env = {"SVC_SECRET": secret}
+        async with sdk_client(config, mode, env=env) as client:
+            import anyio
+
+            for _ in range(3):
+                result = await client.call_tool("remote__whoami", {})
+                assert not result.is_error, text(result)
+                assert "client=svc" in text(result)
+                await anyio.sleep(1.5)
+        proc = run_cli("catalog", "--config", str(config), "--json", "--log-level", "debug", env=env)
+        assert json.loads(proc.stdout)["servers"][0]["status"] == "ready", proc.stderr
+        wrong = run_cli("catalog", "--config", str(config), "--json", env={"SVC_SECRET": "wrong-secret-value"})
+        assert json.loads(wrong.stdout)["servers"][0]["status"] == "failed"
+        doctor = run_cli("doctor", "--config", str(config), env=env)
+        assert "remote: client_credentials as client 'svc'" in doctor.stdout
+    for output in (proc.stdout, proc.stderr, wrong.stdout, wrong.stderr, doctor.stdout, doctor.stderr):
+        assert secret not in output
+    assert_no_secret(tmp_path, proc.stdout, proc.stderr, doctor.stdout)

@@ -163,18 +163,21 @@ async def provider(config: ServerConfig, setup: OAuthSetup) -> httpx2.Auth:
     scope = " ".join(config.scopes) or None
     if config.auth == "client_credentials":
         assert config.client_id is not None and config.client_secret is not None
+        bound = _Bound(store, None, fresh=False)
         with warnings.catch_warnings():
             # Without ``issuer`` the SDK warns that discovery decides where the secret goes;
             # that is the documented choice of a config that names none.
             warnings.simplefilter("ignore")
-            return ClientCredentialsOAuthProvider(
+            headless = ClientCredentialsOAuthProvider(
                 config.url,
-                store,
+                bound,
                 config.client_id,
                 config.client_secret,
                 scope=scope,
                 issuer=config.issuer,
             )
+        await _keep_early(headless, bound)
+        return headless
     interactive = setup.interactive
     if interactive is None and await store.get_tokens() is None:
         return _Unauthenticated(config.id, setup)
@@ -225,9 +228,16 @@ async def provider(config: ServerConfig, setup: OAuthSetup) -> httpx2.Auth:
         callback_handler=interactive.callback if interactive else no_callback,
         client_metadata_url=config.client_metadata_url,
     )
+    await _keep_early(auth, bound)
+    return auth
+
+
+async def _keep_early(auth: OAuthClientProvider, bound: _Bound) -> None:
+    """The stored expiry (the SDK keeps none across processes), a little early, now and after
+    every token the provider stores."""
     bound.provider = auth
-    expires_at = await store.expires_at()
+    expires_at = await bound.store.expires_at()
+    granted = await bound.store.get_tokens()
     if expires_at is not None and not bound.fresh:
         lifetime = granted.expires_in if granted is not None and granted.expires_in else 0
         auth.context.token_expiry_time = expires_at - min(MAX_EARLY, lifetime / 2)
-    return auth
