@@ -52,8 +52,9 @@ def _record(kind: str, value: str | None) -> None:
 class ApprovingProvider:
     """An authorization server that says yes at once (no login page, no consent)."""
 
-    def __init__(self, lifetime: int) -> None:
+    def __init__(self, lifetime: int, scopes: list[str]) -> None:
         self.lifetime = lifetime
+        self.scopes = scopes
         self.clients: dict[str, OAuthClientInformationFull] = {}
         self.codes: dict[str, AuthorizationCode] = {}
         self.access: dict[str, AccessToken] = {}
@@ -64,6 +65,9 @@ class ApprovingProvider:
 
     async def register_client(self, client_info: OAuthClientInformationFull) -> None:
         assert client_info.client_id is not None
+        # Registered for every scope this server knows (RFC 7591 lets it replace the request):
+        # a later step-up asks the same client for more.
+        client_info.scope = " ".join(self.scopes)
         self.clients[client_info.client_id] = client_info
         _record("client_secret", client_info.client_secret)
 
@@ -180,12 +184,58 @@ def with_client_credentials(app: Any, provider: ApprovingProvider, client_id: st
     return wrapped
 
 
+def with_step_up(app: Any, provider: ApprovingProvider, tool: str, scope: str) -> Any:
+    """The app, answering a ``tools/call`` of ``tool`` with 403 ``insufficient_scope`` (naming
+    ``scope``) when the presented token lacks that scope: a step-up challenge."""
+
+    async def wrapped(scope_: Any, receive: Any, send: Any) -> None:
+        if scope_["type"] != "http" or scope_["method"] != "POST":
+            await app(scope_, receive, send)
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        try:
+            request = json.loads(body)
+        except ValueError:
+            request = None
+        token = dict(scope_["headers"]).get(b"authorization", b"").decode().removeprefix("Bearer ")
+        held = provider.access.get(token)
+        wanted = (
+            isinstance(request, dict)
+            and request.get("method") == "tools/call"
+            and (request.get("params") or {}).get("name") == tool
+        )
+        if wanted and held is not None and scope not in held.scopes:
+            challenge = f'Bearer error="insufficient_scope", scope="{" ".join([*held.scopes, scope])}"'
+            await send({"type": "http.response.start", "status": 403,
+                        "headers": [(b"www-authenticate", challenge.encode()), (b"content-type", b"application/json")]})
+            await send({"type": "http.response.body", "body": b'{"error": "insufficient_scope"}'})
+            return
+        sent = False
+
+        async def replay() -> Any:
+            nonlocal sent
+            if sent:
+                return await receive()
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await app(scope_, replay, send)
+
+    return wrapped
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--transport", choices=("http", "sse"), default="http")
     p.add_argument("--lifetime", type=int, default=3600, help="access token lifetime in seconds")
     p.add_argument("--scopes", default="mcp:read", help="comma-separated scopes the resource requires")
     p.add_argument("--client-credentials", metavar="ID:SECRET", help="also answer the client_credentials grant")
+    p.add_argument("--step-up", metavar="SCOPE", help="tool 'admin' needs this scope too (403 insufficient_scope)")
     args = p.parse_args()
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -195,14 +245,14 @@ def main() -> None:
     base = f"http://127.0.0.1:{sock.getsockname()[1]}"
     path = "/mcp" if args.transport == "http" else "/sse"
     scopes = [s for s in args.scopes.split(",") if s]
-    provider = ApprovingProvider(args.lifetime)
+    provider = ApprovingProvider(args.lifetime, [*scopes, *([args.step_up] if args.step_up else [])])
     server: MCPServer[Any] = MCPServer(
         "oauth-demo",
         auth_server_provider=provider,
         auth=AuthSettings(
             issuer_url=base,
             resource_server_url=base + path,
-            client_registration_options=ClientRegistrationOptions(enabled=True, valid_scopes=scopes),
+            client_registration_options=ClientRegistrationOptions(enabled=True, valid_scopes=provider.scopes),
             required_scopes=scopes,
             validate_token_resource=False,
         ),
@@ -219,7 +269,14 @@ def main() -> None:
         token = get_access_token()
         return f"client={token.client_id if token else None} scopes={' '.join(token.scopes) if token else ''}"
 
+    @server.tool()
+    def admin() -> str:
+        """A tool that may need a wider grant (--step-up)."""
+        return "admin done"
+
     app = server.streamable_http_app() if args.transport == "http" else server.sse_app()
+    if args.step_up:
+        app = with_step_up(app, provider, "admin", args.step_up)
     if args.client_credentials:
         client_id, _, secret = args.client_credentials.partition(":")
         app = with_client_credentials(app, provider, client_id, secret)

@@ -165,7 +165,7 @@ def test_sse_server_logs_in_and_lists(tmp_path: Path) -> None:
         login(tmp_path, config)
         report = catalog_json(config)
     assert report["servers"][0]["status"] == "ready", report["servers"]
-    assert {t["original"] for t in report["tools"]} == {"echo", "whoami"}
+    assert {t["original"] for t in report["tools"]} == {"admin", "echo", "whoami"}
 
 
 def test_login_asks_for_configured_and_extra_scopes(tmp_path: Path) -> None:
@@ -294,3 +294,40 @@ async def test_client_credentials_needs_no_browser_and_renews_itself(tmp_path: P
     for output in (proc.stdout, proc.stderr, wrong.stdout, wrong.stderr, doctor.stdout, doctor.stderr):
         assert secret not in output
     assert_no_secret(tmp_path, proc.stdout, proc.stderr, doctor.stdout)
+
+
+async def test_step_up_fails_that_call_with_the_command_and_a_wider_login_fixes_it_without_restart(
+    tmp_path: Path,
+) -> None:
+    with oauth_server(tmp_path, "--step-up", "admin") as url:
+        config = write_config(tmp_path, {"remote": {"url": url, "auth": "oauth"}})
+        login(tmp_path, config)
+        async with gateway(config) as gw:
+            refused = await gw.session.call_tool("remote__admin", {})
+            assert refused.is_error
+            assert "needs a wider grant (scope admin; step-up)" in text(refused)
+            assert f'{command(config)} --scope "admin"' in text(refused)
+            still = await gw.session.call_tool("remote__echo", {"text": "still here"})
+            assert not still.is_error and text(still) == "still here"  # one tool's step-up, not the server's
+            import anyio
+
+            said = await anyio.to_thread.run_sync(lambda: login(tmp_path, config, "remote", "--scope", "admin"))
+            assert "admin" in said
+            done = await gw.session.call_tool("remote__admin", {})
+            assert not done.is_error and text(done) == "admin done"
+            whoami = await gw.session.call_tool("remote__whoami", {})
+            assert "admin" in text(whoami).split("scopes=", 1)[1]
+            assert_no_secret(tmp_path, gw.stderr())
+
+
+async def test_logout_reaches_a_running_gateway(tmp_path: Path) -> None:
+    with oauth_server(tmp_path) as url:
+        config = write_config(tmp_path, {"remote": {"url": url, "auth": "oauth"}})
+        login(tmp_path, config)
+        async with gateway(config) as gw:
+            ok = await gw.session.call_tool("remote__echo", {"text": "in"})
+            assert not ok.is_error
+            assert run_cli("logout", "remote", "--config", str(config)).returncode == 0
+            gone = await gw.session.call_tool("remote__echo", {"text": "out"})
+            assert gone.is_error and f"not logged in: run {command(config)}" in text(gone)
+        assert token_files(config) == []  # the running gateway wrote nothing back

@@ -452,11 +452,14 @@ class Downstream:
             raise LoginNeeded("auth is configured, but this command keeps no tokens")
         from gateway.downstream.oauth import provider
 
-        self._oauth.problems.pop(self.id, None)
+        self._oauth.problems.clear(self.id)
         return await provider(self.config, self._oauth)
 
-    def _login_problem(self) -> str | None:
-        return self._oauth.problems.get(self.id) if self._oauth is not None else None
+    def _login_problem(self, since: int | None = None) -> str | None:
+        if self._oauth is None:
+            return None
+        problems = self._oauth.problems
+        return problems.get(self.id) if since is None else problems.since(self.id, since)
 
     async def _pause(self, seconds: float) -> None:
         """The wait before a retry; a server with ``auth`` retries as soon as its token file
@@ -667,6 +670,7 @@ class Downstream:
         if answers:
             params.update(answers)
         timeout = self.config.call_timeout
+        mark = self._oauth.problems.mark() if self._oauth is not None else 0
         try:
             return await self.request(
                 "tools/call",
@@ -689,6 +693,9 @@ class Downstream:
                 return error_result(f"{self.config.id}: tool {tool!r}: {exc.message}")
             if SPEC_ERRORS[0] <= exc.code <= SPEC_ERRORS[1]:
                 raise
+            if (problem := self._login_problem(since=mark)) is not None:
+                # The server refused the token for this call (a step-up, or a login gone).
+                return error_result(f"Server {self.config.id!r} refused tool {tool!r}: {problem}")
             return error_result(server_error(self.config.id, tool, exc.code, exc.message))
 
     def _connection_gone(self, exc: MCPError) -> bool:
@@ -706,7 +713,7 @@ class Downstream:
                 f"({self._child.exit_description()})"
             )
         if (problem := self._login_problem()) is not None:
-            return f"Server {self.config.id!r} {problem}"
+            return f"Server {self.config.id!r}: {problem}"
         return f"connection to server {self.config.id!r} closed during the call to {tool!r}"
 
 

@@ -93,8 +93,35 @@ class OAuthSetup:
     store_for: Callable[[ServerConfig], Store]
     login_command: Callable[[str], str]
     interactive: Interactive | None = None
-    problems: dict[str, str] = field(default_factory=dict)
-    """Server id -> why its last connection needs a login (set by the serve-side redirect handler)."""
+    problems: Problems = field(default_factory=lambda: Problems())
+    """Why a server's requests need a login (set where the SDK would open a browser)."""
+
+
+class Problems:
+    """Server id -> the latest "log in" reason, numbered, so a caller can tell whether its
+    own request met one (``mark`` before, ``since`` after) from an older one."""
+
+    def __init__(self) -> None:
+        self._latest: dict[str, tuple[int, str]] = {}
+        self._count = 0
+
+    def note(self, server_id: str, reason: str) -> None:
+        self._count += 1
+        self._latest[server_id] = (self._count, reason)
+
+    def get(self, server_id: str) -> str | None:
+        found = self._latest.get(server_id)
+        return found[1] if found else None
+
+    def mark(self) -> int:
+        return self._count
+
+    def since(self, server_id: str, mark: int) -> str | None:
+        found = self._latest.get(server_id)
+        return found[1] if found and found[0] > mark else None
+
+    def clear(self, server_id: str) -> None:
+        self._latest.pop(server_id, None)
 
 
 class _Unauthenticated(httpx2.Auth):
@@ -110,9 +137,59 @@ class _Unauthenticated(httpx2.Auth):
     async def async_auth_flow(self, request: httpx2.Request) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
         response = yield request
         if response.status_code == 401:
-            reason = f"not logged in: run {self.setup.login_command(self.server_id)}"
-            self.setup.problems[self.server_id] = reason
-            raise LoginNeeded(reason)
+            self.setup.problems.note(self.server_id, f"not logged in: run {self.setup.login_command(self.server_id)}")
+
+
+class _Guarded(httpx2.Auth):
+    """The SDK provider, minus one thing: where it would need a person (our serve-side
+    redirect handler raises LoginNeeded), the request is answered with the server's own
+    refusal instead of an exception. The SDK's transport dies on an exception from its HTTP
+    client (every later request on the connection would fail), while a refusal fails only
+    that request: a step-up on one tool costs that tool's call, not the server."""
+
+    requires_response_body = True
+
+    def __init__(self, inner: OAuthClientProvider, bound: _Bound) -> None:
+        self.inner = inner
+        self.bound = bound
+        self.seen = bound.store.fingerprint()
+
+    async def _follow_the_file(self) -> None:
+        """Another process changed the token file (``login`` with a wider scope, ``logout``):
+        take its tokens (or their absence) before the next request, without a reconnect."""
+        now = self.bound.store.fingerprint()
+        if now == self.seen:
+            return
+        self.seen = now
+        await self.bound.store.load()
+        tokens = await self.bound.store.get_tokens()
+        context = self.inner.context
+        if tokens is None:
+            context.clear_tokens()
+            return
+        context.current_tokens = tokens
+        client = await self.bound.store.get_client_info()
+        headless = isinstance(self.inner, ClientCredentialsOAuthProvider)
+        if client is not None and self.bound.fixed is None and not headless:
+            context.client_info = client
+        await _keep_early(self.inner, self.bound)
+
+    async def async_auth_flow(self, request: httpx2.Request) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
+        await self._follow_the_file()
+        flow = self.inner.async_auth_flow(request)
+        try:
+            outgoing = await flow.__anext__()
+            while True:
+                response = yield outgoing
+                try:
+                    outgoing = await flow.asend(response)
+                except LoginNeeded:
+                    yield request  # as sent: refused again, and that refusal is the answer
+                    return
+        except StopAsyncIteration:
+            return
+        finally:
+            await flow.aclose()
 
 
 def early_expiry(expires_in: float, now: float) -> float:
@@ -177,7 +254,7 @@ async def provider(config: ServerConfig, setup: OAuthSetup) -> httpx2.Auth:
                 issuer=config.issuer,
             )
         await _keep_early(headless, bound)
-        return headless
+        return _Guarded(headless, bound)
     interactive = setup.interactive
     if interactive is None and await store.get_tokens() is None:
         return _Unauthenticated(config.id, setup)
@@ -193,21 +270,25 @@ async def provider(config: ServerConfig, setup: OAuthSetup) -> httpx2.Auth:
             scope=scope,
         )
     bound = _Bound(store, fixed, fresh=interactive is not None and interactive.fresh)
-    granted = await store.get_tokens()
 
     async def no_browser(url: str) -> None:
+        granted = await store.get_tokens()
+        if granted is None:
+            reason = f"not logged in: run {setup.login_command(config.id)}"
+            setup.problems.note(config.id, reason)
+            raise LoginNeeded(reason)
         wanted = _scopes(url)
         have = (granted.scope or "").split() if granted else []
         extra = [s for s in wanted if s not in have]
         command = setup.login_command(config.id)
-        if granted is not None and extra:
+        if extra:
             reason = (
                 f"needs a wider grant (scope {' '.join(extra)}; step-up): run {command} "
                 f"--scope \"{' '.join(extra)}\""
             )
         else:
             reason = f"needs a new login (the stored tokens were refused and could not be refreshed): run {command}"
-        setup.problems[config.id] = reason
+        setup.problems.note(config.id, reason)
         raise LoginNeeded(reason)
 
     async def no_callback() -> AuthorizationCodeResult:  # pragma: no cover - no_browser raised first
@@ -229,7 +310,7 @@ async def provider(config: ServerConfig, setup: OAuthSetup) -> httpx2.Auth:
         client_metadata_url=config.client_metadata_url,
     )
     await _keep_early(auth, bound)
-    return auth
+    return auth if interactive is not None else _Guarded(auth, bound)
 
 
 async def _keep_early(auth: OAuthClientProvider, bound: _Bound) -> None:
