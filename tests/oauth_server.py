@@ -134,6 +134,29 @@ class ApprovingProvider:
         self.refresh.pop(token.token, None)
 
 
+async def read_body(receive: Any) -> bytes:
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            return body
+
+
+def replaying(body: bytes, receive: Any) -> Any:
+    """A ``receive`` that hands the already-read body to the wrapped app first."""
+    sent = False
+
+    async def replay() -> Any:
+        nonlocal sent
+        if sent:
+            return await receive()
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replay
+
+
 def with_client_credentials(app: Any, provider: ApprovingProvider, client_id: str, secret: str) -> Any:
     """The app, with ``grant_type=client_credentials`` answered at ``/token`` for one
     pre-registered client (HTTP Basic or form credentials); the SDK's token handler has no such
@@ -145,24 +168,10 @@ def with_client_credentials(app: Any, provider: ApprovingProvider, client_id: st
         if scope["type"] != "http" or scope["path"] != "/token" or scope["method"] != "POST":
             await app(scope, receive, send)
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await read_body(receive)
         form = {k: v[0] for k, v in parse_qs(body.decode()).items()}
         if form.get("grant_type") != "client_credentials":
-            sent = False
-
-            async def replay() -> Any:
-                nonlocal sent
-                if sent:
-                    return await receive()
-                sent = True
-                return {"type": "http.request", "body": body, "more_body": False}
-
-            await app(scope, replay, send)
+            await app(scope, replaying(body, receive), send)
             return
         headers = dict(scope["headers"])
         given = (form.get("client_id"), form.get("client_secret"))
@@ -192,12 +201,7 @@ def with_step_up(app: Any, provider: ApprovingProvider, tool: str, scope: str) -
         if scope_["type"] != "http" or scope_["method"] != "POST":
             await app(scope_, receive, send)
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await read_body(receive)
         try:
             request = json.loads(body)
         except ValueError:
@@ -215,16 +219,7 @@ def with_step_up(app: Any, provider: ApprovingProvider, tool: str, scope: str) -
                         "headers": [(b"www-authenticate", challenge.encode()), (b"content-type", b"application/json")]})
             await send({"type": "http.response.body", "body": b'{"error": "insufficient_scope"}'})
             return
-        sent = False
-
-        async def replay() -> Any:
-            nonlocal sent
-            if sent:
-                return await receive()
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-
-        await app(scope_, replay, send)
+        await app(scope_, replaying(body, receive), send)
 
     return wrapped
 

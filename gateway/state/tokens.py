@@ -18,7 +18,6 @@ worker thread. (The Redis store may take this over later: the seam is this one c
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import os
@@ -30,7 +29,7 @@ import anyio
 from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 from pydantic import ValidationError
 
-from gateway.state.journal import JournalError, check_private_file, open_private_dir
+from gateway.state.journal import JournalError, check_private_file, open_private_dir, refusal
 
 VERSION = 1
 MAX_FILE_BYTES = 1 << 20
@@ -64,11 +63,7 @@ class TokenFile:
             raise TokenFileError(str(exc).replace("directory", "token directory", 1)) from None
 
     def _refused(self, exc: OSError) -> TokenFileError:
-        if exc.errno == errno.ELOOP:
-            return TokenFileError(f"{self.label} is a symlink")
-        if exc.errno == errno.ENXIO:
-            return TokenFileError(f"{self.label} is not a regular file")
-        return TokenFileError(f"cannot open {self.label}: {exc.strerror or exc}")
+        return TokenFileError(refusal(self.label, exc))
 
     def read(self) -> dict[str, Any] | None:
         """The stored record, or None when there is none (or it is for another server/url).
