@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -331,3 +333,47 @@ async def test_logout_reaches_a_running_gateway(tmp_path: Path) -> None:
             gone = await gw.session.call_tool("remote__echo", {"text": "out"})
             assert gone.is_error and f"not logged in: run {command(config)}" in text(gone)
         assert token_files(config) == []  # the running gateway wrote nothing back
+
+
+def test_a_refused_refresh_is_failed_with_the_login_command(tmp_path: Path) -> None:
+    from gateway.state.tokens import TokenFile
+
+    with oauth_server(tmp_path, "--lifetime", "1") as url:
+        config = write_config(tmp_path, {"remote": {"url": url, "auth": "oauth"}})
+        login(tmp_path, config)
+        time.sleep(1.5)  # the access token is expired at the server too
+        file = TokenFile(tmp_path / "state", "remote", url)
+        record = file.read()
+        assert record is not None
+        record["tokens"]["refresh_token"] = "rt-revoked"
+        record["expires_at"] = 1.0  # long expired: a refresh comes first, and is refused
+        file.write(record)
+        report = catalog_json(config)
+    (server,) = report["servers"]
+    assert server["status"] == "failed"
+    assert server["error"].startswith("needs a new login") and server["error"].endswith(f"run {command(config)}")
+
+
+def test_the_example_configs_oauth_tables_are_valid(tmp_path: Path) -> None:
+    from gateway.config import load_config
+
+    example = (Path(__file__).resolve().parent.parent / "config.example.toml").read_text()
+    start = example.index("# [servers.issues]")
+    lines = example[start:].splitlines()
+    tables = "\n".join(line[2:] for line in lines if re.match(r"# (\[|[a-z_]+ = )", line))
+    path = tmp_path / "oauth.toml"
+    path.write_text(tables)
+    config = load_config(path, env={"ISSUES_CLIENT_SECRET": "s1", "CI_CLIENT_SECRET": "s2"})
+    issues, ci = sorted(config.servers, key=lambda s: s.id != "issues")
+    assert (issues.auth, issues.scopes, issues.redirect_port) == ("oauth", ("issues:read",), 8765)
+    assert (ci.auth, ci.client_id, ci.client_secret) == ("client_credentials", "svc-ci", "s2")
+
+
+def test_login_of_a_server_that_asks_for_none_stores_nothing(tmp_path: Path) -> None:
+    from tests.helpers import GATEWAY
+
+    with url_process([*GATEWAY, "demo-server", "--transport", "http", "--tools", "1"]) as (url, _proc):
+        config = write_config(tmp_path, {"open": {"url": url, "auth": "oauth"}})
+        said = login(tmp_path, config, "open")
+    assert "'open' asked for no login (nothing stored)" in said
+    assert token_files(config) == []

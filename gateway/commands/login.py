@@ -219,7 +219,10 @@ async def _login(config: Config, server: ServerConfig, args: argparse.Namespace)
     if downstream.status != "ready":
         raise LoginFailed(callback.error or downstream.error or downstream.status)
     tokens = await TokenStore(token_file(config, server)).get_tokens()
-    granted = tokens.scope if tokens is not None and tokens.scope else "(none named)"
+    if tokens is None:
+        sys.stdout.write(f"prefixgate: {server.id!r} asked for no login (nothing stored); it works as it is\n")
+        return 0
+    granted = tokens.scope if tokens.scope else "(none named)"
     sys.stdout.write(f"prefixgate: logged in to {server.id!r} (scopes: {granted})\n")
     return 0
 
