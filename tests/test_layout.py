@@ -28,7 +28,16 @@ ROOMS = {
     "gateway.state": 1,
 }
 """Each room's height: a module imports from its own room or from a lower one."""
-SHARED = {"gateway", "gateway.config", "gateway.jsontext", "gateway.logs", "gateway.redact", "gateway.wire"}
+SHARED = {
+    "gateway",
+    "gateway.config",
+    "gateway.jsontext",
+    "gateway.logs",
+    "gateway.redact",
+    "gateway.results",
+    "gateway.sdk",
+    "gateway.wire",
+}
 """The small modules every room may use (height 0); they import no room."""
 
 
@@ -186,3 +195,20 @@ def test_the_graph_sees_lazy_and_from_imports() -> None:
     assert "gateway.config" in edges["gateway.commands.importer.names"]
     assert "gateway.upstream.server" in edges["gateway.commands.serve"]  # imported inside a function
     assert "gateway.logs" in edges["gateway.commands.cli"]  # from gateway import logs
+
+
+def test_private_sdk_internals_are_reached_only_in_gateway_sdk() -> None:
+    """mcp's private attributes and modules break without notice on an SDK release:
+    each use sits in gateway/sdk.py, behind one function naming the version checked."""
+    bad = []
+    for name, path in modules().items():
+        if name == "gateway.sdk":
+            continue
+        source = path.read_text(encoding="utf-8")
+        if "SLF001" in source:
+            bad.append(f"{name}: reaches a private attribute (noqa: SLF001)")
+        for target in imported(path, name, modules()):
+            if target.startswith("mcp") and any(part.startswith("_") for part in target.split(".")):
+                bad.append(f"{name}: imports the private module {target}")
+    assert not bad, "\n".join(bad)
+    assert "mcp 2.3.0" in (ROOT / "gateway" / "sdk.py").read_text(encoding="utf-8")

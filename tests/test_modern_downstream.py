@@ -16,6 +16,7 @@ import anyio
 import mcp_types as types
 import pytest
 from mcp.shared.exceptions import MCPError
+from mcp_types import SERVER_INFO_META_KEY
 
 from tests.helpers import CALLBACKS, ERAS, PYTHON, catalog_json, demo, sdk_client, text, url_process, write_config
 
@@ -54,6 +55,21 @@ async def test_list_call_and_quarantine(tmp_path: Path, mode: str) -> None:
             # one malformed tool (bad root type, invalid x-mcp-header) never hides the rest
             assert "m__bad_schema" not in names and "m__bad_header" not in names
             assert text(await client.call_tool("m__echo", {"text": "hi"})) == "modern:hi"
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_relayed_result_names_the_gateway_not_the_server(tmp_path: Path, mode: str) -> None:
+    """The client talks to prefixgate: a 2026-07-28 result carries the gateway's
+    ``serverInfo`` stamp, never the downstream server's own; a handshake-era result none."""
+    async with sdk_client(config_for(tmp_path), mode) as client:
+        with anyio.fail_after(30):
+            result = await client.call_tool("m__echo", {"text": "hi"})
+            listed = await client.list_tools()
+    if mode == "legacy":
+        assert SERVER_INFO_META_KEY not in (result.meta or {})
+        return
+    for stamped in (result.meta, listed.meta):
+        assert stamped is not None and stamped[SERVER_INFO_META_KEY]["name"] == "prefixgate", stamped
 
 
 async def test_the_catalog_reports_the_quarantined_tools(tmp_path: Path) -> None:

@@ -147,8 +147,7 @@ async def discover_once(config: Config) -> Round:
             epoch, error = None, str(exc).removeprefix("prefixgate: ")
         servers = []
         for d in hub.downstreams:
-            child = d._child  # noqa: SLF001 - the stderr tail is what the user needs to see
-            tail = list(child.stderr_tail) if child is not None else []
+            tail = d.stderr_tail()  # what the user needs to see of a server that failed
             servers.append(
                 ServerSnapshot(
                     id=d.config.id,

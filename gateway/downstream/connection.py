@@ -36,6 +36,7 @@ from gateway.downstream.modern import ENVELOPE as _ENVELOPE
 from gateway.downstream.modern import client_info, header_maps, hop_local_removed, negotiate, relayable, stamp
 from gateway.downstream.oauth import LoginNeeded, OAuthSetup
 from gateway.downstream.stdio import MESSAGE_TOO_LARGE, UNPARSABLE_REPLY, ChildProcess, CommandNotFound, stdio_transport
+from gateway.results import error_result
 
 Status = Literal["starting", "ready", "failed", "late", "disabled", "exited", "restarting"]
 ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
@@ -427,12 +428,14 @@ class Downstream:
                 self._child = child
                 yield read, write
         elif cfg.transport == "http":
+            import httpx2
             from mcp.client.streamable_http import streamable_http_client
-            from mcp.shared._httpx_utils import create_mcp_http_client
 
             assert cfg.url is not None
             auth = await self._auth()
-            async with create_mcp_http_client(headers=dict(cfg.headers), auth=auth) as http:
+            # The SDK transports' own defaults: a response stream may stay open for minutes.
+            timeout = httpx2.Timeout(30.0, read=300.0)
+            async with httpx2.AsyncClient(headers=dict(cfg.headers), timeout=timeout, auth=auth) as http:
                 async with streamable_http_client(cfg.url, http_client=http) as (read, write):
                     yield read, write
         else:
@@ -498,6 +501,10 @@ class Downstream:
         if self._child is not None:
             return f"server exited ({self._child.exit_description()})" + self._stderr_hint()
         return self.error or "connection closed"
+
+    def stderr_tail(self) -> list[str]:
+        """The last lines the server's process wrote to stderr (none for a remote server)."""
+        return list(self._child.stderr_tail) if self._child is not None else []
 
     def _stderr_hint(self) -> str:
         if self._child is not None and self._child.stderr_tail:
@@ -751,8 +758,3 @@ def server_error(server: str, tool: str, code: int, message: str) -> str:
     if len(text) > MAX_ERROR_CHARS:
         text = text[: MAX_ERROR_CHARS - 1] + "…"
     return f"Server {server!r} answered tool {tool!r} with JSON-RPC error {code}: {text or '(no message)'}"
-
-
-def error_result(message: str) -> dict[str, Any]:
-    """An ``isError`` tool result: the model sees why, the gateway keeps serving."""
-    return {"content": [{"type": "text", "text": message}], "isError": True}

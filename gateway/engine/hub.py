@@ -46,6 +46,7 @@ from gateway.engine.roundtrip import CAPABILITY_FOR, RoundTrips
 from gateway.engine.router import Router
 from gateway.engine.surface import Surface, build_surface
 from gateway.engine.watches import Watches
+from gateway.sdk import send_raw_request
 from gateway.state.journal import Journal, session_key
 from gateway.state.session import ClientState
 from spill import ArtifactStore
@@ -319,11 +320,13 @@ class Hub:
         if target is None or target.server_session is None:
             raise MCPError(code=INVALID_REQUEST, message=f"prefixgate: no client is connected to answer {method}")
         _require_capability(method, target.server_session.client_capabilities)
-        server_session = target.server_session
-        # The raw channel keeps the request as the server sent it; a related request id
-        # puts it on the originating call's stream (streamable HTTP needs that).
-        channel = server_session._request_outbound if related is not None else server_session._connection.outbound  # noqa: SLF001
-        return await channel.send_raw_request(method, params, None)
+        # Raw, as the server sent it, on the originating call's own stream when there is
+        # one (streamable HTTP needs that), else on the client's standalone channel.
+        call_session = target.call_sessions.get(related) if related is not None else None
+        result: dict[str, Any] = await send_raw_request(
+            call_session or target.server_session, method, params, related=call_session is not None
+        )
+        return result
 
     async def _relay_log(self, downstream: Downstream, params: dict[str, Any]) -> None:
         """A server's log message goes to the client whose call to it is in flight (on that

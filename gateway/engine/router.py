@@ -12,6 +12,7 @@ from __future__ import annotations
 import fnmatch
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -25,9 +26,10 @@ from catalog.search import render
 from catalog.text import escape, quote
 from catalog.validation import violation
 from gateway.config import PolicyConfig, SpillConfig
-from gateway.downstream.connection import Downstream, ProgressFn, error_result
+from gateway.downstream.connection import Downstream, ProgressFn
 from gateway.engine.epoch import META_TOOLS, Epoch
 from gateway.engine.validation import ValidationFailure, ValidationPool, ValidationTimeout
+from gateway.results import error_result, text_result
 from gateway.state.session import ClientState
 from gateway.wire import DEFAULT_VERSION
 from spill import ArtifactNotFound, ArtifactStore, StoreError, artifact_read, bound_result, surely_within
@@ -37,12 +39,22 @@ log = logging.getLogger("prefixgate.router")
 MAX_QUERY = 500
 
 
-def text_result(text: str) -> dict[str, Any]:
-    return {"content": [{"type": "text", "text": text}]}
-
-
 def not_active(name: str) -> str:
     return f"Call tool_search to activate {name} first; a declaration does not grant execution."
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One ``tools/call`` resolved against one epoch (``Router.resolve``)."""
+
+    epoch: Epoch
+    name: str
+    """The tool that runs: a catalog tool (``tool_call`` unwrapped) or a meta tool."""
+    arguments: Mapping[str, Any] | None
+    server: str | None = None
+    """The downstream server of a catalog tool; None for a meta tool or an unknown name."""
+    problem: str | None = None
+    """Why ``tool_call``'s own arguments cannot run anything."""
 
 
 class Router:
@@ -71,25 +83,35 @@ class Router:
         self.epoch = epoch
         self.ready.set()
 
-    def server_of(self, name: str, arguments: Mapping[str, Any] | None) -> str | None:
-        """The downstream server a call will reach (through tool_call too), if any."""
-        if self.epoch is None:
-            return None
-        if name == "tool_call" and self.epoch.declares("tool_call") and isinstance(arguments, Mapping):
-            target = arguments.get("name")
-            name = target if isinstance(target, str) else ""
-        entry = self.epoch.catalog.get(name)
-        return entry.server if entry is not None else None
-
     async def current(self) -> Epoch:
         await self.ready.wait()
         assert self.epoch is not None
         return self.epoch
 
+    @staticmethod
+    def resolve(epoch: Epoch, name: str, arguments: Mapping[str, Any] | None) -> Call:
+        """What a ``tools/call`` runs in ``epoch``: ``tool_call`` is unwrapped here, once,
+        so the server a call reaches is known before it runs (its requests and logs are
+        routed back to the caller) and the gate sees the tool the model really asked for."""
+        if name == "tool_call" and epoch.declares("tool_call"):
+            target = (arguments or {}).get("name")
+            inner = (arguments or {}).get("arguments", {})
+            if not isinstance(target, str) or not target:
+                problem = "tool_call: arguments.name must be the name of a catalog tool."
+                return Call(epoch, name, arguments, problem=problem)
+            if inner is None:
+                inner = {}
+            if not isinstance(inner, dict):
+                return Call(epoch, name, arguments, problem="tool_call: arguments.arguments must be an object.")
+            if target in META_TOOLS:
+                return Call(epoch, name, arguments, problem=f"tool_call runs catalog tools; call {target} directly.")
+            name, arguments = target, inner
+        entry = epoch.catalog.get(name)
+        return Call(epoch, name, arguments, server=entry.server if entry is not None else None)
+
     async def call(
         self,
-        name: str,
-        arguments: Mapping[str, Any] | None,
+        call: Call,
         state: ClientState,
         *,
         meta: Mapping[str, Any] | None = None,
@@ -97,26 +119,16 @@ class Router:
         version: str = DEFAULT_VERSION,
         answers: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """Gate and forward one call. ``answers``: ``inputResponses``/``requestState`` of a
-        retry after the server's ``input_required`` (passed to the server as given)."""
-        epoch = await self.current()
-        if name in META_TOOLS and epoch.declares(name):
+        """Gate and forward one resolved call. ``answers``: ``inputResponses``/``requestState``
+        of a retry after the server's ``input_required`` (passed to the server as given)."""
+        if call.problem is not None:
+            return error_result(call.problem)
+        epoch, name, arguments = call.epoch, call.name, call.arguments
+        if call.server is None and epoch.declares(name):
             if name == "tool_search":
                 return await self.tool_search(epoch, arguments or {}, state)
             if name == "artifact_read":
                 return await self.artifact_read(arguments or {}, state)
-            if name == "tool_call":
-                target = (arguments or {}).get("name")
-                inner = (arguments or {}).get("arguments", {})
-                if not isinstance(target, str) or not target:
-                    return error_result("tool_call: arguments.name must be the name of a catalog tool.")
-                if inner is None:
-                    inner = {}
-                if not isinstance(inner, dict):
-                    return error_result("tool_call: arguments.arguments must be an object.")
-                if target in META_TOOLS:
-                    return error_result(f"tool_call runs catalog tools; call {target} directly.")
-                return await self._gated(epoch, target, inner, state, meta, on_progress, version, answers)
         return await self._gated(epoch, name, arguments, state, meta, on_progress, version, answers)
 
     async def _gated(

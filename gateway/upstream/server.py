@@ -25,14 +25,16 @@ from mcp.server.subscriptions import ListenHandler
 from mcp.shared.exceptions import MCPError
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, SERVER_INFO_META_KEY
 from mcp_types.jsonrpc import INVALID_PARAMS
-from mcp_types.methods import is_input_required
+from mcp_types.methods import is_input_required, validate_client_request
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from gateway import __version__
-from gateway.downstream.connection import DownstreamUnavailable, error_result
+from gateway.downstream.connection import DownstreamUnavailable
 from gateway.downstream.modern import relayable
 from gateway.engine.hub import ClientConnection, Hub
+from gateway.results import error_result
+from gateway.sdk import connection_of
 from gateway.state.session import ClientState
 from gateway.upstream.inputs import answer_over_back_channel, missing_capability, refusal, requests_of
 from gateway.wire import CACHE_HINTS, LIST_CACHE_FIELDS, with_result_type
@@ -51,116 +53,176 @@ _STATE_KEY = "prefixgate.upstream"
 
 StateFactory = Callable[[ServerRequestContext[Any, Any]], ClientState]
 """The state (activation, artifacts) a new client connection belongs to."""
-
-
-def _connection(ctx: ServerRequestContext[Any, Any]) -> Any:
-    # The SDK has one Connection per client connection (stdio: one; HTTP: one per
-    # Mcp-Session-Id) but exposes it only on its context object; ServerSession holds it.
-    return ctx.session._connection  # noqa: SLF001
+Context = ServerRequestContext[Any, Any]
+RunWith = Callable[[Mapping[str, Any] | None], Awaitable[dict[str, Any]]]
+"""One attempt at a request, given the answers of its retry (None on the first)."""
 
 
 def build_server(hub: Hub, new_state: StateFactory) -> tuple[Server[Any], InitializationOptions]:
-    router = hub.router
+    """The low-level SDK server every transport (stdio, HTTP) runs."""
+    handlers = Handlers(hub, new_state)
+    return handlers.server, handlers.options
 
-    async def client_of(ctx: ServerRequestContext[Any, Any]) -> ClientConnection:
-        connection = _connection(ctx)
+
+class Handlers:
+    """The gateway's MCP server side: one handler per method, on one hub.
+
+    The SDK validates and dispatches; the middleware answers the two hot requests itself
+    (``tools/list`` from the epoch's published form, ``tools/call`` in both protocol eras)
+    because the router already checks what they carry and return. A call reads top to
+    bottom: the client, the barrier once, the name resolved once, then the call.
+    """
+
+    def __init__(self, hub: Hub, new_state: StateFactory) -> None:
+        self.hub = hub
+        self.router = hub.router
+        self.new_state = new_state
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # logging/setLevel is deprecated in 2026-07-28; still served
+            self.server: Server[Any] = Server(
+                "prefixgate",
+                version=__version__,
+                instructions=INSTRUCTIONS,
+                on_list_tools=self.list_tools,
+                on_call_tool=self.call_tool,
+                on_list_resources=self.list_resources,
+                on_list_resource_templates=self.list_templates,
+                on_read_resource=self.read_resource,
+                on_subscribe_resource=self.subscribe,
+                on_unsubscribe_resource=self.unsubscribe,
+                on_list_prompts=self.list_prompts,
+                on_get_prompt=self.get_prompt,
+                on_completion=self.complete,
+                on_set_logging_level=self.set_level,
+                on_subscriptions_listen=WatchingListen(hub),
+                cache_hints=CACHE_HINTS,
+            )
+        self.server.middleware.insert(0, self.middleware)
+        self.options = self.server.create_initialization_options(
+            NotificationOptions(tools_changed=True, prompts_changed=True, resources_changed=True)
+        )
+
+    async def client_of(self, ctx: Context) -> ClientConnection:
+        """The gateway's record of the client this request came from (made on first use)."""
+        connection = connection_of(ctx)
         client: ClientConnection | None = connection.state.get(_STATE_KEY)
         if client is None:
-            client = await hub.connect(new_state(ctx))
+            client = await self.hub.connect(self.new_state(ctx))
             connection.state[_STATE_KEY] = client
-            connection.exit_stack.callback(hub.disconnect, client)
+            connection.exit_stack.callback(self.hub.disconnect, client)
         client.server_session = ctx.session
         return client
 
-    async def middleware(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> Any:
+    async def middleware(self, ctx: Context, call_next: CallNext) -> Any:
         if ctx.method in ("initialize", "server/discover"):
-            with anyio.move_on_after(INITIALIZE_WAIT):
-                await hub.discovered.wait()
-            result = await call_next(ctx)
-            if ctx.method == "initialize":
-                await client_of(ctx)  # connected now: the most recent client from here on
-            if isinstance(result, BaseModel):
-                result = result.model_dump(by_alias=True, mode="json", exclude_none=True)
-            if isinstance(result, dict) and "capabilities" in result:
-                caps = hub.capabilities() if hub.discovered.is_set() else _everything()
-                kept = {k: v for k, v in result["capabilities"].items() if k not in _EVERYTHING}
-                result["capabilities"] = {**kept, **caps}
-            return result
-        if ctx.request_id is not None:
-            await client_of(ctx)
-            if ctx.method == "tools/list":
-                # The epoch's wire form was built (and validated) once: serve it as is,
-                # canonical bytes, instead of re-validating thousands of tools on every call.
-                epoch = await router.current()
-                return list_result(ctx, epoch.published(ctx.protocol_version), server.server_info_stamp)
-            if ctx.method == "tools/call" and ctx.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS:
-                # The hot path: the router checks names and arguments itself and every
-                # result it returns is checked against the protocol model (router._checked),
-                # so the SDK's own params model and result re-validation are skipped.
-                params = ctx.params or {}
-                name, arguments = params.get("name"), params.get("arguments")
-                if isinstance(name, str) and (arguments is None or isinstance(arguments, dict)):
-                    return await call_tool_raw(ctx, name, arguments)
+            return await self.discover(ctx, call_next)
+        if ctx.request_id is None:
+            return await call_next(ctx)
+        client = await self.client_of(ctx)
+        if ctx.method == "tools/list":
+            return await self.list_tools(ctx, None)
+        if ctx.method == "tools/call" and _well_formed(ctx):
+            # The router checks the name and arguments itself and every result it returns
+            # against the protocol model (router._checked): the SDK's typed params and its
+            # result re-serialisation are skipped. Malformed params go on to the SDK,
+            # which refuses them with its own error.
+            params = ctx.params or {}
+            return self.finish(ctx, await self.tools_call(ctx, client, params["name"], params.get("arguments")))
         return await call_next(ctx)
 
-    async def list_tools(ctx: ServerRequestContext[Any, Any], params: Any) -> Any:  # pragma: no cover
-        epoch = await router.current()  # the middleware answers tools/list; kept for the SDK's capabilities
-        return list_result(ctx, epoch.published(ctx.protocol_version), server.server_info_stamp)
+    async def discover(self, ctx: Context, call_next: CallNext) -> Any:
+        """``initialize`` / ``server/discover``: wait briefly for the barrier, so the
+        advertised capabilities are the union of what the servers offer."""
+        hub = self.hub
+        with anyio.move_on_after(INITIALIZE_WAIT):
+            await hub.discovered.wait()
+        result = await call_next(ctx)
+        if ctx.method == "initialize":
+            await self.client_of(ctx)  # connected now: the most recent client from here on
+        if isinstance(result, BaseModel):
+            result = result.model_dump(by_alias=True, mode="json", exclude_none=True)
+        if isinstance(result, dict) and "capabilities" in result:
+            caps = hub.capabilities() if hub.discovered.is_set() else _everything()
+            kept = {k: v for k, v in result["capabilities"].items() if k not in _EVERYTHING}
+            result["capabilities"] = {**kept, **caps}
+        return result
 
-    async def call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> Any:
-        return _result(ctx, dict(await call_tool_raw(ctx, params.name, params.arguments)))
+    def finish(self, ctx: Context, result: dict[str, Any]) -> dict[str, Any]:
+        """A result as the SDK's result pipeline would finish it, which a middleware answer
+        bypasses: on 2026-07-28 with its type and the gateway's ``serverInfo`` stamp (a
+        relayed server's own stamp names that server, not the one the client talks to)."""
+        if ctx.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS:
+            return result
+        meta = result.get("_meta")
+        stamp = {SERVER_INFO_META_KEY: self.server.server_info_stamp}
+        return {
+            **with_result_type(result, ctx.protocol_version),
+            "_meta": {**meta, **stamp} if isinstance(meta, dict) else stamp,
+        }
 
-    async def call_tool_raw(ctx: ServerRequestContext[Any, Any], name: str, arguments: dict[str, Any] | None) -> Any:
-        client = await client_of(ctx)
+    async def list_tools(self, ctx: Context, params: Any) -> Any:
+        """The epoch's wire form, built (and validated) once per epoch and era: served as
+        is, canonical bytes, instead of re-validating thousands of tools on every call."""
+        epoch = await self.router.current()
+        tools = epoch.published(ctx.protocol_version)
+        if ctx.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS:
+            return {"tools": tools}
+        return self.finish(ctx, {"tools": tools, **LIST_CACHE_FIELDS})
+
+    async def call_tool(self, ctx: Context, params: types.CallToolRequestParams) -> Any:
+        """Registered so the SDK advertises tools; the middleware answers every call."""
+        return await self.tools_call(ctx, await self.client_of(ctx), params.name, params.arguments)
+
+    async def tools_call(
+        self, ctx: Context, client: ClientConnection, name: str, arguments: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        """One ``tools/call``, either era: resolve it once, then run it with the round
+        trips the client's era needs when a server asks for input."""
+        hub, router = self.hub, self.router
+        call = router.resolve(await router.current(), name, arguments)
+        target = call.server
         raw_meta = (ctx.params or {}).get("_meta")
         meta = dict(raw_meta) if isinstance(raw_meta, dict) else None
         wants_progress = bool(meta and meta.get("progressToken") is not None)
         if (declared := _declared(ctx)) is not None:
             # What this client can answer (either era), for a 2026-07-28 server (gateway/downstream/modern.py).
             meta = {**(meta or {}), CLIENT_CAPABILITIES_META_KEY: declared}
+        modern = ctx.protocol_version not in HANDSHAKE_PROTOCOL_VERSIONS
 
         async def progress(value: float, total: float | None, message: str | None) -> None:
-            await ctx.session.report_progress(value, total, message)
+            if not modern:
+                await ctx.session.report_progress(value, total, message)
+                return
+            with contextlib.suppress(Exception):  # the request that asked may be answered already
+                await ctx.session.report_progress(value, total, message)
 
-        await router.current()
-        target = router.server_of(name, arguments)
-
-        def run(on_progress: Any, answers: Mapping[str, Any] | None = None) -> Awaitable[dict[str, Any]]:
+        def run(answers: Mapping[str, Any] | None) -> Awaitable[dict[str, Any]]:
             return router.call(
-                name,
-                arguments,
+                call,
                 client.state,
                 meta=meta,
-                on_progress=on_progress if wants_progress else None,
+                on_progress=progress if wants_progress else None,
                 version=ctx.protocol_version,
                 answers=answers,
             )
 
-        if ctx.protocol_version not in HANDSHAKE_PROTOCOL_VERSIONS:
-
-            async def quiet_progress(value: float, total: float | None, message: str | None) -> None:
-                with contextlib.suppress(Exception):  # the request that asked may be answered already
-                    await progress(value, total, message)
-
+        if modern:
             # Its logs go to this request while it waits (no place in the back-channel order).
             with _in_flight(client, ctx, target, None):
-                return await with_input(
-                    ctx, client, "tools/call", name, _digest(arguments), target, lambda a: run(quiet_progress, a)
-                )
+                return await self.with_input(ctx, client, "tools/call", name, _digest(arguments), target, run)
         with _in_flight(client, ctx, target, hub.round_trips.order()):
-            result = await run(progress)
+            result = await run(None)
             if target is not None and is_input_required(result):
                 try:
-                    return await over_back_channel(result, target, lambda a: run(progress, a))
+                    return await self.over_back_channel(result, target, run)
                 except MCPError as exc:
                     return error_result(f"{target}: tool {name!r}: {exc.error.message}")
             return result
 
-    async def over_back_channel(
-        first: dict[str, Any], server_id: str, retry: Callable[[Mapping[str, Any]], Awaitable[dict[str, Any]]]
-    ) -> dict[str, Any]:
+    async def over_back_channel(self, first: dict[str, Any], server_id: str, retry: RunWith) -> dict[str, Any]:
         """A modern server's ``input_required`` during a handshake-era client's request:
         the gateway asks that client over its back-channel and retries the server."""
+        hub = self.hub
         downstream = hub.by_id[server_id]
 
         async def ask(method: str, params: dict[str, Any]) -> dict[str, Any]:
@@ -169,13 +231,14 @@ def build_server(hub: Hub, new_state: StateFactory) -> tuple[Server[Any], Initia
         return await answer_over_back_channel(first, server_id, ask, retry, hub.config.gateway.max_round_trips)
 
     async def with_input(
-        ctx: ServerRequestContext[Any, Any],
+        self,
+        ctx: Context,
         client: ClientConnection,
         method: str,
         target: str,
         binding: str,
         server_id: str | None,
-        run: Callable[[Mapping[str, Any] | None], Awaitable[dict[str, Any]]],
+        run: RunWith,
     ) -> dict[str, Any]:
         """A modern client's request: the call runs in the gateway, so a server's request
         for input becomes an ``input_required`` result and the retry resumes the call.
@@ -186,7 +249,7 @@ def build_server(hub: Hub, new_state: StateFactory) -> tuple[Server[Any], Initia
         params = ctx.params or {}
         state = params.get("requestState")
         capabilities = ctx.session.client_capabilities
-        trips = hub.round_trips
+        trips = self.hub.round_trips
         owner = client.state
 
         def passed_on(result: dict[str, Any]) -> dict[str, Any]:
@@ -224,7 +287,7 @@ def build_server(hub: Hub, new_state: StateFactory) -> tuple[Server[Any], Initia
             # Answers sent before anything was asked go to a modern server as they are (its
             # keys; it ignores what it did not ask for); a handshake-era server has no use for them.
             given = params.get("inputResponses")
-            early = {"inputResponses": given} if isinstance(given, dict) and hub.by_id[server_id].modern else None
+            early = {"inputResponses": given} if isinstance(given, dict) and self.hub.by_id[server_id].modern else None
 
             async def first() -> dict[str, Any]:
                 return passed_on(await run(early))
@@ -234,12 +297,11 @@ def build_server(hub: Hub, new_state: StateFactory) -> tuple[Server[Any], Initia
 
     # --- resources, prompts, completion, logging --------------------------------------
 
-    async def routed(
-        ctx: ServerRequestContext[Any, Any], server_id: str | None, what: str, method: str, params: dict[str, Any]
-    ) -> Any:
+    async def routed(self, ctx: Context, server_id: str | None, what: str, method: str, params: dict[str, Any]) -> Any:
+        """A request one server answers, relayed with the round trips its era needs."""
         if server_id is None:
             raise MCPError(code=INVALID_PARAMS, message=f"prefixgate: no server offers {what}")
-        downstream = hub.by_id[server_id]
+        downstream = self.hub.by_id[server_id]
 
         async def run(answers: Mapping[str, Any] | None = None) -> dict[str, Any]:
             try:
@@ -254,110 +316,101 @@ def build_server(hub: Hub, new_state: StateFactory) -> tuple[Server[Any], Initia
 
         if method not in _INPUT_METHODS:
             return _result(ctx, await run())
-        client = await client_of(ctx)
+        client = await self.client_of(ctx)
         if ctx.protocol_version not in HANDSHAKE_PROTOCOL_VERSIONS:
             target = str(params.get("uri") if method == "resources/read" else params.get("name"))
-            return _result(ctx, await with_input(ctx, client, method, target, _digest(params), server_id, run))
-        with _in_flight(client, ctx, server_id, hub.round_trips.order()):
+            return _result(ctx, await self.with_input(ctx, client, method, target, _digest(params), server_id, run))
+        with _in_flight(client, ctx, server_id, self.hub.round_trips.order()):
             result = await run()
             if is_input_required(result):
-                result = await over_back_channel(result, server_id, run)
+                result = await self.over_back_channel(result, server_id, run)
         return _result(ctx, result)
 
-    def raw(ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
-        params = dict(ctx.params or {})
-        for key in ("_meta", "inputResponses", "requestState"):  # this client's round trip, not the server's
-            params.pop(key, None)
-        return params
+    async def list_resources(self, ctx: Context, params: Any) -> Any:
+        await self.router.current()
+        return _result(ctx, {"resources": self.hub.surface.resources})
 
-    async def list_resources(ctx: ServerRequestContext[Any, Any], params: Any) -> Any:
-        await router.current()
-        return _result(ctx, {"resources": hub.surface.resources})
+    async def list_templates(self, ctx: Context, params: Any) -> Any:
+        await self.router.current()
+        return _result(ctx, {"resourceTemplates": self.hub.surface.templates})
 
-    async def list_templates(ctx: ServerRequestContext[Any, Any], params: Any) -> Any:
-        await router.current()
-        return _result(ctx, {"resourceTemplates": hub.surface.templates})
-
-    async def read_resource(ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams) -> Any:
-        await router.current()
+    async def read_resource(self, ctx: Context, params: types.ReadResourceRequestParams) -> Any:
+        await self.router.current()
         uri = str(params.uri)
-        return await routed(ctx, _resource_server(hub, uri), f"resource {uri!r}", "resources/read", raw(ctx))
+        owner = self.hub.resource_owner(uri)
+        server_id = owner.id if owner is not None else None
+        return await self.routed(ctx, server_id, f"resource {uri!r}", "resources/read", _relayed_params(ctx))
 
-    async def subscribe(ctx: ServerRequestContext[Any, Any], params: types.SubscribeRequestParams) -> Any:
-        await router.current()
+    async def subscribe(self, ctx: Context, params: types.SubscribeRequestParams) -> Any:
+        await self.router.current()
         uri = str(params.uri)
-        client = await client_of(ctx)
+        client = await self.client_of(ctx)
         if uri not in client.subscriptions:
-            await hub.watches.watch(uri)
+            await self.hub.watches.watch(uri)
             client.subscriptions.add(uri)
         return _result(ctx, {})
 
-    async def unsubscribe(ctx: ServerRequestContext[Any, Any], params: types.UnsubscribeRequestParams) -> Any:
-        await router.current()
+    async def unsubscribe(self, ctx: Context, params: types.UnsubscribeRequestParams) -> Any:
+        await self.router.current()
         uri = str(params.uri)
-        client = await client_of(ctx)
+        client = await self.client_of(ctx)
         if uri in client.subscriptions:
             client.subscriptions.discard(uri)
-            await hub.watches.unwatch(uri)
+            await self.hub.watches.unwatch(uri)
         return _result(ctx, {})
 
-    async def list_prompts(ctx: ServerRequestContext[Any, Any], params: Any) -> Any:
-        await router.current()
-        return _result(ctx, {"prompts": hub.surface.prompts})
+    async def list_prompts(self, ctx: Context, params: Any) -> Any:
+        await self.router.current()
+        return _result(ctx, {"prompts": self.hub.surface.prompts})
 
-    async def get_prompt(ctx: ServerRequestContext[Any, Any], params: types.GetPromptRequestParams) -> Any:
-        await router.current()
-        route = hub.surface.prompt_route.get(params.name)
+    async def get_prompt(self, ctx: Context, params: types.GetPromptRequestParams) -> Any:
+        await self.router.current()
+        route = self.hub.surface.prompt_route.get(params.name)
         if route is None:
             raise MCPError(code=INVALID_PARAMS, message=f"Unknown prompt {params.name!r}")
         server_id, original = route
-        return await routed(ctx, server_id, f"prompt {params.name!r}", "prompts/get", {**raw(ctx), "name": original})
+        request = {**_relayed_params(ctx), "name": original}
+        return await self.routed(ctx, server_id, f"prompt {params.name!r}", "prompts/get", request)
 
-    async def complete(ctx: ServerRequestContext[Any, Any], params: types.CompleteRequestParams) -> Any:
-        await router.current()
-        request = raw(ctx)
+    async def complete(self, ctx: Context, params: types.CompleteRequestParams) -> Any:
+        await self.router.current()
+        surface = self.hub.surface
+        request = _relayed_params(ctx)
         ref = dict(request.get("ref") or {})
         server_id: str | None = None
         if ref.get("type") == "ref/prompt":
-            route = hub.surface.prompt_route.get(str(ref.get("name")))
+            route = surface.prompt_route.get(str(ref.get("name")))
             if route is not None:
                 server_id, ref["name"] = route
         elif ref.get("type") == "ref/resource":
             uri = str(ref.get("uri"))
-            server_id = hub.surface.owner_of_template(uri) or hub.surface.owner_of_uri(uri)
+            server_id = surface.owner_of_template(uri) or surface.owner_of_uri(uri)
         what = f"completion for {ref.get('type')}"
-        return await routed(ctx, server_id, what, "completion/complete", {**request, "ref": ref})
+        return await self.routed(ctx, server_id, what, "completion/complete", {**request, "ref": ref})
 
-    async def set_level(ctx: ServerRequestContext[Any, Any], params: types.SetLevelRequestParams) -> Any:
-        await router.current()
-        await hub.set_log_level(await client_of(ctx), params.level)
+    async def set_level(self, ctx: Context, params: types.SetLevelRequestParams) -> Any:
+        await self.router.current()
+        await self.hub.set_log_level(await self.client_of(ctx), params.level)
         return {}
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # logging/setLevel is deprecated in 2026-07-28; still served
-        server: Server[Any] = Server(
-            "prefixgate",
-            version=__version__,
-            instructions=INSTRUCTIONS,
-            on_list_tools=list_tools,
-            on_call_tool=call_tool,
-            on_list_resources=list_resources,
-            on_list_resource_templates=list_templates,
-            on_read_resource=read_resource,
-            on_subscribe_resource=subscribe,
-            on_unsubscribe_resource=unsubscribe,
-            on_list_prompts=list_prompts,
-            on_get_prompt=get_prompt,
-            on_completion=complete,
-            on_set_logging_level=set_level,
-            on_subscriptions_listen=WatchingListen(hub),
-            cache_hints=CACHE_HINTS,
-        )
-    server.middleware.insert(0, middleware)
-    options = server.create_initialization_options(
-        NotificationOptions(tools_changed=True, prompts_changed=True, resources_changed=True)
-    )
-    return server, options
+
+def _well_formed(ctx: Context) -> bool:
+    """Whether the request's params pass the protocol's own surface check for its era
+    (cheap: a few microseconds; ``arguments`` is checked by the router against the tool's schema)."""
+    try:
+        validate_client_request(ctx.method, ctx.protocol_version, ctx.params)
+    except (ValidationError, KeyError):
+        return False
+    return True
+
+
+def _relayed_params(ctx: Context) -> dict[str, Any]:
+    """The request's params as a server receives them: without this client's own round
+    trip (``_meta``, ``inputResponses``, ``requestState``), which the gateway handles."""
+    params = dict(ctx.params or {})
+    for key in ("_meta", "inputResponses", "requestState"):
+        params.pop(key, None)
+    return params
 
 
 _INPUT_METHODS = ("prompts/get", "resources/read")
@@ -394,25 +447,8 @@ def _digest(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
 
 
-def list_result(
-    ctx: ServerRequestContext[Any, Any], tools: list[dict[str, Any]], stamp: dict[str, Any]
-) -> dict[str, Any]:
-    """A ``tools/list`` result as the SDK's result pipeline would finish it, which a
-    middleware answer bypasses: on 2026-07-28 with its type, cache hints and the
-    ``serverInfo`` stamp."""
-    if ctx.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS:
-        return {"tools": tools}
-    return {"tools": tools, **LIST_CACHE_FIELDS, "_meta": {SERVER_INFO_META_KEY: stamp}}
-
-
 def _result(ctx: ServerRequestContext[Any, Any], result: dict[str, Any]) -> dict[str, Any]:
     return with_result_type(result, ctx.protocol_version)
-
-
-def _resource_server(hub: Hub, uri: str) -> str | None:
-    """The server that answers for a URI (see ``Hub._resource_owner``)."""
-    owner = hub.resource_owner(uri)
-    return owner.id if owner is not None else None
 
 
 _EVERYTHING: dict[str, Any] = {

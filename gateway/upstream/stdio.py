@@ -29,7 +29,6 @@ from typing import Any, cast
 
 import anyio
 import mcp_types as types
-from mcp.shared._context_streams import create_context_streams
 from mcp.shared.message import SessionMessage
 from mcp_types.jsonrpc import INTERNAL_ERROR, INVALID_REQUEST, PARSE_ERROR
 from pydantic import ValidationError
@@ -143,8 +142,10 @@ async def stdio_streams(max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> A
     )
     writer = asyncio.StreamWriter(write_transport, write_protocol, None, loop)
 
-    read_send, read_recv = create_context_streams[SessionMessage | Exception](0)
-    write_send, write_recv = create_context_streams[SessionMessage](0)
+    # Plain memory streams: the SDK's runner reads a context off its stream only when the
+    # stream carries one, and this reader task has none worth carrying.
+    read_send, read_recv = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+    write_send, write_recv = anyio.create_memory_object_stream[SessionMessage](0)
 
     in_flight = InFlight()
 
@@ -228,3 +229,4 @@ async def stdio_streams(max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> A
             os.dup2(wire_out, 1)
         writer.close()
         read_transport.close()
+
