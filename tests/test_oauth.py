@@ -141,10 +141,20 @@ async def test_logout_makes_the_server_failed_with_the_login_command(tmp_path: P
             assert_no_secret(tmp_path, gw.stderr())
 
 
+def marker_browser(tmp_path: Path) -> tuple[dict[str, str], Path]:
+    """``$BROWSER`` that only records that it was started: serve must never start it."""
+    marker = tmp_path / "browser-was-opened"
+    script = tmp_path / "marker-browser.sh"
+    script.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    script.chmod(0o700)
+    return {"BROWSER": str(script)}, marker
+
+
 async def test_a_login_in_another_process_reaches_the_running_gateway(tmp_path: Path) -> None:
+    env, marker = marker_browser(tmp_path)
     with oauth_server(tmp_path) as url:
         config = write_config(tmp_path, {"remote": {"url": url, "auth": "oauth"}})
-        async with gateway(config) as gw:
+        async with gateway(config, env=env) as gw:
             assert await gw.saw("not logged in: run prefixgate login remote")
             import anyio
 
@@ -158,6 +168,7 @@ async def test_a_login_in_another_process_reaches_the_running_gateway(tmp_path: 
             result = await gw.session.call_tool("remote__echo", {"text": "after login"})
             assert not result.is_error and text(result) == "after login"
             assert_no_secret(tmp_path, gw.stderr())
+    assert not marker.exists()
 
 
 def test_sse_server_logs_in_and_lists(tmp_path: Path) -> None:
@@ -323,16 +334,18 @@ async def test_step_up_fails_that_call_with_the_command_and_a_wider_login_fixes_
 
 
 async def test_logout_reaches_a_running_gateway(tmp_path: Path) -> None:
+    env, marker = marker_browser(tmp_path)
     with oauth_server(tmp_path) as url:
         config = write_config(tmp_path, {"remote": {"url": url, "auth": "oauth"}})
         login(tmp_path, config)
-        async with gateway(config) as gw:
+        async with gateway(config, env=env) as gw:
             ok = await gw.session.call_tool("remote__echo", {"text": "in"})
             assert not ok.is_error
             assert run_cli("logout", "remote", "--config", str(config)).returncode == 0
             gone = await gw.session.call_tool("remote__echo", {"text": "out"})
             assert gone.is_error and f"not logged in: run {command(config)}" in text(gone)
         assert token_files(config) == []  # the running gateway wrote nothing back
+    assert not marker.exists()  # and opened no browser
 
 
 def test_a_refused_refresh_is_failed_with_the_login_command(tmp_path: Path) -> None:

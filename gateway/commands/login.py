@@ -62,6 +62,8 @@ def add_arguments(login: argparse.ArgumentParser, logout: argparse.ArgumentParse
 def _server(config: Config, server_id: str) -> ServerConfig:
     for server in config.servers:
         if server.id == server_id:
+            if not server.enabled:
+                raise LoginFailed(f"servers.{server_id} is disabled (enabled = false)")
             if server.url is None or server.auth is None:
                 raise LoginFailed(f'servers.{server_id} has no auth = "oauth" (a remote server with url)')
             return server

@@ -166,19 +166,27 @@ class TokenStore:
     def __init__(self, file: TokenFile) -> None:
         self.file = file
         self._record: dict[str, Any] | None = None
+        self._seen: object = None
 
     async def load(self) -> dict[str, Any]:
         """(Re-)read the file; raises TokenFileError when it is refused."""
+        self._seen = self.file.fingerprint()
         self._record = await anyio.to_thread.run_sync(self.file.read) or {}
         return self._record
 
     async def _current(self) -> dict[str, Any]:
-        return self._record if self._record is not None else await self.load()
+        """The record, re-read when another process wrote the file since (a gateway and a
+        ``catalog`` refreshing at once: with rotating refresh tokens the one refused takes
+        the other's fresh tokens from the file instead of asking for a login)."""
+        if self._record is None or self.file.fingerprint() != self._seen:
+            return await self.load()
+        return self._record
 
     async def _update(self, **changes: Any) -> None:
         record = {**(await self._current()), **changes}
         await anyio.to_thread.run_sync(self.file.write, record)
         self._record = record
+        self._seen = self.file.fingerprint()
 
     async def get_tokens(self) -> OAuthToken | None:
         raw = (await self._current()).get("tokens")
