@@ -390,3 +390,21 @@ def test_login_of_a_server_that_asks_for_none_stores_nothing(tmp_path: Path) -> 
         said = login(tmp_path, config, "open")
     assert "'open' asked for no login (nothing stored)" in said
     assert token_files(config) == []
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_an_http_gateway_refreshes_behind_both_eras(tmp_path: Path, mode: str) -> None:
+    from tests.helpers import http_gateway
+
+    with oauth_server(tmp_path, "--lifetime", "2") as url:
+        config = write_config(tmp_path, {"remote": {"url": url, "auth": "oauth"}})
+        login(tmp_path, config)
+        with http_gateway(config) as (gateway_url, stderr):
+            async with sdk_client(gateway_url, mode) as client:
+                import anyio
+
+                for round_ in range(3):
+                    result = await client.call_tool("remote__echo", {"text": f"http {round_}"})
+                    assert not result.is_error and text(result) == f"http {round_}", text(result)
+                    await anyio.sleep(1.5)
+            assert_no_secret(tmp_path, stderr.read_text())
