@@ -34,6 +34,10 @@ SERVER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 _VAR = re.compile(r"\$\{([^}]*)\}")
 
 Transport = Literal["stdio", "http", "sse"]
+AuthKind = Literal["oauth", "client_credentials"]
+AUTH_KEYS = ("auth", "client_id", "client_secret", "client_metadata_url", "scopes", "redirect_port", "issuer")
+"""The OAuth keys of a remote server's table."""
+_WHOLE_VAR = re.compile(r"^\$\{[A-Za-z_][A-Za-z0-9_]*\}$")
 DeclarationsMode = Mode
 _POLICY = ClientPolicy()
 
@@ -72,6 +76,20 @@ class ServerConfig:
     """Every ``${VAR}`` this (enabled) server's table references: what the environment must carry."""
     unset: tuple[tuple[str, str], ...] = ()
     """``(variable, key path)`` for each reference the environment did not set: the server cannot start."""
+    auth: AuthKind | None = None
+    """Remote servers: "oauth" (``prefixgate login``, then stored tokens) or "client_credentials"."""
+    client_id: str | None = None
+    """A pre-registered OAuth client id (else a client ID metadata document or dynamic registration)."""
+    client_secret: str | None = field(default=None, repr=False)
+    """Its secret, expanded from the ``${VAR}`` the config must name (never a literal): never logged."""
+    client_metadata_url: str | None = None
+    """A Client ID Metadata Document URL, used as the client id where the authorization server supports it."""
+    scopes: tuple[str, ...] = ()
+    """Scopes asked for on top of what the server challenges for."""
+    redirect_port: int | None = None
+    """``prefixgate login``'s loopback redirect port (default: any free port)."""
+    issuer: str | None = None
+    """client_credentials: the authorization server the credentials belong to (they go nowhere else)."""
 
     @property
     def unset_reason(self) -> str | None:
@@ -286,6 +304,13 @@ def _str_list(path: str, value: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _port(path: str, value: Any) -> int:
+    number = _count(path, value)
+    if not 1 <= number <= 65535:
+        raise ConfigError(path, "expected a port number from 1 to 65535")
+    return number
+
+
 def _str_table(path: str, value: Any) -> dict[str, str]:
     if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
         raise ConfigError(path, "expected a table of strings")
@@ -405,6 +430,13 @@ _SERVER_KEYS: dict[str, Check] = {
     "exclude": _str_list,
     "deferred": _bool,
     "protocol": _one_of("auto", "legacy"),
+    "auth": _one_of("oauth", "client_credentials"),
+    "client_id": _nonempty_str,
+    "client_secret": _nonempty_str,
+    "client_metadata_url": _nonempty_str,
+    "scopes": _str_list,
+    "redirect_port": _port,
+    "issuer": _nonempty_str,
 }
 
 _POLICY_KEYS: dict[str, Check] = {
@@ -528,7 +560,7 @@ def _server(
     if "command" not in s and "url" not in s:
         raise ConfigError(f"{where}.command", "missing: set command (stdio) or url (http/sse)")
     stdio_only = ("args", "env", "cwd")
-    remote_only = ("transport", "headers")
+    remote_only = ("transport", "headers", *AUTH_KEYS)
     wrong = [k for k in (remote_only if "command" in s else stdio_only) if k in s]
     if wrong:
         kind = "a stdio server (command)" if "command" in s else "a remote server (url)"
@@ -574,6 +606,7 @@ def _server(
         )
     url = expand(f"{where}.url", s["url"], env, refs)
     headers = {k: expand(f"{where}.headers.{k}", v, env, refs) for k, v in sorted(s.get("headers", {}).items())}
+    auth = _auth_fields(where, s, env, refs)
     # With a variable unset the values are incomplete: checked once it is set (the server fails meanwhile).
     if not refs.unset:
         if not re.match(r"^https?://", url):
@@ -584,9 +617,57 @@ def _server(
         transport=s.get("transport", "http"),
         url=url,
         headers=headers,
+        **auth,
         variables=tuple(sorted(refs.names)),
         unset=tuple(refs.unset),
         **common,
+    )
+
+
+def _auth_fields(where: str, s: Mapping[str, Any], env: Mapping[str, str], refs: References) -> dict[str, Any]:
+    """A remote server's OAuth keys, checked together (each alone is checked by its type)."""
+    kind = s.get("auth")
+    if kind is None:
+        extra = next((k for k in AUTH_KEYS if k in s), None)
+        if extra is not None:
+            raise ConfigError(f"{where}.{extra}", 'only with auth = "oauth" or "client_credentials"')
+        return {}
+    if "client_secret" in s and not _WHOLE_VAR.fullmatch(s["client_secret"]):
+        raise ConfigError(
+            f"{where}.client_secret",
+            "must be a ${VAR} reference to an environment variable, never the secret itself (the value is not shown)",
+        )
+    if "client_secret" in s and "client_id" not in s:
+        raise ConfigError(f"{where}.client_id", "missing: client_secret needs the client_id it belongs to")
+    if kind == "client_credentials":
+        for key in ("client_id", "client_secret"):
+            if key not in s:
+                raise ConfigError(
+                    f"{where}.{key}", 'missing: auth = "client_credentials" needs client_id and client_secret'
+                )
+        for key in ("client_metadata_url", "redirect_port"):
+            if key in s:
+                raise ConfigError(f"{where}.{key}", 'not valid with auth = "client_credentials" (no browser flow)')
+    if "issuer" in s and kind != "client_credentials":
+        raise ConfigError(f"{where}.issuer", 'only with auth = "client_credentials" (the browser flow discovers it)')
+    for key in ("client_metadata_url", "issuer"):
+        if key in s and not re.match(r"^https?://", s[key]):
+            raise ConfigError(f"{where}.{key}", "expected an http:// or https:// URL")
+    if any(name.lower() == "authorization" for name in s.get("headers", {})):
+        raise ConfigError(f"{where}.headers.Authorization", "not with auth: the OAuth flow sends the token")
+    scopes = s.get("scopes", ())
+    for i, scope in enumerate(scopes):
+        if not scope or any(c.isspace() or c in '"\\' for c in scope):
+            raise ConfigError(f"{where}.scopes[{i}]", "expected a scope token (no spaces, quotes or backslashes)")
+    secret = expand(f"{where}.client_secret", s["client_secret"], env, refs) if "client_secret" in s else None
+    return dict(
+        auth=kind,
+        client_id=s.get("client_id"),
+        client_secret=secret,
+        client_metadata_url=s.get("client_metadata_url"),
+        scopes=tuple(scopes),
+        redirect_port=s.get("redirect_port"),
+        issuer=s.get("issuer"),
     )
 
 

@@ -29,8 +29,8 @@ def _forms(value: str) -> Iterable[str]:
 
 
 def secrets_of(config: ServerConfig) -> list[str]:
-    """The server's header and env values worth masking, longest first."""
-    values = {*config.headers.values(), *config.env.values()}
+    """The server's header and env values and its OAuth client secret worth masking, longest first."""
+    values = {*config.headers.values(), *config.env.values(), *([config.client_secret] if config.client_secret else [])}
     forms = {form for value in values if len(value) >= MIN_SECRET for form in _forms(value)}
     return sorted((f for f in forms if len(f) >= MIN_SECRET), key=len, reverse=True)
 

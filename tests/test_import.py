@@ -186,7 +186,9 @@ def test_codex(capsys: pytest.CaptureFixture[str]) -> None:
     assert github.startup_timeout == 15
     assert s["chrome-devtools"].required is True and dict(s["chrome-devtools"].env) == {"DISPLAY": ":0"}
     assert s["templating"].args == ("--pattern", "${name}.md")
-    assert "warning: servers.linear.oauth: not imported" in err
+    # Codex logs in with OAuth (codex mcp login): the entry becomes auth = "oauth", its client id kept.
+    assert (s["linear"].auth, s["linear"].client_id) == ("oauth", "prefixgate-example")
+    assert "servers.linear.oauth: not imported" not in err
 
 
 @pytest.mark.parametrize(
@@ -604,3 +606,60 @@ def test_the_same_file_twice_is_read_once(tmp_path: Path) -> None:
     assert proc.stdout.count("# from ") == 1
     assert "from 1 file; 0 skipped, 0 renamed, 0 merged" in proc.stderr and "identical to" not in proc.stderr
     assert f"{tmp_path / 'link.json'} is the same file as {mcp}; read once" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("fmt", "name", "text"),
+    [
+        (
+            "claude-code",
+            ".mcp.json",
+            {"mcpServers": {"notion": {"type": "http", "url": "https://mcp.notion.com/mcp",
+                                       "oauth": {"clientId": "cc-client", "callbackPort": 8123}}}},
+        ),
+        (
+            "cursor",
+            "mcp.json",
+            {"mcpServers": {"notion": {"url": "https://mcp.notion.com/mcp",
+                                       "auth": {"CLIENT_ID": "cu-client", "CLIENT_SECRET": "cu-secret-value-1234",
+                                                "scopes": ["read", "write"]}}}},
+        ),
+        ("vscode", "mcp.json", {"servers": {"notion": {"type": "http", "url": "https://mcp.notion.com/mcp"}}}),
+        (
+            "codex",
+            "config.toml",
+            '[mcp_servers.notion]\nurl = "https://mcp.notion.com/mcp"\nscopes = ["read", "write"]\n'
+            'oauth_resource = "https://mcp.notion.com"\n',
+        ),
+    ],
+)
+def test_oauth_entries_become_auth_oauth(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, fmt: str, name: str, text: Any
+) -> None:
+    source = tmp_path / name
+    source.write_text(text if isinstance(text, str) else json.dumps(text))
+    code, out, err = do_import(capsys, source, "--from", fmt)
+    assert code == 0, err
+    notion = servers(parsed(out, env={**ENV, "NOTION_CLIENT_SECRET": "s"}))["notion"]
+    assert notion.auth == "oauth"
+    assert "not imported: prefixgate runs no OAuth flow" not in err
+    assert "run prefixgate login" in err
+    if fmt == "claude-code":
+        assert (notion.client_id, notion.redirect_port) == ("cc-client", 8123)
+    if fmt == "cursor":
+        assert (notion.client_id, notion.scopes) == ("cu-client", ("read", "write"))
+        assert tomllib.loads(out)["servers"]["notion"]["client_secret"] == "${NOTION_CLIENT_SECRET}"
+        assert "cu-secret-value-1234" not in out + err
+    if fmt == "codex":
+        assert notion.scopes == ("read", "write")
+
+
+def test_a_remote_entry_with_its_own_authorization_header_stays_as_it_is(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    source = tmp_path / "mcp.json"
+    entry = {"type": "http", "url": "https://x.example/mcp", "headers": {"Authorization": "Bearer ${TOKEN}"}}
+    source.write_text(json.dumps({"servers": {"x": entry}}))
+    code, out, err = do_import(capsys, source, "--from", "vscode")
+    assert code == 0, err
+    assert servers(parsed(out, env={**ENV, "TOKEN": "t"}))["x"].auth is None

@@ -1,7 +1,7 @@
 """The ``prefixgate`` command line: the parser and the dispatch to each command.
 
 Commands: ``serve``, ``catalog`` (and ``catalog diff``), ``doctor``, ``import``,
-``artifacts`` and ``demo-server``; each lives in its own module beside this one.
+``login`` / ``logout``, ``artifacts`` and ``demo-server``; each lives in its own module beside this one.
 
 Exit status: 0 on success, 2 for a bad config or usage (before anything starts), 1 when
 a ``required`` server failed or the gateway could not run.
@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import anyio
 
 from gateway import __version__, logs
-from gateway.commands import artifacts, catalog, demo, diff, doctor, importer, lock, serve
+from gateway.commands import artifacts, catalog, demo, diff, doctor, importer, lock, login, serve
 from gateway.commands.startup import Exit, load
 
 
@@ -126,6 +126,22 @@ def parser() -> argparse.ArgumentParser:
     doc.add_argument("--config", metavar="PATH", help="config file (same discovery as the other commands)")
     doc.add_argument("--log-level", choices=logs.LEVELS, default="warning", help="stderr log level (default warning)")
     doctor.add_arguments(doc)
+    login_parser = sub.add_parser(
+        "login",
+        help="log in to a remote server with auth = \"oauth\" (browser flow; stores its tokens)",
+        description="Run the OAuth browser flow for one remote server: open the authorization URL with the "
+        "system browser ($BROWSER is honoured; the URL is also printed to stderr), receive the code on a "
+        "loopback redirect (http://127.0.0.1:PORT/callback), and store the tokens under <state_dir>/oauth "
+        "for serve and catalog, which refresh them. Exit 0 logged in, 1 otherwise.",
+    )
+    common(login_parser)
+    logout_parser = sub.add_parser(
+        "logout",
+        help="forget a remote server's stored OAuth tokens",
+        description="Remove the server's token file (tokens and client registration) from <state_dir>/oauth.",
+    )
+    common(logout_parser)
+    login.add_arguments(login_parser, logout_parser)
     arts = sub.add_parser(
         "artifacts",
         help="list, read or clean up spilled tool outputs",
@@ -172,6 +188,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return anyio.run(catalog.run, config, args.json)
         if args.command == "artifacts":
             return artifacts.run(config, args)
+        if args.command == "login":
+            return anyio.run(login.login, config, args)
+        if args.command == "logout":
+            return login.logout(config, args)
     except (Exit, BaseExceptionGroup) as exc:
         found = _exit_in(exc)
         if found is None:

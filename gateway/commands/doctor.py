@@ -36,6 +36,7 @@ import pwd
 import shlex
 import stat
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,8 +54,10 @@ from gateway.commands.toml_writer import toml_string
 from gateway.config import Config, ConfigError, find_config, load_config
 from gateway.engine.epoch import Epoch
 from gateway.engine.lockfile import lock_path, read_lock
+from gateway.engine.oauth import login_command, token_file
 from gateway.redact import redact
 from gateway.state.backend import state_store
+from gateway.state.tokens import TokenFileError
 
 CLIENTS = ("claude-code", "claude-desktop", "cursor", "vscode", "codex")
 STDERR_LINES = 5
@@ -233,9 +236,7 @@ def check_wrapped_names(report: Report, config: Config, first: Round) -> None:
     if first.epoch is None or client is None or not client.wrapper:
         return
     entry = config.client.entry
-    names = sorted(
-        {e.name for e in first.epoch.catalog.entries} | {str(d["name"]) for d in first.epoch.published()}
-    )
+    names = sorted({e.name for e in first.epoch.catalog.entries} | {str(d["name"]) for d in first.epoch.published()})
     shown = client.wrapped("<name>", entry)
     too_long = [n for n in names if not client.valid(client.wrapped(n, entry))]
     longest = max((len(client.wrapped(n, entry)) for n in names), default=0)
@@ -403,9 +404,78 @@ async def check_store(report: Report, config: Config) -> None:
         verdict, text = ("warn" if health.problems else "ok"), "reachable, writable"
     report.add("store", verdict, f"{store.kind} store {health.where}: {text}{version}", list(health.problems))
     report.data["store"] = {
-        "kind": store.kind, "where": health.where, "reachable": health.reachable, "writable": health.writable,
-        "version": health.version, "problems": list(health.problems),
+        "kind": store.kind,
+        "where": health.where,
+        "reachable": health.reachable,
+        "writable": health.writable,
+        "version": health.version,
+        "problems": list(health.problems),
     }
+
+
+def _when(epoch: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(epoch))
+
+
+def check_auth(report: Report, config: Config, first: Round) -> None:
+    """Each remote server with ``auth``: logged in or not, until when, which scopes, and the
+    command that fixes it. Read from the token file; never a token or secret value."""
+    entries = []
+    ready = {s.id for s in first.servers if s.status == "ready"}
+    for server in config.enabled_servers:
+        if server.auth is None or server.url is None:
+            continue
+        fix = login_command(config, server.id) if server.auth == "oauth" else None
+        entry: dict[str, Any] = {
+            "id": server.id,
+            "auth": server.auth,
+            "logged_in": False,
+            "expires_at": None,
+            "scopes": None,
+            "refreshable": False,
+            "fix": fix,
+        }
+        entries.append(entry)
+        try:
+            record = token_file(config, server).read() or {}
+        except TokenFileError as exc:
+            entry["error"] = str(exc)
+            report.add("auth", "FAIL", f"{server.id}: {exc}; remove it and run {fix or 'the gateway again'}")
+            continue
+        tokens = record.get("tokens") if isinstance(record.get("tokens"), dict) else None
+        if server.auth == "client_credentials":
+            how = f"client_credentials as client {server.client_id!r}: tokens are fetched without a browser"
+            report.add("auth", "ok", f"{server.id}: {how}" + ("" if tokens else " (none fetched yet)"))
+            entry["logged_in"] = tokens is not None
+            continue
+        if not tokens:
+            if server.id in ready:
+                report.add("auth", "info", f"{server.id}: not logged in, and the server asked for no login")
+            else:
+                report.add("auth", "warn", f"{server.id}: not logged in: run {fix}")
+            continue
+        expires = record.get("expires_at")
+        scopes = tokens.get("scope") if isinstance(tokens.get("scope"), str) else None
+        refreshable = bool(tokens.get("refresh_token"))
+        entry.update(logged_in=True, expires_at=expires, scopes=scopes, refreshable=refreshable)
+        granted = f"scopes {scopes}" if scopes else "no scopes named"
+        if not isinstance(expires, int | float) or isinstance(expires, bool):
+            report.add("auth", "ok", f"{server.id}: logged in ({granted}); the access token names no expiry")
+        elif expires > time.time():
+            more = "; refreshed before then" if refreshable else f"; no refresh token: then run {fix}"
+            until = _when(expires)
+            report.add("auth", "ok", f"{server.id}: logged in ({granted}); access token valid until {until}{more}")
+        elif refreshable:
+            report.add(
+                "auth",
+                "ok",
+                f"{server.id}: logged in ({granted}); the access token expired "
+                f"{_when(expires)} and is refreshed on the next connection",
+            )
+        else:
+            report.add("auth", "warn", f"{server.id}: login expired {_when(expires)} (no refresh token): run {fix}")
+    if entries:
+        report.data["auth"] = entries
 
 
 # --- stability --------------------------------------------------------------------------
@@ -540,9 +610,7 @@ _WHERE = {
 }
 
 
-def snippet(
-    client: str, config_path: str, entry: str = DEFAULT_ENTRY, variables: Sequence[str] = ()
-) -> dict[str, Any]:
+def snippet(client: str, config_path: str, entry: str = DEFAULT_ENTRY, variables: Sequence[str] = ()) -> dict[str, Any]:
     """The exact text that registers prefixgate in ``client`` as ``entry``, with absolute paths;
     ``variables``: the ``${VAR}``s the enabled servers reference, which the environment the
     client starts prefixgate in must carry (their values are never written here)."""
@@ -577,7 +645,7 @@ def snippet(
 # --- the run ----------------------------------------------------------------------------
 
 
-SECTIONS = ("config", "servers", "tools", "declarations", "directories", "store", "stability", "catalog lock")
+SECTIONS = ("config", "servers", "auth", "tools", "declarations", "directories", "store", "stability", "catalog lock")
 
 
 def render(report: Report) -> str:
@@ -644,6 +712,7 @@ async def diagnose(config: Config, report: Report) -> None:
     ]
     report.data["discovery_ms"] = [first.discovery_ms, second.discovery_ms]
     check_servers(report, first)
+    check_auth(report, config, first)
     check_tools(report, first)
     check_wrapped_names(report, config, first)
     check_declarations(report, config, first)

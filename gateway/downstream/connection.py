@@ -34,6 +34,7 @@ from gateway.downstream import backoff
 from gateway.downstream.inbox import Inbox
 from gateway.downstream.modern import ENVELOPE as _ENVELOPE
 from gateway.downstream.modern import client_info, header_maps, hop_local_removed, negotiate, relayable, stamp
+from gateway.downstream.oauth import LoginNeeded, OAuthSetup
 from gateway.downstream.stdio import MESSAGE_TOO_LARGE, UNPARSABLE_REPLY, ChildProcess, CommandNotFound, stdio_transport
 from gateway.results import error_result
 
@@ -102,8 +103,10 @@ def _short(exc: BaseException) -> str:
 class Downstream:
     """Owns one server's transport and session inside its own task (``run``)."""
 
-    def __init__(self, config: ServerConfig, events: Events | None = None) -> None:
+    def __init__(self, config: ServerConfig, events: Events | None = None, *, oauth: OAuthSetup | None = None) -> None:
         self.config = config
+        self._oauth = oauth
+        """Token store and login hints for a remote server with ``auth`` (``gateway.downstream.oauth``)."""
         self.events: Events = events or NoEvents()
         self.status: Status = "starting" if config.enabled else "disabled"
         self.error: str | None = None
@@ -182,7 +185,7 @@ class Downstream:
                         self.status = "restarting"  # it was serving: say so; a start-up failure stays "failed"
                     self._log.warning("[%s] retrying in %g s (%s)", self.id, wait, self.error or self.status)
                     await self.events.server_down(self)
-                    await anyio.sleep(wait)
+                    await self._pause(wait)
                     self.restarts += 1
                     self.retry_at = None
         finally:
@@ -234,7 +237,7 @@ class Downstream:
                     leaf = _leaf(exc)
                     if isinstance(leaf, MCPError):
                         self._set("failed", await self._startup_error(leaf))
-                    elif isinstance(leaf, CommandNotFound):
+                    elif isinstance(leaf, CommandNotFound | LoginNeeded):
                         self._set("failed", str(leaf))
                     elif ready.is_set() and self._child is None:
                         # A remote connection that was serving: its HTTP client failed (the
@@ -245,6 +248,10 @@ class Downstream:
                 finally:
                     self._dispatcher = None
                     self._session = None
+                    if (problem := self._login_problem()) is not None and self.status in ("failed", "exited"):
+                        # The SDK's transport reports a failed auth flow only as a closed
+                        # connection; the redirect handler said why (and what to run).
+                        self._set("failed", problem)
             tg.cancel_scope.cancel()
 
     async def _connect(self, stack: AsyncExitStack) -> None:
@@ -425,16 +432,49 @@ class Downstream:
             from mcp.client.streamable_http import streamable_http_client
 
             assert cfg.url is not None
+            auth = await self._auth()
             # The SDK transports' own defaults: a response stream may stay open for minutes.
-            async with httpx2.AsyncClient(headers=dict(cfg.headers), timeout=httpx2.Timeout(30.0, read=300.0)) as http:
+            timeout = httpx2.Timeout(30.0, read=300.0)
+            async with httpx2.AsyncClient(headers=dict(cfg.headers), timeout=timeout, auth=auth) as http:
                 async with streamable_http_client(cfg.url, http_client=http) as (read, write):
                     yield read, write
         else:
             from mcp.client.sse import sse_client
 
             assert cfg.url is not None
-            async with sse_client(cfg.url, headers=dict(cfg.headers)) as (read, write):
+            auth = await self._auth()
+            async with sse_client(cfg.url, headers=dict(cfg.headers), auth=auth) as (read, write):
                 yield read, write
+
+    async def _auth(self) -> Any:
+        """This connection's OAuth provider (None without ``auth``): built anew for each
+        connection, so tokens stored meanwhile (``prefixgate login`` elsewhere) are used."""
+        if self.config.auth is None:
+            return None
+        if self._oauth is None:
+            raise LoginNeeded("auth is configured, but this command keeps no tokens")
+        from gateway.downstream.oauth import provider
+
+        self._oauth.problems.clear(self.id)
+        return await provider(self.config, self._oauth)
+
+    def _login_problem(self, since: int | None = None) -> str | None:
+        if self._oauth is None:
+            return None
+        problems = self._oauth.problems
+        return problems.get(self.id) if since is None else problems.since(self.id, since)
+
+    async def _pause(self, seconds: float) -> None:
+        """The wait before a retry; a server with ``auth`` retries as soon as its token file
+        changes (a ``prefixgate login`` in another terminal), not after the whole backoff."""
+        if self.config.auth is None or self._oauth is None:
+            await anyio.sleep(seconds)
+            return
+        store = self._oauth.store_for(self.config)
+        before = store.fingerprint()
+        with anyio.move_on_after(seconds):
+            while store.fingerprint() == before:
+                await anyio.sleep(min(1.0, seconds))
 
     def _stderr_line(self, line: str) -> None:
         self._log.info("[%s] %s", self.config.id, line)
@@ -637,6 +677,7 @@ class Downstream:
         if answers:
             params.update(answers)
         timeout = self.config.call_timeout
+        mark = self._oauth.problems.mark() if self._oauth is not None else 0
         try:
             return await self.request(
                 "tools/call",
@@ -659,6 +700,9 @@ class Downstream:
                 return error_result(f"{self.config.id}: tool {tool!r}: {exc.message}")
             if SPEC_ERRORS[0] <= exc.code <= SPEC_ERRORS[1]:
                 raise
+            if (problem := self._login_problem(since=mark)) is not None:
+                # The server refused the token for this call (a step-up, or a login gone).
+                return error_result(f"Server {self.config.id!r} refused tool {tool!r}: {problem}")
             return error_result(server_error(self.config.id, tool, exc.code, exc.message))
 
     def _connection_gone(self, exc: MCPError) -> bool:
@@ -675,6 +719,8 @@ class Downstream:
                 f"server {self.config.id!r} exited during the call to {tool!r} "
                 f"({self._child.exit_description()})"
             )
+        if (problem := self._login_problem()) is not None:
+            return f"Server {self.config.id!r}: {problem}"
         return f"connection to server {self.config.id!r} closed during the call to {tool!r}"
 
 

@@ -41,6 +41,7 @@ from gateway.downstream.connection import Downstream
 from gateway.engine.checks import CheckCache
 from gateway.engine.epoch import Epoch, build_epoch
 from gateway.engine.lockfile import lock_path, read_lock
+from gateway.engine.oauth import oauth_setup
 from gateway.engine.roundtrip import CAPABILITY_FOR, RoundTrips
 from gateway.engine.router import Router
 from gateway.engine.surface import Surface, build_surface
@@ -98,7 +99,7 @@ class Hub:
         self.lock: Lock | None = None
         """The catalog lock served under (read by ``load_lock``), or None: serve the live catalog."""
         self._lock_stamp: tuple[int, int, int] | None = None
-        self.downstreams = [Downstream(s, self) for s in config.servers]
+        self.downstreams = [Downstream(s, self, oauth=oauth_setup(config)) for s in config.servers]
         self.by_id = {d.id: d for d in self.downstreams}
         self.router = Router(self.by_id, config.policy, config.spill)
         self.surface = Surface()

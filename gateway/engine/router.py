@@ -149,7 +149,7 @@ class Router:
                 return error_result(epoch.lock_refusals[name])
             if name in self.removed:
                 return error_result(f"Tool {name!r} is no longer available: the catalog changed and it was removed.")
-            return error_result(f"Unknown tool {name!r}: it is not in this gateway's catalog.")
+            return error_result(f"Unknown tool {name!r}: it is not in this gateway's catalog." + down_hint(self, name))
         if epoch.is_deferred(name) and not state.allows(name):
             unreadable = await state.refresh()  # granted on another replica? (shared store)
             if unreadable is not None:
@@ -309,3 +309,18 @@ def _checked(result: dict[str, Any], version: str, server: str, tool: str) -> di
         log.warning("server %s returned an invalid result for %s: %s", server, quote(tool), escape(detail))
         return error_result(f"Server {server!r} returned an invalid result for tool {tool!r}: {detail}")
     return result
+
+
+def down_hint(router: Router, name: str) -> str:
+    """For an unknown name: the server that would offer it but is not connected, and why
+    (a server that needs ``prefixgate login`` has never listed its tools; the model and
+    the user learn the command from the call instead of a bare "unknown")."""
+    waiting = [
+        d
+        for d in router.downstreams.values()
+        if d.status not in ("ready", "disabled") and d.error and d.config.prefix and name.startswith(d.config.prefix)
+    ]
+    if not waiting:
+        return ""
+    server = max(waiting, key=lambda d: len(d.config.prefix))
+    return f" Server {server.id!r}, which may offer it, is not connected: {server.error}"

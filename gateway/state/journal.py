@@ -57,6 +57,15 @@ def check_private_file(fd: int, label: str) -> os.stat_result:
     return info
 
 
+def refusal(label: str, exc: OSError) -> str:
+    """Why a private file was not opened (``O_NOFOLLOW | O_NONBLOCK``), in words."""
+    if exc.errno == errno.ELOOP:
+        return f"{label} is a symlink"
+    if exc.errno == errno.ENXIO:
+        return f"{label} is not a regular file"
+    return f"cannot open {label}: {exc.strerror or exc}"
+
+
 def tail_record(fd: int, size: int, limit: int = TAIL_LIMIT) -> bytes:
     """The file's last line (with its newline, if any), read from the end only."""
     if size <= 0:
@@ -79,11 +88,7 @@ class Journal:
         self.label = f"activation journal {str(self.path)!r}"
 
     def _refused(self, exc: OSError) -> JournalError:
-        if exc.errno == errno.ELOOP:
-            return JournalError(f"{self.label} is a symlink")
-        if exc.errno == errno.ENXIO:
-            return JournalError(f"{self.label} is not a regular file")
-        return JournalError(f"cannot open {self.label}: {exc.strerror or exc}")
+        return JournalError(refusal(self.label, exc))
 
     def read(self) -> bytes:
         """The journal's last record (empty when it does not exist yet).

@@ -31,7 +31,6 @@ _DROPPED_FIELDS: dict[str, tuple[bool, str]] = {
         True,
         "prefixgate runs no header helper; set the headers it produces in headers as ${VAR} references",
     ),
-    "oauth": (True, "prefixgate runs no OAuth flow; send a token in headers as a ${VAR} reference"),
     "dev": (False, "VS Code development mode (watch/debug) has no prefixgate equivalent"),
     "autoApprove": (False, "tool approval belongs to the client that runs prefixgate"),
     "alwaysAllow": (False, "tool approval belongs to the client that runs prefixgate"),
@@ -43,9 +42,7 @@ _DROPPED_FIELDS: dict[str, tuple[bool, str]] = {
     "version": (False, "descriptive only"),
 }
 _CODEX_DROPPED: dict[str, tuple[bool, str]] = {
-    "oauth": (True, "prefixgate runs no OAuth flow (codex mcp login); send a token in headers as a ${VAR} reference"),
-    "scopes": (True, "prefixgate runs no OAuth flow"),
-    "oauth_resource": (True, "prefixgate runs no OAuth flow"),
+    "oauth_resource": (False, "the resource is taken from the server's protected-resource metadata"),
     "default_tools_approval_mode": (False, "tool approval belongs to the client that runs prefixgate"),
     "tools": (False, "per-tool approval belongs to the client that runs prefixgate"),
 }
@@ -242,6 +239,72 @@ class _Translator:
             )
 
 
+def _scope_list(value: Any) -> list[str] | None:
+    """Scopes as a list of tokens (a list, or one space-separated string); None if neither."""
+    if isinstance(value, str):
+        value = value.split()
+    if isinstance(value, list) and all(isinstance(v, str) and v and not any(c.isspace() for c in v) for v in value):
+        return list(value)
+    return None
+
+
+def _oauth(t: _Translator, raw: dict[str, Any], fields: dict[str, Any]) -> set[str]:
+    """The OAuth part of a remote entry: every client read here logs in to a remote server
+    that asks for it (OAuth 2.1, on a 401), so a remote entry that sends no Authorization
+    header of its own becomes ``auth = "oauth"``; each client's explicit OAuth settings
+    (Claude Code ``oauth``, Cursor ``auth``, Codex ``oauth``/``scopes``) carry over.
+    Returns the source keys it consumed."""
+    client = CLIENT_NAMES[t.fmt]
+    if any(name.lower() == "authorization" for name in fields.get("headers", {})):
+        for key in ("oauth", "auth", "scopes") if t.fmt in ("cursor", "codex", "claude-code") else ():
+            if key in raw:
+                t.note(key, "not imported: the entry sends its own Authorization header", "warning")
+        return {"oauth", "auth", "scopes"} & set(raw)
+    fields["auth"] = "oauth"
+    handled: set[str] = set()
+    settings: Any = None
+    if t.fmt == "cursor" and isinstance(raw.get("auth"), dict):
+        settings, handled = raw["auth"], {"auth"}
+    elif isinstance(raw.get("oauth"), dict):
+        settings, handled = raw["oauth"], {"oauth"}
+    settings = settings or {}
+    client_id = next((settings[k] for k in ("clientId", "client_id", "CLIENT_ID") if k in settings), None)
+    if client_id is not None:
+        fields["client_id"] = t.nonempty(client_id, "client_id")
+    secret = next((settings[k] for k in ("clientSecret", "client_secret", "CLIENT_SECRET") if k in settings), None)
+    if secret is not None:
+        text = t.nonempty(secret, "client_secret")
+        if re.fullmatch(r"\$\{[A-Za-z_][A-Za-z0-9_]*\}", text):
+            fields["client_secret"] = text
+        else:
+            var = env_var_name(f"{t.entry.name}_CLIENT_SECRET")
+            fields["client_secret"] = "${" + var + "}"
+            t.note(
+                "client_secret",
+                f"the client secret became ${{{var}}} (prefixgate keeps no secret in its config): "
+                f"export {var}=... before starting prefixgate (the value is not copied)",
+                "warning",
+            )
+    elif client_id is not None and t.fmt == "claude-code":
+        t.note("client_secret", "Claude Code keeps a client secret in its keychain; if this client has one, "
+                  "set client_secret = \"${VAR}\"")
+    port = next((settings[k] for k in ("callbackPort", "callback_port") if k in settings), None)
+    if isinstance(port, int) and not isinstance(port, bool) and 0 < port < 65536:
+        fields["redirect_port"] = port
+    scopes_value = settings.get("scopes", raw.get("scopes") if t.fmt == "codex" else None)
+    if scopes_value is not None:
+        scopes = _scope_list(scopes_value)
+        if scopes is None:
+            t.note("scopes", "not imported: expected a list of scope names", "warning")
+        elif scopes:
+            fields["scopes"] = scopes
+        if t.fmt == "codex":
+            handled.add("scopes")
+    t.note("auth", f"oauth: {client} logs in when the server asks; run prefixgate login for it if it does "
+              "(tokens are stored under state_dir, never in the config)")
+    return handled
+
+
 def _translate_json(entry: Entry) -> Translated:
     raw = entry.raw
     if not isinstance(raw, dict):
@@ -308,6 +371,7 @@ def _translate_json(entry: Entry) -> Translated:
             if headers:
                 fields["headers"] = headers
         handled |= {url_key, "headers"}
+        handled |= _oauth(t, raw, fields)
         if has_command:
             t.note("command", f"ignored: the entry is a remote server ({type_key} {raw[type_key]!r})", "warning")
             handled.add("command")
@@ -378,7 +442,7 @@ def _translate_codex(entry: Entry) -> Translated:
         if env:
             fields["env"] = env
         handled |= {"command", "args", "cwd", "env", "env_vars"}
-        for key in ("http_headers", "env_http_headers", "bearer_token_env_var", "bearer_token"):
+        for key in ("http_headers", "env_http_headers", "bearer_token_env_var", "bearer_token", "scopes", "oauth"):
             if key in raw:
                 t.note(key, "ignored: it applies to remote servers only", "warning")
                 handled.add(key)
@@ -416,6 +480,7 @@ def _translate_codex(entry: Entry) -> Translated:
         if headers:
             fields["headers"] = headers
         handled |= {"url", "http_headers", "env_http_headers", "bearer_token_env_var", "bearer_token"}
+        handled |= _oauth(t, raw, fields)
         for key in ("args", "env", "env_vars", "cwd"):
             if key in raw:
                 t.note(key, "ignored: it applies to stdio servers only", "warning")
@@ -455,8 +520,9 @@ def _translate_codex(entry: Entry) -> Translated:
     return _ordered(t.out)
 
 
-_ORDER = ("command", "args", "cwd", "url", "transport", "enabled", "required",
-          "startup_timeout", "call_timeout", "include", "exclude", "env", "headers")  # fmt: skip
+_ORDER = ("command", "args", "cwd", "url", "transport", "auth", "client_id", "client_secret", "scopes",
+          "redirect_port", "enabled", "required", "startup_timeout", "call_timeout", "include", "exclude", "env",
+          "headers")  # fmt: skip
 
 
 def _ordered(out: Translated) -> Translated:

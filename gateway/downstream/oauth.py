@@ -1,0 +1,324 @@
+"""OAuth 2.1 toward a remote server: the mcp SDK's client provider, plugged into the HTTP client.
+
+The SDK's ``OAuthClientProvider`` does the protocol (protected-resource and
+authorization-server metadata discovery, pre-registration / client ID metadata document /
+dynamic registration, PKCE S256, ``resource``, scope selection and step-up, ``iss``
+checks, refresh); ``ClientCredentialsOAuthProvider`` does the headless grant. This module
+adds only what a gateway needs around them:
+
+- tokens come from a store the engine hands in (``gateway.state.tokens``), which keeps the
+  absolute expiry, so a restarted gateway refreshes before sending an expired token;
+- the provider's idea of expiry is moved a little earlier (half the lifetime, at most a
+  minute), so a token is refreshed before it can expire on its way to the server;
+- a gateway never starts an interactive flow: where the SDK would open a browser, the
+  serve-side redirect handler records why a login is needed (with the exact
+  ``prefixgate login`` command, and the scope asked for on a step-up) and stops the
+  connection; the server is reported ``failed`` with that reason. Only ``prefixgate
+  login`` passes a real redirect and callback handler (:class:`Interactive`);
+- a pre-registered ``client_id``/``client_secret`` is presented as the stored client, and
+  never written to the token file.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import warnings
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+from urllib.parse import parse_qs, urlparse
+
+import httpx2
+from mcp.client.auth import OAuthClientProvider, TokenStorage
+from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuthProvider
+from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
+
+from gateway.config import ServerConfig
+
+PLACEHOLDER_REDIRECT = "http://127.0.0.1/callback"
+"""The redirect URI a gateway declares: it never receives a redirect (it never starts a flow)."""
+MAX_EARLY = 60.0
+"""At most this many seconds before its expiry is a token refreshed."""
+
+
+class LoginNeeded(Exception):
+    """The server needs ``prefixgate login`` (again); ``str()`` is the reason with the command."""
+
+
+def _leaf(exc: BaseException) -> BaseException:
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+class _ExpectedStop(logging.Filter):
+    """Drops the SDK's tracebacks for a flow the gateway stopped on purpose (a login is
+    needed): the server's status says why, once, with the command to run."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return exc is None or not isinstance(_leaf(exc), LoginNeeded)
+
+
+for _name in ("mcp.client.auth.oauth2", "mcp.client.streamable_http", "mcp.client.sse"):
+    logging.getLogger(_name).addFilter(_ExpectedStop())
+
+
+class Store(TokenStorage, Protocol):
+    """What the provider needs of a token store (``gateway.state.tokens.TokenStore``)."""
+
+    async def load(self) -> object: ...
+
+    async def expires_at(self) -> float | None: ...
+
+    def fingerprint(self) -> object: ...
+
+
+@dataclass
+class Interactive:
+    """``prefixgate login``'s side of the flow: where the browser is sent, and the code comes back."""
+
+    redirect_uri: str
+    redirect: Callable[[str], Awaitable[None]]
+    callback: Callable[[], Awaitable[AuthorizationCodeResult]]
+    fresh: bool = True
+    """Ignore stored tokens (a login asks again, e.g. for a wider scope)."""
+
+
+@dataclass
+class OAuthSetup:
+    """What the engine hands a remote downstream with ``auth``: its store and how to say "log in"."""
+
+    store_for: Callable[[ServerConfig], Store]
+    login_command: Callable[[str], str]
+    interactive: Interactive | None = None
+    problems: Problems = field(default_factory=lambda: Problems())
+    """Why a server's requests need a login (set where the SDK would open a browser)."""
+
+
+class Problems:
+    """Server id -> the latest "log in" reason, numbered, so a caller can tell whether its
+    own request met one (``mark`` before, ``since`` after) from an older one."""
+
+    def __init__(self) -> None:
+        self._latest: dict[str, tuple[int, str]] = {}
+        self._count = 0
+
+    def note(self, server_id: str, reason: str) -> None:
+        self._count += 1
+        self._latest[server_id] = (self._count, reason)
+
+    def get(self, server_id: str) -> str | None:
+        found = self._latest.get(server_id)
+        return found[1] if found else None
+
+    def mark(self) -> int:
+        return self._count
+
+    def since(self, server_id: str, mark: int) -> str | None:
+        found = self._latest.get(server_id)
+        return found[1] if found and found[0] > mark else None
+
+    def clear(self, server_id: str) -> None:
+        self._latest.pop(server_id, None)
+
+
+class _Unauthenticated(httpx2.Auth):
+    """No login stored: requests go out as they would without ``auth`` (a server that asks
+    for no login just works, as in the clients ``import`` reads, which log in only on
+    demand); a 401 fails the connection with the ``prefixgate login`` command. Nothing is
+    discovered or registered: that is ``login``'s work, not the gateway's."""
+
+    def __init__(self, server_id: str, setup: OAuthSetup) -> None:
+        self.server_id = server_id
+        self.setup = setup
+
+    async def async_auth_flow(self, request: httpx2.Request) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
+        response = yield request
+        if response.status_code == 401:
+            self.setup.problems.note(self.server_id, f"not logged in: run {self.setup.login_command(self.server_id)}")
+
+
+class _Guarded(httpx2.Auth):
+    """The SDK provider, minus one thing: where it would need a person (our serve-side
+    redirect handler raises LoginNeeded), the request is answered with the server's own
+    refusal instead of an exception. The SDK's transport dies on an exception from its HTTP
+    client (every later request on the connection would fail), while a refusal fails only
+    that request: a step-up on one tool costs that tool's call, not the server."""
+
+    requires_response_body = True
+
+    def __init__(self, inner: OAuthClientProvider, bound: _Bound) -> None:
+        self.inner = inner
+        self.bound = bound
+        self.seen = bound.store.fingerprint()
+
+    async def _follow_the_file(self) -> None:
+        """Another process changed the token file (``login`` with a wider scope, ``logout``):
+        take its tokens (or their absence) before the next request, without a reconnect."""
+        now = self.bound.store.fingerprint()
+        if now == self.seen:
+            return
+        self.seen = now
+        await self.bound.store.load()
+        tokens = await self.bound.store.get_tokens()
+        context = self.inner.context
+        if tokens is None:
+            context.clear_tokens()
+            return
+        context.current_tokens = tokens
+        client = await self.bound.store.get_client_info()
+        headless = isinstance(self.inner, ClientCredentialsOAuthProvider)
+        if client is not None and self.bound.fixed is None and not headless:
+            context.client_info = client
+        await _keep_early(self.inner, self.bound)
+
+    async def async_auth_flow(self, request: httpx2.Request) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
+        await self._follow_the_file()
+        flow = self.inner.async_auth_flow(request)
+        try:
+            outgoing = await flow.__anext__()
+            while True:
+                response = yield outgoing
+                try:
+                    outgoing = await flow.asend(response)
+                except LoginNeeded:
+                    yield request  # as sent: refused again, and that refusal is the answer
+                    return
+        except StopAsyncIteration:
+            return
+        finally:
+            await flow.aclose()
+
+
+def early_expiry(expires_in: float, now: float) -> float:
+    """When to treat a token as expired: before the server does, by half its lifetime (<= 60 s)."""
+    return now + expires_in - min(MAX_EARLY, expires_in / 2)
+
+
+def _scopes(url: str) -> list[str]:
+    return " ".join(parse_qs(urlparse(url).query).get("scope", [])).split()
+
+
+class _Bound:
+    """The store as the provider sees it: the pre-registered client presented, expiry kept early."""
+
+    def __init__(self, store: Store, fixed: OAuthClientInformationFull | None, fresh: bool) -> None:
+        self.store = store
+        self.fixed = fixed
+        self.fresh = fresh
+        self.provider: OAuthClientProvider | None = None
+
+    async def get_tokens(self) -> OAuthToken | None:
+        return None if self.fresh else await self.store.get_tokens()
+
+    async def set_tokens(self, tokens: OAuthToken) -> None:
+        self.fresh = False
+        await self.store.set_tokens(tokens)
+        if self.provider is not None and tokens.expires_in is not None:
+            # The SDK has just set the exact expiry; take it a little earlier.
+            self.provider.context.token_expiry_time = early_expiry(tokens.expires_in, time.time())
+
+    async def get_client_info(self) -> OAuthClientInformationFull | None:
+        return self.fixed or await self.store.get_client_info()
+
+    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
+        if self.fixed is None:
+            await self.store.set_client_info(client_info)
+
+
+async def provider(config: ServerConfig, setup: OAuthSetup) -> httpx2.Auth:
+    """The ``auth=`` of one connection's HTTP client (a new one per connection: it re-reads
+    the token file, so a login made meanwhile in another process is picked up).
+
+    Raises TokenFileError (an OSError) when the stored file is refused.
+    """
+    assert config.url is not None and config.auth is not None
+    store = setup.store_for(config)
+    await store.load()
+    scope = " ".join(config.scopes) or None
+    if config.auth == "client_credentials":
+        assert config.client_id is not None and config.client_secret is not None
+        bound = _Bound(store, None, fresh=False)
+        with warnings.catch_warnings():
+            # Without ``issuer`` the SDK warns that discovery decides where the secret goes;
+            # that is the documented choice of a config that names none.
+            warnings.simplefilter("ignore")
+            headless = ClientCredentialsOAuthProvider(
+                config.url,
+                bound,
+                config.client_id,
+                config.client_secret,
+                scope=scope,
+                issuer=config.issuer,
+            )
+        await _keep_early(headless, bound)
+        return _Guarded(headless, bound)
+    interactive = setup.interactive
+    if interactive is None and await store.get_tokens() is None:
+        return _Unauthenticated(config.id, setup)
+    redirect_uri = interactive.redirect_uri if interactive else PLACEHOLDER_REDIRECT
+    fixed = None
+    if config.client_id is not None:
+        fixed = OAuthClientInformationFull(
+            client_id=config.client_id,
+            client_secret=config.client_secret,
+            redirect_uris=[redirect_uri],  # type: ignore[list-item]
+            token_endpoint_auth_method="client_secret_basic" if config.client_secret else "none",
+            grant_types=["authorization_code", "refresh_token"],
+            scope=scope,
+        )
+    bound = _Bound(store, fixed, fresh=interactive is not None and interactive.fresh)
+
+    async def no_browser(url: str) -> None:
+        granted = await store.get_tokens()
+        if granted is None:
+            reason = f"not logged in: run {setup.login_command(config.id)}"
+            setup.problems.note(config.id, reason)
+            raise LoginNeeded(reason)
+        wanted = _scopes(url)
+        have = (granted.scope or "").split() if granted else []
+        extra = [s for s in wanted if s not in have]
+        command = setup.login_command(config.id)
+        if extra:
+            reason = (
+                f"needs a wider grant (scope {' '.join(extra)}; step-up): run {command} "
+                f"--scope \"{' '.join(extra)}\""
+            )
+        else:
+            reason = f"needs a new login (the stored tokens were refused and could not be refreshed): run {command}"
+        setup.problems.note(config.id, reason)
+        raise LoginNeeded(reason)
+
+    async def no_callback() -> AuthorizationCodeResult:  # pragma: no cover - no_browser raised first
+        raise LoginNeeded(f"run {setup.login_command(config.id)}")
+
+    metadata = OAuthClientMetadata(
+        client_name="prefixgate",
+        redirect_uris=[redirect_uri],  # type: ignore[list-item]
+        grant_types=["authorization_code", "refresh_token"],
+        response_types=["code"],
+        scope=scope,
+    )
+    auth = OAuthClientProvider(
+        config.url,
+        metadata,
+        bound,
+        redirect_handler=interactive.redirect if interactive else no_browser,
+        callback_handler=interactive.callback if interactive else no_callback,
+        client_metadata_url=config.client_metadata_url,
+    )
+    await _keep_early(auth, bound)
+    return auth if interactive is not None else _Guarded(auth, bound)
+
+
+async def _keep_early(auth: OAuthClientProvider, bound: _Bound) -> None:
+    """The stored expiry (the SDK keeps none across processes), a little early, now and after
+    every token the provider stores."""
+    bound.provider = auth
+    expires_at = await bound.store.expires_at()
+    granted = await bound.store.get_tokens()
+    if expires_at is not None and not bound.fresh:
+        lifetime = granted.expires_in if granted is not None and granted.expires_in else 0
+        auth.context.token_expiry_time = expires_at - min(MAX_EARLY, lifetime / 2)

@@ -1,0 +1,224 @@
+"""OAuth tokens of remote servers: one private JSON file per server under ``state_dir/oauth``.
+
+The file holds what ``prefixgate login`` obtained (access and refresh token, their expiry
+and granted scope) and the client registration it made (dynamic registration or a client
+ID metadata document), so ``serve`` and ``catalog`` can use and refresh them without a
+browser. Tokens are secrets kept like artifacts: the directory is opened through the same
+verified opener (a real directory, ours, 0700), a file is read only if it is a regular
+file we own that nobody else can write (opened ``O_NOFOLLOW | O_NONBLOCK``: a planted
+symlink or FIFO is refused, never followed), and written atomically (a temporary file in
+the directory, fsync, rename, fsync of the directory), so a reader in another process
+sees the old tokens or the new ones, never half.
+
+The file name is a hash of the server id *and* its URL: a server whose URL changes never
+presents tokens issued for another resource. :class:`TokenStore` implements the mcp SDK's
+``TokenStorage`` protocol for one server; the file work is synchronous and small, run in a
+worker thread. (The Redis store may take this over later: the seam is this one class.)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
+from pydantic import ValidationError
+
+from gateway.state.journal import JournalError, check_private_file, open_private_dir, refusal
+
+VERSION = 1
+MAX_FILE_BYTES = 1 << 20
+"""A token file larger than this is not ours: refused, not read."""
+_OPEN_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+class TokenFileError(OSError):
+    """A token file or its directory failed verification; ``str()`` says which and why."""
+
+
+def file_key(server_id: str, url: str) -> str:
+    """The file's name: the server id and URL it was issued for, hashed (neither is shown)."""
+    return hashlib.sha256(f"{server_id}\0{url}".encode("utf-8", "surrogatepass")).hexdigest()
+
+
+class TokenFile:
+    """The one file of one (server, url): verified read, atomic replace, removal."""
+
+    def __init__(self, state_dir: Path, server_id: str, url: str) -> None:
+        self.server_id = server_id
+        self.url = url
+        self.directory = state_dir / "oauth"
+        self.path = self.directory / f"{file_key(server_id, url)}.json"
+        self.label = f"token file {str(self.path)!r}"
+
+    def _dir(self, *, create: bool) -> int | None:
+        try:
+            return open_private_dir(self.directory, create=create)
+        except JournalError as exc:
+            raise TokenFileError(str(exc).replace("directory", "token directory", 1)) from None
+
+    def _refused(self, exc: OSError) -> TokenFileError:
+        return TokenFileError(refusal(self.label, exc))
+
+    def read(self) -> dict[str, Any] | None:
+        """The stored record, or None when there is none (or it is for another server/url).
+
+        Raises TokenFileError when the directory or file fails verification or the
+        content is not a record of ours: the caller then treats the server as logged out
+        and says why.
+        """
+        dir_fd = self._dir(create=False)
+        if dir_fd is None:
+            return None
+        try:
+            fd = os.open(self.path.name, os.O_RDONLY | _OPEN_FLAGS, dir_fd=dir_fd)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise self._refused(exc) from None
+        finally:
+            os.close(dir_fd)
+        try:
+            try:
+                info = check_private_file(fd, self.label)
+            except JournalError as exc:
+                raise TokenFileError(str(exc)) from None
+            if info.st_size > MAX_FILE_BYTES:
+                raise TokenFileError(f"{self.label} is larger than {MAX_FILE_BYTES} bytes")
+            data = os.pread(fd, MAX_FILE_BYTES + 1, 0)
+        finally:
+            os.close(fd)
+        try:
+            record = json.loads(data)
+        except ValueError:
+            raise TokenFileError(f"{self.label} is not valid JSON") from None
+        if not isinstance(record, dict) or record.get("version") != VERSION:
+            raise TokenFileError(f"{self.label} is not a version {VERSION} token record")
+        if record.get("server") != self.server_id or record.get("url") != self.url:
+            return None
+        return record
+
+    def write(self, record: dict[str, Any]) -> None:
+        """Replace the file atomically with ``record`` (0600, fsynced, directory fsynced)."""
+        body = json.dumps(
+            {**record, "version": VERSION, "server": self.server_id, "url": self.url}, sort_keys=True
+        ).encode()
+        dir_fd = self._dir(create=True)
+        assert dir_fd is not None
+        temp = f".{self.path.name}.{os.urandom(6).hex()}.tmp"
+        try:
+            try:
+                fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _OPEN_FLAGS, 0o600, dir_fd=dir_fd)
+            except OSError as exc:
+                raise self._refused(exc) from None
+            try:
+                view = memoryview(body)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            try:
+                os.rename(temp, self.path.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            except OSError:
+                os.unlink(temp, dir_fd=dir_fd)
+                raise
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+    def remove(self) -> bool:
+        """Forget the server's tokens and registration; whether there was a file."""
+        dir_fd = self._dir(create=False)
+        if dir_fd is None:
+            return False
+        try:
+            os.unlink(self.path.name, dir_fd=dir_fd)
+            os.fsync(dir_fd)
+            return True
+        except FileNotFoundError:
+            return False
+        finally:
+            os.close(dir_fd)
+
+    def fingerprint(self) -> tuple[int, int, int] | None:
+        """Changes when another process writes the file (a ``login`` in another terminal)."""
+        try:
+            info = os.stat(self.path, follow_symlinks=False)
+        except OSError:
+            return None
+        return (info.st_ino, info.st_mtime_ns, info.st_size)
+
+
+class TokenStore:
+    """The mcp SDK's ``TokenStorage`` for one server, backed by its :class:`TokenFile`.
+
+    Keeps the absolute expiry beside the tokens (``expires_in`` alone means nothing once
+    the process that received it is gone), so a restarted gateway refreshes an expired
+    access token before using it instead of sending it and meeting a 401.
+    """
+
+    def __init__(self, file: TokenFile) -> None:
+        self.file = file
+        self._record: dict[str, Any] | None = None
+        self._seen: object = None
+
+    async def load(self) -> dict[str, Any]:
+        """(Re-)read the file; raises TokenFileError when it is refused."""
+        self._seen = self.file.fingerprint()
+        self._record = await anyio.to_thread.run_sync(self.file.read) or {}
+        return self._record
+
+    async def _current(self) -> dict[str, Any]:
+        """The record, re-read when another process wrote the file since (a gateway and a
+        ``catalog`` refreshing at once: with rotating refresh tokens the one refused takes
+        the other's fresh tokens from the file instead of asking for a login)."""
+        if self._record is None or self.file.fingerprint() != self._seen:
+            return await self.load()
+        return self._record
+
+    async def _update(self, **changes: Any) -> None:
+        record = {**(await self._current()), **changes}
+        await anyio.to_thread.run_sync(self.file.write, record)
+        self._record = record
+        self._seen = self.file.fingerprint()
+
+    async def get_tokens(self) -> OAuthToken | None:
+        raw = (await self._current()).get("tokens")
+        try:
+            return OAuthToken.model_validate(raw) if raw else None
+        except ValidationError:
+            return None
+
+    async def set_tokens(self, tokens: OAuthToken) -> None:
+        expires_at = time.time() + tokens.expires_in if tokens.expires_in is not None else None
+        await self._update(tokens=tokens.model_dump(mode="json", exclude_none=True), expires_at=expires_at)
+
+    async def get_client_info(self) -> OAuthClientInformationFull | None:
+        raw = (await self._current()).get("client")
+        try:
+            return OAuthClientInformationFull.model_validate(raw) if raw else None
+        except ValidationError:
+            return None
+
+    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
+        await self._update(client=client_info.model_dump(mode="json", exclude_none=True))
+
+    async def forget_client(self) -> None:
+        """Drop the stored registration (its redirect URI can no longer be served), keep the rest."""
+        record = dict(await self.load())
+        if record.pop("client", None) is not None:
+            await anyio.to_thread.run_sync(self.file.write, record)
+            self._record = record
+
+    async def expires_at(self) -> float | None:
+        value = (await self._current()).get("expires_at")
+        return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+    def fingerprint(self) -> object:
+        return self.file.fingerprint()

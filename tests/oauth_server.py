@@ -1,0 +1,285 @@
+"""An OAuth-protected MCP server on loopback, for the OAuth tests.
+
+Built with the mcp SDK's server auth helpers: ``MCPServer`` with an in-memory
+authorization server (``OAuthAuthorizationServerProvider``) that registers any client
+dynamically, approves every authorization at once (it redirects straight back to the
+client's redirect URI with a code, as the conformance suite's test server does), and
+issues short-lived access tokens with rotating refresh tokens. Its protected resource
+metadata points at itself as the authorization server. Both protocol eras are served on
+``/mcp`` (streamable HTTP), or the handshake era on ``/sse`` with ``--transport sse``.
+
+Usage: ``python tests/oauth_server.py [--transport http|sse] [--lifetime S] [--scopes a,b]
+[--client-credentials ID:SECRET]`` (the last also answers that grant for one client);
+prints its endpoint URL on stdout once bound. Every secret it issues (access token,
+refresh token, client secret) is appended as one JSON line to ``$OAUTH_SERVER_LOG`` when
+set, so tests can look for the exact strings in what the gateway prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import socket
+import sys
+import time
+from typing import Any
+
+import anyio
+import uvicorn
+from mcp.server.auth.middleware.auth_context import get_access_token
+from mcp.server.auth.provider import (
+    AccessToken,
+    AuthorizationCode,
+    AuthorizationParams,
+    RefreshToken,
+    TokenError,
+    construct_redirect_uri,
+)
+from mcp.server.auth.settings import AuthSettings, ClientRegistrationOptions
+from mcp.server.mcpserver import MCPServer
+from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
+
+
+def _record(kind: str, value: str | None) -> None:
+    path = os.environ.get("OAUTH_SERVER_LOG")
+    if path and value:
+        with open(path, "a", encoding="utf-8") as log:
+            log.write(json.dumps({"kind": kind, "value": value}) + "\n")
+
+
+class ApprovingProvider:
+    """An authorization server that says yes at once (no login page, no consent)."""
+
+    def __init__(self, lifetime: int, scopes: list[str]) -> None:
+        self.lifetime = lifetime
+        self.scopes = scopes
+        self.clients: dict[str, OAuthClientInformationFull] = {}
+        self.codes: dict[str, AuthorizationCode] = {}
+        self.access: dict[str, AccessToken] = {}
+        self.refresh: dict[str, RefreshToken] = {}
+
+    async def get_client(self, client_id: str) -> OAuthClientInformationFull | None:
+        return self.clients.get(client_id)
+
+    async def register_client(self, client_info: OAuthClientInformationFull) -> None:
+        assert client_info.client_id is not None
+        # Registered for every scope this server knows (RFC 7591 lets it replace the request):
+        # a later step-up asks the same client for more.
+        client_info.scope = " ".join(self.scopes)
+        self.clients[client_info.client_id] = client_info
+        _record("client_secret", client_info.client_secret)
+
+    async def authorize(self, client: OAuthClientInformationFull, params: AuthorizationParams) -> str:
+        code = secrets.token_urlsafe(24)
+        assert client.client_id is not None
+        self.codes[code] = AuthorizationCode(
+            code=code,
+            scopes=params.scopes or [],
+            expires_at=time.time() + 300,
+            client_id=client.client_id,
+            code_challenge=params.code_challenge,
+            redirect_uri=params.redirect_uri,
+            redirect_uri_provided_explicitly=params.redirect_uri_provided_explicitly,
+            resource=params.resource,
+        )
+        return construct_redirect_uri(str(params.redirect_uri), code=code, state=params.state)
+
+    async def load_authorization_code(self, client: OAuthClientInformationFull, code: str) -> AuthorizationCode | None:
+        found = self.codes.get(code)
+        return found if found is not None and found.client_id == client.client_id else None
+
+    def _issue(self, client_id: str, scopes: list[str], resource: str | None) -> OAuthToken:
+        access, refresh = "at-" + secrets.token_urlsafe(24), "rt-" + secrets.token_urlsafe(24)
+        self.access[access] = AccessToken(
+            token=access,
+            client_id=client_id,
+            scopes=scopes,
+            expires_at=int(time.time()) + self.lifetime,
+            resource=resource,
+        )
+        self.refresh[refresh] = RefreshToken(token=refresh, client_id=client_id, scopes=scopes, resource=resource)
+        _record("access_token", access)
+        _record("refresh_token", refresh)
+        return OAuthToken(
+            access_token=access, expires_in=self.lifetime, scope=" ".join(scopes), refresh_token=refresh
+        )
+
+    async def exchange_authorization_code(
+        self, client: OAuthClientInformationFull, code: AuthorizationCode
+    ) -> OAuthToken:
+        self.codes.pop(code.code, None)
+        return self._issue(code.client_id, code.scopes, code.resource)
+
+    async def load_refresh_token(self, client: OAuthClientInformationFull, refresh_token: str) -> RefreshToken | None:
+        found = self.refresh.get(refresh_token)
+        return found if found is not None and found.client_id == client.client_id else None
+
+    async def exchange_refresh_token(
+        self, client: OAuthClientInformationFull, refresh_token: RefreshToken, scopes: list[str]
+    ) -> OAuthToken:
+        if self.refresh.pop(refresh_token.token, None) is None:
+            raise TokenError(error="invalid_grant", error_description="refresh token already used")
+        return self._issue(refresh_token.client_id, scopes or refresh_token.scopes, refresh_token.resource)
+
+    async def load_access_token(self, token: str) -> AccessToken | None:
+        found = self.access.get(token)
+        if found is None or (found.expires_at is not None and found.expires_at < time.time()):
+            return None
+        return found
+
+    async def revoke_token(self, token: AccessToken | RefreshToken) -> None:
+        self.access.pop(token.token, None)
+        self.refresh.pop(token.token, None)
+
+
+async def read_body(receive: Any) -> bytes:
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            return body
+
+
+def replaying(body: bytes, receive: Any) -> Any:
+    """A ``receive`` that hands the already-read body to the wrapped app first."""
+    sent = False
+
+    async def replay() -> Any:
+        nonlocal sent
+        if sent:
+            return await receive()
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replay
+
+
+def with_client_credentials(app: Any, provider: ApprovingProvider, client_id: str, secret: str) -> Any:
+    """The app, with ``grant_type=client_credentials`` answered at ``/token`` for one
+    pre-registered client (HTTP Basic or form credentials); the SDK's token handler has no such
+    grant, so it is answered here, before the request reaches it."""
+    import base64
+    from urllib.parse import parse_qs, unquote
+
+    async def wrapped(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["path"] != "/token" or scope["method"] != "POST":
+            await app(scope, receive, send)
+            return
+        body = await read_body(receive)
+        form = {k: v[0] for k, v in parse_qs(body.decode()).items()}
+        if form.get("grant_type") != "client_credentials":
+            await app(scope, replaying(body, receive), send)
+            return
+        headers = dict(scope["headers"])
+        given = (form.get("client_id"), form.get("client_secret"))
+        basic = headers.get(b"authorization", b"").decode()
+        if basic.lower().startswith("basic "):
+            user, _, password = base64.b64decode(basic[6:]).decode().partition(":")
+            given = (unquote(user), unquote(password))
+        if given != (client_id, secret):
+            status, payload = 401, {"error": "invalid_client"}
+        else:
+            scopes = form.get("scope", "").split() or ["mcp:read"]
+            token = provider._issue(client_id, scopes, form.get("resource"))
+            status, payload = 200, token.model_dump(exclude_none=True)
+        data = json.dumps(payload).encode()
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/json"), (b"cache-control", b"no-store")]})
+        await send({"type": "http.response.body", "body": data})
+
+    return wrapped
+
+
+def with_step_up(app: Any, provider: ApprovingProvider, tool: str, scope: str) -> Any:
+    """The app, answering a ``tools/call`` of ``tool`` with 403 ``insufficient_scope`` (naming
+    ``scope``) when the presented token lacks that scope: a step-up challenge."""
+
+    async def wrapped(scope_: Any, receive: Any, send: Any) -> None:
+        if scope_["type"] != "http" or scope_["method"] != "POST":
+            await app(scope_, receive, send)
+            return
+        body = await read_body(receive)
+        try:
+            request = json.loads(body)
+        except ValueError:
+            request = None
+        token = dict(scope_["headers"]).get(b"authorization", b"").decode().removeprefix("Bearer ")
+        held = provider.access.get(token)
+        wanted = (
+            isinstance(request, dict)
+            and request.get("method") == "tools/call"
+            and (request.get("params") or {}).get("name") == tool
+        )
+        if wanted and held is not None and scope not in held.scopes:
+            challenge = f'Bearer error="insufficient_scope", scope="{" ".join([*held.scopes, scope])}"'
+            await send({"type": "http.response.start", "status": 403,
+                        "headers": [(b"www-authenticate", challenge.encode()), (b"content-type", b"application/json")]})
+            await send({"type": "http.response.body", "body": b'{"error": "insufficient_scope"}'})
+            return
+        await app(scope_, replaying(body, receive), send)
+
+    return wrapped
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--transport", choices=("http", "sse"), default="http")
+    p.add_argument("--lifetime", type=int, default=3600, help="access token lifetime in seconds")
+    p.add_argument("--scopes", default="mcp:read", help="comma-separated scopes the resource requires")
+    p.add_argument("--client-credentials", metavar="ID:SECRET", help="also answer the client_credentials grant")
+    p.add_argument("--step-up", metavar="SCOPE", help="tool 'admin' needs this scope too (403 insufficient_scope)")
+    args = p.parse_args()
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(128)
+    base = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    path = "/mcp" if args.transport == "http" else "/sse"
+    scopes = [s for s in args.scopes.split(",") if s]
+    provider = ApprovingProvider(args.lifetime, [*scopes, *([args.step_up] if args.step_up else [])])
+    server: MCPServer[Any] = MCPServer(
+        "oauth-demo",
+        auth_server_provider=provider,
+        auth=AuthSettings(
+            issuer_url=base,
+            resource_server_url=base + path,
+            client_registration_options=ClientRegistrationOptions(enabled=True, valid_scopes=provider.scopes),
+            required_scopes=scopes,
+            validate_token_resource=False,
+        ),
+    )
+
+    @server.tool()
+    def echo(text: str) -> str:
+        """Echo text."""
+        return text
+
+    @server.tool()
+    def whoami() -> str:
+        """Which client and scopes the presented access token belongs to."""
+        token = get_access_token()
+        return f"client={token.client_id if token else None} scopes={' '.join(token.scopes) if token else ''}"
+
+    @server.tool()
+    def admin() -> str:
+        """A tool that may need a wider grant (--step-up)."""
+        return "admin done"
+
+    app = server.streamable_http_app() if args.transport == "http" else server.sse_app()
+    if args.step_up:
+        app = with_step_up(app, provider, "admin", args.step_up)
+    if args.client_credentials:
+        client_id, _, secret = args.client_credentials.partition(":")
+        app = with_client_credentials(app, provider, client_id, secret)
+    sys.stdout.write(base + path + "\n")
+    sys.stdout.flush()
+    config = uvicorn.Config(app, log_level="warning", lifespan="on")
+    anyio.run(uvicorn.Server(config).serve, [sock])
+
+
+if __name__ == "__main__":
+    main()

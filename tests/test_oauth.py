@@ -1,0 +1,410 @@
+"""OAuth 2.1 toward remote servers, end to end: a real OAuth-protected MCP server on loopback
+(tests/oauth_server.py, the mcp SDK's authorization-server helpers), ``prefixgate login`` with a
+stand-in browser that follows redirects, the real gateway, the real SDK client in both eras."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import (
+    ERAS,
+    PYTHON,
+    catalog_json,
+    gateway,
+    run_cli,
+    sdk_client,
+    text,
+    url_process,
+    wait_for,
+    write_config,
+)
+
+pytestmark = pytest.mark.anyio
+
+SERVER = str(Path(__file__).with_name("oauth_server.py"))
+BROWSER = """#!{python}
+import sys, httpx2
+response = httpx2.get(sys.argv[1], follow_redirects=True, timeout=30)
+sys.exit(0 if response.status_code < 400 else 1)
+"""
+
+
+@contextmanager
+def oauth_server(tmp_path: Path, *args: str) -> Iterator[str]:
+    """The OAuth-protected demo server; every secret it issues is logged to tmp_path/secrets.log."""
+    env = {"OAUTH_SERVER_LOG": str(tmp_path / "secrets.log")}
+    with url_process([PYTHON, SERVER, *args], env=env) as (url, _proc):
+        yield url
+
+
+def browser(tmp_path: Path) -> dict[str, str]:
+    """``$BROWSER`` set to a script that just follows the redirects (the server approves at once)."""
+    script = tmp_path / "browser.py"
+    script.write_text(BROWSER.format(python=sys.executable))
+    script.chmod(0o700)
+    return {"BROWSER": str(script)}
+
+
+def secrets(tmp_path: Path) -> list[str]:
+    log = tmp_path / "secrets.log"
+    lines = log.read_text().splitlines() if log.exists() else []
+    return [json.loads(line)["value"] for line in lines]
+
+
+def login(tmp_path: Path, config: Path, server: str = "remote", *extra: str) -> str:
+    proc = run_cli("login", server, "--config", str(config), "--timeout", "60", *extra, env=browser(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout + proc.stderr
+
+
+def command(config: Path, server: str = "remote") -> str:
+    return f"prefixgate login {server} --config {config.resolve()}"
+
+
+def token_files(config: Path) -> list[Path]:
+    return sorted((config.parent / "state" / "oauth").glob("*.json"))
+
+
+def assert_no_secret(tmp_path: Path, *outputs: str) -> None:
+    issued = secrets(tmp_path)
+    assert issued, "the server issued nothing"
+    for output in outputs:
+        for secret in issued:
+            assert secret not in output
+
+
+def test_no_tokens_is_failed_with_the_login_command_not_a_hang(tmp_path: Path) -> None:
+    with oauth_server(tmp_path) as url:
+        config = write_config(tmp_path, {"remote": {"url": url, "auth": "oauth"}})
+        report = catalog_json(config)
+    (server,) = report["servers"]
+    assert server["status"] == "failed"
+    assert server["error"] == f"not logged in: run {command(config)}"
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_login_then_calls_and_refresh_without_the_client_noticing(tmp_path: Path, mode: str) -> None:
+    with oauth_server(tmp_path, "--lifetime", "2") as url:
+        config = write_config(tmp_path, {"remote": {"url": url, "auth": "oauth"}})
+        said = login(tmp_path, config)
+        assert "logged in to 'remote' (scopes: mcp:read)" in said
+        (token_file,) = token_files(config)
+        assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+        assert stat.S_IMODE(token_file.parent.stat().st_mode) == 0o700
+        async with sdk_client(config, mode) as client:
+            first = await client.call_tool("remote__whoami", {})
+            assert not first.is_error and "scopes=mcp:read" in text(first)
+            import anyio
+
+            for round_ in range(3):  # each past the 2 s lifetime: refreshed every time
+                await anyio.sleep(1.5)
+                result = await client.call_tool("remote__echo", {"text": f"round {round_}"})
+                assert not result.is_error, text(result)
+                assert text(result) == f"round {round_}"
+        refreshes = [line for line in (tmp_path / "secrets.log").read_text().splitlines() if "access_token" in line]
+        assert len(refreshes) >= 3  # the login's token and at least two refreshed ones
+        proc = run_cli("catalog", "--config", str(config), "--json", "--log-level", "debug")
+        assert json.loads(proc.stdout)["servers"][0]["status"] == "ready"
+        assert_no_secret(tmp_path, said, proc.stdout, proc.stderr)
+
+
+async def test_logout_makes_the_server_failed_with_the_login_command(tmp_path: Path) -> None:
+    with oauth_server(tmp_path) as url:
+        config = write_config(tmp_path, {"remote": {"url": url, "auth": "oauth"}})
+        login(tmp_path, config)
+        assert catalog_json(config)["servers"][0]["status"] == "ready"
+        out = run_cli("logout", "remote", "--config", str(config))
+        assert out.returncode == 0 and "stored tokens are removed" in out.stdout
+        assert token_files(config) == []
+        again = run_cli("logout", "remote", "--config", str(config))
+        assert again.returncode == 0 and "had no stored tokens" in again.stdout
+        report = catalog_json(config)
+        assert report["servers"][0]["status"] == "failed"
+        assert command(config) in report["servers"][0]["error"]
+        for mode in ERAS:
+            async with sdk_client(config, mode) as client:
+                result = await client.call_tool("remote__echo", {"text": "x"})
+                assert result.is_error and command(config) in text(result)
+        async with gateway(config) as gw:
+            result = await gw.session.call_tool("remote__echo", {"text": "x"})
+            assert result.is_error and command(config) in text(result)
+            assert_no_secret(tmp_path, gw.stderr())
+
+
+def marker_browser(tmp_path: Path) -> tuple[dict[str, str], Path]:
+    """``$BROWSER`` that only records that it was started: serve must never start it."""
+    marker = tmp_path / "browser-was-opened"
+    script = tmp_path / "marker-browser.sh"
+    script.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    script.chmod(0o700)
+    return {"BROWSER": str(script)}, marker
+
+
+async def test_a_login_in_another_process_reaches_the_running_gateway(tmp_path: Path) -> None:
+    env, marker = marker_browser(tmp_path)
+    with oauth_server(tmp_path) as url:
+        config = write_config(tmp_path, {"remote": {"url": url, "auth": "oauth"}})
+        async with gateway(config, env=env) as gw:
+            assert await gw.saw("not logged in: run prefixgate login remote")
+            import anyio
+
+            said = await anyio.to_thread.run_sync(lambda: login(tmp_path, config))
+            assert "logged in" in said
+
+            async def listed() -> bool:
+                return "remote__echo" in {t.name for t in (await gw.session.list_tools()).tools}
+
+            await wait_for(listed, 30)
+            result = await gw.session.call_tool("remote__echo", {"text": "after login"})
+            assert not result.is_error and text(result) == "after login"
+            assert_no_secret(tmp_path, gw.stderr())
+    assert not marker.exists()
+
+
+def test_sse_server_logs_in_and_lists(tmp_path: Path) -> None:
+    with oauth_server(tmp_path, "--transport", "sse") as url:
+        config = write_config(tmp_path, {"remote": {"url": url, "transport": "sse", "auth": "oauth"}})
+        assert catalog_json(config)["servers"][0]["status"] == "failed"
+        login(tmp_path, config)
+        report = catalog_json(config)
+    assert report["servers"][0]["status"] == "ready", report["servers"]
+    assert {t["original"] for t in report["tools"]} == {"admin", "echo", "whoami"}
+
+
+def test_login_asks_for_configured_and_extra_scopes(tmp_path: Path) -> None:
+    with oauth_server(tmp_path, "--scopes", "mcp:read,mcp:write,admin") as url:
+        config = write_config(tmp_path, {"remote": {"url": url, "auth": "oauth", "scopes": ["mcp:write"]}})
+        said = login(tmp_path, config, "remote", "--scope", "admin")
+    granted = said.split("(scopes: ", 1)[1].split(")", 1)[0].split()
+    assert set(granted) >= {"mcp:write", "admin"}
+
+
+def test_a_planted_symlink_or_group_writable_token_file_is_refused(tmp_path: Path) -> None:
+    with oauth_server(tmp_path) as url:
+        config = write_config(tmp_path, {"remote": {"url": url, "auth": "oauth"}})
+        login(tmp_path, config)
+        (token_file,) = token_files(config)
+        saved = token_file.read_bytes()
+        decoy = tmp_path / "decoy.json"
+        decoy.write_bytes(saved)
+        decoy.chmod(0o600)
+        token_file.unlink()
+        token_file.symlink_to(decoy)
+        report = catalog_json(config)
+        assert report["servers"][0]["status"] == "failed"
+        assert "is a symlink" in report["servers"][0]["error"]
+        token_file.unlink()
+        token_file.write_bytes(saved)
+        token_file.chmod(0o620)
+        report = catalog_json(config)
+        assert report["servers"][0]["status"] == "failed"
+        assert "writable by group or others" in report["servers"][0]["error"]
+        token_file.chmod(0o600)
+        os.chmod(token_file.parent, 0o750)  # the shared opener tightens our own directory back
+        assert catalog_json(config)["servers"][0]["status"] == "ready"
+        assert stat.S_IMODE(token_file.parent.stat().st_mode) == 0o700
+        moved = token_file.parent.rename(tmp_path / "elsewhere")
+        token_file.parent.symlink_to(moved)
+        report = catalog_json(config)
+        assert report["servers"][0]["status"] == "failed"
+        assert "is a symlink" in report["servers"][0]["error"]
+
+
+def test_a_changed_url_never_reuses_tokens(tmp_path: Path) -> None:
+    with oauth_server(tmp_path) as url:
+        config = write_config(tmp_path, {"remote": {"url": url, "auth": "oauth"}})
+        login(tmp_path, config)
+        moved = write_config(tmp_path, {"remote": {"url": url + "/", "auth": "oauth"}})
+        report = catalog_json(moved)
+    assert report["servers"][0]["status"] == "failed"
+    assert "not logged in" in report["servers"][0]["error"]
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ({"command": "x", "auth": "oauth"}, "servers.s.auth: not valid for a stdio server (command)"),
+        ({"url": "http://h/mcp", "scopes": ["a"]}, "servers.s.scopes: only with auth ="),
+        (
+            {"url": "http://h/mcp", "auth": "oauth", "client_id": "c", "client_secret": "hunter22"},
+            "servers.s.client_secret: must be a ${VAR} reference",
+        ),
+        ({"url": "http://h/mcp", "auth": "client_credentials"}, "servers.s.client_id: missing"),
+        ({"url": "http://h/mcp", "auth": "password"}, "servers.s.auth: expected one of"),
+        ({"url": "http://h/mcp", "auth": "oauth", "redirect_port": 70000}, "servers.s.redirect_port: expected a port"),
+        (
+            {"url": "http://h/mcp", "auth": "oauth", "headers": {"Authorization": "Bearer x"}},
+            "servers.s.headers.Authorization: not with auth",
+        ),
+    ],
+)
+def test_auth_config_errors_name_the_key(tmp_path: Path, table: dict[str, object], message: str) -> None:
+    config = write_config(tmp_path, {"s": table})
+    proc = run_cli("catalog", "--config", str(config))
+    assert proc.returncode == 2
+    assert message in proc.stderr
+    assert "hunter22" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_doctor_shows_the_auth_state_and_the_fix_never_a_token(tmp_path: Path) -> None:
+    with oauth_server(tmp_path) as url:
+        config = write_config(tmp_path, {"remote": {"url": url, "auth": "oauth"}})
+        before = run_cli("doctor", "--config", str(config))
+        assert f"remote: not logged in: run {command(config)}" in before.stdout
+        assert before.returncode == 1
+        login(tmp_path, config)
+        after = run_cli("doctor", "--config", str(config), "--log-level", "debug")
+        as_json = run_cli("doctor", "--config", str(config), "--json")
+    assert "remote: logged in (scopes mcp:read); access token valid until " in after.stdout
+    (entry,) = json.loads(as_json.stdout)["auth"]
+    assert entry["logged_in"] is True and entry["scopes"] == "mcp:read" and entry["refreshable"] is True
+    assert entry["fix"] == command(config)
+    assert_no_secret(tmp_path, after.stdout, after.stderr, as_json.stdout, as_json.stderr)
+
+
+def test_a_server_that_asks_for_no_login_works_without_one(tmp_path: Path) -> None:
+    from tests.helpers import GATEWAY
+
+    with url_process([*GATEWAY, "demo-server", "--transport", "http", "--tools", "1"]) as (url, _proc):
+        config = write_config(tmp_path, {"open": {"url": url, "auth": "oauth"}})
+        report = catalog_json(config)
+    assert report["servers"][0]["status"] == "ready"
+    assert token_files(config) == []
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_client_credentials_needs_no_browser_and_renews_itself(tmp_path: Path, mode: str) -> None:
+    secret = "svc-secret-" + os.urandom(8).hex()
+    with oauth_server(tmp_path, "--lifetime", "2", "--client-credentials", f"svc:{secret}") as url:
+        table = {"url": url, "auth": "client_credentials", "client_id": "svc", "client_secret": "${SVC_SECRET}"}
+        config = write_config(tmp_path, {"remote": table})
+        env = {"SVC_SECRET": secret}
+        async with sdk_client(config, mode, env=env) as client:
+            import anyio
+
+            for _ in range(3):
+                result = await client.call_tool("remote__whoami", {})
+                assert not result.is_error, text(result)
+                assert "client=svc" in text(result)
+                await anyio.sleep(1.5)
+        proc = run_cli("catalog", "--config", str(config), "--json", "--log-level", "debug", env=env)
+        assert json.loads(proc.stdout)["servers"][0]["status"] == "ready", proc.stderr
+        wrong = run_cli("catalog", "--config", str(config), "--json", env={"SVC_SECRET": "wrong-secret-value"})
+        assert json.loads(wrong.stdout)["servers"][0]["status"] == "failed"
+        doctor = run_cli("doctor", "--config", str(config), env=env)
+        assert "remote: client_credentials as client 'svc'" in doctor.stdout
+    for output in (proc.stdout, proc.stderr, wrong.stdout, wrong.stderr, doctor.stdout, doctor.stderr):
+        assert secret not in output
+    assert_no_secret(tmp_path, proc.stdout, proc.stderr, doctor.stdout)
+
+
+async def test_step_up_fails_that_call_with_the_command_and_a_wider_login_fixes_it_without_restart(
+    tmp_path: Path,
+) -> None:
+    with oauth_server(tmp_path, "--step-up", "admin") as url:
+        config = write_config(tmp_path, {"remote": {"url": url, "auth": "oauth"}})
+        login(tmp_path, config)
+        async with gateway(config) as gw:
+            refused = await gw.session.call_tool("remote__admin", {})
+            assert refused.is_error
+            assert "needs a wider grant (scope admin; step-up)" in text(refused)
+            assert f'{command(config)} --scope "admin"' in text(refused)
+            still = await gw.session.call_tool("remote__echo", {"text": "still here"})
+            assert not still.is_error and text(still) == "still here"  # one tool's step-up, not the server's
+            import anyio
+
+            said = await anyio.to_thread.run_sync(lambda: login(tmp_path, config, "remote", "--scope", "admin"))
+            assert "admin" in said
+            done = await gw.session.call_tool("remote__admin", {})
+            assert not done.is_error and text(done) == "admin done"
+            whoami = await gw.session.call_tool("remote__whoami", {})
+            assert "admin" in text(whoami).split("scopes=", 1)[1]
+            assert_no_secret(tmp_path, gw.stderr())
+
+
+async def test_logout_reaches_a_running_gateway(tmp_path: Path) -> None:
+    env, marker = marker_browser(tmp_path)
+    with oauth_server(tmp_path) as url:
+        config = write_config(tmp_path, {"remote": {"url": url, "auth": "oauth"}})
+        login(tmp_path, config)
+        async with gateway(config, env=env) as gw:
+            ok = await gw.session.call_tool("remote__echo", {"text": "in"})
+            assert not ok.is_error
+            assert run_cli("logout", "remote", "--config", str(config)).returncode == 0
+            gone = await gw.session.call_tool("remote__echo", {"text": "out"})
+            assert gone.is_error and f"not logged in: run {command(config)}" in text(gone)
+        assert token_files(config) == []  # the running gateway wrote nothing back
+    assert not marker.exists()  # and opened no browser
+
+
+def test_a_refused_refresh_is_failed_with_the_login_command(tmp_path: Path) -> None:
+    from gateway.state.tokens import TokenFile
+
+    with oauth_server(tmp_path, "--lifetime", "1") as url:
+        config = write_config(tmp_path, {"remote": {"url": url, "auth": "oauth"}})
+        login(tmp_path, config)
+        time.sleep(1.5)  # the access token is expired at the server too
+        file = TokenFile(tmp_path / "state", "remote", url)
+        record = file.read()
+        assert record is not None
+        record["tokens"]["refresh_token"] = "rt-revoked"
+        record["expires_at"] = 1.0  # long expired: a refresh comes first, and is refused
+        file.write(record)
+        report = catalog_json(config)
+    (server,) = report["servers"]
+    assert server["status"] == "failed"
+    assert server["error"].startswith("needs a new login") and server["error"].endswith(f"run {command(config)}")
+
+
+def test_the_example_configs_oauth_tables_are_valid(tmp_path: Path) -> None:
+    from gateway.config import load_config
+
+    example = (Path(__file__).resolve().parent.parent / "config.example.toml").read_text()
+    start = example.index("# [servers.issues]")
+    lines = example[start:].splitlines()
+    tables = "\n".join(line[2:] for line in lines if re.match(r"# (\[|[a-z_]+ = )", line))
+    path = tmp_path / "oauth.toml"
+    path.write_text(tables)
+    config = load_config(path, env={"ISSUES_CLIENT_SECRET": "s1", "CI_CLIENT_SECRET": "s2"})
+    issues, ci = sorted(config.servers, key=lambda s: s.id != "issues")
+    assert (issues.auth, issues.scopes, issues.redirect_port) == ("oauth", ("issues:read",), 8765)
+    assert (ci.auth, ci.client_id, ci.client_secret) == ("client_credentials", "svc-ci", "s2")
+
+
+def test_login_of_a_server_that_asks_for_none_stores_nothing(tmp_path: Path) -> None:
+    from tests.helpers import GATEWAY
+
+    with url_process([*GATEWAY, "demo-server", "--transport", "http", "--tools", "1"]) as (url, _proc):
+        config = write_config(tmp_path, {"open": {"url": url, "auth": "oauth"}})
+        said = login(tmp_path, config, "open")
+    assert "'open' asked for no login (nothing stored)" in said
+    assert token_files(config) == []
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_an_http_gateway_refreshes_behind_both_eras(tmp_path: Path, mode: str) -> None:
+    from tests.helpers import http_gateway
+
+    with oauth_server(tmp_path, "--lifetime", "2") as url:
+        config = write_config(tmp_path, {"remote": {"url": url, "auth": "oauth"}})
+        login(tmp_path, config)
+        with http_gateway(config) as (gateway_url, stderr):
+            async with sdk_client(gateway_url, mode) as client:
+                import anyio
+
+                for round_ in range(3):
+                    result = await client.call_tool("remote__echo", {"text": f"http {round_}"})
+                    assert not result.is_error and text(result) == f"http {round_}", text(result)
+                    await anyio.sleep(1.5)
+            assert_no_secret(tmp_path, stderr.read_text())
