@@ -571,7 +571,7 @@ def run_client_eras(cli: Path, names: set[str]) -> list[runner.SuiteResult]:
 def test_gateway_as_client_passes_expected_client_scenarios(conformance_cli: Path) -> None:
     """Every scenario of expected_client.txt passes with prefixgate as the client under test,
     without warnings; every scenario of client_pending.txt still fails (the list must say what
-    is true). Scenarios in neither list (auth/*, until prefixgate has OAuth) are not run."""
+    is true). The auth/* scenarios run `prefixgate login` through a stand-in browser first."""
     expected, pending = runner.read_expected(EXPECTED_CLIENT), runner.read_expected(CLIENT_PENDING)
     results = run_client_eras(conformance_cli, expected | pending)
     passed = set().union(*(r.qualified_passed for r in results))

@@ -189,6 +189,21 @@ def test_login_asks_for_configured_and_extra_scopes(tmp_path: Path) -> None:
     assert set(granted) >= {"mcp:write", "admin"}
 
 
+def test_a_new_login_never_narrows_the_grant(tmp_path: Path) -> None:
+    """A later login asks for what the stored grant holds too (a step-up's ``--scope`` adds to
+    it), so the new tokens never lose a scope an earlier login had."""
+    with oauth_server(tmp_path, "--step-up", "admin") as url:  # the server challenges for mcp:read only
+        config = write_config(tmp_path, {"remote": {"url": url, "auth": "oauth"}})
+        first = login(tmp_path, config, "remote", "--scope", "admin")
+        second = login(tmp_path, config, "remote")
+
+    def granted(said: str) -> set[str]:
+        return set(said.split("(scopes: ", 1)[1].split(")", 1)[0].split())
+
+    assert granted(first) == {"mcp:read", "admin"}, first
+    assert granted(second) == {"mcp:read", "admin"}, second
+
+
 def test_a_planted_symlink_or_group_writable_token_file_is_refused(tmp_path: Path) -> None:
     with oauth_server(tmp_path) as url:
         config = write_config(tmp_path, {"remote": {"url": url, "auth": "oauth"}})

@@ -166,6 +166,15 @@ async def _fit_registration(config: Config, server: ServerConfig, redirect_uri: 
         await store.forget_client()
 
 
+async def _held_scopes(config: Config, server: ServerConfig) -> str:
+    """The scopes of the stored grant ("" when none or unreadable: the login reports that)."""
+    try:
+        tokens = await TokenStore(token_file(config, server)).get_tokens()
+    except TokenFileError:
+        return ""
+    return tokens.scope or "" if tokens is not None else ""
+
+
 async def login(config: Config, args: argparse.Namespace) -> int:
     try:
         server = _server(config, args.server)
@@ -188,7 +197,9 @@ async def _login(config: Config, server: ServerConfig, args: argparse.Namespace)
     bound = listener.extra(anyio.abc.SocketAttribute.local_port)
     redirect_uri = f"http://127.0.0.1:{bound}/callback"
     callback = Callback()
-    scopes = [s for group in (*server.scopes, *args.scope) for s in group.split()]
+    # A new login never narrows the grant: a step-up asks for what is held plus the wider scope.
+    held = await _held_scopes(config, server)
+    scopes = [s for group in (held, *server.scopes, *args.scope) for s in group.split()]
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(listener.serve, callback.handle)

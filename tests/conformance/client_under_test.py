@@ -31,11 +31,12 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shlex
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -168,7 +169,11 @@ async def exercise(config: Path, scenario: str, era: str, context: Mapping[str, 
         tools = (await client.list_tools()).tools
         LOG.info("tools: %s", [t.name for t in tools])
         for name, arguments in planned_calls(scenario, tools, context):
-            await _attempt(f"tools/call {name}", client.call_tool(name, arguments))
+            result = await _attempt(f"tools/call {name}", client.call_tool(name, arguments))
+            command = login_instruction(result)
+            if command is not None:  # what a person does: run the command the error names, call again
+                login(config, env, command)
+                await _attempt(f"tools/call {name} (after the login)", client.call_tool(name, arguments))
         resources = await _attempt("resources/list", client.list_resources())
         for resource in getattr(resources, "resources", []):
             await _attempt(f"resources/read {resource.uri}", client.read_resource(str(resource.uri)))
@@ -191,9 +196,25 @@ async def _attempt(what: str, awaitable: Any) -> Any:
     return result
 
 
-def login(config: Path, env: Mapping[str, str]) -> None:
-    """``prefixgate login s``: the browser flow, through the stand-in browser."""
-    command = [sys.executable, "-m", "gateway", "login", "s", "--config", str(config)]
+_LOGIN = re.compile(r"run (prefixgate login .*)$")
+
+
+def login_instruction(result: Any) -> list[str] | None:
+    """The ``prefixgate login ...`` command an ``isError`` result tells the user to run
+    (a step-up names the wider scope), as arguments after ``prefixgate``; None if none."""
+    if not isinstance(result, types.CallToolResult) or not result.is_error:
+        return None
+    for block in result.content:
+        found = _LOGIN.search(getattr(block, "text", ""))
+        if found is not None:
+            return shlex.split(found.group(1))[1:]
+    return None
+
+
+def login(config: Path, env: Mapping[str, str], words: Sequence[str] = ()) -> None:
+    """``prefixgate login s`` (or the login an error named): the browser flow, through the
+    stand-in browser."""
+    command = [sys.executable, "-m", "gateway", *(words or ("login", "s", "--config", str(config)))]
     try:
         done = subprocess.run(command, cwd=ROOT, env={**os.environ, **env}, timeout=STEP_TIMEOUT, check=False)
     except subprocess.TimeoutExpired:
