@@ -90,6 +90,12 @@ class Callback:
         self.error: str | None = None
         self.done = anyio.Event()
 
+    def expect(self) -> None:
+        """A new authorization request goes out: wait for its own redirect. (The SDK starts
+        another when the server refuses the first tokens at once, e.g. expired in transit:
+        that flow's code must not be answered with the first one's.)"""
+        self.result, self.error, self.done = None, None, anyio.Event()
+
     async def handle(self, stream: SocketStream) -> None:
         async with stream:
             data = b""
@@ -205,6 +211,7 @@ async def _login(config: Config, server: ServerConfig, args: argparse.Namespace)
         tg.start_soon(listener.serve, callback.handle)
 
         async def redirect(url: str) -> None:
+            callback.expect()
             url = _with_scopes(url, scopes)
             sys.stderr.write(f"prefixgate: open this URL to log in to {server.id!r}:\n{url}\n")
             sys.stderr.flush()
