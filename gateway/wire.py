@@ -20,8 +20,8 @@ from pydantic import ValidationError
 from catalog.schema import sort_keys
 
 FAST_PATH_ENV = "PREFIXGATE_FAST_PATH"
-"""``0`` sends every ``tools/call`` of a stdio client through the SDK
-(gateway/upstream/fast.py): the same bytes, slower."""
+"""``0`` sends every ``tools/call`` through the SDK on both sides of a stdio gateway
+(gateway/upstream/fast.py, gateway/downstream/rawcalls.py): the same bytes, slower."""
 
 
 def fast_path(environ: Mapping[str, str] = os.environ) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ pytestmark = pytest.mark.anyio
 MODERN = "2026-07-28"
 NON_ASCII = "héllo — 日本語 🎉 \u2028 \"quoted\" \\ back"
 _ARTIFACT = re.compile(rb'(?<=artifact )[\w-]{32}(?![\w-])|(?<=\\")[\w-]{32}(?=\\")')
+_SIZED = re.compile(rb"(?<=line 1 column )\d+ \(char \d+\)|(?<=result of )\d+(?= bytes exceeds)")
 _STATE = re.compile(rb'"requestState":"[^"]*"')
 
 
@@ -155,6 +157,53 @@ async def test_fast_path_answers_byte_identical_to_the_sdk_path(tmp_path: Path, 
     assert b"Ann" in steps["ask answered"][-1] and b"Ann" in steps["ask legacy server answered"][-1]
     for log in (fast_log, sdk_log):  # the courtesy cancel reached the server, for the cancel and the timeout
         assert log.count("slow cancelled after step") == 2, log[-3000:]
+
+
+def rogue_conversation(config: Path, fast: bool) -> list[tuple[str, list[bytes]]]:
+    env = {"PREFIXGATE_FAST_PATH": "1" if fast else "0"}
+    with raw_gateway(config, None, env) as gw:
+        s = Script(gw, modern=False)
+        gw.handshake()
+        for n, (tool, arguments) in enumerate(ROGUE_CALLS, start=1):
+            s.call(tool, n, f"rogue__{tool}", arguments)
+        gw.proc.stdin.close()  # type: ignore[union-attr]
+        gw.proc.wait(timeout=30)
+    return s.out
+
+
+ROGUE = str(Path(__file__).with_name("rogue_wire.py"))
+ROGUE_CALLS: list[tuple[str, dict[str, Any]]] = [
+    ("echo", {"text": NON_ASCII}),
+    ("surrogate_text", {}),
+    ("log_surrogate", {}),
+    ("rpc_error", {}),
+    ("bad_result", {}),
+    ("not_json", {}),
+    ("big", {"n": 2 << 20}),
+    ("big_ts", {"n": 2 << 20}),
+    ("big", {"n": 100_000}),
+    ("request_id", {}),
+]
+
+
+async def test_downstream_raw_calls_answer_as_the_sdk_session_does(tmp_path: Path) -> None:
+    """A misbehaving stdio server (tests/rogue_wire.py): replies with lone surrogates, a
+    JSON-RPC error, a result that is not an object, a line that is not JSON, replies over
+    ``max_message_bytes`` with the id first and last: the same bytes on both paths."""
+    server = {"command": sys.executable, "args": [ROGUE]}
+    config = write_config(tmp_path, {"rogue": server}, gateway={"max_message_bytes": 1 << 20})
+    fast, sdk = rogue_conversation(config, True), rogue_conversation(config, False)
+    assert [label for label, _ in fast] == [label for label, _ in sdk]
+    *same_fast, (_, fast_id) = fast
+    *same_sdk, (_, sdk_id) = sdk
+    for (label, got), (_, want) in zip(same_fast, same_sdk, strict=True):
+        # A reply's size and a parse error's position count the id's characters ("pg-6" is
+        # longer than 6): the server wrote a different line, not the gateway a different answer.
+        assert [_SIZED.sub(b"<n>", line) for line in got] == [_SIZED.sub(b"<n>", line) for line in want], label
+    # The raw call's id is in a space the SDK's ClientSession never uses (its ids are integers).
+    assert b'id \\"pg-' in fast_id[-1] and b'id \\"pg-' not in sdk_id[-1], (fast_id, sdk_id)
+    steps = dict(same_fast)
+    assert b"fetch failed" in steps["rpc_error"][-1] and b"exceeds max_message_bytes" in steps["big_ts"][-1]
 
 
 @pytest.mark.parametrize("mode", ERAS)

@@ -23,7 +23,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Any, cast
 
 import anyio
 import anyio.abc
@@ -36,6 +36,7 @@ from mcp_types.jsonrpc import INVALID_REQUEST
 
 from gateway import jsontext
 from gateway.config import DEFAULT_MAX_MESSAGE_BYTES
+from gateway.downstream.rawcalls import RawCalls
 
 log = logging.getLogger("prefixgate.stdio")
 
@@ -82,6 +83,8 @@ class ChildProcess:
     """The last few stderr lines, each cut at ``STDERR_LINE_BYTES``: bounded in bytes."""
     stdout_closed: anyio.Event = field(default_factory=anyio.Event)
     """Set when the child's stdout ends: the connection is gone, whatever the process does."""
+    calls: RawCalls | None = None
+    """``tools/call`` as raw lines on these pipes (gateway/downstream/rawcalls.py)."""
 
     async def wait_exit(self, timeout: float) -> int | None:
         """Poll for the exit status (``process.wait()`` also waits for pipe EOF)."""
@@ -177,13 +180,25 @@ def _parse(line: bytes | bytearray) -> SessionMessage | Exception:
     the previous one (the caller passes its only reference), so at most two copies of a
     large message are alive at once.
     """
+    data = _load(line)
+    del line
+    return data if isinstance(data, ValueError) else _validate(data)
+
+
+def _load(line: bytes | bytearray) -> Any:
+    """A line's JSON data (lone surrogates replaced), or the ``ValueError`` saying why not."""
     try:
         text, suspicious = jsontext.decode(line)
         del line
-        data = jsontext.loads(text, suspicious)
-        del text
+        return jsontext.loads(text, suspicious)
+    except ValueError as exc:  # JSONDecodeError, TooDeep
+        return exc
+
+
+def _validate(data: Any) -> SessionMessage | Exception:
+    try:
         return SessionMessage(types.jsonrpc_message_adapter.validate_python(data, by_name=False))
-    except ValueError as exc:  # JSONDecodeError, TooDeep and pydantic's ValidationError
+    except ValueError as exc:  # pydantic's ValidationError
         return exc
 
 
@@ -285,16 +300,24 @@ async def stdio_transport(
                                 continue
                             else:
                                 ends = _ends(lines[-1])
-                                # _parse gets the only reference: a large line is freed as soon
+                                # _load gets the only reference: a large line is freed as soon
                                 # as it is decoded, and the message as soon as it is handed on.
-                                message = _parse(cast("bytes | bytearray", lines.pop()))
+                                data = _load(cast("bytes | bytearray", lines.pop()))
+                                if calls.pending and not isinstance(data, ValueError) and calls.take(data):
+                                    continue  # a raw call's reply or progress, delivered before any model
+                                message = data if isinstance(data, ValueError) else _validate(data)
+                                del data
                                 if isinstance(message, Exception):
                                     message = _unparsable(message, *ends) or message
                             if message is not None:
+                                if calls.pending and calls.take_message(message):
+                                    continue
                                 await read_send.send(message)
+                                calls.forwarded += 1
                             del message
         finally:
             child.stdout_closed.set()
+            calls.close()
 
     async def stderr_reader() -> None:
         assert process.stderr is not None
@@ -332,7 +355,10 @@ async def stdio_transport(
             except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
                 await read_send.aclose()
 
+    assert process.stdin is not None
     async with anyio.create_task_group() as tg:
+        calls = RawCalls(process.stdin, read_send, encode, tg.start_soon, command)
+        child.calls = calls
         tg.start_soon(stdout_reader)
         tg.start_soon(stderr_reader)
         tg.start_soon(stdin_writer)
