@@ -107,6 +107,8 @@ def conversation(config: Path, modern: bool, fast: bool, stderr: Path) -> tuple[
             s.until("list", "list")
         else:
             gw.handshake({"elicitation": {}})
+            gw.request("level", "logging/setLevel", {"level": "debug"})  # the server's logs reach this client
+            s.until("setLevel", "level")
         s.call("echo", 1, "demo__echo", {"text": NON_ASCII})
         s.call("string id", "id-é", "demo__echo", {"text": "x"})
         s.call("numeric string id", "7", "demo__echo", {"text": "y"})
@@ -119,7 +121,8 @@ def conversation(config: Path, modern: bool, fast: bool, stderr: Path) -> tuple[
         s.call("spilled", 8, "demo__payload", {"bytes": 20000, "kind": "lines"})
         s.call("progress", 9, "demo__slow", {"seconds": 0.2, "steps": 2}, meta={"progressToken": "p-9"})
         s.call("meta passed", 10, "demo__echo", {"text": "m"}, meta={"custom/key": [1, 2]})
-        s.call("log", 11, "demo__log", {"text": "logged line", "level": "warning"})
+        opt_in = {"io.modelcontextprotocol/logLevel": "debug"} if modern else None  # 2026-07-28: per request
+        s.call("log", 11, "demo__log", {"text": "logged line", "level": "warning"}, meta=opt_in)
         # Cancelled: never answered; the next call on the connection is.
         gw.request(12, "tools/call", s.params("demo__slow", {"seconds": 30, "steps": 30}))
         time.sleep(0.5)
@@ -151,6 +154,7 @@ async def test_fast_path_answers_byte_identical_to_the_sdk_path(tmp_path: Path, 
     assert "héllo — 日本語 🎉".encode() in steps["echo"][0]
     assert b"denied by policy" in steps["denied"][0]
     assert b"saved as artifact <id>" in steps["spilled"][0]
+    assert len(steps["log"]) == 2 and b"logged line" in steps["log"][0]  # the call's log before its answer
     assert len(steps["progress"]) == 3 and b'"progressToken":"p-9"' in steps["progress"][0]
     assert b"still here" in steps["after cancel"][-1] and len(steps["after cancel"]) == 1
     assert b"exit status 7" in steps["crash mid-call"][-1]
@@ -164,6 +168,8 @@ def rogue_conversation(config: Path, fast: bool) -> list[tuple[str, list[bytes]]
     with raw_gateway(config, None, env) as gw:
         s = Script(gw, modern=False)
         gw.handshake()
+        gw.request("level", "logging/setLevel", {"level": "debug"})  # the server's logs reach this client
+        s.until("setLevel", "level")
         for n, (tool, arguments) in enumerate(ROGUE_CALLS, start=1):
             s.call(tool, n, f"rogue__{tool}", arguments)
         gw.proc.stdin.close()  # type: ignore[union-attr]
@@ -203,6 +209,7 @@ async def test_downstream_raw_calls_answer_as_the_sdk_session_does(tmp_path: Pat
     # The raw call's id is in a space the SDK's ClientSession never uses (its ids are integers).
     assert b'id \\"pg-' in fast_id[-1] and b'id \\"pg-' not in sdk_id[-1], (fast_id, sdk_id)
     steps = dict(same_fast)
+    assert len(steps["log_surrogate"]) == 2  # the log the server wrote just before its reply comes first
     assert b"fetch failed" in steps["rpc_error"][-1] and b"exceeds max_message_bytes" in steps["big_ts"][-1]
 
 
