@@ -14,6 +14,7 @@ only its own request.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import shutil
@@ -27,6 +28,7 @@ from typing import Any, cast
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 import mcp_types as types
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.client.stdio import get_default_environment
@@ -74,6 +76,51 @@ def resolve_command(command: str) -> str:
     return found
 
 
+class ChildStdin(anyio.abc.ByteSendStream):
+    """The child's stdin: a pipe we made, written on the event loop.
+
+    anyio's process stdin yields to the loop after every write, one more scheduler round
+    trip per call (issue 16); this one writes, and waits only while the pipe is full.
+    """
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self._writer = writer
+        self._closed = False
+
+    async def send(self, item: bytes) -> None:
+        if self._closed:
+            raise anyio.ClosedResourceError
+        if self._writer.is_closing():
+            raise anyio.BrokenResourceError
+        try:
+            self._writer.write(item)
+            await self._writer.drain()
+        except (ConnectionResetError, BrokenPipeError, RuntimeError) as exc:
+            raise (anyio.ClosedResourceError if self._closed else anyio.BrokenResourceError) from exc
+
+    async def aclose(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._writer.close()  # what is buffered still goes out, then the pipe closes: EOF for the child
+        await anyio.lowlevel.checkpoint()
+
+
+async def _stdin_pipe() -> tuple[int, ChildStdin]:
+    """A pipe for a child's stdin: the end to hand to the child, and ours."""
+    read_end, write_end = os.pipe()
+    try:
+        loop = asyncio.get_running_loop()
+        transport, protocol = await loop.connect_write_pipe(
+            lambda: asyncio.streams.FlowControlMixin(loop=loop), os.fdopen(write_end, "wb", buffering=0)
+        )
+    except BaseException:
+        os.close(read_end)
+        with suppress(OSError):
+            os.close(write_end)
+        raise
+    return read_end, ChildStdin(asyncio.StreamWriter(transport, protocol, None, loop))
+
+
 @dataclass
 class ChildProcess:
     """The running child: its process handle and the last lines it wrote to stderr."""
@@ -83,6 +130,7 @@ class ChildProcess:
     """The last few stderr lines, each cut at ``STDERR_LINE_BYTES``: bounded in bytes."""
     stdout_closed: anyio.Event = field(default_factory=anyio.Event)
     """Set when the child's stdout ends: the connection is gone, whatever the process does."""
+    stdin: ChildStdin | None = None
     calls: RawCalls | None = None
     """``tools/call`` as raw lines on these pipes (gateway/downstream/rawcalls.py)."""
 
@@ -268,16 +316,23 @@ async def stdio_transport(
 ]:
     """Spawn the server in its own process group and bridge its pipes to message streams."""
     executable = resolve_command(command)
-    process = await anyio.open_process(
-        [executable, *args],
-        env=get_default_environment() | dict(env or {}),
-        cwd=cwd,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
-    child = ChildProcess(process)
+    child_end, stdin = await _stdin_pipe()
+    try:
+        process = await anyio.open_process(
+            [executable, *args],
+            env=get_default_environment() | dict(env or {}),
+            cwd=cwd,
+            stdin=child_end,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+    except BaseException:
+        await stdin.aclose()
+        raise
+    finally:
+        os.close(child_end)
+    child = ChildProcess(process, stdin=stdin)
     read_send, read_recv = anyio.create_memory_object_stream[SessionMessage | Exception](16)
     write_send, write_recv = anyio.create_memory_object_stream[SessionMessage](16)
 
@@ -334,7 +389,6 @@ async def stdio_transport(
                         on_stderr(text)
 
     async def stdin_writer() -> None:
-        assert process.stdin is not None
         async with write_recv:
             try:
                 async for message in write_recv:
@@ -350,14 +404,13 @@ async def stdio_transport(
                                     error_message(request_id, INVALID_REQUEST, f"request not sent: {exc}")
                                 )
                         continue
-                    await process.stdin.send(data)
+                    await stdin.send(data)
                     del data
             except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
                 await read_send.aclose()
 
-    assert process.stdin is not None
     async with anyio.create_task_group() as tg:
-        calls = RawCalls(process.stdin, read_send, encode, tg.start_soon, command)
+        calls = RawCalls(stdin, read_send, encode, tg.start_soon, command)
         child.calls = calls
         tg.start_soon(stdout_reader)
         tg.start_soon(stderr_reader)
@@ -379,9 +432,9 @@ async def _stop(child: ChildProcess) -> None:
     Every server is stopped from its own task, so all of them stop concurrently.
     """
     process = child.process
-    if process.stdin is not None:
+    if child.stdin is not None:
         with suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
-            await process.stdin.aclose()
+            await child.stdin.aclose()
     await child.wait_exit(_GRACE_SECONDS)
     # Even when the leader has exited, what it started may still be running in its group.
     with suppress(ProcessLookupError, PermissionError, OSError):
