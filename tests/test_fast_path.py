@@ -134,6 +134,10 @@ def conversation(config: Path, modern: bool, fast: bool, stderr: Path) -> tuple[
         # round trip (2026-07-28); from a 2026-07-28 server and from a handshake-era one.
         s.ask("ask", 15, "demo__ask")
         s.ask("ask legacy server", 18, "asker__ask")
+        if modern:  # an MCPError from the gate: the same JSON-RPC error (code, message, data)
+            s.call("bad requestState", 20, "demo__ask", {}, requestState="forged")
+        gw.request(21, "tools/call", {"arguments": {}, **({"_meta": s.params("x", {})["_meta"]} if modern else {})})
+        s.until("no name", 21)  # malformed params: the SDK's own error on both paths
         s.call("crash mid-call", 17, "crashy__crash", {"status": 7})
         gw.proc.stdin.close()  # type: ignore[union-attr]
         gw.proc.wait(timeout=30)
@@ -158,6 +162,7 @@ async def test_fast_path_answers_byte_identical_to_the_sdk_path(tmp_path: Path, 
     assert len(steps["progress"]) == 3 and b'"progressToken":"p-9"' in steps["progress"][0]
     assert b"still here" in steps["after cancel"][-1] and len(steps["after cancel"]) == 1
     assert b"exit status 7" in steps["crash mid-call"][-1]
+    assert b'"error"' in steps["no name"][-1] and (not modern or b"requestState" in steps["bad requestState"][-1])
     assert b"Ann" in steps["ask answered"][-1] and b"Ann" in steps["ask legacy server answered"][-1]
     for log in (fast_log, sdk_log):  # the courtesy cancel reached the server, for the cancel and the timeout
         assert log.count("slow cancelled after step") == 2, log[-3000:]
