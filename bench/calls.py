@@ -45,9 +45,13 @@ def contenders(ctx: Any) -> tuple[list[Contender], list[Contender]]:
     tmp = ctx.tmp / "calls"
     one = {"d": demo_args("--tools", 3, "--name", "d")}
     two = {"a": demo_args("--tools", 3, "--name", "a"), "b": demo_args("--tools", 3, "--seed", 1, "--name", "b")}
+    sdk_path = via_prefixgate("prefixgate-sdk-path", gateway_config(tmp / "pg-sdk", one))
+    sdk_path.env["PREFIXGATE_FAST_PATH"] = "0"  # every call through the SDK: the fast path's "before"
+    sdk_path.note += " (PREFIXGATE_FAST_PATH=0)"
     fast = [
         direct("direct", "--tools", 3, "--name", "d"),
         via_prefixgate("prefixgate", gateway_config(tmp / "pg", one)),
+        sdk_path,
     ]
     slow: list[Contender] = []
     if ctx.fastmcp_python:

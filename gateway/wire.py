@@ -7,7 +7,8 @@ field order, unknown fields dropped). ``serve`` and ``catalog --json`` both go t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pydantic_core
@@ -17,6 +18,15 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERS
 from pydantic import ValidationError
 
 from catalog.schema import sort_keys
+
+FAST_PATH_ENV = "PREFIXGATE_FAST_PATH"
+"""``0`` sends every ``tools/call`` through the SDK on both sides of a stdio gateway
+(gateway/upstream/fast.py, gateway/downstream/rawcalls.py): the same bytes, slower."""
+
+
+def fast_path(environ: Mapping[str, str] = os.environ) -> bool:
+    return environ.get(FAST_PATH_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+
 
 DEFAULT_VERSION = LATEST_HANDSHAKE_VERSION
 LIST_CACHE_FIELDS = {"resultType": "complete", "ttlMs": 0, "cacheScope": "public"}

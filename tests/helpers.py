@@ -9,8 +9,10 @@ import json
 import os
 import random
 import re
+import select
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
@@ -316,3 +318,84 @@ async def answers_every_input_request(client: Any, prefix: str = "r") -> None:
     assert prompt.messages[0].content.text == f"Hello Ann from {prefix}"
     read = await client.read_resource(f"demo://{prefix}/roots")
     assert read.contents[0].text == "file:///work/project"
+
+
+# --- a raw client on the gateway's stdio ------------------------------------------------
+
+
+class RawGateway:
+    """``prefixgate serve`` with the test holding its pipes: lines in, lines out."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self.proc = proc
+        self.buffer = b""
+
+    def send(self, line: bytes) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line + b"\n")
+        self.proc.stdin.flush()
+
+    def request(self, request_id: Any, method: str, params: Any = None) -> None:
+        message = {"jsonrpc": "2.0", "id": request_id, "method": method}
+        if params is not None:
+            message["params"] = params
+        self.send(json.dumps(message).encode())
+
+    def read(self, timeout: float = 60) -> dict[str, Any]:
+        message: dict[str, Any] = json.loads(self.read_line(timeout))
+        return message
+
+    def read_line(self, timeout: float = 60) -> bytes:
+        """The next line the gateway wrote, as its bytes (without the newline)."""
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self.buffer:
+            left = deadline - time.monotonic()
+            assert left > 0, "no answer from the gateway"
+            ready, _, _ = select.select([fd], [], [], left)
+            if ready:
+                chunk = os.read(fd, 1 << 16)
+                assert chunk, f"gateway closed stdout (exit {self.proc.poll()})"
+                self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return line
+
+    def answer(self, request_id: Any) -> dict[str, Any]:
+        """The response to ``request_id`` (notifications in between are skipped)."""
+        while True:
+            message = self.read()
+            if "method" not in message and message.get("id") == request_id:
+                return message
+
+    def handshake(self, capabilities: Mapping[str, Any] | None = None) -> None:
+        self.request(
+            0,
+            "initialize",
+            {
+                "protocolVersion": "2025-11-25",
+                "capabilities": dict(capabilities or {}),
+                "clientInfo": {"name": "raw", "version": "0"},
+            },
+        )
+        assert "result" in self.answer(0)
+        self.send(b'{"jsonrpc":"2.0","method":"notifications/initialized"}')
+
+
+@contextmanager
+def raw_gateway(
+    config: Path, stderr: Any = None, env: Mapping[str, str] | None = None, *extra: str
+) -> Iterator[RawGateway]:
+    """``prefixgate serve`` over stdio with the test holding its pipes (``env`` added to ours)."""
+    proc = subprocess.Popen(
+        [*GATEWAY, "serve", "--config", str(config), *extra],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=stderr if stderr is not None else subprocess.DEVNULL,
+        env={**os.environ, **(env or {})},
+    )
+    try:
+        yield RawGateway(proc)
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)

@@ -54,6 +54,10 @@ TOOLS = [
         "flood_stderr",
         "stderr_lines",
         "stderr_forge",
+        "request_id",
+        "rpc_error",
+        "bad_result",
+        "not_json",
         "ok",
     )
 ]
@@ -121,6 +125,16 @@ def call(request_id: Any, name: str, args: dict[str, Any], token: Any = None) ->
             sys.stderr.buffer.write(b"chatter %d %s\n" % (i, b"w" * 200))
         sys.stderr.buffer.flush()
         send({"jsonrpc": "2.0", "id": request_id, "result": text(f"wrote {n} stderr lines")})
+    elif name == "request_id":  # the id the client chose for this call
+        send({"jsonrpc": "2.0", "id": request_id, "result": text(f"id {json.dumps(request_id)}")})
+    elif name == "rpc_error":
+        error = {"code": -32603, "message": "fetch failed", "data": {"upstream": "down"}}
+        send({"jsonrpc": "2.0", "id": request_id, "error": error})
+    elif name == "bad_result":  # a result that is not an object
+        send({"jsonrpc": "2.0", "id": request_id, "result": [1, 2]})
+    elif name == "not_json":
+        OUT.write(b'{"jsonrpc":"2.0","id":' + json.dumps(request_id).encode() + b',"result":{oops}}\n')
+        OUT.flush()
     else:
         send({"jsonrpc": "2.0", "id": request_id, "result": text("ok")})
 

@@ -20,7 +20,17 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import ERAS, GATEWAY, PYTHON, catalog_json, http_gateway, sdk_client, text, write_config
+from tests.helpers import (
+    ERAS,
+    PYTHON,
+    RawGateway,
+    catalog_json,
+    http_gateway,
+    raw_gateway,
+    sdk_client,
+    text,
+    write_config,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -130,72 +140,6 @@ async def test_schema_nested_too_deeply_quarantines_only_that_tool(tmp_path: Pat
 
 
 # --- a raw client on the gateway's stdio ------------------------------------------------
-
-
-class RawGateway:
-    """``prefixgate serve`` with the test holding its pipes: lines in, lines out."""
-
-    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
-        self.proc = proc
-        self.buffer = b""
-
-    def send(self, line: bytes) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(line + b"\n")
-        self.proc.stdin.flush()
-
-    def request(self, request_id: Any, method: str, params: Any = None) -> None:
-        message = {"jsonrpc": "2.0", "id": request_id, "method": method}
-        if params is not None:
-            message["params"] = params
-        self.send(json.dumps(message).encode())
-
-    def read(self, timeout: float = 60) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        fd = self.proc.stdout.fileno()
-        deadline = time.monotonic() + timeout
-        while b"\n" not in self.buffer:
-            left = deadline - time.monotonic()
-            assert left > 0, "no answer from the gateway"
-            ready, _, _ = select.select([fd], [], [], left)
-            if ready:
-                chunk = os.read(fd, 1 << 16)
-                assert chunk, f"gateway closed stdout (exit {self.proc.poll()})"
-                self.buffer += chunk
-        line, self.buffer = self.buffer.split(b"\n", 1)
-        message: dict[str, Any] = json.loads(line)
-        return message
-
-    def answer(self, request_id: Any) -> dict[str, Any]:
-        """The response to ``request_id`` (notifications in between are skipped)."""
-        while True:
-            message = self.read()
-            if "method" not in message and message.get("id") == request_id:
-                return message
-
-    def handshake(self) -> None:
-        self.request(
-            0,
-            "initialize",
-            {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}},
-        )
-        assert "result" in self.answer(0)
-        self.send(b'{"jsonrpc":"2.0","method":"notifications/initialized"}')
-
-
-@contextmanager
-def raw_gateway(config: Path, stderr: Any = None) -> Iterator[RawGateway]:
-    proc = subprocess.Popen(
-        [*GATEWAY, "serve", "--config", str(config)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=stderr if stderr is not None else subprocess.DEVNULL,
-    )
-    try:
-        yield RawGateway(proc)
-    finally:
-        proc.kill()
-        proc.wait(timeout=30)
 
 
 def peak_rss_mib(pid: int) -> float:

@@ -30,14 +30,21 @@ log = logging.getLogger("prefixgate")
 
 async def serve(config: Config, session_id: str | None, http: str | None, tokens: Sequence[str]) -> None:
     """Serve until the client leaves (stdio), forever (HTTP), or a signal or a failed barrier exits."""
-    from gateway.upstream.server import build_server
+    from gateway.upstream import fast
+    from gateway.upstream.server import Handlers, build_server
+    from gateway.wire import fast_path
+
+    lane: fast.FastCalls | None = None
 
     async with running(config, supervise=True) as hub:
         await open_store(hub)
         if http is None:
             owner = session_key(session_id) if session_id else None
             stdio_state = ClientState(hub.store, owner, await _artifact_store(hub, session_id))
-            server, options = build_server(hub, lambda ctx: stdio_state)
+            handlers = Handlers(hub, lambda ctx: stdio_state)
+            server, options = handlers.server, handlers.options
+            if fast_path():
+                lane = fast.FastCalls(handlers)  # tools/call answered by the stdio end (issue 16)
         else:
             from gateway.upstream.http import principal_of_scope
 
@@ -61,7 +68,7 @@ async def serve(config: Config, session_id: str | None, http: str | None, tokens
             if http is None:
                 from gateway.upstream.stdio import stdio_streams
 
-                async with stdio_streams(config.gateway.max_message_bytes) as (read, write):
+                async with stdio_streams(config.gateway.max_message_bytes, lane) as (read, write):
                     await server.run(read, write, options)
             else:
                 from gateway.upstream.http import serve_http

@@ -37,6 +37,7 @@ from gateway.downstream.modern import client_info, header_maps, hop_local_remove
 from gateway.downstream.oauth import LoginNeeded, OAuthSetup
 from gateway.downstream.stdio import MESSAGE_TOO_LARGE, UNPARSABLE_REPLY, ChildProcess, CommandNotFound, stdio_transport
 from gateway.results import error_result
+from gateway.wire import fast_path
 
 Status = Literal["starting", "ready", "failed", "late", "disabled", "exited", "restarting"]
 ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
@@ -128,6 +129,8 @@ class Downstream:
             self.closed.set()
         self._dispatcher: JSONRPCDispatcher[Any] | None = None
         self._child: ChildProcess | None = None
+        self._raw_calls = fast_path()
+        """``tools/call`` to a stdio child as raw lines (``PREFIXGATE_FAST_PATH=0``: through the SDK)."""
         self._headers: dict[str, str] = {}
         self._scope: anyio.CancelScope | None = None
         self._ready_at: float | None = None
@@ -602,8 +605,14 @@ class Downstream:
             opts["timeout"] = timeout
         if on_progress is not None:
             opts["on_progress"] = _latest_only(on_progress)
+        raw = self._child.calls if self._child is not None and method == "tools/call" and self._raw_calls else None
         try:
-            result: dict[str, Any] = await dispatcher.send_raw_request(method, params, opts)  # type: ignore[arg-type]
+            if raw is not None:  # our own pipes: a raw line, its reply taken before any model (rawcalls.py)
+                result: dict[str, Any] = await raw.request(
+                    method, params, timeout=timeout, on_progress=opts.get("on_progress")
+                )
+            else:
+                result = await dispatcher.send_raw_request(method, params, opts)  # type: ignore[arg-type]
         except MCPError as exc:
             if self.modern and "back-channel" in exc.message and not self._hinted:
                 # A dual-era server that asks for input the handshake way (a request of its

@@ -14,6 +14,7 @@ only its own request.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import shutil
@@ -23,10 +24,11 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Any, cast
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 import mcp_types as types
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.client.stdio import get_default_environment
@@ -36,6 +38,7 @@ from mcp_types.jsonrpc import INVALID_REQUEST
 
 from gateway import jsontext
 from gateway.config import DEFAULT_MAX_MESSAGE_BYTES
+from gateway.downstream.rawcalls import RawCalls
 
 log = logging.getLogger("prefixgate.stdio")
 
@@ -73,6 +76,51 @@ def resolve_command(command: str) -> str:
     return found
 
 
+class ChildStdin(anyio.abc.ByteSendStream):
+    """The child's stdin: a pipe we made, written on the event loop.
+
+    anyio's process stdin yields to the loop after every write, one more scheduler round
+    trip per call (issue 16); this one writes, and waits only while the pipe is full.
+    """
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self._writer = writer
+        self._closed = False
+
+    async def send(self, item: bytes) -> None:
+        if self._closed:
+            raise anyio.ClosedResourceError
+        if self._writer.is_closing():
+            raise anyio.BrokenResourceError
+        try:
+            self._writer.write(item)
+            await self._writer.drain()
+        except (ConnectionResetError, BrokenPipeError, RuntimeError) as exc:
+            raise (anyio.ClosedResourceError if self._closed else anyio.BrokenResourceError) from exc
+
+    async def aclose(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._writer.close()  # what is buffered still goes out, then the pipe closes: EOF for the child
+        await anyio.lowlevel.checkpoint()
+
+
+async def _stdin_pipe() -> tuple[int, ChildStdin]:
+    """A pipe for a child's stdin: the end to hand to the child, and ours."""
+    read_end, write_end = os.pipe()
+    try:
+        loop = asyncio.get_running_loop()
+        transport, protocol = await loop.connect_write_pipe(
+            lambda: asyncio.streams.FlowControlMixin(loop=loop), os.fdopen(write_end, "wb", buffering=0)
+        )
+    except BaseException:
+        os.close(read_end)
+        with suppress(OSError):
+            os.close(write_end)
+        raise
+    return read_end, ChildStdin(asyncio.StreamWriter(transport, protocol, None, loop))
+
+
 @dataclass
 class ChildProcess:
     """The running child: its process handle and the last lines it wrote to stderr."""
@@ -82,6 +130,9 @@ class ChildProcess:
     """The last few stderr lines, each cut at ``STDERR_LINE_BYTES``: bounded in bytes."""
     stdout_closed: anyio.Event = field(default_factory=anyio.Event)
     """Set when the child's stdout ends: the connection is gone, whatever the process does."""
+    stdin: ChildStdin | None = None
+    calls: RawCalls | None = None
+    """``tools/call`` as raw lines on these pipes (gateway/downstream/rawcalls.py)."""
 
     async def wait_exit(self, timeout: float) -> int | None:
         """Poll for the exit status (``process.wait()`` also waits for pipe EOF)."""
@@ -177,13 +228,25 @@ def _parse(line: bytes | bytearray) -> SessionMessage | Exception:
     the previous one (the caller passes its only reference), so at most two copies of a
     large message are alive at once.
     """
+    data = _load(line)
+    del line
+    return data if isinstance(data, ValueError) else _validate(data)
+
+
+def _load(line: bytes | bytearray) -> Any:
+    """A line's JSON data (lone surrogates replaced), or the ``ValueError`` saying why not."""
     try:
         text, suspicious = jsontext.decode(line)
         del line
-        data = jsontext.loads(text, suspicious)
-        del text
+        return jsontext.loads(text, suspicious)
+    except ValueError as exc:  # JSONDecodeError, TooDeep
+        return exc
+
+
+def _validate(data: Any) -> SessionMessage | Exception:
+    try:
         return SessionMessage(types.jsonrpc_message_adapter.validate_python(data, by_name=False))
-    except ValueError as exc:  # JSONDecodeError, TooDeep and pydantic's ValidationError
+    except ValueError as exc:  # pydantic's ValidationError
         return exc
 
 
@@ -253,16 +316,23 @@ async def stdio_transport(
 ]:
     """Spawn the server in its own process group and bridge its pipes to message streams."""
     executable = resolve_command(command)
-    process = await anyio.open_process(
-        [executable, *args],
-        env=get_default_environment() | dict(env or {}),
-        cwd=cwd,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
-    child = ChildProcess(process)
+    child_end, stdin = await _stdin_pipe()
+    try:
+        process = await anyio.open_process(
+            [executable, *args],
+            env=get_default_environment() | dict(env or {}),
+            cwd=cwd,
+            stdin=child_end,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+    except BaseException:
+        await stdin.aclose()
+        raise
+    finally:
+        os.close(child_end)
+    child = ChildProcess(process, stdin=stdin)
     read_send, read_recv = anyio.create_memory_object_stream[SessionMessage | Exception](16)
     write_send, write_recv = anyio.create_memory_object_stream[SessionMessage](16)
 
@@ -285,16 +355,24 @@ async def stdio_transport(
                                 continue
                             else:
                                 ends = _ends(lines[-1])
-                                # _parse gets the only reference: a large line is freed as soon
+                                # _load gets the only reference: a large line is freed as soon
                                 # as it is decoded, and the message as soon as it is handed on.
-                                message = _parse(cast("bytes | bytearray", lines.pop()))
+                                data = _load(cast("bytes | bytearray", lines.pop()))
+                                if calls.pending and not isinstance(data, ValueError) and calls.take(data):
+                                    continue  # a raw call's reply or progress, delivered before any model
+                                message = data if isinstance(data, ValueError) else _validate(data)
+                                del data
                                 if isinstance(message, Exception):
                                     message = _unparsable(message, *ends) or message
                             if message is not None:
+                                if calls.pending and calls.take_message(message):
+                                    continue
                                 await read_send.send(message)
+                                calls.forwarded += 1
                             del message
         finally:
             child.stdout_closed.set()
+            calls.close()
 
     async def stderr_reader() -> None:
         assert process.stderr is not None
@@ -311,7 +389,6 @@ async def stdio_transport(
                         on_stderr(text)
 
     async def stdin_writer() -> None:
-        assert process.stdin is not None
         async with write_recv:
             try:
                 async for message in write_recv:
@@ -327,12 +404,14 @@ async def stdio_transport(
                                     error_message(request_id, INVALID_REQUEST, f"request not sent: {exc}")
                                 )
                         continue
-                    await process.stdin.send(data)
+                    await stdin.send(data)
                     del data
             except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
                 await read_send.aclose()
 
     async with anyio.create_task_group() as tg:
+        calls = RawCalls(stdin, read_send, encode, tg.start_soon, command)
+        child.calls = calls
         tg.start_soon(stdout_reader)
         tg.start_soon(stderr_reader)
         tg.start_soon(stdin_writer)
@@ -353,9 +432,9 @@ async def _stop(child: ChildProcess) -> None:
     Every server is stopped from its own task, so all of them stop concurrently.
     """
     process = child.process
-    if process.stdin is not None:
+    if child.stdin is not None:
         with suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
-            await process.stdin.aclose()
+            await child.stdin.aclose()
     await child.wait_exit(_GRACE_SECONDS)
     # Even when the leader has exited, what it started may still be running in its group.
     with suppress(ProcessLookupError, PermissionError, OSError):

@@ -85,7 +85,8 @@ class Router:
         self.ready.set()
 
     async def current(self) -> Epoch:
-        await self.ready.wait()
+        if not self.ready.is_set():  # set once for good; waiting on a set Event is still a trip through the loop
+            await self.ready.wait()
         assert self.epoch is not None
         return self.epoch
 

@@ -25,7 +25,7 @@ import os
 import stat
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import anyio
 import mcp_types as types
@@ -82,17 +82,20 @@ class InFlight:
         self._room.set()
 
 
-def _parse_client(line: bytes | bytearray) -> SessionMessage | types.JSONRPCError | None:
-    """A client's message, or the error that answers it (None: nothing to answer)."""
+def _load_client(line: bytes | bytearray) -> Any:
+    """A client's line as JSON data, or the ``JSONRPCError`` (parse error) that answers it."""
     size = len(line)
     text, suspicious = jsontext.decode(line)
     del line
     try:
-        data = jsontext.loads(text, suspicious)
+        return jsontext.loads(text, suspicious)
     except ValueError as exc:  # not JSON, or nested too deeply
         log.warning("unparsable client message of %d bytes: %s", size, _first_line(exc))
         return jsonrpc_error(None, PARSE_ERROR, f"Parse error: {_first_line(exc)}")
-    del text
+
+
+def _validate_client(data: Any) -> SessionMessage | types.JSONRPCError | None:
+    """A client's parsed line as a message, or the error that answers it (None: nothing to answer)."""
     try:
         return SessionMessage(types.jsonrpc_message_adapter.validate_python(data, by_name=False))
     except ValidationError as exc:
@@ -103,6 +106,15 @@ def _parse_client(line: bytes | bytearray) -> SessionMessage | types.JSONRPCErro
         if isinstance(request_id, bool) or not isinstance(request_id, str | int):
             request_id = None
         return jsonrpc_error(request_id, INVALID_REQUEST, "Invalid Request: not a JSON-RPC 2.0 message")
+
+
+def _parse_client(line: bytes | bytearray) -> SessionMessage | types.JSONRPCError | None:
+    """A client's message, or the error that answers it (None: nothing to answer)."""
+    data = _load_client(line)
+    del line
+    if isinstance(data, types.JSONRPCError):
+        return data
+    return _validate_client(data)
 
 
 def _first_line(exc: Exception) -> str:
@@ -118,9 +130,62 @@ def _streamable(fd: int) -> bool:
     return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
 
 
+class Wire:
+    """This end's own writer, for the requests a ``Lane`` answers: each message one whole
+    line written at once (so lines never interleave with the SDK's), answers counted out
+    of ``InFlight`` like the SDK's."""
+
+    def __init__(self, writer: asyncio.StreamWriter, in_flight: InFlight) -> None:
+        self.writer = writer
+        self.in_flight = in_flight
+
+    async def send(self, message: types.JSONRPCMessage) -> None:
+        try:
+            data = encode(SessionMessage(message))
+        except ValueError as exc:
+            log.warning("cannot send %s to the client: %s", type(message).__name__, exc)
+            if not isinstance(message, types.JSONRPCResponse | types.JSONRPCError):
+                return  # a notification: dropped, logged
+            text = f"the result could not be sent: {exc}"
+            data = encode(error_message(message.id, INTERNAL_ERROR, text))
+        if isinstance(message, types.JSONRPCResponse | types.JSONRPCError):
+            self.in_flight.done(message.id)
+        if self.writer.is_closing():
+            return
+        self.writer.write(data)
+        del data
+        with suppress(ConnectionError):
+            await self.writer.drain()
+
+
+class Claim(Protocol):
+    """A request a ``Lane`` took: counted in flight, then run on the stdio end's task group."""
+
+    request_id: types.RequestId
+
+    async def run(self, wire: Wire) -> None: ...
+
+
+class Lane(Protocol):
+    """Answers some requests straight from the reader (gateway/upstream/fast.py)."""
+
+    def claim(self, data: Any) -> Claim | None:
+        """The request in ``data`` (a parsed line) if this lane answers it, else None (the SDK does)."""
+        ...
+
+    def cancel(self, request_id: Any) -> None:
+        """The client cancelled ``request_id`` (``notifications/cancelled``; the SDK sees it too)."""
+        ...
+
+
 @asynccontextmanager
-async def stdio_streams(max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> AsyncIterator[tuple[Any, Any]]:
-    """The (read, write) message streams of the stdio MCP connection."""
+async def stdio_streams(
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, lane: Lane | None = None
+) -> AsyncIterator[tuple[Any, Any]]:
+    """The (read, write) message streams of the stdio MCP connection.
+
+    ``lane``: requests it claims (``tools/call``, gateway/upstream/fast.py) are answered
+    by it on this end's own writer instead of going through the SDK's streams."""
     if not (_streamable(0) and _streamable(1)):
         from mcp.server.stdio import stdio_server
 
@@ -149,6 +214,7 @@ async def stdio_streams(max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> A
     write_send, write_recv = anyio.create_memory_object_stream[SessionMessage](0)
 
     in_flight = InFlight()
+    wire = Wire(writer, in_flight)
 
     async def answer(error: types.JSONRPCError) -> None:
         with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
@@ -176,7 +242,17 @@ async def stdio_streams(max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> A
                         lines.pop()
                         continue
                     del line
-                    parsed = _parse_client(cast("bytes | bytearray", lines.pop()))  # the only reference
+                    data = _load_client(cast("bytes | bytearray", lines.pop()))  # the only reference
+                    if isinstance(data, types.JSONRPCError):
+                        await answer(data)
+                        continue
+                    if lane is not None and (claim := lane.claim(data)) is not None:
+                        await in_flight.wait_room()
+                        in_flight.add(claim.request_id)
+                        tg.start_soon(claim.run, wire)
+                        continue
+                    parsed = _validate_client(data)
+                    del data
                     if parsed is None:
                         continue
                     if isinstance(parsed, types.JSONRPCError):
@@ -190,6 +266,8 @@ async def stdio_streams(max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> A
                         cancelled = (msg.params or {}).get("requestId")
                         if cancelled is not None:
                             in_flight.done(cancelled)
+                            if lane is not None:
+                                lane.cancel(cancelled)
                     await read_send.send(parsed)
 
     async def write_lines() -> None:

@@ -1,0 +1,225 @@
+"""``tools/call`` to a stdio server as raw lines, its reply taken by our reader (issue 16).
+
+Through the SDK's ``ClientSession`` a call costs a request model, a memory-stream pair,
+a tracing span and two task hops per direction. On stdio the pipes are ours
+(gateway/downstream/stdio.py), so a call is written here as one JSON line, with an id in
+a space the ``ClientSession`` never uses (``"pg-<n>"``; the SDK counts integers), and the
+reader hands the matching reply to the waiting call before any model parsing. Progress
+for the call's token goes to its callback the same way. Everything else the server
+sends (its own requests, logs, list changes, replies to the SDK's requests) still goes
+to the ``ClientSession``, unchanged.
+
+What the SDK's dispatcher does for a call is done the same way here: the request is the
+same model encoded the same way, the timeout starts after the write, a timed-out or
+cancelled call sends ``notifications/cancelled`` (the same reason text), and a server
+that goes away fails every waiting call with the SDK's ``Connection closed``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import anyio
+import anyio.abc
+import anyio.lowlevel
+import mcp_types as types
+from anyio.streams.memory import MemoryObjectSendStream
+from mcp.shared.exceptions import MCPError
+from mcp.shared.message import SessionMessage
+from mcp_types.jsonrpc import CONNECTION_CLOSED, INVALID_REQUEST, REQUEST_TIMEOUT
+
+log = logging.getLogger("prefixgate.stdio")
+
+ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
+Encode = Callable[[SessionMessage], bytes]
+
+ID_PREFIX = "pg-"
+"""Ids of raw calls: strings, which the SDK's ``ClientSession`` (integer ids) never sends."""
+_ABANDON_WRITE_TIMEOUT = 5.0
+"""As the SDK's dispatcher: a courtesy cancel gives up after this."""
+_REPLY_KEYS = frozenset(("jsonrpc", "id", "result"))
+_CLOSED = types.ErrorData(code=CONNECTION_CLOSED, message="Connection closed")
+
+
+class _Waiting:
+    __slots__ = ("done", "forwarded", "on_progress", "outcome")
+
+    def __init__(self, on_progress: ProgressFn | None, forwarded: int) -> None:
+        self.done = anyio.Event()
+        self.outcome: dict[str, Any] | types.ErrorData = _CLOSED
+        self.on_progress = on_progress
+        self.forwarded = forwarded
+
+
+class RawCalls:
+    """The raw calls waiting on one child: written by ``request``, answered by the reader."""
+
+    def __init__(
+        self,
+        stdin: anyio.abc.ByteSendStream,
+        to_session: MemoryObjectSendStream[Any],
+        encode: Encode,
+        spawn: Callable[..., Any],
+        name: str,
+    ) -> None:
+        self._stdin = stdin
+        self._to_session = to_session
+        self._encode = encode
+        self._spawn = spawn
+        self._name = name
+        self._next = 0
+        self._closed = False
+        self.pending: dict[str, _Waiting] = {}
+        self.forwarded = 0
+        """Messages the reader has handed to the ``ClientSession`` so far."""
+
+    # --- the caller's side --------------------------------------------------------------
+
+    async def request(
+        self, method: str, params: Mapping[str, Any] | None, *, timeout: float | None, on_progress: ProgressFn | None
+    ) -> dict[str, Any]:
+        """The server's raw result, or ``MCPError`` as the SDK's ``send_raw_request`` raises it."""
+        if self._closed:
+            raise MCPError(code=CONNECTION_CLOSED, message="Connection closed")
+        self._next += 1
+        request_id = f"{ID_PREFIX}{self._next}"
+        out = dict(params) if params is not None else {}
+        meta = dict(out.get("_meta") or {})
+        if on_progress is not None:
+            meta["progressToken"] = request_id  # the id doubles as the token, as in the SDK
+        if meta:
+            out["_meta"] = meta
+        else:
+            out.pop("_meta", None)
+        if out:
+            message = types.JSONRPCRequest(jsonrpc="2.0", id=request_id, method=method, params=out)
+        else:
+            message = types.JSONRPCRequest(jsonrpc="2.0", id=request_id, method=method)
+        try:
+            data = self._encode(SessionMessage(message))
+        except ValueError as exc:
+            log.warning("cannot send a message to %s: %s", self._name, exc)
+            raise MCPError(code=INVALID_REQUEST, message=f"request not sent: {exc}") from None
+        del message
+        waiting = _Waiting(on_progress, self.forwarded)
+        self.pending[request_id] = waiting
+        written = False
+        try:
+            try:
+                await anyio.lowlevel.checkpoint_if_cancelled()
+                written = True
+                await self._stdin.send(data)
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+                raise MCPError(code=CONNECTION_CLOSED, message="Connection closed") from None
+            del data
+            with anyio.fail_after(timeout):
+                await waiting.done.wait()
+        except TimeoutError:
+            await self._cancel(request_id, f"timed out after {timeout}s", shield=False)
+            raise MCPError(code=REQUEST_TIMEOUT, message=f"Request {method!r} timed out") from None
+        except anyio.get_cancelled_exc_class():
+            if written:
+                await self._cancel(request_id, "caller cancelled", shield=True)
+            raise
+        finally:
+            self.pending.pop(request_id, None)
+        outcome = waiting.outcome
+        if isinstance(outcome, types.ErrorData):
+            raise MCPError(code=outcome.code, message=outcome.message, data=outcome.data)
+        if self.forwarded != waiting.forwarded:
+            await self._session_caught_up()
+        return outcome
+
+    async def _cancel(self, request_id: str, reason: str, *, shield: bool) -> None:
+        """The courtesy ``notifications/cancelled`` the SDK's dispatcher sends for an abandoned request."""
+        note = types.JSONRPCNotification(
+            jsonrpc="2.0", method="notifications/cancelled", params={"requestId": request_id, "reason": reason}
+        )
+        with anyio.move_on_after(_ABANDON_WRITE_TIMEOUT, shield=shield) as scope:
+            try:
+                await self._stdin.send(self._encode(SessionMessage(note)))
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError, ValueError):
+                log.debug("courtesy cancel for %s not sent: the server's stdin is closed", request_id)
+        if scope.cancelled_caught:
+            log.warning("courtesy cancel for %s gave up: transport write blocked", request_id)
+
+    async def _session_caught_up(self) -> None:
+        """Let the ``ClientSession`` take what the server sent before this reply (its logs
+        for this call, say) before the reply moves on, as it would through the SDK: the
+        session's notification tasks then run first (gateway/downstream/inbox.py settles them)."""
+        with anyio.move_on_after(_ABANDON_WRITE_TIMEOUT):
+            while self._to_session.statistics().current_buffer_used:
+                await anyio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
+
+    # --- the reader's side --------------------------------------------------------------
+
+    def take(self, data: Any) -> bool:
+        """Whether ``data`` (a parsed line) was a clean reply or progress for a raw call, now delivered."""
+        if type(data) is not dict:
+            return False
+        request_id = data.get("id")
+        if type(request_id) is str and "method" not in data:
+            waiting = self.pending.get(request_id)
+            if waiting is None or data.keys() != _REPLY_KEYS or data["jsonrpc"] != "2.0":
+                return False
+            result = data["result"]
+            if type(result) is not dict:
+                return False  # the SDK's model refuses it: validated (and failed) like any reply
+            self._resolve(waiting, result)
+            return True
+        if data.get("method") == "notifications/progress" and "id" not in data:
+            params = data.get("params")
+            if type(params) is not dict:
+                return False
+            token = params.get("progressToken")
+            if type(token) is not str or (waiting := self.pending.get(token)) is None:
+                return False
+            self._progress(waiting, params)
+            return True
+        return False
+
+    def take_message(self, message: SessionMessage | Exception) -> bool:
+        """Whether ``message`` (validated, or an error our reader made for an id) answers a raw call."""
+        if not isinstance(message, SessionMessage):
+            return False
+        msg = message.message
+        if isinstance(msg, types.JSONRPCResponse | types.JSONRPCError) and isinstance(msg.id, str):
+            waiting = self.pending.get(msg.id)
+            if waiting is not None:
+                self._resolve(waiting, msg.result if isinstance(msg, types.JSONRPCResponse) else msg.error)
+                return True
+        return False
+
+    def close(self) -> None:
+        """The server's stdout ended: every waiting call fails as the SDK fails its own."""
+        self._closed = True
+        for waiting in self.pending.values():
+            self._resolve(waiting, _CLOSED)
+
+    @staticmethod
+    def _resolve(waiting: _Waiting, outcome: dict[str, Any] | types.ErrorData) -> None:
+        if not waiting.done.is_set():
+            waiting.outcome = outcome
+            waiting.done.set()
+
+    def _progress(self, waiting: _Waiting, params: dict[str, Any]) -> None:
+        """As the SDK's dispatcher reads progress: a number, else ignored; run in its own task."""
+        progress, total, message = params.get("progress"), params.get("total"), params.get("message")
+        callback = waiting.on_progress
+        if callback is None or isinstance(progress, bool) or not isinstance(progress, int | float):
+            return
+
+        async def deliver() -> None:
+            try:
+                await callback(
+                    float(progress),
+                    float(total) if isinstance(total, int | float) else None,
+                    message if isinstance(message, str) else None,
+                )
+            except Exception:
+                log.exception("progress callback raised")
+
+        self._spawn(deliver)

@@ -1,0 +1,312 @@
+"""``tools/call`` on stdio answered from the reader: parsed once, gated once, written once.
+
+Through the SDK a call costs about eight task hops and four (de)serialisations in the
+gateway (issue 16). On stdio the gateway owns its end of the wire (gateway/upstream/stdio.py),
+so a ``tools/call`` line is claimed here right after ``json.loads``: the same
+``Handlers.tools_call`` and ``Handlers.finish`` the SDK path runs (resolution, policy,
+activation, arguments, forward, spill, result check, both eras' round trips), under a
+real ``ServerRequestContext`` built as the SDK's runner builds it, and the response is
+encoded as the SDK encodes it. So the bytes are the SDK path's bytes
+(tests/test_fast_path.py sends the same requests down both).
+
+Only what the SDK would run the same way is claimed: a well-formed ``tools/call`` on a
+handshake connection once ``initialize`` was accepted, or a 2026-07-28 request whose
+envelope passes the SDK's inbound ladder on a connection that opened in that era.
+Everything else (initialize, lists, notifications, the client's answers to the
+gateway's own requests) still goes to the SDK, which owns those ids: a server's request
+during a fast call goes out through the SDK's dispatcher and its answer comes back there.
+
+``PREFIXGATE_FAST_PATH=0`` turns the lane off (every request through the SDK).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp.server.connection import Connection, NotifyOnlyOutbound
+from mcp.server.context import CallNext, ServerRequestContext
+from mcp.server.runner import aclose_shielded, modern_error_data
+from mcp.server.session import ServerSession
+from mcp.shared.dispatcher import CallOptions, coerce_request_id
+from mcp.shared.exceptions import MCPError, NoBackChannelError
+from mcp.shared.inbound import InboundLadderRejection, InboundModernRoute, classify_inbound_request
+from mcp.shared.jsonrpc_dispatcher import handler_exception_to_error_data, progress_token_from_params
+from mcp.shared.message import MessageMetadata
+from mcp.shared.transport_context import TransportContext
+from mcp_types import CONNECTION_CLOSED, PROTOCOL_VERSION_META_KEY, ErrorData, RequestParams
+from mcp_types.methods import validate_client_request
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import ValidationError
+
+from gateway.sdk import connection_of
+from gateway.upstream.server import Handlers
+from gateway.upstream.stdio import Wire
+from gateway.wire import FAST_PATH_ENV
+
+log = logging.getLogger("prefixgate.fast")
+
+_ENVELOPE = frozenset(("jsonrpc", "id", "method", "params"))
+_SHUTDOWN_WRITE_TIMEOUT = 1.0
+"""As the SDK's dispatcher: the shutdown answer to an unanswered call gives up after this."""
+
+
+class _WireOutbound:
+    """A modern connection's standalone channel: notifications on the wire, no requests."""
+
+    def __init__(self, wire: Wire) -> None:
+        self.wire = wire
+
+    async def send_raw_request(
+        self, method: str, params: Mapping[str, Any] | None, opts: CallOptions | None = None
+    ) -> dict[str, Any]:
+        raise NoBackChannelError(method)
+
+    async def notify(self, method: str, params: Mapping[str, Any] | None, opts: CallOptions | None = None) -> None:
+        await self.wire.send(_notification(method, params))
+
+
+def _notification(method: str, params: Mapping[str, Any] | None) -> types.JSONRPCNotification:
+    """As the SDK's dispatcher builds it (``params`` left unset when None)."""
+    if params is not None:
+        return types.JSONRPCNotification(jsonrpc="2.0", method=method, params=dict(params))
+    return types.JSONRPCNotification(jsonrpc="2.0", method=method)
+
+
+class CallContext:
+    """The request-scoped channel of one fast call: the SDK's ``DispatchContext`` contract.
+
+    Notifications (progress, logs) go on the wire in order with the call's answer; a
+    server-to-client request goes through the SDK connection's own channel, whose
+    dispatcher owns request ids and matches the client's reply.
+    """
+
+    def __init__(
+        self,
+        wire: Wire,
+        request_id: types.RequestId,
+        token: Any,
+        requests: Connection | None,
+        cancel_requested: anyio.Event,
+    ) -> None:
+        self.wire = wire
+        self._request_id = request_id
+        self._token = token
+        self._requests = requests
+        self._closed = False
+        self.cancel_requested = cancel_requested
+        self.transport = TransportContext(kind="jsonrpc", can_send_request=requests is not None)
+
+    @property
+    def request_id(self) -> types.RequestId | None:
+        return self._request_id
+
+    @property
+    def message_metadata(self) -> MessageMetadata:
+        return None
+
+    @property
+    def can_send_request(self) -> bool:
+        return self.transport.can_send_request and not self._closed
+
+    async def send_raw_request(
+        self, method: str, params: Mapping[str, Any] | None, opts: CallOptions | None = None
+    ) -> dict[str, Any]:
+        if self._requests is None or not self.can_send_request:
+            raise NoBackChannelError(method)
+        return await self._requests.outbound.send_raw_request(method, params, opts)
+
+    async def notify(self, method: str, params: Mapping[str, Any] | None, opts: CallOptions | None = None) -> None:
+        if self._closed:
+            log.debug("dropped %s: the call was answered", method)
+            return
+        await self.wire.send(_notification(method, params))
+
+    async def progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
+        if self._token is None:
+            return
+        params: dict[str, Any] = {"progressToken": self._token, "progress": progress}
+        if total is not None:
+            params["total"] = total
+        if message is not None:
+            params["message"] = message
+        await self.notify("notifications/progress", params)
+
+    def close(self) -> None:
+        self._closed = True
+
+
+class FastCall:
+    """One claimed ``tools/call``: run as the SDK's dispatcher and runner would run it."""
+
+    def __init__(
+        self,
+        calls: FastCalls,
+        request_id: types.RequestId,
+        params: dict[str, Any],
+        route: InboundModernRoute | None,
+        legacy: Connection | None,
+    ) -> None:
+        self.calls = calls
+        self.request_id = request_id
+        self.params = params
+        self.route = route
+        self.legacy = legacy
+        self.scope = anyio.CancelScope()
+        self.cancel_requested = anyio.Event()
+        self.key = coerce_request_id(request_id)
+        calls.in_flight[self.key] = self  # from the moment it is read; duplicate ids overwrite, as in the SDK
+
+    async def run(self, wire: Wire) -> None:
+        calls, request_id, params, key = self.calls, self.request_id, self.params, self.key
+        token = progress_token_from_params(params)
+        dctx = CallContext(wire, request_id, token, self.legacy, self.cancel_requested)
+        answered = False
+        try:
+            with self.scope:
+                try:
+                    result = await self.answer(dctx)
+                finally:
+                    dctx.close()
+                    if calls.in_flight.get(key) is self:
+                        del calls.in_flight[key]
+                if not dctx.cancel_requested.is_set():
+                    answered = True
+                    await wire.send(types.JSONRPCResponse(jsonrpc="2.0", id=request_id, result=result))
+        except anyio.get_cancelled_exc_class():
+            if not answered and not dctx.cancel_requested.is_set():
+                closed = ErrorData(code=CONNECTION_CLOSED, message="Connection closed")
+                with anyio.move_on_after(_SHUTDOWN_WRITE_TIMEOUT, shield=True):
+                    await wire.send(types.JSONRPCError(jsonrpc="2.0", id=request_id, error=closed))
+            raise
+        except Exception as exc:  # noqa: BLE001 - the SDK's exception-to-wire boundary, mirrored
+            error = self.error_of(exc)
+            if not dctx.cancel_requested.is_set():
+                await wire.send(types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error))
+
+    def error_of(self, exc: Exception) -> ErrorData:
+        """The error the SDK's dispatcher writes for a handler's exception, per era."""
+        if self.route is not None:
+            return modern_error_data(exc)
+        error = handler_exception_to_error_data(exc)
+        if error is None:
+            log.exception("handler for 'tools/call' raised")
+            error = ErrorData(code=0, message=str(exc))
+        return error
+
+    async def answer(self, dctx: CallContext) -> dict[str, Any]:
+        calls, params, route = self.calls, self.params, self.route
+        handlers = calls.handlers
+        meta = _meta_of(params)
+        if route is not None:
+            connection = Connection.from_envelope(
+                route.protocol_version,
+                route.client_info,
+                route.client_capabilities,
+                outbound=NotifyOnlyOutbound(_WireOutbound(dctx.wire)),
+            )
+        else:
+            assert self.legacy is not None
+            connection = self.legacy
+        session = ServerSession(dctx, connection, request_meta=meta)
+        ctx: ServerRequestContext[Any, Any] = ServerRequestContext(
+            session=session,
+            lifespan_context=calls.lifespan,
+            method="tools/call",
+            params=params,
+            request_id=self.request_id,
+            meta=meta,
+            protocol_version=connection.protocol_version,
+        )
+        try:
+            client = await handlers.client_of(ctx)
+            result = await handlers.tools_call(ctx, client, params["name"], params.get("arguments"))
+            return dict(handlers.finish(ctx, result))
+        except (MCPError, ValidationError):
+            raise
+        except Exception as exc:
+            if route is None:
+                raise
+            error = modern_error_data(exc)  # as the SDK's modern stream loop maps it, inside the call
+            raise MCPError(code=error.code, message=error.message, data=error.data) from exc
+        finally:
+            if route is not None:
+                await aclose_shielded(connection)
+
+
+class FastCalls:
+    """The stdio end's ``Lane``: claims the ``tools/call`` requests it can answer as the SDK would."""
+
+    def __init__(self, handlers: Handlers) -> None:
+        self.handlers = handlers
+        self.legacy: Connection | None = None
+        """The SDK's handshake-era connection, once a request of it was seen."""
+        self.modern = False
+        """Whether the connection opened in the 2026-07-28 era (the SDK decides, once)."""
+        self.lifespan: Any = None
+        self.in_flight: dict[Any, FastCall] = {}
+        self.used = False
+        handlers.server.middleware.insert(0, self.observe)
+
+    async def observe(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> Any:
+        """Learn the connection's era from what the SDK serves: claims start after that."""
+        self.lifespan = ctx.lifespan_context
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            self.modern = True
+        elif self.legacy is None:
+            self.legacy = connection_of(ctx)
+        return await call_next(ctx)
+
+    def claim(self, data: Any) -> FastCall | None:
+        """A ``tools/call`` the SDK would hand to ``Handlers`` unchanged, else None."""
+        if type(data) is not dict or data.get("method") != "tools/call" or data.get("jsonrpc") != "2.0":
+            return None
+        request_id = data.get("id")
+        params = data.get("params")
+        if isinstance(request_id, bool) or not isinstance(request_id, int | str) or type(params) is not dict:
+            return None
+        if not data.keys() <= _ENVELOPE:
+            return None
+        meta = params.get("_meta")
+        enveloped = isinstance(meta, dict) and PROTOCOL_VERSION_META_KEY in meta
+        route: InboundModernRoute | None = None
+        if self.modern:
+            if not enveloped:
+                return None
+            found = classify_inbound_request({"method": "tools/call", "params": params})
+            if isinstance(found, InboundLadderRejection):
+                return None
+            route, version = found, found.protocol_version
+        elif self.legacy is not None and self.legacy.initialize_accepted and not enveloped:
+            version = self.legacy.protocol_version
+        else:
+            return None
+        try:
+            validate_client_request("tools/call", version, params)
+        except (ValidationError, KeyError):
+            return None  # the SDK refuses it with its own error
+        if not self.used:
+            self.used = True
+            log.info("tools/call is answered on the stdio fast path (%s=0 turns it off)", FAST_PATH_ENV)
+        return FastCall(self, request_id, params, route, None if route is not None else self.legacy)
+
+    def cancel(self, request_id: Any) -> None:
+        if isinstance(request_id, bool) or not isinstance(request_id, int | str):
+            return
+        call = self.in_flight.get(coerce_request_id(request_id))
+        if call is not None:
+            call.cancel_requested.set()
+            call.scope.cancel()
+
+
+def _meta_of(params: Mapping[str, Any]) -> types.RequestParamsMeta | None:
+    """The request's ``_meta`` as the SDK's runner lifts it (None when absent or malformed)."""
+    if "_meta" not in params:
+        return None
+    try:
+        return RequestParams.model_validate({"_meta": params["_meta"]}, by_name=False).meta
+    except ValidationError:
+        return None

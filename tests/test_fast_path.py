@@ -1,0 +1,245 @@
+"""The stdio fast path for ``tools/call`` (issue 16) answers exactly as the SDK path does.
+
+The same raw JSON lines go to a real gateway twice, with the fast path on and with
+``PREFIXGATE_FAST_PATH=0``, and every line the gateway writes back is compared as bytes,
+in both protocol eras. Masked, because genuinely random: artifact ids of a spilled result,
+and the 2026-07-28 ``requestState`` the gateway mints for an ``input_required`` round trip.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp_types import CLIENT_CAPABILITIES_META_KEY, PROTOCOL_VERSION_META_KEY
+
+from tests.helpers import ERAS, RawGateway, demo, elicitation, raw_gateway, sdk_client, text, write_config
+
+pytestmark = pytest.mark.anyio
+
+MODERN = "2026-07-28"
+NON_ASCII = "héllo — 日本語 🎉 \u2028 \"quoted\" \\ back"
+_ARTIFACT = re.compile(rb'(?<=artifact )[\w-]{32}(?![\w-])|(?<=\\")[\w-]{32}(?=\\")')
+_SIZED = re.compile(rb"(?<=line 1 column )\d+ \(char \d+\)|(?<=result of )\d+(?= bytes exceeds)")
+_STATE = re.compile(rb'"requestState":"[^"]*"')
+
+
+def fast_config(tmp_path: Path) -> Path:
+    return write_config(
+        tmp_path,
+        {
+            "demo": demo("--tools", 2, "--rich"),
+            "slowpoke": {**demo("--tools", 1, "--name", "slowpoke"), "call_timeout": 1},
+            "crashy": demo("--tools", 1, "--name", "crashy"),
+            "asker": {**demo("--tools", 1, "--rich", "--name", "asker"), "protocol": "legacy"},
+        },
+        policy={"deny": ["demo__touch"]},
+        spill={"max_visible_bytes": 2048},
+    )
+
+
+def masked(line: bytes) -> bytes:
+    return _STATE.sub(b'"requestState":"*"', _ARTIFACT.sub(b"<id>", line))
+
+
+class Script:
+    """One era's conversation on a raw gateway: each step's lines, as bytes."""
+
+    def __init__(self, gw: RawGateway, modern: bool) -> None:
+        self.gw = gw
+        self.modern = modern
+        self.out: list[tuple[str, list[bytes]]] = []
+
+    def params(self, name: str, arguments: Any, meta: dict[str, Any] | None = None, **more: Any) -> dict[str, Any]:
+        meta = dict(meta or {})
+        if self.modern:
+            meta[PROTOCOL_VERSION_META_KEY] = MODERN
+            meta[CLIENT_CAPABILITIES_META_KEY] = {"elicitation": {}}
+        params: dict[str, Any] = {"name": name, "arguments": arguments, **more}
+        if meta:
+            params["_meta"] = meta
+        return params
+
+    def until(self, label: str, request_id: Any) -> dict[str, Any]:
+        """The answer to ``request_id``; every line up to it is recorded (masked) under ``label``."""
+        lines = []
+        while True:
+            line = self.gw.read_line()
+            lines.append(masked(line))
+            message = json.loads(line)
+            if "method" not in message and message.get("id") == request_id:
+                self.out.append((label, lines))
+                return dict(message)
+
+    def ask(self, label: str, request_id: int, name: str) -> None:
+        """A call whose server asks the client's name: answered "Ann" in either era."""
+        accept = {"action": "accept", "content": {"name": "Ann"}}
+        if self.modern:
+            first = self.call(label, request_id, name, {})
+            state = first["result"]["requestState"]
+            answers = {key: accept for key in first["result"]["inputRequests"]}
+            self.call(label + " answered", request_id + 1, name, {}, inputResponses=answers, requestState=state)
+            return
+        self.gw.request(request_id, "tools/call", self.params(name, {}))
+        asked = json.loads(self.gw.read_line())
+        assert asked["method"] == "elicitation/create", asked
+        self.out.append((label, [masked(json.dumps(asked).encode())]))
+        self.gw.send(json.dumps({"jsonrpc": "2.0", "id": asked["id"], "result": accept}).encode())
+        self.until(label + " answered", request_id)
+
+    def call(self, label: str, request_id: Any, name: str, arguments: Any, **kw: Any) -> dict[str, Any]:
+        self.gw.request(request_id, "tools/call", self.params(name, arguments, **kw))
+        return self.until(label, request_id)
+
+
+def conversation(config: Path, modern: bool, fast: bool, stderr: Path) -> tuple[list[tuple[str, list[bytes]]], str]:
+    env = {"PREFIXGATE_FAST_PATH": "1" if fast else "0"}
+    with stderr.open("wb") as err, raw_gateway(config, err, env, "--log-level", "debug") as gw:
+        s = Script(gw, modern)
+        if modern:
+            list_params = {"_meta": s.params("x", {})["_meta"]}
+            gw.request("list", "tools/list", list_params)  # the era is decided by the first request
+            s.until("list", "list")
+        else:
+            gw.handshake({"elicitation": {}})
+            gw.request("level", "logging/setLevel", {"level": "debug"})  # the server's logs reach this client
+            s.until("setLevel", "level")
+        s.call("echo", 1, "demo__echo", {"text": NON_ASCII})
+        s.call("string id", "id-é", "demo__echo", {"text": "x"})
+        s.call("numeric string id", "7", "demo__echo", {"text": "y"})
+        s.call("structured", 2, "demo__structured", {"count": 3})
+        s.call("image", 3, "demo__image", {})
+        s.call("isError", 4, "demo__fail", {"message": "nope"})
+        s.call("unknown tool", 5, "demo__missing", {})
+        s.call("invalid arguments", 6, "demo__structured", {"count": "three"})
+        s.call("denied", 7, "demo__touch", {})
+        s.call("spilled", 8, "demo__payload", {"bytes": 20000, "kind": "lines"})
+        s.call("progress", 9, "demo__slow", {"seconds": 0.2, "steps": 2}, meta={"progressToken": "p-9"})
+        s.call("meta passed", 10, "demo__echo", {"text": "m"}, meta={"custom/key": [1, 2]})
+        opt_in = {"io.modelcontextprotocol/logLevel": "debug"} if modern else None  # 2026-07-28: per request
+        s.call("log", 11, "demo__log", {"text": "logged line", "level": "warning"}, meta=opt_in)
+        # Cancelled: never answered; the next call on the connection is.
+        gw.request(12, "tools/call", s.params("demo__slow", {"seconds": 30, "steps": 30}))
+        time.sleep(0.5)
+        cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 12}}
+        gw.send(json.dumps(cancel).encode())
+        s.call("after cancel", 13, "demo__echo", {"text": "still here"})
+        s.call("timeout", 14, "slowpoke__slow", {"seconds": 20, "steps": 20})
+        # Elicitation during a call: a request to the client (handshake era) or an input_required
+        # round trip (2026-07-28); from a 2026-07-28 server and from a handshake-era one.
+        s.ask("ask", 15, "demo__ask")
+        s.ask("ask legacy server", 18, "asker__ask")
+        if modern:  # an MCPError from the gate: the same JSON-RPC error (code, message, data)
+            s.call("bad requestState", 20, "demo__ask", {}, requestState="forged")
+        gw.request(21, "tools/call", {"arguments": {}, **({"_meta": s.params("x", {})["_meta"]} if modern else {})})
+        s.until("no name", 21)  # malformed params: the SDK's own error on both paths
+        s.call("crash mid-call", 17, "crashy__crash", {"status": 7})
+        gw.proc.stdin.close()  # type: ignore[union-attr]
+        gw.proc.wait(timeout=30)
+    return s.out, stderr.read_text(encoding="utf-8", errors="replace")
+
+
+@pytest.mark.parametrize("era", ["handshake", "modern"])
+async def test_fast_path_answers_byte_identical_to_the_sdk_path(tmp_path: Path, era: str) -> None:
+    config = fast_config(tmp_path)
+    modern = era == "modern"
+    fast, fast_log = conversation(config, modern, True, tmp_path / "fast.log")
+    sdk, sdk_log = conversation(config, modern, False, tmp_path / "sdk.log")
+    assert "stdio fast path" in fast_log and "stdio fast path" not in sdk_log
+    assert [label for label, _ in fast] == [label for label, _ in sdk]
+    for (label, got), (_, want) in zip(fast, sdk, strict=True):
+        assert got == want, label
+    steps = dict(fast)
+    assert "héllo — 日本語 🎉".encode() in steps["echo"][0]
+    assert b"denied by policy" in steps["denied"][0]
+    assert b"saved as artifact <id>" in steps["spilled"][0]
+    assert len(steps["log"]) == 2 and b"logged line" in steps["log"][0]  # the call's log before its answer
+    assert len(steps["progress"]) == 3 and b'"progressToken":"p-9"' in steps["progress"][0]
+    assert b"still here" in steps["after cancel"][-1] and len(steps["after cancel"]) == 1
+    assert b"exit status 7" in steps["crash mid-call"][-1]
+    assert b'"error"' in steps["no name"][-1] and (not modern or b"requestState" in steps["bad requestState"][-1])
+    assert b"Ann" in steps["ask answered"][-1] and b"Ann" in steps["ask legacy server answered"][-1]
+    for log in (fast_log, sdk_log):  # the courtesy cancel reached the server, for the cancel and the timeout
+        assert log.count("slow cancelled after step") == 2, log[-3000:]
+
+
+def rogue_conversation(config: Path, fast: bool) -> list[tuple[str, list[bytes]]]:
+    env = {"PREFIXGATE_FAST_PATH": "1" if fast else "0"}
+    with raw_gateway(config, None, env) as gw:
+        s = Script(gw, modern=False)
+        gw.handshake()
+        gw.request("level", "logging/setLevel", {"level": "debug"})  # the server's logs reach this client
+        s.until("setLevel", "level")
+        for n, (tool, arguments) in enumerate(ROGUE_CALLS, start=1):
+            s.call(tool, n, f"rogue__{tool}", arguments)
+        gw.proc.stdin.close()  # type: ignore[union-attr]
+        gw.proc.wait(timeout=30)
+    return s.out
+
+
+ROGUE = str(Path(__file__).with_name("rogue_wire.py"))
+ROGUE_CALLS: list[tuple[str, dict[str, Any]]] = [
+    ("echo", {"text": NON_ASCII}),
+    ("surrogate_text", {}),
+    ("log_surrogate", {}),
+    ("rpc_error", {}),
+    ("bad_result", {}),
+    ("not_json", {}),
+    ("big", {"n": 2 << 20}),
+    ("big_ts", {"n": 2 << 20}),
+    ("big", {"n": 100_000}),
+    ("request_id", {}),
+]
+
+
+async def test_downstream_raw_calls_answer_as_the_sdk_session_does(tmp_path: Path) -> None:
+    """A misbehaving stdio server (tests/rogue_wire.py): replies with lone surrogates, a
+    JSON-RPC error, a result that is not an object, a line that is not JSON, replies over
+    ``max_message_bytes`` with the id first and last: the same bytes on both paths."""
+    server = {"command": sys.executable, "args": [ROGUE]}
+    config = write_config(tmp_path, {"rogue": server}, gateway={"max_message_bytes": 1 << 20})
+    fast, sdk = rogue_conversation(config, True), rogue_conversation(config, False)
+    assert [label for label, _ in fast] == [label for label, _ in sdk]
+    *same_fast, (_, fast_id) = fast
+    *same_sdk, (_, sdk_id) = sdk
+    for (label, got), (_, want) in zip(same_fast, same_sdk, strict=True):
+        # A reply's size and a parse error's position count the id's characters ("pg-6" is
+        # longer than 6): the server wrote a different line, not the gateway a different answer.
+        assert [_SIZED.sub(b"<n>", line) for line in got] == [_SIZED.sub(b"<n>", line) for line in want], label
+    # The raw call's id is in a space the SDK's ClientSession never uses (its ids are integers).
+    assert b'id \\"pg-' in fast_id[-1] and b'id \\"pg-' not in sdk_id[-1], (fast_id, sdk_id)
+    steps = dict(same_fast)
+    assert len(steps["log_surrogate"]) == 2  # the log the server wrote just before its reply comes first
+    assert b"fetch failed" in steps["rpc_error"][-1] and b"exceeds max_message_bytes" in steps["big_ts"][-1]
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_sdk_client_on_the_fast_path(tmp_path: Path, mode: str) -> None:
+    """The SDK client's own view, both eras: results, progress, elicitation during a call."""
+    config = fast_config(tmp_path)
+    seen: list[float] = []
+
+    async def progress(value: float, total: float | None, message: str | None) -> None:
+        seen.append(value)
+
+    async with sdk_client(config, mode, elicitation_callback=elicitation) as client:
+        result = await client.call_tool("demo__echo", {"text": NON_ASCII})
+        assert text(result) == NON_ASCII
+        result = await client.call_tool("demo__slow", {"seconds": 0.2, "steps": 2}, progress_callback=progress)
+        assert text(result) == "slept 0.2 s" and seen == [0.0, 1.0]
+        result = await client.call_tool("demo__ask", {})
+        assert not result.is_error and "accept" in text(result)
+        result = await client.call_tool("demo__structured", {"count": "three"})
+        assert result.is_error and "Invalid arguments" in text(result)
+
+
+def test_the_switch_is_read_from_the_environment() -> None:
+    from gateway.wire import fast_path
+
+    assert fast_path({}) and fast_path({"PREFIXGATE_FAST_PATH": "1"})
+    assert not fast_path({"PREFIXGATE_FAST_PATH": "0"}) and not fast_path({"PREFIXGATE_FAST_PATH": "Off"})
