@@ -15,8 +15,9 @@ from typing import Literal
 
 import canonicaljson
 
-from catalog.activation import identity as _identity
+from catalog.activation import identity_encoded as _identity
 from catalog.build import fingerprint as _fingerprint
+from catalog.canonical import encode
 from catalog.model import JSON, Catalog, Entry
 from catalog.names import code_unit_key
 
@@ -124,7 +125,12 @@ def estimate_tokens(declaration: JSON) -> int:
     ``TOOL_OVERHEAD``. Only byte-level C operations per declaration, so 5,000
     declarations take milliseconds.
     """
-    counts = token_features(canonicaljson.encode_canonical_json(declaration))
+    return estimate_encoded(canonicaljson.encode_canonical_json(declaration))
+
+
+def estimate_encoded(encoded: bytes) -> int:
+    """:func:`estimate_tokens` of the declaration whose canonical JSON is ``encoded``."""
+    counts = token_features(encoded)
     units = sum(w * c for w, c in zip(WEIGHTS, counts, strict=True) if c)
     return -(-units // TOKEN_DENOMINATOR) + TOOL_OVERHEAD
 
@@ -299,7 +305,7 @@ def decide(catalog: Catalog, policy: ClientPolicy, meta: Mapping[str, dict[str, 
     marked = {e.name for e in entries if _is_deferred(e, policy.defer)}
     deferred = [e for e in entries if e.name in marked]
     loaded = [e for e in entries if e.name not in marked]
-    tokens = {e.name: estimate_tokens(e.declaration) for e in entries}
+    tokens = {e.name: estimate_encoded(e.encoded) for e in entries}
     tokens.update({n: estimate_tokens(d) for n, d in meta.items()})
     limit, budget = policy.max_functions, policy.token_budget()
     extra = ["artifact_read"] if "artifact_read" in meta else []
@@ -361,6 +367,9 @@ def decide(catalog: Catalog, policy: ClientPolicy, meta: Mapping[str, dict[str, 
         token_budget=budget,
         fingerprint=_fingerprint(plan.declared),
         identity=_identity(
-            policy.route(), plan.mode, plan.declared, [by_name[n].declaration for n in deferred_names]
+            policy.route(),
+            plan.mode,
+            [by_name[n].encoded if n in by_name else encode(meta[n]) for n in plan.names],
+            [(str(by_name[n].declaration.get("name", "")), by_name[n].encoded) for n in deferred_names],
         ),
     )

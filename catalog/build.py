@@ -10,12 +10,13 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 from collections import defaultdict
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import canonicaljson
 
+from catalog.canonical import encode, join_array, join_object, member, members
 from catalog.model import JSON, Catalog, CatalogWarning, Entry, ServerTools
 from catalog.names import Profile, assign_names, code_unit_key, qualify
 from catalog.schema import canonicalize, check, sort_keys
@@ -29,6 +30,11 @@ def fingerprint(declarations: Sequence[JSON]) -> str:
     return hashlib.sha256(canonicaljson.encode_canonical_json(list(declarations))).hexdigest()
 
 
+def fingerprint_encoded(encoded: Iterable[bytes]) -> str:
+    """:func:`fingerprint` of the declarations whose canonical JSON is ``encoded``."""
+    return hashlib.sha256(join_array(encoded)).hexdigest()
+
+
 @dataclass(frozen=True)
 class _Tool:
     """A tool that passed every check, before its public name is known."""
@@ -38,6 +44,8 @@ class _Tool:
     declaration: dict[str, JSON]
     encoded: bytes
     """Canonical JSON of the declaration with its original name: a total order key."""
+    members: dict[str, bytes]
+    """Its members' canonical bytes (``catalog.canonical.members``; empty if unknown)."""
 
 
 def _label(raw: JSON) -> str:
@@ -98,32 +106,71 @@ def _canonical(raw: dict[str, JSON], output_schemas: bool) -> dict[str, JSON]:
     }
 
 
-def _problem(decl: dict[str, JSON]) -> str | None:
+def _problem(decl: dict[str, JSON], parts: Mapping[str, bytes], schemas: _Schemas) -> str | None:
     """Why a canonical declaration is unpublishable, or None."""
     if "inputSchema" not in decl:
         return "missing inputSchema"
-    problem = check(decl["inputSchema"], "inputSchema")
+    problem = schemas.check(decl, parts, "inputSchema")
     if problem is None and decl.get("outputSchema") is not None:
-        problem = check(decl["outputSchema"], "outputSchema")
+        problem = schemas.check(decl, parts, "outputSchema")
     return problem
 
 
-Check = Callable[[dict[str, JSON]], str | None]
-"""An extra publishability check supplied by the caller (the gateway's wire model)."""
+@dataclass
+class _Schemas:
+    """One canonical object and one ``check`` verdict per distinct schema of a build, keyed by
+    its canonical member bytes (``"inputSchema":{...}``): tools of one server often share a
+    shape, the check is a function of those bytes, and one shared (read-only) object instead
+    of thousands of equal copies spares the garbage collector most of a catalog."""
+
+    objects: dict[bytes, JSON] = field(default_factory=dict)
+    verdicts: dict[bytes, str | None] = field(default_factory=dict)
+
+    def share(self, decl: dict[str, JSON], parts: Mapping[str, bytes]) -> None:
+        for where in _SCHEMA_KEYS:
+            key = parts.get(where)
+            if key is not None:
+                decl[where] = self.objects.setdefault(key, decl[where])
+
+    def check(self, decl: dict[str, JSON], parts: Mapping[str, bytes], where: str) -> str | None:
+        key = parts.get(where)
+        if key is None:
+            return check(decl[where], where)
+        if key not in self.verdicts:
+            self.verdicts[key] = check(decl[where], where)
+        return self.verdicts[key]
+
+
+Check = Callable[[dict[str, JSON], Mapping[str, bytes]], str | None]
+"""An extra publishability check supplied by the caller (the gateway's wire model): the
+canonical declaration and its members' canonical bytes (empty when unknown)."""
+
+
+def _encoded(decl: dict[str, JSON]) -> tuple[bytes, dict[str, bytes]]:
+    """The declaration's canonical JSON and its members' (each encoded once, reused later)."""
+    try:
+        parts = members(decl)
+    except (ValueError, TypeError):
+        parts = None  # encode() below raises the same error, worded for the reason
+    if parts is None:
+        return encode(decl), {}
+    return join_object(parts), parts
 
 
 def _prepare(
-    server: str, raw: dict[str, JSON], extra: Check | None, memo: Memo | None, output_schemas: bool
+    server: str, raw: dict[str, JSON], extra: Check | None, memo: Memo | None, output_schemas: bool,
+    schemas: _Schemas,
 ) -> _Tool | str:
     """A checked tool, or the reason it is quarantined (an unpublished outputSchema is not checked)."""
     try:
         decl = _canonical(raw, output_schemas)
-        encoded = canonicaljson.encode_canonical_json(decl)
+        encoded, parts = _encoded(decl)
+        schemas.share(decl, parts)
         if memo is not None and memo.passed(encoded):
-            return _Tool(server, raw["name"], decl, encoded)
-        problem = _problem(decl)
+            return _Tool(server, raw["name"], decl, encoded, parts)
+        problem = _problem(decl, parts, schemas)
         if problem is None and extra is not None:
-            problem = extra(decl)
+            problem = extra(decl, parts)
         if problem is not None:
             return problem
     except RecursionError:
@@ -132,11 +179,12 @@ def _prepare(
         return "not canonical JSON: " + _short(str(err), 120)
     if memo is not None:
         memo.add(encoded)
-    return _Tool(server, raw["name"], decl, encoded)
+    return _Tool(server, raw["name"], decl, encoded, parts)
 
 
 def _server_tools(
-    server: ServerTools, extra: Check | None, memo: Memo | None, output_schemas: bool
+    server: ServerTools, extra: Check | None, memo: Memo | None, output_schemas: bool,
+    schemas: _Schemas,
 ) -> tuple[list[_Tool], list[CatalogWarning]]:
     """The publishable tools of one server, and what happened to the rest."""
     warnings: list[CatalogWarning] = []
@@ -153,7 +201,7 @@ def _server_tools(
         by_name[raw["name"]].append(raw)
     tools: list[_Tool] = []
     for name, raws in by_name.items():
-        kept, more = _keep_one(server.id, name, raws, extra, memo, output_schemas)
+        kept, more = _keep_one(server.id, name, raws, extra, memo, output_schemas, schemas)
         tools.extend(kept)
         warnings.extend(more)
     return tools, warnings
@@ -161,7 +209,7 @@ def _server_tools(
 
 def _keep_one(
     server: str, name: str, raws: list[dict[str, JSON]], extra: Check | None, memo: Memo | None,
-    output_schemas: bool,
+    output_schemas: bool, schemas: _Schemas,
 ) -> tuple[list[_Tool], list[CatalogWarning]]:
     """Resolve one name of one server: at most one tool survives.
 
@@ -169,7 +217,7 @@ def _keep_one(
     listing order cannot matter): valid declarations beat invalid ones, then the
     smallest canonical encoding wins.
     """
-    prepared = [_prepare(server, raw, extra, memo, output_schemas) for raw in raws]
+    prepared = [_prepare(server, raw, extra, memo, output_schemas, schemas) for raw in raws]
     valid = sorted((p for p in prepared if isinstance(p, _Tool)), key=lambda t: t.encoded)
     problems = sorted(p for p in prepared if isinstance(p, str))
     if not valid:
@@ -215,8 +263,9 @@ def build(
     warnings: list[CatalogWarning] = []
     prefixes = {s.id: s.prefix for s in servers}
     deferred = {s.id: s.deferred for s in servers}
+    schemas = _Schemas()
     for server in servers:
-        kept, more = _server_tools(server, extra_check, memo, output_schemas)
+        kept, more = _server_tools(server, extra_check, memo, output_schemas, schemas)
         tools.extend(kept)
         warnings.extend(more)
     requests = [(t.server, prefixes[t.server], t.name) for t in tools]
@@ -228,11 +277,14 @@ def build(
         decl = dict(sorted(dict(t.declaration, name=public).items()))
         identities = {qualify(prefixes[t.server], t.name, separator), t.server + separator + t.name}
         aliases = tuple(sorted(identities - {public}, key=code_unit_key))
-        entries.append(Entry(public, t.server, t.name, decl, deferred[t.server], aliases))
+        entry = Entry(public, t.server, t.name, decl, deferred[t.server], aliases)
+        if t.members:  # what Entry.encoded would compute, from the parts already encoded
+            vars(entry)["encoded"] = join_object(dict(t.members, name=member("name", public)))
+        entries.append(entry)
     entries.sort(key=lambda e: code_unit_key(e.name))
     return Catalog(
         entries=tuple(entries),
         warnings=tuple(sorted(warnings, key=_warning_key)),
-        fingerprint=fingerprint([e.declaration for e in entries]),
+        fingerprint=fingerprint_encoded(e.encoded for e in entries),
         by_name={e.name: e for e in entries},
     )

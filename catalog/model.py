@@ -6,9 +6,11 @@ JSON payloads inside (``declaration``) are treated as read-only by convention.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from catalog.canonical import encode
 from catalog.text import escape
 
 JSON = Any
@@ -48,6 +50,12 @@ class Entry:
     @property
     def identities(self) -> tuple[str, ...]:
         return (self.name, *self.aliases)
+
+    @functools.cached_property
+    def encoded(self) -> bytes:
+        """Canonical JSON of ``declaration``: the bytes the fingerprint, the token estimate
+        and the activation identity are computed from (``build`` fills it in as it goes)."""
+        return encode(self.declaration)
 
 
 @dataclass(frozen=True)

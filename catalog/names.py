@@ -7,6 +7,7 @@ and must not depend on which server answered first, otherwise the published cata
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -88,7 +89,15 @@ def qualify(prefix: str, tool: str, separator: str) -> str:
 
 def sanitise(name: str, profile: Profile) -> str:
     """Replace each disallowed code point (a non-BMP character is one) with ``_``."""
+    if name.isascii() and _ascii_allowed(profile.allowed).issuperset(name):
+        return name  # the common case, without a regex call per character
     return "".join(ch if profile.allowed.fullmatch(ch) else "_" for ch in name)
+
+
+@functools.cache
+def _ascii_allowed(allowed: re.Pattern[str]) -> frozenset[str]:
+    """The ASCII characters ``allowed`` matches (one pattern per profile: a few entries)."""
+    return frozenset(ch for ch in map(chr, range(128)) if allowed.fullmatch(ch))
 
 
 def suffix_hash(server: str, tool: str, round_: int = 0) -> str:
