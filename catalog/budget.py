@@ -17,7 +17,7 @@ import canonicaljson
 
 from catalog.activation import identity_encoded as _identity
 from catalog.build import fingerprint as _fingerprint
-from catalog.canonical import encode
+from catalog.canonical import encode, join_object
 from catalog.model import JSON, Catalog, Entry
 from catalog.names import code_unit_key
 
@@ -130,9 +130,49 @@ def estimate_tokens(declaration: JSON) -> int:
 
 def estimate_encoded(encoded: bytes) -> int:
     """:func:`estimate_tokens` of the declaration whose canonical JSON is ``encoded``."""
-    counts = token_features(encoded)
-    units = sum(w * c for w, c in zip(WEIGHTS, counts, strict=True) if c)
+    return -(-_units(encoded) // TOKEN_DENOMINATOR) + TOOL_OVERHEAD
+
+
+def _units(data: bytes) -> int:
+    return sum(w * c for w, c in zip(WEIGHTS, token_features(data), strict=True) if c)
+
+
+_SHAPE_MEMBERS = ("inputSchema", "outputSchema")
+_PUNCT_RUN = WEIGHTS[FEATURES.index("punct_runs")]
+_MAX_SHAPES = 4096
+_shape_units: dict[bytes, int] = {}
+"""Units of schema members by their bytes: many tools share a shape (bounded)."""
+
+
+def estimate_members(members: Mapping[str, bytes]) -> int:
+    """:func:`estimate_encoded` of ``catalog.canonical.join_object(members)``, each schema
+    member counted once per shape.
+
+    Every feature counts characters or pairs of neighbours, and members meet at punctuation
+    (``{``, ``,`` or ``}`` before the ``"`` of a key), where no pair feature matches: so the
+    counts of the object are those of the object without its schemas plus those of each
+    schema member with a comma, less the punctuation run a lone member starts with.
+    """
+    shapes = [k for k in _SHAPE_MEMBERS if k in members]
+    if not shapes:
+        return estimate_encoded(join_object(members))
+    rest = join_object({k: v for k, v in members.items() if k not in shapes})
+    units = _units(rest) + sum(_member_units(members[k]) for k in shapes)
     return -(-units // TOKEN_DENOMINATOR) + TOOL_OVERHEAD
+
+
+def _member_units(member: bytes) -> int:
+    units = _shape_units.get(member)
+    if units is None:
+        if len(_shape_units) >= _MAX_SHAPES:
+            _shape_units.clear()
+        units = _shape_units[member] = _units(member + b",") - _PUNCT_RUN
+    return units
+
+
+def _estimate(entry: Entry) -> int:
+    members = entry.members
+    return estimate_members(members) if members is not None else estimate_encoded(entry.encoded)
 
 
 # -- policy and decision --------------------------------------------------------------
@@ -305,7 +345,7 @@ def decide(catalog: Catalog, policy: ClientPolicy, meta: Mapping[str, dict[str, 
     marked = {e.name for e in entries if _is_deferred(e, policy.defer)}
     deferred = [e for e in entries if e.name in marked]
     loaded = [e for e in entries if e.name not in marked]
-    tokens = {e.name: estimate_encoded(e.encoded) for e in entries}
+    tokens = {e.name: _estimate(e) for e in entries}
     tokens.update({n: estimate_tokens(d) for n, d in meta.items()})
     limit, budget = policy.max_functions, policy.token_budget()
     extra = ["artifact_read"] if "artifact_read" in meta else []

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
-from collections import defaultdict
+import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -35,7 +35,7 @@ def fingerprint_encoded(encoded: Iterable[bytes]) -> str:
     return hashlib.sha256(join_array(encoded)).hexdigest()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _Tool:
     """A tool that passed every check, before its public name is known."""
 
@@ -116,15 +116,50 @@ def _problem(decl: dict[str, JSON], parts: Mapping[str, bytes], schemas: _Schema
     return problem
 
 
+_RAW_TEXT = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"), sort_keys=True)
+"""A raw schema's text (keys sorted, nothing canonicalised): the cheap lookup key of its shape."""
+
+
 @dataclass
 class _Schemas:
-    """One canonical object and one ``check`` verdict per distinct schema of a build, keyed by
-    its canonical member bytes (``"inputSchema":{...}``): tools of one server often share a
-    shape, the check is a function of those bytes, and one shared (read-only) object instead
-    of thousands of equal copies spares the garbage collector most of a catalog."""
+    """What a build learns once per distinct schema, for every tool of that shape.
 
+    Tools of one server often share a shape (and a first-ever build of thousands of tools
+    spent most of its time canonicalising, encoding and checking equal schemas). By a raw
+    schema's sorted text: its canonical object and canonical member bytes
+    (``"inputSchema":{...}``); by those bytes: the one shared (read-only) object, which spares
+    the garbage collector thousands of equal copies, and the ``check`` verdict, a function
+    of those bytes (as for ``Memo``).
+    """
+
+    by_text: dict[tuple[str, str], tuple[JSON, bytes]] = field(default_factory=dict)
     objects: dict[bytes, JSON] = field(default_factory=dict)
     verdicts: dict[bytes, str | None] = field(default_factory=dict)
+
+    def canonical(self, raw: dict[str, JSON], output_schemas: bool) -> tuple[dict[str, JSON], dict[str, bytes]] | None:
+        """``_canonical(raw, ...)`` and its members' bytes, or None: then (or when this
+        raises) the caller takes the reference path, which words any error."""
+        keys = sorted(raw)
+        if not all(isinstance(k, str) for k in keys):
+            return None
+        decl: dict[str, JSON] = {}
+        parts: dict[str, bytes] = {}
+        for k in keys:
+            if k == "outputSchema" and not output_schemas:
+                continue
+            value = raw[k]
+            if k in _SCHEMA_KEYS:
+                text = (k, _RAW_TEXT.encode(value))
+                known = self.by_text.get(text)
+                if known is None:
+                    schema = canonicalize(value)
+                    part = member(k, schema)
+                    known = self.by_text[text] = (self.objects.setdefault(part, schema), part)
+                decl[k], parts[k] = known
+            else:
+                decl[k] = value = sort_keys(value)
+                parts[k] = member(k, value)
+        return decl, parts
 
     def share(self, decl: dict[str, JSON], parts: Mapping[str, bytes]) -> None:
         for where in _SCHEMA_KEYS:
@@ -163,9 +198,17 @@ def _prepare(
 ) -> _Tool | str:
     """A checked tool, or the reason it is quarantined (an unpublished outputSchema is not checked)."""
     try:
-        decl = _canonical(raw, output_schemas)
-        encoded, parts = _encoded(decl)
-        schemas.share(decl, parts)
+        try:
+            fast = schemas.canonical(raw, output_schemas)
+        except (RecursionError, ValueError, TypeError):
+            fast = None
+        if fast is not None:
+            decl, parts = fast
+            encoded = join_object(parts)
+        else:  # the reference path: raises the error to report, in its words
+            decl = _canonical(raw, output_schemas)
+            encoded, parts = _encoded(decl)
+            schemas.share(decl, parts)
         if memo is not None and memo.passed(encoded):
             return _Tool(server, raw["name"], decl, encoded, parts)
         problem = _problem(decl, parts, schemas)
@@ -188,7 +231,9 @@ def _server_tools(
 ) -> tuple[list[_Tool], list[CatalogWarning]]:
     """The publishable tools of one server, and what happened to the rest."""
     warnings: list[CatalogWarning] = []
-    by_name: dict[str, list[dict[str, JSON]]] = defaultdict(list)
+    # name -> its tool, or its tools when listed more than once (a list per name would
+    # be thousands more objects for the garbage collector to walk during the build)
+    by_name: dict[str, dict[str, JSON] | list[dict[str, JSON]]] = {}
     for raw in server.tools:
         problem = _name_problem(raw)
         if problem is not None:
@@ -198,9 +243,16 @@ def _server_tools(
         if reason is not None:
             warnings.append(CatalogWarning("excluded", server.id, raw["name"], reason))
             continue
-        by_name[raw["name"]].append(raw)
+        seen = by_name.get(raw["name"])
+        if seen is None:
+            by_name[raw["name"]] = raw
+        elif isinstance(seen, list):
+            seen.append(raw)
+        else:
+            by_name[raw["name"]] = [seen, raw]
     tools: list[_Tool] = []
-    for name, raws in by_name.items():
+    for name, held in by_name.items():
+        raws = held if isinstance(held, list) else [held]
         kept, more = _keep_one(server.id, name, raws, extra, memo, output_schemas, schemas)
         tools.extend(kept)
         warnings.extend(more)
@@ -274,12 +326,14 @@ def build(
     entries = []
     for t in tools:
         public = names[(t.server, t.name)]
-        decl = dict(sorted(dict(t.declaration, name=public).items()))
+        decl = t.declaration  # this tool's own canonical copy: "name" keeps its sorted place
+        decl["name"] = public
         identities = {qualify(prefixes[t.server], t.name, separator), t.server + separator + t.name}
         aliases = tuple(sorted(identities - {public}, key=code_unit_key))
         entry = Entry(public, t.server, t.name, decl, deferred[t.server], aliases)
-        if t.members:  # what Entry.encoded would compute, from the parts already encoded
-            vars(entry)["encoded"] = join_object(dict(t.members, name=member("name", public)))
+        if t.members:  # what Entry.members and .encoded would compute, from the parts at hand
+            parts = vars(entry)["members"] = dict(t.members, name=member("name", public))
+            vars(entry)["encoded"] = join_object(parts)
         entries.append(entry)
     entries.sort(key=lambda e: code_unit_key(e.name))
     return Catalog(

@@ -10,7 +10,7 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from catalog.canonical import encode
+from catalog.canonical import encode, join_object, members
 from catalog.text import escape
 
 JSON = Any
@@ -52,10 +52,17 @@ class Entry:
         return (self.name, *self.aliases)
 
     @functools.cached_property
+    def members(self) -> dict[str, bytes] | None:
+        """``declaration``'s members as canonical bytes (``catalog.canonical.members``), which
+        ``build`` fills in as it goes: the token estimate counts a shared schema once."""
+        return members(self.declaration)
+
+    @functools.cached_property
     def encoded(self) -> bytes:
-        """Canonical JSON of ``declaration``: the bytes the fingerprint, the token estimate
-        and the activation identity are computed from (``build`` fills it in as it goes)."""
-        return encode(self.declaration)
+        """Canonical JSON of ``declaration``: the bytes the fingerprint and the activation
+        identity are computed from."""
+        parts = self.members
+        return join_object(parts) if parts is not None else encode(self.declaration)
 
 
 @dataclass(frozen=True)

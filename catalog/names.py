@@ -114,7 +114,7 @@ def suffix_hash(server: str, tool: str, round_: int = 0) -> str:
     return hashlib.sha256(data).hexdigest()[:SUFFIX_HEX]
 
 
-@dataclass
+@dataclass(slots=True)
 class _Item:
     server: str
     tool: str
