@@ -9,6 +9,7 @@ weights are fitted against cl100k_base and o200k_base (see docs/token-estimate.m
 from __future__ import annotations
 
 import fnmatch
+import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -134,7 +135,7 @@ def estimate_encoded(encoded: bytes) -> int:
 
 
 def _units(data: bytes) -> int:
-    return sum(w * c for w, c in zip(WEIGHTS, token_features(data), strict=True) if c)
+    return sum(map(operator.mul, WEIGHTS, token_features(data)))
 
 
 _SHAPE_MEMBERS = ("inputSchema", "outputSchema")
