@@ -9,8 +9,9 @@ weights are fitted against cl100k_base and o200k_base (see docs/token-estimate.m
 from __future__ import annotations
 
 import fnmatch
+import functools
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -264,32 +265,42 @@ def _is_deferred(entry: Entry, globs: Sequence[str]) -> bool:
     return entry.deferred or any(fnmatch.fnmatchcase(entry.name, g) for g in globs)
 
 
-@dataclass(frozen=True)
 class _Plan:
-    mode: Literal["fixed", "on-demand"]
-    declared: tuple[dict[str, JSON], ...]
-    names: tuple[str, ...]
-    tokens: int
+    """One candidate declaration list. Its count is known at once; its order, declarations
+    and tokens only when asked: a fallback for the tool count needs neither the sort nor a
+    token estimate of thousands of tools it will not declare."""
+
+    def __init__(
+        self,
+        mode: Literal["fixed", "on-demand"],
+        tools: Sequence[Entry],
+        meta: Mapping[str, dict[str, JSON]],
+        meta_names: Sequence[str],
+        tokens: Callable[[str], int],
+    ) -> None:
+        for name in meta_names:
+            if name not in meta:
+                raise DecisionError(f"mode {mode} needs the meta tool {name}, which was not given")
+        self.mode = mode
+        self._decls = {e.name: e.declaration for e in tools}
+        self._decls.update((name, meta[name]) for name in meta_names)
+        self._tokens = tokens
 
     @property
     def count(self) -> int:
-        return len(self.declared)
+        return len(self._decls)
 
+    @functools.cached_property
+    def names(self) -> tuple[str, ...]:
+        return tuple(sorted(self._decls, key=code_unit_key))
 
-def _plan(
-    mode: Literal["fixed", "on-demand"],
-    tools: Sequence[Entry],
-    meta: Mapping[str, dict[str, JSON]],
-    meta_names: Sequence[str],
-    tokens: Mapping[str, int],
-) -> _Plan:
-    decls = {e.name: e.declaration for e in tools}
-    for name in meta_names:
-        if name not in meta:
-            raise DecisionError(f"mode {mode} needs the meta tool {name}, which was not given")
-        decls[name] = meta[name]
-    names = tuple(sorted(decls, key=code_unit_key))
-    return _Plan(mode, tuple(decls[n] for n in names), names, sum(tokens[n] for n in names))
+    @functools.cached_property
+    def declared(self) -> tuple[dict[str, JSON], ...]:
+        return tuple(self._decls[n] for n in self.names)
+
+    @functools.cached_property
+    def tokens(self) -> int:
+        return sum(self._tokens(n) for n in self.names)
 
 
 def _over(plan: _Plan, limit: int | None, budget: int | None) -> Fallback | None:
@@ -346,16 +357,20 @@ def decide(catalog: Catalog, policy: ClientPolicy, meta: Mapping[str, dict[str, 
     marked = {e.name for e in entries if _is_deferred(e, policy.defer)}
     deferred = [e for e in entries if e.name in marked]
     loaded = [e for e in entries if e.name not in marked]
-    tokens = {e.name: _estimate(e) for e in entries}
-    tokens.update({n: estimate_tokens(d) for n, d in meta.items()})
+    by_name = {e.name: e for e in entries}
+
+    @functools.cache
+    def tokens(name: str) -> int:  # estimated only for the plans whose tokens are asked
+        return _estimate(by_name[name]) if name in by_name else estimate_tokens(meta[name])
+
     limit, budget = policy.max_functions, policy.token_budget()
     extra = ["artifact_read"] if "artifact_read" in meta else []
 
     def fixed() -> _Plan:
-        return _plan("fixed", entries, meta, extra + (["tool_search"] if deferred else []), tokens)
+        return _Plan("fixed", entries, meta, extra + (["tool_search"] if deferred else []), tokens)
 
     def on_demand(tools: Sequence[Entry]) -> _Plan:
-        return _plan("on-demand", tools, meta, extra + ["tool_search", "tool_call"], tokens)
+        return _Plan("on-demand", tools, meta, extra + ["tool_search", "tool_call"], tokens)
 
     fallback: Fallback | None = None
     steps: list[str] = []
@@ -394,7 +409,6 @@ def decide(catalog: Catalog, policy: ClientPolicy, meta: Mapping[str, dict[str, 
     declared_set = set(plan.names)
     deferred_names = tuple(e.name for e in entries if e.name not in declared_set or e.name in marked)
     steps.append(f"{plan.mode}: {_numbers(plan, limit, budget)}, {len(deferred_names)} deferred")
-    by_name = {e.name: e for e in entries}
     return Declarations(
         mode=plan.mode,
         fallback=fallback,
