@@ -331,9 +331,9 @@ def build(
         identities = {qualify(prefixes[t.server], t.name, separator), t.server + separator + t.name}
         aliases = tuple(sorted(identities - {public}, key=code_unit_key))
         entry = Entry(public, t.server, t.name, decl, deferred[t.server], aliases)
-        if t.members:  # what Entry.members and .encoded would compute, from the parts at hand
-            parts = vars(entry)["members"] = dict(t.members, name=member("name", public))
-            vars(entry)["encoded"] = join_object(parts)
+        if t.members:
+            parts = dict(t.members, name=member("name", public))
+            entry.know_encoding(parts, join_object(parts))
         entries.append(entry)
     entries.sort(key=lambda e: code_unit_key(e.name))
     return Catalog(

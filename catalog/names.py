@@ -120,9 +120,15 @@ class _Item:
     tool: str
     qualified: str
     plain: str
-    reasons: list[str]
+    reasons: list[str] | None
+    """None until there is one: thousands of empty lists cost the garbage collector."""
     suffix: bool = False
     final: str = ""
+
+    def add(self, reason: str) -> None:
+        if self.reasons is None:
+            self.reasons = []
+        self.reasons.append(reason)
 
 
 def _items(
@@ -138,7 +144,7 @@ def _items(
     items = []
     for server, tool in keys:
         q = qualify(prefixes[(server, tool)], tool, separator)
-        items.append(_Item(server, tool, q, sanitise(q, profile), []))
+        items.append(_Item(server, tool, q, sanitise(q, profile), None))
     return items
 
 
@@ -149,20 +155,20 @@ def _mark(items: list[_Item], profile: Profile, reserved: frozenset[str]) -> Non
         groups[it.plain].append(it)
     for it in items:
         if it.plain != it.qualified:
-            it.reasons.append("disallowed characters")
+            it.add("disallowed characters")
         if len(it.plain) > profile.max_len:
-            it.reasons.append("too long")
+            it.add("too long")
             it.suffix = True
         if it.plain == "":
-            it.reasons.append("empty")
+            it.add("empty")
             it.suffix = True
         if it.plain in reserved:
-            it.reasons.append(f"collides with reserved name {quote(it.plain)}")
+            it.add(f"collides with reserved name {quote(it.plain)}")
             it.suffix = True
         others = [o for o in groups[it.plain] if o is not it]
         if others:
             labels = ", ".join(f"{quote(o.qualified)} (server {quote(o.server)})" for o in others)
-            it.reasons.append(f"collides with {labels}")
+            it.add(f"collides with {labels}")
             it.suffix = True
 
 
@@ -195,8 +201,8 @@ def _resolve(items: list[_Item], profile: Profile, reserved: frozenset[str]) -> 
         if not clash:
             return
         for it in clash:
-            if "suffix clashed, rehashed" not in it.reasons:
-                it.reasons.append("suffix clashed, rehashed")
+            if "suffix clashed, rehashed" not in (it.reasons or ()):
+                it.add("suffix clashed, rehashed")
             it.final = _suffixed(it, profile, round_)
     raise RuntimeError("could not assign unique tool names")  # pragma: no cover
 
@@ -226,6 +232,6 @@ def assign_names(
     for it in items:
         names[(it.server, it.tool)] = it.final
         if it.final != it.qualified:
-            detail = f"{quote(it.qualified)} -> {quote(it.final)} ({'; '.join(it.reasons)})"
+            detail = f"{quote(it.qualified)} -> {quote(it.final)} ({'; '.join(it.reasons or ())})"
             warnings.append(CatalogWarning("renamed", it.server, it.tool, detail))
     return names, warnings
