@@ -106,7 +106,7 @@ def wire_problem(declaration: dict[str, Any], members: Mapping[str, bytes] | Non
     if not members:
         return _problem(declaration, header=True)
     shape = tuple(
-        k if k in _FREE_TEXT and isinstance(declaration[k], str) else members[k] for k in sorted(members)
+        [k if k in _FREE_TEXT and isinstance(declaration[k], str) else v for k, v in sorted(members.items())]
     )
     if shape not in _verdicts:
         if len(_verdicts) >= _MAX_SHAPES:
