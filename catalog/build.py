@@ -129,7 +129,7 @@ class _Schemas:
     schema's sorted text: its canonical object and canonical member bytes
     (``"inputSchema":{...}``); by those bytes: the one shared (read-only) object, which spares
     the garbage collector thousands of equal copies, and the ``check`` verdict, a function
-    of those bytes (as for ``Memo``).
+    of those bytes (as for ``Memo``). Other objects and arrays (annotations) by their ``repr``.
     """
 
     by_text: dict[tuple[str, str], tuple[JSON, bytes]] = field(default_factory=dict)
@@ -156,8 +156,15 @@ class _Schemas:
                     part = member(k, schema)
                     known = self.by_text[text] = (self.objects.setdefault(part, schema), part)
                 decl[k], parts[k] = known
+            elif isinstance(value, (dict, list)):  # annotations, _meta, icons: few distinct values
+                text = (k, repr(value))  # exact for JSON values, cheaper than encoding; order-sensitive
+                known = self.by_text.get(text)
+                if known is None:
+                    value = sort_keys(value)
+                    known = self.by_text[text] = (value, member(k, value))
+                decl[k], parts[k] = known
             else:
-                decl[k] = value = sort_keys(value)
+                decl[k] = value
                 parts[k] = member(k, value)
         return decl, parts
 
