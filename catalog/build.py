@@ -276,6 +276,9 @@ def _keep_one(
     listing order cannot matter): valid declarations beat invalid ones, then the
     smallest canonical encoding wins.
     """
+    if len(raws) == 1:  # the common case, without the sorting below
+        one = _prepare(server, raws[0], extra, memo, output_schemas, schemas)
+        return ([one], []) if isinstance(one, _Tool) else ([], [CatalogWarning("quarantined", server, name, one)])
     prepared = [_prepare(server, raw, extra, memo, output_schemas, schemas) for raw in raws]
     valid = sorted((p for p in prepared if isinstance(p, _Tool)), key=lambda t: t.encoded)
     problems = sorted(p for p in prepared if isinstance(p, str))
