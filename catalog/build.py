@@ -116,8 +116,11 @@ def _problem(decl: dict[str, JSON], parts: Mapping[str, bytes], schemas: _Schema
     return problem
 
 
-_RAW_TEXT = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"), sort_keys=True)
-"""A raw schema's text (keys sorted, nothing canonicalised): the cheap lookup key of its shape."""
+_RAW_TEXT = json.JSONEncoder(
+    ensure_ascii=False, allow_nan=False, separators=(",", ":"), sort_keys=True, check_circular=False
+)
+"""A raw schema's text (keys sorted, nothing canonicalised): the cheap lookup key of its shape.
+A cycle (never parsed from JSON) raises RecursionError, and the reference path words it."""
 
 
 @dataclass
