@@ -324,28 +324,34 @@ def build(
     ids = [s.id for s in servers]
     if len(set(ids)) != len(ids):
         raise ValueError("duplicate server id")
-    tools: list[_Tool] = []
+    # The kept tools as parallel lists of what the entries need (not one object per tool
+    # kept alive through the build: fewer full passes of the cyclic garbage collector).
+    routes: list[tuple[str, str]] = []
+    decls: list[dict[str, JSON]] = []
+    encodings: list[dict[str, bytes]] = []
     warnings: list[CatalogWarning] = []
     prefixes = {s.id: s.prefix for s in servers}
     deferred = {s.id: s.deferred for s in servers}
     schemas = _Schemas()
     for server in servers:
         kept, more = _server_tools(server, extra_check, memo, output_schemas, schemas)
-        tools.extend(kept)
+        for t in kept:
+            routes.append((t.server, t.name))
+            decls.append(t.declaration)
+            encodings.append(t.members)
         warnings.extend(more)
-    requests = [(t.server, prefixes[t.server], t.name) for t in tools]
+    requests = [(sid, prefixes[sid], name) for sid, name in routes]
     names, renames = assign_names(requests, profile, separator, reserved)
     warnings.extend(renames)
     entries = []
-    for t in tools:
-        public = names[(t.server, t.name)]
-        decl = t.declaration  # this tool's own canonical copy: "name" keeps its sorted place
-        decl["name"] = public
-        identities = {qualify(prefixes[t.server], t.name, separator), t.server + separator + t.name}
+    for (sid, name), decl, parts in zip(routes, decls, encodings, strict=True):
+        public = names[(sid, name)]
+        decl["name"] = public  # the tool's own canonical copy: "name" keeps its sorted place
+        identities = {qualify(prefixes[sid], name, separator), sid + separator + name}
         aliases = tuple(sorted(identities - {public}, key=code_unit_key))
-        entry = Entry(public, t.server, t.name, decl, deferred[t.server], aliases)
-        if t.members:
-            parts = dict(t.members, name=member("name", public))
+        entry = Entry(public, sid, name, decl, deferred[sid], aliases)
+        if parts:  # its own members too
+            parts["name"] = member("name", public)
             entry.know_encoding(parts, join_object(parts))
         entries.append(entry)
     entries.sort(key=lambda e: code_unit_key(e.name))
