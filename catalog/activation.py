@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import canonicaljson
 
+from catalog.canonical import encode, join_array, join_values
 from catalog.model import JSON
 from catalog.names import code_unit_key
 
@@ -39,15 +40,28 @@ def identity(
     so a deferred tool's schema change invalidates activation even when the published
     list (which may not carry it) is unchanged. Missing route keys count as ``None``.
     """
-    ordered = sorted(deferred, key=lambda d: code_unit_key(str(d.get("name", ""))))
+    return identity_encoded(
+        route, mode, [encode(d) for d in declarations], [(str(d.get("name", "")), encode(d)) for d in deferred]
+    )
+
+
+def identity_encoded(
+    route: Mapping[str, str | None],
+    mode: str,
+    declarations: Sequence[bytes],
+    deferred: Sequence[tuple[str, bytes]],
+) -> str:
+    """:func:`identity` from the declarations' canonical JSON (``deferred``: name and bytes),
+    so a decision over thousands of tools encodes none of them again."""
+    ordered = sorted(deferred, key=lambda d: code_unit_key(d[0]))
     doc = {
-        "v": IDENTITY_VERSION,
-        "route": {k: route.get(k) for k in ROUTE_KEYS},
-        "mode": mode,
-        "declarations": list(declarations),
-        "deferred": ordered,
+        "declarations": join_array(declarations),
+        "deferred": join_array(b for _, b in ordered),
+        "mode": encode(mode),
+        "route": encode({k: route.get(k) for k in ROUTE_KEYS}),
+        "v": encode(IDENTITY_VERSION),
     }
-    return hashlib.sha256(canonicaljson.encode_canonical_json(doc)).hexdigest()
+    return hashlib.sha256(join_values(doc)).hexdigest()
 
 
 class RecordError(ValueError):

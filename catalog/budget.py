@@ -9,14 +9,17 @@ weights are fitted against cl100k_base and o200k_base (see docs/token-estimate.m
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Mapping, Sequence
+import functools
+import operator
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 import canonicaljson
 
-from catalog.activation import identity as _identity
+from catalog.activation import identity_encoded as _identity
 from catalog.build import fingerprint as _fingerprint
+from catalog.canonical import encode, join_object
 from catalog.model import JSON, Catalog, Entry
 from catalog.names import code_unit_key
 
@@ -124,9 +127,54 @@ def estimate_tokens(declaration: JSON) -> int:
     ``TOOL_OVERHEAD``. Only byte-level C operations per declaration, so 5,000
     declarations take milliseconds.
     """
-    counts = token_features(canonicaljson.encode_canonical_json(declaration))
-    units = sum(w * c for w, c in zip(WEIGHTS, counts, strict=True) if c)
+    return estimate_encoded(canonicaljson.encode_canonical_json(declaration))
+
+
+def estimate_encoded(encoded: bytes) -> int:
+    """:func:`estimate_tokens` of the declaration whose canonical JSON is ``encoded``."""
+    return -(-_units(encoded) // TOKEN_DENOMINATOR) + TOOL_OVERHEAD
+
+
+def _units(data: bytes) -> int:
+    return sum(map(operator.mul, WEIGHTS, token_features(data)))
+
+
+_SHAPE_MEMBERS = ("inputSchema", "outputSchema")
+_PUNCT_RUN = WEIGHTS[FEATURES.index("punct_runs")]
+_MAX_SHAPES = 4096
+_shape_units: dict[bytes, int] = {}
+"""Units of schema members by their bytes: many tools share a shape (bounded)."""
+
+
+def estimate_members(members: Mapping[str, bytes]) -> int:
+    """:func:`estimate_encoded` of ``catalog.canonical.join_object(members)``, each schema
+    member counted once per shape.
+
+    Every feature counts characters or pairs of neighbours, and members meet at punctuation
+    (``{``, ``,`` or ``}`` before the ``"`` of a key), where no pair feature matches: so the
+    counts of the object are those of the object without its schemas plus those of each
+    schema member with a comma, less the punctuation run a lone member starts with.
+    """
+    shapes = [k for k in _SHAPE_MEMBERS if k in members]
+    if not shapes:
+        return estimate_encoded(join_object(members))
+    rest = join_object({k: v for k, v in members.items() if k not in shapes})
+    units = _units(rest) + sum(_member_units(members[k]) for k in shapes)
     return -(-units // TOKEN_DENOMINATOR) + TOOL_OVERHEAD
+
+
+def _member_units(member: bytes) -> int:
+    units = _shape_units.get(member)
+    if units is None:
+        if len(_shape_units) >= _MAX_SHAPES:
+            _shape_units.clear()
+        units = _shape_units[member] = _units(member + b",") - _PUNCT_RUN
+    return units
+
+
+def _estimate(entry: Entry) -> int:
+    members = entry.members
+    return estimate_members(members) if members is not None else estimate_encoded(entry.encoded)
 
 
 # -- policy and decision --------------------------------------------------------------
@@ -217,32 +265,42 @@ def _is_deferred(entry: Entry, globs: Sequence[str]) -> bool:
     return entry.deferred or any(fnmatch.fnmatchcase(entry.name, g) for g in globs)
 
 
-@dataclass(frozen=True)
 class _Plan:
-    mode: Literal["fixed", "on-demand"]
-    declared: tuple[dict[str, JSON], ...]
-    names: tuple[str, ...]
-    tokens: int
+    """One candidate declaration list. Its count is known at once; its order, declarations
+    and tokens only when asked: a fallback for the tool count needs neither the sort nor a
+    token estimate of thousands of tools it will not declare."""
+
+    def __init__(
+        self,
+        mode: Literal["fixed", "on-demand"],
+        tools: Sequence[Entry],
+        meta: Mapping[str, dict[str, JSON]],
+        meta_names: Sequence[str],
+        tokens: Callable[[str], int],
+    ) -> None:
+        for name in meta_names:
+            if name not in meta:
+                raise DecisionError(f"mode {mode} needs the meta tool {name}, which was not given")
+        self.mode = mode
+        self._decls = {e.name: e.declaration for e in tools}
+        self._decls.update((name, meta[name]) for name in meta_names)
+        self._tokens = tokens
 
     @property
     def count(self) -> int:
-        return len(self.declared)
+        return len(self._decls)
 
+    @functools.cached_property
+    def names(self) -> tuple[str, ...]:
+        return tuple(sorted(self._decls, key=code_unit_key))
 
-def _plan(
-    mode: Literal["fixed", "on-demand"],
-    tools: Sequence[Entry],
-    meta: Mapping[str, dict[str, JSON]],
-    meta_names: Sequence[str],
-    tokens: Mapping[str, int],
-) -> _Plan:
-    decls = {e.name: e.declaration for e in tools}
-    for name in meta_names:
-        if name not in meta:
-            raise DecisionError(f"mode {mode} needs the meta tool {name}, which was not given")
-        decls[name] = meta[name]
-    names = tuple(sorted(decls, key=code_unit_key))
-    return _Plan(mode, tuple(decls[n] for n in names), names, sum(tokens[n] for n in names))
+    @functools.cached_property
+    def declared(self) -> tuple[dict[str, JSON], ...]:
+        return tuple(self._decls[n] for n in self.names)
+
+    @functools.cached_property
+    def tokens(self) -> int:
+        return sum(self._tokens(n) for n in self.names)
 
 
 def _over(plan: _Plan, limit: int | None, budget: int | None) -> Fallback | None:
@@ -299,16 +357,20 @@ def decide(catalog: Catalog, policy: ClientPolicy, meta: Mapping[str, dict[str, 
     marked = {e.name for e in entries if _is_deferred(e, policy.defer)}
     deferred = [e for e in entries if e.name in marked]
     loaded = [e for e in entries if e.name not in marked]
-    tokens = {e.name: estimate_tokens(e.declaration) for e in entries}
-    tokens.update({n: estimate_tokens(d) for n, d in meta.items()})
+    by_name = {e.name: e for e in entries}
+
+    @functools.cache
+    def tokens(name: str) -> int:  # estimated only for the plans whose tokens are asked
+        return _estimate(by_name[name]) if name in by_name else estimate_tokens(meta[name])
+
     limit, budget = policy.max_functions, policy.token_budget()
     extra = ["artifact_read"] if "artifact_read" in meta else []
 
     def fixed() -> _Plan:
-        return _plan("fixed", entries, meta, extra + (["tool_search"] if deferred else []), tokens)
+        return _Plan("fixed", entries, meta, extra + (["tool_search"] if deferred else []), tokens)
 
     def on_demand(tools: Sequence[Entry]) -> _Plan:
-        return _plan("on-demand", tools, meta, extra + ["tool_search", "tool_call"], tokens)
+        return _Plan("on-demand", tools, meta, extra + ["tool_search", "tool_call"], tokens)
 
     fallback: Fallback | None = None
     steps: list[str] = []
@@ -347,7 +409,6 @@ def decide(catalog: Catalog, policy: ClientPolicy, meta: Mapping[str, dict[str, 
     declared_set = set(plan.names)
     deferred_names = tuple(e.name for e in entries if e.name not in declared_set or e.name in marked)
     steps.append(f"{plan.mode}: {_numbers(plan, limit, budget)}, {len(deferred_names)} deferred")
-    by_name = {e.name: e for e in entries}
     return Declarations(
         mode=plan.mode,
         fallback=fallback,
@@ -361,6 +422,9 @@ def decide(catalog: Catalog, policy: ClientPolicy, meta: Mapping[str, dict[str, 
         token_budget=budget,
         fingerprint=_fingerprint(plan.declared),
         identity=_identity(
-            policy.route(), plan.mode, plan.declared, [by_name[n].declaration for n in deferred_names]
+            policy.route(),
+            plan.mode,
+            [by_name[n].encoded if n in by_name else encode(meta[n]) for n in plan.names],
+            [(str(by_name[n].declaration.get("name", "")), by_name[n].encoded) for n in deferred_names],
         ),
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from catalog.canonical import encode, join_object, members
 from catalog.text import escape
 
 JSON = Any
@@ -29,7 +30,7 @@ class ServerTools:
     deferred: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Entry:
     """One published tool: its qualified name and the exact route back downstream."""
 
@@ -44,10 +45,40 @@ class Entry:
     unrenamed qualified name (prefix + separator + original, or the original with an
     empty prefix) and server id + separator + original. A rename (a collision, a too
     long name) must never take a tool past a deny rule written for one of them."""
+    _members: dict[str, bytes] | None = field(default=None, init=False, compare=False, repr=False)
+    _encoded: bytes | None = field(default=None, init=False, compare=False, repr=False)
+    """``declaration``'s canonical members and bytes, once known (see :meth:`encoded`).
+    Not init fields, so ``dataclasses.replace`` never carries them to another declaration."""
 
     @property
     def identities(self) -> tuple[str, ...]:
         return (self.name, *self.aliases)
+
+    @property
+    def members(self) -> dict[str, bytes] | None:
+        """``declaration``'s members as canonical bytes (``catalog.canonical.members``; None
+        when a key is not a string): the token estimate counts a shared schema once."""
+        if self._encoded is None:
+            self._encode()
+        return self._members
+
+    @property
+    def encoded(self) -> bytes:
+        """Canonical JSON of ``declaration``: the bytes the fingerprint and the activation
+        identity are computed from."""
+        return self._encoded if self._encoded is not None else self._encode()
+
+    def _encode(self) -> bytes:
+        parts = members(self.declaration)
+        encoded = join_object(parts) if parts is not None else encode(self.declaration)
+        self.know_encoding(parts, encoded)
+        return encoded
+
+    def know_encoding(self, parts: dict[str, bytes] | None, encoded: bytes) -> None:
+        """Remember what :meth:`members` and :meth:`encoded` would compute (``build`` has the
+        parts at hand): a cache on a frozen entry, so set as ``__post_init__`` would."""
+        object.__setattr__(self, "_members", parts)
+        object.__setattr__(self, "_encoded", encoded)
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ and must not depend on which server answered first, otherwise the published cata
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -88,7 +89,15 @@ def qualify(prefix: str, tool: str, separator: str) -> str:
 
 def sanitise(name: str, profile: Profile) -> str:
     """Replace each disallowed code point (a non-BMP character is one) with ``_``."""
+    if name.isascii() and _ascii_allowed(profile.allowed).issuperset(name):
+        return name  # the common case, without a regex call per character
     return "".join(ch if profile.allowed.fullmatch(ch) else "_" for ch in name)
+
+
+@functools.cache
+def _ascii_allowed(allowed: re.Pattern[str]) -> frozenset[str]:
+    """The ASCII characters ``allowed`` matches (one pattern per profile: a few entries)."""
+    return frozenset(ch for ch in map(chr, range(128)) if allowed.fullmatch(ch))
 
 
 def suffix_hash(server: str, tool: str, round_: int = 0) -> str:
@@ -105,15 +114,21 @@ def suffix_hash(server: str, tool: str, round_: int = 0) -> str:
     return hashlib.sha256(data).hexdigest()[:SUFFIX_HEX]
 
 
-@dataclass
+@dataclass(slots=True)
 class _Item:
     server: str
     tool: str
     qualified: str
     plain: str
-    reasons: list[str]
+    reasons: list[str] | None
+    """None until there is one: thousands of empty lists cost the garbage collector."""
     suffix: bool = False
     final: str = ""
+
+    def add(self, reason: str) -> None:
+        if self.reasons is None:
+            self.reasons = []
+        self.reasons.append(reason)
 
 
 def _items(
@@ -129,7 +144,7 @@ def _items(
     items = []
     for server, tool in keys:
         q = qualify(prefixes[(server, tool)], tool, separator)
-        items.append(_Item(server, tool, q, sanitise(q, profile), []))
+        items.append(_Item(server, tool, q, sanitise(q, profile), None))
     return items
 
 
@@ -140,20 +155,20 @@ def _mark(items: list[_Item], profile: Profile, reserved: frozenset[str]) -> Non
         groups[it.plain].append(it)
     for it in items:
         if it.plain != it.qualified:
-            it.reasons.append("disallowed characters")
+            it.add("disallowed characters")
         if len(it.plain) > profile.max_len:
-            it.reasons.append("too long")
+            it.add("too long")
             it.suffix = True
         if it.plain == "":
-            it.reasons.append("empty")
+            it.add("empty")
             it.suffix = True
         if it.plain in reserved:
-            it.reasons.append(f"collides with reserved name {quote(it.plain)}")
+            it.add(f"collides with reserved name {quote(it.plain)}")
             it.suffix = True
         others = [o for o in groups[it.plain] if o is not it]
         if others:
             labels = ", ".join(f"{quote(o.qualified)} (server {quote(o.server)})" for o in others)
-            it.reasons.append(f"collides with {labels}")
+            it.add(f"collides with {labels}")
             it.suffix = True
 
 
@@ -186,8 +201,8 @@ def _resolve(items: list[_Item], profile: Profile, reserved: frozenset[str]) -> 
         if not clash:
             return
         for it in clash:
-            if "suffix clashed, rehashed" not in it.reasons:
-                it.reasons.append("suffix clashed, rehashed")
+            if "suffix clashed, rehashed" not in (it.reasons or ()):
+                it.add("suffix clashed, rehashed")
             it.final = _suffixed(it, profile, round_)
     raise RuntimeError("could not assign unique tool names")  # pragma: no cover
 
@@ -217,6 +232,6 @@ def assign_names(
     for it in items:
         names[(it.server, it.tool)] = it.final
         if it.final != it.qualified:
-            detail = f"{quote(it.qualified)} -> {quote(it.final)} ({'; '.join(it.reasons)})"
+            detail = f"{quote(it.qualified)} -> {quote(it.final)} ({'; '.join(it.reasons or ())})"
             warnings.append(CatalogWarning("renamed", it.server, it.tool, detail))
     return names, warnings

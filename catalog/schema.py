@@ -24,12 +24,15 @@ from catalog.validation import REMOTE_REFUSED, compile_validator, references
 # Sets sort by code point (plain ``sorted``), the same order canonicaljson uses for keys.
 
 
+_CONTAINERS = (dict, list)
+
+
 def sort_keys(value: JSON) -> JSON:
     """Copy a JSON value with object keys sorted at every depth, arrays untouched."""
     if isinstance(value, dict):
-        return {k: sort_keys(value[k]) for k in sorted(value)}
+        return {k: sort_keys(v) if isinstance(v := value[k], _CONTAINERS) else v for k in sorted(value)}
     if isinstance(value, list):
-        return [sort_keys(v) for v in value]
+        return [sort_keys(v) if isinstance(v, _CONTAINERS) else v for v in value]
     return value
 
 
@@ -82,7 +85,9 @@ def _keyword(key: str, value: JSON) -> JSON:
 
 
 def _schema_object(schema: dict[str, JSON]) -> dict[str, JSON]:
-    return {k: _keyword(k, schema[k]) for k in sorted(schema)}
+    # Every keyword keeps a scalar value as it is: only containers go through _keyword
+    # (most keywords of a schema are scalars; the call per keyword was a third of the time).
+    return {k: _keyword(k, v) if isinstance(v := schema[k], _CONTAINERS) else v for k in sorted(schema)}
 
 
 def canonicalize(schema: JSON) -> JSON:

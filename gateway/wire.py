@@ -7,13 +7,14 @@ field order, unknown fields dropped). ``serve`` and ``catalog --json`` both go t
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pydantic_core
 from mcp.server.caching import CacheHint
-from mcp_types.methods import serialize_server_result
+from mcp_types.methods import SERVER_RESULTS, serialize_server_result
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION, MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
@@ -82,18 +83,62 @@ def published_tools(declarations: Sequence[dict[str, Any]], version: str = DEFAU
     return PublishedTools([sort_keys(tool) for tool in result["tools"]])
 
 
-def wire_problem(declaration: dict[str, Any]) -> str | None:
-    """Why the SDK would refuse to send this tool (which would fail the whole page), or None."""
+@functools.cache
+def _checked_versions() -> tuple[str, ...]:
+    """The handshake versions whose ``tools/list`` wire model differs from every earlier one's.
+
+    Several versions share one model; validating a tool against the same model again can
+    only repeat the first verdict, so the first version of each model stands for the rest."""
+    seen: list[Any] = []
+    versions = []
     for version in HANDSHAKE_PROTOCOL_VERSIONS:
+        model = SERVER_RESULTS[("tools/list", version)]
+        if not any(model is other for other in seen):
+            seen.append(model)
+            versions.append(version)
+    return tuple(versions)
+
+
+_FREE_TEXT = frozenset({"name", "title", "description"})
+"""Tool fields every wire model takes as any string: their text cannot change a verdict."""
+_MAX_SHAPES = 4096
+_verdicts: dict[tuple[bytes | str, ...], str | None] = {}
+"""Verdicts by shape: the declaration's canonical members, free text left out (bounded)."""
+
+
+def wire_problem(declaration: dict[str, Any], members: Mapping[str, bytes] | None = None) -> str | None:
+    """Why the SDK would refuse to send this tool (which would fail the whole page), or None.
+
+    ``members`` (the declaration's canonical members, ``catalog.canonical.members``) lets
+    tools that differ only in their names and descriptions share one verdict: a catalog of
+    thousands of tools has far fewer shapes, and pydantic costs ~10 µs a tool and version.
+    """
+    if not members:
+        return _problem(declaration, header=True)
+    shape = tuple(
+        [k if k in _FREE_TEXT and isinstance(declaration[k], str) else v for k, v in sorted(members.items())]
+    )
+    if shape not in _verdicts:
+        if len(_verdicts) >= _MAX_SHAPES:
+            _verdicts.clear()
+        # No x-mcp-header key can hide from the canonical bytes (keys are never escaped differently).
+        _verdicts[shape] = _problem(declaration, header=b'"x-mcp-header"' in members.get("inputSchema", b""))
+    return _verdicts[shape]
+
+
+def _problem(declaration: dict[str, Any], header: bool) -> str | None:
+    for version in _checked_versions():
         try:
             serialize_server_result("tools/list", version, {"tools": [declaration]})
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first.get("loc", ()) if p not in ("tools", 0))
             return f"not a valid MCP tool for protocol {version}: {where or 'tool'}: {first.get('msg', 'invalid')}"
+    if not header:
+        return None
     from mcp.shared.inbound import find_invalid_x_mcp_header
 
-    header = find_invalid_x_mcp_header(declaration.get("inputSchema"))
-    if header is not None:
-        return f"invalid x-mcp-header ({header}): 2026-07-28 clients must drop such a tool"
+    found = find_invalid_x_mcp_header(declaration.get("inputSchema"))
+    if found is not None:
+        return f"invalid x-mcp-header ({found}): 2026-07-28 clients must drop such a tool"
     return None

@@ -273,7 +273,7 @@ def test_extra_check_quarantines_with_its_reason() -> None:
         {"name": "odd", "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": "yes"}},
     )
 
-    def wire(decl: dict) -> str | None:  # type: ignore[type-arg]
+    def wire(decl: dict, members: object) -> str | None:  # type: ignore[type-arg]
         hint = decl.get("annotations", {}).get("readOnlyHint")
         return None if hint is None or isinstance(hint, bool) else "readOnlyHint must be a boolean"
 
