@@ -108,15 +108,17 @@ class ChildStdin(anyio.abc.ByteSendStream):
 async def _stdin_pipe() -> tuple[int, ChildStdin]:
     """A pipe for a child's stdin: the end to hand to the child, and ours."""
     read_end, write_end = os.pipe()
+    pipe = os.fdopen(write_end, "wb", buffering=0)
     try:
         loop = asyncio.get_running_loop()
-        transport, protocol = await loop.connect_write_pipe(
-            lambda: asyncio.streams.FlowControlMixin(loop=loop), os.fdopen(write_end, "wb", buffering=0)
-        )
+        transport, protocol = await loop.connect_write_pipe(lambda: asyncio.streams.FlowControlMixin(loop=loop), pipe)
     except BaseException:
         os.close(read_end)
-        with suppress(OSError):
-            os.close(write_end)
+        # Close the file object, never the raw descriptor: when connect_write_pipe fails
+        # after making its transport (cancelled while connecting), that transport closes
+        # the same object later, and closing a file object twice is harmless where closing
+        # its descriptor behind it is EBADF (or, worse, closes a reused descriptor).
+        pipe.close()
         raise
     return read_end, ChildStdin(asyncio.StreamWriter(transport, protocol, None, loop))
 
