@@ -23,11 +23,11 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from gateway.state.journal import JournalError, check_private_file, open_private_dir, refusal
 
@@ -35,6 +35,7 @@ VERSION = 1
 MAX_FILE_BYTES = 1 << 20
 """A token file larger than this is not ours: refused, not read."""
 _OPEN_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_Model = TypeVar("_Model", bound=BaseModel)
 
 
 class TokenFileError(OSError):
@@ -188,23 +189,23 @@ class TokenStore:
         self._record = record
         self._seen = self.file.fingerprint()
 
-    async def get_tokens(self) -> OAuthToken | None:
-        raw = (await self._current()).get("tokens")
+    async def _stored(self, key: str, model: type[_Model]) -> _Model | None:
+        """The record's ``key`` as ``model``; None when absent or not valid (treated as logged out)."""
+        raw = (await self._current()).get(key)
         try:
-            return OAuthToken.model_validate(raw) if raw else None
+            return model.model_validate(raw) if raw else None
         except ValidationError:
             return None
+
+    async def get_tokens(self) -> OAuthToken | None:
+        return await self._stored("tokens", OAuthToken)
 
     async def set_tokens(self, tokens: OAuthToken) -> None:
         expires_at = time.time() + tokens.expires_in if tokens.expires_in is not None else None
         await self._update(tokens=tokens.model_dump(mode="json", exclude_none=True), expires_at=expires_at)
 
     async def get_client_info(self) -> OAuthClientInformationFull | None:
-        raw = (await self._current()).get("client")
-        try:
-            return OAuthClientInformationFull.model_validate(raw) if raw else None
-        except ValidationError:
-            return None
+        return await self._stored("client", OAuthClientInformationFull)
 
     async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
         await self._update(client=client_info.model_dump(mode="json", exclude_none=True))
