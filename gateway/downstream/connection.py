@@ -136,6 +136,8 @@ class Downstream:
         self._ready_at: float | None = None
         """When the current connection became ready: how long it stayed healthy decides the backoff."""
         self._stopping = False
+        self._supervised = False
+        """Whether ``run`` restarts the connection when it ends (so a retry will be scheduled)."""
         self._log = logging.getLogger(f"prefixgate.server.{config.id}")
         self._inbox: Inbox | None = None
         self.protocol_version: str | None = None
@@ -173,6 +175,7 @@ class Downstream:
             self.closed.set()
             return
         policy = backoff.Backoff()
+        self._supervised = supervise
         try:
             with anyio.CancelScope() as scope:
                 self._scope = scope
@@ -579,9 +582,11 @@ class Downstream:
         gateway relays).
         """
         dispatcher = self._dispatcher
-        if dispatcher is not None and self._child is not None and self._child.stdout_closed.is_set():
-            # The process is gone but the supervisor has not noted it yet: wait for that
-            # (briefly) so the answer says when it will be retried, not a stale "ready".
+        gone = dispatcher is not None and self._child is not None and self._child.stdout_closed.is_set()
+        if gone or (self._supervised and dispatcher is None and self.status == "exited" and self.retry_at is None):
+            # The process is gone but the supervisor has not scheduled the retry yet: wait
+            # for that (briefly) so the answer says when it will be retried, not a stale
+            # "ready" or a bare "exited".
             with anyio.move_on_after(3):
                 while self.retry_at is None and not self._stopping:
                     await anyio.sleep(0.01)
@@ -724,10 +729,7 @@ class Downstream:
     async def _closed_reason(self, tool: str) -> str:
         if self._child is not None:
             await self._child.wait_exit(2.0)
-            return (
-                f"server {self.config.id!r} exited during the call to {tool!r} "
-                f"({self._child.exit_description()})"
-            )
+            return f"server {self.config.id!r} exited during the call to {tool!r} ({self._child.exit_description()})"
         if (problem := self._login_problem()) is not None:
             return f"Server {self.config.id!r}: {problem}"
         return f"connection to server {self.config.id!r} closed during the call to {tool!r}"
