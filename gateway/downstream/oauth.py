@@ -283,8 +283,7 @@ async def provider(config: ServerConfig, setup: OAuthSetup) -> httpx2.Auth:
         command = setup.login_command(config.id)
         if extra:
             reason = (
-                f"needs a wider grant (scope {' '.join(extra)}; step-up): run {command} "
-                f"--scope \"{' '.join(extra)}\""
+                f'needs a wider grant (scope {" ".join(extra)}; step-up): run {command} --scope "{" ".join(extra)}"'
             )
         else:
             reason = f"needs a new login (the stored tokens were refused and could not be refreshed): run {command}"

@@ -17,6 +17,7 @@ that goes away fails every waiting call with the SDK's ``Connection closed``.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -41,16 +42,24 @@ _ABANDON_WRITE_TIMEOUT = 5.0
 """As the SDK's dispatcher: a courtesy cancel gives up after this."""
 _REPLY_KEYS = frozenset(("jsonrpc", "id", "result"))
 _CLOSED = types.ErrorData(code=CONNECTION_CLOSED, message="Connection closed")
+_TIMED_OUT = types.ErrorData(code=REQUEST_TIMEOUT, message="timed out")
+"""The outcome the call's timer sets (compared by identity): the call then cancels, as the SDK's does."""
 
 
 class _Waiting:
-    __slots__ = ("done", "forwarded", "on_progress", "outcome")
+    """One raw call's wait: a loop future the reader resolves in its callback (no task hop)."""
 
-    def __init__(self, on_progress: ProgressFn | None, forwarded: int) -> None:
-        self.done = anyio.Event()
-        self.outcome: dict[str, Any] | types.ErrorData = _CLOSED
+    __slots__ = ("forwarded", "future", "on_progress", "upto")
+
+    def __init__(
+        self, future: asyncio.Future[dict[str, Any] | types.ErrorData], on_progress: ProgressFn | None, forwarded: int
+    ) -> None:
+        self.future = future
         self.on_progress = on_progress
         self.forwarded = forwarded
+        """Messages handed to the ``ClientSession`` when the call was written ..."""
+        self.upto = forwarded
+        """... and when its reply arrived: the session takes those before the reply moves on."""
 
 
 class RawCalls:
@@ -73,7 +82,7 @@ class RawCalls:
         self._closed = False
         self.pending: dict[str, _Waiting] = {}
         self.forwarded = 0
-        """Messages the reader has handed to the ``ClientSession`` so far."""
+        """Messages handed to the ``ClientSession`` so far."""
 
     # --- the caller's side --------------------------------------------------------------
 
@@ -103,9 +112,11 @@ class RawCalls:
             log.warning("cannot send a message to %s: %s", self._name, exc)
             raise MCPError(code=INVALID_REQUEST, message=f"request not sent: {exc}") from None
         del message
-        waiting = _Waiting(on_progress, self.forwarded)
+        loop = asyncio.get_running_loop()
+        waiting = _Waiting(loop.create_future(), on_progress, self.forwarded)
         self.pending[request_id] = waiting
         written = False
+        timer: asyncio.TimerHandle | None = None
         try:
             try:
                 await anyio.lowlevel.checkpoint_if_cancelled()
@@ -114,21 +125,23 @@ class RawCalls:
             except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
                 raise MCPError(code=CONNECTION_CLOSED, message="Connection closed") from None
             del data
-            with anyio.fail_after(timeout):
-                await waiting.done.wait()
-        except TimeoutError:
-            await self._cancel(request_id, f"timed out after {timeout}s", shield=False)
-            raise MCPError(code=REQUEST_TIMEOUT, message=f"Request {method!r} timed out") from None
+            if timeout is not None:  # from the write on, as the SDK's dispatcher times it
+                timer = loop.call_later(timeout, self._resolve, waiting, _TIMED_OUT)
+            outcome = await waiting.future
         except anyio.get_cancelled_exc_class():
             if written:
                 await self._cancel(request_id, "caller cancelled", shield=True)
             raise
         finally:
+            if timer is not None:
+                timer.cancel()
             self.pending.pop(request_id, None)
-        outcome = waiting.outcome
+        if outcome is _TIMED_OUT:
+            await self._cancel(request_id, f"timed out after {timeout}s", shield=False)
+            raise MCPError(code=REQUEST_TIMEOUT, message=f"Request {method!r} timed out")
         if isinstance(outcome, types.ErrorData):
             raise MCPError(code=outcome.code, message=outcome.message, data=outcome.data)
-        if self.forwarded != waiting.forwarded:
+        if waiting.upto != waiting.forwarded:
             await self._session_caught_up()
         return outcome
 
@@ -156,8 +169,9 @@ class RawCalls:
 
     # --- the reader's side --------------------------------------------------------------
 
-    def take(self, data: Any) -> bool:
-        """Whether ``data`` (a parsed line) was a clean reply or progress for a raw call, now delivered."""
+    def take(self, data: Any, deliver: bool = True) -> bool:
+        """Whether ``data`` (a parsed line) is a clean reply or progress for a raw call; delivered
+        now unless ``deliver`` is false (the reader then delivers it in order, later)."""
         if type(data) is not dict:
             return False
         request_id = data.get("id")
@@ -168,7 +182,8 @@ class RawCalls:
             result = data["result"]
             if type(result) is not dict:
                 return False  # the SDK's model refuses it: validated (and failed) like any reply
-            self._resolve(waiting, result)
+            if deliver:
+                self._resolve(waiting, result)
             return True
         if data.get("method") == "notifications/progress" and "id" not in data:
             params = data.get("params")
@@ -177,19 +192,22 @@ class RawCalls:
             token = params.get("progressToken")
             if type(token) is not str or (waiting := self.pending.get(token)) is None:
                 return False
-            self._progress(waiting, params)
+            if deliver:
+                self._progress(waiting, params)
             return True
         return False
 
-    def take_message(self, message: SessionMessage | Exception) -> bool:
-        """Whether ``message`` (validated, or an error our reader made for an id) answers a raw call."""
+    def take_message(self, message: SessionMessage | Exception, deliver: bool = True) -> bool:
+        """Whether ``message`` (validated, or an error our reader made for an id) answers a raw
+        call; delivered now unless ``deliver`` is false."""
         if not isinstance(message, SessionMessage):
             return False
         msg = message.message
         if isinstance(msg, types.JSONRPCResponse | types.JSONRPCError) and isinstance(msg.id, str):
             waiting = self.pending.get(msg.id)
             if waiting is not None:
-                self._resolve(waiting, msg.result if isinstance(msg, types.JSONRPCResponse) else msg.error)
+                if deliver:
+                    self._resolve(waiting, msg.result if isinstance(msg, types.JSONRPCResponse) else msg.error)
                 return True
         return False
 
@@ -199,11 +217,10 @@ class RawCalls:
         for waiting in self.pending.values():
             self._resolve(waiting, _CLOSED)
 
-    @staticmethod
-    def _resolve(waiting: _Waiting, outcome: dict[str, Any] | types.ErrorData) -> None:
-        if not waiting.done.is_set():
-            waiting.outcome = outcome
-            waiting.done.set()
+    def _resolve(self, waiting: _Waiting, outcome: dict[str, Any] | types.ErrorData) -> None:
+        if not waiting.future.done():
+            waiting.upto = self.forwarded
+            waiting.future.set_result(outcome)
 
     def _progress(self, waiting: _Waiting, params: dict[str, Any]) -> None:
         """As the SDK's dispatcher reads progress: a number, else ignored; run in its own task."""

@@ -24,7 +24,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, Generic, TypeVar, cast
 
 import anyio
 import anyio.abc
@@ -41,6 +41,7 @@ from gateway.config import DEFAULT_MAX_MESSAGE_BYTES
 from gateway.downstream.rawcalls import RawCalls
 
 log = logging.getLogger("prefixgate.stdio")
+Item = TypeVar("Item")
 
 _GRACE_SECONDS = 0.2
 """How long a stopping server gets after EOF on stdin (and half as long after SIGTERM)
@@ -121,6 +122,20 @@ async def _stdin_pipe() -> tuple[int, ChildStdin]:
         pipe.close()
         raise
     return read_end, ChildStdin(asyncio.StreamWriter(transport, protocol, None, loop))
+
+
+async def _stdout_pipe(max_message_bytes: int) -> tuple[int, asyncio.ReadTransport, ChildStdout]:
+    """A pipe for a child's stdout: the end to hand to the child, and our reading of it."""
+    read_end, write_end = os.pipe()
+    pipe = os.fdopen(read_end, "rb", buffering=0)
+    try:
+        loop = asyncio.get_running_loop()
+        transport, protocol = await loop.connect_read_pipe(lambda: ChildStdout(max_message_bytes), pipe)
+    except BaseException:
+        os.close(write_end)
+        pipe.close()  # the file object, as in _stdin_pipe
+        raise
+    return write_end, transport, protocol
 
 
 @dataclass
@@ -304,6 +319,128 @@ def error_message(request_id: types.RequestId | None, code: int, text: str) -> S
     return SessionMessage(jsonrpc_error(request_id, code, text))
 
 
+@dataclass(slots=True)
+class Deferred:
+    """A raw call's reply that arrived behind messages still queued for the session: the
+    forwarder delivers it after them, as the session would have seen them."""
+
+    deliver: Callable[[Any], bool]
+    data: Any
+
+    def run(self) -> None:
+        self.deliver(self.data)
+
+
+class LineReader(asyncio.Protocol, Generic[Item]):
+    """A pipe read in the event loop's own callback (issue 16): no task wakes per chunk.
+
+    ``lines_received`` sees each chunk's lines as they arrive and answers what it can on
+    the spot; everything else waits in ``queue`` for one consuming task, in order. While
+    ``QUEUE_LIMIT`` items wait, reading pauses, so a peer that outpaces its consumer fills
+    its own pipe, not the gateway's memory.
+    """
+
+    QUEUE_LIMIT = 16
+
+    def __init__(self, splitter: LineSplitter) -> None:
+        self.splitter = splitter
+        self.queue: deque[Item] = deque()
+        self.closed = False
+        self._transport: asyncio.ReadTransport | None = None
+        self._paused = False
+        self._waiter: asyncio.Future[None] | None = None
+
+    def lines_received(self, lines: list[bytes | bytearray | Overlong]) -> None:
+        raise NotImplementedError
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.ReadTransport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        lines = self.splitter.feed(data)
+        del data
+        self.lines_received(lines)
+        if len(self.queue) >= self.QUEUE_LIMIT and not self._paused and self._transport is not None:
+            self._paused = True
+            self._transport.pause_reading()
+        self._wake()
+
+    def eof_received(self) -> bool:
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self._wake()
+
+    def take(self) -> Item:
+        """The oldest queued item; reading resumes once the queue has room again."""
+        item = self.queue.popleft()
+        if self._paused and len(self.queue) < self.QUEUE_LIMIT // 2 and self._transport is not None:
+            self._paused = False
+            self._transport.resume_reading()
+        return item
+
+    async def wait(self) -> None:
+        """Until something is queued or the pipe closed."""
+        if self.queue or self.closed:
+            return
+        self._waiter = asyncio.get_running_loop().create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+
+class ChildStdout(LineReader[SessionMessage | Exception | Deferred]):
+    """The child's stdout: a raw call's reply (or progress) goes to its caller from the
+    loop's callback, before any model parsing; every other message is queued for the
+    session's forwarder, and a reply behind such messages waits its turn there."""
+
+    def __init__(self, max_message_bytes: int) -> None:
+        super().__init__(LineSplitter(max_message_bytes))
+        self.calls: RawCalls | None = None
+        """Set before the child starts (nothing can arrive earlier)."""
+        self.max_message_bytes = max_message_bytes
+
+    def lines_received(self, lines: list[bytes | bytearray | Overlong]) -> None:
+        lines.reverse()
+        calls = self.calls
+        assert calls is not None
+        queue = self.queue
+        while lines:
+            message: SessionMessage | Exception | None
+            if isinstance(lines[-1], Overlong):
+                message = _too_large(cast(Overlong, lines.pop()), self.max_message_bytes)
+            elif is_blank(lines[-1]):
+                lines.pop()
+                continue
+            else:
+                ends = _ends(lines[-1])
+                # _load gets the only reference: a large line is freed as soon as it is
+                # decoded, and the message as soon as it is handed on.
+                loaded = _load(cast("bytes | bytearray", lines.pop()))
+                if calls.pending and not isinstance(loaded, ValueError) and calls.take(loaded, deliver=not queue):
+                    if queue:  # what the server sent before it reaches the session first
+                        queue.append(Deferred(calls.take, loaded))
+                    continue  # a raw call's reply or progress, delivered before any model
+                message = loaded if isinstance(loaded, ValueError) else _validate(loaded)
+                del loaded
+                if isinstance(message, Exception):
+                    message = _unparsable(message, *ends) or message
+            if message is None:
+                continue
+            if calls.pending and calls.take_message(message, deliver=not queue):
+                if queue:
+                    queue.append(Deferred(calls.take_message, message))
+                continue
+            queue.append(message)
+            del message
+
+
 @asynccontextmanager
 async def stdio_transport(
     command: str,
@@ -320,58 +457,49 @@ async def stdio_transport(
     executable = resolve_command(command)
     child_end, stdin = await _stdin_pipe()
     try:
+        child_out, stdout_transport, out = await _stdout_pipe(max_message_bytes)
+    except BaseException:
+        os.close(child_end)
+        await stdin.aclose()
+        raise
+    try:
         process = await anyio.open_process(
             [executable, *args],
             env=get_default_environment() | dict(env or {}),
             cwd=cwd,
             stdin=child_end,
-            stdout=subprocess.PIPE,
+            stdout=child_out,
             stderr=subprocess.PIPE,
             start_new_session=True,
         )
     except BaseException:
+        stdout_transport.close()
         await stdin.aclose()
         raise
     finally:
         os.close(child_end)
+        os.close(child_out)
     child = ChildProcess(process, stdin=stdin)
     read_send, read_recv = anyio.create_memory_object_stream[SessionMessage | Exception](16)
     write_send, write_recv = anyio.create_memory_object_stream[SessionMessage](16)
 
-    async def stdout_reader() -> None:
-        assert process.stdout is not None
-        splitter = LineSplitter(max_message_bytes)
+    async def forward_stdout(out: ChildStdout) -> None:
+        """Hand the session what the reader queued for it, in order."""
         try:
             async with read_send:
-                with suppress(anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
-                    async for chunk in process.stdout:
-                        lines = splitter.feed(chunk)
-                        del chunk
-                        lines.reverse()
-                        while lines:
-                            message: SessionMessage | Exception | None
-                            if isinstance(lines[-1], Overlong):
-                                message = _too_large(cast(Overlong, lines.pop()), max_message_bytes)
-                            elif is_blank(lines[-1]):
-                                lines.pop()
+                with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+                    while True:
+                        while out.queue:
+                            message = out.take()
+                            if isinstance(message, Deferred):
+                                message.run()
                                 continue
-                            else:
-                                ends = _ends(lines[-1])
-                                # _load gets the only reference: a large line is freed as soon
-                                # as it is decoded, and the message as soon as it is handed on.
-                                data = _load(cast("bytes | bytearray", lines.pop()))
-                                if calls.pending and not isinstance(data, ValueError) and calls.take(data):
-                                    continue  # a raw call's reply or progress, delivered before any model
-                                message = data if isinstance(data, ValueError) else _validate(data)
-                                del data
-                                if isinstance(message, Exception):
-                                    message = _unparsable(message, *ends) or message
-                            if message is not None:
-                                if calls.pending and calls.take_message(message):
-                                    continue
-                                await read_send.send(message)
-                                calls.forwarded += 1
+                            await read_send.send(message)
+                            calls.forwarded += 1
                             del message
+                        if out.closed:
+                            return
+                        await out.wait()
         finally:
             child.stdout_closed.set()
             calls.close()
@@ -414,7 +542,8 @@ async def stdio_transport(
     async with anyio.create_task_group() as tg:
         calls = RawCalls(stdin, read_send, encode, tg.start_soon, command)
         child.calls = calls
-        tg.start_soon(stdout_reader)
+        out.calls = calls
+        tg.start_soon(forward_stdout, out)
         tg.start_soon(stderr_reader)
         tg.start_soon(stdin_writer)
         try:
@@ -424,6 +553,7 @@ async def stdio_transport(
                 await _stop(child)
                 write_send.close()
                 read_recv.close()
+                stdout_transport.close()
             tg.cancel_scope.cancel()
 
 

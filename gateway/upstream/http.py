@@ -51,6 +51,8 @@ def principal_of_scope(scope: Any) -> str:
     """The principal ``BearerAuth`` recorded for a request (``LOCAL`` when there is none)."""
     found = scope.get(PRINCIPAL) if isinstance(scope, dict) else None
     return found if isinstance(found, str) else LOCAL
+
+
 BODY_TIMEOUT = float(os.environ.get("PREFIXGATE_HTTP_BODY_TIMEOUT") or 30.0)
 """Seconds a request body may take to arrive in full (the environment variable exists for tests)."""
 _LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")

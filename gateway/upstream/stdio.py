@@ -35,10 +35,18 @@ from pydantic import ValidationError
 
 from gateway import jsontext
 from gateway.config import DEFAULT_MAX_MESSAGE_BYTES
-from gateway.downstream.stdio import LineSplitter, Overlong, encode, error_message, is_blank, jsonrpc_error, reply_id
+from gateway.downstream.stdio import (
+    LineReader,
+    LineSplitter,
+    Overlong,
+    encode,
+    error_message,
+    is_blank,
+    jsonrpc_error,
+    reply_id,
+)
 from gateway.wire import PublishedTools
 
-_CHUNK = 1 << 16
 MAX_IN_FLIGHT = 64
 """Client requests read but not yet answered, per connection, before the reader waits."""
 
@@ -57,6 +65,9 @@ class InFlight:
         self._ids: dict[tuple[str, Any], int] = {}
         self._count = 0
         self._room = anyio.Event()
+
+    def has_room(self) -> bool:
+        return self._count < self.limit
 
     async def wait_room(self) -> None:
         while self._count >= self.limit:
@@ -138,6 +149,8 @@ class Wire:
     def __init__(self, writer: asyncio.StreamWriter, in_flight: InFlight) -> None:
         self.writer = writer
         self.in_flight = in_flight
+        self.claimed: set[asyncio.Task[None]] = set()
+        """The claimed requests' tasks still running: cancelled and awaited when this end closes."""
 
     async def send(self, message: types.JSONRPCMessage) -> None:
         try:
@@ -159,11 +172,12 @@ class Wire:
 
 
 class Claim(Protocol):
-    """A request a ``Lane`` took: counted in flight, then run on the stdio end's task group."""
+    """A request a ``Lane`` took: counted in flight, then run in a task of its own, kept in
+    ``Wire.claimed`` while it runs, which this end cancels (and waits for) when it closes."""
 
     request_id: types.RequestId
 
-    async def run(self, wire: Wire) -> None: ...
+    def start(self, wire: Wire) -> None: ...
 
 
 class Lane(Protocol):
@@ -176,6 +190,36 @@ class Lane(Protocol):
     def cancel(self, request_id: Any) -> None:
         """The client cancelled ``request_id`` (``notifications/cancelled``; the SDK sees it too)."""
         ...
+
+
+class ClientStdin(LineReader[Any]):
+    """The client's stdin. A ``tools/call`` the lane claims is started from the event loop's
+    callback, as soon as its line is read; every other line (its JSON data, an ``Overlong``,
+    or the parse error that answers it) is queued for the reader task, in order, and a
+    claimable call behind them, or past ``MAX_IN_FLIGHT``, waits its turn there too."""
+
+    def __init__(self, max_message_bytes: int, lane: Lane | None, wire: Wire) -> None:
+        super().__init__(LineSplitter(max_message_bytes))
+        self.lane = lane
+        self.wire = wire
+
+    def lines_received(self, lines: list[bytes | bytearray | Overlong]) -> None:
+        lines.reverse()
+        queue, lane, in_flight = self.queue, self.lane, self.wire.in_flight
+        while lines:
+            if isinstance(lines[-1], Overlong):
+                queue.append(lines.pop())
+                continue
+            if is_blank(lines[-1]):
+                lines.pop()
+                continue
+            data = _load_client(cast("bytes | bytearray", lines.pop()))  # the only reference
+            if lane is not None and not queue and in_flight.has_room() and (claim := lane.claim(data)) is not None:
+                in_flight.add(claim.request_id)
+                claim.start(self.wire)
+                continue
+            queue.append(data)
+            del data
 
 
 @asynccontextmanager
@@ -199,76 +243,70 @@ async def stdio_streams(
     os.close(null)
     os.dup2(2, 1)
     loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=_CHUNK, loop=loop)
-    read_transport, _ = await loop.connect_read_pipe(
-        lambda: asyncio.StreamReaderProtocol(reader, loop=loop), os.fdopen(wire_in, "rb", buffering=0)
-    )
     write_transport, write_protocol = await loop.connect_write_pipe(
         lambda: asyncio.streams.FlowControlMixin(loop=loop), os.fdopen(wire_out, "wb", buffering=0)
     )
     writer = asyncio.StreamWriter(write_transport, write_protocol, None, loop)
+    in_flight = InFlight()
+    wire = Wire(writer, in_flight)
+    read_transport, stdin = await loop.connect_read_pipe(
+        lambda: ClientStdin(max_message_bytes, lane, wire), os.fdopen(wire_in, "rb", buffering=0)
+    )
 
     # Plain memory streams: the SDK's runner reads a context off its stream only when the
     # stream carries one, and this reader task has none worth carrying.
     read_send, read_recv = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_send, write_recv = anyio.create_memory_object_stream[SessionMessage](0)
 
-    in_flight = InFlight()
-    wire = Wire(writer, in_flight)
-
     async def answer(error: types.JSONRPCError) -> None:
         with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
             await write_send.send(SessionMessage(error))
 
+    async def handle(item: Any) -> None:
+        """One queued line, in arrival order: answered here, claimed, or handed to the SDK."""
+        if isinstance(item, Overlong):
+            request_id = jsontext.find_id(item.head, item.tail)
+            log.warning(
+                "dropped a client message of %d bytes (over max_message_bytes %d)", item.size, max_message_bytes
+            )
+            text = f"request of {item.size} bytes exceeds max_message_bytes {max_message_bytes}"
+            await answer(jsonrpc_error(request_id, INVALID_REQUEST, text))
+            return
+        if isinstance(item, types.JSONRPCError):
+            await answer(item)
+            return
+        if lane is not None and (claim := lane.claim(item)) is not None:
+            await in_flight.wait_room()
+            in_flight.add(claim.request_id)
+            claim.start(wire)
+            return
+        parsed = _validate_client(item)
+        del item
+        if parsed is None:
+            return
+        if isinstance(parsed, types.JSONRPCError):
+            await answer(parsed)
+            return
+        msg = parsed.message
+        if isinstance(msg, types.JSONRPCRequest):
+            await in_flight.wait_room()
+            in_flight.add(msg.id)
+        elif isinstance(msg, types.JSONRPCNotification) and msg.method == "notifications/cancelled":
+            cancelled = (msg.params or {}).get("requestId")
+            if cancelled is not None:
+                in_flight.done(cancelled)
+                if lane is not None:
+                    lane.cancel(cancelled)
+        await read_send.send(parsed)
+
     async def read_lines() -> None:
-        splitter = LineSplitter(max_message_bytes)
         async with read_send:
-            while chunk := await reader.read(_CHUNK):
-                lines = splitter.feed(chunk)
-                lines.reverse()
-                while lines:
-                    if isinstance(line := lines[-1], Overlong):
-                        lines.pop()
-                        request_id = jsontext.find_id(line.head, line.tail)
-                        log.warning(
-                            "dropped a client message of %d bytes (over max_message_bytes %d)",
-                            line.size,
-                            max_message_bytes,
-                        )
-                        text = f"request of {line.size} bytes exceeds max_message_bytes {max_message_bytes}"
-                        await answer(jsonrpc_error(request_id, INVALID_REQUEST, text))
-                        continue
-                    if is_blank(line):
-                        lines.pop()
-                        continue
-                    del line
-                    data = _load_client(cast("bytes | bytearray", lines.pop()))  # the only reference
-                    if isinstance(data, types.JSONRPCError):
-                        await answer(data)
-                        continue
-                    if lane is not None and (claim := lane.claim(data)) is not None:
-                        await in_flight.wait_room()
-                        in_flight.add(claim.request_id)
-                        tg.start_soon(claim.run, wire)
-                        continue
-                    parsed = _validate_client(data)
-                    del data
-                    if parsed is None:
-                        continue
-                    if isinstance(parsed, types.JSONRPCError):
-                        await answer(parsed)
-                        continue
-                    msg = parsed.message
-                    if isinstance(msg, types.JSONRPCRequest):
-                        await in_flight.wait_room()
-                        in_flight.add(msg.id)
-                    elif isinstance(msg, types.JSONRPCNotification) and msg.method == "notifications/cancelled":
-                        cancelled = (msg.params or {}).get("requestId")
-                        if cancelled is not None:
-                            in_flight.done(cancelled)
-                            if lane is not None:
-                                lane.cancel(cancelled)
-                    await read_send.send(parsed)
+            while True:
+                while stdin.queue:
+                    await handle(stdin.take())
+                if stdin.closed:
+                    return
+                await stdin.wait()
 
     async def write_lines() -> None:
         async with write_recv:
@@ -301,6 +339,11 @@ async def stdio_streams(
             finally:
                 tg.cancel_scope.cancel()
     finally:
+        if claimed := set(wire.claimed):  # unanswered claimed requests get "Connection closed", as the SDK's do
+            for task in claimed:
+                task.cancel()
+            with anyio.CancelScope(shield=True):
+                await asyncio.wait(claimed)
         with anyio.CancelScope(shield=True), anyio.move_on_after(5), suppress(ConnectionError):
             await writer.drain()  # what was accepted goes out before the wire is handed back
         with suppress(OSError):
