@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from mcp.shared.message import SessionMessage
 
-from gateway.downstream.stdio import LineSplitter, _parse, encode, is_blank
+from gateway.downstream.stdio import LineSplitter, _parse, encode, encode_plain, is_blank
 from gateway.upstream.stdio import encode_reply
 from gateway.wire import LIST_CACHE_FIELDS, PublishedTools
 
@@ -78,3 +78,35 @@ def test_cached_tools_list_bytes_equal_the_sdk_encoding(tools: list[dict[str, An
     assert encode_reply(reply(published)) == encode(reply(list(tools)))
     assert published.encoded() is published.encoded()
     assert encode_reply(reply(list(tools))) == encode(reply(list(tools)))  # a plain list: encoded as ever
+
+
+_ANY_FLOAT = st.floats()  # NaN and the infinities too: both encoders write null
+
+
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers(-(2**70), 2**70) | _ANY_FLOAT | st.text(),
+        lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+        max_leaves=20,
+    ),
+    st.integers(0, 2**53) | st.text(max_size=10),
+)
+def test_plain_dicts_encode_as_the_sdk_models_do(value: Any, request_id: Any) -> None:
+    """The fast path writes a claimed call's answer and a raw call's request from plain dicts:
+    the same bytes as the models, or the same refusal (a lone surrogate) as a ValueError."""
+    params = {"name": "t", "arguments": {"v": value}}
+    pairs = [
+        ({"jsonrpc": "2.0", "id": request_id, "result": {"v": value}}, types.JSONRPCResponse),
+        ({"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}, types.JSONRPCRequest),
+        ({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params}, types.JSONRPCNotification),
+    ]
+    for plain, model in pairs:
+        try:
+            want: bytes | None = encode(SessionMessage(model.model_validate(plain)))
+        except ValueError:
+            want = None
+        try:
+            got: bytes | None = encode_plain(plain)
+        except ValueError:
+            got = None
+        assert got == want

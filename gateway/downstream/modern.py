@@ -8,6 +8,7 @@ constants; checked against mcp 2.3.0 (``mcp/client/session.py: _make_modern_stam
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -177,4 +178,10 @@ def hop_local_removed(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def client_info(version: str) -> dict[str, Any]:
+    return dict(_client_info(version))
+
+
+@functools.cache
+def _client_info(version: str) -> dict[str, Any]:
+    """Made once: it goes into every 2026-07-28 request's envelope."""
     return types.Implementation(name="prefixgate", version=version).model_dump(by_alias=True, exclude_none=True)

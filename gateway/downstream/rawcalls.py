@@ -10,9 +10,10 @@ sends (its own requests, logs, list changes, replies to the SDK's requests) stil
 to the ``ClientSession``, unchanged.
 
 What the SDK's dispatcher does for a call is done the same way here: the request is the
-same model encoded the same way, the timeout starts after the write, a timed-out or
-cancelled call sends ``notifications/cancelled`` (the same reason text), and a server
-that goes away fails every waiting call with the SDK's ``Connection closed``.
+bytes the SDK's model of it encodes to (built as a plain dict, ``encode_plain``), the
+timeout starts after the write, a timed-out or cancelled call sends
+``notifications/cancelled`` (the same reason text), and a server that goes away fails
+every waiting call with the SDK's ``Connection closed``.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ from mcp_types.jsonrpc import CONNECTION_CLOSED, INVALID_REQUEST, REQUEST_TIMEOU
 log = logging.getLogger("prefixgate.stdio")
 
 ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
-Encode = Callable[[SessionMessage], bytes]
+Encode = Callable[[dict[str, Any]], bytes]
+"""A message as a plain dict to its line (gateway/downstream/stdio.py ``encode_plain``)."""
 
 ID_PREFIX = "pg-"
 """Ids of raw calls: strings, which the SDK's ``ClientSession`` (integer ids) never sends."""
@@ -102,12 +104,11 @@ class RawCalls:
             out["_meta"] = meta
         else:
             out.pop("_meta", None)
+        message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
         if out:
-            message = types.JSONRPCRequest(jsonrpc="2.0", id=request_id, method=method, params=out)
-        else:
-            message = types.JSONRPCRequest(jsonrpc="2.0", id=request_id, method=method)
+            message["params"] = out
         try:
-            data = self._encode(SessionMessage(message))
+            data = self._encode(message)
         except ValueError as exc:
             log.warning("cannot send a message to %s: %s", self._name, exc)
             raise MCPError(code=INVALID_REQUEST, message=f"request not sent: {exc}") from None
@@ -147,12 +148,14 @@ class RawCalls:
 
     async def _cancel(self, request_id: str, reason: str, *, shield: bool) -> None:
         """The courtesy ``notifications/cancelled`` the SDK's dispatcher sends for an abandoned request."""
-        note = types.JSONRPCNotification(
-            jsonrpc="2.0", method="notifications/cancelled", params={"requestId": request_id, "reason": reason}
-        )
+        note = {
+            "jsonrpc": "2.0",
+            "method": "notifications/cancelled",
+            "params": {"requestId": request_id, "reason": reason},
+        }
         with anyio.move_on_after(_ABANDON_WRITE_TIMEOUT, shield=shield) as scope:
             try:
-                await self._stdin.send(self._encode(SessionMessage(note)))
+                await self._stdin.send(self._encode(note))
             except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError, ValueError):
                 log.debug("courtesy cancel for %s not sent: the server's stdin is closed", request_id)
         if scope.cancelled_caught:

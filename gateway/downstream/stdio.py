@@ -30,6 +30,7 @@ import anyio
 import anyio.abc
 import anyio.lowlevel
 import mcp_types as types
+import pydantic_core
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.client.stdio import get_default_environment
 from mcp.os.posix.utilities import terminate_posix_process_tree
@@ -273,6 +274,16 @@ def encode(message: SessionMessage) -> bytes:
         data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
         return data.encode("utf-8") + b"\n"
     except (ValueError, RecursionError) as exc:  # PydanticSerializationError, UnicodeEncodeError
+        raise ValueError(str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__) from None
+
+
+def encode_plain(message: dict[str, Any]) -> bytes:
+    """A JSON-RPC message given as a plain dict, as one JSON line: the bytes ``encode``
+    makes of the same message's model (pydantic-core's serializer, NaN and Infinity as
+    null; tests/test_stdio_lines.py), without building and validating the model first."""
+    try:
+        return pydantic_core.to_json(message, inf_nan_mode="null") + b"\n"
+    except (ValueError, RecursionError) as exc:  # PydanticSerializationError
         raise ValueError(str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__) from None
 
 
@@ -540,7 +551,7 @@ async def stdio_transport(
                 await read_send.aclose()
 
     async with anyio.create_task_group() as tg:
-        calls = RawCalls(stdin, read_send, encode, tg.start_soon, command)
+        calls = RawCalls(stdin, read_send, encode_plain, tg.start_soon, command)
         child.calls = calls
         out.calls = calls
         tg.start_soon(forward_stdout, out)

@@ -13,13 +13,13 @@ import fnmatch
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import anyio
 from jsonschema_rs import ValidationError as SchemaViolation
-from mcp_types.methods import is_input_required, validate_server_result
+from mcp_types.methods import SERVER_RESULTS, is_input_required
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from catalog.schema import json_path
 from catalog.search import render
@@ -298,13 +298,25 @@ def _line(text: str) -> str:
     return text if len(text) <= _MAX_MESSAGE else text[: _MAX_MESSAGE - 1] + "…"
 
 
+_SHAPES: dict[str, TypeAdapter[Any]] = {}
+
+
+def _result_shape(version: str) -> TypeAdapter[Any]:
+    """The protocol's ``tools/call`` result shape in ``version`` (``KeyError`` for an unknown
+    one): what the SDK's ``validate_server_result`` checks, without the dump it also makes."""
+    shape = _SHAPES.get(version)
+    if shape is None:
+        shape = _SHAPES[version] = TypeAdapter[Any](cast(Any, SERVER_RESULTS[("tools/call", version)]))
+    return shape
+
+
 def _checked(result: dict[str, Any], version: str, server: str, tool: str) -> dict[str, Any]:
     """Refuse a malformed downstream result here, where we can still name the server."""
     candidate = result
     if version in MODERN_PROTOCOL_VERSIONS and "resultType" not in result:
         candidate = {**result, "resultType": "complete"}  # a handshake-era server's result
     try:
-        validate_server_result("tools/call", version, candidate)
+        _result_shape(version).validate_python(candidate, by_name=False)
     except (ValidationError, KeyError, ValueError) as exc:
         detail = exc.errors()[0].get("msg", "invalid") if isinstance(exc, ValidationError) else str(exc)
         log.warning("server %s returned an invalid result for %s: %s", server, quote(tool), escape(detail))

@@ -212,7 +212,7 @@ class FastCall:
                     del self.calls.in_flight[self.key]
             if not self.cancelled:
                 answered = True
-                await wire.send(types.JSONRPCResponse(jsonrpc="2.0", id=request_id, result=result))
+                await wire.send_result(request_id, result)
         except asyncio.CancelledError:
             if self.cancelled:
                 dctx.cancel_requested.set()

@@ -417,10 +417,24 @@ _INPUT_METHODS = ("prompts/get", "resources/read")
 """Besides tools/call, the requests a server may answer with a request for input."""
 
 
+class _LastDump:
+    """The last capabilities model dumped, and its dump: a handshake-era client declares them
+    once, at ``initialize``, so each of its calls would dump the same model again."""
+
+    model: object = None
+    dump: dict[str, Any] = {}
+
+
 def _declared(ctx: ServerRequestContext[Any, Any]) -> dict[str, Any] | None:
-    """The capabilities the client declared: at ``initialize``, or on this 2026-07-28 request."""
+    """The capabilities the client declared: at ``initialize``, or on this 2026-07-28 request.
+    Read only (the dump may be shared with the calls before)."""
     declared = ctx.session.client_capabilities
-    return None if declared is None else declared.model_dump(by_alias=True, mode="json", exclude_none=True)
+    if declared is None:
+        return None
+    if declared is not _LastDump.model:
+        _LastDump.dump = declared.model_dump(by_alias=True, mode="json", exclude_none=True)
+        _LastDump.model = declared
+    return _LastDump.dump
 
 
 @contextlib.contextmanager

@@ -40,6 +40,7 @@ from gateway.downstream.stdio import (
     LineSplitter,
     Overlong,
     encode,
+    encode_plain,
     error_message,
     is_blank,
     jsonrpc_error,
@@ -163,6 +164,20 @@ class Wire:
             data = encode(error_message(message.id, INTERNAL_ERROR, text))
         if isinstance(message, types.JSONRPCResponse | types.JSONRPCError):
             self.in_flight.done(message.id)
+        await self._write(data)
+
+    async def send_result(self, request_id: types.RequestId, result: dict[str, Any]) -> None:
+        """A claimed request's answer: the bytes ``send`` makes of its ``JSONRPCResponse``,
+        encoded from the plain dict, without building and validating that model."""
+        try:
+            data = encode_plain({"jsonrpc": "2.0", "id": request_id, "result": result})
+        except ValueError as exc:
+            log.warning("cannot send JSONRPCResponse to the client: %s", exc)
+            data = encode(error_message(request_id, INTERNAL_ERROR, f"the result could not be sent: {exc}"))
+        self.in_flight.done(request_id)
+        await self._write(data)
+
+    async def _write(self, data: bytes) -> None:
         if self.writer.is_closing():
             return
         self.writer.write(data)
