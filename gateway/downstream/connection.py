@@ -593,6 +593,7 @@ class Downstream:
             dispatcher = None
         if dispatcher is None:
             raise DownstreamUnavailable(self.unavailable())
+        raw = self._child.calls if self._child is not None and method == "tools/call" and self._raw_calls else None
         if self.modern and self.protocol_version is not None:
             params, headers = stamp(
                 method,
@@ -602,6 +603,7 @@ class Downstream:
                 log_level=log_level or self.log_level,
                 header_maps=self._header_maps,
                 capabilities=capabilities,
+                headers=raw is None,  # a raw line on a pipe has no HTTP headers to carry
             )
         else:
             headers = dict(self._headers)
@@ -610,7 +612,6 @@ class Downstream:
             opts["timeout"] = timeout
         if on_progress is not None:
             opts["on_progress"] = _latest_only(on_progress)
-        raw = self._child.calls if self._child is not None and method == "tools/call" and self._raw_calls else None
         try:
             if raw is not None:  # our own pipes: a raw line, its reply taken before any model (rawcalls.py)
                 result: dict[str, Any] = await raw.request(

@@ -107,11 +107,13 @@ def stamp(
     log_level: str | None,
     header_maps: Mapping[str, dict[tuple[str, ...], str]],
     capabilities: dict[str, Any] | None = None,
+    headers: bool = True,
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """The params (with the ``_meta`` envelope) and HTTP headers of one modern request.
 
     ``capabilities``: what to declare for this request (:func:`relayable`); by default all
-    the gateway can relay.
+    the gateway can relay. ``headers``: false for a request with no HTTP to carry them (no
+    headers are made).
 
     Headers: Mcp-Protocol-Version, Mcp-Method, Mcp-Name for name-bearing methods, and
     for ``tools/call`` the ``Mcp-Param-*`` headers the tool's schema declares (SEP-2243).
@@ -124,14 +126,16 @@ def stamp(
     if log_level is not None:
         meta.setdefault(LOG_LEVEL_META_KEY, log_level)
     data["_meta"] = meta
-    headers = {MCP_PROTOCOL_VERSION_HEADER: version, MCP_METHOD_HEADER: method}
+    if not headers:
+        return data, {}
+    made = {MCP_PROTOCOL_VERSION_HEADER: version, MCP_METHOD_HEADER: method}
     name_key = NAME_BEARING_METHODS.get(method)
     if name_key is not None and isinstance(name := data.get(name_key), str):
-        headers[MCP_NAME_HEADER] = encode_header_value(name)
+        made[MCP_NAME_HEADER] = encode_header_value(name)
     if method == "tools/call" and isinstance(name := data.get("name"), str) and name in header_maps:
         arguments = data.get("arguments")
-        headers.update(mcp_param_headers(header_maps[name], arguments if isinstance(arguments, dict) else {}))
-    return data, headers
+        made.update(mcp_param_headers(header_maps[name], arguments if isinstance(arguments, dict) else {}))
+    return data, made
 
 
 def header_maps(tools: tuple[Any, ...]) -> dict[str, dict[tuple[str, ...], str]]:

@@ -30,6 +30,7 @@ from gateway.downstream.connection import Downstream, ProgressFn
 from gateway.engine.epoch import META_TOOLS, Epoch
 from gateway.engine.validation import ValidationFailure, ValidationPool, ValidationTimeout
 from gateway.results import error_result, text_result
+from gateway.shapes import plain_text_result
 from gateway.state.retention import collect
 from gateway.state.session import ClientState
 from gateway.wire import DEFAULT_VERSION
@@ -313,8 +314,11 @@ def _result_shape(version: str) -> TypeAdapter[Any]:
 def _checked(result: dict[str, Any], version: str, server: str, tool: str) -> dict[str, Any]:
     """Refuse a malformed downstream result here, where we can still name the server."""
     candidate = result
-    if version in MODERN_PROTOCOL_VERSIONS and "resultType" not in result:
+    modern = version in MODERN_PROTOCOL_VERSIONS
+    if modern and "resultType" not in result:
         candidate = {**result, "resultType": "complete"}  # a handshake-era server's result
+    if plain_text_result(candidate, modern):
+        return result
     try:
         _result_shape(version).validate_python(candidate, by_name=False)
     except (ValidationError, KeyError, ValueError) as exc:

@@ -44,6 +44,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
 from gateway.sdk import connection_of
+from gateway.shapes import plain_call_params
 from gateway.upstream.server import Handlers
 from gateway.upstream.stdio import Wire
 from gateway.wire import FAST_PATH_ENV
@@ -323,10 +324,11 @@ class FastCalls:
             version = self.legacy.protocol_version
         else:
             return None
-        try:
-            validate_client_request("tools/call", version, params)
-        except (ValidationError, KeyError):
-            return None  # the SDK refuses it with its own error
+        if route is not None or not plain_call_params(params):
+            try:
+                validate_client_request("tools/call", version, params)
+            except (ValidationError, KeyError):
+                return None  # the SDK refuses it with its own error
         if not self.used:
             self.used = True
             log.info("tools/call is answered on the stdio fast path (%s=0 turns it off)", FAST_PATH_ENV)

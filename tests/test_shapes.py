@@ -1,0 +1,76 @@
+"""The shapes the gateway recognises without pydantic are ones the protocol's models accept."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from mcp_types.methods import SERVER_RESULTS, validate_client_request
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
+from pydantic import TypeAdapter, ValidationError
+
+from gateway.shapes import plain_call_params, plain_text_result
+
+HANDSHAKE = HANDSHAKE_PROTOCOL_VERSIONS
+VERSIONS = (*HANDSHAKE_PROTOCOL_VERSIONS, *MODERN_PROTOCOL_VERSIONS)
+_LEAF = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5)
+_VALUE = st.recursive(
+    _LEAF, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+)
+_NEAR_KEYS = st.sampled_from(["name", "arguments", "_meta", "task", "type", "text", "content", "isError", "x"])
+
+
+def _near(fixed: dict[str, Any]) -> st.SearchStrategy[dict[str, Any]]:
+    """Dicts around a shape: its keys with good or bad values, and strangers."""
+    return st.dictionaries(_NEAR_KEYS, _VALUE, max_size=3).flatmap(
+        lambda extra: st.fixed_dictionaries(fixed).map(lambda base: {**base, **extra})
+    ) | st.fixed_dictionaries(fixed)
+
+
+_BLOCK = _near({"type": st.sampled_from(["text", "image"]), "text": st.text(max_size=8) | _LEAF})
+_CALL = _near(
+    {"name": st.text(max_size=8) | _LEAF, "arguments": st.none() | st.dictionaries(st.text(max_size=4), _VALUE)}
+)
+_RESULT = _near({"content": st.lists(_BLOCK, max_size=3) | _LEAF, "isError": st.booleans() | _LEAF})
+
+
+def _shape(era: str) -> TypeAdapter[Any]:
+    return TypeAdapter[Any](SERVER_RESULTS[("tools/call", era)])
+
+
+@pytest.mark.parametrize("version", HANDSHAKE)
+@given(params=_CALL)
+def test_plain_call_params_are_valid_in_the_handshake_era(version: str, params: dict[str, Any]) -> None:
+    if plain_call_params(params):
+        validate_client_request("tools/call", version, params)  # raises if the shortcut were wrong
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@given(result=_RESULT, complete=st.booleans())
+def test_plain_text_results_are_valid_in_their_version(version: str, result: dict[str, Any], complete: bool) -> None:
+    if complete:
+        result = {**result, "resultType": "complete"}
+    if plain_text_result(result, version in MODERN_PROTOCOL_VERSIONS):
+        _shape(version).validate_python(result, by_name=False)
+
+
+def test_the_common_shapes_are_recognised_and_the_rest_left_to_the_models() -> None:
+    echo = {"content": [{"type": "text", "text": "hi"}], "isError": False}
+    assert plain_call_params({"name": "t", "arguments": {"a": 1}}) and plain_call_params({"name": "t"})
+    assert plain_text_result(echo, False) and plain_text_result({**echo, "resultType": "complete"}, True)
+    assert not plain_text_result(echo, True)  # a modern result names its type
+    for params in ({"name": 1}, {"name": "t", "arguments": []}, {"name": "t", "_meta": {}}, {"arguments": {}}):
+        assert not plain_call_params(params), params
+    for result in (
+        {"content": [{"type": "text", "text": 1}]},
+        {"content": [{"type": "image", "data": "", "mimeType": "image/png"}]},
+        {"content": [], "isError": "yes"},
+        {"content": [], "structuredContent": {}},
+        {"content": [{"type": "text", "text": "x", "annotations": {}}]},
+        {"isError": False},
+    ):
+        assert not plain_text_result(result, False), result
+    with pytest.raises(ValidationError):  # what is left to the models is still refused there
+        _shape("2025-11-25").validate_python({"content": [{"type": "text", "text": 1}]}, by_name=False)
