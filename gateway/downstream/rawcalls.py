@@ -120,8 +120,7 @@ class RawCalls:
         timer: asyncio.TimerHandle | None = None
         try:
             try:
-                await anyio.lowlevel.checkpoint_if_cancelled()
-                written = True
+                written = True  # a caller cancelled from here on is sent the courtesy cancel
                 await self._stdin.send(data)
             except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
                 raise MCPError(code=CONNECTION_CLOSED, message="Connection closed") from None

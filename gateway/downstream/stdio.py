@@ -371,6 +371,8 @@ class LineReader(asyncio.Protocol, Generic[Item]):
         lines = self.splitter.feed(data)
         del data
         self.lines_received(lines)
+        if not self.queue:
+            return  # all answered on the spot: the consumer sleeps on
         if len(self.queue) >= self.QUEUE_LIMIT and not self._paused and self._transport is not None:
             self._paused = True
             self._transport.pause_reading()
