@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -44,6 +45,8 @@ _ABANDON_WRITE_TIMEOUT = 5.0
 """As the SDK's dispatcher: a courtesy cancel gives up after this."""
 _REPLY_KEYS = frozenset(("jsonrpc", "id", "result"))
 _CLOSED = types.ErrorData(code=CONNECTION_CLOSED, message="Connection closed")
+_TIMER_SLACK = 0.001
+"""A loop timer may fire a hair before its time: a deadline this close counts as reached."""
 _TIMED_OUT = types.ErrorData(code=REQUEST_TIMEOUT, message="timed out")
 """The outcome the call's timer sets (compared by identity): the call then cancels, as the SDK's does."""
 
@@ -51,7 +54,7 @@ _TIMED_OUT = types.ErrorData(code=REQUEST_TIMEOUT, message="timed out")
 class _Waiting:
     """One raw call's wait: a loop future the reader resolves in its callback (no task hop)."""
 
-    __slots__ = ("forwarded", "future", "on_progress", "upto")
+    __slots__ = ("deadline", "forwarded", "future", "on_progress", "upto")
 
     def __init__(
         self, future: asyncio.Future[dict[str, Any] | types.ErrorData], on_progress: ProgressFn | None, forwarded: int
@@ -62,6 +65,8 @@ class _Waiting:
         """Messages handed to the ``ClientSession`` when the call was written ..."""
         self.upto = forwarded
         """... and when its reply arrived: the session takes those before the reply moves on."""
+        self.deadline = math.inf
+        """When it times out (the loop's clock), counted from the write."""
 
 
 class RawCalls:
@@ -85,6 +90,8 @@ class RawCalls:
         self.pending: dict[str, _Waiting] = {}
         self.forwarded = 0
         """Messages handed to the ``ClientSession`` so far."""
+        self._timer: asyncio.TimerHandle | None = None
+        self._armed_for = math.inf
 
     # --- the caller's side --------------------------------------------------------------
 
@@ -117,7 +124,6 @@ class RawCalls:
         waiting = _Waiting(loop.create_future(), on_progress, self.forwarded)
         self.pending[request_id] = waiting
         written = False
-        timer: asyncio.TimerHandle | None = None
         try:
             try:
                 written = True  # a caller cancelled from here on is sent the courtesy cancel
@@ -126,15 +132,14 @@ class RawCalls:
                 raise MCPError(code=CONNECTION_CLOSED, message="Connection closed") from None
             del data
             if timeout is not None:  # from the write on, as the SDK's dispatcher times it
-                timer = loop.call_later(timeout, self._resolve, waiting, _TIMED_OUT)
+                waiting.deadline = loop.time() + timeout
+                self._arm(loop, waiting.deadline)
             outcome = await waiting.future
         except anyio.get_cancelled_exc_class():
             if written:
                 await self._cancel(request_id, "caller cancelled", shield=True)
             raise
         finally:
-            if timer is not None:
-                timer.cancel()
             self.pending.pop(request_id, None)
         if outcome is _TIMED_OUT:
             await self._cancel(request_id, f"timed out after {timeout}s", shield=False)
@@ -144,6 +149,27 @@ class RawCalls:
         if waiting.upto != waiting.forwarded:
             await self._session_caught_up()
         return outcome
+
+    def _arm(self, loop: asyncio.AbstractEventLoop, deadline: float) -> None:
+        """One timer for every waiting call, set for the earliest deadline: a timer per call
+        (made, then cancelled, almost always) cost more than the rest of the bookkeeping."""
+        if deadline < self._armed_for:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = loop.call_at(deadline, self._expire, loop)
+            self._armed_for = deadline
+
+    def _expire(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Time out the calls past their deadline; set the timer for the next one, if any."""
+        self._timer, self._armed_for = None, math.inf
+        now, earliest = loop.time() + _TIMER_SLACK, math.inf
+        for waiting in list(self.pending.values()):
+            if waiting.deadline <= now:
+                self._resolve(waiting, _TIMED_OUT)
+            elif waiting.deadline < earliest and not waiting.future.done():
+                earliest = waiting.deadline
+        if earliest < math.inf:
+            self._arm(loop, earliest)
 
     async def _cancel(self, request_id: str, reason: str, *, shield: bool) -> None:
         """The courtesy ``notifications/cancelled`` the SDK's dispatcher sends for an abandoned request."""
@@ -216,6 +242,9 @@ class RawCalls:
     def close(self) -> None:
         """The server's stdout ended: every waiting call fails as the SDK fails its own."""
         self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer, self._armed_for = None, math.inf
         for waiting in self.pending.values():
             self._resolve(waiting, _CLOSED)
 

@@ -1,0 +1,58 @@
+"""Raw calls' timeouts share one loop timer, armed for the earliest deadline (issue 16)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import anyio
+import pytest
+from mcp.shared.exceptions import MCPError
+from mcp_types.jsonrpc import REQUEST_TIMEOUT
+
+from gateway.downstream.rawcalls import RawCalls
+from gateway.downstream.stdio import encode_plain
+
+pytestmark = pytest.mark.anyio
+
+
+class Pipe(anyio.abc.ByteSendStream):
+    """The lines a RawCalls writes, as a child's stdin would receive them."""
+
+    def __init__(self) -> None:
+        self.lines: list[dict[str, Any]] = []
+
+    async def send(self, item: bytes) -> None:
+        self.lines.append(json.loads(item))
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def test_each_call_times_out_at_its_own_deadline_and_an_answered_one_does_not(tmp_path: Any) -> None:
+    pipe = Pipe()
+    to_session, _ = anyio.create_memory_object_stream[Any](1)
+    async with anyio.create_task_group() as tg:
+        calls = RawCalls(pipe, to_session, encode_plain, tg.start_soon, "t")
+        outcomes: dict[str, Any] = {}
+
+        async def call(label: str, timeout: float) -> None:
+            started = anyio.current_time()
+            try:
+                outcomes[label] = await calls.request("tools/call", {"name": label}, timeout=timeout, on_progress=None)
+            except MCPError as exc:
+                outcomes[label] = (exc.error.code, round(anyio.current_time() - started, 1))
+
+        tg.start_soon(call, "long", 1.5)
+        await anyio.sleep(0.05)
+        tg.start_soon(call, "short", 0.3)  # later, but due first: the shared timer is re-armed for it
+        tg.start_soon(call, "answered", 0.3)
+        await anyio.sleep(0.1)
+        answered = next(line["id"] for line in pipe.lines if line.get("params", {}).get("name") == "answered")
+        assert calls.take({"jsonrpc": "2.0", "id": answered, "result": {"content": []}})
+    assert outcomes["answered"] == {"content": []}
+    assert outcomes["short"][0] == REQUEST_TIMEOUT and outcomes["short"][1] < 1.0
+    assert outcomes["long"][0] == REQUEST_TIMEOUT and outcomes["long"][1] >= 1.4
+    cancels = [line["params"]["reason"] for line in pipe.lines if line.get("method") == "notifications/cancelled"]
+    assert cancels == ["timed out after 0.3s", "timed out after 1.5s"]
+    assert not calls.pending
