@@ -168,7 +168,9 @@ def hop_local_removed(result: dict[str, Any]) -> dict[str, Any]:
     """
     if not isinstance(result, dict):
         return result
-    cleaned = {k: v for k, v in result.items() if k not in ("ttlMs", "cacheScope")}
+    cleaned = dict(result)
+    cleaned.pop("ttlMs", None)
+    cleaned.pop("cacheScope", None)
     if cleaned.get("resultType") == "complete":
         del cleaned["resultType"]
     meta = cleaned.get("_meta")

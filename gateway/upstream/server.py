@@ -13,7 +13,7 @@ import copy
 import json
 import logging
 import warnings
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import anyio
@@ -208,9 +208,9 @@ class Handlers:
 
         if modern:
             # Its logs go to this request while it waits (no place in the back-channel order).
-            with _in_flight(client, ctx, target, None):
+            with _InFlight(client, ctx, target, None):
                 return await self.with_input(ctx, client, "tools/call", name, _digest(arguments), target, run)
-        with _in_flight(client, ctx, target, hub.round_trips.order()):
+        with _InFlight(client, ctx, target, hub.round_trips.order()):
             result = await run(None)
             if target is not None and is_input_required(result):
                 try:
@@ -320,7 +320,7 @@ class Handlers:
         if ctx.protocol_version not in HANDSHAKE_PROTOCOL_VERSIONS:
             target = str(params.get("uri") if method == "resources/read" else params.get("name"))
             return _result(ctx, await self.with_input(ctx, client, method, target, _digest(params), server_id, run))
-        with _in_flight(client, ctx, server_id, self.hub.round_trips.order()):
+        with _InFlight(client, ctx, server_id, self.hub.round_trips.order()):
             result = await run()
             if is_input_required(result):
                 result = await self.over_back_channel(result, server_id, run)
@@ -437,23 +437,37 @@ def _declared(ctx: ServerRequestContext[Any, Any]) -> dict[str, Any] | None:
     return _LastDump.dump
 
 
-@contextlib.contextmanager
-def _in_flight(
-    client: ClientConnection, ctx: ServerRequestContext[Any, Any], target: str | None, order: Any
-) -> Iterator[None]:
+class _InFlight:
     """Record a call to ``target`` as in flight for the time of the block, so a server's
-    logs and requests find the call (and client) that caused them."""
-    if target is not None:
-        client.calls[ctx.request_id] = target
-        client.call_sessions[ctx.request_id] = ctx.session
-        if order is not None:
-            client.call_order[ctx.request_id] = order
-    try:
-        yield
-    finally:
-        client.calls.pop(ctx.request_id, None)
-        client.call_order.pop(ctx.request_id, None)
-        client.call_sessions.pop(ctx.request_id, None)
+    logs and requests find the call (and client) that caused them. A class, not a
+    generator context manager: this runs on every call (issue 16)."""
+
+    __slots__ = ("client", "request_id", "session", "target", "order")
+
+    def __init__(
+        self, client: ClientConnection, ctx: ServerRequestContext[Any, Any], target: str | None, order: Any
+    ) -> None:
+        self.client, self.request_id, self.session, self.target, self.order = (
+            client,
+            ctx.request_id,
+            ctx.session,
+            target,
+            order,
+        )
+
+    def __enter__(self) -> None:
+        if self.target is not None:
+            client, request_id = self.client, self.request_id
+            client.calls[request_id] = self.target
+            client.call_sessions[request_id] = self.session
+            if self.order is not None:
+                client.call_order[request_id] = self.order
+
+    def __exit__(self, *exc: object) -> None:
+        client, request_id = self.client, self.request_id
+        client.calls.pop(request_id, None)
+        client.call_order.pop(request_id, None)
+        client.call_sessions.pop(request_id, None)
 
 
 def _digest(value: Any) -> str:
