@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from mcp.shared.message import SessionMessage
 
+from gateway import jsontext
 from gateway.downstream.stdio import LineSplitter, _parse, encode, encode_plain, is_blank
 from gateway.upstream.stdio import encode_reply
 from gateway.wire import LIST_CACHE_FIELDS, PublishedTools
@@ -110,3 +111,28 @@ def test_plain_dicts_encode_as_the_sdk_models_do(value: Any, request_id: Any) ->
         except ValueError:
             got = None
         assert got == want
+
+
+_TEXTS = st.one_of(
+    _JSON.map(lambda v: json.dumps(v, ensure_ascii=False)),
+    st.tuples(_JSON.map(json.dumps), st.sampled_from(["", " ", "\r", "\t\n", "\x0b", "\u00a0", " x", "]", "{}"])).map(
+        "".join
+    ),
+    st.tuples(st.sampled_from(["", " ", "\ufeff", "\n"]), _JSON.map(json.dumps)).map("".join),
+    st.text(max_size=12),
+)
+
+
+@given(_TEXTS)
+def test_the_direct_scan_parses_exactly_as_json_loads(text: str) -> None:
+    """jsontext calls json's scanner directly for a line that is one value: the same value
+    for every text json.loads takes, and json.loads's own error for every other."""
+    try:
+        want: Any = ("ok", json.loads(text))
+    except ValueError as exc:
+        want = ("error", type(exc), str(exc))
+    try:
+        got: Any = ("ok", jsontext._parse(text))
+    except ValueError as exc:
+        got = ("error", type(exc), str(exc))
+    assert repr(got) == repr(want)  # repr: NaN compares unequal to itself
