@@ -29,6 +29,13 @@ from bench.common import (
 )
 
 TEXT = "hello from the benchmark"
+MODERN = "2026-07-28"
+"""The other protocol era: the SDK's ``Client`` in its default mode, against its own direct baseline."""
+
+
+def baseline(name: str) -> str:
+    """The direct contender a contender is compared with: the one of its protocol era."""
+    return f"direct-{MODERN}" if name.endswith(MODERN) else "direct"
 
 
 async def _call(conn: Conn, tool: str) -> float:
@@ -48,10 +55,17 @@ def contenders(ctx: Any) -> tuple[list[Contender], list[Contender]]:
     sdk_path = via_prefixgate("prefixgate-sdk-path", gateway_config(tmp / "pg-sdk", one))
     sdk_path.env["PREFIXGATE_FAST_PATH"] = "0"  # every call through the SDK: the fast path's "before"
     sdk_path.note += " (PREFIXGATE_FAST_PATH=0)"
+    modern_direct = direct(f"direct-{MODERN}", "--tools", 3, "--name", "d")
+    modern_pg = via_prefixgate(f"prefixgate-{MODERN}", gateway_config(tmp / "pg-modern", one))
+    for c in (modern_direct, modern_pg):
+        c.mode = "auto"
+        c.note = c.note.replace("mcp SDK client", 'mcp SDK Client(mode="auto")')
     fast = [
         direct("direct", "--tools", 3, "--name", "d"),
         via_prefixgate("prefixgate", gateway_config(tmp / "pg", one)),
         sdk_path,
+        modern_direct,
+        modern_pg,
     ]
     slow: list[Contender] = []
     if ctx.fastmcp_python:
@@ -126,10 +140,10 @@ async def run(ctx: Any) -> dict[str, Any]:
         "contenders": {c.name: stats(c.name) for c in everyone},
         "ratios": {},
     }
-    base = round_medians("direct")
     for name in samples:
-        if name != "direct":
-            sequential["ratios"][f"{name}/direct"] = ratio_summary(round_medians(name), base)
+        if not name.startswith("direct"):
+            base = baseline(name)
+            sequential["ratios"][f"{name}/{base}"] = ratio_summary(round_medians(name), round_medians(base))
     if "fastmcp-1" in samples:
         sequential["ratios"]["prefixgate/fastmcp-1"] = ratio_summary(
             round_medians("prefixgate"), round_medians("fastmcp-1")

@@ -151,6 +151,9 @@ class Contender:
     echo: str = "echo"
     note: str = ""
     env: dict[str, str] = field(default_factory=dict)
+    mode: str = "legacy"
+    """The client: ``legacy`` a ``ClientSession`` after ``initialize`` (2025-11-25); ``auto`` the
+    SDK's ``Client`` in its default mode, stateless 2026-07-28 wherever the server offers it."""
 
 
 def direct(name: str = "direct", *args: str | int | float) -> Contender:
@@ -238,6 +241,13 @@ async def connect(contender: Contender, errlog: Path, *, initialize: bool = True
     with errlog.open("a", encoding="utf-8") as err:
         before = children()
         started = time.perf_counter()
+        if contender.mode == "auto":
+            from mcp import Client
+
+            async with Client(stdio_client(params, errlog=err), mode="auto") as client:
+                new = children() - before
+                yield Conn(client, None, min(new) if len(new) == 1 else None, started)
+            return
         async with stdio_client(params, errlog=err) as (read, write):
             new = children() - before
             pid = min(new) if len(new) == 1 else None

@@ -123,6 +123,12 @@ def targets(results: dict[str, Any]) -> list[Target]:
     out = [
         _ratio_target("per-call-vs-direct", "per-call median, prefixgate / direct", seq.get("prefixgate/direct"), 1.5),
         _ratio_target(
+            "per-call-vs-direct-2026-07-28",
+            "per-call median, prefixgate / direct, 2026-07-28 client (SDK Client, mode auto)",
+            seq.get("prefixgate-2026-07-28/direct-2026-07-28"),
+            1.5,
+        ),
+        _ratio_target(
             "per-call-vs-fastmcp",
             "per-call median, prefixgate / FastMCP single-server proxy",
             seq.get("prefixgate/fastmcp-1"),
@@ -236,7 +242,7 @@ def measurement_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, 
         st = seq["settings"]
         label = f"echo, sequential ({st['rounds']}x{st['calls_per_round']} calls)"
         for name, c in seq["contenders"].items():
-            r = seq["ratios"].get(f"{name}/direct")
+            r = seq["ratios"].get(f"{name}/{calls.baseline(name)}")
             extra = f" ({st['rounds']}x{st['slow_calls_per_round']} calls)" if name in st["slow"] else ""
             rows.append((label, name + extra, _ms(c["per_call_s"]["median"]), _spread(c["per_call_s"]), _ratio(r)))
     conc = _get(results, "calls", "concurrent")

@@ -47,13 +47,14 @@ def test_full_harness_smoke(tmp_path: Path) -> None:
     seq = results["calls"]["sequential"]
     assert seq["contenders"]["direct"]["per_call_s"]["median"] > 0
     assert seq["ratios"]["prefixgate/direct"]["n"] == seq["settings"]["rounds"]
+    assert seq["ratios"]["prefixgate-2026-07-28/direct-2026-07-28"]["n"] == seq["settings"]["rounds"]  # both eras
     assert results["startup"]["ratios"]["prefixgate/single"]["median"] > 0
     assert results["catalog"]["gateway"]["tool_search_raw_s"]["n"] > 0
     assert results["bigresult"]["contenders"]["prefixgate"]["answer_bytes"] <= 65536
     assert all(p["next_call"] == "ok" for p in results["flood"]["phases"])
     assert results["stores"]["ratios"]["redis/file tool_search_s"]["n"] == results["stores"]["settings"]["rounds"]
     statuses = {t["id"]: t["status"] for t in results["_targets"]}
-    assert len(statuses) == 10 and set(statuses.values()) <= {"met", "MISSED", "n/a"}
+    assert len(statuses) == 11 and set(statuses.values()) <= {"met", "MISSED", "n/a"}
     fastmcp = "fastmcp-1" in seq["contenders"]
     assert (statuses["per-call-vs-fastmcp"] == "n/a") is not fastmcp
     table = (tmp_path / "latest.md").read_text()

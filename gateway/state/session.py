@@ -43,6 +43,8 @@ class ClientState:
 
     async def enter(self, identity: str) -> None:
         """Bind to an epoch: restore from the store once, clear on any identity change."""
+        if self.state is not None and self.state.snapshot == identity:
+            return  # bound already: every 2026-07-28 request enters its principal's state again
         async with self._lock:
             if self.state is not None:
                 if self.state.reset(identity):
