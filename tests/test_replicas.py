@@ -287,3 +287,31 @@ async def test_input_round_trips_across_replicas(tmp_path: Path, redis: RedisSer
                 # The replica holding it still takes the answer.
                 done = await on_a.session.call_tool("r__ask", {}, input_responses=answer, request_state=state)
                 assert text(done) == "accept:{'name': 'Di'}"
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_stdio_gateways_of_one_session_share_it_through_redis(
+    tmp_path: Path, redis: RedisServer, mode: str
+) -> None:
+    """Two stdio gateways (an agent restarted, or two of one person's agents) started with
+    the same ``--session`` on one Redis: what the first granted and spilled, the second
+    honours and serves; a gateway of another session is refused, as a stranger."""
+    config_a = replica_config(tmp_path / "a", redis.url)
+    config_b = replica_config(tmp_path / "b", redis.url)
+    async with sdk_client(config_a, mode, "--session", "s1") as first:
+        assert NOT_ACTIVE in text(await first.call_tool("d__echo", {"text": "early"}))
+        assert "d__echo" in text(await first.call_tool("tool_search", {"query": "echo", "limit": 1}))
+        await first.call_tool("tool_search", {"query": "payload", "limit": 1})
+        big = text(await first.call_tool("d__payload", {"bytes": SIZE}))
+        artifact_id = ARTIFACT.search(big).group(1)  # type: ignore[union-attr]
+    async with (
+        sdk_client(config_b, mode, "--session", "s1") as second,
+        sdk_client(config_b, mode, "--session", "s2") as stranger,
+    ):
+        assert text(await second.call_tool("d__echo", {"text": "still granted"})) == "still granted"
+        assert await read_artifact(second, artifact_id) == EXPECTED
+        assert NOT_ACTIVE in text(await stranger.call_tool("d__echo", {"text": "x"}))
+        refused = text(await stranger.call_tool("artifact_read", {"id": artifact_id}))
+        assert "not found" in refused.lower() or "no artifact" in refused.lower(), refused
+    for name in ("a", "b"):  # activation and artifacts live in Redis; only the schema-check cache is local
+        assert sorted(p.name for p in (tmp_path / name / "state").iterdir()) == ["cache"]
