@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+from collections.abc import Callable
 from typing import Any
 
 MAX_DEPTH = 10_000
@@ -50,7 +51,8 @@ def loads(text: str, suspicious: bool = True) -> Any:
     return scrub(data) if suspicious else data
 
 
-_scan = json.JSONDecoder().scan_once
+_scan: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
+"""The decoder's scanner (made in its ``__init__``; typeshed does not declare it)."""
 _JSON_SPACE = " \t\n\r"
 
 

@@ -128,6 +128,7 @@ class Hub:
     def start(self, tg: anyio.abc.TaskGroup, *, supervise: bool) -> None:
         self._tasks = tg
         self.round_trips.tasks = tg
+        tg.start_soon(self.round_trips.keep)
         for downstream in self.downstreams:
             tg.start_soon(functools.partial(downstream.run, supervise=supervise))
         if self.lock_file is not None and supervise:

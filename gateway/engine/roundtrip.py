@@ -29,6 +29,7 @@ that says so.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import hmac
@@ -169,6 +170,7 @@ class RoundTrips:
         """Names this process in its states, so a state from before a restart is told apart."""
         self._trips: dict[str, RoundTrip] = {}
         self.tasks: anyio.abc.TaskGroup | None = None
+        self._running: set[asyncio.Task[None]] = set()
         self._order = itertools.count(1)
 
     def use_key(self, key: bytes, *, shared: bool) -> None:
@@ -214,18 +216,35 @@ class RoundTrips:
             secrets.token_urlsafe(12), owner, method, target, binding, server_id, capabilities, self.order()
         )
         self._trips[trip.id] = trip
-        self.tasks.start_soon(self._run, trip, run)
+        # A plain asyncio task (every 2026-07-28 call makes one; an anyio task-group spawn
+        # costs ~20 µs more), cancelled with the rest when serving ends (``keep``).
+        self._running.add(asyncio.get_running_loop().create_task(self._run(trip, run)))
         return trip
 
     async def _run(self, trip: RoundTrip, run: Callable[[], Awaitable[dict[str, Any]]]) -> None:
-        with trip.scope:
-            try:
-                trip.result = await run()
-            except Exception as exc:  # noqa: BLE001 - delivered to the client's request
-                trip.error = exc
-        if trip.scope.cancelled_caught and trip.error is None:
-            trip.error = MCPError(code=INVALID_REQUEST, message="prefixgate: the call was cancelled")
-        trip.end("prefixgate: the call this request belongs to is over (or its client did not answer in time)")
+        try:
+            with trip.scope:
+                try:
+                    trip.result = await run()
+                except Exception as exc:  # noqa: BLE001 - delivered to the client's request
+                    trip.error = exc
+            if trip.scope.cancelled_caught and trip.error is None:
+                trip.error = MCPError(code=INVALID_REQUEST, message="prefixgate: the call was cancelled")
+            trip.end("prefixgate: the call this request belongs to is over (or its client did not answer in time)")
+        finally:
+            self._running.discard(asyncio.current_task())
+
+    async def keep(self) -> None:
+        """Run for as long as the gateway serves; then cancel the calls still running, and wait for them."""
+        try:
+            await anyio.sleep_forever()
+        finally:
+            running = set(self._running)
+            for task in running:
+                task.cancel()
+            if running:
+                with anyio.CancelScope(shield=True):
+                    await asyncio.wait(running)
 
     def resume(
         self, state: Any, owner: object, method: str, target: str, binding: str, capabilities: Any, responses: Any
