@@ -36,6 +36,7 @@ SHARED = {
     "gateway.redact",
     "gateway.results",
     "gateway.sdk",
+    "gateway.shapes",
     "gateway.wire",
 }
 """The small modules every room may use (height 0); they import no room."""

@@ -11,7 +11,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import REQUEST_TIMEOUT
 
 from gateway.downstream.rawcalls import RawCalls
-from gateway.downstream.stdio import encode_plain
+from gateway.downstream.stdio import ChildStdout, Deferred, encode_plain
 
 pytestmark = pytest.mark.anyio
 
@@ -56,3 +56,39 @@ async def test_each_call_times_out_at_its_own_deadline_and_an_answered_one_does_
     cancels = [line["params"]["reason"] for line in pipe.lines if line.get("method") == "notifications/cancelled"]
     assert cancels == ["timed out after 0.3s", "timed out after 1.5s"]
     assert not calls.pending
+
+
+async def test_a_reply_waits_behind_the_message_the_forwarder_holds() -> None:
+    """A raw call's reply read while the forwarder holds the server's previous message (taken
+    off the queue, not yet handed to the session) is not delivered before it."""
+    pipe = Pipe()
+    to_session, _ = anyio.create_memory_object_stream[Any](1)
+    async with anyio.create_task_group() as tg:
+        calls = RawCalls(pipe, to_session, encode_plain, tg.start_soon, "t")
+        reader = ChildStdout(1 << 20)
+        reader.calls = calls
+        answer: list[Any] = []
+
+        async def call() -> None:
+            answer.append(await calls.request("tools/call", {"name": "t"}, timeout=30, on_progress=None))
+
+        tg.start_soon(call)
+        await anyio.sleep(0.05)
+        request_id = pipe.lines[0]["id"]
+        log = {"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "x"}}
+        reader.data_received(json.dumps(log).encode() + b"\n")
+        held = reader.take()  # the forwarder has it in hand
+        reply = {"jsonrpc": "2.0", "id": request_id, "result": {"content": []}}
+        reader.data_received(json.dumps(reply).encode() + b"\n")
+        await anyio.sleep(0.05)
+        assert not answer, "the reply overtook the message before it"
+        assert held.message.method == "notifications/message"
+        reader.done()  # handed on: what waited behind it goes next
+        deferred = reader.take()
+        assert isinstance(deferred, Deferred)
+        deferred.run()
+        reader.done()
+        with anyio.fail_after(5):
+            while not answer:
+                await anyio.sleep(0.01)
+    assert answer == [{"content": []}]

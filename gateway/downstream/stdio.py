@@ -356,6 +356,7 @@ class LineReader(asyncio.Protocol, Generic[Item]):
     def __init__(self, splitter: LineSplitter) -> None:
         self.splitter = splitter
         self.queue: deque[Item] = deque()
+        self.busy = False
         self.closed = False
         self._transport: asyncio.ReadTransport | None = None
         self._paused = False
@@ -385,13 +386,23 @@ class LineReader(asyncio.Protocol, Generic[Item]):
         self.closed = True
         self._wake()
 
+    @property
+    def behind(self) -> bool:
+        """Whether a line read now must wait its turn: something is queued, or in the
+        consumer's hands (taken, not yet ``done``), so it must not be overtaken."""
+        return bool(self.queue) or self.busy
+
     def take(self) -> Item:
-        """The oldest queued item; reading resumes once the queue has room again."""
-        item = self.queue.popleft()
+        """The oldest queued item, for the consumer to handle, then say ``done``."""
+        self.busy = True
+        return self.queue.popleft()
+
+    def done(self) -> None:
+        """The item taken is handled; reading resumes once the queue has room again."""
+        self.busy = False
         if self._paused and len(self.queue) < self.QUEUE_LIMIT // 2 and self._transport is not None:
             self._paused = False
             self._transport.resume_reading()
-        return item
 
     async def wait(self) -> None:
         """Until something is queued or the pipe closed."""
@@ -436,8 +447,9 @@ class ChildStdout(LineReader[SessionMessage | Exception | Deferred]):
                 # _load gets the only reference: a large line is freed as soon as it is
                 # decoded, and the message as soon as it is handed on.
                 loaded = _load(cast("bytes | bytearray", lines.pop()))
-                if calls.pending and not isinstance(loaded, ValueError) and calls.take(loaded, deliver=not queue):
-                    if queue:  # what the server sent before it reaches the session first
+                behind = self.behind
+                if calls.pending and not isinstance(loaded, ValueError) and calls.take(loaded, deliver=not behind):
+                    if behind:  # what the server sent before it reaches the session first
                         queue.append(Deferred(calls.take, loaded))
                     continue  # a raw call's reply or progress, delivered before any model
                 message = loaded if isinstance(loaded, ValueError) else _validate(loaded)
@@ -446,8 +458,8 @@ class ChildStdout(LineReader[SessionMessage | Exception | Deferred]):
                     message = _unparsable(message, *ends) or message
             if message is None:
                 continue
-            if calls.pending and calls.take_message(message, deliver=not queue):
-                if queue:
+            if calls.pending and calls.take_message(message, deliver=not self.behind):
+                if self.behind:
                     queue.append(Deferred(calls.take_message, message))
                 continue
             queue.append(message)
@@ -506,10 +518,11 @@ async def stdio_transport(
                             message = out.take()
                             if isinstance(message, Deferred):
                                 message.run()
-                                continue
-                            await read_send.send(message)
-                            calls.forwarded += 1
+                            else:
+                                await read_send.send(message)
+                                calls.forwarded += 1
                             del message
+                            out.done()
                         if out.closed:
                             return
                         await out.wait()

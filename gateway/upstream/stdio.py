@@ -229,7 +229,8 @@ class ClientStdin(LineReader[Any]):
                 lines.pop()
                 continue
             data = _load_client(cast("bytes | bytearray", lines.pop()))  # the only reference
-            if lane is not None and not queue and in_flight.has_room() and (claim := lane.claim(data)) is not None:
+            claim = lane.claim(data) if lane is not None and not self.behind and in_flight.has_room() else None
+            if claim is not None:
                 in_flight.add(claim.request_id)
                 claim.start(self.wire)
                 continue
@@ -319,6 +320,7 @@ async def stdio_streams(
             while True:
                 while stdin.queue:
                     await handle(stdin.take())
+                    stdin.done()
                 if stdin.closed:
                     return
                 await stdin.wait()
