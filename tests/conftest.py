@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,12 +36,24 @@ def anyio_backend() -> str:
 def npm_packages(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The pinned npm packages (conformance suite, server-everything), installed once per run
     with the machine's npm into a cache directory (``$PREFIXGATE_CONFORMANCE_CACHE`` or a
-    temporary one); an installation failure fails every test that needs them."""
+    temporary one); an installation failure fails every test that needs them.
+
+    Under pytest-xdist every worker asks for them: the run's directory shared by its workers
+    holds one installation, and a lock makes the first worker install while the others wait
+    (then find it installed)."""
     from tests.conformance import runner
 
     cache = os.environ.get(runner.CACHE_ENV)
-    directory = Path(cache) if cache else tmp_path_factory.mktemp("npm-packages")
-    runner.ensure_installed(directory)
+    if cache:
+        directory = Path(cache)
+    elif os.environ.get("PYTEST_XDIST_WORKER"):
+        directory = tmp_path_factory.getbasetemp().parent / "npm-packages"  # this run's, all workers'
+    else:
+        directory = tmp_path_factory.mktemp("npm-packages")
+    directory.mkdir(parents=True, exist_ok=True)
+    with (directory.parent / f"{directory.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        runner.ensure_installed(directory)
     return directory
 
 

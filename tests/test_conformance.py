@@ -550,45 +550,35 @@ def test_client_runner_reports_failures(conformance_cli: Path) -> None:
     assert "tool-add-numbers" in result.report()  # the check that failed, by its id
 
 
-def run_client_eras(cli: Path, names: set[str]) -> list[runner.SuiteResult]:
-    """The era-qualified client scenarios ``names``, both eras at once (each a few at a time)."""
-    eras = [era for era in runner.ERAS if runner.split_qualified(names, era)]
-    workers = max(1, runner.CLIENT_WORKERS // len(eras))
-    with ThreadPoolExecutor(len(eras)) as pool:
-        futures = [
-            pool.submit(
-                runner.run_client_suite,
-                cli,
-                era=era,
-                scenarios=sorted(runner.split_qualified(names, era)),
-                workers=workers,
-            )
-            for era in eras
-        ]
-        return [future.result() for future in futures]
-
-
-def test_gateway_as_client_passes_expected_client_scenarios(conformance_cli: Path) -> None:
+@pytest.mark.parametrize("era", runner.ERAS)
+def test_gateway_as_client_passes_expected_client_scenarios(conformance_cli: Path, era: str) -> None:
     """Every scenario of expected_client.txt passes with prefixgate as the client under test,
     without warnings; every scenario of client_pending.txt still fails (the list must say what
-    is true). The auth/* scenarios run `prefixgate login` through a stand-in browser first."""
-    expected, pending = runner.read_expected(EXPECTED_CLIENT), runner.read_expected(CLIENT_PENDING)
-    results = run_client_eras(conformance_cli, expected | pending)
-    passed = set().union(*(r.qualified_passed for r in results))
-    report = "\n".join(r.report(r.failed - runner.split_qualified(pending, r.era)) for r in results)
-    missing = expected - passed
-    assert not missing, (
-        f"prefixgate as a client failed {len(missing)} expected scenario(s): {sorted(missing)}\n{report}"
+    is true). The auth/* scenarios run `prefixgate login` through a stand-in browser first.
+
+    One test per era, the suite's longest (two pytest-xdist workers run one each): each runs
+    its share of ``runner.CLIENT_WORKERS`` scenarios at a time, so the two together never start
+    more client processes at once than both eras in one test did."""
+    expected = runner.split_qualified(runner.read_expected(EXPECTED_CLIENT), era)
+    pending = runner.split_qualified(runner.read_expected(CLIENT_PENDING), era)
+    assert expected, f"expected_client.txt names no {era} scenario"
+    result = runner.run_client_suite(
+        conformance_cli,
+        era=era,
+        scenarios=sorted(expected | pending),
+        workers=max(1, runner.CLIENT_WORKERS // len(runner.ERAS)),
     )
-    warned = {
-        f"{r.era}/{name}": s.warnings
-        for r in results
-        for name, s in r.scenarios.items()
-        if s.passed and s.warnings and f"{r.era}/{name}" in expected
-    }
-    assert not warned, f"expected client scenarios now pass only with warnings: {warned}"
-    fixed = pending & passed
-    assert not fixed, f"these pending client scenarios pass now: move them to expected_client.txt: {sorted(fixed)}"
+    report = result.report(result.failed - pending)
+    missing = expected - result.passed
+    assert not missing, (
+        f"prefixgate as a client failed {len(missing)} expected {era} scenario(s): {sorted(missing)}\n{report}"
+    )
+    warned = {name: s.warnings for name, s in result.scenarios.items() if s.passed and s.warnings and name in expected}
+    assert not warned, f"expected {era} client scenarios now pass only with warnings: {warned}"
+    fixed = pending & result.passed
+    assert not fixed, (
+        f"these pending {era} client scenarios pass now: move them to expected_client.txt: {sorted(fixed)}"
+    )
 
 
 def test_stand_in_browser_follows_redirects_to_the_loopback_redirect_uri(tmp_path: Path) -> None:

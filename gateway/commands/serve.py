@@ -8,7 +8,8 @@ import os
 import secrets
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 
 import anyio
 import anyio.to_thread
@@ -36,7 +37,8 @@ async def serve(config: Config, session_id: str | None, http: str | None, tokens
 
     lane: fast.FastCalls | None = None
 
-    async with running(config, supervise=True) as hub:
+    async with _stop_signals_handled() as handle_stop_signals, running(config, supervise=True) as hub:
+        handle_stop_signals(hub.downstreams)
         await open_store(hub)
         if http is None:
             owner = session_key(session_id) if session_id else None
@@ -63,7 +65,6 @@ async def serve(config: Config, session_id: str | None, http: str | None, tokens
                 await _exit_now(hub.downstreams, "prefixgate: " + failures[0])
 
         async with anyio.create_task_group() as tg:
-            tg.start_soon(_stop_on_signals, hub.downstreams)
             tg.start_soon(barrier)
             if http is None:
                 from gateway.upstream.stdio import stdio_streams
@@ -114,6 +115,17 @@ async def _artifact_store(hub: Hub, session_id: str | None) -> Artifacts | None:
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 """Each stops the gateway the same way; the exit status is 128 + the signal number."""
+
+
+@asynccontextmanager
+async def _stop_signals_handled() -> AsyncIterator[Callable[[Sequence[Downstream]], object]]:
+    """The stop signals handled (by :func:`_stop_on_signals`, once given the servers) until
+    every server has stopped, not only while serving: a client's SIGTERM a second after EOF
+    can land in the stop on a loaded machine, where the default action killed the gateway
+    (exit -15) and could leave a server that ignores EOF and SIGTERM running."""
+    async with anyio.create_task_group() as tg:
+        yield lambda downstreams: tg.start_soon(_stop_on_signals, downstreams)
+        tg.cancel_scope.cancel()
 
 
 async def _stop_on_signals(downstreams: Sequence[Downstream]) -> None:
