@@ -178,10 +178,14 @@ class FastCall:
         self.task = asyncio.get_running_loop().create_task(self.run(wire))
         wire.claimed.add(self.task)
 
-    def _forget(self) -> None:
-        """Out of the lane's and the wire's books (no done-callback: one loop turn less per call)."""
+    def _unlist(self) -> None:
+        """No longer cancellable by its id (answered, or over)."""
         if self.calls.in_flight.get(self.key) is self:
             del self.calls.in_flight[self.key]
+
+    def _forget(self) -> None:
+        """Out of the lane's and the wire's books (no done-callback: one loop turn less per call)."""
+        self._unlist()
         if self.wire is not None and self.task is not None:
             self.wire.claimed.discard(self.task)
 
@@ -209,8 +213,7 @@ class FastCall:
                 result = await self.answer(dctx)
             finally:
                 dctx.close()
-                if self.calls.in_flight.get(self.key) is self:
-                    del self.calls.in_flight[self.key]
+                self._unlist()
             if not self.cancelled:
                 answered = True
                 await wire.send_result(request_id, result)
