@@ -33,6 +33,7 @@ SHARED = {
     "gateway.config",
     "gateway.jsontext",
     "gateway.logs",
+    "gateway.plaintasks",
     "gateway.redact",
     "gateway.results",
     "gateway.sdk",

@@ -123,10 +123,8 @@ class RawCalls:
         loop = asyncio.get_running_loop()
         waiting = _Waiting(loop.create_future(), on_progress, self.forwarded)
         self.pending[request_id] = waiting
-        written = False
         try:
             try:
-                written = True  # a caller cancelled from here on is sent the courtesy cancel
                 await self._stdin.send(data)
             except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
                 raise MCPError(code=CONNECTION_CLOSED, message="Connection closed") from None
@@ -135,9 +133,8 @@ class RawCalls:
                 waiting.deadline = loop.time() + timeout
                 self._arm(loop, waiting.deadline)
             outcome = await waiting.future
-        except anyio.get_cancelled_exc_class():
-            if written:
-                await self._cancel(request_id, "caller cancelled", shield=True)
+        except anyio.get_cancelled_exc_class():  # the write may have begun: the courtesy cancel follows it
+            await self._cancel(request_id, "caller cancelled", shield=True)
             raise
         finally:
             self.pending.pop(request_id, None)

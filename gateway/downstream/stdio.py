@@ -436,6 +436,7 @@ class ChildStdout(LineReader[SessionMessage | Exception | Deferred]):
         assert calls is not None
         queue = self.queue
         while lines:
+            behind = self.behind  # a reply read behind queued messages is delivered after them
             message: SessionMessage | Exception | None
             if isinstance(lines[-1], Overlong):
                 message = _too_large(cast(Overlong, lines.pop()), self.max_message_bytes)
@@ -447,9 +448,8 @@ class ChildStdout(LineReader[SessionMessage | Exception | Deferred]):
                 # _load gets the only reference: a large line is freed as soon as it is
                 # decoded, and the message as soon as it is handed on.
                 loaded = _load(cast("bytes | bytearray", lines.pop()))
-                behind = self.behind
                 if calls.pending and not isinstance(loaded, ValueError) and calls.take(loaded, deliver=not behind):
-                    if behind:  # what the server sent before it reaches the session first
+                    if behind:
                         queue.append(Deferred(calls.take, loaded))
                     continue  # a raw call's reply or progress, delivered before any model
                 message = loaded if isinstance(loaded, ValueError) else _validate(loaded)
@@ -458,8 +458,8 @@ class ChildStdout(LineReader[SessionMessage | Exception | Deferred]):
                     message = _unparsable(message, *ends) or message
             if message is None:
                 continue
-            if calls.pending and calls.take_message(message, deliver=not self.behind):
-                if self.behind:
+            if calls.pending and calls.take_message(message, deliver=not behind):
+                if behind:
                     queue.append(Deferred(calls.take_message, message))
                 continue
             queue.append(message)

@@ -47,6 +47,8 @@ import anyio.abc
 from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
 
+from gateway.plaintasks import cancel_all
+
 log = logging.getLogger("prefixgate.roundtrip")
 
 CAPABILITY_FOR = {"sampling/createMessage": "sampling", "elicitation/create": "elicitation", "roots/list": "roots"}
@@ -216,8 +218,8 @@ class RoundTrips:
             secrets.token_urlsafe(12), owner, method, target, binding, server_id, capabilities, self.order()
         )
         self._trips[trip.id] = trip
-        # A plain asyncio task (every 2026-07-28 call makes one; an anyio task-group spawn
-        # costs ~20 µs more), cancelled with the rest when serving ends (``keep``).
+        # A plain asyncio task (every 2026-07-28 call makes one: gateway/plaintasks.py),
+        # cancelled with the rest when serving ends (``keep``).
         self._running.add(asyncio.get_running_loop().create_task(self._run(trip, run)))
         return trip
 
@@ -239,12 +241,7 @@ class RoundTrips:
         try:
             await anyio.sleep_forever()
         finally:
-            running = set(self._running)
-            for task in running:
-                task.cancel()
-            if running:
-                with anyio.CancelScope(shield=True):
-                    await asyncio.wait(running)
+            await cancel_all(self._running)
 
     def resume(
         self, state: Any, owner: object, method: str, target: str, binding: str, capabilities: Any, responses: Any

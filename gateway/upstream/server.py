@@ -447,13 +447,11 @@ class _InFlight:
     def __init__(
         self, client: ClientConnection, ctx: ServerRequestContext[Any, Any], target: str | None, order: Any
     ) -> None:
-        self.client, self.request_id, self.session, self.target, self.order = (
-            client,
-            ctx.request_id,
-            ctx.session,
-            target,
-            order,
-        )
+        self.client = client
+        self.request_id = ctx.request_id
+        self.session = ctx.session
+        self.target = target
+        self.order = order
 
     def __enter__(self) -> None:
         if self.target is not None:

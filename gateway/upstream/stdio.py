@@ -46,6 +46,7 @@ from gateway.downstream.stdio import (
     jsonrpc_error,
     reply_id,
 )
+from gateway.plaintasks import cancel_all
 from gateway.wire import PublishedTools
 
 MAX_IN_FLIGHT = 64
@@ -356,11 +357,7 @@ async def stdio_streams(
             finally:
                 tg.cancel_scope.cancel()
     finally:
-        if claimed := set(wire.claimed):  # unanswered claimed requests get "Connection closed", as the SDK's do
-            for task in claimed:
-                task.cancel()
-            with anyio.CancelScope(shield=True):
-                await asyncio.wait(claimed)
+        await cancel_all(wire.claimed)  # unanswered claimed requests get "Connection closed", as the SDK's do
         with anyio.CancelScope(shield=True), anyio.move_on_after(5), suppress(ConnectionError):
             await writer.drain()  # what was accepted goes out before the wire is handed back
         with suppress(OSError):
