@@ -168,15 +168,20 @@ async def test_fast_path_answers_byte_identical_to_the_sdk_path(tmp_path: Path, 
         assert log.count("slow cancelled after step") == 2, log[-3000:]
 
 
-def rogue_conversation(config: Path, fast: bool) -> list[tuple[str, list[bytes]]]:
+def rogue_conversation(config: Path, fast: bool, modern: bool) -> list[tuple[str, list[bytes]]]:
     env = {"PREFIXGATE_FAST_PATH": "1" if fast else "0"}
     with raw_gateway(config, None, env) as gw:
-        s = Script(gw, modern=False)
-        gw.handshake()
-        gw.request("level", "logging/setLevel", {"level": "debug"})  # the server's logs reach this client
-        s.until("setLevel", "level")
+        s = Script(gw, modern)
+        if modern:
+            gw.request("list", "tools/list", {"_meta": s.params("x", {})["_meta"]})  # decides the era
+            s.until("list", "list")
+        else:
+            gw.handshake()
+            gw.request("level", "logging/setLevel", {"level": "debug"})  # the server's logs reach this client
+            s.until("setLevel", "level")
+        opt_in = {"io.modelcontextprotocol/logLevel": "debug"} if modern else None  # 2026-07-28: per request
         for n, (tool, arguments) in enumerate(ROGUE_CALLS, start=1):
-            s.call(tool, n, f"rogue__{tool}", arguments)
+            s.call(tool, n, f"rogue__{tool}", arguments, meta=opt_in)
         gw.proc.stdin.close()  # type: ignore[union-attr]
         gw.proc.wait(timeout=30)
     return s.out
@@ -197,13 +202,16 @@ ROGUE_CALLS: list[tuple[str, dict[str, Any]]] = [
 ]
 
 
-async def test_downstream_raw_calls_answer_as_the_sdk_session_does(tmp_path: Path) -> None:
+@pytest.mark.parametrize("era", ["handshake", "modern"])
+async def test_downstream_raw_calls_answer_as_the_sdk_session_does(tmp_path: Path, era: str) -> None:
     """A misbehaving stdio server (tests/rogue_wire.py): replies with lone surrogates, a
     JSON-RPC error, a result that is not an object, a line that is not JSON, replies over
-    ``max_message_bytes`` with the id first and last: the same bytes on both paths."""
+    ``max_message_bytes`` with the id first and last: the same bytes on both paths, for a
+    client of either era."""
     server = {"command": sys.executable, "args": [ROGUE]}
     config = write_config(tmp_path, {"rogue": server}, gateway={"max_message_bytes": 1 << 20})
-    fast, sdk = rogue_conversation(config, True), rogue_conversation(config, False)
+    modern = era == "modern"
+    fast, sdk = rogue_conversation(config, True, modern), rogue_conversation(config, False, modern)
     assert [label for label, _ in fast] == [label for label, _ in sdk]
     *same_fast, (_, fast_id) = fast
     *same_sdk, (_, sdk_id) = sdk
