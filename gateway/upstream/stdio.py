@@ -145,8 +145,10 @@ def _streamable(fd: int) -> bool:
 
 class Wire:
     """This end's own writer, for the requests a ``Lane`` answers: each message one whole
-    line written at once (so lines never interleave with the SDK's), answers counted out
-    of ``InFlight`` like the SDK's."""
+    line written at once (so lines never interleave with the SDK's). An answer counts as
+    in flight until the client has taken it off the pipe (``drain``): claimed calls run
+    side by side, so a client that never reads would otherwise have every answer pile up
+    in the transport's buffer while the reader took more requests."""
 
     def __init__(self, writer: asyncio.StreamWriter, in_flight: InFlight) -> None:
         self.writer = writer
@@ -163,9 +165,10 @@ class Wire:
                 return  # a notification: dropped, logged
             text = f"the result could not be sent: {exc}"
             data = encode(error_message(message.id, INTERNAL_ERROR, text))
-        if isinstance(message, types.JSONRPCResponse | types.JSONRPCError):
-            self.in_flight.done(message.id)
-        await self._write(data)
+        if isinstance(message, types.JSONRPCResponse | types.JSONRPCError) and message.id is not None:
+            await self._answer(message.id, data)
+        else:
+            await self._write(data)
 
     async def send_result(self, request_id: types.RequestId, result: dict[str, Any]) -> None:
         """A claimed request's answer: the bytes ``send`` makes of its ``JSONRPCResponse``,
@@ -175,8 +178,13 @@ class Wire:
         except ValueError as exc:
             log.warning("cannot send JSONRPCResponse to the client: %s", exc)
             data = encode(error_message(request_id, INTERNAL_ERROR, f"the result could not be sent: {exc}"))
-        self.in_flight.done(request_id)
-        await self._write(data)
+        await self._answer(request_id, data)
+
+    async def _answer(self, request_id: types.RequestId, data: bytes) -> None:
+        try:
+            await self._write(data)
+        finally:
+            self.in_flight.done(request_id)
 
     async def _write(self, data: bytes) -> None:
         if self.writer.is_closing():
