@@ -22,6 +22,8 @@ from catalog.build import fingerprint as _fingerprint
 from catalog.canonical import encode, join_object
 from catalog.model import JSON, Catalog, Entry
 from catalog.names import code_unit_key
+from catalog.policy import ClientPolicy as ClientPolicy
+from catalog.policy import Mode as Mode
 
 # -- token estimate -------------------------------------------------------------------
 #
@@ -179,42 +181,8 @@ def _estimate(entry: Entry) -> int:
 
 # -- policy and decision --------------------------------------------------------------
 
-Mode = Literal["auto", "fixed", "on-demand"]
 META_NAMES = ("artifact_read", "tool_call", "tool_search")
 """Meta tools the gateway may add; ``decide`` declares only the ones the mode needs."""
-
-
-@dataclass(frozen=True)
-class ClientPolicy:
-    """What the client (profile, context window, route) allows the declarations to cost."""
-
-    profile: str = "openai"
-    max_functions: int | None = 128
-    """``None``: no function-count limit (the token budget still applies)."""
-    context_window: int | None = None
-    """``None``: unknown window, so no token budget."""
-    reserve_tokens: int = 16384
-    keep_recent_tokens: int = 20000
-    system_prompt_tokens: int = 0
-    declarations: Mode = "auto"
-    defer: tuple[str, ...] = ()
-    """``fnmatchcase`` globs on qualified names, deferred in addition to ``Entry.deferred``."""
-    account: str | None = None
-    model: str | None = None
-    api: str | None = None
-    endpoint: str | None = None
-
-    def route(self) -> dict[str, str | None]:
-        """The route part of the activation identity."""
-        return {"account": self.account, "model": self.model, "api": self.api, "endpoint": self.endpoint}
-
-    def token_budget(self) -> int | None:
-        """Tokens declarations may take: what keeps ``keep_recent_tokens`` below compaction."""
-        if self.context_window is None:
-            return None
-        return (
-            self.context_window - self.reserve_tokens - self.keep_recent_tokens - self.system_prompt_tokens
-        )
 
 
 class DecisionError(ValueError):
