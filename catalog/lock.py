@@ -27,7 +27,7 @@ import canonicaljson
 from catalog.build import fingerprint
 from catalog.diff import Change, json_changes
 from catalog.model import JSON, Catalog, Entry
-from catalog.names import code_unit_key
+from catalog.names import code_unit_key, qualify
 from catalog.text import escape
 
 LOCK_VERSION = 1
@@ -270,13 +270,18 @@ def apply(
     ready: frozenset[str],
     deferred_servers: frozenset[str] = frozenset(),
     allow_new: bool = False,
+    prefixes: Mapping[str, str] | None = None,
+    separator: str = "__",
 ) -> Applied:
     """The catalog under ``lock``: locked declarations only, whatever the servers list now.
 
     Tools are matched by route (server, original name). A locked tool of a server that is
-    not ready stays published and unflagged (the call reports the server down); its
-    server's live listing is the only evidence of a change. With ``allow_new`` a new tool
-    is published as it is (a new epoch), unless its name is taken by a locked tool.
+    not ready (or not started yet) stays published and unflagged (the call reports the
+    server down, or waits for it); its server's live listing is the only evidence of a
+    change. Such a tool's other identities, which deny rules match too, come from the
+    route (``prefixes``: each server's prefix), as ``catalog.build`` derives them. With
+    ``allow_new`` a new tool is published as it is (a new epoch), unless its name is taken
+    by a locked tool.
     """
     live_by_route = {(e.server, e.original): e for e in live.entries}
     entries: list[Entry] = []
@@ -284,7 +289,7 @@ def apply(
     for tool in lock.tools:
         entry = live_by_route.pop((tool.server, tool.original), None)
         deferred = entry.deferred if entry is not None else tool.server in deferred_servers
-        aliases = entry.aliases if entry is not None else ()
+        aliases = entry.aliases if entry is not None else _aliases(tool, prefixes or {}, separator)
         entries.append(Entry(tool.name, tool.server, tool.original, tool.declaration, deferred, aliases))
         if entry is not None and declaration_sha(entry.declaration) != tool.sha256:
             live_decl = entry.declaration
@@ -301,6 +306,12 @@ def apply(
     published = {e.name for e in entries}
     refusals = {p.name: refusal(p) for p in pending if p.kind != "new" or p.name not in published}
     return Applied(_sorted_catalog(entries, live), tuple(pending), refusals)
+
+
+def _aliases(tool: LockedTool, prefixes: Mapping[str, str], separator: str) -> tuple[str, ...]:
+    prefix = prefixes.get(tool.server, tool.server)
+    identities = {qualify(prefix, tool.original, separator), tool.server + separator + tool.original}
+    return tuple(sorted(identities - {tool.name}, key=code_unit_key))
 
 
 def approve(lock: Lock, chosen: Iterable[Pending]) -> Lock:

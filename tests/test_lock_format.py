@@ -89,3 +89,18 @@ def test_approving_takes_exactly_the_chosen_changes() -> None:
     every = approve(lock, pending.values())
     assert [t.name for t in every.tools] == ["s__a", "s__c"]
     assert apply(live, every, frozenset({"s"})).pending == ()
+
+
+def test_a_locked_tool_of_a_server_not_up_keeps_the_identities_deny_rules_match() -> None:
+    """A tool renamed in the lock (here: too long for its profile) whose server has not listed
+    yet (a warm start, a server down) is still known by its unrenamed names, so a deny rule
+    written for one of them refuses it before the server is up as after."""
+    long = "x" * 70
+    original = build([ServerTools("srv", "gh", (tool(long), tool("b")))], PROFILES["openai"])
+    lock = locked(original)
+    renamed = next(e for e in original.entries if e.original == long)
+    assert renamed.name != f"gh__{long}" and renamed.aliases
+    up = apply(original, lock, frozenset({"srv"}), prefixes={"srv": "gh"})
+    down = apply(build([], PROFILES["openai"]), lock, frozenset(), prefixes={"srv": "gh"})
+    assert down.catalog.by_name[renamed.name].aliases == up.catalog.by_name[renamed.name].aliases
+    assert set(renamed.aliases) == {f"gh__{long}", f"srv__{long}"}
