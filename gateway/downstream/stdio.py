@@ -17,9 +17,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import shutil
-import subprocess
-import sys
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
@@ -32,7 +29,6 @@ import anyio.lowlevel
 import mcp_types as types
 import pydantic_core
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
-from mcp.client.stdio import get_default_environment
 from mcp.os.posix.utilities import terminate_posix_process_tree
 from mcp.shared.message import SessionMessage
 from mcp_types.jsonrpc import INVALID_REQUEST
@@ -40,6 +36,8 @@ from mcp_types.jsonrpc import INVALID_REQUEST
 from gateway import jsontext
 from gateway.config import DEFAULT_MAX_MESSAGE_BYTES
 from gateway.downstream.rawcalls import RawCalls
+from gateway.downstream.spawn import CommandNotFound as CommandNotFound
+from gateway.downstream.spawn import Spawned, spawn
 
 log = logging.getLogger("prefixgate.stdio")
 Item = TypeVar("Item")
@@ -57,25 +55,6 @@ UNPARSABLE_REPLY = -32098
 """JSON-RPC error code of a reply the gateway could not parse (not JSON, too deep, not JSON-RPC)."""
 _KEEP = 4096
 """Bytes kept at each end of an overlong line: enough to find its id."""
-
-
-class CommandNotFound(OSError):
-    pass
-
-
-def resolve_command(command: str) -> str:
-    """Find ``command`` on PATH, then beside the running interpreter.
-
-    The second place lets a config say ``command = "prefixgate"`` (the bundled demo
-    server) and work from an un-activated virtual environment.
-    """
-    if os.sep in command:
-        return command
-    search = os.pathsep.join(p for p in (os.environ.get("PATH", ""), os.path.dirname(sys.executable)) if p)
-    found = shutil.which(command, path=search)
-    if found is None:
-        raise CommandNotFound(f"command {command!r} not found on PATH")
-    return found
 
 
 class ChildStdin(anyio.abc.ByteSendStream):
@@ -107,43 +86,38 @@ class ChildStdin(anyio.abc.ByteSendStream):
         await anyio.lowlevel.checkpoint()
 
 
-async def _stdin_pipe() -> tuple[int, ChildStdin]:
-    """A pipe for a child's stdin: the end to hand to the child, and ours."""
-    read_end, write_end = os.pipe()
-    pipe = os.fdopen(write_end, "wb", buffering=0)
+async def _stdin_of(fd: int) -> ChildStdin:
+    """Our end of a child's stdin, written on the event loop."""
+    pipe = os.fdopen(fd, "wb", buffering=0)
     try:
         loop = asyncio.get_running_loop()
         transport, protocol = await loop.connect_write_pipe(lambda: asyncio.streams.FlowControlMixin(loop=loop), pipe)
     except BaseException:
-        os.close(read_end)
         # Close the file object, never the raw descriptor: when connect_write_pipe fails
         # after making its transport (cancelled while connecting), that transport closes
         # the same object later, and closing a file object twice is harmless where closing
         # its descriptor behind it is EBADF (or, worse, closes a reused descriptor).
         pipe.close()
         raise
-    return read_end, ChildStdin(asyncio.StreamWriter(transport, protocol, None, loop))
+    return ChildStdin(asyncio.StreamWriter(transport, protocol, None, loop))
 
 
-async def _stdout_pipe(max_message_bytes: int) -> tuple[int, asyncio.ReadTransport, ChildStdout]:
-    """A pipe for a child's stdout: the end to hand to the child, and our reading of it."""
-    read_end, write_end = os.pipe()
-    pipe = os.fdopen(read_end, "rb", buffering=0)
+async def _read_pipe(fd: int, protocol: Callable[[], asyncio.Protocol]) -> asyncio.ReadTransport:
+    """Our end of a child's stdout or stderr, read in the event loop's callback."""
+    pipe = os.fdopen(fd, "rb", buffering=0)
     try:
-        loop = asyncio.get_running_loop()
-        transport, protocol = await loop.connect_read_pipe(lambda: ChildStdout(max_message_bytes), pipe)
+        transport, _ = await asyncio.get_running_loop().connect_read_pipe(protocol, pipe)
     except BaseException:
-        os.close(write_end)
-        pipe.close()  # the file object, as in _stdin_pipe
+        pipe.close()  # the file object, as in _stdin_of
         raise
-    return write_end, transport, protocol
+    return transport
 
 
 @dataclass
 class ChildProcess:
     """The running child: its process handle and the last lines it wrote to stderr."""
 
-    process: anyio.abc.Process
+    process: Spawned
     stderr_tail: deque[str] = field(default_factory=lambda: deque(maxlen=_STDERR_TAIL_LINES))
     """The last few stderr lines, each cut at ``STDERR_LINE_BYTES``: bounded in bytes."""
     stdout_closed: anyio.Event = field(default_factory=anyio.Event)
@@ -153,7 +127,7 @@ class ChildProcess:
     """``tools/call`` as raw lines on these pipes (gateway/downstream/rawcalls.py)."""
 
     async def wait_exit(self, timeout: float) -> int | None:
-        """Poll for the exit status (``process.wait()`` also waits for pipe EOF)."""
+        """Poll for the exit status (reading it reaps the process)."""
         with anyio.move_on_after(timeout):
             while self.process.returncode is None:
                 await anyio.sleep(0.01)
@@ -466,6 +440,26 @@ class ChildStdout(LineReader[SessionMessage | Exception | Deferred]):
             del message
 
 
+class StderrLines(asyncio.Protocol):
+    """A child's stderr, line by line in the loop's callback: each line cut at
+    ``STDERR_LINE_BYTES``, the last few kept, each handed to ``on_line``."""
+
+    def __init__(self, child: ChildProcess, on_line: Callable[[str], None] | None) -> None:
+        self.child = child
+        self.on_line = on_line
+        self.splitter = LineSplitter(STDERR_LINE_BYTES)
+
+    def data_received(self, data: bytes) -> None:
+        for line in self.splitter.feed(data):
+            raw = line.head[:STDERR_LINE_BYTES] if isinstance(line, Overlong) else line
+            text = raw.decode("utf-8", errors="replace").rstrip("\r")
+            if isinstance(line, Overlong):
+                text += f" … ({line.size} bytes)"
+            self.child.stderr_tail.append(text)
+            if self.on_line is not None:
+                self.on_line(text)
+
+
 @asynccontextmanager
 async def stdio_transport(
     command: str,
@@ -475,36 +469,34 @@ async def stdio_transport(
     cwd: str | None = None,
     on_stderr: Callable[[str], None] | None = None,
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    spawned: Spawned | None = None,
 ) -> AsyncIterator[
     tuple[MemoryObjectReceiveStream[SessionMessage | Exception], MemoryObjectSendStream[SessionMessage], ChildProcess]
 ]:
-    """Spawn the server in its own process group and bridge its pipes to message streams."""
-    executable = resolve_command(command)
-    child_end, stdin = await _stdin_pipe()
+    """Bridge a server's pipes to message streams: ``spawned`` (started before the gateway
+    was up, ``gateway.downstream.spawn``), else a child spawned now in its own process group."""
+    process = (spawned or spawn(command, args, env, cwd)).take()
+    child = ChildProcess(process)
+    out = ChildStdout(max_message_bytes)
+    transports: list[asyncio.BaseTransport] = []
+    fds = (process.stdin, process.stdout, process.stderr)
+    handed = 0  # each wrapper owns (and on failure closes) the descriptor handed to it
     try:
-        child_out, stdout_transport, out = await _stdout_pipe(max_message_bytes)
+        handed = 1
+        child.stdin = await _stdin_of(process.stdin)
+        handed = 2
+        transports.append(await _read_pipe(process.stdout, lambda: out))
+        handed = 3
+        transports.append(await _read_pipe(process.stderr, lambda: StderrLines(child, on_stderr)))
     except BaseException:
-        os.close(child_end)
-        await stdin.aclose()
+        for fd in fds[handed:]:
+            os.close(fd)
+        with anyio.CancelScope(shield=True):
+            await _stop(child)
+        for transport in transports:
+            transport.close()
         raise
-    try:
-        process = await anyio.open_process(
-            [executable, *args],
-            env=get_default_environment() | dict(env or {}),
-            cwd=cwd,
-            stdin=child_end,
-            stdout=child_out,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
-    except BaseException:
-        stdout_transport.close()
-        await stdin.aclose()
-        raise
-    finally:
-        os.close(child_end)
-        os.close(child_out)
-    child = ChildProcess(process, stdin=stdin)
+    stdin = child.stdin
     read_send, read_recv = anyio.create_memory_object_stream[SessionMessage | Exception](16)
     write_send, write_recv = anyio.create_memory_object_stream[SessionMessage](16)
 
@@ -529,20 +521,6 @@ async def stdio_transport(
         finally:
             child.stdout_closed.set()
             calls.close()
-
-    async def stderr_reader() -> None:
-        assert process.stderr is not None
-        splitter = LineSplitter(STDERR_LINE_BYTES)
-        with suppress(anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
-            async for chunk in process.stderr:
-                for line in splitter.feed(chunk):
-                    raw = line.head[:STDERR_LINE_BYTES] if isinstance(line, Overlong) else line
-                    text = raw.decode("utf-8", errors="replace").rstrip("\r")
-                    if isinstance(line, Overlong):
-                        text += f" … ({line.size} bytes)"
-                    child.stderr_tail.append(text)
-                    if on_stderr is not None:
-                        on_stderr(text)
 
     async def stdin_writer() -> None:
         async with write_recv:
@@ -570,7 +548,6 @@ async def stdio_transport(
         child.calls = calls
         out.calls = calls
         tg.start_soon(forward_stdout, out)
-        tg.start_soon(stderr_reader)
         tg.start_soon(stdin_writer)
         try:
             yield read_recv, write_send, child
@@ -579,7 +556,8 @@ async def stdio_transport(
                 await _stop(child)
                 write_send.close()
                 read_recv.close()
-                stdout_transport.close()
+                for transport in transports:
+                    transport.close()
             tg.cancel_scope.cancel()
 
 
@@ -596,5 +574,5 @@ async def _stop(child: ChildProcess) -> None:
     await child.wait_exit(_GRACE_SECONDS)
     # Even when the leader has exited, what it started may still be running in its group.
     with suppress(ProcessLookupError, PermissionError, OSError):
-        await terminate_posix_process_tree(process, _GRACE_SECONDS / 2)
+        await terminate_posix_process_tree(cast(Any, process), _GRACE_SECONDS / 2)  # needs pid and returncode
     await child.wait_exit(_GRACE_SECONDS)

@@ -1,0 +1,126 @@
+"""Starting a stdio server's process: the one place a child is spawned, standard library only.
+
+A server is a process in its own session (so stopping it ends its whole process group)
+with three pipes whose far ends the gateway owns. Spawning needs nothing of the SDK or
+the event loop, so ``serve`` starts every stdio server the moment the config is read,
+before the gateway's own ~0.8 s of imports (``gateway.upstream.prelude``): the servers
+start up while the gateway does. The transport (``gateway.downstream.stdio``) adopts such
+a child, or spawns one itself through the same function on a restart.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+INHERITED_ENV = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER")
+"""What a server inherits from the gateway's environment besides its own ``env``: the mcp
+SDK's ``DEFAULT_INHERITED_ENV_VARS`` on POSIX (tests/test_spawn.py keeps them equal)."""
+
+
+class CommandNotFound(OSError):
+    pass
+
+
+def resolve_command(command: str) -> str:
+    """Find ``command`` on PATH, then beside the running interpreter.
+
+    The second place lets a config say ``command = "prefixgate"`` (the bundled demo
+    server) and work from an un-activated virtual environment.
+    """
+    if os.sep in command:
+        return command
+    search = os.pathsep.join(p for p in (os.environ.get("PATH", ""), os.path.dirname(sys.executable)) if p)
+    found = shutil.which(command, path=search)
+    if found is None:
+        raise CommandNotFound(f"command {command!r} not found on PATH")
+    return found
+
+
+def default_environment() -> dict[str, str]:
+    """The inherited part of a server's environment (never shell functions: ``()``-values)."""
+    return {k: v for k in INHERITED_ENV if (v := os.environ.get(k)) is not None and not v.startswith("()")}
+
+
+@dataclass
+class Spawned:
+    """A started server: the process, and the gateway's ends of its stdin, stdout and stderr.
+
+    Until a transport adopts it (``take``), ``discard`` ends it: the process group is killed
+    and the pipes closed, so a server started early never outlives a gateway that stopped
+    before it was used.
+    """
+
+    process: subprocess.Popen[bytes]
+    stdin: int
+    stdout: int
+    stderr: int
+    taken: bool = False
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def returncode(self) -> int | None:
+        """None while it runs; reading it reaps an exited process (``Popen.poll``)."""
+        return self.process.poll()
+
+    def take(self) -> Spawned:
+        self.taken = True
+        return self
+
+    def discard(self) -> None:
+        if self.taken:
+            return
+        self.taken = True
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        for fd in (self.stdin, self.stdout, self.stderr):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def spawn(command: str, args: Sequence[str], env: Mapping[str, str] | None, cwd: str | None) -> Spawned:
+    """Start the server in a new session with fresh pipes (CommandNotFound, or OSError from the exec)."""
+    executable = resolve_command(command)
+    ends: list[int] = []
+    try:
+        child_in, our_in = os.pipe()
+        ends += [child_in, our_in]
+        our_out, child_out = os.pipe()
+        ends += [our_out, child_out]
+        our_err, child_err = os.pipe()
+        ends += [our_err, child_err]
+        for fd in (our_in, our_out, our_err):
+            os.set_inheritable(fd, False)
+        process = subprocess.Popen(
+            [executable, *args],
+            stdin=child_in,
+            stdout=child_out,
+            stderr=child_err,
+            env=default_environment() | dict(env or {}),
+            cwd=cwd,
+            start_new_session=True,
+            close_fds=True,
+        )
+    except BaseException:
+        for fd in ends:
+            os.close(fd)
+        raise
+    for fd in (child_in, child_out, child_err):
+        os.close(fd)
+    return Spawned(process, our_in, our_out, our_err)
