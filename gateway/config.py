@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from catalog.budget import ClientPolicy, Mode
 from catalog.names import DEFAULT_ENTRY, PROFILES, Profile
+from catalog.policy import ClientPolicy, Mode
 from catalog.text import escape
 
 DEFAULT_MAX_MESSAGE_BYTES = 32 << 20
@@ -124,6 +124,9 @@ class GatewayConfig:
     store: str | None = None
     """The shared state store, ``redis://`` or ``rediss://`` with ``${VAR}`` already expanded (it may
     hold a password: show it only through ``redact.redact_url``); None: the file store under ``state_dir``."""
+    warm_start: bool = True
+    """Answer ``initialize`` and ``tools/list`` at once from the last verified catalog of the same
+    config (``catalog.warm``), while the discovery barrier runs behind it; False: every start waits."""
 
 
 @dataclass(frozen=True)
@@ -395,6 +398,7 @@ _GATEWAY_KEYS: dict[str, Check] = {
     "lock": _nonempty_str,
     "lock_new": _one_of("allow", "hold"),
     "store": _nonempty_str,
+    "warm_start": _bool,
 }
 
 _CLIENT_KEYS: dict[str, Check] = {
@@ -520,6 +524,7 @@ def parse_config(data: Mapping[str, Any], *, path: Path | None = None, env: Mapp
         lock=_lock_path(gw, path, env),
         lock_new=gw.get("lock_new", "hold"),
         store=_store_url(expand("gateway.store", gw["store"], env)) if "store" in gw else None,
+        warm_start=gw.get("warm_start", True),
     )
 
     cl = _fields("client", _table("client", data.get("client", {})), _CLIENT_KEYS)

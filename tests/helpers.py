@@ -189,12 +189,14 @@ async def sdk_client(
     env: Mapping[str, str] | None = None,
     log_level: str = "info",
     headers: Mapping[str, str] | None = None,
+    errlog: Path | None = None,
     **options: Any,
 ) -> AsyncIterator[Any]:
     """The SDK's high-level ``Client`` in ``mode`` ("legacy" or "auto").
 
-    ``target`` is a config path (``prefixgate serve`` over stdio, stderr discarded) or an
-    HTTP URL of a running ``serve --http``; ``options`` go to ``Client`` (callbacks etc.).
+    ``target`` is a config path (``prefixgate serve`` over stdio, its stderr written to
+    ``errlog`` or discarded) or an HTTP URL of a running ``serve --http``; ``options`` go to
+    ``Client`` (callbacks etc.).
     """
     from mcp import Client
 
@@ -205,8 +207,13 @@ async def sdk_client(
             env={**os.environ, **(env or {})},
             encoding_error_handler="replace",
         )
-        async with Client(params, mode=mode, **options) as client:  # type: ignore[arg-type]
-            yield client
+        if errlog is None:
+            async with Client(params, mode=mode, **options) as client:  # type: ignore[arg-type]
+                yield client
+            return
+        with errlog.open("a", encoding="utf-8") as log:
+            async with Client(stdio_client(params, errlog=log), mode=mode, **options) as client:  # type: ignore[arg-type]
+                yield client
         return
     from mcp.client.streamable_http import streamable_http_client
     from mcp.shared._httpx_utils import create_mcp_http_client

@@ -206,21 +206,6 @@ async def test_resources_templates_and_prompts_follow_downstream_cursors(tmp_pat
     assert sorted(p.name for p in prompts.prompts) == ["p__p0", "p__p1", "p__p2"]
 
 
-async def test_initialize_waits_for_the_barrier_at_most_ten_seconds(tmp_path: Path) -> None:
-    """A server still starting does not hold the client's handshake: after INITIALIZE_WAIT the
-    gateway answers, advertising every capability it might come to offer, while the server has
-    not joined yet (its ready line is not in the log). (2026-07-28 has no handshake to hold.)"""
-    from tests.helpers import gateway
-
-    config = write_config(tmp_path, {"slow": demo("--startup-delay", 60)}, gateway={"discovery_deadline": 120})
-    with anyio.fail_after(40):
-        async with gateway(config) as gw:
-            caps = gw.session.server_capabilities
-            assert caps is not None and caps.resources is not None and caps.resources.subscribe
-            assert caps.prompts is not None and caps.logging is not None
-            assert "[slow] ready" not in gw.stderr()
-
-
 async def test_a_request_outside_any_call_goes_to_the_most_recent_client(tmp_path: Path) -> None:
     """Two handshake-era HTTP clients with different roots: a server's roots/list that belongs to
     no call in flight is answered by the client that connected last, whoever made the call."""
@@ -262,9 +247,15 @@ async def test_capabilities_are_the_union_of_the_servers_on_stdio_and_http(
 ) -> None:
     from tests.helpers import http_gateway
 
+    """What the servers offer is known to a start with a warm-start record (``catalog`` left
+    one): initialize advertises the union at once. (A first-ever start, which answers before
+    any server is up, advertises everything it may relay: tests/test_warm_start.py.)"""
+    from tests.helpers import catalog_json
+
     # The demo is reached on 2026-07-28 (the default): it offers list changes and resource
     # subscriptions there through its subscriptions/listen stream.
     config = write_config(tmp_path, {"d": demo(*(["--rich"] if rich else []))})
+    catalog_json(config)
     everything = {
         "tools": {"listChanged": True},
         "resources": {"subscribe": True, "listChanged": True},

@@ -286,6 +286,10 @@ def test_doctor_prints_the_snippet_for_each_client(tmp_path: Path) -> None:
         check_snippet(json.loads(proc.stdout)["register"], client, config)
     register = json.loads(runs[3].stdout)["register"]
     assert register["snippet"] in runs[-1].stdout  # the text report prints exactly the same snippet
+    # Codex waits about a second for an optional server: what keeps its first session warm is said
+    codex = json.loads(runs[4].stdout)["register"]
+    assert "about a second" in codex["note"] and "run doctor or catalog once more" in codex["note"]
+    assert all(json.loads(p.stdout)["register"]["note"] is None for p in runs[:4])
     # and the registered command really is prefixgate
     proc = subprocess.run([register["command"], *register["args"][:-3], "--version"], capture_output=True, text=True)
     assert proc.returncode == 0 and proc.stdout.startswith("prefixgate ")

@@ -32,6 +32,7 @@ SHARED = {
     "gateway",
     "gateway.config",
     "gateway.jsontext",
+    "gateway.launch",
     "gateway.logs",
     "gateway.plaintasks",
     "gateway.redact",

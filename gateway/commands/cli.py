@@ -14,11 +14,8 @@ import os
 import sys
 from collections.abc import Sequence
 
-import anyio
-
 from gateway import __version__, logs
-from gateway.commands import artifacts, catalog, demo, diff, doctor, importer, lock, login, serve
-from gateway.commands.startup import Exit, load
+from gateway.commands.base import Exit, load
 
 
 def _exit_in(exc: BaseException) -> Exit | None:
@@ -32,25 +29,19 @@ def _exit_in(exc: BaseException) -> Exit | None:
     return None
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="prefixgate",
-        description="One MCP server entry for many downstream MCP servers, with one deterministic catalog.",
-    )
-    p.add_argument("--version", action="version", version=f"prefixgate {__version__}")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+def common(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--config", metavar="PATH", help="config file (default: $PREFIXGATE_CONFIG, ./prefixgate.toml, "
+                    "$XDG_CONFIG_HOME/prefixgate/config.toml)")
+    sp.add_argument("--log-level", choices=logs.LEVELS, default="info", help="stderr log level (default info)")
 
-    def common(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("--config", metavar="PATH", help="config file (default: $PREFIXGATE_CONFIG, ./prefixgate.toml, "
-                        "$XDG_CONFIG_HOME/prefixgate/config.toml)")
-        sp.add_argument("--log-level", choices=logs.LEVELS, default="info", help="stderr log level (default info)")
 
-    serve = sub.add_parser(
-        "serve",
-        help="serve the gateway over stdio (default) or streamable HTTP (--http)",
-        description="Serve the gateway: over stdio for the client that started it (the default), or "
-        "over streamable HTTP with --http.",
-    )
+SERVE_HELP = "serve the gateway over stdio (default) or streamable HTTP (--http)"
+SERVE_DESCRIPTION = (
+    "Serve the gateway: over stdio for the client that started it (the default), or over streamable HTTP with --http."
+)
+
+
+def serve_arguments(serve: argparse.ArgumentParser) -> None:
     common(serve)
     serve.add_argument(
         "--http",
@@ -70,6 +61,26 @@ def parser() -> argparse.ArgumentParser:
         default=os.environ.get("PREFIXGATE_SESSION") or None,
         help="persist tool activation for this session id across restarts (default: $PREFIXGATE_SESSION)",
     )
+
+
+def serve_parser() -> argparse.ArgumentParser:
+    """``prefixgate serve`` alone: parsed without importing the other commands (a stdio start
+    answers as soon as it can, gateway/upstream/prelude.py)."""
+    p = argparse.ArgumentParser(prog="prefixgate serve", description=SERVE_DESCRIPTION)
+    serve_arguments(p)
+    return p
+
+
+def parser() -> argparse.ArgumentParser:
+    from gateway.commands import artifacts, diff, doctor, importer, login
+
+    p = argparse.ArgumentParser(
+        prog="prefixgate",
+        description="One MCP server entry for many downstream MCP servers, with one deterministic catalog.",
+    )
+    p.add_argument("--version", action="version", version=f"prefixgate {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    serve_arguments(sub.add_parser("serve", help=SERVE_HELP, description=SERVE_DESCRIPTION))
     cat = sub.add_parser(
         "catalog",
         help="discover every server and print the catalog",
@@ -160,10 +171,29 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["demo-server"]:
+        from gateway.commands import demo
+
         return demo.main(argv[1:])
+    if argv[:1] == ["serve"]:
+        args = serve_parser().parse_args(argv[1:])
+        logs.setup(args.log_level)
+        try:
+            return _serve(args)
+        except (Exit, BaseExceptionGroup) as exc:
+            found = _exit_in(exc)
+            if found is None:
+                raise
+            sys.stderr.write(f"{found}\n")
+            return found.code
+        except KeyboardInterrupt:
+            return 130
     p = parser()
     args = p.parse_args(argv)
     logs.setup(getattr(args, "log_level", "info"))
+    import anyio
+
+    from gateway.commands import artifacts, catalog, diff, doctor, importer, lock, login
+
     if args.command == "import":
         return importer.run(args)
     if args.command == "doctor":
@@ -174,10 +204,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return diff.run(args)
     try:
         config = load(args.config)
-        if args.command == "serve":
-            tokens = serve.http_tokens(args) if args.http else []
-            anyio.run(serve.serve, config, args.session, args.http, tokens)
-            return 0
         if args.command == "catalog" and args.catalog_action == "lock":
             return anyio.run(lock.lock, config)
         if args.command == "catalog" and args.catalog_action == "approve":
@@ -201,6 +227,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     return 2
+
+
+def _serve(args: argparse.Namespace) -> int:
+    """``serve``: over stdio the servers start, and a warm start answers, before the rest of the
+    gateway is imported (gateway/upstream/prelude.py); then the gateway takes over."""
+    config = load(args.config)
+    prelude = None
+    if not args.http:
+        from gateway.upstream.prelude import Prelude
+
+        prelude = Prelude.begin(config)
+    import anyio
+
+    from gateway.commands import serve
+
+    tokens = serve.http_tokens(args) if args.http else []
+    anyio.run(serve.serve, config, args.session, args.http, tokens, prelude)
+    return 0
 
 
 if __name__ == "__main__":

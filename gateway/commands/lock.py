@@ -13,6 +13,7 @@ import dataclasses
 import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from catalog.lock import Lock, LockedTool, LockError, Pending, apply, approve
 from catalog.text import printable
@@ -20,8 +21,9 @@ from gateway.commands.startup import Exit, discover, running
 from gateway.config import Config
 from gateway.downstream.connection import Downstream
 from gateway.engine.checks import CheckCache
-from gateway.engine.epoch import Epoch, build_epoch, client_policy
-from gateway.engine.lockfile import lock_target, read_lock, write_lock
+from gateway.engine.epoch import Epoch, client_policy, epoch_of
+from gateway.engine.hub import Hub
+from gateway.engine.lockfile import lock_target, read_lock, read_lock_and_bytes, write_lock
 
 
 def finished(
@@ -29,8 +31,17 @@ def finished(
 ) -> Lock:
     """A lock of ``tools`` with the fingerprint and mode of what a gateway publishes under it."""
     held = dataclasses.replace(config, gateway=dataclasses.replace(config.gateway, lock_new="hold"))
-    epoch = build_epoch(held, downstreams, checks, Lock(tuple(tools)))
+    epoch = epoch_of(held, downstreams, checks, Lock(tuple(tools)))
     return Lock(tuple(tools), epoch.fingerprint, epoch.decision.mode, client_policy(config).route())
+
+
+async def remember(hub: Hub, path: Path) -> None:
+    """Leave the warm-start record of what ``serve`` publishes under the lock just written, so the
+    first start after it is warm (this hub built the live catalog; serve builds the locked one)."""
+    lock, data = read_lock_and_bytes(path)
+    epoch = hub.router.epoch
+    if epoch is not None:
+        await hub.records.save(hub.downstreams, epoch, hub.checks, hub.capture, lock, data, served=False)
 
 
 def pending_of(config: Config, downstreams: Sequence[Downstream], live: Epoch, lock: Lock) -> tuple[Pending, ...]:
@@ -78,7 +89,8 @@ async def lock(config: Config) -> int:
                     "review and accept them with prefixgate catalog approve",
                 )
         new = finished(config, hub.downstreams, hub.checks, [LockedTool.of(e) for e in live.catalog.entries])
-    changed = write_lock(path, new)
+        changed = write_lock(path, new)
+        await remember(hub, path)
     _out(f"{'wrote' if changed else 'unchanged:'} {path}: {len(new.tools)} tools, fingerprint {new.fingerprint}\n")
     return 0
 
@@ -133,7 +145,8 @@ async def approve_command(config: Config, names: Sequence[str], everything: bool
             return 1
         updated = approve(existing, chosen)
         new = finished(config, hub.downstreams, hub.checks, updated.tools)
-    write_lock(path, new)
+        write_lock(path, new)
+        await remember(hub, path)
     _out(f"approved {len(chosen)} change(s): {path}: {len(new.tools)} tools, fingerprint {new.fingerprint}\n")
     return 0
 

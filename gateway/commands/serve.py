@@ -14,32 +14,46 @@ from contextlib import asynccontextmanager
 import anyio
 import anyio.to_thread
 
+from catalog.lock import LockError
 from gateway import logs
 from gateway.commands.startup import Exit, discover, running
 from gateway.config import Config
 from gateway.downstream.connection import Downstream
 from gateway.engine.barrier import required_failures
 from gateway.engine.hub import Hub
+from gateway.engine.warm import current_key
 from gateway.state.journal import session_key
 from gateway.state.retention import collect
 from gateway.state.session import ClientState
 from gateway.state.store import StoreUnavailable
+from gateway.upstream.prelude import Prelude
 from spill import Artifacts, ArtifactStore, StoreError
 
 log = logging.getLogger("prefixgate")
 
 
-async def serve(config: Config, session_id: str | None, http: str | None, tokens: Sequence[str]) -> None:
-    """Serve until the client leaves (stdio), forever (HTTP), or a signal or a failed barrier exits."""
+async def serve(
+    config: Config, session_id: str | None, http: str | None, tokens: Sequence[str], prelude: Prelude | None = None
+) -> None:
+    """Serve until the client leaves (stdio), forever (HTTP), or a signal or a failed barrier exits.
+
+    ``prelude``: the stdio start that answered before this was imported (its early servers
+    and what it read are taken over here).
+    """
     from gateway.upstream import fast
     from gateway.upstream.server import Handlers, build_server
     from gateway.wire import fast_path
 
     lane: fast.FastCalls | None = None
+    early = prelude.children if prelude is not None else None
 
-    async with _stop_signals_handled() as handle_stop_signals, running(config, supervise=True) as hub:
+    async with (
+        _stop_signals_handled() as handle_stop_signals,
+        running(config, supervise=True, early=early) as hub,
+    ):
         handle_stop_signals(hub.downstreams)
         await open_store(hub)
+        await warm_start(hub, prelude)
         if http is None:
             owner = session_key(session_id) if session_id else None
             stdio_state = ClientState(hub.store, owner, await _artifact_store(hub, session_id))
@@ -69,13 +83,34 @@ async def serve(config: Config, session_id: str | None, http: str | None, tokens
             if http is None:
                 from gateway.upstream.stdio import stdio_streams
 
-                async with stdio_streams(config.gateway.max_message_bytes, lane) as (read, write):
+                handoff = None
+                if prelude is not None:
+                    handoff = prelude.stop()
+                    if prelude.listed and prelude.record is not None:
+                        hub.client_saw = prelude.record.fingerprint  # what the client holds
+                async with stdio_streams(config.gateway.max_message_bytes, lane, handoff) as (read, write):
                     await server.run(read, write, options)
             else:
                 from gateway.upstream.http import serve_http
 
                 await serve_http(server, http, tokens)
             tg.cancel_scope.cancel()
+
+
+async def warm_start(hub: Hub, prelude: Prelude | None) -> None:
+    """Publish the last verified catalog of this config at once, if there is one (the barrier
+    then runs behind it); the catalog lock is read first (its bytes are part of the record's key)."""
+    try:
+        hub.load_lock()
+    except LockError as exc:
+        raise Exit(2, f"prefixgate: catalog lock: {exc}") from None
+    if prelude is not None:
+        record = prelude.record
+    else:
+        key = current_key(hub.config)
+        record = await hub.records.find(key) if key is not None else None
+    if record is None or not await hub.warm_start(record):
+        await hub.locked_start()
 
 
 async def open_store(hub: Hub) -> None:

@@ -1,53 +1,52 @@
 """What serve, catalog and doctor share: start every server, wait for the barrier, build the first epoch.
 
-:class:`Exit` carries a command's exit status and its one-line message up to ``main``.
+:class:`Exit` (``gateway.commands.base``) carries a command's exit status and its one-line
+message up to ``main``.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 
 import anyio
 
 from catalog.budget import DecisionError
 from catalog.lock import LockError
-from gateway.config import Config, ConfigError, find_config, load_config
+from gateway.commands.base import Exit as Exit
+from gateway.commands.base import load as load
+from gateway.config import Config
+from gateway.downstream.spawn import Spawned
 from gateway.engine.barrier import wait_for_discovery
-from gateway.engine.epoch import Epoch, build_epoch
+from gateway.engine.epoch import Epoch, epoch_of
 from gateway.engine.hub import Hub, log_pending
+from gateway.upstream.answers import capture
 
 log = logging.getLogger("prefixgate")
 
 
-class Exit(Exception):
-    """Leave the command with ``code``; ``main`` prints the message."""
-
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-def load(path: str | None) -> Config:
-    """The config, or Exit(2) with the one line naming what is wrong."""
-    try:
-        return load_config(find_config(path))
-    except ConfigError as exc:
-        raise Exit(2, f"prefixgate: config error: {exc}") from None
-
-
 @asynccontextmanager
 async def running(
-    config: Config, *, supervise: bool = False, persist: bool = True, use_lock: bool = True
+    config: Config,
+    *,
+    supervise: bool = False,
+    persist: bool = True,
+    use_lock: bool = True,
+    early: Mapping[str, Spawned] | None = None,
+    warm_records: bool | None = None,
 ) -> AsyncIterator[Hub]:
     """Start every server concurrently; stop them all on exit.
 
-    ``persist=False`` (doctor) writes nothing to the state directory; ``use_lock=False``
-    (``catalog lock``, ``approve``, ``diff --lock``) builds the live catalog, not the locked one.
+    ``persist=False`` (doctor) writes nothing to the state directory but, with
+    ``warm_records``, the warm-start record; ``use_lock=False`` (``catalog lock``,
+    ``approve``, ``diff --lock``) builds the live catalog, not the locked one; ``early``:
+    stdio servers ``serve`` started before the gateway was up, by id.
     """
-    hub = Hub(config, persist=persist, use_lock=use_lock)
+    hub = Hub(config, persist=persist, use_lock=use_lock, early=early, warm_records=warm_records)
+    hub.capture = functools.partial(capture, hub)
     async with anyio.create_task_group() as tg:
         hub.start(tg, supervise=supervise)
         try:
@@ -70,7 +69,7 @@ async def discover(config: Config, hub: Hub) -> Epoch:
     started = anyio.current_time()
     await wait_for_discovery([d for d in downstreams if d.config.enabled], config.gateway.discovery_deadline)
     try:
-        epoch = build_epoch(config, downstreams, hub.checks, hub.lock)
+        epoch = epoch_of(config, downstreams, hub.checks, hub.lock)
     except DecisionError as exc:
         raise Exit(1, f"prefixgate: {exc}") from None
     epoch.discovery_ms = round((anyio.current_time() - started) * 1000)

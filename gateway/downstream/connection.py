@@ -28,6 +28,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
 from mcp_types.jsonrpc import CONNECTION_CLOSED, INVALID_REQUEST, PARSE_ERROR, REQUEST_TIMEOUT
 
+from catalog.warm import Contribution
 from gateway import __version__
 from gateway.config import ServerConfig
 from gateway.downstream import backoff
@@ -35,6 +36,7 @@ from gateway.downstream.inbox import Inbox
 from gateway.downstream.modern import ENVELOPE as _ENVELOPE
 from gateway.downstream.modern import client_info, header_maps, hop_local_removed, negotiate, relayable, stamp
 from gateway.downstream.oauth import LoginNeeded, OAuthSetup
+from gateway.downstream.spawn import Spawned
 from gateway.downstream.stdio import MESSAGE_TOO_LARGE, UNPARSABLE_REPLY, ChildProcess, CommandNotFound, stdio_transport
 from gateway.results import error_result
 from gateway.wire import fast_path
@@ -53,6 +55,8 @@ SPEC_ERRORS = (-32099, -32020)
 """Error codes the 2026-07-28 spec allocates (about the request itself, not the tool)."""
 MAX_ERROR_CHARS = 500
 """A server's error message kept in a tool's ``isError`` text (one line)."""
+LISTEN_WAIT = 10.0
+"""Seconds a modern server's start waits for its listen stream before listing without it."""
 MAX_WATCHED = 1024
 """Resource URIs one modern server is watched for (each is a filter entry of its listen stream)."""
 
@@ -104,8 +108,18 @@ def _short(exc: BaseException) -> str:
 class Downstream:
     """Owns one server's transport and session inside its own task (``run``)."""
 
-    def __init__(self, config: ServerConfig, events: Events | None = None, *, oauth: OAuthSetup | None = None) -> None:
+    def __init__(
+        self,
+        config: ServerConfig,
+        events: Events | None = None,
+        *,
+        oauth: OAuthSetup | None = None,
+        early: Spawned | None = None,
+    ) -> None:
         self.config = config
+        self._early = early
+        """A stdio server's process started before the gateway was up (``gateway.upstream.prelude``):
+        the first connection adopts it instead of spawning one."""
         self._oauth = oauth
         """Token store and login hints for a remote server with ``auth`` (``gateway.downstream.oauth``)."""
         self.events: Events = events or NoEvents()
@@ -117,6 +131,9 @@ class Downstream:
         self.templates: tuple[Any, ...] = ()
         self.prompts: tuple[Any, ...] = ()
         self.capabilities: dict[str, Any] = {}
+        self.source: Literal["live", "record"] | None = None
+        """Where ``tools`` and the other lists come from: the server itself ("live", its last
+        listing, kept while it is down), or the warm-start record (until it lists its own)."""
         self.server_info: dict[str, Any] | None = None
         self.restarts = 0
         self.retry_at: float | None = None
@@ -124,6 +141,8 @@ class Downstream:
         """Set once the server is ready, failed or late: what the barrier waits for."""
         self.closed = anyio.Event()
         """Set when ``run`` has returned: the process and transport are gone."""
+        self.joined = anyio.Event()
+        """Set once the gateway has taken in its first start (``Events.server_ready`` returned)."""
         if not config.enabled:
             self.settled.set()
             self.closed.set()
@@ -157,6 +176,32 @@ class Downstream:
     @property
     def id(self) -> str:
         return self.config.id
+
+    @property
+    def listed(self) -> bool:
+        """Whether its lists belong in the catalog: it listed them (and is serving, or down and
+        expected back), or the warm-start record holds them while it starts."""
+        return self.source is not None
+
+    async def started(self) -> None:
+        """Until its first start is over: ready and taken in by the gateway, or failed, or late
+        (at most its startup_timeout). A call made from a warm start's catalog waits here."""
+        if self.status != "starting" or not self._supervised or self._stopping:
+            return
+        await self.settled.wait()
+        if self._is_ready():
+            await self.joined.wait()
+
+    def _is_ready(self) -> bool:
+        """The status read afresh (after an await it may have changed since the check above)."""
+        return self.status == "ready"
+
+    def remember(self, recorded: Contribution) -> None:
+        """A warm start: the lists it gave last time stand for it until it lists its own."""
+        if self.source is None:
+            self.tools, self.resources, self.templates = recorded.tools, recorded.resources, recorded.templates
+            self.prompts, self.capabilities = recorded.prompts, dict(recorded.capabilities)
+            self.source = "record"
 
     # --- life cycle -------------------------------------------------------------------
 
@@ -197,7 +242,10 @@ class Downstream:
         finally:
             self._dispatcher = None
             self._session = None
+            if self._early is not None:
+                self._early.discard()
             self.settled.set()
+            self.joined.set()
             self.closed.set()
 
     async def _attempt(self, supervise: bool) -> None:
@@ -223,13 +271,23 @@ class Downstream:
                 try:
                     async with AsyncExitStack() as stack:
                         await self._connect(stack)
+                        if self.modern and self._session is not None:
+                            # Listening before listing: a change made between the two (a call
+                            # from a warm start's catalog can come that early) is never missed.
+                            listening = anyio.Event()
+                            tg.start_soon(self._listen, self._session, listening)
+                            with anyio.move_on_after(LISTEN_WAIT):
+                                await listening.wait()
+                        await self.refresh(tools=True, resources=True, prompts=True)
+                        self.source = "live"
                         self.startup_ms = round((anyio.current_time() - started) * 1000)
                         self._ready_at = anyio.current_time()
                         ready.set()
-                        if self.modern and self._session is not None:
-                            tg.start_soon(self._listen, self._session)
                         self._set("ready", None)
-                        await self.events.server_ready(self)
+                        try:
+                            await self.events.server_ready(self)
+                        finally:
+                            self.joined.set()
                         await self._wait_closed()
                         self._dispatcher = None
                         self._set("exited", self._exit_reason())
@@ -287,9 +345,8 @@ class Downstream:
         self.server_info = info.model_dump(by_alias=True, mode="json", exclude_none=True) if info else None
         self.capabilities = caps.model_dump(by_alias=True, mode="json", exclude_none=True) if caps else {}
         self._log.info("[%s] protocol %s", self.id, version)
-        await self.refresh(tools=True, resources=True, prompts=True)
 
-    async def _listen(self, session: ClientSession) -> None:
+    async def _listen(self, session: ClientSession, listening: anyio.Event) -> None:
         """A modern server's change events come only on a ``subscriptions/listen`` stream.
 
         Its events also reach ``_message`` (the SDK tees them), which re-lists or relays
@@ -305,6 +362,7 @@ class Downstream:
             bool((caps.get(k) or {}).get("listChanged")) for k in ("tools", "prompts", "resources")
         )
         if not (tools or prompts or resources or (caps.get("resources") or {}).get("subscribe")):
+            listening.set()
             return
         pause = BACKOFF_START
         lost = False
@@ -320,6 +378,7 @@ class Downstream:
                     resource_subscriptions=uris,
                 ) as events:
                     pause = BACKOFF_START
+                    listening.set()
                     self._listening = frozenset(uris)
                     self._listen_changed.set()
                     self._listen_changed = anyio.Event()
@@ -342,6 +401,7 @@ class Downstream:
                         continue
             except Exception as exc:  # noqa: BLE001 - no stream costs change events, never the server
                 self._log.info("[%s] subscriptions/listen ended: %s", self.id, _short(exc))
+            listening.set()
             lost = True
             await anyio.sleep(pause)
             pause = min(pause * 2, BACKOFF_MAX)
@@ -367,19 +427,23 @@ class Downstream:
             if self.modern:
                 self._header_maps = header_maps(self.tools)
         # A bad resources or prompts page costs those lists, not the server's tools.
-        if resources and "resources" in self.capabilities:
-            try:
-                self.resources = await self.list_all("resources/list", "resources")
-                self.templates = await self.list_all("resources/templates/list", "resourceTemplates")
-            except (MCPError, ValueError) as exc:
-                self.resources = self.templates = ()
-                self._log.warning("[%s] its resources are not offered: %s", self.id, _short(exc))
-        if prompts and "prompts" in self.capabilities:
-            try:
-                self.prompts = await self.list_all("prompts/list", "prompts")
-            except (MCPError, ValueError) as exc:
-                self.prompts = ()
-                self._log.warning("[%s] its prompts are not offered: %s", self.id, _short(exc))
+        if resources:
+            self.resources = self.templates = ()  # none unless it offers them (now)
+            if "resources" in self.capabilities:
+                try:
+                    self.resources = await self.list_all("resources/list", "resources")
+                    self.templates = await self.list_all("resources/templates/list", "resourceTemplates")
+                except (MCPError, ValueError) as exc:
+                    self.resources = self.templates = ()
+                    self._log.warning("[%s] its resources are not offered: %s", self.id, _short(exc))
+        if prompts:
+            self.prompts = ()
+            if "prompts" in self.capabilities:
+                try:
+                    self.prompts = await self.list_all("prompts/list", "prompts")
+                except (MCPError, ValueError) as exc:
+                    self.prompts = ()
+                    self._log.warning("[%s] its prompts are not offered: %s", self.id, _short(exc))
 
     async def _startup_error(self, exc: MCPError) -> str:
         if exc.code == CONNECTION_CLOSED and self._child is not None:
@@ -398,6 +462,8 @@ class Downstream:
 
     def stop(self) -> None:
         self._stopping = True
+        if self._early is not None:
+            self._early.discard()  # never adopted (the gateway stops before this server's first connection)
         if self._scope is not None:
             self._scope.cancel()
 
@@ -423,6 +489,7 @@ class Downstream:
         self._child = None
         if cfg.transport == "stdio":
             assert cfg.command is not None
+            early, self._early = self._early, None
             async with stdio_transport(
                 cfg.command,
                 cfg.args,
@@ -430,6 +497,7 @@ class Downstream:
                 cwd=cfg.cwd,
                 on_stderr=self._stderr_line,
                 max_message_bytes=cfg.max_message_bytes,
+                spawned=early,
             ) as (read, write, child):
                 self._child = child
                 yield read, write
@@ -581,6 +649,8 @@ class Downstream:
         ``capabilities``: what the client it is made for can answer, else all the
         gateway relays).
         """
+        if self._dispatcher is None:
+            await self.started()  # its first start still under way: a request from a warm start's catalog
         dispatcher = self._dispatcher
         gone = dispatcher is not None and self._child is not None and self._child.stdout_closed.is_set()
         if gone or (self._supervised and dispatcher is None and self.status == "exited" and self.retry_at is None):

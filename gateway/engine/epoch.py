@@ -20,7 +20,7 @@ from catalog.lock import Lock, Pending, apply
 from catalog.model import Catalog, ServerTools
 from catalog.search import SearchIndex, tool_call_declaration, tool_search_declaration
 from catalog.validation import compile_validator, is_referencing
-from gateway.config import Config
+from gateway.config import Config, ServerConfig
 from gateway.downstream.connection import Downstream
 from gateway.engine.checks import CheckCache
 from gateway.wire import DEFAULT_VERSION, PublishedTools, published_tools, wire_problem
@@ -40,8 +40,8 @@ class Epoch:
     """Under a catalog lock: live changes waiting for ``prefixgate catalog approve``."""
     lock_refusals: Mapping[str, str] = field(default_factory=dict)
     """Under a catalog lock: name -> why calls to it are refused (changed, removed, new).
-    The one part of an epoch a rebuild may replace in place: it gates calls and never
-    changes a published byte (see ``Hub._rebuild``)."""
+    It gates calls and never changes a published byte: a rebuild with the same bytes
+    publishes its epoch in this one's place without a new epoch for clients (``Hub._adopt``)."""
     _wire: dict[str, PublishedTools] = field(default_factory=dict)
     _index: SearchIndex | None = None
     _validators: dict[str, tuple[Validator, bool]] = field(default_factory=dict)
@@ -113,32 +113,44 @@ def meta_declarations(spill: bool) -> dict[str, dict[str, Any]]:
     return meta
 
 
-def server_tools(downstreams: Sequence[Downstream]) -> list[ServerTools]:
-    return [
-        ServerTools(
-            id=d.config.id,
-            prefix=d.config.prefix,
-            tools=d.tools,
-            include=d.config.include,
-            exclude=d.config.exclude,
-            deferred=d.config.deferred,
-        )
-        for d in downstreams
-        if d.status == "ready"
-    ]
+def server_tools(config: ServerConfig, tools: Sequence[Any]) -> ServerTools:
+    return ServerTools(
+        id=config.id,
+        prefix=config.prefix,
+        tools=tuple(tools),
+        include=config.include,
+        exclude=config.exclude,
+        deferred=config.deferred,
+    )
+
+
+def epoch_of(
+    config: Config, downstreams: Sequence[Downstream], checks: CheckCache | None = None, lock: Lock | None = None
+) -> Epoch:
+    """The epoch the servers' lists build: each server that has a listing (``Downstream.listed``:
+    live now, or the last one it gave or the warm record gave it while it is down)."""
+    servers = [server_tools(d.config, d.tools) for d in downstreams if d.config.enabled and d.listed]
+    ready = frozenset(d.config.id for d in downstreams if d.status == "ready")
+    return build_epoch(config, servers, checks, lock, ready)
 
 
 def build_epoch(
-    config: Config, downstreams: Sequence[Downstream], checks: CheckCache | None = None, lock: Lock | None = None
+    config: Config,
+    servers: Sequence[ServerTools],
+    checks: CheckCache | None = None,
+    lock: Lock | None = None,
+    ready: frozenset[str] = frozenset(),
 ) -> Epoch:
     """Build and decide; raises ``catalog.budget.DecisionError`` when no plan fits.
 
     Under a ``lock`` the catalog holds the locked declarations (catalog/lock.py): what
-    the servers list now only decides what is pending and which calls are refused.
+    the servers list now only decides what is pending (``ready``: the servers whose
+    listing is live, so a tool they no longer list is pending removal) and which calls
+    are refused.
     """
     checks = checks or CheckCache()
     catalog = build(
-        server_tools(downstreams),
+        servers,
         config.client.names,
         config.gateway.separator,
         reserved=META_TOOLS,
@@ -150,9 +162,10 @@ def build_epoch(
     pending: tuple[Pending, ...] = ()
     refusals: Mapping[str, str] = {}
     if lock is not None:
-        ready = frozenset(d.config.id for d in downstreams if d.status == "ready")
-        deferred = frozenset(d.config.id for d in downstreams if d.config.deferred)
-        applied = apply(catalog, lock, ready, deferred, allow_new=config.gateway.lock_new == "allow")
+        deferred = frozenset(s.id for s in config.servers if s.deferred)
+        prefixes = {s.id: s.prefix for s in config.servers}
+        allow_new = config.gateway.lock_new == "allow"
+        applied = apply(catalog, lock, ready, deferred, allow_new, prefixes, config.gateway.separator)
         catalog, pending, refusals = applied.catalog, applied.pending, applied.refusals
     decision = decide(catalog, client_policy(config), meta_declarations(config.spill.enabled))
     return Epoch(catalog=catalog, decision=decision, pending=pending, lock_refusals=refusals)

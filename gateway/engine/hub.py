@@ -15,7 +15,7 @@ import contextlib
 import functools
 import logging
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, get_args
 
@@ -36,15 +36,18 @@ from catalog.budget import DecisionError
 from catalog.diff import name_changes
 from catalog.lock import Lock, LockError
 from catalog.names import code_unit_key
+from catalog.warm import Record
 from gateway.config import Config
 from gateway.downstream.connection import Downstream
+from gateway.downstream.spawn import Spawned
 from gateway.engine.checks import CheckCache
-from gateway.engine.epoch import Epoch, build_epoch
-from gateway.engine.lockfile import lock_path, read_lock
+from gateway.engine.epoch import Epoch, epoch_of
+from gateway.engine.lockfile import lock_path, read_lock_and_bytes
 from gateway.engine.oauth import oauth_setup
 from gateway.engine.roundtrip import CAPABILITY_FOR, RoundTrips
 from gateway.engine.router import Router
 from gateway.engine.surface import Surface, build_surface
+from gateway.engine.warm import Capture, WarmRecords, warm_epoch
 from gateway.engine.watches import Watches
 from gateway.sdk import send_raw_request
 from gateway.state.backend import state_store
@@ -88,27 +91,51 @@ class ClientConnection:
     """The level this client set with ``logging/setLevel`` (None: never set)."""
 
 
+SAVE_TIMEOUT = 10.0
+"""Seconds a warm-start record may take to capture and write, also while the gateway stops."""
 LOCK_POLL = 1.0
 """Seconds between checks of the lock file for a change (``catalog approve`` while serving)."""
 
 
 class Hub:
-    def __init__(self, config: Config, *, persist: bool = True, use_lock: bool = True) -> None:
+    def __init__(
+        self,
+        config: Config,
+        *,
+        persist: bool = True,
+        use_lock: bool = True,
+        early: Mapping[str, Spawned] | None = None,
+        warm_records: bool | None = None,
+    ) -> None:
+        """``early``: stdio servers already started (``gateway.upstream.prelude``), by id;
+        ``warm_records``: keep the warm-start record (default: when ``persist``)."""
         self.config = config
         self.lock_file = lock_path(config) if use_lock else None
         self.lock: Lock | None = None
         """The catalog lock served under (read by ``load_lock``), or None: serve the live catalog."""
+        self.lock_bytes: bytes | None = None
+        """The lock file's bytes as read: part of the warm-start record's key."""
         self._lock_stamp: tuple[int, int, int] | None = None
-        self.downstreams = [Downstream(s, self, oauth=oauth_setup(config)) for s in config.servers]
+        early = early or {}
+        self.downstreams = [
+            Downstream(s, self, oauth=oauth_setup(config), early=early.get(s.id)) for s in config.servers
+        ]
         self.by_id = {d.id: d for d in self.downstreams}
         self.router = Router(self.by_id, config.policy, config.spill)
         self.surface = Surface()
         self.bus = InMemorySubscriptionBus()
         self.clients: list[ClientConnection] = []
-        self.discovered = anyio.Event()
+        self.discovered = self.router.settled
+        """Set once the discovery barrier's epoch is in place (the router's calls wait on it too)."""
         self.checks = CheckCache(config.gateway.state_dir, persist=persist)
         self.store = state_store(config)
         """Activation, artifacts and the integrity key (opened by ``serve``)."""
+        self.records = WarmRecords(config, self.store, enabled=persist if warm_records is None else warm_records)
+        """The warm-start record: seeded from by ``warm_start``, written after each verified build."""
+        self.capture: Capture | None = None
+        """The gateway's own answers to the epoch it serves (set by the command that serves them)."""
+        self.client_saw: str | None = None
+        """The fingerprint of a tools/list answered before the gateway was up (``gateway.upstream.prelude``)."""
         self._rebuild_lock = anyio.Lock()
         self._rebuild_waiting = False
         self._relists: dict[tuple[str, str], bool] = {}
@@ -136,10 +163,10 @@ class Hub:
 
     def load_lock(self) -> None:
         """Read the lock file (LockError names it and the problem); none configured or found: no lock."""
-        if self.lock_file is None:
+        if self.lock_file is None or self.lock is not None:
             return
         self._lock_stamp = _stamp(self.lock_file)
-        self.lock = read_lock(self.lock_file)
+        self.lock, self.lock_bytes = read_lock_and_bytes(self.lock_file)
         log.info("catalog lock: %s (%d tools)", self.lock_file, len(self.lock.tools))
 
     async def _watch_lock(self) -> None:
@@ -156,20 +183,123 @@ class Hub:
                 continue
             self._lock_stamp = stamp
             try:  # a 5,000-tool lock is megabytes of TOML: parsed off the event loop
-                self.lock = await anyio.to_thread.run_sync(read_lock, self.lock_file)
+                self.lock, self.lock_bytes = await anyio.to_thread.run_sync(read_lock_and_bytes, self.lock_file)
             except LockError as exc:
                 log.error("catalog lock not reloaded, keeping the previous one: %s", exc)
                 continue
             await self.rebuild(f"lock file {self.lock_file.name} changed")
 
-    async def first_epoch(self, epoch: Epoch) -> None:
+    async def warm_start(self, record: Record) -> bool:
+        """Publish the record's catalog now, before any server is up (``gateway.engine.warm``).
+
+        Each server stands on its recorded lists until it lists its own; the barrier, run
+        behind this, confirms the bytes or starts a new epoch (``first_epoch``). False (and
+        nothing published) when the record does not rebuild to the bytes it recorded.
+        """
+        epoch = warm_epoch(self.config, record, self.checks, self.lock)
+        if epoch is None:
+            return False
+        self.records.seed(record, self.downstreams)
         self.surface = build_surface(self.downstreams, self.config.client.names, self.config.gateway.separator)
-        for warning in self.surface.warnings:
-            log.warning("%s", warning)
         await self.router.publish(epoch)
         for client in self.clients:
             await client.state.enter(epoch.identity)
+        log.info(
+            "warm start: published the last verified catalog (%d tools, fingerprint %s) before any server is up",
+            len(epoch.catalog.entries),
+            epoch.fingerprint[:16],
+        )
+        return True
+
+    async def locked_start(self) -> bool:
+        """Under a catalog lock that holds new tools back, the lock is the approved catalog: its
+        bytes are published now, before any server is up (False: no such lock, nothing published)."""
+        if self.lock is None or self.config.gateway.lock_new != "hold":
+            return False
+        try:
+            epoch = epoch_of(self.config, self.downstreams, self.checks, self.lock)
+        except DecisionError:
+            return False  # the barrier's build says why
+        await self.router.publish(epoch)
+        log.info(
+            "catalog lock: published the locked catalog (fingerprint %s) before any server is up",
+            epoch.fingerprint[:16],
+        )
+        return True
+
+    @property
+    def capabilities_known(self) -> bool:
+        """Whether what the servers offer is known (the barrier passed, or a warm start's record
+        says): else ``initialize`` advertises everything the gateway can relay."""
+        return self.discovered.is_set() or self.records.record is not None
+
+    async def first_epoch(self, epoch: Epoch) -> None:
+        """The barrier's epoch: published; after a warm start, compared with the warm one (the
+        same bytes change nothing for clients, other bytes are a new epoch with list_changed)."""
+        warm = self.router.epoch
+        kinds = self._resurface()
+        for warning in self.surface.warnings:
+            log.warning("%s", warning)
+        notified = False
+        if warm is None:
+            await self.router.publish(epoch)
+            for client in self.clients:
+                await client.state.enter(epoch.identity)
+        else:
+            changes = self._warm_changes()
+            if await self._adopt(epoch, "the discovery barrier after a warm start", changes):
+                log.info(
+                    "warm start confirmed: the catalog is byte-identical (fingerprint %s)%s",
+                    warm.fingerprint[:16],
+                    f"; {changes}" if changes else "",
+                )
+            else:
+                notified = True
+            for kind in kinds:
+                await self._notify_lists(kind)
+        if not notified:
+            await self._tell_stale()
         self.discovered.set()
+        await self.save_warm()
+
+    async def _tell_stale(self) -> None:
+        """A tools/list answered from the record before the gateway was up, whose bytes are not
+        the catalog published now (the record did not rebuild to them): the client re-lists."""
+        epoch = self.router.epoch
+        if self.client_saw is None or epoch is None or self.client_saw == epoch.fingerprint:
+            return
+        if any(c.server_session is not None for c in self.clients):  # else: told when it joins
+            self.client_saw = None
+            await self._notify_tools()
+
+    def _warm_changes(self) -> str:
+        """Which servers list something other than the warm-start record held, for the log line."""
+        seeded = self.records.seeded
+        if self.records.record is None:
+            return ""  # published from the lock alone
+        parts = []
+        for d in self.downstreams:
+            recorded = seeded.get(d.id)
+            if not d.config.enabled or (recorded is None and d.source is None):
+                continue
+            if recorded is None:
+                parts.append(f"server {d.id!r} is new")
+            elif d.source != "live":
+                parts.append(f"server {d.id!r} is {d.status} (its recorded tools are kept)")
+            elif recorded.tools != d.tools:
+                parts.append(f"server {d.id!r} lists other tools")
+        return "; ".join(parts)
+
+    async def save_warm(self) -> None:
+        """Keep the warm-start record of what is published now (``gateway.engine.warm``): only
+        by a hub that serves the catalog a ``serve`` would (not one told to ignore a lock)."""
+        epoch = self.router.epoch
+        if epoch is None or (self.lock_file is None and lock_path(self.config) is not None):
+            return
+        # Shielded: a client that lists and leaves at once (an agent probing its servers) stops
+        # the gateway right after the barrier's answer, and the record is what its next start needs.
+        with anyio.CancelScope(shield=True, deadline=anyio.current_time() + SAVE_TIMEOUT):
+            await self.records.save(self.downstreams, epoch, self.checks, self.capture, self.lock, self.lock_bytes)
 
     # --- clients ----------------------------------------------------------------------
 
@@ -179,6 +309,12 @@ class Hub:
         if self.router.epoch is not None:
             await state.enter(self.router.epoch.identity)
         return client
+
+    async def joined(self, client: ClientConnection) -> None:
+        """A client's session is set up (it can be notified): tell it now if what it listed
+        before the gateway was up is already stale."""
+        if self.client_saw is not None and client.server_session is not None:
+            await self._tell_stale()
 
     def disconnect(self, client: ClientConnection) -> None:
         if client in self.clients:
@@ -218,10 +354,10 @@ class Hub:
         return state
 
     def capabilities(self) -> dict[str, Any]:
-        """The union of what the ready servers offer (tools are always served)."""
+        """The union of what the servers in the catalog offer (tools are always served)."""
         caps: dict[str, Any] = {"tools": {"listChanged": True}}
         for d in self.downstreams:
-            if d.status != "ready":
+            if not d.listed:
                 continue
             offered = d.capabilities
             if "resources" in offered:
@@ -248,6 +384,22 @@ class Hub:
                 log.info("[%s] logging/setLevel refused: %s", downstream.id, exc)
         if self.discovered.is_set():
             await self.rebuild(f"server {downstream.id!r} is ready")
+        elif self.lock is not None and self.router.epoch is not None:
+            await self._regate(downstream)
+
+    async def _regate(self, downstream: Downstream) -> None:
+        """Before the barrier, under a lock: a server that is up gates its calls by its live
+        tools (a tool changed since the lock is refused) as soon as it is up. The published
+        bytes wait for the barrier: a catalog that differs is published there, once."""
+        async with self._rebuild_lock:
+            try:
+                epoch = epoch_of(self.config, self.downstreams, self.checks, self.lock)
+            except DecisionError:
+                return
+            old = self.router.epoch
+            if old is not None and (epoch.identity, epoch.fingerprint) == (old.identity, old.fingerprint):
+                await self.router.publish(epoch)
+                log.debug("server %r is ready: the lock's call gate takes its live tools", downstream.id)
 
     async def server_down(self, downstream: Downstream) -> None:
         """A server went away: its tools stay in the epoch (calls report it down) until
@@ -299,7 +451,7 @@ class Hub:
                     await downstream.refresh(**{kind: True})
                     if kind == "tools":
                         await self.rebuild(f"server {downstream.id!r} changed its tools")
-                    elif await self._resurface() and self.discovered.is_set():
+                    elif kind in self._resurface() and self.discovered.is_set():
                         await self._notify_lists(kind)
                 except Exception as exc:  # noqa: BLE001 - a server that fails to re-list keeps its old lists
                     log.warning("[%s] re-listing %s after list_changed failed: %s", downstream.id, kind, exc)
@@ -383,21 +535,30 @@ class Hub:
             self._rebuild_lock.release()
 
     async def _rebuild(self, why: str) -> None:
-        old = self.router.epoch
         try:
-            epoch = build_epoch(self.config, self.downstreams, self.checks, self.lock)
+            epoch = epoch_of(self.config, self.downstreams, self.checks, self.lock)
         except DecisionError as exc:
             log.error("catalog change refused (%s): %s; keeping the current epoch", why, exc)
             return
-        await self._resurface()
+        self._resurface()
+        old = self.router.epoch
         if old is None or epoch.pending != old.pending:
             log_pending(epoch)
+        if await self._adopt(epoch, why):
+            log.info("%s: catalog unchanged (fingerprint %s), same epoch", why, epoch.fingerprint[:16])
+        await self.save_warm()
+
+    async def _adopt(self, epoch: Epoch, why: str, detail: str = "") -> bool:
+        """Publish ``epoch`` as a new epoch if clients would see other bytes (clearing
+        activation, notifying clients in both eras); True when it is the same epoch."""
+        old = self.router.epoch
         if old is not None and epoch.identity == old.identity and epoch.fingerprint == old.fingerprint:
-            # Under a lock the published bytes stay while the live tools change: only the
-            # call gate learns of it (no new epoch, no list_changed, activation kept).
-            old.pending, old.lock_refusals = epoch.pending, epoch.lock_refusals
-            log.info("%s: catalog unchanged (fingerprint %s), same epoch", why, old.fingerprint[:16])
-            return
+            # The same bytes: the same epoch for clients (no list_changed, activation kept),
+            # but the call gate takes the fresh build (under a lock the live tools change
+            # what is pending and refused; a server back from a warm start or a crash gives
+            # its tools' routes and identities from its own listing).
+            await self.router.publish(epoch)
+            return True
         for warning in epoch.catalog.warnings:
             log.warning("%s", warning.line())
         log.warning(
@@ -405,25 +566,30 @@ class Hub:
             why,
             old.fingerprint[:16] if old else "-",
             epoch.fingerprint[:16],
-            change_summary(old, epoch),
+            "; ".join(part for part in (change_summary(old, epoch), detail) if part),
         )
         if old is None or epoch.decision.fallback != old.decision.fallback:
             log.warning("declarations: %s (%s)", epoch.decision.mode, epoch.decision.detail)
         await self.router.publish(epoch)
         for client in self.clients:
             await client.state.enter(epoch.identity)
+        await self._notify_tools()
+        return False
+
+    async def _notify_tools(self) -> None:
         await self._broadcast(lambda s: s.send_tool_list_changed())
         await self.bus.publish(ToolsListChanged())
 
-    async def _resurface(self) -> bool:
+    def _resurface(self) -> list[str]:
+        """Rebuild resources, templates and prompts; the lists whose contents changed."""
         new = build_surface(self.downstreams, self.config.client.names, self.config.gateway.separator)
-        changed = (new.resources, new.templates, new.prompts) != (
-            self.surface.resources,
-            self.surface.templates,
-            self.surface.prompts,
-        )
-        self.surface = new
-        return changed
+        old, self.surface = self.surface, new
+        kinds = []
+        if (new.resources, new.templates) != (old.resources, old.templates):
+            kinds.append("resources")
+        if new.prompts != old.prompts:
+            kinds.append("prompts")
+        return kinds
 
     async def _notify_lists(self, kind: str) -> None:
         if kind == "prompts":

@@ -12,37 +12,26 @@ import os
 import tempfile
 from pathlib import Path
 
-from catalog.lock import FILE_NAME, Lock, LockError, dumps, loads
-from gateway.config import Config
-
-
-def lock_target(config: Config) -> Path:
-    """Where ``catalog lock`` writes: the configured path, else beside the config."""
-    if config.gateway.lock is not None:
-        return config.gateway.lock
-    base = config.path.parent if config.path is not None else Path.cwd()
-    return base / FILE_NAME
-
-
-def lock_path(config: Config) -> Path | None:
-    """The lock a gateway serves under: the configured one (which must exist), or one found beside the config."""
-    if config.gateway.lock is not None:
-        return config.gateway.lock
-    if config.path is None:
-        return None  # a config built in memory: never pick up a stray lock from the working directory
-    found = lock_target(config)
-    return found if found.exists() else None
+from catalog.lock import Lock, LockError, dumps, loads
+from gateway.launch import lock_path as lock_path
+from gateway.launch import lock_target as lock_target
 
 
 def read_lock(path: Path) -> Lock:
     """The parsed lock; LockError names the file and the problem (a missing file too)."""
+    return read_lock_and_bytes(path)[0]
+
+
+def read_lock_and_bytes(path: Path) -> tuple[Lock, bytes]:
+    """The parsed lock and the file's bytes (what a warm-start record is keyed by)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
+        text = data.decode("utf-8")
     except FileNotFoundError:
         raise LockError(f"{path}: lock file not found (write one with prefixgate catalog lock)") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise LockError(f"{path}: cannot read the lock file: {getattr(exc, 'strerror', None) or exc}") from None
-    return loads(text, str(path))
+    return loads(text, str(path)), data
 
 
 def write_lock(path: Path, lock: Lock) -> bool:

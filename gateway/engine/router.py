@@ -73,7 +73,9 @@ class Router:
         self.removed: set[str] = set()
         """Names that earlier epochs had and the current one does not."""
         self.ready = anyio.Event()
-        """Set once the discovery barrier has passed and the first epoch is built."""
+        """Set once an epoch is published: a warm start's, the lock's, or the discovery barrier's."""
+        self.settled = anyio.Event()
+        """Set once the discovery barrier's epoch is in place (what the servers really offer is known)."""
         self.validation = ValidationPool()
         """Worker processes for arguments of referencing schemas (started on first use)."""
 
@@ -146,6 +148,20 @@ class Router:
         answers: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         entry = epoch.catalog.get(name)
+        if entry is not None and self.downstreams[entry.server].status == "starting":
+            # A warm start's catalog, its server not up yet: wait for it, then gate the call
+            # with what the gateway knows once it is (under a lock, whether the live tool
+            # still matches the approved one).
+            await self.downstreams[entry.server].started()
+            if self.epoch is not None and self.epoch is not epoch:
+                epoch = self.epoch
+                entry = epoch.catalog.get(name)
+        if entry is None and not self.settled.is_set() and name not in epoch.lock_refusals:
+            # Not in a warm start's catalog: the barrier may still bring it, or say which
+            # server is down (the answer a cold start gives).
+            await self.settled.wait()
+            epoch = self.epoch or epoch
+            entry = epoch.catalog.get(name)
         if entry is None:
             if name in epoch.lock_refusals:
                 return error_result(epoch.lock_refusals[name])

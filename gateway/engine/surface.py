@@ -72,18 +72,18 @@ def _first_owner(
 
 
 def build_surface(downstreams: Sequence[Downstream], profile: Profile, separator: str) -> Surface:
-    ready = sorted((d for d in downstreams if d.status == "ready"), key=lambda d: code_unit_key(d.id))
+    listed = sorted((d for d in downstreams if d.listed), key=lambda d: code_unit_key(d.id))
     surface = Surface()
-    resources = [(d.id, r) for d in ready for r in d.resources if isinstance(r, dict)]
+    resources = [(d.id, r) for d in listed for r in d.resources if isinstance(r, dict)]
     surface.resources, surface.resource_owner = _first_owner(resources, "uri", "resource", surface.warnings)
-    templates = [(d.id, t) for d in ready for t in d.templates if isinstance(t, dict)]
+    templates = [(d.id, t) for d in listed for t in d.templates if isinstance(t, dict)]
     surface.templates, template_owner = _first_owner(templates, "uriTemplate", "resource template", surface.warnings)
-    for d in ready:  # matching order: the first server in code-unit id order wins
+    for d in listed:  # matching order: the first server in code-unit id order wins
         for text, server in template_owner.items():
             if server == d.id:
                 surface.template_owner.append((_parse(text), text, server))
 
-    raw_prompts = [(d, p) for d in ready for p in d.prompts if isinstance(p, dict) and isinstance(p.get("name"), str)]
+    raw_prompts = [(d, p) for d in listed for p in d.prompts if isinstance(p, dict) and isinstance(p.get("name"), str)]
     names, renames = assign_names([(d.id, d.config.prefix, p["name"]) for d, p in raw_prompts], profile, separator)
     surface.warnings += [f"prompt {w.line()}" for w in renames]
     seen: set[str] = set()

@@ -17,6 +17,7 @@ import anyio.to_thread
 
 from gateway.state.journal import Journal
 from gateway.state.store import StoreHealth
+from gateway.state.warmrecords import read_record, write_record
 from spill import (
     ArtifactInfo,
     Artifacts,
@@ -68,6 +69,12 @@ class FileStore:
         return await anyio.to_thread.run_sync(
             lambda: gc(self.root, max_age_seconds=max_age_seconds, max_total_bytes=max_total_bytes)
         )
+
+    async def warm_record(self, key: str) -> bytes | None:
+        return await anyio.to_thread.run_sync(read_record, self.state_dir, key)
+
+    async def put_warm_record(self, key: str, data: bytes) -> None:
+        await anyio.to_thread.run_sync(write_record, self.state_dir, key, data)
 
     async def integrity_key(self) -> bytes:
         return self._key

@@ -11,6 +11,8 @@ Keys (``prefixgate:`` then the owner's key, a SHA-256 hex: never a principal or 
   a reader sees a whole artifact or none.
 - ``prefixgate:artifacts`` (sorted set ``<owner>/<id>`` by time) and
   ``prefixgate:artifact-sizes`` (hash): retention by total size across the whole store.
+- ``prefixgate:warm:<key>``: the warm-start record of a launch identity (``catalog.warm``),
+  expiring 30 days after its last write.
 - ``prefixgate:integrity-key``: the HMAC key of input round trips, set once (``SET NX``) by
   the first replica, and put back by every grant if a Redis restarted without persistence.
 
@@ -44,6 +46,7 @@ import redis.exceptions
 import redis.retry
 from redis.backoff import NoBackoff
 
+from catalog.warm import MAX_RECORD_BYTES
 from gateway.redact import redact_url
 from gateway.state.store import StoreHealth, StoreUnavailable
 from spill import ArtifactInfo, ArtifactNotFound, Artifacts, StoreError, artifact_not_found, valid_id
@@ -56,6 +59,8 @@ TIMEOUT = 5.0
 """Seconds any one Redis command (or connecting) may take before it fails."""
 PARTIAL_TTL = 3600
 """Seconds an unfinished artifact write is kept (a replica that died mid-write leaves nothing)."""
+WARM_TTL = 30 * 86400
+"""Seconds a warm-start record is kept after its last write (each config change leaves one)."""
 PROTECT_SECONDS = 60.0
 """An owner's artifact younger than this survives its own retention pass (its id was just handed out)."""
 COPIES_BYTES = 32 << 20
@@ -106,6 +111,10 @@ def _text(value: Any) -> str:
 
 def _record_key(owner: str) -> str:
     return f"{PREFIX}{owner}:activation"
+
+
+def _warm_key(key: str) -> str:
+    return f"{PREFIX}warm:{key}"
 
 
 def _artifact_key(owner: str, artifact_id: str) -> str:
@@ -407,6 +416,23 @@ class RedisStore:
             )
         except _ERRORS as exc:
             raise StoreError(str(self._error(exc))) from None
+
+    async def warm_record(self, key: str) -> bytes | None:
+        """At most one byte over the record limit is fetched: a larger value is refused, never held."""
+        try:
+            value = await self._async.getrange(_warm_key(key), 0, MAX_RECORD_BYTES)
+        except _ERRORS as exc:
+            raise self._error(exc) from None
+        data = _bytes(value) if value is not None else b""
+        if len(data) > MAX_RECORD_BYTES:
+            raise StoreUnavailable(f"the warm-start record in {self.where} is over {MAX_RECORD_BYTES} bytes")
+        return data or None
+
+    async def put_warm_record(self, key: str, data: bytes) -> None:
+        try:
+            await self._async.set(_warm_key(key), data, ex=WARM_TTL)
+        except _ERRORS as exc:
+            raise self._error(exc) from None
 
     async def integrity_key(self) -> bytes:
         """One random key for every replica: the first to start sets it (``SET NX``)."""

@@ -1,7 +1,7 @@
 """The state-store seam: everything gateway replicas must share, behind one interface.
 
-Activation records (per principal and session), artifacts with their retention, and the
-integrity key of input round trips. Two backends: the file store under ``state_dir``
+Activation records (per principal and session), artifacts with their retention, the
+integrity key of input round trips, and warm-start records. Two backends: the file store under ``state_dir``
 (``gateway.state.filestore``, the default: embedded, today's files, modes and fsyncs) and
 the Redis store (``gateway.state.redisstore``) that lets ``serve --http`` replicas behind
 any load balancer answer any request.
@@ -96,6 +96,16 @@ class StateStore(Protocol):
 
     async def collect(self, *, max_age_seconds: float, max_total_bytes: int) -> list[ArtifactInfo]:
         """Retention across the whole store: oldest first past the age, then until the total fits."""
+        ...
+
+    # --- warm-start records ------------------------------------------------------------
+
+    async def warm_record(self, key: str) -> bytes | None:
+        """The warm-start record of launch identity ``key`` (``catalog.warm``), None when there is none."""
+        ...
+
+    async def put_warm_record(self, key: str, data: bytes) -> None:
+        """Keep ``data`` as the warm-start record of ``key`` (the last writer wins: any complete one will do)."""
         ...
 
     # --- the integrity key ------------------------------------------------------------

@@ -1,9 +1,11 @@
 """The upstream MCP server: one low-level SDK server in front of the hub.
 
-``initialize`` waits briefly for the discovery barrier so the advertised capabilities
-are the union of what the servers offer; ``tools/list`` and every routed request wait
-for the barrier, so no client ever sees a partial catalog. Each client connection gets
-its own session (activation state and artifacts); on stdio there is one.
+``initialize`` is answered at once, never behind the discovery barrier: it advertises the
+union of what the servers offer once the catalog is known (from the barrier, or from a
+warm start's record), and everything the gateway can relay before that. ``tools/list``
+and every routed request wait for a published epoch, so no client ever sees a partial
+catalog. Each client connection gets its own session (activation state and artifacts);
+on stdio there is one.
 """
 
 from __future__ import annotations
@@ -47,8 +49,6 @@ INSTRUCTIONS = (
     "which activates the tools it returns, then call them (with tool_call when offered). "
     "Large results are cut to a preview; read the full output with artifact_read."
 )
-INITIALIZE_WAIT = 10.0
-"""Seconds ``initialize`` waits for the barrier before advertising every capability."""
 _STATE_KEY = "prefixgate.upstream"
 
 StateFactory = Callable[[ServerRequestContext[Any, Any]], ClientState]
@@ -110,6 +110,8 @@ class Handlers:
             client = await self.hub.connect(self.new_state(ctx))
             connection.state[_STATE_KEY] = client
             connection.exit_stack.callback(self.hub.disconnect, client)
+            client.server_session = ctx.session
+            await self.hub.joined(client)
         client.server_session = ctx.session
         return client
 
@@ -131,18 +133,16 @@ class Handlers:
         return await call_next(ctx)
 
     async def discover(self, ctx: Context, call_next: CallNext) -> Any:
-        """``initialize`` / ``server/discover``: wait briefly for the barrier, so the
-        advertised capabilities are the union of what the servers offer."""
+        """``initialize`` / ``server/discover``, at once: the capabilities are the union of what
+        the catalog's servers offer when a catalog is published, else all the gateway relays."""
         hub = self.hub
-        with anyio.move_on_after(INITIALIZE_WAIT):
-            await hub.discovered.wait()
         result = await call_next(ctx)
         if ctx.method == "initialize":
             await self.client_of(ctx)  # connected now: the most recent client from here on
         if isinstance(result, BaseModel):
             result = result.model_dump(by_alias=True, mode="json", exclude_none=True)
         if isinstance(result, dict) and "capabilities" in result:
-            caps = hub.capabilities() if hub.discovered.is_set() else _everything()
+            caps = hub.capabilities() if hub.capabilities_known else _everything()
             kept = {k: v for k, v in result["capabilities"].items() if k not in _EVERYTHING}
             result["capabilities"] = {**kept, **caps}
         return result
@@ -519,6 +519,7 @@ class WatchingListen:
                 ),
             )
         watched: list[str] = []
+        await self.hub.router.current()  # which server owns a resource is known once a catalog is
         try:
             for uri in wanted:
                 try:

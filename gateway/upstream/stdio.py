@@ -47,6 +47,7 @@ from gateway.downstream.stdio import (
     reply_id,
 )
 from gateway.plaintasks import cancel_all
+from gateway.upstream.prelude import Handoff
 from gateway.wire import PublishedTools
 
 MAX_IN_FLIGHT = 64
@@ -222,10 +223,18 @@ class ClientStdin(LineReader[Any]):
     or the parse error that answers it) is queued for the reader task, in order, and a
     claimable call behind them, or past ``MAX_IN_FLIGHT``, waits its turn there too."""
 
-    def __init__(self, max_message_bytes: int, lane: Lane | None, wire: Wire) -> None:
+    def __init__(self, max_message_bytes: int, lane: Lane | None, wire: Wire, first: bytes = b"") -> None:
         super().__init__(LineSplitter(max_message_bytes))
         self.lane = lane
         self.wire = wire
+        self.first = first
+        """Read before the pipe: what the prelude read and did not answer (``Handoff.unread``)."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        if self.first:
+            first, self.first = self.first, b""
+            self.data_received(first)
 
     def lines_received(self, lines: list[bytes | bytearray | Overlong]) -> None:
         lines.reverse()
@@ -249,12 +258,14 @@ class ClientStdin(LineReader[Any]):
 
 @asynccontextmanager
 async def stdio_streams(
-    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, lane: Lane | None = None
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, lane: Lane | None = None, handoff: Handoff | None = None
 ) -> AsyncIterator[tuple[Any, Any]]:
     """The (read, write) message streams of the stdio MCP connection.
 
     ``lane``: requests it claims (``tools/call``, gateway/upstream/fast.py) are answered
-    by it on this end's own writer instead of going through the SDK's streams."""
+    by it on this end's own writer instead of going through the SDK's streams.
+    ``handoff``: what the prelude (gateway/upstream/prelude.py) read, wrote and replays."""
+    handoff = handoff or Handoff(b"", b"", frozenset())
     if not (_streamable(0) and _streamable(1)):
         from mcp.server.stdio import stdio_server
 
@@ -272,11 +283,14 @@ async def stdio_streams(
         lambda: asyncio.streams.FlowControlMixin(loop=loop), os.fdopen(wire_out, "wb", buffering=0)
     )
     writer = asyncio.StreamWriter(write_transport, write_protocol, None, loop)
+    if handoff.unwritten:
+        writer.write(handoff.unwritten)  # the prelude's answers go out before anything of ours
     in_flight = InFlight()
     wire = Wire(writer, in_flight)
     read_transport, stdin = await loop.connect_read_pipe(
-        lambda: ClientStdin(max_message_bytes, lane, wire), os.fdopen(wire_in, "rb", buffering=0)
+        lambda: ClientStdin(max_message_bytes, lane, wire, handoff.unread), os.fdopen(wire_in, "rb", buffering=0)
     )
+    replayed = handoff.private_ids
 
     # Plain memory streams: the SDK's runner reads a context off its stream only when the
     # stream carries one, and this reader task has none worth carrying.
@@ -351,6 +365,10 @@ async def stdio_streams(
                     data = encode(error_message(request_id, INTERNAL_ERROR, f"the result could not be sent: {exc}"))
                 if isinstance(message.message, types.JSONRPCResponse | types.JSONRPCError):
                     in_flight.done(message.message.id)
+                    if message.message.id in replayed:
+                        if isinstance(message.message, types.JSONRPCError):
+                            log.warning("the prelude's opening request was refused: %s", message.message.error.message)
+                        continue  # the client has the prelude's answer to this request already
                 writer.write(data)
                 del data
                 with suppress(ConnectionError):

@@ -1,0 +1,25 @@
+"""What every command shares and can import at once: the exit it leaves with, and the config.
+
+Kept apart from ``startup`` (which brings the whole engine) because ``serve`` reads the
+config and starts answering before anything heavy is imported (``gateway.upstream.prelude``).
+"""
+
+from __future__ import annotations
+
+from gateway.config import Config, ConfigError, find_config, load_config
+
+
+class Exit(Exception):
+    """Leave the command with ``code``; ``main`` prints the message."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def load(path: str | None) -> Config:
+    """The config, or Exit(2) with the one line naming what is wrong."""
+    try:
+        return load_config(find_config(path))
+    except ConfigError as exc:
+        raise Exit(2, f"prefixgate: config error: {exc}") from None

@@ -1,0 +1,138 @@
+"""Warm-start records as private files: ``<state_dir>/warm/<key>.rec``, one per launch identity.
+
+Read before the gateway has imported anything heavy (the stdio start answers from it), so
+this module is the standard library and the private-file checks only. A record is read
+like every file from outside the process: never following a symlink, without blocking (a
+FIFO in its place is refused), only a regular file we own that nobody else can write,
+size-capped. Written atomically (a temporary file in the same verified 0700 directory,
+0600, renamed into place), so concurrent gateways of one config never see a torn record;
+the oldest records beyond :data:`MAX_RECORDS` are removed (every config change leaves one).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+from pathlib import Path
+
+from catalog.warm import MAX_RECORD_BYTES, Record, RecordError
+from gateway.state.journal import JournalError, check_private_file, open_private_dir, refusal
+
+DIRECTORY = "warm"
+SUFFIX = ".rec"
+MAX_RECORDS = 32
+"""Records kept per state directory; older ones (by modification time) are removed on write."""
+_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+log = logging.getLogger("prefixgate.warm")
+
+
+class RecordUnusable(Exception):
+    """A record file exists but must not be used; ``str()`` says why (one line)."""
+
+
+def record_name(key: str) -> str:
+    return key + SUFFIX
+
+
+def read_record(state_dir: Path, key: str) -> bytes | None:
+    """The record's bytes; None when there is none. Raises RecordUnusable for a file that is
+    there but wrong (a symlink, not a regular file, another owner, writable by others, too large)."""
+    directory = state_dir / DIRECTORY
+    try:
+        dir_fd = open_private_dir(directory, create=False)
+    except JournalError as exc:
+        raise RecordUnusable(str(exc)) from None
+    if dir_fd is None:
+        return None
+    label = f"warm-start record {str(directory / record_name(key))!r}"
+    try:
+        try:
+            fd = os.open(record_name(key), _READ, dir_fd=dir_fd)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise RecordUnusable(refusal(label, exc)) from None
+    finally:
+        os.close(dir_fd)
+    with os.fdopen(fd, "rb") as handle:
+        try:
+            info = check_private_file(fd, label)
+        except JournalError as exc:
+            raise RecordUnusable(str(exc)) from None
+        if info.st_size > MAX_RECORD_BYTES:
+            raise RecordUnusable(f"{label} is {info.st_size} bytes, over the {MAX_RECORD_BYTES}-byte limit")
+        return handle.read(MAX_RECORD_BYTES + 1)
+
+
+def write_record(state_dir: Path, key: str, data: bytes) -> None:
+    """Put the record in place atomically (0600 in a verified 0700 directory); OSError if it cannot be."""
+    try:
+        dir_fd = open_private_dir(state_dir / DIRECTORY, create=True)
+    except JournalError as exc:
+        raise OSError(str(exc)) from None
+    assert dir_fd is not None
+    try:
+        temporary = f".{key}.{secrets.token_hex(6)}.tmp"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(temporary, flags, 0o600, dir_fd=dir_fd)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+            os.replace(temporary, record_name(key), src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except BaseException:
+            try:
+                os.unlink(temporary, dir_fd=dir_fd)
+            except OSError:
+                pass
+            raise
+        _prune(dir_fd, keep=record_name(key))
+    finally:
+        os.close(dir_fd)
+
+
+def _prune(dir_fd: int, keep: str) -> None:
+    """Remove the oldest records beyond MAX_RECORDS (never ``keep``, the one just written)."""
+    found: list[tuple[int, str]] = []
+    for name in os.listdir(dir_fd):
+        if name.endswith(SUFFIX) and name != keep:
+            try:
+                found.append((os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mtime_ns, name))
+            except OSError:
+                continue
+    found.sort(reverse=True)
+    for _, name in found[MAX_RECORDS - 1 :]:
+        try:
+            os.unlink(name, dir_fd=dir_fd)
+        except OSError:
+            pass
+
+
+def load_record(state_dir: Path, key: str) -> Record | None:
+    """This key's record from ``state_dir``, checked; a damaged, foreign or unsafe one is
+    skipped with one log line (never published), as is one that cannot be read."""
+    try:
+        data = read_record(state_dir, key)
+    except RecordUnusable as exc:
+        log.warning("warm-start record ignored: %s", exc)
+        return None
+    except OSError as exc:
+        log.warning("warm-start record ignored: cannot read it: %s", exc.strerror or exc)
+        return None
+    return None if data is None else decoded(data, key, "state_dir")
+
+
+def decoded(data: bytes, key: str, where: str) -> Record | None:
+    """``data`` as the record of ``key``, every part checked now; None (and one log line) if it is not."""
+    try:
+        record = Record(data)
+        if record.key != key:
+            raise RecordError("it belongs to another config (its key differs)")
+        record.servers()
+        for method, version in record.answered():
+            record.answer(method, version)
+    except RecordError as exc:
+        log.warning("warm-start record from %s ignored: %s", where, exc)
+        return None
+    return record

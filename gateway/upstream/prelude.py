@@ -1,0 +1,325 @@
+"""A stdio start's first answers, given before the gateway has imported its MCP machinery.
+
+An agent gives a server about a second to list its tools (Codex CLI starts its session
+without a slower one), and importing the gateway's serve path alone costs ~0.8 s. So
+``serve`` reads the config, starts every stdio server (``gateway.downstream.spawn``: they
+start up while the gateway does) and, when the warm-start record of this exact config
+exists (``catalog.warm``), answers from it in a thread of its own while the rest loads:
+``initialize`` (or a 2026-07-28 ``server/discover``) and the lists (tools, prompts,
+resources, templates: Claude Code counts a server connected only once all are answered),
+with the bytes the gateway itself gave last time (``gateway.upstream.answers`` captured
+them). Everything
+else is kept, in order, for the gateway, which takes over the pipe (``stop``) once it is
+up: it reads first the lines kept here, the handshake's opening request among them under
+a private id (so the SDK's session is in the state the client believes it is in, and its
+second answer to it is dropped), then the pipe.
+
+Only what the record answers exactly is answered: a well-formed request, at a protocol
+version the record holds, with a plain id; anything else, and everything once one request
+was left to the gateway's own session, waits for the gateway. Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import select
+import signal
+import stat
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from catalog.warm import LISTS, Record
+from gateway.config import Config
+from gateway.downstream.spawn import Spawned, spawn
+from gateway.launch import launch_identity, read_lock_bytes
+from gateway.state.warmrecords import load_record
+
+log = logging.getLogger("prefixgate.prelude")
+
+LINE_LIMIT = 1 << 20
+"""A longer request line is not parsed here: the gateway reads it (and everything after it)."""
+KEPT_LIMIT = 8 << 20
+"""Bytes kept for the gateway before this end stops reading (the client then waits on its pipe)."""
+PRELUDE_ENV = "PREFIXGATE_PRELUDE"
+"""``0`` answers nothing before the gateway is up (the servers still start at once): an escape
+hatch, and the tests' way to compare these answers with the gateway's own."""
+PROTOCOL_VERSION = "io.modelcontextprotocol/protocolVersion"
+CLIENT_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
+CLIENT_INFO = "io.modelcontextprotocol/clientInfo"
+"""The 2026-07-28 request envelope's ``_meta`` keys (``mcp_types``; tests/test_prelude.py keeps them equal)."""
+LATEST_HANDSHAKE = "2025-11-25"
+"""The version the SDK answers a handshake with when the client asks for one it does not know
+(``mcp_types.version.LATEST_HANDSHAKE_VERSION``, kept equal by the same test)."""
+_PLAIN_ID = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:")
+
+
+@dataclass(frozen=True)
+class Handoff:
+    """What the gateway's stdio end takes over from the prelude."""
+
+    unread: bytes
+    """Read here but not answered: the gateway reads these lines (and a partial last one) first."""
+    unwritten: bytes
+    """Answers the client has not taken off the pipe yet: written first."""
+    private_ids: frozenset[str]
+    """Requests replayed to the gateway's session whose answers the client already has (dropped)."""
+
+
+def _plain_id(value: Any) -> bytes | None:
+    """The id as the gateway's encoder writes it, for ids whose encoding is unambiguous."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value).encode()
+    if isinstance(value, str) and 0 < len(value) <= 128 and set(value) <= _PLAIN_ID:
+        return b'"' + value.encode() + b'"'
+    return None
+
+
+def _handshake_version(params: Any) -> str | None:
+    """The version an ``initialize`` negotiates, if its params are what the SDK accepts."""
+    if not isinstance(params, dict):
+        return None
+    version = params.get("protocolVersion")
+    if not isinstance(version, str) or not _capabilities(params.get("capabilities")):
+        return None
+    return version if _implementation(params.get("clientInfo")) else None
+
+
+def _modern_version(params: Any) -> str | None:
+    """The protocol version of a 2026-07-28 request whose params are its envelope and nothing else."""
+    if not isinstance(params, dict) or set(params) != {"_meta"} or not isinstance(params["_meta"], dict):
+        return None
+    meta = params["_meta"]
+    version, caps, info = meta.get(PROTOCOL_VERSION), meta.get(CLIENT_CAPABILITIES), meta.get(CLIENT_INFO)
+    if not isinstance(version, str) or not _capabilities(caps):
+        return None
+    if info is not None and not _implementation(info):
+        return None
+    return version
+
+
+def _capabilities(value: Any) -> bool:
+    return isinstance(value, dict) and all(isinstance(v, dict) for v in value.values())
+
+
+def _implementation(value: Any) -> bool:
+    return isinstance(value, dict) and isinstance(value.get("name"), str) and isinstance(value.get("version"), str)
+
+
+class Prelude:
+    """The stdio end before the gateway is up: the record's answers, and the early servers."""
+
+    def __init__(self, record: Record | None, children: dict[str, Spawned]) -> None:
+        self.record = record
+        self.children = children
+        """Stdio servers started before the gateway, by id (adopted by their ``Downstream``)."""
+        self.listed = False
+        """Whether a ``tools/list`` was answered from the record."""
+        self._kept: list[bytes] = []
+        self._kept_bytes = 0
+        self._buffer = bytearray()
+        self._out = bytearray()
+        self._private: set[str] = set()
+        self._answered = 0
+        self._era: str | None = None
+        """None until the first request; "handshake" or "modern" while answering; "gateway" once
+        a request was left to the gateway's session (then every later one is, in order)."""
+        self._version = ""
+        self._reading = True
+        self._thread: threading.Thread | None = None
+        self._wake_r, self._wake_w = -1, -1
+
+    @classmethod
+    def begin(cls, config: Config) -> Prelude:
+        """Start every stdio server now; answer the client from the record when there is one."""
+        children: dict[str, Spawned] = {}
+        for server in config.servers:
+            if server.enabled and server.transport == "stdio" and server.command and server.unset_reason is None:
+                try:
+                    children[server.id] = spawn(server.command, server.args, server.env, server.cwd)
+                except OSError:
+                    continue  # its Downstream tries again and reports why (command not found, ...)
+        prelude = cls(None, children)
+        _stop_children_on_signals(children)
+        record = None
+        if config.gateway.warm_start:
+            usable, lock = read_lock_bytes(config)
+            if usable:
+                from catalog.warm import record_key
+
+                record = load_record(config.gateway.state_dir, record_key(launch_identity(config, lock)))
+        prelude.record = record
+        wanted = os.environ.get(PRELUDE_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+        if record is not None and wanted and _pipe(0) and _pipe(1):
+            prelude._start()
+        return prelude
+
+    # --- the thread -------------------------------------------------------------------
+
+    def _start(self) -> None:
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(1, False)  # an answer the client does not read must never block this thread
+        self._thread = threading.Thread(target=self._run, name="prefixgate-prelude", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> Handoff:
+        """Stop answering and hand over: what was read and not answered, and what is unwritten."""
+        if self._thread is not None:
+            os.write(self._wake_w, b"x")
+            self._thread.join()
+            os.close(self._wake_r)
+            os.close(self._wake_w)
+            os.set_blocking(1, True)
+            self._thread = None
+        if self._answered:
+            log.info("warm start: answered %d request(s) from the record before the gateway was up", self._answered)
+        unread = b"".join(self._kept) + bytes(self._buffer)
+        handoff = Handoff(unread, bytes(self._out), frozenset(self._private))
+        self._kept, self._buffer, self._out = [], bytearray(), bytearray()
+        return handoff
+
+    def _run(self) -> None:
+        try:
+            self._serve()
+        except Exception as exc:  # noqa: BLE001 - whatever went wrong, the gateway reads the rest
+            self._reading = False
+            log.warning("warm start: stopped answering early: %s", exc)
+
+    def _serve(self) -> None:
+        while True:
+            readable = [self._wake_r, 0] if self._reading else [self._wake_r]
+            ready, writable, _ = select.select(readable, [1] if self._out else [], [])
+            if self._wake_r in ready:
+                return
+            if writable:
+                self._write()
+            if 0 in ready:
+                chunk = os.read(0, 1 << 16)
+                if not chunk:
+                    self._reading = False  # EOF: the gateway sees it too, after the kept lines
+                    continue
+                self._buffer += chunk
+                self._lines()
+
+    def _write(self) -> None:
+        try:
+            written = os.write(1, self._out)
+        except BlockingIOError:
+            return
+        except OSError:
+            self._out.clear()  # the client closed its end: nothing more reaches it
+            return
+        del self._out[:written]
+
+    def _lines(self) -> None:
+        while (end := self._buffer.find(b"\n")) >= 0:
+            line = bytes(self._buffer[: end + 1])
+            del self._buffer[: end + 1]
+            self._line(line)
+        if len(self._buffer) > LINE_LIMIT or self._kept_bytes > KEPT_LIMIT:
+            self._reading = False  # the rest is the gateway's to read, as it arrives
+        if self._out:
+            self._write()
+
+    def _keep(self, line: bytes) -> None:
+        self._kept.append(line)
+        self._kept_bytes += len(line)
+
+    def _line(self, line: bytes) -> None:
+        if self._era == "gateway" or len(line) > LINE_LIMIT:
+            self._keep(line)
+            return
+        try:
+            message = json.loads(line)
+        except ValueError:
+            message = None
+        request_id = _plain_id(message.get("id")) if isinstance(message, dict) else None
+        if (
+            not isinstance(message, dict)
+            or message.get("jsonrpc") != "2.0"
+            or request_id is None
+            or not isinstance(message.get("method"), str)
+        ):
+            self._keep(line)  # a notification, a response, or something only the gateway answers
+            return
+        answer = self._answer(message)
+        if answer is None:
+            self._keep(line)
+            if self._era is None:
+                self._era = "gateway"
+            return
+        self._out += answer.line(request_id)
+        self._answered += 1
+        if answer.method == "tools/list":
+            self.listed = True
+
+    def _answer(self, message: dict[str, Any]) -> Any:
+        """The recorded answer to ``message`` (None: the gateway answers it), opening the era."""
+        record = self.record
+        assert record is not None
+        method, params = message["method"], message.get("params")
+        if self._era is None and method == "initialize":
+            version = _handshake_version(params)
+            if version is None:
+                return None
+            answered = {v for m, v in record.answered() if m == "initialize"}
+            negotiated = version if version in answered else LATEST_HANDSHAKE
+            answer = record.answer("initialize", negotiated)
+            if answer is not None:
+                self._era, self._version = "handshake", negotiated
+                self._replay(message)
+            return answer
+        if self._era == "handshake" and method in LISTS:
+            meta = params.get("_meta") if isinstance(params, dict) else None
+            if params not in (None, {}) and not (set(params) == {"_meta"} and isinstance(meta, dict)):
+                return None  # a cursor (the gateway's lists are one page) or anything else: the gateway's
+            return record.answer(method, self._version)
+        if self._era in (None, "modern") and method in ("server/discover", *LISTS):
+            version = _modern_version(params)
+            answer = record.answer(method, version) if version is not None else None
+            if answer is not None and self._era is None:
+                self._era = "modern"
+                self._replay(message)  # the gateway's session opens in the era the client chose
+            return answer
+        return None
+
+    def _replay(self, message: dict[str, Any]) -> None:
+        """Keep the era's opening request for the gateway's session, under an id only this end
+        knows: its answer there is dropped (the client has this one)."""
+        private = "prefixgate-prelude-" + secrets.token_hex(8)
+        self._private.add(private)
+        self._keep(json.dumps({**message, "id": private}, separators=(",", ":")).encode() + b"\n")
+
+
+def _pipe(fd: int) -> bool:
+    """Whether ``fd`` is a pipe or socket (how clients start a server); else the SDK's own stdio
+    transport serves, and nothing is answered early."""
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError:
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+
+
+def _stop_children_on_signals(children: dict[str, Spawned]) -> None:
+    """Until the gateway handles the stop signals itself, a stop signal ends every server
+    started early (their own process groups: they would outlive the gateway) and exits."""
+    if not children:
+        return
+
+    def stop(signum: int, frame: Any) -> None:
+        for sent in (signal.SIGTERM, signal.SIGKILL):
+            for child in children.values():
+                try:
+                    os.killpg(child.pid, sent)
+                except OSError:
+                    pass
+            time.sleep(0.1)
+        os._exit(128 + signum)
+
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, stop)

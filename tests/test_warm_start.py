@@ -1,0 +1,526 @@
+"""Warm start: a start with the record of the same config answers at once, and the barrier,
+run behind it, confirms the bytes or starts one new epoch. Real gateways, real servers (the
+demo server and a mutating one behind ``tests.gated_server``, whose gates change how a server
+starts without changing its command), the real SDK client in both eras, stdio and HTTP."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp_types as types
+import pytest
+
+from tests.helpers import (
+    ERAS,
+    GATEWAY,
+    PYTHON,
+    RawGateway,
+    catalog_json,
+    http_gateway,
+    raw_gateway,
+    run_cli,
+    sdk_client,
+    text,
+    wait_for,
+    write_config,
+)
+
+pytestmark = pytest.mark.anyio
+ROOT = Path(__file__).resolve().parent.parent
+PUBLISHED = "warm start: published the last verified catalog"
+
+
+def gated(gates: Path, *server: str | int | float) -> dict[str, Any]:
+    """A server table: ``server`` (a demo server's arguments, or a module's) behind ``gates``."""
+    gates.mkdir(exist_ok=True)
+    command = [PYTHON, "-m", *map(str, server)] if server[0] == "tests.mutating_server" else [
+        PYTHON, "-m", "gateway", "demo-server", *map(str, server)
+    ]
+    return {"command": PYTHON, "args": ["-m", "tests.gated_server", str(gates), *command], "cwd": str(ROOT)}
+
+
+def two_servers(tmp_path: Path, **gateway: Any) -> tuple[Path, Path]:
+    """A fast demo server and one behind gates (``s``); the config and the gate directory."""
+    gates = tmp_path / "gates"
+    servers = {
+        "a": {"command": PYTHON, "args": ["-m", "gateway", "demo-server", "--tools", "1", "--rich", "--name", "a"]},
+        "s": {**gated(gates, "--tools", "1", "--name", "s"), "startup_timeout": 60},
+    }
+    return write_config(tmp_path, servers, gateway={"discovery_deadline": 120, **gateway}), gates
+
+
+def remember(config: Path) -> dict[str, Any]:
+    """``catalog`` leaves the warm-start record behind; its report (what a cold start publishes)."""
+    report = catalog_json(config)
+    assert list((config.parent / "state" / "warm").glob("*.rec")), "catalog left no warm-start record"
+    return report
+
+
+def names(tools: Any) -> list[str]:
+    return [t.name for t in tools.tools]
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_warm_start_lists_every_tool_before_its_servers_are_up(tmp_path: Path, mode: str) -> None:
+    config, gates = two_servers(tmp_path)
+    report = remember(config)
+    (gates / "delay").write_text("60")
+    log = tmp_path / "serve.log"
+    with anyio.fail_after(30):
+        async with sdk_client(config, mode, errlog=log) as client:
+            listed = await client.list_tools()
+            assert names(listed) == [d["name"] for d in report["declarations"]]
+            assert "s__echo" in names(listed)
+            assert "[s] ready" not in log.read_text()
+            # The answers came before the gateway was up; once it is, it says it started warm.
+            await wait_for(lambda: PUBLISHED in log.read_text())
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_call_in_the_warm_window_waits_for_its_server(tmp_path: Path, mode: str) -> None:
+    config, gates = two_servers(tmp_path)
+    remember(config)
+    (gates / "delay").write_text("3")
+    log = tmp_path / "serve.log"
+    async with sdk_client(config, mode, errlog=log) as client:
+        result = await client.call_tool("s__echo", {"text": "made it"})
+        assert not result.is_error and text(result) == "made it"
+    assert PUBLISHED in log.read_text()
+
+
+class Seen:
+    """The list_changed notifications a handshake-era client received."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    async def __call__(self, message: Any) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            self.count += 1
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_server_that_cannot_start_keeps_its_tools_and_the_epoch(tmp_path: Path, mode: str) -> None:
+    config, gates = two_servers(tmp_path)
+    remember(config)
+    (gates / "fail").write_text("broken on purpose")
+    log = tmp_path / "serve.log"
+    seen = Seen()
+    options = {"message_handler": seen} if mode == "legacy" else {}
+    async with sdk_client(config, mode, errlog=log, **options) as client:
+        before = await client.list_tools()
+        result = await client.call_tool("s__echo", {"text": "x"})
+        assert result.is_error
+        assert text(result).startswith("Server 's' is down (exited during start-up (exit status 3)")
+        assert "broken on purpose" in text(result)
+        await wait_for(lambda: "warm start confirmed" in log.read_text())
+        assert names(await client.list_tools()) == names(before)
+        assert seen.count == 0
+    assert "server 's' is failed (its recorded tools are kept)" in log.read_text()
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_tools_changed_between_runs_are_one_new_epoch_after_their_server_starts(
+    tmp_path: Path, mode: str
+) -> None:
+    gates, state = tmp_path / "gates", tmp_path / "mutations.json"
+    server = {**gated(gates, "tests.mutating_server", str(state)), "startup_timeout": 60}
+    config = write_config(tmp_path, {"m": server})
+    remember(config)
+    state.write_text(json.dumps(["add"]))  # the server now lists one more tool
+    (gates / "delay").write_text("2")
+    log = tmp_path / "serve.log"
+    seen = Seen()
+    options = {"message_handler": seen} if mode == "legacy" else {}
+    async with sdk_client(config, mode, errlog=log, **options) as client:
+        assert "m__gamma" not in names(await client.list_tools())
+        if mode == "legacy":
+            await wait_for(lambda: seen.count >= 1)
+        else:
+            async with client.listen(tools_list_changed=True) as events:
+                with anyio.fail_after(30):
+                    async for _ in events:
+                        seen.count += 1
+                        break
+        assert "m__gamma" in names(await client.list_tools())
+        await client.list_tools()  # after a round trip, a second notification would have arrived
+        assert seen.count == 1
+    text_log = log.read_text()
+    assert "new epoch (the discovery barrier after a warm start)" in text_log
+    assert "added: m__gamma" in text_log and "server 'm' lists other tools" in text_log
+
+
+def _changed_args(config: Path, tmp_path: Path) -> None:
+    config.write_text(config.read_text().replace('"--tools", "1", "--name", "a"', '"--tools", "2", "--name", "a"'))
+
+
+def _changed_env(config: Path, tmp_path: Path) -> None:
+    config.write_text(config.read_text() + '[servers.a.env]\nTOKEN = "two"\n')
+
+
+def _changed_profile(config: Path, tmp_path: Path) -> None:
+    config.write_text(config.read_text() + '[client]\nprofile = "anthropic"\n')
+
+
+def _changed_lock(config: Path, tmp_path: Path) -> None:
+    proc = run_cli("catalog", "lock", "--config", str(config))
+    assert proc.returncode == 0, proc.stderr
+    shutil.rmtree(config.parent / "state" / "warm")  # catalog lock left a record for the new lock: not this test
+
+
+@pytest.mark.parametrize(
+    "change", [_changed_args, _changed_env, _changed_profile, _changed_lock], ids=["args", "env", "profile", "lock"]
+)
+async def test_the_record_is_not_used_when_anything_it_is_keyed_by_differs(tmp_path: Path, change: Any) -> None:
+    servers = {
+        "a": {
+            "command": PYTHON,
+            "args": ["-m", "gateway", "demo-server", "--tools", "1", "--name", "a"],
+            "env": {"TOKEN": "one"},
+        }
+    }
+    config = write_config(tmp_path, servers)
+    if change is _changed_env:
+        config.write_text(config.read_text().replace('env = {"TOKEN" = "one"}\n', ""))
+        config.write_text(config.read_text() + '[servers.a.env]\nTOKEN = "one"\n')
+        remember(config)
+        config.write_text(config.read_text().replace('TOKEN = "one"', 'TOKEN = "two"'))
+    else:
+        remember(config)
+        change(config, tmp_path)
+    log = tmp_path / "serve.log"
+    async with sdk_client(config, "legacy", errlog=log) as client:
+        assert names(await client.list_tools())
+        await wait_for(lambda: "catalog: " in log.read_text())  # the barrier's line: the gateway is up
+    assert PUBLISHED not in log.read_text()
+    if change is _changed_lock:
+        assert "catalog lock: published the locked catalog" in log.read_text()
+
+
+def _record(config: Path) -> Path:
+    (found,) = (config.parent / "state" / "warm").glob("*.rec")
+    return found
+
+
+def _bad_json(record: Path, other: Path) -> None:
+    data = record.read_bytes()
+    record.write_bytes(data[: data.index(b"\n") + 1] + b"x" + data[data.index(b"\n") + 2 :])
+
+
+def _damaged_blob(record: Path, other: Path) -> None:
+    data = bytearray(record.read_bytes())
+    data[-5] ^= 0x01
+    record.write_bytes(bytes(data))
+
+
+def _loose_mode(record: Path, other: Path) -> None:
+    record.chmod(0o666)
+
+
+def _foreign_owner(record: Path, other: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("giving a file to another owner needs root (the CI machine runs as root)")
+    os.chown(record, 65534, 65534)
+
+
+def _another_configs(record: Path, other: Path) -> None:
+    shutil.copyfile(other, record)
+
+
+def _symlink(record: Path, other: Path) -> None:
+    record.unlink()
+    record.symlink_to(other)
+
+
+def _fifo(record: Path, other: Path) -> None:
+    record.unlink()
+    os.mkfifo(record, 0o600)  # opened without blocking, refused as not a regular file
+
+
+@pytest.mark.parametrize(
+    ("damage", "reason"),
+    [
+        (_bad_json, "header is not JSON"),
+        (_damaged_blob, "is damaged"),
+        (_loose_mode, "writable by group or others"),
+        (_foreign_owner, "is owned by uid 65534"),
+        (_another_configs, "belongs to another config"),
+        (_symlink, "is a symlink"),
+        (_fifo, "is not a regular file"),
+    ],
+    ids=["json", "blob", "mode", "owner", "foreign", "symlink", "fifo"],
+)
+async def test_a_damaged_or_foreign_record_is_ignored_with_one_log_line(
+    tmp_path: Path, damage: Any, reason: str
+) -> None:
+    other_dir = tmp_path / "other"
+    other_dir.mkdir()
+    other = write_config(other_dir, {"b": {"command": PYTHON, "args": ["-m", "gateway", "demo-server", "--name", "b"]}})
+    remember(other)
+    config = write_config(tmp_path, {"a": {"command": PYTHON, "args": ["-m", "gateway", "demo-server", "--name", "a"]}})
+    remember(config)
+    damage(_record(config), _record(other))
+    log = tmp_path / "serve.log"
+    async with sdk_client(config, "auto", errlog=log) as client:
+        assert "a__echo" in names(await client.list_tools())
+        await wait_for(lambda: "catalog: " in log.read_text())
+    logged = log.read_text()
+    assert PUBLISHED not in logged
+    ignored = [line for line in logged.splitlines() if "warm-start record" in line and "ignored" in line]
+    assert len(ignored) == 1 and reason in ignored[0], logged
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_warm_start_over_http(tmp_path: Path, mode: str) -> None:
+    config, gates = two_servers(tmp_path)
+    report = remember(config)
+    (gates / "delay").write_text("60")
+    with http_gateway(config) as (url, stderr):
+        with anyio.fail_after(30):
+            async with sdk_client(url, mode) as client:
+                assert names(await client.list_tools()) == [d["name"] for d in report["declarations"]]
+        assert "[s] ready" not in stderr.read_text()
+        assert PUBLISHED in stderr.read_text()
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_initialize_never_waits_for_the_barrier_on_a_first_start(tmp_path: Path, mode: str) -> None:
+    """No record at all: the handshake (or server/discover) is answered while a server is still
+    starting, advertising everything the gateway may relay; tools/list waits for the barrier."""
+    config, gates = two_servers(tmp_path)
+    (gates / "delay").write_text("60")
+    log = tmp_path / "serve.log"
+    with anyio.fail_after(30):
+        async with sdk_client(config, mode, errlog=log) as client:
+            caps = client.session.server_capabilities
+            assert caps is not None and caps.prompts is not None and caps.resources is not None
+            assert "[s] ready" not in log.read_text()
+            with anyio.move_on_after(2):
+                await client.list_tools()
+                pytest.fail("tools/list was answered before the barrier on a first start")
+
+
+async def test_under_a_lock_the_locked_catalog_is_served_at_once(tmp_path: Path) -> None:
+    config, gates = two_servers(tmp_path)
+    assert run_cli("catalog", "lock", "--config", str(config)).returncode == 0
+    locked = catalog_json(config)["declarations"]
+    shutil.rmtree(tmp_path / "state" / "warm")  # no record: the lock alone
+    (gates / "delay").write_text("60")
+    log = tmp_path / "serve.log"
+    with anyio.fail_after(30):
+        async with sdk_client(config, "auto", errlog=log) as client:
+            listed = await client.session.send_request(types.ListToolsRequest(), types.ListToolsResult)
+            assert [t.name for t in listed.tools] == [d["name"] for d in locked]
+    assert "catalog lock: published the locked catalog" in log.read_text()
+
+
+@pytest.mark.parametrize("command", [("doctor", "--json"), ("catalog", "lock")], ids=["doctor", "catalog-lock"])
+async def test_setup_commands_leave_the_record_behind(tmp_path: Path, command: tuple[str, ...]) -> None:
+    config, gates = two_servers(tmp_path)
+    proc = run_cli(*command, "--config", str(config), timeout=120)
+    assert proc.returncode in (0, 1), proc.stderr
+    (gates / "delay").write_text("60")
+    log = tmp_path / "serve.log"
+    with anyio.fail_after(30):
+        async with sdk_client(config, "legacy", errlog=log) as client:
+            assert "s__echo" in names(await client.list_tools())
+            await wait_for(lambda: PUBLISHED in log.read_text())
+
+
+async def test_a_server_down_three_starts_in_a_row_leaves_the_record(tmp_path: Path) -> None:
+    config, gates = two_servers(tmp_path)
+    remember(config)
+    (gates / "fail").write_text("gone for good")
+    for start in range(3):
+        log = tmp_path / f"serve-{start}.log"
+        async with sdk_client(config, "legacy", errlog=log) as client:
+            assert "s__echo" in names(await client.list_tools())
+            await wait_for(lambda log=log: "warm-start record written" in log.read_text())
+    assert "server 's' has not been ready in 3 starts in a row" in log.read_text()
+    log = tmp_path / "serve-last.log"
+    async with sdk_client(config, "legacy", errlog=log) as client:
+        assert "s__echo" not in names(await client.list_tools())
+        assert "a__echo" in names(await client.list_tools())
+        await wait_for(lambda: PUBLISHED in log.read_text())
+
+
+# --- the stdio start before the gateway is up --------------------------------------------
+
+
+def _hello(version: str) -> dict[str, Any]:
+    return {"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}
+
+
+LISTS = ("tools/list", "prompts/list", "resources/list", "resources/templates/list")
+
+
+def _exchange(gw: RawGateway, version: str) -> list[bytes]:
+    """initialize (or server/discover) and the four lists at ``version``: the answer lines."""
+    params: Any = None
+    if version == "2026-07-28":
+        params = {
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": version,
+                "io.modelcontextprotocol/clientCapabilities": {},
+                "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "0"},
+            }
+        }
+        gw.request(1, "server/discover", params)
+    else:
+        gw.request(1, "initialize", _hello(version))
+        gw.send(b'{"jsonrpc":"2.0","method":"notifications/initialized"}')
+    for n, method in enumerate(LISTS, start=2):
+        gw.request(n, method, params)
+    return sorted(gw.read_line() for _ in range(1 + len(LISTS)))
+
+
+@pytest.mark.parametrize("version", ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28"])
+async def test_the_first_answers_are_the_gateways_own_bytes(tmp_path: Path, version: str) -> None:
+    """What the stdio start answers from the record before the gateway is up is byte for byte
+    what the gateway answers itself (PREFIXGATE_PRELUDE=0: the same warm start, without it)."""
+    config, gates = two_servers(tmp_path)
+    remember(config)
+    (gates / "delay").write_text("60")
+    lines = {}
+    for prelude in ("1", "0"):
+        err = tmp_path / f"prelude-{prelude}.log"
+        with err.open("w") as stderr, raw_gateway(config, stderr, {"PREFIXGATE_PRELUDE": prelude}) as gw:
+            lines[prelude] = _exchange(gw, version)
+            gw.request(3, "tools/call", json.loads(_call_params(version)))
+            assert b"made it" in gw.read_line(), "the gateway took over and answers"
+        assert ("answered 5 request(s) from the record" in err.read_text()) == (prelude == "1"), err.read_text()
+    assert lines["1"] == lines["0"]
+    assert any(b'"prompts":[{' in line for line in lines["1"]), "the demo's prompts, answered from the record"
+
+
+def _call_params(version: str) -> str:
+    params: dict[str, Any] = {"name": "a__echo", "arguments": {"text": "made it"}}
+    if version == "2026-07-28":
+        params["_meta"] = {
+            "io.modelcontextprotocol/protocolVersion": version,
+            "io.modelcontextprotocol/clientCapabilities": {},
+        }
+    return json.dumps(params)
+
+
+async def test_what_the_start_cannot_answer_waits_for_the_gateway_in_order(tmp_path: Path) -> None:
+    """A request before initialize, a malformed one, a cursor: nothing is answered early, and
+    the gateway answers all of it, in the order sent (raw pipes, one line each)."""
+    config, _ = two_servers(tmp_path)
+    remember(config)
+    with (tmp_path / "serve.log").open("w") as stderr, raw_gateway(config, stderr) as gw:
+        gw.request(1, "ping")
+        gw.send(b"{not json")
+        gw.request(2, "initialize", _hello("2025-11-25"))
+        gw.send(b'{"jsonrpc":"2.0","method":"notifications/initialized"}')
+        gw.request(3, "tools/list", {"cursor": "x"})
+        answers = {message["id"]: message for message in (json.loads(gw.read_line()) for _ in range(4))}
+    assert answers[1] == {"jsonrpc": "2.0", "id": 1, "result": {}}
+    assert answers[None]["error"]["code"] == -32700
+    assert answers[2]["result"]["protocolVersion"] == "2025-11-25"
+    assert "a__echo" in [t["name"] for t in answers[3]["result"]["tools"]]
+    assert "answered" not in (tmp_path / "serve.log").read_text()
+
+
+async def test_a_stop_signal_during_the_start_leaves_no_server_running(tmp_path: Path) -> None:
+    """The servers are started before the gateway is imported; a SIGTERM in that moment ends
+    them too (each in its own process group), with the gateway's exit status 143."""
+    config, gates = two_servers(tmp_path)
+    (gates / "delay").write_text("60")
+    proc = subprocess.Popen(
+        [*GATEWAY, "serve", "--config", str(config)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        with anyio.fail_after(20):
+            while not (gates / "pid").exists():
+                await anyio.sleep(0.01)
+        pid = int((gates / "pid").read_text())
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 128 + signal.SIGTERM
+    finally:
+        proc.kill()
+        proc.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        await anyio.sleep(0.05)
+    pytest.fail(f"server {pid} outlived the gateway")
+
+
+def test_the_prelude_keys_match_the_sdk() -> None:
+    from mcp_types import CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY, PROTOCOL_VERSION_META_KEY
+    from mcp_types.version import LATEST_HANDSHAKE_VERSION
+
+    from gateway.upstream import prelude
+
+    assert prelude.PROTOCOL_VERSION == PROTOCOL_VERSION_META_KEY
+    assert prelude.CLIENT_CAPABILITIES == CLIENT_CAPABILITIES_META_KEY
+    assert prelude.CLIENT_INFO == CLIENT_INFO_META_KEY
+    assert prelude.LATEST_HANDSHAKE == LATEST_HANDSHAKE_VERSION
+
+
+def test_the_early_servers_inherit_what_the_sdk_passes_on() -> None:
+    from mcp.client.stdio import DEFAULT_INHERITED_ENV_VARS
+
+    from gateway.downstream.spawn import INHERITED_ENV
+
+    assert list(INHERITED_ENV) == list(DEFAULT_INHERITED_ENV_VARS)
+
+
+async def test_the_warm_record_is_shared_through_redis(tmp_path: Path) -> None:
+    """A replica with an empty state_dir starts warm from the record another one kept in Redis."""
+    from tests.helpers import redis_server
+
+    with redis_server(tmp_path / "redis") as redis:
+        servers = {"a": {"command": PYTHON, "args": ["-m", "gateway", "demo-server", "--name", "a"]}}
+        first_dir, second_dir = tmp_path / "one", tmp_path / "two"
+        first_dir.mkdir()
+        second_dir.mkdir()
+        store = {"store": redis.url}
+        first = write_config(first_dir, servers, gateway=store)
+        with http_gateway(first) as (url, stderr):
+            await wait_for(lambda: "warm-start record written" in stderr.read_text())
+        second = write_config(second_dir, servers, gateway=store)
+        assert not (second_dir / "state" / "warm").exists()
+        with http_gateway(second) as (url, stderr):
+            async with sdk_client(url, "auto") as client:
+                assert "a__echo" in names(await client.list_tools())
+            assert PUBLISHED in stderr.read_text()
+
+
+async def test_a_record_that_does_not_rebuild_to_its_bytes_is_dropped_and_the_client_relists(tmp_path: Path) -> None:
+    """The stdio start answers from the record before the gateway can check it; when the
+    gateway finds that the record's servers do not build the bytes it recorded (here: its
+    fingerprint forged), it publishes nothing from it, and a client that already listed is
+    told to list again."""
+    config, gates = two_servers(tmp_path)
+    remember(config)
+    record = _record(config)
+    data = record.read_bytes()
+    head_end = data.index(b"\n", data.index(b"\n") + 1)
+    header = json.loads(data[data.index(b"\n") + 1 : head_end])
+    forged = json.dumps({**header, "fingerprint": "0" * 64}, separators=(",", ":"), sort_keys=True).encode()
+    record.write_bytes(data[: data.index(b"\n") + 1] + forged + data[head_end:])
+    log = tmp_path / "serve.log"
+    seen = Seen()
+    async with sdk_client(config, "legacy", errlog=log, message_handler=seen) as client:
+        assert "s__echo" in names(await client.list_tools())  # answered from the record
+        await wait_for(lambda: seen.count >= 1)
+        assert "s__echo" in names(await client.list_tools())
+    logged = log.read_text()
+    assert "answered" in logged and "warm-start record ignored: its servers' lists build fingerprint" in logged
+    assert PUBLISHED not in logged
