@@ -269,7 +269,6 @@ class Hub:
         if self.client_saw is None or epoch is None or self.client_saw == epoch.fingerprint:
             return
         if any(c.server_session is not None for c in self.clients):  # else: told when it joins
-            self.client_saw = None
             await self._notify_tools()
 
     def _warm_changes(self) -> str:
@@ -577,6 +576,8 @@ class Hub:
         return False
 
     async def _notify_tools(self) -> None:
+        if any(c.server_session is not None for c in self.clients):
+            self.client_saw = None  # the client that listed before the gateway was up hears it now
         await self._broadcast(lambda s: s.send_tool_list_changed())
         await self.bus.publish(ToolsListChanged())
 

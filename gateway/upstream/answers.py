@@ -86,7 +86,7 @@ def _tools(version: str, result: bytes, tools: bytes) -> Answer:
 async def _exchange(hub: Hub, requests: list[tuple[str, Any] | None]) -> list[bytes]:
     """Run ``requests`` (None: ``notifications/initialized``) on one connection of the gateway's
     real server; the JSON result of each, as the stdio end writes it."""
-    server, options = build_server(hub, lambda ctx: ClientState())
+    server, options = build_server(hub, lambda ctx: ClientState(), detached=True)
     to_server, server_reads = anyio.create_memory_object_stream[SessionMessage | Exception](len(requests))
     server_writes, from_server = anyio.create_memory_object_stream[SessionMessage](16)
     results: dict[int, bytes] = {}

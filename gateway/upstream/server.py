@@ -58,9 +58,12 @@ RunWith = Callable[[Mapping[str, Any] | None], Awaitable[dict[str, Any]]]
 """One attempt at a request, given the answers of its retry (None on the first)."""
 
 
-def build_server(hub: Hub, new_state: StateFactory) -> tuple[Server[Any], InitializationOptions]:
-    """The low-level SDK server every transport (stdio, HTTP) runs."""
-    handlers = Handlers(hub, new_state)
+def build_server(
+    hub: Hub, new_state: StateFactory, *, detached: bool = False
+) -> tuple[Server[Any], InitializationOptions]:
+    """The low-level SDK server every transport (stdio, HTTP) runs; ``detached``: its clients are
+    not the hub's (no notifications, no relays: the warm-start record's own requests)."""
+    handlers = Handlers(hub, new_state, detached=detached)
     return handlers.server, handlers.options
 
 
@@ -73,10 +76,11 @@ class Handlers:
     bottom: the client, the barrier once, the name resolved once, then the call.
     """
 
-    def __init__(self, hub: Hub, new_state: StateFactory) -> None:
+    def __init__(self, hub: Hub, new_state: StateFactory, *, detached: bool = False) -> None:
         self.hub = hub
         self.router = hub.router
         self.new_state = new_state
+        self.detached = detached
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # logging/setLevel is deprecated in 2026-07-28; still served
             self.server: Server[Any] = Server(
@@ -106,7 +110,9 @@ class Handlers:
         """The gateway's record of the client this request came from (made on first use)."""
         connection = connection_of(ctx)
         client: ClientConnection | None = connection.state.get(_STATE_KEY)
-        if client is None:
+        if client is None and self.detached:
+            client = connection.state[_STATE_KEY] = ClientConnection(self.new_state(ctx))
+        elif client is None:
             client = await self.hub.connect(self.new_state(ctx))
             connection.state[_STATE_KEY] = client
             connection.exit_stack.callback(self.hub.disconnect, client)
