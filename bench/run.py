@@ -33,7 +33,7 @@ from typing import Any
 
 import anyio
 
-from bench import bigresult, calls, catalog5k, flood, startup, stores
+from bench import bigresult, calls, catalog5k, flood, startup, stores, warm
 from bench.common import ROOT, fastmcp_python
 
 BENCHMARKS: dict[str, Callable[[Any], Any]] = {
@@ -43,6 +43,7 @@ BENCHMARKS: dict[str, Callable[[Any], Any]] = {
     "bigresult": bigresult.run,
     "flood": flood.run,
     "stores": stores.run,
+    "warm": warm.run,
 }
 
 
@@ -179,6 +180,7 @@ def targets(results: dict[str, Any]) -> list[Target]:
             strict=True,
         ),
     ]
+    out += warm_targets(results)
     mem = _get(results, "bigresult", "contenders", "prefixgate", "gateway_memory") or {}
     if "peak_added_over_size" in mem:
         value = mem["peak_added_over_size"]
@@ -204,6 +206,39 @@ def targets(results: dict[str, Any]) -> list[Target]:
         for t in out:
             t.note = (t.note + "; " if t.note else "") + "quick run: sizes and counts reduced"
     return out
+
+
+def warm_targets(results: dict[str, Any]) -> list[Target]:
+    """Issue 23: the first complete tools/list of a warm start, and of a first-ever one."""
+    servers = _get(results, "warm", "settings", "servers") or 3
+    slowest = _get(results, "warm", "settings", "slowest_s") or 1.5
+    what = f"spawn to first complete tools/list, {servers} real servers, the slowest {slowest:g} s"
+    identical = _get(results, "warm", "bytes_identical")
+    return [
+        _time_target("warm-start", f"{what}: warm start", _get(results, "warm", "contenders", "warm", "time_to_list_s"),
+                     0.5),
+        _time_target(
+            "warm-start-2026-07-28",
+            f"{what}: warm start, 2026-07-28 client (server/discover, tools/list)",
+            _get(results, "warm", "contenders", "warm-2026-07-28", "time_to_list_s"),
+            0.5,
+        ),
+        _ratio_target(
+            "first-start",
+            f"{what}: first-ever start / the slowest server alone",
+            _get(results, "warm", "ratios", "first-start/slowest"),
+            1.1,
+        ),
+        Target(
+            "warm-bytes",
+            "published bytes of the warm and the first-ever start, every round",
+            "identical",
+            None if identical is None else float(identical),
+            "",
+            identical,
+            "n/a" if identical is None else ("identical" if identical else "DIFFERENT"),
+        ),
+    ]
 
 
 # --- the Markdown ---------------------------------------------------------------------
@@ -339,6 +374,13 @@ def measurement_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, 
                         f"{mem['peak_added_over_size']:.2f}x size added",
                     )
                 )
+    wm = results.get("warm")
+    if isinstance(wm, dict) and "contenders" in wm:
+        ws = wm["settings"]
+        label = f"spawn to first complete tools/list, {ws['servers']} servers (slowest {ws['slowest_s']:g} s)"
+        for name, c in wm["contenders"].items():
+            r = wm["ratios"].get(f"{name}/slowest")
+            rows.append((label, name, _ms(c["time_to_list_s"]["median"]), _spread(c["time_to_list_s"]), _ratio(r)))
     fl = results.get("flood")
     if isinstance(fl, dict) and "phases" in fl:
         rows += flood.rows(fl)

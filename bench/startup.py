@@ -12,6 +12,9 @@ Contenders, interleaved round by round:
 - ``direct-xN`` (context): N direct clients spawning the N slow servers at once, until all
   have listed: what N Python servers cost to start on this machine, gateway or not.
 
+Every start here is a first-ever one (``warm_start = false``): this measures the barrier;
+``bench/warm.py`` measures a start that answers from the last verified catalog.
+
 The barrier itself is measured with ``bench/slow_server.py`` (standard library only, so
 ten of them do not fight over two cores importing the SDK): ``light-N`` is prefixgate
 with N such servers, ``light-1`` prefixgate with the slowest of them alone; their ratio
@@ -43,6 +46,8 @@ from bench.common import (
 TOOLS = 3  # generated tools per server; each demo server also has 7 fixed ones
 LIGHT = Path(__file__).resolve().parent / "slow_server.py"
 PER_SERVER = TOOLS + 7
+COLD = {"warm_start": False}
+"""No warm-start record: every start waits for its barrier, which is what this measures."""
 
 
 async def _time_to_list(contender: Contender, ctx: Any, expect: int) -> float:
@@ -81,7 +86,7 @@ async def run(ctx: Any) -> dict[str, Any]:
     runs: dict[str, tuple[Contender, Any]] = {
         "single": (single, lambda c: _time_to_list(c, ctx, PER_SERVER)),
         "prefixgate": (
-            via_prefixgate("prefixgate", gateway_config(tmp / "pg", servers)),
+            via_prefixgate("prefixgate", gateway_config(tmp / "pg", servers, gateway=COLD)),
             lambda c: _time_to_list(c, ctx, count * PER_SERVER),
         ),
     }
@@ -98,17 +103,17 @@ async def run(ctx: Any) -> dict[str, Any]:
         )
     light = {f"l{i:02d}": [str(LIGHT), str(delay), f"l{i:02d}"] for i in range(count)}
     runs[f"light-{count}"] = (
-        via_prefixgate(f"light-{count}", gateway_config(tmp / "light", light)),
+        via_prefixgate(f"light-{count}", gateway_config(tmp / "light", light, gateway=COLD)),
         lambda c: _time_to_list(c, ctx, count * 3),
     )
     runs["light-1"] = (
-        via_prefixgate("light-1", gateway_config(tmp / "light1", {"l00": light["l00"]})),
+        via_prefixgate("light-1", gateway_config(tmp / "light1", {"l00": light["l00"]}, gateway=COLD)),
         lambda c: _time_to_list(c, ctx, 3),
     )
     if not quick:  # context rows
         one_server = {"s00": servers["s00"]}
         runs["prefixgate-1"] = (
-            via_prefixgate("prefixgate-1", gateway_config(tmp / "pg1", one_server)),
+            via_prefixgate("prefixgate-1", gateway_config(tmp / "pg1", one_server, gateway=COLD)),
             lambda c: _time_to_list(c, ctx, PER_SERVER),
         )
         runs[f"direct-x{count}"] = (single, lambda c: _time_parallel(c, ctx, count))

@@ -41,7 +41,7 @@ def test_full_harness_smoke(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     results = json.loads((tmp_path / "latest.json").read_text())
-    for name in ("calls", "startup", "catalog", "bigresult", "flood", "stores"):
+    for name in ("calls", "startup", "catalog", "bigresult", "flood", "stores", "warm"):
         assert "error" not in results[name], results[name].get("error")
     assert results["_quick"] is True
     seq = results["calls"]["sequential"]
@@ -54,7 +54,8 @@ def test_full_harness_smoke(tmp_path: Path) -> None:
     assert all(p["next_call"] == "ok" for p in results["flood"]["phases"])
     assert results["stores"]["ratios"]["redis/file tool_search_s"]["n"] == results["stores"]["settings"]["rounds"]
     statuses = {t["id"]: t["status"] for t in results["_targets"]}
-    assert len(statuses) == 11 and set(statuses.values()) <= {"met", "MISSED", "n/a"}
+    assert len(statuses) == 15 and set(statuses.values()) <= {"met", "MISSED", "n/a"}
+    assert results["warm"]["bytes_identical"] is True  # the warm start published the first start's bytes
     fastmcp = "fastmcp-1" in seq["contenders"]
     assert (statuses["per-call-vs-fastmcp"] == "n/a") is not fastmcp
     table = (tmp_path / "latest.md").read_text()
