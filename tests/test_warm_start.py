@@ -162,15 +162,30 @@ def _changed_args(config: Path, tmp_path: Path) -> None:
     config.write_text(config.read_text().replace('"--tools", "1", "--name", "a"', '"--tools", "2", "--name", "a"'))
 
 
+def _changed_env(config: Path, tmp_path: Path) -> None:
+    config.write_text(config.read_text().replace('env = {"TOKEN" = "one"}', 'env = {"TOKEN" = "two"}'))
+
+
+def _changed_profile(config: Path, tmp_path: Path) -> None:
+    config.write_text(config.read_text() + '[client]\nprofile = "anthropic"\n')
+
+
 def _changed_lock(config: Path, tmp_path: Path) -> None:
     proc = run_cli("catalog", "lock", "--config", str(config))
     assert proc.returncode == 0, proc.stderr
     shutil.rmtree(config.parent / "state" / "warm")  # catalog lock left a record for the new lock: not this test
 
 
-# Every part of the key, in process: tests/test_warm_files.py. Here two, end to end.
-@pytest.mark.parametrize("change", [_changed_args, _changed_lock], ids=["args", "lock"])
-async def test_the_record_is_not_used_when_anything_it_is_keyed_by_differs(tmp_path: Path, change: Any) -> None:
+# Every part of the key, in process: tests/test_warm_files.py. Here the four an issue named,
+# end to end, the eras taking turns (the key is the same in both).
+@pytest.mark.parametrize(
+    ("change", "mode"),
+    [(_changed_args, "legacy"), (_changed_env, "auto"), (_changed_profile, "legacy"), (_changed_lock, "auto")],
+    ids=["args", "env", "profile", "lock"],
+)
+async def test_the_record_is_not_used_when_anything_it_is_keyed_by_differs(
+    tmp_path: Path, change: Any, mode: str
+) -> None:
     servers = {
         "a": {
             "command": PYTHON,
@@ -180,9 +195,11 @@ async def test_the_record_is_not_used_when_anything_it_is_keyed_by_differs(tmp_p
     }
     config = write_config(tmp_path, servers)
     remember(config)
+    before = config.read_text()
     change(config, tmp_path)
+    assert change is _changed_lock or config.read_text() != before
     log = tmp_path / "serve.log"
-    async with sdk_client(config, "legacy", errlog=log) as client:
+    async with sdk_client(config, mode, errlog=log) as client:
         assert names(await client.list_tools())
         await wait_for(lambda: "catalog: " in log.read_text())  # the barrier's line: the gateway is up
     assert PUBLISHED not in log.read_text()
@@ -204,11 +221,19 @@ def _another_configs(record: Path, other: Path) -> None:
     shutil.copyfile(other, record)
 
 
-# Every kind of damage, in process: tests/test_warm_files.py. Here two, end to end.
+def _loose_mode(record: Path, other: Path) -> None:
+    record.chmod(0o666)
+
+
+# Every kind of damage, in process: tests/test_warm_files.py. Here three, end to end.
 @pytest.mark.parametrize(
     ("damage", "reason"),
-    [(_bad_json, "header is not JSON"), (_another_configs, "belongs to another config")],
-    ids=["json", "foreign"],
+    [
+        (_bad_json, "header is not JSON"),
+        (_loose_mode, "writable by group or others"),
+        (_another_configs, "belongs to another config"),
+    ],
+    ids=["json", "mode", "foreign"],
 )
 async def test_a_damaged_or_foreign_record_is_ignored_with_one_log_line(
     tmp_path: Path, damage: Any, reason: str
