@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from gateway import __version__, logs
 from gateway.commands.base import Exit, load
@@ -177,22 +177,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["serve"]:
         args = serve_parser().parse_args(argv[1:])
         logs.setup(args.log_level)
-        try:
-            return _serve(args)
-        except (Exit, BaseExceptionGroup) as exc:
-            found = _exit_in(exc)
-            if found is None:
-                raise
-            sys.stderr.write(f"{found}\n")
-            return found.code
-        except KeyboardInterrupt:
-            return 130
+        return _exiting(lambda: _serve(args))
     p = parser()
     args = p.parse_args(argv)
     logs.setup(getattr(args, "log_level", "info"))
-    import anyio
-
-    from gateway.commands import artifacts, catalog, diff, doctor, importer, lock, login
+    from gateway.commands import diff, doctor, importer
 
     if args.command == "import":
         return importer.run(args)
@@ -202,22 +191,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.old is None or args.new is None:
             p.error("catalog diff: give OLD and NEW, or --lock")
         return diff.run(args)
+    return _exiting(lambda: _with_config(args))
+
+
+def _exiting(command: Callable[[], int]) -> int:
+    """Run a command; an ``Exit`` (also inside task-group exception groups) becomes its status
+    and its one line on stderr."""
     try:
-        config = load(args.config)
-        if args.command == "catalog" and args.catalog_action == "lock":
-            return anyio.run(lock.lock, config)
-        if args.command == "catalog" and args.catalog_action == "approve":
-            return anyio.run(lock.approve_command, config, args.names, args.all, args.yes)
-        if args.command == "catalog" and args.catalog_action == "diff":
-            return anyio.run(lock.diff, config, args.json)
-        if args.command == "catalog":
-            return anyio.run(catalog.run, config, args.json)
-        if args.command == "artifacts":
-            return artifacts.run(config, args)
-        if args.command == "login":
-            return anyio.run(login.login, config, args)
-        if args.command == "logout":
-            return login.logout(config, args)
+        return command()
     except (Exit, BaseExceptionGroup) as exc:
         found = _exit_in(exc)
         if found is None:
@@ -226,6 +207,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         return found.code
     except KeyboardInterrupt:
         return 130
+
+
+def _with_config(args: argparse.Namespace) -> int:
+    """The commands that read the config first (a bad one: exit 2, before anything starts)."""
+    import anyio
+
+    from gateway.commands import artifacts, catalog, lock, login
+
+    config = load(args.config)
+    if args.command == "catalog" and args.catalog_action == "lock":
+        return anyio.run(lock.lock, config)
+    if args.command == "catalog" and args.catalog_action == "approve":
+        return anyio.run(lock.approve_command, config, args.names, args.all, args.yes)
+    if args.command == "catalog" and args.catalog_action == "diff":
+        return anyio.run(lock.diff, config, args.json)
+    if args.command == "catalog":
+        return anyio.run(catalog.run, config, args.json)
+    if args.command == "artifacts":
+        return artifacts.run(config, args)
+    if args.command == "login":
+        return anyio.run(login.login, config, args)
+    if args.command == "logout":
+        return login.logout(config, args)
     return 2
 
 

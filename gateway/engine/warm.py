@@ -130,20 +130,20 @@ class WarmRecords:
             return
         async with self._lock:
             try:
-                await self._save(downstreams, published, checks, capture, lock, lock_bytes, served)
+                await self._write(downstreams, published, checks, capture, (lock, lock_bytes), served)
             except Exception as exc:  # noqa: BLE001 - a record not written costs the next start's speed only
                 log.warning("warm-start record not written: %s", exc)
 
-    async def _save(
+    async def _write(
         self,
         downstreams: Sequence[Downstream],
         published: Epoch,
         checks: CheckCache,
         capture: Capture | None,
-        lock: Lock | None,
-        lock_bytes: bytes | None,
+        under: tuple[Lock | None, bytes | None],
         served: bool,
     ) -> None:
+        lock, lock_bytes = under
         config = self.config
         servers, dropped = self.contributions(downstreams)
         epoch = published
