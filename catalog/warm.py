@@ -154,6 +154,7 @@ class Record:
         self.data = data
         self._data = memoryview(data)[end + 1 :]
         self._checked: dict[str, bytes] = {}
+        self._parsed: dict[str, Contribution] | None = None
         if not isinstance(header, dict):
             raise RecordError("header is not an object")
         self.key = _digest(header.get("key"), "key")
@@ -219,14 +220,17 @@ class Record:
         return Answer(method, version, self.blob(result), None if tools is None else self.blob(tools))
 
     def servers(self) -> dict[str, Contribution]:
-        """Each server's contribution (RecordError if the blob is damaged or malformed)."""
+        """Each server's contribution (RecordError if the blob is damaged or malformed), parsed once."""
+        if self._parsed is not None:
+            return dict(self._parsed)
         try:
             data = json.loads(self.blob(self._servers))
         except ValueError as exc:
             raise RecordError(f"servers blob is not JSON ({exc})") from None
         if not isinstance(data, dict):
             raise RecordError("servers blob is not an object")
-        return {str(sid): _contribution(sid, value) for sid, value in data.items()}
+        self._parsed = {str(sid): _contribution(sid, value) for sid, value in data.items()}
+        return dict(self._parsed)
 
 
 def _digest(value: object, what: str) -> str:

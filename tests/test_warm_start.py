@@ -477,6 +477,13 @@ async def test_the_warm_record_is_shared_through_redis(tmp_path: Path) -> None:
             async with sdk_client(url, "auto") as client:
                 assert "a__echo" in names(await client.list_tools())
             assert PUBLISHED in stderr.read_text()
+        third_dir = tmp_path / "three"  # over stdio: the start finds no file, the gateway finds Redis's
+        third_dir.mkdir()
+        third = write_config(third_dir, servers, gateway=store)
+        log = third_dir / "serve.log"
+        async with sdk_client(third, "legacy", errlog=log) as client:
+            assert "a__echo" in names(await client.list_tools())
+            await wait_for(lambda: PUBLISHED in log.read_text())
 
 
 async def test_a_record_that_does_not_rebuild_to_its_bytes_is_dropped_and_the_client_relists(tmp_path: Path) -> None:

@@ -104,11 +104,9 @@ async def warm_start(hub: Hub, prelude: Prelude | None) -> None:
         hub.load_lock()
     except LockError as exc:
         raise Exit(2, f"prefixgate: catalog lock: {exc}") from None
-    if prelude is not None:
-        record = prelude.record
-    else:
-        key = current_key(hub.config)
-        record = await hub.records.find(key) if key is not None else None
+    record = prelude.record if prelude is not None else None
+    if record is None and (key := current_key(hub.config)) is not None:
+        record = await hub.records.find(key, files=prelude is None)  # the prelude has read the file
     if record is None or not await hub.warm_start(record):
         await hub.locked_start()
 

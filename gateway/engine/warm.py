@@ -66,9 +66,10 @@ class WarmRecords:
         """What this process last wrote (or loaded): an unchanged record is not written again."""
         self._lock = anyio.Lock()
 
-    async def find(self, key: str) -> Record | None:
-        """The record of ``key``: the file under ``state_dir``, else the shared store's."""
-        record = await anyio.to_thread.run_sync(load_record, self.config.gateway.state_dir, key)
+    async def find(self, key: str, *, files: bool = True) -> Record | None:
+        """The record of ``key``: the file under ``state_dir`` (unless ``files`` is False: read
+        already), else the shared store's."""
+        record = await anyio.to_thread.run_sync(load_record, self.config.gateway.state_dir, key) if files else None
         if record is None and self.store is not None and self.store.shared:
             try:
                 data = await self.store.warm_record(key)

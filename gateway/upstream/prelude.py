@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from catalog.warm import LISTS, Record
+from catalog.warm import LISTS, Answer, Record, record_key
 from gateway.config import Config
 from gateway.downstream.spawn import Spawned, spawn
 from gateway.launch import launch_identity, read_lock_bytes
@@ -149,8 +149,6 @@ class Prelude:
         if config.gateway.warm_start:
             usable, lock = read_lock_bytes(config)
             if usable:
-                from catalog.warm import record_key
-
                 record = load_record(config.gateway.state_dir, record_key(launch_identity(config, lock)))
         prelude.record = record
         wanted = os.environ.get(PRELUDE_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
@@ -245,6 +243,9 @@ class Prelude:
             or not isinstance(message.get("method"), str)
         ):
             self._keep(line)  # a notification, a response, or something only the gateway answers
+            notification = isinstance(message, dict) and "id" not in message and "method" in message
+            if self._era is None and not notification:
+                self._era = "gateway"  # the gateway's session sees it first: everything after is its too
             return
         answer = self._answer(message)
         if answer is None:
@@ -257,7 +258,7 @@ class Prelude:
         if answer.method == "tools/list":
             self.listed = True
 
-    def _answer(self, message: dict[str, Any]) -> Any:
+    def _answer(self, message: dict[str, Any]) -> Answer | None:
         """The recorded answer to ``message`` (None: the gateway answers it), opening the era."""
         record = self.record
         assert record is not None
