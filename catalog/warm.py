@@ -152,6 +152,8 @@ class Record:
         except ValueError as exc:
             raise RecordError(f"header is not JSON ({exc})") from None
         self.data = data
+        self.where = ""
+        """Where the reader found it (its own label: the file store, or a shared store)."""
         self._data = memoryview(data)[end + 1 :]
         self._checked: dict[str, bytes] = {}
         self._parsed: dict[str, Contribution] | None = None

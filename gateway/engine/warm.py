@@ -31,7 +31,7 @@ from gateway.engine.checks import CheckCache
 from gateway.engine.epoch import Epoch, build_epoch, server_tools
 from gateway.launch import launch_identity, read_lock_bytes
 from gateway.state.store import StateStore
-from gateway.state.warmrecords import decoded, load_record, write_record
+from gateway.state.warmrecords import FILES, decoded, load_record, write_record
 
 log = logging.getLogger("prefixgate.warm")
 
@@ -84,7 +84,8 @@ class WarmRecords:
         """Give each server its recorded lists until it lists its own (``Downstream.remember``)."""
         self.record = record
         self.seeded = record.servers()
-        self._written = record.data
+        if record.where == FILES:
+            self._written = record.data  # on disk already: the same record is not written again
         for d in downstreams:
             recorded = self.seeded.get(d.id)
             if recorded is not None and d.config.enabled:

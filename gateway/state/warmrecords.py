@@ -28,6 +28,10 @@ _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 log = logging.getLogger("prefixgate.warm")
 
 
+FILES = "state_dir"
+"""``Record.where`` of a record read from its file."""
+
+
 class RecordUnusable(Exception):
     """A record file exists but must not be used; ``str()`` says why (one line)."""
 
@@ -120,13 +124,14 @@ def load_record(state_dir: Path, key: str) -> Record | None:
     except OSError as exc:
         log.warning("warm-start record ignored: cannot read it: %s", exc.strerror or exc)
         return None
-    return None if data is None else decoded(data, key, "state_dir")
+    return None if data is None else decoded(data, key, FILES)
 
 
 def decoded(data: bytes, key: str, where: str) -> Record | None:
     """``data`` as the record of ``key``, every part checked now; None (and one log line) if it is not."""
     try:
         record = Record(data)
+        record.where = where
         if record.key != key:
             raise RecordError("it belongs to another config (its key differs)")
         record.servers()
