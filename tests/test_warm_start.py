@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import time
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -88,7 +89,7 @@ async def test_a_warm_start_lists_every_tool_before_its_servers_are_up(tmp_path:
 async def test_a_call_in_the_warm_window_waits_for_its_server(tmp_path: Path, mode: str) -> None:
     config, gates = two_servers(tmp_path)
     remember(config)
-    (gates / "delay").write_text("3")
+    (gates / "delay").write_text("1.5")
     log = tmp_path / "serve.log"
     async with sdk_client(config, mode, errlog=log) as client:
         result = await client.call_tool("s__echo", {"text": "made it"})
@@ -136,7 +137,7 @@ async def test_tools_changed_between_runs_are_one_new_epoch_after_their_server_s
     config = write_config(tmp_path, {"m": server})
     remember(config)
     state.write_text(json.dumps(["add"]))  # the server now lists one more tool
-    (gates / "delay").write_text("2")
+    (gates / "delay").write_text("1")
     log = tmp_path / "serve.log"
     seen = Seen()
     options = {"message_handler": seen} if mode == "legacy" else {}
@@ -212,16 +213,21 @@ def _record(config: Path) -> Path:
     return found
 
 
-def _bad_json(record: Path, other: Path) -> None:
+def _bad_json(record: Path, tmp_path: Path) -> None:
     data = record.read_bytes()
     record.write_bytes(data[: data.index(b"\n") + 1] + b"x" + data[data.index(b"\n") + 2 :])
 
 
-def _another_configs(record: Path, other: Path) -> None:
-    shutil.copyfile(other, record)
+def _another_configs(record: Path, tmp_path: Path) -> None:
+    other_dir = tmp_path / "other"
+    other_dir.mkdir()
+    servers = {"b": {"command": PYTHON, "args": ["-m", "gateway", "demo-server", "--name", "b"]}}
+    other = write_config(other_dir, servers)
+    remember(other)
+    shutil.copyfile(_record(other), record)
 
 
-def _loose_mode(record: Path, other: Path) -> None:
+def _loose_mode(record: Path, tmp_path: Path) -> None:
     record.chmod(0o666)
 
 
@@ -238,13 +244,9 @@ def _loose_mode(record: Path, other: Path) -> None:
 async def test_a_damaged_or_foreign_record_is_ignored_with_one_log_line(
     tmp_path: Path, damage: Any, reason: str
 ) -> None:
-    other_dir = tmp_path / "other"
-    other_dir.mkdir()
-    other = write_config(other_dir, {"b": {"command": PYTHON, "args": ["-m", "gateway", "demo-server", "--name", "b"]}})
-    remember(other)
     config = write_config(tmp_path, {"a": {"command": PYTHON, "args": ["-m", "gateway", "demo-server", "--name", "a"]}})
     remember(config)
-    damage(_record(config), _record(other))
+    damage(_record(config), tmp_path)
     log = tmp_path / "serve.log"
     async with sdk_client(config, "auto", errlog=log) as client:
         assert "a__echo" in names(await client.list_tools())
@@ -280,7 +282,7 @@ async def test_initialize_never_waits_for_the_barrier_on_a_first_start(tmp_path:
             caps = client.session.server_capabilities
             assert caps is not None and caps.prompts is not None and caps.resources is not None
             assert "[s] ready" not in log.read_text()
-            with anyio.move_on_after(2):
+            with anyio.move_on_after(1):
                 await client.list_tools()
                 pytest.fail("tools/list was answered before the barrier on a first start")
 
@@ -288,14 +290,14 @@ async def test_initialize_never_waits_for_the_barrier_on_a_first_start(tmp_path:
 async def test_under_a_lock_the_locked_catalog_is_served_at_once(tmp_path: Path) -> None:
     config, gates = two_servers(tmp_path)
     assert run_cli("catalog", "lock", "--config", str(config)).returncode == 0
-    locked = catalog_json(config)["declarations"]
+    locked = sorted(t["name"] for t in tomllib.loads((tmp_path / "prefixgate.lock").read_text())["tools"])
     shutil.rmtree(tmp_path / "state" / "warm")  # no record: the lock alone
     (gates / "delay").write_text("60")
     log = tmp_path / "serve.log"
     with anyio.fail_after(30):
         async with sdk_client(config, "auto", errlog=log) as client:
-            listed = await client.session.send_request(types.ListToolsRequest(), types.ListToolsResult)
-            assert [t.name for t in listed.tools] == [d["name"] for d in locked]
+            listed = names(await client.list_tools())
+            assert [n for n in listed if n != "artifact_read"] == locked
     assert "catalog lock: published the locked catalog" in log.read_text()
 
 
@@ -359,13 +361,23 @@ def _exchange(gw: RawGateway, version: str) -> list[bytes]:
     return sorted(gw.read_line() for _ in range(1 + len(LISTS)))
 
 
-@pytest.mark.parametrize("version", ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28"])
-async def test_the_first_answers_are_the_gateways_own_bytes(tmp_path: Path, version: str) -> None:
-    """What the stdio start answers from the record before the gateway is up is byte for byte
-    what the gateway answers itself (PREFIXGATE_PRELUDE=0: the same warm start, without it)."""
-    config, gates = two_servers(tmp_path)
+@pytest.fixture(scope="module")
+def slow_with_record(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two servers, one slow to start (60 s), and the record ``catalog`` left: read only, shared
+    by the tests of this module that run in one worker."""
+    config, gates = two_servers(tmp_path_factory.mktemp("recorded"))
     remember(config)
     (gates / "delay").write_text("60")
+    return config
+
+
+@pytest.mark.parametrize("version", ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28"])
+async def test_the_first_answers_are_the_gateways_own_bytes(
+    tmp_path: Path, slow_with_record: Path, version: str
+) -> None:
+    """What the stdio start answers from the record before the gateway is up is byte for byte
+    what the gateway answers itself (PREFIXGATE_PRELUDE=0: the same warm start, without it)."""
+    config = slow_with_record
     lines = {}
     for prelude in ("1", "0"):
         err = tmp_path / f"prelude-{prelude}.log"
