@@ -520,3 +520,28 @@ async def test_a_record_that_does_not_rebuild_to_its_bytes_is_dropped_and_the_cl
     logged = log.read_text()
     assert "answered" in logged and "warm-start record ignored: its servers' lists build fingerprint" in logged
     assert PUBLISHED not in logged
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_classic_server_asks_for_input_in_the_warm_window(tmp_path: Path, mode: str) -> None:
+    """A server written the classic way (it asks with an elicitation request of its own), still
+    starting when the call comes from the warm catalog: the call waits for it, and its question
+    reaches the client as it would directly (a handshake-era client's callback, or a 2026-07-28
+    client's input_required round)."""
+    from tests.helpers import CALLBACKS
+
+    gates = tmp_path / "gates"
+    gates.mkdir()
+    server = {
+        "command": PYTHON,
+        "args": ["-m", "tests.gated_server", str(gates), PYTHON, "-m", "tests.backchannel_server"],
+        "cwd": str(ROOT),
+        "protocol": "legacy",
+    }
+    config = write_config(tmp_path, {"b": server})
+    remember(config)
+    (gates / "delay").write_text("1.5")
+    log = tmp_path / "serve.log"
+    async with sdk_client(config, mode, errlog=log, **CALLBACKS) as client:
+        assert text(await client.call_tool("b__ask", {})) == "accept:{'name': 'Ann'}"
+    assert PUBLISHED in log.read_text()
