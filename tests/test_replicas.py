@@ -317,3 +317,21 @@ async def test_stdio_gateways_of_one_session_share_it_through_redis(
     # record (read by a stdio start before it reaches anything, gateway/upstream/prelude.py).
     for name in ("a", "b"):
         assert sorted(p.name for p in (tmp_path / name / "state").iterdir()) == ["cache", "warm"]
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_the_gate_answers_lock_and_policy_before_asking_the_store(
+    tmp_path: Path, redis: RedisServer, mode: str
+) -> None:
+    """The gate's order holds on a shared store: a tool that policy denies is refused for that,
+    without asking the store for its activation, also while the store is down; a tool policy
+    allows is refused for the store only then."""
+    config = replica_config(tmp_path / "a", redis.url)
+    config.write_text(config.read_text() + '[policy]\ndeny = ["d__payload"]\n')
+    with http_gateway(config) as (url, _stderr):
+        async with client(url, mode) as c:
+            redis.stop()
+            denied = await c.call_tool("d__payload", {"bytes": 10})
+            assert denied.is_error and "is denied by policy (deny pattern 'd__payload')" in text(denied)
+            unread = await c.call_tool("d__echo", {"text": "x"})
+            assert unread.is_error and "cannot be read from the state store" in text(unread)

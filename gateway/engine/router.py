@@ -168,6 +168,9 @@ class Router:
             if name in self.removed:
                 return error_result(f"Tool {name!r} is no longer available: the catalog changed and it was removed.")
             return error_result(f"Unknown tool {name!r}: it is not in this gateway's catalog." + down_hint(self, name))
+        refusal = self.refusal(epoch, name)
+        if refusal is not None:
+            return error_result(refusal)
         if epoch.is_deferred(name) and not state.allows(name):
             unreadable = await state.refresh()  # granted on another replica? (shared store)
             if unreadable is not None:
@@ -175,9 +178,8 @@ class Router:
                     f"Tool {name} may not run: its activation cannot be read from the state store "
                     f"({unreadable}); nothing is granted until it can."
                 )
-        refusal = self.refusal(epoch, name, state)
-        if refusal is not None:
-            return error_result(refusal)
+            if not state.allows(name):
+                return error_result(not_active(name))
         problem = await argument_problem(epoch, name, arguments, self.validation)
         if problem is not None:
             return error_result(problem)
@@ -231,8 +233,10 @@ class Router:
             return error_result(f"artifact_read: cannot read the artifact ({exc.strerror or 'I/O error'}).")
         return text_result(answer)
 
-    def refusal(self, epoch: Epoch, name: str, state: ClientState) -> str | None:
-        """The catalog lock, policy, then activation: why this resolved tool may not run now, or None."""
+    def refusal(self, epoch: Epoch, name: str) -> str | None:
+        """The catalog lock, then policy: why this resolved tool may not run, or None. Checked
+        before activation, which a shared store may have to be asked for: a refused tool costs
+        no store round trip, and its answer is its refusal even while the store is down."""
         if name in epoch.lock_refusals:
             return epoch.lock_refusals[name]
         identities = epoch.catalog.by_name[name].identities
@@ -248,8 +252,6 @@ class Router:
             annotations = epoch.catalog.by_name[name].declaration.get("annotations")
             if not (isinstance(annotations, dict) and annotations.get("readOnlyHint") is True):
                 return f"Tool {name} is refused by policy: read_only = true allows only tools with readOnlyHint."
-        if epoch.is_deferred(name) and not state.allows(name):
-            return not_active(name)
         return None
 
     async def tool_search(self, epoch: Epoch, arguments: Mapping[str, Any], state: ClientState) -> dict[str, Any]:
