@@ -91,3 +91,53 @@ def violation(validator: jsonschema_rs.Validator, instance: JSON) -> tuple[list[
         return None
     best = min(errors, key=lambda e: (len(e.instance_path), e.kind.name in ("anyOf", "oneOf")))
     return list(best.instance_path), best.message
+
+
+def unset_nulls(schema: JSON, arguments: dict[str, JSON]) -> list[str]:
+    """The top-level arguments that are ``null`` where the schema makes them optional and not
+    nullable: what a model means by leaving them out (strict structured-output modes give an
+    optional field a nullable type and send ``null``). Left in, such a call would be refused
+    for an argument the model did not mean to give; taken out, the server sees it omitted.
+
+    Only a property whose own ``type``, ``enum`` or ``const`` excludes ``null`` and that has no
+    keyword that could admit it otherwise (``anyOf``, ``oneOf``, a reference, ...) is taken out;
+    a required one never is (it stays, and validation names it).
+    """
+    if not isinstance(schema, dict):
+        return []
+    properties = schema.get("properties")
+    required = schema.get("required")
+    if not isinstance(properties, dict):
+        return []
+    needed = set(required) if isinstance(required, list) else set()
+    return [
+        key
+        for key, value in arguments.items()
+        if value is None and key not in needed and _excludes_null(properties.get(key))
+    ]
+
+
+_ADMITTING = frozenset({"anyOf", "oneOf", "allOf", "not", "if", "nullable", *REFERENCE_KEYS})
+"""Keywords that could make ``null`` valid for a property in ways not read here: leave it alone then."""
+
+
+def _excludes_null(subschema: JSON) -> bool:
+    """Whether the property's own ``type``, ``enum`` or ``const`` make ``null`` invalid."""
+    if not isinstance(subschema, dict) or _ADMITTING & subschema.keys():
+        return False
+    excluded = False
+    if "enum" in subschema:
+        enum = subschema["enum"]
+        if not isinstance(enum, list) or None in enum:
+            return False
+        excluded = True
+    if "const" in subschema:
+        if subschema["const"] is None:
+            return False
+        excluded = True
+    kind = subschema.get("type", None)
+    if isinstance(kind, str):
+        return kind != "null"
+    if isinstance(kind, list) and kind and all(isinstance(k, str) for k in kind):
+        return "null" not in kind
+    return excluded and "type" not in subschema

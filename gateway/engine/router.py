@@ -24,7 +24,7 @@ from pydantic import TypeAdapter, ValidationError
 from catalog.schema import json_path
 from catalog.search import render
 from catalog.text import escape, quote
-from catalog.validation import violation
+from catalog.validation import unset_nulls, violation
 from gateway.config import PolicyConfig, SpillConfig
 from gateway.downstream.connection import Downstream, ProgressFn
 from gateway.engine.epoch import META_TOOLS, Epoch
@@ -180,6 +180,10 @@ class Router:
                 )
             if not state.allows(name):
                 return error_result(not_active(name))
+        if arguments and None in arguments.values():
+            dropped = unset_nulls(entry.declaration.get("inputSchema"), dict(arguments))
+            if dropped:  # null for an optional, non-nullable argument: left out, as the model meant
+                arguments = {k: v for k, v in arguments.items() if k not in dropped}
         problem = await argument_problem(epoch, name, arguments, self.validation)
         if problem is not None:
             return error_result(problem)
