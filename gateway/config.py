@@ -76,6 +76,9 @@ class ServerConfig:
     """Every ``${VAR}`` this (enabled) server's table references: what the environment must carry."""
     unset: tuple[tuple[str, str], ...] = ()
     """``(variable, key path)`` for each reference the environment did not set: the server cannot start."""
+    unusable: tuple[tuple[str, str], ...] = ()
+    """``(variable, key path)`` for each variable whose value cannot be used where it is referenced (a
+    header value with a control character or leading/trailing whitespace): the server cannot start."""
     auth: AuthKind | None = None
     """Remote servers: "oauth" (``prefixgate login``, then stored tokens) or "client_credentials"."""
     client_id: str | None = None
@@ -93,16 +96,28 @@ class ServerConfig:
 
     @property
     def unset_reason(self) -> str | None:
-        """Why the server cannot start (names and keys, never a value), or None."""
-        if not self.unset:
-            return None
-        names = sorted({name for name, _ in self.unset})
-        where = ", ".join(f"${{{name}}} in {key}" for name, key in self.unset)
-        plural = "s" if len(names) > 1 else ""
-        return (
-            f"environment variable{plural} {', '.join(names)} not set ({where}); "
-            "set it in the environment that starts prefixgate and restart it"
-        )
+        """Why the server cannot start because of its environment (names and keys, never a
+        value), or None: a variable unset, or one whose value cannot be used where it is."""
+        if self.unset:
+            return _variables_reason(self.unset, "not set", "set it")
+        if self.unusable:
+            return _variables_reason(
+                self.unusable,
+                "holds a control character (CR, LF, NUL...) or leading/trailing whitespace, which a header "
+                "value cannot carry (the value is not shown)",
+                "fix it",
+            )
+        return None
+
+
+def _variables_reason(found: tuple[tuple[str, str], ...], problem: str, fix: str) -> str:
+    names = sorted({name for name, _ in found})
+    where = ", ".join(f"${{{name}}} in {key}" for name, key in found)
+    plural = "s" if len(names) > 1 else ""
+    return (
+        f"environment variable{plural} {', '.join(names)} {problem} ({where}); "
+        f"{fix} in the environment that starts prefixgate and restart it"
+    )
 
 
 @dataclass(frozen=True)
@@ -610,14 +625,23 @@ def _server(
             **common,
         )
     url = expand(f"{where}.url", s["url"], env, refs)
-    headers = {k: expand(f"{where}.headers.{k}", v, env, refs) for k, v in sorted(s.get("headers", {}).items())}
+    raw_headers = s.get("headers", {})
+    headers = {k: expand(f"{where}.headers.{k}", v, env, refs) for k, v in sorted(raw_headers.items())}
     auth = _auth_fields(where, s, env, refs)
+    unusable: list[tuple[str, str]] = []
     # With a variable unset the values are incomplete: checked once it is set (the server fails meanwhile).
     if not refs.unset:
         if not re.match(r"^https?://", url):
             raise ConfigError(f"{where}.url", "expected an http:// or https:// URL")
         for name, value in headers.items():
-            header_problem(f"{where}.headers", name, value)
+            try:
+                header_problem(f"{where}.headers", name, value)
+            except ConfigError:
+                # The config's own text is the config's problem (exit 2); a variable's value is
+                # the environment's, and fails this server alone, as an unset one does.
+                culprits = _variables_in(raw_headers[name])
+                header_problem(f"{where}.headers", name, expand("", raw_headers[name], dict.fromkeys(culprits, "x")))
+                unusable += [(variable, f"{where}.headers.{name}") for variable in culprits]
     return ServerConfig(
         transport=s.get("transport", "http"),
         url=url,
@@ -625,8 +649,14 @@ def _server(
         **auth,
         variables=tuple(sorted(refs.names)),
         unset=tuple(refs.unset),
+        unusable=tuple(unusable),
         **common,
     )
+
+
+def _variables_in(text: str) -> list[str]:
+    """The variables ``text`` references (``$${`` is a literal ``${``), in order."""
+    return list(dict.fromkeys(name for part in text.split("$${") for name in _VAR.findall(part)))
 
 
 def _auth_fields(where: str, s: Mapping[str, Any], env: Mapping[str, str], refs: References) -> dict[str, Any]:

@@ -79,6 +79,7 @@ def _server(server: ServerConfig) -> dict[str, Any]:
     identity["args"] = list(server.args)
     identity["include"], identity["exclude"] = list(server.include), list(server.exclude)
     identity["scopes"], identity["unset"] = list(server.scopes), [list(u) for u in server.unset]
+    identity["unusable"] = [list(u) for u in server.unusable]
     identity["env"] = {name: _digest(value) for name, value in sorted(server.env.items())}
     identity["headers"] = {name.lower(): _digest(value) for name, value in sorted(server.headers.items())}
     identity["client_secret"] = _digest(server.client_secret) if server.client_secret is not None else None

@@ -7,6 +7,7 @@ Every test runs the real gateway with a deliberately misbehaving downstream
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -327,22 +328,42 @@ def test_hostile_names_are_printed_quoted(tmp_path: Path, command: list[str]) ->
 SECRET = "s3cr3t-t0ken-value"
 
 
-@pytest.mark.parametrize("how", ["literal", "variable"])
-def test_header_with_cr_lf_is_a_config_error_that_hides_the_value(tmp_path: Path, how: str) -> None:
+def test_header_with_cr_lf_in_the_config_is_a_config_error_that_hides_the_value(tmp_path: Path) -> None:
     value = f"Bearer {SECRET}\r\nX-Injected: 1"
-    header = value if how == "literal" else "${PG_TEST_TOKEN}"
     with echoing_server() as url:
-        config = write_config(tmp_path, {"r": {"url": url, "headers": {"Authorization": header}}})
-        runs = [
-            (command, run_cli(*command, "--config", str(config), env={"PG_TEST_TOKEN": value}))
-            for command in (["catalog"], ["catalog", "--json"], ["doctor"])
-        ]
+        config = write_config(tmp_path, {"r": {"url": url, "headers": {"Authorization": value}}})
+        runs = [(command, run_cli(*command, "--config", str(config))) for command in (["catalog"], ["doctor"])]
     for command, proc in runs:
         assert SECRET not in proc.stdout + proc.stderr  # main: h11's error quoted the value
         assert "servers.r.headers.Authorization: invalid header value" in proc.stdout + proc.stderr
         if command[0] == "catalog":  # main: a failed server, the h11 error quoting the value
             assert proc.returncode == 2
             assert proc.stderr.strip().count("\n") == 0  # one line
+
+
+@pytest.mark.parametrize("value", [f"Bearer {SECRET}\r\nX-Injected: 1", f"Bearer {SECRET}\n", f"Bearer {SECRET}\t"])
+def test_a_header_variable_with_a_control_character_fails_its_server_alone(tmp_path: Path, value: str) -> None:
+    """As with an unset variable: the server that names it fails, naming the variable and the
+    key (never the value); the other servers serve. The environment's value is not the config's
+    text: a token read with its trailing newline must not stop every server."""
+    from tests.helpers import catalog_json, demo
+
+    with echoing_server() as url:
+        config = write_config(
+            tmp_path, {"r": {"url": url, "headers": {"Authorization": "Bearer ${PG_TEST_TOKEN}"}}, "d": demo()}
+        )
+        os.environ["PG_TEST_TOKEN"] = value.removeprefix("Bearer ")
+        try:
+            report = catalog_json(config)
+            doctor = run_cli("doctor", "--config", str(config))
+        finally:
+            del os.environ["PG_TEST_TOKEN"]
+    servers = {s["id"]: s for s in report["servers"]}
+    assert servers["d"]["status"] == "ready" and servers["r"]["status"] == "failed"
+    reason = servers["r"]["error"]
+    assert "PG_TEST_TOKEN" in reason and "servers.r.headers.Authorization" in reason and "control character" in reason
+    assert SECRET not in json.dumps(report) and SECRET not in doctor.stdout + doctor.stderr
+    assert "PG_TEST_TOKEN" in doctor.stdout
 
 
 @contextmanager
