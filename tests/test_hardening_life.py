@@ -266,6 +266,7 @@ async def test_a_list_changed_storm_is_coalesced_and_other_calls_go_on(tmp_path:
         client={"profile": "mcp", "declarations": "fixed"},
     )
     async with gateway(config) as gw:
+        await gw.session.list_tools()  # behind the barrier (initialize is answered before it)
         assert len(count.read_text().splitlines()) == 1  # the start-up listing
         assert text(await gw.session.call_tool("r__storm", {})) == "storm done"  # 300 list_changed first
         with anyio.fail_after(60):
