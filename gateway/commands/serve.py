@@ -156,9 +156,19 @@ async def _stop_signals_handled() -> AsyncIterator[Callable[[Sequence[Downstream
     every server has stopped, not only while serving: a client's SIGTERM a second after EOF
     can land in the stop on a loaded machine, where the default action killed the gateway
     (exit -15) and could leave a server that ignores EOF and SIGTERM running."""
-    async with anyio.create_task_group() as tg:
-        yield lambda downstreams: tg.start_soon(_stop_on_signals, downstreams)
-        tg.cancel_scope.cancel()
+    try:
+        async with anyio.create_task_group() as tg:
+            yield lambda downstreams: tg.start_soon(_stop_on_signals, downstreams)
+            tg.cancel_scope.cancel()
+    finally:
+        # Every server has stopped; what is left is the interpreter's own exit, where the
+        # default action would end the gateway with -15 instead of 128 + the signal number.
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, _exit_on_signal)
+
+
+def _exit_on_signal(signum: int, frame: object) -> None:
+    os._exit(128 + signum)
 
 
 async def _stop_on_signals(downstreams: Sequence[Downstream]) -> None:
