@@ -20,8 +20,8 @@ This program does what a user does, and nothing that bypasses the gateway:
    (arguments from the context's ``toolCalls`` when it names the tool, else the least the tool's
    schema requires), then lists and reads resources and lists and gets prompts.
 
-The end client answers elicitation by accepting without filling any field (it applies no
-defaults: see ``client_pending.txt``), sampling with a fixed text, roots with one root.
+The end client answers elicitation by accepting with the requested schema's defaults (as a
+client's form does when the user changes nothing), sampling with a fixed text, roots with one root.
 Exit status 0 when the gateway session ran (a tool that fails is the scenario's verdict to
 draw, not this program's), 1 when the gateway could not be started or the session broke.
 """
@@ -136,7 +136,16 @@ def planned_calls(
 
 
 async def _elicit(context: object, params: Any) -> types.ElicitResult:
-    return types.ElicitResult(action="accept", content={})
+    """Accept, with the requested schema's defaults filled in for every field (what a client's
+    form shows and submits when the user changes nothing: SEP-1034); the gateway relays both."""
+    schema = getattr(params, "requested_schema", None)
+    fields = schema.get("properties") if isinstance(schema, dict) else None
+    content = {
+        name: field["default"]
+        for name, field in (fields or {}).items()
+        if isinstance(field, dict) and "default" in field
+    }
+    return types.ElicitResult(action="accept", content=content)
 
 
 async def _sample(context: object, params: Any) -> types.CreateMessageResult:
