@@ -71,7 +71,9 @@ class ServerConfig:
     exclude: tuple[str, ...] = ()
     deferred: bool = False
     protocol: str = "auto"
-    """"auto": ``server/discover`` (2026-07-28) first, else the handshake; "legacy": the handshake only."""
+    """"auto": the handshake toward a server that accepts it, 2026-07-28 (``server/discover``) toward
+    one that refuses it; "modern": 2026-07-28 toward a server that offers it; "legacy": the
+    handshake only (:func:`gateway.downstream.modern.negotiate`)."""
     variables: tuple[str, ...] = ()
     """Every ``${VAR}`` this (enabled) server's table references: what the environment must carry."""
     unset: tuple[tuple[str, str], ...] = ()
@@ -448,7 +450,7 @@ _SERVER_KEYS: dict[str, Check] = {
     "include": _str_list,
     "exclude": _str_list,
     "deferred": _bool,
-    "protocol": _one_of("auto", "legacy"),
+    "protocol": _one_of("auto", "legacy", "modern"),
     "auth": _one_of("oauth", "client_credentials"),
     "client_id": _nonempty_str,
     "client_secret": _nonempty_str,

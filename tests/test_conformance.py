@@ -36,12 +36,13 @@ from tests.conformance import runner
 ROOT = Path(__file__).resolve().parent.parent
 CONFORMANCE = ROOT / "tests" / "conformance"
 EXPECTED_FIXTURE = CONFORMANCE / "expected_fixture.txt"
-# The downstream modes (the fixture's [servers.fixture] protocol): "legacy" initializes it as a
-# handshake-era (2025-11-25) server, "auto" finds it modern with server/discover (2026-07-28).
-PROTOCOLS = {"legacy": "2025-11-25", "auto": "2026-07-28"}
+# The downstream modes (the fixture's [servers.fixture] protocol): "auto", what a user gets,
+# initializes the dual-era fixture as a handshake-era (2025-11-25) server, as "legacy" would;
+# "modern" reaches it with server/discover (2026-07-28).
+PROTOCOLS = {"auto": "2025-11-25", "modern": "2026-07-28"}
 GATEWAY_PENDING = {
-    "legacy": CONFORMANCE / "gateway_pending_legacy.txt",
-    "auto": CONFORMANCE / "gateway_pending_modern.txt",
+    "auto": CONFORMANCE / "gateway_pending_legacy.txt",
+    "modern": CONFORMANCE / "gateway_pending_modern.txt",
 }
 FIXTURE_STDIO = [sys.executable, "-m", "tests.conformance.fixture_server", "--stdio"]
 
@@ -151,6 +152,7 @@ def test_runner_reports_failures(conformance_cli: Path, era: str) -> None:
 
 
 FIXTURE_HTTP = [sys.executable, "-m", "tests.conformance.fixture_server", "--port", "0"]
+CLASSIC_HTTP = [*FIXTURE_HTTP, "--classic"]
 
 
 def test_fixture_passes_expected_scenarios(conformance_cli: Path, tmp_path: Path) -> None:
@@ -169,13 +171,16 @@ def test_fixture_passes_expected_scenarios(conformance_cli: Path, tmp_path: Path
 # --------------------------------------------------------------------------------------
 # THROUGH THE GATEWAY (issue 5, part 7; issue 11, item 3): `prefixgate serve --http` with the
 # fixture as its only downstream, over stdio and over streamable HTTP, and as a handshake-era
-# (protocol = "legacy") and as a 2026-07-28 (protocol = "auto") downstream: 4 combinations.
+# (protocol = "auto", the default) and as a 2026-07-28 (protocol = "modern") downstream: 4 combinations.
 # --------------------------------------------------------------------------------------
 
 
-def write_gateway_config(directory: Path, fixture_url: str | None = None, *, protocol: str = "legacy") -> Path:
-    """A config whose only downstream server is the fixture, with ``prefix = ""``: over stdio,
-    or over streamable HTTP at ``fixture_url``; ``protocol`` is its downstream mode."""
+def write_gateway_config(
+    directory: Path, fixture_url: str | None = None, *, protocol: str = "auto", classic: bool = False
+) -> Path:
+    """A config whose only downstream server is the fixture, with ``prefix = ""``: over stdio
+    (``--classic`` with ``classic``), or over streamable HTTP at ``fixture_url``; ``protocol``
+    is its downstream mode."""
 
     def q(text: str) -> str:
         return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
@@ -195,7 +200,7 @@ def write_gateway_config(directory: Path, fixture_url: str | None = None, *, pro
             if fixture_url
             else [
                 f"command = {q(sys.executable)}",
-                "args = [" + ", ".join(q(a) for a in FIXTURE_STDIO[1:]) + "]",
+                "args = [" + ", ".join(q(a) for a in [*FIXTURE_STDIO[1:], *(["--classic"] if classic else [])]) + "]",
                 f"cwd = {q(str(ROOT))}",
             ]
         ),
@@ -214,15 +219,19 @@ def negotiated(log: Path) -> set[str]:
     return set(re.findall(r"\[fixture\] protocol (\S+)", log.read_text(errors="replace")))
 
 
-def run_through_gateway(directory: Path, cli: Path, downstream: str, protocol: str) -> tuple[Run, Path]:
+def run_through_gateway(
+    directory: Path, cli: Path, downstream: str, protocol: str, classic: bool = False
+) -> tuple[Run, Path]:
     """Both eras against `prefixgate serve --http` in front of the fixture (a ``downstream``
-    stdio or http server in mode ``protocol``); the run and the gateway's stderr log."""
+    stdio or http server in mode ``protocol``; the ``classic`` one with ``classic``); the run
+    and the gateway's stderr log."""
     directory.mkdir()
     with contextlib.ExitStack() as stack:
         fixture_url = None
         if downstream == "http":
-            fixture_url = stack.enter_context(serving(FIXTURE_HTTP, directory / "fixture-stderr.log"))
-        config = write_gateway_config(directory, fixture_url, protocol=protocol)
+            command = CLASSIC_HTTP if classic else FIXTURE_HTTP
+            fixture_url = stack.enter_context(serving(command, directory / "fixture-stderr.log"))
+        config = write_gateway_config(directory, fixture_url, protocol=protocol, classic=classic)
         command = [sys.executable, "-m", "gateway", "serve", "--config", str(config), "--http", "127.0.0.1:0"]
         log = directory / "gateway-stderr.log"
         url = stack.enter_context(serving(command, log, timeout=60))
@@ -255,7 +264,7 @@ def gateway_problems(run: Run, log: Path, where: str, expected: set[str], pendin
 @pytest.mark.parametrize("protocol", list(PROTOCOLS))
 def test_gateway_passes_what_the_fixture_passes(conformance_cli: Path, tmp_path: Path, protocol: str) -> None:
     """`prefixgate serve --http` in front of the fixture passes every scenario the fixture passes, in
-    both eras, with the fixture as a handshake-era (``legacy``) or 2026-07-28 (``auto``)
+    both eras, with the fixture as a handshake-era (``auto``) or 2026-07-28 (``modern``)
     downstream, over stdio and over streamable HTTP (both at once, each with its own gateway and
     fixture), except the ones that mode's pending list names; a pending one that passes fails the
     test (the list must say what is true). The gateway's log shows the era it spoke to the fixture."""
@@ -276,6 +285,54 @@ def test_gateway_passes_what_the_fixture_passes(conformance_cli: Path, tmp_path:
         for transport, (run, log) in runs.items()
     ]
     assert not any(problems), "through the gateway:\n\n" + "\n\n".join(p for p in problems if p)
+
+
+# The tools that ask for input in the handshake-era scenarios; a classic server asks for them
+# over the back-channel in both eras, so directly it fails them on 2026-07-28.
+ASKING_SCENARIOS = {
+    "2025-11-25/tools-call-sampling",
+    "2025-11-25/tools-call-elicitation",
+    "2025-11-25/elicitation-sep1034-defaults",
+    "2025-11-25/elicitation-sep1330-enums",
+}
+
+
+def test_a_classic_server_loses_nothing_through_the_gateway(conformance_cli: Path, tmp_path: Path) -> None:
+    """The fixture written the classic way (``--classic``: input asked for over the
+    back-channel in every era, as servers built on the SDK's ``elicit_form``/``create_message``
+    mostly are) behind the gateway with the default ``protocol`` ("auto"), over stdio and over
+    HTTP: every scenario it passes directly passes through the gateway, in both eras (issue 24:
+    27/32 through prefixgate when "auto" meant 2026-07-28 toward it). Through the gateway it
+    passes what the ordinary fixture passes with the handshake toward it: a 2026-07-28 client
+    gets its requests for input as ``input_required`` results, which it cannot get directly."""
+    runs: dict[str, tuple[Run, Path | None]] = {}
+
+    def direct() -> tuple[Run, Path | None]:
+        (tmp_path / "direct").mkdir()
+        with serving(CLASSIC_HTTP, tmp_path / "direct" / "fixture-stderr.log") as url:
+            return run_eras(url, conformance_cli), None
+
+    with ThreadPoolExecutor(3) as pool:
+        futures = {
+            "direct": pool.submit(direct),
+            **{
+                t: pool.submit(run_through_gateway, tmp_path / t, conformance_cli, t, "auto", True)
+                for t in ("stdio", "http")
+            },
+        }
+        runs = {name: future.result() for name, future in futures.items()}
+    direct_run = runs["direct"][0]
+    assert ASKING_SCENARIOS <= direct_run.passed, direct_run.report  # the handshake: it can ask
+    assert "2026-07-28/input-required-result-basic-elicitation" not in direct_run.passed  # classic, really
+    ordinary = runner.read_expected(EXPECTED_FIXTURE) - runner.read_expected(GATEWAY_PENDING["auto"])
+    for transport in ("stdio", "http"):
+        run, log = runs[transport]
+        assert log is not None
+        assert negotiated(log) == {"2025-11-25"}, log.read_text(errors="replace")[-4000:]
+        lost = direct_run.passed - run.passed
+        assert not lost, f"{transport}: lost through the gateway: {sorted(lost)}\n{run.report}"
+        short = ordinary - run.passed
+        assert not short, f"{transport}: the classic fixture through the gateway fails {sorted(short)}\n{run.report}"
 
 
 # --------------------------------------------------------------------------------------
@@ -445,7 +502,7 @@ def test_gateway_asks_for_requests_sent_together_in_one_round(tmp_path: Path) ->
     """A handshake-era server that asks for elicitation, sampling and roots at once (concurrent
     back-channel requests) gets them to a 2026-07-28 client in ONE ``input_required`` result, as
     the server itself would have on 2026-07-28 (``input-required-result-multiple-input-requests``)."""
-    config = write_gateway_config(tmp_path, protocol="legacy")
+    config = write_gateway_config(tmp_path)  # the default: the handshake toward the dual-era fixture
     command = [sys.executable, "-m", "gateway", "serve", "--config", str(config), "--http", "127.0.0.1:0"]
     with serving(command, tmp_path / "gateway-stderr.log", timeout=60) as url:
         first = _post_modern(url, "tools/call", {"name": "test_input_required_result_multiple_inputs", "arguments": {}})
@@ -483,7 +540,7 @@ def test_gateway_hands_a_modern_server_the_clients_capabilities_and_early_answer
     then refuse). ``test_input_required_result_elicitation`` called with ``inputResponses`` under
     the fixture's key ``user_name`` (and an extra key) but no ``requestState`` completes at once:
     the answers go to the server as they are (``input-required-result-ignore-extra-params``)."""
-    config = write_gateway_config(tmp_path, protocol="auto")
+    config = write_gateway_config(tmp_path, protocol="modern")
     command = [sys.executable, "-m", "gateway", "serve", "--config", str(config), "--http", "127.0.0.1:0"]
     log = tmp_path / "gateway-stderr.log"
     with serving(command, log, timeout=60) as url:

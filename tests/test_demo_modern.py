@@ -1,5 +1,5 @@
-"""The bundled demo server behind the real gateway on the 2026-07-28 protocol (the default,
-``protocol = "auto"``), with the real SDK client in both eras: what the demo announces or asks
+"""The bundled demo server behind the real gateway on the 2026-07-28 protocol
+(``protocol = "modern"``; the default reaches this dual-era server with the handshake), with the real SDK client in both eras: what the demo announces or asks
 reaches the client the way that protocol allows (listen streams, ``input_required``, logs on
 the call's stream)."""
 
@@ -32,7 +32,7 @@ RICH = ("--tools", 0, "--rich", "--interactive", "--name", "r")
 
 @pytest.fixture
 def config(tmp_path: Path) -> Path:
-    return write_config(tmp_path, {"r": demo(*RICH)})
+    return write_config(tmp_path, {"r": {**demo(*RICH), "protocol": "modern"}})
 
 
 def reached_modern(stderr: Path) -> bool:

@@ -164,8 +164,15 @@ async def test_pinning_the_handshake(tmp_path: Path) -> None:
     report = catalog_json(config_for(tmp_path, protocol="legacy"))
     (server,) = report["servers"]
     assert server["status"] == "failed" and "speaks only 2026-07-28" in server["error"], server
-    # A dual-era server: pinned, the handshake; by default, 2026-07-28.
-    config = write_config(tmp_path, {"d": {**demo("--tools", 1), "protocol": "legacy"}, "e": demo("--tools", 1)})
+    # A dual-era server: pinned or by default, the handshake; "modern", 2026-07-28.
+    config = write_config(
+        tmp_path,
+        {
+            "d": {**demo("--tools", 1), "protocol": "legacy"},
+            "e": {**demo("--tools", 1), "protocol": "modern"},
+            "f": demo("--tools", 1),
+        },
+    )
     stderr = tmp_path / "stderr.log"
     with stderr.open("w") as errlog:
         subprocess.run(
@@ -177,12 +184,13 @@ async def test_pinning_the_handshake(tmp_path: Path) -> None:
         )
     text = stderr.read_text()
     assert "[d] protocol 2025-11-25" in text and "[e] protocol 2026-07-28" in text, text
+    assert "[f] protocol 2025-11-25" in text, text
 
 
 def test_the_protocol_key_is_checked(tmp_path: Path) -> None:
     from gateway.config import ConfigError, load_config
 
-    with pytest.raises(ConfigError, match=r"^servers\.m\.protocol: expected one of 'auto', 'legacy'$"):
+    with pytest.raises(ConfigError, match=r"^servers\.m\.protocol: expected one of 'auto', 'legacy', 'modern'$"):
         load_config(config_for(tmp_path, protocol="2026"))
 
 
@@ -308,7 +316,7 @@ async def test_resource_subscriptions_become_its_listen_filter(tmp_path: Path) -
 async def test_a_refused_handshake_naming_modern_versions_is_probed_again(tmp_path: Path) -> None:
     """A probe lost to a slow start: the handshake's -32022 names 2026-07-28, so the
     gateway asks server/discover once more instead of failing the server."""
-    config = write_config(tmp_path, {"m": {**modern(), "env": {"MODERN_SERVER_SHY": "1"}}})
+    config = write_config(tmp_path, {"m": {**modern(), "protocol": "modern", "env": {"MODERN_SERVER_SHY": "1"}}})
     async with sdk_client(config, "legacy") as client:
         with anyio.fail_after(30):
             assert text(await client.call_tool("m__echo", {"text": "late"})) == "modern:late"
@@ -354,28 +362,32 @@ async def test_a_wrapped_state_is_the_principals_own_and_expires(tmp_path: Path)
                     await ann.session.call_tool("m__ask", {}, input_responses=answer, request_state=first.request_state)
 
 
-async def test_a_dual_era_server_asking_over_a_back_channel_gets_a_hint(tmp_path: Path) -> None:
-    """A server that asks for elicitation with a request of its own: fine on the handshake, not
-    on 2026-07-28; the log says which setting makes it work. (The demo asks the 2026-07-28 way.)"""
+async def test_a_dual_era_server_asking_over_a_back_channel_works_by_default(tmp_path: Path) -> None:
+    """A server that asks for elicitation with a request of its own (the classic way) works
+    through the default ("auto": the handshake toward a server that offers it); pinned to
+    2026-07-28 it cannot (no back-channel), and the log says which setting makes it work.
+    (The demo asks the 2026-07-28 way, so "modern" loses nothing for it.)"""
     from tests.helpers import gateway
 
     server = {"command": PYTHON, "args": ["-m", "tests.backchannel_server"], "cwd": str(Path.cwd())}
     config = write_config(tmp_path, {"b": server})
     async with gateway(config, client=CALLBACKS) as gw:
         with anyio.fail_after(60):
+            result = await gw.session.call_tool("b__ask", {})
+            assert text(result) == "accept:{'name': 'Ann'}"
+            assert await gw.saw("[b] protocol 2025-11-25")
+    pinned = write_config(tmp_path, {"b": {**server, "protocol": "modern"}})
+    async with gateway(pinned, client=CALLBACKS) as gw:
+        with anyio.fail_after(60):
             # The server's JSON-RPC error reaches the model as an isError result naming it.
             refused = await gw.session.call_tool("b__ask", {})
             assert refused.is_error and "back-channel" in text(refused), refused
             assert await gw.saw(
-                "[b] its tools/call asked the client for input over a back-channel", 'protocol = "legacy"'
+                "[b] its tools/call asked the client for input over a back-channel", 'remove protocol = "modern"'
             )
-    pinned = write_config(tmp_path, {"b": {**server, "protocol": "legacy"}})
-    async with gateway(pinned, client=CALLBACKS) as gw:
-        with anyio.fail_after(60):
-            result = await gw.session.call_tool("b__ask", {})
-            assert text(result) == "accept:{'name': 'Ann'}"
-    # The demo, reached on 2026-07-28, answers input_required instead: no pin needed.
-    config = write_config(tmp_path, {"r": demo("--tools", 0, "--rich", "--interactive", "--name", "r")})
+    config = write_config(
+        tmp_path, {"r": {**demo("--tools", 0, "--rich", "--interactive", "--name", "r"), "protocol": "modern"}}
+    )
     async with gateway(config, client=CALLBACKS) as gw:
         with anyio.fail_after(60):
             result = await gw.session.call_tool("r__ask", {})

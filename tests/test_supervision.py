@@ -51,7 +51,7 @@ def http_demo(port: int = 0) -> Iterator[tuple[str, subprocess.Popen[str]]]:
         yield url, proc
 
 
-@pytest.mark.parametrize("protocol", ["legacy", "auto"])
+@pytest.mark.parametrize("protocol", ["auto", "modern"])
 async def test_a_remote_server_is_reconnected_after_a_failed_liveness_check(tmp_path: Path, protocol: str) -> None:
     with http_demo() as (url, first):
         port = int(url.rsplit(":", 1)[1].split("/")[0])

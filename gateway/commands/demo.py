@@ -399,12 +399,10 @@ class DemoServer:
                 return roots
             return types.CallToolResult(content=[text(type="text", text=",".join(str(r.uri) for r in roots.roots))])
         if name == "log":
-            # On 2026-07-28 the SDK puts it on this call's stream (if the call opted in to logs).
+            # Related to this call, as the SDK's ctx.log does: on 2026-07-28 the SDK puts it on
+            # the call's stream (if the call opted in to logs), on the handshake over HTTP too.
             level = args.get("level", "info")
-            if is_modern(ctx):
-                await session.send_log_message(level, args.get("text", ""), "demo", related_request_id=ctx.request_id)
-            else:
-                await session.send_log_message(level, args.get("text", ""), "demo")
+            await session.send_log_message(level, args.get("text", ""), "demo", related_request_id=ctx.request_id)
             return types.CallToolResult(content=[text(type="text", text="logged")])
         if name == "touch":
             uri = args.get("uri", f"demo://{self.args.name}/readme")

@@ -34,7 +34,16 @@ from gateway.config import ServerConfig
 from gateway.downstream import backoff
 from gateway.downstream.inbox import Inbox
 from gateway.downstream.modern import ENVELOPE as _ENVELOPE
-from gateway.downstream.modern import client_info, header_maps, hop_local_removed, negotiate, relayable, stamp
+from gateway.downstream.modern import (
+    client_info,
+    handshake,
+    header_maps,
+    hop_local_removed,
+    negotiate,
+    refused_handshake,
+    relayable,
+    stamp,
+)
 from gateway.downstream.oauth import LoginNeeded, OAuthSetup
 from gateway.downstream.spawn import Spawned
 from gateway.downstream.stdio import MESSAGE_TOO_LARGE, UNPARSABLE_REPLY, ChildProcess, CommandNotFound, stdio_transport
@@ -167,6 +176,8 @@ class Downstream:
         self._session: ClientSession | None = None
         self._header_maps: dict[str, dict[tuple[str, ...], str]] = {}
         self._hinted = False
+        self._refused_handshake = False
+        """The server refused the handshake once: its reconnects go straight to ``server/discover``."""
         self._watched: set[str] = set()
         """Resource URIs clients subscribed to on a modern server (its listen filter)."""
         self._listening: frozenset[str] = frozenset()
@@ -319,6 +330,38 @@ class Downstream:
             tg.cancel_scope.cancel()
 
     async def _connect(self, stack: AsyncExitStack) -> None:
+        """Open the transport and settle the era (the rule: :data:`ServerConfig.protocol`).
+
+        "auto" (the default) tries the handshake first, so a server that offers both eras
+        keeps its back-channel; one that refuses it is reached anew (a stdio server is
+        respawned: its connection kept the era of that first request) with
+        ``server/discover``, and this connection remembers that for its restarts. Over HTTP
+        the handshake's request carries the 2026-07-28 headers and envelope too
+        (:func:`~gateway.downstream.modern.handshake`): a 2026-07-28 server expects them on
+        every request, and a server of both eras reads the version they name.
+        """
+        if self.config.protocol == "auto" and not self._refused_handshake:
+            attempt = await stack.enter_async_context(AsyncExitStack())
+            session, dispatcher = await self._session_on(attempt)
+            try:
+                await handshake(session, dispatcher, http=self.config.transport == "http")
+            except Exception as exc:
+                if not refused_handshake(exc):
+                    raise
+                self._log.info("[%s] refused the handshake (%s); reaching it with server/discover", self.id, exc)
+                self._refused_handshake = True
+                await attempt.aclose()
+            else:
+                self._adopt(session, dispatcher, modern=False)
+                return
+        session, dispatcher = await self._session_on(stack)
+        if self.config.protocol == "legacy":
+            await session.initialize()
+            self._adopt(session, dispatcher, modern=False)
+        else:
+            self._adopt(session, dispatcher, modern=await negotiate(session))
+
+    async def _session_on(self, stack: AsyncExitStack) -> tuple[ClientSession, JSONRPCDispatcher[Any]]:
         read, write = await stack.enter_async_context(self._open())
         dispatcher: JSONRPCDispatcher[Any] = JSONRPCDispatcher(read, write)
         session = ClientSession(
@@ -329,18 +372,16 @@ class Downstream:
             list_roots_callback=self._list_roots,
             message_handler=self._message,
         )
-        await stack.enter_async_context(session)
-        if self.config.protocol == "legacy":
-            await session.initialize()
-            self.modern = False
-        else:
-            self.modern = await negotiate(session)
+        return await stack.enter_async_context(session), dispatcher
+
+    def _adopt(self, session: ClientSession, dispatcher: JSONRPCDispatcher[Any], *, modern: bool) -> None:
+        """The negotiated session becomes this connection's."""
         version = session.protocol_version
         assert version is not None
+        self.modern = modern
         self.protocol_version = version
         self._headers = {"mcp-protocol-version": version}
-        self._dispatcher = dispatcher
-        self._session = session
+        self._dispatcher, self._session = dispatcher, session
         info, caps = session.server_info, session.server_capabilities
         self.server_info = info.model_dump(by_alias=True, mode="json", exclude_none=True) if info else None
         self.capabilities = caps.model_dump(by_alias=True, mode="json", exclude_none=True) if caps else {}
@@ -691,12 +732,13 @@ class Downstream:
                 result = await dispatcher.send_raw_request(method, params, opts)  # type: ignore[arg-type]
         except MCPError as exc:
             if self.modern and "back-channel" in exc.message and not self._hinted:
-                # A dual-era server that asks for input the handshake way (a request of its
-                # own) cannot do so on 2026-07-28; the handshake would let it.
+                # A dual-era server pinned to 2026-07-28 that asks for input the handshake way (a
+                # request of its own) cannot do so there; the handshake ("auto") would let it.
                 self._hinted = True
                 self._log.warning(
                     "[%s] its %s asked the client for input over a back-channel, which the 2026-07-28 "
-                    'protocol does not have; set protocol = "legacy" for this server to relay such requests',
+                    'protocol does not have; remove protocol = "modern" for this server (the default, "auto", '
+                    "uses the handshake toward a server that offers it) to relay such requests",
                     self.id,
                     method,
                 )

@@ -26,14 +26,17 @@ from mcp.shared.inbound import (
     mcp_param_headers,
     x_mcp_header_map,
 )
+from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
 from mcp_types import (
     CLIENT_CAPABILITIES_META_KEY,
     CLIENT_INFO_META_KEY,
+    CONNECTION_CLOSED,
     LOG_LEVEL_META_KEY,
     PROTOCOL_VERSION_META_KEY,
+    REQUEST_TIMEOUT,
     UNSUPPORTED_PROTOCOL_VERSION,
 )
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION, MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
 log = logging.getLogger("prefixgate.downstream")
@@ -68,15 +71,16 @@ async def negotiate(session: ClientSession) -> bool:
     Returns whether the modern protocol was adopted. Only a server that names modern
     versions and no handshake-era one (-32022 with a disjoint list) fails; every other
     refusal or unparsable answer falls back to the handshake, as the SDK's own
-    ``mode="auto"`` client does.
+    ``mode="auto"`` client does. Used for ``protocol = "modern"`` and, by default, for a
+    server that refused the handshake (:func:`refused_handshake`).
     """
     try:
         await session.discover()
         return True
     except MCPError as exc:
-        if exc.code == UNSUPPORTED_PROTOCOL_VERSION:
-            supported = (exc.error.data or {}).get("supported") if isinstance(exc.error.data, dict) else None
-            if isinstance(supported, list) and not any(v in HANDSHAKE_PROTOCOL_VERSIONS for v in supported):
+        supported = _supported(exc)
+        if exc.code == UNSUPPORTED_PROTOCOL_VERSION and supported:
+            if not any(v in HANDSHAKE_PROTOCOL_VERSIONS for v in supported):
                 raise
     except (ValidationError, RuntimeError) as exc:
         log.debug("server/discover answer not usable (%s); using the handshake", exc)
@@ -86,12 +90,59 @@ async def negotiate(session: ClientSession) -> bool:
         # A server slower to start than the probe's timeout read the probe after all and
         # settled on 2026-07-28; its -32022 names its versions: ask once more (the SDK's
         # own client does the same).
-        supported = (exc.error.data or {}).get("supported") if isinstance(exc.error.data, dict) else None
-        if exc.code != UNSUPPORTED_PROTOCOL_VERSION or not any(v in MODERN_PROTOCOL_VERSIONS for v in supported or ()):
+        if exc.code != UNSUPPORTED_PROTOCOL_VERSION or not any(v in MODERN_PROTOCOL_VERSIONS for v in _supported(exc)):
             raise
         await session.discover()
         return True
     return False
+
+
+async def handshake(session: ClientSession, dispatcher: JSONRPCDispatcher[Any], *, http: bool) -> None:
+    """The ``initialize`` handshake; over HTTP its request also carries the 2026-07-28 headers
+    (``MCP-Protocol-Version``, ``Mcp-Method``) and ``_meta`` envelope, naming the handshake's
+    version: a 2026-07-28 server expects them on every request before it refuses the
+    handshake (-32022), and a server of both eras takes the version they name (the SDK's does).
+    """
+    if not http:
+        await session.initialize()
+        return
+    from gateway import __version__
+
+    version = LATEST_HANDSHAKE_VERSION
+    info = client_info(__version__)
+    params = {
+        "protocolVersion": version,
+        "capabilities": CLIENT_CAPABILITIES,
+        "clientInfo": info,
+        "_meta": {
+            PROTOCOL_VERSION_META_KEY: version,
+            CLIENT_INFO_META_KEY: info,
+            CLIENT_CAPABILITIES_META_KEY: CLIENT_CAPABILITIES,
+        },
+    }
+    headers = {MCP_PROTOCOL_VERSION_HEADER: version, MCP_METHOD_HEADER: "initialize"}
+    raw = await dispatcher.send_raw_request("initialize", params, {"headers": headers})
+    result = types.InitializeResult.model_validate(raw)
+    if result.protocol_version not in HANDSHAKE_PROTOCOL_VERSIONS:
+        raise RuntimeError(f"Unsupported protocol version from the server: {result.protocol_version}")
+    session.adopt(result)
+    await session.send_notification(types.InitializedNotification())
+
+
+def refused_handshake(exc: BaseException) -> bool:
+    """Whether an ``initialize`` failed in a way a 2026-07-28-only server's would: an error
+    answer (say -32022 naming only modern versions, or no such method) or an answer naming a
+    version the handshake does not have; not a connection that closed or timed out."""
+    if isinstance(exc, MCPError):
+        return exc.code not in (CONNECTION_CLOSED, REQUEST_TIMEOUT)
+    return isinstance(exc, ValidationError | RuntimeError)
+
+
+def _supported(exc: MCPError) -> list[str]:
+    """The versions a -32022 error names (empty when it names none)."""
+    data = exc.error.data
+    supported = data.get("supported") if isinstance(data, dict) else None
+    return [v for v in supported if isinstance(v, str)] if isinstance(supported, list) else []
 
 
 def is_modern(version: str | None) -> bool:

@@ -76,8 +76,19 @@ _CAPABILITY: dict[str, str] = {
 }
 
 
+CLASSIC = False
+"""``--classic``: ask over the back-channel in every era, as most servers written with the SDK's
+``elicit_form``/``create_message``/``list_roots`` do (on 2026-07-28 such a request fails: no
+back-channel). What a gateway in front must not make worse."""
+
+
 def is_modern(ctx: Ctx) -> bool:
     return ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+
+
+def asks_back(ctx: Ctx) -> bool:
+    """Whether this request asks for input over the back-channel rather than with ``input_required``."""
+    return CLASSIC or not is_modern(ctx)
 
 
 def client_can(ctx: Ctx, method: str) -> bool:
@@ -118,7 +129,7 @@ async def gather(
     into one ``input_required`` result); with ``optional``, one the client refuses for a missing
     capability (-32021) is left unanswered instead of failing the call.
     """
-    if not is_modern(ctx):
+    if asks_back(ctx):
         answers: dict[str, dict[str, Any]] = {}
 
         async def ask(key: str, request: types.InputRequest) -> None:
@@ -279,7 +290,7 @@ async def _multi_round(ctx: Ctx, params: types.CallToolRequestParams) -> ToolRes
     """Round 1 asks for a name (state ``round-1``), round 2 for a colour (state ``round-2:<name>``)."""
     step1 = {"step1": _elicit("Step 1: What is your name?", "name")}
     step2 = {"step2": _elicit("Step 2: What is your favorite color?", "color")}
-    if not is_modern(ctx):
+    if asks_back(ctx):
         first = await gather(ctx, params, step1)
         second = await gather(ctx, params, step2)
         return _text(

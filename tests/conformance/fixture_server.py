@@ -25,6 +25,8 @@ Run it:
     python -m tests.conformance.fixture_server --port 0   # streamable HTTP on loopback;
                                                           # first stdout line is the URL
     python -m tests.conformance.fixture_server --stdio    # stdio (a gateway downstream)
+
+With ``--classic`` it asks for input the classic way in every era (fixture_mrtr.CLASSIC).
 """
 
 from __future__ import annotations
@@ -645,7 +647,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stdio", action="store_true", help="serve over stdio instead of HTTP")
     p.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=0, help="HTTP port (default 0: any free port)")
+    p.add_argument("--classic", action="store_true", help="ask for input over the back-channel in every era")
     args = p.parse_args(argv)
+    fixture_mrtr.CLASSIC = args.classic
     try:
         if args.stdio:
             anyio.run(serve_stdio)

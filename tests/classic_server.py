@@ -1,0 +1,136 @@
+"""A dual-era server written the classic way, on the SDK's high-level ``MCPServer``.
+
+For tests/test_transparency.py ("nothing works worse through prefixgate than directly"):
+a server as most are written today. It serves both protocol eras (the SDK's dual-era loop),
+but asks for input only over the back-channel during a call — ``ctx.elicit`` (form),
+``ctx.elicit_url`` (URL mode), ``ctx.session.create_message`` (sampling),
+``ctx.session.list_roots()`` (on the session's own channel, as that call has no request
+id to go with) — never with ``input_required``. So a 2026-07-28 client talking
+to it directly gets an error from those tools (2026-07-28 has no back-channel), while the
+gateway, which reaches it with the handshake, can relay them to either era.
+
+Tools: ``echo(text)``, ``elicit()``, ``elicit_url()``, ``sample()``, ``roots()``,
+``progress(steps)``, ``log()`` (one info line on the call's stream), ``sleep(seconds, tag)``
+(progress 0 once it runs, then cancellable) and ``cancelled(tag)`` (whether the ``sleep`` with that tag was cancelled:
+what the tests check a cancellation reached the server with).
+
+Usage: ``python -m tests.classic_server`` (stdio) or ``python -m tests.classic_server --http``
+(streamable HTTP on 127.0.0.1, a free port; prints its URL on stdout, then serves).
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+import warnings
+
+import anyio
+import mcp_types as types
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.shared.exceptions import MCPDeprecationWarning
+from pydantic import BaseModel
+
+# Logging, sampling and roots are deprecated as of 2026-07-28 (SEP-2577): still what classic servers use.
+warnings.filterwarnings("ignore", category=MCPDeprecationWarning)
+
+server = MCPServer("classic", version="1.0", log_level="WARNING")
+cancelled_sleeps: set[str] = set()
+
+
+class Name(BaseModel):
+    name: str
+
+
+@server.tool()
+def echo(text: str) -> str:
+    """Echo text back."""
+    return f"classic:{text}"
+
+
+@server.tool()
+async def elicit(ctx: Context) -> str:
+    """Ask the user for their name (form elicitation over the back-channel)."""
+    answer = await ctx.elicit("What is your name?", Name)
+    content = answer.data.model_dump() if answer.action == "accept" else None
+    return f"{answer.action}:{content}"
+
+
+@server.tool()
+async def elicit_url(ctx: Context) -> str:
+    """Send the user to a URL (URL-mode elicitation over the back-channel)."""
+    answer = await ctx.elicit_url("Open the link to sign in.", "https://example.com/login", "login-1")
+    return f"url:{answer.action}"
+
+
+@server.tool()
+async def sample(ctx: Context) -> str:
+    """Ask the client's model to say hi (sampling over the back-channel)."""
+    message = types.SamplingMessage(role="user", content=types.TextContent(type="text", text="Say hi"))
+    reply = await ctx.session.create_message([message], max_tokens=20, related_request_id=ctx.request_id)
+    said = reply.content.text if isinstance(reply.content, types.TextContent) else str(reply.content)
+    return f"{reply.model}:{said}"
+
+
+@server.tool()
+async def roots(ctx: Context) -> str:
+    """List the client's roots (roots/list, on the session's own channel)."""
+    listed = await ctx.session.list_roots()
+    return ",".join(str(root.uri) for root in listed.roots)
+
+
+@server.tool()
+async def progress(steps: int, ctx: Context) -> str:
+    """Report progress once per step."""
+    for step in range(1, steps + 1):
+        await ctx.report_progress(step, steps, f"step {step}")
+        await anyio.sleep(0.01)
+    return f"progressed {steps}"
+
+
+@server.tool()
+async def log(ctx: Context) -> str:
+    """Send one info log message during the call."""
+    await ctx.info("classic log line", logger_name="classic")
+    return "logged"
+
+
+@server.tool()
+async def sleep(seconds: float, ctx: Context, tag: str = "") -> str:
+    """Sleep (progress 0 once it runs); a cancelled sleep is remembered under its tag."""
+    await ctx.report_progress(0, seconds, "sleeping")
+    try:
+        await anyio.sleep(seconds)
+    except anyio.get_cancelled_exc_class():
+        cancelled_sleeps.add(tag)
+        raise
+    return f"slept {seconds:g}"
+
+
+@server.tool()
+def cancelled(tag: str) -> str:
+    """Whether the sleep with this tag was cancelled."""
+    return f"cancelled:{tag in cancelled_sleeps}"
+
+
+async def serve_http() -> None:
+    import uvicorn
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(128)
+    app = server.streamable_http_app(streamable_http_path="/mcp")
+    sys.stdout.write(f"http://127.0.0.1:{sock.getsockname()[1]}/mcp\n")
+    sys.stdout.flush()
+    await uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on")).serve(sockets=[sock])
+
+
+def main() -> None:
+    if "--http" in sys.argv[1:]:
+        anyio.run(serve_http)
+    else:
+        anyio.run(server.run_stdio_async)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,580 @@
+"""Issue 24: nothing works worse through prefixgate than it does directly.
+
+A matrix with real processes: server styles x client eras (``legacy``, ``auto``) x the
+gateway's upstream transport (``serve`` over stdio, over streamable HTTP) x the servers'
+transport (stdio, streamable HTTP). In each cell the same operations run through the
+gateway and directly (the same client era talking to the same server over the same
+transport): ``tools/list``, a plain call, a call that elicits (form, and URL mode where the
+server has it), one that samples, one that lists roots, progress, cancellation and a log
+message. Outcomes are compared normalised ("ok:<text>", "error", the tool names, progress
+seen in order, the log line heard in each of several calls, whether the session still works
+after a cancellation and, for ``classic``, whether the server saw it), never timings.
+
+Server styles, all behind one gateway per cell:
+
+- ``classic``: tests/classic_server.py, dual-era, asks for input over the back-channel only;
+- ``demo``: the bundled demo server, dual-era, asks with ``input_required`` on 2026-07-28;
+- ``everything``: the reference server-everything (npm), handshake only;
+- ``time``: mcp-server-time (PyPI; dual-era on this SDK), stdio only;
+- ``modern``: tests/modern_server.py, 2026-07-28 only (refuses the handshake).
+
+A cell either equals direct or is listed in ``KNOWN`` with its reason; a listed cell must
+really be what its entry says (so the table cannot go stale): ``UNAVAILABLE`` (the server
+cannot do it: it fails, or is absent, directly and through the gateway alike) or ``BETTER``
+(it fails directly and works through the gateway). Nothing is listed as working worse.
+
+With a 2026-07-28 (``auto``) client, "directly" is the era the SDK client settles with that
+server (2026-07-28 with a dual-era server, the handshake with server-everything); through the
+gateway it is always 2026-07-28, and the gateway picks the server's era itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import socket
+import subprocess
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from contextlib import AsyncExitStack, ExitStack, asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp_types as types
+import pytest
+from mcp import Client, StdioServerParameters, stdio_client
+from mcp.shared.exceptions import MCPError
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+
+from tests.conformance.runner import node_binary
+from tests.helpers import ERAS, PYTHON, demo, free_port, http_gateway, text, write_config
+
+pytestmark = [pytest.mark.anyio, pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")]
+
+HERE = Path(__file__).resolve().parent
+CLASSIC = str(HERE / "classic_server.py")
+MODERN = str(HERE / "modern_server.py")
+TRANSPORTS = ("stdio", "http")
+OPERATIONS = ("list", "call", "elicit", "elicit_url", "sample", "roots", "progress", "log", "cancel")
+LOG_ROUNDS = 10
+"""Calls per log cell (a log lost now and then must not pass by luck)."""
+OP_TIMEOUT = 20.0
+"""Seconds one operation may take before it counts as hung ("timeout")."""
+
+# --- what each server style is asked to do -------------------------------------------------
+
+Call = tuple[str, dict[str, Any]]
+"""A tool and its arguments."""
+
+STYLES: dict[str, dict[str, Call]] = {
+    "classic": {
+        "call": ("echo", {"text": "hi"}),
+        "elicit": ("elicit", {}),
+        "elicit_url": ("elicit_url", {}),
+        "sample": ("sample", {}),
+        "roots": ("roots", {}),
+        "progress": ("progress", {"steps": 3}),
+        "log": ("log", {}),
+        "cancel": ("sleep", {"seconds": 60}),
+    },
+    "demo": {
+        "call": ("echo", {"text": "hi"}),
+        "elicit": ("ask", {}),
+        "sample": ("sample", {}),
+        "roots": ("roots", {}),
+        "progress": ("slow", {"seconds": 0.3, "steps": 3}),
+        "log": ("log", {"level": "info", "text": "demo log line"}),
+        "cancel": ("slow", {"seconds": 60, "steps": 60}),
+    },
+    "everything": {
+        "call": ("echo", {"message": "hi"}),
+        "elicit": ("trigger-elicitation-request", {}),
+        "elicit_url": ("trigger-url-elicitation", {"url": "https://example.com/login", "elicitationId": "login-1"}),
+        "sample": ("trigger-sampling-request", {"prompt": "Say hi", "maxTokens": 20}),
+        "roots": ("get-roots-list", {}),
+        "progress": ("trigger-long-running-operation", {"duration": 0.3, "steps": 3}),
+        # starts simulated logging (its first line at once); called again to stop it
+        "log": ("toggle-simulated-logging", {}),
+        "cancel": ("trigger-long-running-operation", {"duration": 60, "steps": 60}),
+    },
+    "time": {
+        "call": (
+            "convert_time",
+            {"source_timezone": "UTC", "time": "12:00", "target_timezone": "Asia/Tokyo"},
+        ),
+    },
+    "modern": {
+        "call": ("echo", {"text": "hi"}),
+        "elicit": ("ask", {}),
+        "sample": ("sample", {}),
+        "roots": ("roots", {}),
+        "progress": ("slow", {}),
+        "log": ("log", {}),
+    },
+}
+
+# --- the known limits --------------------------------------------------------------------
+
+UNAVAILABLE = "unavailable"
+"""The server cannot do it at all: it fails (or is absent) directly and through the gateway."""
+BETTER = "better"
+"""It fails directly and works through the gateway (the gateway speaks the era the server needs)."""
+
+
+@dataclass(frozen=True)
+class Known:
+    kind: str
+    """UNAVAILABLE or BETTER: what the cell must be (checked, so an entry cannot go stale)."""
+    reason: str
+
+
+BACK_CHANNEL = (
+    "the server asks for input only over the back-channel during the call, which 2026-07-28 does "
+    "not have: directly the call fails (no back-channel for server-initiated requests); the "
+    "gateway reaches the server with the handshake and relays its request to the client as "
+    "input_required"
+)
+KNOWN: dict[tuple[str, str, str], Known] = {
+    # classic on 2026-07-28: the back-channel the server relies on exists only behind the gateway
+    **{("classic", op, "auto"): Known(BETTER, BACK_CHANNEL) for op in ("elicit", "elicit_url", "sample", "roots")},
+    # what a server does not have at all
+    ("demo", "elicit_url", "*"): Known(UNAVAILABLE, "the demo server has no URL-mode elicitation"),
+    **{
+        ("time", op, "*"): Known(UNAVAILABLE, "mcp-server-time has two plain tools and nothing else")
+        for op in ("elicit", "elicit_url", "sample", "roots", "progress", "log", "cancel")
+    },
+    ("modern", "elicit_url", "*"): Known(UNAVAILABLE, "the modern fixture has no URL-mode elicitation"),
+    ("modern", "cancel", "*"): Known(UNAVAILABLE, "the modern fixture has no long-running tool to cancel"),
+    # the modern-only fixture, unusable directly by the SDK client in either era
+    ("modern", "*", "legacy"): Known(
+        BETTER,
+        "the server refuses the initialize handshake, so a handshake-era client cannot connect to it; "
+        "the gateway reaches it with server/discover (2026-07-28) and serves it in the client's era",
+    ),
+    ("modern", "*", "auto"): Known(
+        BETTER,
+        "the fixture lists two invalid tools on purpose (bad_schema, bad_header): the SDK client "
+        "rejects the whole tools/list, and with it every call (it checks a call against the "
+        "listing); the gateway quarantines the two and serves the rest",
+    ),
+}
+"""(style, operation or "*", era or "*") -> what the cell is instead of equal to direct, and why."""
+
+
+def known(style: str, op: str, era: str) -> Known | None:
+    """The most specific entry for a cell: its operation before "*", then its era before "*"."""
+    for key in ((style, op, era), (style, op, "*"), (style, "*", era), (style, "*", "*")):
+        if key in KNOWN:
+            return KNOWN[key]
+    return None
+
+
+# --- the client's side -------------------------------------------------------------------
+
+
+async def elicitation(context: Any, params: Any) -> types.ElicitResult:
+    if isinstance(params, types.ElicitRequestURLParams):
+        return types.ElicitResult(action="accept")
+    return types.ElicitResult(action="accept", content={"name": "Ann"})
+
+
+async def sampling(context: Any, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
+    return types.CreateMessageResult(role="assistant", content=types.TextContent(type="text", text="hi"), model="m1")
+
+
+async def list_roots(context: Any) -> types.ListRootsResult:
+    return types.ListRootsResult(roots=[types.Root.model_validate({"uri": "file:///work/project", "name": "project"})])
+
+
+@dataclass
+class Probe:
+    """A connected client, what it has heard, and how a tool is named on it."""
+
+    client: Any
+    logs: list[types.LoggingMessageNotificationParams]
+    prefix: Callable[[str], str]
+    """The style's tool name as this client calls it (``style__tool`` through the gateway)."""
+
+
+def client_options(logs: list[types.LoggingMessageNotificationParams]) -> dict[str, Any]:
+    async def on_log(params: types.LoggingMessageNotificationParams) -> None:
+        logs.append(params)
+
+    # log_level: the 2026-07-28 opt-in on every request (no effect on a handshake connection)
+    return {
+        "elicitation_callback": elicitation,
+        "sampling_callback": sampling,
+        "list_roots_callback": list_roots,
+        "logging_callback": on_log,
+        "log_level": "debug",
+    }
+
+
+async def prepare(client: Any) -> None:
+    """A handshake connection hears logs at the level it sets (2026-07-28: per request), where
+    the server has ``logging/setLevel`` (a server without it still sends its logs)."""
+    if client.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS:
+        with contextlib.suppress(MCPError):
+            await client.set_logging_level("debug")
+
+
+# --- outcomes -----------------------------------------------------------------------------
+
+UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+
+def normal(value: str) -> str:
+    """Volatile parts out: session ids, today's date."""
+    return DATE.sub("<date>", UUID.sub("<uuid>", value))
+
+
+async def outcome(call: Awaitable[Any]) -> str:
+    """A call's normalised outcome: ``ok:<text>``, ``error`` or ``timeout``."""
+    try:
+        with anyio.fail_after(OP_TIMEOUT):
+            result = await call
+    except TimeoutError:
+        return "timeout"
+    except Exception:  # noqa: BLE001 - a JSON-RPC error or a broken connection: the call failed
+        return "error"
+    if getattr(result, "is_error", False):
+        return "error"
+    return "ok:" + normal(text(result))
+
+
+async def settle(predicate: Callable[[], bool], seconds: float = 2.0) -> None:
+    """Wait a moment for something that may still be on its way (and not longer)."""
+    with anyio.move_on_after(seconds):
+        while not predicate():
+            await anyio.sleep(0.02)
+
+
+async def run_op(probe: Probe, style: str, op: str, tag: str) -> str:
+    spec = STYLES[style].get(op)
+    client, name = probe.client, probe.prefix
+    if op == "list":
+        try:
+            with anyio.fail_after(OP_TIMEOUT):
+                listed = await client.list_tools()
+        except Exception:  # noqa: BLE001
+            return "error"
+        shown = [mine for tool in listed.tools if (mine := unprefix(probe, tool.name)) is not None]
+        return "tools:" + ",".join(sorted(shown))
+    if spec is None:
+        return "absent"
+    tool, args = spec
+    if op == "progress":
+        seen: list[float] = []
+
+        async def on_progress(value: float, total: float | None, message: str | None) -> None:
+            seen.append(value)
+
+        done = await outcome(client.call_tool(name(tool), args, progress_callback=on_progress))
+        await settle(lambda: bool(seen))
+        return f"{done};{progressed(seen)}"
+    if op == "log":
+        # Several rounds: a log that only sometimes gets through shows as "varies".
+        rounds = [await log_round(probe, style, name(tool), args) for _ in range(LOG_ROUNDS)]
+        if len(set(rounds)) == 1:
+            return rounds[0]
+        return "varies: " + " / ".join(f"{rounds.count(r)}x {r}" for r in sorted(set(rounds)))
+    if op == "cancel":
+        return await cancel(probe, style, tool, {**args, **({"tag": tag} if style == "classic" else {})}, tag)
+    return await outcome(client.call_tool(name(tool), args))
+
+
+def progressed(seen: list[float]) -> str:
+    """Progress is a level, not a log: what counts is that it arrives, in order. (The gateway
+    forwards the newest while one is on its way, gateway/downstream/connection.py
+    ``_latest_only``, so against a slow client it may skip a step; the server's own last
+    report may come after the result, which a client then drops.)"""
+    if not seen:
+        return "no progress"
+    if any(later <= earlier for earlier, later in zip(seen, seen[1:], strict=False)):
+        return f"progress out of order {seen}"
+    return "progress seen"
+
+
+async def log_round(probe: Probe, style: str, tool: str, args: dict[str, Any]) -> str:
+    """Call a tool that logs; the outcome and the first line heard (within a second)."""
+    probe.logs.clear()
+    done = await outcome(probe.client.call_tool(tool, args))
+    await settle(lambda: bool(probe.logs), 1.0)
+    heard = [f"{m.level}:{normal(str(m.data))}" for m in probe.logs]
+    if style == "everything":
+        await outcome(probe.client.call_tool(tool, args))  # stop the simulated logging
+        heard = ["<random level and line>"] if heard else []
+    return f"{done};log={heard[:1]}"
+
+
+def unprefix(probe: Probe, published: str) -> str | None:
+    """The server's own tool name for a published one, or None (another server's, the gateway's)."""
+    marker = probe.prefix("")
+    if not marker:
+        return published
+    return published[len(marker) :] if published.startswith(marker) else None
+
+
+async def cancel(probe: Probe, style: str, tool: str, args: dict[str, Any], tag: str) -> str:
+    """Start a long call, cancel it once it runs (its first progress), then check the session
+    still works and (classic) that the server saw the cancellation."""
+    client, name = probe.client, probe.prefix
+    started = anyio.Event()
+    finished: list[str] = []
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        started.set()
+
+    async def call() -> None:
+        finished.append(await outcome(client.call_tool(name(tool), args, progress_callback=on_progress)))
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(call)
+        with anyio.move_on_after(OP_TIMEOUT):
+            await started.wait()
+        tasks.cancel_scope.cancel()
+    parts = ["started" if started.is_set() else "not-started"]
+    if finished:
+        parts.append(f"finished={finished[0]}")
+    echo_tool, echo_args = STYLES[style]["call"]
+    parts.append("after=" + await outcome(client.call_tool(name(echo_tool), echo_args)))
+    if style == "classic":
+        saw = "cancelled:False"
+        with anyio.move_on_after(5):
+            while saw != "cancelled:True":
+                saw = (await outcome(client.call_tool(name("cancelled"), {"tag": tag}))).removeprefix("ok:")
+                await anyio.sleep(0.05)
+        parts.append(f"server-{saw}")
+    return ";".join(parts)
+
+
+async def run_style(probe: Probe, style: str, tag: str) -> dict[str, str]:
+    return {op: await run_op(probe, style, op, f"{tag}-{op}") for op in OPERATIONS}
+
+
+# --- the servers ----------------------------------------------------------------------------
+
+
+def everything_script(npm_packages: Path) -> str:
+    return str(npm_packages / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js")
+
+
+def stdio_tables(npm_packages: Path) -> dict[str, dict[str, Any]]:
+    return {
+        "classic": {"command": PYTHON, "args": [CLASSIC]},
+        "demo": demo("--tools", 0, "--rich", "--interactive", "--name", "demo"),
+        "everything": {"command": str(node_binary()), "args": [everything_script(npm_packages), "stdio"]},
+        "time": {"command": PYTHON, "args": ["-m", "mcp_server_time", "--local-timezone", "UTC"]},
+        "modern": {"command": PYTHON, "args": [MODERN]},
+    }
+
+
+@contextmanager
+def http_servers(npm_packages: Path, logs: Path) -> Iterator[dict[str, dict[str, Any]]]:
+    """Every style that serves HTTP, started at once; yields their server tables (``url``)."""
+    port = free_port()
+    commands = {
+        "classic": [PYTHON, CLASSIC, "--http"],
+        "demo": [*demo("--tools", 0, "--rich", "--interactive", "--name", "demo", "--transport", "http")["args"]],
+        "modern": [PYTHON, MODERN, "--http"],
+    }
+    commands["demo"].insert(0, PYTHON)
+    with ExitStack() as stack:
+        procs: dict[str, subprocess.Popen[Any]] = {}
+        for style, command in commands.items():
+            err = stack.enter_context((logs / f"{style}.log").open("w"))
+            procs[style] = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=err, text=True)
+        err = stack.enter_context((logs / "everything.log").open("w"))
+        procs["everything"] = subprocess.Popen(
+            [str(node_binary()), everything_script(npm_packages), "streamableHttp"],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            env={**os.environ, "PORT": str(port)},
+        )
+        for proc in procs.values():
+            stack.callback(stop, proc)
+        tables: dict[str, dict[str, Any]] = {}
+        for style, proc in procs.items():
+            if style == "everything":
+                wait_for_port(port)
+                tables[style] = {"url": f"http://127.0.0.1:{port}/mcp"}
+            else:
+                assert proc.stdout is not None
+                url = proc.stdout.readline().strip()
+                assert url.startswith("http://"), (style, url, (logs / f"{style}.log").read_text())
+                tables[style] = {"url": url}
+        yield tables
+
+
+def mkdir(path: Path) -> Path:
+    path.mkdir()
+    return path
+
+
+def stop(proc: subprocess.Popen[Any]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def wait_for_port(port: int, seconds: float = 30) -> None:
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return
+        except OSError:
+            assert time.monotonic() < deadline, f"nothing listens on port {port}"
+            time.sleep(0.05)
+
+
+# --- clients: directly, through the gateway --------------------------------------------------
+
+
+@asynccontextmanager
+async def connect(table: Mapping[str, Any], era: str, errlog: Path) -> AsyncIterator[tuple[Any, list[Any]]]:
+    """The SDK ``Client`` in ``era`` to a server table (``url``, or ``command`` and ``args``
+    over stdio, its stderr to ``errlog``), with the callbacks; yields it and the logs it hears."""
+    logs: list[types.LoggingMessageNotificationParams] = []
+    async with AsyncExitStack() as stack:
+        err = stack.enter_context(errlog.open("a"))
+        if "url" in table:
+            transport: Any = table["url"]
+        else:
+            params = StdioServerParameters(command=table["command"], args=table["args"], env=dict(os.environ))
+            transport = stdio_client(params, errlog=err)
+        client = await stack.enter_async_context(Client(transport, mode=era, **client_options(logs)))
+        await prepare(client)
+        yield client, logs
+
+
+async def direct_outcomes(tables: Mapping[str, Mapping[str, Any]], era: str, tmp_path: Path) -> dict[str, Any]:
+    """Each server on its own, straight from the client."""
+    outcomes: dict[str, dict[str, str]] = {}
+    for style, table in tables.items():
+        try:
+            async with connect(table, era, tmp_path / f"direct-{style}.log") as (client, logs):
+                outcomes[style] = await run_style(Probe(client, logs, lambda tool: tool), style, f"direct-{era}")
+        except Exception:  # noqa: BLE001 - refused at connect: every operation it has fails directly
+            if style in outcomes:
+                raise
+            outcomes[style] = {op: "error" if op in STYLES[style] or op == "list" else "absent" for op in OPERATIONS}
+    return outcomes
+
+
+def published(style: str) -> Callable[[str], str]:
+    """How the gateway publishes the style's tools: ``<server id>__<tool>``."""
+    return lambda tool: f"{style}__{tool}"
+
+
+async def gateway_outcomes(
+    gateway: Mapping[str, Any], tables: Mapping[str, Any], era: str, errlog: Path, tag: str
+) -> dict[str, Any]:
+    """Every server through one gateway (``gateway``: its table, stdio or url), one client."""
+    outcomes: dict[str, dict[str, str]] = {}
+    async with connect(gateway, era, errlog) as (client, logs):
+        for style in tables:
+            probe = Probe(client, logs, published(style))
+            outcomes[style] = await run_style(probe, style, tag)
+    return outcomes
+
+
+# --- the matrix ---------------------------------------------------------------------------
+
+
+def ok(value: str) -> bool:
+    return value.startswith(("ok:", "tools:"))
+
+
+def compare(
+    direct: Mapping[str, Mapping[str, str]],
+    gateway: Mapping[str, Mapping[str, str]],
+    era: str,
+    downstream: str,
+    upstream: str,
+) -> list[str]:
+    """Every cell that is neither equal to direct nor what its KNOWN entry says."""
+    problems = []
+    for style, ops in gateway.items():
+        for op in OPERATIONS:
+            mine, theirs = ops[op], direct[style][op]
+            where = f"{style}/{op} [{era}, server over {downstream}, gateway over {upstream}]"
+            entry = known(style, op, era)
+            if entry is None:
+                if mine != theirs:
+                    problems.append(f"{where}: through the gateway {mine!r}, directly {theirs!r}")
+            elif entry.kind == UNAVAILABLE:
+                if ok(mine) or ok(theirs):
+                    problems.append(f"{where}: listed unavailable, yet gateway {mine!r}, direct {theirs!r}")
+            elif entry.kind == BETTER:
+                if ok(theirs) or not ok(mine):
+                    problems.append(f"{where}: listed better, yet gateway {mine!r}, direct {theirs!r}")
+            else:
+                raise AssertionError(entry)
+    return problems
+
+
+def table_of(outcomes: Mapping[str, Mapping[str, Mapping[str, str]]]) -> str:
+    lines = []
+    for who, styles in outcomes.items():
+        for style, ops in styles.items():
+            for op, value in ops.items():
+                shown = value.replace("\n", "\\n")
+                lines.append(f"{who:>8} {style:>10} {op:>10}  {shown if len(shown) < 150 else shown[:147] + '...'}")
+    return "\n".join(lines)
+
+
+@pytest.mark.parametrize("era", ERAS)
+@pytest.mark.parametrize("downstream", TRANSPORTS)
+async def test_nothing_works_worse_through_the_gateway(
+    tmp_path: Path, npm_packages: Path, downstream: str, era: str
+) -> None:
+    """Servers over ``downstream``, a client in ``era``: every style directly, and all of them
+    through one gateway over stdio and one over HTTP, the three side by side."""
+    with ExitStack() as stack:
+        if downstream == "stdio":
+            tables = stdio_tables(npm_packages)
+        else:
+            tables = stack.enter_context(http_servers(npm_packages, tmp_path))
+        # one config (and state directory) per gateway: neither warm-starts from the other
+        configs = {upstream: write_config(mkdir(tmp_path / f"gateway-{upstream}"), tables) for upstream in TRANSPORTS}
+        url, _stderr = stack.enter_context(http_gateway(configs["http"], "--log-level", "info"))
+        results: dict[str, Any] = {}
+
+        async def directly() -> None:
+            results["direct"] = await direct_outcomes(tables, era, tmp_path)
+
+        async def over(upstream: str) -> None:
+            serve = {
+                "command": PYTHON,
+                "args": ["-m", "gateway", "serve", "--config", str(configs["stdio"]), "--log-level", "info"],
+            }
+            target = serve if upstream == "stdio" else {"url": url}
+            errlog = tmp_path / f"gateway-{upstream}.log"
+            results[upstream] = await gateway_outcomes(target, tables, era, errlog, f"{upstream}-{era}")
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(directly)
+            tasks.start_soon(over, "stdio")
+            tasks.start_soon(over, "http")
+    print(table_of(results))
+    # The default (protocol = "auto"): the handshake to a server that accepts it, 2026-07-28 otherwise.
+    said = (tmp_path / "gateway-stdio.log").read_text(encoding="utf-8", errors="replace")
+    assert "[classic] protocol 2025-11-25" in said and "[modern] protocol 2026-07-28" in said, said
+    problems = compare(results["direct"], results["stdio"], era, downstream, "stdio")
+    problems += compare(results["direct"], results["http"], era, downstream, "http")
+    assert not problems, "\n".join(problems) + "\n\n" + table_of(results)
+
+
+def test_every_known_entry_names_real_cells() -> None:
+    """A mistyped key would match no cell and excuse nothing, silently."""
+    for style, op, era in KNOWN:
+        assert style in STYLES and op in (*OPERATIONS, "*") and era in (*ERAS, "*"), (style, op, era)
+        assert KNOWN[style, op, era].kind in (UNAVAILABLE, BETTER)
