@@ -73,7 +73,7 @@ class ServerConfig:
     protocol: str = "auto"
     """"auto": the handshake toward a server that accepts it, 2026-07-28 (``server/discover``) toward
     one that refuses it; "modern": 2026-07-28 toward a server that offers it; "legacy": the
-    handshake only (:func:`gateway.downstream.modern.negotiate`)."""
+    handshake only (``Downstream._connect`` in gateway/downstream/connection.py)."""
     variables: tuple[str, ...] = ()
     """Every ``${VAR}`` this (enabled) server's table references: what the environment must carry."""
     unset: tuple[tuple[str, str], ...] = ()

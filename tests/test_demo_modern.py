@@ -1,5 +1,6 @@
 """The bundled demo server behind the real gateway on the 2026-07-28 protocol
-(``protocol = "modern"``; the default reaches this dual-era server with the handshake), with the real SDK client in both eras: what the demo announces or asks
+(``protocol = "modern"``; the default reaches this dual-era server with the handshake), with
+the real SDK client in both eras: what the demo announces or asks
 reaches the client the way that protocol allows (listen streams, ``input_required``, logs on
 the call's stream)."""
 
