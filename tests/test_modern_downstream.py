@@ -338,7 +338,8 @@ async def test_a_wrapped_state_is_the_principals_own_and_expires(tmp_path: Path)
 
     from tests.helpers import http_gateway
 
-    config = write_config(tmp_path, {"m": modern()}, gateway={"round_trip_timeout": 1})
+    # Long enough for the three calls below on a loaded machine (CI once took over 1 s for them).
+    config = write_config(tmp_path, {"m": modern()}, gateway={"round_trip_timeout": 4})
     (tmp_path / "tokens").write_text("token-of-ann\ntoken-of-bo\n")
     answer = {"ask": types.ElicitResult(action="accept", content={"name": "Bo"})}
     with http_gateway(config, "--token-file", str(tmp_path / "tokens")) as (url, _):
@@ -357,7 +358,7 @@ async def test_a_wrapped_state_is_the_principals_own_and_expires(tmp_path: Path)
                     "m__ask", {}, input_responses=answer, request_state=first.request_state
                 )
                 assert text(done) == "accept:{'name': 'Bo'}"
-                await anyio.sleep(2.5)  # past round_trip_timeout (1 s): the state is no longer accepted
+                await anyio.sleep(4.5)  # past round_trip_timeout (4 s): the state is no longer accepted
                 with pytest.raises(MCPError, match="expired"):
                     await ann.session.call_tool("m__ask", {}, input_responses=answer, request_state=first.request_state)
 
