@@ -613,7 +613,6 @@ def _typed(handler: Callable[[Any, Any], Awaitable[Any]]) -> Callable[[Any, Any]
 
 async def _serve_http(server: Server[Any], args: argparse.Namespace) -> None:
     """Serve on loopback, printing the endpoint URL once the socket is bound."""
-    import socket
 
     import uvicorn
     from starlette.applications import Starlette
@@ -621,10 +620,9 @@ async def _serve_http(server: Server[Any], args: argparse.Namespace) -> None:
     from starlette.responses import Response
     from starlette.routing import Mount, Route
 
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", args.port))
-    sock.listen(128)
+    from gateway.upstream.listen import listening_socket
+
+    sock = listening_socket("127.0.0.1", args.port)
     port = sock.getsockname()[1]
     if args.transport == "http":
         app = server.streamable_http_app(streamable_http_path="/mcp")

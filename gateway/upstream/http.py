@@ -21,7 +21,6 @@ import ipaddress
 import json
 import logging
 import os
-import socket
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -32,6 +31,7 @@ from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE, Transpo
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.upstream.events import RETRY_MS, BoundedEventStore, SessionScope
+from gateway.upstream.listen import listening_socket
 
 log = logging.getLogger("prefixgate.http")
 
@@ -217,11 +217,7 @@ async def serve_http(server: Server[Any], listen: str, tokens: Sequence[str]) ->
     import uvicorn
 
     host, port = parse_listen(listen)
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(128)  # accept from the moment the URL is printed (uvicorn starts a little later)
+    sock = listening_socket(host, port)  # accepting from the moment the URL is printed (uvicorn starts later)
     bound = sock.getsockname()[1]
     app: ASGIApp = server.streamable_http_app(
         streamable_http_path=MCP_PATH,
