@@ -20,7 +20,6 @@ Usage: ``python -m tests.classic_server`` (stdio) or ``python -m tests.classic_s
 
 from __future__ import annotations
 
-import socket
 import sys
 import warnings
 
@@ -115,10 +114,9 @@ def cancelled(tag: str) -> str:
 async def serve_http() -> None:
     import uvicorn
 
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(128)
+    from gateway.upstream.listen import listening_socket
+
+    sock = listening_socket("127.0.0.1", 0)
     app = server.streamable_http_app(streamable_http_path="/mcp")
     sys.stdout.write(f"http://127.0.0.1:{sock.getsockname()[1]}/mcp\n")
     sys.stdout.flush()

@@ -250,13 +250,11 @@ async def main() -> None:
 
     server = build()
     if "--http" in sys.argv:
-        import socket
-
         import uvicorn
 
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(64)
+        from gateway.upstream.listen import listening_socket
+
+        sock = listening_socket("127.0.0.1", 0)
         app = server.streamable_http_app(streamable_http_path="/mcp")
         sys.stdout.write(f"http://127.0.0.1:{sock.getsockname()[1]}/mcp\n")
         sys.stdout.flush()

@@ -356,7 +356,7 @@ class Downstream:
                 return
         session, dispatcher = await self._session_on(stack)
         if self.config.protocol == "legacy":
-            await session.initialize()
+            await handshake(session, dispatcher, http=self.config.transport == "http")
             self._adopt(session, dispatcher, modern=False)
         else:
             self._adopt(session, dispatcher, modern=await negotiate(session))

@@ -108,19 +108,15 @@ async def handshake(session: ClientSession, dispatcher: JSONRPCDispatcher[Any], 
         return
     from gateway import __version__
 
-    version = LATEST_HANDSHAKE_VERSION
-    info = client_info(__version__)
-    params = {
-        "protocolVersion": version,
-        "capabilities": CLIENT_CAPABILITIES,
-        "clientInfo": info,
-        "_meta": {
-            PROTOCOL_VERSION_META_KEY: version,
-            CLIENT_INFO_META_KEY: info,
-            CLIENT_CAPABILITIES_META_KEY: CLIENT_CAPABILITIES,
-        },
-    }
-    headers = {MCP_PROTOCOL_VERSION_HEADER: version, MCP_METHOD_HEADER: "initialize"}
+    version, info = LATEST_HANDSHAKE_VERSION, client_info(__version__)
+    params, headers = stamp(
+        "initialize",
+        {"protocolVersion": version, "capabilities": CLIENT_CAPABILITIES, "clientInfo": info},
+        version=version,
+        client_info=info,
+        log_level=None,
+        header_maps={},
+    )
     raw = await dispatcher.send_raw_request("initialize", params, {"headers": headers})
     result = types.InitializeResult.model_validate(raw)
     if result.protocol_version not in HANDSHAKE_PROTOCOL_VERSIONS:
