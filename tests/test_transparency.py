@@ -302,9 +302,16 @@ def progressed(seen: list[float]) -> str:
 async def log_round(probe: Probe, style: str, tool: str, args: dict[str, Any]) -> str:
     """Call a tool that logs; the outcome and the first line heard (within a second)."""
     probe.logs.clear()
+    # Through the gateway one client hears every server: only this style's lines count (the
+    # gateway names a line's server in its logger, "<server id>" or "<server id>/<logger>").
+    server = probe.prefix("").removesuffix("__")
+
+    def mine() -> list[types.LoggingMessageNotificationParams]:
+        return [m for m in probe.logs if not server or (m.logger or "").split("/")[0] == server]
+
     done = await outcome(probe.client.call_tool(tool, args))
-    await settle(lambda: bool(probe.logs), 1.0)
-    heard = [f"{m.level}:{normal(str(m.data))}" for m in probe.logs]
+    await settle(lambda: bool(mine()), 1.0)
+    heard = [f"{m.level}:{normal(str(m.data))}" for m in mine()]
     if style == "everything":
         await outcome(probe.client.call_tool(tool, args))  # stop the simulated logging
         heard = ["<random level and line>"] if heard else []
