@@ -1,6 +1,6 @@
 """Every benchmark in one run: prefixgate vs a direct connection vs FastMCP's proxy.
 
-    python -m bench.run [--quick] [--out DIR] [--only calls,startup,catalog,bigresult,flood,stores]
+    python -m bench.run [--quick] [--out DIR] [--only calls,http,startup,catalog,bigresult,flood,stores,warm]
                         [--fastmcp-python PATH]
 
 Each benchmark interleaves its contenders round by round and reports medians, spreads
@@ -34,10 +34,12 @@ from typing import Any
 import anyio
 
 from bench import bigresult, calls, catalog5k, flood, startup, stores, warm
+from bench import http as http_bench
 from bench.common import ROOT, fastmcp_python
 
 BENCHMARKS: dict[str, Callable[[Any], Any]] = {
     "calls": calls.run,
+    "http": http_bench.run,
     "startup": startup.run,
     "catalog": catalog5k.run,
     "bigresult": bigresult.run,
@@ -122,12 +124,14 @@ def targets(results: dict[str, Any]) -> list[Target]:
     n_build = f"{_get(results, 'catalog', 'in_process', 'tools') or 5000:,}"
     n_gw = f"{_get(results, 'catalog', 'gateway', 'tools') or 5035:,}"
     out = [
-        _ratio_target("per-call-vs-direct", "per-call median, prefixgate / direct", seq.get("prefixgate/direct"), 1.5),
+        _ratio_target(
+            "per-call-vs-direct", "stdio per-call median, prefixgate / direct", seq.get("prefixgate/direct"), 1.2
+        ),
         _ratio_target(
             "per-call-vs-direct-2026-07-28",
-            "per-call median, prefixgate / direct, 2026-07-28 client (SDK Client, mode auto)",
+            "stdio per-call median, prefixgate / direct, 2026-07-28 client (SDK Client, mode auto)",
             seq.get("prefixgate-2026-07-28/direct-2026-07-28"),
-            1.5,
+            1.2,
         ),
         _ratio_target(
             "per-call-vs-fastmcp",
@@ -180,6 +184,7 @@ def targets(results: dict[str, Any]) -> list[Target]:
             strict=True,
         ),
     ]
+    out += http_targets(results)
     out += warm_targets(results)
     mem = _get(results, "bigresult", "contenders", "prefixgate", "gateway_memory") or {}
     if "peak_added_over_size" in mem:
@@ -205,6 +210,35 @@ def targets(results: dict[str, Any]) -> list[Target]:
     if results.get("_quick"):
         for t in out:
             t.note = (t.note + "; " if t.note else "") + "quick run: sizes and counts reduced"
+    return out
+
+
+def http_targets(results: dict[str, Any]) -> list[Target]:
+    """Issue 25: ``serve --http`` near an SDK server under uvicorn, in both eras."""
+    out: list[Target] = []
+    for era in ("2025-11-25", "2026-07-28"):
+        data = _get(results, "http", "eras", era) or {}
+        ratios = data.get("ratios") or {}
+        out.append(_ratio_target(
+            f"http-per-call-{era}", f"HTTP per-call median, prefixgate / direct SDK server, {era} client",
+            ratios.get("prefixgate/direct per call"), 1.5,
+        ))
+        throughput = ratios.get("prefixgate/direct throughput 32")
+        failed = sum(c.get("failed_calls", 0) for c in (data.get("contenders") or {}).values())
+        if throughput and throughput.get("n"):
+            value = throughput["median"]
+            out.append(Target(
+                f"http-throughput-{era}", f"HTTP throughput, 32 concurrent callers, prefixgate / direct, {era} client",
+                ">= 0.8x, none refused", value, f"rounds {throughput['min']:.2f}-{throughput['max']:.2f}x",
+                value >= 0.8 and failed == 0, f"{value:.2f}x, {failed} refused",
+            ))
+        else:
+            out.append(Target(f"http-throughput-{era}", f"HTTP throughput, 32 callers, {era} client",
+                              ">= 0.8x, none refused", None, "", None, "n/a", "not run"))
+        out.append(_ratio_target(
+            f"http-downstream-{era}", f"HTTP per-call median, prefixgate with an HTTP downstream / direct, {era} client",
+            ratios.get("prefixgate-http-downstream/direct per call"), 2.0,
+        ))
     return out
 
 
@@ -381,6 +415,9 @@ def measurement_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, 
         for name, c in wm["contenders"].items():
             r = wm["ratios"].get(f"{name}/slowest")
             rows.append((label, name, _ms(c["time_to_list_s"]["median"]), _spread(c["time_to_list_s"]), _ratio(r)))
+    hb = results.get("http")
+    if isinstance(hb, dict) and "eras" in hb:
+        rows += http_bench.rows(hb, _ms, _spread, _ratio)
     fl = results.get("flood")
     if isinstance(fl, dict) and "phases" in fl:
         rows += flood.rows(fl)

@@ -172,8 +172,9 @@ async def test_pending_round_trips_are_bounded_per_principal(tmp_path: Path) -> 
             for _ in range(2):
                 pending = await client.session.call_tool("r__ask", {}, allow_input_required=True)
                 assert isinstance(pending, types.InputRequiredResult)
-            with pytest.raises(MCPError, match="already has 2 calls waiting for its input"):
-                await client.session.call_tool("r__ask", {}, allow_input_required=True)
+            # A third call that asks: the server's request is refused, the call itself answered.
+            refused = await client.session.call_tool("r__ask", {}, allow_input_required=True)
+            assert refused.is_error and "already has 2 calls waiting for its input" in text(refused)
 
 
 async def test_expired_round_trips_free_their_place(tmp_path: Path) -> None:
@@ -182,9 +183,40 @@ async def test_expired_round_trips_free_their_place(tmp_path: Path) -> None:
         with anyio.fail_after(60):
             first = await client.session.call_tool("r__ask", {}, allow_input_required=True)
             assert isinstance(first, types.InputRequiredResult)
-            with pytest.raises(MCPError, match="already has 1 calls waiting"):
-                await client.session.call_tool("r__ask", {}, allow_input_required=True)
+            refused = await client.session.call_tool("r__ask", {}, allow_input_required=True)
+            assert refused.is_error and "already has 1 calls waiting" in text(refused)
             assert await saw(stderr, "no retry within 1 s, cancelling the call")
+            again = await client.session.call_tool("r__ask", {}, allow_input_required=True)
+            assert isinstance(again, types.InputRequiredResult)
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_calls_that_never_ask_take_no_round_trip_slot(tmp_path: Path, transport: str) -> None:
+    """Issue 25: with every slot of the principal held by a call waiting for input, 64
+    concurrent calls that never ask are all answered; an answered round trip frees its slot."""
+    async with modern(config_for(tmp_path), transport, **CALLBACKS) as (client, _):
+        with anyio.fail_after(120):
+            parked = []
+            for _ in range(16):  # the default max_round_trips
+                pending = await client.session.call_tool("r__ask", {}, allow_input_required=True)
+                assert isinstance(pending, types.InputRequiredResult)
+                parked.append(pending)
+            answers: list[Any] = []
+
+            async def echo(n: int) -> None:
+                answers.append((n, await client.call_tool("r__echo", {"text": f"call {n}"})))
+
+            async with anyio.create_task_group() as tg:
+                for n in range(64):
+                    tg.start_soon(echo, n)
+            assert sorted((n, r.is_error, text(r)) for n, r in answers) == [(n, False, f"call {n}") for n in range(64)]
+            refused = await client.session.call_tool("r__ask", {}, allow_input_required=True)
+            assert refused.is_error and "already has 16 calls waiting for its input" in text(refused)
+            first = parked[0]
+            ((key, _request),) = (first.input_requests or {}).items()
+            answer = {key: types.ElicitResult(action="accept", content={"name": "Di"})}
+            done = await client.session.call_tool("r__ask", {}, input_responses=answer, request_state=first.request_state)
+            assert text(done) == "accept:{'name': 'Di'}"
             again = await client.session.call_tool("r__ask", {}, allow_input_required=True)
             assert isinstance(again, types.InputRequiredResult)
 

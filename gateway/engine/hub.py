@@ -469,7 +469,7 @@ class Hub:
         target, related = self._requester(downstream.id)
         if trip is not None and (target is None or target.call_order.get(related, 0) < trip.seq):
             _require_capability(method, trip.capabilities)
-            return await trip.ask(method, params)
+            return await self.round_trips.ask(trip, method, params)
         if target is None or target.server_session is None:
             raise MCPError(code=INVALID_REQUEST, message=f"prefixgate: no client is connected to answer {method}")
         _require_capability(method, target.server_session.client_capabilities)

@@ -10,8 +10,9 @@ request embedded, and its retry (the same request plus ``inputResponses`` and th
 The ``requestState`` names the pending call and carries an HMAC under a per-process
 random key over that name, the round, the request (method and target) and the owning
 principal's session, so a tampered state or another principal's is refused. Each
-principal holds a bounded number of pending calls; one not resumed within the timeout is
-cancelled downstream (the server sees ``notifications/cancelled``) and forgotten.
+principal holds a bounded number of calls waiting for its input (a call that never asks
+holds none); one not resumed within the timeout is cancelled downstream (the server sees
+``notifications/cancelled``) and forgotten.
 
 A 2026-07-28 server asks the modern way, with its own ``input_required`` result. To a
 modern client it is passed on with the server's ``requestState`` wrapped (``wrap``): the
@@ -112,6 +113,8 @@ class RoundTrip:
     timer: anyio.CancelScope | None = None
     attached: bool = False
     """A request of the client is waiting for this call now (no second one may)."""
+    waiting: bool = False
+    """The call has asked for the client's input: it holds one of its principal's slots."""
     _next_key: int = 0
 
     def poke(self) -> None:
@@ -171,6 +174,8 @@ class RoundTrips:
         self._boot = secrets.token_urlsafe(6)
         """Names this process in its states, so a state from before a restart is told apart."""
         self._trips: dict[str, RoundTrip] = {}
+        self._waiting: dict[int, int] = {}
+        """Per principal (its state object's id; a pending trip holds that object): calls waiting for input."""
         self.tasks: anyio.abc.TaskGroup | None = None
         self._running: set[asyncio.Task[None]] = set()
         self._order = itertools.count(1)
@@ -185,6 +190,42 @@ class RoundTrips:
 
     def __len__(self) -> int:
         return len(self._trips)
+
+    def waiting(self, owner: object) -> int:
+        """How many calls of ``owner`` wait for its input (O(1): counted as they start and end)."""
+        return self._waiting.get(id(owner), 0)
+
+    async def ask(self, trip: RoundTrip, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """A server's request during ``trip``: the call now waits for its client, and takes
+        one of the principal's ``per_owner`` slots for as long as it is pending. Calls that
+        never ask take none; over the limit the server's request is refused (the call goes on)."""
+        if not trip.waiting and not trip.finished:
+            key = id(trip.owner)
+            held = self._waiting.get(key, 0)
+            if held >= self.per_owner:
+                log.warning(
+                    "[%s] %s %r: refused %s: the client already has %d calls waiting for its input",
+                    trip.server_id, trip.method, trip.target, method, held,
+                )
+                raise MCPError(
+                    code=INVALID_REQUEST,
+                    message=f"prefixgate: this client already has {self.per_owner} calls waiting for its input; "
+                    "answer or abandon one first",
+                )
+            self._waiting[key] = held + 1
+            trip.waiting = True
+        return await trip.ask(method, params)
+
+    def _forget(self, trip: RoundTrip) -> None:
+        """The call is over or abandoned: out of the books, its slot (if it held one) freed."""
+        if self._trips.pop(trip.id, None) is not None and trip.waiting:
+            trip.waiting = False
+            key = id(trip.owner)
+            left = self._waiting[key] - 1
+            if left:
+                self._waiting[key] = left
+            else:
+                del self._waiting[key]
 
     def waiting_on(self, server_id: str) -> RoundTrip | None:
         """The newest unfinished call to ``server_id`` (the one its request belongs to)."""
@@ -208,12 +249,6 @@ class RoundTrips:
         """Start a call in the gateway's own task, so it outlives the request that began it."""
         if self.tasks is None:
             raise MCPError(code=INTERNAL_ERROR, message="prefixgate: not serving")
-        if sum(1 for t in self._trips.values() if t.owner is owner) >= self.per_owner:
-            raise MCPError(
-                code=INVALID_REQUEST,
-                message=f"prefixgate: this client already has {self.per_owner} calls waiting for its input; "
-                "answer or abandon one first",
-            )
         trip = RoundTrip(
             secrets.token_urlsafe(12), owner, method, target, binding, server_id, capabilities, self.order()
         )
@@ -291,7 +326,7 @@ class RoundTrips:
         try:
             while True:
                 if trip.finished:
-                    self._trips.pop(trip.id, None)
+                    self._forget(trip)
                     if trip.error is not None:
                         raise trip.error
                     assert trip.result is not None
@@ -309,7 +344,7 @@ class RoundTrips:
                 if trip.round == 0 or self.tasks is None:
                     # The client gave up before it was handed any state: nothing can resume
                     # this call, so it ends now, as a cancelled call of the handshake era does.
-                    self._trips.pop(trip.id, None)
+                    self._forget(trip)
                     trip.scope.cancel()
                 else:
                     trip.timer = anyio.CancelScope()
@@ -334,7 +369,7 @@ class RoundTrips:
                 trip.target,
                 self.timeout,
             )
-            self._trips.pop(trip.id, None)
+            self._forget(trip)
             # Cancel first: the server must see notifications/cancelled before any of its
             # requests is answered (``_run`` fails them once the cancellation is out).
             trip.scope.cancel()

@@ -290,13 +290,15 @@ class Handlers:
         elif server_id is None:
             return await run(None)
         else:
-            # Answers sent before anything was asked go to a modern server as they are (its
-            # keys; it ignores what it did not ask for); a handshake-era server has no use for them.
-            given = params.get("inputResponses")
-            early = {"inputResponses": given} if isinstance(given, dict) and self.hub.by_id[server_id].modern else None
+            if self.hub.by_id[server_id].modern:
+                # A modern server asks with its own ``input_required``: nothing waits in the
+                # gateway. Answers sent before anything was asked go to it as they are (its
+                # keys; it ignores what it did not ask for); a handshake-era server has no use for them.
+                given = params.get("inputResponses")
+                return passed_on(await run({"inputResponses": given} if isinstance(given, dict) else None))
 
             async def first() -> dict[str, Any]:
-                return passed_on(await run(early))
+                return passed_on(await run(None))
 
             trip = trips.begin(owner, method, target, binding, server_id, capabilities, first)
         return await trips.next_answer(trip)
