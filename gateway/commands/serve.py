@@ -41,7 +41,7 @@ async def serve(
     and what it read are taken over here).
     """
     from gateway.upstream import fast
-    from gateway.upstream.server import Handlers, build_server
+    from gateway.upstream.server import Handlers
     from gateway.wire import fast_path
 
     lane: fast.FastCalls | None = None
@@ -65,9 +65,10 @@ async def serve(
             from gateway.upstream.http import principal_of_scope
 
             await _artifact_store(hub, None)  # retention at start
-            server, options = build_server(
+            handlers = Handlers(
                 hub, lambda ctx: hub.principal_state(principal_of_scope(getattr(ctx.request, "scope", None)))
             )
+            server, options = handlers.server, handlers.options
 
         async def barrier() -> None:
             try:
@@ -93,7 +94,7 @@ async def serve(
             else:
                 from gateway.upstream.http import serve_http
 
-                await serve_http(server, http, tokens)
+                await serve_http(handlers, http, tokens)
             tg.cancel_scope.cancel()
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from jsonschema_rs import Validator
+from mcp_types.version import LATEST_MODERN_VERSION
 
 from catalog.budget import ClientPolicy, Declarations, decide
 from catalog.build import build
@@ -46,6 +47,7 @@ class Epoch:
     _index: SearchIndex | None = None
     _validators: dict[str, tuple[Validator, bool]] = field(default_factory=dict)
     _deferred: frozenset[str] = frozenset()
+    _schemas: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         self._deferred = frozenset(self.decision.deferred_names)
@@ -69,6 +71,12 @@ class Epoch:
 
     def is_deferred(self, name: str) -> bool:
         return name in self._deferred
+
+    def input_schema(self, name: str) -> Any:
+        """The ``inputSchema`` the 2026-07-28 ``tools/list`` publishes for ``name``, or None."""
+        if self._schemas is None:
+            self._schemas = {tool["name"]: tool.get("inputSchema") for tool in self.published(LATEST_MODERN_VERSION)}
+        return self._schemas.get(name)
 
     def published(self, version: str = DEFAULT_VERSION) -> PublishedTools:
         """The wire form for a protocol version, built once per epoch and then reused."""

@@ -4,7 +4,7 @@ With an event store the SDK starts every SSE stream with a priming event (an id 
 ``retry`` interval) and lets a client that lost a stream reconnect with ``Last-Event-ID`` to
 get what it missed. The SDK hands one store to every session and names streams by the
 client's own request ids (``1`` in every session), so the store itself must keep sessions
-apart: each event remembers the session whose request produced it (``SessionScope`` below
+apart: each event remembers the session whose request produced it (``marked`` below
 marks every request; a new session's mark is filled in when its id is issued), and an event
 replays only to a request of that same session, only on its own stream. An event whose
 session is not known never replays (fail closed).
@@ -20,13 +20,13 @@ from __future__ import annotations
 import secrets
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
 from mcp.server.streamable_http import EventCallback, EventId, EventMessage, EventStore, StreamId
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 SESSION_HEADER = b"mcp-session-id"
 RETRY_MS = 1000
@@ -46,31 +46,17 @@ class Owner:
 _owner: ContextVar[Owner | None] = ContextVar("prefixgate_sse_owner", default=None)
 
 
-class SessionScope:
-    """ASGI middleware: marks each HTTP request with its session for the event store."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        header = next((v for k, v in scope.get("headers", ()) if k.lower() == SESSION_HEADER), None)
-        owner = Owner(header.decode("latin-1") if header is not None else None)
-        token = _owner.set(owner)
-
-        async def send_marked(message: Message) -> None:
-            if owner.session_id is None and message["type"] == "http.response.start":
-                issued = next((v for k, v in message.get("headers", ()) if k.lower() == SESSION_HEADER), None)
-                if issued is not None:
-                    owner.session_id = issued.decode("latin-1")
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_marked)
-        finally:
-            _owner.reset(token)
+@contextmanager
+def marked(session_header: bytes | None) -> Iterator[Owner]:
+    """Mark the request being served (and the tasks it starts) with its session, from its
+    ``Mcp-Session-Id`` header; a request without one (``initialize``) gets an owner whose
+    id is filled in when the response issues it (gateway/upstream/http.py ``Front``)."""
+    owner = Owner(session_header.decode("latin-1") if session_header is not None else None)
+    token = _owner.set(owner)
+    try:
+        yield owner
+    finally:
+        _owner.reset(token)
 
 
 @dataclass(slots=True)

@@ -243,7 +243,7 @@ class FastCall:
     async def answer(self, dctx: CallContext) -> dict[str, Any]:
         calls, params, route = self.calls, self.params, self.route
         handlers = calls.handlers
-        meta = _meta_of(params)
+        meta = meta_of(params)
         if route is not None:
             connection = Connection.from_envelope(
                 route.protocol_version,
@@ -345,7 +345,7 @@ class FastCalls:
             call.cancel()
 
 
-def _meta_of(params: Mapping[str, Any]) -> types.RequestParamsMeta | None:
+def meta_of(params: Mapping[str, Any]) -> types.RequestParamsMeta | None:
     """The request's ``_meta`` as the SDK's runner lifts it (None when absent or malformed)."""
     if "_meta" not in params:
         return None

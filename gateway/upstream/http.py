@@ -26,16 +26,19 @@ from collections.abc import Sequence
 from typing import Any
 
 import anyio
-from mcp.server.lowlevel import Server
 from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE, TransportSecuritySettings
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+from starlette.types import Message, Receive, Scope, Send
 
-from gateway.upstream.events import RETRY_MS, BoundedEventStore, SessionScope
+from gateway.upstream.events import RETRY_MS, SESSION_HEADER, BoundedEventStore, marked
 from gateway.upstream.listen import listening_socket
 
 log = logging.getLogger("prefixgate.http")
 
 MCP_PATH = "/mcp"
+_PATHS = frozenset((MCP_PATH, MCP_PATH + "/"))
+_VERSION_HEADER = MCP_PROTOCOL_VERSION_HEADER.lower().encode()
 PRINCIPAL = "prefixgate.principal"
 """ASGI scope key: the principal that authenticated the request (``LOCAL`` without tokens)."""
 LOCAL = "local"
@@ -113,58 +116,6 @@ def transport_security(host: str, port: int) -> TransportSecuritySettings:
     )
 
 
-class BodyDeadline:
-    """Pure ASGI: the whole request body must arrive within ``timeout`` seconds, else 408.
-
-    uvicorn has no body timeout, so a client that sends headers and then nothing would
-    hold its connection (and a task) for ever. The body is read here, under the deadline
-    and bounded by the SDK's size limit (413 beyond it), then replayed to the app.
-    """
-
-    def __init__(self, app: ASGIApp, timeout: float, max_size: int = DEFAULT_MAX_REQUEST_BODY_SIZE) -> None:
-        self.app = app
-        self.timeout = timeout
-        self.max_size = max_size
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        chunks: list[bytes] = []
-        size = 0
-        trailing: Message | None = None
-        with anyio.move_on_after(self.timeout) as deadline:
-            while True:
-                message = await receive()
-                if message["type"] != "http.request":
-                    trailing = message  # the client went away
-                    break
-                chunk = message.get("body", b"")
-                size += len(chunk)
-                if size > self.max_size:
-                    await _plain(send, 413, "request body too large")
-                    return
-                chunks.append(chunk)
-                if not message.get("more_body", False):
-                    break
-        if deadline.cancelled_caught:
-            log.info("request body not received within %g s: 408", self.timeout)
-            await _plain(send, 408, f"request body not received within {self.timeout:g} s")
-            return
-        replayed = False
-
-        async def replay() -> Message:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                if trailing is not None:
-                    return trailing
-                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
-
-
 async def _plain(send: Send, status: int, text: str) -> None:
     await send(
         {
@@ -176,13 +127,37 @@ async def _plain(send: Send, status: int, text: str) -> None:
     await send({"type": "http.response.body", "body": text.encode()})
 
 
-class BearerAuth:
-    """Pure ASGI: every HTTP request must carry ``Authorization: Bearer <token>`` with one of
-    the tokens; the principal it stands for is recorded in the scope for the handlers."""
+class Front:
+    """The gateway's one ASGI app: auth, the body deadline, the session mark, the endpoint.
 
-    def __init__(self, app: ASGIApp, tokens: Sequence[str]) -> None:
-        self.app = app
+    Every HTTP request passes here once (issue 25: three wrappers and Starlette's routing
+    cost more than the call itself):
+
+    - with tokens, ``Authorization: Bearer <token>`` must name one (401 otherwise; every
+      token compared, no early exit); the principal it stands for goes in the scope;
+    - only ``/mcp`` is served (404 otherwise);
+    - the whole body must arrive within ``timeout`` seconds (408) and within the SDK's size
+      limit (413): uvicorn has no body timeout, so a client that sends headers and then
+      nothing would hold its connection (and a task) for ever;
+    - a 2026-07-28 ``tools/call`` or ``tools/list`` goes to the lane when it claims it
+      (gateway/upstream/httplane.py); everything else to the SDK's session manager, with the
+      body replayed and the request marked with its session for the event store
+      (gateway/upstream/events.py).
+    """
+
+    def __init__(
+        self,
+        manager: Any,
+        tokens: Sequence[str] = (),
+        lane: Any = None,
+        timeout: float = BODY_TIMEOUT,
+        max_size: int = DEFAULT_MAX_REQUEST_BODY_SIZE,
+    ) -> None:
+        self.manager = manager
         self.expected = [(f"Bearer {t}".encode(), principal_of_token(t)) for t in tokens]
+        self.lane = lane
+        self.timeout = timeout
+        self.max_size = max_size
 
     def _principal(self, given: bytes) -> str | None:
         found = None
@@ -192,44 +167,115 @@ class BearerAuth:
         return found
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            given = dict(scope.get("headers") or []).get(b"authorization", b"")
-            principal = self._principal(given)
-            scope[PRINCIPAL] = principal
+        if scope["type"] != "http":
+            if scope["type"] == "websocket":
+                await send({"type": "websocket.close", "code": 1000})
+            return
+        headers = scope["headers"]
+        if self.expected:
+            given = next((v for k, v in headers if k == b"authorization"), b"")
+            principal = scope[PRINCIPAL] = self._principal(given)
             if principal is None:
-                body = json.dumps({"error": "unauthorized", "error_description": "missing or wrong bearer token"})
-                await send(
-                    {
-                        "type": "http.response.start",
-                        "status": 401,
-                        "headers": [
-                            (b"content-type", b"application/json"),
-                            (b"www-authenticate", b'Bearer realm="prefixgate"'),
-                        ],
-                    }
-                )
-                await send({"type": "http.response.body", "body": body.encode()})
+                await _unauthorized(send)
                 return
-        await self.app(scope, receive, send)
+        if scope["path"] not in _PATHS:
+            await _plain(send, 404, "Not Found")
+            return
+        body = await self._body(receive, send)
+        if body is None:
+            return
+        if isinstance(body, bytes) and self.lane is not None and scope["method"] == "POST":
+            version = next((v for k, v in headers if k == _VERSION_HEADER), None)
+            if version is not None and version.decode("latin-1") not in HANDSHAKE_PROTOCOL_VERSIONS:
+                claimed = await self.lane.claim(scope, body)
+                if claimed is not None:
+                    await self.lane.answer(claimed, scope, receive, send)
+                    return
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                if not isinstance(body, bytes):
+                    return body
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        session = next((v for k, v in headers if k == SESSION_HEADER), None)
+        with marked(session) as owner:
+            if owner.session_id is not None:
+                await self.manager.handle_request(scope, replay, send)
+                return
+
+            async def send_marked(message: Message) -> None:
+                if owner.session_id is None and message["type"] == "http.response.start":
+                    issued = next((v for k, v in message.get("headers", ()) if k.lower() == SESSION_HEADER), None)
+                    if issued is not None:
+                        owner.session_id = issued.decode("latin-1")
+                await send(message)
+
+            await self.manager.handle_request(scope, replay, send_marked)
+
+    async def _body(self, receive: Receive, send: Send) -> bytes | Message | None:
+        """The whole body (or the message that ended it: the client went away), or None
+        when it was refused (408, 413) and answered here."""
+        chunks: list[bytes] = []
+        size = 0
+        with anyio.move_on_after(self.timeout) as deadline:
+            while True:
+                message = await receive()
+                if message["type"] != "http.request":
+                    return message
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                if size > self.max_size:
+                    await _plain(send, 413, "request body too large")
+                    return None
+                chunks.append(chunk)
+                if not message.get("more_body", False):
+                    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        assert deadline.cancelled_caught
+        log.info("request body not received within %g s: 408", self.timeout)
+        await _plain(send, 408, f"request body not received within {self.timeout:g} s")
+        return None
 
 
-async def serve_http(server: Server[Any], listen: str, tokens: Sequence[str]) -> None:
+async def _unauthorized(send: Send) -> None:
+    body = json.dumps({"error": "unauthorized", "error_description": "missing or wrong bearer token"})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 401,
+            "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b'Bearer realm="prefixgate"')],
+        }
+    )
+    await send({"type": "http.response.body", "body": body.encode()})
+
+
+async def serve_http(handlers: Any, listen: str, tokens: Sequence[str]) -> None:
     import uvicorn
+    from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+
+    from gateway.wire import fast_path
 
     host, port = parse_listen(listen)
     sock = listening_socket(host, port)  # accepting from the moment the URL is printed (uvicorn starts later)
     bound = sock.getsockname()[1]
-    app: ASGIApp = server.streamable_http_app(
-        streamable_http_path=MCP_PATH,
-        transport_security=transport_security(host, bound),
-        event_store=BoundedEventStore(),
-        retry_interval=RETRY_MS,
+    security = transport_security(host, bound)
+    manager = StreamableHTTPSessionManager(
+        app=handlers.server, event_store=BoundedEventStore(), retry_interval=RETRY_MS, security_settings=security
     )
-    app = SessionScope(app)
-    app = BodyDeadline(app, BODY_TIMEOUT)
-    if tokens:
-        app = BearerAuth(app, tokens)
+    lane = None
+    if fast_path():
+        from gateway.upstream.httplane import ModernLane
+
+        lane = ModernLane(handlers, security)
+    app = Front(manager, tokens, lane)
     sys.stdout.write(f"http://{_host_literal(host)}:{bound}{MCP_PATH}\n")
     sys.stdout.flush()
-    config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False)
-    await uvicorn.Server(config).serve(sockets=[sock])
+    config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False)
+    async with manager.run():
+        if lane is not None:
+            lane.lifespan = manager._lifespan_state  # the server's lifespan state, as the SDK's entry passes it
+        await uvicorn.Server(config).serve(sockets=[sock])

@@ -100,11 +100,20 @@ class Handlers:
                 on_set_logging_level=self.set_level,
                 on_subscriptions_listen=WatchingListen(hub),
                 cache_hints=CACHE_HINTS,
+                get_tool_input_schema=self.input_schema,
             )
         self.server.middleware.insert(0, self.middleware)
         self.options = self.server.create_initialization_options(
             NotificationOptions(tools_changed=True, prompts_changed=True, resources_changed=True)
         )
+
+    def input_schema(self, name: str) -> Mapping[str, Any] | None:
+        """The ``inputSchema`` a 2026-07-28 ``tools/list`` publishes for ``name`` (None before
+        the first epoch, or for a name it does not list): the SDK's HTTP entry checks a call's
+        ``Mcp-Param-*`` headers against it, and without this lookup it would list every tool
+        again on every call to find it."""
+        epoch = self.router.epoch
+        return None if epoch is None else epoch.input_schema(name)
 
     async def client_of(self, ctx: Context) -> ClientConnection:
         """The gateway's record of the client this request came from (made on first use)."""

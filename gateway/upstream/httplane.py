@@ -1,0 +1,323 @@
+"""2026-07-28 ``tools/call`` and ``tools/list`` over HTTP answered in the request's own task.
+
+The SDK's modern entry runs every request through a Starlette ``Request``, a task group
+with the handler and a disconnect watcher as sibling tasks, a memory stream for
+notifications, the runner's middleware chain and the reply's model (issue 25). For the
+two requests an agent sends most, this lane does what that entry does with less: the
+same checks in the same order (transport security, ``Accept``, the JSON-RPC envelope,
+duplicated routing headers, the inbound ladder, ``Mcp-Param-*`` headers, the params'
+surface check), the same ``Handlers`` calls (the client record, the gate, ``finish``), and
+the same bytes out: JSON with the table-mapped status when the handler answers without a
+notification within ``PING_INTERVAL`` seconds, else ``text/event-stream`` carrying the
+notifications, keep-alive pings and the answer (tests/test_http_lane.py sends the same
+requests down both). Closing the response stream cancels the call, as it does there.
+
+Only what passes every check is claimed; anything else (a rejection, a notification, any
+other method, any handshake-era request) goes to the SDK, which answers it as before.
+As on the stdio fast path, the SDK's OpenTelemetry middleware is not run for these two.
+``PREFIXGATE_FAST_PATH=0`` turns the lane off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import anyio
+import mcp_types as types
+import pydantic_core
+from mcp.server.connection import Connection
+from mcp.server.context import ServerRequestContext
+from mcp.server.runner import aclose_shielded, modern_error_data
+from mcp.server.session import ServerSession
+from mcp.server.streamable_http import check_accept_headers
+from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
+from mcp.shared.dispatcher import CallOptions
+from mcp.shared.exceptions import NoBackChannelError
+from mcp.shared.inbound import (
+    ERROR_CODE_HTTP_STATUS,
+    MCP_PARAM_HEADER_PREFIX,
+    InboundLadderRejection,
+    InboundModernRoute,
+    classify_inbound_request,
+    find_duplicated_routing_header,
+    validate_mcp_param_headers,
+)
+from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
+from mcp.shared.message import ServerMessageMetadata
+from mcp.shared.transport_context import TransportContext
+from mcp_types.methods import validate_client_request
+from pydantic import ValidationError
+from starlette.requests import Request
+from starlette.types import Receive, Scope, Send
+
+from gateway.upstream.fast import meta_of
+from gateway.upstream.server import Handlers
+
+log = logging.getLogger("prefixgate.http")
+
+METHODS = frozenset(("tools/call", "tools/list"))
+PING_INTERVAL = 15.0
+"""As the SDK's modern entry: a silent handler commits the event stream after this, then pings."""
+_ENVELOPE = frozenset(("jsonrpc", "id", "method", "params"))
+_PARAM_PREFIX = MCP_PARAM_HEADER_PREFIX.lower()
+_SSE_HEADERS = [
+    (b"content-type", b"text/event-stream"),
+    (b"cache-control", b"no-cache, no-transform"),
+    (b"connection", b"keep-alive"),
+    (b"x-accel-buffering", b"no"),
+]
+_PING = b": ping\r\n\r\n"
+
+
+def _json(message: dict[str, Any]) -> str:
+    """A JSON-RPC message as the SDK's modern entry writes it (its model dumped in JSON mode,
+    NaN and infinities as null, then ``json.dumps`` compact), without building the model."""
+    return json.dumps(pydantic_core.to_jsonable_python(message, inf_nan_mode="null"), separators=(",", ":"))
+
+
+def _sse(message: dict[str, Any]) -> bytes:
+    return f"event: message\r\ndata: {_json(message)}\r\n\r\n".encode()
+
+
+class Claimed:
+    """A request the lane answers: what the checks found, kept for the answer."""
+
+    __slots__ = ("request", "request_id", "method", "params", "route")
+
+    def __init__(
+        self, request: Request, request_id: types.RequestId, method: str, params: dict[str, Any], route: InboundModernRoute
+    ) -> None:
+        self.request = request
+        self.request_id = request_id
+        self.method = method
+        self.params = params
+        self.route = route
+
+
+class Exchange:
+    """One claimed request's response, and the ``DispatchContext`` its handler writes to.
+
+    JSON until the first notification (or ``PING_INTERVAL`` of silence) commits the event
+    stream; every send after that is made under one lock, so notifications, pings and the
+    answer never interleave.
+    """
+
+    def __init__(
+        self, send: Send, request: Request, request_id: types.RequestId, token: Any, interval: float = PING_INTERVAL
+    ) -> None:
+        self._send = send
+        self.interval = interval
+        self.request_id = request_id
+        self._token = token
+        self.streaming = False
+        self.closed = False
+        self._lock: asyncio.Lock | None = None
+        self._last = time.monotonic()
+        self._cancel_requested: anyio.Event | None = None
+        self.transport = TransportContext(kind="streamable-http", can_send_request=False, headers=request.headers)
+        self.message_metadata = ServerMessageMetadata(request_context=request)
+
+    # --- the DispatchContext contract --------------------------------------------------
+
+    can_send_request = False
+
+    @property
+    def cancel_requested(self) -> anyio.Event:
+        if self._cancel_requested is None:
+            self._cancel_requested = anyio.Event()
+        return self._cancel_requested
+
+    async def send_raw_request(
+        self, method: str, params: Mapping[str, Any] | None, opts: CallOptions | None = None
+    ) -> dict[str, Any]:
+        raise NoBackChannelError(method)
+
+    async def notify(self, method: str, params: Mapping[str, Any] | None, opts: CallOptions | None = None) -> None:
+        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            message["params"] = dict(params)
+        await self.event(_sse(message))
+
+    async def progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
+        if self._token is None:
+            return
+        params: dict[str, Any] = {"progressToken": self._token, "progress": progress}
+        if total is not None:
+            params["total"] = total
+        if message is not None:
+            params["message"] = message
+        await self.notify("notifications/progress", params)
+
+    # --- the response ----------------------------------------------------------------------
+
+    def _locked(self) -> asyncio.Lock:
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        return self._lock
+
+    async def event(self, data: bytes) -> None:
+        """A notification or a ping on the event stream (committed by the first one)."""
+        async with self._locked():
+            if self.closed:
+                log.debug("dropped an event: the response is complete")
+                return
+            if not self.streaming:
+                self.streaming = True
+                await self._send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
+            self._last = time.monotonic()
+            await self._send({"type": "http.response.body", "body": data, "more_body": True})
+
+    async def pings(self) -> None:
+        """Started after ``interval`` s of silence: commit the stream with a ping, then ping
+        whenever it was silent that long."""
+        while not self.closed:
+            await asyncio.sleep(max(0.0, self._last + self.interval - time.monotonic()))
+            if not self.closed and time.monotonic() - self._last >= self.interval:
+                await self.event(_PING)
+
+    async def finish(self, message: dict[str, Any], scope: Scope, receive: Receive) -> None:
+        async with self._locked():
+            self.closed = True
+            if self.streaming:
+                await self._send({"type": "http.response.body", "body": _sse(message), "more_body": False})
+                return
+            error = message.get("error")
+            status = ERROR_CODE_HTTP_STATUS.get(error["code"], 200) if error is not None else 200
+            body = _json(message).encode()
+            headers = [(b"content-length", str(len(body)).encode()), (b"content-type", b"application/json")]
+            await self._send({"type": "http.response.start", "status": status, "headers": headers})
+            await self._send({"type": "http.response.body", "body": body})
+
+
+class ModernLane:
+    """Claims the 2026-07-28 ``tools/call`` and ``tools/list`` requests it can answer as the SDK would."""
+
+    def __init__(self, handlers: Handlers, security: TransportSecuritySettings | None) -> None:
+        self.handlers = handlers
+        self.security = TransportSecurityMiddleware(security)
+        self.lifespan: Any = None
+        self.used = False
+
+    async def claim(self, scope: Scope, body: bytes) -> Claimed | None:
+        """The request, when every check the SDK's modern entry makes passes; else None."""
+        request = Request(scope)
+        if await self.security.validate_request(request, is_post=True) is not None:
+            return None
+        has_json, has_sse = check_accept_headers(request)
+        if not (has_json and has_sse):
+            return None
+        try:
+            decoded = json.loads(body)
+        except (ValueError, RecursionError):
+            return None
+        if type(decoded) is not dict or not decoded.keys() <= _ENVELOPE or decoded.get("jsonrpc") != "2.0":
+            return None
+        method, request_id, params = decoded.get("method"), decoded.get("id"), decoded.get("params")
+        if method not in METHODS or isinstance(request_id, bool) or not isinstance(request_id, int | str):
+            return None
+        if type(params) is not dict:
+            return None
+        headers = request.headers
+        if find_duplicated_routing_header(headers.items()) is not None:
+            return None
+        route = classify_inbound_request(decoded, headers=dict(headers))
+        if isinstance(route, InboundLadderRejection):
+            return None
+        if method == "tools/call":
+            if not self._headers_agree(params, headers):
+                return None
+            try:
+                validate_client_request(method, route.protocol_version, params)
+            except (ValidationError, KeyError):
+                return None  # the SDK refuses it with its own error
+        if not self.used:
+            self.used = True
+            log.info("2026-07-28 tools/call and tools/list are answered on the HTTP lane (PREFIXGATE_FAST_PATH=0 turns it off)")
+        return Claimed(request, request_id, method, params, route)
+
+    def _headers_agree(self, params: dict[str, Any], headers: Mapping[str, str]) -> bool:
+        """The ``Mcp-Param-*`` check of the SDK's entry passes (a refusal is left to the SDK)."""
+        name, arguments = params.get("name"), params.get("arguments")
+        if not isinstance(name, str) or (arguments is not None and not isinstance(arguments, Mapping)):
+            return False
+        arguments = arguments or {}
+        if not arguments and not any(key.startswith(_PARAM_PREFIX) for key in headers):
+            return True
+        lookup = self.handlers.server.get_tool_input_schema
+        schema = lookup(name) if lookup is not None else None
+        return schema is None or validate_mcp_param_headers(schema, arguments, headers) is None
+
+    async def answer(self, claimed: Claimed, scope: Scope, receive: Receive, send: Send) -> None:
+        """Run the handler in this task; a disconnect cancels it, as closing the stream does in the SDK."""
+        exchange = Exchange(send, claimed.request, claimed.request_id, progress_token_from_params(claimed.params))
+        task = asyncio.current_task()
+        assert task is not None
+        gone = False
+
+        async def watch() -> None:
+            nonlocal gone
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            if not exchange.closed:
+                gone = True
+                task.cancel()
+
+        loop = asyncio.get_running_loop()
+        watcher = loop.create_task(watch())
+        pinger: asyncio.TimerHandle | asyncio.Task[None] | None = None
+
+        def start_pings() -> None:
+            nonlocal pinger
+            pinger = loop.create_task(exchange.pings())
+
+        pinger = loop.call_later(exchange.interval, start_pings)
+        try:
+            try:
+                message: dict[str, Any] = {
+                    "jsonrpc": "2.0",
+                    "id": claimed.request_id,
+                    "result": await self._run(claimed, exchange),
+                }
+            except Exception as exc:  # noqa: BLE001 - the SDK's exception-to-wire boundary, mirrored
+                error = modern_error_data(exc).model_dump(by_alias=True, mode="json", exclude_none=True)
+                message = {"jsonrpc": "2.0", "id": claimed.request_id, "error": error}
+            pinger.cancel()
+            await exchange.finish(message, scope, receive)
+        except asyncio.CancelledError:
+            if not gone:
+                raise
+            task.uncancel()  # the client closed the stream: this request is over, uvicorn's task is not
+        finally:
+            exchange.closed = True
+            pinger.cancel()
+            watcher.cancel()
+
+    async def _run(self, claimed: Claimed, dctx: Exchange) -> dict[str, Any]:
+        route, params, handlers = claimed.route, claimed.params, self.handlers
+        meta = meta_of(params)
+        connection = Connection.from_envelope(route.protocol_version, route.client_info, route.client_capabilities)
+        try:
+            session = ServerSession(dctx, connection, request_meta=meta)
+            ctx: ServerRequestContext[Any, Any] = ServerRequestContext(
+                session=session,
+                lifespan_context=self.lifespan,
+                method=claimed.method,
+                params=params,
+                request_id=claimed.request_id,
+                meta=meta,
+                protocol_version=connection.protocol_version,
+                request=claimed.request,
+            )
+            client = await handlers.client_of(ctx)
+            if claimed.method == "tools/list":
+                return dict(await handlers.list_tools(ctx, None))
+            result = await handlers.tools_call(ctx, client, params["name"], params.get("arguments"))
+            return dict(handlers.finish(ctx, result))
+        finally:
+            await aclose_shielded(connection)
+

@@ -1,0 +1,185 @@
+"""The HTTP lane for 2026-07-28 ``tools/call`` and ``tools/list`` (issue 25) answers exactly
+as the SDK's modern HTTP entry does.
+
+The same raw HTTP requests go to two real ``serve --http`` gateways, one with the lane
+and one with ``PREFIXGATE_FAST_PATH=0``, and every response is compared: status, headers
+(all but uvicorn's ``date`` and ``server``) and body bytes, JSON and event streams alike.
+Masked, because genuinely random: artifact ids and the ``requestState`` of a round trip.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx2 as httpx
+import pytest
+from mcp.shared.inbound import MCP_METHOD_HEADER, MCP_NAME_HEADER, MCP_PROTOCOL_VERSION_HEADER
+from mcp_types import CLIENT_CAPABILITIES_META_KEY, PROTOCOL_VERSION_META_KEY
+
+from tests.helpers import http_gateway
+from tests.test_fast_path import NON_ASCII, fast_config
+
+MODERN = "2026-07-28"
+_ARTIFACT = re.compile(rb'(?<=artifact )[\w-]{32}(?![\w-])|(?<=\\")[\w-]{32}(?=\\")')
+_STATE = re.compile(rb'"requestState":"[^"]*"')
+_SKIPPED = {b"date", b"server"}
+
+Response = tuple[int, list[tuple[bytes, bytes]], bytes]
+
+
+def _masked(body: bytes) -> bytes:
+    return _STATE.sub(b'"requestState":"*"', _ARTIFACT.sub(b"<id>", body))
+
+
+class Script:
+    """One conversation with a gateway: every response, as (status, headers, bytes)."""
+
+    def __init__(self, http: httpx.Client, url: str) -> None:
+        self.http = http
+        self.url = url
+        self.out: list[tuple[str, Response]] = []
+
+    def post(self, label: str, body: Any, headers: dict[str, str] | None = None) -> dict[str, Any] | None:
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        response = self.http.post(self.url, content=data, headers=headers)
+        kept = [(k, v) for k, v in response.headers.raw if k.lower() not in _SKIPPED]
+        self.out.append((label, (response.status_code, kept, _masked(response.content))))
+        if response.headers.get("content-type") == "application/json":
+            return dict(response.json())
+        return None
+
+    def call(self, label: str, request_id: Any, name: str, arguments: Any, meta: dict[str, Any] | None = None,
+             **more: Any) -> dict[str, Any] | None:
+        params = {"name": name, "arguments": arguments, "_meta": envelope(meta), **more}
+        return self.post(label, request(request_id, "tools/call", params), routing("tools/call", name))
+
+
+def envelope(meta: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {**(meta or {}), PROTOCOL_VERSION_META_KEY: MODERN, CLIENT_CAPABILITIES_META_KEY: {"elicitation": {}}}
+
+
+def request(request_id: Any, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+
+
+def routing(method: str, name: str | None = None) -> dict[str, str]:
+    headers = {MCP_PROTOCOL_VERSION_HEADER: MODERN, MCP_METHOD_HEADER: method}
+    if name is not None:
+        headers[MCP_NAME_HEADER] = name
+    return headers
+
+
+@contextmanager
+def gateway(config: Path, lane: bool) -> Iterator[tuple[str, Path]]:
+    with http_gateway(config, "--log-level", "debug", env={"PREFIXGATE_FAST_PATH": "1" if lane else "0"}) as found:
+        yield found
+
+
+def conversation(config: Path, lane: bool) -> tuple[list[tuple[str, Response]], str]:
+    accept = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+    with gateway(config, lane) as (url, stderr), httpx.Client(headers=accept, timeout=60) as http:
+        s = Script(http, url)
+        s.post("list", request("l", "tools/list", {"_meta": envelope()}), routing("tools/list"))
+        s.call("echo", 1, "demo__echo", {"text": NON_ASCII})
+        s.call("string id", "id-é", "demo__echo", {"text": "x"})
+        s.call("structured", 2, "demo__structured", {"count": 3})
+        s.call("image", 3, "demo__image", {})
+        s.call("isError", 4, "demo__fail", {"message": "nope"})
+        s.call("unknown tool", 5, "demo__missing", {})
+        s.call("invalid arguments", 6, "demo__structured", {"count": "three"})
+        s.call("denied", 7, "demo__touch", {})
+        s.call("spilled", 8, "demo__payload", {"bytes": 20000, "kind": "lines"})
+        s.call("progress", 9, "demo__slow", {"seconds": 0.2, "steps": 2}, meta={"progressToken": "p-9"})
+        s.call("meta passed", 10, "demo__echo", {"text": "m"}, meta={"custom/key": [1, 2]})
+        s.call("log", 11, "demo__log", {"text": "logged line", "level": "warning"},
+               meta={"io.modelcontextprotocol/logLevel": "debug"})
+        s.call("timeout", 14, "slowpoke__slow", {"seconds": 20, "steps": 20})
+        for label, request_id, name in (("ask", 15, "demo__ask"), ("ask legacy server", 18, "asker__ask")):
+            first = s.call(label, request_id, name, {})
+            assert first is not None and first["result"]["resultType"] == "input_required", first
+            answers = {key: {"action": "accept", "content": {"name": "Ann"}} for key in first["result"]["inputRequests"]}
+            s.call(f"{label} answered", request_id + 1, name, {}, inputResponses=answers,
+                   requestState=first["result"]["requestState"])
+        s.call("bad requestState", 20, "demo__ask", {}, requestState="forged")
+        # Not claimed: the SDK's own answers, on both gateways.
+        s.post("no name", request(21, "tools/call", {"arguments": {}, "_meta": envelope()}), routing("tools/call"))
+        s.post("wrong name header", request(22, "tools/call", {"name": "demo__echo", "_meta": envelope()}),
+               routing("tools/call", "demo__fail"))
+        s.post("not JSON", b"{nope", routing("tools/call"))
+        s.post("notification", {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {}},
+               routing("notifications/cancelled"))
+        s.post("JSON only", request(23, "tools/list", {"_meta": envelope()}),
+               {**routing("tools/list"), "accept": "application/json"})
+        s.post("extra member", {**request(24, "tools/list", {"_meta": envelope()}), "x": 1}, routing("tools/list"))
+        s.call("crash mid-call", 17, "crashy__crash", {"status": 7})
+        s.call("after the crash", 25, "demo__echo", {"text": "still here"})
+        # Closing the response stream cancels the call, which the server sees.
+        params = {"name": "demo__slow", "arguments": {"seconds": 30, "steps": 30}, "_meta": envelope()}
+        with contextlib.suppress(httpx.ReadTimeout):  # the client gives up and closes its connection
+            http.post(url, json=request(26, "tools/call", params), headers=routing("tools/call", "demo__slow"),
+                      timeout=httpx.Timeout(60, read=0.5))
+        deadline = time.monotonic() + 20
+        while stderr.read_text().count("slow cancelled after step") < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return s.out, stderr.read_text(encoding="utf-8", errors="replace")
+
+
+def test_the_http_lane_answers_byte_identical_to_the_sdk_entry(tmp_path: Path) -> None:
+    config = fast_config(tmp_path)
+    lane, lane_log = conversation(config, True)
+    sdk, sdk_log = conversation(config, False)
+    assert "answered on the HTTP lane" in lane_log and "answered on the HTTP lane" not in sdk_log
+    assert [label for label, _ in lane] == [label for label, _ in sdk]
+    for (label, got), (_, want) in zip(lane, sdk, strict=True):
+        assert got == want, label
+    steps = dict(lane)
+    assert b"h\\u00e9llo \\u2014 \\u65e5\\u672c\\u8a9e \\ud83c\\udf89" in steps["echo"][2]  # as json.dumps writes it
+    assert steps["echo"][0] == 200 and (b"content-type", b"application/json") in steps["echo"][1]
+    assert b"denied by policy" in steps["denied"][2] and b"saved as artifact <id>" in steps["spilled"][2]
+    for streamed, events in (("progress", 3), ("log", 2)):  # notifications during the call: a stream, then the answer
+        status, headers, body = steps[streamed]
+        assert (b"content-type", b"text/event-stream") in headers and body.count(b"event: message") == events, body
+    assert b'"progressToken":"p-9"' in steps["progress"][2] and b"logged line" in steps["log"][2]
+    assert b"Ann" in steps["ask answered"][2] and b"Ann" in steps["ask legacy server answered"][2]
+    assert steps["no name"][0] == 400 and steps["wrong name header"][0] == 400 and steps["notification"][0] == 202
+    assert steps["JSON only"][0] == 406 and b"exit status 7" in steps["crash mid-call"][2]
+    assert b"still here" in steps["after the crash"][2]
+    for log in (lane_log, sdk_log):  # the timeout's courtesy cancel, and the closed stream's
+        assert log.count("slow cancelled after step") == 2, log[-3000:]
+
+
+@pytest.mark.anyio
+async def test_a_silent_call_commits_the_event_stream_and_pings() -> None:
+    """As the SDK's entry: no notification within the interval, so the stream is committed
+    with a keep-alive ping (a proxy's idle timeout must not close it), and the answer ends it."""
+    import anyio
+    from starlette.requests import Request
+
+    from gateway.upstream.httplane import Exchange
+
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/mcp", "headers": [], "query_string": b""}
+    exchange = Exchange(send, Request(scope), 1, None, interval=1.0)
+    await anyio.sleep(1.0)  # the call was silent for the interval: the lane's timer starts the pings now
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(exchange.pings)
+        await anyio.sleep(0.2)
+        assert [m["type"] for m in sent] == ["http.response.start", "http.response.body"]  # committed at once
+        await exchange.finish({"jsonrpc": "2.0", "id": 1, "result": {}}, scope, None)  # type: ignore[arg-type]
+    assert (b"content-type", b"text/event-stream") in sent[0]["headers"]
+    assert [m["body"] for m in sent[1:]] == [
+        b": ping\r\n\r\n",
+        b'event: message\r\ndata: {"jsonrpc":"2.0","id":1,"result":{}}\r\n\r\n',
+    ]
+    assert sent[-1]["more_body"] is False
