@@ -74,7 +74,7 @@ async def client(url: str, mode: str) -> AsyncIterator[Any]:
     from mcp.shared._httpx_utils import create_mcp_http_client
 
     async with create_mcp_http_client() as http:
-        async with Client(streamable_http_client(url, http_client=http), mode=mode) as c:  # type: ignore[arg-type]
+        async with Client(streamable_http_client(url, http_client=http), mode=mode) as c:
             yield c
 
 
@@ -93,10 +93,16 @@ async def run(ctx: Any) -> dict[str, Any]:
     per_round = 10 if quick else 150
     conc_rounds = 1 if quick else 5
     calls_per_caller = 3 if quick else 12
-    results: dict[str, Any] = {"settings": {
-        "rounds": rounds, "calls_per_round": per_round, "concurrent_rounds": conc_rounds,
-        "callers": list(CALLERS), "calls_per_caller": calls_per_caller,
-    }, "eras": {}}
+    results: dict[str, Any] = {
+        "settings": {
+            "rounds": rounds,
+            "calls_per_round": per_round,
+            "concurrent_rounds": conc_rounds,
+            "callers": list(CALLERS),
+            "calls_per_caller": calls_per_caller,
+        },
+        "eras": {},
+    }
     tools = {"direct": "echo", "prefixgate": "d__echo", "prefixgate-http-downstream": "d__echo"}
     with servers(ctx.tmp, ctx.errlog) as found:
         for era in ERAS:

@@ -236,7 +236,8 @@ def http_targets(results: dict[str, Any]) -> list[Target]:
             out.append(Target(f"http-throughput-{era}", f"HTTP throughput, 32 callers, {era} client",
                               ">= 0.8x, none refused", None, "", None, "n/a", "not run"))
         out.append(_ratio_target(
-            f"http-downstream-{era}", f"HTTP per-call median, prefixgate with an HTTP downstream / direct, {era} client",
+            f"http-downstream-{era}",
+            f"HTTP per-call median, prefixgate with an HTTP downstream / direct, {era} client",
             ratios.get("prefixgate-http-downstream/direct per call"), 2.0,
         ))
     return out

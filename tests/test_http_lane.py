@@ -55,8 +55,9 @@ class Script:
             return dict(response.json())
         return None
 
-    def call(self, label: str, request_id: Any, name: str, arguments: Any, meta: dict[str, Any] | None = None,
-             **more: Any) -> dict[str, Any] | None:
+    def call(
+        self, label: str, request_id: Any, name: str, arguments: Any, meta: dict[str, Any] | None = None, **more: Any
+    ) -> dict[str, Any] | None:
         params = {"name": name, "arguments": arguments, "_meta": envelope(meta), **more}
         return self.post(label, request(request_id, "tools/call", params), routing("tools/call", name))
 
@@ -98,33 +99,59 @@ def conversation(config: Path, lane: bool) -> tuple[list[tuple[str, Response]], 
         s.call("spilled", 8, "demo__payload", {"bytes": 20000, "kind": "lines"})
         s.call("progress", 9, "demo__slow", {"seconds": 0.2, "steps": 2}, meta={"progressToken": "p-9"})
         s.call("meta passed", 10, "demo__echo", {"text": "m"}, meta={"custom/key": [1, 2]})
-        s.call("log", 11, "demo__log", {"text": "logged line", "level": "warning"},
-               meta={"io.modelcontextprotocol/logLevel": "debug"})
+        s.call(
+            "log",
+            11,
+            "demo__log",
+            {"text": "logged line", "level": "warning"},
+            meta={"io.modelcontextprotocol/logLevel": "debug"},
+        )
         s.call("timeout", 14, "slowpoke__slow", {"seconds": 20, "steps": 20})
         for label, request_id, name in (("ask", 15, "demo__ask"), ("ask legacy server", 18, "asker__ask")):
             first = s.call(label, request_id, name, {})
             assert first is not None and first["result"]["resultType"] == "input_required", first
-            answers = {key: {"action": "accept", "content": {"name": "Ann"}} for key in first["result"]["inputRequests"]}
-            s.call(f"{label} answered", request_id + 1, name, {}, inputResponses=answers,
-                   requestState=first["result"]["requestState"])
+            answers = {
+                key: {"action": "accept", "content": {"name": "Ann"}} for key in first["result"]["inputRequests"]
+            }
+            s.call(
+                f"{label} answered",
+                request_id + 1,
+                name,
+                {},
+                inputResponses=answers,
+                requestState=first["result"]["requestState"],
+            )
         s.call("bad requestState", 20, "demo__ask", {}, requestState="forged")
         # Not claimed: the SDK's own answers, on both gateways.
         s.post("no name", request(21, "tools/call", {"arguments": {}, "_meta": envelope()}), routing("tools/call"))
-        s.post("wrong name header", request(22, "tools/call", {"name": "demo__echo", "_meta": envelope()}),
-               routing("tools/call", "demo__fail"))
+        s.post(
+            "wrong name header",
+            request(22, "tools/call", {"name": "demo__echo", "_meta": envelope()}),
+            routing("tools/call", "demo__fail"),
+        )
         s.post("not JSON", b"{nope", routing("tools/call"))
-        s.post("notification", {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {}},
-               routing("notifications/cancelled"))
-        s.post("JSON only", request(23, "tools/list", {"_meta": envelope()}),
-               {**routing("tools/list"), "accept": "application/json"})
+        s.post(
+            "notification",
+            {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {}},
+            routing("notifications/cancelled"),
+        )
+        s.post(
+            "JSON only",
+            request(23, "tools/list", {"_meta": envelope()}),
+            {**routing("tools/list"), "accept": "application/json"},
+        )
         s.post("extra member", {**request(24, "tools/list", {"_meta": envelope()}), "x": 1}, routing("tools/list"))
         s.call("crash mid-call", 17, "crashy__crash", {"status": 7})
         s.call("after the crash", 25, "demo__echo", {"text": "still here"})
         # Closing the response stream cancels the call, which the server sees.
         params = {"name": "demo__slow", "arguments": {"seconds": 30, "steps": 30}, "_meta": envelope()}
         with contextlib.suppress(httpx.ReadTimeout):  # the client gives up and closes its connection
-            http.post(url, json=request(26, "tools/call", params), headers=routing("tools/call", "demo__slow"),
-                      timeout=httpx.Timeout(60, read=0.5))
+            http.post(
+                url,
+                json=request(26, "tools/call", params),
+                headers=routing("tools/call", "demo__slow"),
+                timeout=httpx.Timeout(60, read=0.5),
+            )
         deadline = time.monotonic() + 20
         while stderr.read_text().count("slow cancelled after step") < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -135,7 +162,7 @@ def test_the_http_lane_answers_byte_identical_to_the_sdk_entry(tmp_path: Path) -
     config = fast_config(tmp_path)
     lane, lane_log = conversation(config, True)
     sdk, sdk_log = conversation(config, False)
-    assert "answered on the HTTP lane" in lane_log and "answered on the HTTP lane" not in sdk_log
+    assert "on the HTTP lane" in lane_log and "on the HTTP lane" not in sdk_log
     assert [label for label, _ in lane] == [label for label, _ in sdk]
     for (label, got), (_, want) in zip(lane, sdk, strict=True):
         assert got == want, label

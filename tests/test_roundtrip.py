@@ -97,7 +97,7 @@ async def test_tampered_request_state_is_refused(tmp_path: Path, transport: str)
             first = await client.session.call_tool("r__ask", {}, allow_input_required=True)
             assert isinstance(first, types.InputRequiredResult)
             assert first.input_requests and first.request_state
-            (key, request), = first.input_requests.items()
+            ((key, request),) = first.input_requests.items()
             assert request.method == "elicitation/create"
             state = first.request_state
             answer = {key: types.ElicitResult(action="accept", content={"name": "Bo"})}
@@ -135,7 +135,7 @@ async def test_another_principals_request_state_is_refused(tmp_path: Path) -> No
             with anyio.fail_after(60):
                 first = await ann.session.call_tool("r__ask", {}, allow_input_required=True)
                 assert isinstance(first, types.InputRequiredResult) and first.input_requests
-                (key, _request), = first.input_requests.items()
+                ((key, _request),) = first.input_requests.items()
                 answer = {key: types.ElicitResult(action="accept", content={"name": "Bo"})}
                 with pytest.raises(MCPError, match="requestState refused"):
                     await bo.session.call_tool("r__ask", {}, input_responses=answer, request_state=first.request_state)
@@ -154,7 +154,7 @@ async def test_an_abandoned_round_trip_times_out_and_cancels_the_downstream_call
         with anyio.fail_after(60):
             first = await client.session.call_tool("r__ask", {}, allow_input_required=True)
             assert isinstance(first, types.InputRequiredResult) and first.input_requests
-            (key, _request), = first.input_requests.items()
+            ((key, _request),) = first.input_requests.items()
             # Nobody retries: the gateway cancels the call downstream, which the server sees.
             assert await saw(stderr, "no retry within 1 s, cancelling the call")
             assert await saw(stderr, "[r] ask cancelled while waiting for the answer")
@@ -215,7 +215,9 @@ async def test_calls_that_never_ask_take_no_round_trip_slot(tmp_path: Path, tran
             first = parked[0]
             ((key, _request),) = (first.input_requests or {}).items()
             answer = {key: types.ElicitResult(action="accept", content={"name": "Di"})}
-            done = await client.session.call_tool("r__ask", {}, input_responses=answer, request_state=first.request_state)
+            done = await client.session.call_tool(
+                "r__ask", {}, input_responses=answer, request_state=first.request_state
+            )
             assert text(done) == "accept:{'name': 'Di'}"
             again = await client.session.call_tool("r__ask", {}, allow_input_required=True)
             assert isinstance(again, types.InputRequiredResult)

@@ -95,8 +95,9 @@ class RoundTrip:
     """The principal's session: only its requests may resume this call."""
     method: str
     target: str
-    binding: str
-    """The rest of the request (its arguments) the state is bound to."""
+    binding: object
+    """The rest of the request (its arguments) the state is bound to: its ``str()``, made
+    only when a state is minted or checked (most calls never need one)."""
     server_id: str
     capabilities: Any
     """The client's declared capabilities (from its latest request's envelope)."""
@@ -105,7 +106,8 @@ class RoundTrip:
     round: int = 0
     fresh: dict[str, _Ask] = field(default_factory=dict)
     handed: dict[str, _Ask] = field(default_factory=dict)
-    changed: anyio.Event = field(default_factory=anyio.Event)
+    changed: anyio.Event | None = None
+    """Set when the call finishes or asks: made by whoever waits for that (most calls never wait)."""
     finished: bool = False
     result: dict[str, Any] | None = None
     error: BaseException | None = None
@@ -118,7 +120,8 @@ class RoundTrip:
     _next_key: int = 0
 
     def poke(self) -> None:
-        self.changed.set()
+        if self.changed is not None:
+            self.changed.set()
 
     async def ask(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         """The server's request: wait for the client's answer (delivered by a retry)."""
@@ -155,10 +158,10 @@ class RoundTrip:
 async def _gather(trip: RoundTrip) -> None:
     """Wait until no new request of the server came for ``GATHER`` s (bounded by ``MAX_ASKS``)."""
     while not trip.finished and len(trip.fresh) < MAX_ASKS:
-        trip.changed = anyio.Event()
+        changed = trip.changed = anyio.Event()
         with anyio.move_on_after(GATHER):
-            await trip.changed.wait()
-        if not trip.changed.is_set():
+            await changed.wait()
+        if not changed.is_set():
             return
 
 
@@ -179,6 +182,8 @@ class RoundTrips:
         self.tasks: anyio.abc.TaskGroup | None = None
         self._running: set[asyncio.Task[None]] = set()
         self._order = itertools.count(1)
+        self._ids = itertools.count(1)
+        """Trip ids: unguessability is not needed, a state names its trip under the key's MAC."""
 
     def use_key(self, key: bytes, *, shared: bool) -> None:
         """The state store's integrity key (before serving): shared by replicas of a Redis store."""
@@ -205,7 +210,11 @@ class RoundTrips:
             if held >= self.per_owner:
                 log.warning(
                     "[%s] %s %r: refused %s: the client already has %d calls waiting for its input",
-                    trip.server_id, trip.method, trip.target, method, held,
+                    trip.server_id,
+                    trip.method,
+                    trip.target,
+                    method,
+                    held,
                 )
                 raise MCPError(
                     code=INVALID_REQUEST,
@@ -241,7 +250,7 @@ class RoundTrips:
         owner: object,
         method: str,
         target: str,
-        binding: str,
+        binding: object,
         server_id: str,
         capabilities: Any,
         run: Callable[[], Awaitable[dict[str, Any]]],
@@ -249,9 +258,7 @@ class RoundTrips:
         """Start a call in the gateway's own task, so it outlives the request that began it."""
         if self.tasks is None:
             raise MCPError(code=INTERNAL_ERROR, message="prefixgate: not serving")
-        trip = RoundTrip(
-            secrets.token_urlsafe(12), owner, method, target, binding, server_id, capabilities, self.order()
-        )
+        trip = RoundTrip(str(next(self._ids)), owner, method, target, binding, server_id, capabilities, self.order())
         self._trips[trip.id] = trip
         # A plain asyncio task (every 2026-07-28 call makes one: gateway/plaintasks.py),
         # cancelled with the rest when serving ends (``keep``).
@@ -279,7 +286,7 @@ class RoundTrips:
             await cancel_all(self._running)
 
     def resume(
-        self, state: Any, owner: object, method: str, target: str, binding: str, capabilities: Any, responses: Any
+        self, state: Any, owner: object, method: str, target: str, binding: object, capabilities: Any, responses: Any
     ) -> RoundTrip:
         """A retry: check its state, hand its answers to the waiting server requests."""
         trip_id, round_no = self._verify(state, owner, method, target, binding)
@@ -336,8 +343,8 @@ class RoundTrips:
                     if not trip.finished:
                         return self._input_required(trip)
                     continue
-                trip.changed = anyio.Event()
-                await trip.changed.wait()
+                changed = trip.changed = anyio.Event()
+                await changed.wait()
         finally:
             trip.attached = False
             if trip.id in self._trips:
@@ -376,8 +383,8 @@ class RoundTrips:
 
     # --- requestState -------------------------------------------------------------------
 
-    def _mac(self, trip_id: str, round_no: int, owner: object, method: str, target: str, binding: str) -> str:
-        message = "\0".join((trip_id, str(round_no), _tag(owner), method, target, binding)).encode(
+    def _mac(self, trip_id: str, round_no: int, owner: object, method: str, target: str, binding: object) -> str:
+        message = "\0".join((trip_id, str(round_no), _tag(owner), method, target, str(binding))).encode(
             "utf-8", "surrogatepass"
         )
         digest = hmac.new(self._key, message, hashlib.sha256).digest()
@@ -387,7 +394,7 @@ class RoundTrips:
         mac = self._mac(trip.id, trip.round, trip.owner, trip.method, trip.target, trip.binding)
         return f"{_PREFIX}{self._boot}.{trip.id}.{trip.round}.{mac}"
 
-    def _verify(self, state: Any, owner: object, method: str, target: str, binding: str) -> tuple[str, int]:
+    def _verify(self, state: Any, owner: object, method: str, target: str, binding: object) -> tuple[str, int]:
         refused = MCPError(
             code=INVALID_PARAMS,
             message=f"prefixgate: {method} {target!r}: requestState refused: not issued by this gateway "
@@ -425,7 +432,7 @@ class RoundTrips:
     def is_wrapped(state: Any) -> TypeGuard[str]:
         return isinstance(state, str) and state.startswith(_WRAPPED)
 
-    def wrap(self, owner: object, method: str, target: str, binding: str, server_id: str, state: str | None) -> str:
+    def wrap(self, owner: object, method: str, target: str, binding: object, server_id: str, state: str | None) -> str:
         """The server's ``requestState`` (or none) as a state only this request of this
         principal can bring back, to this server, within the timeout."""
         body = json.dumps({"s": server_id, "r": state, "t": int(time.time())}, separators=(",", ":"))
@@ -433,7 +440,7 @@ class RoundTrips:
         mac = self._wrap_mac(self._boot, payload, owner, method, target, binding)
         return f"{_WRAPPED}{self._boot}.{payload}.{mac}"
 
-    def unwrap(self, state: str, owner: object, method: str, target: str, binding: str) -> tuple[str, str | None]:
+    def unwrap(self, state: str, owner: object, method: str, target: str, binding: object) -> tuple[str, str | None]:
         """The server and its own state from a wrapped state, or a clear refusal."""
         refused = MCPError(
             code=INVALID_PARAMS,
@@ -462,7 +469,7 @@ class RoundTrips:
         server_state = body["r"]
         return str(body["s"]), server_state if isinstance(server_state, str) else None
 
-    def _wrap_mac(self, boot: str, payload: str, owner: object, method: str, target: str, binding: str) -> str:
-        message = "\0".join((_WRAPPED, boot, payload, _tag(owner), method, target, binding))
+    def _wrap_mac(self, boot: str, payload: str, owner: object, method: str, target: str, binding: object) -> str:
+        message = "\0".join((_WRAPPED, boot, payload, _tag(owner), method, target, str(binding)))
         digest = hmac.new(self._key, message.encode("utf-8", "surrogatepass"), hashlib.sha256).digest()
         return base64.urlsafe_b64encode(digest).decode().rstrip("=")

@@ -22,7 +22,9 @@ during a fast call goes out through the SDK's dispatcher and its answer comes ba
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
@@ -245,12 +247,7 @@ class FastCall:
         handlers = calls.handlers
         meta = meta_of(params)
         if route is not None:
-            connection = Connection.from_envelope(
-                route.protocol_version,
-                route.client_info,
-                route.client_capabilities,
-                outbound=NotifyOnlyOutbound(_WireOutbound(dctx.wire)),
-            )
+            connection = envelope_connection(route, NotifyOnlyOutbound(_WireOutbound(dctx.wire)))
         else:
             assert self.legacy is not None
             connection = self.legacy
@@ -343,6 +340,42 @@ class FastCalls:
         call = self.in_flight.get(coerce_request_id(request_id))
         if call is not None:
             call.cancel()
+
+
+class _Envelopes:
+    """The models the latest distinct request envelopes made (LRU, bounded: each client sends
+    the same envelope on every request, and a client varying it only evicts its own)."""
+
+    size = 64
+    parsed: OrderedDict[str, tuple[Any, Any]] = OrderedDict()
+    no_channel: Any = None
+
+
+def envelope_connection(route: InboundModernRoute, outbound: Any = None) -> Connection:
+    """``Connection.from_envelope`` for a route, the envelope's models parsed once per distinct
+    envelope instead of on every request (three model validations; the SDK keeps the same
+    models read-only on the connection, so they can be shared)."""
+    version, info, capabilities = route.protocol_version, route.client_info, route.client_capabilities
+    try:
+        key = json.dumps([version, info, capabilities], sort_keys=True, separators=(",", ":"))
+    except (TypeError, ValueError):
+        return Connection.from_envelope(version, info, capabilities, **({"outbound": outbound} if outbound else {}))
+    cache = _Envelopes.parsed
+    parsed = cache.get(key)
+    if parsed is None:
+        probe = Connection.from_envelope(version, info, capabilities)
+        _Envelopes.no_channel = probe.outbound
+        parsed = cache[key] = (probe.client_params, probe.client_capabilities)
+        if len(cache) > _Envelopes.size:
+            cache.popitem(last=False)
+    else:
+        cache.move_to_end(key)
+    connection = Connection(
+        outbound if outbound is not None else _Envelopes.no_channel, protocol_version=version, client_params=parsed[0]
+    )
+    connection.client_capabilities = parsed[1]
+    connection.initialized.set()
+    return connection
 
 
 def meta_of(params: Mapping[str, Any]) -> types.RequestParamsMeta | None:

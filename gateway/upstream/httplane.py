@@ -30,7 +30,6 @@ from typing import Any
 import anyio
 import mcp_types as types
 import pydantic_core
-from mcp.server.connection import Connection
 from mcp.server.context import ServerRequestContext
 from mcp.server.runner import aclose_shielded, modern_error_data
 from mcp.server.session import ServerSession
@@ -55,8 +54,9 @@ from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
-from gateway.upstream.fast import meta_of
+from gateway.upstream.fast import envelope_connection, meta_of
 from gateway.upstream.server import Handlers
+from gateway.wire import FAST_PATH_ENV
 
 log = logging.getLogger("prefixgate.http")
 
@@ -90,7 +90,12 @@ class Claimed:
     __slots__ = ("request", "request_id", "method", "params", "route")
 
     def __init__(
-        self, request: Request, request_id: types.RequestId, method: str, params: dict[str, Any], route: InboundModernRoute
+        self,
+        request: Request,
+        request_id: types.RequestId,
+        method: str,
+        params: dict[str, Any],
+        route: InboundModernRoute,
     ) -> None:
         self.request = request
         self.request_id = request_id
@@ -237,7 +242,7 @@ class ModernLane:
                 return None  # the SDK refuses it with its own error
         if not self.used:
             self.used = True
-            log.info("2026-07-28 tools/call and tools/list are answered on the HTTP lane (PREFIXGATE_FAST_PATH=0 turns it off)")
+            log.info("2026-07-28 tools/call, tools/list answered on the HTTP lane (%s=0 turns it off)", FAST_PATH_ENV)
         return Claimed(request, request_id, method, params, route)
 
     def _headers_agree(self, params: dict[str, Any], headers: Mapping[str, str]) -> bool:
@@ -300,7 +305,7 @@ class ModernLane:
     async def _run(self, claimed: Claimed, dctx: Exchange) -> dict[str, Any]:
         route, params, handlers = claimed.route, claimed.params, self.handlers
         meta = meta_of(params)
-        connection = Connection.from_envelope(route.protocol_version, route.client_info, route.client_capabilities)
+        connection = envelope_connection(route)
         try:
             session = ServerSession(dctx, connection, request_meta=meta)
             ctx: ServerRequestContext[Any, Any] = ServerRequestContext(
@@ -320,4 +325,3 @@ class ModernLane:
             return dict(handlers.finish(ctx, result))
         finally:
             await aclose_shielded(connection)
-

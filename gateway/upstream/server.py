@@ -224,7 +224,7 @@ class Handlers:
         if modern:
             # Its logs go to this request while it waits (no place in the back-channel order).
             with _InFlight(client, ctx, target, None):
-                return await self.with_input(ctx, client, "tools/call", name, _digest(arguments), target, run)
+                return await self.with_input(ctx, client, "tools/call", name, _Digest(arguments), target, run)
         with _InFlight(client, ctx, target, hub.round_trips.order()):
             result = await run(None)
             if target is not None and is_input_required(result):
@@ -251,7 +251,7 @@ class Handlers:
         client: ClientConnection,
         method: str,
         target: str,
-        binding: str,
+        binding: object,
         server_id: str | None,
         run: RunWith,
     ) -> dict[str, Any]:
@@ -336,7 +336,7 @@ class Handlers:
         client = await self.client_of(ctx)
         if ctx.protocol_version not in HANDSHAKE_PROTOCOL_VERSIONS:
             target = str(params.get("uri") if method == "resources/read" else params.get("name"))
-            return _result(ctx, await self.with_input(ctx, client, method, target, _digest(params), server_id, run))
+            return _result(ctx, await self.with_input(ctx, client, method, target, _Digest(params), server_id, run))
         with _InFlight(client, ctx, server_id, self.hub.round_trips.order()):
             result = await run()
             if is_input_required(result):
@@ -485,9 +485,20 @@ class _InFlight:
         client.call_sessions.pop(request_id, None)
 
 
-def _digest(value: Any) -> str:
-    """What a ``requestState`` binds besides the target: the request's arguments."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+class _Digest:
+    """What a ``requestState`` binds besides the target: the request's arguments as canonical
+    JSON, made when a state is first minted or checked (most calls never need one)."""
+
+    __slots__ = ("value", "_text")
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+        self._text: str | None = None
+
+    def __str__(self) -> str:
+        if self._text is None:
+            self._text = json.dumps(self.value, sort_keys=True, separators=(",", ":"), default=str)
+        return self._text
 
 
 def _result(ctx: ServerRequestContext[Any, Any], result: dict[str, Any]) -> dict[str, Any]:
