@@ -37,11 +37,11 @@ def test_full_harness_smoke(tmp_path: Path) -> None:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=180,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     results = json.loads((tmp_path / "latest.json").read_text())
-    for name in ("calls", "startup", "catalog", "bigresult", "flood", "stores", "warm"):
+    for name in ("calls", "http", "startup", "catalog", "bigresult", "flood", "stores", "warm"):
         assert "error" not in results[name], results[name].get("error")
     assert results["_quick"] is True
     seq = results["calls"]["sequential"]
@@ -54,7 +54,10 @@ def test_full_harness_smoke(tmp_path: Path) -> None:
     assert all(p["next_call"] == "ok" for p in results["flood"]["phases"])
     assert results["stores"]["ratios"]["redis/file tool_search_s"]["n"] == results["stores"]["settings"]["rounds"]
     statuses = {t["id"]: t["status"] for t in results["_targets"]}
-    assert len(statuses) == 15 and set(statuses.values()) <= {"met", "MISSED", "n/a"}
+    assert len(statuses) == 21 and set(statuses.values()) <= {"met", "MISSED", "n/a"}
+    for era, data in results["http"]["eras"].items():  # both eras over HTTP, every call answered
+        assert data["ratios"]["prefixgate/direct per call"]["n"] == results["http"]["settings"]["rounds"], era
+        assert all(c["failed_calls"] == 0 for c in data["contenders"].values()), (era, data["contenders"])
     assert results["warm"]["bytes_identical"] is True  # the warm start published the first start's bytes
     fastmcp = "fastmcp-1" in seq["contenders"]
     assert (statuses["per-call-vs-fastmcp"] == "n/a") is not fastmcp
