@@ -25,12 +25,14 @@ def config(tmp_path: Path) -> Path:
 async def test_token_required_and_a_principals_sessions_share_its_state(config: Path) -> None:
     with http_gateway(config, env={"PREFIXGATE_TOKEN": TOKEN}) as (url, stderr):
         async with httpx2.AsyncClient() as plain:
-            for headers in ({}, {"authorization": "Bearer wrong"}, {"authorization": TOKEN}):
+            wrong = ("Bearer wrong", TOKEN, f"Basic {TOKEN}", f"Bearer  {TOKEN}")
+            for headers in ({}, *({"authorization": value} for value in wrong)):
                 response = await plain.post(url, json=INIT, headers={**ACCEPT, **headers})
                 assert response.status_code == 401
                 assert response.headers["www-authenticate"].startswith("Bearer")
-            ok = await plain.post(url, json=INIT, headers={**ACCEPT, "authorization": f"Bearer {TOKEN}"})
-            assert ok.status_code == 200
+            for scheme in ("Bearer", "bearer", "BEARER"):  # the scheme is case-insensitive (RFC 7235)
+                ok = await plain.post(url, json=INIT, headers={**ACCEPT, "authorization": f"{scheme} {TOKEN}"})
+                assert ok.status_code == 200, scheme
 
         async with http_client(url, TOKEN) as a, http_client(url, TOKEN) as b:
             # Two sessions (Mcp-Session-Id) of one principal: activation is the principal's.

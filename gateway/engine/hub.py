@@ -187,6 +187,9 @@ class Hub:
             except LockError as exc:
                 log.error("catalog lock not reloaded, keeping the previous one: %s", exc)
                 continue
+            except Exception as exc:  # noqa: BLE001 - a file never stops a serving gateway (issue 26)
+                log.error("catalog lock not reloaded, keeping the previous one: %s", type(exc).__name__)
+                continue
             await self.rebuild(f"lock file {self.lock_file.name} changed")
 
     async def warm_start(self, record: Record) -> bool:
@@ -465,6 +468,18 @@ class Hub:
         A call of a 2026-07-28 client has no back-channel: the request waits for that
         client's ``input_required`` retry instead (gateway/engine/roundtrip.py).
         """
+        if self._principal_for(downstream.id) is None and (self.clients or self.round_trips.calling(downstream.id)):
+            log.warning(
+                "[%s] %s refused: calls of more than one principal are in flight to it (or none, with more than "
+                "one connected), and its pipe does not say which call it belongs to",
+                downstream.id,
+                method,
+            )
+            raise MCPError(
+                code=INVALID_REQUEST,
+                message=f"prefixgate: {method} cannot be attributed to one client: calls from more than one are "
+                "in flight to this server",
+            )
         trip = self.round_trips.waiting_on(downstream.id)
         target, related = self._requester(downstream.id)
         if trip is not None and (target is None or target.call_order.get(related, 0) < trip.seq):
@@ -491,6 +506,10 @@ class Hub:
         name = params.get("logger")
         source = downstream.id if not name else f"{downstream.id}/{name}"
         data = params.get("data")
+        principal = self._principal_for(downstream.id)
+        if principal is None:
+            log.debug("[%s] log message dropped: it cannot be attributed to one principal", downstream.id)
+            return
         caller, request_id = self._requester(downstream.id)
         if request_id is not None and caller is not None:
             session = caller.call_sessions.get(request_id)
@@ -500,8 +519,26 @@ class Hub:
             return
         await self._broadcast(
             lambda s: _send_log(s, level, data, source, None),
-            lambda u: u.log_level is not None and admits(u.log_level, level),
+            lambda u: u.state is principal and u.log_level is not None and admits(u.log_level, level),
         )
+
+    def _principal_for(self, server_id: str) -> ClientState | None:
+        """The one principal a server's request or log message can belong to, or None.
+
+        A stdio server has one pipe for every caller, and its messages do not say which call
+        they belong to: they are attributed only when every call in flight to it (waiting in
+        the gateway for a 2026-07-28 client's input included) is one principal's, or, with
+        none in flight, when every connected client is one principal's. Otherwise nobody gets
+        them: guessing across principals would hand one principal's request (and its text) to
+        another, and that one's answer back (issue 26)."""
+        calling: dict[int, object] = {id(c.state): c.state for c in self.clients if server_id in c.calls.values()}
+        calling.update((id(t.owner), t.owner) for t in self.round_trips.calling(server_id))
+        if not calling:
+            calling = {id(c.state): c.state for c in self.clients}
+        if len(calling) != 1:
+            return None
+        (principal,) = calling.values()
+        return principal if isinstance(principal, ClientState) else None
 
     def _requester(self, server_id: str) -> tuple[ClientConnection | None, Any]:
         for client in reversed(self.clients):

@@ -236,6 +236,10 @@ class RoundTrips:
             else:
                 del self._waiting[key]
 
+    def calling(self, server_id: str) -> list[RoundTrip]:
+        """The unfinished calls to ``server_id`` (whose principals its requests may belong to)."""
+        return [t for t in self._trips.values() if t.server_id == server_id and not t.finished]
+
     def waiting_on(self, server_id: str) -> RoundTrip | None:
         """The newest unfinished call to ``server_id`` (the one its request belongs to)."""
         for trip in reversed(self._trips.values()):
@@ -438,7 +442,15 @@ class RoundTrips:
         body = json.dumps({"s": server_id, "r": state, "t": int(time.time())}, separators=(",", ":"))
         payload = base64.urlsafe_b64encode(body.encode("utf-8", "surrogatepass")).decode().rstrip("=")
         mac = self._wrap_mac(self._boot, payload, owner, method, target, binding)
-        return f"{_WRAPPED}{self._boot}.{payload}.{mac}"
+        wrapped = f"{_WRAPPED}{self._boot}.{payload}.{mac}"
+        if len(wrapped) > MAX_WRAPPED:
+            # Refused now, naming the size, rather than handed out and refused as foreign on the retry.
+            raise MCPError(
+                code=INVALID_PARAMS,
+                message=f"prefixgate: {method} {target!r}: server {server_id!r} sent a requestState of "
+                f"{len(state or '')} bytes, too big to carry (at most about {MAX_WRAPPED * 3 // 4 - 256} bytes)",
+            )
+        return wrapped
 
     def unwrap(self, state: str, owner: object, method: str, target: str, binding: object) -> tuple[str, str | None]:
         """The server and its own state from a wrapped state, or a clear refusal."""

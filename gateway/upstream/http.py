@@ -134,7 +134,8 @@ class Front:
     cost more than the call itself):
 
     - with tokens, ``Authorization: Bearer <token>`` must name one (401 otherwise; every
-      token compared, no early exit); the principal it stands for goes in the scope;
+      token compared, no early exit; the scheme in any case); a handshake-era session is
+      served only to the principal that created it; the principal it stands for goes in the scope;
     - only ``/mcp`` is served (404 otherwise);
     - the whole body must arrive within ``timeout`` seconds (408) and within the SDK's size
       limit (413): uvicorn has no body timeout, so a client that sends headers and then
@@ -154,15 +155,21 @@ class Front:
         max_size: int = DEFAULT_MAX_REQUEST_BODY_SIZE,
     ) -> None:
         self.manager = manager
-        self.expected = [(f"Bearer {t}".encode(), principal_of_token(t)) for t in tokens]
+        self.expected = [(t.encode(), principal_of_token(t)) for t in tokens]
+        self.users = {principal: _user(principal) for _, principal in self.expected}
+        """What the SDK's session manager binds a session to: the principal that created it."""
         self.lane = lane
         self.timeout = timeout
         self.max_size = max_size
 
     def _principal(self, given: bytes) -> str | None:
+        """The principal of ``Authorization: Bearer <token>`` (the scheme in any case, RFC 7235)."""
+        scheme, _, token = given.partition(b" ")
+        if scheme.lower() != b"bearer":
+            token = b""  # still compared with every token: the same time either way
         found = None
         for expected, principal in self.expected:  # every token compared: no early exit
-            if hmac.compare_digest(given, expected):
+            if hmac.compare_digest(token, expected) and token:
                 found = principal
         return found
 
@@ -178,6 +185,7 @@ class Front:
             if principal is None:
                 await _unauthorized(send)
                 return
+            scope["user"] = self.users[principal]  # another principal's Mcp-Session-Id: 404, as if unknown
         if scope["path"] not in _PATHS:
             await _plain(send, 404, "Not Found")
             return
@@ -239,6 +247,16 @@ class Front:
         log.info("request body not received within %g s: 408", self.timeout)
         await _plain(send, 408, f"request body not received within {self.timeout:g} s")
         return None
+
+
+def _user(principal: str) -> Any:
+    """The principal as the SDK's session manager reads a request's credential (``scope["user"]``):
+    a session is then served only to the principal that created it (issue 26). It holds the
+    principal's name, never the token."""
+    from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+    from mcp.server.auth.provider import AccessToken
+
+    return AuthenticatedUser(AccessToken(token=principal, client_id=principal, scopes=[]))
 
 
 async def _unauthorized(send: Send) -> None:
