@@ -86,6 +86,18 @@ class _OneLine(logging.Formatter):
         return super().formatMessage(record)
 
 
+def _without_auth_tracebacks(record: logging.LogRecord) -> bool:
+    """The SDK's OAuth client logs its failures with their tracebacks, which can hold what an
+    authorization server sent (a refresh answer that did not parse, a token it refused): the
+    gateway reports each such failure itself, in one line that quotes none of it (issue 26)."""
+    if record.name.startswith("mcp.client.auth") and record.exc_info:
+        record.msg = f"{record.getMessage()}: {record.exc_info[0].__name__ if record.exc_info[0] else 'error'}"
+        record.args = None
+        record.exc_info = None
+        record.exc_text = None
+    return True
+
+
 def _dropped_note(dropped: int) -> logging.LogRecord:
     message = "%d log records dropped: stderr was not read fast enough"
     return logging.LogRecord("prefixgate", logging.WARNING, __file__, 0, message, (dropped,), None)
@@ -98,6 +110,7 @@ def setup(level: str) -> None:
     global _writer
     records: queue.Queue[logging.LogRecord | None] = queue.Queue(QUEUE_RECORDS)
     handler = _DroppingQueueHandler(records)
+    handler.addFilter(_without_auth_tracebacks)
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.WARNING)

@@ -66,6 +66,8 @@ def tools() -> list[dict[str, Any]]:
         {"name": "ask", "description": "Elicitation (input_required).", "inputSchema": OBJ},
         {"name": "sample", "description": "Sampling (input_required).", "inputSchema": OBJ},
         {"name": "roots", "description": "Roots (input_required).", "inputSchema": OBJ},
+        {"name": "many_asks", "description": "Asks for 2,000 inputs in one round.", "inputSchema": OBJ},
+        {"name": "huge_state", "description": "Asks with a 300 KB requestState.", "inputSchema": OBJ},
         {"name": "bad_schema", "description": "Root is not an object.", "inputSchema": {"type": "string"}},
         {
             "name": "bad_header",
@@ -203,6 +205,10 @@ async def call(ctx: ServerRequestContext[Any, Any], params: dict[str, Any]) -> d
     if name == "touch":
         await bus.publish(ResourceUpdated(uri="modern://roots"))
         return text("touched")
+    if name == "many_asks":  # hostile: as many requests to the client as it likes
+        return {"resultType": "input_required", "inputRequests": {f"k{n}": ASKS["roots"] for n in range(2000)}}
+    if name == "huge_state":  # hostile: a state no retry can carry back
+        return {"resultType": "input_required", "inputRequests": {"k": ASKS["roots"]}, "requestState": "s" * 300_000}
     if name in ASKS:
         pending, said = with_input(str(name), params)
         return pending if pending is not None else text(str(said))

@@ -9,7 +9,7 @@ metadata points at itself as the authorization server. Both protocol eras are se
 ``/mcp`` (streamable HTTP), or the handshake era on ``/sse`` with ``--transport sse``.
 
 Usage: ``python tests/oauth_server.py [--transport http|sse] [--lifetime S] [--scopes a,b]
-[--client-credentials ID:SECRET]`` (the last also answers that grant for one client);
+[--client-credentials ID:SECRET] [--sloppy]`` (the last also answers that grant for one client);
 prints its endpoint URL on stdout once bound. Every secret it issues (access token,
 refresh token, client secret) is appended as one JSON line to ``$OAUTH_SERVER_LOG`` when
 set, so tests can look for the exact strings in what the gateway prints.
@@ -59,6 +59,8 @@ class ApprovingProvider:
         self.codes: dict[str, AuthorizationCode] = {}
         self.access: dict[str, AccessToken] = {}
         self.refresh: dict[str, RefreshToken] = {}
+        self.tail = ""
+        """Appended to each access token issued (``--sloppy``: a newline)."""
 
     async def get_client(self, client_id: str) -> OAuthClientInformationFull | None:
         return self.clients.get(client_id)
@@ -103,7 +105,7 @@ class ApprovingProvider:
         _record("access_token", access)
         _record("refresh_token", refresh)
         return OAuthToken(
-            access_token=access, expires_in=self.lifetime, scope=" ".join(scopes), refresh_token=refresh
+            access_token=access + self.tail, expires_in=self.lifetime, scope=" ".join(scopes), refresh_token=refresh
         )
 
     async def exchange_authorization_code(
@@ -231,6 +233,7 @@ def main() -> None:
     p.add_argument("--scopes", default="mcp:read", help="comma-separated scopes the resource requires")
     p.add_argument("--client-credentials", metavar="ID:SECRET", help="also answer the client_credentials grant")
     p.add_argument("--step-up", metavar="SCOPE", help="tool 'admin' needs this scope too (403 insufficient_scope)")
+    p.add_argument("--sloppy", action="store_true", help="issue access tokens with a trailing newline")
     args = p.parse_args()
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -241,6 +244,8 @@ def main() -> None:
     path = "/mcp" if args.transport == "http" else "/sse"
     scopes = [s for s in args.scopes.split(",") if s]
     provider = ApprovingProvider(args.lifetime, [*scopes, *([args.step_up] if args.step_up else [])])
+    if args.sloppy:
+        provider.tail = "\n"
     server: MCPServer[Any] = MCPServer(
         "oauth-demo",
         auth_server_provider=provider,

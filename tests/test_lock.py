@@ -10,6 +10,7 @@ and sends no list_changed; the changed tool is refused with the approve command;
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -285,3 +286,51 @@ async def test_over_http_the_lock_holds_too(tmp_path: Path, mode: str) -> None:
 
             await wait_for(refused)
             assert await listed(client) == published
+
+
+DEEP = b"version = 1\nx = " + b"[" * 200_000 + b"]" * 200_000 + b"\n"
+"""TOML nested 200,000 deep: ``tomllib`` raises ``RecursionError`` on it."""
+
+
+@pytest.mark.parametrize("hostile", ["deep", "fifo", "dev-zero"])
+def test_a_hostile_lock_file_is_one_line_and_exit_2(tmp_path: Path, hostile: str) -> None:
+    """Issue 26, item 3: a lock nested too deep, a FIFO (nothing writes to it: reading must not
+    hang) or a symlink to ``/dev/zero`` (endless): refused with one line, never a traceback."""
+    config = write_config(tmp_path, {"m": mutating(tmp_path / "m.json")})
+    path = tmp_path / "prefixgate.lock"
+    if hostile == "deep":
+        path.write_bytes(DEEP)
+    elif hostile == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to("/dev/zero")
+    for command in (["catalog"], ["catalog", "diff", "--lock"], ["doctor"]):
+        proc = cli(*command, "--config", str(config))
+        assert "Traceback" not in proc.stderr, (command, proc.stderr[-2000:])
+        if command != ["doctor"]:
+            assert proc.returncode == 2, (command, proc.stderr[-500:])
+            assert proc.stderr.strip().splitlines()[-1].startswith("prefixgate: catalog lock: "), proc.stderr
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_hostile_lock_swapped_in_while_serving_keeps_the_previous_one(tmp_path: Path, mode: str) -> None:
+    config = write_config(tmp_path, {"m": mutating(tmp_path / "m.json")})
+    good = lock(config)
+    path = tmp_path / "prefixgate.lock"
+    with http_gateway(config) as (url, stderr):
+        async with sdk_client(url, mode) as client:
+            published = await listed(client)
+            for hostile in ("deep", "dev-zero"):
+                path.unlink()
+                if hostile == "deep":
+                    path.write_bytes(DEEP)
+                else:
+                    path.symlink_to("/dev/zero")
+                seen = 1 if hostile == "deep" else 2
+                await wait_for(lambda seen=seen: stderr.read_text().count("keeping the previous one") >= seen)
+                assert await listed(client) == published  # still serving, still locked
+                assert text(await client.call_tool("m__alpha", {"text": "x"})) != ""
+            path.unlink()
+            path.write_bytes(good)
+        log = stderr.read_text()
+    assert "Traceback" not in log and "is not a regular file" in log, log[-2000:]

@@ -410,3 +410,26 @@ async def test_its_prompts_list_changed_reaches_the_client(tmp_path: Path) -> No
             while not any(isinstance(m, types.PromptListChangedNotification) for m in heard):
                 await anyio.sleep(0.05)
             assert [p.name for p in (await client.list_prompts()).prompts] == ["m__extra_1", "m__interview"]
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_hostile_input_required_fails_its_call_clearly(tmp_path: Path, mode: str) -> None:
+    """Issue 26, items 6 and 7: 2,000 input requests in one round never become 2,000 requests
+    to a handshake-era client; a requestState too big to carry is refused when issued, by size."""
+    asked: list[str] = []
+
+    async def roots(context: Any) -> types.ListRootsResult:
+        asked.append("roots")
+        return types.ListRootsResult(roots=[])
+
+    async with sdk_client(config_for(tmp_path), mode, **{**CALLBACKS, "list_roots_callback": roots}) as client:
+        with anyio.fail_after(60):
+            if mode == "legacy":  # the gateway asks the client itself
+                many = await client.call_tool("m__many_asks", {})
+                assert many.is_error and "asked for 2000 inputs in one round (at most 8)" in text(many)
+                assert asked == []
+            else:  # the client holds the state between rounds: it must be able to bring it back
+                huge = await client.call_tool("m__huge_state", {})
+                assert huge.is_error and "requestState of 300000 bytes, too big to carry" in text(huge), text(huge)
+                assert asked == []
+            assert text(await client.call_tool("m__echo", {"text": "after"})) == "modern:after"

@@ -423,3 +423,19 @@ async def test_an_http_gateway_refreshes_behind_both_eras(tmp_path: Path, mode: 
                     assert not result.is_error and text(result) == f"http {round_}", text(result)
                     await anyio.sleep(1.5)
             assert_no_secret(tmp_path, stderr.read_text())
+
+
+def test_a_token_that_is_not_a_header_value_is_refused_and_never_printed(tmp_path: Path) -> None:
+    """Issue 26, item 4: an authorization server that answers ``"access_token": "at-...\\n"``.
+    The token is refused before it is stored, and no output (login, catalog, doctor) quotes it."""
+    with oauth_server(tmp_path, "--sloppy") as url:
+        config = write_config(tmp_path, {"remote": {"url": url, "auth": "oauth"}})
+        proc = run_cli("login", "remote", "--config", str(config), "--timeout", "60", env=browser(tmp_path))
+        report = run_cli("catalog", "--json", "--config", str(config))
+        doctor = run_cli("doctor", "--config", str(config))
+    said = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "not a valid HTTP header value" in said, said[-2000:]
+    assert "Traceback" not in said and "Illegal header value" not in said
+    stored = "".join(p.read_text() for p in token_files(config))  # the registration, not the token
+    assert '"tokens"' not in stored and "at-" not in stored
+    assert_no_secret(tmp_path, said, report.stdout + report.stderr, doctor.stdout + doctor.stderr)

@@ -335,3 +335,26 @@ async def test_the_gate_answers_lock_and_policy_before_asking_the_store(
             assert denied.is_error and "is denied by policy (deny pattern 'd__payload')" in text(denied)
             unread = await c.call_tool("d__echo", {"text": "x"})
             assert unread.is_error and "cannot be read from the state store" in text(unread)
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_hostile_store_value_neither_unbounds_a_result_nor_stops_a_start(
+    tmp_path: Path, redis: RedisServer, mode: str
+) -> None:
+    """Issue 26, item 2: an artifact size that is not a number (written by anyone who can
+    reach the Redis) is skipped with a log line; results stay bounded, and a gateway starts."""
+    import redis as redis_client
+
+    db = redis_client.Redis.from_url(redis.url)
+    db.zadd("prefixgate:artifacts", {"token-x/hostile": 1.0})
+    db.hset("prefixgate:artifact-sizes", "token-x/hostile", "not-a-number")
+    config = replica_config(tmp_path / "a", redis.url)
+    with http_gateway(config) as (url, stderr):  # its start-up retention pass reads the hostile entry
+        async with client(url, mode) as c:
+            answer = await c.call_tool("e__payload", {"bytes": SIZE})
+            shown = text(answer)
+            assert not answer.is_error and len(shown.encode()) <= 65536, len(shown)
+            artifact_id = ARTIFACT.search(shown).group(1)  # type: ignore[union-attr]
+            assert await read_artifact(c, artifact_id) == EXPECTED
+        log = stderr.read_text()
+    assert "unreadable size or time" in log and "Traceback" not in log, log[-2000:]

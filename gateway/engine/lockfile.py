@@ -9,6 +9,7 @@ polls it) sees the old lock or the new one, never a torn one.
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -22,16 +23,38 @@ def read_lock(path: Path) -> Lock:
     return read_lock_and_bytes(path)[0]
 
 
+MAX_LOCK_BYTES = 64 << 20
+"""The largest lock read (a 5,000-tool lock is a few MiB): a bigger file is refused unread."""
+
+
 def read_lock_and_bytes(path: Path) -> tuple[Lock, bytes]:
-    """The parsed lock and the file's bytes (what a warm-start record is keyed by)."""
+    """The parsed lock and the file's bytes (what a warm-start record is keyed by).
+
+    Read like the journal: a regular file only (a FIFO or ``/dev/zero`` behind the name is
+    refused, opened non-blocking so it cannot hang), at most ``MAX_LOCK_BYTES``, and any
+    failure to parse it, however deep or odd the TOML, is a ``LockError`` (issue 26)."""
     try:
-        data = path.read_bytes()
-        text = data.decode("utf-8")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         raise LockError(f"{path}: lock file not found (write one with prefixgate catalog lock)") from None
+    except OSError as exc:
+        raise LockError(f"{path}: cannot read the lock file: {exc.strerror or exc}") from None
+    try:
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise LockError(f"{path}: the lock is not a regular file")
+            data = f.read(MAX_LOCK_BYTES + 1)
+        if len(data) > MAX_LOCK_BYTES:
+            raise LockError(f"{path}: the lock file is larger than {MAX_LOCK_BYTES >> 20} MiB")
+        text = data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise LockError(f"{path}: cannot read the lock file: {getattr(exc, 'strerror', None) or exc}") from None
-    return loads(text, str(path)), data
+    try:
+        return loads(text, str(path)), data
+    except LockError:
+        raise
+    except (RecursionError, MemoryError, ValueError, TypeError) as exc:
+        raise LockError(f"{path}: not a lock file prefixgate can read ({type(exc).__name__})") from None
 
 
 def write_lock(path: Path, lock: Lock) -> bool:

@@ -198,8 +198,16 @@ class Router:
             # The outputSchema as published: none with [spill] output_schemas = "omit".
             try:
                 result = await self.bound(result, state, entry.declaration.get("outputSchema"))
-            except (TypeError, ValueError, AttributeError, KeyError):
-                pass  # malformed: the check below names the server
+            except (TypeError, ValueError, AttributeError, KeyError) as exc:
+                checked = _checked(result, version, entry.server, entry.original)
+                if checked is not result:
+                    return checked  # malformed: the check names the server
+                # Well-formed but not boundable: never returned raw (fail closed, issue 26).
+                log.warning("[%s] %s: the result could not be bounded: %s", entry.server, quote(name), exc)
+                return error_result(
+                    f"Server {entry.server!r} answered tool {entry.original!r}, but the result could not be "
+                    f"bounded for the model ({type(exc).__name__}); it is not shown."
+                )
         return _checked(result, version, entry.server, entry.original)
 
     async def bound(self, result: dict[str, Any], state: ClientState, output_schema: Any) -> dict[str, Any]:

@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import logging
+import math
 import os
 import secrets
 import tempfile
@@ -68,6 +70,7 @@ COPIES_BYTES = 32 << 20
 _PIECE = 1 << 20
 _UNAVAILABLE = "store unavailable"
 _ERRORS = (redis.exceptions.RedisError, OSError)
+log = logging.getLogger("prefixgate.store")
 
 _SET_IF = """
 redis.call('SET', KEYS[2], ARGV[3], 'NX')
@@ -308,7 +311,15 @@ def _scan(client: redis.Redis) -> list[ArtifactInfo]:
     found = []
     for member, (_, score), size in zip(members, entries, sizes, strict=True):
         owner, _, artifact_id = member.partition("/")
-        found.append(ArtifactInfo(owner, artifact_id, int(size or 0), float(score)))
+        try:
+            parsed = int(_text(size)) if size is not None else 0
+            if parsed < 0 or not math.isfinite(float(score)):
+                raise ValueError("out of range")
+        except (TypeError, ValueError, UnicodeDecodeError):
+            # A value nothing of ours wrote: skipped (and named), never fatal (issue 26).
+            log.warning("state store: artifact %r has an unreadable size or time in %s; skipped", member[:80], SIZES)
+            continue
+        found.append(ArtifactInfo(owner, artifact_id, parsed, float(score)))
     return sorted(found, key=lambda a: (a.mtime, a.session, a.id))
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import time
 from pathlib import Path
@@ -31,6 +32,7 @@ from pydantic import BaseModel, ValidationError
 
 from gateway.state.journal import JournalError, check_private_file, open_private_dir, refusal
 
+log = logging.getLogger("prefixgate.oauth")
 VERSION = 1
 MAX_FILE_BYTES = 1 << 20
 """A token file larger than this is not ours: refused, not read."""
@@ -156,6 +158,24 @@ class TokenFile:
         return (info.st_ino, info.st_mtime_ns, info.st_size)
 
 
+class TokenRefused(ValueError):
+    """Tokens an authorization server issued that cannot be sent (the message never holds them)."""
+
+
+def unsendable(tokens: OAuthToken) -> str | None:
+    """Why these tokens cannot go into an ``Authorization`` header, in words that do not quote
+    them; None when they can. A trailing newline from a sloppy authorization server, or a
+    CR/LF/NUL from a hostile one, would otherwise be stored, and every request would then
+    fail with an HTTP library error that prints the header, token and all (issue 26)."""
+    for label, value in (("access token", tokens.access_token), ("token type", tokens.token_type)):
+        if not value or any(not (" " < ch < "\x7f") for ch in value):
+            return f"the authorization server issued an {label} that is not a valid HTTP header value"
+    refresh = tokens.refresh_token
+    if refresh is not None and any(not (" " <= ch < "\x7f") for ch in refresh):
+        return "the authorization server issued a refresh token with control or non-ASCII characters"
+    return None
+
+
 class TokenStore:
     """The mcp SDK's ``TokenStorage`` for one server, backed by its :class:`TokenFile`.
 
@@ -198,9 +218,16 @@ class TokenStore:
             return None
 
     async def get_tokens(self) -> OAuthToken | None:
-        return await self._stored("tokens", OAuthToken)
+        tokens = await self._stored("tokens", OAuthToken)
+        if tokens is not None and unsendable(tokens) is not None:
+            log.warning("stored tokens ignored: %s", unsendable(tokens))
+            return None  # as if logged out: a login or refresh replaces them
+        return tokens
 
     async def set_tokens(self, tokens: OAuthToken) -> None:
+        problem = unsendable(tokens)
+        if problem is not None:
+            raise TokenRefused(f"{problem}; not stored (log in again, or ask the server's operator)")
         expires_at = time.time() + tokens.expires_in if tokens.expires_in is not None else None
         await self._update(tokens=tokens.model_dump(mode="json", exclude_none=True), expires_at=expires_at)
 

@@ -19,7 +19,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import INVALID_REQUEST, MISSING_REQUIRED_CLIENT_CAPABILITY
 from mcp_types.methods import is_input_required
 
-from gateway.engine.roundtrip import CAPABILITY_FOR
+from gateway.engine.roundtrip import CAPABILITY_FOR, MAX_ASKS
 
 Ask = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 """Send one input request to the client; its answer."""
@@ -63,6 +63,13 @@ async def answer_over_back_channel(
     result = first
     for round_no in range(max_rounds):
         requests = requests_of(result, server_id)
+        if len(requests) > MAX_ASKS:
+            # Each is a request to the client: as many as a handshake-era server may have open (issue 26).
+            raise MCPError(
+                code=INVALID_REQUEST,
+                message=f"prefixgate: server {server_id!r} asked for {len(requests)} inputs in one round "
+                f"(at most {MAX_ASKS}); gave up",
+            )
         if not requests:
             # Only a requestState: the server is not done yet; back off as SDK clients do.
             await anyio.sleep(min(0.05 * 2**round_no, 0.25))

@@ -276,9 +276,14 @@ class Handlers:
                     return error_result(f"{server_id}: tool {target!r}: {refusal(lacking).error.message}")
                 raise refusal(lacking)
             server_state = result.get("requestState")
-            wrapped = trips.wrap(
-                owner, method, target, binding, server_id, server_state if isinstance(server_state, str) else None
-            )
+            try:
+                wrapped = trips.wrap(
+                    owner, method, target, binding, server_id, server_state if isinstance(server_state, str) else None
+                )
+            except MCPError as exc:
+                if method == "tools/call":
+                    return error_result(f"{server_id}: tool {target!r}: {exc.error.message}")
+                raise
             return {**result, "requestState": wrapped}
 
         if trips.is_wrapped(state):
