@@ -226,6 +226,22 @@ def with_step_up(app: Any, provider: ApprovingProvider, tool: str, scope: str) -
     return wrapped
 
 
+def with_huge_metadata(app: Any) -> Any:
+    """Every ``/.well-known/...`` answer is 5 MB of JSON, sent in chunks without a length."""
+
+    async def wrapped(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith("/.well-known/"):
+            await app(scope, receive, send)
+            return
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": b'{"pad": "', "more_body": True})
+        for _ in range(80):
+            await send({"type": "http.response.body", "body": b"x" * 65536, "more_body": True})
+        await send({"type": "http.response.body", "body": b'"}'})
+
+    return wrapped
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--transport", choices=("http", "sse"), default="http")
@@ -234,6 +250,8 @@ def main() -> None:
     p.add_argument("--client-credentials", metavar="ID:SECRET", help="also answer the client_credentials grant")
     p.add_argument("--step-up", metavar="SCOPE", help="tool 'admin' needs this scope too (403 insufficient_scope)")
     p.add_argument("--sloppy", action="store_true", help="issue access tokens with a trailing newline")
+    p.add_argument("--huge-token", action="store_true", help="issue 200 KB access tokens (under the 1 MiB answer cap)")
+    p.add_argument("--huge-metadata", action="store_true", help="answer metadata discovery with 5 MB, chunked")
     args = p.parse_args()
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -246,6 +264,8 @@ def main() -> None:
     provider = ApprovingProvider(args.lifetime, [*scopes, *([args.step_up] if args.step_up else [])])
     if args.sloppy:
         provider.tail = "\n"
+    if args.huge_token:
+        provider.tail = "x" * (200 << 10)
     server: MCPServer[Any] = MCPServer(
         "oauth-demo",
         auth_server_provider=provider,
@@ -280,6 +300,8 @@ def main() -> None:
     if args.client_credentials:
         client_id, _, secret = args.client_credentials.partition(":")
         app = with_client_credentials(app, provider, client_id, secret)
+    if args.huge_metadata:
+        app = with_huge_metadata(app)
     sys.stdout.write(base + path + "\n")
     sys.stdout.flush()
     config = uvicorn.Config(app, log_level="warning", lifespan="on")

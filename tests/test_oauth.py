@@ -439,3 +439,81 @@ def test_a_token_that_is_not_a_header_value_is_refused_and_never_printed(tmp_pat
     stored = "".join(p.read_text() for p in token_files(config))  # the registration, not the token
     assert '"tokens"' not in stored and "at-" not in stored
     assert_no_secret(tmp_path, said, report.stdout + report.stderr, doctor.stdout + doctor.stderr)
+
+
+def test_a_huge_metadata_document_is_refused_with_one_line(tmp_path: Path) -> None:
+    """Issue 26, item 5: discovery answers are read up to 1 MiB (here 5 MB, chunked, no length)."""
+    with oauth_server(tmp_path, "--huge-metadata") as url:
+        config = write_config(tmp_path, {"remote": {"url": url, "auth": "oauth"}})
+        proc = run_cli("login", "remote", "--config", str(config), "--timeout", "30", env=browser(tmp_path))
+        report = catalog_json(config)
+    said = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "larger than 1024 KiB; refused" in said, said[-2000:]
+    assert "Traceback" not in said
+    (server,) = report["servers"]
+    assert server["status"] == "failed"
+
+
+def test_a_huge_token_is_refused_before_it_is_written(tmp_path: Path) -> None:
+    """Issue 26, item 11: a huge token would be written to a file every later read refuses
+    (a 200 KB one here; a 10 MB answer is refused before it is parsed, as any over 1 MiB)."""
+    with oauth_server(tmp_path, "--huge-token") as url:
+        config = write_config(tmp_path, {"remote": {"url": url, "auth": "oauth"}})
+        proc = run_cli("login", "remote", "--config", str(config), "--timeout", "60", env=browser(tmp_path))
+    said = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "an access token of 2048" in said and "characters (at most 16384)" in said
+    assert len(said) < 10_000 and all(p.stat().st_size < 100_000 for p in token_files(config))
+
+
+def test_a_huge_scope_is_never_asked_for(tmp_path: Path) -> None:
+    """Issue 26, item 11: a 60 KB scope list (what the server names in WWW-Authenticate) is not
+    copied into the authorization URL or stored."""
+    scopes = ",".join(f"scope-{n:05d}" for n in range(5000))  # 55 KB
+    with oauth_server(tmp_path, "--scopes", scopes) as url:
+        config = write_config(tmp_path, {"remote": {"url": url, "auth": "oauth"}})
+        proc = run_cli("login", "remote", "--config", str(config), "--timeout", "30", env=browser(tmp_path))
+    said = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "characters long (at most 4096)" in said, said[-1500:]
+    assert "scope-04999" not in said and len(said) < 10_000
+
+
+FORGER = """#!{python}
+import sys, urllib.parse, httpx2
+query = urllib.parse.parse_qs(urllib.parse.urlparse(sys.argv[1]).query)
+callback = query["redirect_uri"][0]
+forged = {forged!r}
+httpx2.get(callback + "?" + urllib.parse.urlencode(forged), timeout=30)
+"""
+
+
+@pytest.mark.parametrize("kind", ["escape", "state"])
+def test_a_forged_redirect_is_reported_escaped_and_without_the_expected_state(tmp_path: Path, kind: str) -> None:
+    """Issue 26, item 11: any local process can reach the callback first. Its text is printed
+    escaped (no ESC or CR reaches the terminal); a wrong ``state`` is not answered with the right one."""
+    forged = (
+        {"error": "access_denied", "error_description": "\x1b[2J\rprefixgate: logged in to 'remote'"}
+        if kind == "escape"
+        else {"code": "forged-code", "state": "not-the-state"}
+    )
+    script = tmp_path / "forger.py"
+    script.write_text(FORGER.format(python=sys.executable, forged=forged))
+    script.chmod(0o700)
+    with oauth_server(tmp_path) as url:
+        config = write_config(tmp_path, {"remote": {"url": url, "auth": "oauth"}})
+        proc = run_cli("login", "remote", "--config", str(config), "--timeout", "30", env={"BROWSER": str(script)})
+    said = [line for line in proc.stderr.splitlines() if line.startswith("prefixgate: login remote: ")]
+    assert proc.returncode != 0 and len(said) == 1, proc.stderr[-1500:]
+    last = said[0]
+    assert "\x1b" not in proc.stderr and "\r" not in proc.stderr
+    if kind == "escape":
+        assert "access_denied" in last and "\\u001b[2J" in last
+    else:
+        state = re.search(r"[?&]state=([^&\s]+)", proc.stderr).group(1)  # type: ignore[union-attr]
+        assert "not this login's" in last and state not in last and "!=" not in last
+
+
+def test_an_answer_that_is_not_utf8_is_named_plainly() -> None:
+    from gateway.downstream.connection import _short
+
+    said = _short(UnicodeDecodeError("utf-8", b"\xff\xfe", 0, 1, "invalid start byte"))
+    assert said == "UnicodeDecodeError: an answer that is not UTF-8 text (byte 0)"

@@ -23,11 +23,12 @@ import anyio
 from anyio.abc import SocketStream
 from mcp.shared.auth import AuthorizationCodeResult
 
+from catalog.text import escape
 from gateway.config import Config, ServerConfig
 from gateway.downstream.connection import Downstream
 from gateway.downstream.oauth import Interactive, LoginNeeded
 from gateway.engine.oauth import oauth_setup, token_file
-from gateway.state.tokens import TokenFileError, TokenStore
+from gateway.state.tokens import MAX_SCOPE_CHARS, TokenFileError, TokenStore
 
 DEFAULT_TIMEOUT = 300.0
 MAX_REQUEST_BYTES = 16 << 10
@@ -72,13 +73,16 @@ def _server(config: Config, server_id: str) -> ServerConfig:
 
 def _with_scopes(url: str, extra: list[str]) -> str:
     """The authorization URL asking for ``extra`` scopes too (configured ones, --scope)."""
-    if not extra:
-        return url
     parts = urlparse(url)
     query = parse_qs(parts.query, keep_blank_values=True)
     scopes = " ".join(query.get("scope", [])).split()
     scopes += [s for s in extra if s not in scopes]
-    query["scope"] = [" ".join(scopes)]
+    asked = " ".join(scopes)
+    if len(asked) > MAX_SCOPE_CHARS:  # what a server's WWW-Authenticate named, or the config: bounded
+        raise LoginFailed(f"the scopes to ask for are {len(asked)} characters long (at most {MAX_SCOPE_CHARS})")
+    if not extra:
+        return url
+    query["scope"] = [asked]
     return urlunparse(parts._replace(query=urlencode(query, doseq=True)))
 
 
@@ -119,9 +123,13 @@ class Callback:
                 )
                 await self._reply(stream, 200, b"login complete")
             else:
-                error = query.get("error", "no code")
+                # Anyone on this machine can reach the listener first: what it says is quoted
+                # escaped and short, never written to the terminal raw (issue 26).
+                error = escape(query.get("error", "no code")[:100])
                 detail = query.get("error_description")
-                self.error = f"the authorization server refused: {error}" + (f" ({detail})" if detail else "")
+                self.error = f"the authorization server refused: {error}" + (
+                    f" ({escape(detail[:300])})" if detail else ""
+                )
                 await self._reply(stream, 400, b"login refused")
             self.done.set()
 

@@ -28,6 +28,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
 from mcp_types.jsonrpc import CONNECTION_CLOSED, INVALID_REQUEST, PARSE_ERROR, REQUEST_TIMEOUT
 
+from catalog.text import escape
 from catalog.warm import Contribution
 from gateway import __version__
 from gateway.config import ServerConfig
@@ -102,6 +103,20 @@ class NoEvents:
         raise MCPError(code=INVALID_REQUEST, message=f"prefixgate has no client to forward {method} to")
 
 
+def _capped_client_factory(endpoint: str) -> Any:
+    """The SSE transport's HTTP client, built as the SDK builds it, with OAuth-side answers capped."""
+    import httpx2
+
+    from gateway.downstream.oauth import CappedAuthAnswers
+
+    def factory(headers: Any = None, timeout: Any = None, auth: Any = None) -> httpx2.AsyncClient:
+        return httpx2.AsyncClient(
+            headers=headers, timeout=timeout, auth=auth, follow_redirects=False, transport=CappedAuthAnswers(endpoint)
+        )
+
+    return factory
+
+
 def _leaf(exc: BaseException) -> BaseException:
     """The first real error inside (nested) exception groups: the one worth reporting."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
@@ -110,8 +125,15 @@ def _leaf(exc: BaseException) -> BaseException:
 
 
 def _short(exc: BaseException) -> str:
+    """One line for an error, escaped; a few that would quote what must not be shown are reworded."""
     text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0][:300]}" if text else type(exc).__name__
+    if isinstance(exc, UnicodeDecodeError):
+        text = f"an answer that is not UTF-8 text (byte {exc.start})"
+    elif text.startswith("State parameter mismatch"):  # the SDK would print the expected state
+        text = "the authorization response's state is not this login's (a stale or forged redirect)"
+    elif "Illegal header value" in text:  # the HTTP library would print the header: a credential
+        text = "a header value the HTTP library refused (not shown)"
+    return f"{type(exc).__name__}: {escape(text.splitlines()[0][:300])}" if text else type(exc).__name__
 
 
 class Downstream:
@@ -550,7 +572,14 @@ class Downstream:
             auth = await self._auth()
             # The SDK transports' own defaults: a response stream may stay open for minutes.
             timeout = httpx2.Timeout(30.0, read=300.0)
-            async with httpx2.AsyncClient(headers=dict(cfg.headers), timeout=timeout, auth=auth) as http:
+            transport = None
+            if auth is not None:
+                from gateway.downstream.oauth import CappedAuthAnswers
+
+                transport = CappedAuthAnswers(cfg.url)
+            async with httpx2.AsyncClient(
+                headers=dict(cfg.headers), timeout=timeout, auth=auth, transport=transport
+            ) as http:
                 async with streamable_http_client(cfg.url, http_client=http) as (read, write):
                     yield read, write
         else:
@@ -558,7 +587,9 @@ class Downstream:
 
             assert cfg.url is not None
             auth = await self._auth()
-            async with sse_client(cfg.url, headers=dict(cfg.headers), auth=auth) as (read, write):
+            factory = _capped_client_factory(cfg.url) if auth is not None else None
+            options = {"httpx_client_factory": factory} if factory is not None else {}
+            async with sse_client(cfg.url, headers=dict(cfg.headers), auth=auth, **options) as (read, write):
                 yield read, write
 
     async def _auth(self) -> Any:

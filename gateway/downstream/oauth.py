@@ -321,3 +321,59 @@ async def _keep_early(auth: OAuthClientProvider, bound: _Bound) -> None:
     if expires_at is not None and not bound.fresh:
         lifetime = granted.expires_in if granted is not None and granted.expires_in else 0
         auth.context.token_expiry_time = expires_at - min(MAX_EARLY, lifetime / 2)
+
+
+MAX_AUTH_ANSWER = 1 << 20
+"""The largest answer read from anything but the server's own endpoint on an OAuth
+connection: protected-resource and authorization-server metadata, token and registration
+answers are a few KiB (issue 26: a 60 MB metadata document was read whole, on every 401)."""
+
+
+class AnswerTooLarge(ValueError):
+    """An OAuth-side answer over ``MAX_AUTH_ANSWER``; ``str()`` names where, never what."""
+
+
+class _Capped(httpx2.AsyncByteStream):
+    def __init__(self, inner: httpx2.AsyncByteStream, where: str, cap: int) -> None:
+        self.inner, self.where, self.cap = inner, where, cap
+
+    async def __aiter__(self) -> AsyncGenerator[bytes, None]:
+        seen = 0
+        async for chunk in self.inner:
+            seen += len(chunk)
+            if seen > self.cap:
+                raise AnswerTooLarge(f"the answer of {self.where} is larger than {self.cap >> 10} KiB; refused")
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+class CappedAuthAnswers(httpx2.AsyncBaseTransport):
+    """The HTTP transport of an OAuth connection: answers from anywhere but the server's own
+    MCP endpoint are read up to ``cap`` bytes and refused beyond it (the MCP endpoint's own
+    answers are bounded by ``max_message_bytes`` downstream, as without OAuth)."""
+
+    def __init__(self, endpoint: str, inner: httpx2.AsyncBaseTransport | None = None, cap: int = MAX_AUTH_ANSWER):
+        self.endpoint = httpx2.URL(endpoint)
+        self.inner = inner or httpx2.AsyncHTTPTransport()
+        self.cap = cap
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        response = await self.inner.handle_async_request(request)
+        url = request.url
+        if (url.scheme, url.host, url.port, url.path) == (
+            self.endpoint.scheme, self.endpoint.host, self.endpoint.port, self.endpoint.path
+        ):
+            return response
+        where = f"{url.scheme}://{url.host}{'' if url.port is None else f':{url.port}'}{url.path}"
+        declared = response.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > self.cap:
+            await response.aclose()
+            raise AnswerTooLarge(f"the answer of {where} is {int(declared)} bytes, over {self.cap >> 10} KiB; refused")
+        assert isinstance(response.stream, httpx2.AsyncByteStream)
+        response.stream = _Capped(response.stream, where, self.cap)
+        return response
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()

@@ -111,6 +111,8 @@ class TokenFile:
         body = json.dumps(
             {**record, "version": VERSION, "server": self.server_id, "url": self.url}, sort_keys=True
         ).encode()
+        if len(body) > MAX_FILE_BYTES:  # a file every later read would refuse: not written (issue 26)
+            raise TokenFileError(f"{self.label}: {len(body)} bytes to store, over {MAX_FILE_BYTES} bytes: not written")
         dir_fd = self._dir(create=True)
         assert dir_fd is not None
         temp = f".{self.path.name}.{os.urandom(6).hex()}.tmp"
@@ -158,6 +160,12 @@ class TokenFile:
         return (info.st_ino, info.st_mtime_ns, info.st_size)
 
 
+MAX_TOKEN_CHARS = 16 << 10
+"""The longest access or refresh token kept (real ones are hundreds of characters, a JWT a few KiB)."""
+MAX_SCOPE_CHARS = 4 << 10
+"""The longest scope list asked for or kept."""
+
+
 class TokenRefused(ValueError):
     """Tokens an authorization server issued that cannot be sent (the message never holds them)."""
 
@@ -173,6 +181,12 @@ def unsendable(tokens: OAuthToken) -> str | None:
     refresh = tokens.refresh_token
     if refresh is not None and any(not (" " <= ch < "\x7f") for ch in refresh):
         return "the authorization server issued a refresh token with control or non-ASCII characters"
+    for label, value in (("access token", tokens.access_token), ("refresh token", refresh or "")):
+        if len(value) > MAX_TOKEN_CHARS:
+            return f"the authorization server issued an {label} of {len(value)} characters (at most {MAX_TOKEN_CHARS})"
+    if tokens.scope is not None and len(tokens.scope) > MAX_SCOPE_CHARS:
+        length = len(tokens.scope)
+        return f"the authorization server granted a scope list of {length} characters (at most {MAX_SCOPE_CHARS})"
     return None
 
 
