@@ -257,6 +257,10 @@ async def test_the_wrapped_request_state(tmp_path: Path) -> None:
                 await session.call_tool("m__ask", {"x": 1}, input_responses=answer, request_state=state)
             done = await session.call_tool("m__ask", {}, input_responses=answer, request_state=state)
             assert text(done) == "accept:{'name': 'Bo'}"  # the server got its own state back
+            # Not remembered as used (issue 26, item 8: decided and documented): a replay reaches
+            # the server again, exactly as a direct client's would; the server guards its own state.
+            again = await session.call_tool("m__ask", {}, input_responses=answer, request_state=state)
+            assert text(again) == "accept:{'name': 'Bo'}"
 
 
 @pytest.mark.parametrize("mode", ERAS)
