@@ -73,6 +73,16 @@ class _WireOutbound:
         await self.wire.send(_notification(method, params))
 
 
+def progress_params(token: Any, progress: float, total: float | None, message: str | None) -> dict[str, Any]:
+    """A ``notifications/progress`` payload as the SDK's dispatch contexts build it."""
+    params: dict[str, Any] = {"progressToken": token, "progress": progress}
+    if total is not None:
+        params["total"] = total
+    if message is not None:
+        params["message"] = message
+    return params
+
+
 def _notification(method: str, params: Mapping[str, Any] | None) -> types.JSONRPCNotification:
     """As the SDK's dispatcher builds it (``params`` left unset when None)."""
     if params is not None:
@@ -136,14 +146,8 @@ class CallContext:
         await self.wire.send(_notification(method, params))
 
     async def progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
-        if self._token is None:
-            return
-        params: dict[str, Any] = {"progressToken": self._token, "progress": progress}
-        if total is not None:
-            params["total"] = total
-        if message is not None:
-            params["message"] = message
-        await self.notify("notifications/progress", params)
+        if self._token is not None:
+            await self.notify("notifications/progress", progress_params(self._token, progress, total, message))
 
     def close(self) -> None:
         self._closed = True

@@ -51,7 +51,7 @@ def principal_of_token(token: str) -> str:
 
 
 def principal_of_scope(scope: Any) -> str:
-    """The principal ``BearerAuth`` recorded for a request (``LOCAL`` when there is none)."""
+    """The principal ``Front`` recorded for a request (``LOCAL`` when there is none)."""
     found = scope.get(PRINCIPAL) if isinstance(scope, dict) else None
     return found if isinstance(found, str) else LOCAL
 

@@ -54,7 +54,7 @@ from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
-from gateway.upstream.fast import envelope_connection, meta_of
+from gateway.upstream.fast import envelope_connection, meta_of, progress_params
 from gateway.upstream.server import Handlers
 from gateway.wire import FAST_PATH_ENV
 
@@ -149,14 +149,8 @@ class Exchange:
         await self.event(_sse(message))
 
     async def progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
-        if self._token is None:
-            return
-        params: dict[str, Any] = {"progressToken": self._token, "progress": progress}
-        if total is not None:
-            params["total"] = total
-        if message is not None:
-            params["message"] = message
-        await self.notify("notifications/progress", params)
+        if self._token is not None:
+            await self.notify("notifications/progress", progress_params(self._token, progress, total, message))
 
     # --- the response ----------------------------------------------------------------------
 
