@@ -41,7 +41,7 @@ class Principal:
         self.logs.append(str(params.data))
 
     def options(self) -> dict[str, Any]:
-        return {"elicitation_callback": self.elicitation, "logging_callback": self.log, "log_level": "debug"}
+        return {"elicitation_callback": self.elicitation, "logging_callback": self.log}
 
 
 @pytest.mark.parametrize("mode", ERAS)
@@ -75,18 +75,17 @@ async def test_a_servers_request_never_reaches_another_principal(tmp_path: Path,
                     # And Bob alone again gets his own.
                     assert text(await b.call_tool("r__ask", {})) == "accept:{'name': 'Bob'}"
                     assert bob.asked == ["What is your name?"] and len(alice.asked) == 1
-                    if mode != "legacy":
-                        return
-                    # Log lines likewise: to the one principal in flight, else to nobody. (A
-                    # handshake-era server sends them once a client set a level; a 2026-07-28
-                    # client's per-request opt-in does not reach it: a known limit.)
-                    await a.set_logging_level("debug")
-                    await b.set_logging_level("debug")
-                    await a.call_tool("r__log", {"text": "alice alone", "level": "warning"})
+                    # Log lines likewise: to the one principal in flight, else to nobody. (Opted in
+                    # with logging/setLevel in the handshake era, per request on 2026-07-28.)
+                    opt_in = {"io.modelcontextprotocol/logLevel": "debug"} if mode == "auto" else None
+                    if mode == "legacy":
+                        await a.set_logging_level("debug")
+                        await b.set_logging_level("debug")
+                    await a.call_tool("r__log", {"text": "alice alone", "level": "warning"}, meta=opt_in)
                     async with anyio.create_task_group() as tg:
                         tg.start_soon(b.call_tool, "r__slow", {"seconds": 2, "steps": 2})
                         await anyio.sleep(0.5)
-                        await a.call_tool("r__log", {"text": "alice with bob", "level": "warning"})
+                        await a.call_tool("r__log", {"text": "alice with bob", "level": "warning"}, meta=opt_in)
                     await anyio.sleep(0.5)
                     assert alice.logs == ["alice alone"] and bob.logs == [], (alice.logs, bob.logs)
         assert "cannot be attributed" in stderr.read_text() or "refused" in stderr.read_text()
