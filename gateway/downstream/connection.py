@@ -572,11 +572,14 @@ class Downstream:
             auth = await self._auth()
             # The SDK transports' own defaults: a response stream may stay open for minutes.
             timeout = httpx2.Timeout(30.0, read=300.0)
-            transport = None
+            from gateway.downstream.reuse import ReusedConnections
+
+            inner = None
             if auth is not None:
                 from gateway.downstream.oauth import CappedAuthAnswers
 
-                transport = CappedAuthAnswers(cfg.url)
+                inner = CappedAuthAnswers(cfg.url)
+            transport = ReusedConnections(inner)
             async with httpx2.AsyncClient(
                 headers=dict(cfg.headers), timeout=timeout, auth=auth, transport=transport
             ) as http:
