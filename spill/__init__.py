@@ -27,6 +27,7 @@ from .store import (
     find_artifact,
     gc,
     list_artifacts,
+    new_id,
     open_private_dir,
     valid_id,
 )
@@ -57,6 +58,7 @@ __all__ = [
     "structured_limit",
     "surely_within",
     "text_result_size",
+    "new_id",
     "valid_id",
     "visible_size",
 ]

@@ -85,9 +85,18 @@ class Artifacts(Protocol):
     def gc(self, *, max_age_seconds: float, max_total_bytes: int, now: float | None = None) -> list[ArtifactInfo]: ...
 
 
+def new_id() -> str:
+    """A random artifact id: 24 bytes = 192 bits, URL-safe base64, never beginning with ``-``
+    (a command line would take ``prefixgate artifacts read -x...`` for an option)."""
+    while True:
+        made = secrets.token_urlsafe(24)
+        if not made.startswith("-"):
+            return made
+
+
 def _new_id() -> str:
-    """Random artifact id: 24 bytes = 192 bits, URL-safe base64 (tests monkeypatch this)."""
-    return secrets.token_urlsafe(24)
+    """The file store's id maker (tests monkeypatch this)."""
+    return new_id()
 
 
 def valid_id(s: object) -> bool:

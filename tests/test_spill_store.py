@@ -349,3 +349,13 @@ def test_put_survives_session_dir_removed_by_a_concurrent_gc(
     monkeypatch.setattr(store_mod, "_create_file", create_after_race)
     aid = store.put(b"kept")
     assert raced and store.read(aid, 0, 10) == b"kept"
+
+
+def test_an_artifact_id_never_begins_with_a_dash() -> None:
+    """``prefixgate artifacts read ID`` would take ``-x...`` for an option (one id in 64 did):
+    ids are drawn again until they do not begin with one."""
+    from spill import new_id, valid_id
+
+    made = [new_id() for _ in range(5000)]
+    assert all(valid_id(i) and not i.startswith("-") for i in made)
+    assert len(set(made)) == len(made)

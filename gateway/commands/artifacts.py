@@ -29,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser, common: Callable[[argparse.Ar
     listing.add_argument("--json", action="store_true", help="print a JSON array")
     read = sub.add_parser("read", help="write an artifact's bytes to stdout")
     common(read)
-    read.add_argument("id", help="artifact id, as shown to the model")
+    read.add_argument("id", help="artifact id, as shown to the model (one that begins with '-': after --)")
     read.add_argument("--offset", type=int, default=0, help="first byte (default 0)")
     read.add_argument("--limit", type=int, default=None, help="bytes to read (default: to the end)")
     common(sub.add_parser("gc", help="apply retention now (max_age_days, max_total_bytes)"))

@@ -51,7 +51,7 @@ from redis.backoff import NoBackoff
 from catalog.warm import MAX_RECORD_BYTES
 from gateway.redact import redact_url
 from gateway.state.store import StoreHealth, StoreUnavailable
-from spill import ArtifactInfo, ArtifactNotFound, Artifacts, StoreError, artifact_not_found, valid_id
+from spill import ArtifactInfo, ArtifactNotFound, Artifacts, StoreError, artifact_not_found, new_id, valid_id
 
 PREFIX = "prefixgate:"
 INDEX = PREFIX + "artifacts"
@@ -171,7 +171,7 @@ class RedisArtifacts:
             pipe.execute()
             ttl = max(1, int(self.max_age)) if self.max_age > 0 else 0
             for _ in range(16):
-                artifact_id = secrets.token_urlsafe(24)
+                artifact_id = new_id()
                 member = f"{self.owner}/{artifact_id}"
                 keys = [partial, _artifact_key(self.owner, artifact_id), INDEX, SIZES]
                 published = self._publish(keys=keys, args=[member, repr(time.time()), size, ttl])
