@@ -29,6 +29,24 @@ _SIZED = re.compile(rb"(?<=line 1 column )\d+ \(char \d+\)|(?<=result of )\d+(?=
 _STATE = re.compile(rb'"requestState":"[^"]*"')
 
 
+CALLS: list[tuple[str, Any, str, Any, dict[str, Any] | None]] = [
+    ("echo", 1, "demo__echo", {"text": NON_ASCII}, None),
+    ("string id", "id-é", "demo__echo", {"text": "x"}, None),
+    ("numeric string id", "7", "demo__echo", {"text": "y"}, None),
+    ("structured", 2, "demo__structured", {"count": 3}, None),
+    ("image", 3, "demo__image", {}, None),
+    ("isError", 4, "demo__fail", {"message": "nope"}, None),
+    ("unknown tool", 5, "demo__missing", {}, None),
+    ("invalid arguments", 6, "demo__structured", {"count": "three"}, None),
+    ("denied", 7, "demo__touch", {}, None),
+    ("spilled", 8, "demo__payload", {"bytes": 20000, "kind": "lines"}, None),
+    ("progress", 9, "demo__slow", {"seconds": 0.2, "steps": 2}, {"progressToken": "p-9"}),
+    ("meta passed", 10, "demo__echo", {"text": "m"}, {"custom/key": [1, 2]}),
+]
+"""The plain calls both direct paths answer (tests/test_http_lane.py sends them over HTTP): (label, id, tool,
+arguments, the request's ``_meta``)."""
+
+
 def fast_config(tmp_path: Path) -> Path:
     return write_config(
         tmp_path,
@@ -109,18 +127,8 @@ def conversation(config: Path, modern: bool, fast: bool, stderr: Path) -> tuple[
             gw.handshake({"elicitation": {}})
             gw.request("level", "logging/setLevel", {"level": "debug"})  # the server's logs reach this client
             s.until("setLevel", "level")
-        s.call("echo", 1, "demo__echo", {"text": NON_ASCII})
-        s.call("string id", "id-é", "demo__echo", {"text": "x"})
-        s.call("numeric string id", "7", "demo__echo", {"text": "y"})
-        s.call("structured", 2, "demo__structured", {"count": 3})
-        s.call("image", 3, "demo__image", {})
-        s.call("isError", 4, "demo__fail", {"message": "nope"})
-        s.call("unknown tool", 5, "demo__missing", {})
-        s.call("invalid arguments", 6, "demo__structured", {"count": "three"})
-        s.call("denied", 7, "demo__touch", {})
-        s.call("spilled", 8, "demo__payload", {"bytes": 20000, "kind": "lines"})
-        s.call("progress", 9, "demo__slow", {"seconds": 0.2, "steps": 2}, meta={"progressToken": "p-9"})
-        s.call("meta passed", 10, "demo__echo", {"text": "m"}, meta={"custom/key": [1, 2]})
+        for label, request_id, name, arguments, meta in CALLS:
+            s.call(label, request_id, name, arguments, meta=meta)
         opt_in = {"io.modelcontextprotocol/logLevel": "debug"} if modern else None  # 2026-07-28: per request
         s.call("log", 11, "demo__log", {"text": "logged line", "level": "warning"}, meta=opt_in)
         # Cancelled: never answered; the next call on the connection is.

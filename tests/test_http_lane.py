@@ -24,7 +24,7 @@ from mcp.shared.inbound import MCP_METHOD_HEADER, MCP_NAME_HEADER, MCP_PROTOCOL_
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, PROTOCOL_VERSION_META_KEY
 
 from tests.helpers import http_gateway
-from tests.test_fast_path import NON_ASCII, fast_config
+from tests.test_fast_path import CALLS, fast_config
 
 MODERN = "2026-07-28"
 _ARTIFACT = re.compile(rb'(?<=artifact )[\w-]{32}(?![\w-])|(?<=\\")[\w-]{32}(?=\\")')
@@ -88,17 +88,8 @@ def conversation(config: Path, lane: bool) -> tuple[list[tuple[str, Response]], 
     with gateway(config, lane) as (url, stderr), httpx.Client(headers=accept, timeout=60) as http:
         s = Script(http, url)
         s.post("list", request("l", "tools/list", {"_meta": envelope()}), routing("tools/list"))
-        s.call("echo", 1, "demo__echo", {"text": NON_ASCII})
-        s.call("string id", "id-é", "demo__echo", {"text": "x"})
-        s.call("structured", 2, "demo__structured", {"count": 3})
-        s.call("image", 3, "demo__image", {})
-        s.call("isError", 4, "demo__fail", {"message": "nope"})
-        s.call("unknown tool", 5, "demo__missing", {})
-        s.call("invalid arguments", 6, "demo__structured", {"count": "three"})
-        s.call("denied", 7, "demo__touch", {})
-        s.call("spilled", 8, "demo__payload", {"bytes": 20000, "kind": "lines"})
-        s.call("progress", 9, "demo__slow", {"seconds": 0.2, "steps": 2}, meta={"progressToken": "p-9"})
-        s.call("meta passed", 10, "demo__echo", {"text": "m"}, meta={"custom/key": [1, 2]})
+        for label, request_id, name, arguments, meta in CALLS:
+            s.call(label, request_id, name, arguments, meta=meta)
         s.call(
             "log",
             11,
