@@ -194,7 +194,7 @@ async def test_a_silent_call_commits_the_event_stream_and_pings() -> None:
         tg.start_soon(exchange.pings)
         await anyio.sleep(0.2)
         assert [m["type"] for m in sent] == ["http.response.start", "http.response.body"]  # committed at once
-        await exchange.finish({"jsonrpc": "2.0", "id": 1, "result": {}}, scope, None)  # type: ignore[arg-type]
+        await exchange.finish({"jsonrpc": "2.0", "id": 1, "result": {}})
     assert (b"content-type", b"text/event-stream") in sent[0]["headers"]
     assert [m["body"] for m in sent[1:]] == [
         b": ping\r\n\r\n",

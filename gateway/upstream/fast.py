@@ -249,26 +249,14 @@ class FastCall:
     async def answer(self, dctx: CallContext) -> dict[str, Any]:
         calls, params, route = self.calls, self.params, self.route
         handlers = calls.handlers
-        meta = meta_of(params)
         if route is not None:
             connection = envelope_connection(route, NotifyOnlyOutbound(_WireOutbound(dctx.wire)))
         else:
             assert self.legacy is not None
             connection = self.legacy
-        session = ServerSession(dctx, connection, request_meta=meta)
-        ctx: ServerRequestContext[Any, Any] = ServerRequestContext(
-            session=session,
-            lifespan_context=calls.lifespan,
-            method="tools/call",
-            params=params,
-            request_id=self.request_id,
-            meta=meta,
-            protocol_version=connection.protocol_version,
-        )
         try:
-            client = await handlers.client_of(ctx)
-            result = await handlers.tools_call(ctx, client, params["name"], params.get("arguments"))
-            return dict(handlers.finish(ctx, result))
+            request_id, lifespan = self.request_id, calls.lifespan
+            return await answer_directly(handlers, dctx, connection, "tools/call", params, request_id, lifespan)
         except (MCPError, ValidationError):
             raise
         except Exception as exc:
@@ -344,6 +332,38 @@ class FastCalls:
         call = self.in_flight.get(coerce_request_id(request_id))
         if call is not None:
             call.cancel()
+
+
+async def answer_directly(
+    handlers: Handlers,
+    dctx: Any,
+    connection: Connection,
+    method: str,
+    params: dict[str, Any],
+    request_id: types.RequestId,
+    lifespan: Any,
+    request: Any = None,
+) -> dict[str, Any]:
+    """``tools/call`` or ``tools/list`` answered as ``Handlers.middleware`` answers it, for a
+    direct path (this one, the HTTP lane) that made its own dispatch context and connection:
+    the request context as the SDK's runner builds it, then the client record, the gate and
+    ``finish``."""
+    meta = meta_of(params)
+    ctx: ServerRequestContext[Any, Any] = ServerRequestContext(
+        session=ServerSession(dctx, connection, request_meta=meta),
+        lifespan_context=lifespan,
+        method=method,
+        params=params,
+        request_id=request_id,
+        meta=meta,
+        protocol_version=connection.protocol_version,
+        request=request,
+    )
+    client = await handlers.client_of(ctx)
+    if method == "tools/list":
+        return dict(await handlers.list_tools(ctx, None))
+    result = await handlers.tools_call(ctx, client, params["name"], params.get("arguments"))
+    return dict(handlers.finish(ctx, result))
 
 
 class _Envelopes:

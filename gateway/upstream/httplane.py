@@ -30,9 +30,7 @@ from typing import Any
 import anyio
 import mcp_types as types
 import pydantic_core
-from mcp.server.context import ServerRequestContext
 from mcp.server.runner import aclose_shielded, modern_error_data
-from mcp.server.session import ServerSession
 from mcp.server.streamable_http import check_accept_headers
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from mcp.shared.dispatcher import CallOptions
@@ -54,7 +52,7 @@ from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
-from gateway.upstream.fast import envelope_connection, meta_of, progress_params
+from gateway.upstream.fast import answer_directly, envelope_connection, progress_params
 from gateway.upstream.server import Handlers
 from gateway.wire import FAST_PATH_ENV
 
@@ -179,7 +177,7 @@ class Exchange:
             if not self.closed and time.monotonic() - self._last >= self.interval:
                 await self.event(_PING)
 
-    async def finish(self, message: dict[str, Any], scope: Scope, receive: Receive) -> None:
+    async def finish(self, message: dict[str, Any]) -> None:
         async with self._locked():
             self.closed = True
             if self.streaming:
@@ -286,7 +284,7 @@ class ModernLane:
                 error = modern_error_data(exc).model_dump(by_alias=True, mode="json", exclude_none=True)
                 message = {"jsonrpc": "2.0", "id": claimed.request_id, "error": error}
             pinger.cancel()
-            await exchange.finish(message, scope, receive)
+            await exchange.finish(message)
         except asyncio.CancelledError:
             if not gone:
                 raise
@@ -297,25 +295,17 @@ class ModernLane:
             watcher.cancel()
 
     async def _run(self, claimed: Claimed, dctx: Exchange) -> dict[str, Any]:
-        route, params, handlers = claimed.route, claimed.params, self.handlers
-        meta = meta_of(params)
-        connection = envelope_connection(route)
+        connection = envelope_connection(claimed.route)
         try:
-            session = ServerSession(dctx, connection, request_meta=meta)
-            ctx: ServerRequestContext[Any, Any] = ServerRequestContext(
-                session=session,
-                lifespan_context=self.lifespan,
-                method=claimed.method,
-                params=params,
-                request_id=claimed.request_id,
-                meta=meta,
-                protocol_version=connection.protocol_version,
-                request=claimed.request,
+            return await answer_directly(
+                self.handlers,
+                dctx,
+                connection,
+                claimed.method,
+                claimed.params,
+                claimed.request_id,
+                self.lifespan,
+                claimed.request,
             )
-            client = await handlers.client_of(ctx)
-            if claimed.method == "tools/list":
-                return dict(await handlers.list_tools(ctx, None))
-            result = await handlers.tools_call(ctx, client, params["name"], params.get("arguments"))
-            return dict(handlers.finish(ctx, result))
         finally:
             await aclose_shielded(connection)
