@@ -9,7 +9,8 @@ id to go with) — never with ``input_required``. So a 2026-07-28 client talking
 to it directly gets an error from those tools (2026-07-28 has no back-channel), while the
 gateway, which reaches it with the handshake, can relay them to either era.
 
-Tools: ``echo(text)``, ``elicit()``, ``elicit_url()``, ``sample()``, ``roots()``,
+Tools: ``echo(text)``, ``elicit()``, ``confide(secret)`` (an elicitation naming the secret),
+``header_names()`` (the call's HTTP request header names), ``elicit_url()``, ``sample()``, ``roots()``,
 ``progress(steps)``, ``log()`` (one info line on the call's stream), ``sleep(seconds, tag)``
 (progress 0 once it runs, then cancellable) and ``cancelled(tag)`` (whether the ``sleep`` with that tag was cancelled:
 what the tests check a cancellation reached the server with).
@@ -52,6 +53,21 @@ async def elicit(ctx: Context) -> str:
     answer = await ctx.elicit("What is your name?", Name)
     content = answer.data.model_dump() if answer.action == "accept" else None
     return f"{answer.action}:{content}"
+
+
+@server.tool()
+async def confide(secret: str, ctx: Context) -> str:
+    """Ask the user about their secret (form elicitation over the back-channel, naming it)."""
+    answer = await ctx.elicit(f"Is {secret} yours?", Name)
+    content = answer.data.model_dump() if answer.action == "accept" else None
+    return f"{secret}:{answer.action}:{content}"
+
+
+@server.tool()
+def header_names(ctx: Context) -> str:
+    """The names of this call's HTTP request headers (none over stdio)."""
+    request = ctx.request_context.request
+    return ",".join(sorted(request.headers.keys())) if request is not None else ""
 
 
 @server.tool()

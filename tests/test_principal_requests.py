@@ -5,9 +5,10 @@ does not say which call it belongs to. With calls of two principals in flight, t
 used to hand it to the newest call, whoever made it: principal B read A's question and A's
 call completed with B's answer. Now such a request is refused (an error to the server, which
 the caller sees in its result) and such a log line dropped; with one principal's calls in
-flight they reach that principal, and never the other. Real gateway over HTTP with two
-bearer tokens, a real demo server written the classic way (back-channel requests), the real
-SDK client in both eras.
+flight they reach that principal, and never the other. A streamable-HTTP server's request
+says whose it is by the stream it comes on: it goes to that call, even with both principals
+in flight. Real gateway over HTTP with two bearer tokens, real servers written the classic
+way (back-channel requests) over a pipe and over HTTP, the real SDK client in both eras.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import anyio
 import mcp_types as types
 import pytest
 
-from tests.helpers import ERAS, demo, http_gateway, sdk_client, text, write_config
+from tests.helpers import ERAS, PYTHON, demo, http_gateway, sdk_client, text, url_process, write_config
 from tests.test_principals import tokens_file
 
 pytestmark = pytest.mark.anyio
@@ -89,6 +90,63 @@ async def test_a_servers_request_never_reaches_another_principal(tmp_path: Path,
                     await anyio.sleep(0.5)
                     assert alice.logs == ["alice alone"] and bob.logs == [], (alice.logs, bob.logs)
         assert "cannot be attributed" in stderr.read_text() or "refused" in stderr.read_text()
+
+
+class Confidant:
+    """One token's elicitation callback, which answers only once both principals were asked."""
+
+    def __init__(self, name: str, both_asked: anyio.Event, asked: list[str]) -> None:
+        self.name = name
+        self.both_asked = both_asked
+        self.everyone = asked
+        self.asked: list[str] = []
+
+    async def elicitation(self, context: Any, params: Any) -> types.ElicitResult:
+        self.asked.append(params.message)
+        self.everyone.append(params.message)
+        if len(self.everyone) >= 2:
+            self.both_asked.set()
+        with anyio.fail_after(30):
+            await self.both_asked.wait()  # both calls are in flight, both questions out
+        return types.ElicitResult(action="accept", content={"name": self.name})
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_an_http_servers_request_goes_to_the_call_whose_stream_it_came_on(tmp_path: Path, mode: str) -> None:
+    """With calls of two principals in flight to one streamable-HTTP server, each server request
+    reaches the principal whose call's stream it came on, with that call's secret, and each
+    answer goes back to its own call; the gateway's private header never reaches the server."""
+    with url_process([PYTHON, "-m", "tests.classic_server", "--http"]) as (server_url, _):
+        config = write_config(tmp_path, {"c": {"url": server_url}})
+        both_asked, everyone = anyio.Event(), []
+        alice = Confidant("Alice", both_asked, everyone)
+        bob = Confidant("Bob", both_asked, everyone)
+        results: dict[str, str] = {}
+        with tokens_file(tmp_path, "token-of-alice", "token-of-bob") as tokens:
+            with http_gateway(config, "--token-file", str(tokens)) as (url, stderr):
+                alice_headers = {"Authorization": "Bearer token-of-alice"}
+                bob_headers = {"Authorization": "Bearer token-of-bob"}
+                async with (
+                    sdk_client(url, mode, headers=alice_headers, elicitation_callback=alice.elicitation) as a,
+                    sdk_client(url, mode, headers=bob_headers, elicitation_callback=bob.elicitation) as b,
+                ):
+                    with anyio.fail_after(60):
+
+                        async def confide(who: str, client: Any) -> None:
+                            results[who] = text(await client.call_tool("c__confide", {"secret": f"{who}-secret"}))
+
+                        async with anyio.create_task_group() as tg:
+                            tg.start_soon(confide, "alice", a)
+                            tg.start_soon(confide, "bob", b)
+                        names = text(await a.call_tool("c__header_names", {}))
+                assert "more than one principal" not in stderr.read_text()
+        assert alice.asked == ["Is alice-secret yours?"] and bob.asked == ["Is bob-secret yours?"], everyone
+        assert results == {
+            "alice": "alice-secret:accept:{'name': 'Alice'}",
+            "bob": "bob-secret:accept:{'name': 'Bob'}",
+        }
+        assert "authorization" not in names.split(",") and "mcp-protocol-version" in names.split(",")
+        assert "prefixgate" not in names, names
 
 
 async def test_a_session_is_served_only_to_the_principal_that_created_it(tmp_path: Path) -> None:

@@ -46,6 +46,7 @@ from gateway.downstream.modern import (
     stamp,
 )
 from gateway.downstream.oauth import LoginNeeded, OAuthSetup
+from gateway.downstream.related import CALLER, HEADER, Related
 from gateway.downstream.spawn import Spawned
 from gateway.downstream.stdio import MESSAGE_TOO_LARGE, UNPARSABLE_REPLY, ChildProcess, CommandNotFound, stdio_transport
 from gateway.results import error_result
@@ -84,7 +85,11 @@ class Events(Protocol):
 
     async def server_notification(self, downstream: Downstream, method: str, params: dict[str, Any]) -> None: ...
 
-    async def server_request(self, downstream: Downstream, method: str, params: dict[str, Any]) -> dict[str, Any]: ...
+    async def server_request(
+        self, downstream: Downstream, method: str, params: dict[str, Any], caller: object | None = None
+    ) -> dict[str, Any]:
+        """``caller``: the call whose stream the request came on, when the wire says (``related.py``)."""
+        ...
 
 
 class NoEvents:
@@ -99,7 +104,9 @@ class NoEvents:
     async def server_notification(self, downstream: Downstream, method: str, params: dict[str, Any]) -> None:
         return None
 
-    async def server_request(self, downstream: Downstream, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    async def server_request(
+        self, downstream: Downstream, method: str, params: dict[str, Any], caller: object | None = None
+    ) -> dict[str, Any]:
         raise MCPError(code=INVALID_REQUEST, message=f"prefixgate has no client to forward {method} to")
 
 
@@ -182,6 +189,8 @@ class Downstream:
         self._raw_calls = fast_path()
         """``tools/call`` to a stdio child as raw lines (``PREFIXGATE_FAST_PATH=0``: through the SDK)."""
         self._headers: dict[str, str] = {}
+        self._related: Related | None = None
+        """A streamable-HTTP server's calls in flight, to tell whose its requests are (``related.py``)."""
         self._scope: anyio.CancelScope | None = None
         self._ready_at: float | None = None
         """When the current connection became ready: how long it stayed healthy decides the backoff."""
@@ -572,14 +581,17 @@ class Downstream:
             auth = await self._auth()
             # The SDK transports' own defaults: a response stream may stay open for minutes.
             timeout = httpx2.Timeout(30.0, read=300.0)
+            from gateway.downstream.related import RelatedStreams
             from gateway.downstream.reuse import ReusedConnections
 
-            inner = None
             if auth is not None:
                 from gateway.downstream.oauth import CappedAuthAnswers
 
-                inner = CappedAuthAnswers(cfg.url)
-            transport = ReusedConnections(inner)
+                inner: httpx2.AsyncBaseTransport = CappedAuthAnswers(cfg.url)
+            else:
+                inner = httpx2.AsyncHTTPTransport()
+            self._related = Related()
+            transport = ReusedConnections(RelatedStreams(self._related, inner))
             async with httpx2.AsyncClient(
                 headers=dict(cfg.headers), timeout=timeout, auth=auth, transport=transport
             ) as http:
@@ -682,15 +694,17 @@ class Downstream:
         if self._inbox is not None:
             self._inbox.put(data["method"], data.get("params") or {})
 
-    async def _forward(self, method: str, params: Any) -> Any:
+    async def _forward(self, context: ClientRequestContext, method: str, params: Any) -> Any:
         raw = params.model_dump(by_alias=True, mode="json", exclude_none=True) if params is not None else {}
+        related = self._related
+        caller = related.take(context.request_id) if related is not None else None
         try:
-            return await self.events.server_request(self, method, raw)
+            return await self.events.server_request(self, method, raw, caller)
         except MCPError as exc:
             return exc.error
 
     async def _sampling(self, context: ClientRequestContext, params: types.CreateMessageRequestParams) -> Any:
-        result = await self._forward("sampling/createMessage", params)
+        result = await self._forward(context, "sampling/createMessage", params)
         if isinstance(result, types.ErrorData):
             return result
         if params.tools:
@@ -698,11 +712,11 @@ class Downstream:
         return types.CreateMessageResult.model_validate(result)
 
     async def _elicitation(self, context: ClientRequestContext, params: types.ElicitRequestParams) -> Any:
-        result = await self._forward("elicitation/create", params)
+        result = await self._forward(context, "elicitation/create", params)
         return result if isinstance(result, types.ErrorData) else types.ElicitResult.model_validate(result)
 
     async def _list_roots(self, context: ClientRequestContext) -> Any:
-        result = await self._forward("roots/list", None)
+        result = await self._forward(context, "roots/list", None)
         return result if isinstance(result, types.ErrorData) else types.ListRootsResult.model_validate(result)
 
     # --- requests ---------------------------------------------------------------------
@@ -752,6 +766,10 @@ class Downstream:
             )
         else:
             headers = dict(self._headers)
+        related = self._related  # a streamable-HTTP server's: which call its requests are for
+        name = None
+        if related is not None and (caller := CALLER.get()) is not None:
+            name = headers[HEADER] = related.open(caller)
         opts: dict[str, Any] = {"headers": headers}
         if timeout is not None:
             opts["timeout"] = timeout
@@ -777,6 +795,9 @@ class Downstream:
                     method,
                 )
             raise
+        finally:
+            if name is not None and related is not None:
+                related.close(name)
         if self.modern:
             result = hop_local_removed(result)
         if self._inbox is not None:

@@ -15,7 +15,7 @@ import contextlib
 import functools
 import logging
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, get_args
 
@@ -44,7 +44,7 @@ from gateway.engine.checks import CheckCache
 from gateway.engine.epoch import Epoch, epoch_of
 from gateway.engine.lockfile import lock_path, read_lock_and_bytes
 from gateway.engine.oauth import oauth_setup
-from gateway.engine.roundtrip import CAPABILITY_FOR, RoundTrips
+from gateway.engine.roundtrip import CAPABILITY_FOR, RoundTrip, RoundTrips
 from gateway.engine.router import Router
 from gateway.engine.surface import Surface, build_surface
 from gateway.engine.warm import Capture, WarmRecords, warm_epoch
@@ -462,12 +462,19 @@ class Hub:
         finally:
             del self._relists[key]
 
-    async def server_request(self, downstream: Downstream, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    async def server_request(
+        self, downstream: Downstream, method: str, params: dict[str, Any], caller: object | None = None
+    ) -> dict[str, Any]:
         """Relay sampling, elicitation or roots to the client that can answer it.
 
         A call of a 2026-07-28 client has no back-channel: the request waits for that
         client's ``input_required`` retry instead (gateway/engine/roundtrip.py).
+
+        ``caller``: the call whose stream the request came on (a streamable-HTTP server's,
+        gateway/downstream/related.py); while that call is in flight, it goes there and nowhere else.
         """
+        if caller is not None and (answer := self._to_caller(downstream.id, method, params, caller)) is not None:
+            return await answer
         if self._principal_for(downstream.id) is None and (self.clients or self.round_trips.calling(downstream.id)):
             log.warning(
                 "[%s] %s refused: calls of more than one principal are in flight to it (or none, with more than "
@@ -495,6 +502,28 @@ class Hub:
             call_session or target.server_session, method, params, related=call_session is not None
         )
         return result
+
+    def _to_caller(
+        self, server_id: str, method: str, params: dict[str, Any], caller: object
+    ) -> Awaitable[dict[str, Any]] | None:
+        """The relay of a server's request to the call it came with, if that call is still in
+        flight to this server and can be asked (else None: the rule for pipes decides)."""
+        if isinstance(caller, RoundTrip):
+            if caller.server_id != server_id or caller.finished:
+                return None
+            _require_capability(method, caller.capabilities)
+            return self.round_trips.ask(caller, method, params)
+        if not (isinstance(caller, tuple) and len(caller) == 2 and isinstance(caller[0], ClientConnection)):
+            return None
+        client, request_id = caller
+        # A handshake-era call (it has an order); a 2026-07-28 client's call has no back-channel.
+        if client.calls.get(request_id) != server_id or request_id not in client.call_order:
+            return None
+        session = client.call_sessions.get(request_id)
+        if session is None or client.server_session is None:
+            return None
+        _require_capability(method, client.server_session.client_capabilities)
+        return send_raw_request(session, method, params, related=True)
 
     async def _relay_log(self, downstream: Downstream, params: dict[str, Any]) -> None:
         """A server's log message goes to the client whose call to it is in flight (on that

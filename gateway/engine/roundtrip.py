@@ -48,6 +48,7 @@ import anyio.abc
 from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
 
+from gateway.downstream.related import CALLER
 from gateway.plaintasks import cancel_all
 
 log = logging.getLogger("prefixgate.roundtrip")
@@ -270,6 +271,7 @@ class RoundTrips:
         return trip
 
     async def _run(self, trip: RoundTrip, run: Callable[[], Awaitable[dict[str, Any]]]) -> None:
+        CALLER.set(trip)  # this task's own context: a server's request on the call's stream comes back here
         try:
             with trip.scope:
                 try:

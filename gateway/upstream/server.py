@@ -34,6 +34,7 @@ from pydantic import BaseModel, ValidationError
 from gateway import __version__
 from gateway.downstream.connection import DownstreamUnavailable
 from gateway.downstream.modern import relayable
+from gateway.downstream.related import CALLER
 from gateway.engine.hub import ClientConnection, Hub
 from gateway.results import error_result
 from gateway.sdk import connection_of
@@ -464,7 +465,7 @@ class _InFlight:
     logs and requests find the call (and client) that caused them. A class, not a
     generator context manager: this runs on every call (issue 16)."""
 
-    __slots__ = ("client", "request_id", "session", "target", "order")
+    __slots__ = ("client", "request_id", "session", "target", "order", "_caller")
 
     def __init__(
         self, client: ClientConnection, ctx: ServerRequestContext[Any, Any], target: str | None, order: Any
@@ -476,14 +477,20 @@ class _InFlight:
         self.order = order
 
     def __enter__(self) -> None:
+        self._caller = None
         if self.target is not None:
             client, request_id = self.client, self.request_id
             client.calls[request_id] = self.target
             client.call_sessions[request_id] = self.session
             if self.order is not None:
                 client.call_order[request_id] = self.order
+            # Whose call the downstream requests made now are: a server's request on their
+            # stream comes back to this one (gateway/downstream/related.py).
+            self._caller = CALLER.set((client, request_id))
 
     def __exit__(self, *exc: object) -> None:
+        if self._caller is not None:
+            CALLER.reset(self._caller)
         client, request_id = self.client, self.request_id
         client.calls.pop(request_id, None)
         client.call_order.pop(request_id, None)
