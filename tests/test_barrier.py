@@ -120,6 +120,7 @@ def test_disabled_and_failed_servers_are_reported(tmp_path: Path) -> None:
             "ok": demo("--tools", 1),
             "off": {**demo(), "enabled": False},
             "bad": {"command": "no-such-command-pg"},
+            "inline": {"command": f"{PYTHON} -m gateway demo-server"},
             "dies": {"command": PYTHON, "args": ["-c", "import sys; sys.stderr.write('boom\\n'); sys.exit(3)"]},
         },
     )
@@ -128,3 +129,24 @@ def test_disabled_and_failed_servers_are_reported(tmp_path: Path) -> None:
     assert status["off"] == ("disabled", None)
     assert status["bad"] == ("failed", "command 'no-such-command-pg' not found on PATH")
     assert status["dies"] == ("failed", "exited during start-up (exit status 3); stderr: boom")
+    # Arguments written into the command: the error says where they go.
+    assert status["inline"] == (
+        "failed",
+        f"command '{PYTHON} -m gateway demo-server' does not exist; '{PYTHON}' is a program: put its arguments "
+        f'in args = ["-m", "gateway", "demo-server"] and set command = "{PYTHON}"',
+    )
+
+
+def test_a_command_found_on_path_with_its_arguments_inside_points_to_args() -> None:
+    """Issue 31: ``command = "mcp-server-time --local-timezone UTC"``: its first word is on PATH."""
+    from gateway.downstream.spawn import CommandNotFound, resolve_command
+
+    with pytest.raises(CommandNotFound) as caught:
+        resolve_command("sh -c 'exit 0'")
+    assert str(caught.value) == (
+        "command \"sh -c 'exit 0'\" not found on PATH; 'sh' is a program: put its arguments in "
+        'args = ["-c", "exit 0"] and set command = "sh"'
+    )
+    with pytest.raises(CommandNotFound) as caught:
+        resolve_command("no-such-command-pg --flag")
+    assert str(caught.value) == "command 'no-such-command-pg --flag' not found on PATH"

@@ -10,7 +10,9 @@ a child, or spawns one itself through the same function on a restart.
 
 from __future__ import annotations
 
+import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -20,7 +22,7 @@ from dataclasses import dataclass
 
 INHERITED_ENV = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER")
 """What a server inherits from the gateway's environment besides its own ``env``: the mcp
-SDK's ``DEFAULT_INHERITED_ENV_VARS`` on POSIX (tests/test_spawn.py keeps them equal)."""
+SDK's ``DEFAULT_INHERITED_ENV_VARS`` on POSIX (tests/test_warm_start.py keeps them equal)."""
 
 
 class CommandNotFound(OSError):
@@ -34,12 +36,35 @@ def resolve_command(command: str) -> str:
     server) and work from an un-activated virtual environment.
     """
     if os.sep in command:
+        if not os.path.exists(command) and (hint := _arguments_inside(command)) is not None:
+            raise CommandNotFound(f"command {command!r} does not exist; {hint}")
         return command
-    search = os.pathsep.join(p for p in (os.environ.get("PATH", ""), os.path.dirname(sys.executable)) if p)
-    found = shutil.which(command, path=search)
+    found = _which(command)
     if found is None:
-        raise CommandNotFound(f"command {command!r} not found on PATH")
+        hint = _arguments_inside(command)
+        raise CommandNotFound(f"command {command!r} not found on PATH" + (f"; {hint}" if hint else ""))
     return found
+
+
+def _which(command: str) -> str | None:
+    search = os.pathsep.join(p for p in (os.environ.get("PATH", ""), os.path.dirname(sys.executable)) if p)
+    return shutil.which(command, path=search)
+
+
+def _arguments_inside(command: str) -> str | None:
+    """The pointer for a command with its arguments written into it (``"server --flag"``),
+    when its first word is a program: what ``args`` should say instead."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return None
+    if len(words) < 2:
+        return None
+    program = words[0]
+    if not (os.path.exists(program) if os.sep in program else _which(program)):
+        return None
+    listed = ", ".join(json.dumps(word) for word in words[1:])
+    return f"{program!r} is a program: put its arguments in args = [{listed}] and set command = {json.dumps(program)}"
 
 
 def default_environment() -> dict[str, str]:
