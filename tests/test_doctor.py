@@ -250,22 +250,40 @@ def test_symlinked_or_open_state_dir_needs_attention(tmp_path: Path) -> None:
 CLIENTS = ["claude-code", "claude-desktop", "cursor", "vscode", "codex"]
 
 
-def check_snippet(register: dict[str, Any], client: str, config: Path) -> None:
+def check_snippet(register: dict[str, Any], client: str, config: Path, variables: dict[str, str] | None = None) -> None:
+    """The snippet registers ``command`` and ``args``, and passes each of ``variables`` (name ->
+    the value the environment holds) on in the client's own way."""
+    variables = variables or {}
     text, command, args = register["snippet"], register["command"], register["args"]
-    assert register["client"] == client
+    assert register["client"] == client and register["variables"] == sorted(variables)
     assert os.path.isabs(command) and os.path.exists(command)
     assert args[-3:] == ["serve", "--config", str(config)]
     if command == sys.executable:
         assert args[:2] == ["-m", "gateway"]
     if client == "claude-code":
-        assert text.startswith("claude mcp add --scope user prefixgate -- ")
-        assert shlex.split(text)[7:] == [command, *args]
-    elif client in ("claude-desktop", "cursor"):
-        assert json.loads(text) == {"mcpServers": {"prefixgate": {"command": command, "args": args}}}
+        assert text.startswith("claude mcp add --scope user prefixgate ")
+        # Pasted into a shell: what reaches claude (a stand-in printing its arguments).
+        bin_dir = config.parent / "fake-bin"
+        bin_dir.mkdir(exist_ok=True)
+        fake = bin_dir / "claude"
+        fake.write_text(f"#!{sys.executable}\nimport json, sys\nprint(json.dumps(sys.argv[1:]))\n")
+        fake.chmod(0o755)
+        env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", **variables}
+        pasted = subprocess.run(["bash", "-c", text], capture_output=True, text=True, env=env, check=True)
+        passed = [part for name, value in sorted(variables.items()) for part in ("-e", f"{name}={value}")]
+        assert json.loads(pasted.stdout) == ["mcp", "add", "--scope", "user", "prefixgate", *passed, "--", command, *args]
+        return
+    env = {name: f"${{env:{name}}}" for name in variables}
+    if client == "claude-desktop":
+        env = {name: f"<the value of {name}>" for name in variables}
+    table: dict[str, Any] = {"command": command, "args": args, **({"env": env} if env else {})}
+    if client in ("claude-desktop", "cursor"):
+        assert json.loads(text) == {"mcpServers": {"prefixgate": table}}
     elif client == "vscode":
-        assert json.loads(text) == {"servers": {"prefixgate": {"type": "stdio", "command": command, "args": args}}}
+        assert json.loads(text) == {"servers": {"prefixgate": {"type": "stdio", **table}}}
     else:
-        assert tomllib.loads(text) == {"mcp_servers": {"prefixgate": {"command": command, "args": args}}}
+        codex = {"command": command, "args": args, **({"env_vars": sorted(variables)} if variables else {})}
+        assert tomllib.loads(text) == {"mcp_servers": {"prefixgate": codex}}
 
 
 @pytest.mark.parametrize("client", CLIENTS)
@@ -277,6 +295,16 @@ def test_registration_snippet_is_valid(tmp_path: Path, client: str) -> None:
     odd.mkdir(parents=True)
     config = odd / "prefixgate.toml"
     check_snippet(snippet(client, str(config)), client, config)
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_the_snippet_passes_the_servers_variables_on(tmp_path: Path, client: str) -> None:
+    """Issue 31: a server's ``env = { TZ = "${MY_TZ}" }`` works as pasted in every client."""
+    from gateway.commands.doctor import snippet
+
+    config = tmp_path / "prefixgate.toml"
+    variables = {"PG_MY_TZ": "Europe/Paris", "PG_TOKEN": "it's a $secret"}
+    check_snippet(snippet(client, str(config), variables=["PG_TOKEN", "PG_MY_TZ"]), client, config, variables)
 
 
 def test_doctor_prints_the_snippet_for_each_client(tmp_path: Path) -> None:

@@ -63,6 +63,8 @@ def test_doctor_names_the_variable_and_the_snippet_lists_what_the_environment_mu
     assert len(fail) == 1 and UNSET in fail[0] and "servers.bad.env.TOKEN" in fail[0], proc.stdout
     assert "good: ready" in proc.stdout
     assert f"must carry: {UNSET}" in proc.stdout  # a disabled server's variables are not needed
+    assert f' -e {UNSET}="${UNSET}" -- ' in proc.stdout  # and the snippet passes it on (claude-code)
+    assert f"copies these from the shell it is pasted in (set them there first): {UNSET}" in proc.stdout
     assert "PG_Q2_HOST" not in proc.stdout
     proc = run_cli("doctor", "--config", str(config), "--json")
     assert json.loads(proc.stdout)["register"]["variables"] == [UNSET]

@@ -615,23 +615,35 @@ _WHERE = {
 def snippet(client: str, config_path: str, entry: str = DEFAULT_ENTRY, variables: Sequence[str] = ()) -> dict[str, Any]:
     """The exact text that registers prefixgate in ``client`` as ``entry``, with absolute paths;
     ``variables``: the ``${VAR}``s the enabled servers reference, which the environment the
-    client starts prefixgate in must carry (their values are never written here)."""
+    client starts prefixgate in must carry. The snippet passes them on in the client's own way
+    (their values are never written here, except as a placeholder Claude Desktop needs filled)."""
     head = launcher()
     command, args = head[0], [*head[1:], "serve", "--config", os.path.abspath(config_path)]
+    names = sorted(variables)
     if client == "claude-code":
-        text = shlex.join(["claude", "mcp", "add", "--scope", "user", entry, "--", command, *args])
-    elif client in ("claude-desktop", "cursor"):
-        text = json.dumps({"mcpServers": {entry: {"command": command, "args": args}}}, indent=2)
-    elif client == "vscode":
-        text = json.dumps({"servers": {entry: {"type": "stdio", "command": command, "args": args}}}, indent=2)
+        # The shell that runs it fills in the values; after the name: ``-e`` takes several.
+        passed = "".join(f' -e {name}="${name}"' for name in names)
+        text = shlex.join(["claude", "mcp", "add", "--scope", "user", entry]) + passed
+        text += " -- " + shlex.join([command, *args])
+    elif client in ("claude-desktop", "cursor", "vscode"):
+        table: dict[str, Any] = {"command": command, "args": args}
+        if client == "vscode":
+            table = {"type": "stdio", **table}
+        if names:
+            # Cursor and VS Code read ${env:NAME} from their own environment; Claude Desktop
+            # reads nothing there, so its values must be written in.
+            form = "<the value of {}>" if client == "claude-desktop" else "${{env:{}}}"
+            table["env"] = {name: form.format(name) for name in names}
+        text = json.dumps({"servers" if client == "vscode" else "mcpServers": {entry: table}}, indent=2)
     elif client == "codex":
-        text = "\n".join(
-            [
-                f"[mcp_servers.{entry}]",
-                f"command = {toml_string(command)}",
-                "args = [" + ", ".join(toml_string(a) for a in args) + "]",
-            ]
-        )
+        lines = [
+            f"[mcp_servers.{entry}]",
+            f"command = {toml_string(command)}",
+            "args = [" + ", ".join(toml_string(a) for a in args) + "]",
+        ]
+        if names:  # forwarded from the environment Codex runs in, under their own names
+            lines.append("env_vars = [" + ", ".join(toml_string(n) for n in names) + "]")
+        text = "\n".join(lines)
     else:
         raise ValueError(f"unknown client {client!r}")
     return {
@@ -640,9 +652,20 @@ def snippet(client: str, config_path: str, entry: str = DEFAULT_ENTRY, variables
         "command": command,
         "args": args,
         "snippet": text,
-        "variables": sorted(variables),
+        "variables": names,
         "note": _NOTES.get(client),
+        "passes": _PASSES[client] if names else None,
     }
+
+
+_PASSES = {
+    "claude-code": "the snippet copies these from the shell it is pasted in (set them there first): ",
+    "claude-desktop": "Claude Desktop does not pass its environment on: replace each <the value of ...> with it: ",
+    "cursor": "Cursor passes these on from the environment it runs in: ",
+    "vscode": "VS Code passes these on from the environment it runs in: ",
+    "codex": "Codex passes these on from the environment it runs in (env_vars): ",
+}
+"""How each client's snippet carries the servers' ${VAR}s, said before their names."""
 
 
 _NOTES = {
@@ -682,6 +705,7 @@ def render(report: Report) -> str:
                 "",
                 "the environment the client starts prefixgate in must carry: " + ", ".join(register["variables"]),
                 "(the enabled servers' ${VAR} references; a server whose variable is unset fails alone)",
+                register["passes"] + ", ".join(register["variables"]),
             ]
     counts = report.counts()
     verdict = "needs attention" if report.status else "all is well"
