@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
 import subprocess
 import sys
 import textwrap
@@ -271,7 +270,17 @@ def check_snippet(register: dict[str, Any], client: str, config: Path, variables
         env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", **variables}
         pasted = subprocess.run(["bash", "-c", text], capture_output=True, text=True, env=env, check=True)
         passed = [part for name, value in sorted(variables.items()) for part in ("-e", f"{name}={value}")]
-        assert json.loads(pasted.stdout) == ["mcp", "add", "--scope", "user", "prefixgate", *passed, "--", command, *args]
+        assert json.loads(pasted.stdout) == [
+            "mcp",
+            "add",
+            "--scope",
+            "user",
+            "prefixgate",
+            *passed,
+            "--",
+            command,
+            *args,
+        ]
         return
     env = {name: f"${{env:{name}}}" for name in variables}
     if client == "claude-desktop":
@@ -321,3 +330,39 @@ def test_doctor_prints_the_snippet_for_each_client(tmp_path: Path) -> None:
     # and the registered command really is prefixgate
     proc = subprocess.run([register["command"], *register["args"][:-3], "--version"], capture_output=True, text=True)
     assert proc.returncode == 0 and proc.stdout.startswith("prefixgate ")
+
+
+NPM_404 = """npm error code E404
+npm error 404 Not Found - GET https://registry.npmjs.org/@example%2fno-such-server - Not found
+npm error 404
+npm error 404  '@example/no-such-server@*' is not in this registry.
+npm error 404
+npm error 404 Note that you can also install from a
+npm error 404 tarball, folder, http url, or git url.
+npm error A complete log of this run can be found in: /home/u/.npm/_logs/debug-0.log
+"""
+
+
+def test_a_failed_server_is_shown_with_its_informative_stderr_line(tmp_path: Path) -> None:
+    """Issue 31: an npx package that 404s is explained by its "404 Not Found" line, not by npm's
+    last line (the log file's path), in the reason and in doctor's view of its stderr."""
+    script = f"import sys; sys.stderr.write({NPM_404!r}); sys.exit(1)"
+    missing = 'import sys; sys.stderr.write(\'starting\\nTraceback (most recent call last):\\n  File "s.py"\\n'
+    missing += "ModuleNotFoundError: No module named \\'nope\\'\\nbye\\n'); sys.exit(1)"
+    config = write_config(
+        tmp_path,
+        {"npx": {"command": PYTHON, "args": ["-c", script]}, "py": {"command": PYTHON, "args": ["-c", missing]}},
+    )
+    proc = doctor(config)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    (failed,) = [line for line in lines if "FAIL" in line and "npx:" in line]
+    assert failed.endswith(
+        "stderr: npm error 404 Not Found - GET https://registry.npmjs.org/@example%2fno-such-server - Not found"
+    )
+    at = lines.index(failed)
+    shown = [line.strip() for line in lines[at + 1 : at + 6]]
+    assert shown[0].startswith("stderr | npm error 404 Not Found - GET") and shown[1] == "stderr | …"
+    assert shown[-1] == "stderr | npm error A complete log of this run can be found in: /home/u/.npm/_logs/debug-0.log"
+    (failed,) = [line for line in lines if "FAIL" in line and "py:" in line]
+    assert failed.endswith("stderr: ModuleNotFoundError: No module named 'nope'"), failed

@@ -52,6 +52,7 @@ from gateway import __version__, logs
 from gateway.commands.startup import Exit, discover, running
 from gateway.commands.toml_writer import toml_string
 from gateway.config import Config, ConfigError, find_config, load_config
+from gateway.downstream.stderrtail import shown
 from gateway.engine.epoch import Epoch
 from gateway.engine.lockfile import lock_path, read_lock
 from gateway.engine.oauth import login_command, token_file
@@ -161,7 +162,7 @@ async def discover_once(config: Config) -> Round:
                     error=d.error,
                     startup_ms=d.startup_ms,
                     listed=len(d.tools),
-                    stderr_tail=[redact(line, d.config) for line in tail[-STDERR_LINES:]],
+                    stderr_tail=[redact(line, d.config) for line in shown(tail, STDERR_LINES)],
                 )
             )
         surface = list(hub.surface.warnings) if epoch is not None else []

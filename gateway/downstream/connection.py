@@ -48,6 +48,7 @@ from gateway.downstream.modern import (
 from gateway.downstream.oauth import LoginNeeded, OAuthSetup
 from gateway.downstream.related import CALLER, HEADER, Related
 from gateway.downstream.spawn import Spawned
+from gateway.downstream.stderrtail import informative
 from gateway.downstream.stdio import MESSAGE_TOO_LARGE, UNPARSABLE_REPLY, ChildProcess, CommandNotFound, stdio_transport
 from gateway.results import error_result
 from gateway.wire import fast_path
@@ -668,9 +669,8 @@ class Downstream:
         return list(self._child.stderr_tail) if self._child is not None else []
 
     def _stderr_hint(self) -> str:
-        if self._child is not None and self._child.stderr_tail:
-            return f"; stderr: {self._child.stderr_tail[-1][:200]}"
-        return ""
+        line = informative(self._child.stderr_tail) if self._child is not None else None
+        return f"; stderr: {line[:200]}" if line else ""
 
     def unavailable(self) -> str:
         """Why calls cannot go to this server now, and when it will be retried."""

@@ -46,7 +46,8 @@ _GRACE_SECONDS = 0.2
 """How long a stopping server gets after EOF on stdin (and half as long after SIGTERM)
 before SIGKILL: a whole stop stays well under the second a client waits before its own
 SIGTERM."""
-_STDERR_TAIL_LINES = 5
+_STDERR_TAIL_LINES = 40
+"""Lines of a child's stderr kept: enough to find the one that says why it failed (``stderrtail``)."""
 STDERR_LINE_BYTES = 4096
 """A stderr line is cut here (the rest is discarded up to its newline), for the log and the tail."""
 MESSAGE_TOO_LARGE = -32099
