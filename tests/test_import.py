@@ -76,6 +76,8 @@ def test_claude_desktop(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = do_import(capsys, DESKTOP)
     assert code == 0, err
     assert "(Claude Desktop)" in out
+    # Names are counted as Claude Desktop shows them (issue 31).
+    assert (parsed(out).client.profile, parsed(out).client.entry) == ("claude-desktop", "prefixgate")
     s = servers(parsed(out))
     assert list(s) == sorted(["filesystem", "github", "Brave-Search", "postgres", "notes", "atlassian"])
     assert s["filesystem"].command == "npx" and s["filesystem"].args[-1] == "/Users/alice/Downloads"
@@ -95,6 +97,9 @@ def test_claude_code_project_file(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = do_import(capsys, CODE_PROJECT)
     assert code == 0, err
     assert "(Claude Code)" in out
+    # Names are counted with Claude Code's mcp__prefixgate__ wrapper (issue 31).
+    assert (parsed(out).client.profile, parsed(out).client.entry) == ("claude-code", "prefixgate")
+    assert '\nprofile = "claude-code"' in out and '\nentry = "prefixgate"' in out
     s = servers(parsed(out))
     assert set(s) == {"sentry", "asana", "api-server", "dbhub", "repo-tools"}
     assert (s["sentry"].transport, s["sentry"].url) == ("http", "https://mcp.sentry.dev/mcp")
@@ -135,6 +140,8 @@ def test_cursor(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = do_import(capsys, CURSOR)
     assert code == 0, err
     assert "(Cursor)" in out
+    # Cursor runs models of several providers: the default profile stays, commented.
+    assert parsed(out).client.profile == "openai" and '# profile = "openai"' in out
     s = servers(parsed(out))
     assert set(s) == {"context7", "linear", "supabase", "puppeteer", "notes"}
     # ${env:NAME} -> ${NAME}; no type: the transport is inferred from the URL and reported.
@@ -173,6 +180,7 @@ def test_codex(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = do_import(capsys, CODEX)
     assert code == 0, err
     assert "(Codex CLI)" in out
+    assert parsed(out).client.profile == "openai" and '\nprofile = "openai"' in out
     s = servers(parsed(out))
     assert set(s) == {"context7", "figma", "sentry", "github", "chrome-devtools", "templating", "linear"}
     assert s["figma"].transport == "http"

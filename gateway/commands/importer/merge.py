@@ -132,8 +132,7 @@ _GATEWAY_DEFAULTS = """\
 # separator = "__"                          # qualified name: <prefix>__<tool>
 
 [client]
-# profile = "openai"                        # openai, deepseek, anthropic, mcp, claude-code, claude-desktop
-# entry = "prefixgate"                      # your client's name for prefixgate (claude-*: in every name)
+@CLIENT@
 # max_functions = 128                       # overrides the profile's function limit
 # context_window = 200000                   # unset: no token-budget check
 # reserve_tokens = 16384
@@ -142,6 +141,29 @@ _GATEWAY_DEFAULTS = """\
 # declarations = "auto"                     # auto, fixed or on-demand
 # defer = []                                # globs on qualified names
 """
+
+
+_PROFILE_FOR = {"claude-code": "claude-code", "claude-desktop": "claude-desktop", "codex": "openai"}
+"""The naming profile that fits the client a config was imported from (Cursor and VS Code run
+models of several providers: the default stays)."""
+
+
+def _client_lines(sources: Sequence[Source]) -> str:
+    """``profile`` and ``entry`` for the client the servers came from (all from one client), set;
+    else the commented defaults. ``entry`` is the name doctor's snippet registers prefixgate under."""
+    clients = {source.fmt for source in sources}
+    profile = _PROFILE_FOR.get(next(iter(clients))) if len(clients) == 1 else None
+    if profile is None:
+        return (
+            '# profile = "openai"                        # openai, deepseek, anthropic, mcp, claude-code, claude-desktop\n'
+            '# entry = "prefixgate"                      # your client\'s name for prefixgate (claude-*: in every name)'
+        )
+    client = CLIENT_NAMES[next(iter(clients))]
+    setting = f"profile = {toml_value(profile)}"
+    return (
+        f"{setting:<44}# fits {client}: its limits on tool names\n"
+        f"{'entry = ' + toml_value('prefixgate'):<44}# the name it is registered under (doctor prints the command)"
+    )
 
 
 def _render(
@@ -160,7 +182,7 @@ def _render(
         lines.append("# Not imported (see the reasons):")
         lines += [toml_comment(f"#   {line}") for line in skipped]
     lines.append("")
-    lines.append(_GATEWAY_DEFAULTS)
+    lines.append(_GATEWAY_DEFAULTS.replace("@CLIENT@", _client_lines(sources)))
     for server_id, server in placed.items():
         lines.append(f"[servers.{toml_key(server_id)}]")
         for origin in server.origins:
