@@ -84,6 +84,8 @@ async def serve(
             if http is None:
                 from gateway.upstream.stdio import stdio_streams
 
+                if os.isatty(0):
+                    log.info("%s", on_a_terminal(config))
                 handoff = None
                 if prelude is not None:
                     handoff = prelude.stop()
@@ -96,6 +98,20 @@ async def serve(
 
                 await serve_http(handlers, http, tokens)
             tg.cancel_scope.cancel()
+
+
+def on_a_terminal(config: Config) -> str:
+    """What ``serve`` says once when a person, not an agent, started it on a terminal."""
+    import shlex
+
+    from gateway.commands.doctor import launcher
+
+    command = shlex.join([*launcher(), "serve", "--config", os.path.abspath(config.path or "prefixgate.toml")])
+    return (
+        "this is a stdio MCP server: an agent starts it and speaks JSON-RPC on its stdin and stdout "
+        "(prefixgate doctor prints the command that registers it); to try it by hand: "
+        f"npx @modelcontextprotocol/inspector {command}"
+    )
 
 
 async def warm_start(hub: Hub, prelude: Prelude | None) -> None:
@@ -188,11 +204,9 @@ async def _stop_on_signals(downstreams: Sequence[Downstream]) -> None:
 async def _exit_now(downstreams: Sequence[Downstream], message: str, code: int = 1) -> None:
     """Stop every server (concurrently: each in its own task) and exit with ``code`` at once.
 
-    Exiting rather than unwinding keeps the stop independent of the transport: over
-    pipes and sockets stdin is read on the event loop (``gateway.upstream.stdio``) and would
-    unwind, but when stdin is a terminal or a file the SDK's ``stdio_server`` reads it in
-    a worker thread that cancellation cannot interrupt, and the client may still be
-    connected.
+    Exiting rather than unwinding keeps the stop independent of the transport and of what
+    is still running: the client may still be connected, and an HTTP server or a call in
+    flight would otherwise have to wind down first.
     """
     for downstream in downstreams:
         downstream.stop()

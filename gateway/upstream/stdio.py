@@ -2,10 +2,11 @@
 
 The SDK's ``stdio_server`` hands every line it reads and every write and flush to a
 worker thread: three thread round trips per call, about a third of the gateway's cost
-per call, and a blocked stdin read that cancellation cannot interrupt. When stdin and
-stdout are pipes or sockets (how every MCP client starts a server) this transport reads
-and writes them directly with the event loop, in linear time; otherwise (a terminal, a
-file) it falls back to the SDK's transport.
+per call, and a blocked stdin read that cancellation cannot interrupt. This transport
+reads and writes pipes, sockets and terminals directly with the event loop, in linear
+time, and regular files through the small transports of ``gateway.upstream.stdiofiles``:
+one behaviour whatever stdin and stdout are. At the end of input every request read is
+answered before the session ends; the gateway's own requests to the client fail then.
 
 Like the SDK's, it moves the real streams aside while serving: fd 0 reads /dev/null
 and fd 1 goes to stderr, so stray prints from libraries can never corrupt the stream.
@@ -22,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import stat
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from typing import Any, Protocol, cast
@@ -30,7 +30,7 @@ from typing import Any, Protocol, cast
 import anyio
 import mcp_types as types
 from mcp.shared.message import SessionMessage
-from mcp_types.jsonrpc import INTERNAL_ERROR, INVALID_REQUEST, PARSE_ERROR
+from mcp_types.jsonrpc import CONNECTION_CLOSED, INTERNAL_ERROR, INVALID_REQUEST, PARSE_ERROR
 from pydantic import ValidationError
 
 from gateway import jsontext
@@ -48,6 +48,7 @@ from gateway.downstream.stdio import (
 )
 from gateway.plaintasks import cancel_all
 from gateway.upstream.prelude import Handoff
+from gateway.upstream.stdiofiles import FileReading, FileWriting, watchable
 from gateway.wire import PublishedTools
 
 MAX_IN_FLIGHT = 64
@@ -81,6 +82,12 @@ class InFlight:
         key = _key(request_id)
         self._ids[key] = self._ids.get(key, 0) + 1
         self._count += 1
+
+    async def drained(self) -> None:
+        """Wait until every request read is answered (or cancelled)."""
+        while self._count:
+            self._room = anyio.Event()
+            await self._room.wait()
 
     def done(self, request_id: Any) -> None:
         """Answered, or cancelled by the client (a cancelled request may get no answer)."""
@@ -134,14 +141,6 @@ def _parse_client(line: bytes | bytearray) -> SessionMessage | types.JSONRPCErro
 def _first_line(exc: Exception) -> str:
     text = str(exc).strip()
     return text.splitlines()[0][:200] if text else type(exc).__name__
-
-
-def _streamable(fd: int) -> bool:
-    try:
-        mode = os.fstat(fd).st_mode
-    except OSError:
-        return False
-    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
 
 
 class Wire:
@@ -266,31 +265,39 @@ async def stdio_streams(
     by it on this end's own writer instead of going through the SDK's streams.
     ``handoff``: what the prelude (gateway/upstream/prelude.py) read, wrote and replays."""
     handoff = handoff or Handoff(b"", b"", frozenset())
-    if not (_streamable(0) and _streamable(1)):
-        from mcp.server.stdio import stdio_server
-
-        async with stdio_server() as streams:
-            yield streams
-        return
-
     wire_in, wire_out = os.dup(0), os.dup(1)
+    # The loop makes a pipe or a terminal non-blocking, which its other holders (the shell
+    # of a terminal) share: each is handed back as it was.
+    was_blocking = os.get_blocking(wire_in), os.get_blocking(wire_out)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
     os.dup2(2, 1)
     loop = asyncio.get_running_loop()
-    write_transport, write_protocol = await loop.connect_write_pipe(
-        lambda: asyncio.streams.FlowControlMixin(loop=loop), os.fdopen(wire_out, "wb", buffering=0)
-    )
+    write_protocol = asyncio.streams.FlowControlMixin(loop=loop)
+    # The transports own copies: ``wire_in`` and ``wire_out`` stay open to be handed back.
+    if watchable(wire_out):
+        write_transport, _ = await loop.connect_write_pipe(
+            lambda: write_protocol, os.fdopen(os.dup(wire_out), "wb", buffering=0)
+        )
+    else:
+        write_transport = FileWriting(os.dup(wire_out))  # a regular file (``stdiofiles``)
     writer = asyncio.StreamWriter(write_transport, write_protocol, None, loop)
     if handoff.unwritten:
         writer.write(handoff.unwritten)  # the prelude's answers go out before anything of ours
     in_flight = InFlight()
     wire = Wire(writer, in_flight)
-    read_transport, stdin = await loop.connect_read_pipe(
-        lambda: ClientStdin(max_message_bytes, lane, wire, handoff.unread), os.fdopen(wire_in, "rb", buffering=0)
-    )
+    stdin = ClientStdin(max_message_bytes, lane, wire, handoff.unread)
+    read_transport: asyncio.ReadTransport
+    if watchable(wire_in):
+        read_transport, _ = await loop.connect_read_pipe(
+            lambda: stdin, os.fdopen(os.dup(wire_in), "rb", buffering=0)
+        )
+    else:
+        read_transport = FileReading(os.dup(wire_in), stdin)
     replayed = handoff.private_ids
+    outgoing: set[Any] = set()
+    """Our requests to the client (a server's elicitation, sampling, roots) not yet answered."""
 
     # Plain memory streams: the SDK's runner reads a context off its stream only when the
     # stream carries one, and this reader task has none worth carrying.
@@ -330,6 +337,8 @@ async def stdio_streams(
         if isinstance(msg, types.JSONRPCRequest):
             await in_flight.wait_room()
             in_flight.add(msg.id)
+        elif isinstance(msg, types.JSONRPCResponse | types.JSONRPCError):
+            outgoing.discard(_key(msg.id))
         elif isinstance(msg, types.JSONRPCNotification) and msg.method == "notifications/cancelled":
             cancelled = (msg.params or {}).get("requestId")
             if cancelled is not None:
@@ -338,6 +347,11 @@ async def stdio_streams(
                     lane.cancel(cancelled)
         await read_send.send(parsed)
 
+    async def unanswerable(request_id: Any) -> None:
+        with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+            text = "prefixgate: the client closed its input and cannot answer"
+            await read_send.send(error_message(request_id, CONNECTION_CLOSED, text))
+
     async def read_lines() -> None:
         async with read_send:
             while True:
@@ -345,8 +359,14 @@ async def stdio_streams(
                     await handle(stdin.take())
                     stdin.done()
                 if stdin.closed:
-                    return
+                    break
                 await stdin.wait()
+            # End of input: every request read is answered before the session ends (whatever
+            # stdout is); what we asked the client can no longer be answered.
+            for key in list(outgoing):
+                await unanswerable(key[1])
+            outgoing.clear()
+            await in_flight.drained()
 
     async def write_lines() -> None:
         async with write_recv:
@@ -363,6 +383,11 @@ async def stdio_streams(
                             await read_send.send(error_message(request_id, INTERNAL_ERROR, f"request not sent: {exc}"))
                         continue
                     data = encode(error_message(request_id, INTERNAL_ERROR, f"the result could not be sent: {exc}"))
+                if isinstance(message.message, types.JSONRPCRequest):
+                    if stdin.closed:
+                        await unanswerable(message.message.id)
+                        continue
+                    outgoing.add(_key(message.message.id))
                 if isinstance(message.message, types.JSONRPCResponse | types.JSONRPCError):
                     in_flight.done(message.message.id)
                     if message.message.id in replayed:
@@ -391,6 +416,10 @@ async def stdio_streams(
             os.dup2(wire_out, 1)
         writer.close()
         read_transport.close()
+        for fd, blocking in ((wire_in, was_blocking[0]), (wire_out, was_blocking[1])):
+            with suppress(OSError):
+                os.set_blocking(fd, blocking)
+            os.close(fd)
 
 
 _TOOLS_SHELL = b'"result":{"tools":[]'

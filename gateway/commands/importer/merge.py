@@ -155,8 +155,10 @@ def _client_lines(sources: Sequence[Source]) -> str:
     profile = _PROFILE_FOR.get(next(iter(clients))) if len(clients) == 1 else None
     if profile is None:
         return (
-            '# profile = "openai"                        # openai, deepseek, anthropic, mcp, claude-code, claude-desktop\n'
-            '# entry = "prefixgate"                      # your client\'s name for prefixgate (claude-*: in every name)'
+            '# profile = "openai"                        '
+            "# openai, deepseek, anthropic, mcp, claude-code, claude-desktop\n"
+            '# entry = "prefixgate"                      '
+            "# your client's name for prefixgate (claude-*: in every name)"
         )
     client = CLIENT_NAMES[next(iter(clients))]
     setting = f"profile = {toml_value(profile)}"

@@ -1,0 +1,105 @@
+"""``serve`` behaves the same whatever its stdin and stdout are (issue 31, item 5).
+
+An agent gives the gateway pipes; a person tries it with a file or a terminal. Each is read
+and written by the same transport now: junk gets a parse error everywhere, and every
+request read before the end of input is answered before the gateway exits (a request still
+running when stdin closes used to be cut off on a pipe). On a terminal the gateway says
+once what it is, and hands the terminal back as it found it (blocking).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import select
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers import GATEWAY, INIT, demo, write_config
+
+INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+
+
+def call(request_id: int, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "method": "tools/call",
+        "params": {"name": tool, "arguments": arguments},
+    }
+
+
+REQUESTS = b"".join(
+    line + b"\n"
+    for line in (
+        json.dumps(INIT).encode(),
+        json.dumps(INITIALIZED).encode(),
+        b"this is not JSON",
+        json.dumps(call(2, "d__slow", {"seconds": 1, "steps": 1})).encode(),
+        json.dumps(call(3, "d__echo", {"text": "last"})).encode(),
+    )
+)
+
+
+def answers(out: bytes) -> dict[Any, dict[str, Any]]:
+    return {message.get("id"): message for message in map(json.loads, out.splitlines())}
+
+
+@pytest.mark.parametrize("stdin_kind", ["pipe", "file"])
+@pytest.mark.parametrize("stdout_kind", ["pipe", "file"])
+def test_every_request_read_before_the_end_of_input_is_answered(
+    tmp_path: Path, stdin_kind: str, stdout_kind: str
+) -> None:
+    config = write_config(tmp_path, {"d": demo("--tools", 1)})
+    requests, replies = tmp_path / "requests.jsonl", tmp_path / "replies.jsonl"
+    requests.write_bytes(REQUESTS)
+    with requests.open("rb") as given, replies.open("wb") as taken, (tmp_path / "stderr.log").open("wb") as err:
+        proc = subprocess.Popen(
+            [*GATEWAY, "serve", "--config", str(config)],
+            stdin=subprocess.PIPE if stdin_kind == "pipe" else given,
+            stdout=subprocess.PIPE if stdout_kind == "pipe" else taken,
+            stderr=err,
+        )
+        out, _ = proc.communicate(REQUESTS if stdin_kind == "pipe" else None, timeout=60)
+    if stdout_kind == "file":
+        out = replies.read_bytes()
+    log = (tmp_path / "stderr.log").read_text()
+    assert proc.returncode == 0, log[-2000:]
+    got = answers(out)
+    assert got[None]["error"]["code"] == -32700, out  # the junk line
+    assert got[1]["result"]["serverInfo"]["name"] == "prefixgate"
+    assert got[2]["result"]["content"][0]["text"] == "slept 1 s", (out, log[-2000:])
+    assert got[3]["result"]["content"][0]["text"] == "last"
+    assert "this is a stdio MCP server" not in log  # not a terminal
+
+
+def test_on_a_terminal_it_says_what_it_is_and_gives_the_terminal_back(tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"d": demo("--tools", 1)})
+    master, terminal = pty.openpty()
+    try:
+        assert os.get_blocking(terminal)
+        with (tmp_path / "stderr.log").open("wb") as err:
+            proc = subprocess.Popen(
+                [*GATEWAY, "serve", "--config", str(config)], stdin=terminal, stdout=subprocess.PIPE, stderr=err
+            )
+        assert proc.stdout is not None
+        os.write(master, b"junk\n")
+        ready, _, _ = select.select([proc.stdout], [], [], 60)
+        assert ready, (tmp_path / "stderr.log").read_text()
+        assert json.loads(proc.stdout.readline())["error"]["code"] == -32700
+        deadline = time.monotonic() + 30
+        while "this is a stdio MCP server" not in (log := (tmp_path / "stderr.log").read_text()):
+            assert time.monotonic() < deadline, log
+            time.sleep(0.05)
+        assert "npx @modelcontextprotocol/inspector " in log and f"serve --config {config}" in log
+        os.write(master, b"\x04")  # Ctrl-D: the end of input
+        assert proc.wait(timeout=30) == 0, (tmp_path / "stderr.log").read_text()[-2000:]
+        assert os.get_blocking(terminal)  # the shell's terminal is as it was
+    finally:
+        os.close(master)
+        os.close(terminal)
