@@ -18,11 +18,13 @@ building the JSON text; :func:`surely_within` is a cheap upper-bound test for sm
     <head, ~75% of the preview budget>
     … N bytes omitted …
     <tail>
-    [prefixgate] output of V bytes exceeds the C-byte limit; preview above.
-    full output (A bytes) saved as artifact ID; read it with artifact_read {"id": "ID"} ...
+    [prefixgate] result of V bytes of JSON exceeds the C-byte limit; preview above.
+    full output (A bytes of text) saved as artifact ID; read it with artifact_read {"id": "ID"} ...
 
-or, when the output is larger than ``max_artifact_bytes``, no store is given or the write fails,
-the last line is ``full output of A bytes not retained: <reason>`` and no file is left behind.
+(V: the result as the client would be sent it; A: what the artifact holds, the text or, for
+a result that is not all text, its canonical JSON, "A bytes of JSON"), or, when the output is
+larger than ``max_artifact_bytes``, no store is given or the write fails, the last line is
+``full output (A bytes of text) not retained: <reason>`` and no file is left behind.
 The trailer is budgeted first, so it is never cut; head and tail are cut on character
 boundaries. If the whole preview source fits, it is shown whole, without the omission line.
 
@@ -396,12 +398,16 @@ class _Part:
     size: int
     artifact_id: str | None
     reason: str | None
+    unit: str = ""
+    """What its bytes are ("text", "JSON"), said when ``what`` does not say it."""
 
 
-def _keep(what: str, chunks: Sequence[bytes], store: Artifacts | None, max_artifact_bytes: int) -> _Part:
+def _keep(
+    what: str, chunks: Sequence[bytes], store: Artifacts | None, max_artifact_bytes: int, unit: str = ""
+) -> _Part:
     size = sum(len(c) for c in chunks)
     artifact_id, reason = _retain(chunks, size, store, max_artifact_bytes)
-    return _Part(what, size, artifact_id, reason)
+    return _Part(what, size, artifact_id, reason, unit)
 
 
 def _keep_structured(value: object, compact: int, store: Artifacts | None, max_artifact_bytes: int) -> _Part:
@@ -409,8 +415,9 @@ def _keep_structured(value: object, compact: int, store: Artifacts | None, max_a
     read it by line and ``find`` shows whole lines. Never encoded when its compact form alone
     is already over the artifact limit."""
     if compact > max_artifact_bytes:
-        return _Part("structuredContent", compact, None, f"larger than the {max_artifact_bytes}-byte artifact limit")
-    return _keep("structuredContent", [structured_text(value)], store, max_artifact_bytes)
+        limit = f"larger than the {max_artifact_bytes}-byte artifact limit"
+        return _Part("structuredContent", compact, None, limit, "JSON")
+    return _keep("structuredContent", [structured_text(value)], store, max_artifact_bytes, "JSON")
 
 
 def structured_text(value: object) -> bytes:
@@ -424,10 +431,10 @@ def structured_text(value: object) -> bytes:
 
 def _part_line(part: _Part, explain: bool) -> str:
     """A part's trailer line; ``explain``: the first retained part says how to read artifacts."""
+    size = f"{part.size} bytes of {part.unit}" if part.unit else f"{part.size} bytes"
     if part.artifact_id is None:
-        return f"{part.what} of {part.size} bytes not retained: {part.reason}"
+        return f"{part.what} ({size}) not retained: {part.reason}"
     aid = part.artifact_id
-    size = f"{part.size} bytes of JSON" if part.what == "structuredContent" else f"{part.size} bytes"
     if explain:
         return (
             f"{part.what} ({size}) saved as artifact {aid}; read it with "
@@ -441,7 +448,7 @@ def _trailer(
     visible: int, ceiling: int, parts: Sequence[_Part],
     dropped_structured: int | None, forced_error: bool, left_out: tuple[int, int] | None = None,
 ) -> str:
-    first = f"[prefixgate] output of {visible} bytes exceeds the {ceiling}-byte limit; preview above."
+    first = f"[prefixgate] result of {visible} bytes of JSON exceeds the {ceiling}-byte limit; preview above."
     if dropped_structured is not None:
         first += f" structuredContent ({dropped_structured} bytes) not shown"
         first += "; isError set since the tool's outputSchema needs it." if forced_error else "."
@@ -497,13 +504,16 @@ def bound_result(
         # What the model was reading, line-addressable; a dropped structured part is its own artifact.
         full = _joined(utf8(b["text"]) for b in blocks)  # type: ignore[index]
         source = full
-        parts.append(_keep("text" if dropped is not None else "full output", full, store, max_artifact_bytes))
+        if dropped is not None:
+            parts.append(_keep("text", full, store, max_artifact_bytes))
+        else:
+            parts.append(_keep("full output", full, store, max_artifact_bytes, "text"))
         if dropped is not None:
             parts.append(_keep_structured(structured, dropped, store, max_artifact_bytes))
     else:
         full = [canonical_json(result)]
         source = _preview_source(blocks, structured, dropped is not None)
-        parts.append(_keep("full output", full, store, max_artifact_bytes))
+        parts.append(_keep("full output", full, store, max_artifact_bytes, "JSON"))
     del full
 
     trailer = _trailer(visible, max_visible_bytes, parts, dropped, forced_error, left_out)

@@ -274,7 +274,7 @@ def test_bound_result_counts_and_bounds_every_field(tmp_path: Path, where: str) 
     assert visible_size(result) > PAD_BYTES
     out = bound_result(result, store=store)
     assert json_size(out) <= 65536
-    assert out["content"][0]["text"].startswith("ok\n[prefixgate] output of ")
+    assert out["content"][0]["text"].startswith("ok\n[prefixgate] result of ")
     (artifact,) = list_artifacts(store.root)
     assert artifact.size > PAD_BYTES  # the full result, padding included, is kept
 

@@ -157,7 +157,7 @@ async def test_redis_lost_and_back_while_serving(tmp_path: Path, redis: RedisSer
             assert unread.is_error and "cannot be read from the state store" in text(unread)
             # A spill is bounded all the same, with the reason the output was not kept.
             big = text(await on_a.call_tool("d__payload", {"bytes": SIZE}))
-            assert f"full output of {SIZE} bytes not retained: store unavailable" in big
+            assert f"full output ({SIZE} bytes of text) not retained: store unavailable" in big
             redis.start()
             # Reconnected on their own: grants and spills work again across replicas.
             assert "d__echo" in text(await on_b.call_tool("tool_search", {"query": "echo", "limit": 1}))

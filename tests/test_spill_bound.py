@@ -217,8 +217,8 @@ def test_preview_has_head_omission_tail_and_trailer(store: ArtifactStore) -> Non
     assert len(head.encode()) + int(omitted) + len(tail.encode()) == len(body.encode())
     assert 0.65 < len(head) / (len(head) + len(tail)) < 0.85  # ~75% head
     total = len(body.encode())
-    assert trailer.startswith(f" output of {reference_size(text_result(body))} bytes exceeds the 65536-byte limit")
-    assert f"full output ({total} bytes) saved as artifact" in trailer
+    assert trailer.startswith(f" result of {reference_size(text_result(body))} bytes of JSON exceeds the 65536-byte limit")
+    assert f"full output ({total} bytes of text) saved as artifact" in trailer
     assert '"offset"/"limit"' in trailer and '"line"/"lines"' in trailer and '"find"' in trailer
 
 
@@ -260,14 +260,14 @@ def test_over_max_artifact_bytes_warns_and_leaves_no_file(store: ArtifactStore) 
     r = text_result("w" * 300_000)
     out = bound_result(r, max_artifact_bytes=200_000, store=store)
     text = check_bounded(out, 65536)
-    assert text.endswith("full output of 300000 bytes not retained: larger than the 200000-byte artifact limit")
+    assert text.endswith("full output (300000 bytes of text) not retained: larger than the 200000-byte artifact limit")
     assert "artifact_read" not in text
     assert list_artifacts(store.root) == []
 
 
 def test_no_store_warns() -> None:
     out = bound_result(text_result("w" * 70_000), store=None)
-    assert only_text(out).endswith("full output of 70000 bytes not retained: no artifact store is configured")
+    assert only_text(out).endswith("full output (70000 bytes of text) not retained: no artifact store is configured")
 
 
 def test_failed_write_warns_and_leaves_no_file(store: ArtifactStore, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -287,7 +287,7 @@ def test_failed_write_warns_and_leaves_no_file(store: ArtifactStore, monkeypatch
     out = bound_result(text_result("f" * 100_000), store=store)
     monkeypatch.undo()
     text = check_bounded(out, 65536)
-    assert text.endswith("full output of 100000 bytes not retained: cannot write artifact: No space left on device")
+    assert text.endswith("full output (100000 bytes of text) not retained: cannot write artifact: No space left on device")
     assert list_artifacts(store.root) == []
 
 
@@ -296,7 +296,7 @@ def test_symlinked_store_warns(tmp_path: Path) -> None:
     (tmp_path / "artifacts").symlink_to(tmp_path / "real")
     out = bound_result(text_result("s" * 100_000), store=ArtifactStore(tmp_path / "artifacts", SESSION))
     reason = f"artifact directory {str(tmp_path / 'artifacts')!r} is a symlink; refusing to use it"
-    assert only_text(out).endswith(f"full output of 100000 bytes not retained: {reason}")
+    assert only_text(out).endswith(f"full output (100000 bytes of text) not retained: {reason}")
     assert list((tmp_path / "real").iterdir()) == []
 
 
@@ -381,7 +381,7 @@ TEXT, JSON_WHOLE = "text", "json"
         ("small structured kept", text_result(FILE_TEXT, structuredContent={"n": 1}),
          FILE_SCHEMA, None, False, TEXT, None),
         ("structured over the artifact limit", text_result("t\n" * 40_000, structuredContent={"content": FILE_TEXT}),
-         None, 100_000, False, TEXT, "structuredContent of 1"),
+         None, 100_000, False, TEXT, "structuredContent (1"),
         ("image+structured", {"content": [PNG], "structuredContent": BIG}, None, None, False, JSON_WHOLE, None),
         ("text+structured+big _meta", text_result(FILE_TEXT, structuredContent=BIG, _meta={"m": "x" * 20_000}),
          None, None, False, JSON_WHOLE, None),
@@ -400,9 +400,9 @@ def test_artifacts_hold_what_the_model_was_reading(
     if first == TEXT:
         assert text.startswith(texts[:1000])  # the preview is the text itself
     if second is None:
-        assert STRUCTURED_ID.search(text) is None and "structuredContent of" not in text, case
+        assert STRUCTURED_ID.search(text) is None and "structuredContent (" not in text.splitlines()[-1], case
     elif isinstance(second, str):
-        assert re.search(rf"^{re.escape(second)}\d* bytes not retained: larger than the", text, re.M), case
+        assert re.search(rf"^{re.escape(second)}\d* bytes of JSON\) not retained: larger than the", text, re.M), case
     else:
         assert json.loads(structured_artifact(text, store)) == second, case
     assert len(list_artifacts(store.root)) == 1 + (isinstance(second, dict)), case
@@ -411,7 +411,7 @@ def test_artifacts_hold_what_the_model_was_reading(
 def test_structured_line_explains_reading_when_the_text_was_not_retained(store: ArtifactStore) -> None:
     r = text_result("t\n" * 100_000, structuredContent={"k": "v" * 100_000})  # text 200 KB, structured ~100 KB
     text = only_text(bound_result(r, store=store, max_artifact_bytes=150_000))
-    assert "\ntext of 200000 bytes not retained: larger than the 150000-byte artifact limit\n" in text
+    assert "\ntext (200000 bytes) not retained: larger than the 150000-byte artifact limit\n" in text
     m = re.search(
         r"structuredContent \(\d+ bytes of JSON\) saved as artifact (\S+); "
         r'read it with artifact_read \{"id": "\1"\} plus',

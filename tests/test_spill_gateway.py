@@ -72,7 +72,7 @@ async def test_large_result_is_bounded_and_read_back_exactly(tmp_path: Path, con
         assert visible_size(result) <= 65536
         assert len(result["content"]) == 1 and result["content"][0]["type"] == "text"
         text = result["content"][0]["text"]
-        assert "bytes omitted" in text and f"full output ({size} bytes)" in text
+        assert "bytes omitted" in text and f"full output ({size} bytes of text)" in text
         match = ARTIFACT.search(text)
         assert match, text[-400:]
         artifact_id = match.group(1)
@@ -99,7 +99,7 @@ async def test_oversize_result_is_bounded_with_a_warning_and_no_file(tmp_path: P
         result = await gw.raw("tools/call", {"name": "d__payload", "arguments": {"bytes": size}})
     assert visible_size(result) <= 65536
     text = result["content"][0]["text"]
-    assert text.endswith(f"full output of {size} bytes not retained: larger than the 16777216-byte artifact limit"), (
+    assert text.endswith(f"full output ({size} bytes of text) not retained: larger than the 16777216-byte artifact limit"), (
         text[-300:]
     )
     assert "artifact_read" not in text.rsplit("\n", 1)[-1]
@@ -259,5 +259,5 @@ async def test_unusable_store_still_bounds_with_a_warning(tmp_path: Path) -> Non
         result = await gw.raw("tools/call", {"name": "d__payload", "arguments": {"bytes": 100_000}})
         assert not result.get("isError")
         last = result["content"][0]["text"].rsplit("\n", 1)[-1]
-        assert last.startswith("full output of 100000 bytes not retained: ") and "symlink" in last
+        assert last.startswith("full output (100000 bytes of text) not retained: ") and "symlink" in last
     assert list((tmp_path / "real").iterdir()) == []
