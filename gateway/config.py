@@ -260,7 +260,11 @@ def load_config(path: Path, env: Mapping[str, str] | None = None) -> Config:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError("", f"config {path} is not valid TOML: {exc}") from None
+        hint = ""
+        if path.suffix.lower() == ".json" or text.lstrip().startswith("{"):
+            # An agent's MCP config (.mcp.json, claude_desktop_config.json, mcp.json).
+            hint = f"; it looks like an agent's JSON config: prefixgate import {path} writes a prefixgate one from it"
+        raise ConfigError("", f"config {path} is not valid TOML: {exc}{hint}") from None
     return parse_config(data, path=path, env=env)
 
 
@@ -519,11 +523,19 @@ def default_state_dir(env: Mapping[str, str]) -> Path:
     return Path(base) / "prefixgate"
 
 
-def parse_config(data: Mapping[str, Any], *, path: Path | None = None, env: Mapping[str, str] | None = None) -> Config:
+def parse_config(
+    data: Mapping[str, Any], *, path: Path | None = None, env: Mapping[str, str] | None = None, servers: bool = True
+) -> Config:
+    """Validate ``data``; ``servers``: it must have an enabled server (not for the defaults
+    the owner's commands use without a config, ``default_config``)."""
     env = os.environ if env is None else env
     for key in sorted(data):
         if key not in _TOP_KEYS:
-            raise ConfigError(key, f"unknown table (known: {', '.join(_TOP_KEYS)})")
+            hint = ""
+            if key in ("mcp_servers", "mcpServers"):
+                source = "--from codex" if key == "mcp_servers" else "PATH"
+                hint = f"; this is an agent's own config: prefixgate import {source} writes a prefixgate config from it"
+            raise ConfigError(key, f"unknown table (known: {', '.join(_TOP_KEYS)}){hint}")
 
     gw = _fields("gateway", _table("gateway", data.get("gateway", {})), _GATEWAY_KEYS)
     state_dir = (
@@ -560,14 +572,20 @@ def parse_config(data: Mapping[str, Any], *, path: Path | None = None, env: Mapp
             )
 
     servers_table = _table("servers", data.get("servers", {}))
-    servers = tuple(
+    tables = tuple(
         _server(server_id, servers_table[server_id], gateway, client, env) for server_id in sorted(servers_table)
     )
-    if not any(s.enabled for s in servers):
+    if servers and not any(s.enabled for s in tables):
         raise ConfigError("servers", "no enabled server: add at least one [servers.<id>] table")
     policy = PolicyConfig(**_fields("policy", _table("policy", data.get("policy", {})), _POLICY_KEYS))
     spill = SpillConfig(**_fields("spill", _table("spill", data.get("spill", {})), _SPILL_KEYS))
-    return Config(path=path, gateway=gateway, client=client, servers=servers, policy=policy, spill=spill)
+    return Config(path=path, gateway=gateway, client=client, servers=tables, policy=policy, spill=spill)
+
+
+def default_config(env: Mapping[str, str] | None = None) -> Config:
+    """Every default and no server: the state directory and retention a config without a
+    ``[gateway]`` or ``[spill]`` table would have."""
+    return parse_config({}, env=env, servers=False)
 
 
 def _server(

@@ -5,7 +5,9 @@ real SDK client in both protocol eras."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -14,7 +16,7 @@ import anyio
 import mcp_types as types
 import pytest
 
-from tests.helpers import ERAS, demo, keys_sorted_everywhere, run_cli, sdk_client, text, wait_for, write_config
+from tests.helpers import ERAS, GATEWAY, demo, keys_sorted_everywhere, run_cli, sdk_client, text, wait_for, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -136,10 +138,6 @@ async def test_artifacts_command_lists_reads_and_collects(tmp_path: Path) -> Non
 
 
 def subprocess_bytes(*args: str) -> bytes:
-    import subprocess
-
-    from tests.helpers import GATEWAY
-
     proc = subprocess.run([*GATEWAY, *args], capture_output=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
@@ -293,3 +291,22 @@ async def test_tools_list_sends_canonical_bytes_on_both_eras(tmp_path: Path, mod
     assert tools and all(keys_sorted_everywhere(t) for t in tools)
     assert any(list(t["inputSchema"]) == sorted(t["inputSchema"]) and len(t["inputSchema"]) >= 3 for t in tools)
     assert tools == catalog_json(config)["declarations"]
+
+
+async def test_artifacts_list_needs_no_config_for_the_default_state_directory(tmp_path: Path) -> None:
+    """Issue 31: with no config file anywhere, ``artifacts list`` shows the default state directory's."""
+    xdg = tmp_path / "xdg-state"
+    config = write_config(
+        tmp_path, {"d": demo()}, gateway={"state_dir": str(xdg / "prefixgate")}, spill={"max_visible_bytes": 4096}
+    )
+    spilled = await _spill(config, "one", 50_000)
+    nowhere = tmp_path / "elsewhere"
+    nowhere.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "PREFIXGATE_CONFIG"}
+    env |= {"XDG_STATE_HOME": str(xdg), "XDG_CONFIG_HOME": str(nowhere), "HOME": str(nowhere)}
+    listed = subprocess.run(
+        [*GATEWAY, "artifacts", "list", "--json"], capture_output=True, text=True, env=env, cwd=nowhere, timeout=60
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert [row["id"] for row in json.loads(listed.stdout)] == [spilled]
+    assert f"no config file: the artifacts under {xdg / 'prefixgate'}" in listed.stderr

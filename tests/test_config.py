@@ -215,3 +215,19 @@ def test_a_bad_store_url_names_gateway_store_and_never_the_password(url: str, pr
 
 def test_the_default_store_is_the_file_store() -> None:
     assert parse_config({"servers": {"s": {"command": "x"}}}, env={}).gateway.store is None
+
+
+@pytest.mark.parametrize(
+    ("name", "body", "pointer"),
+    [
+        (".mcp.json", '{"mcpServers": {"git": {"command": "mcp-server-git"}}}', "prefixgate import {path} writes"),
+        ("codex.toml", '[mcp_servers.git]\ncommand = "mcp-server-git"\n', "prefixgate import --from codex writes"),
+    ],
+)
+def test_an_agents_own_config_points_to_import(tmp_path: Path, name: str, body: str, pointer: str) -> None:
+    """Issue 31: ``--config .mcp.json`` or a Codex ``[mcp_servers.x]`` table says how to convert it."""
+    path = tmp_path / name
+    path.write_text(body)
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert pointer.format(path=path) in str(caught.value), str(caught.value)

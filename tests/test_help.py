@@ -16,6 +16,8 @@ COMMANDS = (
     ("import",),
     ("artifacts",),
     ("artifacts", "list"),
+    ("artifacts", "read"),
+    ("artifacts", "gc"),
     ("demo-server",),
 )
 
@@ -35,3 +37,16 @@ def test_serve_and_demo_server_say_they_also_serve_http() -> None:
         text = run_cli(command, "--help").stdout
         description = " ".join(text.split("options:")[0].split())
         assert "HTTP" in description, f"{command} --help: {description}"
+
+
+@pytest.mark.parametrize("action", ["list", "read", "gc"])
+def test_each_artifacts_action_describes_itself(action: str) -> None:
+    """Issue 31: ``artifacts list|read|gc --help`` say what each does, not only its options."""
+    text = run_cli("artifacts", action, "--help").stdout
+    description = " ".join(text.split("options:")[0].split("\n\n", 1)[1].split())
+    assert len(description) > 40, text
+
+
+def test_the_top_level_help_names_the_common_options() -> None:
+    top = " ".join(run_cli("--help").stdout.split())
+    assert "--log-level LEVEL" in top and "--config PATH" in top, top

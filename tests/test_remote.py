@@ -67,3 +67,4 @@ def test_unreachable_remote_server_is_reported_failed(tmp_path: Path) -> None:
     assert status["ok"]["status"] == "ready"
     assert status["down"]["status"] == "failed", status["down"]
     assert "connect" in status["down"]["error"].lower(), status["down"]["error"]
+    assert status["down"]["error"].endswith(f" (127.0.0.1:{port})"), status["down"]["error"]  # which host (issue 31)

@@ -24,15 +24,31 @@ from spill import ArtifactNotFound, StoreError
 
 def add_arguments(parser: argparse.ArgumentParser, common: Callable[[argparse.ArgumentParser], None]) -> None:
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    listing = sub.add_parser("list", help="list artifacts, oldest first")
+    listing = sub.add_parser(
+        "list",
+        help="list artifacts, oldest first",
+        description="List every artifact of every session, oldest first: id, size, time and session. "
+        "Without a config file, those under the default state directory.",
+    )
     common(listing)
     listing.add_argument("--json", action="store_true", help="print a JSON array")
-    read = sub.add_parser("read", help="write an artifact's bytes to stdout")
+    read = sub.add_parser(
+        "read",
+        help="write an artifact's bytes to stdout",
+        description="Write an artifact's bytes (all of them, or a byte range) to stdout, exactly as stored.",
+    )
     common(read)
     read.add_argument("id", help="artifact id, as shown to the model (one that begins with '-': after --)")
     read.add_argument("--offset", type=int, default=0, help="first byte (default 0)")
     read.add_argument("--limit", type=int, default=None, help="bytes to read (default: to the end)")
-    common(sub.add_parser("gc", help="apply retention now (max_age_days, max_total_bytes)"))
+    common(
+        sub.add_parser(
+            "gc",
+            help="apply retention now (max_age_days, max_total_bytes)",
+            description="Remove the artifacts [spill] max_age_days and max_total_bytes no longer keep, as a "
+            "running gateway does at start and after each spill, and say how many went.",
+        )
+    )
 
 
 def run(config: Config, args: argparse.Namespace) -> int:

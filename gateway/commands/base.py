@@ -23,3 +23,12 @@ def load(path: str | None) -> Config:
         return load_config(find_config(path))
     except ConfigError as exc:
         raise Exit(2, f"prefixgate: config error: {exc}") from None
+
+
+def has_config() -> bool:
+    """Whether a config file is named or found where ``--config`` would look by default."""
+    try:
+        find_config(None)
+    except ConfigError:
+        return False
+    return True

@@ -15,7 +15,8 @@ import sys
 from collections.abc import Callable, Sequence
 
 from gateway import __version__, logs
-from gateway.commands.base import Exit, load
+from gateway.commands.base import Exit, has_config, load
+from gateway.config import default_config
 
 
 def _exit_in(exc: BaseException) -> Exit | None:
@@ -77,6 +78,9 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="prefixgate",
         description="One MCP server entry for many downstream MCP servers, with one deterministic catalog.",
+        epilog="The commands that read a config (all but import and demo-server) take --config PATH (default: "
+        "$PREFIXGATE_CONFIG, ./prefixgate.toml, $XDG_CONFIG_HOME/prefixgate/config.toml) and --log-level LEVEL "
+        f"(stderr log level: {', '.join(logs.LEVELS)}; default info). 'prefixgate COMMAND --help' says more.",
     )
     p.add_argument("--version", action="version", version=f"prefixgate {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -215,6 +219,11 @@ def _with_config(args: argparse.Namespace) -> int:
 
     from gateway.commands import artifacts, catalog, lock, login
 
+    if args.command == "artifacts" and args.config is None and not has_config():
+        # Nothing to read: the owner's view of the default state directory.
+        config = default_config()
+        sys.stderr.write(f"prefixgate: no config file: the artifacts under {config.gateway.state_dir}\n")
+        return artifacts.run(config, args)
     config = load(args.config)
     if args.command == "catalog" and args.catalog_action == "lock":
         return anyio.run(lock.lock, config)

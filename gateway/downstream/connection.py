@@ -141,7 +141,20 @@ def _short(exc: BaseException) -> str:
         text = "the authorization response's state is not this login's (a stale or forged redirect)"
     elif "Illegal header value" in text:  # the HTTP library would print the header: a credential
         text = "a header value the HTTP library refused (not shown)"
-    return f"{type(exc).__name__}: {escape(text.splitlines()[0][:300])}" if text else type(exc).__name__
+    line = f"{type(exc).__name__}: {escape(text.splitlines()[0][:300])}" if text else type(exc).__name__
+    host = _host_of(exc)
+    return line + f" ({escape(host)})" if host is not None and host.rsplit(":", 1)[0] not in text else line
+
+
+def _host_of(exc: BaseException) -> str | None:
+    """``host:port`` of the request an HTTP library error was for ("Name or service not known"
+    names no host); never its path or query, which may carry credentials."""
+    try:
+        url = exc.request.url  # type: ignore[attr-defined]  # httpx's errors; a RuntimeError when unset
+    except (AttributeError, RuntimeError):
+        return None
+    port = url.port or {"https": 443, "http": 80}.get(url.scheme)
+    return f"{url.host}:{port}" if url.host else None
 
 
 class Downstream:
