@@ -217,7 +217,8 @@ def test_preview_has_head_omission_tail_and_trailer(store: ArtifactStore) -> Non
     assert len(head.encode()) + int(omitted) + len(tail.encode()) == len(body.encode())
     assert 0.65 < len(head) / (len(head) + len(tail)) < 0.85  # ~75% head
     total = len(body.encode())
-    assert trailer.startswith(f" result of {reference_size(text_result(body))} bytes of JSON exceeds the 65536-byte limit")
+    size = reference_size(text_result(body))
+    assert trailer.startswith(f" result of {size} bytes of JSON exceeds the 65536-byte limit")
     assert f"full output ({total} bytes of text) saved as artifact" in trailer
     assert '"offset"/"limit"' in trailer and '"line"/"lines"' in trailer and '"find"' in trailer
 
@@ -287,7 +288,8 @@ def test_failed_write_warns_and_leaves_no_file(store: ArtifactStore, monkeypatch
     out = bound_result(text_result("f" * 100_000), store=store)
     monkeypatch.undo()
     text = check_bounded(out, 65536)
-    assert text.endswith("full output (100000 bytes of text) not retained: cannot write artifact: No space left on device")
+    no_space = "full output (100000 bytes of text) not retained: cannot write artifact: No space left on device"
+    assert text.endswith(no_space)
     assert list_artifacts(store.root) == []
 
 

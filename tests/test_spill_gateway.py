@@ -99,7 +99,8 @@ async def test_oversize_result_is_bounded_with_a_warning_and_no_file(tmp_path: P
         result = await gw.raw("tools/call", {"name": "d__payload", "arguments": {"bytes": size}})
     assert visible_size(result) <= 65536
     text = result["content"][0]["text"]
-    assert text.endswith(f"full output ({size} bytes of text) not retained: larger than the 16777216-byte artifact limit"), (
+    too_big = f"full output ({size} bytes of text) not retained: larger than the 16777216-byte artifact limit"
+    assert text.endswith(too_big), (
         text[-300:]
     )
     assert "artifact_read" not in text.rsplit("\n", 1)[-1]
