@@ -194,11 +194,17 @@ async def _stop_on_signals(downstreams: Sequence[Downstream]) -> None:
     Without this a SIGTERM or SIGHUP killed the gateway at once and left the servers
     that ignore EOF on stdin running; clients send SIGTERM a second after closing stdin.
     """
-    with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
-        async for signum in signals:
-            name = signal.Signals(signum).name
-            log.info("%s received: stopping every server", name)
-            await _exit_now(downstreams, f"prefixgate: stopped by {name}", 128 + signum)
+    try:
+        with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
+            async for signum in signals:
+                name = signal.Signals(signum).name
+                log.info("%s received: stopping every server", name)
+                await _exit_now(downstreams, f"prefixgate: stopped by {name}", 128 + signum)
+    finally:
+        # Leaving the receiver restores the default action; until the stop's own handlers
+        # are set (after every server has stopped), a signal still exits with 128 + its number.
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, _exit_on_signal)
 
 
 async def _exit_now(downstreams: Sequence[Downstream], message: str, code: int = 1) -> None:
