@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import catalog_json, demo, gateway, run_cli, text, wire, write_config
+from gateway.upstream.server import INSTRUCTIONS
+from tests.helpers import ERAS, catalog_json, demo, gateway, run_cli, sdk_client, text, wire, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -233,3 +234,20 @@ async def test_journal_write_failure_fails_the_search_and_grants_nothing(tmp_pat
         assert found.is_error and "nothing was activated" in text(found)
         assert (await gw.session.call_tool("d__echo", {"text": "x"})).is_error
         assert text(await gw.session.call_tool("d__list_issue", GOOD_ARGS)) == NOT_ACTIVE.format("d__list_issue")
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_tool_search_names_the_servers_that_are_not_available(tmp_path: Path, mode: str) -> None:
+    """Issue 31: a client shows "Connected" whatever failed behind the gateway; the model learns
+    it from tool_search (a new result), never from the instructions or the catalog (the prefix)."""
+    config = write_config(
+        tmp_path,
+        {"d": {**demo("--tools", 1), "deferred": True}, "gone": {"command": "no-such-command-pg"}},
+    )
+    async with sdk_client(config, mode) as client:
+        found = text(await client.call_tool("tool_search", {"query": "echo text back"}))
+        instructions = client.instructions  # initialize (2025-11-25), server/discover (2026-07-28)
+    assert "1. d__echo" in found
+    down = "Servers not available now (their tools are missing or fail until they are back): gone (failed)."
+    assert found.endswith("\n" + down), found
+    assert instructions == INSTRUCTIONS, instructions  # the same text whatever is down

@@ -284,7 +284,27 @@ class Router:
                 f"tool_search could not record the activation ({exc.strerror or 'write failed'}); "
                 "nothing was activated."
             )
-        return text_result(rendered.text)
+        down = self.unavailable()
+        return text_result(rendered.text + (f"\n{down}" if down else ""))
+
+    def unavailable(self) -> str:
+        """A line naming the enabled servers that cannot be called now, or "".
+
+        Said in ``tool_search`` results (genuine new results), never in the catalog or the
+        ``instructions``: those are the cached prefix, answered before any server has started."""
+        down = sorted(
+            (server_id, _UNAVAILABLE[d.status])
+            for server_id, d in self.downstreams.items()
+            if d.status in _UNAVAILABLE
+        )
+        if not down:
+            return ""
+        listed = ", ".join(f"{server_id} ({status})" for server_id, status in down)
+        return f"Servers not available now (their tools are missing or fail until they are back): {listed}."
+
+
+_UNAVAILABLE = {"failed": "failed", "exited": "down", "restarting": "restarting", "late": "still starting"}
+"""The statuses a ``tool_search`` result names, in the words it uses."""
 
 
 def _message(exc: BaseException) -> str:
