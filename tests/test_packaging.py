@@ -27,9 +27,18 @@ def test_wheel_installs_in_a_fresh_venv_and_runs_the_example(tmp_path: Path) -> 
     (wheel,) = wheels.glob("prefixgate-*.whl")
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    site = next((venv / "lib").glob("python*/site-packages"))
+    # The wheel alone; its dependencies come from this environment, listed after the venv's
+    # own site-packages (the test extra's install resolves them already; a .pth line adds a
+    # path, it does not run that path's .pth files, so this checkout's editable install stays out).
     subprocess.run(
-        [str(venv / "bin" / "pip"), "install", "-q", str(wheel)], check=True, capture_output=True, timeout=600
+        [str(venv / "bin" / "pip"), "install", "-q", "--no-deps", str(wheel)],
+        check=True,
+        capture_output=True,
+        timeout=600,
     )
+    dependencies = next(p for p in map(Path, sys.path) if p.name == "site-packages" and p.is_dir())
+    (site / "dependencies.pth").write_text(f"{dependencies}\n")
     prefixgate = str(venv / "bin" / "prefixgate")
     env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state"), "PATH": "/usr/bin:/bin"}
 
@@ -46,7 +55,15 @@ def test_wheel_installs_in_a_fresh_venv_and_runs_the_example(tmp_path: Path) -> 
     )
     assert catalog.returncode == 0, catalog.stderr
     assert "github   ready" in catalog.stdout and "tickets  ready" in catalog.stdout
-    site = next((venv / "lib").glob("python*/site-packages"))
+    where = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import gateway, catalog, spill; print(gateway.__file__)"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert where.stdout.startswith(str(site)), where  # the wheel's copy, not this checkout
     assert {"catalog", "spill", "gateway"} <= {p.name for p in site.iterdir()}
     assert not (site / "tests").exists() and not (site / "bench").exists()
 
