@@ -257,7 +257,13 @@ def _serve(args: argparse.Namespace) -> int:
 
     tokens = serve.http_tokens(args) if args.http else []
     anyio.run(serve.serve, config, args.session, args.http, tokens, prelude)
-    return 0
+    # Every server has stopped and every answer is out: leave now. The interpreter's own
+    # teardown would hand the stop signals back to their default action first, so a client's
+    # SIGTERM a moment after EOF (as clients send it) would end the gateway with -15 there.
+    logs.flush()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
