@@ -287,3 +287,20 @@ def test_round_trip_limits_are_configurable_and_checked() -> None:
     for bad in ({"round_trip_timeout": 0}, {"max_round_trips": 0}, {"max_round_trips": "many"}):
         with pytest.raises(ConfigError):
             parse_config({**servers, "gateway": bad}, env={"HOME": "/h"})
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_a_client_without_the_capability_gets_the_one_refusal_in_either_era(tmp_path: Path, mode: str) -> None:
+    """A server asks for elicitation during the call of a client that declared none: the
+    server's request fails with -32021 naming the capability, whether the gateway relays it
+    over a back-channel (2025-11-25) or holds it for a round trip (2026-07-28), and the
+    server passes it on to the call (one check, one code: gateway/engine/capabilities.py)."""
+    from tests.helpers import sdk_client
+
+    config = write_config(tmp_path, {"b": {"command": PYTHON, "args": ["-m", "tests.backchannel_server"]}})
+    async with sdk_client(config, mode) as client:  # no elicitation callback: none declared
+        with anyio.fail_after(30), pytest.raises(MCPError) as caught:
+            await client.call_tool("b__ask", {})
+    assert caught.value.error.code == types.MISSING_REQUIRED_CLIENT_CAPABILITY, caught.value.error
+    assert caught.value.error.data == {"requiredCapabilities": {"elicitation": {}}}
+    assert caught.value.error.message == "prefixgate: the connected client does not support elicitation"

@@ -30,7 +30,7 @@ from mcp.server.subscriptions import (
 )
 from mcp.shared.exceptions import MCPError
 from mcp_types import LoggingLevel
-from mcp_types.jsonrpc import INVALID_REQUEST, MISSING_REQUIRED_CLIENT_CAPABILITY
+from mcp_types.jsonrpc import INVALID_REQUEST
 
 from catalog.budget import DecisionError
 from catalog.diff import name_changes
@@ -40,11 +40,12 @@ from catalog.warm import Record
 from gateway.config import Config
 from gateway.downstream.connection import Downstream
 from gateway.downstream.spawn import Spawned
+from gateway.engine.capabilities import require
 from gateway.engine.checks import CheckCache
 from gateway.engine.epoch import Epoch, epoch_of
 from gateway.engine.lockfile import lock_path, read_lock_and_bytes
 from gateway.engine.oauth import oauth_setup
-from gateway.engine.roundtrip import CAPABILITY_FOR, RoundTrip, RoundTrips
+from gateway.engine.roundtrip import RoundTrip, RoundTrips
 from gateway.engine.router import Router
 from gateway.engine.surface import Surface, build_surface
 from gateway.engine.warm import Capture, WarmRecords, warm_epoch
@@ -55,24 +56,6 @@ from gateway.state.journal import session_key
 from gateway.state.session import ClientState
 
 log = logging.getLogger("prefixgate")
-
-_CAPABILITY_FOR = CAPABILITY_FOR
-
-
-def _require_capability(method: str, capabilities: Any) -> None:
-    """Refuse a server request the client cannot answer, in either era, with the
-    2026-07-28 error for an undeclared capability (SEP-2575): the server's call fails
-    with it, so the client learns which capability the call needed instead of waiting."""
-    capability = _CAPABILITY_FOR.get(method)
-    if capability is None:
-        raise MCPError(code=INVALID_REQUEST, message=f"prefixgate: the connected client does not support {method}")
-    if capabilities is None or getattr(capabilities, capability, None) is None:
-        raise MCPError(
-            code=MISSING_REQUIRED_CLIENT_CAPABILITY,
-            message=f"prefixgate: the connected client does not support {capability}",
-            data={"requiredCapabilities": {capability: {}}},
-        )
-
 
 @dataclass(eq=False)
 class ClientConnection:
@@ -490,11 +473,11 @@ class Hub:
         trip = self.round_trips.waiting_on(downstream.id)
         target, related = self._requester(downstream.id)
         if trip is not None and (target is None or target.call_order.get(related, 0) < trip.seq):
-            _require_capability(method, trip.capabilities)
+            require(method, trip.capabilities)
             return await self.round_trips.ask(trip, method, params)
         if target is None or target.server_session is None:
             raise MCPError(code=INVALID_REQUEST, message=f"prefixgate: no client is connected to answer {method}")
-        _require_capability(method, target.server_session.client_capabilities)
+        require(method, target.server_session.client_capabilities)
         # Raw, as the server sent it, on the originating call's own stream when there is
         # one (streamable HTTP needs that), else on the client's standalone channel.
         call_session = target.call_sessions.get(related) if related is not None else None
@@ -511,7 +494,7 @@ class Hub:
         if isinstance(caller, RoundTrip):
             if caller.server_id != server_id or caller.finished:
                 return None
-            _require_capability(method, caller.capabilities)
+            require(method, caller.capabilities)
             return self.round_trips.ask(caller, method, params)
         if not (isinstance(caller, tuple) and len(caller) == 2 and isinstance(caller[0], ClientConnection)):
             return None
@@ -522,7 +505,7 @@ class Hub:
         session = client.call_sessions.get(request_id)
         if session is None or client.server_session is None:
             return None
-        _require_capability(method, client.server_session.client_capabilities)
+        require(method, client.server_session.client_capabilities)
         return send_raw_request(session, method, params, related=True)
 
     async def _relay_log(self, downstream: Downstream, params: dict[str, Any]) -> None:

@@ -49,11 +49,11 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
 
 from gateway.downstream.related import CALLER
+from gateway.engine.capabilities import require
 from gateway.plaintasks import cancel_all
 
 log = logging.getLogger("prefixgate.roundtrip")
 
-CAPABILITY_FOR = {"sampling/createMessage": "sampling", "elicitation/create": "elicitation", "roots/list": "roots"}
 MAX_ASKS = 8
 """Server requests one pending call may have open at once (more are refused to the server)."""
 _PREFIX = "pg1."
@@ -126,13 +126,7 @@ class RoundTrip:
 
     async def ask(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         """The server's request: wait for the client's answer (delivered by a retry)."""
-        capability = CAPABILITY_FOR.get(method)
-        caps = self.capabilities
-        if capability is None or caps is None or getattr(caps, capability, None) is None:
-            raise MCPError(
-                code=INVALID_REQUEST,
-                message=f"prefixgate: the connected client does not support {capability or method}",
-            )
+        require(method, self.capabilities)
         if self.finished:
             raise MCPError(code=INVALID_REQUEST, message="prefixgate: the call this request belongs to is over")
         if len(self.fresh) + len(self.handed) >= MAX_ASKS:

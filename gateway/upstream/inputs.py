@@ -16,10 +16,11 @@ from typing import Any
 
 import anyio
 from mcp.shared.exceptions import MCPError
-from mcp_types.jsonrpc import INVALID_REQUEST, MISSING_REQUIRED_CLIENT_CAPABILITY
+from mcp_types.jsonrpc import INVALID_REQUEST
 from mcp_types.methods import is_input_required
 
-from gateway.engine.roundtrip import CAPABILITY_FOR, MAX_ASKS
+from gateway.engine.capabilities import lacking
+from gateway.engine.roundtrip import MAX_ASKS
 
 Ask = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 """Send one input request to the client; its answer."""
@@ -40,20 +41,9 @@ def requests_of(result: Mapping[str, Any], server_id: str) -> dict[str, dict[str
 def missing_capability(requests: Mapping[str, dict[str, Any]], capabilities: Any) -> str | None:
     """The first capability the client lacks for these requests (or the unknown method)."""
     for request in requests.values():
-        method = request["method"]
-        capability = CAPABILITY_FOR.get(method)
-        if capability is None or capabilities is None or getattr(capabilities, capability, None) is None:
-            return capability or method
+        if (lacked := lacking(request["method"], capabilities)) is not None:
+            return lacked
     return None
-
-
-def refusal(capability: str) -> MCPError:
-    """-32021 naming the capability, as the hub answers a handshake-era server's request."""
-    return MCPError(
-        code=MISSING_REQUIRED_CLIENT_CAPABILITY,
-        message=f"prefixgate: the connected client does not support {capability}",
-        data={"requiredCapabilities": {capability: {}}},
-    )
 
 
 async def answer_over_back_channel(

@@ -35,11 +35,12 @@ from gateway import __version__
 from gateway.downstream.connection import DownstreamUnavailable
 from gateway.downstream.modern import relayable
 from gateway.downstream.related import CALLER
+from gateway.engine.capabilities import refusal
 from gateway.engine.hub import ClientConnection, Hub
 from gateway.results import error_result
 from gateway.sdk import connection_of
 from gateway.state.session import ClientState
-from gateway.upstream.inputs import answer_over_back_channel, missing_capability, refusal, requests_of
+from gateway.upstream.inputs import answer_over_back_channel, missing_capability, requests_of
 from gateway.wire import CACHE_HINTS, LIST_CACHE_FIELDS, with_result_type
 
 log = logging.getLogger("prefixgate.server")
