@@ -13,6 +13,7 @@ in itself (``${1X}``) and an unset variable in ``[gateway]`` still stop everythi
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import tomllib
@@ -515,7 +516,17 @@ def _store_url(url: str) -> str:
         raise ConfigError("gateway.store", "the path must be a database number (redis://HOST:PORT/DB)")
     if port == 0 or parts.query or parts.fragment:
         raise ConfigError("gateway.store", "expected redis://HOST:PORT/DB with no query or fragment")
+    if not _installed("redis"):
+        raise ConfigError("gateway.store", "the Redis store needs the redis package: pip install 'prefixgate[redis]'")
     return url
+
+
+def _installed(package: str) -> bool:
+    """Whether ``package`` can be imported (found, not imported: that costs the start)."""
+    try:
+        return importlib.util.find_spec(package) is not None
+    except (ImportError, ValueError):  # blocked in sys.modules, or a broken parent
+        return False
 
 
 def default_state_dir(env: Mapping[str, str]) -> Path:

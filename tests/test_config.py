@@ -231,3 +231,25 @@ def test_an_agents_own_config_points_to_import(tmp_path: Path, name: str, body: 
     with pytest.raises(ConfigError) as caught:
         load_config(path)
     assert pointer.format(path=path) in str(caught.value), str(caught.value)
+
+
+def test_a_redis_store_without_the_redis_package_is_a_config_error(tmp_path: Path) -> None:
+    """The Redis client is an extra (``prefixgate[redis]``): without it, a config that names a
+    Redis store exits 2 before anything starts, with the install command (issue 27)."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "prefixgate.toml"
+    path.write_text('[gateway]\nstore = "redis://127.0.0.1:6379/0"\n[servers.git]\ncommand = "x"\n')
+    without_redis = "import sys; sys.modules['redis'] = None; from gateway.commands.cli import main; sys.exit(main())"
+    proc = subprocess.run(
+        [sys.executable, "-c", without_redis, "catalog", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip() == (
+        "prefixgate: config error: gateway.store: the Redis store needs the redis package: "
+        "pip install 'prefixgate[redis]'"
+    )
