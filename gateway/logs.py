@@ -89,7 +89,7 @@ class _OneLine(logging.Formatter):
 def _without_auth_tracebacks(record: logging.LogRecord) -> bool:
     """The SDK's OAuth client logs its failures with their tracebacks, which can hold what an
     authorization server sent (a refresh answer that did not parse, a token it refused): the
-    gateway reports each such failure itself, in one line that quotes none of it (issue 26)."""
+    gateway reports each such failure itself, in one line that quotes none of it."""
     if record.name.startswith("mcp.client.auth") and record.exc_info:
         record.msg = f"{record.getMessage()}: {record.exc_info[0].__name__ if record.exc_info[0] else 'error'}"
         record.args = None

@@ -1,4 +1,4 @@
-"""Plain asyncio tasks on the per-call path, and how they end (issue 16).
+"""Plain asyncio tasks on the per-call path, and how they end.
 
 A task of an anyio task group costs ~20 µs more to start than ``loop.create_task``; the
 gateway starts one per claimed stdio call and per 2026-07-28 round trip. Such tasks sit

@@ -1,4 +1,4 @@
-"""The commonest protocol shapes, recognised without pydantic (issue 16).
+"""The commonest protocol shapes, recognised without pydantic.
 
 A gateway checks two shapes on every call: the client's ``tools/call`` params (before it
 claims the call for the stdio fast path) and the server's result (before it goes on).

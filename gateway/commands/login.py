@@ -124,7 +124,7 @@ class Callback:
                 await self._reply(stream, 200, b"login complete")
             else:
                 # Anyone on this machine can reach the listener first: what it says is quoted
-                # escaped and short, never written to the terminal raw (issue 26).
+                # escaped and short, never written to the terminal raw.
                 error = escape(query.get("error", "no code")[:100])
                 detail = query.get("error_description")
                 self.error = f"the authorization server refused: {error}" + (

@@ -60,7 +60,7 @@ async def serve(
             handlers = Handlers(hub, lambda ctx: stdio_state)
             server, options = handlers.server, handlers.options
             if fast_path():
-                lane = fast.FastCalls(handlers)  # tools/call answered by the stdio end (issue 16)
+                lane = fast.FastCalls(handlers)  # tools/call answered by the stdio end
         else:
             from gateway.upstream.http import principal_of_scope
 

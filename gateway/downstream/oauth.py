@@ -326,7 +326,7 @@ async def _keep_early(auth: OAuthClientProvider, bound: _Bound) -> None:
 MAX_AUTH_ANSWER = 1 << 20
 """The largest answer read from anything but the server's own endpoint on an OAuth
 connection: protected-resource and authorization-server metadata, token and registration
-answers are a few KiB (issue 26: a 60 MB metadata document was read whole, on every 401)."""
+answers are a few KiB (a 60 MB metadata document would otherwise be read whole, on every 401)."""
 
 
 class AnswerTooLarge(ValueError):

@@ -1,4 +1,4 @@
-"""``tools/call`` to a stdio server as raw lines, its reply taken by our reader (issue 16).
+"""``tools/call`` to a stdio server as raw lines, its reply taken by our reader.
 
 Through the SDK's ``ClientSession`` a call costs a request model, a memory-stream pair,
 a tracing span and two task hops per direction. On stdio the pipes are ours

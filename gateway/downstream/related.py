@@ -4,7 +4,7 @@ A server that asks for input during a call (``elicitation/create``, ``sampling/c
 sends the request on that call's own response stream, as streamable HTTP lets it. The SDK's
 client hands the request to the gateway without saying which stream it came on, so with
 calls of two principals in flight to one server the gateway could not tell whose it was,
-and refused it (issue 26). Here the wire is read for it:
+and refused it. Here the wire is read for it:
 
 - a request sent on behalf of an upstream call (``CALLER``, set by whoever runs the call)
   carries a private header naming it, which the HTTP transport takes off before sending;

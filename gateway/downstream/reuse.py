@@ -4,7 +4,7 @@ The SDK's streamable-HTTP client closes a call's event-stream response as soon a
 answer has arrived, before the stream's end (the chunked body's last chunk, which a server
 sends right after). An HTTP connection whose response was not read to its end cannot carry
 another request, so every call to an HTTP server opened a new TCP connection: a connect on
-this side and an accept on the server's, per call (issue 25). Here a response closed early
+this side and an accept on the server's, per call. Here a response closed early
 is first read to its end, for a moment and a few bytes at most: a server that ends its
 stream with the answer (every SDK server does) leaves its connection in the pool; one that
 keeps it open loses the connection, as before.

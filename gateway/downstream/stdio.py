@@ -62,7 +62,7 @@ class ChildStdin(anyio.abc.ByteSendStream):
     """The child's stdin: a pipe we made, written on the event loop.
 
     anyio's process stdin yields to the loop after every write, one more scheduler round
-    trip per call (issue 16); this one writes, and waits only while the pipe is full.
+    trip per call; this one writes, and waits only while the pipe is full.
     """
 
     def __init__(self, writer: asyncio.StreamWriter) -> None:
@@ -318,7 +318,7 @@ class Deferred:
 
 
 class LineReader(asyncio.Protocol, Generic[Item]):
-    """A pipe read in the event loop's own callback (issue 16): no task wakes per chunk.
+    """A pipe read in the event loop's own callback: no task wakes per chunk.
 
     ``lines_received`` sees each chunk's lines as they arrive and answers what it can on
     the spot; everything else waits in ``queue`` for one consuming task, in order. While

@@ -170,7 +170,7 @@ class Hub:
             except LockError as exc:
                 log.error("catalog lock not reloaded, keeping the previous one: %s", exc)
                 continue
-            except Exception as exc:  # noqa: BLE001 - a file never stops a serving gateway (issue 26)
+            except Exception as exc:  # noqa: BLE001 - a file never stops a serving gateway
                 log.error("catalog lock not reloaded, keeping the previous one: %s", type(exc).__name__)
                 continue
             await self.rebuild(f"lock file {self.lock_file.name} changed")
@@ -542,7 +542,7 @@ class Hub:
         the gateway for a 2026-07-28 client's input included) is one principal's, or, with
         none in flight, when every connected client is one principal's. Otherwise nobody gets
         them: guessing across principals would hand one principal's request (and its text) to
-        another, and that one's answer back (issue 26)."""
+        another, and that one's answer back."""
         calling: dict[int, object] = {id(c.state): c.state for c in self.clients if server_id in c.calls.values()}
         calling.update((id(t.owner), t.owner) for t in self.round_trips.calling(server_id))
         if not calling:

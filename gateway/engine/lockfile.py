@@ -32,7 +32,7 @@ def read_lock_and_bytes(path: Path) -> tuple[Lock, bytes]:
 
     Read like the journal: a regular file only (a FIFO or ``/dev/zero`` behind the name is
     refused, opened non-blocking so it cannot hang), at most ``MAX_LOCK_BYTES``, and any
-    failure to parse it, however deep or odd the TOML, is a ``LockError`` (issue 26)."""
+    failure to parse it, however deep or odd the TOML, is a ``LockError``."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:

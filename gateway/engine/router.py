@@ -202,7 +202,7 @@ class Router:
                 checked = _checked(result, version, entry.server, entry.original)
                 if checked is not result:
                     return checked  # malformed: the check names the server
-                # Well-formed but not boundable: never returned raw (fail closed, issue 26).
+                # Well-formed but not boundable: never returned raw (fail closed).
                 log.warning("[%s] %s: the result could not be bounded: %s", entry.server, quote(name), exc)
                 return error_result(
                     f"Server {entry.server!r} answered tool {entry.original!r}, but the result could not be "

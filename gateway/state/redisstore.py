@@ -316,7 +316,7 @@ def _scan(client: redis.Redis) -> list[ArtifactInfo]:
             if parsed < 0 or not math.isfinite(float(score)):
                 raise ValueError("out of range")
         except (TypeError, ValueError, UnicodeDecodeError):
-            # A value nothing of ours wrote: skipped (and named), never fatal (issue 26).
+            # A value nothing of ours wrote: skipped (and named), never fatal.
             log.warning("state store: artifact %r has an unreadable size or time in %s; skipped", member[:80], SIZES)
             continue
         found.append(ArtifactInfo(owner, artifact_id, parsed, float(score)))

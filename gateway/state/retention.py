@@ -22,7 +22,7 @@ def collect(store: Artifacts, spill: SpillConfig) -> None:
     except (OSError, StoreError) as exc:
         log.warning("artifact retention failed: %s", exc)
         return
-    except Exception as exc:  # noqa: BLE001 - retention never fails a call or a start (issue 26)
+    except Exception as exc:  # noqa: BLE001 - retention never fails a call or a start
         log.warning("artifact retention failed: %s: %s", type(exc).__name__, str(exc)[:200])
         return
     if removed:

@@ -111,7 +111,7 @@ class TokenFile:
         body = json.dumps(
             {**record, "version": VERSION, "server": self.server_id, "url": self.url}, sort_keys=True
         ).encode()
-        if len(body) > MAX_FILE_BYTES:  # a file every later read would refuse: not written (issue 26)
+        if len(body) > MAX_FILE_BYTES:  # a file every later read would refuse: not written
             raise TokenFileError(f"{self.label}: {len(body)} bytes to store, over {MAX_FILE_BYTES} bytes: not written")
         dir_fd = self._dir(create=True)
         assert dir_fd is not None
@@ -174,7 +174,7 @@ def unsendable(tokens: OAuthToken) -> str | None:
     """Why these tokens cannot go into an ``Authorization`` header, in words that do not quote
     them; None when they can. A trailing newline from a sloppy authorization server, or a
     CR/LF/NUL from a hostile one, would otherwise be stored, and every request would then
-    fail with an HTTP library error that prints the header, token and all (issue 26)."""
+    fail with an HTTP library error that prints the header, token and all."""
     for label, value in (("access token", tokens.access_token), ("token type", tokens.token_type)):
         if not value or any(not (" " < ch < "\x7f") for ch in value):
             return f"the authorization server issued an {label} that is not a valid HTTP header value"

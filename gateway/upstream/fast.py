@@ -1,7 +1,7 @@
 """``tools/call`` on stdio answered from the reader: parsed once, gated once, written once.
 
 Through the SDK a call costs about eight task hops and four (de)serialisations in the
-gateway (issue 16). On stdio the gateway owns its end of the wire (gateway/upstream/stdio.py),
+gateway. On stdio the gateway owns its end of the wire (gateway/upstream/stdio.py),
 so a ``tools/call`` line is claimed here right after ``json.loads``: the same
 ``Handlers.tools_call`` and ``Handlers.finish`` the SDK path runs (resolution, policy,
 activation, arguments, forward, spill, result check, both eras' round trips), under a

@@ -130,8 +130,8 @@ async def _plain(send: Send, status: int, text: str) -> None:
 class Front:
     """The gateway's one ASGI app: auth, the body deadline, the session mark, the endpoint.
 
-    Every HTTP request passes here once (issue 25: three wrappers and Starlette's routing
-    cost more than the call itself):
+    Every HTTP request passes here once (three wrappers and Starlette's routing cost more
+    than the call itself):
 
     - with tokens, ``Authorization: Bearer <token>`` must name one (401 otherwise; every
       token compared, no early exit; the scheme in any case); a handshake-era session is
@@ -251,7 +251,7 @@ class Front:
 
 def _user(principal: str) -> Any:
     """The principal as the SDK's session manager reads a request's credential (``scope["user"]``):
-    a session is then served only to the principal that created it (issue 26). It holds the
+    a session is then served only to the principal that created it. It holds the
     principal's name, never the token."""
     from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
     from mcp.server.auth.provider import AccessToken

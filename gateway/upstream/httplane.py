@@ -2,7 +2,7 @@
 
 The SDK's modern entry runs every request through a Starlette ``Request``, a task group
 with the handler and a disconnect watcher as sibling tasks, a memory stream for
-notifications, the runner's middleware chain and the reply's model (issue 25). For the
+notifications, the runner's middleware chain and the reply's model. For the
 two requests an agent sends most, this lane does what that entry does with less: the
 same checks in the same order (transport security, ``Accept``, the JSON-RPC envelope,
 duplicated routing headers, the inbound ladder, ``Mcp-Param-*`` headers, the params'

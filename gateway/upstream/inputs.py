@@ -54,7 +54,7 @@ async def answer_over_back_channel(
     for round_no in range(max_rounds):
         requests = requests_of(result, server_id)
         if len(requests) > MAX_ASKS:
-            # Each is a request to the client: as many as a handshake-era server may have open (issue 26).
+            # Each is a request to the client: as many as a handshake-era server may have open.
             raise MCPError(
                 code=INVALID_REQUEST,
                 message=f"prefixgate: server {server_id!r} asked for {len(requests)} inputs in one round "

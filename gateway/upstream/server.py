@@ -464,7 +464,7 @@ def _declared(ctx: ServerRequestContext[Any, Any]) -> dict[str, Any] | None:
 class _InFlight:
     """Record a call to ``target`` as in flight for the time of the block, so a server's
     logs and requests find the call (and client) that caused them. A class, not a
-    generator context manager: this runs on every call (issue 16)."""
+    generator context manager: this runs on every call."""
 
     __slots__ = ("client", "request_id", "session", "target", "order", "_caller")
 
