@@ -40,7 +40,9 @@ def test_wheel_installs_in_a_fresh_venv_and_runs_the_example(tmp_path: Path) -> 
     dependencies = next(p for p in map(Path, sys.path) if p.name == "site-packages" and p.is_dir())
     (site / "dependencies.pth").write_text(f"{dependencies}\n")
     prefixgate = str(venv / "bin" / "prefixgate")
-    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state"), "PATH": "/usr/bin:/bin"}
+    # Nothing of this checkout on the path: what runs is the wheel's.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env |= {"XDG_STATE_HOME": str(tmp_path / "state"), "PATH": "/usr/bin:/bin"}
 
     version = subprocess.run([prefixgate, "--version"], capture_output=True, text=True, env=env, timeout=60)
     assert version.returncode == 0 and version.stdout.strip() == f"prefixgate {__version__}"
