@@ -15,7 +15,7 @@ import contextlib
 import functools
 import logging
 import warnings
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, get_args
 
@@ -456,13 +456,44 @@ class Hub:
         ``caller``: the call whose stream the request came on (a streamable-HTTP server's,
         gateway/downstream/related.py); while that call is in flight, it goes there and nowhere else.
         """
-        if caller is not None and (answer := self._to_caller(downstream.id, method, params, caller)) is not None:
-            return await answer
-        if self._principal_for(downstream.id) is None and (self.clients or self.round_trips.calling(downstream.id)):
+        to = self._in_flight(downstream.id, caller) if caller is not None else None
+        if to is None:
+            to = self._newest_call(downstream.id, method)
+        if isinstance(to, RoundTrip):
+            require(method, to.capabilities)
+            return await self.round_trips.ask(to, method, params)
+        client, request_id = to
+        if client.server_session is None:
+            raise MCPError(code=INVALID_REQUEST, message=f"prefixgate: no client is connected to answer {method}")
+        require(method, client.server_session.client_capabilities)
+        # Raw, as the server sent it, on the originating call's own stream when there is
+        # one (streamable HTTP needs that), else on the client's standalone channel.
+        call_session = client.call_sessions.get(request_id) if request_id is not None else None
+        result: dict[str, Any] = await send_raw_request(
+            call_session or client.server_session, method, params, related=call_session is not None
+        )
+        return result
+
+    def _in_flight(self, server_id: str, caller: object) -> RoundTrip | tuple[ClientConnection, Any] | None:
+        """``caller`` (what ``gateway.downstream.related`` noted), if it is still a call in flight
+        to this server that can be asked: a 2026-07-28 trip, or a handshake-era call (it has an
+        order; a 2026-07-28 client's call has no back-channel). Else None: the rule for pipes decides."""
+        if isinstance(caller, RoundTrip):
+            return caller if caller.server_id == server_id and not caller.finished else None
+        if not (isinstance(caller, tuple) and len(caller) == 2 and isinstance(caller[0], ClientConnection)):
+            return None
+        client, request_id = caller
+        in_flight = client.calls.get(request_id) == server_id and request_id in client.call_order
+        return (client, request_id) if in_flight and request_id in client.call_sessions else None
+
+    def _newest_call(self, server_id: str, method: str) -> RoundTrip | tuple[ClientConnection, Any]:
+        """The call a request the wire does not place belongs to: the newest call to the server,
+        and only while every call in flight to it is one principal's (see ``_principal_for``)."""
+        if self._principal_for(server_id) is None and (self.clients or self.round_trips.calling(server_id)):
             log.warning(
                 "[%s] %s refused: calls of more than one principal are in flight to it (or none, with more than "
                 "one connected), and its pipe does not say which call it belongs to",
-                downstream.id,
+                server_id,
                 method,
             )
             raise MCPError(
@@ -470,43 +501,13 @@ class Hub:
                 message=f"prefixgate: {method} cannot be attributed to one client: calls from more than one are "
                 "in flight to this server",
             )
-        trip = self.round_trips.waiting_on(downstream.id)
-        target, related = self._requester(downstream.id)
+        trip = self.round_trips.waiting_on(server_id)
+        target, related = self._requester(server_id)
         if trip is not None and (target is None or target.call_order.get(related, 0) < trip.seq):
-            require(method, trip.capabilities)
-            return await self.round_trips.ask(trip, method, params)
-        if target is None or target.server_session is None:
+            return trip
+        if target is None:
             raise MCPError(code=INVALID_REQUEST, message=f"prefixgate: no client is connected to answer {method}")
-        require(method, target.server_session.client_capabilities)
-        # Raw, as the server sent it, on the originating call's own stream when there is
-        # one (streamable HTTP needs that), else on the client's standalone channel.
-        call_session = target.call_sessions.get(related) if related is not None else None
-        result: dict[str, Any] = await send_raw_request(
-            call_session or target.server_session, method, params, related=call_session is not None
-        )
-        return result
-
-    def _to_caller(
-        self, server_id: str, method: str, params: dict[str, Any], caller: object
-    ) -> Awaitable[dict[str, Any]] | None:
-        """The relay of a server's request to the call it came with, if that call is still in
-        flight to this server and can be asked (else None: the rule for pipes decides)."""
-        if isinstance(caller, RoundTrip):
-            if caller.server_id != server_id or caller.finished:
-                return None
-            require(method, caller.capabilities)
-            return self.round_trips.ask(caller, method, params)
-        if not (isinstance(caller, tuple) and len(caller) == 2 and isinstance(caller[0], ClientConnection)):
-            return None
-        client, request_id = caller
-        # A handshake-era call (it has an order); a 2026-07-28 client's call has no back-channel.
-        if client.calls.get(request_id) != server_id or request_id not in client.call_order:
-            return None
-        session = client.call_sessions.get(request_id)
-        if session is None or client.server_session is None:
-            return None
-        require(method, client.server_session.client_capabilities)
-        return send_raw_request(session, method, params, related=True)
+        return target, related
 
     async def _relay_log(self, downstream: Downstream, params: dict[str, Any]) -> None:
         """A server's log message goes to the client whose call to it is in flight (on that
