@@ -82,6 +82,8 @@ class _Scanned(httpx2.AsyncByteStream):
         self.name = name
         self._line = bytearray()
         self._data: list[bytes] = []
+        self._size = 0
+        """Bytes of ``_data``."""
         self._skip = False
         """The event's data outgrew ``MAX_EVENT``: it is passed on unread."""
 
@@ -109,14 +111,15 @@ class _Scanned(httpx2.AsyncByteStream):
         line = bytes(self._line).rstrip(b"\r")
         self._line.clear()
         if not line:
-            data, self._data, skip, self._skip = self._data, [], self._skip, False
+            data, self._data, self._size, skip, self._skip = self._data, [], 0, self._skip, False
             if data and not skip:
                 self._event(b"\n".join(data))
         elif line.startswith(b"data:") and not self._skip:
             value = line[6:] if line[5:6] == b" " else line[5:]
             self._data.append(value)
-            if sum(map(len, self._data)) > MAX_EVENT:
-                self._skip, self._data = True, []
+            self._size += len(value)
+            if self._size > MAX_EVENT:
+                self._skip, self._data, self._size = True, [], 0
 
     def _event(self, data: bytes) -> None:
         if _METHOD not in data:
