@@ -34,7 +34,7 @@ from typing import Any
 import anyio
 
 from bench import bigresult, calls, catalog5k, flood, startup, stores, warm
-from bench import http as http_bench
+from bench import httpcalls as http_bench
 from bench.common import ROOT, fastmcp_python
 
 BENCHMARKS: dict[str, Callable[[Any], Any]] = {

@@ -64,3 +64,10 @@ def test_full_harness_smoke(tmp_path: Path) -> None:
     table = (tmp_path / "latest.md").read_text()
     assert "| target | measured | limit | spread | status |" in table
     assert table in proc.stdout
+
+
+def test_no_bench_module_shadows_the_standard_library() -> None:
+    """``bench/fastmcp_proxy.py`` runs as a script, so ``bench/`` is first on its path: a
+    ``bench/http.py`` once hid the standard ``http`` package and FastMCP's client with it."""
+    names = {p.stem for p in (ROOT / "bench").glob("*.py")} | {p.name for p in (ROOT / "bench").iterdir() if p.is_dir()}
+    assert not names & sys.stdlib_module_names, sorted(names & sys.stdlib_module_names)
