@@ -1,4 +1,4 @@
-"""README claims that had no test: the gate's order, errors through tool_call, a tool removed by a
+"""Claims of the docs that had no test: the gate's order, errors through tool_call, a tool removed by a
 catalog change, the artifacts command and retention at the gateway, with real processes and the
 real SDK client in both protocol eras."""
 

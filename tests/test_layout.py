@@ -1,4 +1,4 @@
-"""The import direction, checked mechanically: the layout the README describes holds.
+"""The import direction, checked mechanically: the layout docs/how-it-works.md describes holds.
 
 ``catalog/`` and ``spill/`` are pure (no SDK, no anyio, nothing of the gateway), the
 gateway's rooms import downward only (``commands`` -> ``upstream`` -> ``engine`` ->

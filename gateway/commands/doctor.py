@@ -676,7 +676,7 @@ _NOTES = {
     "starts without prefixgate's tools. (required = true would make Codex wait, but fail to start when "
     "the first-ever discovery takes longer than its startup_timeout_sec, 10 s by default.)",
 }
-"""What a client's own timing asks of a registration (measured: bench/agents.py, README)."""
+"""What a client's own timing asks of a registration (measured: bench/agents.py; bench/README.md, "Real agents")."""
 
 
 # --- the run ----------------------------------------------------------------------------

@@ -11,7 +11,7 @@ roots). How it gets the answers depends on the era of the request:
 
 So the same fixture is a meaningful downstream for the gateway in both eras: served as a
 handshake-era server, the gateway must turn its back-channel requests into ``input_required``
-results for a modern client (DESIGN.md, "Protocol eras, both directions").
+results for a modern client (docs/protocol-eras.md).
 """
 
 from __future__ import annotations
