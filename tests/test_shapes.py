@@ -12,6 +12,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSI
 from pydantic import TypeAdapter, ValidationError
 
 from gateway.shapes import plain_call_params, plain_text_result
+from gateway.upstream.fast import meta_key, valid_call
 
 HANDSHAKE = HANDSHAKE_PROTOCOL_VERSIONS
 VERSIONS = (*HANDSHAKE_PROTOCOL_VERSIONS, *MODERN_PROTOCOL_VERSIONS)
@@ -74,3 +75,51 @@ def test_the_common_shapes_are_recognised_and_the_rest_left_to_the_models() -> N
         assert not plain_text_result(result, False), result
     with pytest.raises(ValidationError):  # what is left to the models is still refused there
         _shape("2025-11-25").validate_python({"content": [{"type": "text", "text": 1}]}, by_name=False)
+
+
+_ENVELOPE_META = st.fixed_dictionaries(
+    {"io.modelcontextprotocol/protocolVersion": st.sampled_from(["2026-07-28", 1])},
+    optional={
+        "io.modelcontextprotocol/clientCapabilities": st.sampled_from([{}, {"elicitation": {}}, []]),
+        "io.modelcontextprotocol/clientInfo": st.sampled_from([{"name": "c", "version": "1"}, {"name": 1}]),
+        "progressToken": _LEAF,
+    },
+)
+_MODERN_CALL = _near(
+    {
+        "name": st.text(max_size=8) | _LEAF,
+        "arguments": st.none() | st.dictionaries(st.text(max_size=4), _VALUE),
+        "_meta": _ENVELOPE_META | _LEAF,
+    }
+)
+
+
+def _sdk_verdict(version: str, params: dict[str, Any]) -> bool:
+    try:
+        validate_client_request("tools/call", version, params)
+    except (ValidationError, KeyError):
+        return False
+    return True
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@given(calls=st.lists(_MODERN_CALL, min_size=1, max_size=3))
+def test_a_remembered_verdict_on_call_params_is_the_sdks(version: str, calls: list[dict[str, Any]]) -> None:
+    """``valid_call`` remembers a verdict per name and ``_meta``: asked again, and for the same
+    envelope with other arguments (good or bad), another name or another key, it still
+    answers as the SDK does."""
+    for params in calls:
+        variants = [
+            params,
+            {**params, "arguments": {"other": [1]}},
+            params,
+            {**params, "arguments": [1]},
+            {**params, "arguments": None},
+            {**params, "arguments": "x"},
+            {**params, "name": 1},
+            {**params, "task": {}},
+            {k: v for k, v in params.items() if k != "name"},
+            params,
+        ]
+        for variant in variants:
+            assert valid_call(version, variant, meta_key(variant)) == _sdk_verdict(version, variant), variant

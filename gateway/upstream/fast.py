@@ -32,7 +32,7 @@ import anyio
 import mcp_types as types
 from mcp.server.connection import Connection, NotifyOnlyOutbound
 from mcp.server.context import CallNext, ServerRequestContext
-from mcp.server.runner import aclose_shielded, modern_error_data
+from mcp.server.runner import modern_error_data
 from mcp.server.session import ServerSession
 from mcp.shared.dispatcher import CallOptions, coerce_request_id
 from mcp.shared.exceptions import MCPError, NoBackChannelError
@@ -165,8 +165,11 @@ class FastCall:
         params: dict[str, Any],
         route: InboundModernRoute | None,
         legacy: Connection | None,
+        meta: str | None,
     ) -> None:
         self.calls = calls
+        self.meta = meta
+        """The request's ``meta_key``."""
         self.request_id = request_id
         self.params = params
         self.route = route
@@ -250,13 +253,15 @@ class FastCall:
         calls, params, route = self.calls, self.params, self.route
         handlers = calls.handlers
         if route is not None:
-            connection = envelope_connection(route, NotifyOnlyOutbound(_WireOutbound(dctx.wire)))
+            connection = envelope_connection(route, self.meta, NotifyOnlyOutbound(_WireOutbound(dctx.wire)))
         else:
             assert self.legacy is not None
             connection = self.legacy
         try:
             request_id, lifespan = self.request_id, calls.lifespan
-            return await answer_directly(handlers, dctx, connection, "tools/call", params, request_id, lifespan)
+            return await answer_directly(
+                handlers, dctx, connection, "tools/call", params, request_id, lifespan, key=self.meta
+            )
         except (MCPError, ValidationError):
             raise
         except Exception as exc:
@@ -266,7 +271,7 @@ class FastCall:
             raise MCPError(code=error.code, message=error.message, data=error.data) from exc
         finally:
             if route is not None:
-                await aclose_shielded(connection)
+                await unwind(connection)
 
 
 class FastCalls:
@@ -316,15 +321,13 @@ class FastCalls:
             version = self.legacy.protocol_version
         else:
             return None
-        if route is not None or not plain_call_params(params):
-            try:
-                validate_client_request("tools/call", version, params)
-            except (ValidationError, KeyError):
-                return None  # the SDK refuses it with its own error
+        meta = meta_key(params)
+        if (route is not None or not plain_call_params(params)) and not valid_call(version, params, meta):
+            return None  # the SDK refuses it with its own error
         if not self.used:
             self.used = True
             log.info("tools/call is answered on the stdio fast path (%s=0 turns it off)", FAST_PATH_ENV)
-        return FastCall(self, request_id, params, route, None if route is not None else self.legacy)
+        return FastCall(self, request_id, params, route, None if route is not None else self.legacy, meta)
 
     def cancel(self, request_id: Any) -> None:
         if isinstance(request_id, bool) or not isinstance(request_id, int | str):
@@ -343,12 +346,14 @@ async def answer_directly(
     request_id: types.RequestId,
     lifespan: Any,
     request: Any = None,
+    *,
+    key: str | None,
 ) -> dict[str, Any]:
     """``tools/call`` or ``tools/list`` answered as ``Handlers.middleware`` answers it, for a
     direct path (this one, the HTTP lane) that made its own dispatch context and connection:
     the request context as the SDK's runner builds it, then the client record, the gate and
-    ``finish``."""
-    meta = meta_of(params)
+    ``finish``. ``key``: the request's ``meta_key``."""
+    meta = meta_of(params, key)
     ctx: ServerRequestContext[Any, Any] = ServerRequestContext(
         session=ServerSession(dctx, connection, request_meta=meta),
         lifespan_context=lifespan,
@@ -366,34 +371,103 @@ async def answer_directly(
     return dict(handlers.finish(ctx, result))
 
 
-class _Envelopes:
-    """The models the latest distinct request envelopes made (LRU, bounded: each client sends
-    the same envelope on every request, and a client varying it only evicts its own)."""
+class _Remembered:
+    """The latest distinct values of something a client repeats on every request (LRU,
+    bounded: a client varying it only evicts its own), keyed by their canonical JSON."""
 
-    size = 64
-    parsed: OrderedDict[str, tuple[Any, Any]] = OrderedDict()
+    def __init__(self, size: int = 64) -> None:
+        self.size = size
+        self.seen: OrderedDict[str, Any] = OrderedDict()
+
+    def get(self, key: str) -> Any:
+        found = self.seen.get(key)
+        if found is not None:
+            self.seen.move_to_end(key)
+        return found
+
+    def put(self, key: str, value: Any) -> None:
+        self.seen[key] = value
+        if len(self.seen) > self.size:
+            self.seen.popitem(last=False)
+
+
+def _key(value: Any) -> str | None:
+    """Canonical JSON of a decoded request part: equal keys, equal JSON values."""
+    try:
+        return json.dumps(value, sort_keys=True, separators=(",", ":"))
+    except (TypeError, ValueError):
+        return None
+
+
+class _Envelopes:
+    """The models the latest distinct request envelopes made: each client sends the same
+    envelope on every request."""
+
+    parsed = _Remembered()
     no_channel: Any = None
 
 
-def envelope_connection(route: InboundModernRoute, outbound: Any = None) -> Connection:
+_VALID_CALLS = _Remembered(256)
+"""``tools/call`` params found valid, ``arguments`` aside (see ``valid_call``)."""
+_METAS = _Remembered()
+"""The ``_meta`` models of the latest distinct request ``_meta`` objects (read only)."""
+
+
+def meta_key(params: Mapping[str, Any]) -> str | None:
+    """The canonical JSON of a request's ``_meta`` ("" when it has none; None when it cannot
+    be keyed): made once per request, it keys every value remembered about the envelope."""
+    return _key(params["_meta"]) if "_meta" in params else ""
+
+
+_PLAIN_CALL = frozenset(("name", "arguments", "_meta"))
+
+
+def valid_call(version: str, params: dict[str, Any], meta: str | None) -> bool:
+    """``validate_client_request("tools/call", version, params)``'s verdict, remembered.
+
+    A client sends the same envelope on every call and only the name and arguments vary;
+    ``arguments`` is ``dict[str, Any] | None`` in every era, so any object gives the same
+    verdict: a call of just a name, arguments and ``_meta`` is validated once per distinct
+    name and ``_meta`` (``meta``, its key). Anything else is validated every time."""
+    name, arguments = params.get("name"), params.get("arguments", {})
+    plain = meta is not None and type(name) is str and type(arguments) is dict and params.keys() <= _PLAIN_CALL
+    # Neither the version nor canonical JSON holds a NUL, so the name can come last unescaped.
+    key = f"{version}\0{meta}\0{name}" if plain else None
+    if key is not None and _VALID_CALLS.get(key) is not None:
+        return True
+    try:
+        validate_client_request("tools/call", version, params)
+    except (ValidationError, KeyError):
+        return False
+    if key is not None:
+        _VALID_CALLS.put(key, True)
+    return True
+
+
+async def unwind(connection: Connection) -> None:
+    """Close a per-request connection: only the gateway's own synchronous callbacks are on
+    its exit stack (the client record's), so closing it never suspends and needs neither
+    the shield nor the timer of the SDK's ``aclose_shielded``."""
+    try:
+        await connection.exit_stack.aclose()
+    except Exception:  # noqa: BLE001 - as aclose_shielded: logged, never masking the request's outcome
+        log.exception("connection exit_stack cleanup raised")
+
+
+def envelope_connection(route: InboundModernRoute, key: str | None, outbound: Any = None) -> Connection:
     """``Connection.from_envelope`` for a route, the envelope's models parsed once per distinct
     envelope instead of on every request (three model validations; the SDK keeps the same
-    models read-only on the connection, so they can be shared)."""
+    models read-only on the connection, so they can be shared). ``key`` is the request's
+    ``meta_key``: the envelope is read from ``_meta`` alone."""
     version, info, capabilities = route.protocol_version, route.client_info, route.client_capabilities
-    try:
-        key = json.dumps([version, info, capabilities], sort_keys=True, separators=(",", ":"))
-    except (TypeError, ValueError):
+    if key is None:
         return Connection.from_envelope(version, info, capabilities, **({"outbound": outbound} if outbound else {}))
-    cache = _Envelopes.parsed
-    parsed = cache.get(key)
+    parsed = _Envelopes.parsed.get(key)
     if parsed is None:
         probe = Connection.from_envelope(version, info, capabilities)
         _Envelopes.no_channel = probe.outbound
-        parsed = cache[key] = (probe.client_params, probe.client_capabilities)
-        if len(cache) > _Envelopes.size:
-            cache.popitem(last=False)
-    else:
-        cache.move_to_end(key)
+        parsed = (probe.client_params, probe.client_capabilities)
+        _Envelopes.parsed.put(key, parsed)
     connection = Connection(
         outbound if outbound is not None else _Envelopes.no_channel, protocol_version=version, client_params=parsed[0]
     )
@@ -402,11 +476,22 @@ def envelope_connection(route: InboundModernRoute, outbound: Any = None) -> Conn
     return connection
 
 
-def meta_of(params: Mapping[str, Any]) -> types.RequestParamsMeta | None:
-    """The request's ``_meta`` as the SDK's runner lifts it (None when absent or malformed)."""
+def meta_of(params: Mapping[str, Any], key: str | None) -> types.RequestParamsMeta | None:
+    """The request's ``_meta`` as the SDK's runner lifts it (None when absent or malformed);
+    parsed once per distinct value (a 2026-07-28 client repeats its envelope in every
+    ``_meta``), the model shared read-only as the envelope's are."""
     if "_meta" not in params:
         return None
+    found = _METAS.get(key) if key is not None else None
+    if found is not None:
+        return None if found is _MALFORMED else found
     try:
-        return RequestParams.model_validate({"_meta": params["_meta"]}, by_name=False).meta
+        meta = RequestParams.model_validate({"_meta": params["_meta"]}, by_name=False).meta
     except ValidationError:
-        return None
+        meta = None
+    if key is not None:
+        _METAS.put(key, _MALFORMED if meta is None else meta)
+    return meta
+
+
+_MALFORMED = object()

@@ -30,7 +30,7 @@ from typing import Any
 import anyio
 import mcp_types as types
 import pydantic_core
-from mcp.server.runner import aclose_shielded, modern_error_data
+from mcp.server.runner import modern_error_data
 from mcp.server.streamable_http import check_accept_headers
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from mcp.shared.dispatcher import CallOptions
@@ -47,12 +47,17 @@ from mcp.shared.inbound import (
 from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
 from mcp.shared.message import ServerMessageMetadata
 from mcp.shared.transport_context import TransportContext
-from mcp_types.methods import validate_client_request
-from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
-from gateway.upstream.fast import answer_directly, envelope_connection, progress_params
+from gateway.upstream.fast import (
+    answer_directly,
+    envelope_connection,
+    meta_key,
+    progress_params,
+    unwind,
+    valid_call,
+)
 from gateway.upstream.server import Handlers
 from gateway.wire import FAST_PATH_ENV
 
@@ -85,7 +90,7 @@ def _sse(message: dict[str, Any]) -> bytes:
 class Claimed:
     """A request the lane answers: what the checks found, kept for the answer."""
 
-    __slots__ = ("request", "request_id", "method", "params", "route")
+    __slots__ = ("request", "request_id", "method", "params", "route", "meta")
 
     def __init__(
         self,
@@ -94,8 +99,11 @@ class Claimed:
         method: str,
         params: dict[str, Any],
         route: InboundModernRoute,
+        meta: str | None,
     ) -> None:
         self.request = request
+        self.meta = meta
+        """The request's ``meta_key``."""
         self.request_id = request_id
         self.method = method
         self.params = params
@@ -225,17 +233,16 @@ class ModernLane:
         route = classify_inbound_request(decoded, headers=dict(headers))
         if isinstance(route, InboundLadderRejection):
             return None
+        meta = meta_key(params)
         if method == "tools/call":
             if not self._headers_agree(params, headers):
                 return None
-            try:
-                validate_client_request(method, route.protocol_version, params)
-            except (ValidationError, KeyError):
+            if not valid_call(route.protocol_version, params, meta):
                 return None  # the SDK refuses it with its own error
         if not self.used:
             self.used = True
             log.info("2026-07-28 tools/call, tools/list answered on the HTTP lane (%s=0 turns it off)", FAST_PATH_ENV)
-        return Claimed(request, request_id, method, params, route)
+        return Claimed(request, request_id, method, params, route, meta)
 
     def _headers_agree(self, params: dict[str, Any], headers: Mapping[str, str]) -> bool:
         """The ``Mcp-Param-*`` check of the SDK's entry passes (a refusal is left to the SDK)."""
@@ -295,7 +302,7 @@ class ModernLane:
             watcher.cancel()
 
     async def _run(self, claimed: Claimed, dctx: Exchange) -> dict[str, Any]:
-        connection = envelope_connection(claimed.route)
+        connection = envelope_connection(claimed.route, claimed.meta)
         try:
             return await answer_directly(
                 self.handlers,
@@ -306,6 +313,7 @@ class ModernLane:
                 claimed.request_id,
                 self.lifespan,
                 claimed.request,
+                key=claimed.meta,
             )
         finally:
-            await aclose_shielded(connection)
+            await unwind(connection)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import json
 import logging
 import warnings
@@ -171,11 +172,17 @@ class Handlers:
         if ctx.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS:
             return result
         meta = result.get("_meta")
-        stamp = {SERVER_INFO_META_KEY: self.server.server_info_stamp}
+        stamp = {SERVER_INFO_META_KEY: self._server_info}
         return {
             **with_result_type(result, ctx.protocol_version),
             "_meta": {**meta, **stamp} if isinstance(meta, dict) else stamp,
         }
+
+    @functools.cached_property
+    def _server_info(self) -> dict[str, Any]:
+        """The ``serverInfo`` stamp, dumped once (the SDK's property deep-copies it on every
+        read): shared read-only by the results, which are only encoded."""
+        return self.server.server_info_stamp
 
     async def list_tools(self, ctx: Context, params: Any) -> Any:
         """The epoch's wire form, built (and validated) once per epoch and era: served as
