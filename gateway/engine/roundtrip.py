@@ -107,12 +107,17 @@ class RoundTrip:
     round: int = 0
     fresh: dict[str, _Ask] = field(default_factory=dict)
     handed: dict[str, _Ask] = field(default_factory=dict)
-    changed: anyio.Event | None = None
-    """Set when the call finishes or asks: made by whoever waits for that (most calls never wait)."""
+    changed: asyncio.Future[None] | None = None
+    """Resolved when the call finishes or asks: made by whoever waits for that (``wait_change``)."""
     finished: bool = False
     result: dict[str, Any] | None = None
     error: BaseException | None = None
-    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    task: asyncio.Task[None] | None = None
+    """The call's own plain task (``RoundTrips._run``), cancelled natively by ``cancel``:
+    an anyio cancel scope around every call costs more than the rest of its bookkeeping."""
+    started: bool = False
+    cancel_asked: bool = False
+    """``cancel`` was called: the call ends as cancelled, before or while it runs."""
     timer: anyio.CancelScope | None = None
     attached: bool = False
     """A request of the client is waiting for this call now (no second one may)."""
@@ -121,8 +126,27 @@ class RoundTrip:
     _next_key: int = 0
 
     def poke(self) -> None:
-        if self.changed is not None:
-            self.changed.set()
+        waiter = self.changed
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def wait_change(self, timeout: float | None = None) -> bool:
+        """Wait until the call finishes or asks (``poke``); False when ``timeout`` s passed first."""
+        waiter = self.changed = asyncio.get_running_loop().create_future()
+        if timeout is None:
+            await waiter
+            return True
+        with anyio.move_on_after(timeout):
+            await waiter
+        return waiter.done() and not waiter.cancelled()
+
+    def cancel(self) -> None:
+        """End the call as cancelled: its task is cancelled, or never starts the call."""
+        if self.cancel_asked:
+            return
+        self.cancel_asked = True
+        if self.started and self.task is not None:
+            self.task.cancel()
 
     async def ask(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         """The server's request: wait for the client's answer (delivered by a retry)."""
@@ -153,10 +177,7 @@ class RoundTrip:
 async def _gather(trip: RoundTrip) -> None:
     """Wait until no new request of the server came for ``GATHER`` s (bounded by ``MAX_ASKS``)."""
     while not trip.finished and len(trip.fresh) < MAX_ASKS:
-        changed = trip.changed = anyio.Event()
-        with anyio.move_on_after(GATHER):
-            await changed.wait()
-        if not changed.is_set():
+        if not await trip.wait_change(GATHER):
             return
 
 
@@ -261,18 +282,27 @@ class RoundTrips:
         self._trips[trip.id] = trip
         # A plain asyncio task (every 2026-07-28 call makes one: gateway/plaintasks.py),
         # cancelled with the rest when serving ends (``keep``).
-        self._running.add(asyncio.get_running_loop().create_task(self._run(trip, run)))
+        trip.task = asyncio.get_running_loop().create_task(self._run(trip, run))
+        self._running.add(trip.task)
         return trip
 
     async def _run(self, trip: RoundTrip, run: Callable[[], Awaitable[dict[str, Any]]]) -> None:
+        trip.started = True
         CALLER.set(trip)  # this task's own context: a server's request on the call's stream comes back here
         try:
-            with trip.scope:
+            interrupted = trip.cancel_asked
+            if not interrupted:
                 try:
                     trip.result = await run()
+                except asyncio.CancelledError:
+                    task = asyncio.current_task()
+                    # Only the trip's own cancel ends here; serving's end (``keep``) goes on up.
+                    if not trip.cancel_asked or task is None or task.uncancel() > 0:
+                        raise
+                    interrupted = True
                 except Exception as exc:  # noqa: BLE001 - delivered to the client's request
                     trip.error = exc
-            if trip.scope.cancelled_caught and trip.error is None:
+            if interrupted and trip.error is None:
                 trip.error = MCPError(code=INVALID_REQUEST, message="prefixgate: the call was cancelled")
             trip.end("prefixgate: the call this request belongs to is over (or its client did not answer in time)")
         finally:
@@ -343,8 +373,7 @@ class RoundTrips:
                     if not trip.finished:
                         return self._input_required(trip)
                     continue
-                changed = trip.changed = anyio.Event()
-                await changed.wait()
+                await trip.wait_change()
         finally:
             trip.attached = False
             if trip.id in self._trips:
@@ -352,7 +381,7 @@ class RoundTrips:
                     # The client gave up before it was handed any state: nothing can resume
                     # this call, so it ends now, as a cancelled call of the handshake era does.
                     self._forget(trip)
-                    trip.scope.cancel()
+                    trip.cancel()
                 else:
                     trip.timer = anyio.CancelScope()
                     self.tasks.start_soon(self._expire, trip, trip.timer)
@@ -379,7 +408,7 @@ class RoundTrips:
             self._forget(trip)
             # Cancel first: the server must see notifications/cancelled before any of its
             # requests is answered (``_run`` fails them once the cancellation is out).
-            trip.scope.cancel()
+            trip.cancel()
 
     # --- requestState -------------------------------------------------------------------
 
