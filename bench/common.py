@@ -175,6 +175,16 @@ def via_fastmcp(name: str, python: str, config: Path, *, reuse: bool = False, ec
     return Contender(name, argv, echo, note + " -> demo server(s)")
 
 
+def http_client(headers: Mapping[str, str] | None = None) -> Any:
+    """An HTTP client for the SDK's streamable-HTTP transport with the SDK's own defaults
+    (redirects followed; 30 s, and 300 s to read a stream that stays open)."""
+    import httpx2
+
+    return httpx2.AsyncClient(
+        headers=dict(headers or {}), follow_redirects=True, timeout=httpx2.Timeout(30.0, read=300.0)
+    )
+
+
 @contextmanager
 def url_process(
     command: list[str], *, env: Mapping[str, str] | None = None, stderr: Any = subprocess.DEVNULL

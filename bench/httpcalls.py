@@ -29,7 +29,7 @@ from typing import Any
 
 import anyio
 
-from bench.common import PYTHON, demo_args, gateway_config, ratio_summary, rotated, summary, url_process
+from bench.common import PYTHON, demo_args, gateway_config, http_client, ratio_summary, rotated, summary, url_process
 
 TEXT = "hello over http"
 ERAS = ("legacy", "auto")
@@ -71,9 +71,8 @@ def servers(tmp: Path, errlog: Path) -> Iterator[dict[str, tuple[str, int]]]:
 async def client(url: str, mode: str) -> AsyncIterator[Any]:
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
-    from mcp.shared._httpx_utils import create_mcp_http_client
 
-    async with create_mcp_http_client() as http:
+    async with http_client() as http:
         async with Client(streamable_http_client(url, http_client=http), mode=mode) as c:
             yield c
 

@@ -18,7 +18,7 @@ from contextlib import ExitStack, asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
-from bench.common import PYTHON, demo_args, gateway_config, ratio_summary, rotated, summary, url_process
+from bench.common import PYTHON, demo_args, gateway_config, http_client, ratio_summary, rotated, summary, url_process
 from bench.redisserver import redis_server
 
 SIZE = 1 << 20
@@ -39,9 +39,8 @@ def _serve(config: Path, tokens: Path, errlog: Path) -> Iterator[str]:
 async def _client(url: str, token: str) -> AsyncIterator[Any]:
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
-    from mcp.shared._httpx_utils import create_mcp_http_client
 
-    async with create_mcp_http_client(headers={"Authorization": f"Bearer {token}"}) as http:
+    async with http_client({"Authorization": f"Bearer {token}"}) as http:
         async with Client(streamable_http_client(url, http_client=http), mode="auto") as client:
             yield client
 

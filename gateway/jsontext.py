@@ -77,7 +77,7 @@ def _loads_deep(text: str) -> Any:
     before anything else runs.
     """
     depth = 0
-    frame = sys._getframe()
+    frame = sys._getframe()  # noqa: SLF001 - CPython's documented frame access; no public equivalent
     while frame.f_back is not None:
         frame = frame.f_back
         depth += 1

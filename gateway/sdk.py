@@ -1,17 +1,27 @@
 """The mcp SDK internals the gateway cannot do without, each behind one function.
 
-mcp 2.x offers no public way to do these two things; every other use of the SDK goes
-through its public API. Checked against mcp 2.3.0: on an SDK upgrade, check these first
-(tests/test_relay.py and tests/test_lifecycle.py exercise both).
+mcp 2.x offers no public way to do these things: private attributes, and names its
+modules leave out of their ``__all__``. Every other use of the SDK goes through its public
+API (tests/test_sdk.py checks both mechanically, and ruff's SLF rule the attributes). All
+were checked against the minor release ``CHECKED`` names, which ``pyproject.toml`` pins:
+on an SDK upgrade, check these first (tests/test_relay.py, tests/test_lifecycle.py,
+tests/test_fast_path.py and tests/test_http_lane.py exercise them).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from mcp.server import connection as connections
+from mcp.server import runner
 from mcp.server.connection import Connection
 from mcp.server.context import ServerRequestContext
 from mcp.server.session import ServerSession
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp_types import ErrorData
+
+CHECKED = "2.3"
+"""The mcp minor release this module was checked against (``mcp>=2.3,<2.4``)."""
 
 
 def connection_of(ctx: ServerRequestContext[Any, Any]) -> Connection:
@@ -35,3 +45,23 @@ async def send_raw_request(session: ServerSession, method: str, params: dict[str
     """
     channel = session._request_outbound if related else session._connection.outbound  # noqa: SLF001
     return await channel.send_raw_request(method, params, None)
+
+
+def lifespan_state(manager: StreamableHTTPSessionManager) -> Any:
+    """The server's lifespan state while ``manager.run()`` is active: the SDK's HTTP entry
+    passes it to every request context, and the gateway's direct HTTP lane must too; the
+    manager keeps it as ``_lifespan_state`` (mcp 2.3.0)."""
+    return manager._lifespan_state  # noqa: SLF001
+
+
+def notify_only(outbound: Any) -> Any:
+    """The SDK's ``NotifyOnlyOutbound`` around a duplex channel: what a 2026-07-28 stdio
+    connection's handlers get (notifications pass, server requests are refused), as the
+    SDK's own stream loop installs it (``mcp.server.connection``, not in its ``__all__``)."""
+    return connections.NotifyOnlyOutbound(outbound)
+
+
+def modern_error_data(exc: Exception) -> ErrorData:
+    """The SDK's mapping of a 2026-07-28 handler's exception to its wire error (one ladder
+    for every modern entry; ``mcp.server.runner``, not in its ``__all__``)."""
+    return runner.modern_error_data(exc)

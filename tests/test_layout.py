@@ -10,6 +10,10 @@ a function: a lazy import that only hides a cycle is still a cycle.
 from __future__ import annotations
 
 import ast
+import importlib
+import importlib.metadata
+import importlib.util
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -200,18 +204,48 @@ def test_the_graph_sees_lazy_and_from_imports() -> None:
     assert "gateway.logs" in edges["gateway.commands.cli"]  # from gateway import logs
 
 
-def test_private_sdk_internals_are_reached_only_in_gateway_sdk() -> None:
-    """mcp's private attributes and modules break without notice on an SDK release:
-    each use sits in gateway/sdk.py, behind one function naming the version checked."""
-    bad = []
-    for name, path in modules().items():
-        if name == "gateway.sdk":
+def _sdk_internals(path: Path) -> list[str]:
+    """The SDK internals ``path`` imports: private modules or names, and names a module of
+    mcp leaves out of its ``__all__`` (a submodule is not a name)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(node, ast.ImportFrom) or not node.module or node.level:
             continue
-        source = path.read_text(encoding="utf-8")
-        if "SLF001" in source:
-            bad.append(f"{name}: reaches a private attribute (noqa: SLF001)")
-        for target in imported(path, name, modules()):
-            if target.startswith("mcp") and any(part.startswith("_") for part in target.split(".")):
-                bad.append(f"{name}: imports the private module {target}")
+        if node.module.split(".")[0] not in ("mcp", "mcp_types"):
+            continue
+        if any(part.startswith("_") for part in node.module.split(".")):
+            found.append(f"the private module {node.module}")
+            continue
+        exported = getattr(importlib.import_module(node.module), "__all__", None)
+        for alias in node.names:
+            if alias.name.startswith("_"):
+                found.append(f"the private name {node.module}.{alias.name}")
+            elif exported is not None and alias.name not in exported:
+                if importlib.util.find_spec(f"{node.module}.{alias.name}") is None:
+                    found.append(f"{node.module}.{alias.name}, not in its __all__")
+    return found
+
+
+def test_sdk_internals_are_reached_only_in_gateway_sdk() -> None:
+    """mcp's private modules and unexported names break without notice on an SDK release:
+    each use sits in gateway/sdk.py, behind one function (its private attributes are
+    ruff's SLF rule, on everywhere but the tests)."""
+    bad = []
+    for room in ("gateway", "catalog", "spill", "bench"):
+        for path in sorted((ROOT / room).rglob("*.py")):
+            if path == ROOT / "gateway" / "sdk.py":
+                continue
+            bad += [f"{path.relative_to(ROOT)}: imports {what}" for what in _sdk_internals(path)]
     assert not bad, "\n".join(bad)
-    assert "mcp 2.3.0" in (ROOT / "gateway" / "sdk.py").read_text(encoding="utf-8")
+
+
+def test_the_installed_sdk_is_the_release_gateway_sdk_was_checked_against() -> None:
+    """gateway/sdk.py names the mcp minor release it was checked against; the installed one
+    and the pin in pyproject.toml must be that release."""
+    from gateway.sdk import CHECKED
+
+    major, minor = (int(part) for part in CHECKED.split("."))
+    assert importlib.metadata.version("mcp").startswith(f"{CHECKED}."), importlib.metadata.version("mcp")
+    pins = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["dependencies"]
+    assert f"mcp>={CHECKED},<{major}.{minor + 1}" in pins, pins
+    assert f"mcp-types>={CHECKED},<{major}.{minor + 1}" in pins, pins

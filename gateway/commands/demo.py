@@ -616,9 +616,8 @@ async def _serve_http(server: Server[Any], args: argparse.Namespace) -> None:
 
     import uvicorn
     from starlette.applications import Starlette
-    from starlette.requests import Request
-    from starlette.responses import Response
     from starlette.routing import Mount, Route
+    from starlette.types import Receive, Scope, Send
 
     from gateway.upstream.listen import listening_socket
 
@@ -632,14 +631,16 @@ async def _serve_http(server: Server[Any], args: argparse.Namespace) -> None:
 
         sse = SseServerTransport("/messages/")
 
-        async def handle_sse(request: Request) -> Response:
-            async with sse.connect_sse(request.scope, request.receive, request._send) as (read, write):
-                await server.run(read, write, server.create_initialization_options())
-            return Response()
+        class SseStream:
+            """``GET /sse`` as a plain ASGI app: the transport writes the whole response itself."""
+
+            async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+                async with sse.connect_sse(scope, receive, send) as (read, write):
+                    await server.run(read, write, server.create_initialization_options())
 
         app = Starlette(
             routes=[
-                Route("/sse", endpoint=handle_sse, methods=["GET"]),
+                Route("/sse", endpoint=SseStream(), methods=["GET"]),
                 Mount("/messages/", app=sse.handle_post_message),
             ]
         )

@@ -30,9 +30,8 @@ from typing import Any
 
 import anyio
 import mcp_types as types
-from mcp.server.connection import Connection, NotifyOnlyOutbound
+from mcp.server.connection import Connection
 from mcp.server.context import CallNext, ServerRequestContext
-from mcp.server.runner import modern_error_data
 from mcp.server.session import ServerSession
 from mcp.shared.dispatcher import CallOptions, coerce_request_id
 from mcp.shared.exceptions import MCPError, NoBackChannelError
@@ -45,7 +44,7 @@ from mcp_types.methods import validate_client_request
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
-from gateway.sdk import connection_of
+from gateway.sdk import connection_of, modern_error_data, notify_only
 from gateway.shapes import plain_call_params
 from gateway.upstream.server import Handlers
 from gateway.upstream.stdio import Wire
@@ -253,7 +252,7 @@ class FastCall:
         calls, params, route = self.calls, self.params, self.route
         handlers = calls.handlers
         if route is not None:
-            connection = envelope_connection(route, self.meta, NotifyOnlyOutbound(_WireOutbound(dctx.wire)))
+            connection = envelope_connection(route, self.meta, notify_only(_WireOutbound(dctx.wire)))
         else:
             assert self.legacy is not None
             connection = self.legacy

@@ -31,6 +31,7 @@ from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.types import Message, Receive, Scope, Send
 
+from gateway.sdk import lifespan_state
 from gateway.upstream.events import RETRY_MS, SESSION_HEADER, BoundedEventStore, marked
 from gateway.upstream.listen import listening_socket
 
@@ -295,5 +296,5 @@ async def serve_http(handlers: Any, listen: str, tokens: Sequence[str]) -> None:
     config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False)
     async with manager.run():
         if lane is not None:
-            lane.lifespan = manager._lifespan_state  # the server's lifespan state, as the SDK's entry passes it
+            lane.lifespan = lifespan_state(manager)  # as the SDK's entry passes it
         await uvicorn.Server(config).serve(sockets=[sock])

@@ -30,7 +30,6 @@ from typing import Any
 import anyio
 import mcp_types as types
 import pydantic_core
-from mcp.server.runner import modern_error_data
 from mcp.server.streamable_http import check_accept_headers
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from mcp.shared.dispatcher import CallOptions
@@ -50,6 +49,7 @@ from mcp.shared.transport_context import TransportContext
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
+from gateway.sdk import modern_error_data
 from gateway.upstream.fast import (
     answer_directly,
     envelope_connection,
