@@ -73,7 +73,7 @@ def build_and_decide(servers: list[Any], memo: Any = None) -> tuple[Any, Any, fl
     from catalog.build import build
     from catalog.names import PROFILES
     from gateway.engine.epoch import META_TOOLS, meta_declarations
-    from gateway.wire import wire_problem
+    from gateway.published import wire_problem
 
     started = time.perf_counter()
     catalog = build(servers, PROFILES["openai"], "__", reserved=META_TOOLS, extra_check=wire_problem, memo=memo)

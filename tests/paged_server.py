@@ -14,7 +14,7 @@ from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.stdio import stdio_server
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
-from gateway.wire import CACHE_HINTS
+from gateway.eras import CACHE_HINTS
 
 ITEMS = {
     "resources": [{"uri": f"paged://r/{i}", "name": f"r{i}"} for i in range(3)],

@@ -13,14 +13,14 @@ from canonicaljson import encode_canonical_json
 
 import catalog.budget
 import catalog.build
-import gateway.wire
+import gateway.published
 from catalog.budget import ClientPolicy, decide, estimate_members, estimate_tokens
 from catalog.build import build
 from catalog.canonical import members
 from catalog.model import ServerTools
 from catalog.names import PROFILES
 from gateway.engine.epoch import META_TOOLS, meta_declarations
-from gateway.wire import wire_problem
+from gateway.published import wire_problem
 from tests.helpers import shuffled
 from tests.varied_catalog import servers
 
@@ -53,14 +53,14 @@ def test_each_schema_shape_is_checked_once(monkeypatch: pytest.MonkeyPatch) -> N
 
 def test_the_wire_model_is_validated_once_per_shape_and_model(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[str] = []
-    serialize = gateway.wire.serialize_server_result
+    serialize = gateway.published.serialize_server_result
 
     def counting(method: str, version: str, data: Any) -> Any:
         calls.append(version)
         return serialize(method, version, data)
 
-    monkeypatch.setattr(gateway.wire, "serialize_server_result", counting)
-    gateway.wire._verdicts.clear()
+    monkeypatch.setattr(gateway.published, "serialize_server_result", counting)
+    gateway.published._verdicts.clear()
     tools = _tools(40, 2, seed=1)
     catalog_ = build([ServerTools("s", "s", tools)], PROFILES["openai"], extra_check=wire_problem)
     assert len(catalog_.entries) == 40

@@ -8,7 +8,7 @@ from catalog.build import build
 from catalog.model import ServerTools
 from catalog.names import PROFILES
 from gateway.engine.checks import CheckCache
-from gateway.wire import wire_problem
+from gateway.published import wire_problem
 
 GOOD = {"name": "ok", "inputSchema": {"type": "object", "properties": {"a": {"type": "string"}}}}
 BAD = {"name": "bad", "inputSchema": {"type": "object", "properties": {"a": {"type": "strin"}}}}

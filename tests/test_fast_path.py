@@ -255,7 +255,7 @@ async def test_sdk_client_on_the_fast_path(tmp_path: Path, mode: str) -> None:
 
 
 def test_the_switch_is_read_from_the_environment() -> None:
-    from gateway.wire import fast_path
+    from gateway.fastpath import fast_path
 
     assert fast_path({}) and fast_path({"PREFIXGATE_FAST_PATH": "1"})
     assert not fast_path({"PREFIXGATE_FAST_PATH": "0"}) and not fast_path({"PREFIXGATE_FAST_PATH": "Off"})

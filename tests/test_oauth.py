@@ -364,7 +364,7 @@ async def test_logout_reaches_a_running_gateway(tmp_path: Path) -> None:
 
 
 def test_a_refused_refresh_is_failed_with_the_login_command(tmp_path: Path) -> None:
-    from gateway.state.tokens import TokenFile
+    from gateway.state.oauthtokens import TokenFile
 
     with oauth_server(tmp_path, "--lifetime", "1") as url:
         config = write_config(tmp_path, {"remote": {"url": url, "auth": "oauth"}})

@@ -11,7 +11,8 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import REQUEST_TIMEOUT
 
 from gateway.downstream.rawcalls import RawCalls
-from gateway.downstream.stdio import ChildStdout, Deferred, encode_plain
+from gateway.downstream.stdio import ChildStdout, Deferred
+from gateway.lines import encode_plain
 
 pytestmark = pytest.mark.anyio
 

@@ -11,9 +11,11 @@ from hypothesis import strategies as st
 from mcp.shared.message import SessionMessage
 
 from gateway import jsontext
-from gateway.downstream.stdio import LineSplitter, _parse, encode, encode_plain, is_blank
+from gateway.downstream.stdio import _parse
+from gateway.eras import LIST_CACHE_FIELDS
+from gateway.lines import LineSplitter, encode, encode_plain, is_blank
+from gateway.published import PublishedTools
 from gateway.upstream.stdio import encode_reply
-from gateway.wire import LIST_CACHE_FIELDS, PublishedTools
 
 
 @given(

@@ -164,7 +164,7 @@ def outputs(seed: int = 0) -> dict[str, Any]:
     from catalog.build import build
     from catalog.names import PROFILES
     from gateway.engine.epoch import META_TOOLS, meta_declarations
-    from gateway.wire import published_tools, wire_problem
+    from gateway.published import published_tools, wire_problem
 
     result: dict[str, Any] = {}
     raw = servers(seed)

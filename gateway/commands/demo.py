@@ -43,7 +43,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, ValidationError
 
-from gateway.wire import CACHE_HINTS, LIST_CACHE_FIELDS, with_result_type
+from gateway.eras import CACHE_HINTS, LIST_CACHE_FIELDS, with_result_type
 
 _VERBS = ["get", "list", "create", "update", "delete", "search", "sync", "archive", "export", "describe"]
 _NOUNS = [

@@ -58,7 +58,7 @@ from gateway.engine.lockfile import lock_path, read_lock
 from gateway.engine.oauth import login_command, token_file
 from gateway.redact import redact
 from gateway.state.backend import state_store
-from gateway.state.tokens import TokenFileError
+from gateway.state.oauthtokens import TokenFileError
 
 CLIENTS = ("claude-code", "claude-desktop", "cursor", "vscode", "codex")
 STDERR_LINES = 5

@@ -28,7 +28,7 @@ from gateway.config import Config, ServerConfig
 from gateway.downstream.connection import Downstream
 from gateway.downstream.oauth import Interactive, LoginNeeded
 from gateway.engine.oauth import oauth_setup, token_file
-from gateway.state.tokens import MAX_SCOPE_CHARS, TokenFileError, TokenStore
+from gateway.state.oauthtokens import MAX_SCOPE_CHARS, TokenFileError, TokenStore
 
 DEFAULT_TIMEOUT = 300.0
 MAX_REQUEST_BYTES = 16 << 10

@@ -40,9 +40,9 @@ async def serve(
     ``prelude``: the stdio start that answered before this was imported (its early servers
     and what it read are taken over here).
     """
+    from gateway.fastpath import fast_path
     from gateway.upstream import fast
     from gateway.upstream.server import Handlers
-    from gateway.wire import fast_path
 
     lane: fast.FastCalls | None = None
     early = prelude.children if prelude is not None else None

@@ -50,8 +50,8 @@ from gateway.downstream.related import CALLER, HEADER, Related
 from gateway.downstream.spawn import Spawned
 from gateway.downstream.stderrtail import informative
 from gateway.downstream.stdio import MESSAGE_TOO_LARGE, UNPARSABLE_REPLY, ChildProcess, CommandNotFound, stdio_transport
+from gateway.fastpath import fast_path
 from gateway.results import error_result
-from gateway.wire import fast_path
 
 Status = Literal["starting", "ready", "failed", "late", "disabled", "exited", "restarting"]
 ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]

@@ -189,7 +189,7 @@ def header_maps(tools: tuple[Any, ...]) -> dict[str, dict[tuple[str, ...], str]]
     """Each tool's ``x-mcp-header`` map (argument path -> header name), for its calls.
 
     A tool whose annotations are invalid gets none: the catalog quarantines it
-    (``gateway.wire.wire_problem``), so it is never called; the others are kept.
+    (``gateway.published.wire_problem``), so it is never called; the others are kept.
     """
     maps: dict[str, dict[tuple[str, ...], str]] = {}
     for tool in tools:

@@ -6,7 +6,7 @@ dynamic registration, PKCE S256, ``resource``, scope selection and step-up, ``is
 checks, refresh); ``ClientCredentialsOAuthProvider`` does the headless grant. This module
 adds only what a gateway needs around them:
 
-- tokens come from a store the engine hands in (``gateway.state.tokens``), which keeps the
+- tokens come from a store the engine hands in (``gateway.state.oauthtokens``), which keeps the
   absolute expiry, so a restarted gateway refreshes before sending an expired token;
 - the provider's idea of expiry is moved a little earlier (half the lifetime, at most a
   minute), so a token is refreshed before it can expire on its way to the server;
@@ -66,7 +66,7 @@ for _name in ("mcp.client.auth.oauth2", "mcp.client.streamable_http", "mcp.clien
 
 
 class Store(TokenStorage, Protocol):
-    """What the provider needs of a token store (``gateway.state.tokens.TokenStore``)."""
+    """What the provider needs of a token store (``gateway.state.oauthtokens.TokenStore``)."""
 
     async def load(self) -> object: ...
 

@@ -21,13 +21,12 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, cast
 
 import anyio
 import anyio.abc
 import anyio.lowlevel
 import mcp_types as types
-import pydantic_core
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.os.posix.utilities import terminate_posix_process_tree
 from mcp.shared.message import SessionMessage
@@ -38,9 +37,19 @@ from gateway.config import DEFAULT_MAX_MESSAGE_BYTES
 from gateway.downstream.rawcalls import RawCalls
 from gateway.downstream.spawn import CommandNotFound as CommandNotFound
 from gateway.downstream.spawn import Spawned, spawn
+from gateway.lines import (
+    KEEP,
+    LineReader,
+    LineSplitter,
+    Overlong,
+    encode,
+    encode_plain,
+    error_message,
+    is_blank,
+    reply_id,
+)
 
 log = logging.getLogger("prefixgate.stdio")
-Item = TypeVar("Item")
 
 _GRACE_SECONDS = 0.2
 """How long a stopping server gets after EOF on stdin (and half as long after SIGTERM)
@@ -54,8 +63,6 @@ MESSAGE_TOO_LARGE = -32099
 """JSON-RPC error code (implementation-defined range) of a reply the gateway refused for size."""
 UNPARSABLE_REPLY = -32098
 """JSON-RPC error code of a reply the gateway could not parse (not JSON, too deep, not JSON-RPC)."""
-_KEEP = 4096
-"""Bytes kept at each end of an overlong line: enough to find its id."""
 
 
 class ChildStdin(anyio.abc.ByteSendStream):
@@ -147,72 +154,6 @@ class ChildProcess:
         return f"exit status {code}"
 
 
-@dataclass
-class Overlong:
-    """A line longer than the splitter's limit: only its size and its two ends were kept."""
-
-    size: int
-    head: bytes
-    tail: bytes
-
-
-class LineSplitter:
-    """Re-joins chunks into lines in linear time; a long line is handed over, never copied.
-
-    A 16 MiB result arrives as hundreds of chunks: joining them by concatenation would
-    be quadratic, and copying the joined line once more would double the peak memory.
-    A line growing past ``limit`` is not buffered further: its bytes are counted and
-    dropped as they arrive, keeping ``keep`` bytes at each end (where its id can be found),
-    and it comes out as an ``Overlong``.
-    """
-
-    def __init__(self, limit: int | None = None, keep: int = _KEEP) -> None:
-        self.pending = bytearray()
-        self.limit = limit
-        self.keep = keep
-        self._over: Overlong | None = None
-
-    def feed(self, chunk: bytes) -> list[bytes | bytearray | Overlong]:
-        lines: list[bytes | bytearray | Overlong] = []
-        start = 0
-        while True:
-            end = chunk.find(b"\n", start)
-            stop = len(chunk) if end < 0 else end
-            if self._over is not None:
-                self._overflow(chunk[start:stop])
-            elif self.limit is not None and len(self.pending) + stop - start > self.limit:
-                self.pending += chunk[start:stop]
-                self._over = Overlong(
-                    len(self.pending), bytes(self.pending[: self.keep]), bytes(self.pending[-self.keep :])
-                )
-                self.pending = bytearray()
-            elif end >= 0 and not self.pending:
-                lines.append(chunk[start:end])
-                start = end + 1
-                continue
-            else:
-                self.pending += chunk[start:stop]
-            if end < 0:
-                return lines
-            if self._over is not None:
-                lines.append(self._over)
-                self._over = None
-            else:
-                lines.append(self.pending)
-                self.pending = bytearray()
-            start = end + 1
-
-    def _overflow(self, piece: bytes) -> None:
-        over = self._over
-        assert over is not None
-        over.size += len(piece)
-        over.tail = (over.tail + piece)[-self.keep :] if len(piece) < self.keep else piece[-self.keep :]
-
-
-def is_blank(line: bytes | bytearray) -> bool:
-    return not line or line.isspace()
-
-
 def _parse(line: bytes | bytearray) -> SessionMessage | Exception:
     """One JSON-RPC message; invalid UTF-8 and lone surrogates are replaced.
 
@@ -243,33 +184,6 @@ def _validate(data: Any) -> SessionMessage | Exception:
         return exc
 
 
-def encode(message: SessionMessage) -> bytes:
-    """One message as a JSON line. Raises ``ValueError`` when it cannot be serialised."""
-    try:
-        data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
-        return data.encode("utf-8") + b"\n"
-    except (ValueError, RecursionError) as exc:  # PydanticSerializationError, UnicodeEncodeError
-        raise ValueError(str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__) from None
-
-
-def encode_plain(message: dict[str, Any]) -> bytes:
-    """A JSON-RPC message given as a plain dict, as one JSON line: the bytes ``encode``
-    makes of the same message's model (pydantic-core's serializer, NaN and Infinity as
-    null; tests/test_stdio_lines.py), without building and validating the model first."""
-    try:
-        return pydantic_core.to_json(message, inf_nan_mode="null") + b"\n"
-    except (ValueError, RecursionError) as exc:  # PydanticSerializationError
-        raise ValueError(str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__) from None
-
-
-def reply_id(message: SessionMessage) -> types.RequestId | None:
-    """The id a failed message must still be answered (or failed) for, if it has one."""
-    msg = message.message
-    if isinstance(msg, types.JSONRPCRequest | types.JSONRPCResponse | types.JSONRPCError):
-        return msg.id
-    return None
-
-
 def _too_large(line: Overlong, limit: int) -> SessionMessage | None:
     """The error that fails the request an overlong reply answered, or None (nothing to fail)."""
     request_id = jsontext.find_id(line.head, line.tail)
@@ -282,13 +196,9 @@ def _too_large(line: Overlong, limit: int) -> SessionMessage | None:
     )
 
 
-def jsonrpc_error(request_id: types.RequestId | None, code: int, text: str) -> types.JSONRPCError:
-    return types.JSONRPCError(jsonrpc="2.0", id=request_id, error=types.ErrorData(code=code, message=text))
-
-
 def _ends(line: bytes | bytearray) -> tuple[bytes, bytes]:
     """The first and last few KiB of a line: where its id is, should it not parse."""
-    return bytes(line[:_KEEP]), bytes(line[-_KEEP:])
+    return bytes(line[:KEEP]), bytes(line[-KEEP:])
 
 
 def _unparsable(exc: Exception, head: bytes, tail: bytes) -> SessionMessage | None:
@@ -301,10 +211,6 @@ def _unparsable(exc: Exception, head: bytes, tail: bytes) -> SessionMessage | No
     return error_message(request_id, UNPARSABLE_REPLY, f"unparsable reply: {text}")
 
 
-def error_message(request_id: types.RequestId | None, code: int, text: str) -> SessionMessage:
-    return SessionMessage(jsonrpc_error(request_id, code, text))
-
-
 @dataclass(slots=True)
 class Deferred:
     """A raw call's reply that arrived behind messages still queued for the session: the
@@ -315,83 +221,6 @@ class Deferred:
 
     def run(self) -> None:
         self.deliver(self.data)
-
-
-class LineReader(asyncio.Protocol, Generic[Item]):
-    """A pipe read in the event loop's own callback: no task wakes per chunk.
-
-    ``lines_received`` sees each chunk's lines as they arrive and answers what it can on
-    the spot; everything else waits in ``queue`` for one consuming task, in order. While
-    ``QUEUE_LIMIT`` items wait, reading pauses, so a peer that outpaces its consumer fills
-    its own pipe, not the gateway's memory.
-    """
-
-    QUEUE_LIMIT = 16
-
-    def __init__(self, splitter: LineSplitter) -> None:
-        self.splitter = splitter
-        self.queue: deque[Item] = deque()
-        self.busy = False
-        self.closed = False
-        self._transport: asyncio.ReadTransport | None = None
-        self._paused = False
-        self._waiter: asyncio.Future[None] | None = None
-
-    def lines_received(self, lines: list[bytes | bytearray | Overlong]) -> None:
-        raise NotImplementedError
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = cast(asyncio.ReadTransport, transport)
-
-    def data_received(self, data: bytes) -> None:
-        lines = self.splitter.feed(data)
-        del data
-        self.lines_received(lines)
-        if not self.queue:
-            return  # all answered on the spot: the consumer sleeps on
-        if len(self.queue) >= self.QUEUE_LIMIT and not self._paused and self._transport is not None:
-            self._paused = True
-            self._transport.pause_reading()
-        self._wake()
-
-    def eof_received(self) -> bool:
-        return False
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        self._wake()
-
-    @property
-    def behind(self) -> bool:
-        """Whether a line read now must wait its turn: something is queued, or in the
-        consumer's hands (taken, not yet ``done``), so it must not be overtaken."""
-        return bool(self.queue) or self.busy
-
-    def take(self) -> Item:
-        """The oldest queued item, for the consumer to handle, then say ``done``."""
-        self.busy = True
-        return self.queue.popleft()
-
-    def done(self) -> None:
-        """The item taken is handled; reading resumes once the queue has room again."""
-        self.busy = False
-        if self._paused and len(self.queue) < self.QUEUE_LIMIT // 2 and self._transport is not None:
-            self._paused = False
-            self._transport.resume_reading()
-
-    async def wait(self) -> None:
-        """Until something is queued or the pipe closed."""
-        if self.queue or self.closed:
-            return
-        self._waiter = asyncio.get_running_loop().create_future()
-        try:
-            await self._waiter
-        finally:
-            self._waiter = None
-
-    def _wake(self) -> None:
-        if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_result(None)
 
 
 class ChildStdout(LineReader[SessionMessage | Exception | Deferred]):

@@ -24,7 +24,8 @@ from catalog.validation import compile_validator, is_referencing
 from gateway.config import Config, ServerConfig
 from gateway.downstream.connection import Downstream
 from gateway.engine.checks import CheckCache
-from gateway.wire import DEFAULT_VERSION, PublishedTools, published_tools, wire_problem
+from gateway.eras import DEFAULT_VERSION
+from gateway.published import PublishedTools, published_tools, wire_problem
 from spill import artifact_read_declaration
 
 META_TOOLS = frozenset({"tool_search", "tool_call", "artifact_read"})

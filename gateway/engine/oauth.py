@@ -1,5 +1,5 @@
 """Where remote servers' OAuth tokens live and how a user is told to log in: the engine's glue
-between the token store (``gateway.state.tokens``) and the downstream connections
+between the token store (``gateway.state.oauthtokens``) and the downstream connections
 (``gateway.downstream.oauth``), which may not import each other."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import shlex
 
 from gateway.config import Config, ServerConfig
 from gateway.downstream.oauth import Interactive, OAuthSetup
-from gateway.state.tokens import TokenFile, TokenStore
+from gateway.state.oauthtokens import TokenFile, TokenStore
 
 
 def token_file(config: Config, server: ServerConfig) -> TokenFile:

@@ -29,11 +29,11 @@ from gateway.config import PolicyConfig, SpillConfig
 from gateway.downstream.connection import Downstream, ProgressFn
 from gateway.engine.epoch import META_TOOLS, Epoch
 from gateway.engine.validation import ValidationFailure, ValidationPool, ValidationTimeout
+from gateway.eras import DEFAULT_VERSION
 from gateway.results import error_result, text_result
 from gateway.shapes import plain_text_result
 from gateway.state.retention import collect
 from gateway.state.session import ClientState
-from gateway.wire import DEFAULT_VERSION
 from spill import ArtifactNotFound, artifact_read, bound_result, surely_within
 
 log = logging.getLogger("prefixgate.router")
@@ -168,7 +168,7 @@ class Router:
             if name in self.removed:
                 return error_result(f"Tool {name!r} is no longer available: the catalog changed and it was removed.")
             return error_result(f"Unknown tool {name!r}: it is not in this gateway's catalog." + down_hint(self, name))
-        refusal = self.refusal(epoch, name)
+        refusal = self.why_refused(epoch, name)
         if refusal is not None:
             return error_result(refusal)
         if epoch.is_deferred(name) and not state.allows(name):
@@ -245,7 +245,7 @@ class Router:
             return error_result(f"artifact_read: cannot read the artifact ({exc.strerror or 'I/O error'}).")
         return text_result(answer)
 
-    def refusal(self, epoch: Epoch, name: str) -> str | None:
+    def why_refused(self, epoch: Epoch, name: str) -> str | None:
         """The catalog lock, then policy: why this resolved tool may not run, or None. Checked
         before activation, which a shared store may have to be asked for: a refused tool costs
         no store round trip, and its answer is its refusal even while the store is down."""

@@ -57,7 +57,7 @@ def check_private_file(fd: int, label: str) -> os.stat_result:
     return info
 
 
-def refusal(label: str, exc: OSError) -> str:
+def why_not_opened(label: str, exc: OSError) -> str:
     """Why a private file was not opened (``O_NOFOLLOW | O_NONBLOCK``), in words."""
     if exc.errno == errno.ELOOP:
         return f"{label} is a symlink"
@@ -88,7 +88,7 @@ class Journal:
         self.label = f"activation journal {str(self.path)!r}"
 
     def _refused(self, exc: OSError) -> JournalError:
-        return JournalError(refusal(self.label, exc))
+        return JournalError(why_not_opened(self.label, exc))
 
     def read(self) -> bytes:
         """The journal's last record (empty when it does not exist yet).

@@ -17,7 +17,7 @@ import secrets
 from pathlib import Path
 
 from catalog.warm import MAX_RECORD_BYTES, Record, RecordError
-from gateway.state.journal import JournalError, check_private_file, open_private_dir, refusal
+from gateway.state.journal import JournalError, check_private_file, open_private_dir, why_not_opened
 
 DIRECTORY = "warm"
 SUFFIX = ".rec"
@@ -57,7 +57,7 @@ def read_record(state_dir: Path, key: str) -> bytes | None:
         except FileNotFoundError:
             return None
         except OSError as exc:
-            raise RecordUnusable(refusal(label, exc)) from None
+            raise RecordUnusable(why_not_opened(label, exc)) from None
     finally:
         os.close(dir_fd)
     with os.fdopen(fd, "rb") as handle:

@@ -3,7 +3,7 @@
 Through the SDK a call costs about eight task hops and four (de)serialisations in the
 gateway. On stdio the gateway owns its end of the wire (gateway/upstream/stdio.py),
 so a ``tools/call`` line is claimed here right after ``json.loads``: the same
-``Handlers.tools_call`` and ``Handlers.finish`` the SDK path runs (resolution, policy,
+``Handlers.run_tool_call`` and ``Handlers.finish`` the SDK path runs (resolution, policy,
 activation, arguments, forward, spill, result check, both eras' round trips), under a
 real ``ServerRequestContext`` built as the SDK's runner builds it, and the response is
 encoded as the SDK encodes it. So the bytes are the SDK path's bytes
@@ -44,11 +44,11 @@ from mcp_types.methods import validate_client_request
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
+from gateway.fastpath import FAST_PATH_ENV
 from gateway.sdk import connection_of, modern_error_data, notify_only
 from gateway.shapes import plain_call_params
 from gateway.upstream.server import Handlers
-from gateway.upstream.stdio import Wire
-from gateway.wire import FAST_PATH_ENV
+from gateway.upstream.stdio import ClientWriter
 
 log = logging.getLogger("prefixgate.fast")
 
@@ -60,7 +60,7 @@ _SHUTDOWN_WRITE_TIMEOUT = 1.0
 class _WireOutbound:
     """A modern connection's standalone channel: notifications on the wire, no requests."""
 
-    def __init__(self, wire: Wire) -> None:
+    def __init__(self, wire: ClientWriter) -> None:
         self.wire = wire
 
     async def send_raw_request(
@@ -99,7 +99,7 @@ class CallContext:
 
     def __init__(
         self,
-        wire: Wire,
+        wire: ClientWriter,
         request_id: types.RequestId,
         token: Any,
         requests: Connection | None,
@@ -177,19 +177,19 @@ class FastCall:
         """The client cancelled it: no answer is written, as in the SDK."""
         self.task: asyncio.Task[None] | None = None
         self.started = False
-        self.wire: Wire | None = None
+        self.wire: ClientWriter | None = None
         self.key = coerce_request_id(request_id)
-        calls.in_flight[self.key] = self  # from the moment it is read; duplicate ids overwrite, as in the SDK
+        calls.cancellable[self.key] = self  # from the moment it is read; duplicate ids overwrite, as in the SDK
 
-    def start(self, wire: Wire) -> None:
+    def start(self, wire: ClientWriter) -> None:
         self.wire = wire
         self.task = asyncio.get_running_loop().create_task(self.run(wire))
         wire.claimed.add(self.task)
 
     def _unlist(self) -> None:
         """No longer cancellable by its id (answered, or over)."""
-        if self.calls.in_flight.get(self.key) is self:
-            del self.calls.in_flight[self.key]
+        if self.calls.cancellable.get(self.key) is self:
+            del self.calls.cancellable[self.key]
 
     def _forget(self) -> None:
         """Out of the lane's and the wire's books (no done-callback: one loop turn less per call)."""
@@ -204,14 +204,14 @@ class FastCall:
             if not self.started:  # it will never run its own cleanup
                 self._forget()
 
-    async def run(self, wire: Wire) -> None:
+    async def run(self, wire: ClientWriter) -> None:
         self.started = True
         try:
             await self.answer_on(wire)
         finally:
             self._forget()
 
-    async def answer_on(self, wire: Wire) -> None:
+    async def answer_on(self, wire: ClientWriter) -> None:
         request_id = self.request_id
         token = progress_token_from_params(self.params)
         dctx = CallContext(wire, request_id, token, self.legacy)
@@ -283,7 +283,7 @@ class FastCalls:
         self.modern = False
         """Whether the connection opened in the 2026-07-28 era (the SDK decides, once)."""
         self.lifespan: Any = None
-        self.in_flight: dict[Any, FastCall] = {}
+        self.cancellable: dict[Any, FastCall] = {}
         self.used = False
         handlers.server.middleware.insert(0, self.observe)
 
@@ -331,7 +331,7 @@ class FastCalls:
     def cancel(self, request_id: Any) -> None:
         if isinstance(request_id, bool) or not isinstance(request_id, int | str):
             return
-        call = self.in_flight.get(coerce_request_id(request_id))
+        call = self.cancellable.get(coerce_request_id(request_id))
         if call is not None:
             call.cancel()
 
@@ -366,7 +366,7 @@ async def answer_directly(
     client = await handlers.client_of(ctx)
     if method == "tools/list":
         return dict(await handlers.list_tools(ctx, None))
-    result = await handlers.tools_call(ctx, client, params["name"], params.get("arguments"))
+    result = await handlers.run_tool_call(ctx, client, params["name"], params.get("arguments"))
     return dict(handlers.finish(ctx, result))
 
 

@@ -276,7 +276,7 @@ async def serve_http(handlers: Any, listen: str, tokens: Sequence[str]) -> None:
     import uvicorn
     from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
-    from gateway.wire import fast_path
+    from gateway.fastpath import fast_path
 
     host, port = parse_listen(listen)
     sock = listening_socket(host, port)  # accepting from the moment the URL is printed (uvicorn starts later)

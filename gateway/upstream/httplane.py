@@ -49,6 +49,7 @@ from mcp.shared.transport_context import TransportContext
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
+from gateway.fastpath import FAST_PATH_ENV
 from gateway.sdk import modern_error_data
 from gateway.upstream.fast import (
     answer_directly,
@@ -59,7 +60,6 @@ from gateway.upstream.fast import (
     valid_call,
 )
 from gateway.upstream.server import Handlers
-from gateway.wire import FAST_PATH_ENV
 
 log = logging.getLogger("prefixgate.http")
 

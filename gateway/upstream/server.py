@@ -38,11 +38,11 @@ from gateway.downstream.modern import relayable
 from gateway.downstream.related import CALLER
 from gateway.engine.capabilities import refusal
 from gateway.engine.hub import ClientConnection, Hub
+from gateway.eras import CACHE_HINTS, LIST_CACHE_FIELDS, with_result_type
 from gateway.results import error_result
 from gateway.sdk import connection_of
 from gateway.state.session import ClientState
 from gateway.upstream.inputs import answer_over_back_channel, missing_capability, requests_of
-from gateway.wire import CACHE_HINTS, LIST_CACHE_FIELDS, with_result_type
 
 log = logging.getLogger("prefixgate.server")
 
@@ -147,7 +147,7 @@ class Handlers:
             # result re-serialisation are skipped. Malformed params go on to the SDK,
             # which refuses them with its own error.
             params = ctx.params or {}
-            return self.finish(ctx, await self.tools_call(ctx, client, params["name"], params.get("arguments")))
+            return self.finish(ctx, await self.run_tool_call(ctx, client, params["name"], params.get("arguments")))
         return await call_next(ctx)
 
     async def discover(self, ctx: Context, call_next: CallNext) -> Any:
@@ -195,9 +195,9 @@ class Handlers:
 
     async def call_tool(self, ctx: Context, params: types.CallToolRequestParams) -> Any:
         """Registered so the SDK advertises tools; the middleware answers every call."""
-        return await self.tools_call(ctx, await self.client_of(ctx), params.name, params.arguments)
+        return await self.run_tool_call(ctx, await self.client_of(ctx), params.name, params.arguments)
 
-    async def tools_call(
+    async def run_tool_call(
         self, ctx: Context, client: ClientConnection, name: str, arguments: dict[str, Any] | None
     ) -> dict[str, Any]:
         """One ``tools/call``, either era: resolve it once, then run it with the round
@@ -232,9 +232,9 @@ class Handlers:
 
         if modern:
             # Its logs go to this request while it waits (no place in the back-channel order).
-            with _InFlight(client, ctx, target, None):
+            with _Attributed(client, ctx, target, None):
                 return await self.with_input(ctx, client, "tools/call", name, _Digest(arguments), target, run)
-        with _InFlight(client, ctx, target, hub.round_trips.order()):
+        with _Attributed(client, ctx, target, hub.round_trips.order()):
             result = await run(None)
             if target is not None and is_input_required(result):
                 try:
@@ -351,7 +351,7 @@ class Handlers:
         if ctx.protocol_version not in HANDSHAKE_PROTOCOL_VERSIONS:
             target = str(params.get("uri") if method == "resources/read" else params.get("name"))
             return _result(ctx, await self.with_input(ctx, client, method, target, _Digest(params), server_id, run))
-        with _InFlight(client, ctx, server_id, self.hub.round_trips.order()):
+        with _Attributed(client, ctx, server_id, self.hub.round_trips.order()):
             result = await run()
             if is_input_required(result):
                 result = await self.over_back_channel(result, server_id, run)
@@ -468,7 +468,7 @@ def _declared(ctx: ServerRequestContext[Any, Any]) -> dict[str, Any] | None:
     return _LastDump.dump
 
 
-class _InFlight:
+class _Attributed:
     """Record a call to ``target`` as in flight for the time of the block, so a server's
     logs and requests find the call (and client) that caused them. A class, not a
     generator context manager: this runs on every call."""

@@ -35,7 +35,7 @@ from pydantic import ValidationError
 
 from gateway import jsontext
 from gateway.config import DEFAULT_MAX_MESSAGE_BYTES
-from gateway.downstream.stdio import (
+from gateway.lines import (
     LineReader,
     LineSplitter,
     Overlong,
@@ -47,9 +47,9 @@ from gateway.downstream.stdio import (
     reply_id,
 )
 from gateway.plaintasks import cancel_all
+from gateway.published import PublishedTools
 from gateway.upstream.prelude import Handoff
 from gateway.upstream.stdiofiles import FileReading, FileWriting, watchable
-from gateway.wire import PublishedTools
 
 MAX_IN_FLIGHT = 64
 """Client requests read but not yet answered, per connection, before the reader waits."""
@@ -61,7 +61,7 @@ def _key(request_id: Any) -> tuple[str, Any]:
     return (type(request_id).__name__, request_id)
 
 
-class InFlight:
+class Unanswered:
     """The client's unanswered requests; ``wait_room`` parks the reader while there are too many."""
 
     def __init__(self, limit: int = MAX_IN_FLIGHT) -> None:
@@ -143,16 +143,16 @@ def _first_line(exc: Exception) -> str:
     return text.splitlines()[0][:200] if text else type(exc).__name__
 
 
-class Wire:
+class ClientWriter:
     """This end's own writer, for the requests a ``Lane`` answers: each message one whole
     line written at once (so lines never interleave with the SDK's). An answer counts as
     in flight until the client has taken it off the pipe (``drain``): claimed calls run
     side by side, so a client that never reads would otherwise have every answer pile up
     in the transport's buffer while the reader took more requests."""
 
-    def __init__(self, writer: asyncio.StreamWriter, in_flight: InFlight) -> None:
+    def __init__(self, writer: asyncio.StreamWriter, unanswered: Unanswered) -> None:
         self.writer = writer
-        self.in_flight = in_flight
+        self.unanswered = unanswered
         self.claimed: set[asyncio.Task[None]] = set()
         """The claimed requests' tasks still running: cancelled and awaited when this end closes."""
 
@@ -184,7 +184,7 @@ class Wire:
         try:
             await self._write(data)
         finally:
-            self.in_flight.done(request_id)
+            self.unanswered.done(request_id)
 
     async def _write(self, data: bytes) -> None:
         if self.writer.is_closing():
@@ -197,11 +197,11 @@ class Wire:
 
 class Claim(Protocol):
     """A request a ``Lane`` took: counted in flight, then run in a task of its own, kept in
-    ``Wire.claimed`` while it runs, which this end cancels (and waits for) when it closes."""
+    ``ClientWriter.claimed`` while it runs, which this end cancels (and waits for) when it closes."""
 
     request_id: types.RequestId
 
-    def start(self, wire: Wire) -> None: ...
+    def start(self, wire: ClientWriter) -> None: ...
 
 
 class Lane(Protocol):
@@ -222,7 +222,7 @@ class ClientStdin(LineReader[Any]):
     or the parse error that answers it) is queued for the reader task, in order, and a
     claimable call behind them, or past ``MAX_IN_FLIGHT``, waits its turn there too."""
 
-    def __init__(self, max_message_bytes: int, lane: Lane | None, wire: Wire, first: bytes = b"") -> None:
+    def __init__(self, max_message_bytes: int, lane: Lane | None, wire: ClientWriter, first: bytes = b"") -> None:
         super().__init__(LineSplitter(max_message_bytes))
         self.lane = lane
         self.wire = wire
@@ -237,7 +237,7 @@ class ClientStdin(LineReader[Any]):
 
     def lines_received(self, lines: list[bytes | bytearray | Overlong]) -> None:
         lines.reverse()
-        queue, lane, in_flight = self.queue, self.lane, self.wire.in_flight
+        queue, lane, unanswered = self.queue, self.lane, self.wire.unanswered
         while lines:
             if isinstance(lines[-1], Overlong):
                 queue.append(lines.pop())
@@ -246,9 +246,9 @@ class ClientStdin(LineReader[Any]):
                 lines.pop()
                 continue
             data = _load_client(cast("bytes | bytearray", lines.pop()))  # the only reference
-            claim = lane.claim(data) if lane is not None and not self.behind and in_flight.has_room() else None
+            claim = lane.claim(data) if lane is not None and not self.behind and unanswered.has_room() else None
             if claim is not None:
-                in_flight.add(claim.request_id)
+                unanswered.add(claim.request_id)
                 claim.start(self.wire)
                 continue
             queue.append(data)
@@ -285,8 +285,8 @@ async def stdio_streams(
     writer = asyncio.StreamWriter(write_transport, write_protocol, None, loop)
     if handoff.unwritten:
         writer.write(handoff.unwritten)  # the prelude's answers go out before anything of ours
-    in_flight = InFlight()
-    wire = Wire(writer, in_flight)
+    unanswered = Unanswered()
+    wire = ClientWriter(writer, unanswered)
     stdin = ClientStdin(max_message_bytes, lane, wire, handoff.unread)
     read_transport: asyncio.ReadTransport
     if watchable(wire_in):
@@ -322,8 +322,8 @@ async def stdio_streams(
             await answer(item)
             return
         if lane is not None and (claim := lane.claim(item)) is not None:
-            await in_flight.wait_room()
-            in_flight.add(claim.request_id)
+            await unanswered.wait_room()
+            unanswered.add(claim.request_id)
             claim.start(wire)
             return
         parsed = _validate_client(item)
@@ -335,14 +335,14 @@ async def stdio_streams(
             return
         msg = parsed.message
         if isinstance(msg, types.JSONRPCRequest):
-            await in_flight.wait_room()
-            in_flight.add(msg.id)
+            await unanswered.wait_room()
+            unanswered.add(msg.id)
         elif isinstance(msg, types.JSONRPCResponse | types.JSONRPCError):
             outgoing.discard(_key(msg.id))
         elif isinstance(msg, types.JSONRPCNotification) and msg.method == "notifications/cancelled":
             cancelled = (msg.params or {}).get("requestId")
             if cancelled is not None:
-                in_flight.done(cancelled)
+                unanswered.done(cancelled)
                 if lane is not None:
                     lane.cancel(cancelled)
         await read_send.send(parsed)
@@ -366,7 +366,7 @@ async def stdio_streams(
             for key in list(outgoing):
                 await unanswerable(key[1])
             outgoing.clear()
-            await in_flight.drained()
+            await unanswered.drained()
 
     async def write_lines() -> None:
         async with write_recv:
@@ -389,7 +389,7 @@ async def stdio_streams(
                         continue
                     outgoing.add(_key(message.message.id))
                 if isinstance(message.message, types.JSONRPCResponse | types.JSONRPCError):
-                    in_flight.done(message.message.id)
+                    unanswered.done(message.message.id)
                     if message.message.id in replayed:
                         if isinstance(message.message, types.JSONRPCError):
                             log.warning("the prelude's opening request was refused: %s", message.message.error.message)

@@ -30,7 +30,7 @@ import anyio
 from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 from pydantic import BaseModel, ValidationError
 
-from gateway.state.journal import JournalError, check_private_file, open_private_dir, refusal
+from gateway.state.journal import JournalError, check_private_file, open_private_dir, why_not_opened
 
 log = logging.getLogger("prefixgate.oauth")
 VERSION = 1
@@ -66,7 +66,7 @@ class TokenFile:
             raise TokenFileError(str(exc).replace("directory", "token directory", 1)) from None
 
     def _refused(self, exc: OSError) -> TokenFileError:
-        return TokenFileError(refusal(self.label, exc))
+        return TokenFileError(why_not_opened(self.label, exc))
 
     def read(self) -> dict[str, Any] | None:
         """The stored record, or None when there is none (or it is for another server/url).

@@ -8,47 +8,16 @@ field order, unknown fields dropped). ``serve`` and ``catalog --json`` both go t
 from __future__ import annotations
 
 import functools
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pydantic_core
-from mcp.server.caching import CacheHint
 from mcp_types.methods import SERVER_RESULTS, serialize_server_result
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION, MODERN_PROTOCOL_VERSIONS
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
 from catalog.schema import sort_keys
-
-FAST_PATH_ENV = "PREFIXGATE_FAST_PATH"
-"""``0`` sends every ``tools/call`` through the SDK on both sides of a stdio gateway
-(gateway/upstream/fast.py, gateway/downstream/rawcalls.py): the same bytes, slower."""
-
-
-def fast_path(environ: Mapping[str, str] = os.environ) -> bool:
-    return environ.get(FAST_PATH_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
-
-
-DEFAULT_VERSION = LATEST_HANDSHAKE_VERSION
-LIST_CACHE_FIELDS = {"resultType": "complete", "ttlMs": 0, "cacheScope": "public"}
-"""2026-07-28 cache hints of the aggregated lists: the same for every client, and
-immediately stale, because a change is announced (list_changed / subscriptions)."""
-CACHE_HINTS: dict[Any, CacheHint] = {
-    "tools/list": CacheHint(ttl_ms=0, scope="public"),
-    "prompts/list": CacheHint(ttl_ms=0, scope="public"),
-    "resources/list": CacheHint(ttl_ms=0, scope="public"),
-    "resources/templates/list": CacheHint(ttl_ms=0, scope="public"),
-    "resources/read": CacheHint(ttl_ms=0, scope="private"),
-}
-"""The same hints for the SDK to fill in on the results of handlers (gateway and demo server)."""
-
-
-def with_result_type(result: dict[str, Any], version: str) -> dict[str, Any]:
-    """A result as the negotiated era wants it: 2026-07-28 results name their type, and
-    a result relayed from a handshake-era server (or built as a plain dict) has none."""
-    if version in MODERN_PROTOCOL_VERSIONS:
-        result.setdefault("resultType", "complete")
-    return result
+from gateway.eras import DEFAULT_VERSION, LIST_CACHE_FIELDS
 
 
 class PublishedTools(list[dict[str, Any]]):
