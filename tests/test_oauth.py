@@ -513,7 +513,7 @@ def test_a_forged_redirect_is_reported_escaped_and_without_the_expected_state(tm
 
 
 def test_an_answer_that_is_not_utf8_is_named_plainly() -> None:
-    from gateway.downstream.connection import _short
+    from gateway.downstream.errors import short as _short
 
     said = _short(UnicodeDecodeError("utf-8", b"\xff\xfe", 0, 1, "invalid start byte"))
     assert said == "UnicodeDecodeError: an answer that is not UTF-8 text (byte 0)"

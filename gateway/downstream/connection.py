@@ -17,8 +17,8 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AsyncExitStack
 from typing import Any, Literal, Protocol
 
 import anyio
@@ -33,7 +33,9 @@ from catalog.warm import Contribution
 from gateway import __version__
 from gateway.config import ServerConfig
 from gateway.downstream import backoff
+from gateway.downstream.errors import leaf, short
 from gateway.downstream.inbox import Inbox
+from gateway.downstream.listening import ListenStream
 from gateway.downstream.modern import ENVELOPE as _ENVELOPE
 from gateway.downstream.modern import (
     client_info,
@@ -46,10 +48,11 @@ from gateway.downstream.modern import (
     stamp,
 )
 from gateway.downstream.oauth import LoginNeeded, OAuthSetup
-from gateway.downstream.related import CALLER, HEADER, Related
+from gateway.downstream.related import CALLER, HEADER
 from gateway.downstream.spawn import Spawned
 from gateway.downstream.stderrtail import informative
-from gateway.downstream.stdio import MESSAGE_TOO_LARGE, UNPARSABLE_REPLY, ChildProcess, CommandNotFound, stdio_transport
+from gateway.downstream.stdio import MESSAGE_TOO_LARGE, UNPARSABLE_REPLY, CommandNotFound
+from gateway.downstream.transports import Transport, transport_for
 from gateway.fastpath import fast_path
 from gateway.results import error_result
 
@@ -59,8 +62,6 @@ ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
 log = logging.getLogger("prefixgate.downstream")
 
 _MAX_PAGES = 10_000
-BACKOFF_START = backoff.START
-BACKOFF_MAX = backoff.LIMIT
 LIVENESS_INTERVAL = float(os.environ.get("PREFIXGATE_LIVENESS_INTERVAL") or 15.0)
 """Seconds between liveness checks of a remote server (the environment variable exists for tests)."""
 SPEC_ERRORS = (-32099, -32020)
@@ -69,8 +70,6 @@ MAX_ERROR_CHARS = 500
 """A server's error message kept in a tool's ``isError`` text (one line)."""
 LISTEN_WAIT = 10.0
 """Seconds a modern server's start waits for its listen stream before listing without it."""
-MAX_WATCHED = 1024
-"""Resource URIs one modern server is watched for (each is a filter entry of its listen stream)."""
 
 
 class DownstreamUnavailable(Exception):
@@ -111,52 +110,6 @@ class NoEvents:
         raise MCPError(code=INVALID_REQUEST, message=f"prefixgate has no client to forward {method} to")
 
 
-def _capped_client_factory(endpoint: str) -> Any:
-    """The SSE transport's HTTP client, built as the SDK builds it, with OAuth-side answers capped."""
-    import httpx2
-
-    from gateway.downstream.oauth import CappedAuthAnswers
-
-    def factory(headers: Any = None, timeout: Any = None, auth: Any = None) -> httpx2.AsyncClient:
-        return httpx2.AsyncClient(
-            headers=headers, timeout=timeout, auth=auth, follow_redirects=False, transport=CappedAuthAnswers(endpoint)
-        )
-
-    return factory
-
-
-def _leaf(exc: BaseException) -> BaseException:
-    """The first real error inside (nested) exception groups: the one worth reporting."""
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
-    return exc
-
-
-def _short(exc: BaseException) -> str:
-    """One line for an error, escaped; a few that would quote what must not be shown are reworded."""
-    text = str(exc).strip()
-    if isinstance(exc, UnicodeDecodeError):
-        text = f"an answer that is not UTF-8 text (byte {exc.start})"
-    elif text.startswith("State parameter mismatch"):  # the SDK would print the expected state
-        text = "the authorization response's state is not this login's (a stale or forged redirect)"
-    elif "Illegal header value" in text:  # the HTTP library would print the header: a credential
-        text = "a header value the HTTP library refused (not shown)"
-    line = f"{type(exc).__name__}: {escape(text.splitlines()[0][:300])}" if text else type(exc).__name__
-    host = _host_of(exc)
-    return line + f" ({escape(host)})" if host is not None and host.rsplit(":", 1)[0] not in text else line
-
-
-def _host_of(exc: BaseException) -> str | None:
-    """``host:port`` of the request an HTTP library error was for ("Name or service not known"
-    names no host); never its path or query, which may carry credentials."""
-    try:
-        url = exc.request.url  # type: ignore[attr-defined]  # httpx's errors; a RuntimeError when unset
-    except (AttributeError, RuntimeError):
-        return None
-    port = url.port or {"https": 443, "http": 80}.get(url.scheme)
-    return f"{url.host}:{port}" if url.host else None
-
-
 class Downstream:
     """Owns one server's transport and session inside its own task (``run``)."""
 
@@ -169,9 +122,6 @@ class Downstream:
         early: Spawned | None = None,
     ) -> None:
         self.config = config
-        self._early = early
-        """A stdio server's process started before the gateway was up (``gateway.upstream.prelude``):
-        the first connection adopts it instead of spawning one."""
         self._oauth = oauth
         """Token store and login hints for a remote server with ``auth`` (``gateway.downstream.oauth``)."""
         self.events: Events = events or NoEvents()
@@ -199,12 +149,11 @@ class Downstream:
             self.settled.set()
             self.closed.set()
         self._dispatcher: JSONRPCDispatcher[Any] | None = None
-        self._child: ChildProcess | None = None
+        self.transport: Transport = transport_for(config, on_stderr=self._stderr_line, auth=self._auth, early=early)
+        """How the server is reached: a stdio child, streamable HTTP or SSE (``transports.py``)."""
         self._raw_calls = fast_path()
         """``tools/call`` to a stdio child as raw lines (``PREFIXGATE_FAST_PATH=0``: through the SDK)."""
         self._headers: dict[str, str] = {}
-        self._related: Related | None = None
-        """A streamable-HTTP server's calls in flight, to tell whose its requests are (``related.py``)."""
         self._scope: anyio.CancelScope | None = None
         self._ready_at: float | None = None
         """When the current connection became ready: how long it stayed healthy decides the backoff."""
@@ -223,11 +172,8 @@ class Downstream:
         self._hinted = False
         self._refused_handshake = False
         """The server refused the handshake once: its reconnects go straight to ``server/discover``."""
-        self._watched: set[str] = set()
-        """Resource URIs clients subscribed to on a modern server (its listen filter)."""
-        self._listening: frozenset[str] = frozenset()
-        self._relisten = anyio.Event()
-        self._listen_changed = anyio.Event()
+        self.listen_stream = ListenStream(config.id, self._log, self._relisted)
+        """A modern server's change events (``listening.py``)."""
 
     @property
     def id(self) -> str:
@@ -298,8 +244,7 @@ class Downstream:
         finally:
             self._dispatcher = None
             self._session = None
-            if self._early is not None:
-                self._early.discard()
+            self.transport.discard()
             self.settled.set()
             self.joined.set()
             self.closed.set()
@@ -331,7 +276,10 @@ class Downstream:
                             # Listening before listing: a change made between the two (a call
                             # from a warm start's catalog can come that early) is never missed.
                             listening = anyio.Event()
-                            tg.start_soon(self._listen, self._session, listening)
+                            session = self._session
+                            tg.start_soon(
+                                self.listen_stream.hold, session, self.capabilities, listening, self._current(session)
+                            )
                             with anyio.move_on_after(LISTEN_WAIT):
                                 await listening.wait()
                         await self.refresh(tools=True, resources=True, prompts=True)
@@ -354,17 +302,17 @@ class Downstream:
                 except OSError as exc:
                     self._set("failed", f"cannot start: {exc.strerror or exc}")
                 except Exception as exc:  # a broken server must never take the gateway down
-                    leaf = _leaf(exc)
-                    if isinstance(leaf, MCPError):
-                        self._set("failed", await self._startup_error(leaf))
-                    elif isinstance(leaf, CommandNotFound | LoginNeeded):
-                        self._set("failed", str(leaf))
-                    elif ready.is_set() and self._child is None:
+                    cause = leaf(exc)
+                    if isinstance(cause, MCPError):
+                        self._set("failed", await self._startup_error(cause))
+                    elif isinstance(cause, CommandNotFound | LoginNeeded):
+                        self._set("failed", str(cause))
+                    elif ready.is_set() and self.config.transport != "stdio":
                         # A remote connection that was serving: its HTTP client failed (the
                         # server went away), which is a lost connection, not a failed start.
-                        self._set("exited", f"connection lost: {_short(leaf)}")
+                        self._set("exited", f"connection lost: {short(cause)}")
                     else:
-                        self._set("failed", _short(leaf) + self._stderr_hint())
+                        self._set("failed", short(cause) + self._stderr_hint())
                 finally:
                     self._dispatcher = None
                     self._session = None
@@ -407,7 +355,7 @@ class Downstream:
             self._adopt(session, dispatcher, modern=await negotiate(session))
 
     async def _session_on(self, stack: AsyncExitStack) -> tuple[ClientSession, JSONRPCDispatcher[Any]]:
-        read, write = await stack.enter_async_context(self._open())
+        read, write = await stack.enter_async_context(self.transport.open())
         dispatcher: JSONRPCDispatcher[Any] = JSONRPCDispatcher(read, write)
         session = ClientSession(
             dispatcher=dispatcher,
@@ -432,79 +380,18 @@ class Downstream:
         self.capabilities = caps.model_dump(by_alias=True, mode="json", exclude_none=True) if caps else {}
         self._log.info("[%s] protocol %s", self.id, version)
 
-    async def _listen(self, session: ClientSession, listening: anyio.Event) -> None:
-        """A modern server's change events come only on a ``subscriptions/listen`` stream.
+    def _current(self, session: ClientSession) -> Callable[[], bool]:
+        """Whether ``session`` is still this server's connection (a listen stream ends with it)."""
+        return lambda: self._session is session
 
-        Its events also reach ``_message`` (the SDK tees them), which re-lists or relays
-        as for a handshake-era server; this task holds the stream open and drains it. The
-        resource URIs clients subscribed to are the stream's filter, so a change to them
-        re-opens it. A lost stream is re-opened after a pause, and everything re-listed
-        (events may have been missed meanwhile, and there is no replay).
-        """
-        from mcp.client.subscriptions import listen
-
-        caps = self.capabilities
-        tools, prompts, resources = (
-            bool((caps.get(k) or {}).get("listChanged")) for k in ("tools", "prompts", "resources")
-        )
-        if not (tools or prompts or resources or (caps.get("resources") or {}).get("subscribe")):
-            listening.set()
-            return
-        pause = BACKOFF_START
-        lost = False
-        while self._session is session:
-            relisten = self._relisten = anyio.Event()
-            uris = sorted(self._watched)
-            try:
-                async with listen(
-                    session,
-                    tools_list_changed=tools,
-                    prompts_list_changed=prompts,
-                    resources_list_changed=resources,
-                    resource_subscriptions=uris,
-                ) as events:
-                    pause = BACKOFF_START
-                    listening.set()
-                    self._listening = frozenset(uris)
-                    self._listen_changed.set()
-                    self._listen_changed = anyio.Event()
-                    if lost:
-                        lost = False
-                        for kind in ("tools", "prompts", "resources"):
-                            await self.events.server_notification(self, f"notifications/{kind}/list_changed", {})
-                    with anyio.CancelScope() as scope:
-
-                        async def wake(relisten: anyio.Event = relisten) -> None:
-                            await relisten.wait()
-                            scope.cancel()
-
-                        async with anyio.create_task_group() as tg:
-                            tg.start_soon(wake)
-                            async for _ in events:
-                                pass
-                            tg.cancel_scope.cancel()
-                    if relisten.is_set():
-                        continue
-            except Exception as exc:  # noqa: BLE001 - no stream costs change events, never the server
-                self._log.info("[%s] subscriptions/listen ended: %s", self.id, _short(exc))
-            listening.set()
-            lost = True
-            await anyio.sleep(pause)
-            pause = min(pause * 2, BACKOFF_MAX)
+    async def _relisted(self) -> None:
+        """A lost listen stream is back: every list may have changed meanwhile (no replay)."""
+        for kind in ("tools", "prompts", "resources"):
+            await self.events.server_notification(self, f"notifications/{kind}/list_changed", {})
 
     async def watch_resource(self, uri: str, watch: bool) -> None:
-        """``resources/subscribe`` toward a modern server (2026-07-28 has no such request):
-        the URI joins (or leaves) the listen stream's filter; returns once the re-opened
-        stream is acknowledged (at most 10 s)."""
-        if watch and uri not in self._watched and len(self._watched) >= MAX_WATCHED:
-            raise MCPError(
-                code=INVALID_REQUEST, message=f"prefixgate: more than {MAX_WATCHED} resources watched on {self.id!r}"
-            )
-        (self._watched.add if watch else self._watched.discard)(uri)
-        self._relisten.set()
-        with anyio.move_on_after(10):
-            while (uri in self._listening) != watch:
-                await self._listen_changed.wait()
+        """``resources/subscribe`` toward a modern server: its listen stream's filter (``listening.py``)."""
+        await self.listen_stream.watch(uri, watch)
 
     async def refresh(self, *, tools: bool = False, resources: bool = False, prompts: bool = False) -> None:
         """Re-list what the server offers (at start-up and on its list_changed)."""
@@ -521,7 +408,7 @@ class Downstream:
                     self.templates = await self.list_all("resources/templates/list", "resourceTemplates")
                 except (MCPError, ValueError) as exc:
                     self.resources = self.templates = ()
-                    self._log.warning("[%s] its resources are not offered: %s", self.id, _short(exc))
+                    self._log.warning("[%s] its resources are not offered: %s", self.id, short(exc))
         if prompts:
             self.prompts = ()
             if "prompts" in self.capabilities:
@@ -529,12 +416,12 @@ class Downstream:
                     self.prompts = await self.list_all("prompts/list", "prompts")
                 except (MCPError, ValueError) as exc:
                     self.prompts = ()
-                    self._log.warning("[%s] its prompts are not offered: %s", self.id, _short(exc))
+                    self._log.warning("[%s] its prompts are not offered: %s", self.id, short(exc))
 
     async def _startup_error(self, exc: MCPError) -> str:
-        if exc.code == CONNECTION_CLOSED and self._child is not None:
-            await self._child.wait_exit(2.0)
-            return f"exited during start-up ({self._child.exit_description()})" + self._stderr_hint()
+        if exc.code == CONNECTION_CLOSED and (child := self.transport.child) is not None:
+            await child.wait_exit(2.0)
+            return f"exited during start-up ({child.exit_description()})" + self._stderr_hint()
         return exc.message + self._stderr_hint()
 
     def abandon(self, reason: str) -> None:
@@ -548,8 +435,7 @@ class Downstream:
 
     def stop(self) -> None:
         self._stopping = True
-        if self._early is not None:
-            self._early.discard()  # never adopted (the gateway stops before this server's first connection)
+        self.transport.discard()  # a process started early, never adopted (the gateway stops first)
         if self._scope is not None:
             self._scope.cancel()
 
@@ -557,7 +443,6 @@ class Downstream:
         """Record a status. The error text is kept redacted (it can quote a header or env
         value: a server echoing a token, an HTTP library quoting a header) and logged as
         one escaped line (a server's message can hold newlines or terminal escapes)."""
-        from catalog.text import escape  # here, not at the top: this method is the only hunk
         from gateway.redact import redact
 
         self.status = status
@@ -568,58 +453,6 @@ class Downstream:
             self._log.warning("[%s] %s: %s", self.config.id, status, escape(self.error))
         if status != "starting":
             self.settled.set()
-
-    @asynccontextmanager
-    async def _open(self) -> AsyncIterator[tuple[Any, Any]]:
-        cfg = self.config
-        self._child = None
-        if cfg.transport == "stdio":
-            assert cfg.command is not None
-            early, self._early = self._early, None
-            async with stdio_transport(
-                cfg.command,
-                cfg.args,
-                env=cfg.env,
-                cwd=cfg.cwd,
-                on_stderr=self._stderr_line,
-                max_message_bytes=cfg.max_message_bytes,
-                spawned=early,
-            ) as (read, write, child):
-                self._child = child
-                yield read, write
-        elif cfg.transport == "http":
-            import httpx2
-            from mcp.client.streamable_http import streamable_http_client
-
-            assert cfg.url is not None
-            auth = await self._auth()
-            # The SDK transports' own defaults: a response stream may stay open for minutes.
-            timeout = httpx2.Timeout(30.0, read=300.0)
-            from gateway.downstream.related import RelatedStreams
-            from gateway.downstream.reuse import ReusedConnections
-
-            if auth is not None:
-                from gateway.downstream.oauth import CappedAuthAnswers
-
-                inner: httpx2.AsyncBaseTransport = CappedAuthAnswers(cfg.url)
-            else:
-                inner = httpx2.AsyncHTTPTransport()
-            self._related = Related()
-            transport = ReusedConnections(RelatedStreams(self._related, inner))
-            async with httpx2.AsyncClient(
-                headers=dict(cfg.headers), timeout=timeout, auth=auth, transport=transport
-            ) as http:
-                async with streamable_http_client(cfg.url, http_client=http) as (read, write):
-                    yield read, write
-        else:
-            from mcp.client.sse import sse_client
-
-            assert cfg.url is not None
-            auth = await self._auth()
-            factory = _capped_client_factory(cfg.url) if auth is not None else None
-            options = {"httpx_client_factory": factory} if factory is not None else {}
-            async with sse_client(cfg.url, headers=dict(cfg.headers), auth=auth, **options) as (read, write):
-                yield read, write
 
     async def _auth(self) -> Any:
         """This connection's OAuth provider (None without ``auth``): built anew for each
@@ -655,9 +488,9 @@ class Downstream:
         self._log.info("[%s] %s", self.config.id, line)
 
     async def _wait_closed(self) -> None:
-        if self._child is not None:
-            await self._child.stdout_closed.wait()
-            await self._child.wait_exit(2.0)
+        if (child := self.transport.child) is not None:
+            await child.stdout_closed.wait()
+            await child.wait_exit(2.0)
             return
         # Remote: the transport gives no close signal of its own; a failing ping is one.
         while True:
@@ -669,20 +502,22 @@ class Downstream:
                 self.error = f"connection lost: {exc}"
                 return
             except Exception as exc:  # noqa: BLE001 - the HTTP client's own (ConnectError...): the same loss
-                self.error = f"connection lost: {_short(_leaf(exc))}"
+                self.error = f"connection lost: {short(leaf(exc))}"
                 return
 
     def _exit_reason(self) -> str:
-        if self._child is not None:
-            return f"server exited ({self._child.exit_description()})" + self._stderr_hint()
+        if (child := self.transport.child) is not None:
+            return f"server exited ({child.exit_description()})" + self._stderr_hint()
         return self.error or "connection closed"
 
     def stderr_tail(self) -> list[str]:
         """The last lines the server's process wrote to stderr (none for a remote server)."""
-        return list(self._child.stderr_tail) if self._child is not None else []
+        child = self.transport.child
+        return list(child.stderr_tail) if child is not None else []
 
     def _stderr_hint(self) -> str:
-        line = informative(self._child.stderr_tail) if self._child is not None else None
+        child = self.transport.child
+        line = informative(child.stderr_tail) if child is not None else None
         return f"; stderr: {line[:200]}" if line else ""
 
     def unavailable(self) -> str:
@@ -709,7 +544,7 @@ class Downstream:
 
     async def _forward(self, context: ClientRequestContext, method: str, params: Any) -> Any:
         raw = params.model_dump(by_alias=True, mode="json", exclude_none=True) if params is not None else {}
-        related = self._related
+        related = self.transport.related
         caller = related.take(context.request_id) if related is not None else None
         try:
             return await self.events.server_request(self, method, raw, caller)
@@ -754,7 +589,8 @@ class Downstream:
         if self._dispatcher is None:
             await self.started()  # its first start still under way: a request from a warm start's catalog
         dispatcher = self._dispatcher
-        gone = dispatcher is not None and self._child is not None and self._child.stdout_closed.is_set()
+        child = self.transport.child
+        gone = dispatcher is not None and child is not None and child.stdout_closed.is_set()
         if gone or (self._supervised and dispatcher is None and self.status == "exited" and self.retry_at is None):
             # The process is gone but the supervisor has not scheduled the retry yet: wait
             # for that (briefly) so the answer says when it will be retried, not a stale
@@ -765,7 +601,7 @@ class Downstream:
             dispatcher = None
         if dispatcher is None:
             raise DownstreamUnavailable(self.unavailable())
-        raw = self._child.calls if self._child is not None and method == "tools/call" and self._raw_calls else None
+        raw = self.transport.raw_calls if method == "tools/call" and self._raw_calls else None
         if self.modern and self.protocol_version is not None:
             params, headers = stamp(
                 method,
@@ -779,7 +615,7 @@ class Downstream:
             )
         else:
             headers = dict(self._headers)
-        related = self._related  # a streamable-HTTP server's: which call its requests are for
+        related = self.transport.related  # a streamable-HTTP server's: which call its requests are for
         name = None
         if related is not None and (caller := CALLER.get()) is not None:
             name = headers[HEADER] = related.open(caller)
@@ -903,14 +739,14 @@ class Downstream:
     def _connection_gone(self, exc: MCPError) -> bool:
         """Whether -32000 is the SDK's own "connection closed" rather than a server's error
         (the code is also a common implementation-defined one, e.g. "Internal error")."""
-        if self._child is not None:
-            return self._child.stdout_closed.is_set()
+        if (child := self.transport.child) is not None:
+            return child.stdout_closed.is_set()
         return exc.message == "Connection closed" and exc.error.data is None
 
     async def _closed_reason(self, tool: str) -> str:
-        if self._child is not None:
-            await self._child.wait_exit(2.0)
-            return f"server {self.config.id!r} exited during the call to {tool!r} ({self._child.exit_description()})"
+        if (child := self.transport.child) is not None:
+            await child.wait_exit(2.0)
+            return f"server {self.config.id!r} exited during the call to {tool!r} ({child.exit_description()})"
         if (problem := self._login_problem()) is not None:
             return f"Server {self.config.id!r}: {problem}"
         return f"connection to server {self.config.id!r} closed during the call to {tool!r}"
@@ -944,7 +780,6 @@ def _latest_only(forward: ProgressFn) -> ProgressFn:
 
 def server_error(server: str, tool: str, code: int, message: str) -> str:
     """A server's JSON-RPC error as one bounded, printable line naming server, tool and code."""
-    from catalog.text import escape
 
     text = escape(" ".join(message.split()))
     if len(text) > MAX_ERROR_CHARS:

@@ -35,6 +35,7 @@ from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuth
 from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
 
 from gateway.config import ServerConfig
+from gateway.downstream.errors import leaf
 
 PLACEHOLDER_REDIRECT = "http://127.0.0.1/callback"
 """The redirect URI a gateway declares: it never receives a redirect (it never starts a flow)."""
@@ -46,19 +47,13 @@ class LoginNeeded(Exception):
     """The server needs ``prefixgate login`` (again); ``str()`` is the reason with the command."""
 
 
-def _leaf(exc: BaseException) -> BaseException:
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
-    return exc
-
-
 class _ExpectedStop(logging.Filter):
     """Drops the SDK's tracebacks for a flow the gateway stopped on purpose (a login is
     needed): the server's status says why, once, with the command to run."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
-        return exc is None or not isinstance(_leaf(exc), LoginNeeded)
+        return exc is None or not isinstance(leaf(exc), LoginNeeded)
 
 
 for _name in ("mcp.client.auth.oauth2", "mcp.client.streamable_http", "mcp.client.sse"):

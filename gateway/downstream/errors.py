@@ -1,0 +1,37 @@
+"""A server's errors as the gateway reports them: one escaped line, never a credential."""
+
+from __future__ import annotations
+
+from catalog.text import escape
+
+
+def leaf(exc: BaseException) -> BaseException:
+    """The first real error inside (nested) exception groups: the one worth reporting."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def short(exc: BaseException) -> str:
+    """One line for an error, escaped; a few that would quote what must not be shown are reworded."""
+    text = str(exc).strip()
+    if isinstance(exc, UnicodeDecodeError):
+        text = f"an answer that is not UTF-8 text (byte {exc.start})"
+    elif text.startswith("State parameter mismatch"):  # the SDK would print the expected state
+        text = "the authorization response's state is not this login's (a stale or forged redirect)"
+    elif "Illegal header value" in text:  # the HTTP library would print the header: a credential
+        text = "a header value the HTTP library refused (not shown)"
+    line = f"{type(exc).__name__}: {escape(text.splitlines()[0][:300])}" if text else type(exc).__name__
+    host = host_of(exc)
+    return line + f" ({escape(host)})" if host is not None and host.rsplit(":", 1)[0] not in text else line
+
+
+def host_of(exc: BaseException) -> str | None:
+    """``host:port`` of the request an HTTP library error was for ("Name or service not known"
+    names no host); never its path or query, which may carry credentials."""
+    try:
+        url = exc.request.url  # type: ignore[attr-defined]  # httpx's errors; a RuntimeError when unset
+    except (AttributeError, RuntimeError):
+        return None
+    port = url.port or {"https": 443, "http": 80}.get(url.scheme)
+    return f"{url.host}:{port}" if url.host else None

@@ -1,0 +1,158 @@
+"""How one server is reached: a stdio child, streamable HTTP or SSE, behind one interface.
+
+As httpx keeps its transports beside the client, the connection (``connection.py``) opens
+whichever transport its config names and gets the SDK's pair of message streams back; it
+never branches on the kind. What only one kind has is an attribute that is None for the
+others: a stdio server's process (``child``: its stderr, its exit, the raw calls on its
+pipes) and a streamable-HTTP server's record of whose call each of its requests belongs to
+(``related``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any
+
+from gateway.config import ServerConfig
+from gateway.downstream.rawcalls import RawCalls
+from gateway.downstream.related import Related
+from gateway.downstream.spawn import Spawned
+from gateway.downstream.stdio import ChildProcess, stdio_transport
+
+Auth = Callable[[], Awaitable[Any]]
+"""A connection's OAuth provider, built anew for each connection (None without ``auth``)."""
+Streams = tuple[Any, Any]
+"""The SDK's (read, write) message streams of one connection."""
+
+
+class Transport:
+    """One way to reach a server; ``open`` gives one connection's message streams."""
+
+    child: ChildProcess | None = None
+    """The server's process while a stdio connection is open."""
+    related: Related | None = None
+    """Whose call a streamable-HTTP server's request is for (``related.py``)."""
+
+    @property
+    def raw_calls(self) -> RawCalls | None:
+        """``tools/call`` as raw lines on the transport's own pipes, where it has them (stdio)."""
+        return self.child.calls if self.child is not None else None
+
+    def open(self) -> AbstractAsyncContextManager[Streams]:
+        raise NotImplementedError
+
+    def discard(self) -> None:
+        """The gateway stops: a process started before the first connection is not kept."""
+
+
+class StdioTransport(Transport):
+    """A child process over its stdin and stdout, respawned for every connection."""
+
+    def __init__(self, config: ServerConfig, on_stderr: Callable[[str], None], early: Spawned | None) -> None:
+        self.config = config
+        self.on_stderr = on_stderr
+        self._early = early
+        """Started before the gateway was up (``gateway.upstream.prelude``): the first
+        connection adopts it instead of spawning one."""
+
+    @asynccontextmanager
+    async def open(self) -> AsyncIterator[Streams]:
+        cfg = self.config
+        assert cfg.command is not None
+        early, self._early = self._early, None
+        self.child = None
+        async with stdio_transport(
+            cfg.command,
+            cfg.args,
+            env=cfg.env,
+            cwd=cfg.cwd,
+            on_stderr=self.on_stderr,
+            max_message_bytes=cfg.max_message_bytes,
+            spawned=early,
+        ) as (read, write, child):
+            self.child = child
+            yield read, write
+
+    def discard(self) -> None:
+        if self._early is not None:
+            self._early.discard()
+
+
+class StreamableHttpTransport(Transport):
+    """The SDK's streamable-HTTP client on the gateway's HTTP stack: pooled connections
+    whose event streams are read to their end (``reuse.py``), and each response stream
+    scanned for the server requests it carries (``related.py``)."""
+
+    def __init__(self, config: ServerConfig, auth: Auth) -> None:
+        self.config = config
+        self.auth = auth
+
+    @asynccontextmanager
+    async def open(self) -> AsyncIterator[Streams]:
+        import httpx2
+        from mcp.client.streamable_http import streamable_http_client
+
+        from gateway.downstream.related import RelatedStreams
+        from gateway.downstream.reuse import ReusedConnections
+
+        cfg = self.config
+        assert cfg.url is not None
+        auth = await self.auth()
+        # The SDK transports' own defaults: a response stream may stay open for minutes.
+        timeout = httpx2.Timeout(30.0, read=300.0)
+        if auth is not None:
+            from gateway.downstream.oauth import CappedAuthAnswers
+
+            inner: httpx2.AsyncBaseTransport = CappedAuthAnswers(cfg.url)
+        else:
+            inner = httpx2.AsyncHTTPTransport()
+        self.related = Related()
+        pool = ReusedConnections(RelatedStreams(self.related, inner))
+        async with httpx2.AsyncClient(headers=dict(cfg.headers), timeout=timeout, auth=auth, transport=pool) as http:
+            async with streamable_http_client(cfg.url, http_client=http) as (read, write):
+                yield read, write
+
+
+class SseTransport(Transport):
+    """The SDK's SSE client (the 2024-11-05 transport), OAuth-side answers capped."""
+
+    def __init__(self, config: ServerConfig, auth: Auth) -> None:
+        self.config = config
+        self.auth = auth
+
+    @asynccontextmanager
+    async def open(self) -> AsyncIterator[Streams]:
+        from mcp.client.sse import sse_client
+
+        cfg = self.config
+        assert cfg.url is not None
+        auth = await self.auth()
+        options = {"httpx_client_factory": _capped_client_factory(cfg.url)} if auth is not None else {}
+        async with sse_client(cfg.url, headers=dict(cfg.headers), auth=auth, **options) as (read, write):
+            yield read, write
+
+
+def _capped_client_factory(endpoint: str) -> Any:
+    """The SSE transport's HTTP client, built as the SDK builds it, with OAuth-side answers capped."""
+    import httpx2
+
+    from gateway.downstream.oauth import CappedAuthAnswers
+
+    def factory(headers: Any = None, timeout: Any = None, auth: Any = None) -> httpx2.AsyncClient:
+        return httpx2.AsyncClient(
+            headers=headers, timeout=timeout, auth=auth, follow_redirects=False, transport=CappedAuthAnswers(endpoint)
+        )
+
+    return factory
+
+
+def transport_for(
+    config: ServerConfig, *, on_stderr: Callable[[str], None], auth: Auth, early: Spawned | None = None
+) -> Transport:
+    """The transport ``config.transport`` names."""
+    if config.transport == "stdio":
+        return StdioTransport(config, on_stderr, early)
+    if config.transport == "http":
+        return StreamableHttpTransport(config, auth)
+    return SseTransport(config, auth)
