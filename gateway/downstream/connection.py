@@ -54,6 +54,7 @@ from gateway.downstream.stderrtail import informative
 from gateway.downstream.stdio import MESSAGE_TOO_LARGE, UNPARSABLE_REPLY, CommandNotFound
 from gateway.downstream.transports import Transport, transport_for
 from gateway.fastpath import fast_path
+from gateway.redact import redact
 from gateway.results import error_result
 
 Status = Literal["starting", "ready", "failed", "late", "disabled", "exited", "restarting"]
@@ -443,8 +444,6 @@ class Downstream:
         """Record a status. The error text is kept redacted (it can quote a header or env
         value: a server echoing a token, an HTTP library quoting a header) and logged as
         one escaped line (a server's message can hold newlines or terminal escapes)."""
-        from gateway.redact import redact
-
         self.status = status
         self.error = redact(error, self.config) if error else error
         if status == "ready":
