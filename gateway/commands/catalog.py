@@ -203,8 +203,8 @@ async def run(config: Config, as_json: bool) -> int:
         report["warnings"] += [
             {"kind": "surface", "server": "", "tool": "", "detail": w, "message": w} for w in hub.surface.warnings
         ]
-        if hub.lock_file is not None:
-            report["lock"] = {"path": str(hub.lock_file), "pending": [p.to_json() for p in epoch.pending]}
+        if hub.lock.path is not None:
+            report["lock"] = {"path": str(hub.lock.path), "pending": [p.to_json() for p in epoch.pending]}
         downstreams = hub.downstreams
     if as_json:
         sys.stdout.write(json_text(report) + "\n")

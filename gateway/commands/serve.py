@@ -118,7 +118,7 @@ async def warm_start(hub: Hub, prelude: Prelude | None) -> None:
     """Publish the last verified catalog of this config at once, if there is one (the barrier
     then runs behind it); the catalog lock is read first (its bytes are part of the record's key)."""
     try:
-        hub.load_lock()
+        hub.lock.load()
     except LockError as exc:
         raise Exit(2, f"prefixgate: catalog lock: {exc}") from None
     record = prelude.record if prelude is not None else None

@@ -62,14 +62,14 @@ async def discover(config: Config, hub: Hub) -> Epoch:
     over the function limit), Exit(2) when the catalog lock cannot be read.
     """
     try:
-        hub.load_lock()
+        hub.lock.load()
     except LockError as exc:
         raise Exit(2, f"prefixgate: catalog lock: {exc}") from None
     downstreams = hub.downstreams
     started = anyio.current_time()
     await wait_for_discovery([d for d in downstreams if d.config.enabled], config.gateway.discovery_deadline)
     try:
-        epoch = epoch_of(config, downstreams, hub.checks, hub.lock)
+        epoch = epoch_of(config, downstreams, hub.checks, hub.lock.current)
     except DecisionError as exc:
         raise Exit(1, f"prefixgate: {exc}") from None
     epoch.discovery_ms = round((anyio.current_time() - started) * 1000)

@@ -34,7 +34,6 @@ from mcp_types.jsonrpc import INVALID_REQUEST
 
 from catalog.budget import DecisionError
 from catalog.diff import name_changes
-from catalog.lock import Lock, LockError
 from catalog.names import code_unit_key
 from catalog.warm import Record
 from gateway.config import Config
@@ -43,11 +42,11 @@ from gateway.downstream.spawn import Spawned
 from gateway.engine.capabilities import require
 from gateway.engine.checks import CheckCache
 from gateway.engine.epoch import Epoch, epoch_of
-from gateway.engine.lockfile import lock_path, read_lock_and_bytes
+from gateway.engine.lockfile import ServedLock, lock_path
 from gateway.engine.oauth import oauth_setup
 from gateway.engine.roundtrip import RoundTrip, RoundTrips
 from gateway.engine.router import Router
-from gateway.engine.surface import Surface, build_surface
+from gateway.engine.surface import Surface, build_surface, capability_union
 from gateway.engine.warm import Capture, WarmRecords, warm_epoch
 from gateway.engine.watches import Watches
 from gateway.sdk import send_raw_request
@@ -76,8 +75,6 @@ class ClientConnection:
 
 SAVE_TIMEOUT = 10.0
 """Seconds a warm-start record may take to capture and write, also while the gateway stops."""
-LOCK_POLL = 1.0
-"""Seconds between checks of the lock file for a change (``catalog approve`` while serving)."""
 
 
 class Hub:
@@ -93,12 +90,8 @@ class Hub:
         """``early``: stdio servers already started (``gateway.upstream.prelude``), by id;
         ``warm_records``: keep the warm-start record (default: when ``persist``)."""
         self.config = config
-        self.lock_file = lock_path(config) if use_lock else None
-        self.lock: Lock | None = None
-        """The catalog lock served under (read by ``load_lock``), or None: serve the live catalog."""
-        self.lock_bytes: bytes | None = None
-        """The lock file's bytes as read: part of the warm-start record's key."""
-        self._lock_stamp: tuple[int, int, int] | None = None
+        self.lock = ServedLock(lock_path(config) if use_lock else None)
+        """The catalog lock served under (``load`` reads it), polled while serving."""
         early = early or {}
         self.downstreams = [
             Downstream(s, self, oauth=oauth_setup(config), early=early.get(s.id)) for s in config.servers
@@ -141,39 +134,8 @@ class Hub:
         tg.start_soon(self.round_trips.keep)
         for downstream in self.downstreams:
             tg.start_soon(functools.partial(downstream.run, supervise=supervise))
-        if self.lock_file is not None and supervise:
-            tg.start_soon(self._watch_lock)
-
-    def load_lock(self) -> None:
-        """Read the lock file (LockError names it and the problem); none configured or found: no lock."""
-        if self.lock_file is None or self.lock is not None:
-            return
-        self._lock_stamp = _stamp(self.lock_file)
-        self.lock, self.lock_bytes = read_lock_and_bytes(self.lock_file)
-        log.info("catalog lock: %s (%d tools)", self.lock_file, len(self.lock.tools))
-
-    async def _watch_lock(self) -> None:
-        """Serve an approved change without a restart: a new lock file is a rebuild.
-
-        A lock that cannot be read keeps the previous one (an unreadable lock never
-        unlocks the catalog); ``catalog approve`` replaces the file atomically.
-        """
-        assert self.lock_file is not None
-        while True:
-            await anyio.sleep(LOCK_POLL)
-            stamp = _stamp(self.lock_file)
-            if stamp == self._lock_stamp or not self.discovered.is_set():
-                continue
-            self._lock_stamp = stamp
-            try:  # a 5,000-tool lock is megabytes of TOML: parsed off the event loop
-                self.lock, self.lock_bytes = await anyio.to_thread.run_sync(read_lock_and_bytes, self.lock_file)
-            except LockError as exc:
-                log.error("catalog lock not reloaded, keeping the previous one: %s", exc)
-                continue
-            except Exception as exc:  # noqa: BLE001 - a file never stops a serving gateway
-                log.error("catalog lock not reloaded, keeping the previous one: %s", type(exc).__name__)
-                continue
-            await self.rebuild(f"lock file {self.lock_file.name} changed")
+        if self.lock.path is not None and supervise:
+            tg.start_soon(self.lock.watch, self.discovered, self.rebuild)
 
     async def warm_start(self, record: Record) -> bool:
         """Publish the record's catalog now, before any server is up (``gateway.engine.warm``).
@@ -182,7 +144,7 @@ class Hub:
         behind this, confirms the bytes or starts a new epoch (``first_epoch``). False (and
         nothing published) when the record does not rebuild to the bytes it recorded.
         """
-        epoch = warm_epoch(self.config, record, self.checks, self.lock)
+        epoch = warm_epoch(self.config, record, self.checks, self.lock.current)
         if epoch is None:
             return False
         self.records.seed(record, self.downstreams)
@@ -200,10 +162,10 @@ class Hub:
     async def locked_start(self) -> bool:
         """Under a catalog lock that holds new tools back, the lock is the approved catalog: its
         bytes are published now, before any server is up (False: no such lock, nothing published)."""
-        if self.lock is None or self.config.gateway.lock_new != "hold":
+        if self.lock.current is None or self.config.gateway.lock_new != "hold":
             return False
         try:
-            epoch = epoch_of(self.config, self.downstreams, self.checks, self.lock)
+            epoch = epoch_of(self.config, self.downstreams, self.checks, self.lock.current)
         except DecisionError:
             return False  # the barrier's build says why
         await self.router.publish(epoch)
@@ -279,12 +241,14 @@ class Hub:
         """Keep the warm-start record of what is published now (``gateway.engine.warm``): only
         by a hub that serves the catalog a ``serve`` would (not one told to ignore a lock)."""
         epoch = self.router.epoch
-        if epoch is None or (self.lock_file is None and lock_path(self.config) is not None):
+        if epoch is None or (self.lock.path is None and lock_path(self.config) is not None):
             return
         # Shielded: a client that lists and leaves at once (an agent probing its servers) stops
         # the gateway right after the barrier's answer, and the record is what its next start needs.
         with anyio.CancelScope(shield=True, deadline=anyio.current_time() + SAVE_TIMEOUT):
-            await self.records.save(self.downstreams, epoch, self.checks, self.capture, self.lock, self.lock_bytes)
+            await self.records.save(
+                self.downstreams, epoch, self.checks, self.capture, self.lock.current, self.lock.data
+            )
 
     # --- clients ----------------------------------------------------------------------
 
@@ -340,22 +304,7 @@ class Hub:
 
     def capabilities(self) -> dict[str, Any]:
         """The union of what the servers in the catalog offer (tools are always served)."""
-        caps: dict[str, Any] = {"tools": {"listChanged": True}}
-        for d in self.downstreams:
-            if not d.listed:
-                continue
-            offered = d.capabilities
-            if "resources" in offered:
-                resources = caps.setdefault("resources", {"listChanged": True})
-                if isinstance(offered["resources"], dict) and offered["resources"].get("subscribe"):
-                    resources["subscribe"] = True
-            if "prompts" in offered:
-                caps["prompts"] = {"listChanged": True}
-            if "completions" in offered:
-                caps["completions"] = {}
-            if "logging" in offered:
-                caps["logging"] = {}
-        return caps
+        return capability_union(self.downstreams)
 
     # --- Events (from downstream servers) ---------------------------------------------
 
@@ -369,7 +318,7 @@ class Hub:
                 log.info("[%s] logging/setLevel refused: %s", downstream.id, exc)
         if self.discovered.is_set():
             await self.rebuild(f"server {downstream.id!r} is ready")
-        elif self.lock is not None and self.router.epoch is not None:
+        elif self.lock.current is not None and self.router.epoch is not None:
             await self._regate(downstream)
 
     async def _regate(self, downstream: Downstream) -> None:
@@ -378,7 +327,7 @@ class Hub:
         bytes wait for the barrier: a catalog that differs is published there, once."""
         async with self._rebuild_lock:
             try:
-                epoch = epoch_of(self.config, self.downstreams, self.checks, self.lock)
+                epoch = epoch_of(self.config, self.downstreams, self.checks, self.lock.current)
             except DecisionError:
                 return
             old = self.router.epoch
@@ -585,7 +534,7 @@ class Hub:
 
     async def _rebuild(self, why: str) -> None:
         try:
-            epoch = epoch_of(self.config, self.downstreams, self.checks, self.lock)
+            epoch = epoch_of(self.config, self.downstreams, self.checks, self.lock.current)
         except DecisionError as exc:
             log.error("catalog change refused (%s): %s; keeping the current epoch", why, exc)
             return
@@ -695,14 +644,6 @@ def admits(threshold: str | None, level: str) -> bool:
     if threshold not in LOG_LEVELS:
         return True
     return LOG_LEVELS.index(level) >= LOG_LEVELS.index(threshold)
-
-
-def _stamp(path: Any) -> tuple[int, int, int] | None:
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return (st.st_ino, st.st_mtime_ns, st.st_size)
 
 
 def log_pending(epoch: Epoch) -> None:

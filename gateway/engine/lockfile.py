@@ -8,14 +8,23 @@ polls it) sees the old lock or the new one, never a torn one.
 
 from __future__ import annotations
 
+import logging
 import os
 import stat
 import tempfile
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+
+import anyio
 
 from catalog.lock import Lock, LockError, dumps, loads
 from gateway.launch import lock_path as lock_path
 from gateway.launch import lock_target as lock_target
+
+log = logging.getLogger("prefixgate")
+
+LOCK_POLL = 1.0
+"""Seconds between checks of the lock file for a change (``catalog approve`` while serving)."""
 
 
 def read_lock(path: Path) -> Lock:
@@ -82,3 +91,55 @@ def write_lock(path: Path, lock: Lock) -> bool:
     finally:
         os.close(dir_fd)
     return True
+
+
+class ServedLock:
+    """The catalog lock a gateway serves under: read at start-up, then polled while serving."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        """The lock file, or None: serve the live catalog."""
+        self.current: Lock | None = None
+        """The lock served under (read by ``load``), or None: serve the live catalog."""
+        self.data: bytes | None = None
+        """The lock file's bytes as read: part of the warm-start record's key."""
+        self._stamp: tuple[int, int, int] | None = None
+
+    def load(self) -> None:
+        """Read the lock file (LockError names it and the problem); none configured or found: no lock."""
+        if self.path is None or self.current is not None:
+            return
+        self._stamp = _stamp(self.path)
+        self.current, self.data = read_lock_and_bytes(self.path)
+        log.info("catalog lock: %s (%d tools)", self.path, len(self.current.tools))
+
+    async def watch(self, ready: anyio.Event, changed: Callable[[str], Awaitable[None]]) -> None:
+        """Serve an approved change without a restart: once ``ready``, a new lock file is ``changed``.
+
+        A lock that cannot be read keeps the previous one (an unreadable lock never
+        unlocks the catalog); ``catalog approve`` replaces the file atomically.
+        """
+        assert self.path is not None
+        while True:
+            await anyio.sleep(LOCK_POLL)
+            stamp = _stamp(self.path)
+            if stamp == self._stamp or not ready.is_set():
+                continue
+            self._stamp = stamp
+            try:  # a 5,000-tool lock is megabytes of TOML: parsed off the event loop
+                self.current, self.data = await anyio.to_thread.run_sync(read_lock_and_bytes, self.path)
+            except LockError as exc:
+                log.error("catalog lock not reloaded, keeping the previous one: %s", exc)
+                continue
+            except Exception as exc:  # noqa: BLE001 - a file never stops a serving gateway
+                log.error("catalog lock not reloaded, keeping the previous one: %s", type(exc).__name__)
+                continue
+            await changed(f"lock file {self.path.name} changed")
+
+
+def _stamp(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_ino, st.st_mtime_ns, st.st_size)

@@ -1,4 +1,5 @@
-"""Everything else the servers offer, aggregated: resources, templates, prompts.
+"""Everything else the servers offer, aggregated: resources, templates, prompts, and the
+capabilities the gateway advertises for them.
 
 Resource URIs pass through unchanged; a URI offered by two servers goes to the first
 in code-unit id order (and a warning says so). Prompt names are qualified and
@@ -96,6 +97,26 @@ def build_surface(downstreams: Sequence[Downstream], profile: Profile, separator
         surface.prompts.append(sort_keys({**prompt, "name": qualified}))
     surface.prompts.sort(key=lambda p: code_unit_key(p["name"]))
     return surface
+
+
+def capability_union(downstreams: Sequence[Downstream]) -> dict[str, Any]:
+    """The union of what the servers in the catalog offer (tools are always served)."""
+    caps: dict[str, Any] = {"tools": {"listChanged": True}}
+    for d in downstreams:
+        if not d.listed:
+            continue
+        offered = d.capabilities
+        if "resources" in offered:
+            resources = caps.setdefault("resources", {"listChanged": True})
+            if isinstance(offered["resources"], dict) and offered["resources"].get("subscribe"):
+                resources["subscribe"] = True
+        if "prompts" in offered:
+            caps["prompts"] = {"listChanged": True}
+        if "completions" in offered:
+            caps["completions"] = {}
+        if "logging" in offered:
+            caps["logging"] = {}
+    return caps
 
 
 def _parse(template: str) -> UriTemplate | None:
