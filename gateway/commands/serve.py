@@ -66,7 +66,7 @@ async def serve(
 
             await _artifact_store(hub, None)  # retention at start
             handlers = Handlers(
-                hub, lambda ctx: hub.principal_state(principal_of_scope(getattr(ctx.request, "scope", None)))
+                hub, lambda ctx: hub.clients.principal_state(principal_of_scope(getattr(ctx.request, "scope", None)))
             )
             server, options = handlers.server, handlers.options
 

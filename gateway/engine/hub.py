@@ -15,21 +15,12 @@ import contextlib
 import functools
 import logging
 import warnings
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, get_args
+from collections.abc import Mapping
+from typing import Any
 
 import anyio
 from mcp.server.session import ServerSession
-from mcp.server.subscriptions import (
-    InMemorySubscriptionBus,
-    PromptsListChanged,
-    ResourcesListChanged,
-    ResourceUpdated,
-    ToolsListChanged,
-)
 from mcp.shared.exceptions import MCPError
-from mcp_types import LoggingLevel
 from mcp_types.jsonrpc import INVALID_REQUEST
 
 from catalog.budget import DecisionError
@@ -41,6 +32,7 @@ from gateway.downstream.connection import Downstream
 from gateway.downstream.spawn import Spawned
 from gateway.engine.capabilities import require
 from gateway.engine.checks import CheckCache
+from gateway.engine.clients import LOG_LEVELS, ClientConnection, Clients, admits
 from gateway.engine.epoch import Epoch, epoch_of
 from gateway.engine.lockfile import ServedLock, lock_path
 from gateway.engine.oauth import oauth_setup
@@ -51,27 +43,9 @@ from gateway.engine.warm import Capture, WarmRecords, warm_epoch
 from gateway.engine.watches import Watches
 from gateway.sdk import send_raw_request
 from gateway.state.backend import state_store
-from gateway.state.journal import session_key
 from gateway.state.session import ClientState
 
 log = logging.getLogger("prefixgate")
-
-@dataclass(eq=False)
-class ClientConnection:
-    """One connected client: its state (activation, artifacts) and its notification channel."""
-
-    state: ClientState
-    server_session: ServerSession | None = None
-    subscriptions: set[str] = field(default_factory=set)
-    calls: dict[Any, str] = field(default_factory=dict)
-    """In-flight tools/call request id -> downstream server id (to route its requests back)."""
-    call_order: dict[Any, int] = field(default_factory=dict)
-    """In-flight handshake-era tools/call request id -> when it began (``RoundTrips.order``)."""
-    call_sessions: dict[Any, ServerSession] = field(default_factory=dict)
-    """In-flight tools/call request id -> that request's session (its stream, its log opt-in)."""
-    log_level: str | None = None
-    """The level this client set with ``logging/setLevel`` (None: never set)."""
-
 
 SAVE_TIMEOUT = 10.0
 """Seconds a warm-start record may take to capture and write, also while the gateway stops."""
@@ -99,8 +73,6 @@ class Hub:
         self.by_id = {d.id: d for d in self.downstreams}
         self.router = Router(self.by_id, config.policy, config.spill)
         self.surface = Surface()
-        self.bus = InMemorySubscriptionBus()
-        self.clients: list[ClientConnection] = []
         self.discovered = self.router.settled
         """Set once the discovery barrier's epoch is in place (the router's calls wait on it too)."""
         self.checks = CheckCache(config.gateway.state_dir, persist=persist)
@@ -117,19 +89,18 @@ class Hub:
         self._relists: dict[tuple[str, str], bool] = {}
         """(server id, kind) -> whether another re-list is pending behind the running one."""
         self._tasks: anyio.abc.TaskGroup | None = None
-        self._log_level: str | None = None
-        self._principals: dict[str, ClientState] = {}
         self.watches = Watches(self.resource_owner)
         """Resources clients watch (resources/subscribe, listen streams), counted per URI."""
         self.round_trips = RoundTrips(
             timeout=config.gateway.round_trip_timeout, per_owner=config.gateway.max_round_trips
         )
         """Calls of 2026-07-28 clients that may wait for the client's input (no back-channel)."""
+        self.clients = Clients(config, self.store, self.router, self.downstreams, self.watches)
 
     # --- start-up ---------------------------------------------------------------------
 
     def start(self, tg: anyio.abc.TaskGroup, *, supervise: bool) -> None:
-        self._tasks = tg
+        self._tasks = self.clients.tasks = tg
         self.round_trips.tasks = tg
         tg.start_soon(self.round_trips.keep)
         for downstream in self.downstreams:
@@ -150,8 +121,7 @@ class Hub:
         self.records.seed(record, self.downstreams)
         self.surface = build_surface(self.downstreams, self.config.client.names, self.config.gateway.separator)
         await self.router.publish(epoch)
-        for client in self.clients:
-            await client.state.enter(epoch.identity)
+        await self.clients.enter(epoch.identity)
         log.info(
             "warm start: published the last verified catalog (%d tools, fingerprint %s) before any server is up",
             len(epoch.catalog.entries),
@@ -191,8 +161,7 @@ class Hub:
         notified = False
         if warm is None:
             await self.router.publish(epoch)
-            for client in self.clients:
-                await client.state.enter(epoch.identity)
+            await self.clients.enter(epoch.identity)
         else:
             changes = self._warm_changes()
             if await self._adopt(epoch, "the discovery barrier after a warm start", changes):
@@ -204,7 +173,7 @@ class Hub:
             else:
                 notified = True
             for kind in kinds:
-                await self._notify_lists(kind)
+                await self.clients.list_changed(kind)
         if not notified:
             await self._tell_stale()
         self.discovered.set()
@@ -216,7 +185,7 @@ class Hub:
         epoch = self.router.epoch
         if self.client_saw is None or epoch is None or self.client_saw == epoch.fingerprint:
             return
-        if any(c.server_session is not None for c in self.clients):  # else: told when it joins
+        if self.clients.notifiable:  # else: told when it joins
             await self._notify_tools()
 
     def _warm_changes(self) -> str:
@@ -252,26 +221,11 @@ class Hub:
 
     # --- clients ----------------------------------------------------------------------
 
-    async def connect(self, state: ClientState) -> ClientConnection:
-        client = ClientConnection(state)
-        self.clients.append(client)
-        if self.router.epoch is not None:
-            await state.enter(self.router.epoch.identity)
-        return client
-
     async def joined(self, client: ClientConnection) -> None:
         """A client's session is set up (it can be notified): tell it now if what it listed
         before the gateway was up is already stale."""
         if self.client_saw is not None and client.server_session is not None:
             await self._tell_stale()
-
-    def disconnect(self, client: ClientConnection) -> None:
-        if client in self.clients:
-            self.clients.remove(client)
-        if client.subscriptions and self._tasks is not None:
-            for uri in sorted(client.subscriptions):  # a client that leaves stops watching
-                self._tasks.start_soon(self.watches.unwatch, uri)
-            client.subscriptions.clear()
 
     def resource_owner(self, uri: str) -> Downstream | None:
         """The owner of a URI; else the first ready server (code-unit id order) offering resources."""
@@ -284,24 +238,6 @@ class Hub:
             owner = candidates[0].id if candidates else None
         return self.by_id.get(owner) if owner is not None else None
 
-    def principal_state(self, principal: str) -> ClientState:
-        """The one state (activation, artifacts) of an HTTP principal, shared by all its connections and requests.
-
-        The 2026-07-28 protocol has no sessions (every request is a connection of its
-        own), so state keyed by connection would be lost between a ``tool_search`` and the
-        call it enables. Activation and artifacts are kept in the state store under the
-        principal's key, so both survive a restart (and reach every replica sharing a
-        Redis store). Principals are
-        the configured tokens (or the one local principal): this map cannot grow with
-        what clients send.
-        """
-        state = self._principals.get(principal)
-        if state is None:
-            key = session_key(f"principal:{principal}")
-            artifacts = self.store.artifacts(key) if self.config.spill.enabled else None
-            state = self._principals[principal] = ClientState(self.store, key, artifacts)
-        return state
-
     def capabilities(self) -> dict[str, Any]:
         """The union of what the servers in the catalog offer (tools are always served)."""
         return capability_union(self.downstreams)
@@ -309,13 +245,7 @@ class Hub:
     # --- Events (from downstream servers) ---------------------------------------------
 
     async def server_ready(self, downstream: Downstream) -> None:
-        if downstream.modern:
-            downstream.log_level = self._log_level  # 2026-07-28: asked for on each request
-        elif self._log_level is not None and "logging" in downstream.capabilities:
-            try:
-                await downstream.request("logging/setLevel", {"level": self._log_level}, timeout=10)
-            except Exception as exc:  # noqa: BLE001 - a server that refuses is still usable
-                log.info("[%s] logging/setLevel refused: %s", downstream.id, exc)
+        await self.clients.pass_level(downstream)
         if self.discovered.is_set():
             await self.rebuild(f"server {downstream.id!r} is ready")
         elif self.lock.current is not None and self.router.epoch is not None:
@@ -353,8 +283,7 @@ class Hub:
         elif method == "notifications/resources/updated":
             uri = params.get("uri")
             if isinstance(uri, str):
-                await self._broadcast(lambda s: s.send_resource_updated(uri), lambda u: uri in u.subscriptions)
-                await self.bus.publish(ResourceUpdated(uri=uri))
+                await self.clients.resource_updated(uri)
         elif method == "notifications/message":
             await self._relay_log(downstream, params)
 
@@ -386,7 +315,7 @@ class Hub:
                     if kind == "tools":
                         await self.rebuild(f"server {downstream.id!r} changed its tools")
                     elif kind in self._resurface() and self.discovered.is_set():
-                        await self._notify_lists(kind)
+                        await self.clients.list_changed(kind)
                 except Exception as exc:  # noqa: BLE001 - a server that fails to re-list keeps its old lists
                     log.warning("[%s] re-listing %s after list_changed failed: %s", downstream.id, kind, exc)
                 if not self._relists[key]:
@@ -438,7 +367,7 @@ class Hub:
     def _newest_call(self, server_id: str, method: str) -> RoundTrip | tuple[ClientConnection, Any]:
         """The call a request the wire does not place belongs to: the newest call to the server,
         and only while every call in flight to it is one principal's (see ``_principal_for``)."""
-        if self._principal_for(server_id) is None and (self.clients or self.round_trips.calling(server_id)):
+        if self._principal_for(server_id) is None and (self.clients.connected or self.round_trips.calling(server_id)):
             log.warning(
                 "[%s] %s refused: calls of more than one principal are in flight to it (or none, with more than "
                 "one connected), and its pipe does not say which call it belongs to",
@@ -479,7 +408,7 @@ class Hub:
                 with contextlib.suppress(Exception):  # a gone client must not break the server's call
                     await _send_log(session, level, data, source, request_id)
             return
-        await self._broadcast(
+        await self.clients.broadcast(
             lambda s: _send_log(s, level, data, source, None),
             lambda u: u.state is principal and u.log_level is not None and admits(u.log_level, level),
         )
@@ -493,21 +422,23 @@ class Hub:
         none in flight, when every connected client is one principal's. Otherwise nobody gets
         them: guessing across principals would hand one principal's request (and its text) to
         another, and that one's answer back."""
-        calling: dict[int, object] = {id(c.state): c.state for c in self.clients if server_id in c.calls.values()}
+        connected = self.clients.connected
+        calling: dict[int, object] = {id(c.state): c.state for c in connected if server_id in c.calls.values()}
         calling.update((id(t.owner), t.owner) for t in self.round_trips.calling(server_id))
         if not calling:
-            calling = {id(c.state): c.state for c in self.clients}
+            calling = {id(c.state): c.state for c in connected}
         if len(calling) != 1:
             return None
         (principal,) = calling.values()
         return principal if isinstance(principal, ClientState) else None
 
     def _requester(self, server_id: str) -> tuple[ClientConnection | None, Any]:
-        for client in reversed(self.clients):
+        connected = self.clients.connected
+        for client in reversed(connected):
             for request_id, target in client.calls.items():
                 if target == server_id:
                     return client, request_id
-        return (self.clients[-1], None) if self.clients else (None, None)
+        return (connected[-1], None) if connected else (None, None)
 
     # --- epochs -----------------------------------------------------------------------
 
@@ -569,16 +500,14 @@ class Hub:
         if old is None or epoch.decision.fallback != old.decision.fallback:
             log.warning("declarations: %s (%s)", epoch.decision.mode, epoch.decision.detail)
         await self.router.publish(epoch)
-        for client in self.clients:
-            await client.state.enter(epoch.identity)
+        await self.clients.enter(epoch.identity)
         await self._notify_tools()
         return False
 
     async def _notify_tools(self) -> None:
-        if any(c.server_session is not None for c in self.clients):
+        if self.clients.notifiable:
             self.client_saw = None  # the client that listed before the gateway was up hears it now
-        await self._broadcast(lambda s: s.send_tool_list_changed())
-        await self.bus.publish(ToolsListChanged())
+        await self.clients.tools_changed()
 
     def _resurface(self) -> list[str]:
         """Rebuild resources, templates and prompts; the lists whose contents changed."""
@@ -591,59 +520,11 @@ class Hub:
             kinds.append("prompts")
         return kinds
 
-    async def _notify_lists(self, kind: str) -> None:
-        if kind == "prompts":
-            await self._broadcast(lambda s: s.send_prompt_list_changed())
-            await self.bus.publish(PromptsListChanged())
-        else:
-            await self._broadcast(lambda s: s.send_resource_list_changed())
-            await self.bus.publish(ResourcesListChanged())
-
-    async def _broadcast(
-        self, send: Callable[[ServerSession], Any], only: Callable[[ClientConnection], bool] = lambda u: True
-    ) -> None:
-        for client in list(self.clients):
-            if client.server_session is None or not only(client):
-                continue
-            try:
-                await send(client.server_session)
-            except Exception as exc:  # noqa: BLE001 - a gone client must not stop the others
-                log.debug("notification to a client failed: %s", exc)
-
-    async def set_log_level(self, client: ClientConnection, level: str) -> None:
-        """One client's level: each client filters at its own level, and the servers are
-        asked for the most verbose level any client wants (never lowered by another)."""
-        client.log_level = level
-        wanted = [u.log_level for u in self.clients if u.log_level in LOG_LEVELS]
-        verbose = min(wanted, key=LOG_LEVELS.index, default=level)
-        if verbose == self._log_level:
-            return
-        self._log_level = verbose
-        for d in self.downstreams:
-            if d.modern:
-                d.log_level = verbose
-            elif d.status == "ready" and "logging" in d.capabilities:
-                try:
-                    await d.request("logging/setLevel", {"level": verbose}, timeout=10)
-                except Exception as exc:  # noqa: BLE001 - one server refusing must not fail the client's request
-                    log.info("[%s] logging/setLevel refused: %s", d.id, exc)
-
-
-LOG_LEVELS: tuple[str, ...] = get_args(LoggingLevel)
-"""Log levels, least severe first."""
-
 
 async def _send_log(session: ServerSession, level: Any, data: Any, source: str, related: Any) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # logging is deprecated in 2026-07-28; still relayed
         await session.send_log_message(level, data, source, related_request_id=related)
-
-
-def admits(threshold: str | None, level: str) -> bool:
-    """Whether a client at ``threshold`` (None: never set, sees what its calls cause) wants ``level``."""
-    if threshold not in LOG_LEVELS:
-        return True
-    return LOG_LEVELS.index(level) >= LOG_LEVELS.index(threshold)
 
 
 def log_pending(epoch: Epoch) -> None:

@@ -37,7 +37,8 @@ from gateway.downstream.connection import DownstreamUnavailable
 from gateway.downstream.modern import relayable
 from gateway.downstream.related import CALLER
 from gateway.engine.capabilities import refusal
-from gateway.engine.hub import ClientConnection, Hub
+from gateway.engine.clients import ClientConnection
+from gateway.engine.hub import Hub
 from gateway.eras import CACHE_HINTS, LIST_CACHE_FIELDS, with_result_type
 from gateway.results import error_result
 from gateway.sdk import connection_of
@@ -125,9 +126,9 @@ class Handlers:
         if client is None and self.detached:
             client = connection.state[_STATE_KEY] = ClientConnection(self.new_state(ctx))
         elif client is None:
-            client = await self.hub.connect(self.new_state(ctx))
+            client = await self.hub.clients.connect(self.new_state(ctx))
             connection.state[_STATE_KEY] = client
-            connection.exit_stack.callback(self.hub.disconnect, client)
+            connection.exit_stack.callback(self.hub.clients.disconnect, client)
             client.server_session = ctx.session
             await self.hub.joined(client)
         client.server_session = ctx.session
@@ -421,7 +422,7 @@ class Handlers:
 
     async def set_level(self, ctx: Context, params: types.SetLevelRequestParams) -> Any:
         await self.router.current()
-        await self.hub.set_log_level(await self.client_of(ctx), params.level)
+        await self.hub.clients.set_log_level(await self.client_of(ctx), params.level)
         return {}
 
 
@@ -553,7 +554,7 @@ class WatchingListen:
 
     def __init__(self, hub: Hub) -> None:
         self.hub = hub
-        self.inner = ListenHandler(hub.bus)
+        self.inner = ListenHandler(hub.clients.bus)
 
     async def __call__(
         self, ctx: ServerRequestContext[Any, Any], params: types.SubscriptionsListenRequestParams

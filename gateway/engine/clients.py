@@ -1,0 +1,177 @@
+"""The connected clients: who they are, their states, and what the gateway tells them.
+
+Every notification goes to the handshake-era sessions and to the listen streams' bus
+together, so clients of both protocol eras hear the same changes. Each client has its own
+log level; the servers are asked for the most verbose level any client wants.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, get_args
+
+import anyio
+from mcp.server.session import ServerSession
+from mcp.server.subscriptions import (
+    InMemorySubscriptionBus,
+    PromptsListChanged,
+    ResourcesListChanged,
+    ResourceUpdated,
+    ToolsListChanged,
+)
+from mcp_types import LoggingLevel
+
+from gateway.config import Config
+from gateway.downstream.connection import Downstream
+from gateway.engine.router import Router
+from gateway.engine.watches import Watches
+from gateway.state.journal import session_key
+from gateway.state.session import ClientState
+from gateway.state.store import StateStore
+
+log = logging.getLogger("prefixgate")
+
+LOG_LEVELS: tuple[str, ...] = get_args(LoggingLevel)
+"""Log levels, least severe first."""
+
+
+def admits(threshold: str | None, level: str) -> bool:
+    """Whether a client at ``threshold`` (None: never set, sees what its calls cause) wants ``level``."""
+    if threshold not in LOG_LEVELS:
+        return True
+    return LOG_LEVELS.index(level) >= LOG_LEVELS.index(threshold)
+
+
+@dataclass(eq=False)
+class ClientConnection:
+    """One connected client: its state (activation, artifacts) and its notification channel."""
+
+    state: ClientState
+    server_session: ServerSession | None = None
+    subscriptions: set[str] = field(default_factory=set)
+    calls: dict[Any, str] = field(default_factory=dict)
+    """In-flight tools/call request id -> downstream server id (to route its requests back)."""
+    call_order: dict[Any, int] = field(default_factory=dict)
+    """In-flight handshake-era tools/call request id -> when it began (``RoundTrips.order``)."""
+    call_sessions: dict[Any, ServerSession] = field(default_factory=dict)
+    """In-flight tools/call request id -> that request's session (its stream, its log opt-in)."""
+    log_level: str | None = None
+    """The level this client set with ``logging/setLevel`` (None: never set)."""
+
+
+class Clients:
+    """The client registry (connections in the order they came, principals' states) and its broadcasts."""
+
+    def __init__(
+        self, config: Config, store: StateStore, router: Router, downstreams: Sequence[Downstream], watches: Watches
+    ) -> None:
+        self.connected: list[ClientConnection] = []
+        self.bus = InMemorySubscriptionBus()
+        """The listen streams' notifications (2026-07-28 clients have no session to notify)."""
+        self.tasks: anyio.abc.TaskGroup | None = None
+        """Where a leaving client's watches are dropped (set when the hub starts)."""
+        self.log_level: str | None = None
+        """The level the servers are asked for: the most verbose any client set."""
+        self._config = config
+        self._store = store
+        self._router = router
+        self._downstreams = downstreams
+        self._watches = watches
+        self._principals: dict[str, ClientState] = {}
+
+    async def connect(self, state: ClientState) -> ClientConnection:
+        client = ClientConnection(state)
+        self.connected.append(client)
+        if self._router.epoch is not None:
+            await state.enter(self._router.epoch.identity)
+        return client
+
+    def disconnect(self, client: ClientConnection) -> None:
+        if client in self.connected:
+            self.connected.remove(client)
+        if client.subscriptions and self.tasks is not None:
+            for uri in sorted(client.subscriptions):  # a client that leaves stops watching
+                self.tasks.start_soon(self._watches.unwatch, uri)
+            client.subscriptions.clear()
+
+    def principal_state(self, principal: str) -> ClientState:
+        """The one state (activation, artifacts) of an HTTP principal, shared by all its connections and requests.
+
+        The 2026-07-28 protocol has no sessions (every request is a connection of its
+        own), so state keyed by connection would be lost between a ``tool_search`` and the
+        call it enables. Activation and artifacts are kept in the state store under the
+        principal's key, so both survive a restart (and reach every replica sharing a
+        Redis store). Principals are
+        the configured tokens (or the one local principal): this map cannot grow with
+        what clients send.
+        """
+        state = self._principals.get(principal)
+        if state is None:
+            key = session_key(f"principal:{principal}")
+            artifacts = self._store.artifacts(key) if self._config.spill.enabled else None
+            state = self._principals[principal] = ClientState(self._store, key, artifacts)
+        return state
+
+    async def enter(self, identity: str) -> None:
+        """Every connected client's state binds to a newly published epoch."""
+        for client in self.connected:
+            await client.state.enter(identity)
+
+    @property
+    def notifiable(self) -> bool:
+        """Whether any connected client has a session to notify."""
+        return any(c.server_session is not None for c in self.connected)
+
+    async def broadcast(
+        self, send: Callable[[ServerSession], Any], only: Callable[[ClientConnection], bool] = lambda u: True
+    ) -> None:
+        for client in list(self.connected):
+            if client.server_session is None or not only(client):
+                continue
+            try:
+                await send(client.server_session)
+            except Exception as exc:  # noqa: BLE001 - a gone client must not stop the others
+                log.debug("notification to a client failed: %s", exc)
+
+    async def tools_changed(self) -> None:
+        await self.broadcast(lambda s: s.send_tool_list_changed())
+        await self.bus.publish(ToolsListChanged())
+
+    async def list_changed(self, kind: str) -> None:
+        """``kind``: "prompts" or "resources" (templates included)."""
+        if kind == "prompts":
+            await self.broadcast(lambda s: s.send_prompt_list_changed())
+            await self.bus.publish(PromptsListChanged())
+        else:
+            await self.broadcast(lambda s: s.send_resource_list_changed())
+            await self.bus.publish(ResourcesListChanged())
+
+    async def resource_updated(self, uri: str) -> None:
+        """Only to the clients that watch ``uri``."""
+        await self.broadcast(lambda s: s.send_resource_updated(uri), lambda u: uri in u.subscriptions)
+        await self.bus.publish(ResourceUpdated(uri=uri))
+
+    async def set_log_level(self, client: ClientConnection, level: str) -> None:
+        """One client's level: each client filters at its own level, and the servers are
+        asked for the most verbose level any client wants (never lowered by another)."""
+        client.log_level = level
+        wanted = [u.log_level for u in self.connected if u.log_level in LOG_LEVELS]
+        verbose = min(wanted, key=LOG_LEVELS.index, default=level)
+        if verbose == self.log_level:
+            return
+        self.log_level = verbose
+        for d in self._downstreams:
+            await self.pass_level(d)
+
+    async def pass_level(self, downstream: Downstream) -> None:
+        """Give a server the level asked for (also one that is just up): a 2026-07-28 server
+        takes it with each request, a handshake-era one that is ready and logs is asked once."""
+        if downstream.modern:
+            downstream.log_level = self.log_level
+        elif self.log_level is not None and downstream.status == "ready" and "logging" in downstream.capabilities:
+            try:
+                await downstream.request("logging/setLevel", {"level": self.log_level}, timeout=10)
+            except Exception as exc:  # noqa: BLE001 - a server that refuses is still usable, the client's request too
+                log.info("[%s] logging/setLevel refused: %s", downstream.id, exc)
