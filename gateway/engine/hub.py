@@ -11,17 +11,12 @@ roots requests (to the client whose call caused them, when there is one).
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
-import warnings
 from collections.abc import Mapping
 from typing import Any
 
 import anyio
-from mcp.server.session import ServerSession
-from mcp.shared.exceptions import MCPError
-from mcp_types.jsonrpc import INVALID_REQUEST
 
 from catalog.budget import DecisionError
 from catalog.diff import name_changes
@@ -30,20 +25,18 @@ from catalog.warm import Record
 from gateway.config import Config
 from gateway.downstream.connection import Downstream
 from gateway.downstream.spawn import Spawned
-from gateway.engine.capabilities import require
 from gateway.engine.checks import CheckCache
-from gateway.engine.clients import LOG_LEVELS, ClientConnection, Clients, admits
+from gateway.engine.clients import ClientConnection, Clients
 from gateway.engine.epoch import Epoch, epoch_of
 from gateway.engine.lockfile import ServedLock, lock_path
 from gateway.engine.oauth import oauth_setup
-from gateway.engine.roundtrip import RoundTrip, RoundTrips
+from gateway.engine.relay import Relay
+from gateway.engine.roundtrip import RoundTrips
 from gateway.engine.router import Router
 from gateway.engine.surface import Surface, build_surface, capability_union
 from gateway.engine.warm import Capture, WarmRecords, warm_epoch
 from gateway.engine.watches import Watches
-from gateway.sdk import send_raw_request
 from gateway.state.backend import state_store
-from gateway.state.session import ClientState
 
 log = logging.getLogger("prefixgate")
 
@@ -96,6 +89,7 @@ class Hub:
         )
         """Calls of 2026-07-28 clients that may wait for the client's input (no back-channel)."""
         self.clients = Clients(config, self.store, self.router, self.downstreams, self.watches)
+        self.relay = Relay(self.clients, self.round_trips)
 
     # --- start-up ---------------------------------------------------------------------
 
@@ -285,7 +279,7 @@ class Hub:
             if isinstance(uri, str):
                 await self.clients.resource_updated(uri)
         elif method == "notifications/message":
-            await self._relay_log(downstream, params)
+            await self.relay.log(downstream, params)
 
     def _relist_soon(self, downstream: Downstream, kind: str) -> None:
         """Coalesce a server's ``list_changed`` storm: one re-list runs, at most one waits.
@@ -326,119 +320,8 @@ class Hub:
     async def server_request(
         self, downstream: Downstream, method: str, params: dict[str, Any], caller: object | None = None
     ) -> dict[str, Any]:
-        """Relay sampling, elicitation or roots to the client that can answer it.
-
-        A call of a 2026-07-28 client has no back-channel: the request waits for that
-        client's ``input_required`` retry instead (gateway/engine/roundtrip.py).
-
-        ``caller``: the call whose stream the request came on (a streamable-HTTP server's,
-        gateway/downstream/related.py); while that call is in flight, it goes there and nowhere else.
-        """
-        to = self._in_flight(downstream.id, caller) if caller is not None else None
-        if to is None:
-            to = self._newest_call(downstream.id, method)
-        if isinstance(to, RoundTrip):
-            require(method, to.capabilities)
-            return await self.round_trips.ask(to, method, params)
-        client, request_id = to
-        if client.server_session is None:
-            raise MCPError(code=INVALID_REQUEST, message=f"prefixgate: no client is connected to answer {method}")
-        require(method, client.server_session.client_capabilities)
-        # Raw, as the server sent it, on the originating call's own stream when there is
-        # one (streamable HTTP needs that), else on the client's standalone channel.
-        call_session = client.call_sessions.get(request_id) if request_id is not None else None
-        result: dict[str, Any] = await send_raw_request(
-            call_session or client.server_session, method, params, related=call_session is not None
-        )
-        return result
-
-    def _in_flight(self, server_id: str, caller: object) -> RoundTrip | tuple[ClientConnection, Any] | None:
-        """``caller`` (what ``gateway.downstream.related`` noted), if it is still a call in flight
-        to this server that can be asked: a 2026-07-28 trip, or a handshake-era call (it has an
-        order; a 2026-07-28 client's call has no back-channel). Else None: the rule for pipes decides."""
-        if isinstance(caller, RoundTrip):
-            return caller if caller.server_id == server_id and not caller.finished else None
-        if not (isinstance(caller, tuple) and len(caller) == 2 and isinstance(caller[0], ClientConnection)):
-            return None
-        client, request_id = caller
-        in_flight = client.calls.get(request_id) == server_id and request_id in client.call_order
-        return (client, request_id) if in_flight and request_id in client.call_sessions else None
-
-    def _newest_call(self, server_id: str, method: str) -> RoundTrip | tuple[ClientConnection, Any]:
-        """The call a request the wire does not place belongs to: the newest call to the server,
-        and only while every call in flight to it is one principal's (see ``_principal_for``)."""
-        if self._principal_for(server_id) is None and (self.clients.connected or self.round_trips.calling(server_id)):
-            log.warning(
-                "[%s] %s refused: calls of more than one principal are in flight to it (or none, with more than "
-                "one connected), and its pipe does not say which call it belongs to",
-                server_id,
-                method,
-            )
-            raise MCPError(
-                code=INVALID_REQUEST,
-                message=f"prefixgate: {method} cannot be attributed to one client: calls from more than one are "
-                "in flight to this server",
-            )
-        trip = self.round_trips.waiting_on(server_id)
-        target, related = self._requester(server_id)
-        if trip is not None and (target is None or target.call_order.get(related, 0) < trip.seq):
-            return trip
-        if target is None:
-            raise MCPError(code=INVALID_REQUEST, message=f"prefixgate: no client is connected to answer {method}")
-        return target, related
-
-    async def _relay_log(self, downstream: Downstream, params: dict[str, Any]) -> None:
-        """A server's log message goes to the client whose call to it is in flight (on that
-        call's stream, as that call opted in); otherwise to every client whose own
-        ``logging/setLevel`` admits it. Never to everyone regardless of who asked."""
-        level = params.get("level")
-        if level not in LOG_LEVELS:
-            return
-        name = params.get("logger")
-        source = downstream.id if not name else f"{downstream.id}/{name}"
-        data = params.get("data")
-        principal = self._principal_for(downstream.id)
-        if principal is None:
-            log.debug("[%s] log message dropped: it cannot be attributed to one principal", downstream.id)
-            return
-        caller, request_id = self._requester(downstream.id)
-        if request_id is not None and caller is not None:
-            session = caller.call_sessions.get(request_id)
-            if session is not None and admits(caller.log_level, level):
-                with contextlib.suppress(Exception):  # a gone client must not break the server's call
-                    await _send_log(session, level, data, source, request_id)
-            return
-        await self.clients.broadcast(
-            lambda s: _send_log(s, level, data, source, None),
-            lambda u: u.state is principal and u.log_level is not None and admits(u.log_level, level),
-        )
-
-    def _principal_for(self, server_id: str) -> ClientState | None:
-        """The one principal a server's request or log message can belong to, or None.
-
-        A stdio server has one pipe for every caller, and its messages do not say which call
-        they belong to: they are attributed only when every call in flight to it (waiting in
-        the gateway for a 2026-07-28 client's input included) is one principal's, or, with
-        none in flight, when every connected client is one principal's. Otherwise nobody gets
-        them: guessing across principals would hand one principal's request (and its text) to
-        another, and that one's answer back."""
-        connected = self.clients.connected
-        calling: dict[int, object] = {id(c.state): c.state for c in connected if server_id in c.calls.values()}
-        calling.update((id(t.owner), t.owner) for t in self.round_trips.calling(server_id))
-        if not calling:
-            calling = {id(c.state): c.state for c in connected}
-        if len(calling) != 1:
-            return None
-        (principal,) = calling.values()
-        return principal if isinstance(principal, ClientState) else None
-
-    def _requester(self, server_id: str) -> tuple[ClientConnection | None, Any]:
-        connected = self.clients.connected
-        for client in reversed(connected):
-            for request_id, target in client.calls.items():
-                if target == server_id:
-                    return client, request_id
-        return (connected[-1], None) if connected else (None, None)
+        """Sampling, elicitation or roots, to the client that can answer it (``Relay.request``)."""
+        return await self.relay.request(downstream, method, params, caller)
 
     # --- epochs -----------------------------------------------------------------------
 
@@ -519,12 +402,6 @@ class Hub:
         if new.prompts != old.prompts:
             kinds.append("prompts")
         return kinds
-
-
-async def _send_log(session: ServerSession, level: Any, data: Any, source: str, related: Any) -> None:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # logging is deprecated in 2026-07-28; still relayed
-        await session.send_log_message(level, data, source, related_request_id=related)
 
 
 def log_pending(epoch: Epoch) -> None:
