@@ -41,7 +41,7 @@ async def remember(hub: Hub, path: Path) -> None:
     lock, data = read_lock_and_bytes(path)
     epoch = hub.router.epoch
     if epoch is not None:
-        await hub.records.save(hub.downstreams, epoch, hub.checks, hub.capture, lock, data, served=False)
+        await hub.records.save(hub.downstreams, epoch, hub.checks, hub.publisher.capture, lock, data, served=False)
 
 
 def pending_of(config: Config, downstreams: Sequence[Downstream], live: Epoch, lock: Lock) -> tuple[Pending, ...]:

@@ -90,7 +90,7 @@ async def serve(
                 if prelude is not None:
                     handoff = prelude.stop()
                     if prelude.listed and prelude.record is not None:
-                        hub.client_saw = prelude.record.fingerprint  # what the client holds
+                        hub.publisher.client_saw = prelude.record.fingerprint  # what the client holds
                 async with stdio_streams(config.gateway.max_message_bytes, lane, handoff) as (read, write):
                     await server.run(read, write, options)
             else:
@@ -124,8 +124,8 @@ async def warm_start(hub: Hub, prelude: Prelude | None) -> None:
     record = prelude.record if prelude is not None else None
     if record is None and (key := current_key(hub.config)) is not None:
         record = await hub.records.find(key, files=prelude is None)  # the prelude has read the file
-    if record is None or not await hub.warm_start(record):
-        await hub.locked_start()
+    if record is None or not await hub.publisher.warm_start(record):
+        await hub.publisher.locked_start()
 
 
 async def open_store(hub: Hub) -> None:

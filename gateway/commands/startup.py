@@ -22,7 +22,8 @@ from gateway.config import Config
 from gateway.downstream.spawn import Spawned
 from gateway.engine.barrier import wait_for_discovery
 from gateway.engine.epoch import Epoch, epoch_of
-from gateway.engine.hub import Hub, log_pending
+from gateway.engine.hub import Hub
+from gateway.engine.publishing import log_pending
 from gateway.upstream.answers import capture
 
 log = logging.getLogger("prefixgate")
@@ -46,7 +47,7 @@ async def running(
     stdio servers ``serve`` started before the gateway was up, by id.
     """
     hub = Hub(config, persist=persist, use_lock=use_lock, early=early, warm_records=warm_records)
-    hub.capture = functools.partial(capture, hub)
+    hub.publisher.capture = functools.partial(capture, hub)
     async with anyio.create_task_group() as tg:
         hub.start(tg, supervise=supervise)
         try:
@@ -96,5 +97,5 @@ async def discover(config: Config, hub: Hub) -> Epoch:
     if decision.fallback is not None:
         log.warning("declarations fell back to %s (%s): %s", decision.mode, decision.fallback, decision.detail)
     log_pending(epoch)
-    await hub.first_epoch(epoch)
+    await hub.publisher.first_epoch(epoch)
     return epoch

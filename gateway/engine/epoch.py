@@ -42,8 +42,8 @@ class Epoch:
     """Under a catalog lock: live changes waiting for ``prefixgate catalog approve``."""
     lock_refusals: Mapping[str, str] = field(default_factory=dict)
     """Under a catalog lock: name -> why calls to it are refused (changed, removed, new).
-    It gates calls and never changes a published byte: a rebuild with the same bytes
-    publishes its epoch in this one's place without a new epoch for clients (``Hub._adopt``)."""
+    It gates calls and never changes a published byte: a rebuild with the same bytes publishes
+    its epoch in this one's place without a new epoch for clients (``gateway.engine.publishing``)."""
     _wire: dict[str, PublishedTools] = field(default_factory=dict)
     _index: SearchIndex | None = None
     _validators: dict[str, tuple[Validator, bool]] = field(default_factory=dict)

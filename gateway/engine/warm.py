@@ -4,7 +4,7 @@ The record (``catalog.warm``) holds what every server contributed and the answer
 gateway gave, under the key of everything that determines the catalog
 (``gateway.launch``). At start, ``serve`` seeds each server with its recorded lists and
 publishes the epoch they build, once it is byte-identical to the record's fingerprint;
-the discovery barrier then runs behind it (``Hub.first_epoch`` compares). After every
+the discovery barrier then runs behind it (``Publisher.first_epoch`` compares). After every
 verified build the record is written again: a server that is ready contributes what it
 lists now; one that is not keeps its recorded lists for :data:`catalog.warm.MAX_MISSED`
 starts in a row (one failed start never writes a server out of the catalog).

@@ -130,7 +130,7 @@ class Handlers:
             connection.state[_STATE_KEY] = client
             connection.exit_stack.callback(self.hub.clients.disconnect, client)
             client.server_session = ctx.session
-            await self.hub.joined(client)
+            await self.hub.publisher.joined(client)
         client.server_session = ctx.session
         return client
 

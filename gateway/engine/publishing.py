@@ -1,0 +1,320 @@
+"""Which epoch clients see: published at start-up, rebuilt on every change, kept when equal.
+
+A change (a server that is up, re-lists or comes back; a new lock file) rebuilds the
+catalog, but a new epoch (clearing activation, notifying clients in both protocol eras)
+is published only when the canonical declarations really changed. Before any server is
+up, a warm-start record or a holding lock can publish a catalog the discovery barrier then
+confirms or replaces (``first_epoch``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import anyio
+
+from catalog.budget import DecisionError
+from catalog.diff import name_changes
+from catalog.warm import Record
+from gateway.config import Config
+from gateway.downstream.connection import Downstream
+from gateway.engine.checks import CheckCache
+from gateway.engine.clients import ClientConnection, Clients
+from gateway.engine.epoch import Epoch, epoch_of
+from gateway.engine.lockfile import ServedLock, lock_path
+from gateway.engine.router import Router
+from gateway.engine.surface import Surface, build_surface
+from gateway.engine.warm import Capture, WarmRecords, warm_epoch
+
+log = logging.getLogger("prefixgate")
+
+SAVE_TIMEOUT = 10.0
+"""Seconds a warm-start record may take to capture and write, also while the gateway stops."""
+
+
+class Publisher:
+    def __init__(
+        self,
+        config: Config,
+        downstreams: Sequence[Downstream],
+        checks: CheckCache,
+        router: Router,
+        clients: Clients,
+        records: WarmRecords,
+        lock: ServedLock,
+    ) -> None:
+        self.surface = Surface()
+        """Resources, templates and prompts, rebuilt with every catalog."""
+        self.capture: Capture | None = None
+        """The gateway's own answers to the epoch it serves (set by the command that serves them)."""
+        self.client_saw: str | None = None
+        """The fingerprint of a tools/list answered before the gateway was up (``gateway.upstream.prelude``)."""
+        self.discovered = router.settled
+        """Set once the discovery barrier's epoch is in place (the router's calls wait on it too)."""
+        self._config = config
+        self._downstreams = downstreams
+        self._checks = checks
+        self._router = router
+        self._clients = clients
+        self._records = records
+        self._lock = lock
+        self._rebuild_lock = anyio.Lock()
+        self._rebuild_waiting = False
+
+    # --- before the barrier -----------------------------------------------------------
+
+    async def warm_start(self, record: Record) -> bool:
+        """Publish the record's catalog now, before any server is up (``gateway.engine.warm``).
+
+        Each server stands on its recorded lists until it lists its own; the barrier, run
+        behind this, confirms the bytes or starts a new epoch (``first_epoch``). False (and
+        nothing published) when the record does not rebuild to the bytes it recorded.
+        """
+        epoch = warm_epoch(self._config, record, self._checks, self._lock.current)
+        if epoch is None:
+            return False
+        self._records.seed(record, self._downstreams)
+        self.surface = self._build_surface()
+        await self._publish_new(epoch)
+        log.info(
+            "warm start: published the last verified catalog (%d tools, fingerprint %s) before any server is up",
+            len(epoch.catalog.entries),
+            epoch.fingerprint[:16],
+        )
+        return True
+
+    async def locked_start(self) -> bool:
+        """Under a catalog lock that holds new tools back, the lock is the approved catalog: its
+        bytes are published now, before any server is up (False: no such lock, nothing published)."""
+        if self._lock.current is None or self._config.gateway.lock_new != "hold":
+            return False
+        try:
+            epoch = self._epoch()
+        except DecisionError:
+            return False  # the barrier's build says why
+        await self._router.publish(epoch)
+        log.info(
+            "catalog lock: published the locked catalog (fingerprint %s) before any server is up",
+            epoch.fingerprint[:16],
+        )
+        return True
+
+    async def first_epoch(self, epoch: Epoch) -> None:
+        """The barrier's epoch: published; after a warm start, compared with the warm one (the
+        same bytes change nothing for clients, other bytes are a new epoch with list_changed)."""
+        warm = self._router.epoch
+        kinds = self._resurface()
+        for warning in self.surface.warnings:
+            log.warning("%s", warning)
+        notified = False
+        if warm is None:
+            await self._publish_new(epoch)
+        else:
+            changes = self._warm_changes()
+            if await self._adopt(epoch, "the discovery barrier after a warm start", changes):
+                log.info(
+                    "warm start confirmed: the catalog is byte-identical (fingerprint %s)%s",
+                    warm.fingerprint[:16],
+                    f"; {changes}" if changes else "",
+                )
+            else:
+                notified = True
+            for kind in kinds:
+                await self._clients.list_changed(kind)
+        if not notified:
+            await self._tell_stale()
+        self.discovered.set()
+        await self.save_warm()
+
+    def _warm_changes(self) -> str:
+        """Which servers list something other than the warm-start record held, for the log line."""
+        seeded = self._records.seeded
+        if self._records.record is None:
+            return ""  # published from the lock alone
+        parts = []
+        for d in self._downstreams:
+            recorded = seeded.get(d.id)
+            if not d.config.enabled or (recorded is None and d.source is None):
+                continue
+            if recorded is None:
+                parts.append(f"server {d.id!r} is new")
+            elif d.source != "live":
+                parts.append(f"server {d.id!r} is {d.status} (its recorded tools are kept)")
+            elif recorded.tools != d.tools:
+                parts.append(f"server {d.id!r} lists other tools")
+        return "; ".join(parts)
+
+    async def joined(self, client: ClientConnection) -> None:
+        """A client's session is set up (it can be notified): tell it now if what it listed
+        before the gateway was up is already stale."""
+        if self.client_saw is not None and client.server_session is not None:
+            await self._tell_stale()
+
+    async def _tell_stale(self) -> None:
+        """A tools/list answered from the record before the gateway was up, whose bytes are not
+        the catalog published now (the record did not rebuild to them): the client re-lists."""
+        epoch = self._router.epoch
+        if self.client_saw is None or epoch is None or self.client_saw == epoch.fingerprint:
+            return
+        if self._clients.notifiable:  # else: told when it joins
+            await self._tools_changed()
+
+    # --- while serving ----------------------------------------------------------------
+
+    async def server_up(self, downstream: Downstream) -> None:
+        """A server is ready: after the barrier, a rebuild; before it, under a lock, its calls are gated."""
+        if self.discovered.is_set():
+            await self.rebuild(f"server {downstream.id!r} is ready")
+        elif self._lock.current is not None and self._router.epoch is not None:
+            await self._regate(downstream)
+
+    async def _regate(self, downstream: Downstream) -> None:
+        """Before the barrier, under a lock: a server that is up gates its calls by its live
+        tools (a tool changed since the lock is refused) as soon as it is up. The published
+        bytes wait for the barrier: a catalog that differs is published there, once."""
+        async with self._rebuild_lock:
+            try:
+                epoch = self._epoch()
+            except DecisionError:
+                return
+            old = self._router.epoch
+            if old is not None and (epoch.identity, epoch.fingerprint) == (old.identity, old.fingerprint):
+                await self._router.publish(epoch)
+                log.debug("server %r is ready: the lock's call gate takes its live tools", downstream.id)
+
+    async def rebuild(self, why: str) -> None:
+        """Rebuild the catalog; publish a new epoch only when what clients see changed.
+
+        A request made while another rebuild waits for the lock is folded into that one:
+        it builds from the state current when it runs, so it includes this change.
+        """
+        if not self.discovered.is_set():
+            return  # the barrier builds the first epoch
+        if self._rebuild_waiting:
+            log.debug("%s: a rebuild is already waiting and will include it", why)
+            return
+        self._rebuild_waiting = True
+        try:
+            await self._rebuild_lock.acquire()
+        finally:
+            self._rebuild_waiting = False
+        try:
+            await self._rebuild(why)
+        finally:
+            self._rebuild_lock.release()
+
+    async def _rebuild(self, why: str) -> None:
+        try:
+            epoch = self._epoch()
+        except DecisionError as exc:
+            log.error("catalog change refused (%s): %s; keeping the current epoch", why, exc)
+            return
+        self._resurface()
+        old = self._router.epoch
+        if old is None or epoch.pending != old.pending:
+            log_pending(epoch)
+        if await self._adopt(epoch, why):
+            log.info("%s: catalog unchanged (fingerprint %s), same epoch", why, epoch.fingerprint[:16])
+        await self.save_warm()
+
+    async def relisted(self, kind: str) -> None:
+        """A server re-listed its resources or prompts: clients hear of it if the list changed
+        (before the barrier, the first epoch tells them)."""
+        if kind in self._resurface() and self.discovered.is_set():
+            await self._clients.list_changed(kind)
+
+    # --- publishing -------------------------------------------------------------------
+
+    async def _adopt(self, epoch: Epoch, why: str, detail: str = "") -> bool:
+        """Publish ``epoch`` as a new epoch if clients would see other bytes (clearing
+        activation, notifying clients in both eras); True when it is the same epoch."""
+        old = self._router.epoch
+        if old is not None and epoch.identity == old.identity and epoch.fingerprint == old.fingerprint:
+            # The same bytes: the same epoch for clients (no list_changed, activation kept),
+            # but the call gate takes the fresh build (under a lock the live tools change
+            # what is pending and refused; a server back from a warm start or a crash gives
+            # its tools' routes and identities from its own listing).
+            await self._router.publish(epoch)
+            return True
+        for warning in epoch.catalog.warnings:
+            log.warning("%s", warning.line())
+        log.warning(
+            "new epoch (%s): fingerprint %s -> %s; %s",
+            why,
+            old.fingerprint[:16] if old else "-",
+            epoch.fingerprint[:16],
+            "; ".join(part for part in (change_summary(old, epoch), detail) if part),
+        )
+        if old is None or epoch.decision.fallback != old.decision.fallback:
+            log.warning("declarations: %s (%s)", epoch.decision.mode, epoch.decision.detail)
+        await self._publish_new(epoch)
+        await self._tools_changed()
+        return False
+
+    async def _publish_new(self, epoch: Epoch) -> None:
+        """A new epoch for clients: the call gate takes it and every client's state binds to its
+        identity (activation of another identity is cleared)."""
+        await self._router.publish(epoch)
+        await self._clients.enter(epoch.identity)
+
+    async def _tools_changed(self) -> None:
+        if self._clients.notifiable:
+            self.client_saw = None  # the client that listed before the gateway was up hears it now
+        await self._clients.tools_changed()
+
+    def _epoch(self) -> Epoch:
+        return epoch_of(self._config, self._downstreams, self._checks, self._lock.current)
+
+    def _build_surface(self) -> Surface:
+        return build_surface(self._downstreams, self._config.client.names, self._config.gateway.separator)
+
+    def _resurface(self) -> list[str]:
+        """Rebuild resources, templates and prompts; the lists whose contents changed."""
+        new = self._build_surface()
+        old, self.surface = self.surface, new
+        kinds = []
+        if (new.resources, new.templates) != (old.resources, old.templates):
+            kinds.append("resources")
+        if new.prompts != old.prompts:
+            kinds.append("prompts")
+        return kinds
+
+    async def save_warm(self) -> None:
+        """Keep the warm-start record of what is published now (``gateway.engine.warm``): only
+        by a hub that serves the catalog a ``serve`` would (not one told to ignore a lock)."""
+        epoch = self._router.epoch
+        if epoch is None or (self._lock.path is None and lock_path(self._config) is not None):
+            return
+        # Shielded: a client that lists and leaves at once (an agent probing its servers) stops
+        # the gateway right after the barrier's answer, and the record is what its next start needs.
+        with anyio.CancelScope(shield=True, deadline=anyio.current_time() + SAVE_TIMEOUT):
+            await self._records.save(
+                self._downstreams, epoch, self._checks, self.capture, self._lock.current, self._lock.data
+            )
+
+
+def log_pending(epoch: Epoch) -> None:
+    """Each change waiting for approval, with the JSON path of each difference."""
+    if not epoch.pending:
+        return
+    log.warning(
+        "catalog lock: %d pending change(s); the locked declarations are served "
+        "(review: prefixgate catalog diff --lock; accept: prefixgate catalog approve NAME)",
+        len(epoch.pending),
+    )
+    for pending in epoch.pending:
+        for line in pending.lines():
+            log.warning("  %s", line)
+
+
+def change_summary(old: Epoch | None, new: Epoch) -> str:
+    """Tools added, removed and changed between two epochs, for the log line."""
+    if old is None:
+        return f"{len(new.catalog.entries)} tools"
+    before = {e.name: e.declaration for e in old.catalog.entries}
+    after = {e.name: e.declaration for e in new.catalog.entries}
+    parts = name_changes(before, after)
+    if old.decision.mode != new.decision.mode:
+        parts.append(f"mode {old.decision.mode} -> {new.decision.mode}")
+    return "; ".join(parts) or "declarations changed"

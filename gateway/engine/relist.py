@@ -1,0 +1,68 @@
+"""A server's ``list_changed``, answered by re-listing it: coalesced per server and list.
+
+Each re-list may rebuild a catalog of thousands of tools; hundreds of notifications in a
+burst must not mean hundreds of rebuilds. A notification that arrives while a re-list
+runs marks one more as pending (it will see every change so far); while one is pending,
+a notification adds nothing. The re-list runs in the hub's own task, so whoever delivers
+notifications is never held up by it.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import anyio
+
+from gateway.downstream.connection import Downstream
+from gateway.engine.publishing import Publisher
+
+log = logging.getLogger("prefixgate")
+
+KINDS = {
+    "notifications/tools/list_changed": "tools",
+    "notifications/prompts/list_changed": "prompts",
+    "notifications/resources/list_changed": "resources",
+}
+"""The list each ``list_changed`` notification is about."""
+
+
+class Relists:
+    def __init__(self, publisher: Publisher) -> None:
+        self.tasks: anyio.abc.TaskGroup | None = None
+        """Where re-lists run (set when the hub starts; before that, a notification is dropped)."""
+        self._publisher = publisher
+        self._pending: dict[tuple[str, str], bool] = {}
+        """(server id, kind) -> whether another re-list is pending behind the running one."""
+
+    def changed(self, downstream: Downstream, method: str) -> None:
+        """A ``.../list_changed`` notification from ``downstream``: re-list it soon."""
+        if downstream.status != "ready":
+            return  # still starting: its start-up listing comes after this
+        kind = KINDS.get(method)
+        if kind is None:
+            return
+        key = (downstream.id, kind)
+        if key in self._pending:
+            self._pending[key] = True
+            return
+        if self.tasks is None:
+            return
+        self._pending[key] = False
+        self.tasks.start_soon(self._relist, downstream, kind, key)
+
+    async def _relist(self, downstream: Downstream, kind: str, key: tuple[str, str]) -> None:
+        try:
+            while True:
+                self._pending[key] = False
+                try:
+                    await downstream.refresh(**{kind: True})
+                    if kind == "tools":
+                        await self._publisher.rebuild(f"server {downstream.id!r} changed its tools")
+                    else:
+                        await self._publisher.relisted(kind)
+                except Exception as exc:  # noqa: BLE001 - a server that fails to re-list keeps its old lists
+                    log.warning("[%s] re-listing %s after list_changed failed: %s", downstream.id, kind, exc)
+                if not self._pending[key]:
+                    return
+        finally:
+            del self._pending[key]
