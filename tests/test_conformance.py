@@ -601,7 +601,7 @@ def test_client_runner_reports_failures(conformance_cli: Path) -> None:
     """The client verdicts can fail: a client that sends nothing passes no scenario."""
     silent = f"{sys.executable} -c pass"
     result = runner.run_client_suite(
-        conformance_cli, era="2025-11-25", scenarios=["initialize", "run_tool_call"], command=silent
+        conformance_cli, era="2025-11-25", scenarios=["initialize", "tools_call"], command=silent
     )
     assert result.passed == set(), result.report(set(result.scenarios))
     assert "tool-add-numbers" in result.report()  # the check that failed, by its id
