@@ -79,14 +79,19 @@ class StdioTransport(Transport):
             self._early.discard()
 
 
-class StreamableHttpTransport(Transport):
-    """The SDK's streamable-HTTP client on the gateway's HTTP stack: pooled connections
-    whose event streams are read to their end (``reuse.py``), and each response stream
-    scanned for the server requests it carries (``related.py``)."""
+class _Remote(Transport):
+    """A server at a URL, with the OAuth provider of each connection (None without ``auth``)."""
 
     def __init__(self, config: ServerConfig, auth: Auth) -> None:
         self.config = config
+        self.url: str = config.url or ""  # a remote server's config always has one (config.py)
         self.auth = auth
+
+
+class StreamableHttpTransport(_Remote):
+    """The SDK's streamable-HTTP client on the gateway's HTTP stack: pooled connections
+    whose event streams are read to their end (``reuse.py``), and each response stream
+    scanned for the server requests it carries (``related.py``)."""
 
     @asynccontextmanager
     async def open(self) -> AsyncIterator[Streams]:
@@ -96,40 +101,33 @@ class StreamableHttpTransport(Transport):
         from gateway.downstream.related import RelatedStreams
         from gateway.downstream.reuse import ReusedConnections
 
-        cfg = self.config
-        assert cfg.url is not None
         auth = await self.auth()
         # The SDK transports' own defaults: a response stream may stay open for minutes.
         timeout = httpx2.Timeout(30.0, read=300.0)
         if auth is not None:
             from gateway.downstream.oauth import CappedAuthAnswers
 
-            inner: httpx2.AsyncBaseTransport = CappedAuthAnswers(cfg.url)
+            inner: httpx2.AsyncBaseTransport = CappedAuthAnswers(self.url)
         else:
             inner = httpx2.AsyncHTTPTransport()
         self.related = Related()
         pool = ReusedConnections(RelatedStreams(self.related, inner))
-        async with httpx2.AsyncClient(headers=dict(cfg.headers), timeout=timeout, auth=auth, transport=pool) as http:
-            async with streamable_http_client(cfg.url, http_client=http) as (read, write):
+        headers = dict(self.config.headers)
+        async with httpx2.AsyncClient(headers=headers, timeout=timeout, auth=auth, transport=pool) as http:
+            async with streamable_http_client(self.url, http_client=http) as (read, write):
                 yield read, write
 
 
-class SseTransport(Transport):
+class SseTransport(_Remote):
     """The SDK's SSE client (the 2024-11-05 transport), OAuth-side answers capped."""
-
-    def __init__(self, config: ServerConfig, auth: Auth) -> None:
-        self.config = config
-        self.auth = auth
 
     @asynccontextmanager
     async def open(self) -> AsyncIterator[Streams]:
         from mcp.client.sse import sse_client
 
-        cfg = self.config
-        assert cfg.url is not None
         auth = await self.auth()
-        options = {"httpx_client_factory": _capped_client_factory(cfg.url)} if auth is not None else {}
-        async with sse_client(cfg.url, headers=dict(cfg.headers), auth=auth, **options) as (read, write):
+        options = {"httpx_client_factory": _capped_client_factory(self.url)} if auth is not None else {}
+        async with sse_client(self.url, headers=dict(self.config.headers), auth=auth, **options) as (read, write):
             yield read, write
 
 

@@ -34,6 +34,8 @@ SAVE_TIMEOUT = 10.0
 
 
 class Publisher:
+    """The epoch clients see, and the surface (resources, templates, prompts) served with it."""
+
     def __init__(
         self,
         config: Config,
