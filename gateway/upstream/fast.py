@@ -478,14 +478,18 @@ def envelope_connection(route: InboundModernRoute, key: str | None, outbound: An
 def meta_of(params: Mapping[str, Any], key: str | None) -> types.RequestParamsMeta | None:
     """The request's ``_meta`` as the SDK's runner lifts it (None when absent or malformed);
     parsed once per distinct value (a 2026-07-28 client repeats its envelope in every
-    ``_meta``), the model shared read-only as the envelope's are."""
+    ``_meta``), the model shared read-only as the envelope's are. One that carries a
+    progress token is new on every call: parsed, never remembered (it would only evict)."""
     if "_meta" not in params:
         return None
+    raw = params["_meta"]
+    if key is not None and isinstance(raw, dict) and "progressToken" in raw:
+        key = None
     found = _METAS.get(key) if key is not None else None
     if found is not None:
         return None if found is _MALFORMED else found
     try:
-        meta = RequestParams.model_validate({"_meta": params["_meta"]}, by_name=False).meta
+        meta = RequestParams.model_validate({"_meta": raw}, by_name=False).meta
     except ValidationError:
         meta = None
     if key is not None:
