@@ -74,7 +74,7 @@ class ServerConfig:
     protocol: str = "auto"
     """"auto": the handshake toward a server that accepts it, 2026-07-28 (``server/discover``) toward
     one that refuses it; "modern": 2026-07-28 toward a server that offers it; "legacy": the
-    handshake only (``Downstream._connect`` in gateway/downstream/connection.py)."""
+    handshake only (``Link.open`` in gateway/downstream/link.py)."""
     variables: tuple[str, ...] = ()
     """Every ``${VAR}`` this (enabled) server's table references: what the environment must carry."""
     unset: tuple[tuple[str, str], ...] = ()

@@ -215,7 +215,7 @@ def write_gateway_config(
 
 def negotiated(log: Path) -> set[str]:
     """The protocol versions the gateway's log says it settled on with the fixture (one line per
-    connection: ``[fixture] protocol VERSION``, gateway/downstream/connection.py)."""
+    connection: ``[fixture] protocol VERSION``, gateway/downstream/link.py)."""
     return set(re.findall(r"\[fixture\] protocol (\S+)", log.read_text(errors="replace")))
 
 

@@ -252,3 +252,33 @@ def test_the_installed_sdk_is_the_release_gateway_sdk_was_checked_against() -> N
     pins = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["dependencies"]
     assert f"mcp>={CHECKED},<{major}.{minor + 1}" in pins, pins
     assert f"mcp-types>={CHECKED},<{major}.{minor + 1}" in pins, pins
+
+
+# The classes where new features land (a server's record, the hub that composes the engine):
+# each keeps one job, and its other jobs live in modules of their own beside it.
+SMALL_CLASSES = {
+    ("gateway/downstream/connection.py", "Downstream"): 260,
+    ("gateway/engine/hub.py", "Hub"): 260,
+}
+
+
+def _class_lines(path: Path, name: str) -> int:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == name:
+            assert node.end_lineno is not None
+            return node.end_lineno - node.lineno + 1
+    raise AssertionError(f"{path.relative_to(ROOT)} has no class {name}")
+
+
+def test_the_classes_features_land_in_stay_small() -> None:
+    """Downstream is a server's record (status, lists, the request gate); a connection is
+    link.py's Link, running them one after another supervisor.py, a tool call and its
+    failures toolcall.py; Hub only composes the engine's parts. A class grown past its
+    bound has taken on another job."""
+    grown = [
+        f"{path}: class {name} is {lines} lines (bound {bound})"
+        for (path, name), bound in SMALL_CLASSES.items()
+        if (lines := _class_lines(ROOT / path, name)) > bound
+    ]
+    assert not grown, "\n".join(grown)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import sys
 import webbrowser
 from urllib.parse import parse_qs, urlencode, urlparse, urlunparse
@@ -27,6 +28,7 @@ from catalog.text import escape
 from gateway.config import Config, ServerConfig
 from gateway.downstream.connection import Downstream
 from gateway.downstream.oauth import Interactive, LoginNeeded
+from gateway.downstream.supervisor import Supervisor
 from gateway.engine.oauth import oauth_setup, token_file
 from gateway.state.oauthtokens import MAX_SCOPE_CHARS, TokenFileError, TokenStore
 
@@ -240,7 +242,7 @@ async def _login(config: Config, server: ServerConfig, args: argparse.Namespace)
         patient = dataclasses.replace(server, startup_timeout=args.timeout + server.startup_timeout)
         downstream = Downstream(patient, oauth=setup)
         await _fit_registration(config, server, redirect_uri)
-        tg.start_soon(downstream.run)
+        tg.start_soon(functools.partial(Supervisor(downstream).run, supervise=False))
         await downstream.settled.wait()
         downstream.stop()
         tg.cancel_scope.cancel()

@@ -5,6 +5,10 @@ from __future__ import annotations
 from catalog.text import escape
 
 
+class DownstreamUnavailable(Exception):
+    """The server cannot take calls now; ``str()`` is the model-visible reason."""
+
+
 def leaf(exc: BaseException) -> BaseException:
     """The first real error inside (nested) exception groups: the one worth reporting."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:

@@ -1,6 +1,6 @@
 """How one server is reached: a stdio child, streamable HTTP or SSE, behind one interface.
 
-As httpx keeps its transports beside the client, the connection (``connection.py``) opens
+As httpx keeps its transports beside the client, a connection (``link.py``) opens
 whichever transport its config names and gets the SDK's pair of message streams back; it
 never branches on the kind. What only one kind has is an attribute that is None for the
 others: a stdio server's process (``child``: its stderr, its exit, the raw calls on its

@@ -18,6 +18,7 @@ from catalog.names import code_unit_key
 from gateway.config import Config
 from gateway.downstream.connection import Downstream
 from gateway.downstream.spawn import Spawned
+from gateway.downstream.supervisor import Supervisor
 from gateway.engine.checks import CheckCache
 from gateway.engine.clients import Clients
 from gateway.engine.lockfile import ServedLock, lock_path
@@ -76,7 +77,7 @@ class Hub:
         self.clients.tasks = self.relists.tasks = self.round_trips.tasks = tg
         tg.start_soon(self.round_trips.keep)
         for downstream in self.downstreams:
-            tg.start_soon(functools.partial(downstream.run, supervise=supervise))
+            tg.start_soon(functools.partial(Supervisor(downstream).run, supervise=supervise))
         if self.lock.path is not None and supervise:
             tg.start_soon(self.lock.watch, self.publisher.discovered, self.publisher.rebuild)
 

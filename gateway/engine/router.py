@@ -26,7 +26,9 @@ from catalog.search import render
 from catalog.text import escape, quote
 from catalog.validation import unset_nulls, violation
 from gateway.config import PolicyConfig, SpillConfig
-from gateway.downstream.connection import Downstream, ProgressFn
+from gateway.downstream.connection import Downstream
+from gateway.downstream.link import ProgressFn
+from gateway.downstream.toolcall import call_tool
 from gateway.engine.epoch import META_TOOLS, Epoch
 from gateway.engine.validation import ValidationFailure, ValidationPool, ValidationTimeout
 from gateway.eras import DEFAULT_VERSION
@@ -188,8 +190,8 @@ class Router:
         if problem is not None:
             return error_result(problem)
         downstream = self.downstreams[entry.server]
-        result = await downstream.call_tool(
-            entry.original, arguments, meta=meta, on_progress=on_progress, answers=answers
+        result = await call_tool(
+            downstream, entry.original, arguments, meta=meta, on_progress=on_progress, answers=answers
         )
         if is_input_required(result):
             return result  # not a result yet: the caller answers it (gateway/upstream/inputs.py)

@@ -21,7 +21,8 @@ import anyio
 from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import INVALID_PARAMS, INVALID_REQUEST
 
-from gateway.downstream.connection import Downstream, DownstreamUnavailable
+from gateway.downstream.connection import Downstream
+from gateway.downstream.errors import DownstreamUnavailable
 
 log = logging.getLogger("prefixgate")
 

@@ -33,7 +33,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from pydantic import BaseModel, ValidationError
 
 from gateway import __version__
-from gateway.downstream.connection import DownstreamUnavailable
+from gateway.downstream.errors import DownstreamUnavailable
 from gateway.downstream.modern import relayable
 from gateway.downstream.related import CALLER
 from gateway.engine.capabilities import refusal

@@ -1,0 +1,300 @@
+"""One connection to a server, from the transport's open to its close: its era and its requests.
+
+A server's record (``connection.Downstream``) outlives its connections; each connection is
+a ``Link``. The link settles the era (the handshake, or ``server/discover`` for a server
+that refuses it), sends requests the way that era wants them (the 2026-07-28 envelope and
+headers on every request; a stdio server's ``tools/call`` as a raw line on its pipes), and
+is where the server's own messages arrive: its notifications go to the connection's inbox,
+its requests (sampling, elicitation, roots) to the gateway's ``ask``.
+
+Results are raw JSON (below the SDK's typed layer): the typed layer rejects a whole page
+when one tool's schema is invalid, and a call's ``content``, ``structuredContent``,
+``isError`` and ``_meta`` must reach the client untouched.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AsyncExitStack
+from typing import Any
+
+import mcp_types as types
+from mcp.client.session import ClientRequestContext, ClientSession, IncomingMessage
+from mcp.shared.exceptions import MCPError
+from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
+
+from gateway import __version__
+from gateway.downstream.inbox import Inbox
+from gateway.downstream.modern import (
+    client_info,
+    handshake,
+    header_maps,
+    hop_local_removed,
+    negotiate,
+    refused_handshake,
+    stamp,
+)
+from gateway.downstream.related import CALLER, HEADER
+from gateway.downstream.transports import Transport
+
+ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
+Ask = Callable[[str, dict[str, Any], object | None], Awaitable[dict[str, Any]]]
+"""The gateway's answer to a server's request: (method, params, the call it came on, if known)."""
+
+_MAX_PAGES = 10_000
+
+
+class Link:
+    """One connection: the session its era was settled on, and how requests go over it."""
+
+    def __init__(
+        self, server_id: str, transport: Transport, inbox: Inbox, ask: Ask, log: logging.Logger, *, raw_calls: bool
+    ) -> None:
+        self.server_id = server_id
+        self.transport = transport
+        self.inbox = inbox
+        """The server's notifications, in order, with one consumer (``inbox.py``)."""
+        self._ask = ask
+        self._log = log
+        self._raw_calls = raw_calls
+        """``tools/call`` to a stdio child as raw lines (``PREFIXGATE_FAST_PATH=0``: through the SDK)."""
+        self.handshake_refused = False
+        """The server refused the handshake: its reconnects go straight to ``server/discover``."""
+        self._hinted = False
+        """The back-channel hint (below) was logged for this connection."""
+        # The era, once open() has settled it:
+        self.session: ClientSession | None = None
+        self._dispatcher: JSONRPCDispatcher[Any] | None = None
+        self.modern = False
+        """The server speaks 2026-07-28: every request carries its own envelope (``modern.py``)."""
+        self.protocol_version = ""
+        self._headers: dict[str, str] = {}
+        self.header_maps: dict[str, dict[tuple[str, ...], str]] = {}
+        """A modern server's tools' ``Mcp-Param`` headers (refreshed with its tool list)."""
+        self.server_info: dict[str, Any] | None = None
+        self.capabilities: dict[str, Any] = {}
+
+    async def open(self, stack: AsyncExitStack, protocol: str, *, http: bool, handshake_refused: bool = False) -> None:
+        """Open the transport and settle the era (the rule: :data:`ServerConfig.protocol`).
+
+        "auto" (the default) tries the handshake first, so a server that offers both eras
+        keeps its back-channel; one that refuses it is reached anew (a stdio server is
+        respawned: its connection kept the era of that first request) with
+        ``server/discover``, and ``handshake_refused`` says so for its reconnects. Over HTTP
+        the handshake's request carries the 2026-07-28 headers and envelope too
+        (:func:`~gateway.downstream.modern.handshake`): a 2026-07-28 server expects them on
+        every request, and a server of both eras reads the version they name (``http``).
+        """
+        self.handshake_refused = handshake_refused
+        if protocol == "auto" and not handshake_refused:
+            attempt = await stack.enter_async_context(AsyncExitStack())
+            session, dispatcher = await self._session_on(attempt)
+            try:
+                await handshake(session, dispatcher, http=http)
+            except Exception as exc:
+                if not refused_handshake(exc):
+                    raise
+                self._log.info("[%s] refused the handshake (%s); reaching it with server/discover", self.server_id, exc)
+                self.handshake_refused = True
+                await attempt.aclose()
+            else:
+                self._adopt(session, dispatcher, modern=False)
+                return
+        session, dispatcher = await self._session_on(stack)
+        if protocol == "legacy":
+            await handshake(session, dispatcher, http=http)
+            self._adopt(session, dispatcher, modern=False)
+        else:
+            self._adopt(session, dispatcher, modern=await negotiate(session))
+
+    async def _session_on(self, stack: AsyncExitStack) -> tuple[ClientSession, JSONRPCDispatcher[Any]]:
+        read, write = await stack.enter_async_context(self.transport.open())
+        dispatcher: JSONRPCDispatcher[Any] = JSONRPCDispatcher(read, write)
+        session = ClientSession(
+            dispatcher=dispatcher,
+            client_info=types.Implementation(name="prefixgate", version=__version__),
+            sampling_callback=self._sampling,
+            elicitation_callback=self._elicitation,
+            list_roots_callback=self._list_roots,
+            message_handler=self._message,
+        )
+        return await stack.enter_async_context(session), dispatcher
+
+    def _adopt(self, session: ClientSession, dispatcher: JSONRPCDispatcher[Any], *, modern: bool) -> None:
+        version = session.protocol_version
+        assert version is not None
+        self.modern = modern
+        self.protocol_version = version
+        self._headers = {"mcp-protocol-version": version}
+        self.session, self._dispatcher = session, dispatcher
+        info, caps = session.server_info, session.server_capabilities
+        self.server_info = info.model_dump(by_alias=True, mode="json", exclude_none=True) if info else None
+        self.capabilities = caps.model_dump(by_alias=True, mode="json", exclude_none=True) if caps else {}
+        self._log.info("[%s] protocol %s", self.server_id, version)
+
+    @property
+    def gone(self) -> bool:
+        """A stdio server's process closed its stdout: nothing more will be answered here."""
+        child = self.transport.child
+        return child is not None and child.stdout_closed.is_set()
+
+    def tools_listed(self, tools: tuple[Any, ...]) -> None:
+        """The headers a modern server's tools declare (``Mcp-Param``) go on their calls."""
+        if self.modern:
+            self.header_maps = header_maps(tools)
+
+    # --- requests ---------------------------------------------------------------------
+
+    async def request(
+        self,
+        method: str,
+        params: Mapping[str, Any] | None,
+        *,
+        timeout: float | None = None,
+        on_progress: ProgressFn | None = None,
+        log_level: str | None = None,
+        capabilities: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Send one raw request; the result is the peer's JSON, unvalidated.
+
+        To a modern server the request carries the 2026-07-28 envelope and headers
+        (``log_level``: the log opt-in it carries; ``capabilities``: what the client it is
+        made for can answer, else all the gateway relays).
+        """
+        dispatcher = self._dispatcher
+        assert dispatcher is not None, "a link takes requests once open() has returned"
+        raw = self.transport.raw_calls if method == "tools/call" and self._raw_calls else None
+        if self.modern:
+            params, headers = stamp(
+                method,
+                params,
+                version=self.protocol_version,
+                client_info=client_info(__version__),
+                log_level=log_level,
+                header_maps=self.header_maps,
+                capabilities=capabilities,
+                headers=raw is None,  # a raw line on a pipe has no HTTP headers to carry
+            )
+        else:
+            headers = dict(self._headers)
+        related = self.transport.related  # a streamable-HTTP server's: which call its requests are for
+        name = None
+        if related is not None and (caller := CALLER.get()) is not None:
+            name = headers[HEADER] = related.open(caller)
+        opts: dict[str, Any] = {"headers": headers}
+        if timeout is not None:
+            opts["timeout"] = timeout
+        if on_progress is not None:
+            opts["on_progress"] = latest_only(on_progress)
+        try:
+            if raw is not None:  # our own pipes: a raw line, its reply taken before any model (rawcalls.py)
+                result: dict[str, Any] = await raw.request(
+                    method, params, timeout=timeout, on_progress=opts.get("on_progress")
+                )
+            else:
+                result = await dispatcher.send_raw_request(method, params, opts)  # type: ignore[arg-type]
+        except MCPError as exc:
+            if self.modern and "back-channel" in exc.message and not self._hinted:
+                # A dual-era server pinned to 2026-07-28 that asks for input the handshake way (a
+                # request of its own) cannot do so there; the handshake ("auto") would let it.
+                self._hinted = True
+                self._log.warning(
+                    "[%s] its %s asked the client for input over a back-channel, which the 2026-07-28 "
+                    'protocol does not have; remove protocol = "modern" for this server (the default, "auto", '
+                    "uses the handshake toward a server that offers it) to relay such requests",
+                    self.server_id,
+                    method,
+                )
+            raise
+        finally:
+            if name is not None and related is not None:
+                related.close(name)
+        if self.modern:
+            result = hop_local_removed(result)
+        await self.inbox.settle()  # what the server said before its reply goes out first
+        return result
+
+    # --- what the server sends ----------------------------------------------------------
+
+    async def _message(self, message: IncomingMessage) -> None:
+        if isinstance(message, Exception):
+            self._log.debug("[%s] transport error: %s", self.server_id, message)
+            return
+        if isinstance(message, types.ProgressNotification):
+            return  # delivered to its call's on_progress by the dispatcher
+        data = message.model_dump(by_alias=True, mode="json", exclude_none=True)
+        self.inbox.put(data["method"], data.get("params") or {})
+
+    async def _forward(self, context: ClientRequestContext, method: str, params: Any) -> Any:
+        raw = params.model_dump(by_alias=True, mode="json", exclude_none=True) if params is not None else {}
+        related = self.transport.related
+        caller = related.take(context.request_id) if related is not None else None
+        try:
+            return await self._ask(method, raw, caller)
+        except MCPError as exc:
+            return exc.error
+
+    async def _sampling(self, context: ClientRequestContext, params: types.CreateMessageRequestParams) -> Any:
+        result = await self._forward(context, "sampling/createMessage", params)
+        if isinstance(result, types.ErrorData):
+            return result
+        if params.tools:
+            return types.CreateMessageResultWithTools.model_validate(result)
+        return types.CreateMessageResult.model_validate(result)
+
+    async def _elicitation(self, context: ClientRequestContext, params: types.ElicitRequestParams) -> Any:
+        result = await self._forward(context, "elicitation/create", params)
+        return result if isinstance(result, types.ErrorData) else types.ElicitResult.model_validate(result)
+
+    async def _list_roots(self, context: ClientRequestContext) -> Any:
+        result = await self._forward(context, "roots/list", None)
+        return result if isinstance(result, types.ErrorData) else types.ListRootsResult.model_validate(result)
+
+
+async def list_all(
+    request: Callable[[str, dict[str, Any] | None], Awaitable[dict[str, Any]]], method: str, key: str
+) -> tuple[Any, ...]:
+    """Every item of every page, following ``nextCursor`` to the end."""
+    items: list[Any] = []
+    cursor: str | None = None
+    seen: set[str] = set()
+    for _ in range(_MAX_PAGES):
+        page = await request(method, {"cursor": cursor} if cursor is not None else None)
+        batch = page.get(key)
+        if not isinstance(batch, list):
+            raise ValueError(f"{method} result has no {key!r} list")
+        items.extend(batch)
+        cursor = page.get("nextCursor")
+        if not isinstance(cursor, str) or not cursor:
+            return tuple(items)
+        if cursor in seen:
+            raise ValueError(f"{method} repeated cursor {cursor!r}")
+        seen.add(cursor)
+    raise ValueError(f"{method} returned more than {_MAX_PAGES} pages")
+
+
+def latest_only(forward: ProgressFn) -> ProgressFn:
+    """Progress forwarded one at a time; while one is on its way only the newest waits.
+
+    The SDK runs a task per progress notification: against a slow client a flood would
+    pile them up without bound. Progress is a level, not a log, so the newest is enough.
+    """
+    busy = False
+    waiting: tuple[float, float | None, str | None] | None = None
+
+    async def wrapped(progress: float, total: float | None, message: str | None) -> None:
+        nonlocal busy, waiting
+        if busy:
+            waiting = (progress, total, message)
+            return
+        busy = True
+        try:
+            await forward(progress, total, message)
+            while waiting is not None:
+                args, waiting = waiting, None
+                await forward(*args)
+        finally:
+            busy = False
+
+    return wrapped

@@ -1,0 +1,213 @@
+"""Keeping one server connected: the start, its timeout, restarts with backoff, liveness.
+
+Under ``serve`` a server is supervised: one that misses its start-up timeout keeps
+connecting and joins when ready; one that exits or drops is restarted with exponential
+backoff (``backoff.py``: 1 s doubling to 60 s, reset after 5 minutes healthy). A remote
+server has no exit to see: it is checked every ``LIVENESS_INTERVAL`` (15 s). A server whose
+config references an unset ``${VAR}`` fails at once and is never retried. However a
+connection ends, the end becomes the server's status and error, never an exception.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import AsyncExitStack
+
+import anyio
+from mcp.shared.exceptions import MCPError
+from mcp_types.jsonrpc import CONNECTION_CLOSED
+
+from gateway.downstream import backoff
+from gateway.downstream.connection import Downstream
+from gateway.downstream.errors import DownstreamUnavailable, leaf, short
+from gateway.downstream.inbox import Inbox
+from gateway.downstream.link import Link
+from gateway.downstream.oauth import LoginNeeded
+from gateway.downstream.stdio import CommandNotFound
+from gateway.fastpath import fast_path
+
+LIVENESS_INTERVAL = float(os.environ.get("PREFIXGATE_LIVENESS_INTERVAL") or 15.0)
+"""Seconds between liveness checks of a remote server (the environment variable exists for tests)."""
+LISTEN_WAIT = 10.0
+"""Seconds a modern server's start waits for its listen stream before listing without it."""
+
+
+class Supervisor:
+    """Runs one server's connections, one after another, in the task it is given (``run``)."""
+
+    def __init__(self, downstream: Downstream) -> None:
+        self.d = downstream
+        self._ready_at: float | None = None
+        """When the current connection became ready: how long it stayed healthy decides the backoff."""
+        self._handshake_refused = False
+        """The server refused the handshake once: its reconnects go straight to ``server/discover``."""
+
+    async def run(self, *, supervise: bool) -> None:
+        """Connect and hold the connection; with ``supervise``, restart it when it ends.
+
+        Without ``supervise`` (one-shot discovery) a server that misses its start-up
+        timeout is stopped and reported late.
+        """
+        d = self.d
+        if not d.config.enabled:
+            return
+        if d.config.unset_reason is not None:
+            # Nothing changes this without a restart: failed once, never retried.
+            d.set_status("failed", d.config.unset_reason)
+            d.closed.set()
+            return
+        policy = backoff.Backoff()
+        d.supervised = supervise
+        try:
+            with anyio.CancelScope() as scope:
+                d.scope = scope
+                while True:
+                    self._ready_at = None
+                    await self._attempt(supervise)
+                    if not supervise or d.stopping:
+                        return
+                    healthy = None if self._ready_at is None else anyio.current_time() - self._ready_at
+                    wait = policy.delay(healthy)
+                    d.retry_at = anyio.current_time() + wait
+                    if d.status in ("exited", "ready"):
+                        d.status = "restarting"  # it was serving: say so; a start-up failure stays "failed"
+                    d.log.warning("[%s] retrying in %g s (%s)", d.id, wait, d.error or d.status)
+                    await d.events.server_down(d)
+                    await self._pause(wait)
+                    d.restarts += 1
+                    d.retry_at = None
+        finally:
+            d.link = None
+            d.transport.discard()
+            d.settled.set()
+            d.joined.set()
+            d.closed.set()
+
+    async def _attempt(self, supervise: bool) -> None:
+        """One connection, from spawn to close; never raises (but for cancellation)."""
+        d = self.d
+        started = anyio.current_time()
+        d.startup_ms = None
+        ready = anyio.Event()
+
+        async def watch_startup(scope: anyio.CancelScope) -> None:
+            await anyio.sleep(d.config.startup_timeout)
+            if not ready.is_set():
+                d.set_status("late", f"not ready within startup_timeout {d.config.startup_timeout:g} s")
+                if not supervise:
+                    scope.cancel()
+
+        async with anyio.create_task_group() as tg:
+            # Notifications wait in a bounded inbox with one consumer: a flood while the
+            # client is slow costs dropped log lines, never unbounded tasks and memory.
+            inbox = Inbox(d.id, lambda method, params: d.events.server_notification(d, method, params))
+            tg.start_soon(inbox.run)
+            with anyio.CancelScope() as scope:
+                tg.start_soon(watch_startup, scope)
+                try:
+                    async with AsyncExitStack() as stack:
+                        link = Link(
+                            d.id,
+                            d.transport,
+                            inbox,
+                            lambda method, params, caller: d.events.server_request(d, method, params, caller),
+                            d.log,
+                            raw_calls=fast_path(),
+                        )
+                        await link.open(
+                            stack,
+                            d.config.protocol,
+                            http=d.config.transport == "http",
+                            handshake_refused=self._handshake_refused,
+                        )
+                        self._handshake_refused = link.handshake_refused
+                        d.adopt(link)
+                        if link.modern and link.session is not None:
+                            # Listening before listing: a change made between the two (a call
+                            # from a warm start's catalog can come that early) is never missed.
+                            listening = anyio.Event()
+                            tg.start_soon(
+                                d.listen_stream.hold, link.session, d.capabilities, listening, lambda: d.link is link
+                            )
+                            with anyio.move_on_after(LISTEN_WAIT):
+                                await listening.wait()
+                        await d.refresh(tools=True, resources=True, prompts=True)
+                        d.source = "live"
+                        d.startup_ms = round((anyio.current_time() - started) * 1000)
+                        self._ready_at = anyio.current_time()
+                        ready.set()
+                        d.set_status("ready", None)
+                        try:
+                            await d.events.server_ready(d)
+                        finally:
+                            d.joined.set()
+                        await self._wait_closed(link)
+                        d.link = None
+                        d.set_status("exited", self._exit_reason())
+                except CommandNotFound as exc:
+                    d.set_status("failed", str(exc))
+                except MCPError as exc:
+                    d.set_status("failed", await self._startup_error(exc))
+                except OSError as exc:
+                    d.set_status("failed", f"cannot start: {exc.strerror or exc}")
+                except Exception as exc:  # a broken server must never take the gateway down
+                    cause = leaf(exc)
+                    if isinstance(cause, MCPError):
+                        d.set_status("failed", await self._startup_error(cause))
+                    elif isinstance(cause, CommandNotFound | LoginNeeded):
+                        d.set_status("failed", str(cause))
+                    elif ready.is_set() and d.config.transport != "stdio":
+                        # A remote connection that was serving: its HTTP client failed (the
+                        # server went away), which is a lost connection, not a failed start.
+                        d.set_status("exited", f"connection lost: {short(cause)}")
+                    else:
+                        d.set_status("failed", short(cause) + d.stderr_hint())
+                finally:
+                    d.link = None
+                    if (problem := d.login_problem()) is not None and d.status in ("failed", "exited"):
+                        # The SDK's transport reports a failed auth flow only as a closed
+                        # connection; the redirect handler said why (and what to run).
+                        d.set_status("failed", problem)
+            tg.cancel_scope.cancel()
+
+    async def _wait_closed(self, link: Link) -> None:
+        if (child := self.d.transport.child) is not None:
+            await child.stdout_closed.wait()
+            await child.wait_exit(2.0)
+            return
+        # Remote: the transport gives no close signal of its own; a failing ping is one.
+        while True:
+            await anyio.sleep(LIVENESS_INTERVAL)
+            try:
+                # ping does not exist in 2026-07-28; server/discover is always answered.
+                await self.d.request("server/discover" if link.modern else "ping", None, timeout=10)
+            except (MCPError, DownstreamUnavailable) as exc:
+                self.d.error = f"connection lost: {exc}"
+                return
+            except Exception as exc:  # noqa: BLE001 - the HTTP client's own (ConnectError...): the same loss
+                self.d.error = f"connection lost: {short(leaf(exc))}"
+                return
+
+    async def _pause(self, seconds: float) -> None:
+        """The wait before a retry; a server with ``auth`` retries as soon as its token file
+        changes (a ``prefixgate login`` in another terminal), not after the whole backoff."""
+        oauth = self.d.oauth
+        if self.d.config.auth is None or oauth is None:
+            await anyio.sleep(seconds)
+            return
+        store = oauth.store_for(self.d.config)
+        before = store.fingerprint()
+        with anyio.move_on_after(seconds):
+            while store.fingerprint() == before:
+                await anyio.sleep(min(1.0, seconds))
+
+    async def _startup_error(self, exc: MCPError) -> str:
+        if exc.code == CONNECTION_CLOSED and (child := self.d.transport.child) is not None:
+            await child.wait_exit(2.0)
+            return f"exited during start-up ({child.exit_description()})" + self.d.stderr_hint()
+        return exc.message + self.d.stderr_hint()
+
+    def _exit_reason(self) -> str:
+        if (child := self.d.transport.child) is not None:
+            return f"server exited ({child.exit_description()})" + self.d.stderr_hint()
+        return self.d.error or "connection closed"

@@ -1,0 +1,118 @@
+"""``tools/call`` toward a server, and every way it can fail as an ``isError`` result.
+
+A JSON-RPC error from the server (an offline server's ``-32603 fetch failed``) becomes an
+``isError`` result naming the server: the model can act on one, while a protocol error
+ends its turn. Only the spec's own codes (-32020..-32099: a header mismatch, a client
+capability the request lacked, an unsupported version) stay JSON-RPC errors: they are
+about the client's request, which a client acts on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import mcp_types as types
+from mcp.shared.exceptions import MCPError
+from mcp_types.jsonrpc import CONNECTION_CLOSED, PARSE_ERROR, REQUEST_TIMEOUT
+
+from catalog.text import escape
+from gateway.downstream.connection import Downstream
+from gateway.downstream.errors import DownstreamUnavailable
+from gateway.downstream.link import ProgressFn
+from gateway.downstream.modern import ENVELOPE, relayable
+from gateway.downstream.stdio import MESSAGE_TOO_LARGE, UNPARSABLE_REPLY
+from gateway.results import error_result
+
+SPEC_ERRORS = (-32099, -32020)
+"""Error codes the 2026-07-28 spec allocates (about the request itself, not the tool)."""
+MAX_ERROR_CHARS = 500
+"""A server's error message kept in a tool's ``isError`` text (one line)."""
+
+
+async def call_tool(
+    downstream: Downstream,
+    tool: str,
+    arguments: Mapping[str, Any] | None,
+    *,
+    meta: Mapping[str, Any] | None = None,
+    on_progress: ProgressFn | None = None,
+    answers: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Forward ``tools/call``; errors become ``isError`` results naming the server.
+
+    ``answers`` (``inputResponses``, ``requestState``) retry a call the server answered
+    with ``input_required`` (2026-07-28).
+    """
+    params: dict[str, Any] = {"name": tool}
+    # A modern client's per-request log opt-in holds for this call's hop too.
+    wanted_level = (meta or {}).get(ENVELOPE + "logLevel")
+    # ... and so do the capabilities it declared: the server asks only for what it can answer.
+    capabilities = relayable((meta or {}).get(types.CLIENT_CAPABILITIES_META_KEY))
+    if arguments is not None:
+        params["arguments"] = dict(arguments)
+    if meta:
+        # The client's progress token and its per-request protocol envelope (2026-07-28
+        # keys) belong to the upstream connection, not to this one.
+        forwarded = {k: v for k, v in meta.items() if k != "progressToken" and not k.startswith(ENVELOPE)}
+        if forwarded:
+            params["_meta"] = forwarded
+    if answers:
+        params.update(answers)
+    server = downstream.id
+    timeout = downstream.config.call_timeout
+    oauth = downstream.oauth
+    mark = oauth.problems.mark() if oauth is not None else 0
+    try:
+        return await downstream.request(
+            "tools/call",
+            params,
+            timeout=timeout,
+            on_progress=on_progress,
+            log_level=wanted_level if isinstance(wanted_level, str) else None,
+            capabilities=capabilities,
+        )
+    except DownstreamUnavailable as exc:
+        return error_result(str(exc))
+    except MCPError as exc:
+        if exc.code == REQUEST_TIMEOUT:
+            return error_result(f"{server}: tool {tool!r} timed out after {timeout:g} s")
+        if exc.code == CONNECTION_CLOSED and _connection_gone(downstream, exc):
+            return error_result(await _closed_reason(downstream, tool))
+        if exc.code in (MESSAGE_TOO_LARGE, UNPARSABLE_REPLY, PARSE_ERROR):
+            # The reply never arrived whole: refused by our transport, or (remote) by the
+            # SDK's, whose JSON parser rejects lone surrogates (``\ud800``) outright.
+            return error_result(f"{server}: tool {tool!r}: {exc.message}")
+        if SPEC_ERRORS[0] <= exc.code <= SPEC_ERRORS[1]:
+            raise
+        if (problem := downstream.login_problem(since=mark)) is not None:
+            # The server refused the token for this call (a step-up, or a login gone).
+            return error_result(f"Server {server!r} refused tool {tool!r}: {problem}")
+        return error_result(server_error(server, tool, exc.code, exc.message))
+
+
+def _connection_gone(downstream: Downstream, exc: MCPError) -> bool:
+    """Whether -32000 is the SDK's own "connection closed" rather than a server's error
+    (the code is also a common implementation-defined one, e.g. "Internal error")."""
+    if (child := downstream.transport.child) is not None:
+        return child.stdout_closed.is_set()
+    return exc.message == "Connection closed" and exc.error.data is None
+
+
+async def _closed_reason(downstream: Downstream, tool: str) -> str:
+    server = downstream.id
+    if (child := downstream.transport.child) is not None:
+        await child.wait_exit(2.0)
+        return f"server {server!r} exited during the call to {tool!r} ({child.exit_description()})"
+    if (problem := downstream.login_problem()) is not None:
+        return f"Server {server!r}: {problem}"
+    return f"connection to server {server!r} closed during the call to {tool!r}"
+
+
+def server_error(server: str, tool: str, code: int, message: str) -> str:
+    """A server's JSON-RPC error as one bounded, printable line naming server, tool and code."""
+
+    text = escape(" ".join(message.split()))
+    if len(text) > MAX_ERROR_CHARS:
+        text = text[: MAX_ERROR_CHARS - 1] + "…"
+    return f"Server {server!r} answered tool {tool!r} with JSON-RPC error {code}: {text or '(no message)'}"
