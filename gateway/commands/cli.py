@@ -10,13 +10,29 @@ a ``required`` server failed or the gateway could not run.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gc
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from gateway import __version__, logs
 from gateway.commands.base import Exit, has_config, load
 from gateway.config import default_config
+
+
+@contextlib.contextmanager
+def importing() -> Iterator[None]:
+    """The heavy imports (the mcp SDK, whose pydantic models build thousands of validators)
+    with the cyclic collector off, and what they made frozen out of its reach after: those
+    objects live as long as the process, and collecting through them costs start-up time
+    and every later full collection."""
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        gc.enable()
 
 
 def _exit_in(exc: BaseException) -> Exit | None:
@@ -175,7 +191,8 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["demo-server"]:
-        from gateway.commands import demo
+        with importing():
+            from gateway.commands import demo
 
         return demo.main(argv[1:])
     if argv[:1] == ["serve"]:
@@ -185,7 +202,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = parser()
     args = p.parse_args(argv)
     logs.setup(getattr(args, "log_level", "info"))
-    from gateway.commands import diff, doctor, importer
+    with importing():
+        from gateway.commands import diff, doctor, importer
 
     if args.command == "import":
         return importer.run(args)
@@ -215,9 +233,10 @@ def _exiting(command: Callable[[], int]) -> int:
 
 def _with_config(args: argparse.Namespace) -> int:
     """The commands that read the config first (a bad one: exit 2, before anything starts)."""
-    import anyio
+    with importing():
+        import anyio
 
-    from gateway.commands import artifacts, catalog, lock, login
+        from gateway.commands import artifacts, catalog, lock, login
 
     if args.command == "artifacts" and args.config is None and not has_config():
         # Nothing to read: the owner's view of the default state directory.
@@ -251,9 +270,10 @@ def _serve(args: argparse.Namespace) -> int:
         from gateway.upstream.prelude import Prelude
 
         prelude = Prelude.begin(config)
-    import anyio
+    with importing():
+        import anyio
 
-    from gateway.commands import serve
+        from gateway.commands import serve
 
     tokens = serve.http_tokens(args) if args.http else []
     anyio.run(serve.serve, config, args.session, args.http, tokens, prelude)
