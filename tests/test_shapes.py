@@ -123,3 +123,13 @@ def test_a_remembered_verdict_on_call_params_is_the_sdks(version: str, calls: li
         ]
         for variant in variants:
             assert valid_call(version, variant, meta_key(variant)) == _sdk_verdict(version, variant), variant
+
+
+def test_a_meta_with_a_progress_token_keys_nothing() -> None:
+    """A ``_meta`` that carries a progress token is new on every call: it keys no remembered
+    envelope, ``_meta`` model or verdict (``meta_key`` is None), while the same envelope
+    without one is keyed by its canonical JSON, and a request without ``_meta`` by ""."""
+    envelope = {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}
+    assert meta_key({"name": "t", "_meta": {**envelope, "progressToken": 7}}) is None
+    assert meta_key({"name": "t", "_meta": envelope}) == '{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}'
+    assert meta_key({"name": "t"}) == ""

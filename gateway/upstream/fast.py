@@ -413,9 +413,16 @@ _METAS = _Remembered()
 
 
 def meta_key(params: Mapping[str, Any]) -> str | None:
-    """The canonical JSON of a request's ``_meta`` ("" when it has none; None when it cannot
-    be keyed): made once per request, it keys every value remembered about the envelope."""
-    return _key(params["_meta"]) if "_meta" in params else ""
+    """The canonical JSON of a request's ``_meta`` ("" when it has none): made once per
+    request, it keys every value remembered about the envelope. None, so that nothing is
+    remembered, when it cannot be keyed or is new on every request: one that carries a
+    progress token (keeping it would only evict the envelopes worth keeping)."""
+    if "_meta" not in params:
+        return ""
+    raw = params["_meta"]
+    if isinstance(raw, dict) and "progressToken" in raw:
+        return None
+    return _key(raw)
 
 
 _PLAIN_CALL = frozenset(("name", "arguments", "_meta"))
@@ -478,13 +485,10 @@ def envelope_connection(route: InboundModernRoute, key: str | None, outbound: An
 def meta_of(params: Mapping[str, Any], key: str | None) -> types.RequestParamsMeta | None:
     """The request's ``_meta`` as the SDK's runner lifts it (None when absent or malformed);
     parsed once per distinct value (a 2026-07-28 client repeats its envelope in every
-    ``_meta``), the model shared read-only as the envelope's are. One that carries a
-    progress token is new on every call: parsed, never remembered (it would only evict)."""
+    ``_meta``), the model shared read-only as the envelope's are (``key``: ``meta_key``)."""
     if "_meta" not in params:
         return None
     raw = params["_meta"]
-    if key is not None and isinstance(raw, dict) and "progressToken" in raw:
-        key = None
     found = _METAS.get(key) if key is not None else None
     if found is not None:
         return None if found is _MALFORMED else found
