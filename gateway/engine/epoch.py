@@ -67,6 +67,11 @@ class Epoch:
     def identity(self) -> str:
         return self.decision.identity
 
+    def same_for_clients(self, other: Epoch | None) -> bool:
+        """Whether ``other`` publishes these bytes under this activation identity: then it
+        is this epoch for clients (no list_changed, activation kept), however it was built."""
+        return other is not None and self.fingerprint == other.fingerprint and self.identity == other.identity
+
     def declares(self, name: str) -> bool:
         return name in self.decision.declared_names
 

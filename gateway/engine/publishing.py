@@ -180,8 +180,7 @@ class Publisher:
                 epoch = self._epoch()
             except DecisionError:
                 return
-            old = self._router.epoch
-            if old is not None and (epoch.identity, epoch.fingerprint) == (old.identity, old.fingerprint):
+            if epoch.same_for_clients(self._router.epoch):
                 await self._router.publish(epoch)
                 log.debug("server %r is ready: the lock's call gate takes its live tools", downstream.id)
 
@@ -232,7 +231,7 @@ class Publisher:
         """Publish ``epoch`` as a new epoch if clients would see other bytes (clearing
         activation, notifying clients in both eras); True when it is the same epoch."""
         old = self._router.epoch
-        if old is not None and epoch.identity == old.identity and epoch.fingerprint == old.fingerprint:
+        if epoch.same_for_clients(old):
             # The same bytes: the same epoch for clients (no list_changed, activation kept),
             # but the call gate takes the fresh build (under a lock the live tools change
             # what is pending and refused; a server back from a warm start or a crash gives

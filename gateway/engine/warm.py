@@ -155,7 +155,7 @@ class WarmRecords:
                 return
             epoch = built
         answers: list[Answer] = []
-        if capture is not None and _same(published, epoch):
+        if capture is not None and published.same_for_clients(epoch):
             answers = await capture()
         key = record_key(launch_identity(config, lock_bytes))
         data = encode_record(key, epoch.fingerprint, servers, answers)
@@ -184,10 +184,6 @@ class WarmRecords:
             len(servers),
             len(answers),
         )
-
-
-def _same(a: Epoch, b: Epoch) -> bool:
-    return a.fingerprint == b.fingerprint and a.identity == b.identity
 
 
 def _record_epoch(
