@@ -35,3 +35,22 @@ def test_a_failed_import_leaves_the_collector_on() -> None:
     with pytest.raises(ModuleNotFoundError), importing():
         importlib.import_module("gateway.no_such_module")
     assert gc.isenabled()
+
+
+def test_the_command_parser_is_built_with_the_collector_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Building the parser imports every command (doctor, login, ... and the mcp SDK with
+    them): ``catalog``, ``doctor`` and ``login`` start-up is mostly that import."""
+    from gateway.commands import cli
+
+    seen: list[bool] = []
+    build = cli.parser
+
+    def recording() -> object:
+        seen.append(gc.isenabled())
+        return build()
+
+    monkeypatch.setattr(cli, "parser", recording)
+    with pytest.raises(SystemExit):
+        cli.main(["catalog", "--help"])
+    assert seen == [False]
+    assert gc.isenabled()

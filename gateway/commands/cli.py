@@ -199,11 +199,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = serve_parser().parse_args(argv[1:])
         logs.setup(args.log_level)
         return _exiting(lambda: _serve(args))
-    p = parser()
+    with importing():  # the parser's help names every command: it imports them all
+        p = parser()
+        from gateway.commands import diff, doctor, importer
     args = p.parse_args(argv)
     logs.setup(getattr(args, "log_level", "info"))
-    with importing():
-        from gateway.commands import diff, doctor, importer
 
     if args.command == "import":
         return importer.run(args)
