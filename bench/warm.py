@@ -91,7 +91,7 @@ def _time_to_list(argv: list[str], errlog: Path, expect: int, modern: bool = Fal
 
 
 def _measure(ctx: Any) -> dict[str, Any]:
-    rounds = 2 if ctx.quick else 7
+    rounds = 1 if ctx.quick else 7
     everything, note = (None, "server-everything left out (--quick)") if ctx.quick else _everything()
     config = _config(ctx.tmp / "warm", everything)
     warm_dir = config.parent / "state" / "warm"
