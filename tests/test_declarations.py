@@ -251,3 +251,18 @@ async def test_tool_search_names_the_servers_that_are_not_available(tmp_path: Pa
     down = "Servers not available now (their tools are missing or fail until they are back): gone (failed)."
     assert found.endswith("\n" + down), found
     assert instructions == INSTRUCTIONS, instructions  # the same text whatever is down
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_the_first_call_of_a_cold_start_runs_what_the_session_activated(tmp_path: Path, mode: str) -> None:
+    """No warm start: the epoch is published by the barrier while the call waits for it, and the
+    session's activation is restored as it is published; the call is gated after that, not
+    refused in between."""
+    servers = {"d": {**demo("--tools", 1), "deferred": True}}
+    config = write_config(tmp_path, servers, gateway={"warm_start": False})
+    async with sdk_client(config, mode, "--session", "s", log_level="warning") as client:
+        await client.call_tool("tool_search", {"query": "d__echo", "limit": 1})
+    for _ in range(2):
+        async with sdk_client(config, mode, "--session", "s", log_level="warning") as client:
+            result = await client.call_tool("d__echo", {"text": "hi"})
+        assert (result.is_error, text(result)) == (False, "hi")

@@ -174,6 +174,10 @@ class Router:
         if refusal is not None:
             return error_result(refusal)
         if epoch.is_deferred(name) and not state.allows(name):
+            if epoch is self.epoch:
+                # Bound to this epoch first: a call that came in as it was published may run
+                # before the publisher restored the client's activation (``--session``, a principal).
+                await state.enter(epoch.identity)
             unreadable = await state.refresh()  # granted on another replica? (shared store)
             if unreadable is not None:
                 return error_result(
