@@ -83,6 +83,16 @@ def _exclusion(name: str, server: ServerTools) -> str | None:
     return None
 
 
+def _view_exclusion(name: str, include: Sequence[str], exclude: Sequence[str]) -> str | None:
+    """Why a profile does not see the tool published as ``name``, or None; exclude wins."""
+    for pattern in exclude:
+        if fnmatch.fnmatchcase(name, pattern):
+            return f"published as {quote(name)}, which matches the profile's exclude pattern {quote(pattern)}"
+    if include and not any(fnmatch.fnmatchcase(name, p) for p in include):
+        return f"published as {quote(name)}, which matches none of the profile's include patterns"
+    return None
+
+
 class Memo(Protocol):
     """Remembers declarations that passed every check (keyed by their canonical bytes).
 
@@ -311,6 +321,8 @@ def build(
     extra_check: Check | None = None,
     memo: Memo | None = None,
     output_schemas: bool = True,
+    include: Sequence[str] = (),
+    exclude: Sequence[str] = (),
 ) -> Catalog:
     """The catalog of one epoch: published entries in UTF-16 code-unit order.
 
@@ -320,6 +332,8 @@ def build(
     ``memo`` lets it skip the (expensive) checks for declarations that passed before.
     ``output_schemas=False`` publishes no ``outputSchema``: a client that sees one demands
     ``structuredContent`` in every successful result, which a bounded result may lack.
+    ``include``/``exclude`` are a profile's globs on published names: applied once every
+    tool is named, so a tool a profile keeps has the name it has without the filter.
     """
     ids = [s.id for s in servers]
     if len(set(ids)) != len(ids):
@@ -353,7 +367,11 @@ def build(
         if parts:  # its own members too
             parts["name"] = member("name", public)
             entry.know_encoding(parts, join_object(parts))
-        entries.append(entry)
+        hidden = _view_exclusion(public, include, exclude)
+        if hidden is None:
+            entries.append(entry)
+        else:
+            warnings.append(CatalogWarning("excluded", sid, name, hidden))
     entries.sort(key=lambda e: code_unit_key(e.name))
     return Catalog(
         entries=tuple(entries),

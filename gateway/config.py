@@ -19,7 +19,7 @@ import re
 import tomllib
 import urllib.parse
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -32,6 +32,11 @@ MIN_MESSAGE_BYTES = 1 << 16
 MIN_NAME_ROOM = 16
 """Characters a wrapping profile must leave for the published name (a shortened one needs 10)."""
 SERVER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
+PROFILE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
+"""A profile's name: short and plain, as it is typed on command lines and in URLs."""
+PROFILE_ENV = "PREFIXGATE_PROFILE"
+LOCK_FILE_NAME = "prefixgate.lock"
+"""The catalog lock found beside a config (``[gateway] lock`` names another)."""
 _VAR = re.compile(r"\$\{([^}]*)\}")
 
 Transport = Literal["stdio", "http", "sse"]
@@ -212,6 +217,21 @@ class SpillConfig:
 
 
 @dataclass(frozen=True)
+class ProfileConfig:
+    """``[profiles.NAME]``: the same servers seen by one kind of client. A profile starts as the
+    default profile (the top-level ``[client]`` and ``[policy]``) and changes what it sets."""
+
+    name: str
+    client: ClientConfig
+    policy: PolicyConfig
+    servers: tuple[str, ...] | None = None
+    """The servers it sees (None: every one)."""
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    """Globs on published names: the tools it sees (exclude wins)."""
+
+
+@dataclass(frozen=True)
 class Config:
     path: Path | None
     gateway: GatewayConfig
@@ -220,10 +240,43 @@ class Config:
     """Every configured server, disabled ones included, sorted by id."""
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     spill: SpillConfig = field(default_factory=SpillConfig)
+    profiles: Mapping[str, ProfileConfig] = field(default_factory=dict)
+    profile: str | None = None
+    """The profile this config is the view of (``view``); None: the default profile."""
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    """The profile's globs on published names (empty for the default profile)."""
 
     @property
     def enabled_servers(self) -> tuple[ServerConfig, ...]:
         return tuple(s for s in self.servers if s.enabled)
+
+    def view(self, name: str | None) -> Config:
+        """The config as profile ``name`` sees it (None: the default profile): its client and
+        policy, only its servers, its name filters. Raises ConfigError for an unknown name."""
+        if name is None or name == self.profile:
+            return self
+        found = self.profiles.get(name)
+        if found is None:
+            known = ", ".join(sorted(self.profiles)) or "none: add a [profiles.NAME] table"
+            raise ConfigError("profile", f"no profile {name!r} in the config (known: {known})")
+        beside = self.path is not None and (self.path.parent / LOCK_FILE_NAME).exists()
+        if self.gateway.lock is not None or beside:
+            raise ConfigError(
+                f"profiles.{name}",
+                "the catalog lock covers the default profile only so far: serve that one, or "
+                "remove the lock ([gateway] lock, or prefixgate.lock beside the config) to serve profiles",
+            )
+        servers = self.servers if found.servers is None else tuple(s for s in self.servers if s.id in found.servers)
+        return replace(
+            self,
+            client=found.client,
+            policy=found.policy,
+            servers=servers,
+            profile=name,
+            include=found.include,
+            exclude=found.exclude,
+        )
 
 
 # --- discovery -------------------------------------------------------------------------
@@ -486,7 +539,15 @@ _SPILL_KEYS: dict[str, Check] = {
     "output_schemas": _one_of("omit", "publish"),
 }
 
-_TOP_KEYS = ("client", "gateway", "policy", "servers", "spill")
+_PROFILE_KEYS: dict[str, Check] = {
+    "servers": _str_list,
+    "include": _str_list,
+    "exclude": _str_list,
+    "client": _table,
+    "policy": _table,
+}
+
+_TOP_KEYS = ("client", "gateway", "policy", "profiles", "servers", "spill")
 
 
 def _lock_path(gw: Mapping[str, Any], config: Path | None, env: Mapping[str, str]) -> Path | None:
@@ -569,18 +630,7 @@ def parse_config(
 
     cl = _fields("client", _table("client", data.get("client", {})), _CLIENT_KEYS)
     client = ClientConfig(**cl)
-    profile = PROFILES[client.profile]
-    if client.names.max_len < MIN_NAME_ROOM:
-        raise ConfigError(
-            "client.entry",
-            f"too long for profile {client.profile}: {profile.wrapped('', client.entry)!r} leaves "
-            f"{client.names.max_len} of {profile.max_len} characters for a tool name (at least {MIN_NAME_ROOM})",
-        )
-    for char in gateway.separator:
-        if not profile.allowed.fullmatch(char):
-            raise ConfigError(
-                "gateway.separator", f"character {char!r} is not allowed in {client.profile} tool names"
-            )
+    _client_names("client", client, gateway)
 
     servers_table = _table("servers", data.get("servers", {}))
     tables = tuple(
@@ -590,7 +640,78 @@ def parse_config(
         raise ConfigError("servers", "no enabled server: add at least one [servers.<id>] table")
     policy = PolicyConfig(**_fields("policy", _table("policy", data.get("policy", {})), _POLICY_KEYS))
     spill = SpillConfig(**_fields("spill", _table("spill", data.get("spill", {})), _SPILL_KEYS))
-    return Config(path=path, gateway=gateway, client=client, servers=tables, policy=policy, spill=spill)
+    profiles_table = _table("profiles", data.get("profiles", {}))
+    profiles = {
+        name: _profile(name, profiles_table[name], client, policy, gateway, tables) for name in sorted(profiles_table)
+    }
+    return Config(
+        path=path, gateway=gateway, client=client, servers=tables, policy=policy, spill=spill, profiles=profiles
+    )
+
+
+def _client_names(where: str, client: ClientConfig, gateway: GatewayConfig) -> None:
+    """The client's naming profile leaves room for tool names and allows the separator."""
+    profile = PROFILES[client.profile]
+    if client.names.max_len < MIN_NAME_ROOM:
+        raise ConfigError(
+            f"{where}.entry",
+            f"too long for profile {client.profile}: {profile.wrapped('', client.entry)!r} leaves "
+            f"{client.names.max_len} of {profile.max_len} characters for a tool name (at least {MIN_NAME_ROOM})",
+        )
+    bad = _not_allowed(gateway.separator, client.profile)
+    if bad is not None:
+        raise ConfigError("gateway.separator", f"character {bad!r} is not allowed in {client.profile} tool names")
+
+
+def _not_allowed(text: str, naming: str) -> str | None:
+    """The first character of ``text`` that naming profile ``naming`` does not allow in tool names."""
+    allowed = PROFILES[naming].allowed
+    return next((c for c in text if not allowed.fullmatch(c)), None)
+
+
+def _profile(
+    name: str,
+    raw: Any,
+    client: ClientConfig,
+    policy: PolicyConfig,
+    gateway: GatewayConfig,
+    servers: tuple[ServerConfig, ...],
+) -> ProfileConfig:
+    """``[profiles.NAME]``: the default profile's client and policy with what it sets changed."""
+    where = f"profiles.{name}"
+    if not PROFILE_NAME.fullmatch(name):
+        raise ConfigError(
+            where,
+            "invalid profile name: use lowercase letters, digits, '_' and '-' (at most 32), starting with a "
+            "letter or digit",
+        )
+    if name == "default":
+        raise ConfigError(where, "'default' is the top-level [client] and [policy]: name this profile otherwise")
+    p = _fields(where, _table(where, raw), _PROFILE_KEYS)
+    mine = replace(client, **_fields(f"{where}.client", p.get("client", {}), _CLIENT_KEYS))
+    _client_names(f"{where}.client", mine, gateway)
+    known = {s.id: s for s in servers}
+    seen = p.get("servers")
+    for server_id in seen or ():
+        if server_id not in known:
+            raise ConfigError(f"{where}.servers", f"unknown server {server_id!r} (known: {', '.join(sorted(known))})")
+    if seen is not None and not any(known[s].enabled for s in seen):
+        raise ConfigError(f"{where}.servers", "names no enabled server")
+    for server in servers:
+        bad = _not_allowed(server.prefix, mine.profile)
+        if bad is not None and (seen is None or server.id in seen):
+            raise ConfigError(
+                f"servers.{server.id}.prefix",
+                f"character {bad!r} is not allowed in {mine.profile} tool names (profile {name})",
+            )
+    return ProfileConfig(
+        name=name,
+        client=mine,
+        policy=replace(policy, **_fields(f"{where}.policy", p.get("policy", {}), _POLICY_KEYS)),
+        servers=tuple(sorted(set(seen))) if seen is not None else None,
+        include=p.get("include", ()),
+        exclude=p.get("exclude", ()),
+    )
 
 
 def default_config(env: Mapping[str, str] | None = None) -> Config:
@@ -618,10 +739,9 @@ def _server(
         raise ConfigError(f"{where}.{wrong[0]}", f"not valid for {kind}")
 
     prefix = s.get("prefix", server_id)
-    profile = PROFILES[client.profile]
-    for char in prefix:
-        if not profile.allowed.fullmatch(char):
-            raise ConfigError(f"{where}.prefix", f"character {char!r} is not allowed in {client.profile} tool names")
+    bad = _not_allowed(prefix, client.profile)
+    if bad is not None:
+        raise ConfigError(f"{where}.prefix", f"character {bad!r} is not allowed in {client.profile} tool names")
 
     common = dict(
         id=server_id,

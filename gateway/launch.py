@@ -4,9 +4,9 @@ The warm-start record (``catalog.warm``) is kept under the SHA-256 of this ident
 record is used only by a gateway that would build the same catalog: the same servers
 started the same way (command, arguments, environment, URL, headers), shaped the same way
 (prefix, include/exclude, deferral, protocol), for the same client profile and declaration
-settings, under the same catalog lock, by the same prefixgate and SDK. Secret values (env,
-headers, a client secret) enter only as digests, and only inside the one digest of the
-whole identity. Settings that change nothing a client sees (timeouts, ``required``,
+settings and the same ``[profiles.NAME]`` view, under the same catalog lock, by the same
+prefixgate and SDK. Secret values (env, headers, a client secret) enter only as digests, and
+only inside the one digest of the whole identity. Settings that change nothing a client sees (timeouts, ``required``,
 policy, which is enforced at call time) are left out, so changing them keeps the start warm.
 
 Computed before anything heavy is imported (the stdio start answers from the record while
@@ -24,9 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from gateway import __version__
-from gateway.config import Config, ServerConfig
+from gateway.config import LOCK_FILE_NAME, Config, ServerConfig
 
-LOCK_FILE_NAME = "prefixgate.lock"
 MAX_LOCK_BYTES = 64 << 20
 """A lock this large is not read for the identity (and no warm start happens under it)."""
 _SERVER_FIELDS = (
@@ -113,6 +112,7 @@ def launch_identity(config: Config, lock: bytes | None) -> dict[str, Any]:
         "lock": None if lock is None else _digest(lock),
         "lock_new": config.gateway.lock_new,
         "spill": {"enabled": config.spill.enabled, "output_schemas": config.spill.output_schemas},
+        "profile": {"name": config.profile, "include": list(config.include), "exclude": list(config.exclude)},
     }
 
 

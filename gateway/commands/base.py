@@ -17,10 +17,11 @@ class Exit(Exception):
         self.code = code
 
 
-def load(path: str | None) -> Config:
-    """The config, or Exit(2) with the one line naming what is wrong."""
+def load(path: str | None, profile: str | None = None) -> Config:
+    """The config as ``profile`` sees it (None: the default profile), or Exit(2) with the one
+    line naming what is wrong."""
     try:
-        return load_config(find_config(path))
+        return load_config(find_config(path)).view(profile)
     except ConfigError as exc:
         raise Exit(2, f"prefixgate: config error: {exc}") from None
 

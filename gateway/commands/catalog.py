@@ -63,6 +63,7 @@ def catalog_report(config: Config, downstreams: Sequence[Downstream], epoch: Epo
         counts[entry.server] = counts.get(entry.server, 0) + 1
     held = held_counts(catalog.warnings)
     return {
+        "profile": config.profile,
         "fingerprint": epoch.fingerprint,
         "catalog_fingerprint": catalog.fingerprint,
         "identity": epoch.identity,
@@ -108,7 +109,8 @@ def _plural(n: int, word: str) -> str:
 
 def render_text(report: dict[str, Any], config: Config) -> str:
     """The report a newcomer reads at a glance: every number once, each where it is explained."""
-    lines = [f"prefixgate {__version__}  config: {config.path}", ""]
+    seen = f"  profile: {config.profile}" if config.profile else ""
+    lines = [f"prefixgate {__version__}  config: {config.path}{seen}", ""]
     servers = report["servers"]
     width = max([6, *(len(s["id"]) for s in servers)])
     lines.append(f"  {'server':<{width}}  {'status':<8}  {'tools':>5}  {'start-up':>8}")

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 from gateway import __version__, logs
 from gateway.commands.base import Exit, has_config, load
-from gateway.config import default_config
+from gateway.config import PROFILE_ENV, default_config
 
 
 @contextlib.contextmanager
@@ -52,6 +52,16 @@ def common(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--log-level", choices=logs.LEVELS, default="info", help="stderr log level (default info)")
 
 
+def profile_argument(sp: argparse.ArgumentParser, what: str) -> None:
+    sp.add_argument(
+        "--profile",
+        metavar="NAME",
+        default=os.environ.get(PROFILE_ENV) or None,
+        help=f"{what} as profile NAME ([profiles.NAME]) sees it (default: ${PROFILE_ENV}, else the "
+        "top-level [client] and [policy])",
+    )
+
+
 SERVE_HELP = "serve the gateway over stdio (default) or streamable HTTP (--http)"
 SERVE_DESCRIPTION = (
     "Serve the gateway: over stdio for the client that started it (the default), or over streamable HTTP with --http."
@@ -78,6 +88,7 @@ def serve_arguments(serve: argparse.ArgumentParser) -> None:
         default=os.environ.get("PREFIXGATE_SESSION") or None,
         help="persist tool activation for this session id across restarts (default: $PREFIXGATE_SESSION)",
     )
+    profile_argument(serve, "serve the catalog")
 
 
 def serve_parser() -> argparse.ArgumentParser:
@@ -108,6 +119,7 @@ def parser() -> argparse.ArgumentParser:
     )
     common(cat)
     cat.add_argument("--json", action="store_true", help="print one JSON object")
+    profile_argument(cat, "print the catalog")
     cat_sub = cat.add_subparsers(dest="catalog_action", metavar="[diff | lock | approve]")
     diff_parser = cat_sub.add_parser(
         "diff",
@@ -157,6 +169,7 @@ def parser() -> argparse.ArgumentParser:
     doc.add_argument("--config", metavar="PATH", help="config file (same discovery as the other commands)")
     doc.add_argument("--log-level", choices=logs.LEVELS, default="warning", help="stderr log level (default warning)")
     doctor.add_arguments(doc)
+    profile_argument(doc, "check the catalog")
     login_parser = sub.add_parser(
         "login",
         help="log in to a remote server with auth = \"oauth\" (browser flow; stores its tokens)",
@@ -243,7 +256,9 @@ def _with_config(args: argparse.Namespace) -> int:
         config = default_config()
         sys.stderr.write(f"prefixgate: no config file: the artifacts under {config.gateway.state_dir}\n")
         return artifacts.run(config, args)
-    config = load(args.config)
+    # The lock covers the default profile (Config.view): lock, approve and diff --lock use that.
+    viewed = args.command == "catalog" and args.catalog_action is None
+    config = load(args.config, args.profile if viewed else None)
     if args.command == "catalog" and args.catalog_action == "lock":
         return anyio.run(lock.lock, config)
     if args.command == "catalog" and args.catalog_action == "approve":
@@ -264,7 +279,7 @@ def _with_config(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     """``serve``: over stdio the servers start, and a warm start answers, before the rest of the
     gateway is imported (gateway/upstream/prelude.py); then the gateway takes over."""
-    config = load(args.config)
+    config = load(args.config, args.profile)
     prelude = None
     if not args.http:
         from gateway.upstream.prelude import Prelude

@@ -613,13 +613,22 @@ _WHERE = {
 }
 
 
-def snippet(client: str, config_path: str, entry: str = DEFAULT_ENTRY, variables: Sequence[str] = ()) -> dict[str, Any]:
+def snippet(
+    client: str,
+    config_path: str,
+    entry: str = DEFAULT_ENTRY,
+    variables: Sequence[str] = (),
+    profile: str | None = None,
+) -> dict[str, Any]:
     """The exact text that registers prefixgate in ``client`` as ``entry``, with absolute paths;
     ``variables``: the ``${VAR}``s the enabled servers reference, which the environment the
     client starts prefixgate in must carry. The snippet passes them on in the client's own way
-    (their values are never written here, except as a placeholder Claude Desktop needs filled)."""
+    (their values are never written here, except as a placeholder Claude Desktop needs filled);
+    ``profile``: the profile it serves (``serve --profile``)."""
     head = launcher()
     command, args = head[0], [*head[1:], "serve", "--config", os.path.abspath(config_path)]
+    if profile is not None:
+        args += ["--profile", profile]
     names = sorted(variables)
     if client == "claude-code":
         # The shell that runs it fills in the values; after the name: ``-e`` takes several.
@@ -822,7 +831,7 @@ def run(config_path: str | None, args: argparse.Namespace) -> int:
     path: Path | None = None
     try:
         path = find_config(config_path)
-        config = load_config(path)
+        config = load_config(path).view(getattr(args, "profile", None))
     except ConfigError as exc:
         report = Report(os.path.abspath(path) if path is not None else None, client)
         report.add("config", "FAIL", f"config error: {exc}")
@@ -834,12 +843,14 @@ def run(config_path: str | None, args: argparse.Namespace) -> int:
     report.add(
         "config",
         "ok",
-        f"parsed: {total} server{'s' if total != 1 else ''} ({enabled} enabled), profile {config.client.profile}, "
+        f"parsed: {total} server{'s' if total != 1 else ''} ({enabled} enabled)"
+        + (f" as [profiles.{config.profile}] sees them" if config.profile else "")
+        + f", profile {config.client.profile}, "
         f"declarations {config.client.declarations}, spill {'on' if config.spill.enabled else 'off'}",
     )
     anyio.run(diagnose, config, report)
     variables = sorted({name for server in config.enabled_servers for name in server.variables})
-    report.data["register"] = snippet(client, str(config.path or path), config.client.entry, variables)
+    report.data["register"] = snippet(client, str(config.path or path), config.client.entry, variables, config.profile)
     _emit(report, as_json)
     return report.status
 

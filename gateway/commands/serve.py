@@ -22,7 +22,7 @@ from gateway.downstream.connection import Downstream
 from gateway.engine.barrier import required_failures
 from gateway.engine.hub import Hub
 from gateway.engine.warm import current_key
-from gateway.state.journal import session_key
+from gateway.state.journal import activation_key, session_key
 from gateway.state.retention import collect
 from gateway.state.session import ClientState
 from gateway.state.store import StoreUnavailable
@@ -55,7 +55,7 @@ async def serve(
         await open_store(hub)
         await warm_start(hub, prelude)
         if http is None:
-            owner = session_key(session_id) if session_id else None
+            owner = activation_key(session_key(session_id), config.profile) if session_id else None
             stdio_state = ClientState(hub.store, owner, await _artifact_store(hub, session_id))
             handlers = Handlers(hub, lambda ctx: stdio_state)
             server, options = handlers.server, handlers.options

@@ -27,7 +27,7 @@ from gateway.config import Config
 from gateway.downstream.connection import Downstream
 from gateway.engine.router import Router
 from gateway.engine.watches import Watches
-from gateway.state.journal import session_key
+from gateway.state.journal import activation_key, session_key
 from gateway.state.session import ClientState
 from gateway.state.store import StateStore
 
@@ -111,7 +111,8 @@ class Clients:
         if state is None:
             key = session_key(f"principal:{principal}")
             artifacts = self._store.artifacts(key) if self._config.spill.enabled else None
-            state = self._principals[principal] = ClientState(self._store, key, artifacts)
+            owner = activation_key(key, self._config.profile)
+            state = self._principals[principal] = ClientState(self._store, owner, artifacts)
         return state
 
     async def enter(self, identity: str) -> None:

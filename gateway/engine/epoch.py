@@ -171,6 +171,8 @@ def build_epoch(
         extra_check=wire_problem,
         memo=checks,
         output_schemas=config.spill.publishes_output_schemas,
+        include=config.include,
+        exclude=config.exclude,
     )
     checks.save()
     pending: tuple[Pending, ...] = ()

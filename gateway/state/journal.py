@@ -35,6 +35,12 @@ def session_key(session_id: str) -> str:
     return hashlib.sha256(session_id.encode("utf-8", "surrogatepass")).hexdigest()
 
 
+def activation_key(owner: str, profile: str | None) -> str:
+    """Where an owner's activation is kept in a profile (None: the default profile, the owner's
+    own key): a grant in one profile never runs a tool in another. Artifacts stay the owner's."""
+    return owner if profile is None else session_key(f"{owner}\0profile:{profile}")
+
+
 def open_private_dir(path: Path, *, create: bool) -> int | None:
     """Verified descriptor of a private directory (created 0700 with its missing parents
     when ``create``); None when it is missing and not created. Raises JournalError for a

@@ -1,0 +1,230 @@
+"""Profiles (issue 28, first part): one config, several views of the same servers.
+
+``[profiles.NAME]`` starts as the default profile (the top-level ``[client]`` and ``[policy]``)
+and changes what it sets: its client naming profile and limits, its policy, the servers it
+sees and globs on published names. ``serve --profile NAME`` (or ``$PREFIXGATE_PROFILE``),
+``catalog --profile`` and ``doctor --profile`` use that view. Real gateway processes, the
+real SDK client in both eras.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from catalog.build import build
+from catalog.model import ServerTools
+from catalog.names import PROFILES
+from gateway.config import ConfigError, parse_config
+from tests.helpers import ERAS, catalog_json, demo, run_cli, sdk_client, text, write_config
+
+SERVERS = {"a": {"command": "x"}, "b": {"command": "y", "prefix": "bee"}}
+
+
+def parsed(**tables: Any) -> Any:
+    return parse_config({"servers": SERVERS, **tables}, env={})
+
+
+# --- the config -------------------------------------------------------------------------
+
+
+def test_a_profile_starts_as_the_default_and_changes_what_it_sets() -> None:
+    config = parsed(
+        client={"profile": "claude-code", "context_window": 200000},
+        policy={"deny": ["a__*"]},
+        profiles={
+            "codex": {"client": {"profile": "openai"}, "servers": ["b"], "exclude": ["*secret*"]},
+            "review": {"policy": {"read_only": True}},
+        },
+    )
+    assert config.profile is None and config.view(None) is config
+    codex = config.view("codex")
+    assert (codex.profile, codex.client.profile, codex.client.context_window) == ("codex", "openai", 200000)
+    assert codex.policy == config.policy  # not set there: the default's
+    assert [s.id for s in codex.servers] == ["b"] and codex.exclude == ("*secret*",) and codex.include == ()
+    review = config.view("review")
+    assert review.client == config.client and [s.id for s in review.servers] == ["a", "b"]
+    assert (review.policy.deny, review.policy.read_only) == (("a__*",), True)
+
+
+@pytest.mark.parametrize(
+    ("profiles", "message"),
+    [
+        ({"Codex": {}}, "profiles.Codex: invalid profile name"),
+        ({"default": {}}, "profiles.default: 'default' is the top-level [client] and [policy]"),
+        ({"p": {"servers": ["a", "nope"]}}, "profiles.p.servers: unknown server 'nope' (known: a, b)"),
+        ({"p": {"colour": "red"}}, "profiles.p.colour: unknown key (known: client, exclude, include, policy, servers)"),
+        ({"p": {"client": {"profil": "openai"}}}, "profiles.p.client.profil: unknown key"),
+        ({"p": {"policy": {"read_only": "yes"}}}, "profiles.p.policy.read_only: expected true or false"),
+        ({"p": {"client": "openai"}}, "profiles.p.client: expected a table"),
+        ({"p": {"client": {"profile": "claude-code", "entry": "e" * 46}}}, "profiles.p.client.entry: too long"),
+    ],
+)
+def test_a_bad_profile_is_one_line_naming_its_key(profiles: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parsed(profiles=profiles)
+    assert str(caught.value).startswith(message), str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_prefix_is_checked_against_each_profile_that_sees_its_server() -> None:
+    servers = {"a": {"command": "x"}, "b": {"command": "y", "prefix": "b.x"}}
+    fine = parse_config({"servers": servers, "client": {"profile": "mcp"}, "profiles": {"o": {"servers": ["a"]}}})
+    assert fine.view("o").servers[0].id == "a"
+    with pytest.raises(ConfigError, match=r"^servers\.b\.prefix: character '\.' is not allowed in openai tool names"):
+        parse_config(
+            {"servers": servers, "client": {"profile": "mcp"}, "profiles": {"o": {"client": {"profile": "openai"}}}}
+        )
+
+
+def test_an_unknown_profile_names_the_known_ones(tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"d": demo()}, profiles={})  # an empty [profiles] table
+    proc = run_cli("catalog", "--config", str(config), "--profile", "nope")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "prefixgate: config error: profile: no profile 'nope' in the config (known: none: add a [profiles.NAME] table)"
+    ]
+    proc = run_cli("serve", "--config", str(config), env={"PREFIXGATE_PROFILE": "nope"})
+    assert proc.returncode == 2 and "no profile 'nope'" in proc.stderr
+
+
+def test_a_profile_is_not_served_under_a_catalog_lock_it_does_not_cover(tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"d": demo()}, profiles={"p": {}})
+    (tmp_path / "prefixgate.lock").write_text("# a lock beside the config\n")
+    proc = run_cli("serve", "--config", str(config), "--profile", "p")
+    assert proc.returncode == 2
+    assert "profiles.p: the catalog lock covers the default profile only so far" in proc.stderr
+
+
+# --- the catalog ------------------------------------------------------------------------
+
+
+def _tool(name: str) -> dict[str, Any]:
+    return {"name": name, "description": name, "inputSchema": {"type": "object"}}
+
+
+def test_name_globs_apply_to_published_names_after_naming() -> None:
+    """A profile's filter never renames what it keeps: the kept tools have the names they have
+    without it, and each tool it hides is a warning naming the pattern."""
+    servers = [ServerTools("s", "s", (_tool("read"), _tool("write"), _tool("read_secret")))]
+    everything = build(servers, PROFILES["openai"])
+    kept = build(servers, PROFILES["openai"], include=["s__read*"], exclude=["*secret*"])
+    assert [e.name for e in kept.entries] == ["s__read"]
+    assert kept.entries[0] == everything.by_name["s__read"]
+    assert [(w.kind, w.tool, w.detail) for w in kept.warnings] == [
+        (
+            "excluded",
+            "read_secret",
+            "published as 's__read_secret', which matches the profile's exclude pattern '*secret*'",
+        ),
+        ("excluded", "write", "published as 's__write', which matches none of the profile's include patterns"),
+    ]
+    assert kept.fingerprint != everything.fingerprint
+
+
+# --- serving ----------------------------------------------------------------------------
+
+
+def team_config(directory: Path, **client: Any) -> Path:
+    """A Claude Code default, an OpenAI profile without one tool, a read-only profile of one server."""
+    return write_config(
+        directory,
+        {"a": demo("--tools", 2, "--name", "a"), "b": demo("--tools", 1, "--name", "b")},
+        client={"profile": "claude-code", **client},
+        profiles={
+            "codex": {"client": {"profile": "openai"}, "exclude": ["a__payload"]},
+            "review": {"servers": ["b"], "policy": {"read_only": True}},
+        },
+    )
+
+
+async def listed(config: Path, mode: str, *extra: str, env: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    async with sdk_client(config, mode, *extra, env=env, log_level="warning") as client:
+        tools = (await client.list_tools()).tools
+    return [t.model_dump(by_alias=True, exclude_none=True) for t in tools]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ERAS)
+async def test_each_profile_publishes_its_own_catalog_byte_stable_across_restarts(tmp_path: Path, mode: str) -> None:
+    config = team_config(tmp_path)
+    default = await listed(config, mode)
+    codex = await listed(config, mode, "--profile", "codex")
+    review = await listed(config, mode, env={"PREFIXGATE_PROFILE": "review"})
+
+    names = {t["name"] for t in default}
+    assert {"a__payload", "b__echo"} <= names
+    assert {t["name"] for t in codex} == names - {"a__payload"}
+    assert {t["name"] for t in review} == {n for n in names if n.startswith("b__")} | {"artifact_read"}
+    # The naming rules differ (claude-code counts the mcp__<entry>__ wrapper), the names here
+    # are short enough for both: the same tool is the same declaration in every profile.
+    by_name = {t["name"]: t for t in default}
+    assert all(by_name[t["name"]] == t for t in codex)
+
+    # Across a restart, each profile's bytes are its own and the same; catalog --profile agrees.
+    assert await listed(config, mode, "--profile", "codex") == codex
+    report = catalog_json_of(config, "codex")
+    assert report["profile"] == "codex"
+    assert [d["name"] for d in report["declarations"]] == [t["name"] for t in codex]
+    assert catalog_json(config)["fingerprint"] != report["fingerprint"]
+
+
+def catalog_json_of(config: Path, profile: str) -> dict[str, Any]:
+    proc = run_cli("catalog", "--config", str(config), "--json", "--log-level", "warning", "--profile", profile)
+    assert proc.returncode == 0, proc.stderr
+    report: dict[str, Any] = json.loads(proc.stdout)
+    return report
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_profiles_policy_refuses_what_the_default_allows(tmp_path: Path, mode: str) -> None:
+    config = team_config(tmp_path)
+    async with sdk_client(config, mode, log_level="warning") as client:
+        allowed = await client.call_tool("b__image", {})
+        assert not allowed.is_error and allowed.content[0].type == "image"
+    async with sdk_client(config, mode, "--profile", "review", log_level="warning") as client:
+        refused = await client.call_tool("b__image", {})
+        assert refused.is_error
+        policy = "read_only = true allows only tools with readOnlyHint"
+        assert text(refused) == f"Tool b__image is refused by policy: {policy}."
+        assert text(await client.call_tool("b__echo", {"text": "hi"})) == "hi"  # read-only: allowed
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ERAS)
+async def test_an_activation_in_one_profile_does_not_run_the_tool_in_another(tmp_path: Path, mode: str) -> None:
+    """Two profiles that publish the very same catalog (so the same activation identity), one
+    session: a grant stays in the profile it was made in, and neither clears the other's."""
+    config = write_config(
+        tmp_path,
+        {"d": {**demo("--tools", 1), "deferred": True}},
+        profiles={"one": {"policy": {"deny": ["x__*"]}}, "two": {}},
+    )
+
+    async def echo(profile: str, search: bool = False) -> tuple[bool, str]:
+        async with sdk_client(config, mode, "--profile", profile, "--session", "s", log_level="warning") as client:
+            if search:
+                await client.call_tool("tool_search", {"query": "d__echo", "limit": 1})
+            result = await client.call_tool("d__echo", {"text": "hi"})
+        return result.is_error, text(result)
+
+    assert await echo("one", search=True) == (False, "hi")
+    refused, why = await echo("two")
+    assert refused and "tool_search" in why
+    assert await echo("one") == (False, "hi")  # restored: "two" did not clear it
+
+
+def test_doctor_checks_a_profile_and_registers_it(tmp_path: Path) -> None:
+    config = team_config(tmp_path)
+    proc = run_cli("doctor", "--config", str(config), "--profile", "codex", "--client", "codex", "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    parsed_line = next(c["message"] for c in report["checks"] if c["section"] == "config")
+    assert parsed_line.startswith("parsed: 2 servers (2 enabled) as [profiles.codex] sees them, profile openai,")
+    register = report["register"]
+    assert register["args"][-4:] == ["--config", str(config), "--profile", "codex"]
+    assert '"--profile", "codex"]' in register["snippet"]
