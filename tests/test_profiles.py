@@ -169,7 +169,11 @@ async def test_each_profile_publishes_its_own_catalog_byte_stable_across_restart
     report = catalog_json_of(config, "codex")
     assert report["profile"] == "codex"
     assert [d["name"] for d in report["declarations"]] == [t["name"] for t in codex]
-    assert catalog_json(config)["fingerprint"] != report["fingerprint"]
+    everything = catalog_json(config)  # the default profile's, with every profile's view beside it
+    assert everything["profile"] is None and everything["fingerprint"] != report["fingerprint"]
+    assert sorted(everything["profiles"]) == ["codex", "review"]
+    assert everything["profiles"]["codex"]["declarations"] == report["declarations"]
+    assert everything["profiles"]["codex"]["fingerprint"] == report["fingerprint"]
 
 
 def catalog_json_of(config: Path, profile: str) -> dict[str, Any]:
@@ -220,6 +224,12 @@ async def test_an_activation_in_one_profile_does_not_run_the_tool_in_another(tmp
 
 def test_doctor_checks_a_profile_and_registers_it(tmp_path: Path) -> None:
     config = team_config(tmp_path)
+    every = run_cli("doctor", "--config", str(config), "--json")
+    assert every.returncode == 0, every.stdout + every.stderr
+    lines = [c for c in json.loads(every.stdout)["checks"] if c["section"] == "profiles"]
+    assert [(c["verdict"], c["message"].split(":")[0]) for c in lines] == [("ok", "codex"), ("ok", "review")]
+    assert lines[1]["message"].startswith("review: 8 tools, fixed, 9 declared, 0 deferred; fingerprint ")
+    assert lines[1]["message"].endswith(", the same in both discoveries")
     proc = run_cli("doctor", "--config", str(config), "--profile", "codex", "--client", "codex", "--json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads(proc.stdout)

@@ -8,14 +8,16 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from catalog.budget import DecisionError
 from catalog.model import CatalogWarning, Entry
 from catalog.text import escape, json_text, printable
 from gateway import __version__
 from gateway.commands.startup import discover, running
-from gateway.config import Config, PolicyConfig
+from gateway.config import Config, ConfigError, PolicyConfig
 from gateway.downstream.connection import Downstream
 from gateway.engine.barrier import required_failures
-from gateway.engine.epoch import Epoch
+from gateway.engine.checks import CheckCache
+from gateway.engine.epoch import Epoch, epoch_of
 
 log = logging.getLogger("prefixgate")
 
@@ -191,7 +193,39 @@ def render_text(report: dict[str, Any], config: Config) -> str:
         lines += ["", f"lock: {escape(lock['path'])}: {state}"]
         lines += [f"  {line}" for p in pending for line in p["message"].split("\n")]
     lines += ["", f"fingerprint: {report['fingerprint']}", f"identity:    {report['identity']}"]
+    if report.get("profiles"):
+        lines += ["", "profiles (catalog --profile NAME shows one):", *profile_lines(report["profiles"])]
     return printable("\n".join(lines)) + "\n"
+
+
+def profile_reports(config: Config, downstreams: Sequence[Downstream], checks: CheckCache) -> dict[str, Any]:
+    """Each ``[profiles.NAME]``'s report, built from the same discovery as ``serve --profile NAME``
+    builds it; ``{"error": ...}`` for one that cannot be served (under a lock, no plan fits)."""
+    reports: dict[str, Any] = {}
+    for name in sorted(config.profiles):
+        try:
+            view = config.view(name)
+            ids = {s.id for s in view.servers}
+            seen = [d for d in downstreams if d.config.id in ids]
+            reports[name] = catalog_report(view, seen, epoch_of(view, seen, checks))
+        except (ConfigError, DecisionError) as exc:
+            reports[name] = {"profile": name, "error": str(exc)}
+    return reports
+
+
+def profile_lines(reports: dict[str, Any]) -> list[str]:
+    """One line a profile: what its clients are published, or why it cannot be served."""
+    lines = []
+    for name, r in reports.items():
+        if "error" in r:
+            lines.append(f"  {name}: {r['error']}")
+            continue
+        tools = sum(s["tools"] for s in r["servers"])
+        lines.append(
+            f"  {name}: {_plural(tools, 'tool')}, {r['mode']}, {r['functions']['declared']} declared, "
+            f"{r['deferred']} deferred; fingerprint {r['fingerprint'][:16]}"
+        )
+    return lines
 
 
 async def run(config: Config, as_json: bool) -> int:
@@ -207,6 +241,8 @@ async def run(config: Config, as_json: bool) -> int:
         ]
         if hub.lock.path is not None:
             report["lock"] = {"path": str(hub.lock.path), "pending": [p.to_json() for p in epoch.pending]}
+        if config.profile is None:  # the default profile's run shows every profile's view too
+            report["profiles"] = profile_reports(config, hub.downstreams, hub.checks)
         downstreams = hub.downstreams
     if as_json:
         sys.stdout.write(json_text(report) + "\n")

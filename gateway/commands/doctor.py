@@ -49,6 +49,7 @@ from catalog.lock import LockError
 from catalog.names import DEFAULT_ENTRY, PROFILES
 from catalog.text import escape, json_text, printable
 from gateway import __version__, logs
+from gateway.commands.catalog import profile_reports
 from gateway.commands.startup import Exit, discover, running
 from gateway.commands.toml_writer import toml_string
 from gateway.config import Config, ConfigError, find_config, load_config
@@ -132,6 +133,8 @@ class Round:
     error: str | None
     discovery_ms: int
     surface_warnings: list[str]
+    profiles: dict[str, Any] = field(default_factory=dict)
+    """Each ``[profiles.NAME]``'s ``catalog --json`` report from this discovery."""
 
     def published_bytes(self) -> bytes | None:
         if self.epoch is None:
@@ -166,7 +169,8 @@ async def discover_once(config: Config) -> Round:
                 )
             )
         surface = list(hub.surface.warnings) if epoch is not None else []
-    return Round(servers, epoch, error, round((anyio.current_time() - started) * 1000), surface)
+        profiles = profile_reports(config, hub.downstreams, hub.checks) if config.profile is None else {}
+    return Round(servers, epoch, error, round((anyio.current_time() - started) * 1000), surface, profiles)
 
 
 # --- checks -----------------------------------------------------------------------------
@@ -691,7 +695,10 @@ _NOTES = {
 # --- the run ----------------------------------------------------------------------------
 
 
-SECTIONS = ("config", "servers", "auth", "tools", "declarations", "directories", "store", "stability", "catalog lock")
+SECTIONS = (
+    "config", "servers", "auth", "tools", "declarations", "directories", "store", "stability", "catalog lock",
+    "profiles",
+)  # fmt: skip
 
 
 def render(report: Report) -> str:
@@ -773,6 +780,26 @@ async def diagnose(config: Config, report: Report) -> None:
     await check_store(report, config)
     check_stability(report, first, second)
     check_lock(report, config, first)
+    check_profiles(report, first, second)
+
+
+def check_profiles(report: Report, first: Round, second: Round) -> None:
+    """A line a ``[profiles.NAME]``: what it publishes and whether both discoveries agree
+    (``doctor --profile NAME`` checks one in full)."""
+    for name, one in first.profiles.items():
+        other = second.profiles.get(name, {})
+        if "error" in one:
+            report.add("profiles", "FAIL", f"{name}: {one['error']}")
+            continue
+        tools = sum(s["tools"] for s in one["servers"])
+        what = (
+            f"{name}: {tools} tool{'s' if tools != 1 else ''}, {one['mode']}, {one['functions']['declared']} "
+            f"declared, {one['deferred']} deferred; fingerprint {one['fingerprint'][:16]}"
+        )
+        if other.get("fingerprint") == one["fingerprint"]:
+            report.add("profiles", "ok", f"{what}, the same in both discoveries")
+        else:
+            report.add("profiles", "FAIL", f"{what}, {other.get('fingerprint', '-')[:16]} in the second discovery")
 
 
 def check_lock(report: Report, config: Config, first: Round) -> None:
