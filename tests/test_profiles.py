@@ -9,7 +9,9 @@ real SDK client in both eras.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +21,9 @@ from catalog.build import build
 from catalog.model import ServerTools
 from catalog.names import PROFILES
 from gateway.config import ConfigError, parse_config
-from tests.helpers import ERAS, catalog_json, demo, run_cli, sdk_client, text, write_config
+from tests.helpers import ERAS, catalog_json, demo, http_gateway, run_cli, sdk_client, text, write_config
 
+ROOT = Path(__file__).resolve().parent.parent
 SERVERS = {"a": {"command": "x"}, "b": {"command": "y", "prefix": "bee"}}
 
 
@@ -238,3 +241,50 @@ def test_doctor_checks_a_profile_and_registers_it(tmp_path: Path) -> None:
     register = report["register"]
     assert register["args"][-4:] == ["--config", str(config), "--profile", "codex"]
     assert '"--profile", "codex"]' in register["snippet"]
+
+
+def test_a_change_moves_only_the_fingerprints_of_the_profiles_that_see_it(tmp_path: Path) -> None:
+    """The mutating server rewords its tool ``alpha``: the default profile and a profile that
+    sees alpha get new bytes; a profile without that server, and one that excludes alpha, keep theirs."""
+    state = tmp_path / "m.json"
+    mutating = {"command": sys.executable, "args": ["-m", "tests.mutating_server", str(state)], "cwd": str(ROOT)}
+    config = write_config(
+        tmp_path,
+        {"m": mutating, "d": demo("--tools", 1)},
+        profiles={
+            "all": {"client": {"profile": "mcp"}},
+            "no-m": {"servers": ["d"]},
+            "no-alpha": {"exclude": ["m__alpha"]},
+        },
+    )
+
+    def fingerprints() -> dict[str | None, str]:
+        report = catalog_json(config)
+        return {None: report["fingerprint"], **{n: r["fingerprint"] for n, r in report["profiles"].items()}}
+
+    before = fingerprints()
+    # mcp's naming rule renames none of these tools: the same bytes as the default's (openai).
+    assert before[None] == before["all"] and len({before[None], before["no-m"], before["no-alpha"]}) == 3
+    state.write_text(json.dumps(["reword"]))
+    after = fingerprints()
+    assert {n for n in before if before[n] != after[n]} == {None, "all"}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ERAS)
+async def test_replicas_on_one_redis_publish_a_profiles_bytes_alike(tmp_path: Path, redis: Any, mode: str) -> None:
+    """Two ``serve --http --profile codex`` replicas (each its own state directory, one Redis
+    store) publish the same bytes, the profile's own: what catalog --profile prints."""
+    published = []
+    with contextlib.ExitStack() as replicas:
+        for name in ("one", "two"):
+            (tmp_path / name).mkdir()
+            config = team_config(tmp_path / name)
+            text_ = config.read_text().replace("[gateway]\n", f"[gateway]\nstore = {json.dumps(redis.url)}\n", 1)
+            config.write_text(text_)
+            url, _ = replicas.enter_context(http_gateway(config, "--profile", "codex"))
+            async with sdk_client(url, mode) as client:
+                tools = (await client.list_tools()).tools
+            published.append([t.model_dump(by_alias=True, exclude_none=True) for t in tools])
+    assert published[0] == published[1]
+    assert [t["name"] for t in published[0]] == [d["name"] for d in catalog_json_of(config, "codex")["declarations"]]
