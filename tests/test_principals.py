@@ -136,4 +136,7 @@ def test_token_file_with_a_spaced_token_is_refused(tmp_path: Path, config: Path)
     bad.write_text("good-token\nbad token with spaces\n")
     proc = run_cli("serve", "--config", str(config), "--http", "127.0.0.1:0", "--token-file", str(bad), timeout=30)
     assert proc.returncode == 2
-    assert proc.stderr.strip() == f"prefixgate: --token-file: {bad} line 2: a token cannot contain spaces"
+    assert proc.stderr.strip() == (
+        f"prefixgate: --token-file: {bad} line 2: a token cannot contain spaces; "
+        "after it only profiles=NAME,... may follow"
+    )

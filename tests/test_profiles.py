@@ -15,13 +15,25 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import pytest
 
 from catalog.build import build
 from catalog.model import ServerTools
 from catalog.names import PROFILES
 from gateway.config import ConfigError, parse_config
-from tests.helpers import ERAS, catalog_json, demo, http_gateway, run_cli, sdk_client, text, write_config
+from tests.helpers import (
+    ACCEPT,
+    ERAS,
+    INIT,
+    catalog_json,
+    demo,
+    http_gateway,
+    run_cli,
+    sdk_client,
+    text,
+    write_config,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVERS = {"a": {"command": "x"}, "b": {"command": "y", "prefix": "bee"}}
@@ -288,3 +300,52 @@ async def test_replicas_on_one_redis_publish_a_profiles_bytes_alike(tmp_path: Pa
             published.append([t.model_dump(by_alias=True, exclude_none=True) for t in tools])
     assert published[0] == published[1]
     assert [t["name"] for t in published[0]] == [d["name"] for d in catalog_json_of(config, "codex")["declarations"]]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_token_limited_to_profiles_gets_403_from_a_gateway_serving_another(tmp_path: Path, mode: str) -> None:
+    config = team_config(tmp_path)
+    tokens = tmp_path / "tokens"
+    tokens.write_text("alice\nbob-secret profiles=codex\ncarol profiles=default,review\n")
+    discover = {"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {}}
+
+    async def status(url: str, token: str) -> tuple[int, int]:
+        """What the token gets for a handshake-era initialize and a 2026-07-28 request."""
+        async with httpx2.AsyncClient() as http:
+            auth = {**ACCEPT, "authorization": f"Bearer {token}"}
+            old = await http.post(url, json=INIT, headers=auth)
+            new = await http.post(url, json=discover, headers={**auth, "mcp-protocol-version": "2026-07-28"})
+        return old.status_code, new.status_code
+
+    for profile, barred in (("review", "bob-secret"), (None, "bob-secret")):
+        extra = ("--profile", profile) if profile else ()
+        with http_gateway(config, "--token-file", str(tokens), *extra) as (url, log):
+            assert await status(url, barred) == (403, 403)
+            for allowed in ("alice", "carol"):
+                async with sdk_client(url, mode, headers={"Authorization": f"Bearer {allowed}"}) as client:
+                    names = {t.name for t in (await client.list_tools()).tools}
+                assert ("a__echo" in names) is (profile is None), (allowed, profile)
+            logged = log.read_text()
+        served = profile or "default"
+        assert f"may not use profile {served} (its token's profiles=): 403" in logged
+        assert "bob-secret" not in logged
+
+
+@pytest.mark.parametrize(
+    ("line", "problem"),
+    [
+        ("tok profile=codex", "a token cannot contain spaces; after it only profiles=NAME,... may follow"),
+        ("tok profiles=nope", "unknown profile 'nope' (known: codex, default, review)"),
+        ("tok profiles=", "profiles= names no profile (known: codex, default, review)"),
+    ],
+)
+def test_a_bad_profiles_field_in_the_token_file_exits_2_naming_its_line(
+    tmp_path: Path, line: str, problem: str
+) -> None:
+    config = team_config(tmp_path)
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"# tokens\n{line}\n")
+    proc = run_cli("serve", "--config", str(config), "--http", "127.0.0.1:0", "--token-file", str(tokens), timeout=30)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"prefixgate: --token-file: {tokens} line 2: {problem}"

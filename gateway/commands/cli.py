@@ -80,7 +80,8 @@ def serve_arguments(serve: argparse.ArgumentParser) -> None:
         "--token-file",
         metavar="PATH",
         help="file of bearer tokens HTTP clients must send, one per line, each its own principal "
-        "(activation and artifacts); default: $PREFIXGATE_TOKEN",
+        "(activation and artifacts), optionally followed by profiles=NAME,... (the profiles it may use); "
+        "default: $PREFIXGATE_TOKEN",
     )
     serve.add_argument(
         "--session",
@@ -290,7 +291,7 @@ def _serve(args: argparse.Namespace) -> int:
 
         from gateway.commands import serve
 
-    tokens = serve.http_tokens(args) if args.http else []
+    tokens = serve.http_tokens(args, config) if args.http else []
     anyio.run(serve.serve, config, args.session, args.http, tokens, prelude)
     # Every server has stopped and every answer is out: leave now. The interpreter's own
     # teardown would hand the stop signals back to their default action first, so a client's

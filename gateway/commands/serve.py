@@ -10,6 +10,7 @@ import signal
 import sys
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.to_thread
@@ -29,11 +30,18 @@ from gateway.state.store import StoreUnavailable
 from gateway.upstream.prelude import Prelude
 from spill import Artifacts, ArtifactStore, StoreError
 
+if TYPE_CHECKING:
+    from gateway.upstream.http import BearerToken
+
 log = logging.getLogger("prefixgate")
 
 
 async def serve(
-    config: Config, session_id: str | None, http: str | None, tokens: Sequence[str], prelude: Prelude | None = None
+    config: Config,
+    session_id: str | None,
+    http: str | None,
+    tokens: Sequence[BearerToken],
+    prelude: Prelude | None = None,
 ) -> None:
     """Serve until the client leaves (stdio), forever (HTTP), or a signal or a failed barrier exits.
 
@@ -225,19 +233,21 @@ async def _exit_now(downstreams: Sequence[Downstream], message: str, code: int =
     os._exit(code)
 
 
-def http_tokens(args: argparse.Namespace) -> list[str]:
+def http_tokens(args: argparse.Namespace, config: Config) -> list[BearerToken]:
     """The HTTP bearer tokens, each its own principal; required off loopback.
 
     ``--token-file`` holds one token per line (blank lines and lines starting with ``#``
-    are skipped); ``$PREFIXGATE_TOKEN`` holds one.
+    are skipped), optionally followed by ``profiles=NAME,...``: the profiles it may use
+    (``default`` for the top-level one; without the field, every one); ``$PREFIXGATE_TOKEN``
+    holds one token.
     """
-    from gateway.upstream.http import is_loopback, parse_listen
+    from gateway.upstream.http import DEFAULT_PROFILE, BearerToken, is_loopback, parse_listen
 
     try:
         host, _ = parse_listen(args.http)
     except ValueError as exc:
         raise Exit(2, f"prefixgate: --http: {exc}") from None
-    tokens: list[str] = []
+    tokens: list[BearerToken] = []
     if args.token_file:
         try:
             with open(args.token_file, encoding="utf-8") as handle:
@@ -245,18 +255,33 @@ def http_tokens(args: argparse.Namespace) -> list[str]:
         except (OSError, UnicodeDecodeError) as exc:
             reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
             raise Exit(2, f"prefixgate: --token-file: cannot read {args.token_file}: {reason}") from None
-        tokens = list(dict.fromkeys(line for line in lines if line and not line.startswith("#")))
+        known = {DEFAULT_PROFILE, *config.profiles}
+        seen: set[str] = set()
+        for number, line in enumerate(lines, 1):
+            if not line or line.startswith("#"):
+                continue
+            where = f"prefixgate: --token-file: {args.token_file} line {number}"
+            value, *fields = line.split()
+            profiles: frozenset[str] | None = None
+            for field in fields:
+                key, sep, names = field.partition("=")
+                if key != "profiles" or not sep:
+                    raise Exit(2, f"{where}: a token cannot contain spaces; after it only profiles=NAME,... may follow")
+                profiles = frozenset(n for n in names.split(",") if n)
+                unknown = sorted(profiles - known)
+                if unknown or not profiles:
+                    shown = f"unknown profile {unknown[0]!r}" if unknown else "profiles= names no profile"
+                    raise Exit(2, f"{where}: {shown} (known: {', '.join(sorted(known))})")
+            if value not in seen:
+                seen.add(value)
+                tokens.append(BearerToken(value, profiles))
         if not tokens:
             raise Exit(2, f"prefixgate: --token-file: {args.token_file} is empty or only whitespace")
-        for number, line in enumerate(lines, 1):
-            if any(c.isspace() for c in line) and not line.startswith("#"):
-                where = f"{args.token_file} line {number}"
-                raise Exit(2, f"prefixgate: --token-file: {where}: a token cannot contain spaces")
     elif os.environ.get("PREFIXGATE_TOKEN"):
         token = os.environ["PREFIXGATE_TOKEN"].strip()
         if not token:
             raise Exit(2, "prefixgate: $PREFIXGATE_TOKEN is only whitespace; set a real token or unset it")
-        tokens = [token]
+        tokens = [BearerToken(token)]
     if not tokens and not is_loopback(host):
         raise Exit(
             2, f"prefixgate: --http {args.http}: a non-loopback address requires --token-file or $PREFIXGATE_TOKEN"

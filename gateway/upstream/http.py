@@ -23,6 +23,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -44,6 +45,22 @@ PRINCIPAL = "prefixgate.principal"
 """ASGI scope key: the principal that authenticated the request (``LOCAL`` without tokens)."""
 LOCAL = "local"
 """The one principal of an unauthenticated loopback gateway."""
+
+
+@dataclass(frozen=True)
+class BearerToken:
+    """One line of the token file: a token, and the profiles it may use (None: every one;
+    ``default`` names the top-level [client] and [policy])."""
+
+    value: str
+    profiles: frozenset[str] | None = None
+
+    def may_use(self, profile: str | None) -> bool:
+        return self.profiles is None or (profile or DEFAULT_PROFILE) in self.profiles
+
+
+DEFAULT_PROFILE = "default"
+"""The default profile's name on a token's ``profiles=`` list."""
 
 
 def principal_of_token(token: str) -> str:
@@ -135,7 +152,8 @@ class Front:
     than the call itself):
 
     - with tokens, ``Authorization: Bearer <token>`` must name one (401 otherwise; every
-      token compared, no early exit; the scheme in any case); a handshake-era session is
+      token compared, no early exit; the scheme in any case) that may use the profile served
+      (403 otherwise, logged with its principal, never the token); a handshake-era session is
       served only to the principal that created it; the principal it stands for goes in the scope;
     - only ``/mcp`` is served (404 otherwise);
     - the whole body must arrive within ``timeout`` seconds (408) and within the SDK's size
@@ -150,14 +168,19 @@ class Front:
     def __init__(
         self,
         manager: Any,
-        tokens: Sequence[str] = (),
+        tokens: Sequence[BearerToken] = (),
         lane: Any = None,
         timeout: float = BODY_TIMEOUT,
         max_size: int = DEFAULT_MAX_REQUEST_BODY_SIZE,
+        profile: str | None = None,
     ) -> None:
         self.manager = manager
-        self.expected = [(t.encode(), principal_of_token(t)) for t in tokens]
+        self.expected = [(t.value.encode(), principal_of_token(t.value)) for t in tokens]
         self.users = {principal: _user(principal) for _, principal in self.expected}
+        self.profile = profile
+        """The profile served (None: the default one)."""
+        self.barred = frozenset(principal_of_token(t.value) for t in tokens if not t.may_use(profile))
+        """Principals whose token may not use it."""
         """What the SDK's session manager binds a session to: the principal that created it."""
         self.lane = lane
         self.timeout = timeout
@@ -185,6 +208,11 @@ class Front:
             principal = scope[PRINCIPAL] = self._principal(given)
             if principal is None:
                 await _unauthorized(send)
+                return
+            if principal in self.barred:
+                served = self.profile or DEFAULT_PROFILE
+                log.warning("principal %s may not use profile %s (its token's profiles=): 403", principal, served)
+                await _plain(send, 403, f"this token may not use profile {served}")
                 return
             scope["user"] = self.users[principal]  # another principal's Mcp-Session-Id: 404, as if unknown
         if scope["path"] not in _PATHS:
@@ -272,7 +300,7 @@ async def _unauthorized(send: Send) -> None:
     await send({"type": "http.response.body", "body": body.encode()})
 
 
-async def serve_http(handlers: Any, listen: str, tokens: Sequence[str]) -> None:
+async def serve_http(handlers: Any, listen: str, tokens: Sequence[BearerToken]) -> None:
     import uvicorn
     from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
@@ -290,7 +318,7 @@ async def serve_http(handlers: Any, listen: str, tokens: Sequence[str]) -> None:
         from gateway.upstream.httplane import ModernLane
 
         lane = ModernLane(handlers, security)
-    app = Front(manager, tokens, lane)
+    app = Front(manager, tokens, lane, profile=handlers.hub.config.profile)
     sys.stdout.write(f"http://{_host_literal(host)}:{bound}{MCP_PATH}\n")
     sys.stdout.flush()
     config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False)
