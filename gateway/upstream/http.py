@@ -34,6 +34,9 @@ from starlette.types import Message, Receive, Scope, Send
 
 from gateway.sdk import lifespan_state
 from gateway.upstream.events import RETRY_MS, SESSION_HEADER, BoundedEventStore, marked
+from gateway.upstream.health import PATHS as HEALTH_PATHS
+from gateway.upstream.health import Readiness
+from gateway.upstream.health import answer as health_answer
 from gateway.upstream.listen import listening_socket
 
 log = logging.getLogger("prefixgate.http")
@@ -155,6 +158,8 @@ class Front:
       token compared, no early exit; the scheme in any case) that may use the profile served
       (403 otherwise, logged with its principal, never the token); a handshake-era session is
       served only to the principal that created it; the principal it stands for goes in the scope;
+    - ``/healthz`` and ``/readyz`` (GET or HEAD) are answered first, without a token
+      (gateway/upstream/health.py);
     - only ``/mcp`` is served (404 otherwise);
     - the whole body must arrive within ``timeout`` seconds (408) and within the SDK's size
       limit (413): uvicorn has no body timeout, so a client that sends headers and then
@@ -173,8 +178,10 @@ class Front:
         timeout: float = BODY_TIMEOUT,
         max_size: int = DEFAULT_MAX_REQUEST_BODY_SIZE,
         profile: str | None = None,
+        readiness: Readiness | None = None,
     ) -> None:
         self.manager = manager
+        self.readiness = readiness
         self.expected = [(t.value.encode(), principal_of_token(t.value)) for t in tokens]
         self.users = {principal: _user(principal) for _, principal in self.expected}
         self.profile = profile
@@ -203,6 +210,9 @@ class Front:
                 await send({"type": "websocket.close", "code": 1000})
             return
         headers = scope["headers"]
+        if scope["path"] in HEALTH_PATHS and self.readiness is not None:
+            await self._health(scope, send, self.readiness)
+            return
         if self.expected:
             given = next((v for k, v in headers if k == b"authorization"), b"")
             principal = scope[PRINCIPAL] = self._principal(given)
@@ -253,6 +263,17 @@ class Front:
                 await send(message)
 
             await self.manager.handle_request(scope, replay, send_marked)
+
+    @staticmethod
+    async def _health(scope: Scope, send: Send, readiness: Readiness) -> None:
+        method = scope["method"]
+        if method not in ("GET", "HEAD"):
+            status, body, extra = 405, b"method not allowed\n", [(b"allow", b"GET, HEAD")]
+        else:
+            (status, body), extra = await health_answer(scope["path"], readiness.ready), []
+        headers = [(b"content-type", b"text/plain; charset=utf-8"), (b"cache-control", b"no-store"), *extra]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": b"" if method == "HEAD" else body})
 
     async def _body(self, receive: Receive, send: Send) -> bytes | Message | None:
         """The whole body (or the message that ended it: the client went away), or None
@@ -318,7 +339,9 @@ async def serve_http(handlers: Any, listen: str, tokens: Sequence[BearerToken]) 
         from gateway.upstream.httplane import ModernLane
 
         lane = ModernLane(handlers, security)
-    app = Front(manager, tokens, lane, profile=handlers.hub.config.profile)
+    hub = handlers.hub
+    readiness = Readiness(lambda: hub.router.epoch is not None, hub.store)
+    app = Front(manager, tokens, lane, profile=hub.config.profile, readiness=readiness)
     sys.stdout.write(f"http://{_host_literal(host)}:{bound}{MCP_PATH}\n")
     sys.stdout.flush()
     config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False)
