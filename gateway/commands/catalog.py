@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from catalog.budget import DecisionError
+from catalog.history import summary
 from catalog.model import CatalogWarning, Entry
 from catalog.text import escape, json_text, printable
 from gateway import __version__
@@ -18,6 +19,7 @@ from gateway.downstream.connection import Downstream
 from gateway.engine.barrier import required_failures
 from gateway.engine.checks import CheckCache
 from gateway.engine.epoch import Epoch, epoch_of
+from gateway.state.history import EpochHistory
 
 log = logging.getLogger("prefixgate")
 
@@ -252,3 +254,30 @@ async def run(config: Config, as_json: bool) -> int:
     for line in failures:
         log.error("%s", line)
     return 1 if failures else 0
+
+
+def history(config: Config, as_json: bool, limit: int) -> int:
+    """``catalog history``: the last ``limit`` epochs the serving gateway published for this profile."""
+    store = EpochHistory(config.gateway.state_dir, config.profile)
+    try:
+        records = store.read()[-max(limit, 1) :]
+    except OSError as exc:
+        log.error("%s", exc)
+        return 1
+    if as_json:
+        sys.stdout.write(json_text(records) + "\n")
+        return 0
+    if not records:
+        sys.stdout.write(f"no epoch recorded in {store.path} yet (serve records them)\n")
+        return 0
+    lines = []
+    for r in records:
+        was = r.get("previous")
+        if not was:
+            before = "first recorded"
+        else:
+            before = "same bytes as before" if was == r["fingerprint"] else f"was {was[:16]}"
+        lines.append(f"{r.get('time', '?')}  {r['fingerprint'][:16]}  ({before}): {r.get('reason', '')}")
+        lines += [f"    {line}" for line in summary(r.get("changes") or {})]
+    sys.stdout.write(printable("\n".join(escape(line) for line in lines)) + "\n")
+    return 0

@@ -121,7 +121,7 @@ def parser() -> argparse.ArgumentParser:
     common(cat)
     cat.add_argument("--json", action="store_true", help="print one JSON object")
     profile_argument(cat, "print the catalog")
-    cat_sub = cat.add_subparsers(dest="catalog_action", metavar="[diff | lock | approve]")
+    cat_sub = cat.add_subparsers(dest="catalog_action", metavar="[diff | lock | approve | history]")
     diff_parser = cat_sub.add_parser(
         "diff",
         help="compare two 'catalog --json' outputs: why did my prompt cache miss?",
@@ -147,7 +147,18 @@ def parser() -> argparse.ArgumentParser:
     approve_parser.add_argument("names", nargs="*", metavar="NAME", help="published names of the pending changes")
     approve_parser.add_argument("--all", action="store_true", help="approve every pending change")
     approve_parser.add_argument("--yes", action="store_true", help="do not ask (required when stdin is not a terminal)")
-    for sp in (diff_parser, lock_parser, approve_parser):
+    history_parser = cat_sub.add_parser(
+        "history",
+        help="every epoch the serving gateway published: when, its fingerprint, why, what changed",
+        description="Print the epoch history a serving gateway keeps under <state_dir>/history (per "
+        "profile, bounded): for each published epoch its time (UTC), fingerprint, the one before, the "
+        "reason, and the tools added, removed and changed with the JSON paths that differ. Every new "
+        "epoch is a prompt-cache miss for the agents.",
+    )
+    history_parser.add_argument("--json", action="store_true", help="print the records as one JSON array")
+    history_parser.add_argument("--limit", type=int, default=20, metavar="N", help="the last N epochs (default 20)")
+    profile_argument(history_parser, "print the history")
+    for sp in (diff_parser, lock_parser, approve_parser, history_parser):
         sp.add_argument("--config", metavar="PATH", default=argparse.SUPPRESS, help="config file")
         sp.add_argument("--log-level", choices=logs.LEVELS, default=argparse.SUPPRESS, help="stderr log level")
     imp = sub.add_parser(
@@ -258,8 +269,10 @@ def _with_config(args: argparse.Namespace) -> int:
         sys.stderr.write(f"prefixgate: no config file: the artifacts under {config.gateway.state_dir}\n")
         return artifacts.run(config, args)
     # The lock covers the default profile (Config.view): lock, approve and diff --lock use that.
-    viewed = args.command == "catalog" and args.catalog_action is None
+    viewed = args.command == "catalog" and args.catalog_action in (None, "history")
     config = load(args.config, args.profile if viewed else None)
+    if args.command == "catalog" and args.catalog_action == "history":
+        return catalog.history(config, args.json, args.limit)
     if args.command == "catalog" and args.catalog_action == "lock":
         return anyio.run(lock.lock, config)
     if args.command == "catalog" and args.catalog_action == "approve":

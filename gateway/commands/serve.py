@@ -23,6 +23,7 @@ from gateway.downstream.connection import Downstream
 from gateway.engine.barrier import required_failures
 from gateway.engine.hub import Hub
 from gateway.engine.warm import current_key
+from gateway.state.history import EpochHistory
 from gateway.state.journal import activation_key, session_key
 from gateway.state.retention import collect
 from gateway.state.session import ClientState
@@ -61,6 +62,7 @@ async def serve(
     ):
         handle_stop_signals(hub.downstreams)
         await open_store(hub)
+        hub.publisher.history = EpochHistory(config.gateway.state_dir, config.profile)
         await warm_start(hub, prelude)
         if http is None:
             owner = activation_key(session_key(session_id), config.profile) if session_id else None

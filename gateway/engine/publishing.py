@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
 
 import anyio
+import anyio.to_thread
 
 from catalog.budget import DecisionError
 from catalog.diff import name_changes
+from catalog.history import epoch_changes
 from catalog.warm import Record
 from gateway.config import Config
 from gateway.downstream.connection import Downstream
@@ -26,6 +30,7 @@ from gateway.engine.lockfile import ServedLock, lock_path
 from gateway.engine.router import Router
 from gateway.engine.surface import Surface, build_surface
 from gateway.engine.warm import Capture, WarmRecords, warm_epoch
+from gateway.state.history import EpochHistory
 
 log = logging.getLogger("prefixgate")
 
@@ -50,6 +55,8 @@ class Publisher:
         """Resources, templates and prompts, rebuilt with every catalog."""
         self.capture: Capture | None = None
         """The gateway's own answers to the epoch it serves (set by the command that serves them)."""
+        self.history: EpochHistory | None = None
+        """Where each published epoch is recorded (set by ``serve``; ``catalog`` and ``doctor`` publish to no one)."""
         self.client_saw: str | None = None
         """The fingerprint of a tools/list answered before the gateway was up (``gateway.upstream.prelude``)."""
         self.discovered = router.settled
@@ -78,7 +85,7 @@ class Publisher:
             return False
         self._records.seed(record, self._downstreams)
         self.surface = self._build_surface()
-        await self._publish_new(epoch)
+        await self._publish_new(epoch, "warm start: the last verified catalog of this config, before any server is up")
         log.info(
             "warm start: published the last verified catalog (%d tools, fingerprint %s) before any server is up",
             len(epoch.catalog.entries),
@@ -96,6 +103,7 @@ class Publisher:
         except DecisionError:
             return False  # the barrier's build says why
         await self._router.publish(epoch)
+        await self._remember(None, epoch, "catalog lock: the locked catalog, before any server is up")
         log.info(
             "catalog lock: published the locked catalog (fingerprint %s) before any server is up",
             epoch.fingerprint[:16],
@@ -111,7 +119,7 @@ class Publisher:
             log.warning("%s", warning)
         notified = False
         if warm is None:
-            await self._publish_new(epoch)
+            await self._publish_new(epoch, "the discovery barrier")
         else:
             changes = self._warm_changes()
             if await self._adopt(epoch, "the discovery barrier after a warm start", changes):
@@ -249,15 +257,46 @@ class Publisher:
         )
         if old is None or epoch.decision.fallback != old.decision.fallback:
             log.warning("declarations: %s (%s)", epoch.decision.mode, epoch.decision.detail)
-        await self._publish_new(epoch)
+        await self._publish_new(epoch, why + (f" ({detail})" if detail else ""))
         await self._tools_changed()
         return False
 
-    async def _publish_new(self, epoch: Epoch) -> None:
+    async def _publish_new(self, epoch: Epoch, why: str) -> None:
         """A new epoch for clients: the call gate takes it and every client's state binds to its
-        identity (activation of another identity is cleared)."""
+        identity (activation of another identity is cleared); the epoch history keeps it."""
+        old = self._router.epoch
         await self._router.publish(epoch)
         await self._clients.enter(epoch.identity)
+        await self._remember(old, epoch, why)
+
+    async def _remember(self, old: Epoch | None, epoch: Epoch, why: str) -> None:
+        """The epoch history's record of a published epoch (a failed write is logged, never raised)."""
+        if self.history is None:
+            return
+        history = self.history
+
+        def write() -> None:
+            previous = old.fingerprint if old is not None else None
+            if old is None:  # this process's first epoch: the one before is the history's last
+                kept = history.read()
+                previous = kept[-1]["fingerprint"] if kept else None
+            history.append(
+                {
+                    "time": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                    "profile": self._config.profile,
+                    "fingerprint": epoch.fingerprint,
+                    "previous": previous,
+                    "reason": why,
+                    "mode": epoch.decision.mode,
+                    "tools": len(epoch.catalog.entries),
+                    "changes": None if old is None else epoch_changes(_tools(old), _tools(epoch)),
+                }
+            )
+
+        try:
+            await anyio.to_thread.run_sync(write)
+        except OSError as exc:
+            log.warning("epoch history not written: %s", exc)
 
     async def _tools_changed(self) -> None:
         if self._clients.notifiable:
@@ -307,6 +346,11 @@ def log_pending(epoch: Epoch) -> None:
     for pending in epoch.pending:
         for line in pending.lines():
             log.warning("  %s", line)
+
+
+def _tools(epoch: Epoch) -> dict[str, tuple[str, Any]]:
+    """An epoch's tools as the epoch history compares them: name -> (server, declaration)."""
+    return {e.name: (e.server, e.declaration) for e in epoch.catalog.entries}
 
 
 def change_summary(old: Epoch | None, new: Epoch) -> str:

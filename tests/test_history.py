@@ -1,0 +1,97 @@
+"""The epoch history (issue 29, item 5): every epoch ``serve`` published, why, and what changed,
+kept bounded per profile and shown by ``prefixgate catalog history``."""
+
+from __future__ import annotations
+
+import json
+import stat
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from catalog.history import MAX_TOOLS, epoch_changes, summary
+from gateway.state import history as history_module
+from gateway.state.history import EpochHistory
+from tests.helpers import ERAS, run_cli, sdk_client, text, wait_for, write_config
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_changes_name_each_tool_and_the_json_paths_that_differ() -> None:
+    before = {"s__a": ("s", {"name": "s__a", "description": "A"}), "s__b": ("s", {"name": "s__b"})}
+    after = {
+        "s__a": ("s", {"name": "s__a", "description": "A, reworded", "inputSchema": {"type": "object"}}),
+        "t__c": ("t", {"name": "t__c"}),
+    }
+    changes = epoch_changes(before, after)
+    assert changes == {
+        "counts": {"added": 1, "removed": 1, "changed": 1},
+        "added": [{"tool": "t__c", "server": "t"}],
+        "removed": [{"tool": "s__b", "server": "s"}],
+        "changed": [{"tool": "s__a", "server": "s", "paths": ["description", "inputSchema"]}],
+    }
+    assert summary(changes) == [
+        "added t__c (server t)",
+        "removed s__b (server s)",
+        "changed s__a (server s): description, inputSchema",
+    ]
+    many = epoch_changes({}, {f"t{i:03}": ("s", {}) for i in range(MAX_TOOLS + 5)})
+    assert len(many["added"]) == MAX_TOOLS and summary(many)[-1] == "... 5 more added"
+
+
+def test_the_history_is_private_bounded_and_read_oldest_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(history_module, "MAX_BYTES", 2000)
+    history = EpochHistory(tmp_path / "state", "codex")
+    for n in range(100):
+        history.append({"fingerprint": f"{n:064}", "reason": "x" * 50})
+    files = sorted(p.name for p in (tmp_path / "state" / "history").iterdir())
+    assert files == ["codex.jsonl", "codex.jsonl.1"]
+    assert all((tmp_path / "state" / "history" / f).stat().st_size <= 2000 for f in files)
+    assert stat.S_IMODE((tmp_path / "state" / "history").stat().st_mode) == 0o700
+    assert stat.S_IMODE(history.path.stat().st_mode) == 0o600
+    kept = [int(r["fingerprint"]) for r in history.read()]
+    assert kept == list(range(100 - len(kept), 100)) and 10 < len(kept) < 100
+    with history.path.open("a") as handle:
+        handle.write('{"torn": ')  # a torn last line is skipped
+    assert len(history.read()) == len(kept)
+
+
+def mutating(state: Path) -> dict[str, Any]:
+    return {"command": sys.executable, "args": ["-m", "tests.mutating_server", str(state)], "cwd": str(ROOT)}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ERAS)
+async def test_serve_records_each_epoch_and_catalog_history_shows_why(tmp_path: Path, mode: str) -> None:
+    config = write_config(tmp_path, {"m": mutating(tmp_path / "m.json")})
+    history = EpochHistory(tmp_path / "state", None)
+
+    async with sdk_client(config, mode, log_level="warning") as client:
+        await client.list_tools()
+        await wait_for(lambda: len(history.read()) == 1)
+        for kind, count in (("reword", 2), ("add", 3)):
+            assert text(await client.call_tool("m__mutate", {"kind": kind})) == f"mutated:{kind}"
+            await wait_for(lambda count=count: len(history.read()) == count)  # type: ignore[misc]
+    async with sdk_client(config, mode, log_level="warning") as client:  # a restart, the same bytes
+        await client.list_tools()
+        await wait_for(lambda: len(history.read()) == 4)
+
+    first, reword, add, restart = history.read()
+    assert (first["previous"], first["changes"], first["reason"]) == (None, None, "the discovery barrier")
+    assert (reword["previous"], reword["reason"]) == (first["fingerprint"], "server 'm' changed its tools")
+    assert reword["changes"]["changed"] == [{"tool": "m__alpha", "server": "m", "paths": ["description"]}]
+    assert add["changes"]["added"] == [{"tool": "m__gamma", "server": "m"}]
+    assert restart["previous"] == restart["fingerprint"] == add["fingerprint"]
+    assert restart["changes"] is None and restart["reason"].startswith("warm start")
+
+    proc = run_cli("catalog", "history", "--config", str(config), "--limit", "3")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].split()[1] == reword["fingerprint"][:16]
+    assert f"(was {first['fingerprint'][:16]})" in lines[0]
+    assert lines[1] == "    changed m__alpha (server m): description"
+    assert lines[-1].endswith(f"(same bytes as before): {restart['reason']}")
+    as_json = json.loads(run_cli("catalog", "history", "--config", str(config), "--json").stdout)
+    assert as_json == [first, reword, add, restart]
