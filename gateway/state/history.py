@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from gateway.state.journal import _OPEN_FLAGS, check_private_file, open_private_dir, why_not_opened
+from gateway.state.journal import _OPEN_FLAGS, append_private, check_private_file, open_private_dir, why_not_opened
 
 MAX_BYTES = 256 * 1024
 DIRECTORY = "history"
@@ -39,19 +39,9 @@ class EpochHistory:
                 size = 0
             if size and size + len(line) > MAX_BYTES:
                 os.replace(self.name, self.name + ".1", src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-            try:
-                fd = os.open(self.name, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _OPEN_FLAGS, 0o600, dir_fd=dir_fd)
-            except OSError as exc:
-                raise OSError(why_not_opened(self.label, exc)) from None
+            append_private(dir_fd, self.name, self.label, line, durable=False)
         finally:
             os.close(dir_fd)
-        try:
-            check_private_file(fd, self.label)
-            view = memoryview(line)
-            while view:
-                view = view[os.write(fd, view) :]
-        finally:
-            os.close(fd)
 
     def read(self) -> list[dict[str, Any]]:
         """Every record kept, oldest first (a torn or foreign line is skipped)."""

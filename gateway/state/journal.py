@@ -124,18 +124,25 @@ class Journal:
         dir_fd = open_private_dir(self.directory, create=True)
         assert dir_fd is not None
         try:
-            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | _OPEN_FLAGS
-            fd = os.open(self.path.name, flags, 0o600, dir_fd=dir_fd)
-        except OSError as exc:
-            raise self._refused(exc) from None
+            append_private(dir_fd, self.path.name, self.label, record, durable=True)
         finally:
             os.close(dir_fd)
-        try:
-            check_private_file(fd, self.label)
-            view = memoryview(record)
-            while view:
-                written = os.write(fd, view)
-                view = view[written:]
+
+
+def append_private(dir_fd: int, name: str, label: str, data: bytes, *, durable: bool) -> None:
+    """Append ``data`` to the private file ``name`` of a verified directory (created 0600,
+    verified as ``check_private_file`` does), fsynced when ``durable``; raise OSError
+    (JournalError naming ``label`` when the file is refused)."""
+    try:
+        fd = os.open(name, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _OPEN_FLAGS, 0o600, dir_fd=dir_fd)
+    except OSError as exc:
+        raise JournalError(why_not_opened(label, exc)) from None
+    try:
+        check_private_file(fd, label)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        if durable:
             os.fsync(fd)
-        finally:
-            os.close(fd)
+    finally:
+        os.close(fd)
