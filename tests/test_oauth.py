@@ -315,6 +315,7 @@ async def test_client_credentials_needs_no_browser_and_renews_itself(tmp_path: P
                 await anyio.sleep(1.5)
         proc = run_cli("catalog", "--config", str(config), "--json", "--log-level", "debug", env=env)
         assert json.loads(proc.stdout)["servers"][0]["status"] == "ready", proc.stderr
+        time.sleep(2.5)  # the token that run stored has expired (--lifetime 2): a new one needs the secret
         wrong = run_cli("catalog", "--config", str(config), "--json", env={"SVC_SECRET": "wrong-secret-value"})
         assert json.loads(wrong.stdout)["servers"][0]["status"] == "failed"
         doctor = run_cli("doctor", "--config", str(config), env=env)

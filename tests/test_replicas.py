@@ -313,10 +313,11 @@ async def test_stdio_gateways_of_one_session_share_it_through_redis(
         assert NOT_ACTIVE in text(await stranger.call_tool("d__echo", {"text": "x"}))
         refused = text(await stranger.call_tool("artifact_read", {"id": artifact_id}))
         assert "not found" in refused.lower() or "no artifact" in refused.lower(), refused
-    # Activation and artifacts live in Redis; local are only the schema-check cache and the warm-start
-    # record (read by a stdio start before it reaches anything, gateway/upstream/prelude.py).
+    # Activation and artifacts live in Redis; local are only the schema-check cache, the warm-start
+    # record (read by a stdio start before it reaches anything, gateway/upstream/prelude.py) and the
+    # gateway's own epoch history (each replica's, docs/state.md).
     for name in ("a", "b"):
-        assert sorted(p.name for p in (tmp_path / name / "state").iterdir()) == ["cache", "warm"]
+        assert sorted(p.name for p in (tmp_path / name / "state").iterdir()) == ["cache", "history", "warm"]
 
 
 @pytest.mark.parametrize("mode", ERAS)
