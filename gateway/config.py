@@ -260,8 +260,7 @@ class Config:
         if found is None:
             known = ", ".join(sorted(self.profiles)) or "none: add a [profiles.NAME] table"
             raise ConfigError("profile", f"no profile {name!r} in the config (known: {known})")
-        beside = self.path is not None and (self.path.parent / LOCK_FILE_NAME).exists()
-        if self.gateway.lock is not None or beside:
+        if lock_path(self) is not None:
             raise ConfigError(
                 f"profiles.{name}",
                 "the catalog lock covers the default profile only so far: serve that one, or "
@@ -280,6 +279,24 @@ class Config:
 
 
 # --- discovery -------------------------------------------------------------------------
+
+
+def lock_target(config: Config) -> Path:
+    """Where ``catalog lock`` writes: the configured path, else beside the config."""
+    if config.gateway.lock is not None:
+        return config.gateway.lock
+    base = config.path.parent if config.path is not None else Path.cwd()
+    return base / LOCK_FILE_NAME
+
+
+def lock_path(config: Config) -> Path | None:
+    """The lock a gateway serves under: the configured one (which must exist), or one found beside the config."""
+    if config.gateway.lock is not None:
+        return config.gateway.lock
+    if config.path is None:
+        return None  # a config built in memory: never pick up a stray lock from the working directory
+    found = lock_target(config)
+    return found if found.exists() else None
 
 
 def find_config(explicit: str | None, env: Mapping[str, str] | None = None) -> Path:

@@ -24,7 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from gateway import __version__
-from gateway.config import LOCK_FILE_NAME, Config, ServerConfig
+from gateway.config import Config, ServerConfig
+from gateway.config import lock_path as lock_path
+from gateway.config import lock_target as lock_target
 
 MAX_LOCK_BYTES = 64 << 20
 """A lock this large is not read for the identity (and no warm start happens under it)."""
@@ -49,24 +51,6 @@ _SERVER_FIELDS = (
     "issuer",
 )
 """The ``ServerConfig`` fields that decide how a server starts and how its tools are published."""
-
-
-def lock_target(config: Config) -> Path:
-    """Where ``catalog lock`` writes: the configured path, else beside the config."""
-    if config.gateway.lock is not None:
-        return config.gateway.lock
-    base = config.path.parent if config.path is not None else Path.cwd()
-    return base / LOCK_FILE_NAME
-
-
-def lock_path(config: Config) -> Path | None:
-    """The lock a gateway serves under: the configured one (which must exist), or one found beside the config."""
-    if config.gateway.lock is not None:
-        return config.gateway.lock
-    if config.path is None:
-        return None  # a config built in memory: never pick up a stray lock from the working directory
-    found = lock_target(config)
-    return found if found.exists() else None
 
 
 def _digest(value: str | bytes) -> str:
