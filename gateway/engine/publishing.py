@@ -276,10 +276,12 @@ class Publisher:
         history = self.history
 
         def write() -> None:
-            previous = old.fingerprint if old is not None else None
-            if old is None:  # this process's first epoch: the one before is the history's last
-                kept = history.read()
-                previous = kept[-1]["fingerprint"] if kept else None
+            previous: str | None
+            if old is not None:
+                previous = old.fingerprint
+            else:  # this process's first epoch: the one before is the history's last
+                last = history.last()
+                previous = last["fingerprint"] if last is not None else None
             history.append(
                 {
                     "time": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gateway.state.journal import _OPEN_FLAGS, append_private, check_private_file, open_private_dir, why_not_opened
+from gateway.state.journal import append_private, open_private_dir, read_private, tail_record
 
 MAX_BYTES = 256 * 1024
 DIRECTORY = "history"
@@ -45,31 +46,38 @@ class EpochHistory:
 
     def read(self) -> list[dict[str, Any]]:
         """Every record kept, oldest first (a torn or foreign line is skipped)."""
+        return [r for name in (self.name + ".1", self.name) for r in _records(self._read(name, _whole))]
+
+    def last(self) -> dict[str, Any] | None:
+        """The newest record, read from the end of the file alone (a process's first epoch
+        asks for the one before it: start-up reads no more than that)."""
+        for name in (self.name, self.name + ".1"):
+            found = _records(self._read(name, tail_record))
+            if found:
+                return found[-1]
+        return None
+
+    def _read(self, name: str, read: Callable[[int, int], bytes]) -> bytes:
         dir_fd = open_private_dir(self.directory, create=False)
         if dir_fd is None:
-            return []
-        records: list[dict[str, Any]] = []
+            return b""
         try:
-            for name in (self.name + ".1", self.name):
-                try:
-                    fd = os.open(name, os.O_RDONLY | _OPEN_FLAGS, dir_fd=dir_fd)
-                except FileNotFoundError:
-                    continue
-                except OSError as exc:
-                    raise OSError(why_not_opened(self.label, exc)) from None
-                try:
-                    check_private_file(fd, self.label)
-                    with os.fdopen(fd, "rb", closefd=False) as handle:
-                        data = handle.read(2 * MAX_BYTES)
-                finally:
-                    os.close(fd)
-                for line in data.splitlines():
-                    try:
-                        record = json.loads(line)
-                    except ValueError:
-                        continue
-                    if isinstance(record, dict) and isinstance(record.get("fingerprint"), str):
-                        records.append(record)
+            return read_private(dir_fd, name, self.label, read)
         finally:
             os.close(dir_fd)
-        return records
+
+
+def _whole(fd: int, size: int) -> bytes:
+    return os.pread(fd, min(size, 2 * MAX_BYTES), 0)
+
+
+def _records(data: bytes) -> list[dict[str, Any]]:
+    records = []
+    for line in data.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and isinstance(record.get("fingerprint"), str):
+            records.append(record)
+    return records

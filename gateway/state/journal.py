@@ -16,6 +16,7 @@ import errno
 import hashlib
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 from spill import StoreError
@@ -93,9 +94,6 @@ class Journal:
         self.path = self.directory / f"{session_key(session_id) if key is None else key}.jsonl"
         self.label = f"activation journal {str(self.path)!r}"
 
-    def _refused(self, exc: OSError) -> JournalError:
-        return JournalError(why_not_opened(self.label, exc))
-
     def read(self) -> bytes:
         """The journal's last record (empty when it does not exist yet).
 
@@ -106,18 +104,9 @@ class Journal:
         if dir_fd is None:
             return b""
         try:
-            fd = os.open(self.path.name, os.O_RDONLY | _OPEN_FLAGS, dir_fd=dir_fd)
-        except FileNotFoundError:
-            return b""
-        except OSError as exc:
-            raise self._refused(exc) from None
+            return read_private(dir_fd, self.path.name, self.label, tail_record)
         finally:
             os.close(dir_fd)
-        try:
-            info = check_private_file(fd, self.label)
-            return tail_record(fd, info.st_size)
-        finally:
-            os.close(fd)
 
     def append(self, record: bytes) -> None:
         """Append one record and fsync it; raise OSError if it is not durably written."""
@@ -127,6 +116,22 @@ class Journal:
             append_private(dir_fd, self.path.name, self.label, record, durable=True)
         finally:
             os.close(dir_fd)
+
+
+def read_private(dir_fd: int, name: str, label: str, read: Callable[[int, int], bytes]) -> bytes:
+    """``read(fd, size)`` of the private file ``name`` of a verified directory, once it is
+    verified as ``check_private_file`` does (empty when it does not exist); raise OSError
+    (JournalError naming ``label`` when the file is refused)."""
+    try:
+        fd = os.open(name, os.O_RDONLY | _OPEN_FLAGS, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return b""
+    except OSError as exc:
+        raise JournalError(why_not_opened(label, exc)) from None
+    try:
+        return read(fd, check_private_file(fd, label).st_size)
+    finally:
+        os.close(fd)
 
 
 def append_private(dir_fd: int, name: str, label: str, data: bytes, *, durable: bool) -> None:
