@@ -222,12 +222,17 @@ def profile_lines(reports: dict[str, Any]) -> list[str]:
         if "error" in r:
             lines.append(f"  {name}: {r['error']}")
             continue
-        tools = sum(s["tools"] for s in r["servers"])
-        lines.append(
-            f"  {name}: {_plural(tools, 'tool')}, {r['mode']}, {r['functions']['declared']} declared, "
-            f"{r['deferred']} deferred; fingerprint {r['fingerprint'][:16]}"
-        )
+        lines.append(f"  {profile_summary(name, r)}")
     return lines
+
+
+def profile_summary(name: str, report: dict[str, Any]) -> str:
+    """What a profile publishes, in one line (``catalog`` and ``doctor``)."""
+    tools = sum(s["tools"] for s in report["servers"])
+    return (
+        f"{name}: {_plural(tools, 'tool')}, {report['mode']}, {report['functions']['declared']} declared, "
+        f"{report['deferred']} deferred; fingerprint {report['fingerprint'][:16]}"
+    )
 
 
 async def run(config: Config, as_json: bool) -> int:

@@ -49,7 +49,7 @@ from catalog.lock import LockError
 from catalog.names import DEFAULT_ENTRY, PROFILES
 from catalog.text import escape, json_text, printable
 from gateway import __version__, logs
-from gateway.commands.catalog import profile_reports
+from gateway.commands.catalog import profile_reports, profile_summary
 from gateway.commands.startup import Exit, discover, running
 from gateway.commands.toml_writer import toml_string
 from gateway.config import Config, ConfigError, find_config, load_config
@@ -791,11 +791,7 @@ def check_profiles(report: Report, first: Round, second: Round) -> None:
         if "error" in one:
             report.add("profiles", "FAIL", f"{name}: {one['error']}")
             continue
-        tools = sum(s["tools"] for s in one["servers"])
-        what = (
-            f"{name}: {tools} tool{'s' if tools != 1 else ''}, {one['mode']}, {one['functions']['declared']} "
-            f"declared, {one['deferred']} deferred; fingerprint {one['fingerprint'][:16]}"
-        )
+        what = profile_summary(name, one)
         if other.get("fingerprint") == one["fingerprint"]:
             report.add("profiles", "ok", f"{what}, the same in both discoveries")
         else:
