@@ -18,6 +18,9 @@ MAX_TOOLS = 50
 """Tools named per kind of change (the count is always whole)."""
 MAX_PATHS = 20
 """JSON paths named per changed tool."""
+MAX_PATH_CHARS = 120
+"""A JSON path is cut here: its keys are a server's, of any length (a record stays well under
+the history file's bound whatever a server lists)."""
 
 Tools = Mapping[str, tuple[str, JSON]]
 """Published name -> (server id, canonical declaration)."""
@@ -37,7 +40,7 @@ def epoch_changes(before: Tools | None, after: Tools) -> dict[str, Any]:
         return {"tool": name, "server": side[name][0]}
 
     def paths(name: str) -> list[str]:
-        found = [c.path or "(whole declaration)" for c in json_changes(before[name][1], after[name][1])]
+        found = [_cut(c.path) or "(whole declaration)" for c in json_changes(before[name][1], after[name][1])]
         return found[:MAX_PATHS] + ([f"... {len(found) - MAX_PATHS} more"] if len(found) > MAX_PATHS else [])
 
     return {
@@ -46,6 +49,10 @@ def epoch_changes(before: Tools | None, after: Tools) -> dict[str, Any]:
         "removed": [ref(n, before) for n in removed[:MAX_TOOLS]],
         "changed": [{**ref(n, after), "paths": paths(n)} for n in changed[:MAX_TOOLS]],
     }
+
+
+def _cut(path: str) -> str:
+    return path if len(path) <= MAX_PATH_CHARS else path[: MAX_PATH_CHARS - 1] + "…"
 
 
 def summary(changes: Mapping[str, Any]) -> list[str]:

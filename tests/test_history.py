@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from catalog.history import MAX_TOOLS, epoch_changes, summary
+from catalog.history import MAX_PATH_CHARS, MAX_TOOLS, epoch_changes, summary
 from gateway.state import history as history_module
 from gateway.state.history import EpochHistory
 from tests.helpers import ERAS, run_cli, sdk_client, text, wait_for, write_config
@@ -37,6 +37,9 @@ def test_changes_name_each_tool_and_the_json_paths_that_differ() -> None:
         "removed s__b (server s)",
         "changed s__a (server s): description, inputSchema",
     ]
+    # A server's key of any length is cut: a record stays small whatever it lists.
+    long = epoch_changes({"s__a": ("s", {"x": 1})}, {"s__a": ("s", {"k" * 10_000: 1, "x": 1})})
+    assert long["changed"][0]["paths"] == ["k" * (MAX_PATH_CHARS - 1) + "…"]
     many = epoch_changes({}, {f"t{i:03}": ("s", {}) for i in range(MAX_TOOLS + 5)})
     assert len(many["added"]) == MAX_TOOLS and summary(many)[-1] == "... 5 more added"
 
