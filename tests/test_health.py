@@ -11,6 +11,7 @@ import anyio
 import httpx2
 import pytest
 
+from gateway.state.history import EpochHistory
 from tests.helpers import ERAS, demo, http_gateway, sdk_client, wait_for, write_config
 
 pytestmark = pytest.mark.anyio
@@ -45,6 +46,9 @@ async def test_health_before_and_after_the_barrier_without_a_token(tmp_path: Pat
             assert "late__echo" in {t.name for t in (await client.list_tools()).tools}
         assert (await probe(url, "/mcp"))[0] == 401  # the MCP endpoint still wants the token
         assert "secret-token" not in log.read_text()
+    # serve --http keeps the epoch history as the stdio end does (tests/test_history.py)
+    (record,) = EpochHistory(tmp_path / "state", None).read()
+    assert (record["reason"], record["previous"], record["tools"]) == ("the discovery barrier", None, 8)
 
 
 async def test_readiness_follows_the_state_store(tmp_path: Path, redis: Any) -> None:

@@ -349,3 +349,25 @@ def test_a_bad_profiles_field_in_the_token_file_exits_2_naming_its_line(
     proc = run_cli("serve", "--config", str(config), "--http", "127.0.0.1:0", "--token-file", str(tokens), timeout=30)
     assert proc.returncode == 2
     assert proc.stderr.strip() == f"prefixgate: --token-file: {tokens} line 2: {problem}"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_classic_server_asks_through_a_profile_cold_and_warm(tmp_path: Path, mode: str) -> None:
+    """A server written the classic way (an elicitation request of its own, over the
+    back-channel) behind a profile: its question reaches the client as it would directly, on
+    the profile's first start and on the next one, which answers at once from the profile's own
+    warm-start record (an agent that gives its servers about a second)."""
+    from tests.helpers import CALLBACKS
+
+    classic = {"command": sys.executable, "args": ["-m", "tests.backchannel_server"], "cwd": str(ROOT)}
+    config = write_config(
+        tmp_path, {"b": classic, "d": demo("--tools", 1)}, profiles={"asker": {"servers": ["b"]}}
+    )
+    for start in ("cold", "warm"):
+        log = tmp_path / f"{start}.log"
+        async with sdk_client(config, mode, "--profile", "asker", errlog=log, **CALLBACKS) as client:
+            assert {t.name for t in (await client.list_tools()).tools} >= {"b__ask"}
+            assert text(await client.call_tool("b__ask", {})) == "accept:{'name': 'Ann'}"
+        warm = "warm start: published the last verified catalog" in log.read_text()
+        assert warm is (start == "warm"), log.read_text()[-2000:]
