@@ -33,6 +33,7 @@ from spill import Artifacts, ArtifactStore, StoreError
 
 if TYPE_CHECKING:
     from gateway.upstream.http import BearerToken
+    from gateway.upstream.server import Handlers
 
 log = logging.getLogger("prefixgate")
 
@@ -55,15 +56,18 @@ async def serve(
 
     lane: fast.FastCalls | None = None
     early = prelude.children if prelude is not None else None
+    # Over HTTP, a gateway not started for one profile serves every profile, over one set of servers.
+    views = [config.view(name) for name in sorted(config.profiles)] if http and config.profile is None else []
 
     async with (
         _stop_signals_handled() as handle_stop_signals,
-        running(config, supervise=True, early=early) as hub,
+        running(config, supervise=True, early=early, profiles=views) as hub,
     ):
         handle_stop_signals(hub.downstreams)
         await open_store(hub)
-        hub.publisher.history = EpochHistory(config.gateway.state_dir, config.profile)
-        await warm_start(hub, prelude)
+        for each in hub.family:
+            each.publisher.history = EpochHistory(config.gateway.state_dir, each.config.profile)
+            await warm_start(each, prelude)
         if http is None:
             owner = activation_key(session_key(session_id), config.profile) if session_id else None
             stdio_state = ClientState(hub.store, owner, await _artifact_store(hub, session_id))
@@ -72,17 +76,14 @@ async def serve(
             if fast_path():
                 lane = fast.FastCalls(handlers)  # tools/call answered by the stdio end
         else:
-            from gateway.upstream.http import principal_of_scope
-
             await _artifact_store(hub, None)  # retention at start
-            handlers = Handlers(
-                hub, lambda ctx: hub.clients.principal_state(principal_of_scope(getattr(ctx.request, "scope", None)))
-            )
-            server, options = handlers.server, handlers.options
+            served = [_http_handlers(each) for each in hub.family]
 
         async def barrier() -> None:
             try:
                 await discover(config, hub)
+                for each in hub.family[1:]:
+                    await discover(each.config, each)
             except Exit as exc:
                 await _exit_now(hub.downstreams, str(exc))
             failures = required_failures(hub.downstreams)
@@ -106,8 +107,18 @@ async def serve(
             else:
                 from gateway.upstream.http import serve_http
 
-                await serve_http(handlers, http, tokens)
+                await serve_http(served, http, tokens)
             tg.cancel_scope.cancel()
+
+
+def _http_handlers(hub: Hub) -> Handlers:
+    """A profile's handlers over HTTP: each request's state is its principal's, in that profile."""
+    from gateway.upstream.http import principal_of_scope
+    from gateway.upstream.server import Handlers
+
+    return Handlers(
+        hub, lambda ctx: hub.clients.principal_state(principal_of_scope(getattr(ctx.request, "scope", None)))
+    )
 
 
 def on_a_terminal(config: Config) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections import Counter
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 
 import anyio
@@ -38,8 +38,12 @@ async def running(
     use_lock: bool = True,
     early: Mapping[str, Spawned] | None = None,
     warm_records: bool | None = None,
+    profiles: Sequence[Config] = (),
 ) -> AsyncIterator[Hub]:
     """Start every server concurrently; stop them all on exit.
+
+    ``profiles``: the views (``Config.view``) of the other profiles served over the same
+    servers, each with a hub of its own (``Hub.family``).
 
     ``persist=False`` (doctor) writes nothing to the state directory but, with
     ``warm_records``, the warm-start record; ``use_lock=False`` (``catalog lock``,
@@ -47,7 +51,10 @@ async def running(
     stdio servers ``serve`` started before the gateway was up, by id.
     """
     hub = Hub(config, persist=persist, use_lock=use_lock, early=early, warm_records=warm_records)
-    hub.publisher.capture = functools.partial(capture, hub)
+    for view in profiles:
+        hub.profile(view)
+    for each in hub.family:
+        each.publisher.capture = functools.partial(capture, each)
     async with anyio.create_task_group() as tg:
         hub.start(tg, supervise=supervise)
         try:
@@ -84,7 +91,8 @@ async def discover(config: Config, hub: Hub) -> Epoch:
     # Each server's "ready: N tools" line counts what it listed; say what became of the rest.
     listing = "" if listed == len(epoch.catalog.entries) else f" ({listed} listed" + (f": {why}" if why else "") + ")"
     log.info(
-        "catalog: %d tools from %d of %d servers%s; %s, %d declared, %d deferred; fingerprint %s",
+        "%scatalog: %d tools from %d of %d servers%s; %s, %d declared, %d deferred; fingerprint %s",
+        f"profile {config.profile}: " if config.profile else "",
         len(epoch.catalog.entries),
         len(ready),
         len(config.enabled_servers),

@@ -7,6 +7,7 @@ log level; the servers are asked for the most verbose level any client wants.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -32,6 +33,9 @@ from gateway.state.session import ClientState
 from gateway.state.store import StateStore
 
 log = logging.getLogger("prefixgate")
+
+_ARRIVALS = itertools.count()
+"""Connection order across every profile's clients (``Clients.everyone``)."""
 
 LOG_LEVELS: tuple[str, ...] = get_args(LoggingLevel)
 """Log levels, least severe first."""
@@ -59,6 +63,10 @@ class ClientConnection:
     """In-flight tools/call request id -> that request's session (its stream, its log opt-in)."""
     log_level: str | None = None
     """The level this client set with ``logging/setLevel`` (None: never set)."""
+    servers: frozenset[str] = frozenset()
+    """The servers its profile sees: only their requests and log messages may reach it."""
+    arrival: int = field(default_factory=lambda: next(_ARRIVALS))
+    """When it connected, among the clients of every profile served."""
 
 
 class Clients:
@@ -80,9 +88,27 @@ class Clients:
         self._downstreams = downstreams
         self._watches = watches
         self._principals: dict[str, ClientState] = {}
+        self._server_ids = frozenset(d.id for d in downstreams)
+        self._every_server = downstreams
+        """The servers of every profile served (the first profile's: all of them)."""
+        self.peers: list[Clients] = [self]
+        """The clients of every profile served over the same servers (shared by their registries)."""
+
+    def join(self, first: Clients) -> None:
+        """Serve beside ``first``'s profile: one log level for the servers, and server requests
+        attributed among the clients of every profile (``everyone``)."""
+        self.peers = first.peers
+        self.peers.append(self)
+        self._every_server = first._every_server
+
+    def everyone(self) -> list[ClientConnection]:
+        """The clients of every profile served, in the order they connected."""
+        if len(self.peers) == 1:
+            return self.connected
+        return sorted((c for peer in self.peers for c in peer.connected), key=lambda c: c.arrival)
 
     async def connect(self, state: ClientState) -> ClientConnection:
-        client = ClientConnection(state)
+        client = ClientConnection(state, servers=self._server_ids)
         self.connected.append(client)
         if self._router.epoch is not None:
             await state.enter(self._router.epoch.identity)
@@ -112,7 +138,7 @@ class Clients:
             key = session_key(f"principal:{principal}")
             artifacts = self._store.artifacts(key) if self._config.spill.enabled else None
             owner = activation_key(key, self._config.profile)
-            state = self._principals[principal] = ClientState(self._store, owner, artifacts)
+            state = self._principals[principal] = ClientState(self._store, owner, artifacts, principal=key)
         return state
 
     async def enter(self, identity: str) -> None:
@@ -126,9 +152,14 @@ class Clients:
         return any(c.server_session is not None for c in self.connected)
 
     async def broadcast(
-        self, send: Callable[[ServerSession], Any], only: Callable[[ClientConnection], bool] = lambda u: True
+        self,
+        send: Callable[[ServerSession], Any],
+        only: Callable[[ClientConnection], bool] = lambda u: True,
+        *,
+        every_profile: bool = False,
     ) -> None:
-        for client in list(self.connected):
+        """To this profile's clients that ``only`` admits (``every_profile``: every profile's)."""
+        for client in list(self.everyone() if every_profile else self.connected):
             if client.server_session is None or not only(client):
                 continue
             try:
@@ -158,12 +189,13 @@ class Clients:
         """One client's level: each client filters at its own level, and the servers are
         asked for the most verbose level any client wants (never lowered by another)."""
         client.log_level = level
-        wanted = [u.log_level for u in self.connected if u.log_level in LOG_LEVELS]
+        wanted = [u.log_level for u in self.everyone() if u.log_level in LOG_LEVELS]
         verbose = min(wanted, key=LOG_LEVELS.index, default=level)
         if verbose == self.log_level:
             return
-        self.log_level = verbose
-        for d in self._downstreams:
+        for peer in self.peers:
+            peer.log_level = verbose
+        for d in self._every_server:
             await self.pass_level(d)
 
     async def pass_level(self, downstream: Downstream) -> None:

@@ -1,9 +1,16 @@
 """The running gateway: the downstream servers and the parts that serve their catalog.
 
-One hub per process composes them: the connected clients (``clients``), the epoch they
-see (``publishing``), coalesced re-lists (``relist``), server-to-client requests and logs
+One hub per profile served composes them: the connected clients (``clients``), the epoch
+they see (``publishing``), coalesced re-lists (``relist``), server-to-client requests and logs
 (``relay``), the catalog lock (``lockfile``), and the resources clients watch. What a
 downstream server reports (the ``Events`` it is given) goes to the part that handles it.
+
+An HTTP gateway serves every profile from one process (``/mcp/NAME``): the first hub (the
+default profile) starts and supervises the servers, and each profile's hub (``profile``)
+shares them, with the state store, the schema checks, the resources watched, the round
+trips and the relay; it has its own clients, call gate, epochs and warm-start record. A
+server's events reach every hub whose profile sees it; its requests go to the one client
+that caused them, whichever profile that client uses.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from gateway.engine.surface import Surface, capability_union
 from gateway.engine.warm import WarmRecords
 from gateway.engine.watches import Watches
 from gateway.state.backend import state_store
+from gateway.state.store import StateStore
 
 
 class Hub:
@@ -43,43 +51,66 @@ class Hub:
         use_lock: bool = True,
         early: Mapping[str, Spawned] | None = None,
         warm_records: bool | None = None,
+        shared: Hub | None = None,
     ) -> None:
         """``early``: stdio servers already started (``gateway.upstream.prelude``), by id;
-        ``warm_records``: keep the warm-start record (default: when ``persist``)."""
+        ``warm_records``: keep the warm-start record (default: when ``persist``); ``shared``:
+        the first hub, whose servers this profile's hub serves (``profile`` makes it)."""
         self.config = config
         self.lock = ServedLock(lock_path(config) if use_lock else None)
         """The catalog lock served under (``load`` reads it), polled while serving."""
         early = early or {}
-        self.downstreams = [
-            Downstream(s, self, oauth=oauth_setup(config), early=early.get(s.id)) for s in config.servers
-        ]
-        self.by_id = {d.id: d for d in self.downstreams}
+        if shared is None:
+            self.downstreams = [
+                Downstream(s, self, oauth=oauth_setup(config), early=early.get(s.id)) for s in config.servers
+            ]
+        else:
+            self.downstreams = [shared.by_id[s.id] for s in config.servers]
+        self.by_id: dict[str, Downstream] = {d.id: d for d in self.downstreams}
         self.router = Router(self.by_id, config.policy, config.spill)
-        self.checks = CheckCache(config.gateway.state_dir, persist=persist)
-        self.store = state_store(config)
+        self.checks: CheckCache = shared.checks if shared else CheckCache(config.gateway.state_dir, persist=persist)
+        self.store: StateStore = shared.store if shared else state_store(config)
         """Activation, artifacts and the integrity key (opened by ``serve``)."""
         self.records = WarmRecords(config, self.store, enabled=persist if warm_records is None else warm_records)
         """The warm-start record: seeded from by a warm start, written after each verified build."""
-        self.watches = Watches(self.resource_owner)
+        self.watches: Watches = shared.watches if shared else Watches(self.resource_owner)
         """Resources clients watch (resources/subscribe, listen streams), counted per URI."""
-        self.round_trips = RoundTrips(
-            timeout=config.gateway.round_trip_timeout, per_owner=config.gateway.max_round_trips
+        self.round_trips: RoundTrips = (
+            shared.round_trips
+            if shared
+            else RoundTrips(timeout=config.gateway.round_trip_timeout, per_owner=config.gateway.max_round_trips)
         )
         """Calls of 2026-07-28 clients that may wait for the client's input (no back-channel)."""
         self.clients = Clients(config, self.store, self.router, self.downstreams, self.watches)
         self.publisher = Publisher(
             config, self.downstreams, self.checks, self.router, self.clients, self.records, self.lock
         )
-        self.relists = Relists(self.publisher)
-        self.relay = Relay(self.clients, self.round_trips)
+        self.family: list[Hub] = shared.family if shared else []
+        """Every hub serving these servers, the first one first (one per profile served)."""
+        self.family.append(self)
+        if shared is None:
+            self.relists = Relists([self.publisher])
+            self.relay = Relay(self.clients, self.round_trips)
+        else:
+            self.relists, self.relay = shared.relists, shared.relay
+            self.relists.publishers.append(self.publisher)
+            self.clients.join(shared.clients)
+
+    def profile(self, config: Config) -> Hub:
+        """The hub of another profile (``config``: its view, ``Config.view``) over these same
+        servers, started with this one (``start``)."""
+        return Hub(config, shared=self, warm_records=self.records.enabled)
 
     def start(self, tg: anyio.abc.TaskGroup, *, supervise: bool) -> None:
-        self.clients.tasks = self.relists.tasks = self.round_trips.tasks = tg
+        """Start the servers (once, by the first hub) and every profile's hub."""
+        self.relists.tasks = self.round_trips.tasks = tg
         tg.start_soon(self.round_trips.keep)
         for downstream in self.downstreams:
             tg.start_soon(functools.partial(Supervisor(downstream).run, supervise=supervise))
-        if self.lock.path is not None and supervise:
-            tg.start_soon(self.lock.watch, self.publisher.discovered, self.publisher.rebuild)
+        for hub in self.family:
+            hub.clients.tasks = tg
+            if hub.lock.path is not None and supervise:
+                tg.start_soon(hub.lock.watch, hub.publisher.discovered, hub.publisher.rebuild)
 
     @property
     def surface(self) -> Surface:
@@ -109,9 +140,14 @@ class Hub:
 
     # --- Events (from downstream servers) ---------------------------------------------
 
+    def seeing(self, downstream: Downstream) -> list[Hub]:
+        """The hubs whose profile sees ``downstream`` (every hub, with one profile served)."""
+        return [hub for hub in self.family if downstream.id in hub.by_id]
+
     async def server_ready(self, downstream: Downstream) -> None:
-        await self.clients.pass_level(downstream)
-        await self.publisher.server_up(downstream)
+        await self.clients.pass_level(downstream)  # the level every profile's clients asked for
+        for hub in self.seeing(downstream):
+            await hub.publisher.server_up(downstream)
 
     async def server_down(self, downstream: Downstream) -> None:
         """A server went away: its tools stay in the epoch (calls report it down) until
@@ -123,7 +159,8 @@ class Hub:
         elif method == "notifications/resources/updated":
             uri = params.get("uri")
             if isinstance(uri, str):
-                await self.clients.resource_updated(uri)
+                for hub in self.seeing(downstream):
+                    await hub.clients.resource_updated(uri)
         elif method == "notifications/message":
             await self.relay.log(downstream, params)
 

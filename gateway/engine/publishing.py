@@ -71,6 +71,10 @@ class Publisher:
         self._rebuild_lock = anyio.Lock()
         self._rebuild_waiting = False
 
+    def sees(self, downstream: Downstream) -> bool:
+        """Whether this profile's catalog holds ``downstream``'s lists."""
+        return any(d is downstream for d in self._downstreams)
+
     # --- before the barrier -----------------------------------------------------------
 
     async def warm_start(self, record: Record) -> bool:

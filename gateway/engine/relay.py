@@ -4,6 +4,7 @@ Each goes to the client whose call caused it, when that can be told. A stdio ser
 one pipe for every caller and its messages do not say which call they belong to, so they
 are attributed only when one principal can have caused them; guessing across principals
 would hand one principal's request (and its text) to another, and that one's answer back.
+With several profiles served, the clients of all of them are counted: the servers are the same.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from gateway.engine.capabilities import require
 from gateway.engine.clients import LOG_LEVELS, ClientConnection, Clients, admits
 from gateway.engine.roundtrip import RoundTrip, RoundTrips
 from gateway.sdk import send_raw_request
-from gateway.state.session import ClientState
 
 log = logging.getLogger("prefixgate")
 
@@ -84,7 +84,13 @@ class Relay:
             return
         await self._clients.broadcast(
             lambda s: _send_log(s, level, data, source, None),
-            lambda u: u.state is principal and u.log_level is not None and admits(u.log_level, level),
+            lambda u: (
+                _who(u.state) == principal
+                and u.log_level is not None
+                and admits(u.log_level, level)
+                and downstream.id in u.servers
+            ),
+            every_profile=True,
         )
 
     def _in_flight(self, server_id: str, caller: object) -> RoundTrip | tuple[ClientConnection, Any] | None:
@@ -102,7 +108,9 @@ class Relay:
     def _newest_call(self, server_id: str, method: str) -> RoundTrip | tuple[ClientConnection, Any]:
         """The call a request the wire does not place belongs to: the newest call to the server,
         and only while every call in flight to it is one principal's (see ``_principal_for``)."""
-        if self._principal_for(server_id) is None and (self._clients.connected or self._round_trips.calling(server_id)):
+        if self._principal_for(server_id) is None and (
+            self._clients.everyone() or self._round_trips.calling(server_id)
+        ):
             log.warning(
                 "[%s] %s refused: calls of more than one principal are in flight to it (or none, with more than "
                 "one connected), and its pipe does not say which call it belongs to",
@@ -122,31 +130,37 @@ class Relay:
             raise MCPError(code=INVALID_REQUEST, message=f"prefixgate: no client is connected to answer {method}")
         return target, related
 
-    def _principal_for(self, server_id: str) -> ClientState | None:
-        """The one principal a server's request or log message can belong to, or None.
+    def _principal_for(self, server_id: str) -> object | None:
+        """Who (``_who``) a server's request or log message can belong to, or None.
 
         Attributed only when every call in flight to the server (waiting in the gateway for
         a 2026-07-28 client's input included) is one principal's, or, with none in flight,
-        when every connected client is one principal's."""
-        connected = self._clients.connected
-        calling: dict[int, object] = {id(c.state): c.state for c in connected if server_id in c.calls.values()}
-        calling.update((id(t.owner), t.owner) for t in self._round_trips.calling(server_id))
+        when every connected client that sees the server is one principal's."""
+        connected = [c for c in self._clients.everyone() if server_id in c.servers]
+        calling = {_who(c.state) for c in connected if server_id in c.calls.values()}
+        calling.update(_who(t.owner) for t in self._round_trips.calling(server_id))
         if not calling:
-            calling = {id(c.state): c.state for c in connected}
+            calling = {_who(c.state) for c in connected}
         if len(calling) != 1:
             return None
-        (principal,) = calling.values()
-        return principal if isinstance(principal, ClientState) else None
+        (principal,) = calling
+        return principal
 
     def _requester(self, server_id: str) -> tuple[ClientConnection | None, Any]:
         """The latest-connected client with a call in flight to the server, and that call's id;
-        else the latest-connected client (no call)."""
-        connected = self._clients.connected
+        else the latest-connected client that sees it (no call)."""
+        connected = [c for c in self._clients.everyone() if server_id in c.servers]
         for client in reversed(connected):
             for request_id, target in client.calls.items():
                 if target == server_id:
                     return client, request_id
         return (connected[-1], None) if connected else (None, None)
+
+
+def _who(state: object) -> object:
+    """A principal, the same in every profile: its key, else (a stdio session) the state itself."""
+    principal = getattr(state, "principal", None)
+    return principal if isinstance(principal, str) else id(state)
 
 
 async def _send_log(session: ServerSession, level: Any, data: Any, source: str, related: Any) -> None:

@@ -4,7 +4,8 @@ Each re-list may rebuild a catalog of thousands of tools; hundreds of notificati
 burst must not mean hundreds of rebuilds. A notification that arrives while a re-list
 runs marks one more as pending (it will see every change so far); while one is pending,
 a notification adds nothing. The re-list runs in the hub's own task, so whoever delivers
-notifications is never held up by it.
+notifications is never held up by it. A server is re-listed once however many profiles
+see it; each of those rebuilds its own catalog from the new lists.
 """
 
 from __future__ import annotations
@@ -27,10 +28,11 @@ KINDS = {
 
 
 class Relists:
-    def __init__(self, publisher: Publisher) -> None:
+    def __init__(self, publishers: list[Publisher]) -> None:
         self.tasks: anyio.abc.TaskGroup | None = None
         """Where re-lists run (set when the hub starts; before that, a notification is dropped)."""
-        self._publisher = publisher
+        self.publishers = publishers
+        """Each profile's publisher (one per hub): those that see a server rebuild after it re-lists."""
         self._pending: dict[tuple[str, str], bool] = {}
         """(server id, kind) -> whether another re-list is pending behind the running one."""
 
@@ -56,10 +58,13 @@ class Relists:
                 self._pending[key] = False
                 try:
                     await downstream.refresh(**{kind: True})
-                    if kind == "tools":
-                        await self._publisher.rebuild(f"server {downstream.id!r} changed its tools")
-                    else:
-                        await self._publisher.relisted(kind)
+                    for publisher in self.publishers:
+                        if not publisher.sees(downstream):
+                            continue
+                        if kind == "tools":
+                            await publisher.rebuild(f"server {downstream.id!r} changed its tools")
+                        else:
+                            await publisher.relisted(kind)
                 except Exception as exc:  # noqa: BLE001 - a server that fails to re-list keeps its old lists
                     log.warning("[%s] re-listing %s after list_changed failed: %s", downstream.id, kind, exc)
                 if not self._pending[key]:

@@ -133,6 +133,8 @@ class Router:
         epoch, name, arguments = call.epoch, call.name, call.arguments
         if call.server is None and epoch.declares(name):
             if name == "tool_search":
+                if epoch is self.epoch:  # bound first, as a gated call is (a grant is the epoch's)
+                    await state.enter(epoch.identity)
                 return await self.tool_search(epoch, arguments or {}, state)
             if name == "artifact_read":
                 return await self.artifact_read(arguments or {}, state)

@@ -32,11 +32,18 @@ class ClientState:
     """Activation (the ``records`` store under ``owner``) and artifacts (``store``) of one client session."""
 
     def __init__(
-        self, records: StateStore | None = None, owner: str | None = None, store: Artifacts | None = None
+        self,
+        records: StateStore | None = None,
+        owner: str | None = None,
+        store: Artifacts | None = None,
+        *,
+        principal: str | None = None,
     ) -> None:
         self.records = records if owner is not None else None
         self.owner = owner
-        """The owner's key (``journal.session_key``): names its state, binds its round-trip states."""
+        """The owner's key (``journal.activation_key``): names its state, binds its round-trip states."""
+        self.principal = principal
+        """Who it is, the same in every profile (``journal.session_key``); None: this state alone."""
         self.store = store
         self.state: ActivationState | None = None
         self._lock = anyio.Lock()

@@ -1,4 +1,4 @@
-"""``serve --http``: the gateway over streamable HTTP at ``/mcp``.
+"""``serve --http``: the gateway over streamable HTTP at ``/mcp``, and each profile at ``/mcp/NAME``.
 
 On every loopback address (all of 127/8, ``::1`` in any spelling, ``localhost``) the
 SDK's Host/Origin checks block DNS rebinding, allowing only the bound address and the
@@ -22,7 +22,8 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,7 +43,6 @@ from gateway.upstream.listen import listening_socket
 log = logging.getLogger("prefixgate.http")
 
 MCP_PATH = "/mcp"
-_PATHS = frozenset((MCP_PATH, MCP_PATH + "/"))
 _VERSION_HEADER = MCP_PROTOCOL_VERSION_HEADER.lower().encode()
 PRINCIPAL = "prefixgate.principal"
 """ASGI scope key: the principal that authenticated the request (``LOCAL`` without tokens)."""
@@ -64,6 +64,24 @@ class BearerToken:
 
 DEFAULT_PROFILE = "default"
 """The default profile's name on a token's ``profiles=`` list."""
+
+
+def endpoint_path(profile: str | None, served: str | None = None) -> str:
+    """Where a profile is served: ``/mcp`` for the one a gateway was started with (``served``),
+    ``/mcp/NAME`` for each other profile of a gateway serving them all."""
+    return MCP_PATH if profile == served else f"{MCP_PATH}/{profile}"
+
+
+@dataclass
+class Endpoint:
+    """One profile's MCP endpoint: its session manager and 2026-07-28 lane, and who may use it."""
+
+    manager: Any
+    profile: str | None = None
+    """The profile served here (None: the default one)."""
+    lane: Any = None
+    barred: frozenset[str] = frozenset()
+    """Principals whose token may not use this profile (403)."""
 
 
 def principal_of_token(token: str) -> str:
@@ -160,7 +178,8 @@ class Front:
       served only to the principal that created it; the principal it stands for goes in the scope;
     - ``/healthz`` and ``/readyz`` (GET or HEAD) are answered first, without a token
       (gateway/upstream/health.py);
-    - only ``/mcp`` is served (404 otherwise);
+    - only ``/mcp`` and each profile's ``/mcp/NAME`` are served (404 otherwise), each by its
+      own session manager (a session is one profile's);
     - the whole body must arrive within ``timeout`` seconds (408) and within the SDK's size
       limit (413): uvicorn has no body timeout, so a client that sends headers and then
       nothing would hold its connection (and a task) for ever;
@@ -172,24 +191,21 @@ class Front:
 
     def __init__(
         self,
-        manager: Any,
+        endpoints: Mapping[str, Endpoint],
         tokens: Sequence[BearerToken] = (),
-        lane: Any = None,
         timeout: float = BODY_TIMEOUT,
         max_size: int = DEFAULT_MAX_REQUEST_BODY_SIZE,
-        profile: str | None = None,
         readiness: Readiness | None = None,
     ) -> None:
-        self.manager = manager
+        """``endpoints``: path -> the profile served there (``endpoint_path``)."""
+        self.routes: dict[str, Endpoint] = {}
+        for path, endpoint in endpoints.items():
+            endpoint.barred = frozenset(principal_of_token(t.value) for t in tokens if not t.may_use(endpoint.profile))
+            self.routes[path] = self.routes[path + "/"] = endpoint
         self.readiness = readiness
         self.expected = [(t.value.encode(), principal_of_token(t.value)) for t in tokens]
         self.users = {principal: _user(principal) for _, principal in self.expected}
-        self.profile = profile
-        """The profile served (None: the default one)."""
-        self.barred = frozenset(principal_of_token(t.value) for t in tokens if not t.may_use(profile))
-        """Principals whose token may not use it."""
         """What the SDK's session manager binds a session to: the principal that created it."""
-        self.lane = lane
         self.timeout = timeout
         self.max_size = max_size
 
@@ -213,30 +229,32 @@ class Front:
         if scope["path"] in HEALTH_PATHS and self.readiness is not None:
             await self._health(scope, send, self.readiness)
             return
+        endpoint = self.routes.get(scope["path"])
         if self.expected:
             given = next((v for k, v in headers if k == b"authorization"), b"")
             principal = scope[PRINCIPAL] = self._principal(given)
             if principal is None:
                 await _unauthorized(send)
                 return
-            if principal in self.barred:
-                served = self.profile or DEFAULT_PROFILE
+            if endpoint is not None and principal in endpoint.barred:
+                served = endpoint.profile or DEFAULT_PROFILE
                 log.warning("principal %s may not use profile %s (its token's profiles=): 403", principal, served)
                 await _plain(send, 403, f"this token may not use profile {served}")
                 return
             scope["user"] = self.users[principal]  # another principal's Mcp-Session-Id: 404, as if unknown
-        if scope["path"] not in _PATHS:
+        if endpoint is None:
             await _plain(send, 404, "Not Found")
             return
         body = await self._body(receive, send)
         if body is None:
             return
-        if isinstance(body, bytes) and self.lane is not None and scope["method"] == "POST":
+        lane = endpoint.lane
+        if isinstance(body, bytes) and lane is not None and scope["method"] == "POST":
             version = next((v for k, v in headers if k == _VERSION_HEADER), None)
             if version is not None and version.decode("latin-1") not in HANDSHAKE_PROTOCOL_VERSIONS:
-                claimed = await self.lane.claim(scope, body)
+                claimed = await lane.claim(scope, body)
                 if claimed is not None:
-                    await self.lane.answer(claimed, scope, receive, send)
+                    await lane.answer(claimed, scope, receive, send)
                     return
         replayed = False
 
@@ -252,7 +270,7 @@ class Front:
         session = next((v for k, v in headers if k == SESSION_HEADER), None)
         with marked(session) as owner:
             if owner.session_id is not None:
-                await self.manager.handle_request(scope, replay, send)
+                await endpoint.manager.handle_request(scope, replay, send)
                 return
 
             async def send_marked(message: Message) -> None:
@@ -262,7 +280,7 @@ class Front:
                         owner.session_id = issued.decode("latin-1")
                 await send(message)
 
-            await self.manager.handle_request(scope, replay, send_marked)
+            await endpoint.manager.handle_request(scope, replay, send_marked)
 
     @staticmethod
     async def _health(scope: Scope, send: Send, readiness: Readiness) -> None:
@@ -321,7 +339,9 @@ async def _unauthorized(send: Send) -> None:
     await send({"type": "http.response.body", "body": body.encode()})
 
 
-async def serve_http(handlers: Any, listen: str, tokens: Sequence[BearerToken]) -> None:
+async def serve_http(served: Sequence[Any], listen: str, tokens: Sequence[BearerToken]) -> None:
+    """Serve each of ``served`` (one ``Handlers`` per profile, the one started with first: at
+    ``/mcp``, the others at ``/mcp/NAME``) until cancelled."""
     import uvicorn
     from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
@@ -331,21 +351,31 @@ async def serve_http(handlers: Any, listen: str, tokens: Sequence[BearerToken]) 
     sock = listening_socket(host, port)  # accepting from the moment the URL is printed (uvicorn starts later)
     bound = sock.getsockname()[1]
     security = transport_security(host, bound)
-    manager = StreamableHTTPSessionManager(
-        app=handlers.server, event_store=BoundedEventStore(), retry_interval=RETRY_MS, security_settings=security
-    )
-    lane = None
-    if fast_path():
-        from gateway.upstream.httplane import ModernLane
+    endpoints: dict[str, Endpoint] = {}
+    first = served[0].hub.config.profile
+    for handlers in served:
+        manager = StreamableHTTPSessionManager(
+            app=handlers.server, event_store=BoundedEventStore(), retry_interval=RETRY_MS, security_settings=security
+        )
+        lane = None
+        if fast_path():
+            from gateway.upstream.httplane import ModernLane
 
-        lane = ModernLane(handlers, security)
-    hub = handlers.hub
-    readiness = Readiness(lambda: hub.router.epoch is not None, hub.store)
-    app = Front(manager, tokens, lane, profile=hub.config.profile, readiness=readiness)
+            lane = ModernLane(handlers, security)
+        profile = handlers.hub.config.profile
+        endpoints[endpoint_path(profile, first)] = Endpoint(manager, profile, lane)
+    hubs = [handlers.hub for handlers in served]
+    readiness = Readiness(lambda: all(hub.router.epoch is not None for hub in hubs), hubs[0].store)
+    app = Front(endpoints, tokens, readiness=readiness)
     sys.stdout.write(f"http://{_host_literal(host)}:{bound}{MCP_PATH}\n")
     sys.stdout.flush()
+    for path, endpoint in endpoints.items():
+        if path != MCP_PATH:
+            log.info("profile %s: http://%s:%d%s", endpoint.profile, _host_literal(host), bound, path)
     config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False)
-    async with manager.run():
-        if lane is not None:
-            lane.lifespan = lifespan_state(manager)  # as the SDK's entry passes it
+    async with AsyncExitStack() as stack:
+        for endpoint in endpoints.values():
+            await stack.enter_async_context(endpoint.manager.run())
+            if endpoint.lane is not None:
+                endpoint.lane.lifespan = lifespan_state(endpoint.manager)  # as the SDK's entry passes it
         await uvicorn.Server(config).serve(sockets=[sock])
