@@ -260,12 +260,6 @@ class Config:
         if found is None:
             known = ", ".join(sorted(self.profiles)) or "none: add a [profiles.NAME] table"
             raise ConfigError("profile", f"no profile {name!r} in the config (known: {known})")
-        if lock_path(self) is not None:
-            raise ConfigError(
-                f"profiles.{name}",
-                "the catalog lock covers the default profile only so far: serve that one, or "
-                "remove the lock ([gateway] lock, or prefixgate.lock beside the config) to serve profiles",
-            )
         servers = self.servers if found.servers is None else tuple(s for s in self.servers if s.id in found.servers)
         return replace(
             self,
@@ -282,21 +276,27 @@ class Config:
 
 
 def lock_target(config: Config) -> Path:
-    """Where ``catalog lock`` writes: the configured path, else beside the config."""
+    """Where ``catalog lock`` writes: the configured path, else beside the config; a profile's
+    lock beside the default one, its name in the file's (``prefixgate.NAME.lock``)."""
     if config.gateway.lock is not None:
-        return config.gateway.lock
-    base = config.path.parent if config.path is not None else Path.cwd()
-    return base / LOCK_FILE_NAME
+        default = config.gateway.lock
+    else:
+        default = (config.path.parent if config.path is not None else Path.cwd()) / LOCK_FILE_NAME
+    if config.profile is None:
+        return default
+    return default.with_name(f"{default.stem}.{config.profile}{default.suffix}")
 
 
 def lock_path(config: Config) -> Path | None:
-    """The lock a gateway serves under: the configured one (which must exist), or one found beside the config."""
+    """The lock a gateway serves under: the configured one (which must exist), or one found
+    beside the config. A lock covers every profile: while the default profile's is in use, a
+    profile is served under its own (which must exist: ``catalog lock`` writes them together)."""
     if config.gateway.lock is not None:
-        return config.gateway.lock
+        return lock_target(config)
     if config.path is None:
         return None  # a config built in memory: never pick up a stray lock from the working directory
-    found = lock_target(config)
-    return found if found.exists() else None
+    default = lock_target(replace(config, profile=None))
+    return lock_target(config) if default.exists() else None
 
 
 def find_config(explicit: str | None, env: Mapping[str, str] | None = None) -> Path:

@@ -106,12 +106,61 @@ def test_an_unknown_profile_names_the_known_ones(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "no profile 'nope'" in proc.stderr
 
 
-def test_a_profile_is_not_served_under_a_catalog_lock_it_does_not_cover(tmp_path: Path) -> None:
-    config = write_config(tmp_path, {"d": demo()}, profiles={"p": {}})
-    (tmp_path / "prefixgate.lock").write_text("# a lock beside the config\n")
-    proc = run_cli("serve", "--config", str(config), "--profile", "p")
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_catalog_lock_covers_every_profile(tmp_path: Path, mode: str) -> None:
+    """``catalog lock`` writes one file a profile; each profile is served under its own (a
+    missing one is exit 2, naming it); a change is pending in the profiles that see it, and
+    ``approve`` records it in each of them."""
+    state = tmp_path / "m.json"
+    mutating = {"command": sys.executable, "args": ["-m", "tests.mutating_server", str(state)], "cwd": str(ROOT)}
+    config = write_config(
+        tmp_path,
+        {"m": mutating, "d": demo("--tools", 1)},
+        profiles={"codex": {"client": {"profile": "openai"}, "exclude": ["m__beta"]}, "review": {"servers": ["d"]}},
+    )
+    locks = {None: tmp_path / "prefixgate.lock"}
+    locks |= {p: tmp_path / f"prefixgate.{p}.lock" for p in ("codex", "review")}
+    proc = run_cli("catalog", "lock", "--config", str(config))
+    assert proc.returncode == 0, proc.stderr
+    assert [line.split(":")[0] for line in proc.stdout.splitlines()] == [f"wrote {locks[p]}" for p in locks]
+    with http_gateway(config) as (url, _):
+        locked = {p: await tools_of(url + (f"/{p}" if p else ""), mode) for p in locks}
+    assert "m__beta" not in [t["name"] for t in locked["codex"]]
+
+    state.write_text(json.dumps(["reword"]))  # m rewords alpha: pending where m__alpha is published
+    diff = run_cli("catalog", "diff", "--lock", "--json", "--config", str(config))
+    assert diff.returncode == 1, diff.stderr
+    report = json.loads(diff.stdout)
+    assert [p["name"] for p in report["pending"]] == ["m__alpha"]
+    assert {n: [p["name"] for p in r["pending"]] for n, r in report["profiles"].items()} == {
+        "codex": ["m__alpha"],
+        "review": [],
+    }
+    with http_gateway(config) as (url, _):  # the locked bytes are served, in every profile
+        assert {p: await tools_of(url + (f"/{p}" if p else ""), mode) for p in locks} == locked
+    codex = catalog_json_of(config, "codex")  # and shown, alone and beside the default's
+    shown = [(d["name"], d.get("description")) for d in codex["declarations"]]
+    assert shown == [(t["name"], t.get("description")) for t in locked["codex"]]
+    assert catalog_json(config)["profiles"]["codex"]["fingerprint"] == codex["fingerprint"]
+    approved = run_cli("catalog", "approve", "m__alpha", "--yes", "--config", str(config))
+    assert approved.returncode == 0, approved.stderr
+    done = [": ".join(line.split(": ")[:2]) for line in approved.stdout.splitlines() if line.startswith("approved")]
+    assert done == [f"approved 1 change(s): {locks[p]}" for p in (None, "codex")], approved.stdout
+    assert run_cli("catalog", "diff", "--lock", "--config", str(config)).returncode == 0
+
+    locks["review"].unlink()
+    proc = run_cli("serve", "--config", str(config), "--profile", "review")
     assert proc.returncode == 2
-    assert "profiles.p: the catalog lock covers the default profile only so far" in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"prefixgate: catalog lock: {locks['review']}: lock file not found (write one with prefixgate catalog lock)"
+    )
+
+
+async def tools_of(url: str, mode: str) -> list[dict[str, Any]]:
+    async with sdk_client(url, mode) as client:
+        tools = (await client.list_tools()).tools
+    return [t.model_dump(by_alias=True, exclude_none=True) for t in tools]
 
 
 # --- the catalog ------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from typing import Any
 
 from catalog.budget import DecisionError
 from catalog.history import summary
+from catalog.lock import LockError
 from catalog.model import CatalogWarning, Entry
 from catalog.text import escape, json_text, printable
 from gateway import __version__
@@ -19,6 +20,7 @@ from gateway.downstream.connection import Downstream
 from gateway.engine.barrier import required_failures
 from gateway.engine.checks import CheckCache
 from gateway.engine.epoch import Epoch, epoch_of
+from gateway.engine.lockfile import lock_path, read_lock
 from gateway.state.history import EpochHistory
 
 log = logging.getLogger("prefixgate")
@@ -202,15 +204,18 @@ def render_text(report: dict[str, Any], config: Config) -> str:
 
 def profile_reports(config: Config, downstreams: Sequence[Downstream], checks: CheckCache) -> dict[str, Any]:
     """Each ``[profiles.NAME]``'s report, built from the same discovery as ``serve --profile NAME``
-    builds it; ``{"error": ...}`` for one that cannot be served (under a lock, no plan fits)."""
+    builds it (under its lock, when the catalog is locked); ``{"error": ...}`` for one that
+    cannot be served (its lock cannot be read, no plan fits)."""
     reports: dict[str, Any] = {}
     for name in sorted(config.profiles):
         try:
             view = config.view(name)
             ids = {s.id for s in view.servers}
             seen = [d for d in downstreams if d.config.id in ids]
-            reports[name] = catalog_report(view, seen, epoch_of(view, seen, checks))
-        except (ConfigError, DecisionError) as exc:
+            path = lock_path(view)
+            lock = read_lock(path) if path is not None else None
+            reports[name] = catalog_report(view, seen, epoch_of(view, seen, checks, lock))
+        except (ConfigError, DecisionError, LockError) as exc:
             reports[name] = {"profile": name, "error": str(exc)}
     return reports
 

@@ -268,7 +268,7 @@ def _with_config(args: argparse.Namespace) -> int:
         config = default_config()
         sys.stderr.write(f"prefixgate: no config file: the artifacts under {config.gateway.state_dir}\n")
         return artifacts.run(config, args)
-    # The lock covers the default profile (Config.view): lock, approve and diff --lock use that.
+    # lock, approve and diff --lock cover every profile at once (gateway/commands/lock.py).
     viewed = args.command == "catalog" and args.catalog_action in (None, "history")
     config = load(args.config, args.profile if viewed else None)
     if args.command == "catalog" and args.catalog_action == "history":

@@ -1,10 +1,12 @@
 """``prefixgate catalog lock``, ``catalog approve`` and ``catalog diff --lock``.
 
 Each discovers the *live* catalog (the servers as they list their tools now, no lock
-applied) and compares it with the lock file. ``lock`` writes the lock when there is none
-(or nothing is pending); ``approve`` shows each pending change and records the chosen
-ones; ``diff --lock`` only shows them. The lock's fingerprint and mode are those of the
-list a gateway publishes under it, computed by the same ``build_epoch`` that serves.
+applied) and compares it with the lock file: of every profile, each with its own file
+(``prefixgate.NAME.lock`` beside ``prefixgate.lock``), from one start of the servers.
+``lock`` writes the lock when there is none (or nothing is pending); ``approve`` shows each
+pending change and records the chosen ones; ``diff --lock`` only shows them. The lock's
+fingerprint and mode are those of the list a gateway publishes under it, computed by the
+same ``build_epoch`` that serves.
 """
 
 from __future__ import annotations
@@ -65,12 +67,56 @@ def _out(text: str) -> None:
     sys.stdout.flush()
 
 
+def views(config: Config) -> list[Config]:
+    """The default profile and every profile (``Config.view``): a lock covers them all, one file each."""
+    return [config, *(config.view(name) for name in sorted(config.profiles))]
+
+
+def _label(config: Config) -> str:
+    return f"profile {config.profile}: " if config.profile else ""
+
+
+@dataclasses.dataclass
+class _Locked:
+    """One profile's live catalog and its lock file."""
+
+    hub: Hub
+    live: Epoch
+    path: Path
+    existing: Lock | None
+
+    def pending(self) -> tuple[Pending, ...]:
+        if self.existing is None:
+            return ()
+        return pending_of(self.hub.config, self.hub.downstreams, self.live, self.existing)
+
+    async def write(self, tools: Sequence[LockedTool]) -> tuple[Lock, bool]:
+        hub = self.hub
+        new = finished(hub.config, hub.downstreams, hub.checks, tools)
+        changed = write_lock(self.path, new)
+        await remember(hub, self.path)
+        return new, changed
+
+
+async def _discover_all(hub: Hub, *, every_lock: bool) -> list[_Locked]:
+    """Each profile's live catalog (one discovery: the servers are shared), with its lock
+    (``every_lock``: each must exist)."""
+    found = []
+    for each in hub.family:
+        live = await discover(each.config, each)
+        path = lock_target(each.config)
+        existing = _existing(each.config) if every_lock or path.exists() else None
+        found.append(_Locked(each, live, path, existing))
+    return found
+
+
 async def lock(config: Config) -> int:
-    """Write the lock from the live catalog; refuse to overwrite one with pending changes."""
-    path = lock_target(config)
-    existing = _existing(config) if path.exists() else None
-    async with running(config, use_lock=False) as hub:
-        live = await discover(config, hub)
+    """Write the lock of every profile from the live catalog; refuse to overwrite one with pending changes."""
+    for view in views(config):
+        if lock_target(view).exists():
+            _existing(view)  # unreadable: exit 2 before anything starts
+    async with running(config, use_lock=False, profiles=views(config)[1:]) as hub:
+        profiles = await _discover_all(hub, every_lock=False)
         missing = [d.config.id for d in hub.downstreams if d.config.enabled and d.status != "ready"]
         if missing:
             raise Exit(
@@ -78,38 +124,49 @@ async def lock(config: Config) -> int:
                 f"prefixgate: catalog lock: server {missing[0]!r} is not ready: a lock written now would leave "
                 "its tools out (nothing written)",
             )
-        if existing is not None:
-            pending = pending_of(config, hub.downstreams, live, existing)
+        for each in profiles:
+            pending = each.pending()
             if pending:
                 for p in pending:
-                    _out("\n".join(p.lines()) + "\n")
+                    _out(_label(each.hub.config) + "\n".join(p.lines()) + "\n")
                 raise Exit(
                     1,
-                    f"prefixgate: catalog lock: {path} exists and {len(pending)} live change(s) are pending: "
-                    "review and accept them with prefixgate catalog approve",
+                    f"prefixgate: catalog lock: {each.path} exists and {len(pending)} live change(s) are pending: "
+                    "review and accept them with prefixgate catalog approve (nothing written)",
                 )
-        new = finished(config, hub.downstreams, hub.checks, [LockedTool.of(e) for e in live.catalog.entries])
-        changed = write_lock(path, new)
-        await remember(hub, path)
-    _out(f"{'wrote' if changed else 'unchanged:'} {path}: {len(new.tools)} tools, fingerprint {new.fingerprint}\n")
+        written = [
+            (each, *await each.write([LockedTool.of(e) for e in each.live.catalog.entries])) for each in profiles
+        ]
+    for each, new, changed in written:
+        done = "wrote" if changed else "unchanged:"
+        _out(f"{done} {each.path}: {len(new.tools)} tools, fingerprint {new.fingerprint}\n")
     return 0
 
 
 async def diff(config: Config, as_json: bool) -> int:
-    """List what is pending against the lock: exit 0 when nothing is, 1 when something is."""
-    existing = _existing(config)
-    async with running(config, use_lock=False) as hub:
-        live = await discover(config, hub)
-        pending = pending_of(config, hub.downstreams, live, existing)
+    """List what is pending against the lock, for every profile: exit 0 when nothing is, 1 when something is."""
+    for view in views(config):
+        _existing(view)
+    async with running(config, use_lock=False, profiles=views(config)[1:]) as hub:
+        profiles = await _discover_all(hub, every_lock=True)
+        pending = {each.hub.config.profile: (each.path, each.pending()) for each in profiles}
     if as_json:
-        _out(json.dumps({"lock": str(lock_target(config)), "pending": [p.to_json() for p in pending]}, indent=2) + "\n")
-    elif not pending:
-        _out(f"{lock_target(config)}: the live catalog matches the lock\n")
-    else:
-        _out(f"{lock_target(config)}: {len(pending)} pending change(s)\n")
-        for p in pending:
+        path, found = pending.pop(None)
+        report: dict[str, object] = {"lock": str(path), "pending": [p.to_json() for p in found]}
+        if pending:
+            report["profiles"] = {
+                n: {"lock": str(pt), "pending": [p.to_json() for p in f]} for n, (pt, f) in pending.items()
+            }
+        _out(json.dumps(report, indent=2) + "\n")
+        return 1 if found or any(f for _, f in pending.values()) else 0
+    for path, found in pending.values():
+        if not found:
+            _out(f"{path}: the live catalog matches the lock\n")
+            continue
+        _out(f"{path}: {len(found)} pending change(s)\n")
+        for p in found:
             _out("\n".join(p.lines()) + "\n")
-    return 1 if pending else 0
+    return 1 if any(found for _, found in pending.values()) else 0
 
 
 def _confirm(count: int) -> bool:
@@ -121,32 +178,41 @@ def _confirm(count: int) -> bool:
 
 
 async def approve_command(config: Config, names: Sequence[str], everything: bool, yes: bool) -> int:
-    """Show each chosen pending change, confirm, and record it in the lock."""
+    """Show each chosen pending change, confirm, and record it in the lock of every profile it is
+    pending in (a name is the tool's published name in that profile)."""
     if not names and not everything:
         raise Exit(2, "prefixgate: catalog approve: name the changes to approve (catalog diff --lock) or pass --all")
-    path = lock_target(config)
-    existing = _existing(config)
-    async with running(config, use_lock=False) as hub:
-        live = await discover(config, hub)
-        pending = pending_of(config, hub.downstreams, live, existing)
-        by_name = {p.name: p for p in pending}
-        unknown = [n for n in names if n not in by_name]
+    for view in views(config):
+        _existing(view)
+    async with running(config, use_lock=False, profiles=views(config)[1:]) as hub:
+        profiles = await _discover_all(hub, every_lock=True)
+        chosen: list[tuple[_Locked, list[Pending]]] = []
+        known: dict[str, None] = {}
+        for each in profiles:
+            pending = each.pending()
+            known.update(dict.fromkeys(p.name for p in pending))
+            picked = list(pending) if everything else [p for p in pending if p.name in names]
+            if picked:
+                chosen.append((each, picked))
+        unknown = [n for n in names if n not in known]
         if unknown:
-            known = ", ".join(by_name) or "none"
-            raise Exit(2, f"prefixgate: catalog approve: no pending change named {unknown[0]!r} (pending: {known})")
-        chosen = list(pending) if everything else [by_name[n] for n in dict.fromkeys(names)]
-        if not chosen:
-            _out(f"{path}: nothing pending; the lock is unchanged\n")
+            listed = ", ".join(known) or "none"
+            raise Exit(2, f"prefixgate: catalog approve: no pending change named {unknown[0]!r} (pending: {listed})")
+        count = sum(len(picked) for _, picked in chosen)
+        if not count:
+            _out(f"{lock_target(config)}: nothing pending; the lock is unchanged\n")
             return 0
-        for p in chosen:
-            _out("\n".join(p.lines()) + "\n")
-        if not yes and not _confirm(len(chosen)):
+        for each, picked in chosen:
+            for p in picked:
+                _out(_label(each.hub.config) + "\n".join(p.lines()) + "\n")
+        if not yes and not _confirm(count):
             _out("not approved; the lock is unchanged\n")
             return 1
-        updated = approve(existing, chosen)
-        new = finished(config, hub.downstreams, hub.checks, updated.tools)
-        write_lock(path, new)
-        await remember(hub, path)
-    _out(f"approved {len(chosen)} change(s): {path}: {len(new.tools)} tools, fingerprint {new.fingerprint}\n")
+        written = []
+        for each, picked in chosen:
+            assert each.existing is not None
+            new, _ = await each.write(approve(each.existing, picked).tools)
+            written.append((each.path, len(picked), new))
+    for path, approved, new in written:
+        _out(f"approved {approved} change(s): {path}: {len(new.tools)} tools, fingerprint {new.fingerprint}\n")
     return 0
-

@@ -57,6 +57,7 @@ class Hub:
         ``warm_records``: keep the warm-start record (default: when ``persist``); ``shared``:
         the first hub, whose servers this profile's hub serves (``profile`` makes it)."""
         self.config = config
+        self._use_lock = use_lock
         self.lock = ServedLock(lock_path(config) if use_lock else None)
         """The catalog lock served under (``load`` reads it), polled while serving."""
         early = early or {}
@@ -99,7 +100,7 @@ class Hub:
     def profile(self, config: Config) -> Hub:
         """The hub of another profile (``config``: its view, ``Config.view``) over these same
         servers, started with this one (``start``)."""
-        return Hub(config, shared=self, warm_records=self.records.enabled)
+        return Hub(config, shared=self, use_lock=self._use_lock, warm_records=self.records.enabled)
 
     def start(self, tg: anyio.abc.TaskGroup, *, supervise: bool) -> None:
         """Start the servers (once, by the first hub) and every profile's hub."""
