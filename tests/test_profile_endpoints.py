@@ -33,10 +33,26 @@ from tests.helpers import (
     text,
     write_config,
 )
-from tests.test_profiles import catalog_json_of, team_config
+from tests.test_profiles import catalog_json_of
 
 ROOT = Path(__file__).resolve().parent.parent
 PATHS = {None: "", "codex": "/codex", "review": "/review"}
+LONG = "a" * 44
+"""A prefix whose names fit OpenAI's 64 characters but not Claude Code's (its mcp__<entry>__ wrapper counts)."""
+
+
+def team(directory: Path, store: str) -> Path:
+    """Claude Code by default, an OpenAI profile without the payload tool, a read-only profile of one server."""
+    return write_config(
+        directory,
+        {"a": {**demo("--tools", 2, "--name", "a"), "prefix": LONG}, "b": demo("--tools", 1, "--name", "b")},
+        gateway={"store": store},
+        client={"profile": "claude-code"},
+        profiles={
+            "codex": {"client": {"profile": "openai"}, "exclude": ["*__payload"]},
+            "review": {"servers": ["b"], "policy": {"read_only": True}},
+        },
+    )
 
 
 @contextlib.contextmanager
@@ -68,21 +84,24 @@ async def every_profile(url: str, mode: str) -> dict[str | None, list[dict[str, 
 async def test_one_gateway_serves_every_profile_over_servers_started_once(
     tmp_path: Path, redis: Any, mode: str
 ) -> None:
-    """Three profiles, three byte-stable catalogs, two servers started once; a second replica on
-    the same Redis, and a restart, publish each profile's bytes again."""
+    """Three profiles, three byte-stable catalogs with their own naming rules and subsets, two
+    servers started once; a second replica on the same Redis, and a restart, publish each
+    profile's bytes again."""
     published = []
     with contextlib.ExitStack() as replicas:
         for name in ("one", "two"):
             (tmp_path / name).mkdir()
-            config = team_config(tmp_path / name)
-            text_ = config.read_text().replace("[gateway]\n", f"[gateway]\nstore = {json.dumps(redis.url)}\n", 1)
-            config.write_text(text_)
+            config = team(tmp_path / name, redis.url)
             url, pid, _ = replicas.enter_context(gateway(config))
             published.append(await every_profile(url, mode))
             assert len(children(pid)) == 2, "each server is started once, whatever the number of profiles"
     first = published[0]
     names = {p: [t["name"] for t in tools] for p, tools in first.items()}
-    assert "a__payload" in names[None] and set(names["codex"]) == set(names[None]) - {"a__payload"}
+    # OpenAI's rule keeps a's qualified names; Claude Code's shortens them (with a hash).
+    assert f"{LONG}__echo" in names["codex"] and f"{LONG}__payload" not in names["codex"]
+    assert not any(n.startswith(f"{LONG}__") for n in names[None])
+    of_a = {p: [n for n in names[p] if n.startswith("a") and n != "artifact_read"] for p in (None, "codex")}
+    assert len(of_a[None]) == len(of_a["codex"]) + 1  # the payload tool, excluded from codex only
     assert set(names["review"]) == {n for n in names[None] if n.startswith("b__")} | {"artifact_read"}
     for profile in ("codex", "review"):  # each profile's bytes are catalog --profile's
         report = catalog_json_of(config, profile)
