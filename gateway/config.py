@@ -14,6 +14,7 @@ in itself (``${1X}``) and an unset variable in ``[gateway]`` still stop everythi
 from __future__ import annotations
 
 import importlib.util
+import ipaddress
 import os
 import re
 import tomllib
@@ -232,6 +233,20 @@ class ProfileConfig:
 
 
 @dataclass(frozen=True)
+class TelemetryConfig:
+    """What the gateway tells its operators beyond stderr (``gateway/telemetry/``)."""
+
+    audit: bool = False
+    """One JSON line per executed or refused tool call under ``<state_dir>/audit/``."""
+    audit_arguments: bool = False
+    """Audit lines carry the call's arguments too (bounded and redacted as logs are)."""
+    audit_max_bytes: int = 16 * 1024 * 1024
+    """The audit file's size before it rotates (one previous file is kept)."""
+    metrics: str | None = None
+    """A loopback ``HOST:PORT`` serving ``/metrics`` (``serve --http`` serves it at its own address too)."""
+
+
+@dataclass(frozen=True)
 class Config:
     path: Path | None
     gateway: GatewayConfig
@@ -240,6 +255,7 @@ class Config:
     """Every configured server, disabled ones included, sorted by id."""
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     spill: SpillConfig = field(default_factory=SpillConfig)
+    telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     profiles: Mapping[str, ProfileConfig] = field(default_factory=dict)
     profile: str | None = None
     """The profile this config is the view of (``view``); None: the default profile."""
@@ -556,6 +572,29 @@ _SPILL_KEYS: dict[str, Check] = {
     "output_schemas": _one_of("omit", "publish"),
 }
 
+def _loopback_listen(path: str, value: Any) -> str:
+    text = _str(path, value)
+    host, sep, port = text.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not port.isdigit() or not 0 < int(port) <= 65535:
+        raise ConfigError(path, f"expected HOST:PORT, got {text!r}")
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        why = "metrics name servers and tools, and ask for no token"
+        raise ConfigError(path, f"{host!r} is not a loopback address: {why}")
+    return text
+
+
+_TELEMETRY_KEYS: dict[str, Check] = {
+    "audit": _bool,
+    "audit_arguments": _bool,
+    "audit_max_bytes": _positive_count,
+    "metrics": _loopback_listen,
+}
+
 _PROFILE_KEYS: dict[str, Check] = {
     "servers": _str_list,
     "include": _str_list,
@@ -564,7 +603,7 @@ _PROFILE_KEYS: dict[str, Check] = {
     "policy": _table,
 }
 
-_TOP_KEYS = ("client", "gateway", "policy", "profiles", "servers", "spill")
+_TOP_KEYS = ("client", "gateway", "policy", "profiles", "servers", "spill", "telemetry")
 
 
 def _lock_path(gw: Mapping[str, Any], config: Path | None, env: Mapping[str, str]) -> Path | None:
@@ -657,12 +696,22 @@ def parse_config(
         raise ConfigError("servers", "no enabled server: add at least one [servers.<id>] table")
     policy = PolicyConfig(**_fields("policy", _table("policy", data.get("policy", {})), _POLICY_KEYS))
     spill = SpillConfig(**_fields("spill", _table("spill", data.get("spill", {})), _SPILL_KEYS))
+    telemetry = TelemetryConfig(
+        **_fields("telemetry", _table("telemetry", data.get("telemetry", {})), _TELEMETRY_KEYS)
+    )
     profiles_table = _table("profiles", data.get("profiles", {}))
     profiles = {
         name: _profile(name, profiles_table[name], client, policy, gateway, tables) for name in sorted(profiles_table)
     }
     return Config(
-        path=path, gateway=gateway, client=client, servers=tables, policy=policy, spill=spill, profiles=profiles
+        path=path,
+        gateway=gateway,
+        client=client,
+        servers=tables,
+        policy=policy,
+        spill=spill,
+        telemetry=telemetry,
+        profiles=profiles,
     )
 
 

@@ -17,6 +17,8 @@ import anyio.to_thread
 
 from catalog.lock import LockError
 from gateway import logs
+from gateway.commands.observe import flush as flush_audit
+from gateway.commands.observe import observe
 from gateway.commands.startup import Exit, discover, running
 from gateway.config import Config
 from gateway.downstream.connection import Downstream
@@ -65,12 +67,19 @@ async def serve(
     ):
         handle_stop_signals(hub.downstreams)
         await open_store(hub)
+        assert hub.tasks is not None
+        metrics = observe(hub, hub.tasks, http=http is not None)
         for each in hub.family:
             each.publisher.history = EpochHistory(config.gateway.state_dir, each.config.profile)
             await warm_start(each, prelude)
         if http is None:
             owner = activation_key(session_key(session_id), config.profile) if session_id else None
-            stdio_state = ClientState(hub.store, owner, await _artifact_store(hub, session_id))
+            stdio_state = ClientState(
+                hub.store,
+                owner,
+                await _artifact_store(hub, session_id),
+                session=session_key(session_id)[:16] if session_id else None,
+            )
             handlers = Handlers(hub, lambda ctx: stdio_state)
             server, options = handlers.server, handlers.options
             if fast_path():
@@ -107,7 +116,7 @@ async def serve(
             else:
                 from gateway.upstream.http import serve_http
 
-                await serve_http(served, http, tokens)
+                await serve_http(served, http, tokens, metrics)
             tg.cancel_scope.cancel()
 
 
@@ -240,6 +249,7 @@ async def _exit_now(downstreams: Sequence[Downstream], message: str, code: int =
     with anyio.move_on_after(10):
         for downstream in downstreams:
             await downstream.closed.wait()
+    flush_audit()
     logs.flush()
     sys.stderr.write(message + "\n")
     sys.stderr.flush()

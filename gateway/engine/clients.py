@@ -138,7 +138,7 @@ class Clients:
             key = session_key(f"principal:{principal}")
             artifacts = self._store.artifacts(key) if self._config.spill.enabled else None
             owner = activation_key(key, self._config.profile)
-            state = self._principals[principal] = ClientState(self._store, owner, artifacts, principal=key)
+            state = self._principals[principal] = ClientState(self._store, owner, artifacts, principal=principal)
         return state
 
     async def enter(self, identity: str) -> None:

@@ -86,6 +86,8 @@ class Hub:
         self.publisher = Publisher(
             config, self.downstreams, self.checks, self.router, self.clients, self.records, self.lock
         )
+        self.tasks: anyio.abc.TaskGroup | None = None
+        """Where the gateway's own tasks run (set by ``start``)."""
         self.family: list[Hub] = shared.family if shared else []
         """Every hub serving these servers, the first one first (one per profile served)."""
         self.family.append(self)
@@ -104,6 +106,7 @@ class Hub:
 
     def start(self, tg: anyio.abc.TaskGroup, *, supervise: bool) -> None:
         """Start the servers (once, by the first hub) and every profile's hub."""
+        self.tasks = tg
         self.relists.tasks = self.round_trips.tasks = tg
         tg.start_soon(self.round_trips.keep)
         for downstream in self.downstreams:

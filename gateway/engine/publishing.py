@@ -10,7 +10,7 @@ confirms or replaces (``first_epoch``).
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -57,6 +57,8 @@ class Publisher:
         """The gateway's own answers to the epoch it serves (set by the command that serves them)."""
         self.history: EpochHistory | None = None
         """Where each published epoch is recorded (set by ``serve``; ``catalog`` and ``doctor`` publish to no one)."""
+        self.on_epoch: Callable[[str], None] | None = None
+        """Told the reason of each epoch published (the metrics' epoch counter)."""
         self.client_saw: str | None = None
         """The fingerprint of a tools/list answered before the gateway was up (``gateway.upstream.prelude``)."""
         self.discovered = router.settled
@@ -275,6 +277,8 @@ class Publisher:
 
     async def _remember(self, old: Epoch | None, epoch: Epoch, why: str) -> None:
         """The epoch history's record of a published epoch (a failed write is logged, never raised)."""
+        if self.on_epoch is not None:
+            self.on_epoch(why)
         if self.history is None:
             return
         history = self.history

@@ -30,6 +30,7 @@ from gateway.downstream.connection import Downstream
 from gateway.downstream.link import ProgressFn
 from gateway.downstream.toolcall import call_tool
 from gateway.engine.epoch import META_TOOLS, Epoch
+from gateway.engine.telemetry import UNKNOWN_TOOL, CallNote, Decision, Telemetry
 from gateway.engine.validation import ValidationFailure, ValidationPool, ValidationTimeout
 from gateway.eras import DEFAULT_VERSION
 from gateway.results import error_result, text_result
@@ -80,6 +81,8 @@ class Router:
         """Set once the discovery barrier's epoch is in place (what the servers really offer is known)."""
         self.validation = ValidationPool()
         """Worker processes for arguments of referencing schemas (started on first use)."""
+        self.telemetry: Telemetry | None = None
+        """Where each call is recorded (metrics, audit log); None: nowhere, at no cost."""
 
     async def publish(self, epoch: Epoch) -> None:
         """Make ``epoch`` current; sessions are re-bound by the caller (the hub)."""
@@ -128,17 +131,40 @@ class Router:
     ) -> dict[str, Any]:
         """Gate and forward one resolved call. ``answers``: ``inputResponses``/``requestState``
         of a retry after the server's ``input_required`` (passed to the server as given)."""
+        telemetry = self.telemetry
+        if telemetry is None:
+            return await self._call(call, state, None, meta, on_progress, version, answers)
+        epoch = call.epoch
+        known = call.name in epoch.catalog.by_name or (call.server is None and epoch.declares(call.name))
+        note = CallNote(call.name if known else UNKNOWN_TOOL, call.server, version)
+        result: dict[str, Any] | None = None
+        try:
+            result = await self._call(call, state, note, meta, on_progress, version, answers)
+            return result
+        finally:
+            telemetry.finished(note, state, result, call.arguments)
+
+    async def _call(
+        self,
+        call: Call,
+        state: ClientState,
+        note: CallNote | None,
+        meta: Mapping[str, Any] | None,
+        on_progress: ProgressFn | None,
+        version: str,
+        answers: Mapping[str, Any] | None,
+    ) -> dict[str, Any]:
         if call.problem is not None:
-            return error_result(call.problem)
+            return _refused(note, "invalid", call.problem)
         epoch, name, arguments = call.epoch, call.name, call.arguments
         if call.server is None and epoch.declares(name):
             if name == "tool_search":
                 if epoch is self.epoch:  # bound first, as a gated call is (a grant is the epoch's)
                     await state.enter(epoch.identity)
-                return await self.tool_search(epoch, arguments or {}, state)
+                return await self.tool_search(epoch, arguments or {}, state, note)
             if name == "artifact_read":
                 return await self.artifact_read(arguments or {}, state)
-        return await self._gated(epoch, name, arguments, state, meta, on_progress, version, answers)
+        return await self._gated(epoch, name, arguments, state, meta, on_progress, version, answers, note)
 
     async def _gated(
         self,
@@ -150,6 +176,7 @@ class Router:
         on_progress: ProgressFn | None,
         version: str,
         answers: Mapping[str, Any] | None = None,
+        note: CallNote | None = None,
     ) -> dict[str, Any]:
         entry = epoch.catalog.get(name)
         if entry is not None and self.downstreams[entry.server].status == "starting":
@@ -168,13 +195,16 @@ class Router:
             entry = epoch.catalog.get(name)
         if entry is None:
             if name in epoch.lock_refusals:
-                return error_result(epoch.lock_refusals[name])
+                return _refused(note, "lock", epoch.lock_refusals[name])
             if name in self.removed:
-                return error_result(f"Tool {name!r} is no longer available: the catalog changed and it was removed.")
-            return error_result(f"Unknown tool {name!r}: it is not in this gateway's catalog." + down_hint(self, name))
+                return _refused(
+                    note, "unknown", f"Tool {name!r} is no longer available: the catalog changed and it was removed."
+                )
+            why = f"Unknown tool {name!r}: it is not in this gateway's catalog."
+            return _refused(note, "unknown", why + down_hint(self, name))
         refusal = self.why_refused(epoch, name)
         if refusal is not None:
-            return error_result(refusal)
+            return _refused(note, "lock" if name in epoch.lock_refusals else "policy", refusal)
         if epoch.is_deferred(name) and not state.allows(name):
             if epoch is self.epoch:
                 # Bound to this epoch first: a call that came in as it was published may run
@@ -182,19 +212,21 @@ class Router:
                 await state.enter(epoch.identity)
             unreadable = await state.refresh()  # granted on another replica? (shared store)
             if unreadable is not None:
-                return error_result(
+                return _refused(
+                    note,
+                    "activation",
                     f"Tool {name} may not run: its activation cannot be read from the state store "
-                    f"({unreadable}); nothing is granted until it can."
+                    f"({unreadable}); nothing is granted until it can.",
                 )
             if not state.allows(name):
-                return error_result(not_active(name))
+                return _refused(note, "activation", not_active(name))
         if arguments and None in arguments.values():
             dropped = unset_nulls(entry.declaration.get("inputSchema"), dict(arguments))
             if dropped:  # null for an optional, non-nullable argument: left out, as the model meant
                 arguments = {k: v for k, v in arguments.items() if k not in dropped}
         problem = await argument_problem(epoch, name, arguments, self.validation)
         if problem is not None:
-            return error_result(problem)
+            return _refused(note, "arguments", problem)
         downstream = self.downstreams[entry.server]
         result = await call_tool(
             downstream, entry.original, arguments, meta=meta, on_progress=on_progress, answers=answers
@@ -205,7 +237,10 @@ class Router:
             # Bound first: a huge result is then checked in its small, model-visible form.
             # The outputSchema as published: none with [spill] output_schemas = "omit".
             try:
-                result = await self.bound(result, state, entry.declaration.get("outputSchema"))
+                bounded = await self.bound(result, state, entry.declaration.get("outputSchema"))
+                if note is not None and bounded is not result:
+                    note.spilled = True
+                result = bounded
             except (TypeError, ValueError, AttributeError, KeyError) as exc:
                 checked = _checked(result, version, entry.server, entry.original)
                 if checked is not result:
@@ -274,7 +309,9 @@ class Router:
                 return f"Tool {name} is refused by policy: read_only = true allows only tools with readOnlyHint."
         return None
 
-    async def tool_search(self, epoch: Epoch, arguments: Mapping[str, Any], state: ClientState) -> dict[str, Any]:
+    async def tool_search(
+        self, epoch: Epoch, arguments: Mapping[str, Any], state: ClientState, note: CallNote | None = None
+    ) -> dict[str, Any]:
         query = arguments.get("query")
         if not isinstance(query, str) or not query.strip():
             return error_result("tool_search: arguments.query must be a non-empty string.")
@@ -292,6 +329,8 @@ class Router:
                 f"tool_search could not record the activation ({exc.strerror or 'write failed'}); "
                 "nothing was activated."
             )
+        if note is not None:
+            note.granted = len(grant)
         down = self.unavailable()
         return text_result(rendered.text + (f"\n{down}" if down else ""))
 
@@ -313,6 +352,13 @@ class Router:
 
 _UNAVAILABLE = {"failed": "failed", "exited": "down", "restarting": "restarting", "late": "still starting"}
 """The statuses a ``tool_search`` result names, in the words it uses."""
+
+
+def _refused(note: CallNote | None, decision: Decision, text: str) -> dict[str, Any]:
+    """The gate's refusal, noted for telemetry (``gateway.engine.telemetry``)."""
+    if note is not None:
+        note.refuse(decision, text)
+    return error_result(text)
 
 
 def _message(exc: BaseException) -> str:

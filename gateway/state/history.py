@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gateway.state.journal import append_private, open_private_dir, read_private, tail_record
+from gateway.state.journal import append_rotating, open_private_dir, read_private, tail_record
 
 MAX_BYTES = 256 * 1024
 DIRECTORY = "history"
@@ -31,18 +31,7 @@ class EpochHistory:
     def append(self, record: dict[str, Any]) -> None:
         """Add one record; raise OSError when it cannot be written."""
         line = (json.dumps(record, ensure_ascii=False, separators=(",", ":"), sort_keys=True) + "\n").encode()
-        dir_fd = open_private_dir(self.directory, create=True)
-        assert dir_fd is not None
-        try:
-            try:
-                size = os.stat(self.name, dir_fd=dir_fd, follow_symlinks=False).st_size
-            except FileNotFoundError:
-                size = 0
-            if size and size + len(line) > MAX_BYTES:
-                os.replace(self.name, self.name + ".1", src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-            append_private(dir_fd, self.name, self.label, line, durable=False)
-        finally:
-            os.close(dir_fd)
+        append_rotating(self.directory, self.name, self.label, line, MAX_BYTES)
 
     def read(self) -> list[dict[str, Any]]:
         """Every record kept, oldest first (a torn or foreign line is skipped)."""

@@ -151,3 +151,21 @@ def append_private(dir_fd: int, name: str, label: str, data: bytes, *, durable: 
             os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def append_rotating(directory: Path, name: str, label: str, data: bytes, max_bytes: int) -> None:
+    """Append ``data`` to the private file ``name`` in ``directory`` (created 0700), which
+    first becomes ``name.1`` (replacing the one before) when ``data`` would take it past
+    ``max_bytes``: at most about twice that is kept. Not fsynced; raise OSError."""
+    dir_fd = open_private_dir(directory, create=True)
+    assert dir_fd is not None
+    try:
+        try:
+            size = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_size
+        except FileNotFoundError:
+            size = 0
+        if size and size + len(data) > max_bytes:
+            os.replace(name, name + ".1", src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        append_private(dir_fd, name, label, data, durable=False)
+    finally:
+        os.close(dir_fd)

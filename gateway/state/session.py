@@ -38,12 +38,16 @@ class ClientState:
         store: Artifacts | None = None,
         *,
         principal: str | None = None,
+        session: str | None = None,
     ) -> None:
         self.records = records if owner is not None else None
         self.owner = owner
         """The owner's key (``journal.activation_key``): names its state, binds its round-trip states."""
         self.principal = principal
-        """Who it is, the same in every profile (``journal.session_key``); None: this state alone."""
+        """Who it is, the same in every profile (an HTTP principal's name: ``local``, or a hash of
+        its token); None: this state alone (a stdio client)."""
+        self.session = session
+        """A hash of the stdio ``--session`` it is, for the audit log."""
         self.store = store
         self.state: ActivationState | None = None
         self._lock = anyio.Lock()

@@ -43,6 +43,7 @@ from gateway.upstream.listen import listening_socket
 log = logging.getLogger("prefixgate.http")
 
 MCP_PATH = "/mcp"
+METRICS_PATH = "/metrics"
 _VERSION_HEADER = MCP_PROTOCOL_VERSION_HEADER.lower().encode()
 PRINCIPAL = "prefixgate.principal"
 """ASGI scope key: the principal that authenticated the request (``LOCAL`` without tokens)."""
@@ -177,7 +178,8 @@ class Front:
       (403 otherwise, logged with its principal, never the token); a handshake-era session is
       served only to the principal that created it; the principal it stands for goes in the scope;
     - ``/healthz`` and ``/readyz`` (GET or HEAD) are answered first, without a token
-      (gateway/upstream/health.py);
+      (gateway/upstream/health.py); ``/metrics`` (the Prometheus text format) after the
+      token check, when the gateway has tokens (any token may read it);
     - only ``/mcp`` and each profile's ``/mcp/NAME`` are served (404 otherwise), each by its
       own session manager (a session is one profile's);
     - the whole body must arrive within ``timeout`` seconds (408) and within the SDK's size
@@ -196,8 +198,11 @@ class Front:
         timeout: float = BODY_TIMEOUT,
         max_size: int = DEFAULT_MAX_REQUEST_BODY_SIZE,
         readiness: Readiness | None = None,
+        metrics: Any = None,
     ) -> None:
-        """``endpoints``: path -> the profile served there (``endpoint_path``)."""
+        """``endpoints``: path -> the profile served there (``endpoint_path``); ``metrics``: what
+        ``/metrics`` serves (``gateway.engine.metrics.Metrics``; None: not served)."""
+        self.metrics = metrics
         self.routes: dict[str, Endpoint] = {}
         for path, endpoint in endpoints.items():
             endpoint.barred = frozenset(principal_of_token(t.value) for t in tokens if not t.may_use(endpoint.profile))
@@ -242,6 +247,9 @@ class Front:
                 await _plain(send, 403, f"this token may not use profile {served}")
                 return
             scope["user"] = self.users[principal]  # another principal's Mcp-Session-Id: 404, as if unknown
+        if scope["path"] == METRICS_PATH and self.metrics is not None and scope["method"] in ("GET", "HEAD"):
+            await self._metrics(scope, send)
+            return
         if endpoint is None:
             await _plain(send, 404, "Not Found")
             return
@@ -281,6 +289,14 @@ class Front:
                 await send(message)
 
             await endpoint.manager.handle_request(scope, replay, send_marked)
+
+    async def _metrics(self, scope: Scope, send: Send) -> None:
+        from gateway.engine.metrics import CONTENT_TYPE
+
+        body = self.metrics.text()
+        headers = [(b"content-type", CONTENT_TYPE.encode()), (b"cache-control", b"no-store")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": b"" if scope["method"] == "HEAD" else body})
 
     @staticmethod
     async def _health(scope: Scope, send: Send, readiness: Readiness) -> None:
@@ -339,7 +355,9 @@ async def _unauthorized(send: Send) -> None:
     await send({"type": "http.response.body", "body": body.encode()})
 
 
-async def serve_http(served: Sequence[Any], listen: str, tokens: Sequence[BearerToken]) -> None:
+async def serve_http(
+    served: Sequence[Any], listen: str, tokens: Sequence[BearerToken], metrics: Any = None
+) -> None:
     """Serve each of ``served`` (one ``Handlers`` per profile, the one started with first: at
     ``/mcp``, the others at ``/mcp/NAME``) until cancelled."""
     import uvicorn
@@ -366,7 +384,7 @@ async def serve_http(served: Sequence[Any], listen: str, tokens: Sequence[Bearer
         endpoints[endpoint_path(profile, first)] = Endpoint(manager, profile, lane)
     hubs = [handlers.hub for handlers in served]
     readiness = Readiness(lambda: all(hub.router.epoch is not None for hub in hubs), hubs[0].store)
-    app = Front(endpoints, tokens, readiness=readiness)
+    app = Front(endpoints, tokens, readiness=readiness, metrics=metrics)
     sys.stdout.write(f"http://{_host_literal(host)}:{bound}{MCP_PATH}\n")
     sys.stdout.flush()
     for path, endpoint in endpoints.items():

@@ -1,0 +1,164 @@
+"""The gateway's Prometheus metrics (``prometheus-client``, its own registry, text format).
+
+Two kinds: what calls count as they finish (``Metrics.call``), and what is read from the
+running gateway when scraped (servers, catalogs, waiting round trips, the audit log's
+losses: ``Gauges``). Every label value is bounded by the config: server ids, catalog tool
+names (a name outside the catalog is ``(unknown)``), profile names, the gate's reasons,
+the protocol versions the SDK accepts. Never an argument, a token or an id a peer chose.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from gateway.engine.hub import Hub
+    from gateway.engine.telemetry import CallNote
+    from gateway.state.audit import AuditLog
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+STATUSES = ("starting", "ready", "failed", "late", "disabled", "exited", "restarting")
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+
+
+class Metrics:
+    """The registry of one gateway process (every profile it serves)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.calls = Counter(
+            "prefixgate_tool_calls",
+            "Tool calls by profile, server, tool, protocol version and outcome (ok, error, refused, "
+            "input_required, cancelled) with the gate's reason for a refusal.",
+            ("profile", "server", "tool", "version", "outcome", "reason"),
+            registry=r,
+        )
+        self.latency = Histogram(
+            "prefixgate_tool_call_duration_seconds",
+            "Time from a tools/call reaching the gate to its answer, by server (refusals included).",
+            ("server",),
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.spills = Counter(
+            "prefixgate_spills",
+            "Results bounded to the visible limit, the full output kept as artifacts.",
+            ("server",),
+            registry=r,
+        )
+        self.searches = Counter("prefixgate_tool_searches", "tool_search calls.", ("profile",), registry=r)
+        self.grants = Counter(
+            "prefixgate_tool_activations", "Tools activated by tool_search.", ("profile",), registry=r
+        )
+        self.epochs = Counter(
+            "prefixgate_epochs",
+            "Catalog epochs published (each is a prompt-cache miss for every agent), by profile and reason.",
+            ("profile", "reason"),
+            registry=r,
+        )
+
+    def call(self, profile: str | None, note: CallNote, outcome: str, seconds: float) -> None:
+        server = note.server or ""
+        reason = note.decision if note.decision != "allowed" else ""
+        self.calls.labels(profile or "default", server, note.tool, note.version, outcome, reason).inc()
+        self.latency.labels(server).observe(seconds)
+        if note.spilled:
+            self.spills.labels(server).inc()
+        if note.tool == "tool_search" and not note.server:
+            self.searches.labels(profile or "default").inc()
+            if note.granted:
+                self.grants.labels(profile or "default").inc(note.granted)
+
+    def epoch(self, profile: str | None, why: str) -> None:
+        self.epochs.labels(profile or "default", epoch_reason(why)).inc()
+
+    def watch(self, hubs: Callable[[], Sequence[Hub]], audit: AuditLog | None) -> None:
+        """Read the running gateway at each scrape (``hubs``: every profile's hub, the first one first)."""
+        self.registry.register(Gauges(hubs, audit))
+
+    def text(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+def epoch_reason(why: str) -> str:
+    """A published epoch's reason as one of a few label values."""
+    for start, kind in (
+        ("the discovery barrier", "barrier"),
+        ("warm start", "warm_start"),
+        ("catalog lock", "lock"),
+    ):
+        if why.startswith(start):
+            return kind
+    if why.startswith("server ") and "changed its tools" in why:
+        return "server_changed"
+    if why.startswith("server ") and why.endswith("is ready"):
+        return "server_ready"
+    return "other"
+
+
+class Gauges(Collector):
+    """What is read from the gateway when scraped."""
+
+    def __init__(self, hubs: Callable[[], Sequence[Hub]], audit: AuditLog | None) -> None:
+        self._hubs = hubs
+        self._audit = audit
+
+    def describe(self) -> Iterable[Metric]:
+        return []  # collected on each scrape only (the registry must not call collect at registration)
+
+    def collect(self) -> Iterable[Metric]:
+        hubs = self._hubs()
+        if not hubs:
+            return
+        first = hubs[0]
+        status = GaugeMetricFamily(
+            "prefixgate_server_status", "1 for each server's current status.", labels=("server", "status")
+        )
+        restarts = CounterMetricFamily("prefixgate_server_restarts", "Restarts of each server.", labels=("server",))
+        for d in first.downstreams:
+            for name in STATUSES:
+                status.add_metric((d.id, name), 1.0 if d.status == name else 0.0)
+            restarts.add_metric((d.id,), float(d.restarts))
+        yield status
+        yield restarts
+        info = InfoMetricFamily("prefixgate_catalog", "The catalog each profile publishes.", labels=("profile",))
+        tools = GaugeMetricFamily(
+            "prefixgate_catalog_tools",
+            "Tools each profile publishes, declared or deferred.",
+            labels=("profile", "kind"),
+        )
+        for hub in hubs:
+            epoch = hub.router.epoch
+            if epoch is None:
+                continue
+            profile = hub.config.profile or "default"
+            info.add_metric((profile,), {"fingerprint": epoch.fingerprint, "mode": epoch.decision.mode})
+            deferred = len(epoch.decision.deferred_names)
+            tools.add_metric((profile, "deferred"), float(deferred))
+            tools.add_metric((profile, "declared"), float(len(epoch.catalog.entries) - deferred))
+        yield info
+        yield tools
+        yield GaugeMetricFamily(
+            "prefixgate_round_trips_waiting",
+            "Calls of 2026-07-28 clients waiting for the client's input.",
+            value=float(len(first.round_trips)),
+        )
+        clients = GaugeMetricFamily(
+            "prefixgate_client_sessions", "Handshake-era client sessions connected, by profile.", labels=("profile",)
+        )
+        for hub in hubs:
+            clients.add_metric((hub.config.profile or "default",), float(len(hub.clients.connected)))
+        yield clients
+        if self._audit is not None:
+            lost = CounterMetricFamily(
+                "prefixgate_audit_lines_lost", "Audit lines not written, by why.", labels=("why",)
+            )
+            lost.add_metric(("queue_full",), float(self._audit.dropped))
+            lost.add_metric(("write_failed",), float(self._audit.failed))
+            yield lost

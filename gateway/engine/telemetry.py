@@ -1,0 +1,158 @@
+"""What each tool call tells the operators: metrics, the audit log and (with OpenTelemetry) spans.
+
+The router fills one :class:`CallNote` per ``tools/call`` as the gate decides (``decision``:
+allowed, or why it refused) and hands it to :class:`Telemetry` when the call ends. With no
+telemetry configured the router has none and a call pays one attribute check. Nothing a
+client or server sent becomes a label value or an audit field unbounded: a tool name
+outside the catalog is recorded as ``(unknown)``, reasons are the gate's own words, and
+arguments reach the audit log only when ``[telemetry] audit_arguments`` asks, bounded and
+redacted as logs are.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from mcp_types.methods import is_input_required
+
+from gateway.config import ServerConfig
+from gateway.eras import DEFAULT_VERSION
+from gateway.redact import redact
+
+if TYPE_CHECKING:
+    from gateway.engine.metrics import Metrics
+    from gateway.state.audit import AuditLog
+
+Decision = str
+"""allowed, or why the gate refused: unknown, invalid (tool_call's own arguments), lock,
+policy, activation, arguments."""
+
+UNKNOWN_TOOL = "(unknown)"
+"""A name the catalog does not hold, as metrics and the audit log record it."""
+MAX_AUDITED_ARGUMENTS = 4096
+"""Characters of a call's arguments an audit line may carry (with ``audit_arguments``)."""
+_ARTIFACT = re.compile(r"saved as artifact ([0-9A-Za-z_-]{1,64})[;.]")
+
+
+@dataclass(slots=True)
+class CallNote:
+    """One ``tools/call`` as the gate saw it."""
+
+    tool: str
+    """The catalog tool asked for (``tool_call`` unwrapped), or ``UNKNOWN_TOOL``."""
+    server: str | None
+    version: str = DEFAULT_VERSION
+    decision: Decision = "allowed"
+    reason: str | None = None
+    """The refusal the client was given (the gate's words), when it refused."""
+    spilled: bool = False
+    granted: int = 0
+    """Tools a ``tool_search`` activated."""
+    started: float = field(default_factory=time.perf_counter)
+
+    def refuse(self, decision: Decision, reason: str | None) -> None:
+        self.decision = decision
+        # An unknown name is the client's own text, a schema violation may quote a value: neither is kept.
+        self.reason = reason if decision not in ("arguments", "unknown") else None
+
+
+def outcome_of(note: CallNote, result: Mapping[str, Any] | None) -> str:
+    """ok, error (an ``isError`` result), refused, input_required, or cancelled (no result)."""
+    if result is None:
+        return "cancelled"
+    if note.decision != "allowed":
+        return "refused"
+    if is_input_required(result):
+        return "input_required"
+    return "error" if result.get("isError") else "ok"
+
+
+def artifacts_in(result: Mapping[str, Any]) -> list[str]:
+    """The artifact ids a bounded result's trailer names (``spill.bound``)."""
+    found = []
+    for block in result.get("content") or ():
+        if isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str):
+            found += _ARTIFACT.findall(block["text"][-2048:])
+    return found
+
+
+class Telemetry:
+    """Where a finished call is recorded: the metrics, the audit log, or both."""
+
+    def __init__(
+        self,
+        profile: str | None,
+        metrics: Metrics | None,
+        audit: AuditLog | None,
+        *,
+        audit_arguments: bool = False,
+        servers: Mapping[str, ServerConfig] | None = None,
+    ) -> None:
+        self.profile = profile
+        self.metrics = metrics
+        self.audit = audit
+        self.audit_arguments = audit_arguments
+        self._servers = servers or {}
+        """Whose configured secrets an audited argument is masked of (``gateway.redact``)."""
+
+    def finished(
+        self,
+        note: CallNote,
+        state: Any,
+        result: Mapping[str, Any] | None,
+        arguments: Mapping[str, Any] | None,
+    ) -> None:
+        seconds = time.perf_counter() - note.started
+        outcome = outcome_of(note, result)
+        if self.metrics is not None:
+            self.metrics.call(self.profile, note, outcome, seconds)
+        if self.audit is not None:
+            self.audit.record(self._line(note, state, result, arguments, outcome, seconds))
+
+    def _line(
+        self,
+        note: CallNote,
+        state: Any,
+        result: Mapping[str, Any] | None,
+        arguments: Mapping[str, Any] | None,
+        outcome: str,
+        seconds: float,
+    ) -> dict[str, Any]:
+        line: dict[str, Any] = {
+            "time": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            "principal": getattr(state, "principal", None),
+            "session": getattr(state, "session", None),
+            "profile": self.profile,
+            "tool": note.tool,
+            "server": note.server,
+            "era": note.version,
+            "decision": note.decision,
+            "reason": note.reason,
+            "outcome": outcome,
+            "ms": round(seconds * 1000, 3),
+        }
+        if result is not None:
+            line["result_bytes"] = _size(result)
+            if note.spilled:
+                line["artifacts"] = artifacts_in(result)
+        if self.audit_arguments and arguments is not None:
+            server = self._servers.get(note.server or "")
+            shown = _json(arguments) if server is None else redact(_json(arguments), server)
+            line["arguments"] = shown[:MAX_AUDITED_ARGUMENTS] + ("..." if len(shown) > MAX_AUDITED_ARGUMENTS else "")
+        return line
+
+
+def _json(value: Any) -> str:
+    import json
+
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+def _size(result: Mapping[str, Any]) -> int:
+    """The result's size as JSON (UTF-8), what the client is sent give or take the envelope."""
+    return len(_json(result).encode("utf-8", "surrogatepass"))

@@ -1,0 +1,182 @@
+"""Metrics and the audit log (issue 29): every outcome of a call counted, and audited, exactly.
+
+Real gateways (stdio and HTTP), real demo servers, the real SDK client in both eras;
+``/metrics`` is parsed with ``prometheus_client``'s own parser. One round of calls covers
+each outcome: ok, an ``isError`` result, a spilled result, a ``tool_search`` that activates
+a tool, and a refusal of each kind the gate gives (unknown, policy, activation, arguments).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.helpers import ERAS, demo, http_gateway, run_cli, sdk_client, write_config
+
+SECRET_ARGUMENT = "an-argument-nobody-may-log"
+TOKEN = "token-nobody-may-log"
+VERSION = {"legacy": "2025-11-25", "auto": "2026-07-28"}
+
+
+def config_for(tmp_path: Path, **telemetry: Any) -> Path:
+    return write_config(
+        tmp_path,
+        {"d": demo("--tools", 1), "x": {**demo("--tools", 1), "deferred": True}},
+        policy={"deny": ["d__crash"]},
+        spill={"max_visible_bytes": 4096},
+        telemetry=telemetry,
+    )
+
+
+CALLS: list[tuple[str, dict[str, Any], str, str]] = [
+    # (tool, arguments, outcome, reason)
+    ("d__echo", {"text": SECRET_ARGUMENT}, "ok", ""),
+    ("d__fail", {}, "error", ""),
+    ("d__payload", {"bytes": 20_000}, "ok", ""),
+    ("d__crash", {}, "refused", "policy"),
+    ("d__echo", {"text": 7}, "refused", "arguments"),
+    ("x__echo", {"text": SECRET_ARGUMENT}, "refused", "activation"),
+    ("tool_search", {"query": "x__echo", "limit": 1}, "ok", ""),
+    ("x__echo", {"text": SECRET_ARGUMENT}, "ok", ""),
+    ("nope__" + SECRET_ARGUMENT, {}, "refused", "unknown"),
+]
+"""One round: each outcome the gate and the servers give, in order (x__echo refused, then activated)."""
+
+
+async def call_every_outcome(client: Any) -> None:
+    for tool, arguments, outcome, _ in CALLS:
+        result = await client.call_tool(tool, arguments)
+        assert result.is_error is (outcome != "ok"), (tool, result)
+
+
+def scraped(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample: (name, sorted labels) -> value."""
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def call_counts(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float]) -> dict[tuple[str, ...], float]:
+    return {
+        (labels["tool"], labels["outcome"], labels["reason"], labels["version"], labels["server"]): value
+        for (name, pairs), value in samples.items()
+        if name == "prefixgate_tool_calls_total" and (labels := dict(pairs))
+    }
+
+
+def expected_counts(mode: str) -> dict[tuple[str, ...], float]:
+    counts: dict[tuple[str, ...], float] = {}
+    for tool, _, outcome, reason in CALLS:
+        name = tool if not tool.startswith("nope__") else "(unknown)"
+        server = "" if name in ("tool_search", "(unknown)") else name.split("__")[0]
+        key = (name, outcome, reason, VERSION[mode], server)
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ERAS)
+async def test_http_metrics_count_every_outcome_exactly(tmp_path: Path, mode: str) -> None:
+    config = config_for(tmp_path)
+    tokens = tmp_path / "tokens"
+    tokens.write_text(TOKEN + "\n")
+    with http_gateway(config, "--token-file", str(tokens)) as (url, _log):
+        metrics_url = url.removesuffix("/mcp") + "/metrics"
+        async with httpx2.AsyncClient() as http:
+            assert (await http.get(metrics_url)).status_code == 401  # behind the token, like /mcp
+            async with sdk_client(url, mode, headers={"Authorization": f"Bearer {TOKEN}"}) as client:
+                await call_every_outcome(client)
+            answer = await http.get(metrics_url, headers={"Authorization": f"Bearer {TOKEN}"})
+    assert answer.status_code == 200 and answer.headers["content-type"].startswith("text/plain; version=0.0.4")
+    assert SECRET_ARGUMENT not in answer.text and TOKEN not in answer.text
+    samples = scraped(answer.text)
+    assert call_counts(samples) == expected_counts(mode)
+    assert samples[("prefixgate_spills_total", (("server", "d"),))] == 1
+    assert samples[("prefixgate_tool_searches_total", (("profile", "default"),))] == 1
+    assert samples[("prefixgate_tool_activations_total", (("profile", "default"),))] == 1
+    assert samples[("prefixgate_tool_call_duration_seconds_count", (("server", "d"),))] == 5
+    assert samples[("prefixgate_server_status", (("server", "x"), ("status", "ready")))] == 1
+    assert samples[("prefixgate_server_status", (("server", "x"), ("status", "failed")))] == 0
+    assert samples[("prefixgate_epochs_total", (("profile", "default"), ("reason", "barrier")))] == 1
+    info = [labels for (name, labels), _ in samples.items() if name == "prefixgate_catalog_info"]
+    assert len(info) == 1 and dict(info[0])["profile"] == "default" and len(dict(info[0])["fingerprint"]) == 64
+    assert samples[("prefixgate_catalog_tools", (("kind", "deferred"), ("profile", "default")))] == 8
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_stdio_gateway_serves_metrics_and_audits_every_call(tmp_path: Path, mode: str) -> None:
+    port = free_port()
+    config = config_for(tmp_path, metrics=f"127.0.0.1:{port}", audit=True)
+    async with sdk_client(config, mode, "--session", "agent-7") as client:
+        await call_every_outcome(client)
+        async with httpx2.AsyncClient() as http:
+            answer = await http.get(f"http://127.0.0.1:{port}/metrics")
+    assert call_counts(scraped(answer.text)) == expected_counts(mode)
+
+    audit = tmp_path / "state" / "audit" / "calls.jsonl"
+    assert oct(audit.stat().st_mode & 0o777) == "0o600" and oct(audit.parent.stat().st_mode & 0o777) == "0o700"
+    text = audit.read_text()
+    assert SECRET_ARGUMENT not in text
+    lines = [json.loads(line) for line in text.splitlines()]
+    assert [(r["tool"], r["outcome"], r["decision"]) for r in lines] == [
+        (
+            tool if not tool.startswith("nope__") else "(unknown)",
+            outcome,
+            reason or "allowed",
+        )
+        for tool, _, outcome, reason in CALLS
+    ]
+    assert {r["session"] for r in lines} == {lines[0]["session"]} and len(lines[0]["session"]) == 16
+    assert {r["principal"] for r in lines} == {None} and {r["profile"] for r in lines} == {None}
+    assert {r["era"] for r in lines} == {VERSION[mode]}
+    policy = next(r for r in lines if r["decision"] == "policy")
+    assert policy["reason"] == "Tool d__crash is denied by policy (deny pattern 'd__crash')." and policy["server"] == "d"
+    assert {r["reason"] for r in lines if r["decision"] in ("arguments", "unknown")} == {None}  # peer text
+    spilled = next(r for r in lines if r["tool"] == "d__payload")
+    assert spilled["result_bytes"] < 4096 + 1024 and len(spilled["artifacts"]) == 1
+    artifacts = list((tmp_path / "state" / "artifacts").rglob(spilled["artifacts"][0] + "*"))
+    assert artifacts, "the audited id names the artifact kept"
+    assert all(r["ms"] >= 0 and "arguments" not in r for r in lines)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ERAS)
+async def test_the_audit_log_names_the_http_principal_and_arguments_only_when_asked(
+    tmp_path: Path, mode: str
+) -> None:
+    config = config_for(tmp_path, audit=True, audit_arguments=True)
+    tokens = tmp_path / "tokens"
+    tokens.write_text(TOKEN + "\n")
+    with http_gateway(config, "--token-file", str(tokens)) as (url, _log):
+        async with sdk_client(url, mode, headers={"Authorization": f"Bearer {TOKEN}"}) as client:
+            assert not (await client.call_tool("d__echo", {"text": SECRET_ARGUMENT})).is_error
+    text = (tmp_path / "state" / "audit" / "calls.jsonl").read_text()
+    (line,) = [json.loads(x) for x in text.splitlines()]
+    assert line["principal"].startswith("token-") and TOKEN not in text
+    assert json.loads(line["arguments"]) == {"text": SECRET_ARGUMENT}
+
+
+def test_a_metrics_listener_off_loopback_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    config = config_for(tmp_path, metrics="0.0.0.0:9464")
+    proc = run_cli("serve", "--config", str(config))
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (
+        "prefixgate: config error: telemetry.metrics: '0.0.0.0' is not a loopback address: "
+        "metrics name servers and tools, and ask for no token"
+    )
