@@ -146,7 +146,8 @@ async def test_a_stdio_gateway_serves_metrics_and_audits_every_call(tmp_path: Pa
     assert {r["principal"] for r in lines} == {None} and {r["profile"] for r in lines} == {None}
     assert {r["era"] for r in lines} == {VERSION[mode]}
     policy = next(r for r in lines if r["decision"] == "policy")
-    assert policy["reason"] == "Tool d__crash is denied by policy (deny pattern 'd__crash')." and policy["server"] == "d"
+    assert policy["server"] == "d"
+    assert policy["reason"] == "Tool d__crash is denied by policy (deny pattern 'd__crash')."
     assert {r["reason"] for r in lines if r["decision"] in ("arguments", "unknown")} == {None}  # peer text
     spilled = next(r for r in lines if r["tool"] == "d__payload")
     assert spilled["result_bytes"] < 4096 + 1024 and len(spilled["artifacts"]) == 1
