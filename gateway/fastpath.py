@@ -12,4 +12,10 @@ FAST_PATH_ENV = "PREFIXGATE_FAST_PATH"
 
 
 def fast_path(environ: Mapping[str, str] = os.environ) -> bool:
-    return environ.get(FAST_PATH_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+    """On unless turned off, or while traces are exported (``gateway.tracing``: the SDK's path
+    makes the spans)."""
+    from gateway.tracing import configured
+
+    return environ.get(FAST_PATH_ENV, "1").strip().lower() not in ("0", "false", "no", "off") and not configured(
+        environ
+    )

@@ -47,6 +47,7 @@ SHARED = {
     "gateway.sdk",
     "gateway.shapes",
     "gateway.published",
+    "gateway.tracing",
 }
 """The small modules every room may use (height 0); they import no room."""
 

@@ -302,10 +302,11 @@ def _serve(args: argparse.Namespace) -> int:
     with importing():
         import anyio
 
-        from gateway.commands import serve
+        from gateway.commands import observe, serve
 
     tokens = serve.http_tokens(args, config) if args.http else []
     anyio.run(serve.serve, config, args.session, args.http, tokens, prelude)
+    observe.flush()  # the audit lines and spans still queued
     # Every server has stopped and every answer is out: leave now. The interpreter's own
     # teardown would hand the stop signals back to their default action first, so a client's
     # SIGTERM a moment after EOF (as clients send it) would end the gateway with -15 there.

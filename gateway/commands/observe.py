@@ -1,9 +1,9 @@
-"""``serve``'s telemetry: the metrics, the audit log and their listeners, set up from ``[telemetry]``.
+"""``serve``'s telemetry: metrics, the audit log and traces, set up from ``[telemetry]`` and ``OTEL_*``.
 
 Metrics are kept when ``serve --http`` runs (``/metrics`` at its own address) or when
 ``[telemetry] metrics`` names a loopback listener (for a stdio gateway); the audit log when
-``[telemetry] audit`` is true. With neither, nothing here is imported by the call path and
-every router keeps ``telemetry = None``.
+``[telemetry] audit`` is true; spans when the ``OTEL_*`` variables ask for them
+(``gateway.tracing``). With none of these, every router keeps ``telemetry = None``.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import anyio.abc
 
+from gateway import tracing
 from gateway.config import Config
 from gateway.engine.hub import Hub
 from gateway.engine.telemetry import Telemetry
@@ -46,13 +47,14 @@ def observe(hub: Hub, tasks: anyio.abc.TaskGroup, *, http: bool) -> Metrics | No
         metrics.watch(lambda: hub.family, audit)
         if wanted.metrics:
             _listen(metrics, wanted.metrics)
-    if metrics is None and audit is None:
+    tracer = tracing.tracer() if tracing.start() else None
+    if metrics is None and audit is None and tracer is None:
         return None
     servers = {d.id: d.config for d in hub.downstreams}
     for each in hub.family:
         profile = each.config.profile
         each.router.telemetry = Telemetry(
-            profile, metrics, audit, audit_arguments=wanted.audit_arguments, servers=servers
+            profile, metrics, audit, audit_arguments=wanted.audit_arguments, servers=servers, tracer=tracer
         )
         if metrics is not None:
             each.publisher.on_epoch = functools.partial(metrics.epoch, profile)
@@ -74,6 +76,7 @@ def _listen(metrics: Metrics, listen: str) -> None:
 
 
 def flush() -> None:
-    """Write what the audit logs hold (the gateway is about to exit without unwinding)."""
+    """Write what the audit logs hold and export the spans batched (the gateway is about to exit)."""
     for audit in _AUDITS:
         audit.flush()
+    tracing.flush()

@@ -17,7 +17,7 @@ import anyio.to_thread
 
 from catalog.lock import LockError
 from gateway import logs
-from gateway.commands.observe import flush as flush_audit
+from gateway.commands.observe import flush as flush_telemetry
 from gateway.commands.observe import observe
 from gateway.commands.startup import Exit, discover, running
 from gateway.config import Config
@@ -249,7 +249,7 @@ async def _exit_now(downstreams: Sequence[Downstream], message: str, code: int =
     with anyio.move_on_after(10):
         for downstream in downstreams:
             await downstream.closed.wait()
-    flush_audit()
+    flush_telemetry()
     logs.flush()
     sys.stderr.write(message + "\n")
     sys.stderr.flush()

@@ -138,11 +138,12 @@ class Router:
         known = call.name in epoch.catalog.by_name or (call.server is None and epoch.declares(call.name))
         note = CallNote(call.name if known else UNKNOWN_TOOL, call.server, version)
         result: dict[str, Any] | None = None
-        try:
-            result = await self._call(call, state, note, meta, on_progress, version, answers)
-            return result
-        finally:
-            telemetry.finished(note, state, result, call.arguments)
+        with telemetry.span(note):
+            try:
+                result = await self._call(call, state, note, meta, on_progress, version, answers)
+                return result
+            finally:
+                telemetry.finished(note, state, result, call.arguments)
 
     async def _call(
         self,

@@ -11,12 +11,14 @@ redacted as logs are.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from mcp_types.methods import is_input_required
 
@@ -92,13 +94,30 @@ class Telemetry:
         *,
         audit_arguments: bool = False,
         servers: Mapping[str, ServerConfig] | None = None,
+        tracer: Any = None,
     ) -> None:
         self.profile = profile
         self.metrics = metrics
         self.audit = audit
+        self.tracer = tracer
+        """The OpenTelemetry tracer of the gate's spans (None: no spans)."""
         self.audit_arguments = audit_arguments
         self._servers = servers or {}
         """Whose configured secrets an audited argument is masked of (``gateway.redact``)."""
+
+    def span(self, note: CallNote) -> AbstractContextManager[Any]:
+        """The gate's span of one call (beneath the SDK's server span; the downstream request's
+        client span beneath it), or nothing."""
+        if self.tracer is None:
+            return contextlib.nullcontext()
+        attributes = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": note.tool}
+        if note.server:
+            attributes["prefixgate.server"] = note.server
+        if self.profile:
+            attributes["prefixgate.profile"] = self.profile
+        return cast(
+            AbstractContextManager[Any], self.tracer.start_as_current_span(f"gate {note.tool}", attributes=attributes)
+        )
 
     def finished(
         self,
@@ -109,6 +128,8 @@ class Telemetry:
     ) -> None:
         seconds = time.perf_counter() - note.started
         outcome = outcome_of(note, result)
+        if self.tracer is not None:
+            _annotate(note, outcome)
         if self.metrics is not None:
             self.metrics.call(self.profile, note, outcome, seconds)
         if self.audit is not None:
@@ -145,6 +166,18 @@ class Telemetry:
             shown = _json(arguments) if server is None else redact(_json(arguments), server)
             line["arguments"] = shown[:MAX_AUDITED_ARGUMENTS] + ("..." if len(shown) > MAX_AUDITED_ARGUMENTS else "")
         return line
+
+
+def _annotate(note: CallNote, outcome: str) -> None:
+    """The gate's decision and the call's outcome on the current (the gate's) span."""
+    from opentelemetry import trace
+
+    span = trace.get_current_span()
+    span.set_attribute("prefixgate.decision", note.decision)
+    span.set_attribute("prefixgate.outcome", outcome)
+    if outcome in ("error", "refused"):
+        span.set_attribute("error.type", "tool_error" if outcome == "error" else f"refused:{note.decision}")
+        span.set_status(trace.StatusCode.ERROR)
 
 
 def _json(value: Any) -> str:

@@ -32,7 +32,7 @@ from mcp_types.methods import is_input_required, validate_client_request
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from pydantic import BaseModel, ValidationError
 
-from gateway import __version__
+from gateway import __version__, tracing
 from gateway.downstream.errors import DownstreamUnavailable
 from gateway.downstream.modern import relayable
 from gateway.downstream.related import CALLER
@@ -106,7 +106,10 @@ class Handlers:
                 cache_hints=CACHE_HINTS,
                 get_tool_input_schema=self.input_schema,
             )
-        self.server.middleware.insert(0, self.middleware)
+        if tracing.configured():
+            self.server.middleware.append(self.middleware)  # inside the SDK's span, which it then covers
+        else:
+            self.server.middleware.insert(0, self.middleware)
         self.options = self.server.create_initialization_options(
             NotificationOptions(tools_changed=True, prompts_changed=True, resources_changed=True)
         )

@@ -1,0 +1,147 @@
+"""Traces (issue 29): a client's trace goes on through the gateway into the server's request.
+
+A real OTLP/HTTP receiver on loopback takes the gateway's spans (protobuf, decoded with
+``opentelemetry-proto``); a real server shows the ``_meta`` it was sent. The client's
+``traceparent`` (SEP-414, in ``params._meta``) parents the gateway's server span, the gate's
+span is its child, the downstream request's client span the gate's, and the server is sent
+that client span's context. Both eras, stdio and HTTP, the real SDK client.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+
+from tests.helpers import ERAS, demo, http_gateway, sdk_client, write_config
+
+ROOT = Path(__file__).resolve().parent.parent
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+CLIENT_SPAN = "00f067aa0ba902b7"
+
+
+class Receiver:
+    """An OTLP/HTTP trace receiver: every span it was sent."""
+
+    def __init__(self) -> None:
+        self.spans: list[Any] = []
+        self.paths: list[str] = []
+        receiver = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - the http.server API
+                body = self.rfile.read(int(self.headers["content-length"]))
+                request = ExportTraceServiceRequest()
+                request.ParseFromString(body)
+                receiver.paths.append(self.path)
+                for resource in request.resource_spans:
+                    for scope in resource.scope_spans:
+                        receiver.spans += list(scope.spans)
+                answer = ExportTraceServiceResponse().SerializeToString()
+                self.send_response(200)
+                self.send_header("content-type", "application/x-protobuf")
+                self.send_header("content-length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+
+            def log_message(self, *args: Any) -> None:
+                return None
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def of_trace(self, trace_id: str) -> dict[str, Any]:
+        """The spans of one trace, by name."""
+        return {s.name: s for s in self.spans if s.trace_id.hex() == trace_id}
+
+
+@contextlib.contextmanager
+def receiver() -> Iterator[Receiver]:
+    found = Receiver()
+    thread = threading.Thread(target=found.server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield found
+    finally:
+        found.server.shutdown()
+
+
+def traced_env(url: str) -> dict[str, str]:
+    return {"OTEL_EXPORTER_OTLP_ENDPOINT": url, "OTEL_BSP_SCHEDULE_DELAY": "50", "OTEL_SERVICE_NAME": "gw-under-test"}
+
+
+def config_for(tmp_path: Path) -> Path:
+    meta = {"command": sys.executable, "args": ["-m", "tests.meta_server"], "cwd": str(ROOT)}
+    return write_config(tmp_path, {"m": meta, "d": demo("--tools", 1)})
+
+
+def check_the_chain(spans: dict[str, Any], seen: dict[str, Any]) -> None:
+    server = spans["tools/call m__meta"]
+    gate = spans["gate m__meta"]
+    send = spans["MCP send tools/call meta"]
+    assert server.parent_span_id.hex() == CLIENT_SPAN  # the client's trace continues here
+    assert gate.parent_span_id == server.span_id and send.parent_span_id == gate.span_id
+    attributes = {a.key: a.value.string_value for a in gate.attributes}
+    assert attributes["prefixgate.decision"] == "allowed" and attributes["prefixgate.outcome"] == "ok"
+    assert attributes["gen_ai.tool.name"] == "m__meta" and attributes["prefixgate.server"] == "m"
+    # ... and into the server: its request carries the gateway's client span as its parent.
+    assert seen["traceparent"] == f"00-{TRACE_ID}-{send.span_id.hex()}-01"
+
+
+def wait_for(found: Receiver, names: set[str], timeout: float = 15) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        spans = found.of_trace(TRACE_ID)
+        if names <= set(spans):
+            return spans
+        time.sleep(0.05)
+    raise AssertionError(f"spans received: {sorted(found.of_trace(TRACE_ID))}, paths {found.paths}")
+
+
+CHAIN = {"tools/call m__meta", "gate m__meta", "MCP send tools/call meta"}
+TRACEPARENT = {"traceparent": f"00-{TRACE_ID}-{CLIENT_SPAN}-01"}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_stdio_clients_trace_continues_through_the_gateway_into_the_server(tmp_path: Path, mode: str) -> None:
+    with receiver() as found:
+        async with sdk_client(config_for(tmp_path), mode, env=traced_env(found.url)) as client:
+            result = await client.call_tool("m__meta", {}, meta=TRACEPARENT)
+            assert not result.is_error
+            seen = json.loads(result.content[0].text)
+        check_the_chain(wait_for(found, CHAIN), seen)
+    assert set(found.paths) == {"/v1/traces"}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ERAS)
+async def test_an_http_clients_trace_continues_through_the_gateway_into_the_server(tmp_path: Path, mode: str) -> None:
+    with receiver() as found, http_gateway(config_for(tmp_path), env=traced_env(found.url)) as (url, _log):
+        async with sdk_client(url, mode) as client:
+            result = await client.call_tool("m__meta", {}, meta=TRACEPARENT)
+            seen = json.loads(result.content[0].text)
+            await client.list_tools()
+        spans = wait_for(found, CHAIN)
+        check_the_chain(spans, seen)
+
+
+@pytest.mark.anyio
+async def test_without_an_endpoint_no_span_is_made_and_the_traceparent_passes_untouched(tmp_path: Path) -> None:
+    env = {k: "" for k in os.environ if k.startswith("OTEL_")}
+    async with sdk_client(config_for(tmp_path), "auto", env=env) as client:
+        result = await client.call_tool("m__meta", {}, meta=TRACEPARENT)
+    assert json.loads(result.content[0].text)["traceparent"] == TRACEPARENT["traceparent"]
