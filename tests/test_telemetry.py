@@ -100,6 +100,10 @@ async def test_http_metrics_count_every_outcome_exactly(tmp_path: Path, mode: st
     samples = scraped(answer.text)
     assert call_counts(samples) == expected_counts(mode)
     assert samples[("prefixgate_spills_total", (("server", "d"),))] == 1
+    assert samples[("prefixgate_spilled_bytes_total", (("server", "d"),))] > 20_000  # the payload, as JSON
+    store = (("operation", "write_record"), ("outcome", "ok"), ("store", "file"))
+    assert samples[("prefixgate_store_operations_total", store)] == 1  # the one activation
+    assert samples[("prefixgate_artifacts", ())] == 1 and samples[("prefixgate_artifact_bytes", ())] >= 20_000
     assert samples[("prefixgate_tool_searches_total", (("profile", "default"),))] == 1
     assert samples[("prefixgate_tool_activations_total", (("profile", "default"),))] == 1
     assert samples[("prefixgate_tool_call_duration_seconds_count", (("server", "d"),))] == 5

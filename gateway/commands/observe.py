@@ -44,7 +44,8 @@ def observe(hub: Hub, tasks: anyio.abc.TaskGroup, *, http: bool) -> Metrics | No
         from gateway.engine.metrics import Metrics
 
         metrics = Metrics()
-        metrics.watch(lambda: hub.family, audit)
+        disk = getattr(hub.store, "root", None) if hub.store.kind == "file" else None
+        metrics.watch(lambda: hub.family, audit, disk)
         if wanted.metrics:
             _listen(metrics, wanted.metrics)
     tracer = tracing.tracer() if tracing.start() else None

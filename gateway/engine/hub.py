@@ -39,6 +39,7 @@ from gateway.engine.surface import Surface, capability_union
 from gateway.engine.warm import WarmRecords
 from gateway.engine.watches import Watches
 from gateway.state.backend import state_store
+from gateway.state.counted import CountedStore
 from gateway.state.store import StateStore
 
 
@@ -70,8 +71,8 @@ class Hub:
         self.by_id: dict[str, Downstream] = {d.id: d for d in self.downstreams}
         self.router = Router(self.by_id, config.policy, config.spill)
         self.checks: CheckCache = shared.checks if shared else CheckCache(config.gateway.state_dir, persist=persist)
-        self.store: StateStore = shared.store if shared else state_store(config)
-        """Activation, artifacts and the integrity key (opened by ``serve``)."""
+        self.store: StateStore = shared.store if shared else CountedStore(state_store(config))
+        """Activation, artifacts and the integrity key (opened by ``serve``), its operations counted."""
         self.records = WarmRecords(config, self.store, enabled=persist if warm_records is None else warm_records)
         """The warm-start record: seeded from by a warm start, written after each verified build."""
         self.watches: Watches = shared.watches if shared else Watches(self.resource_owner)

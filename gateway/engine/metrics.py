@@ -9,17 +9,24 @@ the protocol versions the SDK accepts. Never an argument, a token or an id a pee
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from gateway.engine.telemetry import CallNote
+from spill.store import list_artifacts
+
 if TYPE_CHECKING:
-    from gateway.engine.hub import Hub
-    from gateway.engine.telemetry import CallNote
     from gateway.state.audit import AuditLog
+
+Hubs = Callable[[], Sequence[Any]]
+"""Every profile's hub (``gateway.engine.hub.Hub``, not imported: it imports the router, which
+counts into these metrics), the first one first."""
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 STATUSES = ("starting", "ready", "failed", "late", "disabled", "exited", "restarting")
@@ -52,6 +59,12 @@ class Metrics:
             ("server",),
             registry=r,
         )
+        self.spilled_bytes = Counter(
+            "prefixgate_spilled_bytes",
+            "Size of the results that were bounded, as the client would have been sent them.",
+            ("server",),
+            registry=r,
+        )
         self.searches = Counter("prefixgate_tool_searches", "tool_search calls.", ("profile",), registry=r)
         self.grants = Counter(
             "prefixgate_tool_activations", "Tools activated by tool_search.", ("profile",), registry=r
@@ -70,6 +83,7 @@ class Metrics:
         self.latency.labels(server).observe(seconds)
         if note.spilled:
             self.spills.labels(server).inc()
+            self.spilled_bytes.labels(server).inc(note.spilled_bytes)
         if note.tool == "tool_search" and not note.server:
             self.searches.labels(profile or "default").inc()
             if note.granted:
@@ -78,11 +92,14 @@ class Metrics:
     def epoch(self, profile: str | None, why: str) -> None:
         self.epochs.labels(profile or "default", epoch_reason(why)).inc()
 
-    def watch(self, hubs: Callable[[], Sequence[Hub]], audit: AuditLog | None) -> None:
-        """Read the running gateway at each scrape (``hubs``: every profile's hub, the first one first)."""
-        self.registry.register(Gauges(hubs, audit))
+    def watch(self, hubs: Hubs, audit: AuditLog | None, artifacts: Path | None) -> None:
+        """Read the running gateway at each scrape (``hubs``: every profile's hub, the first one
+        first; ``artifacts``: the file store's artifact directory, None for another store)."""
+        self.registry.register(Gauges(hubs, audit, artifacts))
 
     def text(self) -> bytes:
+        """The exposition (blocking: a scrape reads the artifact directory at most every
+        ``DISK_TTL`` seconds; call it off the event loop)."""
         return generate_latest(self.registry)
 
 
@@ -102,12 +119,31 @@ def epoch_reason(why: str) -> str:
     return "other"
 
 
+DISK_TTL = 30.0
+"""Seconds the artifact directory's count and size are reused between scrapes."""
+
+
 class Gauges(Collector):
     """What is read from the gateway when scraped."""
 
-    def __init__(self, hubs: Callable[[], Sequence[Hub]], audit: AuditLog | None) -> None:
+    def __init__(self, hubs: Hubs, audit: AuditLog | None, artifacts: Path | None) -> None:
         self._hubs = hubs
         self._audit = audit
+        self._artifacts = artifacts
+        self._disk: tuple[float, int, int] | None = None
+        """When the artifact directory was last read, its artifacts and their bytes."""
+
+    def _on_disk(self) -> tuple[int, int] | None:
+        if self._artifacts is None:
+            return None
+        now = time.monotonic()
+        if self._disk is None or now - self._disk[0] >= DISK_TTL:
+            try:
+                found = list_artifacts(self._artifacts)
+            except OSError:
+                return None
+            self._disk = (now, len(found), sum(a.size for a in found))
+        return self._disk[1], self._disk[2]
 
     def describe(self) -> Iterable[Metric]:
         return []  # collected on each scrape only (the registry must not call collect at registration)
@@ -155,6 +191,23 @@ class Gauges(Collector):
         for hub in hubs:
             clients.add_metric((hub.config.profile or "default",), float(len(hub.clients.connected)))
         yield clients
+        counts = getattr(first.store, "counts", None)
+        if counts is not None:
+            operations = CounterMetricFamily(
+                "prefixgate_store_operations",
+                "State store operations (activation records, warm-start records, artifacts' retention, health) "
+                "by operation and outcome.",
+                labels=("store", "operation", "outcome"),
+            )
+            for (operation, outcome), count in sorted(counts.items()):
+                operations.add_metric((first.store.kind, operation, outcome), float(count))
+            yield operations
+        disk = self._on_disk()
+        if disk is not None:
+            yield GaugeMetricFamily("prefixgate_artifacts", "Artifacts kept on disk.", value=float(disk[0]))
+            yield GaugeMetricFamily(
+                "prefixgate_artifact_bytes", "Bytes of the artifacts on disk.", value=float(disk[1])
+            )
         if self._audit is not None:
             lost = CounterMetricFamily(
                 "prefixgate_audit_lines_lost", "Audit lines not written, by why.", labels=("why",)

@@ -30,7 +30,7 @@ from gateway.downstream.connection import Downstream
 from gateway.downstream.link import ProgressFn
 from gateway.downstream.toolcall import call_tool
 from gateway.engine.epoch import META_TOOLS, Epoch
-from gateway.engine.telemetry import UNKNOWN_TOOL, CallNote, Decision, Telemetry
+from gateway.engine.telemetry import UNKNOWN_TOOL, CallNote, Decision, Telemetry, spilled_size
 from gateway.engine.validation import ValidationFailure, ValidationPool, ValidationTimeout
 from gateway.eras import DEFAULT_VERSION
 from gateway.results import error_result, text_result
@@ -240,7 +240,7 @@ class Router:
             try:
                 bounded = await self.bound(result, state, entry.declaration.get("outputSchema"))
                 if note is not None and bounded is not result:
-                    note.spilled = True
+                    note.spilled, note.spilled_bytes = True, spilled_size(bounded)
                 result = bounded
             except (TypeError, ValueError, AttributeError, KeyError) as exc:
                 checked = _checked(result, version, entry.server, entry.original)

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from mcp_types.methods import is_input_required
 
@@ -27,7 +27,6 @@ from gateway.eras import DEFAULT_VERSION
 from gateway.redact import redact
 
 if TYPE_CHECKING:
-    from gateway.engine.metrics import Metrics
     from gateway.state.audit import AuditLog
 
 Decision = str
@@ -39,6 +38,7 @@ UNKNOWN_TOOL = "(unknown)"
 MAX_AUDITED_ARGUMENTS = 4096
 """Characters of a call's arguments an audit line may carry (with ``audit_arguments``)."""
 _ARTIFACT = re.compile(r"saved as artifact ([0-9A-Za-z_-]{1,64})[;.]")
+_OVER = re.compile(r"result of (\d{1,15}) bytes of JSON exceeds")
 
 
 @dataclass(slots=True)
@@ -53,6 +53,8 @@ class CallNote:
     reason: str | None = None
     """The refusal the client was given (the gate's words), when it refused."""
     spilled: bool = False
+    spilled_bytes: int = 0
+    """The bounded result's size before bounding (as its trailer says)."""
     granted: int = 0
     """Tools a ``tool_search`` activated."""
     started: float = field(default_factory=time.perf_counter)
@@ -74,13 +76,27 @@ def outcome_of(note: CallNote, result: Mapping[str, Any] | None) -> str:
     return "error" if result.get("isError") else "ok"
 
 
+def _trailer(result: Mapping[str, Any]) -> str:
+    """The end of a bounded result's text, where ``spill.bound`` says what it kept."""
+    blocks = [b for b in result.get("content") or () if isinstance(b, dict) and isinstance(b.get("text"), str)]
+    return blocks[-1]["text"][-2048:] if blocks else ""
+
+
 def artifacts_in(result: Mapping[str, Any]) -> list[str]:
-    """The artifact ids a bounded result's trailer names (``spill.bound``)."""
-    found = []
-    for block in result.get("content") or ():
-        if isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str):
-            found += _ARTIFACT.findall(block["text"][-2048:])
-    return found
+    """The artifact ids a bounded result's trailer names."""
+    return _ARTIFACT.findall(_trailer(result))
+
+
+def spilled_size(result: Mapping[str, Any]) -> int:
+    """The size a bounded result had before bounding, as its trailer says (0 if it does not)."""
+    found = _OVER.search(_trailer(result))
+    return int(found.group(1)) if found else 0
+
+
+class CallCounter(Protocol):
+    """What counts finished calls (``gateway.engine.metrics.Metrics``)."""
+
+    def call(self, profile: str | None, note: CallNote, outcome: str, seconds: float) -> None: ...
 
 
 class Telemetry:
@@ -89,7 +105,7 @@ class Telemetry:
     def __init__(
         self,
         profile: str | None,
-        metrics: Metrics | None,
+        metrics: CallCounter | None,
         audit: AuditLog | None,
         *,
         audit_arguments: bool = False,

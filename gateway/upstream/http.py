@@ -293,7 +293,7 @@ class Front:
     async def _metrics(self, scope: Scope, send: Send) -> None:
         from gateway.engine.metrics import CONTENT_TYPE
 
-        body = self.metrics.text()
+        body = await anyio.to_thread.run_sync(self.metrics.text)  # reads the artifact directory now and then
         headers = [(b"content-type", CONTENT_TYPE.encode()), (b"cache-control", b"no-store")]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": b"" if scope["method"] == "HEAD" else body})
