@@ -33,7 +33,7 @@ from typing import Any
 
 import anyio
 
-from bench import bigresult, calls, catalog5k, flood, startup, stores, warm
+from bench import bigresult, calls, catalog5k, flood, startup, stores, telemetry, warm
 from bench import httpcalls as http_bench
 from bench.common import ROOT, fastmcp_python
 
@@ -46,6 +46,7 @@ BENCHMARKS: dict[str, Callable[[Any], Any]] = {
     "flood": flood.run,
     "stores": stores.run,
     "warm": warm.run,
+    "telemetry": telemetry.run,
 }
 
 
@@ -431,6 +432,9 @@ def measurement_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, 
                 ratio = st["ratios"].get(f"redis/file {step}") if name == "redis" else None
                 rows.append((f"state store: {label}", f"{name} store", _ms(c[step]["median"]),
                              _spread(c[step]), _ratio(ratio)))
+    tm = results.get("telemetry")
+    if isinstance(tm, dict) and "contenders" in tm:
+        rows += telemetry.rows(tm, _ms, _spread, _ratio)
     return rows
 
 

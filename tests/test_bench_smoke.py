@@ -41,7 +41,7 @@ def test_full_harness_smoke(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     results = json.loads((tmp_path / "latest.json").read_text())
-    for name in ("calls", "http", "startup", "catalog", "bigresult", "flood", "stores", "warm"):
+    for name in ("calls", "http", "startup", "catalog", "bigresult", "flood", "stores", "warm", "telemetry"):
         assert "error" not in results[name], results[name].get("error")
     assert results["_quick"] is True
     seq = results["calls"]["sequential"]
@@ -58,6 +58,7 @@ def test_full_harness_smoke(tmp_path: Path) -> None:
     for era, data in results["http"]["eras"].items():  # both eras over HTTP, every call answered
         assert data["ratios"]["prefixgate/direct per call"]["n"] == results["http"]["settings"]["rounds"], era
         assert all(c["failed_calls"] == 0 for c in data["contenders"].values()), (era, data["contenders"])
+    assert results["telemetry"]["ratios"]["prefixgate-traced/prefixgate"]["n"] == 2  # two quick rounds
     assert results["warm"]["bytes_identical"] is True  # the warm start published the first start's bytes
     fastmcp = "fastmcp-1" in seq["contenders"]
     assert (statuses["per-call-vs-fastmcp"] == "n/a") is not fastmcp
