@@ -185,3 +185,30 @@ def test_a_metrics_listener_off_loopback_is_refused_before_anything_starts(tmp_p
         "prefixgate: config error: telemetry.metrics: '0.0.0.0' is not a loopback address: "
         "metrics name servers and tools, and ask for no token"
     )
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_call_the_catalog_lock_refuses_is_counted_and_audited_as_lock(tmp_path: Path, mode: str) -> None:
+    """A tool new since the lock (the server now lists one more): held back, its call refused
+    by the lock, which the metrics and the audit log name."""
+    port = free_port()
+    config = write_config(tmp_path, {"d": demo("--tools", 1, "--name", "d")})
+    assert run_cli("catalog", "lock", "--config", str(config)).returncode == 0
+    config = write_config(
+        tmp_path, {"d": demo("--tools", 2, "--name", "d")}, telemetry={"audit": True, "metrics": f"127.0.0.1:{port}"}
+    )
+    async with sdk_client(config, mode) as client:
+        listed = {t.name for t in (await client.list_tools()).tools}
+        locked = run_cli("catalog", "diff", "--lock", "--json", "--config", str(config))
+        (new,) = [p["name"] for p in json.loads(locked.stdout)["pending"]]
+        assert new not in listed
+        refused = await client.call_tool(new, {})
+        assert refused.is_error and "new since the lock" in refused.content[0].text
+        async with httpx2.AsyncClient() as http:
+            answer = await http.get(f"http://127.0.0.1:{port}/metrics")
+    counts = call_counts(scraped(answer.text))
+    assert counts == {(new, "refused", "lock", VERSION[mode], "d"): 1}
+    (line,) = [json.loads(x) for x in (tmp_path / "state" / "audit" / "calls.jsonl").read_text().splitlines()]
+    assert (line["tool"], line["decision"], line["outcome"]) == (new, "lock", "refused")
+    assert line["reason"].startswith(f"Tool {new!r} is new since the lock")
