@@ -151,6 +151,9 @@ class GatewayConfig:
     warm_start: bool = True
     """Answer ``initialize`` and ``tools/list`` at once from the last verified catalog of the same
     config (``catalog.warm``), while the discovery barrier runs behind it; False: every start waits."""
+    reload: str = "watch"
+    """How ``serve`` takes a changed config (``gateway.engine.reload``): "watch" the file (and
+    SIGHUP over HTTP), "signal" on SIGHUP only (over HTTP), "off": a restart."""
 
 
 @dataclass(frozen=True)
@@ -507,6 +510,7 @@ _GATEWAY_KEYS: dict[str, Check] = {
     "lock_new": _one_of("allow", "hold"),
     "store": _nonempty_str,
     "warm_start": _bool,
+    "reload": _one_of("watch", "signal", "off"),
 }
 
 _CLIENT_KEYS: dict[str, Check] = {
@@ -682,6 +686,7 @@ def parse_config(
         lock_new=gw.get("lock_new", "hold"),
         store=_store_url(expand("gateway.store", gw["store"], env)) if "store" in gw else None,
         warm_start=gw.get("warm_start", True),
+        reload=gw.get("reload", "watch"),
     )
 
     cl = _fields("client", _table("client", data.get("client", {})), _CLIENT_KEYS)

@@ -50,3 +50,11 @@ def test_each_artifacts_action_describes_itself(action: str) -> None:
 def test_the_top_level_help_names_the_common_options() -> None:
     top = " ".join(run_cli("--help").stdout.split())
     assert "--log-level LEVEL" in top and "--config PATH" in top, top
+
+
+def test_catalog_and_doctor_say_they_read_what_the_next_reload_publishes() -> None:
+    for command in ("catalog", "doctor"):
+        proc = run_cli(command, "--help")
+        assert "what a running gateway publishes after its next reload" in " ".join(proc.stdout.split()), command
+    serve = " ".join(run_cli("serve", "--help").stdout.split())
+    assert "A changed config file is taken without a restart" in serve

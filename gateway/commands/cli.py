@@ -64,7 +64,9 @@ def profile_argument(sp: argparse.ArgumentParser, what: str) -> None:
 
 SERVE_HELP = "serve the gateway over stdio (default) or streamable HTTP (--http)"
 SERVE_DESCRIPTION = (
-    "Serve the gateway: over stdio for the client that started it (the default), or over streamable HTTP with --http."
+    "Serve the gateway: over stdio for the client that started it (the default), or over streamable HTTP with "
+    "--http. A changed config file is taken without a restart ([gateway] reload: watch, the default; signal: "
+    "SIGHUP, over HTTP only; off); over stdio SIGHUP stops the gateway."
 )
 
 
@@ -116,7 +118,8 @@ def parser() -> argparse.ArgumentParser:
     cat = sub.add_parser(
         "catalog",
         help="discover every server and print the catalog",
-        description="Run the same discovery and build as serve, print the catalog, and exit.",
+        description="Run the same discovery and build as serve, print the catalog, and exit. It reads the "
+        "config file as it is now: what a running gateway publishes after its next reload.",
     )
     common(cat)
     cat.add_argument("--json", action="store_true", help="print one JSON object")
@@ -175,8 +178,9 @@ def parser() -> argparse.ArgumentParser:
         "excluded tools, and for Claude Code and Claude Desktop whether every tool name fits once they show "
         "it as mcp__<entry>__<name>; the declaration decision with its numbers; state and artifact "
         "directory ownership and modes; whether the published catalog is byte-stable across two "
-        "discoveries. Ends with the snippet to register prefixgate in the chosen client. Exit 0 when "
-        "all is well, 1 otherwise.",
+        "discoveries. Ends with the snippet to register prefixgate in the chosen client. It reads the config "
+        "file as it is now: what a running gateway publishes after its next reload. Exit 0 when all is well, "
+        "1 otherwise.",
     )
     doc.add_argument("--config", metavar="PATH", help="config file (same discovery as the other commands)")
     doc.add_argument("--log-level", choices=logs.LEVELS, default="warning", help="stderr log level (default warning)")

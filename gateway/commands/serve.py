@@ -3,22 +3,25 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
 import secrets
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
 import anyio
+import anyio.abc
 import anyio.to_thread
 
 from catalog.lock import LockError
 from gateway import logs
 from gateway.commands.observe import flush as flush_telemetry
 from gateway.commands.observe import observe
+from gateway.commands.reloading import Reloader, watch
 from gateway.commands.startup import Exit, discover, running
 from gateway.config import Config
 from gateway.downstream.connection import Downstream
@@ -62,10 +65,10 @@ async def serve(
     views = [config.view(name) for name in sorted(config.profiles)] if http and config.profile is None else []
 
     async with (
-        _stop_signals_handled() as handle_stop_signals,
+        _stop_signals_handled() as hub_signals,
         running(config, supervise=True, early=early, profiles=views) as hub,
     ):
-        handle_stop_signals(hub.downstreams)
+        hub_signals.start(hub.downstreams)
         await open_store(hub)
         assert hub.tasks is not None
         metrics = observe(hub, hub.tasks, http=http is not None)
@@ -99,8 +102,14 @@ async def serve(
             if failures:
                 await _exit_now(hub.downstreams, "prefixgate: " + failures[0])
 
+        reloader = Reloader(hub, config.path) if config.path is not None else None
+        if reloader is not None and http is not None and config.gateway.reload != "off":
+            hub_signals.hup = functools.partial(reloader.reload, "SIGHUP")  # over stdio SIGHUP still stops
+
         async with anyio.create_task_group() as tg:
             tg.start_soon(barrier)
+            if reloader is not None and config.gateway.reload == "watch":
+                tg.start_soon(watch, reloader.path, functools.partial(reloader.reload, "the file changed"))
             if http is None:
                 from gateway.upstream.stdio import stdio_streams
 
@@ -197,15 +206,27 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 """Each stops the gateway the same way; the exit status is 128 + the signal number."""
 
 
+class _Signals:
+    """The stop signals' handler (``_stop_on_signals``), started once the servers exist."""
+
+    def __init__(self, tasks: anyio.abc.TaskGroup) -> None:
+        self.tasks = tasks
+        self.hup: Callable[[], Awaitable[None]] | None = None
+        """What SIGHUP does instead of stopping (``serve --http``: a config reload)."""
+
+    def start(self, downstreams: Sequence[Downstream]) -> None:
+        self.tasks.start_soon(_stop_on_signals, downstreams, self)
+
+
 @asynccontextmanager
-async def _stop_signals_handled() -> AsyncIterator[Callable[[Sequence[Downstream]], object]]:
+async def _stop_signals_handled() -> AsyncIterator[_Signals]:
     """The stop signals handled (by :func:`_stop_on_signals`, once given the servers) until
     every server has stopped, not only while serving: a client's SIGTERM a second after EOF
     can land in the stop on a loaded machine, where the default action killed the gateway
     (exit -15) and could leave a server that ignores EOF and SIGTERM running."""
     try:
         async with anyio.create_task_group() as tg:
-            yield lambda downstreams: tg.start_soon(_stop_on_signals, downstreams)
+            yield _Signals(tg)
             tg.cancel_scope.cancel()
     finally:
         # Every server has stopped; what is left is the interpreter's own exit, where the
@@ -218,8 +239,9 @@ def _exit_on_signal(signum: int, frame: object) -> None:
     os._exit(128 + signum)
 
 
-async def _stop_on_signals(downstreams: Sequence[Downstream]) -> None:
-    """SIGTERM, SIGHUP and SIGINT stop every server (none is left running) and exit.
+async def _stop_on_signals(downstreams: Sequence[Downstream], signals_: _Signals) -> None:
+    """SIGTERM, SIGHUP and SIGINT stop every server (none is left running) and exit; SIGHUP
+    reloads the config instead when ``serve --http`` reloads (``signals_.hup``).
 
     Without this a SIGTERM or SIGHUP killed the gateway at once and left the servers
     that ignore EOF on stdin running; clients send SIGTERM a second after closing stdin.
@@ -227,6 +249,9 @@ async def _stop_on_signals(downstreams: Sequence[Downstream]) -> None:
     try:
         with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
             async for signum in signals:
+                if signum == signal.SIGHUP and signals_.hup is not None:
+                    await signals_.hup()
+                    continue
                 name = signal.Signals(signum).name
                 log.info("%s received: stopping every server", name)
                 await _exit_now(downstreams, f"prefixgate: stopped by {name}", 128 + signum)

@@ -118,6 +118,7 @@ class Downstream:
         self.supervised = False
         """Whether a supervisor restarts its connections when they end (so a retry will be scheduled)."""
         self.stopping = False
+        self.stop_reason: str | None = None
         self.scope: anyio.CancelScope | None = None
         """The scope its supervisor runs in (``supervisor.py``), which ``stop`` cancels."""
         self.listen_stream = ListenStream(config.id, self.log, self._relisted)
@@ -155,8 +156,10 @@ class Downstream:
 
     # --- life cycle (its supervisor, supervisor.py, runs it) ---------------------------
 
-    def stop(self) -> None:
+    def stop(self, reason: str | None = None) -> None:
+        """Stop it for good (``reason``: what its in-flight calls are told stopped it)."""
         self.stopping = True
+        self.stop_reason = reason
         self.transport.discard()  # a process started early, never adopted (the gateway stops first)
         if self.scope is not None:
             self.scope.cancel()

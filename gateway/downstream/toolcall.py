@@ -101,6 +101,8 @@ def _connection_gone(downstream: Downstream, exc: MCPError) -> bool:
 
 async def _closed_reason(downstream: Downstream, tool: str) -> str:
     server = downstream.id
+    if downstream.stopping and downstream.stop_reason:
+        return f"server {server!r} was stopped by a {downstream.stop_reason} during the call to {tool!r}"
     if (child := downstream.transport.child) is not None:
         await child.wait_exit(2.0)
         return f"server {server!r} exited during the call to {tool!r} ({child.exit_description()})"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any, get_args
 
@@ -63,7 +64,7 @@ class ClientConnection:
     """In-flight tools/call request id -> that request's session (its stream, its log opt-in)."""
     log_level: str | None = None
     """The level this client set with ``logging/setLevel`` (None: never set)."""
-    servers: frozenset[str] = frozenset()
+    servers: AbstractSet[str] = frozenset()
     """The servers its profile sees: only their requests and log messages may reach it."""
     arrival: int = field(default_factory=lambda: next(_ARRIVALS))
     """When it connected, among the clients of every profile served."""
@@ -88,11 +89,18 @@ class Clients:
         self._downstreams = downstreams
         self._watches = watches
         self._principals: dict[str, ClientState] = {}
-        self._server_ids = frozenset(d.id for d in downstreams)
+        self._server_ids = {d.id for d in downstreams}
+        """The servers this profile sees (updated in place by a reload: connections hold it)."""
         self._every_server = downstreams
         """The servers of every profile served (the first profile's: all of them)."""
         self.peers: list[Clients] = [self]
         """The clients of every profile served over the same servers (shared by their registries)."""
+
+    def configure(self, config: Config) -> None:
+        """A reloaded config (this profile's view); its servers are the hub's list, already updated."""
+        self._config = config
+        self._server_ids.clear()
+        self._server_ids.update(d.id for d in self._downstreams)
 
     def join(self, first: Clients) -> None:
         """Serve beside ``first``'s profile: one log level for the servers, and server requests

@@ -105,6 +105,21 @@ class Hub:
         servers, started with this one (``start``)."""
         return Hub(config, shared=self, use_lock=self._use_lock, warm_records=self.records.enabled)
 
+    def configure(self, config: Config, downstreams: list[Downstream]) -> None:
+        """Take a reloaded config (its view for this profile) and the servers it sees
+        (``gateway.engine.reload``): new requests are gated, bounded and named by it."""
+        self.config = config
+        self.downstreams[:] = downstreams  # the same list the publisher and the clients hold
+        self.by_id.clear()
+        self.by_id.update((d.id, d) for d in downstreams)
+        self.router.configure(self.by_id, config.policy, config.spill)
+        self.publisher.configure(config)
+        self.clients.configure(config)
+        self.records.config = config
+        if self.family[0] is self:
+            self.round_trips.timeout = config.gateway.round_trip_timeout
+            self.round_trips.per_owner = config.gateway.max_round_trips
+
     def start(self, tg: anyio.abc.TaskGroup, *, supervise: bool) -> None:
         """Start the servers (once, by the first hub) and every profile's hub."""
         self.tasks = tg

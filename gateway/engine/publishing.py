@@ -73,6 +73,10 @@ class Publisher:
         self._rebuild_lock = anyio.Lock()
         self._rebuild_waiting = False
 
+    def configure(self, config: Config) -> None:
+        """A reloaded config (its view for this profile): the next build is made with it."""
+        self._config = config
+
     def sees(self, downstream: Downstream) -> bool:
         """Whether this profile's catalog holds ``downstream``'s lists."""
         return any(d is downstream for d in self._downstreams)

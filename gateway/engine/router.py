@@ -84,6 +84,14 @@ class Router:
         self.telemetry: Telemetry | None = None
         """Where each call is recorded (metrics, audit log); None: nowhere, at no cost."""
 
+    def configure(
+        self, downstreams: Mapping[str, Downstream], policy: PolicyConfig, spill: SpillConfig
+    ) -> None:
+        """A reloaded config's servers, policy and spill settings, for the calls that come next."""
+        self.downstreams = dict(downstreams)
+        self.policy = policy
+        self.spill = spill
+
     async def publish(self, epoch: Epoch) -> None:
         """Make ``epoch`` current; sessions are re-bound by the caller (the hub)."""
         if self.epoch is not None:

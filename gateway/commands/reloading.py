@@ -1,0 +1,100 @@
+"""``serve`` takes a changed config without a restart: the file watched, or SIGHUP over HTTP.
+
+``[gateway] reload = "watch"`` (the default) polls the config file (its size, times and
+inode, twice a second; no watcher library, no thread) and reloads once it has stopped
+changing for ``SETTLE`` seconds, so an editor's save in steps is one reload; over HTTP
+SIGHUP reloads too. ``"signal"``: SIGHUP only (over HTTP). ``"off"``: a change waits for a
+restart. Over stdio SIGHUP keeps meaning what it means to a child of an agent (the agent
+went away): the gateway stops.
+
+A reload reads the whole file again: a file that does not parse, or that changes what
+cannot change while serving, is one log line and the running config keeps serving; a file
+that parses to the config being served (a comment, whitespace, key order) changes nothing;
+anything else is applied as a diff (``gateway.engine.reload``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import anyio
+import anyio.to_thread
+
+from gateway.config import ConfigError, load_config
+from gateway.engine.hub import Hub
+from gateway.engine.reload import apply, refused
+
+log = logging.getLogger("prefixgate")
+
+POLL = 0.5
+"""Seconds between looks at the config file."""
+SETTLE = 0.3
+"""Seconds the file must stay unchanged before it is read (an editor may write it in steps)."""
+
+
+class Reloader:
+    """Reloads of one gateway, one at a time."""
+
+    def __init__(self, hub: Hub, path: Path) -> None:
+        self.hub = hub
+        self.path = path
+        self._lock = anyio.Lock()
+
+    async def reload(self, why: str) -> None:
+        async with self._lock:
+            await self._reload(why)
+
+    async def _reload(self, why: str) -> None:
+        hub = self.hub
+        try:
+            new = await anyio.to_thread.run_sync(load_config, self.path)
+        except ConfigError as exc:
+            log.error("config reload (%s) refused: %s; the running config keeps serving", why, exc)
+            return
+        served = [each.config.profile for each in hub.family]
+        blocked = refused(hub.config, new, served)
+        if blocked:
+            log.error(
+                "config reload (%s) refused: %s cannot change while serving (restart prefixgate to change it); "
+                "the running config keeps serving, nothing of the new file is applied",
+                why,
+                ", ".join(blocked),
+            )
+            return
+        if all(each.config == new.view(profile) for each, profile in zip(hub.family, served, strict=True)):
+            log.info("config reload (%s): nothing to apply (the file means what the running config means)", why)
+            return
+        changes = await apply(hub, new)
+        log.info("config reloaded (%s): %s", why, changes.summary())
+
+
+Stamp = tuple[int, int, int, int]
+
+
+def _stamp(path: Path) -> Stamp | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino)
+
+
+async def watch(path: Path, changed: Callable[[], Awaitable[None]]) -> None:
+    """Call ``changed`` after each change of ``path`` once it has settled (until cancelled)."""
+    seen = _stamp(path)
+    while True:
+        await anyio.sleep(POLL)
+        now = _stamp(path)
+        if now == seen or now is None:  # unchanged, or gone for a moment (an editor's rename)
+            continue
+        while True:  # settled: the same for SETTLE seconds
+            await anyio.sleep(SETTLE)
+            later = _stamp(path)
+            if later == now:
+                break
+            now = later
+        seen = now
+        await changed()

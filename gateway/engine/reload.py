@@ -1,0 +1,106 @@
+"""A config reload as a diff: what the running gateway changes when its config file does.
+
+Servers added start (each joins the catalog once it is ready, as a server back from a
+restart does); servers removed stop (their process group, as at shutdown); servers whose
+table changed restart; every other server keeps running untouched: the same process, the
+same connection. ``[client]``, ``[policy]``, ``[spill]``, profiles' views and deferrals
+take effect for new requests, and every profile's catalog is rebuilt: identical bytes are
+the same epoch (no ``list_changed``, the same fingerprint), other bytes one new epoch whose
+reason is the reload. A policy change never changes the published bytes.
+
+What cannot change while serving (``FIXED``: where state lives, the stdio line limit, the
+catalog lock's file, the set of profiles an HTTP gateway serves) refuses the whole reload,
+with one line naming it: nothing is half-applied, and the running config keeps serving.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from gateway.config import Config, ServerConfig
+from gateway.downstream.connection import Downstream
+from gateway.downstream.supervisor import Supervisor
+from gateway.engine.hub import Hub
+from gateway.engine.oauth import oauth_setup
+
+log = logging.getLogger("prefixgate")
+
+FIXED = ("state_dir", "store", "max_message_bytes", "lock")
+"""``[gateway]`` keys a reload may not change (a restart does)."""
+REASON = "config reload"
+"""What a stopped server's in-flight calls are told stopped it."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    added: tuple[ServerConfig, ...]
+    removed: tuple[str, ...]
+    changed: tuple[ServerConfig, ...]
+
+    def __bool__(self) -> bool:
+        return bool(self.added or self.removed or self.changed)
+
+    def summary(self) -> str:
+        parts = [
+            f"{what} {', '.join(repr(i) for i in ids)}"
+            for what, ids in (
+                ("added", [s.id for s in self.added]),
+                ("removed", list(self.removed)),
+                ("restarted", [s.id for s in self.changed]),
+            )
+            if ids
+        ]
+        return "; ".join(parts) or "no server changed"
+
+
+def refused(old: Config, new: Config, served: Sequence[str | None]) -> list[str]:
+    """What the new config changes that cannot change while serving (empty: it may apply)."""
+    found = [f"gateway.{key}" for key in FIXED if getattr(old.gateway, key) != getattr(new.gateway, key)]
+    if len(served) > 1 and set(old.profiles) != set(new.profiles):
+        found.append("the profiles served (one is added or removed)")
+    for profile in served:
+        if profile is not None and profile not in new.profiles:
+            found.append(f"profiles.{profile} (the profile served is gone)")
+    return found
+
+
+def plan(old: Config, new: Config) -> Plan:
+    before = {s.id: s for s in old.servers}
+    after = {s.id: s for s in new.servers}
+    return Plan(
+        added=tuple(s for i, s in after.items() if i not in before),
+        removed=tuple(i for i in before if i not in after),
+        changed=tuple(s for i, s in after.items() if i in before and before[i] != s),
+    )
+
+
+async def apply(hub: Hub, new: Config) -> Plan:
+    """Move the running gateway (``hub``: the first of its hubs) to ``new`` (the whole config,
+    already checked with ``refused``); what changed among the servers."""
+    served = [each.config.profile for each in hub.family]
+    first = new.view(served[0])
+    changes = plan(hub.config, first)
+    going = {*changes.removed, *(s.id for s in changes.changed)}
+    # 1. Servers that go are stopped now (their in-flight calls end as isError naming the reload).
+    for server_id in sorted(going):
+        hub.by_id[server_id].stop(REASON)
+    # 2. Every hub takes its view: the servers it sees, its client, policy and spill settings.
+    running = {d.id: d for d in hub.downstreams if d.id not in going}
+    oauth = oauth_setup(first)
+    started = [Downstream(server, hub, oauth=oauth) for server in (*changes.added, *changes.changed)]
+    running |= {d.id: d for d in started}
+    for each, profile in zip(hub.family, served, strict=True):
+        view = new.view(profile)
+        each.configure(view, [running[s.id] for s in view.servers])
+    # 3. New servers start, supervised; each joins the catalogs that see it once it is ready.
+    assert hub.tasks is not None
+    for downstream in started:
+        hub.tasks.start_soon(functools.partial(Supervisor(downstream).run, supervise=True))
+    # 4. Every profile's catalog is rebuilt: the same bytes stay the same epoch.
+    why = REASON + (f" ({changes.summary()})" if changes else "")
+    for each in hub.family:
+        await each.publisher.rebuild(why)
+    return changes

@@ -1,0 +1,309 @@
+"""A changed config taken without a restart (issue 30): a diff, and the same bytes when they do not change.
+
+Real gateways over stdio and HTTP, real demo servers, the real SDK client in both eras. The
+config file is rewritten while the gateway serves; the gateway's own processes are read
+from ``/proc`` to show which servers were left running and which were stopped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import json
+import os
+import signal
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp_types as types
+import pytest
+
+from bench.common import url_process
+from tests.helpers import ERAS, GATEWAY, demo, sdk_client, text, write_config
+
+STATE: dict[str, Any] = {}
+
+
+def servers(*names: str) -> dict[str, Any]:
+    return {name: demo("--tools", 1, "--name", name) for name in names}
+
+
+def children(pid: int) -> set[int]:
+    return {int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()}
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def gateway_pid(config: Path) -> int:
+    """The ``serve`` process of ``config`` (a stdio gateway the SDK client started)."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"serve" in argv and str(config).encode() in argv:
+                return int(entry.name)
+    raise AssertionError("no gateway process")
+
+
+class Notes:
+    """Handshake-era notifications (the client's message handler)."""
+
+    def __init__(self) -> None:
+        self.seen: list[Any] = []
+
+    async def __call__(self, message: Any) -> None:
+        self.seen.append(message)
+
+    def tool_changes(self) -> int:
+        return sum(isinstance(m, types.ToolListChangedNotification) for m in self.seen)
+
+
+@contextlib.asynccontextmanager
+async def changes(client: Any, mode: str, notes: Notes) -> AsyncIterator[Callable[[], int]]:
+    """How many tools list changes the client has heard of: on its session (handshake era) or
+    on its listen stream (2026-07-28)."""
+    if mode == "legacy":
+        yield notes.tool_changes
+        return
+    events: list[object] = []
+    async with client.listen(tools_list_changed=True) as subscription, anyio.create_task_group() as tg:
+
+        async def collect() -> None:
+            async for event in subscription:
+                events.append(event)
+
+        tg.start_soon(collect)
+        yield lambda: len(events)
+        tg.cancel_scope.cancel()
+
+
+async def until(check: Callable[[], Any], timeout: float = 20) -> None:
+    """Until ``check()`` (or what it returns, awaited) is true."""
+    with anyio.fail_after(timeout):
+        while True:
+            found = check()
+            if inspect.isawaitable(found):
+                found = await found
+            if found:
+                return
+            await anyio.sleep(0.05)
+
+
+async def names(client: Any) -> list[str]:
+    return [t.name for t in (await client.list_tools()).tools]
+
+
+@contextlib.contextmanager
+def http_serving(config: Path, *extra: str) -> Iterator[tuple[str, int, Path]]:
+    log = config.parent / f"http-{os.urandom(3).hex()}.log"
+    with (
+        log.open("w") as errlog,
+        url_process([*GATEWAY, "serve", "--config", str(config), "--http", "127.0.0.1:0", *extra], stderr=errlog) as (
+            url,
+            proc,
+        ),
+    ):
+        yield url, proc.pid, log
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    tmp_path: Path, transport: str, mode: str, config: Path, notes: Notes
+) -> AsyncIterator[tuple[Any, int, Path]]:
+    """A gateway of ``config`` over ``transport`` and the SDK client on it: (client, gateway pid, its log)."""
+    if transport == "stdio":
+        log = tmp_path / "gateway.log"
+        async with sdk_client(config, mode, errlog=log, message_handler=notes) as client:
+            yield client, gateway_pid(config), log
+        return
+    with http_serving(config) as (url, pid, log):
+        async with sdk_client(url, mode, message_handler=notes) as client:
+            yield client, pid, log
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_server_added_then_removed_is_one_epoch_each_and_the_other_keeps_running(
+    tmp_path: Path, transport: str, mode: str
+) -> None:
+    config = write_config(tmp_path, servers("a"))
+    notes = Notes()
+    async with serving(tmp_path, transport, mode, config, notes) as (client, pid, log):
+        assert {n for n in await names(client) if n.startswith("a__")}
+        (a_pid,) = children(pid)
+        async with changes(client, mode, notes) as heard:
+            write_config(tmp_path, servers("a", "b"))
+            await until(lambda: heard() == 1)
+            listed = await names(client)
+            assert "b__echo" in listed and "a__echo" in listed
+            assert a_pid in children(pid) and len(children(pid)) == 2, "a kept running: the same process"
+            b_pid = (children(pid) - {a_pid}).pop()
+            assert text(await client.call_tool("b__echo", {"text": "new"})) == "new"
+
+            write_config(tmp_path, servers("b"))
+            await until(lambda: heard() == 2)
+            assert not [n for n in await names(client) if n.startswith("a__")]
+            await until(lambda: not alive(a_pid))
+            assert children(pid) == {b_pid}
+            assert text(await client.call_tool("b__echo", {"text": "still"})) == "still"
+        assert heard() == 2, "one epoch each"
+    logged = log.read_text()
+    assert "config reloaded (the file changed): added 'b'" in logged
+    assert "config reloaded (the file changed): removed 'a'" in logged
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_policy_change_refuses_at_once_and_publishes_no_new_bytes(tmp_path: Path, mode: str) -> None:
+    config = write_config(tmp_path, servers("a"))
+    notes = Notes()
+    async with serving(tmp_path, "stdio", mode, config, notes) as (client, _pid, log):
+        before = [t.model_dump(by_alias=True, exclude_none=True) for t in (await client.list_tools()).tools]
+        assert not (await client.call_tool("a__echo", {"text": "x"})).is_error
+        async with changes(client, mode, notes) as heard:
+            write_config(tmp_path, servers("a"), policy={"deny": ["a__echo"]})
+            await until(lambda: "config reloaded" in log.read_text())
+            refused = await client.call_tool("a__echo", {"text": "x"})
+            assert refused.is_error and "denied by policy" in text(refused)
+            after = [t.model_dump(by_alias=True, exclude_none=True) for t in (await client.list_tools()).tools]
+            assert after == before
+            assert heard() == 0
+    assert "new epoch" not in log.read_text()
+
+
+@pytest.mark.anyio
+async def test_a_comment_changes_nothing_a_bad_file_keeps_the_old_config_and_a_good_one_then_applies(
+    tmp_path: Path,
+) -> None:
+    config = write_config(tmp_path, servers("a"))
+    notes = Notes()
+    async with serving(tmp_path, "stdio", "legacy", config, notes) as (client, pid, log):
+        (a_pid,) = children(pid)
+        original = config.read_text()
+        config.write_text("# a comment\n" + original.replace(" = ", "  =  "))
+        await until(lambda: "nothing to apply" in log.read_text())
+
+        config.write_text(original + "[servers.b\n")
+        await until(lambda: "refused" in log.read_text())
+        refusal = [line for line in log.read_text().splitlines() if "refused" in line]
+        assert len(refusal) == 1 and "is not valid TOML" in refusal[0], refusal
+        assert refusal[0].endswith("; the running config keeps serving")
+        assert text(await client.call_tool("a__echo", {"text": "served"})) == "served"
+
+        write_config(tmp_path, servers("a"), client={"profile": "mcp"})
+        await until(lambda: "config reloaded" in log.read_text())
+        assert children(pid) == {a_pid} and notes.tool_changes() == 0  # mcp names these tools alike
+    assert "new epoch" not in log.read_text()
+
+
+@pytest.mark.anyio
+async def test_a_change_of_state_dir_refuses_the_whole_reload(tmp_path: Path) -> None:
+    config = write_config(tmp_path, servers("a"))
+    notes = Notes()
+    async with serving(tmp_path, "stdio", "legacy", config, notes) as (client, pid, log):
+        write_config(tmp_path, servers("a", "b"), gateway={"state_dir": str(tmp_path / "elsewhere")})
+        await until(lambda: "refused" in log.read_text())
+        assert (
+            "refused: gateway.state_dir cannot change while serving (restart prefixgate to change it); "
+            "the running config keeps serving, nothing of the new file is applied"
+        ) in log.read_text()
+        await anyio.sleep(1)
+        assert len(children(pid)) == 1 and "b__echo" not in await names(client)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_call_in_flight_on_a_removed_server_ends_with_is_error(tmp_path: Path, mode: str) -> None:
+    config = write_config(tmp_path, servers("a", "s"))
+    notes = Notes()
+    async with serving(tmp_path, "stdio", mode, config, notes) as (client, _pid, log):
+        results: list[Any] = []
+
+        async def slow() -> None:
+            results.append(await client.call_tool("s__slow", {"seconds": 30}))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(slow)
+            await anyio.sleep(1)
+            write_config(tmp_path, servers("a"))
+            with anyio.fail_after(20):
+                while not results:
+                    await anyio.sleep(0.05)
+        (result,) = results
+        assert result.is_error
+        assert text(result) == "server 's' was stopped by a config reload during the call to 'slow'"
+        assert text(await client.call_tool("a__echo", {"text": "fine"})) == "fine"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ERAS)
+async def test_sighup_reloads_an_http_gateway_and_replicas_reloading_one_file_publish_the_same_bytes(
+    tmp_path: Path, mode: str
+) -> None:
+    config = write_config(tmp_path, servers("a"), gateway={"reload": "signal"})
+    with http_serving(config) as (one, one_pid, _), http_serving(config) as (two, two_pid, log):
+        write_config(tmp_path, servers("a", "b"), gateway={"reload": "signal"})
+        await anyio.sleep(1)
+        async with sdk_client(one, mode) as client:
+            assert "b__echo" not in await names(client)  # "signal": the file alone changes nothing
+        for pid in (one_pid, two_pid):
+            os.kill(pid, signal.SIGHUP)
+        published = []
+        for url in (one, two):
+            async with sdk_client(url, mode) as client:
+                await until(lambda client=client: _has(client, "b__echo"))
+                tools = (await client.list_tools()).tools
+                published.append(json.dumps([t.model_dump(by_alias=True, exclude_none=True) for t in tools]))
+        assert published[0] == published[1]
+        assert alive(one_pid) and alive(two_pid)
+    assert "config reloaded (SIGHUP): added 'b'" in log.read_text()
+
+
+async def _has(client: Any, name: str) -> bool:
+    return name in await names(client)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_profiles_view_changes_in_that_profile_alone(tmp_path: Path, mode: str) -> None:
+    """One HTTP gateway serving /mcp and /mcp/p: a reload that changes only profile p's view
+    starts an epoch there, and /mcp keeps its bytes (and its servers, untouched)."""
+    config = write_config(tmp_path, servers("a"), profiles={"p": {}})
+    with http_serving(config) as (url, pid, log):
+        async with sdk_client(url, mode) as default, sdk_client(url + "/p", mode) as profile:
+            before = await names(default)
+            assert await names(profile) == before
+            (a_pid,) = children(pid)
+            write_config(tmp_path, servers("a"), profiles={"p": {"exclude": ["a__echo"]}})
+            await until(lambda: _lacks(profile, "a__echo"))
+            assert await names(default) == before and children(pid) == {a_pid}
+    history = tmp_path / "state" / "history"
+    reasons = {
+        name: [json.loads(x)["reason"] for x in (history / f"{name}.jsonl").read_text().splitlines()]
+        for name in ("default", "p")
+    }
+    assert reasons["default"] == ["the discovery barrier"]
+    assert reasons["p"] == ["the discovery barrier", "config reload"]
+    assert "config reloaded (the file changed): no server changed" in log.read_text()
+
+
+async def _lacks(client: Any, name: str) -> bool:
+    return name not in await names(client)
+
+
+def test_a_bad_reload_setting_is_a_config_error() -> None:
+    from gateway.config import ConfigError, parse_config
+
+    with pytest.raises(ConfigError, match=r"^gateway\.reload: "):
+        parse_config({"gateway": {"reload": "sometimes"}, "servers": {"a": {"command": "x"}}}, env={})
