@@ -8,6 +8,7 @@ from ``/proc`` to show which servers were left running and which were stopped.
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import json
 import os
@@ -262,7 +263,7 @@ async def test_sighup_reloads_an_http_gateway_and_replicas_reloading_one_file_pu
         published = []
         for url in (one, two):
             async with sdk_client(url, mode) as client:
-                await until(lambda client=client: _has(client, "b__echo"))
+                await until(functools.partial(_has, client, "b__echo"))
                 tools = (await client.list_tools()).tools
                 published.append(json.dumps([t.model_dump(by_alias=True, exclude_none=True) for t in tools]))
         assert published[0] == published[1]
