@@ -8,12 +8,14 @@ JSON-RPC over pipes, read in linear time).
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import re
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
@@ -183,6 +185,19 @@ def http_client(headers: Mapping[str, str] | None = None) -> Any:
     return httpx2.AsyncClient(
         headers=dict(headers or {}), follow_redirects=True, timeout=httpx2.Timeout(30.0, read=300.0)
     )
+
+
+@contextmanager
+def loopback_server(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
+    """A threaded HTTP server on a free loopback port: yields its base URL."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 @contextmanager

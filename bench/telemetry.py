@@ -12,13 +12,20 @@ from __future__ import annotations
 
 import http.server
 import socket
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 from bench.calls import _call
-from bench.common import connect_all, direct, gateway_config, ratio_summary, rotated, summary, via_prefixgate
+from bench.common import (
+    connect_all,
+    direct,
+    gateway_config,
+    loopback_server,
+    ratio_summary,
+    rotated,
+    summary,
+    via_prefixgate,
+)
 
 
 class _Sink(http.server.BaseHTTPRequestHandler):
@@ -33,17 +40,6 @@ class _Sink(http.server.BaseHTTPRequestHandler):
 
     def log_message(self, *args: Any) -> None:
         return None
-
-
-@contextmanager
-def otlp_sink() -> Iterator[str]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Sink)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
 
 
 def _free_port() -> int:
@@ -68,7 +64,7 @@ async def run(ctx: Any) -> dict[str, Any]:
     traced.note += " (OTEL_EXPORTER_OTLP_ENDPOINT: traces to a loopback sink)"
     everyone = [direct("direct", "--tools", 3, "--name", "d"), off, on, traced]
     samples: dict[str, list[list[float]]] = {c.name: [] for c in everyone}
-    with otlp_sink() as endpoint:
+    with loopback_server(_Sink) as endpoint:
         traced.env |= {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_BSP_SCHEDULE_DELAY": "200"}
         async with connect_all(everyone, ctx.errlog) as conns:
             for c in everyone:

@@ -223,6 +223,19 @@ async def sdk_client(
             yield client
 
 
+class Notifications:
+    """What a client was sent besides answers (the SDK client's message handler)."""
+
+    def __init__(self) -> None:
+        self.seen: list[Any] = []
+
+    async def __call__(self, message: Any) -> None:
+        self.seen.append(message)
+
+    def tool_changes(self) -> int:
+        return sum(isinstance(m, types.ToolListChangedNotification) for m in self.seen)
+
+
 # --- small JSON and result checks -------------------------------------------------------
 
 

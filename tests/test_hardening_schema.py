@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from bench.common import loopback_server
 from spill import ArtifactStore, bound_result, json_size, list_artifacts, surely_within, visible_size
 from tests.helpers import ERAS, PYTHON, catalog_json, demo, run_cli, sdk_client, text, write_config
 
@@ -43,19 +43,6 @@ def tool(name: str, schema: dict[str, Any] | None = None, **extra: Any) -> dict[
 
 
 # --------------------------------------------------------------------------- item 2: schemas
-
-
-@contextmanager
-def loopback_server(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
-    """A threaded HTTP server on a free loopback port: yields its base URL."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 @contextmanager

@@ -3,26 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import anyio
-import mcp_types as types
 import pytest
 
-from tests.helpers import demo, gateway, wait_for, wire, write_config
+from tests.helpers import Notifications, demo, gateway, wait_for, wire, write_config
 
 pytestmark = pytest.mark.anyio
-
-
-class Notifications:
-    def __init__(self) -> None:
-        self.seen: list[Any] = []
-
-    async def __call__(self, message: Any) -> None:
-        self.seen.append(message)
-
-    def tool_changes(self) -> int:
-        return sum(isinstance(m, types.ToolListChangedNotification) for m in self.seen)
 
 
 @pytest.fixture

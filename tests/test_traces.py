@@ -14,7 +14,6 @@ import http.server
 import json
 import os
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +25,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
+from bench.common import loopback_server
 from tests.helpers import ERAS, demo, http_gateway, sdk_client, write_config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,11 +34,12 @@ CLIENT_SPAN = "00f067aa0ba902b7"
 
 
 class Receiver:
-    """An OTLP/HTTP trace receiver: every span it was sent."""
+    """An OTLP/HTTP trace receiver: every span it was sent (``handler`` serves it)."""
 
     def __init__(self) -> None:
         self.spans: list[Any] = []
         self.paths: list[str] = []
+        self.url = ""
         receiver = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -60,8 +61,7 @@ class Receiver:
             def log_message(self, *args: Any) -> None:
                 return None
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.handler = Handler
 
     def of_trace(self, trace_id: str) -> dict[str, Any]:
         """The spans of one trace, by name."""
@@ -71,12 +71,8 @@ class Receiver:
 @contextlib.contextmanager
 def receiver() -> Iterator[Receiver]:
     found = Receiver()
-    thread = threading.Thread(target=found.server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with loopback_server(found.handler) as found.url:
         yield found
-    finally:
-        found.server.shutdown()
 
 
 def traced_env(url: str) -> dict[str, str]:

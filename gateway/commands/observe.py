@@ -51,11 +51,10 @@ def observe(hub: Hub, tasks: anyio.abc.TaskGroup, *, http: bool) -> Metrics | No
     tracer = tracing.tracer() if tracing.start() else None
     if metrics is None and audit is None and tracer is None:
         return None
-    servers = {d.id: d.config for d in hub.downstreams}
     for each in hub.family:
         profile = each.config.profile
         each.router.telemetry = Telemetry(
-            profile, metrics, audit, audit_arguments=wanted.audit_arguments, servers=servers, tracer=tracer
+            profile, metrics, audit, audit_arguments=wanted.audit_arguments, servers=hub.by_id, tracer=tracer
         )
         if metrics is not None:
             each.publisher.on_epoch = functools.partial(metrics.epoch, profile)

@@ -9,9 +9,9 @@ import os
 import secrets
 import signal
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
@@ -211,7 +211,7 @@ class _Signals:
 
     def __init__(self, tasks: anyio.abc.TaskGroup) -> None:
         self.tasks = tasks
-        self.hup: Callable[[], Awaitable[None]] | None = None
+        self.hup: Callable[[], Coroutine[Any, Any, None]] | None = None
         """What SIGHUP does instead of stopping (``serve --http``: a config reload)."""
 
     def start(self, downstreams: Sequence[Downstream]) -> None:
@@ -250,7 +250,7 @@ async def _stop_on_signals(downstreams: Sequence[Downstream], signals_: _Signals
         with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
             async for signum in signals:
                 if signum == signal.SIGHUP and signals_.hup is not None:
-                    await signals_.hup()
+                    signals_.tasks.start_soon(signals_.hup)  # a SIGTERM meanwhile still stops at once
                     continue
                 name = signal.Signals(signum).name
                 log.info("%s received: stopping every server", name)

@@ -82,7 +82,7 @@ class Router:
         self.validation = ValidationPool()
         """Worker processes for arguments of referencing schemas (started on first use)."""
         self.telemetry: Telemetry | None = None
-        """Where each call is recorded (metrics, audit log); None: nowhere, at no cost."""
+        """Where each call is recorded (metrics, the audit log, spans); None: nowhere, at no cost."""
 
     def configure(
         self, downstreams: Mapping[str, Downstream], policy: PolicyConfig, spill: SpillConfig

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from mcp_types.methods import is_input_required
 
-from gateway.config import ServerConfig
+from gateway.downstream.connection import Downstream
 from gateway.eras import DEFAULT_VERSION
 from gateway.redact import redact
 
@@ -100,7 +100,7 @@ class CallCounter(Protocol):
 
 
 class Telemetry:
-    """Where a finished call is recorded: the metrics, the audit log, or both."""
+    """Where a call is recorded: the metrics and the audit log when it ends, a span while it runs."""
 
     def __init__(
         self,
@@ -109,7 +109,7 @@ class Telemetry:
         audit: AuditLog | None,
         *,
         audit_arguments: bool = False,
-        servers: Mapping[str, ServerConfig] | None = None,
+        servers: Mapping[str, Downstream] | None = None,
         tracer: Any = None,
     ) -> None:
         self.profile = profile
@@ -119,7 +119,8 @@ class Telemetry:
         """The OpenTelemetry tracer of the gate's spans (None: no spans)."""
         self.audit_arguments = audit_arguments
         self._servers = servers or {}
-        """Whose configured secrets an audited argument is masked of (``gateway.redact``)."""
+        """The servers by id (the hub's own map, so a reload's are in it), whose configured
+        secrets an audited argument is masked of (``gateway.redact``)."""
 
     def span(self, note: CallNote) -> AbstractContextManager[Any]:
         """The gate's span of one call (beneath the SDK's server span; the downstream request's
@@ -179,7 +180,7 @@ class Telemetry:
                 line["artifacts"] = artifacts_in(result)
         if self.audit_arguments and arguments is not None:
             server = self._servers.get(note.server or "")
-            shown = _json(arguments) if server is None else redact(_json(arguments), server)
+            shown = _json(arguments) if server is None else redact(_json(arguments), server.config)
             line["arguments"] = shown[:MAX_AUDITED_ARGUMENTS] + ("..." if len(shown) > MAX_AUDITED_ARGUMENTS else "")
         return line
 
