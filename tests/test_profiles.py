@@ -107,11 +107,10 @@ def test_an_unknown_profile_names_the_known_ones(tmp_path: Path) -> None:
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("mode", ERAS)
-async def test_a_catalog_lock_covers_every_profile(tmp_path: Path, mode: str) -> None:
+async def test_a_catalog_lock_covers_every_profile(tmp_path: Path) -> None:
     """``catalog lock`` writes one file a profile; each profile is served under its own (a
-    missing one is exit 2, naming it); a change is pending in the profiles that see it, and
-    ``approve`` records it in each of them."""
+    missing one is exit 2, naming it), to clients of both eras alike; a change is pending in
+    the profiles that see it, and ``approve`` records it in each of them."""
     state = tmp_path / "m.json"
     mutating = {"command": sys.executable, "args": ["-m", "tests.mutating_server", str(state)], "cwd": str(ROOT)}
     config = write_config(
@@ -125,7 +124,8 @@ async def test_a_catalog_lock_covers_every_profile(tmp_path: Path, mode: str) ->
     assert proc.returncode == 0, proc.stderr
     assert [line.split(":")[0] for line in proc.stdout.splitlines()] == [f"wrote {locks[p]}" for p in locks]
     with http_gateway(config) as (url, _):
-        locked = {p: await tools_of(url + (f"/{p}" if p else ""), mode) for p in locks}
+        locked = {p: await tools_of(url + (f"/{p}" if p else ""), "legacy") for p in locks}
+        assert {p: await tools_of(url + (f"/{p}" if p else ""), "auto") for p in locks} == locked
     assert "m__beta" not in [t["name"] for t in locked["codex"]]
 
     state.write_text(json.dumps(["reword"]))  # m rewords alpha: pending where m__alpha is published
@@ -137,8 +137,9 @@ async def test_a_catalog_lock_covers_every_profile(tmp_path: Path, mode: str) ->
         "codex": ["m__alpha"],
         "review": [],
     }
-    with http_gateway(config) as (url, _):  # the locked bytes are served, in every profile
-        assert {p: await tools_of(url + (f"/{p}" if p else ""), mode) for p in locks} == locked
+    with http_gateway(config) as (url, _):  # the locked bytes are served, in every profile and era
+        for mode in ERAS:
+            assert {p: await tools_of(url + (f"/{p}" if p else ""), mode) for p in locks} == locked
     codex = catalog_json_of(config, "codex")  # and shown, alone and beside the default's
     shown = [(d["name"], d.get("description")) for d in codex["declarations"]]
     assert shown == [(t["name"], t.get("description")) for t in locked["codex"]]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import inspect
 import json
 import os
 import signal
@@ -21,7 +20,7 @@ import anyio
 import pytest
 
 from bench.common import url_process
-from tests.helpers import ERAS, GATEWAY, Notifications, demo, sdk_client, text, write_config
+from tests.helpers import ERAS, GATEWAY, Notifications, demo, sdk_client, text, wait_for, write_config
 
 STATE: dict[str, Any] = {}
 
@@ -74,18 +73,6 @@ async def changes(client: Any, mode: str, notes: Notifications) -> AsyncIterator
         tg.cancel_scope.cancel()
 
 
-async def until(check: Callable[[], Any], timeout: float = 20) -> None:
-    """Until ``check()`` (or what it returns, awaited) is true."""
-    with anyio.fail_after(timeout):
-        while True:
-            found = check()
-            if inspect.isawaitable(found):
-                found = await found
-            if found:
-                return
-            await anyio.sleep(0.05)
-
-
 async def names(client: Any) -> list[str]:
     return [t.name for t in (await client.list_tools()).tools]
 
@@ -135,7 +122,7 @@ async def test_a_server_added_then_removed_is_one_epoch_each_and_the_other_keeps
         (a_pid,) = children(pid)
         async with changes(client, mode, notes) as heard:
             write_config(tmp_path, servers("a", "b"))
-            await until(lambda: heard() == 1)
+            await wait_for(lambda: heard() == 1)
             listed = await names(client)
             assert "b__echo" in listed and "a__echo" in listed
             assert a_pid in children(pid) and len(children(pid)) == 2, "a kept running: the same process"
@@ -143,9 +130,9 @@ async def test_a_server_added_then_removed_is_one_epoch_each_and_the_other_keeps
             assert text(await client.call_tool("b__echo", {"text": "new"})) == "new"
 
             write_config(tmp_path, servers("b"))
-            await until(lambda: heard() == 2)
+            await wait_for(lambda: heard() == 2)
             assert not [n for n in await names(client) if n.startswith("a__")]
-            await until(lambda: not alive(a_pid) and children(pid) == {b_pid})  # stopped and reaped
+            await wait_for(lambda: not alive(a_pid) and children(pid) == {b_pid})  # stopped and reaped
             assert text(await client.call_tool("b__echo", {"text": "still"})) == "still"
         assert heard() == 2, "one epoch each"
     logged = log.read_text()
@@ -163,7 +150,7 @@ async def test_a_policy_change_refuses_at_once_and_publishes_no_new_bytes(tmp_pa
         assert not (await client.call_tool("a__echo", {"text": "x"})).is_error
         async with changes(client, mode, notes) as heard:
             write_config(tmp_path, servers("a"), policy={"deny": ["a__echo"]})
-            await until(lambda: "config reloaded" in log.read_text())
+            await wait_for(lambda: "config reloaded" in log.read_text())
             refused = await client.call_tool("a__echo", {"text": "x"})
             assert refused.is_error and "denied by policy" in text(refused)
             after = [t.model_dump(by_alias=True, exclude_none=True) for t in (await client.list_tools()).tools]
@@ -182,17 +169,17 @@ async def test_a_comment_changes_nothing_a_bad_file_keeps_the_old_config_and_a_g
         (a_pid,) = children(pid)
         original = config.read_text()
         config.write_text("# a comment\n" + original.replace(" = ", "  =  "))
-        await until(lambda: "nothing to apply" in log.read_text())
+        await wait_for(lambda: "nothing to apply" in log.read_text())
 
         config.write_text(original + "[servers.b\n")
-        await until(lambda: "refused" in log.read_text())
+        await wait_for(lambda: "refused" in log.read_text())
         refusal = [line for line in log.read_text().splitlines() if "refused" in line]
         assert len(refusal) == 1 and "is not valid TOML" in refusal[0], refusal
         assert refusal[0].endswith("; the running config keeps serving")
         assert text(await client.call_tool("a__echo", {"text": "served"})) == "served"
 
         write_config(tmp_path, servers("a"), client={"profile": "mcp"})
-        await until(lambda: "config reloaded" in log.read_text())
+        await wait_for(lambda: "config reloaded" in log.read_text())
         assert children(pid) == {a_pid} and notes.tool_changes() == 0  # mcp names these tools alike
     assert "new epoch" not in log.read_text()
 
@@ -203,7 +190,7 @@ async def test_a_change_of_state_dir_refuses_the_whole_reload(tmp_path: Path) ->
     notes = Notifications()
     async with serving(tmp_path, "stdio", "legacy", config, notes) as (client, pid, log):
         write_config(tmp_path, servers("a", "b"), gateway={"state_dir": str(tmp_path / "elsewhere")})
-        await until(lambda: "refused" in log.read_text())
+        await wait_for(lambda: "refused" in log.read_text())
         assert (
             "refused: gateway.state_dir cannot change while serving (restart prefixgate to change it); "
             "the running config keeps serving, nothing of the new file is applied"
@@ -252,7 +239,7 @@ async def test_sighup_reloads_an_http_gateway_and_replicas_reloading_one_file_pu
         published = []
         for url in (one, two):
             async with sdk_client(url, mode) as client:
-                await until(functools.partial(_has, client, "b__echo"))
+                await wait_for(functools.partial(_has, client, "b__echo"))
                 tools = (await client.list_tools()).tools
                 published.append(json.dumps([t.model_dump(by_alias=True, exclude_none=True) for t in tools]))
         assert published[0] == published[1]
@@ -276,7 +263,7 @@ async def test_a_profiles_view_changes_in_that_profile_alone(tmp_path: Path, mod
             assert await names(profile) == before
             (a_pid,) = children(pid)
             write_config(tmp_path, servers("a"), profiles={"p": {"exclude": ["a__echo"]}})
-            await until(lambda: _lacks(profile, "a__echo"))
+            await wait_for(lambda: _lacks(profile, "a__echo"))
             assert await names(default) == before and children(pid) == {a_pid}
     history = tmp_path / "state" / "history"
     reasons = {
