@@ -93,8 +93,7 @@ async def serve(
 
         async def barrier() -> None:
             try:
-                await discover(config, hub)
-                for each in hub.family[1:]:
+                for each in hub.family:  # each hub's config now: a reload may have come first
                     await discover(each.config, each)
             except Exit as exc:
                 await _exit_now(hub.downstreams, str(exc))
