@@ -576,17 +576,37 @@ _SPILL_KEYS: dict[str, Check] = {
     "output_schemas": _one_of("omit", "publish"),
 }
 
+def parse_listen(value: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:PORT`` for IPv6) -> (host, port)."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not host:
+        raise ValueError(f"expected HOST:PORT, got {value!r}")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    try:
+        number = int(port)
+    except ValueError:
+        raise ValueError(f"port {port!r} is not a number") from None
+    if not 0 <= number <= 65535:
+        raise ValueError(f"port {number} is out of range")
+    return host, number
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def _loopback_listen(path: str, value: Any) -> str:
     text = _str(path, value)
-    host, sep, port = text.rpartition(":")
-    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    if not sep or not port.isdigit() or not 0 < int(port) <= 65535:
-        raise ConfigError(path, f"expected HOST:PORT, got {text!r}")
     try:
-        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = False
-    if not loopback:
+        host, _ = parse_listen(text)
+    except ValueError as exc:
+        raise ConfigError(path, str(exc)) from None
+    if not is_loopback(host):
         why = "metrics name servers and tools, and ask for no token"
         raise ConfigError(path, f"{host!r} is not a loopback address: {why}")
     return text

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import anyio.abc
 
 from gateway import tracing
-from gateway.config import Config
+from gateway.config import Config, parse_listen
 from gateway.engine.hub import Hub
 from gateway.engine.telemetry import Telemetry
 from gateway.state.audit import AuditLog
@@ -65,10 +65,9 @@ def _listen(metrics: Metrics, listen: str) -> None:
     """``/metrics`` on a loopback listener of its own (a thread: the event loop never serves it)."""
     from prometheus_client import start_http_server
 
-    host, _, port = listen.rpartition(":")
-    host = host[1:-1] if host.startswith("[") else host
+    host, port = parse_listen(listen)  # checked when the config was read
     try:
-        start_http_server(int(port), host, registry=metrics.registry)
+        start_http_server(port, host, registry=metrics.registry)
     except OSError as exc:
         log.error("telemetry.metrics: cannot listen on %s: %s; no metrics listener", listen, exc.strerror or exc)
         return

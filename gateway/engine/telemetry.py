@@ -12,6 +12,7 @@ redacted as logs are.
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import time
 from collections.abc import Mapping
@@ -198,8 +199,6 @@ def _annotate(note: CallNote, outcome: str) -> None:
 
 
 def _json(value: Any) -> str:
-    import json
-
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
 
 

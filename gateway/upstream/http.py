@@ -33,6 +33,8 @@ from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.types import Message, Receive, Scope, Send
 
+from gateway.config import is_loopback as is_loopback
+from gateway.config import parse_listen as parse_listen
 from gateway.sdk import lifespan_state
 from gateway.upstream.events import RETRY_MS, SESSION_HEADER, BoundedEventStore, marked
 from gateway.upstream.health import PATHS as HEALTH_PATHS
@@ -99,30 +101,6 @@ def principal_of_scope(scope: Any) -> str:
 BODY_TIMEOUT = float(os.environ.get("PREFIXGATE_HTTP_BODY_TIMEOUT") or 30.0)
 """Seconds a request body may take to arrive in full (the environment variable exists for tests)."""
 _LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
-
-
-def parse_listen(value: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[::1]:PORT`` for IPv6) -> (host, port)."""
-    host, sep, port = value.rpartition(":")
-    if not sep or not host:
-        raise ValueError(f"expected HOST:PORT, got {value!r}")
-    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    try:
-        number = int(port)
-    except ValueError:
-        raise ValueError(f"port {port!r} is not a number") from None
-    if not 0 <= number <= 65535:
-        raise ValueError(f"port {number} is out of range")
-    return host, number
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _host_literal(host: str) -> str:
