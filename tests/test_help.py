@@ -3,6 +3,11 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from tests.helpers import run_cli
@@ -58,3 +63,36 @@ def test_catalog_and_doctor_say_they_read_what_the_next_reload_publishes() -> No
         assert "what a running gateway publishes after its next reload" in " ".join(proc.stdout.split()), command
     serve = " ".join(run_cli("serve", "--help").stdout.split())
     assert "A changed config file is taken without a restart" in serve
+
+
+LIGHT = (
+    ("--version",),
+    ("--help",),
+    ("doctor", "--help"),
+    ("login", "--help"),
+    ("artifacts", "list", "--config", "{config}"),
+    ("catalog", "--config", "{bad}"),
+    ("import", "--from", "claude-code", "{missing}"),
+)
+"""Command lines that never talk MCP: answered without importing the mcp SDK (0.6 s of CPU)."""
+
+
+@pytest.mark.parametrize("argv", LIGHT, ids=lambda a: " ".join(a[:2]))
+def test_commands_that_speak_no_mcp_never_import_the_sdk(argv: tuple[str, ...], tmp_path: Path) -> None:
+    config = tmp_path / "prefixgate.toml"
+    config.write_text(f"[gateway]\nstate_dir = {json.dumps(str(tmp_path / 'state'))}\n", encoding="utf-8")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[servers.x]\ncommand = 3\n", encoding="utf-8")
+    args = [a.format(config=config, bad=bad, missing=tmp_path / "missing.json") for a in argv]
+    probe = (
+        "import sys\n"
+        "from gateway.commands.cli import main\n"
+        "try:\n"
+        f"    code = main({args!r})\n"
+        "except SystemExit as exc:\n"
+        "    code = exc.code\n"
+        "sys.stderr.write(f'\\nexit={code} sdk={\"mcp\" in sys.modules}\\n')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False)
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("exit=") and last.endswith("sdk=False"), proc.stderr[-2000:]

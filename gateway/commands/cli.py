@@ -17,6 +17,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 
 from gateway import __version__, logs
+from gateway.commands.arguments import doctor_arguments, login_arguments
 from gateway.commands.base import Exit, has_config, load
 from gateway.config import PROFILE_ENV, default_config
 
@@ -103,7 +104,10 @@ def serve_parser() -> argparse.ArgumentParser:
 
 
 def parser() -> argparse.ArgumentParser:
-    from gateway.commands import artifacts, diff, doctor, importer, login
+    """Every command's options; built from light modules only (``arguments``), so that
+    ``--version``, ``--help``, ``import``, ``artifacts`` and a config error never wait for the
+    mcp SDK."""
+    from gateway.commands import artifacts, diff, importer
 
     p = argparse.ArgumentParser(
         prog="prefixgate",
@@ -184,7 +188,7 @@ def parser() -> argparse.ArgumentParser:
     )
     doc.add_argument("--config", metavar="PATH", help="config file (same discovery as the other commands)")
     doc.add_argument("--log-level", choices=logs.LEVELS, default="warning", help="stderr log level (default warning)")
-    doctor.add_arguments(doc)
+    doctor_arguments(doc)
     profile_argument(doc, "check the catalog")
     login_parser = sub.add_parser(
         "login",
@@ -201,7 +205,7 @@ def parser() -> argparse.ArgumentParser:
         description="Remove the server's token file (tokens and client registration) from <state_dir>/oauth.",
     )
     common(logout_parser)
-    login.add_arguments(login_parser, logout_parser)
+    login_arguments(login_parser, logout_parser)
     arts = sub.add_parser(
         "artifacts",
         help="list, read or clean up spilled tool outputs",
@@ -228,19 +232,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = serve_parser().parse_args(argv[1:])
         logs.setup(args.log_level)
         return _exiting(lambda: _serve(args))
-    with importing():  # the parser's help names every command: it imports them all
-        p = parser()
-        from gateway.commands import diff, doctor, importer
+    p = parser()
     args = p.parse_args(argv)
     logs.setup(getattr(args, "log_level", "info"))
 
     if args.command == "import":
+        from gateway.commands import importer
+
         return importer.run(args)
     if args.command == "doctor":
+        with importing():
+            from gateway.commands import doctor
+
         return doctor.run(args.config, args)
     if args.command == "catalog" and args.catalog_action == "diff" and not args.lock:
         if args.old is None or args.new is None:
             p.error("catalog diff: give OLD and NEW, or --lock")
+        from gateway.commands import diff
+
         return diff.run(args)
     return _exiting(lambda: _with_config(args))
 
@@ -261,20 +270,25 @@ def _exiting(command: Callable[[], int]) -> int:
 
 
 def _with_config(args: argparse.Namespace) -> int:
-    """The commands that read the config first (a bad one: exit 2, before anything starts)."""
-    with importing():
-        import anyio
+    """The commands that read the config first (a bad one: exit 2, before anything starts, and
+    before the mcp SDK is imported: only the command that runs imports what it needs)."""
+    if args.command == "artifacts":
+        from gateway.commands import artifacts
 
-        from gateway.commands import artifacts, catalog, lock, login
-
-    if args.command == "artifacts" and args.config is None and not has_config():
-        # Nothing to read: the owner's view of the default state directory.
-        config = default_config()
-        sys.stderr.write(f"prefixgate: no config file: the artifacts under {config.gateway.state_dir}\n")
-        return artifacts.run(config, args)
+        if args.config is None and not has_config():
+            # Nothing to read: the owner's view of the default state directory.
+            config = default_config()
+            sys.stderr.write(f"prefixgate: no config file: the artifacts under {config.gateway.state_dir}\n")
+            return artifacts.run(config, args)
+        return artifacts.run(load(args.config), args)
     # lock, approve and diff --lock cover every profile at once (gateway/commands/lock.py).
     viewed = args.command == "catalog" and args.catalog_action in (None, "history")
     config = load(args.config, args.profile if viewed else None)
+    with importing():
+        import anyio
+
+        from gateway.commands import catalog, lock, login
+
     if args.command == "catalog" and args.catalog_action == "history":
         return catalog.history(config, args.json, args.limit)
     if args.command == "catalog" and args.catalog_action == "lock":
@@ -285,8 +299,6 @@ def _with_config(args: argparse.Namespace) -> int:
         return anyio.run(lock.diff, config, args.json)
     if args.command == "catalog":
         return anyio.run(catalog.run, config, args.json)
-    if args.command == "artifacts":
-        return artifacts.run(config, args)
     if args.command == "login":
         return anyio.run(login.login, config, args)
     if args.command == "logout":

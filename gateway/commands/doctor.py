@@ -49,6 +49,7 @@ from catalog.lock import LockError
 from catalog.names import DEFAULT_ENTRY, PROFILES
 from catalog.text import escape, json_text, printable
 from gateway import __version__, logs
+from gateway.commands.arguments import doctor_arguments
 from gateway.commands.catalog import profile_reports, profile_summary
 from gateway.commands.startup import Exit, discover, running
 from gateway.commands.toml_writer import toml_string
@@ -61,7 +62,6 @@ from gateway.redact import redact
 from gateway.state.backend import state_store
 from gateway.state.oauthtokens import TokenFileError
 
-CLIENTS = ("claude-code", "claude-desktop", "cursor", "vscode", "codex")
 STDERR_LINES = 5
 """How many of a failed server's last stderr lines are shown."""
 
@@ -835,18 +835,6 @@ def check_lock(report: Report, config: Config, first: Round) -> None:
     report.add("catalog lock", "ok", f"{escape(str(path))}: the live catalog matches the lock")
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of ``prefixgate doctor`` besides the common --config/--log-level."""
-    parser.add_argument(
-        "--client",
-        choices=CLIENTS,
-        default="claude-code",
-        help="the client to check tool names for (Claude Code and Claude Desktop wrap them as "
-        "mcp__<entry>__<tool>) and print the registration snippet for (default claude-code)",
-    )
-    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the text report")
-
-
 def run(config_path: str | None, args: argparse.Namespace) -> int:
     """Run every check, print the report on stdout; 0 all is well, 1 something needs attention."""
     client = getattr(args, "client", None) or "claude-code"
@@ -900,7 +888,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--log-level", choices=logs.LEVELS, default="warning", help="stderr log level (default warning)"
     )
-    add_arguments(parser)
+    doctor_arguments(parser)
     args = parser.parse_args(argv)
     logs.setup(args.log_level)
     return run(args.config, args)

@@ -32,7 +32,6 @@ from gateway.downstream.supervisor import Supervisor
 from gateway.engine.oauth import oauth_setup, token_file
 from gateway.state.oauthtokens import MAX_SCOPE_CHARS, TokenFileError, TokenStore
 
-DEFAULT_TIMEOUT = 300.0
 MAX_REQUEST_BYTES = 16 << 10
 """The most of one redirect request the listener reads (a browser's GET with a code and state)."""
 PAGE = b"<!doctype html><title>prefixgate</title><p>prefixgate: %s. You can close this tab.</p>"
@@ -40,26 +39,6 @@ PAGE = b"<!doctype html><title>prefixgate</title><p>prefixgate: %s. You can clos
 
 class LoginFailed(Exception):
     """``str()`` is the one line printed after ``prefixgate: login SERVER:``."""
-
-
-def add_arguments(login: argparse.ArgumentParser, logout: argparse.ArgumentParser) -> None:
-    login.add_argument("server", metavar="SERVER", help="the id of a [servers.SERVER] table with auth = \"oauth\"")
-    login.add_argument(
-        "--timeout",
-        type=float,
-        default=DEFAULT_TIMEOUT,
-        metavar="S",
-        help=f"seconds to wait for the browser to come back (default {DEFAULT_TIMEOUT:g})",
-    )
-    login.add_argument(
-        "--scope",
-        action="append",
-        default=[],
-        metavar="SCOPES",
-        help="ask for these scopes too (space-separated; repeatable), e.g. the wider grant a step-up named",
-    )
-    login.add_argument("--no-browser", action="store_true", help="only print the URL; do not open a browser")
-    logout.add_argument("server", metavar="SERVER", help="the id of a [servers.SERVER] table with auth")
 
 
 def _server(config: Config, server_id: str) -> ServerConfig:
