@@ -13,6 +13,7 @@ import contextlib
 import http.server
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Iterator
@@ -119,7 +120,13 @@ async def test_a_stdio_clients_trace_continues_through_the_gateway_into_the_serv
             result = await client.call_tool("m__meta", {}, meta=TRACEPARENT)
             assert not result.is_error
             seen = json.loads(result.content[0].text)
+            # A malformed traceparent is a client's mistake, not the call's: the call is
+            # answered, and a trace of the gateway's own reaches the server instead.
+            bad = await client.call_tool("m__meta", {}, meta={"traceparent": "00-garbage-\u00e9-zz"})
+            assert not bad.is_error, bad
+            fresh = json.loads(bad.content[0].text)["traceparent"]
         check_the_chain(wait_for(found, CHAIN), seen)
+    assert re.fullmatch(r"00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}", fresh) and TRACE_ID not in fresh, fresh
     assert set(found.paths) == {"/v1/traces"}
 
 
