@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import gc
 import importlib
+import json
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -37,20 +41,37 @@ def test_a_failed_import_leaves_the_collector_on() -> None:
     assert gc.isenabled()
 
 
-def test_the_command_parser_is_built_with_the_collector_off(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Building the parser imports every command (doctor, login, ... and the mcp SDK with
-    them): ``catalog``, ``doctor`` and ``login`` start-up is mostly that import."""
-    from gateway.commands import cli
+PROBE = """
+import gc, sys
+seen = []
 
-    seen: list[bool] = []
-    build = cli.parser
+class Watch:
+    def find_spec(self, name, path=None, target=None):
+        if name == "mcp":
+            seen.append(gc.isenabled())
+        return None
 
-    def recording() -> object:
-        seen.append(gc.isenabled())
-        return build()
+sys.meta_path.insert(0, Watch())
+from gateway.commands.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit:
+    pass
+sys.stderr.write(f"\\nmcp imported with the collector on: {seen}\\n")
+"""
 
-    monkeypatch.setattr(cli, "parser", recording)
-    with pytest.raises(SystemExit):
-        cli.main(["catalog", "--help"])
-    assert seen == [False]
-    assert gc.isenabled()
+
+@pytest.mark.parametrize("command", ["doctor", "catalog"])
+def test_the_sdk_is_imported_with_the_collector_off(command: str, tmp_path: Path) -> None:
+    """The mcp SDK (its pydantic models build thousands of validators) is what the commands
+    that speak MCP import: inside ``importing``, only once the command is known."""
+    config = tmp_path / "prefixgate.toml"
+    demo = json.dumps(["-m", "gateway", "demo-server", "--tools", "1"])
+    config.write_text(
+        f"[gateway]\nstate_dir = {json.dumps(str(tmp_path / 'state'))}\n"
+        f"[servers.d]\ncommand = {json.dumps(sys.executable)}\nargs = {demo}\n",
+        encoding="utf-8",
+    )
+    argv = [sys.executable, "-c", PROBE, command, "--config", str(config), "--log-level", "error"]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.stderr.strip().splitlines()[-1] == "mcp imported with the collector on: [False]", proc.stderr[-2000:]
