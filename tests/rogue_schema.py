@@ -5,7 +5,9 @@
 - ``tools``: the tool list it serves (schemas with remote ``$ref``s, ReDoS patterns,
   reference cycles, names with newlines or lone surrogates: anything goes);
 - ``tools2``: the list served after a call to a tool named ``mutate`` (which also sends
-  ``notifications/tools/list_changed``);
+  ``notifications/tools/list_changed``), or, with ``"tools2_after_list": true``, right after
+  it answered its first ``tools/list`` (the change then comes while the gateway is still
+  starting, or publishing its first catalog);
 - ``pads``: ``{tool: [where, bytes]}``: that tool's result has a tiny ``text`` and
   ``bytes`` of padding in ``where``: ``_meta``, ``annotations`` (of the text block),
   ``block_meta`` (``_meta`` of the text block) or ``unknown`` (an unknown result key).
@@ -44,6 +46,7 @@ def main() -> None:
         out.write(json.dumps(message) + "\n")
         out.flush()
 
+    listed = False
     for line in sys.stdin:
         try:
             message = json.loads(line)
@@ -60,7 +63,12 @@ def main() -> None:
                 "serverInfo": {"name": "rogue-schema", "version": "1"},
             }
         elif method == "tools/list":
-            result = {"tools": tools}
+            send({"jsonrpc": "2.0", "id": ident, "result": {"tools": tools}})
+            if not listed and spec.get("tools2_after_list"):
+                tools = spec["tools2"]
+                send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+            listed = True
+            continue
         elif method == "tools/call":
             name = params.get("name")
             if name == "mutate" and "tools2" in spec:

@@ -168,6 +168,7 @@ class Hub:
         await self.clients.pass_level(downstream)  # the level every profile's clients asked for
         for hub in self.seeing(downstream):
             await hub.publisher.server_up(downstream)
+        self.relists.ready(downstream)
 
     async def server_down(self, downstream: Downstream) -> None:
         """A server went away: its tools stay in the epoch (calls report it down) until

@@ -72,6 +72,8 @@ class Publisher:
         self._lock = lock
         self._rebuild_lock = anyio.Lock()
         self._rebuild_waiting = False
+        self._asked_before: str | None = None
+        """Why a rebuild was asked for before the barrier's epoch was out (run once it is)."""
 
     def configure(self, config: Config) -> None:
         """A reloaded config (its view for this profile): the next build is made with it."""
@@ -145,7 +147,13 @@ class Publisher:
         if not notified:
             await self._tell_stale()
         self.discovered.set()
-        await self.save_warm()
+        if (why := self._asked_before) is not None:
+            # A change that came while this epoch was built or published (a client can call a
+            # tool from the moment it is published, and the call can change the lists).
+            self._asked_before = None
+            await self.rebuild(why)
+        else:
+            await self.save_warm()
 
     def _warm_changes(self) -> str:
         """Which servers list something other than the warm-start record held, for the log line."""
@@ -209,7 +217,10 @@ class Publisher:
         it builds from the state current when it runs, so it includes this change.
         """
         if not self.discovered.is_set():
-            return  # the barrier builds the first epoch
+            # The barrier builds the first epoch, maybe from the lists before this change:
+            # the rebuild runs once that epoch is out (``first_epoch``).
+            self._asked_before = why
+            return
         if self._rebuild_waiting:
             log.debug("%s: a rebuild is already waiting and will include it", why)
             return

@@ -3,8 +3,9 @@
 Each re-list may rebuild a catalog of thousands of tools; hundreds of notifications in a
 burst must not mean hundreds of rebuilds. A notification that arrives while a re-list
 runs marks one more as pending (it will see every change so far); while one is pending,
-a notification adds nothing. The re-list runs in the hub's own task, so whoever delivers
-notifications is never held up by it. A server is re-listed once however many profiles
+a notification adds nothing. One that comes while the server is still being listed is
+re-listed once it is ready (that listing may have been answered before the change). The
+re-list runs in the hub's own task, so whoever delivers notifications is never held up by it. A server is re-listed once however many profiles
 see it; each of those rebuilds its own catalog from the new lists.
 """
 
@@ -35,13 +36,18 @@ class Relists:
         """Each profile's publisher (one per hub): those that see a server rebuild after it re-lists."""
         self._pending: dict[tuple[str, str], bool] = {}
         """(server id, kind) -> whether another re-list is pending behind the running one."""
+        self._early: set[tuple[str, str]] = set()
+        """(server id, kind) announced while the server was being listed: re-listed once it is ready."""
 
     def changed(self, downstream: Downstream, method: str) -> None:
         """A ``.../list_changed`` notification from ``downstream``: re-list it soon."""
-        if downstream.status != "ready":
-            return  # still starting: its start-up listing comes after this
         kind = KINDS.get(method)
         if kind is None:
+            return
+        if downstream.status != "ready":
+            # Still being listed: that listing may already be behind this change (a server
+            # can change its tools right after answering tools/list). Once it is ready.
+            self._early.add((downstream.id, kind))
             return
         key = (downstream.id, kind)
         if key in self._pending:
@@ -51,6 +57,13 @@ class Relists:
             return
         self._pending[key] = False
         self.tasks.start_soon(self._relist, downstream, kind, key)
+
+    def ready(self, downstream: Downstream) -> None:
+        """A server is ready: re-list what it said changed while it was being listed."""
+        for method, kind in KINDS.items():
+            if (downstream.id, kind) in self._early:
+                self._early.discard((downstream.id, kind))
+                self.changed(downstream, method)
 
     async def _relist(self, downstream: Downstream, kind: str, key: tuple[str, str]) -> None:
         try:
