@@ -5,8 +5,9 @@ burst must not mean hundreds of rebuilds. A notification that arrives while a re
 runs marks one more as pending (it will see every change so far); while one is pending,
 a notification adds nothing. One that comes while the server is still being listed is
 re-listed once it is ready (that listing may have been answered before the change). The
-re-list runs in the hub's own task, so whoever delivers notifications is never held up by it. A server is re-listed once however many profiles
-see it; each of those rebuilds its own catalog from the new lists.
+re-list runs in the hub's own task, so whoever delivers notifications is never held up by
+it. A server is re-listed once however many profiles see it; each of those rebuilds its
+own catalog from the new lists.
 """
 
 from __future__ import annotations
