@@ -91,6 +91,38 @@ def run_cli(*args: str, env: Mapping[str, str] | None = None, timeout: float = 6
     )
 
 
+_SDK_PROBE = """
+import gc, json, sys
+seen = []
+
+class Watch:
+    def find_spec(self, name, path=None, target=None):
+        if name == "mcp":
+            seen.append(gc.isenabled())
+        return None
+
+sys.meta_path.insert(0, Watch())
+from gateway.commands.cli import main
+try:
+    code = main(sys.argv[1:])
+except SystemExit as exc:
+    code = exc.code
+sys.stderr.write("\\nsdk-probe " + json.dumps({"exit": code, "collector_on": seen}) + "\\n")
+"""
+
+
+def sdk_imports(*args: str, timeout: float = 120) -> list[bool]:
+    """Run ``prefixgate ARGS`` in a real process, watching for the mcp SDK's import: one entry
+    per import of it, whether the cyclic collector was on at that moment (none: never imported)."""
+    proc = subprocess.run(
+        [PYTHON, "-c", _SDK_PROBE, *args], capture_output=True, text=True, timeout=timeout, check=False
+    )
+    last = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else ""
+    assert last.startswith("sdk-probe "), proc.stderr[-2000:]
+    found: list[bool] = json.loads(last.removeprefix("sdk-probe "))["collector_on"]
+    return found
+
+
 def catalog_json(config: Path) -> dict[str, Any]:
     proc = run_cli("catalog", "--config", str(config), "--json", "--log-level", "warning")
     assert proc.returncode in (0, 1), proc.stderr

@@ -4,13 +4,11 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import run_cli
+from tests.helpers import run_cli, sdk_imports
 
 COMMANDS = (
     (),
@@ -84,15 +82,4 @@ def test_commands_that_speak_no_mcp_never_import_the_sdk(argv: tuple[str, ...], 
     bad = tmp_path / "bad.toml"
     bad.write_text("[servers.x]\ncommand = 3\n", encoding="utf-8")
     args = [a.format(config=config, bad=bad, missing=tmp_path / "missing.json") for a in argv]
-    probe = (
-        "import sys\n"
-        "from gateway.commands.cli import main\n"
-        "try:\n"
-        f"    code = main({args!r})\n"
-        "except SystemExit as exc:\n"
-        "    code = exc.code\n"
-        "sys.stderr.write(f'\\nexit={code} sdk={\"mcp\" in sys.modules}\\n')\n"
-    )
-    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False)
-    last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("exit=") and last.endswith("sdk=False"), proc.stderr[-2000:]
+    assert sdk_imports(*args, timeout=60) == []

@@ -5,7 +5,6 @@ from __future__ import annotations
 import gc
 import importlib
 import json
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from gateway.commands.cli import importing
+from tests.helpers import sdk_imports
 
 
 @pytest.fixture(autouse=True)
@@ -41,26 +41,6 @@ def test_a_failed_import_leaves_the_collector_on() -> None:
     assert gc.isenabled()
 
 
-PROBE = """
-import gc, sys
-seen = []
-
-class Watch:
-    def find_spec(self, name, path=None, target=None):
-        if name == "mcp":
-            seen.append(gc.isenabled())
-        return None
-
-sys.meta_path.insert(0, Watch())
-from gateway.commands.cli import main
-try:
-    main(sys.argv[1:])
-except SystemExit:
-    pass
-sys.stderr.write(f"\\nmcp imported with the collector on: {seen}\\n")
-"""
-
-
 @pytest.mark.parametrize("command", ["doctor", "catalog"])
 def test_the_sdk_is_imported_with_the_collector_off(command: str, tmp_path: Path) -> None:
     """The mcp SDK (its pydantic models build thousands of validators) is what the commands
@@ -72,6 +52,4 @@ def test_the_sdk_is_imported_with_the_collector_off(command: str, tmp_path: Path
         f"[servers.d]\ncommand = {json.dumps(sys.executable)}\nargs = {demo}\n",
         encoding="utf-8",
     )
-    argv = [sys.executable, "-c", PROBE, command, "--config", str(config), "--log-level", "error"]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
-    assert proc.stderr.strip().splitlines()[-1] == "mcp imported with the collector on: [False]", proc.stderr[-2000:]
+    assert sdk_imports(command, "--config", str(config), "--log-level", "error") == [False]
