@@ -6,6 +6,7 @@ Every test runs the real gateway with a deliberately misbehaving downstream
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Iterator
@@ -21,7 +22,7 @@ from hypothesis import strategies as st
 
 from bench.common import loopback_server
 from spill import ArtifactStore, bound_result, json_size, list_artifacts, surely_within, visible_size
-from tests.helpers import ERAS, PYTHON, catalog_json, demo, run_cli, sdk_client, text, write_config
+from tests.helpers import ERAS, PYTHON, catalog_json, demo, http_gateway, run_cli, sdk_client, text, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -216,20 +217,23 @@ async def test_deny_rule_survives_a_name_collision(tmp_path: Path, mode: str) ->
 
 
 @pytest.mark.parametrize("mode", ERAS)
-async def test_a_change_announced_while_the_gateway_starts_is_published(tmp_path: Path, mode: str) -> None:
+@pytest.mark.parametrize("over", ["stdio", "http"])
+async def test_a_change_announced_while_the_gateway_starts_is_published(tmp_path: Path, mode: str, over: str) -> None:
     """A server that changes its tools right after answering its first ``tools/list``: its
     ``list_changed`` comes while the gateway is still listing it, or publishing its first
     catalog, and the change is published all the same (it was dropped in both windows: the
     old list then stayed for good)."""
     late = rogue(tools=[tool("before")], tools2=[tool("before"), tool("after")], tools2_after_list=True)
     config = write_config(tmp_path, {"r": {**late, "prefix": ""}})  # alone: the barrier follows its listing at once
-    async with sdk_client(config, mode) as client:
-        names: list[str] = []
-        with anyio.fail_after(20):
-            while "after" not in names:
-                names = [t.name for t in (await client.list_tools(cache_mode="refresh")).tools]
-                await anyio.sleep(0.05)
-        assert text(await client.call_tool("after", {})) == "after ran"
+    with contextlib.ExitStack() as stack:
+        target: Path | str = config if over == "stdio" else stack.enter_context(http_gateway(config))[0]
+        async with sdk_client(target, mode) as client:
+            names: list[str] = []
+            with anyio.fail_after(20):
+                while "after" not in names:
+                    names = [t.name for t in (await client.list_tools(cache_mode="refresh")).tools]
+                    await anyio.sleep(0.05)
+            assert text(await client.call_tool("after", {})) == "after ran"
 
 
 @pytest.mark.parametrize("mode", ERAS)
