@@ -26,6 +26,22 @@ def test_spill_benchmark_smoke(tmp_path: Path) -> None:
     assert "| text |" in proc.stdout
 
 
+def test_http_client_benchmark_smoke() -> None:
+    """``python -m bench.httpclient``: the three clients answer the same call, each measured."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.httpclient", "--calls", "5", "--rounds", "1", "--json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    results = json.loads(proc.stdout)
+    assert set(results) == {"sdk", "httpx", "raw"}
+    assert all(r["wall_per_call_s"] > 0 and r["cpu_per_call_s"] >= 0 for r in results.values()), results
+    assert results["raw"]["wall_ratio_to_raw"] == 1.0
+
+
 def test_full_harness_smoke(tmp_path: Path) -> None:
     """``python -m bench.run --quick``: every benchmark runs, the table and JSON come out.
 
