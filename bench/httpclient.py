@@ -143,6 +143,16 @@ async def raw_client(url: str, stack: AsyncExitStack) -> Call:
 CLIENTS = {"sdk": sdk_client, "httpx": httpx_client, "raw": raw_client}
 
 
+def _median_ratio(tops: list[float], bottoms: list[float]) -> float | None:
+    """The median of the per-round ratios; rounds too short to have used any time are left out."""
+    ratios = [top / bottom for top, bottom in zip(tops, bottoms, strict=True) if bottom > 0]
+    return statistics.median(ratios) if ratios else None
+
+
+def _times(ratio: float | None) -> str:
+    return "n/a" if ratio is None else f"{ratio:.2f}x"
+
+
 async def measure(url: str, calls: int, rounds: int) -> dict[str, Any]:
     walls: dict[str, list[float]] = {name: [] for name in CLIENTS}
     cpu: dict[str, list[float]] = {name: [] for name in CLIENTS}
@@ -170,8 +180,8 @@ async def measure(url: str, calls: int, rounds: int) -> dict[str, Any]:
         name: {
             "wall_per_call_s": statistics.median(walls[name]),
             "cpu_per_call_s": statistics.median(cpu[name]),
-            "wall_ratio_to_raw": statistics.median(w / r for w, r in zip(walls[name], walls["raw"], strict=True)),
-            "cpu_ratio_to_raw": statistics.median(c / r for c, r in zip(cpu[name], cpu["raw"], strict=True)),
+            "wall_ratio_to_raw": _median_ratio(walls[name], walls["raw"]),
+            "cpu_ratio_to_raw": _median_ratio(cpu[name], cpu["raw"]),
         }
         for name in CLIENTS
     }
@@ -192,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, r in results.items():
         print(
             f"| {name} | {r['wall_per_call_s'] * 1e3:.2f} ms | {r['cpu_per_call_s'] * 1e6:.0f} µs "
-            f"| {r['wall_ratio_to_raw']:.2f}x | {r['cpu_ratio_to_raw']:.2f}x |"
+            f"| {_times(r['wall_ratio_to_raw'])} | {_times(r['cpu_ratio_to_raw'])} |"
         )
     return 0
 
