@@ -16,9 +16,9 @@ http``, a handshake-era session), three clients side by side, interleaved round 
   one piece, the chunked answer read back: the floor for a Python client.
 
 Reported per client: median wall time per call and CPU per call (this process's user +
-system time over each round's calls: every client runs here, one at a time), and both as
-ratios to ``raw`` per round. Not part of ``bench.run``: a measurement that tells which
-client the gateway should use toward HTTP downstreams.
+system time, ``time.process_time``, over each round's calls: every client runs here, one
+at a time), and both as ratios to ``raw`` per round. Not part of ``bench.run``: a
+measurement that tells which client the gateway should use toward HTTP downstreams.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import resource
 import statistics
 import sys
 import time
@@ -35,16 +34,11 @@ from contextlib import AsyncExitStack
 from typing import Any
 from urllib.parse import urlsplit
 
-from bench.common import PYTHON, demo_args, http_client, rotated, url_process
+from bench.common import PYTHON, demo_args, http_client, ratio_summary, rotated, url_process
 
 VERSION = "2025-11-25"
 ACCEPT = "application/json, text/event-stream"
 Call = Callable[[int], Awaitable[bytes]]
-
-
-def _cpu() -> float:
-    used = resource.getrusage(resource.RUSAGE_SELF)
-    return used.ru_utime + used.ru_stime
 
 
 def _initialize_body() -> bytes:
@@ -107,13 +101,14 @@ class RawConnection:
             f"POST {self.path} HTTP/1.1\r\nHost: {self.netloc}\r\nAccept: {ACCEPT}\r\n"
             f"Content-Type: application/json\r\n{self.extra}Content-Length: {len(body)}\r\n\r\n"
         )
+        request = head.encode() + body
         try:
-            self.writer.write(head.encode() + body)
+            self.writer.write(request)
             status = await self.reader.readuntil(b"\r\n\r\n")
         except (asyncio.IncompleteReadError, ConnectionError):  # the server closed an idle connection
             self.close()
             await self.open()
-            self.writer.write(head.encode() + body)
+            self.writer.write(request)
             status = await self.reader.readuntil(b"\r\n\r\n")
         lines = status.decode("latin-1").split("\r\n")[1:]
         headers = {k.lower(): v for k, _, v in (line.partition(": ") for line in lines if line)}
@@ -144,9 +139,10 @@ CLIENTS = {"sdk": sdk_client, "httpx": httpx_client, "raw": raw_client}
 
 
 def _median_ratio(tops: list[float], bottoms: list[float]) -> float | None:
-    """The median of the per-round ratios; rounds too short to have used any time are left out."""
-    ratios = [top / bottom for top, bottom in zip(tops, bottoms, strict=True) if bottom > 0]
-    return statistics.median(ratios) if ratios else None
+    """The median of the per-round ratios (``ratio_summary``: a round too short to have used
+    any time is left out; None when none is left)."""
+    median = ratio_summary(tops, bottoms).get("median")
+    return median if isinstance(median, float) else None
 
 
 def _times(ratio: float | None) -> str:
@@ -166,7 +162,7 @@ async def measure(url: str, calls: int, rounds: int) -> dict[str, Any]:
         for r in range(rounds):
             for name in rotated(list(CLIENTS), r):
                 call, times = clients[name], []
-                before = _cpu()
+                before = time.process_time()
                 for _ in range(calls):
                     ident += 1
                     started = time.perf_counter()
@@ -174,7 +170,7 @@ async def measure(url: str, calls: int, rounds: int) -> dict[str, Any]:
                     times.append(time.perf_counter() - started)
                     if b"hi" not in answer:
                         raise RuntimeError(f"{name}: unexpected answer {answer!r}"[:300])
-                cpu[name].append((_cpu() - before) / calls)
+                cpu[name].append((time.process_time() - before) / calls)
                 walls[name].append(statistics.median(times))
     return {
         name: {
