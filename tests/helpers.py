@@ -104,10 +104,10 @@ class Watch:
 sys.meta_path.insert(0, Watch())
 from gateway.commands.cli import main
 try:
-    code = main(sys.argv[1:])
-except SystemExit as exc:
-    code = exc.code
-sys.stderr.write("\\nsdk-probe " + json.dumps({"exit": code, "collector_on": seen}) + "\\n")
+    main(sys.argv[1:])
+except SystemExit:
+    pass
+sys.stderr.write("\\nsdk-probe " + json.dumps(seen) + "\\n")
 """
 
 
@@ -119,7 +119,7 @@ def sdk_imports(*args: str, timeout: float = 120) -> list[bool]:
     )
     last = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else ""
     assert last.startswith("sdk-probe "), proc.stderr[-2000:]
-    found: list[bool] = json.loads(last.removeprefix("sdk-probe "))["collector_on"]
+    found: list[bool] = json.loads(last.removeprefix("sdk-probe "))
     return found
 
 
