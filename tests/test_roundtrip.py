@@ -245,14 +245,21 @@ async def test_a_handshake_clients_request_is_not_taken_by_a_parked_modern_call(
 async def test_a_cancelled_modern_call_is_cancelled_downstream(tmp_path: Path, transport: str) -> None:
     async with modern(config_for(tmp_path), transport, **CALLBACKS) as (client, stderr):
         with anyio.fail_after(60):
+            running = anyio.Event()
+
+            async def progressed(progress: float, total: float | None, message: str | None) -> None:
+                running.set()
+
             async with anyio.create_task_group() as tg:
 
                 async def call() -> None:
-                    await client.call_tool("r__slow", {"seconds": 60, "steps": 60})
+                    await client.call_tool("r__slow", {"seconds": 60, "steps": 60}, progress_callback=progressed)
                     pytest.fail("the call should have been cancelled")
 
                 tg.start_soon(call)
-                await anyio.sleep(2)  # the call is running downstream
+                # Its first progress says the call runs downstream (a fixed sleep was not always
+                # enough under load: the server may still be starting behind a first-ever start).
+                await running.wait()
                 tg.cancel_scope.cancel()
             assert await saw(stderr, "[r] slow cancelled after step")
             assert text(await client.call_tool("r__ask", {})) == "accept:{'name': 'Ann'}"
