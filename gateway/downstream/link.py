@@ -58,7 +58,8 @@ class Link:
         self._ask = ask
         self._log = log
         self._raw_calls = raw_calls
-        """``tools/call`` to a stdio child as raw lines (``PREFIXGATE_FAST_PATH=0``: through the SDK)."""
+        """``tools/call`` below the SDK's session: raw lines to a stdio child, one POST to a
+        streamable-HTTP server (``PREFIXGATE_FAST_PATH=0``: through the SDK)."""
         self.handshake_refused = False
         """The server refused the handshake: its reconnects go straight to ``server/discover``."""
         self._hinted = False
@@ -174,7 +175,7 @@ class Link:
                 log_level=log_level,
                 header_maps=self.header_maps,
                 capabilities=capabilities,
-                headers=raw is None,  # a raw line on a pipe has no HTTP headers to carry
+                headers=raw is None or raw.takes_headers,  # a raw line on a pipe has none to carry
             )
         else:
             headers = dict(self._headers)
@@ -188,9 +189,9 @@ class Link:
         if on_progress is not None:
             opts["on_progress"] = latest_only(on_progress)
         try:
-            if raw is not None:  # our own pipes: a raw line, its reply taken before any model (rawcalls.py)
+            if raw is not None:  # below the session: a raw line (rawcalls.py) or a POST (httpcalls.py)
                 result: dict[str, Any] = await raw.request(
-                    method, params, timeout=timeout, on_progress=opts.get("on_progress")
+                    method, params, timeout=timeout, on_progress=opts.get("on_progress"), headers=headers
                 )
             else:
                 result = await dispatcher.send_raw_request(method, params, opts)  # type: ignore[arg-type]

@@ -72,6 +72,9 @@ class _Waiting:
 class RawCalls:
     """The raw calls waiting on one child: written by ``request``, answered by the reader."""
 
+    takes_headers = False
+    """A line on a pipe carries no HTTP headers."""
+
     def __init__(
         self,
         stdin: anyio.abc.ByteSendStream,
@@ -96,9 +99,16 @@ class RawCalls:
     # --- the caller's side --------------------------------------------------------------
 
     async def request(
-        self, method: str, params: Mapping[str, Any] | None, *, timeout: float | None, on_progress: ProgressFn | None
+        self,
+        method: str,
+        params: Mapping[str, Any] | None,
+        *,
+        timeout: float | None,
+        on_progress: ProgressFn | None,
+        headers: Mapping[str, str] | None = None,
     ) -> dict[str, Any]:
-        """The server's raw result, or ``MCPError`` as the SDK's ``send_raw_request`` raises it."""
+        """The server's raw result, or ``MCPError`` as the SDK's ``send_raw_request`` raises it
+        (``headers``: none go on a pipe)."""
         if self._closed:
             raise MCPError(code=CONNECTION_CLOSED, message="Connection closed")
         self._next += 1

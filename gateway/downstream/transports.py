@@ -14,7 +14,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
+import anyio
+
 from gateway.config import ServerConfig
+from gateway.downstream.httpcalls import HttpCalls
 from gateway.downstream.rawcalls import RawCalls
 from gateway.downstream.related import Related
 from gateway.downstream.spawn import Spawned
@@ -34,10 +37,14 @@ class Transport:
     related: Related | None = None
     """Whose call a streamable-HTTP server's request is for (``related.py``)."""
 
+    http_calls: HttpCalls | None = None
+    """``tools/call`` as one POST of its own while a streamable-HTTP connection is open."""
+
     @property
-    def raw_calls(self) -> RawCalls | None:
-        """``tools/call`` as raw lines on the transport's own pipes, where it has them (stdio)."""
-        return self.child.calls if self.child is not None else None
+    def raw_calls(self) -> RawCalls | HttpCalls | None:
+        """``tools/call`` below the SDK's session, where the transport has a way: raw lines on a
+        stdio child's pipes (``rawcalls.py``), one POST read in place (``httpcalls.py``)."""
+        return self.child.calls if self.child is not None else self.http_calls
 
     def open(self) -> AbstractAsyncContextManager[Streams]:
         raise NotImplementedError
@@ -90,13 +97,13 @@ class _Remote(Transport):
 
 class StreamableHttpTransport(_Remote):
     """The SDK's streamable-HTTP client on the gateway's HTTP stack: pooled connections
-    whose event streams are read to their end (``reuse.py``), and each response stream
-    scanned for the server requests it carries (``related.py``)."""
+    whose event streams are read to their end (``reuse.py``), each response stream
+    scanned for the server requests it carries (``related.py``), and ``tools/call`` posted
+    beside the SDK's session (``httpcalls.py``)."""
 
     @asynccontextmanager
     async def open(self) -> AsyncIterator[Streams]:
         import httpx2
-        from mcp.client.streamable_http import streamable_http_client
 
         from gateway.downstream.related import RelatedStreams
         from gateway.downstream.reuse import ReusedConnections
@@ -113,9 +120,52 @@ class StreamableHttpTransport(_Remote):
         self.related = Related()
         pool = ReusedConnections(RelatedStreams(self.related, inner))
         headers = dict(self.config.headers)
+        self.http_calls = None
         async with httpx2.AsyncClient(headers=headers, timeout=timeout, auth=auth, transport=pool) as http:
-            async with streamable_http_client(self.url, http_client=http) as (read, write):
+            async with _streamable_http(self.url, http) as (read, write, calls):
+                self.http_calls = calls
                 yield read, write
+
+
+@asynccontextmanager
+async def _streamable_http(url: str, http: Any) -> AsyncIterator[tuple[Any, Any, HttpCalls]]:
+    """The SDK's ``streamable_http_client``, its parts held here: the raw calls of
+    ``httpcalls.py`` read the session id and version its transport learns, hand the session
+    what arrives on their streams, and end the connection as a failed POST of its own would."""
+    from mcp.client.streamable_http import StreamableHTTPTransport
+    from mcp.shared._context_streams import ContextReceiveStream, ContextSendStream, create_context_streams
+    from mcp.shared.message import SessionMessage
+
+    sdk = StreamableHTTPTransport(url)
+    to_session, from_transport = anyio.create_memory_object_stream[Any](0)
+    read_writer: ContextSendStream[SessionMessage | Exception] = ContextSendStream(to_session)
+    read: ContextReceiveStream[SessionMessage | Exception] = ContextReceiveStream(from_transport)
+    write, write_reader = create_context_streams[SessionMessage](0)
+    async with read_writer, read, write, write_reader, anyio.create_task_group() as tg:
+
+        def start_get_stream() -> None:
+            tg.start_soon(sdk.handle_get_stream, http, read_writer)
+
+        def fail(exc: BaseException) -> None:
+            async def raise_it() -> None:
+                raise exc
+
+            tg.start_soon(raise_it)
+
+        tg.start_soon(sdk.post_writer, http, write_reader, read_writer, write, start_get_stream, tg)
+
+        def session_waiting() -> bool:
+            """The session's reader waits for the next message: it has taken (and dispatched) the last."""
+            return to_session.statistics().tasks_waiting_receive > 0
+
+        calls = HttpCalls(http, sdk, read_writer, write, fail, session_waiting)
+        try:
+            yield read, write, calls
+        finally:
+            calls.close()
+            if sdk.session_id:
+                await sdk.terminate_session(http)
+            tg.cancel_scope.cancel()
 
 
 class SseTransport(_Remote):

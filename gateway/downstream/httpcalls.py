@@ -1,0 +1,367 @@
+"""``tools/call`` to a streamable-HTTP server as one POST, its answer read in place.
+
+Through the SDK's ``ClientSession`` and streamable-HTTP client a call costs a request model,
+two context-stream hops each way, a task group and a task for its POST, and a model for
+every message on its response: about 1.6 ms of CPU a call here (``python -m
+bench.httpclient``), most of what the gateway spent per call toward an HTTP server. Here a
+call is posted through the connection's own ``httpx2.AsyncClient`` (its auth flow, pooled
+connections, TLS, proxies, and the transports of ``reuse.py`` and ``related.py``), with the
+headers the SDK's transport would put on it (its session id, the negotiated version) and an
+id the ``ClientSession`` never uses (``"pg-<n>"``; the SDK counts integers). Its answer is
+read in place: a clean reply is returned as is, progress for its token goes to its
+callback, and every other message on its event stream (a server's request for input, its
+logs) goes to the ``ClientSession`` exactly as the SDK's transport hands it over.
+
+Everything else is what the SDK does, with the SDK's own parts where they are public
+enough to share: its JSON parser (one message the SDK refuses, say with a lone surrogate,
+is refused here with the same error), its event-stream reader and size cap, its answers to
+a 202, a redirect that leaves the origin and an error status, ``Last-Event-ID`` resumption
+of a stream cut before the answer, the courtesy ``notifications/cancelled`` (posted in the
+handshake era and swallowed at 2026-07-28 by the SDK's transport, where closing the stream
+is the cancel), and a failed HTTP exchange ending the connection.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import anyio
+import httpx2
+import mcp_types as types
+import pydantic_core
+from mcp.client.streamable_http import (
+    DEFAULT_RECONNECTION_DELAY_MS,
+    LAST_EVENT_ID,
+    MAX_RECONNECTION_ATTEMPTS,
+    StreamableHTTPTransport,
+    _unfollowed_redirect,
+)
+from mcp.shared._context_streams import ContextSendStream
+from mcp.shared._httpx_utils import sse_within_origin, stream_within_origin
+from mcp.shared.exceptions import MCPError
+from mcp.shared.message import SessionMessage
+from mcp_types import (
+    CONNECTION_CLOSED,
+    INTERNAL_ERROR,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    PARSE_ERROR,
+    REQUEST_TIMEOUT,
+)
+from pydantic import ValidationError
+
+log = logging.getLogger("prefixgate.http")
+
+ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
+
+ID_PREFIX = "pg-"
+"""Ids of raw calls: strings, which the SDK's ``ClientSession`` (integer ids) never sends."""
+_ABANDON_WRITE_TIMEOUT = 5.0
+"""As the SDK's dispatcher: a courtesy cancel gives up after this."""
+_REPLY_KEYS = frozenset(("jsonrpc", "id", "result"))
+_HANDLER_STEPS = 3
+"""Turns of the loop the session's task for a notification takes to hand it to the gateway
+(its start, the logging callback's checkpoint, the message handler), with one to spare: about
+the turns the SDK's own path takes from a reply's bytes to its caller."""
+
+
+class HttpCalls:
+    """The raw calls of one streamable-HTTP connection (see the module docstring)."""
+
+    takes_headers = True
+    """Its requests carry HTTP headers (``Link.request`` stamps the 2026-07-28 ones)."""
+
+    def __init__(
+        self,
+        client: httpx2.AsyncClient,
+        sdk: StreamableHTTPTransport,
+        to_session: ContextSendStream[SessionMessage | Exception],
+        to_server: ContextSendStream[SessionMessage],
+        fail: Callable[[BaseException], None],
+        session_waiting: Callable[[], bool],
+    ) -> None:
+        self.client = client
+        self.sdk = sdk
+        """The SDK's transport of the same connection: its session id and negotiated version."""
+        self.to_session = to_session
+        self._to_server = to_server
+        self.fail = fail
+        """Ends the connection with an exception, as a failed POST ends the SDK's transport."""
+        self._session_waiting = session_waiting
+        self._next = 0
+        self._closed = False
+        self._scopes: set[anyio.CancelScope] = set()
+
+    async def request(
+        self,
+        method: str,
+        params: Mapping[str, Any] | None,
+        *,
+        timeout: float | None,
+        on_progress: ProgressFn | None,
+        headers: Mapping[str, str],
+    ) -> dict[str, Any]:
+        """The server's raw result, or ``MCPError`` as the SDK's ``send_raw_request`` raises it."""
+        if self._closed:
+            raise MCPError(code=CONNECTION_CLOSED, message="Connection closed")
+        self._next += 1
+        if self._next == 1:
+            log.debug(
+                "%s to %s posted beside the SDK's session (PREFIXGATE_FAST_PATH=0: through it)", method, self.sdk.url
+            )
+        request_id = f"{ID_PREFIX}{self._next}"
+        out = dict(params) if params is not None else {}
+        meta = dict(out.get("_meta") or {})
+        if on_progress is not None:
+            meta["progressToken"] = request_id  # the id doubles as the token, as in the SDK
+        if meta:
+            out["_meta"] = meta
+        else:
+            out.pop("_meta", None)
+        message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
+        if out:
+            message["params"] = out
+        try:  # the body httpx2 makes of the SDK's ``json=``; refused here, before anything is sent
+            body = json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+        except ValueError as exc:
+            log.warning("cannot send a request to %s: %s", self.sdk.url, exc)
+            raise MCPError(code=INVALID_REQUEST, message=f"request not sent: {exc}") from None
+        del message
+        wire = _headers(self.sdk)
+        wire.update(headers)
+        call = _Call(self, request_id, on_progress)
+        closing = anyio.CancelScope()
+        self._scopes.add(closing)
+        try:
+            with closing:
+                # The SDK's clock starts at the write to its transport; here the POST is the write.
+                with anyio.move_on_after(math.inf if timeout is None else timeout) as clock:
+                    return await call.run(body, wire)
+            if clock.cancelled_caught:
+                await self._cancel(request_id, f"timed out after {timeout}s", shield=False)
+                raise MCPError(code=REQUEST_TIMEOUT, message=f"Request {method!r} timed out")
+            raise MCPError(code=CONNECTION_CLOSED, message="Connection closed")  # close() ended it
+        except anyio.get_cancelled_exc_class():  # the caller's: the courtesy cancel follows the POST
+            await self._cancel(request_id, "caller cancelled", shield=True)
+            raise
+        finally:
+            self._scopes.discard(closing)
+
+    async def session_caught_up(self) -> None:
+        """Let the ``ClientSession`` act on what the server sent before a call's reply, before
+        the reply moves on, as through the SDK, where the reply follows it through the same
+        stream and loop: what the call's own stream handed it (its log for the call, say), and
+        what a session's standalone stream brought meanwhile (a log for the session, which a
+        2026-07-28 client hears only while its call is in flight). The session's reader back at
+        its stream has dispatched the last message; the turns after it let the task it started
+        and the standalone stream's reader run (``Link`` then settles the inbox)."""
+        with anyio.move_on_after(_ABANDON_WRITE_TIMEOUT):
+            while not self._session_waiting():
+                await anyio.lowlevel.checkpoint()
+        for _ in range(_HANDLER_STEPS):
+            await anyio.lowlevel.checkpoint()
+
+    def close(self) -> None:
+        """The connection closes: every call in flight fails with the SDK's ``Connection closed``."""
+        self._closed = True
+        for scope in self._scopes:
+            scope.cancel()
+
+    async def _cancel(self, request_id: str, reason: str, *, shield: bool) -> None:
+        """The courtesy ``notifications/cancelled``, through the SDK's transport (which posts it,
+        or at 2026-07-28 swallows it: there the closed stream is the cancel)."""
+        note = types.JSONRPCNotification(
+            jsonrpc="2.0", method="notifications/cancelled", params={"requestId": request_id, "reason": reason}
+        )
+        with anyio.move_on_after(_ABANDON_WRITE_TIMEOUT, shield=shield) as scope:
+            try:
+                await self._to_server.send(SessionMessage(note))
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                log.debug("courtesy cancel for %s not sent: the connection is closed", request_id)
+        if scope.cancelled_caught:
+            log.warning("courtesy cancel for %s gave up: transport write blocked", request_id)
+
+
+class _Call:
+    """One call's POST and the reading of its answer, as the SDK's transport reads it."""
+
+    __slots__ = ("calls", "forwarded", "last_id", "on_progress", "request_id", "retry_ms")
+
+    def __init__(self, calls: HttpCalls, request_id: str, on_progress: ProgressFn | None) -> None:
+        self.calls = calls
+        self.request_id = request_id
+        self.on_progress = on_progress
+        self.forwarded = False
+        """A message of its stream went to the ``ClientSession``: it takes it before the reply moves on."""
+        self.last_id: str | None = None
+        """The last event id seen: where a resumed stream starts."""
+        self.retry_ms: int | None = None
+        """The server's ``retry``: how long to wait before resuming."""
+
+    async def run(self, body: bytes, headers: dict[str, str]) -> dict[str, Any]:
+        calls = self.calls
+        try:
+            async with stream_within_origin(calls.client, "POST", calls.sdk.url, content=body, headers=headers) as resp:
+                outcome = await self._answer(resp)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            raise MCPError(code=CONNECTION_CLOSED, message="Connection closed") from None
+        except Exception as exc:  # the HTTP exchange failed: the SDK's transport ends the connection on it
+            calls.fail(exc)
+            raise MCPError(code=CONNECTION_CLOSED, message="Connection closed") from None
+        if self.forwarded or calls.sdk.session_id is not None:  # (only a session has a standalone stream)
+            await calls.session_caught_up()
+        if isinstance(outcome, types.ErrorData):
+            raise MCPError(code=outcome.code, message=outcome.message, data=outcome.data)
+        return outcome
+
+    async def _answer(self, response: httpx2.Response) -> dict[str, Any] | types.ErrorData:
+        """What ``StreamableHTTPTransport._handle_post_request`` makes of a request's response."""
+        status = response.status_code
+        if status == 202:
+            return types.ErrorData(code=INVALID_REQUEST, message="server answered a request with 202 Accepted")
+        if (redirect := _unfollowed_redirect(response)) is not None:
+            log.warning(redirect)
+            return types.ErrorData(code=INVALID_REQUEST, message=redirect)
+        content_type = response.headers.get("content-type", "").lower()
+        if status >= 400:
+            if content_type.startswith("application/json"):
+                try:
+                    parsed = types.jsonrpc_message_adapter.validate_json(await response.aread(), by_name=False)
+                    if isinstance(parsed, types.JSONRPCError):
+                        return parsed.error
+                except (httpx2.StreamError, ValidationError):
+                    pass
+            if status == 404:
+                if self.calls.sdk.session_id is None:
+                    return types.ErrorData(code=METHOD_NOT_FOUND, message="Not Found")
+                return types.ErrorData(code=INVALID_REQUEST, message="Session terminated")
+            return types.ErrorData(code=INTERNAL_ERROR, message="Server returned an error response")
+        if content_type.startswith("application/json"):
+            try:
+                outcome = await self._message(await response.aread(), "JSON response", any_id=False)
+            except httpx2.StreamError as exc:
+                return types.ErrorData(code=PARSE_ERROR, message=f"Failed to parse JSON response: {exc}")
+            if outcome is None:  # not its reply: through the SDK the call would wait for one (to its timeout)
+                await anyio.sleep_forever()
+            assert outcome is not None
+            return outcome
+        if content_type.startswith("text/event-stream"):
+            return await self._events(response)
+        log.error("Unexpected content type: %s", content_type)
+        return types.ErrorData(code=INVALID_REQUEST, message=f"Unexpected content type: {content_type}")
+
+    async def _events(self, response: httpx2.Response) -> dict[str, Any] | types.ErrorData:
+        """The call's event stream to its answer; cut before it, resumed with ``Last-Event-ID``
+        (``_handle_sse_response`` and ``_handle_reconnection``)."""
+        sdk = self.calls.sdk
+        try:
+            outcome = await self._read(httpx2.EventSource(response, max_event_size=sdk.max_sse_event_size))
+        except httpx2.SSEError as exc:
+            return types.ErrorData(code=CONNECTION_CLOSED, message=f"SSE stream failed: {exc}")
+        except Exception:
+            log.debug("SSE stream ended", exc_info=True)
+            outcome = None
+        if outcome is not None:
+            return outcome
+        if self.last_id is None:
+            return types.ErrorData(code=CONNECTION_CLOSED, message="SSE stream ended without a response")
+        attempt = 0
+        while attempt < MAX_RECONNECTION_ATTEMPTS:
+            last_id, retry_ms = self.last_id, self.retry_ms
+            await anyio.sleep((retry_ms if retry_ms is not None else DEFAULT_RECONNECTION_DELAY_MS) / 1000)
+            event_stream = False
+            try:
+                async with sse_within_origin(
+                    self.calls.client,
+                    sdk.url,
+                    headers={**_headers(sdk), LAST_EVENT_ID: last_id},
+                    max_event_size=sdk.max_sse_event_size,
+                ) as source:
+                    source.response.raise_for_status()
+                    event_stream = _is_event_stream(source.response)
+                    log.info("Reconnected to SSE stream")
+                    if (outcome := await self._read(source)) is not None:
+                        return outcome
+                attempt = 0  # it ended again without the answer: resumed again
+            except httpx2.SSEError as exc:
+                if event_stream:
+                    return types.ErrorData(code=CONNECTION_CLOSED, message=f"SSE stream failed: {exc}")
+                attempt, self.last_id, self.retry_ms = attempt + 1, last_id, retry_ms
+            except Exception as exc:
+                log.debug("Reconnection failed: %s", exc)
+                attempt, self.last_id, self.retry_ms = attempt + 1, last_id, retry_ms
+        return types.ErrorData(
+            code=CONNECTION_CLOSED, message="SSE stream ended and reconnection attempts were exhausted"
+        )
+
+    async def _read(self, source: httpx2.EventSource) -> dict[str, Any] | types.ErrorData | None:
+        """Events to the call's answer (None: the stream ended first)."""
+        async for sse in source:
+            if sse.id:
+                self.last_id = sse.id
+            if sse.retry is not None:
+                self.retry_ms = sse.retry
+            if sse.event != "message":
+                log.warning("Unknown SSE event: %s", sse.event)
+            elif sse.data:  # (an empty one primes: its id is where a resumption starts)
+                if (outcome := await self._message(sse.data, "SSE message", any_id=True)) is not None:
+                    return outcome
+        return None
+
+    async def _message(self, data: bytes | str, what: str, *, any_id: bool) -> dict[str, Any] | types.ErrorData | None:
+        """One message of the call's response: its outcome if it answers the call, else None (its
+        progress went to the callback, anything else to the ``ClientSession``). ``any_id``: on an
+        event stream every reply answers the call (the SDK's transport gives it the call's id)."""
+        try:
+            parsed = pydantic_core.from_json(data)  # the SDK's parser (jiter): what it refuses fails below
+        except ValueError:
+            parsed = None
+        if type(parsed) is dict:
+            if parsed.get("id") == self.request_id and parsed.keys() == _REPLY_KEYS:
+                if parsed["jsonrpc"] == "2.0" and type(parsed["result"]) is dict:
+                    return parsed["result"]
+            elif parsed.get("method") == "notifications/progress" and "id" not in parsed:
+                params = parsed.get("params")
+                if type(params) is dict and params.get("progressToken") == self.request_id:
+                    await self._progress(params)
+                    return None
+        try:
+            message = types.jsonrpc_message_adapter.validate_json(data, by_name=False)
+        except ValidationError as exc:
+            log.error("Error parsing %s: %s", what, exc)
+            return types.ErrorData(code=PARSE_ERROR, message=f"Failed to parse {what}: {exc}")
+        if isinstance(message, types.JSONRPCResponse | types.JSONRPCError):
+            if any_id or message.id == self.request_id:
+                return message.result if isinstance(message, types.JSONRPCResponse) else message.error
+        self.forwarded = True
+        await self.calls.to_session.send(SessionMessage(message))
+        return None
+
+    async def _progress(self, params: dict[str, Any]) -> None:
+        """As the SDK's dispatcher reads progress: a number, else ignored."""
+        progress, total, message = params.get("progress"), params.get("total"), params.get("message")
+        callback = self.on_progress
+        if callback is None or isinstance(progress, bool) or not isinstance(progress, int | float):
+            return
+        try:
+            await callback(
+                float(progress),
+                float(total) if isinstance(total, int | float) else None,
+                message if isinstance(message, str) else None,
+            )
+        except Exception:
+            log.exception("progress callback raised")
+
+
+def _headers(sdk: StreamableHTTPTransport) -> dict[str, str]:
+    """The headers the SDK's transport puts on every request of its connection (accept, content
+    type, its session id, the negotiated version); the SDK keeps them behind a private method."""
+    return sdk._prepare_headers()  # noqa: SLF001
+
+
+def _is_event_stream(response: httpx2.Response) -> bool:
+    return response.headers.get("content-type", "").partition(";")[0].strip().lower() == "text/event-stream"

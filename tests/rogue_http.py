@@ -1,0 +1,166 @@
+"""A streamable-HTTP server that misbehaves at the HTTP level (tests/test_http_calls.py).
+
+Just enough of the 2025-11-25 handshake to be listed; then each tool answers its call in a
+way a real server might: an event stream with a log before the reply, cut before it (with
+an event id to resume from, or without), an event that is not JSON, a reply with someone
+else's id, a lone surrogate, a body that is not JSON, an error status with and without a
+JSON-RPC error in it, 202 for a request, a redirect off the origin, an unexpected content
+type. Standard library only: it starts in a few milliseconds. Prints its URL first.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+SESSION = "rogue-session"
+FIXED = "x"
+"""The id of a message that fails to parse: the SDK's error quotes the message, so one with the
+call's id (``"pg-3"`` on one path, ``3`` on the other) would read differently on each path."""
+TOOLS = [
+    "echo",
+    "sse_log_then_reply",
+    "sse_other_id",
+    "sse_not_json",
+    "sse_surrogate",
+    "sse_cut",
+    "sse_resume",
+    "json_surrogate",
+    "json_not_json",
+    "json_bad_result",
+    "status_500",
+    "status_500_rpc_error",
+    "status_404",
+    "accepted",
+    "redirect_away",
+    "text_plain",
+]
+_resumable: dict[str, bytes] = {}
+"""Event id -> the event a ``GET`` with that ``Last-Event-ID`` is sent."""
+_lock = threading.Lock()
+_keys = itertools.count(1)
+
+
+def reply(request_id: Any, text: str) -> dict[str, Any]:
+    """A result with the id last, so an error quoting the start of the message never shows it."""
+    return {"jsonrpc": "2.0", "result": {"content": [{"type": "text", "text": text}]}, "id": request_id}
+
+
+def event(message: dict[str, Any] | str, event_id: str | None = None) -> bytes:
+    data = message if isinstance(message, str) else json.dumps(message, ensure_ascii=True)
+    head = f"id: {event_id}\n" if event_id else ""
+    return f"{head}event: message\ndata: {data}\n\n".encode()
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self) -> None:  # noqa: N802
+        msg = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))))
+        method, request_id = msg.get("method"), msg.get("id")
+        if request_id is None or method is None:
+            self.respond(202, "text/plain", b"")
+        elif method == "initialize":
+            result = {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {"tools": {}, "logging": {}},
+                "serverInfo": {"name": "rogue-http", "version": "0"},
+            }
+            self.json({"jsonrpc": "2.0", "id": request_id, "result": result}, session=True)
+        elif method == "tools/list":
+            tools = [{"name": name, "inputSchema": {"type": "object"}} for name in TOOLS]
+            self.json({"jsonrpc": "2.0", "id": request_id, "result": {"tools": tools}})
+        elif method == "tools/call":
+            self.call(request_id, (msg.get("params") or {}).get("name", ""))
+        elif method == "ping":
+            self.json({"jsonrpc": "2.0", "id": request_id, "result": {}})
+        else:
+            self.json({"jsonrpc": "2.0", "id": request_id, "error": {"code": -32601, "message": f"no {method}"}})
+
+    def call(self, request_id: Any, name: str) -> None:
+        log = {"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "error", "data": name}}
+        if name == "echo":
+            self.json(reply(request_id, "plain json"))
+        elif name == "sse_log_then_reply":
+            self.sse(event(log) + event(reply(request_id, "after a log")))
+        elif name == "sse_other_id":  # on a call's stream every reply is the call's (the SDK's rule)
+            self.sse(event(reply("someone-else", "the id was not ours")))
+        elif name == "sse_not_json":
+            self.sse(event("this is not json"))
+        elif name == "sse_surrogate":
+            self.sse(event(reply(FIXED, "half an emoji \ud83d")))
+        elif name == "sse_cut":  # a log, then the stream ends without the reply and without an id
+            self.sse(event(log))
+        elif name == "sse_resume":  # a priming event and a retry hint; the reply waits for the resumed GET
+            with _lock:
+                key = f"e{next(_keys)}"
+                _resumable[key] = event(reply(request_id, "resumed after a cut"), key + "-reply")
+            self.sse(f"id: {key}\nretry: 10\nevent: message\ndata: \n\n".encode() + event(log))
+        elif name == "json_surrogate":
+            self.respond(200, "application/json", json.dumps(reply(FIXED, "lone \udc00 here")).encode())
+        elif name == "json_not_json":
+            self.respond(200, "application/json", b"<html>not json</html>")
+        elif name == "json_bad_result":
+            body = {"jsonrpc": "2.0", "result": ["not", "an", "object"], "id": FIXED}
+            self.respond(200, "application/json", json.dumps(body).encode())
+        elif name == "status_500":
+            self.respond(500, "text/plain", b"internal trouble")
+        elif name == "status_500_rpc_error":
+            error = {"jsonrpc": "2.0", "id": None, "error": {"code": -32603, "message": "the backend is down"}}
+            self.respond(500, "application/json", json.dumps(error).encode())
+        elif name == "status_404":
+            self.respond(404, "text/plain", b"no such session")
+        elif name == "accepted":
+            self.respond(202, "text/plain", b"")
+        elif name == "redirect_away":
+            self.respond(307, "text/plain", b"", location="http://elsewhere.invalid/mcp")
+        else:
+            self.respond(200, "text/plain", b"plain text, not MCP")
+
+    def do_GET(self) -> None:  # noqa: N802
+        with _lock:
+            resumed = _resumable.pop(self.headers.get("last-event-id", ""), None)
+        if resumed is None:
+            self.respond(405, "text/plain", b"")
+        else:
+            self.sse(resumed)
+
+    def do_DELETE(self) -> None:  # noqa: N802
+        self.respond(200, "text/plain", b"")
+
+    def json(self, message: dict[str, Any], *, session: bool = False) -> None:
+        self.respond(200, "application/json", json.dumps(message).encode(), session=session)
+
+    def sse(self, body: bytes) -> None:
+        self.respond(200, "text/event-stream", body)
+
+    def respond(
+        self, status: int, content_type: str, body: bytes, *, session: bool = False, location: str = ""
+    ) -> None:
+        self.send_response(status)
+        self.send_header("content-type", content_type)
+        self.send_header("content-length", str(len(body)))
+        if session:
+            self.send_header("mcp-session-id", SESSION)
+        if location:
+            self.send_header("location", location)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def main() -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    sys.stdout.write(f"http://127.0.0.1:{server.server_address[1]}/mcp\n")
+    sys.stdout.flush()
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,180 @@
+"""``tools/call`` to a streamable-HTTP server posted beside the SDK's session (issue 25,
+gateway/downstream/httpcalls.py) answers exactly as the SDK's session does.
+
+The conversation of tests/test_fast_path.py goes to a real gateway twice, its servers now real
+HTTP servers on loopback, with the direct path on and with ``PREFIXGATE_FAST_PATH=0``; every
+line the gateway writes back is compared as bytes. Both eras on both sides, and a classic
+server (``asker``: the handshake, its elicitation a request on the call's own stream).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers import ERAS, GATEWAY, PYTHON, elicitation, raw_gateway, sdk_client, text, url_process, write_config
+from tests.test_fast_path import NON_ASCII, Script, conversation
+
+pytestmark = pytest.mark.anyio
+
+LANE = "posted beside the SDK's session"
+"""The gateway's debug line on a connection's first direct call."""
+
+
+@contextmanager
+def http_servers(tmp_path: Path, protocol: str, tag: str) -> Iterator[tuple[Path, Path]]:
+    """The servers of test_fast_path's config, each a demo server on its own loopback port;
+    yields the config and the file their stderr goes to (the courtesy cancels they log)."""
+    stderr = tmp_path / f"servers-{tag}.log"
+    (tmp_path / tag).mkdir()
+    specs: dict[str, tuple[list[str], dict[str, Any]]] = {
+        "demo": (["--tools", "2", "--rich"], {"protocol": protocol}),
+        "slowpoke": (["--tools", "1", "--name", "slowpoke"], {"call_timeout": 1, "protocol": protocol}),
+        "crashy": (["--tools", "1", "--name", "crashy"], {"protocol": protocol}),
+        "asker": (["--tools", "1", "--rich", "--name", "asker"], {"protocol": "legacy"}),
+    }
+    with ExitStack() as stack, stderr.open("w") as errlog:
+        servers = {}
+        for name, (args, table) in specs.items():
+            command = [*GATEWAY, "demo-server", "--transport", "http", *args]
+            url, _proc = stack.enter_context(url_process(command, stderr=errlog))
+            servers[name] = {"url": url, **table}
+        config = write_config(
+            tmp_path / tag,
+            servers,
+            policy={"deny": ["demo__touch"]},
+            spill={"max_visible_bytes": 2048},
+        )
+        yield config, stderr
+
+
+@pytest.mark.parametrize("era", ["handshake", "modern"])
+async def test_http_calls_answer_byte_identical_to_the_sdk_session(tmp_path: Path, era: str) -> None:
+    """Client and servers in one era: ``auto`` reaches a demo server with the handshake, ``modern``
+    with 2026-07-28 (its input is then asked with ``input_required``, not a request)."""
+    modern = era == "modern"
+    protocol = "modern" if modern else "auto"
+    with http_servers(tmp_path, protocol, "fast") as (config, fast_servers):
+        fast, fast_log = conversation(config, modern, True, tmp_path / "fast.log")
+    with http_servers(tmp_path, protocol, "sdk") as (config, sdk_servers):
+        sdk, sdk_log = conversation(config, modern, False, tmp_path / "sdk.log")
+    assert LANE in fast_log and LANE not in sdk_log
+    assert [label for label, _ in fast] == [label for label, _ in sdk]
+    for (label, got), (_, want) in zip(fast, sdk, strict=True):
+        assert got == want, label
+    steps = dict(fast)
+    assert "héllo — 日本語 🎉".encode() in steps["echo"][0]
+    assert b"saved as artifact <id>" in steps["spilled"][0]
+    assert len(steps["log"]) == 2 and b"logged line" in steps["log"][0]  # the call's log before its answer
+    assert len(steps["progress"]) == 3 and b'"progressToken":"p-9"' in steps["progress"][0]
+    assert b"still here" in steps["after cancel"][-1] and len(steps["after cancel"]) == 1
+    assert b"timed out after 1 s" in steps["timeout"][-1]
+    # The SDK's words: the call's event stream cut (handshake era), its JSON answer's connection lost.
+    crashed = b"closed during the call" if modern else b"SSE stream ended without a response"
+    assert crashed in steps["crash mid-call"][-1]
+    assert b"Ann" in steps["ask answered"][-1] and b"Ann" in steps["ask legacy server answered"][-1]
+    # The courtesy cancels (the client's, the timeout's) reached the servers on both paths:
+    # posted in the handshake era, the response stream closed at 2026-07-28.
+    cancelled = [path.read_text().count("slow cancelled after step") for path in (fast_servers, sdk_servers)]
+    assert cancelled == [2, 2], cancelled
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_sdk_client_through_http_calls(tmp_path: Path, mode: str) -> None:
+    """The SDK client's own view, both eras: results, progress, a classic server's elicitation
+    on the call's stream, a server's invalid-arguments answer."""
+    seen: list[float] = []
+
+    async def progress(value: float, total: float | None, message: str | None) -> None:
+        seen.append(value)
+
+    with http_servers(tmp_path, "auto", "sdk") as (config, _):
+        async with sdk_client(config, mode, elicitation_callback=elicitation) as client:
+            result = await client.call_tool("demo__echo", {"text": NON_ASCII})
+            assert text(result) == NON_ASCII
+            result = await client.call_tool("demo__slow", {"seconds": 0.2, "steps": 2}, progress_callback=progress)
+            assert text(result) == "slept 0.2 s" and seen == [0.0, 1.0]
+            result = await client.call_tool("asker__ask", {})
+            assert not result.is_error and "accept" in text(result)
+            result = await client.call_tool("demo__structured", {"count": "three"})
+            assert result.is_error and "Invalid arguments" in text(result)
+
+
+ROGUE = str(Path(__file__).with_name("rogue_http.py"))
+ROGUE_TOOLS = [
+    "echo",
+    "sse_log_then_reply",
+    "sse_other_id",
+    "sse_not_json",
+    "sse_surrogate",
+    "sse_cut",
+    "sse_resume",
+    "json_surrogate",
+    "json_not_json",
+    "json_bad_result",
+    "status_500",
+    "status_500_rpc_error",
+    "status_404",
+    "accepted",
+    "redirect_away",
+    "text_plain",
+]
+
+
+def rogue_conversation(tmp_path: Path, fast: bool, modern: bool) -> tuple[list[tuple[str, list[bytes]]], str]:
+    """Every tool of tests/rogue_http.py called once through a gateway of its own."""
+    tag = ("fast" if fast else "sdk") + ("-modern" if modern else "")
+    (tmp_path / tag).mkdir()
+    stderr = tmp_path / f"{tag}.log"
+    env = {"PREFIXGATE_FAST_PATH": "1" if fast else "0"}
+    with url_process([PYTHON, ROGUE]) as (url, _proc):
+        config = write_config(tmp_path / tag, {"rogue": {"url": url}})
+        with stderr.open("wb") as err, raw_gateway(config, err, env, "--log-level", "debug") as gw:
+            s = Script(gw, modern)
+            if modern:
+                gw.request("list", "tools/list", {"_meta": s.params("x", {})["_meta"]})  # decides the era
+                s.until("list", "list")
+            else:
+                gw.handshake()
+                gw.request("level", "logging/setLevel", {"level": "debug"})  # the server's logs reach this client
+                s.until("setLevel", "level")
+            opt_in = {"io.modelcontextprotocol/logLevel": "debug"} if modern else None  # 2026-07-28: per request
+            for n, tool in enumerate(ROGUE_TOOLS, start=1):
+                s.call(tool, n, f"rogue__{tool}", {}, meta=opt_in)
+            gw.proc.stdin.close()  # type: ignore[union-attr]
+            gw.proc.wait(timeout=30)
+    return s.out, stderr.read_text(encoding="utf-8", errors="replace")
+
+
+@pytest.mark.parametrize("era", ["handshake", "modern"])
+async def test_a_misbehaving_http_server_gets_the_sdk_sessions_answers(tmp_path: Path, era: str) -> None:
+    """tests/rogue_http.py: event streams cut (resumed with ``Last-Event-ID`` or not), events
+    and bodies that are not JSON or hold a lone surrogate, a reply with another id, error
+    statuses, 202, a redirect off the origin, a wrong content type: the same bytes on both
+    paths, for a client of either era."""
+    modern = era == "modern"
+    fast, fast_log = rogue_conversation(tmp_path, True, modern)
+    sdk, sdk_log = rogue_conversation(tmp_path, False, modern)
+    assert LANE in fast_log and LANE not in sdk_log
+    assert [label for label, _ in fast] == [label for label, _ in sdk]
+    for (label, got), (_, want) in zip(fast, sdk, strict=True):
+        assert got == want, label
+    steps = {label: b"\n".join(lines) for label, lines in fast}
+    assert b"plain json" in steps["echo"]
+    assert steps["sse_log_then_reply"].index(b"notifications/message") < steps["sse_log_then_reply"].index(b"after a")
+    assert b"the id was not ours" in steps["sse_other_id"] and b"resumed after a cut" in steps["sse_resume"]
+    for tool in ("sse_not_json", "sse_surrogate", "json_surrogate", "json_not_json"):
+        assert b"Failed to parse" in steps[tool], tool
+    assert b"SSE stream ended without a response" in steps["sse_cut"]
+    assert b"the backend is down" in steps["status_500_rpc_error"] and b"Session terminated" in steps["status_404"]
+    assert b"202 Accepted" in steps["accepted"] and b"elsewhere.invalid" in steps["redirect_away"]
+    assert b"Unexpected content type: text/plain" in steps["text_plain"]
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(pytest.main([__file__, "-q"]))
