@@ -6,10 +6,12 @@ HTTP downstream.
 With an HTTP downstream, the gateway is that server's client, and the full run shows the
 gateway spending far more CPU per call than with a stdio downstream. This measures where
 the client's cost lies, in one process against one demo server (``demo-server --transport
-http``, a handshake-era session), three clients side by side, interleaved round by round:
+http``, a handshake-era session), the clients side by side, interleaved round by round:
 
-- ``sdk``: the mcp SDK's ``ClientSession`` over ``streamable_http_client`` (what the
-  gateway uses toward HTTP downstreams today);
+- ``sdk``: the mcp SDK's ``ClientSession`` over ``streamable_http_client``;
+- ``gateway-sdk`` and ``gateway``: the gateway's own connection (``Link`` over its HTTP
+  transport), a call made through the SDK's session (``PREFIXGATE_FAST_PATH=0``) and posted
+  beside it (gateway/downstream/httpcalls.py, the default);
 - ``httpx``: the same HTTP client library the SDK uses (``httpx2``, the SDK's defaults), one
   ``post`` a call, the body read whole: the library's own cost without the SDK's layers;
 - ``raw``: one keep-alive HTTP/1.1 connection on asyncio streams, the request written in
@@ -135,7 +137,51 @@ async def raw_client(url: str, stack: AsyncExitStack) -> Call:
     return call
 
 
-CLIENTS = {"sdk": sdk_client, "httpx": httpx_client, "raw": raw_client}
+def gateway_client(raw_calls: bool) -> Callable[[str, AsyncExitStack], Awaitable[Call]]:
+    """The gateway's own connection to an HTTP server (``Link`` over its streamable-HTTP
+    transport), a call as ``Downstream.request`` makes it: posted beside the SDK's session
+    (gateway/downstream/httpcalls.py), or, ``raw_calls`` off, through it."""
+
+    async def make(url: str, stack: AsyncExitStack) -> Call:
+        import logging
+
+        from gateway.config import ServerConfig
+        from gateway.downstream.inbox import Inbox
+        from gateway.downstream.link import Link
+        from gateway.downstream.transports import transport_for
+
+        async def no_auth() -> None:
+            return None
+
+        async def nobody(method: str, params: dict[str, Any], caller: object | None) -> dict[str, Any]:
+            raise RuntimeError(f"the benchmark's server asked for {method}")
+
+        async def no_delivery(method: str, params: dict[str, Any]) -> None:
+            return None
+
+        config = ServerConfig(id="d", transport="http", url=url)
+        transport = transport_for(config, on_stderr=lambda line: None, auth=no_auth)
+        log = logging.getLogger("bench")
+        link = Link("d", transport, Inbox("d", no_delivery), nobody, log, raw_calls=raw_calls)
+        await link.open(stack, "legacy", http=True)
+        params = {"name": "echo", "arguments": {"text": "hi"}}
+
+        async def call(_: int) -> bytes:
+            result = await link.request("tools/call", params, timeout=60)
+            return json.dumps(result).encode()
+
+        return call
+
+    return make
+
+
+CLIENTS = {
+    "sdk": sdk_client,
+    "gateway-sdk": gateway_client(False),
+    "gateway": gateway_client(True),
+    "httpx": httpx_client,
+    "raw": raw_client,
+}
 
 
 def _median_ratio(tops: list[float], bottoms: list[float]) -> float | None:

@@ -27,7 +27,7 @@ def test_spill_benchmark_smoke(tmp_path: Path) -> None:
 
 
 def test_http_client_benchmark_smoke() -> None:
-    """``python -m bench.httpclient``: the three clients answer the same call, each measured."""
+    """``python -m bench.httpclient``: every client answers the same call, each measured."""
     proc = subprocess.run(
         [sys.executable, "-m", "bench.httpclient", "--calls", "5", "--rounds", "1", "--json"],
         cwd=ROOT,
@@ -37,7 +37,7 @@ def test_http_client_benchmark_smoke() -> None:
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     results = json.loads(proc.stdout)
-    assert set(results) == {"sdk", "httpx", "raw"}
+    assert set(results) == {"sdk", "gateway-sdk", "gateway", "httpx", "raw"}
     assert all(r["wall_per_call_s"] > 0 and r["cpu_per_call_s"] >= 0 for r in results.values()), results
     assert results["raw"]["wall_ratio_to_raw"] == 1.0
 
