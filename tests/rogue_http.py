@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import socket
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -37,7 +38,12 @@ TOOLS = [
     "status_404",
     "accepted",
     "redirect_away",
+    "redirect_same",
+    "json_until_close",
+    "json_then_close",
     "text_plain",
+    "peer",
+    "close_idle",
 ]
 _resumable: dict[str, bytes] = {}
 """Event id -> the event a ``GET`` with that ``Last-Event-ID`` is sent."""
@@ -74,6 +80,8 @@ class Handler(BaseHTTPRequestHandler):
         elif method == "tools/list":
             tools = [{"name": name, "inputSchema": {"type": "object"}} for name in TOOLS]
             self.json({"jsonrpc": "2.0", "id": request_id, "result": {"tools": tools}})
+        elif method == "tools/call" and "again" in self.path:  # the redirect_same call, followed here
+            self.json(reply(request_id, "followed a redirect on the origin"))
         elif method == "tools/call":
             self.call(request_id, (msg.get("params") or {}).get("name", ""))
         elif method == "ping":
@@ -118,6 +126,19 @@ class Handler(BaseHTTPRequestHandler):
             self.respond(202, "text/plain", b"")
         elif name == "redirect_away":
             self.respond(307, "text/plain", b"", location="http://elsewhere.invalid/mcp")
+        elif name == "redirect_same":  # followed (a 307 keeps the POST), as the SDK follows one on the origin
+            self.respond(307, "text/plain", b"", location="/mcp?again=1")
+        elif name == "json_until_close":  # no Content-Length: the body ends with the connection
+            self.respond(
+                200, "application/json", json.dumps(reply(request_id, "read to the end")).encode(), sized=False
+            )
+        elif name == "json_then_close":  # sized, and the connection is not kept
+            self.respond(200, "application/json", json.dumps(reply(request_id, "then closed")).encode(), sized=None)
+        elif name == "peer":  # the client's port: which connection the call came on
+            self.json(reply(request_id, str(self.client_address[1])))
+        elif name == "close_idle":  # answered on a kept connection, which the server closes soon after
+            self.json(reply(request_id, "closing soon"))
+            threading.Timer(0.2, self.connection.shutdown, (socket.SHUT_RDWR,)).start()
         else:
             self.respond(200, "text/plain", b"plain text, not MCP")
 
@@ -139,11 +160,23 @@ class Handler(BaseHTTPRequestHandler):
         self.respond(200, "text/event-stream", body)
 
     def respond(
-        self, status: int, content_type: str, body: bytes, *, session: bool = False, location: str = ""
+        self,
+        status: int,
+        content_type: str,
+        body: bytes,
+        *,
+        session: bool = False,
+        location: str = "",
+        sized: bool | None = True,
     ) -> None:
+        """``sized``: with a Content-Length (True), without one and the connection closed after
+        the body (False), with one and the connection closed all the same (None)."""
         self.send_response(status)
         self.send_header("content-type", content_type)
-        self.send_header("content-length", str(len(body)))
+        if sized is not False:
+            self.send_header("content-length", str(len(body)))
+        if sized is not True:
+            self.send_header("connection", "close")
         if session:
             self.send_header("mcp-session-id", SESSION)
         if location:

@@ -9,7 +9,9 @@ server (``asker``: the handshake, its elicitation a request on the call's own st
 
 from __future__ import annotations
 
+import json
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -122,6 +124,9 @@ ROGUE_TOOLS = [
     "status_404",
     "accepted",
     "redirect_away",
+    "redirect_same",
+    "json_until_close",
+    "json_then_close",
     "text_plain",
 ]
 
@@ -174,6 +179,47 @@ async def test_a_misbehaving_http_server_gets_the_sdk_sessions_answers(tmp_path:
     assert b"the backend is down" in steps["status_500_rpc_error"] and b"Session terminated" in steps["status_404"]
     assert b"202 Accepted" in steps["accepted"] and b"elsewhere.invalid" in steps["redirect_away"]
     assert b"Unexpected content type: text/plain" in steps["text_plain"]
+    assert b"followed a redirect on the origin" in steps["redirect_same"]
+    assert b"to the end" in steps["json_until_close"] and b"then closed" in steps["json_then_close"]
+
+
+NO_PROXY = {name: "" for name in ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")}
+
+
+def test_calls_keep_their_connection_and_outlive_its_close(tmp_path: Path) -> None:
+    """The gateway's own connections to a plain-HTTP server (gateway/downstream/rawhttp.py):
+    one kept for call after call; one the server closes, after an answer or while idle, replaced."""
+    with url_process([PYTHON, ROGUE]) as (url, _proc):
+        config = write_config(tmp_path, {"rogue": {"url": url}})
+        with raw_gateway(config, None, NO_PROXY) as gw:
+            s = Script(gw, False)
+            gw.handshake()
+
+            def peer(n: int) -> str:
+                port = str(s.call("peer", n, "rogue__peer", {})["result"]["content"][0]["text"])
+                assert port.isdigit(), port  # an answer, not an error
+                return port
+
+            kept = {peer(n) for n in range(1, 5)}
+            assert len(kept) == 1, kept
+            s.call("closing", 5, "rogue__close_idle", {})
+            assert peer(6) == next(iter(kept))  # (still open: the server closes it 0.2 s later)
+            time.sleep(0.6)
+            after_idle = peer(7)
+            assert after_idle not in kept
+            assert "then closed" in json.dumps(s.call("closed", 8, "rogue__json_then_close", {}))
+            assert peer(9) not in (after_idle, *kept)
+            gw.proc.stdin.close()  # type: ignore[union-attr]
+            gw.proc.wait(timeout=30)
+
+
+def test_which_urls_get_the_gateways_own_connections() -> None:
+    from gateway.downstream.transports import plain_http
+
+    assert plain_http("http://127.0.0.1:8000/mcp", {}) and plain_http("http://h/mcp", {"HTTP_PROXY": ""})
+    assert not plain_http("https://example.com/mcp", {})  # TLS: httpx's
+    for name in ("http_proxy", "HTTPS_PROXY", "all_proxy"):  # a proxy httpx would honour: httpx's
+        assert not plain_http("http://h/mcp", {name: "http://proxy:3128"}), name
 
 
 if __name__ == "__main__":  # pragma: no cover

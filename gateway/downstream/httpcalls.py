@@ -54,6 +54,9 @@ from mcp_types import (
 )
 from pydantic import ValidationError
 
+from gateway.downstream.rawhttp import Pool, Unsendable
+from gateway.downstream.related import HEADER, Related
+
 log = logging.getLogger("prefixgate.http")
 
 ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
@@ -83,6 +86,9 @@ class HttpCalls:
         to_server: ContextSendStream[SessionMessage],
         fail: Callable[[BaseException], None],
         session_waiting: Callable[[], bool],
+        *,
+        raw: Pool | None = None,
+        related: Related | None = None,
     ) -> None:
         self.client = client
         self.sdk = sdk
@@ -92,6 +98,10 @@ class HttpCalls:
         self.fail = fail
         """Ends the connection with an exception, as a failed POST ends the SDK's transport."""
         self._session_waiting = session_waiting
+        self.raw = raw
+        """Keep-alive connections of its own (``rawhttp.py``), where httpx is not needed."""
+        self.related = related
+        """Where the server's requests on a call's stream are noted (``related.py``)."""
         self._next = 0
         self._closed = False
         self._scopes: set[anyio.CancelScope] = set()
@@ -189,7 +199,7 @@ class HttpCalls:
 class _Call:
     """One call's POST and the reading of its answer, as the SDK's transport reads it."""
 
-    __slots__ = ("calls", "forwarded", "last_id", "on_progress", "request_id", "retry_ms")
+    __slots__ = ("calls", "forwarded", "last_id", "on_progress", "related_name", "request_id", "retry_ms")
 
     def __init__(self, calls: HttpCalls, request_id: str, on_progress: ProgressFn | None) -> None:
         self.calls = calls
@@ -201,12 +211,13 @@ class _Call:
         """The last event id seen: where a resumed stream starts."""
         self.retry_ms: int | None = None
         """The server's ``retry``: how long to wait before resuming."""
+        self.related_name: str | None = None
+        """Its private call header, when its stream is read here rather than by ``RelatedStreams``."""
 
     async def run(self, body: bytes, headers: dict[str, str]) -> dict[str, Any]:
         calls = self.calls
         try:
-            async with stream_within_origin(calls.client, "POST", calls.sdk.url, content=body, headers=headers) as resp:
-                outcome = await self._answer(resp)
+            outcome = await self._posted(body, headers)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             raise MCPError(code=CONNECTION_CLOSED, message="Connection closed") from None
         except Exception as exc:  # the HTTP exchange failed: the SDK's transport ends the connection on it
@@ -217,6 +228,25 @@ class _Call:
         if isinstance(outcome, types.ErrorData):
             raise MCPError(code=outcome.code, message=outcome.message, data=outcome.data)
         return outcome
+
+    async def _posted(self, body: bytes, headers: dict[str, str]) -> dict[str, Any] | types.ErrorData:
+        """The call posted on a connection of its own (``rawhttp.py``) where there is a pool, else
+        (or for a header only httpx writes, or a redirect to follow) through httpx, as the SDK posts."""
+        calls = self.calls
+        if calls.raw is not None:
+            try:
+                response = await calls.raw.post(body, {k: v for k, v in headers.items() if k != HEADER})
+            except Unsendable:
+                pass
+            else:
+                try:
+                    if not response.is_redirect:  # (not acted on: the request is posted again below)
+                        self.related_name = headers.get(HEADER)
+                        return await self._answer(response)
+                finally:
+                    await response.aclose()
+        async with stream_within_origin(calls.client, "POST", calls.sdk.url, content=body, headers=headers) as response:
+            return await self._answer(response)
 
     async def _answer(self, response: httpx2.Response) -> dict[str, Any] | types.ErrorData:
         """What ``StreamableHTTPTransport._handle_post_request`` makes of a request's response."""
@@ -338,6 +368,9 @@ class _Call:
             if any_id or message.id == self.request_id:
                 return message.result if isinstance(message, types.JSONRPCResponse) else message.error
         self.forwarded = True
+        if self.related_name is not None and isinstance(message, types.JSONRPCRequest):
+            assert self.calls.related is not None
+            self.calls.related.note(self.related_name, message.id)
         await self.calls.to_session.send(SessionMessage(message))
         return None
 

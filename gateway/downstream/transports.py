@@ -10,7 +10,8 @@ pipes) and a streamable-HTTP server's record of whose call each of its requests 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
@@ -19,6 +20,7 @@ import anyio
 from gateway.config import ServerConfig
 from gateway.downstream.httpcalls import HttpCalls
 from gateway.downstream.rawcalls import RawCalls
+from gateway.downstream.rawhttp import Pool
 from gateway.downstream.related import Related
 from gateway.downstream.spawn import Spawned
 from gateway.downstream.stdio import ChildProcess, stdio_transport
@@ -121,14 +123,31 @@ class StreamableHttpTransport(_Remote):
         pool = ReusedConnections(RelatedStreams(self.related, inner))
         headers = dict(self.config.headers)
         self.http_calls = None
-        async with httpx2.AsyncClient(headers=headers, timeout=timeout, auth=auth, transport=pool) as http:
-            async with _streamable_http(self.url, http) as (read, write, calls):
-                self.http_calls = calls
-                yield read, write
+        raw = Pool(self.url, headers) if auth is None and plain_http(self.url) else None
+        try:
+            async with httpx2.AsyncClient(headers=headers, timeout=timeout, auth=auth, transport=pool) as http:
+                async with _streamable_http(self.url, http, raw, self.related) as (read, write, calls):
+                    self.http_calls = calls
+                    yield read, write
+        finally:
+            if raw is not None:
+                raw.close()
+
+
+PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy")
+
+
+def plain_http(url: str, environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether calls to ``url`` may go on connections of the gateway's own (``rawhttp.py``): plain
+    ``http://`` and no proxy in the environment (httpx honours one; those requests stay httpx's)."""
+    proxied = any(environ.get(name) or environ.get(name.upper()) for name in PROXY_VARIABLES)
+    return url.startswith("http://") and not proxied
 
 
 @asynccontextmanager
-async def _streamable_http(url: str, http: Any) -> AsyncIterator[tuple[Any, Any, HttpCalls]]:
+async def _streamable_http(
+    url: str, http: Any, raw: Pool | None, related: Related | None
+) -> AsyncIterator[tuple[Any, Any, HttpCalls]]:
     """The SDK's ``streamable_http_client``, its parts held here: the raw calls of
     ``httpcalls.py`` read the session id and version its transport learns, hand the session
     what arrives on their streams, and end the connection as a failed POST of its own would."""
@@ -158,7 +177,7 @@ async def _streamable_http(url: str, http: Any) -> AsyncIterator[tuple[Any, Any,
             """The session's reader waits for the next message: it has taken (and dispatched) the last."""
             return to_session.statistics().tasks_waiting_receive > 0
 
-        calls = HttpCalls(http, sdk, read_writer, write, fail, session_waiting)
+        calls = HttpCalls(http, sdk, read_writer, write, fail, session_waiting, raw=raw, related=related)
         try:
             yield read, write, calls
         finally:
