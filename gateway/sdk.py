@@ -5,13 +5,14 @@ modules leave out of their ``__all__``. Every other use of the SDK goes through 
 API (tests/test_sdk.py checks both mechanically, and ruff's SLF rule the attributes). All
 were checked against the minor release ``CHECKED`` names, which ``pyproject.toml`` pins:
 on an SDK upgrade, check these first (tests/test_relay.py, tests/test_lifecycle.py,
-tests/test_fast_path.py and tests/test_http_lane.py exercise them).
+tests/test_fast_path.py, tests/test_http_lane.py and tests/test_http_calls.py exercise them).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from anyio.streams.memory import MemoryObjectSendStream
 from mcp.server import connection as connections
 from mcp.server import runner
 from mcp.server.connection import Connection
@@ -65,3 +66,49 @@ def modern_error_data(exc: Exception) -> ErrorData:
     """The SDK's mapping of a 2026-07-28 handler's exception to its wire error (one ladder
     for every modern entry; ``mcp.server.runner``, not in its ``__all__``)."""
     return runner.modern_error_data(exc)
+
+
+# --- the streamable-HTTP client's parts (gateway/downstream/httpcalls.py, transports.py) ---
+
+
+def transport_headers(transport: Any) -> dict[str, str]:
+    """The headers the SDK's ``StreamableHTTPTransport`` puts on every request of its
+    connection (accept, content type, its session id, the negotiated version): its private
+    ``_prepare_headers`` (mcp 2.3.0)."""
+    headers: dict[str, str] = transport._prepare_headers()  # noqa: SLF001
+    return headers
+
+
+def unfollowed_redirect(response: Any) -> str | None:
+    """The SDK transport's message for a redirect it leaves unfollowed (None: not one);
+    ``mcp.client.streamable_http._unfollowed_redirect`` (mcp 2.3.0)."""
+    from mcp.client.streamable_http import _unfollowed_redirect
+
+    return _unfollowed_redirect(response)
+
+
+def post_on_origin(client: Any, url: str, **kwargs: Any) -> Any:
+    """``client.stream("POST", ...)`` following redirects only on the endpoint's origin, as the
+    SDK's transport posts (``mcp.shared._httpx_utils.stream_within_origin``, mcp 2.3.0)."""
+    from mcp.shared._httpx_utils import stream_within_origin
+
+    return stream_within_origin(client, "POST", url, **kwargs)
+
+
+def events_on_origin(client: Any, url: str, *, headers: dict[str, str], max_event_size: int | None) -> Any:
+    """The SDK transport's ``GET`` of an event stream, redirects as above
+    (``mcp.shared._httpx_utils.sse_within_origin``, mcp 2.3.0)."""
+    from mcp.shared._httpx_utils import sse_within_origin
+
+    return sse_within_origin(client, url, headers=headers, max_event_size=max_event_size)
+
+
+def context_streams(buffer: float = 0) -> tuple[Any, Any, MemoryObjectSendStream[Any]]:
+    """A message-stream pair of the kind the SDK's transports hand its session (each send
+    carries the sender's context; ``mcp.shared._context_streams``, mcp 2.3.0), and the memory
+    stream beneath its send end (its statistics say whether the reader waits)."""
+    import anyio
+    from mcp.shared._context_streams import ContextReceiveStream, ContextSendStream
+
+    send, receive = anyio.create_memory_object_stream[Any](buffer)
+    return ContextSendStream(send), ContextReceiveStream(receive), send

@@ -38,10 +38,7 @@ from mcp.client.streamable_http import (
     LAST_EVENT_ID,
     MAX_RECONNECTION_ATTEMPTS,
     StreamableHTTPTransport,
-    _unfollowed_redirect,
 )
-from mcp.shared._context_streams import ContextSendStream
-from mcp.shared._httpx_utils import sse_within_origin, stream_within_origin
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 from mcp_types import (
@@ -56,6 +53,7 @@ from pydantic import ValidationError
 
 from gateway.downstream.rawhttp import Pool, Unsendable
 from gateway.downstream.related import HEADER, Related
+from gateway.sdk import events_on_origin, post_on_origin, transport_headers, unfollowed_redirect
 
 log = logging.getLogger("prefixgate.http")
 
@@ -82,8 +80,8 @@ class HttpCalls:
         self,
         client: httpx2.AsyncClient,
         sdk: StreamableHTTPTransport,
-        to_session: ContextSendStream[SessionMessage | Exception],
-        to_server: ContextSendStream[SessionMessage],
+        to_session: Any,
+        to_server: Any,
         fail: Callable[[BaseException], None],
         session_waiting: Callable[[], bool],
         *,
@@ -141,7 +139,7 @@ class HttpCalls:
             log.warning("cannot send a request to %s: %s", self.sdk.url, exc)
             raise MCPError(code=INVALID_REQUEST, message=f"request not sent: {exc}") from None
         del message
-        wire = _headers(self.sdk)
+        wire = transport_headers(self.sdk)
         wire.update(headers)
         call = _Call(self, request_id, on_progress)
         closing = anyio.CancelScope()
@@ -245,7 +243,7 @@ class _Call:
                         return await self._answer(response)
                 finally:
                     await response.aclose()
-        async with stream_within_origin(calls.client, "POST", calls.sdk.url, content=body, headers=headers) as response:
+        async with post_on_origin(calls.client, calls.sdk.url, content=body, headers=headers) as response:
             return await self._answer(response)
 
     async def _answer(self, response: httpx2.Response) -> dict[str, Any] | types.ErrorData:
@@ -253,7 +251,7 @@ class _Call:
         status = response.status_code
         if status == 202:
             return types.ErrorData(code=INVALID_REQUEST, message="server answered a request with 202 Accepted")
-        if (redirect := _unfollowed_redirect(response)) is not None:
+        if (redirect := unfollowed_redirect(response)) is not None:
             log.warning(redirect)
             return types.ErrorData(code=INVALID_REQUEST, message=redirect)
         content_type = response.headers.get("content-type", "").lower()
@@ -305,10 +303,10 @@ class _Call:
             await anyio.sleep((retry_ms if retry_ms is not None else DEFAULT_RECONNECTION_DELAY_MS) / 1000)
             event_stream = False
             try:
-                async with sse_within_origin(
+                async with events_on_origin(
                     self.calls.client,
                     sdk.url,
-                    headers={**_headers(sdk), LAST_EVENT_ID: last_id},
+                    headers={**transport_headers(sdk), LAST_EVENT_ID: last_id},
                     max_event_size=sdk.max_sse_event_size,
                 ) as source:
                     source.response.raise_for_status()
@@ -388,12 +386,6 @@ class _Call:
             )
         except Exception:
             log.exception("progress callback raised")
-
-
-def _headers(sdk: StreamableHTTPTransport) -> dict[str, str]:
-    """The headers the SDK's transport puts on every request of its connection (accept, content
-    type, its session id, the negotiated version); the SDK keeps them behind a private method."""
-    return sdk._prepare_headers()  # noqa: SLF001
 
 
 def _is_event_stream(response: httpx2.Response) -> bool:

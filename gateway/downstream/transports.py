@@ -152,14 +152,12 @@ async def _streamable_http(
     ``httpcalls.py`` read the session id and version its transport learns, hand the session
     what arrives on their streams, and end the connection as a failed POST of its own would."""
     from mcp.client.streamable_http import StreamableHTTPTransport
-    from mcp.shared._context_streams import ContextReceiveStream, ContextSendStream, create_context_streams
-    from mcp.shared.message import SessionMessage
+
+    from gateway.sdk import context_streams
 
     sdk = StreamableHTTPTransport(url)
-    to_session, from_transport = anyio.create_memory_object_stream[Any](0)
-    read_writer: ContextSendStream[SessionMessage | Exception] = ContextSendStream(to_session)
-    read: ContextReceiveStream[SessionMessage | Exception] = ContextReceiveStream(from_transport)
-    write, write_reader = create_context_streams[SessionMessage](0)
+    read_writer, read, to_session = context_streams()
+    write, write_reader, _ = context_streams()
     async with read_writer, read, write, write_reader, anyio.create_task_group() as tg:
 
         def start_get_stream() -> None:
