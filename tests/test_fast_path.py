@@ -23,7 +23,7 @@ from tests.helpers import ERAS, RawGateway, demo, elicitation, raw_gateway, sdk_
 pytestmark = pytest.mark.anyio
 
 MODERN = "2026-07-28"
-NON_ASCII = "héllo — 日本語 🎉 \u2028 \"quoted\" \\ back"
+NON_ASCII = 'héllo — 日本語 🎉 \u2028 "quoted" \\ back'
 _ARTIFACT = re.compile(rb'(?<=artifact )[\w-]{32}(?![\w-])|(?<=\\")[\w-]{32}(?=\\")')
 _SIZED = re.compile(rb"(?<=line 1 column )\d+ \(char \d+\)|(?<=result of )\d+(?= bytes exceeds)")
 _STATE = re.compile(rb'"requestState":"[^"]*"')
@@ -237,7 +237,12 @@ async def test_downstream_raw_calls_answer_as_the_sdk_session_does(tmp_path: Pat
 @pytest.mark.parametrize("mode", ERAS)
 async def test_sdk_client_on_the_fast_path(tmp_path: Path, mode: str) -> None:
     """The SDK client's own view, both eras: results, progress, elicitation during a call."""
-    config = fast_config(tmp_path)
+    await sdk_client_view(fast_config(tmp_path), mode, "demo__ask")
+
+
+async def sdk_client_view(config: Path, mode: str, ask: str) -> None:
+    """Results, progress, elicitation during a call (``ask``), invalid arguments: as the SDK
+    client sees them through the gateway (tests/test_http_calls.py: HTTP servers behind it)."""
     seen: list[float] = []
 
     async def progress(value: float, total: float | None, message: str | None) -> None:
@@ -248,7 +253,7 @@ async def test_sdk_client_on_the_fast_path(tmp_path: Path, mode: str) -> None:
         assert text(result) == NON_ASCII
         result = await client.call_tool("demo__slow", {"seconds": 0.2, "steps": 2}, progress_callback=progress)
         assert text(result) == "slept 0.2 s" and seen == [0.0, 1.0]
-        result = await client.call_tool("demo__ask", {})
+        result = await client.call_tool(ask, {})
         assert not result.is_error and "accept" in text(result)
         result = await client.call_tool("demo__structured", {"count": "three"})
         assert result.is_error and "Invalid arguments" in text(result)

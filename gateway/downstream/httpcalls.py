@@ -51,6 +51,7 @@ from mcp_types import (
 )
 from pydantic import ValidationError
 
+from gateway.downstream.rawcalls import ID_PREFIX, request_message
 from gateway.downstream.rawhttp import Pool, Unsendable
 from gateway.downstream.related import HEADER, Related
 from gateway.sdk import events_on_origin, post_on_origin, transport_headers, unfollowed_redirect
@@ -59,8 +60,6 @@ log = logging.getLogger("prefixgate.http")
 
 ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
 
-ID_PREFIX = "pg-"
-"""Ids of raw calls: strings, which the SDK's ``ClientSession`` (integer ids) never sends."""
 _ABANDON_WRITE_TIMEOUT = 5.0
 """As the SDK's dispatcher: a courtesy cancel gives up after this."""
 _REPLY_KEYS = frozenset(("jsonrpc", "id", "result"))
@@ -122,17 +121,7 @@ class HttpCalls:
                 "%s to %s posted beside the SDK's session (PREFIXGATE_FAST_PATH=0: through it)", method, self.sdk.url
             )
         request_id = f"{ID_PREFIX}{self._next}"
-        out = dict(params) if params is not None else {}
-        meta = dict(out.get("_meta") or {})
-        if on_progress is not None:
-            meta["progressToken"] = request_id  # the id doubles as the token, as in the SDK
-        if meta:
-            out["_meta"] = meta
-        else:
-            out.pop("_meta", None)
-        message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
-        if out:
-            message["params"] = out
+        message = request_message(request_id, method, params, progress=on_progress is not None)
         try:  # the body httpx2 makes of the SDK's ``json=``; refused here, before anything is sent
             body = json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
         except ValueError as exc:

@@ -51,6 +51,25 @@ _TIMED_OUT = types.ErrorData(code=REQUEST_TIMEOUT, message="timed out")
 """The outcome the call's timer sets (compared by identity): the call then cancels, as the SDK's does."""
 
 
+def request_message(
+    request_id: str, method: str, params: Mapping[str, Any] | None, *, progress: bool
+) -> dict[str, Any]:
+    """A raw call's request as the SDK's dispatcher builds it: ``progress``, the id doubles as
+    its progress token; an empty ``_meta`` and empty params are left out."""
+    out = dict(params) if params is not None else {}
+    meta = dict(out.get("_meta") or {})
+    if progress:
+        meta["progressToken"] = request_id
+    if meta:
+        out["_meta"] = meta
+    else:
+        out.pop("_meta", None)
+    message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
+    if out:
+        message["params"] = out
+    return message
+
+
 class _Waiting:
     """One raw call's wait: a loop future the reader resolves in its callback (no task hop)."""
 
@@ -113,17 +132,7 @@ class RawCalls:
             raise MCPError(code=CONNECTION_CLOSED, message="Connection closed")
         self._next += 1
         request_id = f"{ID_PREFIX}{self._next}"
-        out = dict(params) if params is not None else {}
-        meta = dict(out.get("_meta") or {})
-        if on_progress is not None:
-            meta["progressToken"] = request_id  # the id doubles as the token, as in the SDK
-        if meta:
-            out["_meta"] = meta
-        else:
-            out.pop("_meta", None)
-        message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
-        if out:
-            message["params"] = out
+        message = request_message(request_id, method, params, progress=on_progress is not None)
         try:
             data = self._encode(message)
         except ValueError as exc:
