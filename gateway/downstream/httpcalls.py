@@ -4,13 +4,15 @@ Through the SDK's ``ClientSession`` and streamable-HTTP client a call costs a re
 two context-stream hops each way, a task group and a task for its POST, and a model for
 every message on its response: about 1.6 ms of CPU a call here (``python -m
 bench.httpclient``), most of what the gateway spent per call toward an HTTP server. Here a
-call is posted through the connection's own ``httpx2.AsyncClient`` (its auth flow, pooled
-connections, TLS, proxies, and the transports of ``reuse.py`` and ``related.py``), with the
-headers the SDK's transport would put on it (its session id, the negotiated version) and an
-id the ``ClientSession`` never uses (``"pg-<n>"``; the SDK counts integers). Its answer is
-read in place: a clean reply is returned as is, progress for its token goes to its
-callback, and every other message on its event stream (a server's request for input, its
-logs) goes to the ``ClientSession`` exactly as the SDK's transport hands it over.
+call is posted on a keep-alive connection of the gateway's own toward an ``http://`` server
+with no auth and no proxy (``rawhttp.py``: httpx's own layers cost about as much again), else
+through the connection's ``httpx2.AsyncClient`` (its auth flow, TLS, proxies, and the
+transports of ``reuse.py`` and ``related.py``), with the headers the SDK's transport would
+put on it (its session id, the negotiated version) and an id the ``ClientSession`` never
+uses (``"pg-<n>"``; the SDK counts integers). Its answer is read in
+place: a clean reply is returned as is, progress for its token goes to its callback, and
+every other message on its event stream (a server's request for input, its logs) goes to
+the ``ClientSession`` exactly as the SDK's transport hands it over.
 
 Everything else is what the SDK does, with the SDK's own parts where they are public
 enough to share: its JSON parser (one message the SDK refuses, say with a lone surrogate,
