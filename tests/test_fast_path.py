@@ -176,18 +176,24 @@ async def test_fast_path_answers_byte_identical_to_the_sdk_path(tmp_path: Path, 
         assert log.count("slow cancelled after step") == 2, log[-3000:]
 
 
+def opened(gw: RawGateway, modern: bool) -> tuple[Script, dict[str, str] | None]:
+    """A conversation whose client hears every log: a 2026-07-28 one lists first (which decides
+    the era) and opts in per request (the ``_meta`` returned); a handshake one sets its level."""
+    s = Script(gw, modern)
+    if modern:
+        gw.request("list", "tools/list", {"_meta": s.params("x", {})["_meta"]})
+        s.until("list", "list")
+        return s, {"io.modelcontextprotocol/logLevel": "debug"}
+    gw.handshake()
+    gw.request("level", "logging/setLevel", {"level": "debug"})
+    s.until("setLevel", "level")
+    return s, None
+
+
 def rogue_conversation(config: Path, fast: bool, modern: bool) -> list[tuple[str, list[bytes]]]:
     env = {"PREFIXGATE_FAST_PATH": "1" if fast else "0"}
     with raw_gateway(config, None, env) as gw:
-        s = Script(gw, modern)
-        if modern:
-            gw.request("list", "tools/list", {"_meta": s.params("x", {})["_meta"]})  # decides the era
-            s.until("list", "list")
-        else:
-            gw.handshake()
-            gw.request("level", "logging/setLevel", {"level": "debug"})  # the server's logs reach this client
-            s.until("setLevel", "level")
-        opt_in = {"io.modelcontextprotocol/logLevel": "debug"} if modern else None  # 2026-07-28: per request
+        s, opt_in = opened(gw, modern)
         for n, (tool, arguments) in enumerate(ROGUE_CALLS, start=1):
             s.call(tool, n, f"rogue__{tool}", arguments, meta=opt_in)
         gw.proc.stdin.close()  # type: ignore[union-attr]

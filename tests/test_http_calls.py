@@ -21,7 +21,7 @@ import pytest
 
 from tests.helpers import ERAS, GATEWAY, PYTHON, raw_gateway, url_process, write_config
 from tests.rogue_http import TOOLS
-from tests.test_fast_path import Script, conversation, sdk_client_view
+from tests.test_fast_path import Script, conversation, opened, sdk_client_view
 
 pytestmark = pytest.mark.anyio
 
@@ -109,15 +109,7 @@ def rogue_conversation(tmp_path: Path, fast: bool, modern: bool) -> tuple[list[t
     with url_process([PYTHON, ROGUE]) as (url, _proc):
         config = write_config(tmp_path / tag, {"rogue": {"url": url}})
         with stderr.open("wb") as err, raw_gateway(config, err, env, "--log-level", "debug") as gw:
-            s = Script(gw, modern)
-            if modern:
-                gw.request("list", "tools/list", {"_meta": s.params("x", {})["_meta"]})  # decides the era
-                s.until("list", "list")
-            else:
-                gw.handshake()
-                gw.request("level", "logging/setLevel", {"level": "debug"})  # the server's logs reach this client
-                s.until("setLevel", "level")
-            opt_in = {"io.modelcontextprotocol/logLevel": "debug"} if modern else None  # 2026-07-28: per request
+            s, opt_in = opened(gw, modern)
             for n, tool in enumerate(ROGUE_TOOLS, start=1):
                 s.call(tool, n, f"rogue__{tool}", {}, meta=opt_in)
             gw.proc.stdin.close()  # type: ignore[union-attr]

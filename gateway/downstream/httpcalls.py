@@ -53,7 +53,7 @@ from mcp_types import (
 )
 from pydantic import ValidationError
 
-from gateway.downstream.rawcalls import ID_PREFIX, request_message
+from gateway.downstream.rawcalls import ID_PREFIX, deliver_progress, progress_args, request_message
 from gateway.downstream.rawhttp import Pool, Unsendable
 from gateway.downstream.related import HEADER, Related
 from gateway.sdk import events_on_origin, post_on_origin, transport_headers, unfollowed_redirect
@@ -364,19 +364,9 @@ class _Call:
         return None
 
     async def _progress(self, params: dict[str, Any]) -> None:
-        """As the SDK's dispatcher reads progress: a number, else ignored."""
-        progress, total, message = params.get("progress"), params.get("total"), params.get("message")
-        callback = self.on_progress
-        if callback is None or isinstance(progress, bool) or not isinstance(progress, int | float):
-            return
-        try:
-            await callback(
-                float(progress),
-                float(total) if isinstance(total, int | float) else None,
-                message if isinstance(message, str) else None,
-            )
-        except Exception:
-            log.exception("progress callback raised")
+        """In the reader's own task: the stream is read on once the callback has it."""
+        if self.on_progress is not None and (args := progress_args(params)) is not None:
+            await deliver_progress(self.on_progress, args)
 
 
 def _is_event_stream(response: httpx2.Response) -> bool:

@@ -270,20 +270,28 @@ class RawCalls:
             waiting.future.set_result(outcome)
 
     def _progress(self, waiting: _Waiting, params: dict[str, Any]) -> None:
-        """As the SDK's dispatcher reads progress: a number, else ignored; run in its own task."""
-        progress, total, message = params.get("progress"), params.get("total"), params.get("message")
+        """Run in its own task, as the SDK's dispatcher runs progress callbacks."""
         callback = waiting.on_progress
-        if callback is None or isinstance(progress, bool) or not isinstance(progress, int | float):
-            return
+        if callback is not None and (args := progress_args(params)) is not None:
+            self._spawn(deliver_progress, callback, args)
 
-        async def deliver() -> None:
-            try:
-                await callback(
-                    float(progress),
-                    float(total) if isinstance(total, int | float) else None,
-                    message if isinstance(message, str) else None,
-                )
-            except Exception:
-                log.exception("progress callback raised")
 
-        self._spawn(deliver)
+def progress_args(params: Mapping[str, Any]) -> tuple[float, float | None, str | None] | None:
+    """A progress notification's values as the SDK's dispatcher reads them: None (ignored)
+    unless ``progress`` is a number."""
+    progress, total, message = params.get("progress"), params.get("total"), params.get("message")
+    if isinstance(progress, bool) or not isinstance(progress, int | float):
+        return None
+    return (
+        float(progress),
+        float(total) if isinstance(total, int | float) else None,
+        (message if isinstance(message, str) else None),
+    )
+
+
+async def deliver_progress(callback: ProgressFn, args: tuple[float, float | None, str | None]) -> None:
+    """One progress to its callback; a callback that raises is logged, as by the SDK."""
+    try:
+        await callback(*args)
+    except Exception:
+        log.exception("progress callback raised")

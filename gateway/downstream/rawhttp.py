@@ -156,20 +156,11 @@ class _Body(httpx2.AsyncByteStream):
                 while chunk := await reader.read(_CHUNK):
                     yield chunk
             elif self.size >= 0:
-                left = self.size
-                while left:
-                    chunk = await reader.read(min(left, _CHUNK))
-                    if not chunk:
-                        raise httpx2.RemoteProtocolError("the server closed the connection mid-body")
-                    left -= len(chunk)
+                async for chunk in _sized(reader, self.size):
                     yield chunk
             else:
                 while size := _chunk_size(await reader.readuntil(b"\r\n")):
-                    while size:
-                        chunk = await reader.read(min(size, _CHUNK))
-                        if not chunk:
-                            raise httpx2.RemoteProtocolError("the server closed the connection mid-chunk")
-                        size -= len(chunk)
+                    async for chunk in _sized(reader, size):
                         yield chunk
                     if await reader.readexactly(2) != b"\r\n":
                         raise httpx2.RemoteProtocolError("a chunk did not end with CRLF")
@@ -238,6 +229,16 @@ def _framing(status: int, headers: list[tuple[str, str]]) -> int | None:
             raise httpx2.RemoteProtocolError(f"bad Content-Length {length[:40]!r}")
         return int(length)
     return None
+
+
+async def _sized(reader: asyncio.StreamReader, size: int) -> AsyncIterator[bytes]:
+    """``size`` bytes, as they arrive."""
+    while size:
+        chunk = await reader.read(min(size, _CHUNK))
+        if not chunk:
+            raise httpx2.RemoteProtocolError("the server closed the connection mid-body")
+        size -= len(chunk)
+        yield chunk
 
 
 def _chunk_size(line: bytes) -> int:
