@@ -10,6 +10,8 @@ tests/test_fast_path.py, tests/test_http_lane.py and tests/test_http_calls.py ex
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from anyio.streams.memory import MemoryObjectSendStream
@@ -112,3 +114,99 @@ def context_streams(buffer: float = 0) -> tuple[Any, Any, MemoryObjectSendStream
 
     send, receive = anyio.create_memory_object_stream[Any](buffer)
     return ContextSendStream(send), ContextReceiveStream(receive), send
+
+
+# --- a handshake-era session's transport and dispatcher (gateway/upstream/sessionlane.py) ---
+
+
+def session_transport(manager: StreamableHTTPSessionManager, session_id: str, user: Any) -> Any:
+    """The live transport of session ``session_id`` when the manager's stateful entry would
+    hand the request straight to it: known, not terminated, its idle time not run out, and
+    opened with the credential the request carries (``user``: the ASGI scope's). None
+    otherwise: the entry answers that request itself. mcp 2.3.0 keeps the sessions in
+    ``_server_instances`` and their owners in ``_session_owners``."""
+    from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, authorization_context
+
+    transport = manager._server_instances.get(session_id)  # noqa: SLF001
+    if transport is None or transport.is_terminated:
+        return None
+    if transport.idle_scope is not None and transport.idle_scope.cancel_called:
+        return None
+    if transport.is_json_response_enabled:
+        return None
+    requestor = authorization_context(user) if isinstance(user, AuthenticatedUser) else None
+    if requestor != manager._session_owners.get(session_id):  # noqa: SLF001
+        return None
+    return transport
+
+
+@contextmanager
+def holding_session(transport: Any) -> Iterator[None]:
+    """A request in flight holds its session: the idle countdown stops while any is served and
+    restarts when the last one ends, as the transport's ``handle_request`` keeps it (mcp
+    2.3.0: ``_requests_in_flight``, ``_idle_timeout``)."""
+    import math
+
+    import anyio
+
+    scope = transport.idle_scope
+    if scope is None or transport._idle_timeout is None:  # noqa: SLF001
+        yield
+        return
+    transport._requests_in_flight += 1  # noqa: SLF001
+    scope.deadline = math.inf
+    try:
+        yield
+    finally:
+        transport._requests_in_flight -= 1  # noqa: SLF001
+        if not transport._requests_in_flight:  # noqa: SLF001
+            scope.deadline = anyio.current_time() + transport._idle_timeout  # noqa: SLF001
+
+
+async def open_request_stream(transport: Any, message: Any, request: Any, version: str) -> tuple[Any, Any, Any, Any]:
+    """What the transport's POST handler sets up for a request before it dispatches it
+    (mcp 2.3.0, ``_handle_post_request``): the priming event (stored first, so storage order
+    is wire order; None before 2025-11-25), the request's stream in ``_request_streams``
+    (its message router deposits every message for the request there, event id and all),
+    and the request's metadata (``_create_session_message``: the close callbacks and the
+    hook that ends a request settled without an answer). Returns (priming, the stream's send
+    and receive ends, metadata)."""
+    import anyio
+    from mcp.server.streamable_http import REQUEST_STREAM_BUFFER_SIZE, EventMessage
+
+    request_id = str(message.id)
+    priming = await transport._mint_priming_event(request_id, version)  # noqa: SLF001
+    send, receive = anyio.create_memory_object_stream[EventMessage](REQUEST_STREAM_BUFFER_SIZE)
+    transport._request_streams[request_id] = (send, receive)  # noqa: SLF001
+    metadata = transport._create_session_message(message, request, request_id, version).metadata  # noqa: SLF001
+    return priming, send, receive, metadata
+
+
+async def close_request_stream(transport: Any, request_id: str) -> None:
+    """The transport's own clean-up of a request's stream once its response is written."""
+    await transport._clean_up_memory_streams(request_id)  # noqa: SLF001
+
+
+async def dispatch_request(dispatcher: Any, message: Any, metadata: Any, on_request: Any) -> None:
+    """Hand ``message`` to a session's dispatcher as its read loop does (mcp 2.3.0,
+    ``JSONRPCDispatcher._dispatch_request``): in its in-flight table (so the client's
+    ``notifications/cancelled`` reaches it), run by ``_handle_request`` in the session's
+    task group with the sender's context, answered, refused or settled on its wire."""
+    import contextvars
+
+    await dispatcher._dispatch_request(message, metadata, on_request, contextvars.copy_context())  # noqa: SLF001
+
+
+def sse_headers(session_id: str) -> list[tuple[bytes, bytes]]:
+    """The headers of the event stream the transport answers a POST with (mcp 2.3.0,
+    ``_handle_post_request``: its ``EventSourceResponse`` and the headers it passes)."""
+    from mcp.server.streamable_http import CONTENT_TYPE_SSE, MCP_SESSION_ID_HEADER
+    from sse_starlette import EventSourceResponse
+
+    headers = {
+        "Cache-Control": "no-cache, no-transform",
+        "Connection": "keep-alive",
+        "Content-Type": CONTENT_TYPE_SSE,
+        MCP_SESSION_ID_HEADER: session_id,
+    }
+    return list(EventSourceResponse(content=iter(()), headers=headers).raw_headers)

@@ -246,9 +246,10 @@ async def test_sdk_client_on_the_fast_path(tmp_path: Path, mode: str) -> None:
     await sdk_client_view(fast_config(tmp_path), mode, "demo__ask")
 
 
-async def sdk_client_view(config: Path, mode: str, ask: str) -> None:
+async def sdk_client_view(config: Path | str, mode: str, ask: str) -> None:
     """Results, progress, elicitation during a call (``ask``), invalid arguments: as the SDK
-    client sees them through the gateway (tests/test_http_calls.py: HTTP servers behind it)."""
+    client sees them through the gateway (``config``: a config, or a ``serve --http`` URL;
+    tests/test_http_calls.py: HTTP servers behind it, tests/test_session_lane.py: over HTTP)."""
     seen: list[float] = []
 
     async def progress(value: float, total: float | None, message: str | None) -> None:

@@ -158,7 +158,7 @@ async def test_a_session_is_served_only_to_the_principal_that_created_it(tmp_pat
 
     config = write_config(tmp_path, {"d": demo("--tools", 1)})
     with tokens_file(tmp_path, "token-of-alice", "token-of-bob") as tokens:
-        with http_gateway(config, "--token-file", str(tokens)) as (url, _):
+        with http_gateway(config, "--token-file", str(tokens)) as (url, stderr):
             async with httpx2.AsyncClient(timeout=30) as http:
                 alice = {**ACCEPT, "authorization": "Bearer token-of-alice"}
                 opened = await http.post(url, json=INIT, headers=alice)
@@ -172,3 +172,13 @@ async def test_a_session_is_served_only_to_the_principal_that_created_it(tmp_pat
                     assert response.status_code == status, (token, response.status_code, response.text[:300])
                     if status == 404:
                         assert "Session not found" in response.text
+                # A call in Alice's session (the session lane's, once the SDK served her there).
+                params = {"name": "d__echo", "arguments": {"text": "hers"}}
+                call = {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": params}
+                for token, status in (("token-of-alice", 200), ("token-of-bob", 404), ("token-of-alice", 200)):
+                    headers = {**ACCEPT, "authorization": f"Bearer {token}", "mcp-session-id": session}
+                    headers["mcp-protocol-version"] = "2025-11-25"
+                    response = await http.post(url, json=call, headers=headers)
+                    assert response.status_code == status, (token, response.status_code, response.text[:300])
+                    assert ("hers" in response.text) == (status == 200), response.text[:300]
+                assert "on the HTTP session lane" in stderr.read_text()

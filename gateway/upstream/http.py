@@ -83,6 +83,8 @@ class Endpoint:
     profile: str | None = None
     """The profile served here (None: the default one)."""
     lane: Any = None
+    sessions: Any = None
+    """The handshake-era session lane (gateway/upstream/sessionlane.py), None when off."""
     barred: frozenset[str] = frozenset()
     """Principals whose token may not use this profile (403)."""
 
@@ -100,6 +102,8 @@ def principal_of_scope(scope: Any) -> str:
 
 BODY_TIMEOUT = float(os.environ.get("PREFIXGATE_HTTP_BODY_TIMEOUT") or 30.0)
 """Seconds a request body may take to arrive in full (the environment variable exists for tests)."""
+SESSION_IDLE_TIMEOUT = float(os.environ.get("PREFIXGATE_HTTP_SESSION_IDLE_TIMEOUT") or 30 * 60)
+"""Seconds a handshake-era session may stay unused: the SDK's default (the variable exists for tests)."""
 _LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
 
 
@@ -234,14 +238,13 @@ class Front:
         body = await self._body(receive, send)
         if body is None:
             return
-        lane = endpoint.lane
-        if isinstance(body, bytes) and lane is not None and scope["method"] == "POST":
-            version = next((v for k, v in headers if k == _VERSION_HEADER), None)
-            if version is not None and version.decode("latin-1") not in HANDSHAKE_PROTOCOL_VERSIONS:
-                claimed = await lane.claim(scope, body)
-                if claimed is not None:
-                    await lane.answer(claimed, scope, receive, send)
-                    return
+        session = next((v for k, v in headers if k == SESSION_HEADER), None)
+        if (
+            isinstance(body, bytes)
+            and scope["method"] == "POST"
+            and await self._lanes(endpoint, scope, body, session, receive, send)
+        ):
+            return
         replayed = False
 
         async def replay() -> Message:
@@ -253,7 +256,6 @@ class Front:
                 return {"type": "http.request", "body": body, "more_body": False}
             return await receive()
 
-        session = next((v for k, v in headers if k == SESSION_HEADER), None)
         with marked(session) as owner:
             if owner.session_id is not None:
                 await endpoint.manager.handle_request(scope, replay, send)
@@ -267,6 +269,35 @@ class Front:
                 await send(message)
 
             await endpoint.manager.handle_request(scope, replay, send_marked)
+
+    @staticmethod
+    async def _lanes(
+        endpoint: Endpoint, scope: Scope, body: bytes, session: bytes | None, receive: Receive, send: Send
+    ) -> bool:
+        """Whether a lane claimed and answered the POST: the 2026-07-28 one
+        (gateway/upstream/httplane.py) or, in a handshake-era session, the session lane
+        (gateway/upstream/sessionlane.py)."""
+        found = next((v for k, v in scope["headers"] if k == _VERSION_HEADER), None)
+        if found is None:
+            return False
+        version = found.decode("latin-1")
+        if version not in HANDSHAKE_PROTOCOL_VERSIONS:
+            if endpoint.lane is None:
+                return False
+            claimed = await endpoint.lane.claim(scope, body)
+            if claimed is None:
+                return False
+            await endpoint.lane.answer(claimed, scope, receive, send)
+            return True
+        if endpoint.sessions is None or session is None:
+            return False
+        session_id = session.decode("latin-1")
+        handshake = await endpoint.sessions.claim(scope, body, session_id, version)
+        if handshake is None:
+            return False
+        with marked(session):
+            await endpoint.sessions.answer(handshake, send)
+        return True
 
     async def _metrics(self, scope: Scope, send: Send) -> None:
         from gateway.engine.metrics import CONTENT_TYPE
@@ -333,9 +364,7 @@ async def _unauthorized(send: Send) -> None:
     await send({"type": "http.response.body", "body": body.encode()})
 
 
-async def serve_http(
-    served: Sequence[Any], listen: str, tokens: Sequence[BearerToken], metrics: Any = None
-) -> None:
+async def serve_http(served: Sequence[Any], listen: str, tokens: Sequence[BearerToken], metrics: Any = None) -> None:
     """Serve each of ``served`` (one ``Handlers`` per profile, the one started with first: at
     ``/mcp``, the others at ``/mcp/NAME``) until cancelled."""
     import uvicorn
@@ -351,15 +380,21 @@ async def serve_http(
     first = served[0].hub.config.profile
     for handlers in served:
         manager = StreamableHTTPSessionManager(
-            app=handlers.server, event_store=BoundedEventStore(), retry_interval=RETRY_MS, security_settings=security
+            app=handlers.server,
+            event_store=BoundedEventStore(),
+            retry_interval=RETRY_MS,
+            security_settings=security,
+            session_idle_timeout=SESSION_IDLE_TIMEOUT,
         )
-        lane = None
+        lane = sessions = None
         if fast_path():
             from gateway.upstream.httplane import ModernLane
+            from gateway.upstream.sessionlane import SessionLane
 
             lane = ModernLane(handlers, security)
+            sessions = SessionLane(handlers, manager, security)
         profile = handlers.hub.config.profile
-        endpoints[endpoint_path(profile, first)] = Endpoint(manager, profile, lane)
+        endpoints[endpoint_path(profile, first)] = Endpoint(manager, profile, lane, sessions)
     hubs = [handlers.hub for handlers in served]
     readiness = Readiness(lambda: all(hub.router.epoch is not None for hub in hubs), hubs[0].store)
     app = Front(endpoints, tokens, readiness=readiness, metrics=metrics)
@@ -372,6 +407,7 @@ async def serve_http(
     async with AsyncExitStack() as stack:
         for endpoint in endpoints.values():
             await stack.enter_async_context(endpoint.manager.run())
-            if endpoint.lane is not None:
-                endpoint.lane.lifespan = lifespan_state(endpoint.manager)  # as the SDK's entry passes it
+            for lane in (endpoint.lane, endpoint.sessions):
+                if lane is not None:
+                    lane.lifespan = lifespan_state(endpoint.manager)  # as the SDK's entry passes it
         await uvicorn.Server(config).serve(sockets=[sock])

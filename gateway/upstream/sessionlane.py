@@ -1,0 +1,260 @@
+"""Handshake-era ``tools/call`` over HTTP, inside a session, without the SDK's per-request layers.
+
+In a 2025-11-25 session the SDK's transport turns each POST into a Starlette request, a
+validated message on the session's read stream, a dispatcher task running the runner and
+its middleware, and an ``EventSourceResponse`` (a task group of three) fed through two more
+memory streams. For the request an agent sends most, this lane does the same with less:
+
+- the same checks first (the session known, live and the caller's; transport security,
+  ``Accept``, content type, the JSON-RPC envelope), and only a well-formed ``tools/call``
+  of a session past ``initialize`` is claimed: anything else goes to the SDK as before;
+- the call is handed to the session's own dispatcher (its in-flight table, its task group),
+  so the client's ``notifications/cancelled``, the session's end and the cancelled call's
+  ``Request cancelled`` answer are the SDK's own; the handler is the gateway's, run as the
+  stdio fast path runs it (``answer_directly``);
+- every message of the call (progress, logs, a server's request, the answer) still leaves
+  through the session's write stream and message router, so event ids, the event store
+  (``Last-Event-ID`` resumption) and their order are the SDK's; this lane only writes the
+  request's event stream (priming event, events, pings every 15 s) in place of the
+  ``EventSourceResponse``, with the same headers and the same encoder.
+
+tests/test_session_lane.py sends the same requests down both paths. ``PREFIXGATE_FAST_PATH=0``
+turns the lane off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import weakref
+from datetime import UTC, datetime
+from typing import Any
+
+import anyio
+import pydantic_core
+from mcp.server.connection import Connection
+from mcp.server.context import CallNext, ServerRequestContext
+from mcp.server.streamable_http import MCP_SESSION_ID_HEADER, EventMessage, check_accept_headers
+from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
+from mcp_types import PROTOCOL_VERSION_META_KEY, JSONRPCError, JSONRPCRequest, JSONRPCResponse
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from sse_starlette import ServerSentEvent
+from starlette.requests import Request
+from starlette.types import Scope, Send
+
+from gateway.fastpath import FAST_PATH_ENV
+from gateway.sdk import (
+    close_request_stream,
+    connection_of,
+    dispatch_request,
+    holding_session,
+    open_request_stream,
+    session_transport,
+    sse_headers,
+)
+from gateway.shapes import plain_call_params
+from gateway.upstream.fast import answer_directly, meta_key, valid_call
+from gateway.upstream.server import Handlers
+
+log = logging.getLogger("prefixgate.http")
+
+_ENVELOPE = frozenset(("jsonrpc", "id", "method", "params"))
+_SEP = "\r\n"
+"""sse_starlette's default line separator, which the SDK's event streams use."""
+PING_INTERVAL = 15.0
+"""sse_starlette's default: the SDK's event stream sends a ping comment this often."""
+_PING = object()
+_HEADERS_KEY = "prefixgate.sse_headers"
+
+
+class Claimed:
+    """A call the lane answers, and the session parts it found for it."""
+
+    __slots__ = ("request", "request_id", "params", "meta", "version", "transport", "connection")
+
+    def __init__(
+        self,
+        request: Request,
+        request_id: int | str,
+        params: dict[str, Any],
+        meta: str | None,
+        version: str,
+        transport: Any,
+        connection: Connection,
+    ) -> None:
+        self.request = request
+        self.request_id = request_id
+        self.params = params
+        self.meta = meta
+        """The request's ``meta_key``."""
+        self.version = version
+        """The request's ``MCP-Protocol-Version`` header (the priming event depends on it)."""
+        self.transport = transport
+        self.connection = connection
+
+
+def _content_type_is_json(request: Request) -> bool:
+    """The transport's own content-type check (a list of types, any of them JSON)."""
+    content_type = request.headers.get("content-type", "")
+    return any(part.strip() == "application/json" for part in content_type.split(";")[0].split(","))
+
+
+class SessionLane:
+    """Claims the handshake-era ``tools/call`` requests of one profile's sessions."""
+
+    def __init__(self, handlers: Handlers, manager: Any, security: TransportSecuritySettings | None) -> None:
+        self.handlers = handlers
+        self.manager = manager
+        self.security = TransportSecurityMiddleware(security)
+        self.lifespan: Any = None
+        self.sessions: weakref.WeakValueDictionary[str, Connection] = weakref.WeakValueDictionary()
+        """Each session's SDK connection, learnt from the first request the SDK serves in it
+        (held weakly: a session ends with its connection)."""
+        self.used = False
+        handlers.server.middleware.insert(0, self.observe)
+
+    async def observe(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> Any:
+        """Learn a session's connection from a request the SDK serves in it."""
+        request = ctx.request
+        if isinstance(request, Request) and ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            session_id = request.headers.get(MCP_SESSION_ID_HEADER)
+            if session_id is not None and session_id not in self.sessions:
+                connection = connection_of(ctx)
+                if connection.session_id == session_id:
+                    self.sessions[session_id] = connection
+        return await call_next(ctx)
+
+    async def claim(self, scope: Scope, body: bytes, session_id: str, version: str) -> Claimed | None:
+        """The call, when the SDK's stateful entry and transport would dispatch it unchanged."""
+        connection = self.sessions.get(session_id)
+        if connection is None or not connection.initialize_accepted:
+            return None
+        transport = session_transport(self.manager, session_id, scope.get("user"))
+        if transport is None:
+            return None
+        request = Request(scope)
+        if await self.security.validate_request(request, is_post=True) is not None:
+            return None
+        has_json, has_sse = check_accept_headers(request)
+        if not (has_json and has_sse) or not _content_type_is_json(request):
+            return None
+        try:
+            decoded = pydantic_core.from_json(body)  # the transport's parser: the same verdicts
+        except ValueError:
+            return None
+        if type(decoded) is not dict or not decoded.keys() <= _ENVELOPE or decoded.get("jsonrpc") != "2.0":
+            return None
+        request_id, params = decoded.get("id"), decoded.get("params")
+        if decoded.get("method") != "tools/call" or isinstance(request_id, bool):
+            return None
+        if not isinstance(request_id, int | str) or type(params) is not dict:
+            return None
+        meta = params.get("_meta")
+        if isinstance(meta, dict) and PROTOCOL_VERSION_META_KEY in meta:
+            return None
+        key = meta_key(params)
+        if not plain_call_params(params) and not valid_call(connection.protocol_version, params, key):
+            return None  # the SDK refuses it with its own error
+        if not self.used:
+            self.used = True
+            log.info("handshake-era tools/call answered on the HTTP session lane (%s=0 turns it off)", FAST_PATH_ENV)
+        return Claimed(request, request_id, params, key, version, transport, connection)
+
+    async def answer(self, claimed: Claimed, send: Send) -> None:
+        """Dispatch the call into its session, then write its event stream until its answer
+        (or until the session closes the stream: terminated, or the stream closed for polling)."""
+        with holding_session(claimed.transport):
+            await self._answer(claimed, send)
+
+    async def _answer(self, claimed: Claimed, send: Send) -> None:
+        transport, connection = claimed.transport, claimed.connection
+        message = JSONRPCRequest.model_construct(
+            jsonrpc="2.0", id=claimed.request_id, method="tools/call", params=claimed.params
+        )
+        priming, feed, events, metadata = await open_request_stream(
+            transport, message, claimed.request, claimed.version
+        )
+        request_id = str(claimed.request_id)
+        loop = asyncio.get_running_loop()
+        timer: asyncio.TimerHandle | None = None
+
+        def ping() -> None:
+            nonlocal timer
+            try:
+                feed.send_nowait(_PING)  # pings go in beside the router's messages
+            except anyio.WouldBlock:
+                pass  # events are waiting to be written: the stream is not idle
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                return
+            timer = loop.call_later(PING_INTERVAL, ping)
+
+        try:
+            await dispatch_request(connection.outbound, message, metadata, self._on_request(claimed))
+            await send({"type": "http.response.start", "status": 200, "headers": self._headers(connection)})
+            if priming is not None:
+                await send({"type": "http.response.body", "body": _sse(priming), "more_body": True})
+            timer = loop.call_later(PING_INTERVAL, ping)
+            while True:
+                try:
+                    item = await events.receive()
+                except (anyio.EndOfStream, anyio.ClosedResourceError):
+                    break
+                if item is _PING:
+                    comment = f"ping - {datetime.now(UTC)}"
+                    await send({"type": "http.response.body", "body": _ping_bytes(comment), "more_body": True})
+                    continue
+                final = isinstance(item.message, JSONRPCResponse | JSONRPCError)
+                await send({"type": "http.response.body", "body": _event_bytes(item), "more_body": not final})
+                if final:
+                    return
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            if timer is not None:
+                timer.cancel()
+            await close_request_stream(transport, request_id)
+
+    def _on_request(self, claimed: Claimed) -> Any:
+        async def on_request(dctx: Any, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
+            assert params is not None
+            return await answer_directly(
+                self.handlers,
+                dctx,
+                claimed.connection,
+                method,
+                params,
+                claimed.request_id,
+                self.lifespan,
+                claimed.request,
+                key=claimed.meta,
+            )
+
+        return on_request
+
+    @staticmethod
+    def _headers(connection: Connection) -> list[tuple[bytes, bytes]]:
+        """The session's event-stream headers, made once per session."""
+        headers = connection.state.get(_HEADERS_KEY)
+        if headers is None:
+            assert connection.session_id is not None
+            headers = connection.state[_HEADERS_KEY] = sse_headers(connection.session_id)
+        return headers
+
+
+def _event_bytes(item: EventMessage) -> bytes:
+    """An event as the transport's SSE writer makes it (``_create_event_data``, then sse_starlette)."""
+    event: dict[str, Any] = {
+        "event": "message",
+        "data": item.message.model_dump_json(by_alias=True, exclude_unset=True),
+    }
+    if item.event_id:
+        event["id"] = item.event_id
+    return _sse(event)
+
+
+def _sse(event: dict[str, Any]) -> bytes:
+    """sse_starlette's encoding of an event given as a dict, as its response writes one."""
+    return ServerSentEvent(**event, sep=_SEP).encode()
+
+
+def _ping_bytes(comment: str) -> bytes:
+    return ServerSentEvent(comment=comment, sep=_SEP).encode()

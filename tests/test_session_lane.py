@@ -1,0 +1,255 @@
+"""The HTTP session lane for handshake-era ``tools/call`` (issue 25) answers exactly as the
+SDK's session transport does.
+
+The same raw HTTP conversation goes to two real ``serve --http`` gateways, one with the lane
+and one with ``PREFIXGATE_FAST_PATH=0``, and every response is compared: status, headers
+(all but uvicorn's ``date`` and ``server``) and body bytes. It covers plain calls,
+progress and logs on the call's stream, a timeout, a crash, elicitation on the call's
+stream (the gateway's own and a classic server's, answered by POST while the stream is
+open), the client's ``notifications/cancelled``, resumption of a finished call's stream
+with ``Last-Event-ID``, and the requests the lane leaves to the SDK. Masked, because
+genuinely random: session and event ids, ping times, artifact ids.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx2 as httpx
+import pytest
+
+from tests.helpers import ACCEPT, ERAS, demo, http_gateway, write_config
+from tests.test_fast_path import CALLS, fast_config, sdk_client_view
+from tests.test_http_lane import _masked
+
+HANDSHAKE = "2025-11-25"
+_EVENT_ID = re.compile(rb"(?m)^id: \S+")
+_PING = re.compile(rb"(?m)^: ping - .*$")
+_SKIPPED = {b"date", b"server"}
+_LANE_LINE = "on the HTTP session lane"
+
+Response = tuple[int, list[tuple[bytes, bytes]], bytes]
+
+
+def masked(body: bytes) -> bytes:
+    return _PING.sub(b": ping - *", _EVENT_ID.sub(b"id: *", _masked(body)))
+
+
+def events(body: bytes) -> list[dict[str, Any]]:
+    """The JSON-RPC messages of an event stream."""
+    return [json.loads(line[6:]) for line in body.splitlines() if line.startswith(b"data: {")]
+
+
+class Session:
+    """One handshake-era session with a gateway, over raw HTTP: every response, masked."""
+
+    def __init__(self, http: httpx.Client, url: str) -> None:
+        self.http = http
+        self.url = url
+        self.session_id = ""
+        self.out: list[tuple[str, Response]] = []
+
+    def headers(self, **more: str) -> dict[str, str]:
+        return {"mcp-protocol-version": HANDSHAKE, "mcp-session-id": self.session_id, **more}
+
+    def keep(self, label: str, response: httpx.Response, body: bytes) -> bytes:
+        kept = [
+            (k, b"*" if k.lower() == b"mcp-session-id" else v)
+            for k, v in response.headers.raw
+            if k.lower() not in _SKIPPED
+        ]
+        self.out.append((label, (response.status_code, kept, masked(body))))
+        return body
+
+    def open(self) -> None:
+        init = {
+            "jsonrpc": "2.0",
+            "id": 0,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": HANDSHAKE,
+                "capabilities": {"elicitation": {}},
+                "clientInfo": {"name": "raw", "version": "1"},
+            },
+        }
+        response = self.http.post(self.url, json=init)
+        self.session_id = response.headers["mcp-session-id"]
+        self.keep("initialize", response, response.content)
+        self.post("initialized", {"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    def post(self, label: str, body: Any, headers: dict[str, str] | None = None) -> bytes:
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        response = self.http.post(self.url, content=data, headers=headers if headers is not None else self.headers())
+        return self.keep(label, response, response.content)
+
+    def call(self, label: str, request_id: Any, name: str, arguments: Any, meta: dict[str, Any] | None = None) -> bytes:
+        params: dict[str, Any] = {"name": name, "arguments": arguments}
+        if meta is not None:
+            params["_meta"] = meta
+        return self.post(label, request(request_id, "tools/call", params))
+
+    def streamed(self, label: str, body: dict[str, Any], on_event: Callable[[dict[str, Any]], None]) -> bytes:
+        """A POST whose event stream is read as it comes: ``on_event`` sees each message."""
+        with self.http.stream("POST", self.url, json=body, headers=self.headers()) as response:
+            data = b""
+            for line in response.iter_lines():
+                data += line.encode() + b"\r\n"
+                if line.startswith("data: {"):
+                    on_event(json.loads(line[6:]))
+            return self.keep(label, response, data)
+
+
+def request(request_id: Any, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+    message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
+    if params is not None:
+        message["params"] = params
+    return message
+
+
+def conversation(config: Path, lane: bool) -> tuple[list[tuple[str, Response]], str]:
+    env = {"PREFIXGATE_FAST_PATH": "1" if lane else "0"}
+    with (
+        http_gateway(config, "--log-level", "debug", env=env) as (url, stderr),
+        httpx.Client(headers=ACCEPT, timeout=60) as http,
+    ):
+        s = Session(http, url)
+        s.open()
+        s.post("list", request("l", "tools/list"))  # served by the SDK: the lane learns the session here
+        for label, request_id, name, arguments, meta in CALLS:
+            s.call(label, request_id, name, arguments, meta)
+        s.post("log level", request(11, "logging/setLevel", {"level": "debug"}))
+        s.call("log", 12, "demo__log", {"text": "logged line", "level": "warning"})
+        s.call("timeout", 14, "slowpoke__slow", {"seconds": 20, "steps": 20})
+        for label, request_id, name in (("ask", 15, "demo__ask"), ("ask legacy server", 16, "asker__ask")):
+
+            def answer(message: dict[str, Any], label: str = label) -> None:
+                if message.get("method") == "elicitation/create":
+                    reply = {
+                        "jsonrpc": "2.0",
+                        "id": message["id"],
+                        "result": {"action": "accept", "content": {"name": "Ann"}},
+                    }
+                    s.post(f"{label}: the answer", reply)
+
+            s.streamed(label, request(request_id, "tools/call", {"name": name, "arguments": {}}), answer)
+
+        def cancel(message: dict[str, Any]) -> None:
+            if message.get("method") == "notifications/progress" and message["params"]["progress"] == 0:
+                s.post("cancel", {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 17}})
+
+        slow = {"name": "demo__slow", "arguments": {"seconds": 30, "steps": 30}, "_meta": {"progressToken": "c"}}
+        s.streamed("cancelled", request(17, "tools/call", slow), cancel)
+        s.call("crash mid-call", 18, "crashy__crash", {"status": 7})
+        s.call("after the crash", 19, "demo__echo", {"text": "still here"})
+        # The progress call's stream again, from its priming event: the event store's replay.
+        progress = next(body for label, (_, _, body) in s.out if label == "progress")
+        assert progress.startswith(b"id: *"), progress
+        again = s.call("progress again", 20, "demo__slow", {"seconds": 0.2, "steps": 2}, {"progressToken": "p-20"})
+        priming = again.split(b"\r\n", 1)[0][4:].decode()
+        with http.stream("GET", url, headers=s.headers(**{"last-event-id": priming})) as replay:
+            replayed = b""
+            for line in replay.iter_lines():  # the stream stays open after the replay: read up to the answer
+                replayed += line.encode() + b"\r\n"
+                if line.startswith('data: {"jsonrpc":"2.0","id":20,'):
+                    break
+            s.keep("replayed", replay, replayed)
+        # Not claimed: the SDK's own answers, on both gateways.
+        s.post("no name", request(21, "tools/call", {"arguments": {}}))
+        s.post(
+            "enveloped",
+            request(
+                22,
+                "tools/call",
+                {"name": "demo__echo", "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}},
+            ),
+        )
+        s.post("not JSON", b"{nope")
+        s.post("extra member", {**request(23, "tools/call", {"name": "demo__echo"}), "x": 1})
+        s.post("JSON only", request(24, "tools/call", {"name": "demo__echo"}), s.headers(accept="application/json"))
+        s.post(
+            "unknown session",
+            request(25, "tools/call", {"name": "demo__echo"}),
+            {**s.headers(), "mcp-session-id": "nope"},
+        )
+        s.post(
+            "no version header",
+            request(26, "tools/call", {"name": "demo__echo", "arguments": {"text": "v"}}),
+            {"mcp-session-id": s.session_id},
+        )
+        ended = http.delete(url, headers=s.headers())
+        s.keep("delete", ended, ended.content)
+        s.post("after delete", request(27, "tools/call", {"name": "demo__echo", "arguments": {"text": "gone"}}))
+        deadline = time.monotonic() + 20
+        while stderr.read_text().count("slow cancelled after step") < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return s.out, stderr.read_text(encoding="utf-8", errors="replace")
+
+
+def test_the_session_lane_answers_byte_identical_to_the_sdk_transport(tmp_path: Path) -> None:
+    config = fast_config(tmp_path)
+    lane, lane_log = conversation(config, True)
+    sdk, sdk_log = conversation(config, False)
+    assert _LANE_LINE in lane_log and _LANE_LINE not in sdk_log
+    assert [label for label, _ in lane] == [label for label, _ in sdk]
+    for (label, got), (_, want) in zip(lane, sdk, strict=True):
+        assert got == want, label
+    steps = dict(lane)
+    status, headers, body = steps["echo"]
+    assert status == 200 and (b"content-type", b"text/event-stream") in headers
+    assert (
+        body.startswith(b"id: *\r\ndata: \r\nretry: ") and b"event: message" in body
+    )  # priming event, then the answer
+    assert b"denied by policy" in steps["denied"][2] and b"saved as artifact <id>" in steps["spilled"][2]
+    assert [m.get("method") for m in events(steps["progress"][2])] == [
+        "notifications/progress",
+        "notifications/progress",
+        None,
+    ]
+    assert b"logged line" in steps["log"][2] and b"exit status 7" in steps["crash mid-call"][2]
+    for asked in ("ask", "ask legacy server"):
+        messages = events(steps[asked][2])
+        assert messages[0]["method"] == "elicitation/create" and "Ann" in json.dumps(messages[-1]), messages
+        assert steps[f"{asked}: the answer"][0] == 202
+    cancelled = events(steps["cancelled"][2])
+    assert cancelled[-1]["error"] == {"code": -32800, "message": "Request cancelled"}, cancelled
+    replayed = events(steps["replayed"][2])
+    assert [m.get("method") for m in replayed] == ["notifications/progress", "notifications/progress", None]
+    assert replayed[-1]["id"] == 20 and b"still here" in steps["after the crash"][2]
+    assert steps["unknown session"][0] == 404 and steps["JSON only"][0] == 406 and steps["not JSON"][0] == 400
+    assert steps["after delete"][0] == 404 and b"v" in steps["no version header"][2]
+    for log in (lane_log, sdk_log):  # the timeout's courtesy cancel, and the client's cancel
+        assert log.count("slow cancelled after step") == 2, log[-3000:]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ERAS)
+async def test_sdk_client_through_the_session_lane(tmp_path: Path, mode: str) -> None:
+    """The SDK client over HTTP, both eras: results, progress, a classic server's elicitation
+    on the call's stream, invalid arguments. In the handshake era the session lane answers."""
+    config = fast_config(tmp_path)
+    with http_gateway(config) as (url, stderr):
+        await sdk_client_view(url, mode, "demo__ask")
+        await sdk_client_view(url, mode, "asker__ask")
+        assert (_LANE_LINE in stderr.read_text()) == (mode == "legacy")
+
+
+def test_the_session_lane_holds_the_session_while_a_call_runs(tmp_path: Path) -> None:
+    """A call in flight keeps its session alive past the idle timeout, as the SDK's transport
+    counts it; unused, the session then ends (404)."""
+    config = write_config(tmp_path, {"demo": demo("--tools", 2, "--rich")})
+    env = {"PREFIXGATE_HTTP_SESSION_IDLE_TIMEOUT": "1"}
+    with http_gateway(config, env=env) as (url, _), httpx.Client(headers=ACCEPT, timeout=60) as http:
+        s = Session(http, url)
+        s.open()
+        s.post("list", request("l", "tools/list"))
+        body = s.call("slow", 1, "demo__slow", {"seconds": 2.5, "steps": 2})
+        assert b"slept 2.5 s" in body, body
+        assert s.out[-1][1][0] == 200
+        time.sleep(2)
+        s.call("idle", 2, "demo__echo", {"text": "x"})
+        assert s.out[-1][1][0] == 404
