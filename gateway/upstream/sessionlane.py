@@ -7,7 +7,9 @@ memory streams. For the request an agent sends most, this lane does the same wit
 
 - the same checks first (the session known, live and the caller's; transport security,
   ``Accept``, content type, the JSON-RPC envelope), and only a well-formed ``tools/call``
-  of a session past ``initialize`` is claimed: anything else goes to the SDK as before;
+  of a session past ``initialize`` is claimed, once the SDK has served a request of that
+  session (the lane learns the session's connection there): anything else goes to the SDK
+  as before; while the call runs it holds the session's idle countdown, as there;
 - the call is handed to the session's own dispatcher (its in-flight table, its task group),
   so the client's ``notifications/cancelled``, the session's end and the cancelled call's
   ``Request cancelled`` answer are the SDK's own; the handler is the gateway's, run as the
