@@ -143,10 +143,22 @@ def conversation(config: Path, lane: bool) -> tuple[list[tuple[str, Response]], 
                 headers=routing("tools/call", "demo__slow"),
                 timeout=httpx.Timeout(60, read=0.5),
             )
-        deadline = time.monotonic() + 20
-        while stderr.read_text().count("slow cancelled after step") < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        return s.out, stderr.read_text(encoding="utf-8", errors="replace")
+        return s.out, log_after_cancels(stderr)
+
+
+def log_after_cancels(stderr: Path, count: int = 2) -> str:
+    """The gateway's log once the demo servers logged ``count`` cancelled calls (20 s at most)."""
+    deadline = time.monotonic() + 20
+    while stderr.read_text().count("slow cancelled after step") < count and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return stderr.read_text(encoding="utf-8", errors="replace")
+
+
+def assert_same(lane: list[tuple[str, Response]], sdk: list[tuple[str, Response]]) -> None:
+    """Step by step, the lane's responses are the SDK path's."""
+    assert [label for label, _ in lane] == [label for label, _ in sdk]
+    for (label, got), (_, want) in zip(lane, sdk, strict=True):
+        assert got == want, label
 
 
 def test_the_http_lane_answers_byte_identical_to_the_sdk_entry(tmp_path: Path) -> None:
@@ -154,9 +166,7 @@ def test_the_http_lane_answers_byte_identical_to_the_sdk_entry(tmp_path: Path) -
     lane, lane_log = conversation(config, True)
     sdk, sdk_log = conversation(config, False)
     assert "on the HTTP lane" in lane_log and "on the HTTP lane" not in sdk_log
-    assert [label for label, _ in lane] == [label for label, _ in sdk]
-    for (label, got), (_, want) in zip(lane, sdk, strict=True):
-        assert got == want, label
+    assert_same(lane, sdk)
     steps = dict(lane)
     assert b"h\\u00e9llo \\u2014 \\u65e5\\u672c\\u8a9e \\ud83c\\udf89" in steps["echo"][2]  # as json.dumps writes it
     assert steps["echo"][0] == 200 and (b"content-type", b"application/json") in steps["echo"][1]

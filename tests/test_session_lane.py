@@ -25,15 +25,13 @@ import pytest
 
 from tests.helpers import ACCEPT, ERAS, demo, http_gateway, write_config
 from tests.test_fast_path import CALLS, fast_config, sdk_client_view
-from tests.test_http_lane import _masked
+from tests.test_http_lane import Response, _masked, assert_same, log_after_cancels
 
 HANDSHAKE = "2025-11-25"
 _EVENT_ID = re.compile(rb"(?m)^id: \S+")
 _PING = re.compile(rb"(?m)^: ping - .*$")
 _SKIPPED = {b"date", b"server"}
 _LANE_LINE = "on the HTTP session lane"
-
-Response = tuple[int, list[tuple[bytes, bytes]], bytes]
 
 
 def masked(body: bytes) -> bytes:
@@ -184,10 +182,7 @@ def conversation(config: Path, lane: bool) -> tuple[list[tuple[str, Response]], 
         ended = http.delete(url, headers=s.headers())
         s.keep("delete", ended, ended.content)
         s.post("after delete", request(27, "tools/call", {"name": "demo__echo", "arguments": {"text": "gone"}}))
-        deadline = time.monotonic() + 20
-        while stderr.read_text().count("slow cancelled after step") < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        return s.out, stderr.read_text(encoding="utf-8", errors="replace")
+        return s.out, log_after_cancels(stderr)
 
 
 def test_the_session_lane_answers_byte_identical_to_the_sdk_transport(tmp_path: Path) -> None:
@@ -195,9 +190,7 @@ def test_the_session_lane_answers_byte_identical_to_the_sdk_transport(tmp_path: 
     lane, lane_log = conversation(config, True)
     sdk, sdk_log = conversation(config, False)
     assert _LANE_LINE in lane_log and _LANE_LINE not in sdk_log
-    assert [label for label, _ in lane] == [label for label, _ in sdk]
-    for (label, got), (_, want) in zip(lane, sdk, strict=True):
-        assert got == want, label
+    assert_same(lane, sdk)
     steps = dict(lane)
     status, headers, body = steps["echo"]
     assert status == 200 and (b"content-type", b"text/event-stream") in headers
