@@ -5,7 +5,8 @@ modules leave out of their ``__all__``. Every other use of the SDK goes through 
 API (tests/test_sdk.py checks both mechanically, and ruff's SLF rule the attributes). All
 were checked against the minor release ``CHECKED`` names, which ``pyproject.toml`` pins:
 on an SDK upgrade, check these first (tests/test_relay.py, tests/test_lifecycle.py,
-tests/test_fast_path.py, tests/test_http_lane.py and tests/test_http_calls.py exercise them).
+tests/test_fast_path.py, tests/test_http_lane.py, tests/test_session_lane.py and
+tests/test_http_calls.py exercise them).
 """
 
 from __future__ import annotations
