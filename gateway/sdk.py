@@ -183,9 +183,16 @@ async def open_request_stream(transport: Any, message: Any, request: Any, versio
     return priming, send, receive, metadata
 
 
-async def close_request_stream(transport: Any, request_id: str) -> None:
-    """The transport's own clean-up of a request's stream once its response is written."""
-    await transport._clean_up_memory_streams(request_id)  # noqa: SLF001
+async def close_request_stream(transport: Any, request_id: str, send: Any, receive: Any) -> None:
+    """The transport's own clean-up of a request's stream (``send``, ``receive``) once its
+    response is written or its client gone; when a resumed stream (``Last-Event-ID``) has
+    taken the request's place since, only this one's ends are closed."""
+    found = transport._request_streams.get(request_id)  # noqa: SLF001
+    if found is not None and found[0] is send:
+        await transport._clean_up_memory_streams(request_id)  # noqa: SLF001
+        return
+    send.close()
+    receive.close()
 
 
 async def dispatch_request(dispatcher: Any, message: Any, metadata: Any, on_request: Any) -> None:

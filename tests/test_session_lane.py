@@ -246,3 +246,35 @@ def test_the_session_lane_holds_the_session_while_a_call_runs(tmp_path: Path) ->
         time.sleep(2)
         s.call("idle", 2, "demo__echo", {"text": "x"})
         assert s.out[-1][1][0] == 404
+
+
+def test_a_client_gone_mid_call_resumes_it_from_the_priming_event(tmp_path: Path) -> None:
+    """As with the SDK's transport: a client that closes a call's stream ends only the stream
+    (the lane lets go of it); the call goes on, and a resumed stream (``Last-Event-ID``)
+    gets what it sent since and its answer."""
+    config = write_config(tmp_path, {"demo": demo("--tools", 2, "--rich")})
+    with (
+        http_gateway(config, "--log-level", "debug") as (url, stderr),
+        httpx.Client(headers=ACCEPT, timeout=60) as http,
+    ):
+        s = Session(http, url)
+        s.open()
+        s.post("list", request("l", "tools/list"))
+        slow = {"name": "demo__slow", "arguments": {"seconds": 6, "steps": 3}, "_meta": {"progressToken": "cut"}}
+        with http.stream("POST", url, json=request(28, "tools/call", slow), headers=s.headers()) as gone:
+            priming = next(gone.iter_lines())[4:]
+        # Resumed while the call runs (once the lane let go of the request's stream): the SDK's
+        # replay then stays for what the call sends next.
+        deadline = time.monotonic() + 3
+        while "the client closed the event stream of call 28" not in stderr.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        resumed: list[dict[str, Any]] = []
+        with http.stream("GET", url, headers=s.headers(**{"last-event-id": priming})) as stream:
+            for line in stream.iter_lines():
+                if line.startswith("data: {"):
+                    resumed.append(json.loads(line[6:]))
+                    if resumed[-1].get("id") == 28:
+                        break
+        assert [m.get("method") for m in resumed] == ["notifications/progress"] * 3 + [None], resumed
+        assert "slept 6 s" in json.dumps(resumed[-1]), resumed
+        assert "on the HTTP session lane" in stderr.read_text()

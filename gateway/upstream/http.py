@@ -296,7 +296,7 @@ class Front:
         if handshake is None:
             return False
         with marked(session):
-            await endpoint.sessions.answer(handshake, send)
+            await endpoint.sessions.answer(handshake, receive, send)
         return True
 
     async def _metrics(self, scope: Scope, send: Send) -> None:

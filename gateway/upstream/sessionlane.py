@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
+from contextlib import suppress
 from datetime import UTC, datetime
 from typing import Any
 
@@ -42,7 +43,7 @@ from mcp_types import PROTOCOL_VERSION_META_KEY, JSONRPCError, JSONRPCRequest, J
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from sse_starlette import ServerSentEvent
 from starlette.requests import Request
-from starlette.types import Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from gateway.fastpath import FAST_PATH_ENV
 from gateway.sdk import (
@@ -66,6 +67,7 @@ _SEP = "\r\n"
 PING_INTERVAL = 15.0
 """sse_starlette's default: the SDK's event stream sends a ping comment this often."""
 _PING = object()
+_GONE = object()
 _HEADERS_KEY = "prefixgate.sse_headers"
 
 
@@ -162,13 +164,15 @@ class SessionLane:
             log.info("handshake-era tools/call answered on the HTTP session lane (%s=0 turns it off)", FAST_PATH_ENV)
         return Claimed(request, request_id, params, key, version, transport, connection)
 
-    async def answer(self, claimed: Claimed, send: Send) -> None:
+    async def answer(self, claimed: Claimed, receive: Receive, send: Send) -> None:
         """Dispatch the call into its session, then write its event stream until its answer
-        (or until the session closes the stream: terminated, or the stream closed for polling)."""
+        (or until the session closes the stream: terminated, or the stream closed for polling).
+        A client that goes away ends only the stream, as in the SDK: the call goes on, and
+        what it sends is kept for a resumed stream (``Last-Event-ID``)."""
         with holding_session(claimed.transport):
-            await self._answer(claimed, send)
+            await self._answer(claimed, receive, send)
 
-    async def _answer(self, claimed: Claimed, send: Send) -> None:
+    async def _answer(self, claimed: Claimed, receive: Receive, send: Send) -> None:
         transport, connection = claimed.transport, claimed.connection
         message = JSONRPCRequest.model_construct(
             jsonrpc="2.0", id=claimed.request_id, method="tools/call", params=claimed.params
@@ -190,6 +194,17 @@ class SessionLane:
                 return
             timer = loop.call_later(PING_INTERVAL, ping)
 
+        gone = False
+
+        async def watch() -> None:
+            nonlocal gone
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            gone = True
+            with suppress(anyio.WouldBlock, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                feed.send_nowait(_GONE)  # else the writer is busy and sees ``gone`` after its event
+
+        watcher = loop.create_task(watch())
         try:
             await dispatch_request(connection.outbound, message, metadata, self._on_request(claimed))
             await send({"type": "http.response.start", "status": 200, "headers": self._headers(connection)})
@@ -201,6 +216,9 @@ class SessionLane:
                     item = await events.receive()
                 except (anyio.EndOfStream, anyio.ClosedResourceError):
                     break
+                if gone:
+                    log.debug("the client closed the event stream of call %s", request_id)
+                    return
                 if item is _PING:
                     comment = f"ping - {datetime.now(UTC)}"
                     await send({"type": "http.response.body", "body": _ping_bytes(comment), "more_body": True})
@@ -211,9 +229,10 @@ class SessionLane:
                     return
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
+            watcher.cancel()
             if timer is not None:
                 timer.cancel()
-            await close_request_stream(transport, request_id)
+            await close_request_stream(transport, request_id, feed, events)
 
     def _on_request(self, claimed: Claimed) -> Any:
         async def on_request(dctx: Any, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
