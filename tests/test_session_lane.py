@@ -144,7 +144,7 @@ def conversation(config: Path, lane: bool) -> tuple[list[tuple[str, Response]], 
         s.streamed("cancelled", request(17, "tools/call", slow), cancel)
         s.call("crash mid-call", 18, "crashy__crash", {"status": 7})
         s.call("after the crash", 19, "demo__echo", {"text": "still here"})
-        # The progress call's stream again, from its priming event: the event store's replay.
+        # A finished call's stream again, from its priming event: the event store's replay.
         progress = next(body for label, (_, _, body) in s.out if label == "progress")
         assert progress.startswith(b"id: *"), progress
         again = s.call("progress again", 20, "demo__slow", {"seconds": 0.2, "steps": 2}, {"progressToken": "p-20"})
@@ -194,9 +194,8 @@ def test_the_session_lane_answers_byte_identical_to_the_sdk_transport(tmp_path: 
     steps = dict(lane)
     status, headers, body = steps["echo"]
     assert status == 200 and (b"content-type", b"text/event-stream") in headers
-    assert (
-        body.startswith(b"id: *\r\ndata: \r\nretry: ") and b"event: message" in body
-    )  # priming event, then the answer
+    # The priming event, then the answer.
+    assert body.startswith(b"id: *\r\ndata: \r\nretry: ") and b"event: message" in body
     assert b"denied by policy" in steps["denied"][2] and b"saved as artifact <id>" in steps["spilled"][2]
     assert [m.get("method") for m in events(steps["progress"][2])] == [
         "notifications/progress",

@@ -221,7 +221,7 @@ class SessionLane:
                     return
                 if item is _PING:
                     comment = f"ping - {datetime.now(UTC)}"
-                    await send({"type": "http.response.body", "body": _ping_bytes(comment), "more_body": True})
+                    await send({"type": "http.response.body", "body": _sse({"comment": comment}), "more_body": True})
                     continue
                 final = isinstance(item.message, JSONRPCResponse | JSONRPCError)
                 await send({"type": "http.response.body", "body": _event_bytes(item), "more_body": not final})
@@ -275,7 +275,3 @@ def _event_bytes(item: EventMessage) -> bytes:
 def _sse(event: dict[str, Any]) -> bytes:
     """sse_starlette's encoding of an event given as a dict, as its response writes one."""
     return ServerSentEvent(**event, sep=_SEP).encode()
-
-
-def _ping_bytes(comment: str) -> bytes:
-    return ServerSentEvent(comment=comment, sep=_SEP).encode()
