@@ -9,7 +9,7 @@ metadata points at itself as the authorization server. Both protocol eras are se
 ``/mcp`` (streamable HTTP), or the handshake era on ``/sse`` with ``--transport sse``.
 
 Usage: ``python tests/oauth_server.py [--transport http|sse] [--lifetime S] [--scopes a,b]
-[--client-credentials ID:SECRET] [--sloppy]`` (the last also answers that grant for one client);
+[--client-credentials ID:SECRET] [--revocable] ...`` (``--help`` lists every option);
 prints its endpoint URL on stdout once bound. Every secret it issues (access token,
 refresh token, client secret) is appended as one JSON line to ``$OAUTH_SERVER_LOG`` when
 set, so tests can look for the exact strings in what the gateway prints.
@@ -251,6 +251,7 @@ def main() -> None:
     p.add_argument("--step-up", metavar="SCOPE", help="tool 'admin' needs this scope too (403 insufficient_scope)")
     p.add_argument("--sloppy", action="store_true", help="issue access tokens with a trailing newline")
     p.add_argument("--huge-token", action="store_true", help="issue 200 KB access tokens (under the 1 MiB answer cap)")
+    p.add_argument("--revocable", action="store_true", help="tool 'revoke' drops tokens server-side")
     p.add_argument("--huge-metadata", action="store_true", help="answer metadata discovery with 5 MB, chunked")
     args = p.parse_args()
 
@@ -293,6 +294,19 @@ def main() -> None:
     def admin() -> str:
         """A tool that may need a wider grant (--step-up)."""
         return "admin done"
+
+    if args.revocable:
+
+        @server.tool()
+        def revoke(everything: bool = False) -> str:
+            """Drop the presented access token here, as a restart or a revocation would (with
+            everything=true every refresh token too): its expiry says it is still good."""
+            token = get_access_token()
+            if token is not None:
+                provider.access.pop(token.token, None)
+            if everything:
+                provider.refresh.clear()
+            return "revoked"
 
     app = server.streamable_http_app() if args.transport == "http" else server.sse_app()
     if args.step_up:

@@ -383,6 +383,30 @@ def test_a_refused_refresh_is_failed_with_the_login_command(tmp_path: Path) -> N
     assert server["error"].startswith("needs a new login") and server["error"].endswith(f"run {command(config)}")
 
 
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_token_the_server_dropped_is_refreshed_once_and_the_call_goes_through(
+    tmp_path: Path, mode: str
+) -> None:
+    """A 401 on an access token that has not expired by its own account (the server restarted,
+    revoked it, or its clock runs ahead): the refresh token still works, so the gateway
+    refreshes once and resends; only a refused refresh asks for a new login."""
+    with oauth_server(tmp_path, "--revocable") as url:
+        config = write_config(tmp_path, {"remote": {"url": url, "auth": "oauth"}})
+        login(tmp_path, config)
+        async with sdk_client(config, mode) as client:
+            assert not (await client.call_tool("remote__whoami", {})).is_error
+            issued = len(secrets(tmp_path))
+            assert text(await client.call_tool("remote__revoke", {})) == "revoked"
+            result = await client.call_tool("remote__echo", {"text": "after"})
+            assert not result.is_error and text(result) == "after", text(result)
+            assert len(secrets(tmp_path)) == issued + 2  # one refresh: an access and a refresh token
+            assert text(await client.call_tool("remote__revoke", {"everything": True})) == "revoked"
+            refused = await client.call_tool("remote__echo", {"text": "again"})
+            assert refused.is_error and "needs a new login" in text(refused), text(refused)
+            assert command(config) in text(refused)
+            assert len(secrets(tmp_path)) == issued + 2  # the refused refresh issued nothing
+
+
 def test_the_example_configs_oauth_tables_are_valid(tmp_path: Path) -> None:
     from gateway.config import load_config
 

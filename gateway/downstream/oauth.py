@@ -174,8 +174,19 @@ class _Guarded(httpx2.Auth):
         flow = self.inner.async_auth_flow(request)
         try:
             outgoing = await flow.__anext__()
+            refreshed = outgoing is not request  # the flow refreshed before sending
             while True:
                 response = yield outgoing
+                if response.status_code == 401 and outgoing is request and not refreshed and self._may_refresh():
+                    # A token we held valid was refused: the server's clock runs ahead, or it
+                    # dropped the token (a restart, a revocation). The refresh token may still
+                    # be good; the SDK would go straight to a new login. Refresh once, resend.
+                    refreshed = True
+                    await flow.aclose()
+                    self.inner.context.token_expiry_time = 1.0  # long past: the next flow refreshes first
+                    flow = self.inner.async_auth_flow(request)
+                    outgoing = await flow.__anext__()
+                    continue
                 try:
                     outgoing = await flow.asend(response)
                 except LoginNeeded:
@@ -185,6 +196,11 @@ class _Guarded(httpx2.Auth):
             return
         finally:
             await flow.aclose()
+
+    def _may_refresh(self) -> bool:
+        """A refresh token to try: the interactive grant's (the headless grant has none; it
+        asks again by itself)."""
+        return not isinstance(self.inner, ClientCredentialsOAuthProvider) and self.inner.context.can_refresh_token()
 
 
 def early_expiry(expires_in: float, now: float) -> float:
