@@ -22,6 +22,7 @@ import socket
 import subprocess
 import sys
 import threading
+import warnings
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -99,9 +100,24 @@ class Run:
     report: str
 
 
-def run_eras(url: str, cli: Path) -> Run:
-    """Run the suite at every era against ``url``."""
+def run_eras(url: str, cli: Path, confirm: frozenset[str] | set[str] = frozenset()) -> Run:
+    """Run the suite at every era against ``url``.
+
+    A scenario of ``confirm`` (era-qualified) that failed or passed only with warnings is run
+    once more, alone, and judged by that run. Some checks wait on a wall clock (a
+    ``list_changed`` must reach an open listen stream within 1.5 s of the change), which a
+    2-core machine running the whole suite can miss once; a real regression misses twice.
+    A second chance taken is reported as a pytest warning, never silently."""
     results = [runner.run_suite(url, cli, era=era) for era in runner.ERAS]
+    for suite in results:
+        for name, result in list(suite.scenarios.items()):
+            if f"{suite.era}/{name}" not in confirm or (result.passed and not result.warnings):
+                continue
+            again = runner.run_suite(url, cli, era=suite.era, scenario=name).scenarios[name]
+            if again.passed and not again.warnings:
+                first = "; ".join(result.failures or result.warnings) or "no check succeeded"
+                warnings.warn(f"{suite.era}/{name} passed on its second run; the first: {first}", stacklevel=2)
+            suite.scenarios[name] = again
     warned = {
         f"{r.era}/{name}": result.warnings
         for r in results
@@ -151,6 +167,28 @@ def test_runner_reports_failures(conformance_cli: Path, era: str) -> None:
     assert "fetch failed" in result.report()
 
 
+def test_a_second_run_never_hides_a_steady_failure(conformance_cli: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``run_eras`` runs a confirmed scenario that failed once more, alone, and judges it by
+    that run: one that fails every time (nobody serves the port) still fails, unexcused."""
+    confirmed = sorted(runner.read_expected(EXPECTED_FIXTURE))[0]
+    era, name = confirmed.split("/", 1)
+    real, alone = runner.run_suite, []
+
+    def counting(*args: Any, **kwargs: Any) -> runner.SuiteResult:
+        if kwargs.get("scenario"):
+            alone.append(f"{kwargs['era']}/{kwargs['scenario']}")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "run_suite", counting)
+    with socket.socket() as sock, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        sock.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
+        run = run_eras(f"http://127.0.0.1:{sock.getsockname()[1]}/mcp", conformance_cli, {confirmed})
+    assert alone == [confirmed]  # the second run happened, for that scenario alone
+    assert run.passed == set() and f"{era}/{name}: FAILED" in run.report
+    assert not [w for w in caught if "second run" in str(w.message)]
+
+
 FIXTURE_HTTP = [sys.executable, "-m", "tests.conformance.fixture_server", "--port", "0"]
 CLASSIC_HTTP = [*FIXTURE_HTTP, "--classic"]
 
@@ -159,7 +197,7 @@ def test_fixture_passes_expected_scenarios(conformance_cli: Path, tmp_path: Path
     """The fixture served directly over streamable HTTP passes every scenario it is known to pass, in both eras."""
     expected = runner.read_expected(EXPECTED_FIXTURE)
     with serving(FIXTURE_HTTP, tmp_path / "fixture-stderr.log") as url:
-        run = run_eras(url, conformance_cli)
+        run = run_eras(url, conformance_cli, expected)
     missing = expected - run.passed
     assert not missing, (
         f"the fixture regressed on {len(missing)} conformance scenario(s): {sorted(missing)}\n{run.report}\n\n"
@@ -220,11 +258,11 @@ def negotiated(log: Path) -> set[str]:
 
 
 def run_through_gateway(
-    directory: Path, cli: Path, downstream: str, protocol: str, classic: bool = False
+    directory: Path, cli: Path, downstream: str, protocol: str, confirm: set[str], classic: bool = False
 ) -> tuple[Run, Path]:
     """Both eras against `prefixgate serve --http` in front of the fixture (a ``downstream``
     stdio or http server in mode ``protocol``; the ``classic`` one with ``classic``); the run
-    and the gateway's stderr log."""
+    (``confirm`` as for :func:`run_eras`) and the gateway's stderr log."""
     directory.mkdir()
     with contextlib.ExitStack() as stack:
         fixture_url = None
@@ -235,7 +273,7 @@ def run_through_gateway(
         command = [sys.executable, "-m", "gateway", "serve", "--config", str(config), "--http", "127.0.0.1:0"]
         log = directory / "gateway-stderr.log"
         url = stack.enter_context(serving(command, log, timeout=60))
-        return run_eras(url, cli), log
+        return run_eras(url, cli, confirm), log
 
 
 def gateway_problems(run: Run, log: Path, where: str, expected: set[str], pending: set[str], pending_file: str) -> str:
@@ -273,7 +311,10 @@ def test_gateway_passes_what_the_fixture_passes(conformance_cli: Path, tmp_path:
     expected = runner.read_expected(EXPECTED_FIXTURE) - pending
     transports = ("stdio", "http")
     with ThreadPoolExecutor(len(transports)) as pool:
-        futures = {t: pool.submit(run_through_gateway, tmp_path / t, conformance_cli, t, protocol) for t in transports}
+        futures = {
+            t: pool.submit(run_through_gateway, tmp_path / t, conformance_cli, t, protocol, expected)
+            for t in transports
+        }
         runs = {t: future.result() for t, future in futures.items()}
     for transport, (_, log) in runs.items():
         # The mode is real: the gateway spoke this era to the fixture, on every connection it made.
@@ -306,17 +347,20 @@ def test_a_classic_server_loses_nothing_through_the_gateway(conformance_cli: Pat
     passes what the ordinary fixture passes with the handshake toward it: a 2026-07-28 client
     gets its requests for input as ``input_required`` results, which it cannot get directly."""
     runs: dict[str, tuple[Run, Path | None]] = {}
+    ordinary = runner.read_expected(EXPECTED_FIXTURE) - runner.read_expected(GATEWAY_PENDING["auto"])
 
     def direct() -> tuple[Run, Path | None]:
         (tmp_path / "direct").mkdir()
         with serving(CLASSIC_HTTP, tmp_path / "direct" / "fixture-stderr.log") as url:
-            return run_eras(url, conformance_cli), None
+            return run_eras(url, conformance_cli, ASKING_SCENARIOS), None
 
     with ThreadPoolExecutor(3) as pool:
         futures = {
             "direct": pool.submit(direct),
             **{
-                t: pool.submit(run_through_gateway, tmp_path / t, conformance_cli, t, "auto", True)
+                t: pool.submit(
+                    run_through_gateway, tmp_path / t, conformance_cli, t, "auto", ordinary | ASKING_SCENARIOS, True
+                )
                 for t in ("stdio", "http")
             },
         }
@@ -324,7 +368,6 @@ def test_a_classic_server_loses_nothing_through_the_gateway(conformance_cli: Pat
     direct_run = runs["direct"][0]
     assert ASKING_SCENARIOS <= direct_run.passed, direct_run.report  # the handshake: it can ask
     assert "2026-07-28/input-required-result-basic-elicitation" not in direct_run.passed  # classic, really
-    ordinary = runner.read_expected(EXPECTED_FIXTURE) - runner.read_expected(GATEWAY_PENDING["auto"])
     for transport in ("stdio", "http"):
         run, log = runs[transport]
         assert log is not None
