@@ -14,7 +14,8 @@ Per era, round by round in a rotating order: sequential ``echo`` calls, then bat
 and 32 concurrent callers (each caller a task making its calls one after another on the
 one client). Reported: per-call medians, throughput (calls/s) per batch, calls refused or
 failed (there must be none), and each server process's CPU time per 1,000 calls over the
-concurrent batches (user + system, from ``/proc``; the gateway's own process only).
+concurrent batches (user + system, from ``/proc``): the gateway's own process, and apart
+from it the demo server behind it, which the direct contender does not run.
 """
 
 from __future__ import annotations
@@ -45,6 +46,22 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICK
 
 
+def child_pid(pid: int) -> int:
+    """The one child process of ``pid`` (a gateway's stdio server, once it is up)."""
+    children = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue  # gone meanwhile
+            if ppid == pid:
+                children.append(int(entry.name))
+    if len(children) != 1:
+        raise RuntimeError(f"process {pid} has {len(children)} children, expected its one stdio server")
+    return children[0]
+
+
 @contextmanager
 def servers(tmp: Path, errlog: Path) -> Iterator[dict[str, tuple[str, int]]]:
     """Every contender started: name -> (URL, pid of the process that serves it)."""
@@ -57,7 +74,8 @@ def servers(tmp: Path, errlog: Path) -> Iterator[dict[str, tuple[str, int]]]:
         stdio_cfg = gateway_config(tmp / "http-stdio", {"d": demo_args("--tools", 3, "--name", "d")})
         url, proc = stack.enter_context(url_process([*gateway, str(stdio_cfg)], stderr=err))
         found["prefixgate"] = (url, proc.pid)
-        behind, _ = stack.enter_context(url_process(demo_http, stderr=err))
+        behind, behind_proc = stack.enter_context(url_process(demo_http, stderr=err))
+        found["behind-http"] = (behind, behind_proc.pid)
         http_cfg = tmp / "http-http" / "prefixgate.toml"
         http_cfg.parent.mkdir(parents=True, exist_ok=True)
         state = json.dumps(str(tmp / "http-http" / "state"))
@@ -108,12 +126,17 @@ async def run(ctx: Any) -> dict[str, Any]:
             seq: dict[str, list[list[float]]] = {n: [] for n in CONTENDERS}
             throughput: dict[str, dict[int, list[float]]] = {n: {k: [] for k in CALLERS} for n in CONTENDERS}
             cpu: dict[str, float] = dict.fromkeys(CONTENDERS, 0.0)
+            behind_cpu: dict[str, float] = dict.fromkeys(CONTENDERS, 0.0)
             counted: dict[str, int] = dict.fromkeys(CONTENDERS, 0)
             failed: dict[str, list[str]] = {n: [] for n in CONTENDERS}
             async with _clients(found, era) as clients:
                 for name in CONTENDERS:  # warm-up: the first listing, lazy caches
                     for _ in range(20):
                         await _call(clients[name], tools[name])
+                behind = {
+                    "prefixgate": child_pid(found["prefixgate"][1]),
+                    "prefixgate-http-downstream": found["behind-http"][1],
+                }
                 for r in range(rounds):
                     for name in rotated(CONTENDERS, r):
                         seq[name].append([await _call(clients[name], tools[name]) for _ in range(per_round)])
@@ -121,14 +144,15 @@ async def run(ctx: Any) -> dict[str, Any]:
                 for r in range(conc_rounds):
                     for callers in CALLERS:
                         for name in rotated(CONTENDERS, r):
-                            pid = found[name][1]
-                            before = cpu_seconds(pid)
+                            pid, server = found[name][1], behind.get(name)
+                            before = cpu_seconds(pid), (cpu_seconds(server) if server else 0.0)
                             wall = await _batch(clients[name], tools[name], callers, calls_per_caller, failed[name])
-                            cpu[name] += cpu_seconds(pid) - before
+                            cpu[name] += cpu_seconds(pid) - before[0]
+                            behind_cpu[name] += (cpu_seconds(server) if server else 0.0) - before[1]
                             counted[name] += callers * calls_per_caller
                             throughput[name][callers].append(callers * calls_per_caller / wall)
                     ctx.progress(f"http {ERA_NAMES[era]}: concurrent round {r + 1}/{conc_rounds}")
-            results["eras"][ERA_NAMES[era]] = _summarise(seq, throughput, cpu, counted, failed)
+            results["eras"][ERA_NAMES[era]] = _summarise(seq, throughput, cpu, behind_cpu, counted, failed)
     return results
 
 
@@ -160,6 +184,7 @@ def _summarise(
     seq: dict[str, list[list[float]]],
     throughput: dict[str, dict[int, list[float]]],
     cpu: dict[str, float],
+    behind_cpu: dict[str, float],
     counted: dict[str, int],
     failed: dict[str, list[str]],
 ) -> dict[str, Any]:
@@ -170,6 +195,9 @@ def _summarise(
             "per_call_s": summary([t for b in seq[name] for t in b]),
             "throughput_per_s": {str(k): summary(v) for k, v in throughput[name].items()},
             "cpu_s_per_1000_calls": 1000 * cpu[name] / counted[name] if counted[name] else None,
+            "downstream_cpu_s_per_1000_calls": (
+                1000 * behind_cpu[name] / counted[name] if counted[name] and name != "direct" else None
+            ),
             "failed_calls": len(failed[name]),
             "failures": sorted(set(failed[name]))[:5],
         }
@@ -202,4 +230,9 @@ def rows(results: dict[str, Any], ms: Any, spread: Any, ratio: Any) -> list[tupl
             value = c["cpu_s_per_1000_calls"]
             shown = "-" if value is None else f"{value:.2f} s"
             out.append((label, name, shown, f"{c['failed_calls']} failed or refused", ""))
+        label = f"HTTP echo, {era}, CPU per 1,000 concurrent calls of the demo server behind the gateway"
+        for name, c in data["contenders"].items():
+            value = c.get("downstream_cpu_s_per_1000_calls")
+            if value is not None:
+                out.append((label, name, f"{value:.2f} s", "", ""))
     return out
