@@ -2,7 +2,7 @@
 
 mcp 2.x offers no public way to do these things: private attributes, and names its
 modules leave out of their ``__all__``. Every other use of the SDK goes through its public
-API (tests/test_sdk.py checks both mechanically, and ruff's SLF rule the attributes). All
+API (tests/test_layout.py checks both mechanically, and ruff's SLF rule the attributes). All
 were checked against the minor release ``CHECKED`` names, which ``pyproject.toml`` pins:
 on an SDK upgrade, check these first (tests/test_relay.py, tests/test_lifecycle.py,
 tests/test_fast_path.py, tests/test_http_lane.py, tests/test_session_lane.py and
@@ -11,18 +11,24 @@ tests/test_http_calls.py exercise them).
 
 from __future__ import annotations
 
+import contextvars
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import anyio
 from anyio.streams.memory import MemoryObjectSendStream
 from mcp.server import connection as connections
 from mcp.server import runner
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, authorization_context
 from mcp.server.connection import Connection
 from mcp.server.context import ServerRequestContext
 from mcp.server.session import ServerSession
+from mcp.server.streamable_http import CONTENT_TYPE_SSE, MCP_SESSION_ID_HEADER, REQUEST_STREAM_BUFFER_SIZE, EventMessage
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp_types import ErrorData
+from sse_starlette import EventSourceResponse
 
 CHECKED = "2.3"
 """The mcp minor release this module was checked against (``mcp>=2.3,<2.4``)."""
@@ -110,7 +116,6 @@ def context_streams(buffer: float = 0) -> tuple[Any, Any, MemoryObjectSendStream
     """A message-stream pair of the kind the SDK's transports hand its session (each send
     carries the sender's context; ``mcp.shared._context_streams``, mcp 2.3.0), and the memory
     stream beneath its send end (its statistics say whether the reader waits)."""
-    import anyio
     from mcp.shared._context_streams import ContextReceiveStream, ContextSendStream
 
     send, receive = anyio.create_memory_object_stream[Any](buffer)
@@ -126,8 +131,6 @@ def session_transport(manager: StreamableHTTPSessionManager, session_id: str, us
     opened with the credential the request carries (``user``: the ASGI scope's). None
     otherwise: the entry answers that request itself. mcp 2.3.0 keeps the sessions in
     ``_server_instances`` and their owners in ``_session_owners``."""
-    from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, authorization_context
-
     transport = manager._server_instances.get(session_id)  # noqa: SLF001
     if transport is None or transport.is_terminated:
         return None
@@ -146,10 +149,6 @@ def holding_session(transport: Any) -> Iterator[None]:
     """A request in flight holds its session: the idle countdown stops while any is served and
     restarts when the last one ends, as the transport's ``handle_request`` keeps it (mcp
     2.3.0: ``_requests_in_flight``, ``_idle_timeout``)."""
-    import math
-
-    import anyio
-
     scope = transport.idle_scope
     if scope is None or transport._idle_timeout is None:  # noqa: SLF001
         yield
@@ -172,9 +171,6 @@ async def open_request_stream(transport: Any, message: Any, request: Any, versio
     and the request's metadata (``_create_session_message``: the close callbacks and the
     hook that ends a request settled without an answer). Returns (priming, the stream's send
     and receive ends, metadata)."""
-    import anyio
-    from mcp.server.streamable_http import REQUEST_STREAM_BUFFER_SIZE, EventMessage
-
     request_id = str(message.id)
     priming = await transport._mint_priming_event(request_id, version)  # noqa: SLF001
     send, receive = anyio.create_memory_object_stream[EventMessage](REQUEST_STREAM_BUFFER_SIZE)
@@ -200,17 +196,12 @@ async def dispatch_request(dispatcher: Any, message: Any, metadata: Any, on_requ
     ``JSONRPCDispatcher._dispatch_request``): in its in-flight table (so the client's
     ``notifications/cancelled`` reaches it), run by ``_handle_request`` in the session's
     task group with the sender's context, answered, refused or settled on its wire."""
-    import contextvars
-
     await dispatcher._dispatch_request(message, metadata, on_request, contextvars.copy_context())  # noqa: SLF001
 
 
 def sse_headers(session_id: str) -> list[tuple[bytes, bytes]]:
     """The headers of the event stream the transport answers a POST with (mcp 2.3.0,
     ``_handle_post_request``: its ``EventSourceResponse`` and the headers it passes)."""
-    from mcp.server.streamable_http import CONTENT_TYPE_SSE, MCP_SESSION_ID_HEADER
-    from sse_starlette import EventSourceResponse
-
     headers = {
         "Cache-Control": "no-cache, no-transform",
         "Connection": "keep-alive",
