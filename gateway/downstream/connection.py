@@ -255,11 +255,11 @@ class Downstream:
             await self.started()  # its first start still under way: a request from a warm start's catalog
         link = self.link
         if (link is not None and link.gone) or (
-            self.supervised and link is None and self.status == "exited" and self.retry_at is None
+            self.supervised and link is None and self.status in ("exited", "failed") and self.retry_at is None
         ):
-            # The process is gone but the supervisor has not scheduled the retry yet: wait
-            # for that (briefly) so the answer says when it will be retried, not a stale
-            # "ready" or a bare "exited".
+            # The process is gone (or its start failed) but the supervisor has not scheduled
+            # the retry yet: wait for that (briefly) so the answer says when it will be
+            # retried, not a stale "ready" or a bare "exited" or "failed".
             with anyio.move_on_after(3):
                 while self.retry_at is None and not self.stopping:
                     await anyio.sleep(0.01)
