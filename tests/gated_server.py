@@ -17,7 +17,8 @@ from pathlib import Path
 
 def main() -> None:
     gates, command = Path(sys.argv[1]), sys.argv[2:]
-    (gates / "pid").write_text(str(os.getpid()))
+    (gates / "pid.tmp").write_text(str(os.getpid()))
+    os.replace(gates / "pid.tmp", gates / "pid")  # whole when it appears: a test waits for it
     fail = gates / "fail"
     if fail.exists():
         sys.stderr.write(fail.read_text() + "\n")
