@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
 
+from tests import forkserver, helpers
 from tests.helpers import RedisServer, redis_server
 
 # Hypothesis derandomises itself when it sees CI=true, so CI would only ever replay the same
@@ -42,6 +45,49 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     root = Path(__file__).resolve().parent.parent
     for package in ("gateway", "catalog", "spill", "bench", "tests"):
         compileall.compile_dir(root / package, quiet=1)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Each process that runs tests starts its fork server (tests/forkserver.py) before the
+    test modules are imported, so ``PYTHON`` and ``GATEWAY`` they import name its launcher.
+    Not the pytest-xdist controller (it runs no test), nor with ``PREFIXGATE_TEST_FORKSERVER=0``."""
+    config.addinivalue_line(
+        "markers", "real_processes: every Python process this test starts runs the real interpreter (no fork server)"
+    )
+    controller = bool(getattr(config.option, "numprocesses", None)) and not hasattr(config, "workerinput")
+    if controller or os.environ.get(forkserver.ENV) == "0":
+        return
+    directory = Path(tempfile.mkdtemp(prefix="prefixgate-forkserver-"))
+    server = forkserver.start(directory)
+    config.stash[_FORKSERVER] = (server, directory)
+    helpers.use_interpreter(server.launcher)
+    os.environ[forkserver.PYTHON_ENV] = server.launcher
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    started = config.stash.get(_FORKSERVER, None)
+    if started is not None:
+        server, directory = started
+        server.stop()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+_FORKSERVER = pytest.StashKey[tuple[forkserver.ForkServer, Path]]()
+
+
+@pytest.fixture(autouse=True)
+def _real_processes(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test marked ``real_processes`` starts the real interpreter (the launcher sees the flag)."""
+    started = request.config.stash.get(_FORKSERVER, None)
+    if started is None or request.node.get_closest_marker("real_processes") is None:
+        yield
+        return
+    flag = started[0].real_flag
+    flag.touch()
+    try:
+        yield
+    finally:
+        flag.unlink(missing_ok=True)
 
 
 @pytest.fixture

@@ -31,7 +31,18 @@ from bench.redisserver import free_port as free_port
 from bench.redisserver import redis_server as redis_server
 
 PYTHON = sys.executable
+"""The interpreter the tests start (gateways, servers in the configs they write, commands):
+the fork server's launcher once conftest.py started it (tests/forkserver.py), else this one."""
 GATEWAY = [PYTHON, "-m", "gateway"]
+
+
+def use_interpreter(path: str) -> None:
+    """Start every later process with ``path`` (before the test modules import these names)."""
+    global PYTHON, GATEWAY
+    PYTHON = path
+    GATEWAY = [PYTHON, "-m", "gateway"]
+
+
 INIT = {
     "jsonrpc": "2.0",
     "id": 1,

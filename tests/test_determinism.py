@@ -9,7 +9,7 @@ import pytest
 
 from tests.helpers import catalog_json, demo, gateway, wire, write_config
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.real_processes]  # string hashing randomised per process, as in real runs
 
 # (delay for a, b, c; seed offset): each run starts the servers in another order.
 RUNS = [((0.6, 0.3, 0.0), 0), ((0.0, 0.3, 0.6), 1), ((0.3, 0.0, 0.6), 2), ((0.6, 0.0, 0.3), 3), ((0.0, 0.6, 0.3), 4)]

@@ -182,6 +182,7 @@ def _peak_rss_kib(pid: int) -> int:
     raise AssertionError("no VmHWM")
 
 
+@pytest.mark.real_processes  # the gateway's own pid: its memory, its servers
 async def test_a_huge_journal_is_read_from_its_tail_only(tmp_path: Path) -> None:
     config = write_config(tmp_path, DEFERRED)
     journal = await _granted_journal(config)
@@ -219,6 +220,7 @@ def _wait_gone(pid: int, timeout: float = 30) -> bool:
 # "eof-then-SIGTERM-mid-stop": the SIGTERM lands while the gateway stops its servers after
 # EOF (as "eof-then-SIGTERM" does on a loaded machine), which once killed it (exit -15).
 @pytest.mark.parametrize("how", ["SIGTERM", "SIGHUP", "eof", "eof-then-SIGTERM", "eof-then-SIGTERM-mid-stop"])
+@pytest.mark.real_processes  # the gateway's own pid: its memory, its servers
 def test_stopping_the_gateway_leaves_no_server_running(tmp_path: Path, how: str) -> None:
     pidfile = tmp_path / "rogue.pid"
     config = write_config(

@@ -173,6 +173,7 @@ async def test_client_lines_that_cannot_be_parsed_are_answered(tmp_path: Path) -
         assert gw.answer(7) == {"jsonrpc": "2.0", "id": 7, "result": {}}
 
 
+@pytest.mark.real_processes  # measures the gateway process's own memory
 async def test_client_request_over_max_message_bytes_is_answered(tmp_path: Path) -> None:
     limit = 1 << 20  # [gateway] max_message_bytes bounds the client's lines too
     config = write_config(tmp_path, {"rogue": rogue()}, gateway={"max_message_bytes": limit})
@@ -205,6 +206,7 @@ def call(gw: RawGateway, request_id: int, tool: str, **arguments: Any) -> None:
     gw.request(request_id, "tools/call", {"name": tool, "arguments": arguments})
 
 
+@pytest.mark.real_processes  # measures the gateway process's own memory
 async def test_log_flood_while_the_client_is_slow_stays_bounded(tmp_path: Path) -> None:
     config = write_config(tmp_path, {"rogue": rogue()})
     with raw_gateway(config) as gw:
@@ -222,6 +224,7 @@ async def test_log_flood_while_the_client_is_slow_stays_bounded(tmp_path: Path) 
         assert gw.answer(3)["result"]["content"][0]["text"] == "ok"
 
 
+@pytest.mark.real_processes  # measures the gateway process's own memory
 async def test_progress_flood_while_the_client_is_slow_stays_bounded(tmp_path: Path) -> None:
     config = write_config(tmp_path, {"rogue": rogue()})
     with raw_gateway(config) as gw:
@@ -238,6 +241,7 @@ async def test_progress_flood_while_the_client_is_slow_stays_bounded(tmp_path: P
         assert gw.answer(3)["result"]["content"][0]["text"] == "ok"
 
 
+@pytest.mark.real_processes  # measures the gateway process's own memory
 async def test_stderr_without_newline_is_not_held(tmp_path: Path) -> None:
     config = write_config(tmp_path, {"rogue": rogue()})
     with raw_gateway(config) as gw:
@@ -278,6 +282,7 @@ BACK_PRESSURE_REQUESTS = {
 
 
 @pytest.mark.parametrize("method", sorted(BACK_PRESSURE_REQUESTS))
+@pytest.mark.real_processes  # measures the gateway process's own memory
 async def test_a_client_that_never_reads_meets_back_pressure(tmp_path: Path, method: str) -> None:
     config = write_config(tmp_path, {"rogue": rogue()})
     with raw_gateway(config) as gw:

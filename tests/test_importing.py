@@ -42,6 +42,7 @@ def test_a_failed_import_leaves_the_collector_on() -> None:
 
 
 @pytest.mark.parametrize("command", ["doctor", "catalog"])
+@pytest.mark.real_processes  # watches the process import the SDK
 def test_the_sdk_is_imported_with_the_collector_off(command: str, tmp_path: Path) -> None:
     """The mcp SDK (its pydantic models build thousands of validators) is what the commands
     that speak MCP import: inside ``importing``, only once the command is known."""

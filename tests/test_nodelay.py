@@ -22,6 +22,8 @@ from tests.helpers import GATEWAY, PYTHON, demo, url_process, write_config
 _libc = ctypes.CDLL(None, use_errno=True)
 _PIDFD_OPEN, _PIDFD_GETFD = 434, 438  # the same numbers on every architecture
 
+pytestmark = pytest.mark.real_processes  # reads the gateway's own sockets in /proc
+
 
 def _their_socket(pid: int, fd: int) -> socket.socket:
     """A duplicate of process ``pid``'s descriptor ``fd``, as a socket of ours."""

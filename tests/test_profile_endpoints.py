@@ -40,6 +40,8 @@ PATHS = {None: "", "codex": "/codex", "review": "/review"}
 LONG = "a" * 44
 """A prefix whose names fit OpenAI's 64 characters but not Claude Code's (its mcp__<entry>__ wrapper counts)."""
 
+pytestmark = pytest.mark.real_processes  # counts the gateway's own children in /proc
+
 
 def team(directory: Path, store: str) -> Path:
     """Claude Code by default, an OpenAI profile without the payload tool, a read-only profile of one server."""

@@ -24,6 +24,8 @@ from tests.helpers import ERAS, GATEWAY, Notifications, demo, sdk_client, text, 
 
 STATE: dict[str, Any] = {}
 
+pytestmark = pytest.mark.real_processes  # counts the gateway's own children in /proc
+
 
 def servers(*names: str) -> dict[str, Any]:
     return {name: demo("--tools", 1, "--name", name) for name in names}
