@@ -8,7 +8,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,18 @@ import anyio
 import mcp_types as types
 import pytest
 
-from tests.helpers import ERAS, GATEWAY, demo, keys_sorted_everywhere, run_cli, sdk_client, text, wait_for, write_config
+from tests.helpers import (
+    ERAS,
+    GATEWAY,
+    PYTHON,
+    demo,
+    keys_sorted_everywhere,
+    run_cli,
+    sdk_client,
+    text,
+    wait_for,
+    write_config,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -24,7 +34,7 @@ ARTIFACT = re.compile(r'artifact_read \{"id": "([A-Za-z0-9_-]+)"\}')
 
 
 def mutating(state: Path) -> dict[str, Any]:
-    return {"command": sys.executable, "args": ["-m", "tests.mutating_server", str(state)], "cwd": str(Path.cwd())}
+    return {"command": PYTHON, "args": ["-m", "tests.mutating_server", str(state)], "cwd": str(Path.cwd())}
 
 
 async def names(client: Any) -> set[str]:
@@ -167,7 +177,7 @@ async def test_meta_passes_through_both_ways_without_the_clients_envelope(tmp_pa
     envelope (``io.modelcontextprotocol/*``: its identity and capabilities) do not - they belong
     to the client's connection. The server's result ``_meta`` reaches the client untouched, and
     progress the server reports reaches the client against the client's own token."""
-    server = {"command": sys.executable, "args": ["-m", "tests.meta_server"], "cwd": str(Path.cwd())}
+    server = {"command": PYTHON, "args": ["-m", "tests.meta_server"], "cwd": str(Path.cwd())}
     config = write_config(tmp_path, {"s": server})
     progress: list[tuple[float, float | None, str | None]] = []
 
@@ -193,7 +203,7 @@ async def test_meta_passes_through_both_ways_without_the_clients_envelope(tmp_pa
 
 @pytest.mark.parametrize("mode", ERAS)
 async def test_resources_templates_and_prompts_follow_downstream_cursors(tmp_path: Path, mode: str) -> None:
-    server = {"command": sys.executable, "args": ["-m", "tests.paged_server"], "cwd": str(Path.cwd())}
+    server = {"command": PYTHON, "args": ["-m", "tests.paged_server"], "cwd": str(Path.cwd())}
     config = write_config(tmp_path, {"p": server})
     async with sdk_client(config, mode) as client:
         resources = await client.list_resources()
@@ -214,7 +224,7 @@ async def test_a_request_outside_any_call_goes_to_the_most_recent_client(tmp_pat
     out = tmp_path / "roots.txt"
     # A request of the server's own outside any call exists only in the handshake era.
     server = {
-        "command": sys.executable,
+        "command": PYTHON,
         "args": ["-m", "tests.unprompted_server", str(out)],
         "cwd": str(Path.cwd()),
         "protocol": "legacy",

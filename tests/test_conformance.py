@@ -20,7 +20,6 @@ import queue
 import re
 import socket
 import subprocess
-import sys
 import threading
 import warnings
 from collections.abc import Iterator
@@ -33,6 +32,7 @@ from typing import Any
 import pytest
 
 from tests.conformance import runner
+from tests.helpers import PYTHON
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFORMANCE = ROOT / "tests" / "conformance"
@@ -45,7 +45,7 @@ GATEWAY_PENDING = {
     "auto": CONFORMANCE / "gateway_pending_legacy.txt",
     "modern": CONFORMANCE / "gateway_pending_modern.txt",
 }
-FIXTURE_STDIO = [sys.executable, "-m", "tests.conformance.fixture_server", "--stdio"]
+FIXTURE_STDIO = [PYTHON, "-m", "tests.conformance.fixture_server", "--stdio"]
 
 
 @pytest.fixture(scope="session")
@@ -189,7 +189,7 @@ def test_a_second_run_never_hides_a_steady_failure(conformance_cli: Path, monkey
     assert not [w for w in caught if "second run" in str(w.message)]
 
 
-FIXTURE_HTTP = [sys.executable, "-m", "tests.conformance.fixture_server", "--port", "0"]
+FIXTURE_HTTP = [PYTHON, "-m", "tests.conformance.fixture_server", "--port", "0"]
 CLASSIC_HTTP = [*FIXTURE_HTTP, "--classic"]
 
 
@@ -237,7 +237,7 @@ def write_gateway_config(
             [f"url = {q(fixture_url)}"]
             if fixture_url
             else [
-                f"command = {q(sys.executable)}",
+                f"command = {q(PYTHON)}",
                 "args = [" + ", ".join(q(a) for a in [*FIXTURE_STDIO[1:], *(["--classic"] if classic else [])]) + "]",
                 f"cwd = {q(str(ROOT))}",
             ]
@@ -270,7 +270,7 @@ def run_through_gateway(
             command = CLASSIC_HTTP if classic else FIXTURE_HTTP
             fixture_url = stack.enter_context(serving(command, directory / "fixture-stderr.log"))
         config = write_gateway_config(directory, fixture_url, protocol=protocol, classic=classic)
-        command = [sys.executable, "-m", "gateway", "serve", "--config", str(config), "--http", "127.0.0.1:0"]
+        command = [PYTHON, "-m", "gateway", "serve", "--config", str(config), "--http", "127.0.0.1:0"]
         log = directory / "gateway-stderr.log"
         url = stack.enter_context(serving(command, log, timeout=60))
         return run_eras(url, cli, confirm), log
@@ -546,7 +546,7 @@ def test_gateway_asks_for_requests_sent_together_in_one_round(tmp_path: Path) ->
     back-channel requests) gets them to a 2026-07-28 client in ONE ``input_required`` result, as
     the server itself would have on 2026-07-28 (``input-required-result-multiple-input-requests``)."""
     config = write_gateway_config(tmp_path)  # the default: the handshake toward the dual-era fixture
-    command = [sys.executable, "-m", "gateway", "serve", "--config", str(config), "--http", "127.0.0.1:0"]
+    command = [PYTHON, "-m", "gateway", "serve", "--config", str(config), "--http", "127.0.0.1:0"]
     with serving(command, tmp_path / "gateway-stderr.log", timeout=60) as url:
         first = _post_modern(url, "tools/call", {"name": "test_input_required_result_multiple_inputs", "arguments": {}})
         result = first.get("result") or {}
@@ -584,7 +584,7 @@ def test_gateway_hands_a_modern_server_the_clients_capabilities_and_early_answer
     the fixture's key ``user_name`` (and an extra key) but no ``requestState`` completes at once:
     the answers go to the server as they are (``input-required-result-ignore-extra-params``)."""
     config = write_gateway_config(tmp_path, protocol="modern")
-    command = [sys.executable, "-m", "gateway", "serve", "--config", str(config), "--http", "127.0.0.1:0"]
+    command = [PYTHON, "-m", "gateway", "serve", "--config", str(config), "--http", "127.0.0.1:0"]
     log = tmp_path / "gateway-stderr.log"
     with serving(command, log, timeout=60) as url:
         only_sampling = {"sampling": {}}
@@ -642,7 +642,7 @@ def test_client_lists_name_real_scenarios(conformance_cli: Path) -> None:
 
 def test_client_runner_reports_failures(conformance_cli: Path) -> None:
     """The client verdicts can fail: a client that sends nothing passes no scenario."""
-    silent = f"{sys.executable} -c pass"
+    silent = f"{PYTHON} -c pass"
     result = runner.run_client_suite(
         conformance_cli, era="2025-11-25", scenarios=["initialize", "tools_call"], command=silent
     )
@@ -707,7 +707,7 @@ def test_stand_in_browser_follows_redirects_to_the_loopback_redirect_uri(tmp_pat
     with http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler) as server:
         threading.Thread(target=server.serve_forever, daemon=True).start()
         url = f"http://127.0.0.1:{server.server_address[1]}/authorize?state=s"
-        done = subprocess.run([sys.executable, str(CONFORMANCE / "stand_in_browser.py"), url], timeout=30, check=False)
+        done = subprocess.run([PYTHON, str(CONFORMANCE / "stand_in_browser.py"), url], timeout=30, check=False)
         assert done.returncode == 0
         assert hits.get(timeout=30) == "/authorize?state=s"
         assert hits.get(timeout=30) == "/callback?code=c1"

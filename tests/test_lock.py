@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -21,7 +20,7 @@ import anyio
 import mcp_types as types
 import pytest
 
-from tests.helpers import ERAS, catalog_json, http_gateway, run_cli, sdk_client, text, wait_for, write_config
+from tests.helpers import ERAS, PYTHON, catalog_json, http_gateway, run_cli, sdk_client, text, wait_for, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -47,7 +46,7 @@ CHANGES: dict[str, tuple[str, dict[str, Any], str]] = {
 
 
 def mutating(state: Path) -> dict[str, Any]:
-    return {"command": sys.executable, "args": ["-m", "tests.mutating_server", str(state)], "cwd": str(ROOT)}
+    return {"command": PYTHON, "args": ["-m", "tests.mutating_server", str(state)], "cwd": str(ROOT)}
 
 
 async def listed(client: Any) -> list[dict[str, Any]]:

@@ -8,7 +8,6 @@ import json
 import os
 import re
 import stat
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -50,7 +49,7 @@ def oauth_server(tmp_path: Path, *args: str) -> Iterator[str]:
 def browser(tmp_path: Path) -> dict[str, str]:
     """``$BROWSER`` set to a script that just follows the redirects (the server approves at once)."""
     script = tmp_path / "browser.py"
-    script.write_text(BROWSER.format(python=sys.executable))
+    script.write_text(BROWSER.format(python=PYTHON))
     script.chmod(0o700)
     return {"BROWSER": str(script)}
 
@@ -521,7 +520,7 @@ def test_a_forged_redirect_is_reported_escaped_and_without_the_expected_state(tm
         else {"code": "forged-code", "state": "not-the-state"}
     )
     script = tmp_path / "forger.py"
-    script.write_text(FORGER.format(python=sys.executable, forged=forged))
+    script.write_text(FORGER.format(python=PYTHON, forged=forged))
     script.chmod(0o700)
     with oauth_server(tmp_path) as url:
         config = write_config(tmp_path, {"remote": {"url": url, "auth": "oauth"}})

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ from tests.helpers import (
     ACCEPT,
     ERAS,
     INIT,
+    PYTHON,
     catalog_json,
     demo,
     http_gateway,
@@ -112,7 +112,7 @@ async def test_a_catalog_lock_covers_every_profile(tmp_path: Path) -> None:
     missing one is exit 2, naming it), to clients of both eras alike; a change is pending in
     the profiles that see it, and ``approve`` records it in each of them."""
     state = tmp_path / "m.json"
-    mutating = {"command": sys.executable, "args": ["-m", "tests.mutating_server", str(state)], "cwd": str(ROOT)}
+    mutating = {"command": PYTHON, "args": ["-m", "tests.mutating_server", str(state)], "cwd": str(ROOT)}
     config = write_config(
         tmp_path,
         {"m": mutating, "d": demo("--tools", 1)},
@@ -309,7 +309,7 @@ def test_a_change_moves_only_the_fingerprints_of_the_profiles_that_see_it(tmp_pa
     """The mutating server rewords its tool ``alpha``: the default profile and a profile that
     sees alpha get new bytes; a profile without that server, and one that excludes alpha, keep theirs."""
     state = tmp_path / "m.json"
-    mutating = {"command": sys.executable, "args": ["-m", "tests.mutating_server", str(state)], "cwd": str(ROOT)}
+    mutating = {"command": PYTHON, "args": ["-m", "tests.mutating_server", str(state)], "cwd": str(ROOT)}
     config = write_config(
         tmp_path,
         {"m": mutating, "d": demo("--tools", 1)},
@@ -410,10 +410,8 @@ async def test_a_classic_server_asks_through_a_profile_cold_and_warm(tmp_path: P
     warm-start record (an agent that gives its servers about a second)."""
     from tests.helpers import CALLBACKS
 
-    classic = {"command": sys.executable, "args": ["-m", "tests.backchannel_server"], "cwd": str(ROOT)}
-    config = write_config(
-        tmp_path, {"b": classic, "d": demo("--tools", 1)}, profiles={"asker": {"servers": ["b"]}}
-    )
+    classic = {"command": PYTHON, "args": ["-m", "tests.backchannel_server"], "cwd": str(ROOT)}
+    config = write_config(tmp_path, {"b": classic, "d": demo("--tools", 1)}, profiles={"asker": {"servers": ["b"]}})
     for start in ("cold", "warm"):
         log = tmp_path / f"{start}.log"
         async with sdk_client(config, mode, "--profile", "asker", errlog=log, **CALLBACKS) as client:

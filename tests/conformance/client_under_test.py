@@ -48,6 +48,8 @@ from tests.helpers import write_config
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 HERE = Path(__file__).resolve().parent
+PYTHON = os.environ.get("PREFIXGATE_TEST_PYTHON") or sys.executable
+"""The interpreter for the gateway and its login: the fork server's launcher under the tests."""
 LOG = logging.getLogger("client_under_test")
 # The CIMD URL the suite's authorization servers expect as a URL-based client_id (auth/basic-cimd).
 CLIENT_METADATA_URL = "https://conformance-test.local/client-metadata.json"
@@ -160,7 +162,7 @@ async def _roots(context: object) -> types.ListRootsResult:
 async def exercise(config: Path, scenario: str, era: str, context: Mapping[str, Any], env: Mapping[str, str]) -> None:
     """One gateway session: list and call the tools, then resources and prompts."""
     params = StdioServerParameters(
-        command=sys.executable,
+        command=PYTHON,
         args=["-m", "gateway", "serve", "--config", str(config), "--log-level", "info"],
         env={**os.environ, **env},
         cwd=str(ROOT),
@@ -223,7 +225,7 @@ def login_instruction(result: Any) -> list[str] | None:
 def login(config: Path, env: Mapping[str, str], words: Sequence[str] = ()) -> None:
     """``prefixgate login s`` (or the login an error named): the browser flow, through the
     stand-in browser."""
-    command = [sys.executable, "-m", "gateway", *(words or ("login", "s", "--config", str(config)))]
+    command = [PYTHON, "-m", "gateway", *(words or ("login", "s", "--config", str(config)))]
     try:
         done = subprocess.run(command, cwd=ROOT, env={**os.environ, **env}, timeout=STEP_TIMEOUT, check=False)
     except subprocess.TimeoutExpired:
