@@ -89,6 +89,9 @@ STARTUP_ENV = (
 """What the interpreter reads from the environment at start-up (a child must match the zygote;
 ``PYTHONUNBUFFERED`` it need not: the child makes its standard streams as start-up would)."""
 
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+"""The signals a launcher passes on to its child (the launcher's own copy is in LAUNCHER)."""
+
 PRELOAD = (
     "mcp",
     "mcp.client.stdio",
@@ -139,7 +142,9 @@ def main():
         cwd = os.getcwd()
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.connect(SOCKET)
-        payload = marshal.dumps((cwd, argv, dict(os.environ)))
+        signals = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+        ignored = [int(s) for s in signals if signal.getsignal(s) == signal.SIG_IGN]
+        payload = marshal.dumps((cwd, argv, dict(os.environ), ignored))
         socket.send_fds(sock, [struct.pack("!I", len(payload)) + payload], [0, 1, 2])
     except (OSError, ValueError):
         real()
@@ -156,7 +161,7 @@ def main():
         except OSError:
             pass
 
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2):
+    for signum in signals:  # all of them: the child ignores what it was started ignoring, unless it chose not to
         signal.signal(signum, forward)
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
@@ -245,6 +250,8 @@ class Child:
     argv: list[str]
     env: dict[str, str]
     fds: list[int]
+    ignored: list[int]
+    """The stop and reload signals the launcher was started ignoring (inherited ``SIG_IGN``)."""
 
 
 def _acceptable(cwd: str, argv: list[str], env: dict[str, str]) -> bool:
@@ -283,8 +290,8 @@ def _receive(conn: socket.socket) -> Child | None:
             data += chunk
     except OSError:
         return None
-    cwd, argv, env = marshal.loads(data)
-    return Child(cwd, list(argv), dict(env), list(fds))
+    cwd, argv, env, ignored = marshal.loads(data)
+    return Child(cwd, list(argv), dict(env), list(fds), list(ignored))
 
 
 def serve(path: str) -> Child | None:
@@ -409,6 +416,11 @@ def become(child: Child) -> None:
     import io
 
     os.setsid()
+    for signum in FORWARDED:  # as the interpreter starts: what its parent ignored stays ignored
+        if signum in child.ignored:
+            signal.signal(signum, signal.SIG_IGN)
+        else:
+            signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL)
     for target, fd in enumerate(child.fds):
         os.dup2(fd, target)
     for fd in child.fds:

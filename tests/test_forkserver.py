@@ -86,21 +86,37 @@ def test_an_uncaught_exception_ends_it_with_status_1_and_the_traceback(
     assert "forkserver.py" in forked.stderr and "forkserver.py" not in real.stderr, "it was forked"
 
 
+@pytest.mark.parametrize("inherited", ["default", "ignored"])
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_a_signal_to_the_launcher_reaches_the_process_and_its_death_is_mirrored(
-    tmp_path: Path, launcher: str, signum: int
+    tmp_path: Path, launcher: str, signum: int, inherited: str
 ) -> None:
+    """Sent to the launcher, a signal does to the process what it does to one the interpreter
+    started: SIGHUP runs its handler (exit 5), the others kill it; one its starter ignored
+    (a shell's background job ignores SIGINT) it ignores, and SIGKILL then ends it."""
     code = (
         "import signal, sys, time; signal.signal(signal.SIGHUP, lambda *a: sys.exit(5)); "
         "print('up', flush=True); time.sleep(60)"
     )
+    disposition = signal.SIG_IGN if inherited == "ignored" else signal.SIG_DFL
+
+    def starting() -> None:
+        signal.signal(signum, disposition)
+
     ends = []
     for python in (sys.executable, launcher):
-        proc = subprocess.Popen([python, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [python, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, preexec_fn=starting
+        )
         assert proc.stdout is not None and proc.stdout.readline() == b"up\n"
         proc.send_signal(signum)
-        ends.append(proc.wait(timeout=30))
-    assert ends[1] == ends[0] == (5 if signum == signal.SIGHUP else -signum)
+        try:
+            ends.append(proc.wait(timeout=2 if inherited == "ignored" and signum != signal.SIGHUP else 30))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            ends.append(proc.wait(timeout=30))
+    expected = 5 if signum == signal.SIGHUP else -signal.SIGKILL if inherited == "ignored" else -signum
+    assert ends[1] == ends[0] == expected
 
 
 @pytest.mark.parametrize("how", ["itself", "after an exec of another"])
