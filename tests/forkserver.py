@@ -272,15 +272,16 @@ def _acceptable(cwd: str, argv: list[str], env: dict[str, str]) -> bool:
 
 
 def _receive(conn: socket.socket) -> Child | None:
+    """A launcher's request: its descriptors and what it was given (None, nothing kept: a
+    request that is not whole within 10 s)."""
     import marshal
 
     conn.settimeout(10)
+    fds: list[int] = []
     try:
         data, fds, _flags, _addr = socket.recv_fds(conn, 1 << 16, 3)
         if len(fds) != 3 or len(data) < 4:
-            for fd in fds:
-                os.close(fd)
-            return None
+            raise OSError("not a request")
         size = struct.unpack("!I", data[:4])[0]
         data = data[4:]
         while len(data) < size:
@@ -288,9 +289,11 @@ def _receive(conn: socket.socket) -> Child | None:
             if not chunk:
                 raise OSError("short request")
             data += chunk
-    except OSError:
+        cwd, argv, env, ignored = marshal.loads(data)
+    except (OSError, ValueError, EOFError, TypeError):
+        for fd in fds:
+            os.close(fd)
         return None
-    cwd, argv, env, ignored = marshal.loads(data)
     return Child(cwd, list(argv), dict(env), list(fds), list(ignored))
 
 
