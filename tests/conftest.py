@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -57,8 +58,17 @@ def pytest_configure(config: pytest.Config) -> None:
     controller = bool(getattr(config.option, "numprocesses", None)) and not hasattr(config, "workerinput")
     if controller or os.environ.get(forkserver.ENV) == "0":
         return
-    directory = Path(tempfile.mkdtemp(prefix="prefixgate-forkserver-"))
-    server = forkserver.start(directory)
+    # A private (0700) directory: only this user can ask the zygote for a process. Under /tmp
+    # when the temporary directory's name is long (a Unix socket's path has ~107 bytes).
+    short = len(tempfile.gettempdir()) > 64 and os.path.isdir("/tmp")
+    directory = Path(tempfile.mkdtemp(prefix="prefixgate-forkserver-", dir="/tmp" if short else None))
+    try:
+        server = forkserver.start(directory)
+    except (OSError, RuntimeError) as exc:  # e.g. a socket path too long: slower, not broken
+        shutil.rmtree(directory, ignore_errors=True)
+        forkserver.START_ERROR = f"{type(exc).__name__}: {exc}"
+        print(f"prefixgate tests: no fork server, every process starts the interpreter ({exc})", file=sys.stderr)
+        return
     config.stash[_FORKSERVER] = (server, directory)
     helpers.use_interpreter(server.launcher)
     os.environ[forkserver.PYTHON_ENV] = server.launcher

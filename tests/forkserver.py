@@ -6,7 +6,8 @@ commands), and each spent ~0.7 s of CPU importing the same modules (the SDK's py
 models most of it): on a 2-core machine that was most of the suite's time.
 
 How: ``start`` runs this file as a server (the *zygote*) that imports those modules once,
-freezes them out of the collector's reach and listens on a Unix socket, and writes a
+freezes them out of the collector's reach and listens on a Unix socket (in a private
+directory: only the user running the tests can ask it for a process), and writes a
 *launcher*: a small executable script that the tests use in place of ``sys.executable``
 (``tests.helpers.PYTHON``), including in the configs they write, so the gateways start their
 servers through it too. The launcher (``python -IS``: the standard library only, ~20 ms)
@@ -45,6 +46,8 @@ from pathlib import Path
 
 ENV = "PREFIXGATE_TEST_FORKSERVER"
 """``0`` turns the fork server off (every process starts the real interpreter)."""
+START_ERROR: str | None = None
+"""Why this pytest process runs without its fork server (conftest.py could not start it)."""
 PYTHON_ENV = "PREFIXGATE_TEST_PYTHON"
 """The launcher, for processes the tests' own processes start (the conformance client)."""
 

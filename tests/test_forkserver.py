@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import helpers
+from tests import forkserver, helpers
 
 REPORT = """
 import json, os, sys
@@ -33,6 +33,8 @@ imported the SDK) or started (which never imports it)."""
 
 @pytest.fixture
 def launcher() -> str:
+    if forkserver.START_ERROR is not None:
+        pytest.fail(f"the fork server did not start: {forkserver.START_ERROR}")
     if helpers.PYTHON == sys.executable:
         pytest.skip("PREFIXGATE_TEST_FORKSERVER=0: no fork server to compare with")
     return helpers.PYTHON
