@@ -48,6 +48,10 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         compileall.compile_dir(root / package, quiet=1)
 
 
+_FORKSERVER = pytest.StashKey[tuple[forkserver.ForkServer, Path]]()
+"""This pytest process's fork server and its directory, while it runs."""
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Each process that runs tests starts its fork server (tests/forkserver.py) before the
     test modules are imported, so ``PYTHON`` and ``GATEWAY`` they import name its launcher.
@@ -71,7 +75,6 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     config.stash[_FORKSERVER] = (server, directory)
     helpers.use_interpreter(server.launcher)
-    os.environ[forkserver.PYTHON_ENV] = server.launcher
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -80,9 +83,6 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         server, directory = started
         server.stop()
         shutil.rmtree(directory, ignore_errors=True)
-
-
-_FORKSERVER = pytest.StashKey[tuple[forkserver.ForkServer, Path]]()
 
 
 @pytest.fixture(autouse=True)

@@ -93,7 +93,7 @@ STARTUP_ENV = (
 ``PYTHONUNBUFFERED`` it need not: the child makes its standard streams as start-up would)."""
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
-"""The signals a launcher passes on to its child (the launcher's own copy is in LAUNCHER)."""
+"""The signals a launcher passes on to its child."""
 
 PRELOAD = (
     "mcp",
@@ -129,7 +129,7 @@ LAUNCHER = """#!{python} -IS
 # Written by tests/forkserver.py: runs Python through the suite's fork server.
 import marshal, os, signal, socket, struct, sys
 
-REAL, SOCKET, REAL_FLAG = {real!r}, {socket!r}, {flag!r}
+REAL, SOCKET, REAL_FLAG, SIGNALS = {real!r}, {socket!r}, {flag!r}, {signals!r}
 
 
 def real():
@@ -145,8 +145,7 @@ def main():
         cwd = os.getcwd()
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.connect(SOCKET)
-        signals = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
-        ignored = [int(s) for s in signals if signal.getsignal(s) == signal.SIG_IGN]
+        ignored = [s for s in SIGNALS if signal.getsignal(s) == signal.SIG_IGN]
         payload = marshal.dumps((cwd, argv, dict(os.environ), ignored))
         socket.send_fds(sock, [struct.pack("!I", len(payload)) + payload], [0, 1, 2])
     except (OSError, ValueError):
@@ -164,7 +163,7 @@ def main():
         except OSError:
             pass
 
-    for signum in signals:  # all of them: the child ignores what it was started ignoring, unless it chose not to
+    for signum in SIGNALS:  # all of them: the child ignores what it was started ignoring, unless it chose not to
         signal.signal(signum, forward)
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
@@ -218,7 +217,13 @@ def start(directory: Path) -> ForkServer:
     directory.mkdir(parents=True, exist_ok=True)
     sock, flag, launcher = directory / "zygote.sock", directory / "real", directory / "python"
     launcher.write_text(
-        LAUNCHER.format(python=sys.executable, real=sys.executable, socket=str(sock), flag=str(flag)),
+        LAUNCHER.format(
+            python=sys.executable,
+            real=sys.executable,
+            socket=str(sock),
+            flag=str(flag),
+            signals=tuple(int(s) for s in FORWARDED),
+        ),
         encoding="utf-8",
     )
     launcher.chmod(0o755)

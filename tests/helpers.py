@@ -29,17 +29,20 @@ from bench.common import url_process as url_process
 from bench.redisserver import RedisServer as RedisServer
 from bench.redisserver import free_port as free_port
 from bench.redisserver import redis_server as redis_server
+from tests.forkserver import PYTHON_ENV
 
-PYTHON = sys.executable
+PYTHON = os.environ.get(PYTHON_ENV) or sys.executable
 """The interpreter the tests start (gateways, servers in the configs they write, commands):
-the fork server's launcher once conftest.py started it (tests/forkserver.py), else this one."""
+the fork server's launcher once conftest.py started it (tests/forkserver.py; in the processes
+the tests start, through ``$PREFIXGATE_TEST_PYTHON``), else this one."""
 GATEWAY = [PYTHON, "-m", "gateway"]
 
 
 def use_interpreter(path: str) -> None:
-    """Start every later process with ``path`` (before the test modules import these names)."""
+    """Start every later process with ``path`` (before the test modules import these names),
+    also those the tests' own processes start."""
     global PYTHON, GATEWAY
-    PYTHON = path
+    PYTHON = os.environ[PYTHON_ENV] = path
     GATEWAY = [PYTHON, "-m", "gateway"]
 
 

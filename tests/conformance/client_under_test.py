@@ -44,12 +44,10 @@ import anyio
 import mcp_types as types
 from mcp import Client, StdioServerParameters
 
-from tests.helpers import write_config
+from tests.helpers import PYTHON, write_config
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 HERE = Path(__file__).resolve().parent
-PYTHON = os.environ.get("PREFIXGATE_TEST_PYTHON") or sys.executable
-"""The interpreter for the gateway and its login: the fork server's launcher under the tests."""
 LOG = logging.getLogger("client_under_test")
 # The CIMD URL the suite's authorization servers expect as a URL-based client_id (auth/basic-cimd).
 CLIENT_METADATA_URL = "https://conformance-test.local/client-metadata.json"

@@ -320,7 +320,9 @@ _LOG_TAIL = 15
 def client_command() -> str:
     """The command the suite runs (with the scenario server's URL appended): prefixgate as the
     client under test. The suite splits it on spaces, so the interpreter path must have none."""
-    python = os.environ.get("PREFIXGATE_TEST_PYTHON") or sys.executable  # the fork server's launcher in tests
+    from tests import helpers  # the fork server's launcher under the tests
+
+    python = helpers.PYTHON
     if " " in python:
         raise ConformanceSetupError(f"the suite splits --command on spaces; {python!r} contains one")
     return f"{python} -m {CLIENT_MODULE}"
