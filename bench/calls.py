@@ -14,6 +14,7 @@ from typing import Any
 import anyio
 
 from bench.common import (
+    PYTHON,
     Conn,
     Contender,
     connect_all,
@@ -47,6 +48,12 @@ async def _call(conn: Conn, tool: str) -> float:
     return elapsed
 
 
+def relay(name: str) -> Contender:
+    """The demo server behind a zero-work relay (bench/relay.py): the extra hop's own cost."""
+    argv = [PYTHON, "-m", "bench.relay", PYTHON, *demo_args("--tools", 3, "--name", "d")]
+    return Contender(name, argv, "echo", "mcp SDK client -> zero-work relay -> demo server")
+
+
 def contenders(ctx: Any) -> tuple[list[Contender], list[Contender]]:
     """(sequential contenders, slow ones that get fewer calls per round)."""
     tmp = ctx.tmp / "calls"
@@ -57,15 +64,18 @@ def contenders(ctx: Any) -> tuple[list[Contender], list[Contender]]:
     sdk_path.note += " (PREFIXGATE_FAST_PATH=0)"
     modern_direct = direct(f"direct-{MODERN}", "--tools", 3, "--name", "d")
     modern_pg = via_prefixgate(f"prefixgate-{MODERN}", gateway_config(tmp / "pg-modern", one))
-    for c in (modern_direct, modern_pg):
+    modern_relay = relay(f"relay-{MODERN}")
+    for c in (modern_direct, modern_pg, modern_relay):
         c.mode = "auto"
         c.note = c.note.replace("mcp SDK client", 'mcp SDK Client(mode="auto")')
     fast = [
         direct("direct", "--tools", 3, "--name", "d"),
         via_prefixgate("prefixgate", gateway_config(tmp / "pg", one)),
         sdk_path,
+        relay("relay"),
         modern_direct,
         modern_pg,
+        modern_relay,
     ]
     slow: list[Contender] = []
     if ctx.fastmcp_python:
@@ -144,6 +154,9 @@ async def run(ctx: Any) -> dict[str, Any]:
         if not name.startswith("direct"):
             base = baseline(name)
             sequential["ratios"][f"{name}/{base}"] = ratio_summary(round_medians(name), round_medians(base))
+    for gateway, floor in (("prefixgate", "relay"), (f"prefixgate-{MODERN}", f"relay-{MODERN}")):
+        # What prefixgate adds over the bare process hop: its own work on the call's path.
+        sequential["ratios"][f"{gateway}/{floor}"] = ratio_summary(round_medians(gateway), round_medians(floor))
     if "fastmcp-1" in samples:
         sequential["ratios"]["prefixgate/fastmcp-1"] = ratio_summary(
             round_medians("prefixgate"), round_medians("fastmcp-1")

@@ -76,6 +76,8 @@ class Target:
     met: bool | None
     shown: str
     note: str = ""
+    context: bool = False
+    """Measured for what it explains, with no target of its own."""
 
     def row(self) -> dict[str, Any]:
         return {
@@ -85,7 +87,7 @@ class Target:
             "value": self.value,
             "shown": self.shown,
             "spread": self.spread,
-            "status": "n/a" if self.met is None else ("met" if self.met else "MISSED"),
+            "status": "context" if self.context else "n/a" if self.met is None else ("met" if self.met else "MISSED"),
             "note": self.note,
         }
 
@@ -107,6 +109,15 @@ def _ratio_target(tid: str, what: str, ratio: dict[str, Any] | None, limit: floa
         tid, what, f"{'<' if strict else '<='} {limit:g}x", value, f"rounds {ratio['min']:.2f}-{ratio['max']:.2f}x",
         met, f"{value:.2f}x",
     )
+
+
+def _context_ratio(tid: str, what: str, ratio: dict[str, Any] | None) -> Target:
+    """A ratio shown beside the targets to explain them (no limit of its own)."""
+    if not ratio or not ratio.get("n"):
+        return Target(tid, what, "none", None, "", None, "n/a", "contender not run")
+    value = ratio["median"]
+    spread = f"rounds {ratio['min']:.2f}-{ratio['max']:.2f}x"
+    return Target(tid, what, "none", value, spread, None, f"{value:.2f}x", context=True)
 
 
 def _time_target(tid: str, what: str, s: dict[str, Any] | None, limit_s: float, note: str = "") -> Target:
@@ -133,6 +144,26 @@ def targets(results: dict[str, Any]) -> list[Target]:
             "stdio per-call median, prefixgate / direct, 2026-07-28 client (SDK Client, mode auto)",
             seq.get("prefixgate-2026-07-28/direct-2026-07-28"),
             1.2,
+        ),
+        _context_ratio(
+            "per-call-relay",
+            "(context) stdio per-call median, a zero-work relay / direct: the extra process hop alone",
+            seq.get("relay/direct"),
+        ),
+        _context_ratio(
+            "per-call-relay-2026-07-28",
+            "(context) stdio per-call median, a zero-work relay / direct, 2026-07-28 client",
+            seq.get("relay-2026-07-28/direct-2026-07-28"),
+        ),
+        _context_ratio(
+            "per-call-over-relay",
+            "(context) stdio per-call median, prefixgate / the relay: prefixgate's own work",
+            seq.get("prefixgate/relay"),
+        ),
+        _context_ratio(
+            "per-call-over-relay-2026-07-28",
+            "(context) stdio per-call median, prefixgate / the relay, 2026-07-28 client",
+            seq.get("prefixgate-2026-07-28/relay-2026-07-28"),
         ),
         _ratio_target(
             "per-call-vs-fastmcp",

@@ -64,13 +64,22 @@ def test_full_harness_smoke(tmp_path: Path) -> None:
     assert seq["contenders"]["direct"]["per_call_s"]["median"] > 0
     assert seq["ratios"]["prefixgate/direct"]["n"] == seq["settings"]["rounds"]
     assert seq["ratios"]["prefixgate-2026-07-28/direct-2026-07-28"]["n"] == seq["settings"]["rounds"]  # both eras
+    for era in ("", "-2026-07-28"):  # the zero-work relay ran in both eras, beside prefixgate
+        assert seq["ratios"][f"relay{era}/direct{era}"]["n"] == seq["settings"]["rounds"], era
+        assert seq["ratios"][f"prefixgate{era}/relay{era}"]["n"] == seq["settings"]["rounds"], era
     assert results["startup"]["ratios"]["prefixgate/single"]["median"] > 0
     assert results["catalog"]["gateway"]["tool_search_raw_s"]["n"] > 0
     assert results["bigresult"]["contenders"]["prefixgate"]["answer_bytes"] <= 65536
     assert all(p["next_call"] == "ok" for p in results["flood"]["phases"])
     assert results["stores"]["ratios"]["redis/file tool_search_s"]["n"] == results["stores"]["settings"]["rounds"]
     statuses = {t["id"]: t["status"] for t in results["_targets"]}
-    assert len(statuses) == 21 and set(statuses.values()) <= {"met", "MISSED", "n/a"}
+    assert len(statuses) == 25 and set(statuses.values()) <= {"met", "MISSED", "n/a", "context"}
+    assert {i for i, s in statuses.items() if s == "context"} == {
+        "per-call-relay",
+        "per-call-relay-2026-07-28",
+        "per-call-over-relay",
+        "per-call-over-relay-2026-07-28",
+    }
     for era, data in results["http"]["eras"].items():  # both eras over HTTP, every call answered
         assert data["ratios"]["prefixgate/direct per call"]["n"] == results["http"]["settings"]["rounds"], era
         assert all(c["failed_calls"] == 0 for c in data["contenders"].values()), (era, data["contenders"])
