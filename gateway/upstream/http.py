@@ -138,15 +138,17 @@ def transport_security(host: str, port: int) -> TransportSecuritySettings:
     )
 
 
+async def _whole(send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes, head: bool = False) -> None:
+    """A response whose body is known: with its length, so it goes out in one write (not
+    chunked: the chunked end would be a second segment). ``head``: a HEAD request's answer."""
+    length = (b"content-length", str(len(body)).encode())
+    await send({"type": "http.response.start", "status": status, "headers": [*headers, length]})
+    await send({"type": "http.response.body", "body": b"" if head else body})
+
+
 async def _plain(send: Send, status: int, text: str) -> None:
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [(b"content-type", b"text/plain; charset=utf-8"), (b"connection", b"close")],
-        }
-    )
-    await send({"type": "http.response.body", "body": text.encode()})
+    headers = [(b"content-type", b"text/plain; charset=utf-8"), (b"connection", b"close")]
+    await _whole(send, status, headers, text.encode())
 
 
 class Front:
@@ -304,8 +306,7 @@ class Front:
 
         body = await anyio.to_thread.run_sync(self.metrics.text)  # reads the artifact directory now and then
         headers = [(b"content-type", CONTENT_TYPE.encode()), (b"cache-control", b"no-store")]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        await send({"type": "http.response.body", "body": b"" if scope["method"] == "HEAD" else body})
+        await _whole(send, 200, headers, body, head=scope["method"] == "HEAD")
 
     @staticmethod
     async def _health(scope: Scope, send: Send, readiness: Readiness) -> None:
@@ -315,8 +316,7 @@ class Front:
         else:
             (status, body), extra = await health_answer(scope["path"], readiness.ready), []
         headers = [(b"content-type", b"text/plain; charset=utf-8"), (b"cache-control", b"no-store"), *extra]
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": b"" if method == "HEAD" else body})
+        await _whole(send, status, headers, body, head=method == "HEAD")
 
     async def _body(self, receive: Receive, send: Send) -> bytes | Message | None:
         """The whole body (or the message that ended it: the client went away), or None
@@ -354,14 +354,8 @@ def _user(principal: str) -> Any:
 
 async def _unauthorized(send: Send) -> None:
     body = json.dumps({"error": "unauthorized", "error_description": "missing or wrong bearer token"})
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 401,
-            "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b'Bearer realm="prefixgate"')],
-        }
-    )
-    await send({"type": "http.response.body", "body": body.encode()})
+    headers = [(b"content-type", b"application/json"), (b"www-authenticate", b'Bearer realm="prefixgate"')]
+    await _whole(send, 401, headers, body.encode())
 
 
 async def serve_http(served: Sequence[Any], listen: str, tokens: Sequence[BearerToken], metrics: Any = None) -> None:
@@ -371,6 +365,7 @@ async def serve_http(served: Sequence[Any], listen: str, tokens: Sequence[Bearer
     from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
     from gateway.fastpath import fast_path
+    from gateway.upstream.coalesce import coalescing_protocol
 
     host, port = parse_listen(listen)
     sock = listening_socket(host, port)  # accepting from the moment the URL is printed (uvicorn starts later)
@@ -403,7 +398,7 @@ async def serve_http(served: Sequence[Any], listen: str, tokens: Sequence[Bearer
     for path, endpoint in endpoints.items():
         if path != MCP_PATH:
             log.info("profile %s: http://%s:%d%s", endpoint.profile, _host_literal(host), bound, path)
-    config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False)
+    config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False, http=coalescing_protocol())
     async with AsyncExitStack() as stack:
         for endpoint in endpoints.values():
             await stack.enter_async_context(endpoint.manager.run())

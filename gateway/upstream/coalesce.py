@@ -1,0 +1,77 @@
+"""uvicorn's HTTP/1.1 protocol with each response's head sent in the same segment as its body.
+
+uvicorn writes a response's status line and headers as soon as the app sends
+``http.response.start``, then the body on ``http.response.body``: two ``send`` calls, and
+with ``TCP_NODELAY`` (gateway/upstream/listen.py) two segments, so the client wakes up
+twice for every answer, once to read a head it cannot use yet. Here the head is held back
+until the next write on the connection (the body, or the event stream's first event),
+which in the gateway comes in the same task step, and both go out in one ``send``. A
+head followed by nothing yet goes out on the loop's next turn, so nothing waits on it.
+The protocol is the one uvicorn's ``auto`` picks (httptools when installed, else h11).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+_HEAD = b"HTTP/1.1 "
+"""How h11 begins a response head (the only writes held back)."""
+
+
+class _Coalescing:
+    """A socket transport whose response heads wait for the write after them (see the module docstring)."""
+
+    def __init__(self, inner: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._inner = inner
+        self._loop = loop
+        self._held: bytes | None = None
+        self._flush_soon: asyncio.Handle | None = None
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if self._held is not None:
+            held, self._held = self._held, None
+            if self._flush_soon is not None:
+                self._flush_soon.cancel()
+                self._flush_soon = None
+            self._inner.write(held + bytes(data))
+        elif bytes(data[: len(_HEAD)]) == _HEAD:
+            self._held = bytes(data)
+            self._flush_soon = self._loop.call_soon(self.flush)
+        else:
+            self._inner.write(data)
+
+    def flush(self) -> None:
+        """Send a held head now."""
+        self._flush_soon = None
+        if self._held is not None:
+            held, self._held = self._held, None
+            self._inner.write(held)
+
+    def close(self) -> None:
+        self.flush()
+        self._inner.close()
+
+    def write_eof(self) -> None:
+        self.flush()
+        self._inner.write_eof()
+
+    def abort(self) -> None:
+        if self._flush_soon is not None:
+            self._flush_soon.cancel()
+        self._held = None
+        self._inner.abort()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def coalescing_protocol() -> type[asyncio.Protocol]:
+    """The HTTP protocol class uvicorn's ``auto`` picks, writing through ``_Coalescing``."""
+    from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+    class Coalescing(AutoHTTPProtocol):  # type: ignore[misc,valid-type]
+        def connection_made(self, transport: asyncio.Transport) -> None:
+            super().connection_made(_Coalescing(transport, asyncio.get_running_loop()))
+
+    return Coalescing
