@@ -186,11 +186,14 @@ def test_a_raw_client_receives_each_answer_in_one_segment(tmp_path: Path) -> Non
             assert segments == 1, (head, body)
 
 
-def test_a_handshake_era_event_stream_sends_its_head_with_its_first_event(tmp_path: Path) -> None:
-    """A 2025-11-25 session's ``tools/call`` answered on an event stream: the head goes out with
-    the stream's priming event, then the result event and the stream's end: at most three
-    segments, where uvicorn's h11 protocol alone sends four (with httptools the result and the
-    end share one)."""
+def test_a_handshake_era_answer_is_one_segment_and_an_event_streams_head_goes_with_its_first_event(
+    tmp_path: Path,
+) -> None:
+    """In a 2025-11-25 session: a call answered at once is one JSON body in one segment; a call
+    that reports progress gets an event stream whose head goes out with its priming event:
+    head and priming, two progress events, the result and the stream's end are at most five
+    segments, where uvicorn's h11 protocol alone sends six (with httptools the result and
+    the end share one)."""
     with (
         (tmp_path / "stderr.log").open("w") as errlog,
         url_process(_gateway_command(tmp_path), stderr=errlog) as (
@@ -213,11 +216,20 @@ def test_a_handshake_era_event_stream_sends_its_head_with_its_first_event(tmp_pa
         assert raw.session is not None
         head, _, _ = raw.post({"jsonrpc": "2.0", "method": "notifications/initialized"}, "2025-11-25")
         assert head.startswith(b"HTTP/1.1 202 "), head
-        raw.post(_call(1, "warm"), "2025-11-25")  # the session's first call goes through the SDK
-        for n in range(2, 5):
-            head, body, segments = raw.post(_call(n, f"stream {n}"), "2025-11-25")
-            assert b"text/event-stream" in head.lower() and f"stream {n}".encode() in body, (head, body)
-            assert segments <= 3, (head, body)
+        raw.post({"jsonrpc": "2.0", "id": "l", "method": "tools/list"}, "2025-11-25")  # the SDK's, as sessions begin
+        for n in range(1, 4):
+            head, body, segments = raw.post(_call(n, f"json {n}"), "2025-11-25")
+            assert b"content-type: application/json" in head.lower() and f"json {n}".encode() in body, (head, body)
+            assert segments == 1, (head, body)
+        progress = {
+            "jsonrpc": "2.0",
+            "id": 9,
+            "method": "tools/call",
+            "params": {"name": "d__slow", "arguments": {"seconds": 0.2, "steps": 2}, "_meta": {"progressToken": "p"}},
+        }
+        head, body, segments = raw.post(progress, "2025-11-25")
+        assert b"text/event-stream" in head.lower() and body.count(b"notifications/progress") == 2, (head, body)
+        assert segments <= 5, (head, body)
 
 
 class _Recording:
