@@ -92,6 +92,55 @@ async def test_a_servers_request_never_reaches_another_principal(tmp_path: Path,
         assert "cannot be attributed" in stderr.read_text() or "refused" in stderr.read_text()
 
 
+async def _outcome(call: Any) -> str:
+    """A call's answer text, or its error's message: a refused request of the server may end
+    either way, as the server reports it."""
+    from mcp.shared.exceptions import MCPError
+
+    try:
+        return text(await call)
+    except MCPError as exc:
+        return exc.error.message
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_call_that_can_be_asked_nothing_is_still_its_principals(tmp_path: Path, mode: str) -> None:
+    """Alice's 2026-07-28 client declares no capability a server's request needs, so her calls
+    run in their request's own task (no round-trip task: roundtrip.py ``run_here``). They are
+    still booked as hers: alone in flight, the server's question is refused as hers (she cannot
+    answer it) and her log lines reach her; with Bob's call (``mode``) in flight too, the
+    question is refused as anybody's, and Bob never sees it."""
+    server = {**demo("--tools", 0, "--rich", "--interactive", "--name", "r"), "protocol": "legacy"}
+    config = write_config(tmp_path, {"r": server})
+    alice, bob = Principal("Alice"), Principal("Bob")
+    with tokens_file(tmp_path, "token-of-alice", "token-of-bob") as tokens:
+        with http_gateway(config, "--token-file", str(tokens)) as (url, _):
+            async with (
+                sdk_client(
+                    url, "auto", headers={"Authorization": "Bearer token-of-alice"}, logging_callback=alice.log
+                ) as a,
+                sdk_client(url, mode, headers={"Authorization": "Bearer token-of-bob"}, **bob.options()) as b,
+            ):
+                with anyio.fail_after(60):
+                    alone = await _outcome(a.call_tool("r__ask", {}))
+                    assert "does not support elicitation" in alone, alone
+                    async with anyio.create_task_group() as tg:
+                        slow: list[Any] = []
+
+                        async def bobs_call() -> None:
+                            slow.append(await b.call_tool("r__slow", {"seconds": 2, "steps": 2}))
+
+                        tg.start_soon(bobs_call)
+                        await anyio.sleep(0.5)
+                        both = await _outcome(a.call_tool("r__ask", {}))
+                    assert "cannot be attributed to one client" in both, both
+                    assert text(slow[0]) == "slept 2 s" and bob.asked == []
+                    opt_in = {"io.modelcontextprotocol/logLevel": "debug"}
+                    await a.call_tool("r__log", {"text": "alice alone", "level": "warning"}, meta=opt_in)
+                    await anyio.sleep(0.5)
+                    assert alice.logs == ["alice alone"] and bob.logs == [], (alice.logs, bob.logs)
+
+
 class Confidant:
     """One token's elicitation callback, which answers only once both principals were asked."""
 

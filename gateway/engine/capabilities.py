@@ -46,3 +46,9 @@ def require(method: str, capabilities: Any) -> None:
     """Raise ``refusal`` unless the client can answer ``method``."""
     if (lacked := lacking(method, capabilities)) is not None:
         raise refusal(lacked)
+
+
+def answers_none(capabilities: Any) -> bool:
+    """The client can answer none of the requests a server may send during a call: each
+    would be refused at once (``require``), so a call of it never waits for its input."""
+    return all(lacking(method, capabilities) is not None for method in CAPABILITY_FOR)

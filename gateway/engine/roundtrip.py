@@ -265,6 +265,31 @@ class RoundTrips:
 
     # --- the client's side --------------------------------------------------------------
 
+    async def run_here(
+        self,
+        owner: object,
+        method: str,
+        target: str,
+        binding: object,
+        server_id: str,
+        capabilities: Any,
+        run: Callable[[], Awaitable[dict[str, Any]]],
+    ) -> dict[str, Any]:
+        """A call of a client that can answer none of its server's requests (``answers_none``):
+        each is refused at once, so nothing outlives the request, and the call runs in its
+        task, without ``begin``'s own task and its two loop turns. It is booked as ``begin``
+        books one, so the server's requests and logs meanwhile are attributed as before."""
+        trip = RoundTrip(str(next(self._ids)), owner, method, target, binding, server_id, capabilities, self.order())
+        self._trips[trip.id] = trip
+        trip.started = True
+        caller = CALLER.set(trip)  # a server's request on the call's stream comes back here
+        try:
+            return await run()
+        finally:
+            CALLER.reset(caller)
+            trip.end("prefixgate: the call this request belongs to is over")
+            self._forget(trip)
+
     def begin(
         self,
         owner: object,

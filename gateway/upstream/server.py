@@ -36,7 +36,7 @@ from gateway import __version__, tracing
 from gateway.downstream.errors import DownstreamUnavailable
 from gateway.downstream.modern import relayable
 from gateway.downstream.related import CALLER
-from gateway.engine.capabilities import refusal
+from gateway.engine.capabilities import answers_none, refusal
 from gateway.engine.clients import ClientConnection
 from gateway.engine.hub import Hub
 from gateway.eras import CACHE_HINTS, LIST_CACHE_FIELDS, with_result_type
@@ -327,6 +327,8 @@ class Handlers:
             async def first() -> dict[str, Any]:
                 return passed_on(await run(None))
 
+            if answers_none(capabilities):
+                return await trips.run_here(owner, method, target, binding, server_id, capabilities, first)
             trip = trips.begin(owner, method, target, binding, server_id, capabilities, first)
         return await trips.next_answer(trip)
 
