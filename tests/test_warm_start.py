@@ -69,6 +69,51 @@ def names(tools: Any) -> list[str]:
     return [t.name for t in tools.tools]
 
 
+@pytest.mark.parametrize("version", ["2025-11-25", "2026-07-28"])
+async def test_a_client_that_lists_and_leaves_at_once_leaves_the_record(tmp_path: Path, version: str) -> None:
+    """An agent that starts the gateway, lists its tools and closes its end at once (a probe, a
+    one-shot run) stops it right after the barrier's answer: the record that answer was
+    published from is still written, so the next start is warm. It used to be lost most
+    times: the stop cancelled the publication at its first await after the answer."""
+    gates = tmp_path / "gates"
+    tool = {"name": "t", "description": "A tool.", "inputSchema": {"type": "object"}}
+    # Says its tools changed while the gateway starts (server-everything does): the first
+    # epoch is rebuilt at once after it is out, and the record is written after that.
+    changing = {"tools": [tool], "tools2": [tool], "tools2_after_list": True}
+    servers = {
+        "c": {"command": PYTHON, "args": [str(ROOT / "tests" / "rogue_schema.py"), json.dumps(changing)]},
+        "s": gated(gates, "--tools", "1", "--name", "s"),
+    }
+    (gates / "delay").write_text("0.5")  # the list waits for the barrier: answered as it publishes
+    config = write_config(tmp_path, servers)
+    records = config.parent / "state" / "warm"
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": version,
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "0"},
+    }
+    for attempt in range(3):
+        shutil.rmtree(records, ignore_errors=True)
+        log = tmp_path / f"serve-{attempt}.log"
+        with log.open("w") as stderr, raw_gateway(config, stderr) as gw:
+            if version == "2026-07-28":
+                gw.request(1, "tools/list", {"_meta": meta})
+            else:
+                gw.handshake()
+                gw.request(1, "tools/list")
+            assert "c__t" in json.dumps(gw.answer(1)["result"])
+            assert gw.proc.stdin is not None
+            gw.proc.stdin.close()  # and gone: nothing more is read
+            assert gw.proc.wait(timeout=30) == 0
+        assert list(records.glob("*.rec")), f"attempt {attempt + 1}: no warm-start record left\n{log.read_text()}"
+    with (tmp_path / "warm.log").open("w") as stderr, raw_gateway(config, stderr, None, "--log-level", "info") as gw:
+        gw.handshake()
+        assert gw.proc.stdin is not None
+        gw.proc.stdin.close()
+        gw.proc.wait(timeout=30)
+    assert PUBLISHED in (tmp_path / "warm.log").read_text()
+
+
 @pytest.mark.parametrize("mode", ERAS)
 async def test_a_warm_start_lists_every_tool_before_its_servers_are_up(tmp_path: Path, mode: str) -> None:
     config, gates = two_servers(tmp_path)

@@ -124,7 +124,16 @@ class Publisher:
 
     async def first_epoch(self, epoch: Epoch) -> None:
         """The barrier's epoch: published; after a warm start, compared with the warm one (the
-        same bytes change nothing for clients, other bytes are a new epoch with list_changed)."""
+        same bytes change nothing for clients, other bytes are a new epoch with list_changed).
+
+        Shielded, within ``SAVE_TIMEOUT``: from the moment it is published a client may list
+        it and leave at once (an agent probing its servers), which stops the gateway, and
+        what follows the publication (the epoch history, the warm-start record) is what the
+        next start needs. Cancelled at the first await after the answer, neither was kept."""
+        with anyio.CancelScope(shield=True, deadline=anyio.current_time() + SAVE_TIMEOUT):
+            await self._first_epoch(epoch)
+
+    async def _first_epoch(self, epoch: Epoch) -> None:
         warm = self._router.epoch
         kinds = self._resurface()
         for warning in self.surface.warnings:
