@@ -12,7 +12,9 @@ random key over that name, the round, the request (method and target) and the ow
 principal's session, so a tampered state or another principal's is refused. Each
 principal holds a bounded number of calls waiting for its input (a call that never asks
 holds none); one not resumed within the timeout is cancelled downstream (the server sees
-``notifications/cancelled``) and forgotten.
+``notifications/cancelled``) and forgotten. A client that declared none of the capabilities
+these requests need can be asked nothing: its calls run in their request's own task
+(``run_here``), booked the same way, every request of their server refused at once.
 
 A 2026-07-28 server asks the modern way, with its own ``input_required`` result. To a
 modern client it is passed on with the server's ``requestState`` wrapped (``wrap``): the
