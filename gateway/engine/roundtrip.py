@@ -267,22 +267,19 @@ class RoundTrips:
 
     # --- the client's side --------------------------------------------------------------
 
-    async def run_here(
-        self,
-        owner: object,
-        method: str,
-        target: str,
-        binding: object,
-        server_id: str,
-        capabilities: Any,
-        run: Callable[[], Awaitable[dict[str, Any]]],
-    ) -> dict[str, Any]:
-        """A call of a client that can answer none of its server's requests (``answers_none``):
-        each is refused at once, so nothing outlives the request, and the call runs in its
-        task, without ``begin``'s own task and its two loop turns. It is booked as ``begin``
-        books one, so the server's requests and logs meanwhile are attributed as before."""
+    def book(
+        self, owner: object, method: str, target: str, binding: object, server_id: str, capabilities: Any
+    ) -> RoundTrip:
+        """A call beginning now, in the books: from here on its server's requests and logs are
+        attributed to its principal (``calling``, ``waiting_on``). Then ``begin`` or ``run_here``."""
         trip = RoundTrip(str(next(self._ids)), owner, method, target, binding, server_id, capabilities, self.order())
         self._trips[trip.id] = trip
+        return trip
+
+    async def run_here(self, trip: RoundTrip, run: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
+        """A call of a client that can answer none of its server's requests (``answers_none``):
+        each is refused at once, so nothing outlives the request, and the call runs in its
+        task, without ``begin``'s own task and its two loop turns."""
         trip.started = True
         caller = CALLER.set(trip)  # a server's request on the call's stream comes back here
         try:
@@ -292,26 +289,15 @@ class RoundTrips:
             trip.end("prefixgate: the call this request belongs to is over")
             self._forget(trip)
 
-    def begin(
-        self,
-        owner: object,
-        method: str,
-        target: str,
-        binding: object,
-        server_id: str,
-        capabilities: Any,
-        run: Callable[[], Awaitable[dict[str, Any]]],
-    ) -> RoundTrip:
-        """Start a call in the gateway's own task, so it outlives the request that began it."""
+    def begin(self, trip: RoundTrip, run: Callable[[], Awaitable[dict[str, Any]]]) -> None:
+        """Start a booked call in the gateway's own task, so it outlives the request that began it."""
         if self.tasks is None:
+            self._forget(trip)
             raise MCPError(code=INTERNAL_ERROR, message="prefixgate: not serving")
-        trip = RoundTrip(str(next(self._ids)), owner, method, target, binding, server_id, capabilities, self.order())
-        self._trips[trip.id] = trip
         # A plain asyncio task (every 2026-07-28 call makes one: gateway/plaintasks.py),
         # cancelled with the rest when serving ends (``keep``).
         trip.task = asyncio.get_running_loop().create_task(self._run(trip, run))
         self._running.add(trip.task)
-        return trip
 
     async def _run(self, trip: RoundTrip, run: Callable[[], Awaitable[dict[str, Any]]]) -> None:
         trip.started = True

@@ -8,12 +8,16 @@ until the next write on the connection (the body, or the event stream's first ev
 which in the gateway comes in the same task step, and both go out in one ``send``. A
 head followed by nothing yet goes out on the loop's next turn, so nothing waits on it.
 The protocol is the one uvicorn's ``auto`` picks (httptools when installed, else h11).
+A body the gateway has whole goes out with its length (``send_whole``), not chunked, whose
+end would be a segment of its own.
 """
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
+
+from starlette.types import Send
 
 _HEAD = b"HTTP/1.1 "
 """How h11 begins a response head (the only writes held back)."""
@@ -75,3 +79,14 @@ def coalescing_protocol() -> type[asyncio.Protocol]:
             super().connection_made(_Coalescing(transport, asyncio.get_running_loop()))
 
     return Coalescing
+
+
+async def send_whole(
+    send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes, *, head: bool = False
+) -> None:
+    """An ASGI response whose body is known: ``headers`` and then its length (the order
+    Starlette's ``Response`` writes them in), so it is one write. ``head``: a HEAD request's
+    answer (the length of the body it would have)."""
+    length = (b"content-length", str(len(body)).encode())
+    await send({"type": "http.response.start", "status": status, "headers": [*headers, length]})
+    await send({"type": "http.response.body", "body": b"" if head else body})

@@ -36,6 +36,7 @@ from starlette.types import Message, Receive, Scope, Send
 from gateway.config import is_loopback as is_loopback
 from gateway.config import parse_listen as parse_listen
 from gateway.sdk import lifespan_state
+from gateway.upstream.coalesce import coalescing_protocol, send_whole
 from gateway.upstream.events import RETRY_MS, SESSION_HEADER, BoundedEventStore, marked
 from gateway.upstream.health import PATHS as HEALTH_PATHS
 from gateway.upstream.health import Readiness
@@ -138,17 +139,9 @@ def transport_security(host: str, port: int) -> TransportSecuritySettings:
     )
 
 
-async def _whole(send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes, head: bool = False) -> None:
-    """A response whose body is known: with its length, so it goes out in one write (not
-    chunked: the chunked end would be a second segment). ``head``: a HEAD request's answer."""
-    length = (b"content-length", str(len(body)).encode())
-    await send({"type": "http.response.start", "status": status, "headers": [*headers, length]})
-    await send({"type": "http.response.body", "body": b"" if head else body})
-
-
 async def _plain(send: Send, status: int, text: str) -> None:
     headers = [(b"content-type", b"text/plain; charset=utf-8"), (b"connection", b"close")]
-    await _whole(send, status, headers, text.encode())
+    await send_whole(send, status, headers, text.encode())
 
 
 class Front:
@@ -306,7 +299,7 @@ class Front:
 
         body = await anyio.to_thread.run_sync(self.metrics.text)  # reads the artifact directory now and then
         headers = [(b"content-type", CONTENT_TYPE.encode()), (b"cache-control", b"no-store")]
-        await _whole(send, 200, headers, body, head=scope["method"] == "HEAD")
+        await send_whole(send, 200, headers, body, head=scope["method"] == "HEAD")
 
     @staticmethod
     async def _health(scope: Scope, send: Send, readiness: Readiness) -> None:
@@ -316,7 +309,7 @@ class Front:
         else:
             (status, body), extra = await health_answer(scope["path"], readiness.ready), []
         headers = [(b"content-type", b"text/plain; charset=utf-8"), (b"cache-control", b"no-store"), *extra]
-        await _whole(send, status, headers, body, head=method == "HEAD")
+        await send_whole(send, status, headers, body, head=method == "HEAD")
 
     async def _body(self, receive: Receive, send: Send) -> bytes | Message | None:
         """The whole body (or the message that ended it: the client went away), or None
@@ -355,7 +348,7 @@ def _user(principal: str) -> Any:
 async def _unauthorized(send: Send) -> None:
     body = json.dumps({"error": "unauthorized", "error_description": "missing or wrong bearer token"})
     headers = [(b"content-type", b"application/json"), (b"www-authenticate", b'Bearer realm="prefixgate"')]
-    await _whole(send, 401, headers, body.encode())
+    await send_whole(send, 401, headers, body.encode())
 
 
 async def serve_http(served: Sequence[Any], listen: str, tokens: Sequence[BearerToken], metrics: Any = None) -> None:
@@ -365,7 +358,6 @@ async def serve_http(served: Sequence[Any], listen: str, tokens: Sequence[Bearer
     from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
     from gateway.fastpath import fast_path
-    from gateway.upstream.coalesce import coalescing_protocol
 
     host, port = parse_listen(listen)
     sock = listening_socket(host, port)  # accepting from the moment the URL is printed (uvicorn starts later)

@@ -327,9 +327,10 @@ class Handlers:
             async def first() -> dict[str, Any]:
                 return passed_on(await run(None))
 
+            trip = trips.book(owner, method, target, binding, server_id, capabilities)
             if answers_none(capabilities):
-                return await trips.run_here(owner, method, target, binding, server_id, capabilities, first)
-            trip = trips.begin(owner, method, target, binding, server_id, capabilities, first)
+                return await trips.run_here(trip, first)
+            trips.begin(trip, first)
         return await trips.next_answer(trip)
 
     # --- resources, prompts, completion, logging --------------------------------------

@@ -63,6 +63,7 @@ from gateway.sdk import (
     sse_headers,
 )
 from gateway.shapes import plain_call_params
+from gateway.upstream.coalesce import send_whole
 from gateway.upstream.fast import answer_directly, meta_key, valid_call
 from gateway.upstream.server import Handlers
 
@@ -242,26 +243,23 @@ class SessionLane:
                 # to its end (the SDK's client leaves an event stream unfinished, and so loses
                 # the connection with it).
                 body = item.message.model_dump_json(by_alias=True, exclude_unset=True).encode()
-                length = (b"content-length", str(len(body)).encode())
-                await send(
-                    {"type": "http.response.start", "status": 200, "headers": [*_json_headers(connection), length]}
-                )
-                await send({"type": "http.response.body", "body": body})
+                await send_whole(send, 200, _json_headers(connection), body)
                 return
             await send({"type": "http.response.start", "status": 200, "headers": self._headers(connection)})
             if priming is not None:
                 await send({"type": "http.response.body", "body": _sse(priming), "more_body": True})
             while True:
-                if item is None or item is _COMMIT:
+                if item is None:
                     try:
                         item = await events.receive()
                     except (anyio.EndOfStream, anyio.ClosedResourceError):
                         break
-                    if item is _COMMIT:  # the stream had started already
-                        continue
                 if gone:
                     log.debug("the client closed the event stream of call %s", request_id)
                     return
+                if item is _COMMIT:  # the grace is over: the stream has started already
+                    item = None
+                    continue
                 if item is _PING:
                     comment = f"ping - {datetime.now(UTC)}"
                     await send({"type": "http.response.body", "body": _sse({"comment": comment}), "more_body": True})
@@ -312,8 +310,7 @@ def _is_answer(item: Any) -> bool:
 
 
 def _json_headers(connection: Connection) -> list[tuple[bytes, bytes]]:
-    """The headers of the transport's JSON answer before its length (``_create_json_response``,
-    in the order Starlette's ``Response`` writes them)."""
+    """The headers of the transport's JSON answer before its length (``_create_json_response``)."""
     assert connection.session_id is not None
     return [(b"content-type", b"application/json"), (MCP_SESSION_ID_HEADER.encode(), connection.session_id.encode())]
 
