@@ -18,6 +18,9 @@ import json
 import os
 import socket
 import struct
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -56,22 +59,20 @@ def _accepted(pid: int, port: int) -> list[socket.socket]:
     return found
 
 
-def _gateway_command(tmp_path: Path) -> list[str]:
+@contextmanager
+def _gateway(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """``serve --http`` in front of a demo server: its URL and its process."""
     config = write_config(tmp_path, {"d": demo("--tools", 1)})
-    return [*GATEWAY, "serve", "--config", str(config), "--http", "127.0.0.1:0"]
+    command = [*GATEWAY, "serve", "--config", str(config), "--http", "127.0.0.1:0"]
+    with (tmp_path / "stderr.log").open("w") as errlog, url_process(command, stderr=errlog) as served:
+        yield served
 
 
 @pytest.mark.real_processes  # reads the gateway's own sockets in /proc
 def test_the_sdk_client_gets_each_2026_07_28_answer_in_one_segment(tmp_path: Path) -> None:
     """``CALLS`` sequential ``tools/call``s of the real SDK ``Client`` (mode auto) on its kept-alive
     connection: each JSON answer is one data segment from the gateway (uvicorn alone: two)."""
-    with (
-        (tmp_path / "stderr.log").open("w") as errlog,
-        url_process(_gateway_command(tmp_path), stderr=errlog) as (
-            url,
-            proc,
-        ),
-    ):
+    with _gateway(tmp_path) as (url, proc):
         port = _port(url)
 
         async def calls() -> int:
@@ -170,13 +171,7 @@ def test_a_raw_client_receives_each_answer_in_one_segment(tmp_path: Path) -> Non
         "io.modelcontextprotocol/clientCapabilities": {},
         "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"},
     }
-    with (
-        (tmp_path / "stderr.log").open("w") as errlog,
-        url_process(_gateway_command(tmp_path), stderr=errlog) as (
-            url,
-            _proc,
-        ),
-    ):
+    with _gateway(tmp_path) as (url, _proc):
         raw = _Raw(url)
         head, body, segments = raw.exchange(f"GET /healthz HTTP/1.1\r\nHost: {raw.host}\r\n\r\n".encode())
         assert (head.split(b"\r\n")[0], body, segments) == (b"HTTP/1.1 200 OK", b"ok\n", 1), head
@@ -194,13 +189,7 @@ def test_a_handshake_era_answer_is_one_segment_and_an_event_streams_head_goes_wi
     head and priming, two progress events, the result and the stream's end are at most five
     segments, where uvicorn's h11 protocol alone sends six (with httptools the result and
     the end share one)."""
-    with (
-        (tmp_path / "stderr.log").open("w") as errlog,
-        url_process(_gateway_command(tmp_path), stderr=errlog) as (
-            url,
-            _proc,
-        ),
-    ):
+    with _gateway(tmp_path) as (url, _proc):
         raw = _Raw(url)
         init = {
             "jsonrpc": "2.0",

@@ -13,8 +13,9 @@ way (back-channel requests) over a pipe and over HTTP, the real SDK client in bo
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import mcp_types as types
@@ -24,6 +25,7 @@ from tests.helpers import ERAS, PYTHON, demo, http_gateway, sdk_client, text, ur
 from tests.test_principals import tokens_file
 
 pytestmark = pytest.mark.anyio
+T = TypeVar("T")
 
 
 class Principal:
@@ -45,6 +47,21 @@ class Principal:
         return {"elicitation_callback": self.elicitation, "logging_callback": self.log}
 
 
+async def beside_a_slow_call(other: Any, call: Awaitable[T]) -> tuple[T, Any]:
+    """``call``'s outcome, awaited while ``other``'s 2 s ``r__slow`` call is in flight (from
+    0.5 s into it), and that call's result."""
+    slow: list[Any] = []
+
+    async def others_call() -> None:
+        slow.append(await other.call_tool("r__slow", {"seconds": 2, "steps": 2}))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(others_call)
+        await anyio.sleep(0.5)
+        outcome = await call
+    return outcome, slow[0]
+
+
 @pytest.mark.parametrize("mode", ERAS)
 async def test_a_servers_request_never_reaches_another_principal(tmp_path: Path, mode: str) -> None:
     server = {**demo("--tools", 0, "--rich", "--interactive", "--name", "r"), "protocol": "legacy"}
@@ -61,17 +78,9 @@ async def test_a_servers_request_never_reaches_another_principal(tmp_path: Path,
                     assert text(await a.call_tool("r__ask", {})) == "accept:{'name': 'Alice'}"
                     assert (alice.asked, bob.asked) == (["What is your name?"], [])
                     # Bob's call is in flight too: nobody can tell whose the question is.
-                    async with anyio.create_task_group() as tg:
-                        slow: list[Any] = []
-
-                        async def bobs_call() -> None:
-                            slow.append(await b.call_tool("r__slow", {"seconds": 2, "steps": 2}))
-
-                        tg.start_soon(bobs_call)
-                        await anyio.sleep(0.5)
-                        refused = await a.call_tool("r__ask", {})
+                    refused, slow = await beside_a_slow_call(b, a.call_tool("r__ask", {}))
                     assert refused.is_error and "cannot be attributed to one client" in text(refused)
-                    assert text(slow[0]) == "slept 2 s"
+                    assert text(slow) == "slept 2 s"
                     assert (len(alice.asked), bob.asked) == (1, [])  # Bob never saw Alice's question
                     # And Bob alone again gets his own.
                     assert text(await b.call_tool("r__ask", {})) == "accept:{'name': 'Bob'}"
@@ -83,10 +92,8 @@ async def test_a_servers_request_never_reaches_another_principal(tmp_path: Path,
                         await a.set_logging_level("debug")
                         await b.set_logging_level("debug")
                     await a.call_tool("r__log", {"text": "alice alone", "level": "warning"}, meta=opt_in)
-                    async with anyio.create_task_group() as tg:
-                        tg.start_soon(b.call_tool, "r__slow", {"seconds": 2, "steps": 2})
-                        await anyio.sleep(0.5)
-                        await a.call_tool("r__log", {"text": "alice with bob", "level": "warning"}, meta=opt_in)
+                    with_bob = a.call_tool("r__log", {"text": "alice with bob", "level": "warning"}, meta=opt_in)
+                    await beside_a_slow_call(b, with_bob)
                     await anyio.sleep(0.5)
                     assert alice.logs == ["alice alone"] and bob.logs == [], (alice.logs, bob.logs)
         assert "cannot be attributed" in stderr.read_text() or "refused" in stderr.read_text()
@@ -124,17 +131,9 @@ async def test_a_call_that_can_be_asked_nothing_is_still_its_principals(tmp_path
                 with anyio.fail_after(60):
                     alone = await _outcome(a.call_tool("r__ask", {}))
                     assert "does not support elicitation" in alone, alone
-                    async with anyio.create_task_group() as tg:
-                        slow: list[Any] = []
-
-                        async def bobs_call() -> None:
-                            slow.append(await b.call_tool("r__slow", {"seconds": 2, "steps": 2}))
-
-                        tg.start_soon(bobs_call)
-                        await anyio.sleep(0.5)
-                        both = await _outcome(a.call_tool("r__ask", {}))
+                    both, slow = await beside_a_slow_call(b, _outcome(a.call_tool("r__ask", {})))
                     assert "cannot be attributed to one client" in both, both
-                    assert text(slow[0]) == "slept 2 s" and bob.asked == []
+                    assert text(slow) == "slept 2 s" and bob.asked == []
                     opt_in = {"io.modelcontextprotocol/logLevel": "debug"}
                     await a.call_tool("r__log", {"text": "alice alone", "level": "warning"}, meta=opt_in)
                     await anyio.sleep(0.5)
