@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -327,3 +328,37 @@ def test_a_client_gone_mid_call_resumes_it_from_the_priming_event(tmp_path: Path
         assert [m.get("method") for m in resumed] == ["notifications/progress"] * 3 + [None], resumed
         assert "slept 6 s" in json.dumps(resumed[-1]), resumed
         assert "on the HTTP session lane" in stderr.read_text()
+
+
+def test_a_client_gone_within_the_grace_costs_only_its_own_call(tmp_path: Path) -> None:
+    """A client that sends a call and drops its connection before the call is answered or its
+    stream started (within ``ANSWER_GRACE``): the lane lets go of the request, nothing is
+    written, and the session and the gateway go on serving."""
+    config = write_config(tmp_path, {"demo": demo("--tools", 2, "--rich")})
+    with (
+        http_gateway(config, "--log-level", "debug") as (url, stderr),
+        httpx.Client(headers=ACCEPT, timeout=60) as http,
+    ):
+        s = Session(http, url)
+        s.open()
+        s.post("list", request("l", "tools/list"))
+        host = url.split("//", 1)[1].split("/", 1)[0]
+        body = json.dumps(request(30, "tools/call", {"name": "demo__slow", "arguments": {"seconds": 1, "steps": 1}}))
+        head = "".join(
+            f"{k}: {v}\r\n"
+            for k, v in {
+                "Host": host,
+                "Content-Type": "application/json",
+                "Accept": "application/json, text/event-stream",
+                "Content-Length": str(len(body)),
+                **s.headers(),
+            }.items()
+        )
+        with socket.create_connection(("127.0.0.1", int(host.rsplit(":", 1)[1])), timeout=10) as raw:
+            raw.sendall(f"POST /mcp HTTP/1.1\r\n{head}\r\n{body}".encode())
+        deadline = time.monotonic() + 10
+        while "the client left before call 30 was answered" not in stderr.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "the client left before call 30 was answered" in stderr.read_text(), stderr.read_text()[-3000:]
+        answer = s.call("after", 31, "demo__echo", {"text": "still served"})
+        assert b"still served" in answer and s.out[-1][1][0] == 200, answer
