@@ -8,7 +8,10 @@ server should have: without it both sides stall ~40 ms a response and every rati
 
 - ``direct``: the demo server over HTTP;
 - ``prefixgate``: ``serve --http`` with the demo server behind it on stdio;
-- ``prefixgate-http-downstream``: ``serve --http`` with a second demo HTTP server behind it.
+- ``prefixgate-http-downstream``: ``serve --http`` with a second demo HTTP server behind it;
+- ``relay``: the demo server behind a near-zero-work HTTP-to-stdio relay (bench/httprelay.py,
+  one per era): the floor of any HTTP process in front of an ordinary SDK stdio server, so
+  relay/direct is that hop's own cost and prefixgate/relay prefixgate's share (context).
 
 Per era, round by round in a rotating order: sequential ``echo`` calls, then batches of 8
 and 32 concurrent callers (each caller a task making its calls one after another on the
@@ -35,7 +38,7 @@ from bench.common import PYTHON, demo_args, gateway_config, http_client, ratio_s
 TEXT = "hello over http"
 ERAS = ("legacy", "auto")
 ERA_NAMES = {"legacy": "2025-11-25", "auto": "2026-07-28"}
-CONTENDERS = ("direct", "prefixgate", "prefixgate-http-downstream")
+CONTENDERS = ("direct", "prefixgate", "prefixgate-http-downstream", "relay")
 CALLERS = (8, 32)
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -82,6 +85,10 @@ def servers(tmp: Path, errlog: Path) -> Iterator[dict[str, tuple[str, int]]]:
         http_cfg.write_text(f"[gateway]\nstate_dir = {state}\n\n[servers.d]\nurl = {json.dumps(behind)}\n", "utf-8")
         url, proc = stack.enter_context(url_process([*gateway, str(http_cfg)], stderr=err))
         found["prefixgate-http-downstream"] = (url, proc.pid)
+        relay = [PYTHON, "-m", "bench.httprelay", PYTHON, *demo_args("--tools", 3, "--name", "d")]
+        for era in ERAS:  # one each: a handshake-era client initializes the server behind it
+            url, proc = stack.enter_context(url_process(relay, stderr=err))
+            found[f"relay-{era}"] = (url, proc.pid)
         yield found
 
 
@@ -120,9 +127,10 @@ async def run(ctx: Any) -> dict[str, Any]:
         },
         "eras": {},
     }
-    tools = {"direct": "echo", "prefixgate": "d__echo", "prefixgate-http-downstream": "d__echo"}
-    with servers(ctx.tmp, ctx.errlog) as found:
+    tools = {"direct": "echo", "prefixgate": "d__echo", "prefixgate-http-downstream": "d__echo", "relay": "echo"}
+    with servers(ctx.tmp, ctx.errlog) as everything:
         for era in ERAS:
+            found = {**everything, "relay": everything[f"relay-{era}"]}
             seq: dict[str, list[list[float]]] = {n: [] for n in CONTENDERS}
             throughput: dict[str, dict[int, list[float]]] = {n: {k: [] for k in CALLERS} for n in CONTENDERS}
             cpu: dict[str, float] = dict.fromkeys(CONTENDERS, 0.0)
@@ -136,6 +144,7 @@ async def run(ctx: Any) -> dict[str, Any]:
                 behind = {
                     "prefixgate": child_pid(found["prefixgate"][1]),
                     "prefixgate-http-downstream": found["behind-http"][1],
+                    "relay": child_pid(found["relay"][1]),
                 }
                 for r in range(rounds):
                     for name in rotated(CONTENDERS, r):
@@ -159,8 +168,8 @@ async def run(ctx: Any) -> dict[str, Any]:
 @asynccontextmanager
 async def _clients(found: dict[str, tuple[str, int]], mode: str) -> AsyncIterator[dict[str, Any]]:
     async with client(found["direct"][0], mode) as a, client(found["prefixgate"][0], mode) as b:
-        async with client(found["prefixgate-http-downstream"][0], mode) as c:
-            yield {"direct": a, "prefixgate": b, "prefixgate-http-downstream": c}
+        async with client(found["prefixgate-http-downstream"][0], mode) as c, client(found["relay"][0], mode) as d:
+            yield {"direct": a, "prefixgate": b, "prefixgate-http-downstream": c, "relay": d}
 
 
 async def _batch(c: Any, tool: str, callers: int, calls: int, failed: list[str]) -> float:
@@ -207,6 +216,11 @@ def _summarise(
                 out["ratios"][f"{name}/direct throughput {callers}"] = ratio_summary(
                     throughput[name][callers], throughput["direct"][callers]
                 )
+    out["ratios"]["prefixgate/relay per call"] = ratio_summary(medians["prefixgate"], medians["relay"])
+    for callers in CALLERS:
+        out["ratios"][f"prefixgate/relay throughput {callers}"] = ratio_summary(
+            throughput["prefixgate"][callers], throughput["relay"][callers]
+        )
     return out
 
 

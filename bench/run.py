@@ -272,6 +272,17 @@ def http_targets(results: dict[str, Any]) -> list[Target]:
             f"HTTP per-call median, prefixgate with an HTTP downstream / direct, {era} client",
             ratios.get("prefixgate-http-downstream/direct per call"), 2.0,
         ))
+        hop = "a near-zero-work HTTP-to-stdio relay"
+        out += [
+            _context_ratio(f"http-per-call-relay-{era}", f"(context) HTTP per-call median, {hop} / direct, "
+                           f"{era} client: the process hop alone", ratios.get("relay/direct per call")),
+            _context_ratio(f"http-throughput-relay-{era}", f"(context) HTTP throughput, 32 callers, {hop} / direct, "
+                           f"{era} client", ratios.get("relay/direct throughput 32")),
+            _context_ratio(f"http-per-call-over-relay-{era}", f"(context) HTTP per-call median, prefixgate / "
+                           f"the relay, {era} client: prefixgate's own share", ratios.get("prefixgate/relay per call")),
+            _context_ratio(f"http-throughput-over-relay-{era}", f"(context) HTTP throughput, 32 callers, prefixgate / "
+                           f"the relay, {era} client", ratios.get("prefixgate/relay throughput 32")),
+        ]
     return out
 
 

@@ -73,15 +73,22 @@ def test_full_harness_smoke(tmp_path: Path) -> None:
     assert all(p["next_call"] == "ok" for p in results["flood"]["phases"])
     assert results["stores"]["ratios"]["redis/file tool_search_s"]["n"] == results["stores"]["settings"]["rounds"]
     statuses = {t["id"]: t["status"] for t in results["_targets"]}
-    assert len(statuses) == 25 and set(statuses.values()) <= {"met", "MISSED", "n/a", "context"}
+    assert len(statuses) == 33 and set(statuses.values()) <= {"met", "MISSED", "n/a", "context"}
+    http_context = {
+        f"http-{what}-{era}"
+        for what in ("per-call-relay", "throughput-relay", "per-call-over-relay", "throughput-over-relay")
+        for era in ("2025-11-25", "2026-07-28")
+    }
     assert {i for i, s in statuses.items() if s == "context"} == {
         "per-call-relay",
         "per-call-relay-2026-07-28",
         "per-call-over-relay",
         "per-call-over-relay-2026-07-28",
+        *http_context,
     }
     for era, data in results["http"]["eras"].items():  # both eras over HTTP, every call answered
         assert data["ratios"]["prefixgate/direct per call"]["n"] == results["http"]["settings"]["rounds"], era
+        assert data["ratios"]["prefixgate/relay per call"]["n"] == results["http"]["settings"]["rounds"], era
         assert all(c["failed_calls"] == 0 for c in data["contenders"].values()), (era, data["contenders"])
     assert results["telemetry"]["ratios"]["prefixgate-traced/prefixgate"]["n"] == 2  # two quick rounds
     assert results["warm"]["bytes_identical"] is True  # the warm start published the first start's bytes
