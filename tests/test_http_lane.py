@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,7 +24,7 @@ import pytest
 from mcp.shared.inbound import MCP_METHOD_HEADER, MCP_NAME_HEADER, MCP_PROTOCOL_VERSION_HEADER
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, PROTOCOL_VERSION_META_KEY
 
-from tests.helpers import http_gateway
+from tests.helpers import http_gateway, write_config
 from tests.test_fast_path import CALLS, fast_config
 
 MODERN = "2026-07-28"
@@ -211,3 +212,41 @@ async def test_a_silent_call_commits_the_event_stream_and_pings() -> None:
         b'event: message\r\ndata: {"jsonrpc":"2.0","id":1,"result":{}}\r\n\r\n',
     ]
     assert sent[-1]["more_body"] is False
+
+
+def header_conversation(config: Path, lane: bool) -> tuple[list[tuple[str, Response]], str]:
+    """Calls whose ``Mcp-Param-*`` headers agree with the body, or not: a tool whose schema
+    names ``x-mcp-header`` (tests/modern_server.py's ``region``) and one that names none."""
+    accept = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+    header = "Mcp-Param-Region"
+    with gateway(config, lane) as (url, stderr), httpx.Client(headers=accept, timeout=60) as http:
+        s = Script(http, url)
+        s.post("list", request("l", "tools/list", {"_meta": envelope()}), routing("tools/list"))
+        for label, request_id, name, arguments, extra in (
+            ("agrees", 1, "m__region", {"region": "eu-west"}, {header: "eu-west"}),
+            ("agrees again", 2, "m__region", {"region": "us-east"}, {header: "us-east"}),
+            ("differs", 3, "m__region", {"region": "eu-west"}, {header: "us-east"}),
+            ("missing", 4, "m__region", {"region": "eu-west"}, {}),
+            ("without its argument", 5, "m__region", {}, {header: "eu-west"}),
+            ("unannotated", 6, "m__echo", {"text": "hi"}, {header: "eu-west"}),
+        ):
+            params = {"name": name, "arguments": arguments, "_meta": envelope()}
+            s.post(label, request(request_id, "tools/call", params), {**routing("tools/call", name), **extra})
+        return s.out, stderr.read_text(encoding="utf-8", errors="replace")
+
+
+def test_the_http_lane_checks_param_headers_as_the_sdk_entry(tmp_path: Path) -> None:
+    """Remembering which schemas name ``x-mcp-header`` changes no answer: a header that
+    disagrees with its argument is refused, one no schema names passes, on both paths."""
+    server = str(Path(__file__).with_name("modern_server.py"))
+    config = write_config(tmp_path, {"m": {"command": sys.executable, "args": [server]}})
+    lane, lane_log = header_conversation(config, True)
+    sdk, sdk_log = header_conversation(config, False)
+    assert "on the HTTP lane" in lane_log and "on the HTTP lane" not in sdk_log
+    assert_same(lane, sdk)
+    steps = dict(lane)
+    assert b'"x-mcp-header":"Region"' in steps["list"][2]  # published as the server declared it
+    assert b"region:eu-west" in steps["agrees"][2] and b"region:us-east" in steps["agrees again"][2]
+    for refused in ("differs", "missing", "without its argument"):
+        assert steps[refused][0] == 400 and b"Mcp-Param-Region header" in steps[refused][2], refused
+    assert steps["unannotated"][0] == 200 and b"modern:hi" in steps["unannotated"][2]

@@ -75,6 +75,22 @@ _SSE_HEADERS = [
     (b"x-accel-buffering", b"no"),
 ]
 _PING = b": ping\r\n\r\n"
+_HEADER_KEYWORD = "x-mcp-header"
+
+
+def names_key(value: Any, key: str) -> bool:
+    """Whether any object within ``value`` (a decoded JSON value) has ``key``: a superset of
+    the positions the SDK reads annotations from, so False means it finds none."""
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if key in node:
+                return True
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return False
 
 
 def _json(message: dict[str, Any]) -> str:
@@ -207,6 +223,9 @@ class ModernLane:
         self.security = TransportSecurityMiddleware(security)
         self.lifespan: Any = None
         self.used = False
+        self._epoch: Any = None
+        self._annotated: dict[str, bool] = {}
+        """Per tool of ``_epoch``: whether its input schema names ``x-mcp-header`` anywhere."""
 
     async def claim(self, scope: Scope, body: bytes) -> Claimed | None:
         """The request, when every check the SDK's modern entry makes passes; else None."""
@@ -230,7 +249,10 @@ class ModernLane:
         headers = request.headers
         if find_duplicated_routing_header(headers.items()) is not None:
             return None
-        route = classify_inbound_request(decoded, headers=dict(headers))
+        folded: dict[str, str] = {}  # dict(headers), first value of each name, without its O(n) lookups
+        for key, value in scope["headers"]:
+            folded.setdefault(key.decode("latin-1"), value.decode("latin-1"))
+        route = classify_inbound_request(decoded, headers=folded)
         if isinstance(route, InboundLadderRejection):
             return None
         meta = meta_key(params)
@@ -245,16 +267,27 @@ class ModernLane:
         return Claimed(request, request_id, method, params, route, meta)
 
     def _headers_agree(self, params: dict[str, Any], headers: Mapping[str, str]) -> bool:
-        """The ``Mcp-Param-*`` check of the SDK's entry passes (a refusal is left to the SDK)."""
+        """The ``Mcp-Param-*`` check of the SDK's entry passes (a refusal is left to the SDK).
+
+        A schema that names no ``x-mcp-header`` passes any headers there, so whether it
+        names one is found once per tool and epoch: the check no longer walks the whole
+        schema on every call."""
         name, arguments = params.get("name"), params.get("arguments")
         if not isinstance(name, str) or (arguments is not None and not isinstance(arguments, Mapping)):
             return False
         arguments = arguments or {}
         if not arguments and not any(key.startswith(_PARAM_PREFIX) for key in headers):
             return True
-        lookup = self.handlers.server.get_tool_input_schema
-        schema = lookup(name) if lookup is not None else None
-        return schema is None or validate_mcp_param_headers(schema, arguments, headers) is None
+        epoch = self.handlers.router.epoch
+        schema = None if epoch is None else epoch.input_schema(name)
+        if schema is None:
+            return True
+        if epoch is not self._epoch:
+            self._epoch, self._annotated = epoch, {}
+        annotated = self._annotated.get(name)
+        if annotated is None:
+            annotated = self._annotated[name] = names_key(schema, _HEADER_KEYWORD)
+        return not annotated or validate_mcp_param_headers(schema, arguments, headers) is None
 
     async def answer(self, claimed: Claimed, scope: Scope, receive: Receive, send: Send) -> None:
         """Run the handler in this task; a disconnect cancels it, as closing the stream does in the SDK."""
