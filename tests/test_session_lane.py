@@ -362,3 +362,42 @@ def test_a_client_gone_within_the_grace_costs_only_its_own_call(tmp_path: Path) 
         assert "the client left before call 30 was answered" in stderr.read_text(), stderr.read_text()[-3000:]
         answer = s.call("after", 31, "demo__echo", {"text": "still served"})
         assert b"still served" in answer and s.out[-1][1][0] == 200, answer
+
+
+@pytest.mark.anyio
+async def test_the_keepalive_commits_then_pings_until_cancelled(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A call still running after the grace gets ``_COMMIT`` (its event stream starts), then
+    ``_PING`` at every interval; cancelled with its call, it stops, and nothing of it is left
+    in a cycle (its timer handle lets go of it)."""
+    import asyncio
+    import gc
+    import weakref
+
+    import anyio
+
+    from gateway.upstream import sessionlane
+
+    monkeypatch.setattr(sessionlane, "ANSWER_GRACE", 0.05)
+    monkeypatch.setattr(sessionlane, "PING_INTERVAL", 0.2)
+    class Watched(sessionlane._Keepalive):  # the same, with room for a weak reference
+        pass
+
+    feed, events = anyio.create_memory_object_stream[Any](10)
+    keepalive = Watched(asyncio.get_running_loop(), feed)
+    seen = []
+    with anyio.fail_after(5):
+        for _ in range(3):
+            seen.append(await events.receive())
+    assert seen == [sessionlane._COMMIT, sessionlane._PING, sessionlane._PING]
+    keepalive.cancel()
+    await anyio.sleep(0.5)
+    assert events.statistics().current_buffer_used == 0  # no ping after the cancel
+    gone = weakref.ref(keepalive)
+    gc.disable()
+    try:
+        del keepalive
+        assert gone() is None  # freed by reference counting alone
+    finally:
+        gc.enable()
+    feed.close()
+    events.close()

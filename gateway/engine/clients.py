@@ -125,6 +125,9 @@ class Clients:
     def disconnect(self, client: ClientConnection) -> None:
         if client in self.connected:
             self.connected.remove(client)
+        # Its session holds the connection whose state holds it: without this link every
+        # 2026-07-28 request (a connection of its own) left a cycle for the collector.
+        client.server_session = None
         if client.subscriptions and self.tasks is not None:
             for uri in sorted(client.subscriptions):  # a client that leaves stops watching
                 self.tasks.start_soon(self._watches.unwatch, uri)

@@ -42,6 +42,7 @@ from typing import Any
 
 import anyio
 import pydantic_core
+from anyio.streams.memory import MemoryObjectSendStream
 from mcp.server.connection import Connection
 from mcp.server.context import CallNext, ServerRequestContext
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER, EventMessage, check_accept_headers
@@ -195,27 +196,7 @@ class SessionLane:
         )
         request_id = str(claimed.request_id)
         loop = asyncio.get_running_loop()
-        timer: asyncio.TimerHandle | None = None
-
-        def ping() -> None:
-            nonlocal timer
-            try:
-                feed.send_nowait(_PING)  # pings go in beside the router's messages
-            except anyio.WouldBlock:
-                pass  # events are waiting to be written: the stream is not idle
-            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-                return
-            timer = loop.call_later(PING_INTERVAL, ping)
-
-        def commit() -> None:
-            nonlocal timer
-            with suppress(anyio.WouldBlock):  # messages are waiting: the first of them decides
-                try:
-                    feed.send_nowait(_COMMIT)
-                except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-                    return
-            timer = loop.call_later(PING_INTERVAL - ANSWER_GRACE, ping)
-
+        keepalive: _Keepalive | None = None
         gone = False
 
         async def watch() -> None:
@@ -229,7 +210,7 @@ class SessionLane:
         watcher = loop.create_task(watch())
         try:
             await dispatch_request(connection.outbound, message, metadata, self._on_request(claimed))
-            timer = loop.call_later(ANSWER_GRACE, commit)
+            keepalive = _Keepalive(loop, feed)
             item: Any = None
             try:
                 item = await events.receive()
@@ -273,8 +254,8 @@ class SessionLane:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
             watcher.cancel()
-            if timer is not None:
-                timer.cancel()
+            if keepalive is not None:
+                keepalive.cancel()
             await close_request_stream(transport, request_id, feed, events)
 
     def _on_request(self, claimed: Claimed) -> Any:
@@ -302,6 +283,40 @@ class SessionLane:
             assert connection.session_id is not None
             headers = connection.state[_HEADERS_KEY] = sse_headers(connection.session_id)
         return headers
+
+
+class _Keepalive:
+    """A call's timer, in the call's stream of messages: ``_COMMIT`` once the answer grace is
+    over, then ``_PING`` every ``PING_INTERVAL``. An object, not closures: a function that
+    re-arms itself names itself, a cycle every call would leave to the collector (its
+    handle drops its callback when cancelled, so ``cancel`` breaks this one)."""
+
+    __slots__ = ("feed", "loop", "timer")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, feed: MemoryObjectSendStream[Any]) -> None:
+        self.loop = loop
+        self.feed = feed
+        self.timer = loop.call_later(ANSWER_GRACE, self.commit)
+
+    def commit(self) -> None:
+        with suppress(anyio.WouldBlock):  # messages are waiting: the first of them decides
+            try:
+                self.feed.send_nowait(_COMMIT)
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                return
+        self.timer = self.loop.call_later(PING_INTERVAL - ANSWER_GRACE, self.ping)
+
+    def ping(self) -> None:
+        try:
+            self.feed.send_nowait(_PING)  # pings go in beside the router's messages
+        except anyio.WouldBlock:
+            pass  # events are waiting to be written: the stream is not idle
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            return
+        self.timer = self.loop.call_later(PING_INTERVAL, self.ping)
+
+    def cancel(self) -> None:
+        self.timer.cancel()
 
 
 def _is_answer(item: Any) -> bool:
