@@ -13,7 +13,8 @@ way (back-channel requests) over a pipe and over HTTP, the real SDK client in bo
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -47,6 +48,22 @@ class Principal:
         return {"elicitation_callback": self.elicitation, "logging_callback": self.log}
 
 
+ALICE = {"Authorization": "Bearer token-of-alice"}
+BOB = {"Authorization": "Bearer token-of-bob"}
+
+
+@contextmanager
+def asking_gateway(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """A gateway over HTTP with Alice's and Bob's tokens, in front of one stdio server written
+    the classic way (it asks and logs over its back-channel, one pipe for every caller): the
+    gateway's URL and its stderr log."""
+    server = {**demo("--tools", 0, "--rich", "--interactive", "--name", "r"), "protocol": "legacy"}
+    config = write_config(tmp_path, {"r": server})
+    with tokens_file(tmp_path, "token-of-alice", "token-of-bob") as tokens:
+        with http_gateway(config, "--token-file", str(tokens)) as found:
+            yield found
+
+
 async def beside_a_slow_call(other: Any, call: Awaitable[T]) -> tuple[T, Any]:
     """``call``'s outcome, awaited while ``other``'s 2 s ``r__slow`` call is in flight (from
     0.5 s into it), and that call's result."""
@@ -64,39 +81,36 @@ async def beside_a_slow_call(other: Any, call: Awaitable[T]) -> tuple[T, Any]:
 
 @pytest.mark.parametrize("mode", ERAS)
 async def test_a_servers_request_never_reaches_another_principal(tmp_path: Path, mode: str) -> None:
-    server = {**demo("--tools", 0, "--rich", "--interactive", "--name", "r"), "protocol": "legacy"}
-    config = write_config(tmp_path, {"r": server})
     alice, bob = Principal("Alice"), Principal("Bob")
-    with tokens_file(tmp_path, "token-of-alice", "token-of-bob") as tokens:
-        with http_gateway(config, "--token-file", str(tokens)) as (url, stderr):
-            async with (
-                sdk_client(url, mode, headers={"Authorization": "Bearer token-of-alice"}, **alice.options()) as a,
-                sdk_client(url, mode, headers={"Authorization": "Bearer token-of-bob"}, **bob.options()) as b,
-            ):
-                with anyio.fail_after(60):
-                    # Alone in flight: Alice's question reaches Alice, and her answer her call.
-                    assert text(await a.call_tool("r__ask", {})) == "accept:{'name': 'Alice'}"
-                    assert (alice.asked, bob.asked) == (["What is your name?"], [])
-                    # Bob's call is in flight too: nobody can tell whose the question is.
-                    refused, slow = await beside_a_slow_call(b, a.call_tool("r__ask", {}))
-                    assert refused.is_error and "cannot be attributed to one client" in text(refused)
-                    assert text(slow) == "slept 2 s"
-                    assert (len(alice.asked), bob.asked) == (1, [])  # Bob never saw Alice's question
-                    # And Bob alone again gets his own.
-                    assert text(await b.call_tool("r__ask", {})) == "accept:{'name': 'Bob'}"
-                    assert bob.asked == ["What is your name?"] and len(alice.asked) == 1
-                    # Log lines likewise: to the one principal in flight, else to nobody. (Opted in
-                    # with logging/setLevel in the handshake era, per request on 2026-07-28.)
-                    opt_in = {"io.modelcontextprotocol/logLevel": "debug"} if mode == "auto" else None
-                    if mode == "legacy":
-                        await a.set_logging_level("debug")
-                        await b.set_logging_level("debug")
-                    await a.call_tool("r__log", {"text": "alice alone", "level": "warning"}, meta=opt_in)
-                    with_bob = a.call_tool("r__log", {"text": "alice with bob", "level": "warning"}, meta=opt_in)
-                    await beside_a_slow_call(b, with_bob)
-                    await anyio.sleep(0.5)
-                    assert alice.logs == ["alice alone"] and bob.logs == [], (alice.logs, bob.logs)
-        assert "cannot be attributed" in stderr.read_text() or "refused" in stderr.read_text()
+    with asking_gateway(tmp_path) as (url, stderr):
+        async with (
+            sdk_client(url, mode, headers=ALICE, **alice.options()) as a,
+            sdk_client(url, mode, headers=BOB, **bob.options()) as b,
+        ):
+            with anyio.fail_after(60):
+                # Alone in flight: Alice's question reaches Alice, and her answer her call.
+                assert text(await a.call_tool("r__ask", {})) == "accept:{'name': 'Alice'}"
+                assert (alice.asked, bob.asked) == (["What is your name?"], [])
+                # Bob's call is in flight too: nobody can tell whose the question is.
+                refused, slow = await beside_a_slow_call(b, a.call_tool("r__ask", {}))
+                assert refused.is_error and "cannot be attributed to one client" in text(refused)
+                assert text(slow) == "slept 2 s"
+                assert (len(alice.asked), bob.asked) == (1, [])  # Bob never saw Alice's question
+                # And Bob alone again gets his own.
+                assert text(await b.call_tool("r__ask", {})) == "accept:{'name': 'Bob'}"
+                assert bob.asked == ["What is your name?"] and len(alice.asked) == 1
+                # Log lines likewise: to the one principal in flight, else to nobody. (Opted in
+                # with logging/setLevel in the handshake era, per request on 2026-07-28.)
+                opt_in = {"io.modelcontextprotocol/logLevel": "debug"} if mode == "auto" else None
+                if mode == "legacy":
+                    await a.set_logging_level("debug")
+                    await b.set_logging_level("debug")
+                await a.call_tool("r__log", {"text": "alice alone", "level": "warning"}, meta=opt_in)
+                with_bob = a.call_tool("r__log", {"text": "alice with bob", "level": "warning"}, meta=opt_in)
+                await beside_a_slow_call(b, with_bob)
+                await anyio.sleep(0.5)
+                assert alice.logs == ["alice alone"] and bob.logs == [], (alice.logs, bob.logs)
+    assert "cannot be attributed" in stderr.read_text() or "refused" in stderr.read_text()
 
 
 async def _outcome(call: Any) -> str:
@@ -117,27 +131,22 @@ async def test_a_call_that_can_be_asked_nothing_is_still_its_principals(tmp_path
     still booked as hers: alone in flight, the server's question is refused as hers (she cannot
     answer it) and her log lines reach her; with Bob's call (``mode``) in flight too, the
     question is refused as anybody's, and Bob never sees it."""
-    server = {**demo("--tools", 0, "--rich", "--interactive", "--name", "r"), "protocol": "legacy"}
-    config = write_config(tmp_path, {"r": server})
     alice, bob = Principal("Alice"), Principal("Bob")
-    with tokens_file(tmp_path, "token-of-alice", "token-of-bob") as tokens:
-        with http_gateway(config, "--token-file", str(tokens)) as (url, _):
-            async with (
-                sdk_client(
-                    url, "auto", headers={"Authorization": "Bearer token-of-alice"}, logging_callback=alice.log
-                ) as a,
-                sdk_client(url, mode, headers={"Authorization": "Bearer token-of-bob"}, **bob.options()) as b,
-            ):
-                with anyio.fail_after(60):
-                    alone = await _outcome(a.call_tool("r__ask", {}))
-                    assert "does not support elicitation" in alone, alone
-                    both, slow = await beside_a_slow_call(b, _outcome(a.call_tool("r__ask", {})))
-                    assert "cannot be attributed to one client" in both, both
-                    assert text(slow) == "slept 2 s" and bob.asked == []
-                    opt_in = {"io.modelcontextprotocol/logLevel": "debug"}
-                    await a.call_tool("r__log", {"text": "alice alone", "level": "warning"}, meta=opt_in)
-                    await anyio.sleep(0.5)
-                    assert alice.logs == ["alice alone"] and bob.logs == [], (alice.logs, bob.logs)
+    with asking_gateway(tmp_path) as (url, _):
+        async with (
+            sdk_client(url, "auto", headers=ALICE, logging_callback=alice.log) as a,
+            sdk_client(url, mode, headers=BOB, **bob.options()) as b,
+        ):
+            with anyio.fail_after(60):
+                alone = await _outcome(a.call_tool("r__ask", {}))
+                assert "does not support elicitation" in alone, alone
+                both, slow = await beside_a_slow_call(b, _outcome(a.call_tool("r__ask", {})))
+                assert "cannot be attributed to one client" in both, both
+                assert text(slow) == "slept 2 s" and bob.asked == []
+                opt_in = {"io.modelcontextprotocol/logLevel": "debug"}
+                await a.call_tool("r__log", {"text": "alice alone", "level": "warning"}, meta=opt_in)
+                await anyio.sleep(0.5)
+                assert alice.logs == ["alice alone"] and bob.logs == [], (alice.logs, bob.logs)
 
 
 class Confidant:
@@ -166,17 +175,15 @@ async def test_an_http_servers_request_goes_to_the_call_whose_stream_it_came_on(
     answer goes back to its own call; the gateway's private header never reaches the server."""
     with url_process([PYTHON, "-m", "tests.classic_server", "--http"]) as (server_url, _):
         config = write_config(tmp_path, {"c": {"url": server_url}})
-        both_asked, everyone = anyio.Event(), []
+        both_asked, everyone = anyio.Event(), list[str]()
         alice = Confidant("Alice", both_asked, everyone)
         bob = Confidant("Bob", both_asked, everyone)
         results: dict[str, str] = {}
         with tokens_file(tmp_path, "token-of-alice", "token-of-bob") as tokens:
             with http_gateway(config, "--token-file", str(tokens)) as (url, stderr):
-                alice_headers = {"Authorization": "Bearer token-of-alice"}
-                bob_headers = {"Authorization": "Bearer token-of-bob"}
                 async with (
-                    sdk_client(url, mode, headers=alice_headers, elicitation_callback=alice.elicitation) as a,
-                    sdk_client(url, mode, headers=bob_headers, elicitation_callback=bob.elicitation) as b,
+                    sdk_client(url, mode, headers=ALICE, elicitation_callback=alice.elicitation) as a,
+                    sdk_client(url, mode, headers=BOB, elicitation_callback=bob.elicitation) as b,
                 ):
                     with anyio.fail_after(60):
 

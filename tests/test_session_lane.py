@@ -20,7 +20,8 @@ import json
 import re
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +112,30 @@ def request(request_id: Any, method: str, params: dict[str, Any] | None = None) 
     if params is not None:
         message["params"] = params
     return message
+
+
+@contextmanager
+def demo_session(tmp_path: Path, *extra: str, env: dict[str, str] | None = None) -> Iterator[tuple[Session, Path]]:
+    """A gateway over HTTP in front of the rich demo server, and a handshake-era session on
+    it that listed its tools (the SDK served that: the lane serves the session's calls from
+    then on); with the gateway's stderr log."""
+    config = write_config(tmp_path, {"demo": demo("--tools", 2, "--rich")})
+    with (
+        http_gateway(config, *extra, env=env) as (url, stderr),
+        httpx.Client(headers=ACCEPT, timeout=60) as http,
+    ):
+        s = Session(http, url)
+        s.open()
+        s.post("list", request("l", "tools/list"))
+        yield s, stderr
+
+
+def wait_for_log(stderr: Path, line: str, seconds: float) -> str:
+    """The gateway's log once it holds ``line`` (or ``seconds`` passed)."""
+    deadline = time.monotonic() + seconds
+    while line not in (logged := stderr.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return logged
 
 
 def conversation(config: Path, lane: bool) -> tuple[list[tuple[str, Response]], str]:
@@ -284,12 +309,7 @@ async def test_the_sdk_client_keeps_its_connection_from_call_to_call(tmp_path: P
 def test_the_session_lane_holds_the_session_while_a_call_runs(tmp_path: Path) -> None:
     """A call in flight keeps its session alive past the idle timeout, as the SDK's transport
     counts it; unused, the session then ends (404)."""
-    config = write_config(tmp_path, {"demo": demo("--tools", 2, "--rich")})
-    env = {"PREFIXGATE_HTTP_SESSION_IDLE_TIMEOUT": "1"}
-    with http_gateway(config, env=env) as (url, _), httpx.Client(headers=ACCEPT, timeout=60) as http:
-        s = Session(http, url)
-        s.open()
-        s.post("list", request("l", "tools/list"))
+    with demo_session(tmp_path, env={"PREFIXGATE_HTTP_SESSION_IDLE_TIMEOUT": "1"}) as (s, _):
         body = s.call("slow", 1, "demo__slow", {"seconds": 2.5, "steps": 2})
         assert b"slept 2.5 s" in body, body
         assert s.out[-1][1][0] == 200
@@ -302,24 +322,15 @@ def test_a_client_gone_mid_call_resumes_it_from_the_priming_event(tmp_path: Path
     """As with the SDK's transport: a client that closes a call's stream ends only the stream
     (the lane lets go of it); the call goes on, and a resumed stream (``Last-Event-ID``)
     gets what it sent since and its answer."""
-    config = write_config(tmp_path, {"demo": demo("--tools", 2, "--rich")})
-    with (
-        http_gateway(config, "--log-level", "debug") as (url, stderr),
-        httpx.Client(headers=ACCEPT, timeout=60) as http,
-    ):
-        s = Session(http, url)
-        s.open()
-        s.post("list", request("l", "tools/list"))
+    with demo_session(tmp_path, "--log-level", "debug") as (s, stderr):
         slow = {"name": "demo__slow", "arguments": {"seconds": 6, "steps": 3}, "_meta": {"progressToken": "cut"}}
-        with http.stream("POST", url, json=request(28, "tools/call", slow), headers=s.headers()) as gone:
+        with s.http.stream("POST", s.url, json=request(28, "tools/call", slow), headers=s.headers()) as gone:
             priming = next(gone.iter_lines())[4:]
         # Resumed while the call runs (once the lane let go of the request's stream): the SDK's
         # replay then stays for what the call sends next.
-        deadline = time.monotonic() + 3
-        while "the client closed the event stream of call 28" not in stderr.read_text() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for_log(stderr, "the client closed the event stream of call 28", 3)
         resumed: list[dict[str, Any]] = []
-        with http.stream("GET", url, headers=s.headers(**{"last-event-id": priming})) as stream:
+        with s.http.stream("GET", s.url, headers=s.headers(**{"last-event-id": priming})) as stream:
             for line in stream.iter_lines():
                 if line.startswith("data: {"):
                     resumed.append(json.loads(line[6:]))
@@ -334,15 +345,8 @@ def test_a_client_gone_within_the_grace_costs_only_its_own_call(tmp_path: Path) 
     """A client that sends a call and drops its connection before the call is answered or its
     stream started (within ``ANSWER_GRACE``): the lane lets go of the request, nothing is
     written, and the session and the gateway go on serving."""
-    config = write_config(tmp_path, {"demo": demo("--tools", 2, "--rich")})
-    with (
-        http_gateway(config, "--log-level", "debug") as (url, stderr),
-        httpx.Client(headers=ACCEPT, timeout=60) as http,
-    ):
-        s = Session(http, url)
-        s.open()
-        s.post("list", request("l", "tools/list"))
-        host = url.split("//", 1)[1].split("/", 1)[0]
+    with demo_session(tmp_path, "--log-level", "debug") as (s, stderr):
+        host = s.url.split("//", 1)[1].split("/", 1)[0]
         body = json.dumps(request(30, "tools/call", {"name": "demo__slow", "arguments": {"seconds": 1, "steps": 1}}))
         head = "".join(
             f"{k}: {v}\r\n"
@@ -356,10 +360,8 @@ def test_a_client_gone_within_the_grace_costs_only_its_own_call(tmp_path: Path) 
         )
         with socket.create_connection(("127.0.0.1", int(host.rsplit(":", 1)[1])), timeout=10) as raw:
             raw.sendall(f"POST /mcp HTTP/1.1\r\n{head}\r\n{body}".encode())
-        deadline = time.monotonic() + 10
-        while "the client left before call 30 was answered" not in stderr.read_text() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert "the client left before call 30 was answered" in stderr.read_text(), stderr.read_text()[-3000:]
+        logged = wait_for_log(stderr, "the client left before call 30 was answered", 10)
+        assert "the client left before call 30 was answered" in logged, logged[-3000:]
         answer = s.call("after", 31, "demo__echo", {"text": "still served"})
         assert b"still served" in answer and s.out[-1][1][0] == 200, answer
 
@@ -379,6 +381,7 @@ async def test_the_keepalive_commits_then_pings_until_cancelled(monkeypatch: pyt
 
     monkeypatch.setattr(sessionlane, "ANSWER_GRACE", 0.05)
     monkeypatch.setattr(sessionlane, "PING_INTERVAL", 0.2)
+
     class Watched(sessionlane._Keepalive):  # the same, with room for a weak reference
         pass
 
