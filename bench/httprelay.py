@@ -26,6 +26,8 @@ from typing import Any
 
 import anyio
 
+from gateway.upstream.coalesce import send_whole
+
 _JSON = [(b"content-type", b"application/json")]
 
 
@@ -59,7 +61,7 @@ class Relay:
         if scope["type"] != "http":
             return
         if scope["method"] != "POST":
-            await _answer(send, 405, b"")
+            await send_whole(send, 405, [], b"")
             return
         body = b""
         while True:
@@ -70,15 +72,15 @@ class Relay:
         try:
             request_id = json.loads(body).get("id")
         except (ValueError, AttributeError):
-            await _answer(send, 400, b"")
+            await send_whole(send, 400, [], b"")
             return
         if request_id is None:
             self.to_child.write(body + b"\n")
-            await _answer(send, 202, b"")
+            await send_whole(send, 202, [], b"")
             return
         key = json.dumps(request_id)
         if key in self.waiting:
-            await _answer(send, 409, b"")
+            await send_whole(send, 409, [], b"")
             return
         future = self.waiting[key] = asyncio.get_running_loop().create_future()
         self.to_child.write(body + b"\n")
@@ -86,13 +88,7 @@ class Relay:
             line = await future
         finally:
             self.waiting.pop(key, None)
-        await _answer(send, 200, line, _JSON)
-
-
-async def _answer(send: Any, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None) -> None:
-    length = [(b"content-length", str(len(body)).encode())]
-    await send({"type": "http.response.start", "status": status, "headers": [*length, *(headers or [])]})
-    await send({"type": "http.response.body", "body": body})
+        await send_whole(send, 200, _JSON, line)
 
 
 async def serve(argv: list[str]) -> None:
