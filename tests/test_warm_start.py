@@ -18,6 +18,7 @@ from typing import Any
 import anyio
 import mcp_types as types
 import pytest
+from mcp.server.subscriptions import PromptsListChanged
 
 from tests.helpers import (
     ERAS,
@@ -140,6 +141,44 @@ async def test_a_call_in_the_warm_window_waits_for_its_server(tmp_path: Path, mo
         result = await client.call_tool("s__echo", {"text": "made it"})
         assert not result.is_error and text(result) == "made it"
     assert PUBLISHED in log.read_text()
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_prompt_change_in_the_warm_window_reaches_the_client(tmp_path: Path, mode: str) -> None:
+    """A client lists prompts from the warm epoch and a call changes them while another server
+    holds the barrier: it hears list_changed then, not never (the change was taken into the
+    prompts served but announced only after the barrier, which had nothing left to announce).
+    The same window, much shorter, follows any barrier's epoch while its history is written."""
+    gates = tmp_path / "gates"
+    servers = {
+        "m": {"command": PYTHON, "args": [str(ROOT / "tests" / "modern_server.py")]},
+        "s": {**gated(gates, "--tools", "1", "--name", "s"), "startup_timeout": 60},
+    }
+    config = write_config(tmp_path, servers, gateway={"discovery_deadline": 120})
+    remember(config)
+    (gates / "delay").write_text("60")
+    log = tmp_path / "serve.log"
+    heard: list[Any] = []
+
+    async def on_message(message: Any) -> None:
+        heard.append(message)
+
+    async with sdk_client(config, mode, errlog=log, message_handler=on_message) as client:
+        with anyio.fail_after(30):
+            assert [p.name for p in (await client.list_prompts()).prompts] == ["m__interview"]
+            await wait_for(lambda: "[m] ready" in log.read_text())
+            if mode == "auto":
+                async with client.listen(prompts_list_changed=True) as events:
+                    assert text(await client.call_tool("m__add_prompt", {})) == "prompt added"
+                    async for event in events:
+                        assert isinstance(event, PromptsListChanged), event
+                        break
+            else:
+                assert text(await client.call_tool("m__add_prompt", {})) == "prompt added"
+                while not any(isinstance(m, types.PromptListChangedNotification) for m in heard):
+                    await anyio.sleep(0.05)
+            assert [p.name for p in (await client.list_prompts()).prompts] == ["m__extra_1", "m__interview"]
+            assert "[s] ready" not in log.read_text()  # all of it within the warm window
 
 
 class Seen:

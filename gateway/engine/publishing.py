@@ -259,8 +259,12 @@ class Publisher:
 
     async def relisted(self, kind: str) -> None:
         """A server re-listed its resources or prompts: clients hear of it if the list changed
-        (before the barrier, the first epoch tells them)."""
-        if kind in self._resurface() and self.discovered.is_set():
+        and they could have listed it already (before any epoch is out, none could).
+
+        Not "once the barrier passed": a client lists from the moment an epoch is published
+        (a warm start's, or the barrier's while its history is still being written), and a
+        change it caused then was taken into the surface here and never announced."""
+        if kind in self._resurface() and self._router.epoch is not None:
             await self._clients.list_changed(kind)
 
     # --- publishing -------------------------------------------------------------------
