@@ -74,6 +74,8 @@ class Publisher:
         self._rebuild_waiting = False
         self._asked_before: str | None = None
         """Why a rebuild was asked for before the barrier's epoch was out (run once it is)."""
+        self._barrier_built = False
+        """The barrier's epoch is built: a server up from now on is not in it."""
 
     def configure(self, config: Config) -> None:
         """A reloaded config (its view for this profile): the next build is made with it."""
@@ -130,6 +132,7 @@ class Publisher:
         it and leave at once (an agent probing its servers), which stops the gateway, and
         what follows the publication (the epoch history, the warm-start record) is what the
         next start needs. Cancelled at the first await after the answer, neither was kept."""
+        self._barrier_built = True
         with anyio.CancelScope(shield=True, deadline=anyio.current_time() + SAVE_TIMEOUT):
             await self._first_epoch(epoch)
 
@@ -200,8 +203,11 @@ class Publisher:
     # --- while serving ----------------------------------------------------------------
 
     async def server_up(self, downstream: Downstream) -> None:
-        """A server is ready: after the barrier, a rebuild; before it, under a lock, its calls are gated."""
-        if self.discovered.is_set():
+        """A server is ready: after the barrier, a rebuild; before it, under a lock, its calls are gated.
+
+        Once the barrier's epoch is built, a server that comes up (one past the discovery
+        deadline) is not in it: its rebuild runs when that epoch is out (``rebuild``)."""
+        if self._barrier_built:
             await self.rebuild(f"server {downstream.id!r} is ready")
         elif self._lock.current is not None and self._router.epoch is not None:
             await self._regate(downstream)
