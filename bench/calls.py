@@ -1,9 +1,11 @@
-"""Per-call latency of the demo server's ``echo``: sequential and 50 concurrent calls.
+"""Per-call latency of the demo server's ``echo``: sequential, 50 concurrent, and spaced calls.
 
 Every contender is started once and connected with the same mcp SDK client
 (``ClientSession.call_tool``); then, round by round, each contender (in a rotating
 order) makes its batch of sequential calls, so slow phases of a noisy machine hit every
-contender alike. Ratios are taken per round (round medians), then summarised.
+contender alike. Ratios are taken per round (round medians), then summarised. Back-to-back
+calls keep every process on the path busy; spaced calls (a pause before each, as an
+agent's calls come) meet processes that went idle, whose wake-ups then count.
 """
 
 from __future__ import annotations
@@ -34,6 +36,12 @@ MODERN = "2026-07-28"
 """The other protocol era: the SDK's ``Client`` in its default mode, against its own direct baseline."""
 
 
+SPACING = 0.05
+"""Seconds of pause before each spaced call (an agent's calls are seconds apart; 50 ms already
+lets every process on the path go idle)."""
+SPACED = ("direct", "prefixgate", "relay", f"direct-{MODERN}", f"prefixgate-{MODERN}", f"relay-{MODERN}")
+
+
 def baseline(name: str) -> str:
     """The direct contender a contender is compared with: the one of its protocol era."""
     return f"direct-{MODERN}" if name.endswith(MODERN) else "direct"
@@ -46,6 +54,11 @@ async def _call(conn: Conn, tool: str) -> float:
     if result.is_error or result.content[0].text != TEXT:
         raise RuntimeError(f"{tool}: unexpected result {result!r}"[:300])
     return elapsed
+
+
+def medians(rounds: list[list[float]]) -> list[float]:
+    """Each round's median (what per-round ratios are taken of)."""
+    return [summary(b)["median"] for b in rounds]
 
 
 def relay(name: str) -> Contender:
@@ -94,12 +107,16 @@ async def run(ctx: Any) -> dict[str, Any]:
     slow_per_round = 1 if quick else 2
     conc_rounds = 2 if quick else 10
     concurrency = 10 if quick else 50
+    spaced_rounds = 2 if quick else 6
+    spaced_per_round = 2 if quick else 10
     fast, slow = contenders(ctx)
     everyone = fast + slow
     samples: dict[str, list[list[float]]] = {c.name: [] for c in everyone}
     conc_names = [c.name for c in fast if c.name in ("direct", "prefixgate", "fastmcp-1")]
     wall: dict[str, list[float]] = {n: [] for n in conc_names}
     conc_calls: dict[str, list[float]] = {n: [] for n in conc_names}
+    spaced_names = [c.name for c in fast if c.name in SPACED]
+    spaced: dict[str, list[list[float]]] = {n: [[] for _ in range(spaced_rounds)] for n in spaced_names}
 
     by_name = {c.name: c for c in everyone}
     async with connect_all(everyone, ctx.errlog) as conns:
@@ -129,6 +146,15 @@ async def run(ctx: Any) -> dict[str, Any]:
                 conc_calls[name] += times
             ctx.progress(f"concurrent round {r + 1}/{conc_rounds}")
 
+        # Calls as an agent makes them: seconds apart, so every process on the path has gone
+        # idle before each one. A pause before every call, contenders alternating call by call.
+        for r in range(spaced_rounds):
+            for i in range(spaced_per_round):
+                for name in rotated(spaced_names, r + i):
+                    await anyio.sleep(SPACING)
+                    spaced[name][r].append(await _call(conns[name], by_name[name].echo))
+            ctx.progress(f"spaced round {r + 1}/{spaced_rounds}")
+
     def stats(name: str) -> dict[str, Any]:
         flat = [t for batch in samples[name] for t in batch]
         return {
@@ -138,7 +164,7 @@ async def run(ctx: Any) -> dict[str, Any]:
         }
 
     def round_medians(name: str) -> list[float]:
-        return [summary(b)["median"] for b in samples[name]]
+        return medians(samples[name])
 
     sequential: dict[str, Any] = {
         "settings": {
@@ -172,4 +198,14 @@ async def run(ctx: Any) -> dict[str, Any]:
     }
     if "fastmcp-1" in wall:
         concurrent["ratios"]["prefixgate/fastmcp-1"] = ratio_summary(wall["prefixgate"], wall["fastmcp-1"])
-    return {"sequential": sequential, "concurrent": concurrent}
+
+    spaced_out: dict[str, Any] = {
+        "settings": {"rounds": spaced_rounds, "calls_per_round": spaced_per_round, "pause_s": SPACING},
+        "contenders": {n: {"per_call_s": summary([t for b in spaced[n] for t in b])} for n in spaced_names},
+        "ratios": {
+            f"{n}/{baseline(n)}": ratio_summary(medians(spaced[n]), medians(spaced[baseline(n)]))
+            for n in spaced_names
+            if not n.startswith("direct")
+        },
+    }
+    return {"sequential": sequential, "concurrent": concurrent, "spaced": spaced_out}

@@ -132,6 +132,7 @@ def _time_target(tid: str, what: str, s: dict[str, Any] | None, limit_s: float, 
 
 def targets(results: dict[str, Any]) -> list[Target]:
     seq = _get(results, "calls", "sequential", "ratios") or {}
+    spaced = _get(results, "calls", "spaced", "ratios") or {}
     n_servers = _get(results, "startup", "settings", "servers") or "N"
     n_build = f"{_get(results, 'catalog', 'in_process', 'tools') or 5000:,}"
     n_gw = f"{_get(results, 'catalog', 'gateway', 'tools') or 5035:,}"
@@ -164,6 +165,15 @@ def targets(results: dict[str, Any]) -> list[Target]:
             "per-call-over-relay-2026-07-28",
             "(context) stdio per-call median, prefixgate / the relay, 2026-07-28 client",
             seq.get("prefixgate-2026-07-28/relay-2026-07-28"),
+        ),
+        *(
+            _context_ratio(
+                f"spaced-{who}{suffix}",
+                f"(context) stdio per-call median, calls 50 ms apart (as an agent's), {label} / direct{era}",
+                spaced.get(f"{who}{suffix}/direct{suffix}"),
+            )
+            for suffix, era in (("", ""), ("-2026-07-28", ", 2026-07-28 client"))
+            for who, label in (("prefixgate", "prefixgate"), ("relay", "a zero-work relay"))
         ),
         _ratio_target(
             "per-call-vs-fastmcp",

@@ -67,13 +67,17 @@ def test_full_harness_smoke(tmp_path: Path) -> None:
     for era in ("", "-2026-07-28"):  # the zero-work relay ran in both eras, beside prefixgate
         assert seq["ratios"][f"relay{era}/direct{era}"]["n"] == seq["settings"]["rounds"], era
         assert seq["ratios"][f"prefixgate{era}/relay{era}"]["n"] == seq["settings"]["rounds"], era
+    spaced = results["calls"]["spaced"]
+    for name in ("prefixgate", "relay", "prefixgate-2026-07-28", "relay-2026-07-28"):  # calls 50 ms apart
+        base = "direct-2026-07-28" if name.endswith("2026-07-28") else "direct"
+        assert spaced["ratios"][f"{name}/{base}"]["n"] == spaced["settings"]["rounds"], name
     assert results["startup"]["ratios"]["prefixgate/single"]["median"] > 0
     assert results["catalog"]["gateway"]["tool_search_raw_s"]["n"] > 0
     assert results["bigresult"]["contenders"]["prefixgate"]["answer_bytes"] <= 65536
     assert all(p["next_call"] == "ok" for p in results["flood"]["phases"])
     assert results["stores"]["ratios"]["redis/file tool_search_s"]["n"] == results["stores"]["settings"]["rounds"]
     statuses = {t["id"]: t["status"] for t in results["_targets"]}
-    assert len(statuses) == 33 and set(statuses.values()) <= {"met", "MISSED", "n/a", "context"}
+    assert len(statuses) == 37 and set(statuses.values()) <= {"met", "MISSED", "n/a", "context"}
     http_context = {
         f"http-{what}-{era}"
         for what in ("per-call-relay", "throughput-relay", "per-call-over-relay", "throughput-over-relay")
@@ -84,6 +88,7 @@ def test_full_harness_smoke(tmp_path: Path) -> None:
         "per-call-relay-2026-07-28",
         "per-call-over-relay",
         "per-call-over-relay-2026-07-28",
+        *(f"spaced-{who}{era}" for who in ("prefixgate", "relay") for era in ("", "-2026-07-28")),
         *http_context,
     }
     for era, data in results["http"]["eras"].items():  # both eras over HTTP, every call answered
