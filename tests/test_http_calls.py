@@ -9,14 +9,17 @@ server (``asker``: the handshake, its elicitation a request on the call's own st
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from tests.helpers import ERAS, GATEWAY, PYTHON, raw_gateway, url_process, write_config
@@ -172,6 +175,101 @@ def test_calls_keep_their_connection_and_outlive_its_close(tmp_path: Path) -> No
             assert peer(9) not in (after_idle, *kept)
             gw.proc.stdin.close()  # type: ignore[union-attr]
             gw.proc.wait(timeout=30)
+
+
+EVENT = b"event: message\ndata: {}\n\n"
+
+
+class HeldStreams:
+    """A loopback HTTP server (asyncio streams) that answers every POST with an event stream:
+    one event at once, the stream's end only when ``release`` is set. It notes each
+    connection's port (``peers``) and sets ``gone`` when a client closes one."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.gone = asyncio.Event()
+        self.peers: list[int] = []
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.peers.append(writer.get_extra_info("peername")[1])
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                sizes = (v for k, _, v in (h.partition(b":") for h in head.split(b"\r\n")) if k == b"content-length")
+                await reader.readexactly(int(next(sizes)))
+                start = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+                writer.write(start + f"{len(EVENT):x}\r\n".encode() + EVENT + b"\r\n")
+                await writer.drain()
+                ended = asyncio.ensure_future(reader.read(1))  # b"": the client closed the connection
+                released = asyncio.ensure_future(self.release.wait())
+                await asyncio.wait({ended, released}, return_when=asyncio.FIRST_COMPLETED)
+                released.cancel()
+                if ended.done():
+                    self.gone.set()
+                    return
+                ended.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await ended
+                self.release.clear()
+                writer.write(b"0\r\n\r\n")
+                await writer.drain()
+
+    @contextlib.asynccontextmanager
+    async def pool(self) -> AsyncIterator[Any]:
+        from gateway.downstream.rawhttp import Pool
+
+        server = await asyncio.start_server(self.serve, "127.0.0.1", 0)
+        pool = Pool(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/mcp", {})
+        try:
+            with anyio.fail_after(30):
+                yield pool
+        finally:
+            pool.close()
+            server.close()
+
+
+async def first_event(pool: Any) -> Any:
+    """A POST's response, read to its first event (the call's answer; the stream goes on)."""
+    response = await pool.post(b"{}", {"content-type": "application/json"})
+    async for chunk in response.aiter_raw():
+        assert chunk == EVENT
+        break
+    return response
+
+
+async def test_an_event_stream_is_read_to_its_end_behind_the_answer() -> None:
+    """A call's answer is in before its event stream ends (a server ends it right after): the
+    call goes on at once, and the rest is read behind it, so the connection is kept. Here the
+    stream ends only when the test says, after the response was closed; the gateway used to
+    wait up to 50 ms for that end before answering, then give the connection up."""
+    held = HeldStreams()
+    async with held.pool() as pool:
+        for _ in range(2):
+            response = await first_event(pool)
+            await response.aclose()  # returns before the end: the server has not sent it yet
+            held.release.set()
+            while pool._draining:  # noqa: SLF001 - the end, read behind the answer
+                await asyncio.sleep(0.01)
+    assert len(held.peers) == 1, held.peers  # one connection, kept after each stream's end
+    assert not held.gone.is_set()
+
+
+async def test_a_cancelled_calls_event_stream_is_closed_at_once() -> None:
+    """Closing a call's stream is how a server hears it was cancelled (at 2026-07-28 the only
+    way): a response closed while its call is being cancelled is not read on behind it."""
+    held = HeldStreams()
+    async with held.pool() as pool:
+        with anyio.CancelScope() as scope:
+            response = await pool.post(b"{}", {"content-type": "application/json"})
+            try:
+                async for chunk in response.aiter_raw():
+                    assert chunk == EVENT
+                    scope.cancel()  # while the rest of the stream is awaited, as a call's is
+            finally:
+                await response.aclose()
+        assert scope.cancelled_caught
+        assert not pool._draining  # noqa: SLF001
+        await held.gone.wait()
 
 
 def test_which_urls_get_the_gateways_own_connections() -> None:
