@@ -112,6 +112,16 @@ def events_on_origin(client: Any, url: str, *, headers: dict[str, str], max_even
     return sse_within_origin(client, url, headers=headers, max_event_size=max_event_size)
 
 
+def sse_parser(max_event_size: int | None) -> Any:
+    """The event-stream parser ``httpx2.EventSource`` feeds its response's text to
+    (``httpx2._sse._SSEParser``, httpx2 2.16.2): its ``decode(text)`` and ``flush()`` give the
+    same events, size cap and ``SSEError`` for a stream read without the response's text,
+    byte and raw iterators (``gateway.downstream.httpcalls.events_of``)."""
+    from httpx2._sse import _SSEParser
+
+    return _SSEParser(max_event_size)
+
+
 def context_streams(buffer: float = 0) -> tuple[Any, Any, MemoryObjectSendStream[Any]]:
     """A message-stream pair of the kind the SDK's transports hand its session (each send
     carries the sender's context; ``mcp.shared._context_streams``, mcp 2.3.0), and the memory
