@@ -4,13 +4,13 @@ events, or the same error, however the bytes are cut into chunks."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx2
 import pytest
 
 from gateway.downstream.httpcalls import events_of
+from tests.test_related import Chunks
 
 pytestmark = pytest.mark.anyio
 
@@ -31,15 +31,6 @@ past the size cap below."""
 SILENT = (BODIES[3], BODIES[4])
 """No event: one without the blank line that dispatches it, and one after a BOM (which the
 SDK's reader keeps in its first field's name, so the field is not ``data``)."""
-
-
-class Chunks(httpx2.AsyncByteStream):
-    def __init__(self, chunks: list[bytes]) -> None:
-        self.chunks = chunks
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        for chunk in self.chunks:
-            yield chunk
 
 
 def response(body: bytes, size: int, content_type: str) -> httpx2.Response:
