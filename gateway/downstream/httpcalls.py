@@ -380,13 +380,8 @@ async def events_of(response: httpx2.Response, max_event_size: int | None) -> As
     tasks that close each of them once the call has its answer, a response of one event
     cost about 85 µs more. A compressed body, or one ``EventSource`` refuses, is left to it."""
     stream = response.stream
-    if (
-        not isinstance(stream, httpx2.AsyncByteStream)
-        or "content-encoding" in response.headers
-        or not (
-            _is_event_stream(response)  # (else EventSource's error)
-        )
-    ):
+    plain = "content-encoding" not in response.headers and _is_event_stream(response)  # (else EventSource's error)
+    if not plain or not isinstance(stream, httpx2.AsyncByteStream):
         async for sse in httpx2.EventSource(response, max_event_size=max_event_size):
             yield sse
         return
