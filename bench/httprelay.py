@@ -26,6 +26,7 @@ from typing import Any
 
 import anyio
 
+from gateway.lines import LineSplitter, Overlong
 from gateway.upstream.coalesce import send_whole
 
 _JSON = [(b"content-type", b"application/json")]
@@ -36,18 +37,19 @@ class _Lines(asyncio.Protocol):
 
     def __init__(self, waiting: dict[str, asyncio.Future[bytes]]) -> None:
         self.waiting = waiting
-        self.buffer = b""
+        self.lines = LineSplitter()  # the gateway's own splitter: linear however a line is cut
 
     def data_received(self, data: bytes) -> None:
-        *lines, self.buffer = (self.buffer + data).split(b"\n")
-        for line in lines:
+        for line in self.lines.feed(data):
+            if isinstance(line, Overlong):  # (no limit is set: never)
+                continue
             try:
                 key = json.dumps(json.loads(line).get("id"))
             except (ValueError, AttributeError):
                 continue
             future = self.waiting.pop(key, None)
             if future is not None and not future.done():
-                future.set_result(line)
+                future.set_result(bytes(line))
 
 
 class Relay:
@@ -63,12 +65,13 @@ class Relay:
         if scope["method"] != "POST":
             await send_whole(send, 405, [], b"")
             return
-        body = b""
+        chunks = []
         while True:
             message = await receive()
-            body += message.get("body", b"")
+            chunks.append(message.get("body", b""))
             if not message.get("more_body"):
                 break
+        body = b"".join(chunks)
         try:
             request_id = json.loads(body).get("id")
         except (ValueError, AttributeError):
