@@ -503,6 +503,25 @@ async def test_what_the_start_cannot_answer_waits_for_the_gateway_in_order(tmp_p
     assert "answered" not in (tmp_path / "serve.log").read_text()
 
 
+async def test_a_line_nested_past_the_parsers_limit_is_the_gateways_to_answer(tmp_path: Path) -> None:
+    """A request nested deeper than ``json.loads`` goes by default (but within what the
+    gateway reads) is not lost at the start: the gateway answers it, and the start goes on
+    answering from the record."""
+    config, _ = two_servers(tmp_path)
+    remember(config)
+    deep = '{"a":' * 3000 + "1" + "}" * 3000
+    with (tmp_path / "serve.log").open("w") as stderr, raw_gateway(config, stderr) as gw:
+        gw.request(1, "initialize", _hello("2025-11-25"))
+        gw.send(b'{"jsonrpc":"2.0","method":"notifications/initialized"}')
+        gw.send(b'{"jsonrpc":"2.0","id":2,"method":"ping","params":{"_meta":{"deep":' + deep.encode() + b"}}}")
+        gw.request(3, "tools/list")
+        answers = {message["id"]: message for message in (json.loads(gw.read_line()) for _ in range(3))}
+    assert answers[2] == {"jsonrpc": "2.0", "id": 2, "result": {}}
+    assert "a__echo" in [t["name"] for t in answers[3]["result"]["tools"]]
+    log = (tmp_path / "serve.log").read_text()
+    assert "answered 2 request(s) from the record" in log and "stopped answering early" not in log, log
+
+
 async def test_a_stop_signal_during_the_start_leaves_no_server_running(tmp_path: Path) -> None:
     """The servers are started before the gateway is imported; a SIGTERM in that moment ends
     them too (each in its own process group), with the gateway's exit status 143."""

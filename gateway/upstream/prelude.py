@@ -217,7 +217,11 @@ class Prelude:
         while (end := self._buffer.find(b"\n")) >= 0:
             line = bytes(self._buffer[: end + 1])
             del self._buffer[: end + 1]
-            self._line(line)
+            try:
+                self._line(line)
+            except Exception:
+                self._keep(line)  # not answered here: the gateway answers it (and reads the rest)
+                raise
         if len(self._buffer) > LINE_LIMIT or self._kept_bytes > KEPT_LIMIT:
             self._reading = False  # the rest is the gateway's to read, as it arrives
         if self._out:
@@ -233,7 +237,7 @@ class Prelude:
             return
         try:
             message = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested past this parser's limit: the gateway's
             message = None
         request_id = _plain_id(message.get("id")) if isinstance(message, dict) else None
         if (
