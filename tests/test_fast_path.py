@@ -271,3 +271,40 @@ def test_the_switch_is_read_from_the_environment() -> None:
 
     assert fast_path({}) and fast_path({"PREFIXGATE_FAST_PATH": "1"})
     assert not fast_path({"PREFIXGATE_FAST_PATH": "0"}) and not fast_path({"PREFIXGATE_FAST_PATH": "Off"})
+
+
+DEEP = 3000
+"""Levels of a request ``_meta`` nested past the interpreter's recursion limit (1,000) and
+well within what a line may nest (``gateway.jsontext.MAX_DEPTH``)."""
+
+
+def deep_call(request_id: int, modern: bool) -> bytes:
+    """A ``tools/call`` line whose ``_meta`` nests ``DEEP`` levels (written out: no encoder
+    here takes it)."""
+    envelope = f'"{PROTOCOL_VERSION_META_KEY}":"{MODERN}","{CLIENT_CAPABILITIES_META_KEY}":{{}},' if modern else ""
+    meta = "{" + envelope + '"custom/deep":' + '{"a":' * DEEP + "1" + "}" * DEEP + "}"
+    params = '{"name":"demo__echo","arguments":{"text":"deep"},"_meta":' + meta + "}"
+    return f'{{"jsonrpc":"2.0","id":{request_id},"method":"tools/call","params":{params}}}'.encode()
+
+
+def deep_conversation(config: Path, fast: bool, modern: bool) -> list[bytes]:
+    env = {"PREFIXGATE_FAST_PATH": "1" if fast else "0"}
+    with raw_gateway(config, None, env) as gw:
+        s, _ = opened(gw, modern)
+        gw.send(deep_call(1, modern))
+        s.until("deep", 1)
+        s.call("after", 2, "demo__echo", {"text": "still here"})
+        gw.proc.stdin.close()  # type: ignore[union-attr]
+        gw.proc.wait(timeout=30)
+    return [line for _, lines in s.out[1:] for line in lines]
+
+
+@pytest.mark.parametrize("era", ["handshake", "modern"])
+async def test_a_call_whose_meta_nests_deeply_is_answered_as_on_the_sdk_path(tmp_path: Path, era: str) -> None:
+    """A ``_meta`` too deep to key (its repr overflows the recursion limit) is answered, not
+    lost in the reader: the same bytes as the SDK path's, and the gateway serves on."""
+    config = fast_config(tmp_path)
+    modern = era == "modern"
+    fast, sdk = deep_conversation(config, True, modern), deep_conversation(config, False, modern)
+    assert fast == sdk
+    assert b"still here" in fast[-1] and b'"id":1' in fast[0]

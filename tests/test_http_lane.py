@@ -25,7 +25,7 @@ from mcp.shared.inbound import MCP_METHOD_HEADER, MCP_NAME_HEADER, MCP_PROTOCOL_
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, PROTOCOL_VERSION_META_KEY
 
 from tests.helpers import http_gateway, write_config
-from tests.test_fast_path import CALLS, fast_config
+from tests.test_fast_path import CALLS, DEEP, fast_config
 
 MODERN = "2026-07-28"
 _ARTIFACT = re.compile(rb'(?<=artifact )[\w-]{32}(?![\w-])|(?<=\\")[\w-]{32}(?=\\")')
@@ -69,6 +69,15 @@ def envelope(meta: dict[str, Any] | None = None) -> dict[str, Any]:
 
 def request(request_id: Any, method: str, params: dict[str, Any]) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+
+
+def deep_call(request_id: int) -> bytes:
+    """A ``tools/call`` whose ``_meta`` nests past the interpreter's recursion limit, written
+    out (tests/test_fast_path.py sends its like on stdio): the SDK entry refuses it as
+    unparsable, and so must the lane."""
+    meta = json.dumps(envelope())[:-1] + ', "custom/deep": ' + '{"a":' * DEEP + "1" + "}" * DEEP + "}"
+    params = '{"name": "demo__echo", "arguments": {"text": "deep"}, "_meta": ' + meta + "}"
+    return f'{{"jsonrpc": "2.0", "id": {request_id}, "method": "tools/call", "params": {params}}}'.encode()
 
 
 def routing(method: str, name: str | None = None) -> dict[str, str]:
@@ -133,6 +142,7 @@ def conversation(config: Path, lane: bool) -> tuple[list[tuple[str, Response]], 
             {**routing("tools/list"), "accept": "application/json"},
         )
         s.post("extra member", {**request(24, "tools/list", {"_meta": envelope()}), "x": 1}, routing("tools/list"))
+        s.post("deep meta", deep_call(27), routing("tools/call", "demo__echo"))
         s.call("crash mid-call", 17, "crashy__crash", {"status": 7})
         s.call("after the crash", 25, "demo__echo", {"text": "still here"})
         # Closing the response stream cancels the call, which the server sees.
@@ -179,7 +189,7 @@ def test_the_http_lane_answers_byte_identical_to_the_sdk_entry(tmp_path: Path) -
     assert b"Ann" in steps["ask answered"][2] and b"Ann" in steps["ask legacy server answered"][2]
     assert steps["no name"][0] == 400 and steps["wrong name header"][0] == 400 and steps["notification"][0] == 202
     assert steps["JSON only"][0] == 406 and b"exit status 7" in steps["crash mid-call"][2]
-    assert b"still here" in steps["after the crash"][2]
+    assert b"still here" in steps["after the crash"][2] and b"-32700" in steps["deep meta"][2]
     for log in (lane_log, sdk_log):  # the timeout's courtesy cancel, and the closed stream's
         assert log.count("slow cancelled after step") == 2, log[-3000:]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -128,8 +129,45 @@ def test_a_remembered_verdict_on_call_params_is_the_sdks(version: str, calls: li
 def test_a_meta_with_a_progress_token_keys_nothing() -> None:
     """A ``_meta`` that carries a progress token is new on every call: it keys no remembered
     envelope, ``_meta`` model or verdict (``meta_key`` is None), while the same envelope
-    without one is keyed by its canonical JSON, and a request without ``_meta`` by ""."""
+    without one is keyed, and a request without ``_meta`` by ""."""
     envelope = {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}
     assert meta_key({"name": "t", "_meta": {**envelope, "progressToken": 7}}) is None
-    assert meta_key({"name": "t", "_meta": envelope}) == '{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}'
+    assert meta_key({"name": "t", "_meta": envelope}) == meta_key({"name": "u", "_meta": dict(envelope)})
+    assert meta_key({"name": "t", "_meta": envelope}) not in (None, "")
     assert meta_key({"name": "t"}) == ""
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+@given(a=_VALUE, b=_VALUE)
+def test_one_meta_key_is_one_json_value(a: Any, b: Any) -> None:
+    """Two ``_meta`` values share a key only when they are the same JSON (``True`` is not
+    ``1``, ``1.0`` is not ``1``, a string is not its look-alike): whatever is remembered under a
+    key holds for every request with that key."""
+    for x, y in ((a, b), (a, json.loads(_json(a))), ([1, True, 1.0, "1"], [True, 1, 1, "1"])):
+        kx, ky = meta_key({"_meta": x}), meta_key({"_meta": y})
+        if kx is not None and kx == ky:
+            assert _json(x) == _json(y) and json.dumps(x) == json.dumps(y), (x, y)
+
+
+def test_a_meta_too_deep_or_too_long_keys_nothing() -> None:
+    """Never an exception in the reader, and nothing megabytes long kept under a key."""
+    deep: Any = 1
+    for _ in range(5000):
+        deep = {"a": deep}
+    assert meta_key({"_meta": {"x": deep}}) is None
+    assert meta_key({"_meta": {"x": "y" * 5000}}) is None
+    assert meta_key({"_meta": {"x": "y" * 100}}) is not None
+
+
+def test_a_verdict_is_not_remembered_for_a_made_up_name_of_any_length() -> None:
+    """A client's names are remembered only while short: 300 names of 100 KB keep nothing."""
+    from gateway.upstream.fast import _VALID_CALLS
+
+    for n in range(300):
+        assert valid_call("2025-11-25", {"name": f"{n}" + "x" * 100_000, "arguments": {}}, "")
+    assert all(len(key) < 1000 for key in _VALID_CALLS.seen), "a long name was kept"
+    assert valid_call("2025-11-25", {"name": "short", "arguments": {}}, "")
+    assert any(key.endswith("\0short") for key in _VALID_CALLS.seen), "a short one is"

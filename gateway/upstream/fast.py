@@ -22,7 +22,6 @@ during a fast call goes out through the SDK's dispatcher and its answer comes ba
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -35,7 +34,7 @@ from mcp.server.context import CallNext, ServerRequestContext
 from mcp.server.session import ServerSession
 from mcp.shared.dispatcher import CallOptions, coerce_request_id
 from mcp.shared.exceptions import MCPError, NoBackChannelError
-from mcp.shared.inbound import InboundLadderRejection, InboundModernRoute, classify_inbound_request
+from mcp.shared.inbound import InboundModernRoute, classify_inbound_request
 from mcp.shared.jsonrpc_dispatcher import handler_exception_to_error_data, progress_token_from_params
 from mcp.shared.message import MessageMetadata
 from mcp.shared.transport_context import TransportContext
@@ -308,25 +307,22 @@ class FastCalls:
             return None
         meta = params.get("_meta")
         enveloped = isinstance(meta, dict) and PROTOCOL_VERSION_META_KEY in meta
+        key = meta_key(params)
         route: InboundModernRoute | None = None
         if self.modern:
-            if not enveloped:
+            if not enveloped or (route := route_of(params, key)) is None:
                 return None
-            found = classify_inbound_request({"method": "tools/call", "params": params})
-            if isinstance(found, InboundLadderRejection):
-                return None
-            route, version = found, found.protocol_version
+            version = route.protocol_version
         elif self.legacy is not None and self.legacy.initialize_accepted and not enveloped:
             version = self.legacy.protocol_version
         else:
             return None
-        meta = meta_key(params)
-        if (route is not None or not plain_call_params(params)) and not valid_call(version, params, meta):
+        if (route is not None or not plain_call_params(params)) and not valid_call(version, params, key):
             return None  # the SDK refuses it with its own error
         if not self.used:
             self.used = True
             log.info("tools/call is answered on the stdio fast path (%s=0 turns it off)", FAST_PATH_ENV)
-        return FastCall(self, request_id, params, route, None if route is not None else self.legacy, meta)
+        return FastCall(self, request_id, params, route, None if route is not None else self.legacy, key)
 
     def cancel(self, request_id: Any) -> None:
         if isinstance(request_id, bool) or not isinstance(request_id, int | str):
@@ -372,7 +368,7 @@ async def answer_directly(
 
 class _Remembered:
     """The latest distinct values of something a client repeats on every request (LRU,
-    bounded: a client varying it only evicts its own), keyed by their canonical JSON."""
+    bounded: a client varying it only evicts its own), keyed by ``meta_key``."""
 
     def __init__(self, size: int = 64) -> None:
         self.size = size
@@ -390,14 +386,6 @@ class _Remembered:
             self.seen.popitem(last=False)
 
 
-def _key(value: Any) -> str | None:
-    """Canonical JSON of a decoded request part: equal keys, equal JSON values."""
-    try:
-        return json.dumps(value, sort_keys=True, separators=(",", ":"))
-    except (TypeError, ValueError):
-        return None
-
-
 class _Envelopes:
     """The models the latest distinct request envelopes made: each client sends the same
     envelope on every request."""
@@ -410,22 +398,53 @@ _VALID_CALLS = _Remembered(256)
 """``tools/call`` params found valid, ``arguments`` aside (see ``valid_call``)."""
 _METAS = _Remembered()
 """The ``_meta`` models of the latest distinct request ``_meta`` objects (read only)."""
+_ROUTES = _Remembered()
+"""The inbound ladder's verdicts on the latest distinct ``_meta`` objects (see ``route_of``)."""
+
+
+MAX_META_KEY = 4096
+"""Longest ``_meta`` (as its key) remembered: every cache keyed by it holds a bounded number
+of keys, so this bounds what a client's envelopes can make the gateway keep."""
 
 
 def meta_key(params: Mapping[str, Any]) -> str | None:
-    """The canonical JSON of a request's ``_meta`` ("" when it has none): made once per
-    request, it keys every value remembered about the envelope. None, so that nothing is
-    remembered, when it cannot be keyed or is new on every request: one that carries a
-    progress token (keeping it would only evict the envelopes worth keeping)."""
+    """A key for a request's ``_meta`` ("" when it has none), made once per request, that
+    keys every value remembered about the envelope: its ``repr``, which tells apart any two
+    different JSON values (strings quoted and escaped, ``True`` from ``1``, ``1.0`` from
+    ``1``) at a third of the cost of canonical JSON; the same envelope with its keys in
+    another order only makes a second key. None, so that nothing is remembered, when it
+    cannot be keyed (nested past the interpreter's recursion limit), is longer than
+    ``MAX_META_KEY``, or is new on every request: one that carries a progress token
+    (keeping it would only evict the envelopes worth keeping)."""
     if "_meta" not in params:
         return ""
     raw = params["_meta"]
     if isinstance(raw, dict) and "progressToken" in raw:
         return None
-    return _key(raw)
+    try:
+        key = repr(raw)
+    except RecursionError:
+        return None
+    return key if len(key) <= MAX_META_KEY else None
+
+
+def route_of(params: Mapping[str, Any], key: str | None) -> InboundModernRoute | None:
+    """The SDK's inbound ladder (``classify_inbound_request``, no headers: stdio) on a
+    request's params, or None where it rejects them; remembered per ``_meta`` (``key``:
+    ``meta_key``), the one part of the request that ladder reads. The route is frozen and
+    its envelope values are only read, so it is shared."""
+    found = _ROUTES.get(key) if key is not None else None
+    if found is None:
+        found = classify_inbound_request({"method": "tools/call", "params": params})
+        if key is not None:
+            _ROUTES.put(key, found)
+    return found if isinstance(found, InboundModernRoute) else None
 
 
 _PLAIN_CALL = frozenset(("name", "arguments", "_meta"))
+MAX_NAME_KEY = 256
+"""Longest tool name a verdict is remembered for (the spec's names are at most 128
+characters): a client's made-up names cannot fill the cache with megabytes."""
 
 
 def valid_call(version: str, params: dict[str, Any], meta: str | None) -> bool:
@@ -434,10 +453,17 @@ def valid_call(version: str, params: dict[str, Any], meta: str | None) -> bool:
     A client sends the same envelope on every call and only the name and arguments vary;
     ``arguments`` is ``dict[str, Any] | None`` in every era, so any object gives the same
     verdict: a call of just a name, arguments and ``_meta`` is validated once per distinct
-    name and ``_meta`` (``meta``, its key). Anything else is validated every time."""
+    name (up to ``MAX_NAME_KEY``) and ``_meta`` (``meta``, its key). Anything else is
+    validated every time."""
     name, arguments = params.get("name"), params.get("arguments", {})
-    plain = meta is not None and type(name) is str and type(arguments) is dict and params.keys() <= _PLAIN_CALL
-    # Neither the version nor canonical JSON holds a NUL, so the name can come last unescaped.
+    plain = (
+        meta is not None
+        and type(name) is str
+        and len(name) <= MAX_NAME_KEY
+        and type(arguments) is dict
+        and params.keys() <= _PLAIN_CALL
+    )
+    # Neither the version nor a repr holds a NUL (it escapes one), so the name can come last unescaped.
     key = f"{version}\0{meta}\0{name}" if plain else None
     if key is not None and _VALID_CALLS.get(key) is not None:
         return True
