@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextvars
 import math
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AsyncExitStack, contextmanager
 from typing import Any
 
 import anyio
@@ -62,6 +62,26 @@ def lifespan_state(manager: StreamableHTTPSessionManager) -> Any:
     passes it to every request context, and the gateway's direct HTTP lane must too; the
     manager keeps it as ``_lifespan_state`` (mcp 2.3.0)."""
     return manager._lifespan_state  # noqa: SLF001
+
+
+CONNECTION_ATTRIBUTES = frozenset(
+    ("outbound", "protocol_version", "session_id", "_client_params", "client_capabilities", "initialized")
+    + ("state", "exit_stack")
+)
+"""What ``Connection.__init__`` sets (mcp 2.3.0): the last two belong to each connection."""
+
+
+def connection_like(model: Connection) -> Connection:
+    """A new connection with ``model``'s identity (channel, version, client params and
+    capabilities, the ``initialized`` event a ``from_envelope`` connection has set) shared
+    read-only, and a ``state`` and ``exit_stack`` of its own: what ``from_envelope`` builds
+    for the same envelope, without the anyio event ``__init__`` makes only to set at once
+    (a third of a 2026-07-28 request's connection). Relies on ``CONNECTION_ATTRIBUTES``."""
+    connection = Connection.__new__(Connection)
+    vars(connection).update(vars(model))
+    connection.state = {}
+    connection.exit_stack = AsyncExitStack()
+    return connection
 
 
 def notify_only(outbound: Any) -> Any:

@@ -44,7 +44,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
 from gateway.fastpath import FAST_PATH_ENV
-from gateway.sdk import connection_of, modern_error_data, notify_only
+from gateway.sdk import connection_like, connection_of, modern_error_data, notify_only
 from gateway.shapes import plain_call_params
 from gateway.upstream.server import Handlers
 from gateway.upstream.stdio import ClientWriter
@@ -177,6 +177,8 @@ class FastCall:
         self.task: asyncio.Task[None] | None = None
         self.started = False
         self.wire: ClientWriter | None = None
+        self.connection: Connection | None = None
+        """A 2026-07-28 call's own connection, closed once its answer is written."""
         self.key = coerce_request_id(request_id)
         calls.cancellable[self.key] = self  # from the moment it is read; duplicate ids overwrite, as in the SDK
 
@@ -211,6 +213,16 @@ class FastCall:
             self._forget()
 
     async def answer_on(self, wire: ClientWriter) -> None:
+        """Answer on ``wire``; then close the call's own connection (2026-07-28). The SDK closes
+        it before its dispatcher writes the answer; only the gateway's client record is on it
+        (unwind), whose removal the client cannot observe, so the answer goes out first."""
+        try:
+            await self._answer_on(wire)
+        finally:
+            if self.connection is not None:
+                await unwind(self.connection)
+
+    async def _answer_on(self, wire: ClientWriter) -> None:
         request_id = self.request_id
         token = progress_token_from_params(self.params)
         dctx = CallContext(wire, request_id, token, self.legacy)
@@ -251,7 +263,7 @@ class FastCall:
         calls, params, route = self.calls, self.params, self.route
         handlers = calls.handlers
         if route is not None:
-            connection = envelope_connection(route, self.meta, notify_only(_WireOutbound(dctx.wire)))
+            connection = self.connection = envelope_connection(route, self.meta, calls.outbound(dctx.wire))
         else:
             assert self.legacy is not None
             connection = self.legacy
@@ -267,9 +279,6 @@ class FastCall:
                 raise
             error = modern_error_data(exc)  # as the SDK's modern stream loop maps it, inside the call
             raise MCPError(code=error.code, message=error.message, data=error.data) from exc
-        finally:
-            if route is not None:
-                await unwind(connection)
 
 
 class FastCalls:
@@ -284,6 +293,7 @@ class FastCalls:
         self.lifespan: Any = None
         self.cancellable: dict[Any, FastCall] = {}
         self.used = False
+        self._outbound: tuple[ClientWriter, Any] | None = None
         handlers.server.middleware.insert(0, self.observe)
 
     async def observe(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> Any:
@@ -294,6 +304,12 @@ class FastCalls:
         elif self.legacy is None:
             self.legacy = connection_of(ctx)
         return await call_next(ctx)
+
+    def outbound(self, wire: ClientWriter) -> Any:
+        """A 2026-07-28 connection's channel on ``wire`` (notifications only), made once per wire."""
+        if self._outbound is None or self._outbound[0] is not wire:
+            self._outbound = (wire, notify_only(_WireOutbound(wire)))
+        return self._outbound[1]
 
     def claim(self, data: Any) -> FastCall | None:
         """A ``tools/call`` the SDK would hand to ``Handlers`` unchanged, else None."""
@@ -387,10 +403,10 @@ class _Remembered:
 
 
 class _Envelopes:
-    """The models the latest distinct request envelopes made: each client sends the same
-    envelope on every request."""
+    """The connections the latest distinct request envelopes made, as models for the next
+    ones (``connection_like``): each client sends the same envelope on every request."""
 
-    parsed = _Remembered()
+    models = _Remembered()
     no_channel: Any = None
 
 
@@ -487,25 +503,22 @@ async def unwind(connection: Connection) -> None:
 
 
 def envelope_connection(route: InboundModernRoute, key: str | None, outbound: Any = None) -> Connection:
-    """``Connection.from_envelope`` for a route, the envelope's models parsed once per distinct
-    envelope instead of on every request (three model validations; the SDK keeps the same
-    models read-only on the connection, so they can be shared). ``key`` is the request's
-    ``meta_key``: the envelope is read from ``_meta`` alone."""
+    """``Connection.from_envelope`` for a route, built once per distinct envelope (three
+    model validations and an event) and then copied (``connection_like``: the SDK keeps the
+    same models read-only on the connection, so they can be shared). ``key`` is the
+    request's ``meta_key``: the envelope is read from ``_meta`` alone. ``outbound``: the
+    channel (None: the SDK's no-channel sentinel)."""
     version, info, capabilities = route.protocol_version, route.client_info, route.client_capabilities
+    channel = {"outbound": outbound} if outbound is not None else {}
     if key is None:
-        return Connection.from_envelope(version, info, capabilities, **({"outbound": outbound} if outbound else {}))
-    parsed = _Envelopes.parsed.get(key)
-    if parsed is None:
-        probe = Connection.from_envelope(version, info, capabilities)
-        _Envelopes.no_channel = probe.outbound
-        parsed = (probe.client_params, probe.client_capabilities)
-        _Envelopes.parsed.put(key, parsed)
-    connection = Connection(
-        outbound if outbound is not None else _Envelopes.no_channel, protocol_version=version, client_params=parsed[0]
-    )
-    connection.client_capabilities = parsed[1]
-    connection.initialized.set()
-    return connection
+        return Connection.from_envelope(version, info, capabilities, **channel)
+    model = _Envelopes.models.get(key)
+    if model is None or model.outbound is not (outbound if outbound is not None else _Envelopes.no_channel):
+        model = Connection.from_envelope(version, info, capabilities, **channel)
+        if outbound is None:
+            _Envelopes.no_channel = model.outbound
+        _Envelopes.models.put(key, model)
+    return connection_like(model)
 
 
 def meta_of(params: Mapping[str, Any], key: str | None) -> types.RequestParamsMeta | None:
