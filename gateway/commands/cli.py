@@ -319,9 +319,11 @@ def _serve(args: argparse.Namespace) -> int:
         import anyio
 
         from gateway.commands import observe, serve
+        from gateway.commands.eventloop import backend_options
 
+        options = backend_options()
     tokens = serve.http_tokens(args, config) if args.http else []
-    anyio.run(serve.serve, config, args.session, args.http, tokens, prelude)
+    anyio.run(serve.serve, config, args.session, args.http, tokens, prelude, backend_options=options)
     observe.flush()  # the audit lines and spans still queued
     # Every server has stopped and every answer is out: leave now. The interpreter's own
     # teardown would hand the stop signals back to their default action first, so a client's

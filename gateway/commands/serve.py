@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import functools
 import logging
 import os
@@ -59,6 +60,7 @@ async def serve(
     from gateway.upstream import fast
     from gateway.upstream.server import Handlers
 
+    log.debug("event loop: %s", type(asyncio.get_running_loop()).__module__)
     lane: fast.FastCalls | None = None
     early = prelude.children if prelude is not None else None
     # Over HTTP, a gateway not started for one profile serves every profile, over one set of servers.
