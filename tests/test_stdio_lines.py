@@ -13,7 +13,7 @@ from mcp.shared.message import SessionMessage
 from gateway import jsontext
 from gateway.downstream.stdio import _parse
 from gateway.eras import LIST_CACHE_FIELDS
-from gateway.lines import LineSplitter, encode, encode_plain, is_blank
+from gateway.lines import LineSplitter, Overlong, encode, encode_plain, is_blank
 from gateway.published import PublishedTools
 from gateway.upstream.stdio import encode_reply
 
@@ -29,6 +29,32 @@ def test_any_chunking_gives_the_same_lines(lines: list[str], size: int) -> None:
     for start in range(0, len(data), size):
         out += [bytes(line) for line in splitter.feed(data[start : start + size])]
     assert out == [line.encode() for line in lines]
+    assert splitter.pending == b""
+
+
+@given(
+    st.lists(st.binary(max_size=24).map(lambda b: b.replace(b"\n", b"")), max_size=8),
+    st.integers(1, 17),
+    st.integers(4, 20),  # at least what each end keeps (4 here; 4,096 against 32 MiB in use)
+    st.booleans(),
+)
+def test_any_chunking_gives_the_same_lines_within_a_limit(
+    lines: list[bytes], size: int, limit: int, whole: bool
+) -> None:
+    """With a limit, in chunks of any size or a line at a time (``whole``): each line comes out
+    as itself up to ``limit`` bytes, and as an ``Overlong`` of its size beyond."""
+    data = b"".join(line + b"\n" for line in lines)
+    chunks = [line + b"\n" for line in lines] if whole else [data[i : i + size] for i in range(0, len(data), size)]
+    splitter = LineSplitter(limit, keep=4)
+    out = [piece for chunk in chunks for piece in splitter.feed(chunk)]
+    assert len(out) == len(lines)
+    for got, line in zip(out, lines, strict=True):
+        if len(line) > limit:
+            assert (
+                isinstance(got, Overlong) and got.size == len(line) and got.head == line[:4] and got.tail == line[-4:]
+            )
+        else:
+            assert not isinstance(got, Overlong) and bytes(got) == line
     assert splitter.pending == b""
 
 
