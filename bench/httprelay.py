@@ -4,14 +4,15 @@
 
 Starts COMMAND and serves its stdio over streamable HTTP on a free loopback port (the URL
 is printed first on stdout), with the same HTTP stack as the other contenders (uvicorn
-under ``anyio.run``, ``TCP_NODELAY`` on): each POSTed JSON-RPC message is written to the
-child as one line unchanged, and the child's answer line with the same ``id`` is the
-response body (``application/json``); a notification gets 202, anything but POST 405.
-Its only work is reading each message's ``id`` (requests and answers): no checks, no
-sessions, no events. The HTTP benchmark runs it in front of the demo server beside
-prefixgate for 2026-07-28 clients, whose requests stand alone: relay/direct is what an HTTP
-process hop with an ordinary SDK stdio server behind it costs on this machine, which no
-such gateway avoids; prefixgate/relay is prefixgate's own share.
+under ``anyio.run``, on ``prefixgate serve``'s event loop, ``TCP_NODELAY`` on): each
+POSTed JSON-RPC message is written to the child as one line unchanged, and the child's
+answer line with the same ``id`` is the response body (``application/json``); a
+notification gets 202, anything but POST 405. Its only work is reading each message's
+``id`` (requests and answers): no checks, no sessions, no events. The HTTP benchmark runs
+it in front of the demo server beside prefixgate for 2026-07-28 clients, whose requests
+stand alone: relay/direct is what an HTTP process hop with an ordinary SDK stdio server
+behind it costs on this machine, which no such gateway avoids; prefixgate/relay is
+prefixgate's own share.
 
 A bench tool, not a gateway: one client, whose request ids are unique while in flight.
 """
@@ -26,6 +27,7 @@ from typing import Any
 
 import anyio
 
+from gateway.commands.eventloop import backend_options
 from gateway.lines import LineSplitter, Overlong
 from gateway.upstream.coalesce import send_whole
 
@@ -119,7 +121,7 @@ def main(argv: list[str]) -> int:
     if not argv:
         print("usage: python -m bench.httprelay COMMAND [ARG ...]", file=sys.stderr)
         return 2
-    anyio.run(serve, argv)
+    anyio.run(serve, argv, backend_options=backend_options())  # serve's loop (uvloop where installed)
     return 0
 
 

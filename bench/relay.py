@@ -3,7 +3,8 @@
     python -m bench.relay COMMAND [ARG ...]
 
 Starts COMMAND and passes bytes through unread: its stdin from ours, its stdout to ours
-(no parsing, no framing, one event loop, a blocking write of whatever one read returned).
+(no parsing, no framing, one event loop, the one ``prefixgate serve`` runs on, a blocking
+write of whatever one read returned).
 The calls benchmark runs it in front of the demo server beside prefixgate: what the relay
 adds over a direct connection is the cost of the extra process hop on this machine (two
 more pipe crossings and wake-ups a call), which no stdio gateway can avoid; what
@@ -18,6 +19,8 @@ import signal
 import subprocess
 import sys
 
+from gateway.commands.eventloop import backend_options
+
 _CHUNK = 256 * 1024
 
 
@@ -27,6 +30,16 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
+def _new_loop() -> asyncio.AbstractEventLoop:
+    """The loop ``prefixgate serve`` runs on (gateway/commands/eventloop.py): the floor is
+    measured on the same one."""
+    if backend_options().get("use_uvloop"):
+        import uvloop
+
+        return uvloop.new_event_loop()
+    return asyncio.new_event_loop()
+
+
 def main(argv: list[str]) -> int:
     if not argv:
         print("usage: python -m bench.relay COMMAND [ARG ...]", file=sys.stderr)
@@ -34,7 +47,7 @@ def main(argv: list[str]) -> int:
     child = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
     assert child.stdin is not None and child.stdout is not None
     to_child, from_child = child.stdin.fileno(), child.stdout.fileno()
-    loop = asyncio.new_event_loop()
+    loop = _new_loop()
 
     def relay(source: int, target: int) -> None:
         data = os.read(source, _CHUNK)
