@@ -69,6 +69,11 @@ class Metrics:
         self.grants = Counter(
             "prefixgate_tool_activations", "Tools activated by tool_search.", ("profile",), registry=r
         )
+        self._calls: dict[tuple[str, ...], Any] = {}
+        self._latencies: dict[str, Any] = {}
+        """Each call's children of ``calls`` and ``latency``, found once per label values
+        (``labels`` checks and locks on every call): as many as the registry holds, whose
+        labels are bounded (the catalog's tools, one name for every unknown one)."""
         self.epochs = Counter(
             "prefixgate_epochs",
             "Catalog epochs published (each is a prompt-cache miss for every agent), by profile and reason.",
@@ -79,8 +84,15 @@ class Metrics:
     def call(self, profile: str | None, note: CallNote, outcome: str, seconds: float) -> None:
         server = note.server or ""
         reason = note.decision if note.decision != "allowed" else ""
-        self.calls.labels(profile or "default", server, note.tool, note.version, outcome, reason).inc()
-        self.latency.labels(server).observe(seconds)
+        key = (profile or "default", server, note.tool, note.version, outcome, reason)
+        counter = self._calls.get(key)
+        if counter is None:
+            counter = self._calls[key] = self.calls.labels(*key)
+        counter.inc()
+        timer = self._latencies.get(server)
+        if timer is None:
+            timer = self._latencies[server] = self.latency.labels(server)
+        timer.observe(seconds)
         if note.spilled:
             self.spills.labels(server).inc()
             self.spilled_bytes.labels(server).inc(note.spilled_bytes)

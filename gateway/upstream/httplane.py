@@ -93,10 +93,14 @@ def names_key(value: Any, key: str) -> bool:
     return False
 
 
+_COMPACT = json.JSONEncoder(separators=(",", ":"))
+"""``json.dumps(..., separators=(",", ":"))``'s encoder, made once (``dumps`` makes one per call)."""
+
+
 def _json(message: dict[str, Any]) -> str:
     """A JSON-RPC message as the SDK's modern entry writes it (its model dumped in JSON mode,
     NaN and infinities as null, then ``json.dumps`` compact), without building the model."""
-    return json.dumps(pydantic_core.to_jsonable_python(message, inf_nan_mode="null"), separators=(",", ":"))
+    return _COMPACT.encode(pydantic_core.to_jsonable_python(message, inf_nan_mode="null"))
 
 
 def _sse(message: dict[str, Any]) -> bytes:
