@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -64,6 +65,31 @@ async def test_loopback_blocks_dns_rebinding(config: Path) -> None:
             assert origin.status_code == 403
             fine = await plain.post(url, json=INIT, headers=ACCEPT)
             assert fine.status_code == 200
+            # A 2026-07-28 call, which the gateway's HTTP lane answers when every check passes.
+            call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": MODERN_CALL}
+            routing = {
+                **ACCEPT,
+                "mcp-protocol-version": "2026-07-28",
+                "mcp-method": "tools/call",
+                "mcp-name": "d__echo",
+            }
+            for bad, status in (({"host": "evil.example:80"}, 421), ({"origin": "http://evil.example"}, 403)):
+                refused = await plain.post(url, json=call, headers={**routing, **bad})
+                assert refused.status_code == status, (bad, refused.text)
+            text = await plain.post(url, content=json.dumps(call), headers={**routing, "content-type": "text/plain"})
+            assert text.status_code == 400, text.text
+            answered = await plain.post(url, json=call, headers=routing)
+            assert answered.status_code == 200 and "activate d__echo" in answered.text, answered.text
+
+
+MODERN_CALL = {
+    "name": "d__echo",
+    "arguments": {"text": "m"},
+    "_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+    },
+}
 
 
 def test_non_loopback_without_a_token_is_refused(config: Path) -> None:

@@ -25,7 +25,7 @@ import json
 import logging
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import mcp_types as types
@@ -105,6 +105,16 @@ def _json(message: dict[str, Any]) -> str:
 
 def _sse(message: dict[str, Any]) -> bytes:
     return f"event: message\r\ndata: {_json(message)}\r\n\r\n".encode()
+
+
+class _Headed:
+    """What the SDK's header checks read of a request (``validate_request``,
+    ``check_accept_headers``: ``request.headers.get``), over headers decoded once."""
+
+    __slots__ = ("headers",)
+
+    def __init__(self, headers: dict[str, str]) -> None:
+        self.headers = headers
 
 
 class Claimed:
@@ -232,11 +242,19 @@ class ModernLane:
         """Per tool of ``_epoch``: whether its input schema names ``x-mcp-header`` anywhere."""
 
     async def claim(self, scope: Scope, body: bytes) -> Claimed | None:
-        """The request, when every check the SDK's modern entry makes passes; else None."""
-        request = Request(scope)
-        if await self.security.validate_request(request, is_post=True) is not None:
+        """The request, when every check the SDK's modern entry makes passes; else None.
+
+        The SDK's checks read its headers through starlette's ``Headers``, which decodes
+        and scans every header on each lookup; they get the headers decoded once instead
+        (``dict(headers)``: lower-case names, the first value of each, as ``Headers.get``)."""
+        pairs = [(key.decode("latin-1"), value.decode("latin-1")) for key, value in scope["headers"]]
+        folded: dict[str, str] = {}
+        for key, value in pairs:
+            folded.setdefault(key, value)
+        headed = cast(Request, _Headed(folded))
+        if await self.security.validate_request(headed, is_post=True) is not None:
             return None
-        has_json, has_sse = check_accept_headers(request)
+        has_json, has_sse = check_accept_headers(headed)
         if not (has_json and has_sse):
             return None
         try:
@@ -250,18 +268,15 @@ class ModernLane:
             return None
         if type(params) is not dict:
             return None
-        headers = request.headers
-        if find_duplicated_routing_header(headers.items()) is not None:
+        if find_duplicated_routing_header(pairs) is not None:
             return None
-        folded: dict[str, str] = {}  # dict(headers), first value of each name, without its O(n) lookups
-        for key, value in scope["headers"]:
-            folded.setdefault(key.decode("latin-1"), value.decode("latin-1"))
         route = classify_inbound_request(decoded, headers=folded)
         if isinstance(route, InboundLadderRejection):
             return None
         meta = meta_key(params)
+        request = Request(scope)
         if method == "tools/call":
-            if not self._headers_agree(params, headers):
+            if not self._headers_agree(params, folded, request):
                 return None
             if not valid_call(route.protocol_version, params, meta):
                 return None  # the SDK refuses it with its own error
@@ -270,7 +285,7 @@ class ModernLane:
             log.info("2026-07-28 tools/call, tools/list answered on the HTTP lane (%s=0 turns it off)", FAST_PATH_ENV)
         return Claimed(request, request_id, method, params, route, meta)
 
-    def _headers_agree(self, params: dict[str, Any], headers: Mapping[str, str]) -> bool:
+    def _headers_agree(self, params: dict[str, Any], folded: Mapping[str, str], request: Request) -> bool:
         """The ``Mcp-Param-*`` check of the SDK's entry passes (a refusal is left to the SDK).
 
         A schema that names no ``x-mcp-header`` passes any headers there, so whether it
@@ -280,7 +295,7 @@ class ModernLane:
         if not isinstance(name, str) or (arguments is not None and not isinstance(arguments, Mapping)):
             return False
         arguments = arguments or {}
-        if not arguments and not any(key.startswith(_PARAM_PREFIX) for key in headers):
+        if not arguments and not any(key.startswith(_PARAM_PREFIX) for key in folded):
             return True
         epoch = self.handlers.router.epoch
         schema = None if epoch is None else epoch.input_schema(name)
@@ -291,7 +306,7 @@ class ModernLane:
         annotated = self._annotated.get(name)
         if annotated is None:
             annotated = self._annotated[name] = names_key(schema, _HEADER_KEYWORD)
-        return not annotated or validate_mcp_param_headers(schema, arguments, headers) is None
+        return not annotated or validate_mcp_param_headers(schema, arguments, request.headers) is None
 
     async def answer(self, claimed: Claimed, scope: Scope, receive: Receive, send: Send) -> None:
         """Run the handler in this task; a disconnect cancels it, as closing the stream does in the SDK."""
