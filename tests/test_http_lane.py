@@ -194,6 +194,23 @@ def test_the_http_lane_answers_byte_identical_to_the_sdk_entry(tmp_path: Path) -
         assert log.count("slow cancelled after step") == 2, log[-3000:]
 
 
+def test_a_client_gone_at_once_still_cancels_its_call(tmp_path: Path) -> None:
+    """The lane watches for the client only once a call has run ``WATCH_AFTER`` s: a client
+    that goes away sooner still cancels it, which its server sees."""
+    accept = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+    params = {"name": "demo__slow", "arguments": {"seconds": 30, "steps": 30}, "_meta": envelope()}
+    with gateway(fast_config(tmp_path), True) as (url, stderr), httpx.Client(headers=accept) as http:
+        with contextlib.suppress(httpx.ReadTimeout):  # gone 10 ms after its request, long before 50 ms
+            http.post(
+                url,
+                json=request(1, "tools/call", params),
+                headers=routing("tools/call", "demo__slow"),
+                timeout=httpx.Timeout(60, read=0.01),
+            )
+        log = log_after_cancels(stderr, 1)
+    assert "on the HTTP lane" in log and log.count("slow cancelled after step") == 1, log[-3000:]
+
+
 @pytest.mark.anyio
 async def test_a_silent_call_commits_the_event_stream_and_pings() -> None:
     """As the SDK's entry: no notification within the interval, so the stream is committed

@@ -66,6 +66,10 @@ log = logging.getLogger("prefixgate.http")
 METHODS = frozenset(("tools/call", "tools/list"))
 PING_INTERVAL = 15.0
 """As the SDK's modern entry: a silent handler commits the event stream after this, then pings."""
+WATCH_AFTER = 0.05
+"""Seconds before a call starts watching for its client to go away (which cancels it): most
+calls are answered sooner, and a task per call to watch cost more CPU than the call's own
+gate (a disconnect noticed up to this much later changes nothing a client can see)."""
 _ENVELOPE = frozenset(("jsonrpc", "id", "method", "params"))
 _PARAM_PREFIX = MCP_PARAM_HEADER_PREFIX.lower()
 _SSE_HEADERS = [
@@ -324,13 +328,18 @@ class ModernLane:
                 task.cancel()
 
         loop = asyncio.get_running_loop()
-        watcher = loop.create_task(watch())
+        watcher: asyncio.TimerHandle | asyncio.Task[None]
         pinger: asyncio.TimerHandle | asyncio.Task[None] | None = None
+
+        def start_watching() -> None:
+            nonlocal watcher
+            watcher = loop.create_task(watch())
 
         def start_pings() -> None:
             nonlocal pinger
             pinger = loop.create_task(exchange.pings())
 
+        watcher = loop.call_later(WATCH_AFTER, start_watching)
         pinger = loop.call_later(exchange.interval, start_pings)
         try:
             try:
