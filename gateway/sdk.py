@@ -65,8 +65,16 @@ def lifespan_state(manager: StreamableHTTPSessionManager) -> Any:
 
 
 CONNECTION_ATTRIBUTES = frozenset(
-    ("outbound", "protocol_version", "session_id", "_client_params", "client_capabilities", "initialized")
-    + ("state", "exit_stack")
+    (
+        "outbound",
+        "protocol_version",
+        "session_id",
+        "_client_params",
+        "client_capabilities",
+        "initialized",
+        "state",
+        "exit_stack",
+    )
 )
 """What ``Connection.__init__`` sets (mcp 2.3.0): the last two belong to each connection."""
 

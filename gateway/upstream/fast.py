@@ -206,23 +206,18 @@ class FastCall:
                 self._forget()
 
     async def run(self, wire: ClientWriter) -> None:
+        """Answer on ``wire``; then close the call's own connection (2026-07-28). The SDK closes
+        it before its dispatcher writes the answer; only the gateway's client record is on it
+        (unwind), whose removal the client cannot observe, so the answer goes out first."""
         self.started = True
         try:
             await self.answer_on(wire)
         finally:
             self._forget()
-
-    async def answer_on(self, wire: ClientWriter) -> None:
-        """Answer on ``wire``; then close the call's own connection (2026-07-28). The SDK closes
-        it before its dispatcher writes the answer; only the gateway's client record is on it
-        (unwind), whose removal the client cannot observe, so the answer goes out first."""
-        try:
-            await self._answer_on(wire)
-        finally:
             if self.connection is not None:
                 await unwind(self.connection)
 
-    async def _answer_on(self, wire: ClientWriter) -> None:
+    async def answer_on(self, wire: ClientWriter) -> None:
         request_id = self.request_id
         token = progress_token_from_params(self.params)
         dctx = CallContext(wire, request_id, token, self.legacy)
