@@ -19,6 +19,12 @@ one client). Reported: per-call medians, throughput (calls/s) per batch, calls r
 failed (there must be none), and each server process's CPU time per 1,000 calls over the
 concurrent batches (user + system, from ``/proc``): the gateway's own process, and apart
 from it the demo server behind it, which the direct contender does not run.
+
+Beside them, the client's side over the same batches (context, no targets): this process's
+CPU per 1,000 calls (only the contender's client runs during its batch) and how often a
+call saw it preempted (involuntary context switches), and the context switches of the
+server behind, all threads. The client is one Python process on one core, so when it is
+busy, every CPU-second the processes behind the endpoint take from it is throughput lost.
 """
 
 from __future__ import annotations
@@ -47,6 +53,22 @@ def cpu_seconds(pid: int) -> float:
     """User + system CPU time of one process so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def context_switches(pid: int) -> tuple[int, int]:
+    """Voluntary and involuntary context switches of every thread of ``pid`` so far."""
+    voluntary = involuntary = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            status = (task / "status").read_text()
+        except OSError:  # a thread that ended meanwhile
+            continue
+        for line in status.splitlines():
+            if line.startswith("voluntary_ctxt_switches:"):
+                voluntary += int(line.split()[1])
+            elif line.startswith("nonvoluntary_ctxt_switches:"):
+                involuntary += int(line.split()[1])
+    return voluntary, involuntary
 
 
 def child_pid(pid: int) -> int:
@@ -135,6 +157,7 @@ async def run(ctx: Any) -> dict[str, Any]:
             throughput: dict[str, dict[int, list[float]]] = {n: {k: [] for k in CALLERS} for n in CONTENDERS}
             cpu: dict[str, float] = dict.fromkeys(CONTENDERS, 0.0)
             behind_cpu: dict[str, float] = dict.fromkeys(CONTENDERS, 0.0)
+            client: dict[str, dict[str, float]] = {n: dict.fromkeys(_CLIENT_SIDE, 0.0) for n in CONTENDERS}
             counted: dict[str, int] = dict.fromkeys(CONTENDERS, 0)
             failed: dict[str, list[str]] = {n: [] for n in CONTENDERS}
             async with _clients(found, era) as clients:
@@ -155,14 +178,31 @@ async def run(ctx: Any) -> dict[str, Any]:
                         for name in rotated(CONTENDERS, r):
                             pid, server = found[name][1], behind.get(name)
                             before = cpu_seconds(pid), (cpu_seconds(server) if server else 0.0)
+                            sides = _client_side(server)
                             wall = await _batch(clients[name], tools[name], callers, calls_per_caller, failed[name])
                             cpu[name] += cpu_seconds(pid) - before[0]
                             behind_cpu[name] += (cpu_seconds(server) if server else 0.0) - before[1]
+                            for key, value in _client_side(server).items():
+                                client[name][key] += value - sides[key]
                             counted[name] += callers * calls_per_caller
                             throughput[name][callers].append(callers * calls_per_caller / wall)
                     ctx.progress(f"http {ERA_NAMES[era]}: concurrent round {r + 1}/{conc_rounds}")
-            results["eras"][ERA_NAMES[era]] = _summarise(seq, throughput, cpu, behind_cpu, counted, failed)
+            results["eras"][ERA_NAMES[era]] = _summarise(seq, throughput, cpu, behind_cpu, client, counted, failed)
     return results
+
+
+_CLIENT_SIDE = ("client_cpu", "client_preempted", "downstream_switches")
+
+
+def _client_side(server: int | None) -> dict[str, float]:
+    """This process's CPU time and involuntary switches, and the server behind's switches."""
+    times = os.times()
+    behind = sum(context_switches(server)) if server else 0
+    return {
+        "client_cpu": times.user + times.system,
+        "client_preempted": context_switches(os.getpid())[1],
+        "downstream_switches": behind,
+    }
 
 
 @asynccontextmanager
@@ -194,6 +234,7 @@ def _summarise(
     throughput: dict[str, dict[int, list[float]]],
     cpu: dict[str, float],
     behind_cpu: dict[str, float],
+    client: dict[str, dict[str, float]],
     counted: dict[str, int],
     failed: dict[str, list[str]],
 ) -> dict[str, Any]:
@@ -206,6 +247,11 @@ def _summarise(
             "cpu_s_per_1000_calls": 1000 * cpu[name] / counted[name] if counted[name] else None,
             "downstream_cpu_s_per_1000_calls": (
                 1000 * behind_cpu[name] / counted[name] if counted[name] and name != "direct" else None
+            ),
+            "client_cpu_s_per_1000_calls": 1000 * client[name]["client_cpu"] / counted[name] if counted[name] else None,
+            "client_preempted_per_call": client[name]["client_preempted"] / counted[name] if counted[name] else None,
+            "downstream_switches_per_call": (
+                client[name]["downstream_switches"] / counted[name] if counted[name] and name != "direct" else None
             ),
             "failed_calls": len(failed[name]),
             "failures": sorted(set(failed[name]))[:5],
@@ -248,5 +294,14 @@ def rows(results: dict[str, Any], ms: Any, spread: Any, ratio: Any) -> list[tupl
         for name, c in data["contenders"].items():
             value = c.get("downstream_cpu_s_per_1000_calls")
             if value is not None:
-                out.append((label, name, f"{value:.2f} s", "", ""))
+                switches = c.get("downstream_switches_per_call")
+                shown = "" if switches is None else f"{switches:.1f} context switches a call (all threads)"
+                out.append((label, name, f"{value:.2f} s", shown, ""))
+        label = f"HTTP echo, {era}, the SDK client's CPU per 1,000 concurrent calls (one process, one core)"
+        for name, c in data["contenders"].items():
+            value = c.get("client_cpu_s_per_1000_calls")
+            if value is not None:
+                preempted = c.get("client_preempted_per_call")
+                shown = "" if preempted is None else f"preempted {preempted:.2f} times a call"
+                out.append((label, name, f"{value:.2f} s", shown, ""))
     return out

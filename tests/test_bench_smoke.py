@@ -95,6 +95,10 @@ def test_full_harness_smoke(tmp_path: Path) -> None:
         assert data["ratios"]["prefixgate/direct per call"]["n"] == results["http"]["settings"]["rounds"], era
         assert data["ratios"]["prefixgate/relay per call"]["n"] == results["http"]["settings"]["rounds"], era
         assert all(c["failed_calls"] == 0 for c in data["contenders"].values()), (era, data["contenders"])
+        sides = data["contenders"]
+        assert all(c["client_cpu_s_per_1000_calls"] > 0 for c in sides.values()), (era, sides)  # the client's side
+        assert sides["prefixgate"]["downstream_switches_per_call"] > 0, (era, sides)  # a stdio server behind, threads
+        assert sides["direct"]["downstream_switches_per_call"] is None, (era, sides)  # nothing behind direct
     assert results["telemetry"]["ratios"]["prefixgate-traced/prefixgate"]["n"] == 2  # two quick rounds
     assert results["warm"]["bytes_identical"] is True  # the warm start published the first start's bytes
     fastmcp = "fastmcp-1" in seq["contenders"]
