@@ -91,6 +91,26 @@ def _loads_deep(text: str) -> Any:
         sys.setrecursionlimit(old)
 
 
+_ESCAPE = re.compile(
+    rb"\\(?:u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}"  # a surrogate pair: one character
+    rb"|(u[dD][89a-fA-F][0-9a-fA-F]{2})"  # a lone surrogate
+    rb"|.)",  # any other escape, ``\\`` included, so the text after it is never read as one
+    re.DOTALL,
+)
+
+
+def scrub_escapes(raw: bytes) -> bytes:
+    """JSON text with every lone surrogate escape (``\\ud800`` unpaired) written ``\\ufffd``.
+
+    What ``loads`` makes of a line, done to the bytes of a body that parsers other than
+    the gateway's read next (the SDK's, over HTTP): once parsed, it holds no string an
+    encoder refuses, and every other byte is as it came. ``raw`` itself when it has none.
+    """
+    if _ESCAPED_SURROGATE.search(raw) is None:
+        return raw
+    return _ESCAPE.sub(lambda m: b"\\ufffd" if m.group(1) is not None else m.group(0), raw)
+
+
 def scrub_text(text: str) -> str:
     """``text`` with every lone surrogate replaced by U+FFFD."""
     return _SURROGATE.sub(REPLACEMENT, text) if _SURROGATE.search(text) else text

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mcp_types import CLIENT_CAPABILITIES_META_KEY, PROTOCOL_VERSION_META_KEY
 
 from tests.helpers import (
     ERAS,
@@ -79,26 +80,32 @@ async def test_lone_surrogate_result_over_http(tmp_path: Path, mode: str) -> Non
             assert text(await client.call_tool("rogue__ok", {})) == "ok"
 
 
-async def test_lone_surrogate_from_an_http_client_is_a_parse_error(tmp_path: Path) -> None:
-    import urllib.error
+async def test_lone_surrogate_from_an_http_client_is_replaced_as_on_stdio(tmp_path: Path) -> None:
+    # What the stdio entry does with such a line (test_client_lines_that_cannot_be_parsed_are_answered):
+    # U+FFFD in its id and its arguments, answered (tests/test_client_surrogates.py: both eras).
     import urllib.request
 
     config = write_config(tmp_path, {"rogue": rogue()})
     with http_gateway(config) as (url, _):
+        envelope = json.dumps({"_meta": {PROTOCOL_VERSION_META_KEY: "2026-07-28", CLIENT_CAPABILITIES_META_KEY: {}}})[
+            1:-1
+        ]
         body = (
             b'{"jsonrpc":"2.0","id":"\\ud800","method":"tools/call",'
-            b'"params":{"name":"rogue__echo","arguments":{"text":"\\ud800"}}}'
+            b'"params":{"name":"rogue__echo","arguments":{"text":"\\ud800"},' + envelope.encode() + b"}}"
         )
-        request = urllib.request.Request(
-            url,
-            data=body,
-            method="POST",
-            headers={"content-type": "application/json", "accept": "application/json, text/event-stream"},
-        )
-        with pytest.raises(urllib.error.HTTPError) as failed:
-            urllib.request.urlopen(request, timeout=60)
-        assert failed.value.code == 400
-        assert json.loads(failed.value.read())["error"]["code"] == -32700
+        headers = {
+            "content-type": "application/json",
+            "accept": "application/json, text/event-stream",
+            "mcp-protocol-version": "2026-07-28",
+            "mcp-method": "tools/call",
+            "mcp-name": "rogue__echo",
+        }
+        request = urllib.request.Request(url, data=body, method="POST", headers=headers)
+        with urllib.request.urlopen(request, timeout=60) as response:
+            answer = json.loads(response.read())
+        assert answer["id"] == "\ufffd"
+        assert answer["result"]["content"][0]["text"] == "echo: \ufffd", answer
         async with sdk_client(url, "auto") as client:
             assert text(await client.call_tool("rogue__ok", {})) == "ok"
 

@@ -164,3 +164,37 @@ def test_the_direct_scan_parses_exactly_as_json_loads(text: str) -> None:
     except ValueError as exc:
         got = ("error", type(exc), str(exc))
     assert repr(got) == repr(want)  # repr: NaN compares unequal to itself
+
+
+_SURROGATE_TEXTS = st.text(
+    alphabet=st.one_of(
+        st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF),  # lone halves, and pairs when adjacent
+        st.sampled_from('\\"ux'),
+        st.characters(),
+    ),
+    max_size=12,
+)
+
+
+@given(st.lists(_SURROGATE_TEXTS, max_size=4), st.booleans())
+def test_scrubbed_escapes_parse_as_a_scrubbed_line(texts: list[str], upper: bool) -> None:
+    """A body's bytes scrubbed (``scrub_escapes``, the HTTP entry) parse to exactly what the
+    stdio entry makes of the same line (``loads``: every lone surrogate U+FFFD), which any
+    encoder takes; a body with none to scrub keeps its bytes (pairs, ``\\ud800`` as text)."""
+    raw = json.dumps({t: texts for t in texts}).encode()  # ensure_ascii: every surrogate an escape
+    if upper:
+        raw = raw.replace(b"\\ud", b"\\uD")
+    scrubbed = jsontext.scrub_escapes(raw)
+    parsed = json.loads(scrubbed)
+    assert parsed == jsontext.loads(raw.decode())
+    json.dumps(parsed, ensure_ascii=False).encode("utf-8")  # raises on a lone surrogate
+    if json.loads(raw) == parsed:
+        assert scrubbed == raw
+
+
+def test_scrub_escapes_rewrites_only_lone_halves() -> None:
+    raw = rb'{"a":"x\ud800y","b":"\ud83c\udf89","c":"\\ud800","d":"\udc00\ud800\udc00","e":"\uDBFF"}'
+    assert (
+        jsontext.scrub_escapes(raw)
+        == rb'{"a":"x\ufffdy","b":"\ud83c\udf89","c":"\\ud800","d":"\ufffd\ud800\udc00","e":"\ufffd"}'
+    )

@@ -35,6 +35,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from gateway.config import is_loopback as is_loopback
 from gateway.config import parse_listen as parse_listen
+from gateway.jsontext import scrub_escapes
 from gateway.sdk import lifespan_state
 from gateway.upstream.coalesce import coalescing_protocol, send_whole
 from gateway.upstream.events import RETRY_MS, SESSION_HEADER, BoundedEventStore, marked
@@ -233,6 +234,8 @@ class Front:
         body = await self._body(receive, send)
         if body is None:
             return
+        if isinstance(body, bytes):
+            body = scrub_escapes(body)  # as every stdio line is: no lone surrogate gets into the gateway
         session = next((v for k, v in headers if k == SESSION_HEADER), None)
         if (
             isinstance(body, bytes)
