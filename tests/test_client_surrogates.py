@@ -89,8 +89,8 @@ def test_a_handshake_http_client_s_lone_surrogate_reaches_the_server_replaced(co
         body = json.dumps(request(1, "tools/call", {"name": "demo__echo", "arguments": {"text": LONE}})).encode()
         response = http.post(url, content=body, headers=session)
         assert response.status_code == 200, response.text
-        if response.headers["content-type"].startswith("text/event-stream"):
-            data = [line[5:] for line in response.text.splitlines() if line.startswith("data:")]
+        if response.headers["content-type"].startswith("text/event-stream"):  # a priming event first: no data
+            data = [line[5:] for line in response.text.splitlines() if line.startswith("data:") and line[5:].strip()]
             message = next(m for m in map(json.loads, data) if m.get("id") == 1)
         else:
             message = response.json()
