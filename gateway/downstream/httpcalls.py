@@ -56,6 +56,7 @@ from mcp_types import (
 )
 from pydantic import ValidationError
 
+from gateway.downstream.bounded import bound_answer
 from gateway.downstream.rawcalls import ID_PREFIX, deliver_progress, progress_args, request_message
 from gateway.downstream.rawhttp import Pool, Unsendable
 from gateway.downstream.related import HEADER, Related
@@ -241,7 +242,9 @@ class _Call:
             return await self._answer(response)
 
     async def _answer(self, response: httpx2.Response) -> dict[str, Any] | types.ErrorData:
-        """What ``StreamableHTTPTransport._handle_post_request`` makes of a request's response."""
+        """What ``StreamableHTTPTransport._handle_post_request`` makes of a request's response
+        (its body bounded as the SDK's are here, on the gateway's own connections too)."""
+        bound_answer(response, self.calls.sdk.max_sse_event_size)
         status = response.status_code
         if status == 202:
             return types.ErrorData(code=INVALID_REQUEST, message="server answered a request with 202 Accepted")

@@ -363,7 +363,7 @@ class _Capped(httpx2.AsyncByteStream):
 class CappedAuthAnswers(httpx2.AsyncBaseTransport):
     """The HTTP transport of an OAuth connection: answers from anywhere but the server's own
     MCP endpoint are read up to ``cap`` bytes and refused beyond it (the MCP endpoint's own
-    answers are bounded by ``max_message_bytes`` downstream, as without OAuth)."""
+    answers are bounded by ``max_message_bytes``, as without OAuth: bounded.py)."""
 
     def __init__(self, endpoint: str, inner: httpx2.AsyncBaseTransport | None = None, cap: int = MAX_AUTH_ANSWER):
         self.endpoint = httpx2.URL(endpoint)

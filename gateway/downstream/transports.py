@@ -18,6 +18,7 @@ from typing import Any
 import anyio
 
 from gateway.config import ServerConfig
+from gateway.downstream.bounded import BoundedAnswers
 from gateway.downstream.httpcalls import HttpCalls
 from gateway.downstream.rawcalls import RawCalls
 from gateway.downstream.rawhttp import Pool
@@ -119,14 +120,15 @@ class StreamableHttpTransport(_Remote):
             inner: httpx2.AsyncBaseTransport = CappedAuthAnswers(self.url)
         else:
             inner = httpx2.AsyncHTTPTransport()
+        limit = self.config.max_message_bytes
         self.related = Related()
-        pool = ReusedConnections(RelatedStreams(self.related, inner))
+        pool = ReusedConnections(RelatedStreams(self.related, BoundedAnswers(inner, limit)))
         headers = dict(self.config.headers)
         self.http_calls = None
         raw = Pool(self.url, headers) if auth is None and plain_http(self.url) else None
         try:
             async with httpx2.AsyncClient(headers=headers, timeout=timeout, auth=auth, transport=pool) as http:
-                async with _streamable_http(self.url, http, raw, self.related) as (read, write, calls):
+                async with _streamable_http(self.url, http, raw, self.related, limit) as (read, write, calls):
                     self.http_calls = calls
                     yield read, write
         finally:
@@ -146,16 +148,18 @@ def plain_http(url: str, environ: Mapping[str, str] = os.environ) -> bool:
 
 @asynccontextmanager
 async def _streamable_http(
-    url: str, http: Any, raw: Pool | None, related: Related | None
+    url: str, http: Any, raw: Pool | None, related: Related | None, limit: int
 ) -> AsyncIterator[tuple[Any, Any, HttpCalls]]:
     """The SDK's ``streamable_http_client``, its parts held here: the raw calls of
     ``httpcalls.py`` read the session id and version its transport learns, hand the session
-    what arrives on their streams, and end the connection as a failed POST of its own would."""
+    what arrives on their streams, and end the connection as a failed POST of its own would.
+    ``limit``: the largest event its event streams may carry (``max_message_bytes``, as a
+    stdio line; the SDK's default is 1 MiB, less than many a tool's result)."""
     from mcp.client.streamable_http import StreamableHTTPTransport
 
     from gateway.sdk import context_streams
 
-    sdk = StreamableHTTPTransport(url)
+    sdk = StreamableHTTPTransport(url, max_sse_event_size=limit)
     read_writer, read, to_session = context_streams()
     write, write_reader, _ = context_streams()
     async with read_writer, read, write, write_reader, anyio.create_task_group() as tg:
