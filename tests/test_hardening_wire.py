@@ -110,6 +110,30 @@ async def test_lone_surrogate_from_an_http_client_is_replaced_as_on_stdio(tmp_pa
             assert text(await client.call_tool("rogue__ok", {})) == "ok"
 
 
+@pytest.mark.parametrize("fast", [True, False], ids=["fast-path", "sdk-path"])
+@pytest.mark.parametrize("modern", [False, True], ids=["2025-11-25", "2026-07-28"])
+def test_a_call_the_gateway_cannot_encode_is_not_blamed_on_the_server(tmp_path: Path, modern: bool, fast: bool) -> None:
+    # Arguments nested past pydantic-core's serializer depth (a raw client: the SDK's own
+    # encoder refuses them too) parse on the way in but cannot be written to the server:
+    # the call's error says it was not sent, not that the server answered it.
+    config = write_config(tmp_path, {"rogue": rogue()})
+    deep: Any = "x"
+    for _ in range(300):
+        deep = {"a": deep}
+    meta = {"_meta": {PROTOCOL_VERSION_META_KEY: "2026-07-28", CLIENT_CAPABILITIES_META_KEY: {}}} if modern else {}
+    with raw_gateway(config, None, {"PREFIXGATE_FAST_PATH": "1" if fast else "0"}) as gw:
+        if not modern:
+            gw.handshake()
+        gw.request(1, "tools/call", {"name": "rogue__echo", "arguments": {"text": "deep", "d": deep}, **meta})
+        answer = gw.answer(1)
+        assert answer["result"]["isError"] is True, answer
+        said = answer["result"]["content"][0]["text"]
+        assert said.startswith("rogue: tool 'echo': request not sent: "), said
+        assert "depth" in said and "answered" not in said, said
+        gw.request(2, "tools/call", {"name": "rogue__echo", "arguments": {"text": "next"}, **meta})
+        assert gw.answer(2)["result"]["content"][0]["text"] == "echo: next"
+
+
 @contextmanager
 def remote_rogue() -> Iterator[str]:
     proc = subprocess.Popen([PYTHON, ROGUE, "--http"], stdout=subprocess.PIPE, text=True)

@@ -57,7 +57,13 @@ from mcp_types import (
 from pydantic import ValidationError
 
 from gateway.downstream.bounded import bound_answer
-from gateway.downstream.rawcalls import ID_PREFIX, deliver_progress, progress_args, request_message
+from gateway.downstream.rawcalls import (
+    ID_PREFIX,
+    UNSENDABLE_REQUEST,
+    deliver_progress,
+    progress_args,
+    request_message,
+)
 from gateway.downstream.rawhttp import Pool, Unsendable
 from gateway.downstream.related import HEADER, Related
 from gateway.sdk import events_on_origin, post_on_origin, sse_parser, transport_headers, unfollowed_redirect
@@ -132,7 +138,7 @@ class HttpCalls:
             body = json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
         except ValueError as exc:
             log.warning("cannot send a request to %s: %s", self.sdk.url, exc)
-            raise MCPError(code=INVALID_REQUEST, message=f"request not sent: {exc}") from None
+            raise MCPError(code=UNSENDABLE_REQUEST, message=f"request not sent: {exc}") from None
         del message
         wire = transport_headers(self.sdk)
         wire.update(headers)

@@ -31,7 +31,7 @@ import mcp_types as types
 from anyio.streams.memory import MemoryObjectSendStream
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
-from mcp_types.jsonrpc import CONNECTION_CLOSED, INVALID_REQUEST, REQUEST_TIMEOUT
+from mcp_types.jsonrpc import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
 log = logging.getLogger("prefixgate.stdio")
 
@@ -49,6 +49,11 @@ _TIMER_SLACK = 0.001
 """A loop timer may fire a hair before its time: a deadline this close counts as reached."""
 _TIMED_OUT = types.ErrorData(code=REQUEST_TIMEOUT, message="timed out")
 """The outcome the call's timer sets (compared by identity): the call then cancels, as the SDK's does."""
+
+UNSENDABLE_REQUEST = -32097
+"""JSON-RPC error code (implementation-defined range) of a request the gateway could not write
+(its arguments do not encode: nested past the serializer's depth, say): the request's own
+fault, never the server's."""
 
 
 def request_message(
@@ -137,7 +142,7 @@ class RawCalls:
             data = self._encode(message)
         except ValueError as exc:
             log.warning("cannot send a message to %s: %s", self._name, exc)
-            raise MCPError(code=INVALID_REQUEST, message=f"request not sent: {exc}") from None
+            raise MCPError(code=UNSENDABLE_REQUEST, message=f"request not sent: {exc}") from None
         del message
         loop = asyncio.get_running_loop()
         waiting = _Waiting(loop.create_future(), on_progress, self.forwarded)

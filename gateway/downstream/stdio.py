@@ -30,11 +30,10 @@ import mcp_types as types
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.os.posix.utilities import terminate_posix_process_tree
 from mcp.shared.message import SessionMessage
-from mcp_types.jsonrpc import INVALID_REQUEST
 
 from gateway import jsontext
 from gateway.config import DEFAULT_MAX_MESSAGE_BYTES
-from gateway.downstream.rawcalls import RawCalls
+from gateway.downstream.rawcalls import UNSENDABLE_REQUEST, RawCalls
 from gateway.downstream.spawn import CommandNotFound as CommandNotFound
 from gateway.downstream.spawn import Spawned, spawn
 from gateway.lines import (
@@ -365,7 +364,7 @@ async def stdio_transport(
                         if isinstance(message.message, types.JSONRPCRequest) and request_id is not None:
                             with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
                                 await read_send.send(
-                                    error_message(request_id, INVALID_REQUEST, f"request not sent: {exc}")
+                                    error_message(request_id, UNSENDABLE_REQUEST, f"request not sent: {exc}")
                                 )
                         continue
                     await stdin.send(data)

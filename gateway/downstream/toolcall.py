@@ -21,6 +21,7 @@ from gateway.downstream.connection import Downstream
 from gateway.downstream.errors import DownstreamUnavailable
 from gateway.downstream.link import ProgressFn
 from gateway.downstream.modern import ENVELOPE, relayable
+from gateway.downstream.rawcalls import UNSENDABLE_REQUEST
 from gateway.downstream.stdio import MESSAGE_TOO_LARGE, UNPARSABLE_REPLY
 from gateway.results import error_result
 
@@ -79,9 +80,10 @@ async def call_tool(
             return error_result(f"{server}: tool {tool!r} timed out after {timeout:g} s")
         if exc.code == CONNECTION_CLOSED and _connection_gone(downstream, exc):
             return error_result(await _closed_reason(downstream, tool))
-        if exc.code in (MESSAGE_TOO_LARGE, UNPARSABLE_REPLY, PARSE_ERROR):
+        if exc.code in (MESSAGE_TOO_LARGE, UNPARSABLE_REPLY, PARSE_ERROR, UNSENDABLE_REQUEST):
             # The reply never arrived whole: refused by our transport, or (remote) by the
-            # SDK's, whose JSON parser rejects lone surrogates (``\ud800``) outright.
+            # SDK's, whose JSON parser rejects lone surrogates (``\ud800``) outright; or the
+            # request never left (its arguments would not encode). Not the server's answer.
             return error_result(f"{server}: tool {tool!r}: {exc.message}")
         if SPEC_ERRORS[0] <= exc.code <= SPEC_ERRORS[1]:
             raise
