@@ -10,7 +10,8 @@ to it directly gets an error from those tools (2026-07-28 has no back-channel), 
 gateway, which reaches it with the handshake, can relay them to either era.
 
 Tools: ``echo(text)``, ``elicit()``, ``confide(secret)`` (an elicitation naming the secret),
-``header_names()`` (the call's HTTP request header names), ``elicit_url()``, ``sample()``, ``roots()``,
+``header_names()`` (the call's HTTP request header names), ``elicit_url()`` (then the completion
+notice), ``url_required()`` (``-32042``, the completion notice on the session after it), ``sample()``, ``roots()``,
 ``progress(steps)``, ``log()`` (one info line on the call's stream), ``sleep(seconds, tag)``
 (progress 0 once it runs, then cancellable) and ``cancelled(tag)`` (whether the ``sleep`` with that tag was cancelled:
 what the tests check a cancellation reached the server with).
@@ -21,13 +22,14 @@ Usage: ``python -m tests.classic_server`` (stdio) or ``python -m tests.classic_s
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import warnings
 
 import anyio
 import mcp_types as types
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.shared.exceptions import MCPDeprecationWarning
+from mcp.shared.exceptions import MCPDeprecationWarning, UrlElicitationRequiredError
 from pydantic import BaseModel
 
 # Logging, sampling and roots are deprecated as of 2026-07-28 (SEP-2577): still what classic servers use.
@@ -35,6 +37,8 @@ warnings.filterwarnings("ignore", category=MCPDeprecationWarning)
 
 server = MCPServer("classic", version="1.0", log_level="WARNING")
 cancelled_sleeps: set[str] = set()
+background: set[asyncio.Task[None]] = set()
+"""Tasks that outlive their call (``url_required``'s completion notice), held until done."""
 
 
 class Name(BaseModel):
@@ -74,7 +78,27 @@ def header_names(ctx: Context) -> str:
 async def elicit_url(ctx: Context) -> str:
     """Send the user to a URL (URL-mode elicitation over the back-channel)."""
     answer = await ctx.elicit_url("Open the link to sign in.", "https://example.com/login", "login-1")
+    await ctx.session.send_elicit_complete("login-1", related_request_id=ctx.request_id)  # the sign-in is done
     return f"url:{answer.action}"
+
+
+@server.tool()
+async def url_required(ctx: Context) -> str:
+    """Fail with ``-32042``: a URL-mode elicitation to complete first; its completion notice
+    follows on the session a moment later (the spec's main URL-mode flow)."""
+    session = ctx.session
+
+    async def complete() -> None:
+        await anyio.sleep(0.2)
+        await session.send_elicit_complete("login-2")
+
+    task = asyncio.get_running_loop().create_task(complete())
+    background.add(task)
+    task.add_done_callback(background.discard)
+    link = types.ElicitRequestURLParams(
+        message="Sign in first.", url="https://example.com/login", elicitation_id="login-2"
+    )
+    raise UrlElicitationRequiredError([link])
 
 
 @server.tool()

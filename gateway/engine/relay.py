@@ -1,4 +1,5 @@
-"""Server-to-client traffic: sampling, elicitation and roots requests, and log messages.
+"""Server-to-client traffic: sampling, elicitation and roots requests, log messages, and
+the completion of a URL-mode elicitation.
 
 Each goes to the client whose call caused it, when that can be told. A stdio server has
 one pipe for every caller and its messages do not say which call they belong to, so they
@@ -12,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import warnings
+from collections import OrderedDict
 from typing import Any
 
 from mcp.server.session import ServerSession
@@ -27,10 +29,17 @@ from gateway.sdk import send_raw_request
 log = logging.getLogger("prefixgate")
 
 
+MAX_URL_ELICITATIONS = 256
+"""URL-mode elicitations remembered for their completion notice (the oldest forgotten first):
+what servers' ids can make the gateway keep is bounded."""
+
+
 class Relay:
     def __init__(self, clients: Clients, round_trips: RoundTrips) -> None:
         self._clients = clients
         self._round_trips = round_trips
+        self._urls: OrderedDict[tuple[str, str], tuple[ClientConnection, Any]] = OrderedDict()
+        """(server, ``elicitationId``) -> the client and call a URL-mode elicitation went to."""
 
     async def request(
         self, downstream: Downstream, method: str, params: dict[str, Any], caller: object | None = None
@@ -56,10 +65,42 @@ class Relay:
         # Raw, as the server sent it, on the originating call's own stream when there is
         # one (streamable HTTP needs that), else on the client's standalone channel.
         call_session = client.call_sessions.get(request_id) if request_id is not None else None
+        if method == "elicitation/create" and params.get("mode") == "url":
+            self.sent_urls(downstream.id, [params], client, request_id)
         result: dict[str, Any] = await send_raw_request(
             call_session or client.server_session, method, params, related=call_session is not None
         )
         return result
+
+    def sent_urls(self, server_id: str, elicitations: Any, client: ClientConnection, request_id: Any) -> None:
+        """URL-mode elicitations of ``server_id`` that reached a handshake-era ``client`` (asked
+        during its call ``request_id``, or listed in the data of a ``-32042`` error it was given):
+        the server's notice that one completed goes to that client."""
+        for item in elicitations if isinstance(elicitations, list) else ():
+            elicitation_id = item.get("elicitationId") if isinstance(item, dict) else None
+            if isinstance(elicitation_id, str):
+                self._urls[(server_id, elicitation_id)] = (client, request_id)
+                self._urls.move_to_end((server_id, elicitation_id))
+        while len(self._urls) > MAX_URL_ELICITATIONS:
+            self._urls.popitem(last=False)
+
+    async def elicitation_complete(self, downstream: Downstream, params: dict[str, Any]) -> None:
+        """A server's ``notifications/elicitation/complete``: to the client its URL-mode
+        elicitation went to, on that call's stream while the call is in flight, else on the
+        client's own channel. Dropped when the gateway relayed no such elicitation of this
+        server (a 2026-07-28 client's, which has no channel for it, or an id it never saw)."""
+        elicitation_id = params.get("elicitationId")
+        found = self._urls.pop((downstream.id, elicitation_id), None) if isinstance(elicitation_id, str) else None
+        if found is None or not isinstance(elicitation_id, str):
+            log.debug("[%s] elicitation completion dropped: no client was sent that elicitation", downstream.id)
+            return
+        client, request_id = found
+        call_session = client.call_sessions.get(request_id) if request_id is not None else None
+        session = call_session or client.server_session
+        if session is None:
+            return
+        with contextlib.suppress(Exception):  # a gone client must not break the server's connection
+            await session.send_elicit_complete(elicitation_id, related_request_id=request_id if call_session else None)
 
     async def log(self, downstream: Downstream, params: dict[str, Any]) -> None:
         """A server's log message goes to the client whose call to it is in flight (on that

@@ -26,7 +26,7 @@ from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
 from mcp.server.subscriptions import ListenHandler
 from mcp.shared.exceptions import MCPError
-from mcp_types import CLIENT_CAPABILITIES_META_KEY, SERVER_INFO_META_KEY
+from mcp_types import CLIENT_CAPABILITIES_META_KEY, SERVER_INFO_META_KEY, URL_ELICITATION_REQUIRED
 from mcp_types.jsonrpc import INVALID_PARAMS
 from mcp_types.methods import is_input_required, validate_client_request
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
@@ -239,7 +239,13 @@ class Handlers:
             with _Attributed(client, ctx, target, None):
                 return await self.with_input(ctx, client, "tools/call", name, _Digest(arguments), target, run)
         with _Attributed(client, ctx, target, hub.round_trips.order()):
-            result = await run(None)
+            try:
+                result = await run(None)
+            except MCPError as exc:
+                if exc.code == URL_ELICITATION_REQUIRED and target is not None and isinstance(exc.error.data, dict):
+                    # Its completion notice comes later, on the server's session: for this client.
+                    hub.relay.sent_urls(target, exc.error.data.get("elicitations"), client, None)
+                raise
             if target is not None and is_input_required(result):
                 try:
                     return await self.over_back_channel(result, target, run)

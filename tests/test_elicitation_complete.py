@@ -1,0 +1,116 @@
+"""A server's ``notifications/elicitation/complete`` reaches the client its URL-mode
+elicitation went to (gateway/engine/relay.py), as it does directly.
+
+The server is tests/classic_server.py, written the classic way: ``elicit_url`` asks on its
+back-channel during the call and sends the completion notice before answering;
+``url_required`` fails with ``-32042`` (the elicitation in the error's data) and sends the
+notice on its session a moment later. Before, the gateway dropped every such notice, and a
+client that waits for it before retrying never retried. The real SDK client, over stdio
+and over HTTP, with the server behind on stdio and on HTTP. A 2026-07-28 client has no
+channel for the notice: its calls still work.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp_types as types
+import pytest
+from mcp.client.stdio import StdioServerParameters
+from mcp.shared.exceptions import MCPError
+
+from tests.helpers import Notifications, http_gateway, sdk_client, text, url_process, write_config
+
+pytestmark = pytest.mark.anyio
+
+CLASSIC = [sys.executable, "-m", "tests.classic_server"]
+ROOT = Path(__file__).resolve().parent.parent
+
+
+async def _accept(context: Any, params: Any) -> types.ElicitResult:
+    return types.ElicitResult(action="accept")
+
+
+def _completed(notes: Notifications) -> list[str]:
+    return [m.params.elicitation_id for m in notes.seen if isinstance(m, types.ElicitCompleteNotification)]
+
+
+async def _until_completed(notes: Notifications, elicitation_id: str) -> list[str]:
+    with anyio.move_on_after(10):
+        while elicitation_id not in _completed(notes):
+            await anyio.sleep(0.02)
+    return _completed(notes)
+
+
+async def _both_flows(client: Any, notes: Notifications, prefix: str) -> tuple[list[str], list[str]]:
+    """The URL elicitation during a call, then the ``-32042`` one: the notices seen after each."""
+    assert text(await client.call_tool(f"{prefix}elicit_url", {})) == "url:accept"
+    during = await _until_completed(notes, "login-1")
+    with pytest.raises(MCPError) as failed:
+        await client.call_tool(f"{prefix}url_required", {})
+    assert failed.value.error.code == types.URL_ELICITATION_REQUIRED
+    after = await _until_completed(notes, "login-2")
+    return during, after
+
+
+async def test_the_notices_reach_a_client_directly() -> None:
+    """The baseline the gateway is held to: the SDK client talking to the server itself."""
+    from mcp import Client
+
+    notes = Notifications()
+    params = StdioServerParameters(command=CLASSIC[0], args=CLASSIC[1:], cwd=str(ROOT))
+    async with Client(params, mode="legacy", elicitation_callback=_accept, message_handler=notes) as client:
+        assert await _both_flows(client, notes, "") == (["login-1"], ["login-1", "login-2"])
+
+
+@asynccontextmanager
+async def _through_gateway(
+    tmp_path: Path, front: str, behind: str, mode: str, notes: Notifications
+) -> AsyncIterator[Any]:
+    options = {"elicitation_callback": _accept, "message_handler": notes}
+    if behind == "http":
+        with url_process([*CLASSIC, "--http"]) as (url, _):
+            config = write_config(tmp_path, {"classic": {"url": url}})
+            async with _front(config, front, mode, options) as client:
+                yield client
+        return
+    config = write_config(tmp_path, {"classic": {"command": CLASSIC[0], "args": CLASSIC[1:], "cwd": str(ROOT)}})
+    async with _front(config, front, mode, options) as client:
+        yield client
+
+
+@asynccontextmanager
+async def _front(config: Path, front: str, mode: str, options: dict[str, Any]) -> AsyncIterator[Any]:
+    if front == "stdio":
+        async with sdk_client(config, mode, **options) as client:
+            yield client
+        return
+    with http_gateway(config) as (url, _):
+        async with sdk_client(url, mode, **options) as client:
+            yield client
+
+
+@pytest.mark.parametrize("behind", ["stdio", "http"])
+@pytest.mark.parametrize("front", ["stdio", "http"])
+async def test_the_notices_reach_a_handshake_client_through_the_gateway(
+    tmp_path: Path, front: str, behind: str
+) -> None:
+    notes = Notifications()
+    async with _through_gateway(tmp_path, front, behind, "legacy", notes) as client:
+        assert await _both_flows(client, notes, "classic__") == (["login-1"], ["login-1", "login-2"])
+
+
+@pytest.mark.parametrize("front", ["stdio", "http"])
+async def test_a_2026_client_s_calls_work_without_the_notice(tmp_path: Path, front: str) -> None:
+    notes = Notifications()
+    async with _through_gateway(tmp_path, front, "stdio", "auto", notes) as client:
+        assert text(await client.call_tool("classic__elicit_url", {})) == "url:accept"
+        with pytest.raises(MCPError) as failed:
+            await client.call_tool("classic__url_required", {})
+        assert failed.value.error.code == types.URL_ELICITATION_REQUIRED
+        assert text(await client.call_tool("classic__echo", {"text": "after"})) == "classic:after"
