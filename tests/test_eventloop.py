@@ -4,13 +4,15 @@ HTTP, including a classic server's request to the client during a call."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gateway.commands.eventloop import UVLOOP_ENV, backend_options
-from tests.helpers import ERAS, demo, elicitation, http_gateway, sdk_client, text, write_config
+from tests.helpers import ERAS, GATEWAY, demo, elicitation, http_gateway, sdk_client, text, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -54,3 +56,66 @@ def test_the_loop_is_chosen_from_the_environment() -> None:
     assert backend_options({UVLOOP_ENV: "1"}) == {"use_uvloop": True}
     for off in ("0", "off", " False "):
         assert backend_options({UVLOOP_ENV: off}) == {}
+
+
+def _closed_stdin() -> None:
+    os.close(0)
+
+
+@pytest.mark.parametrize("mode", ERAS)
+@pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
+async def test_serve_with_its_stdin_closed(tmp_path: Path, mode: str, loop: str) -> None:
+    """Started with file descriptor 0 closed (``serve --http <&-``, a daemon manager that
+    closes it), the first pipe the gateway opened took that number: on uvloop its server
+    then failed to start ("Bad file descriptor") and libuv aborted the process when it
+    closed the pipe. Now /dev/null is opened there first: the servers start, calls are
+    answered, and a stdio gateway, whose client is then gone, exits 0."""
+    config = write_config(tmp_path, {"demo": demo("--tools", 1)})
+    env = {**os.environ, UVLOOP_ENV: "1" if loop == "uvloop" else "0"}
+    stderr = tmp_path / "serve.log"
+    command = [*GATEWAY, "serve", "--config", str(config), "--http", "127.0.0.1:0"]
+    with stderr.open("w") as errlog:
+        proc = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=errlog, text=True, env=env, preexec_fn=_closed_stdin
+        )
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        assert url, stderr.read_text()
+        async with sdk_client(url, mode) as client:
+            assert text(await client.call_tool("demo__echo", {"text": "hi"})) == "hi"
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=30) == 143, stderr.read_text()  # stopped by SIGTERM, not aborted (-6)
+    assert "Bad file descriptor" not in stderr.read_text()
+    stdio = subprocess.run(
+        [*GATEWAY, "serve", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        env=env,
+        preexec_fn=_closed_stdin,
+        timeout=60,
+    )
+    assert stdio.returncode == 0, stdio.stderr
+    assert "Bad file descriptor" not in stdio.stderr
+
+
+@pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
+def test_a_start_that_exits_2_stops_its_early_servers_quietly(tmp_path: Path, loop: str) -> None:
+    """A stdio gateway starts its servers before it reads the catalog lock; a missing one
+    exits 2. On uvloop the early server's pipes were closed under its start, which the
+    supervisor reported as a failure with a retry after the reason: the reason is the last
+    line, and a stop is not a failed start."""
+    config = write_config(tmp_path, {"demo": demo("--tools", 1)}, gateway={"lock": "missing.lock"})
+    env = {**os.environ, UVLOOP_ENV: "1" if loop == "uvloop" else "0"}
+    proc = subprocess.run(
+        [*GATEWAY, "serve", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        timeout=60,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "lock file not found" in proc.stderr.strip().splitlines()[-1], proc.stderr
+    assert "retrying" not in proc.stderr and "cannot start" not in proc.stderr, proc.stderr

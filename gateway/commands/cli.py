@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 from gateway import __version__, logs
 from gateway.commands.arguments import doctor_arguments, login_arguments
 from gateway.commands.base import Exit, has_config, load
+from gateway.commands.eventloop import standard_fds_open
 from gateway.config import PROFILE_ENV, default_config
 
 
@@ -48,8 +49,11 @@ def _exit_in(exc: BaseException) -> Exit | None:
 
 
 def common(sp: argparse.ArgumentParser) -> None:
-    sp.add_argument("--config", metavar="PATH", help="config file (default: $PREFIXGATE_CONFIG, ./prefixgate.toml, "
-                    "$XDG_CONFIG_HOME/prefixgate/config.toml)")
+    sp.add_argument(
+        "--config",
+        metavar="PATH",
+        help="config file (default: $PREFIXGATE_CONFIG, ./prefixgate.toml, $XDG_CONFIG_HOME/prefixgate/config.toml)",
+    )
     sp.add_argument("--log-level", choices=logs.LEVELS, default="info", help="stderr log level (default info)")
 
 
@@ -136,8 +140,11 @@ def parser() -> argparse.ArgumentParser:
         "tools/list bytes are identical, 1 when they differ, 2 when a file is unusable.",
     )
     diff.add_arguments(diff_parser)
-    diff_parser.add_argument("--lock", action="store_true", help="instead: list the live changes pending against the "
-                             "catalog lock (exit 1 when any is)")
+    diff_parser.add_argument(
+        "--lock",
+        action="store_true",
+        help="instead: list the live changes pending against the catalog lock (exit 1 when any is)",
+    )
     lock_parser = cat_sub.add_parser(
         "lock",
         help="write the catalog lock (prefixgate.lock) from the live catalog",
@@ -192,7 +199,7 @@ def parser() -> argparse.ArgumentParser:
     profile_argument(doc, "check the catalog")
     login_parser = sub.add_parser(
         "login",
-        help="log in to a remote server with auth = \"oauth\" (browser flow; stores its tokens)",
+        help='log in to a remote server with auth = "oauth" (browser flow; stores its tokens)',
         description="Run the OAuth browser flow for one remote server: open the authorization URL with the "
         "system browser ($BROWSER is honoured; the URL is also printed to stderr), receive the code on a "
         "loopback redirect (http://127.0.0.1:PORT/callback), and store the tokens under <state_dir>/oauth "
@@ -222,6 +229,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    standard_fds_open()
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["demo-server"]:
         with importing():
@@ -263,6 +271,7 @@ def _exiting(command: Callable[[], int]) -> int:
         found = _exit_in(exc)
         if found is None:
             raise
+        logs.flush()  # the log lines written before it come first: the reason is the last line
         sys.stderr.write(f"{found}\n")
         return found.code
     except KeyboardInterrupt:

@@ -24,3 +24,22 @@ def backend_options(environ: Mapping[str, str] = os.environ) -> dict[str, Any]:
     if importlib.util.find_spec("uvloop") is None:
         return {}
     return {"use_uvloop": True}
+
+
+def standard_fds_open() -> None:
+    """Open ``/dev/null`` on each of file descriptors 0, 1 and 2 that is closed.
+
+    Started with one closed (a daemon manager that closes stdin, ``serve --http <&-``), the
+    first pipe or socket the gateway opens would take its number: libuv (uvloop) then
+    refuses to start the server on that pipe and aborts the whole process when it closes
+    it, and a child would inherit it as its own standard stream. Opening returns the
+    lowest free descriptor, so each ``open`` lands on the one that was closed.
+    """
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            opened = os.open(os.devnull, os.O_RDWR)
+            if opened != fd:  # (a lower one was open: cannot happen in this order, kept safe)
+                os.dup2(opened, fd)
+                os.close(opened)

@@ -14,6 +14,7 @@ import os
 from contextlib import AsyncExitStack
 
 import anyio
+import anyio.lowlevel
 from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import CONNECTION_CLOSED
 
@@ -66,6 +67,7 @@ class Supervisor:
                     await self._attempt(supervise)
                     if not supervise or d.stopping:
                         return
+                    await anyio.lowlevel.checkpoint_if_cancelled()  # stopping: no retry to announce
                     healthy = None if self._ready_at is None else anyio.current_time() - self._ready_at
                     wait = policy.delay(healthy)
                     d.retry_at = anyio.current_time() + wait
@@ -149,6 +151,9 @@ class Supervisor:
                 except MCPError as exc:
                     d.set_status("failed", await self._startup_error(exc))
                 except OSError as exc:
+                    # Cancelled while its pipes were being opened (the gateway stops: uvloop has
+                    # closed them already), it did not fail: the cancellation goes on.
+                    await anyio.lowlevel.checkpoint_if_cancelled()
                     d.set_status("failed", f"cannot start: {exc.strerror or exc}")
                 except Exception as exc:  # a broken server must never take the gateway down
                     cause = leaf(exc)

@@ -21,12 +21,14 @@ CHUNK = 1 << 16
 
 
 def watchable(fd: int) -> bool:
-    """Whether the event loop can watch ``fd``: a pipe, a socket or a terminal."""
+    """Whether the event loop can watch ``fd``: a pipe, a socket or a terminal. Another
+    character device (``serve < /dev/null``) cannot be watched (epoll refuses it: asyncio's
+    loop then never saw its EOF, uvloop aborted): it is read and written as a file."""
     try:
         mode = os.fstat(fd).st_mode
     except OSError:
         return False
-    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or (stat.S_ISCHR(mode) and os.isatty(fd))
 
 
 class FileReading(asyncio.ReadTransport):
