@@ -69,7 +69,8 @@ async def test_serve_with_its_stdin_closed(tmp_path: Path, mode: str, loop: str)
     closes it), the first pipe the gateway opened took that number: on uvloop its server
     then failed to start ("Bad file descriptor") and libuv aborted the process when it
     closed the pipe. Now /dev/null is opened there first: the servers start, calls are
-    answered, and a stdio gateway, whose client is then gone, exits 0."""
+    answered, and a stdio gateway, whose stdin is then /dev/null (a character device epoll
+    refuses: asyncio's loop never saw its end, uvloop aborted), reads it as a file and exits 0."""
     config = write_config(tmp_path, {"demo": demo("--tools", 1)})
     env = {**os.environ, UVLOOP_ENV: "1" if loop == "uvloop" else "0"}
     stderr = tmp_path / "serve.log"
