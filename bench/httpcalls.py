@@ -290,18 +290,28 @@ def rows(results: dict[str, Any], ms: Any, spread: Any, ratio: Any) -> list[tupl
             value = c["cpu_s_per_1000_calls"]
             shown = "-" if value is None else f"{value:.2f} s"
             out.append((label, name, shown, f"{c['failed_calls']} failed or refused", ""))
-        label = f"HTTP echo, {era}, CPU per 1,000 concurrent calls of the demo server behind the gateway"
-        for name, c in data["contenders"].items():
-            value = c.get("downstream_cpu_s_per_1000_calls")
-            if value is not None:
-                switches = c.get("downstream_switches_per_call")
-                shown = "" if switches is None else f"{switches:.1f} context switches a call (all threads)"
-                out.append((label, name, f"{value:.2f} s", shown, ""))
-        label = f"HTTP echo, {era}, the SDK client's CPU per 1,000 concurrent calls (one process, one core)"
-        for name, c in data["contenders"].items():
-            value = c.get("client_cpu_s_per_1000_calls")
-            if value is not None:
-                preempted = c.get("client_preempted_per_call")
-                shown = "" if preempted is None else f"preempted {preempted:.2f} times a call"
-                out.append((label, name, f"{value:.2f} s", shown, ""))
+        out += _cpu_rows(
+            f"HTTP echo, {era}, CPU per 1,000 concurrent calls of the demo server behind the gateway",
+            data["contenders"],
+            ("downstream_cpu_s_per_1000_calls", "downstream_switches_per_call"),
+            "{:.1f} context switches a call (all threads)",
+        )
+        out += _cpu_rows(
+            f"HTTP echo, {era}, the SDK client's CPU per 1,000 concurrent calls (one process, one core)",
+            data["contenders"],
+            ("client_cpu_s_per_1000_calls", "client_preempted_per_call"),
+            "preempted {:.2f} times a call",
+        )
     return out
+
+
+def _cpu_rows(
+    label: str, contenders: dict[str, Any], keys: tuple[str, str], note: str
+) -> list[tuple[str, str, str, str, str]]:
+    """One row a contender that has the CPU figure ``keys[0]``, with ``keys[1]`` told by ``note``."""
+    rows = []
+    for name, c in contenders.items():
+        value, beside = c.get(keys[0]), c.get(keys[1])
+        if value is not None:
+            rows.append((label, name, f"{value:.2f} s", "" if beside is None else note.format(beside), ""))
+    return rows
