@@ -49,11 +49,8 @@ def _exit_in(exc: BaseException) -> Exit | None:
 
 
 def common(sp: argparse.ArgumentParser) -> None:
-    sp.add_argument(
-        "--config",
-        metavar="PATH",
-        help="config file (default: $PREFIXGATE_CONFIG, ./prefixgate.toml, $XDG_CONFIG_HOME/prefixgate/config.toml)",
-    )
+    sp.add_argument("--config", metavar="PATH", help="config file (default: $PREFIXGATE_CONFIG, ./prefixgate.toml, "
+                    "$XDG_CONFIG_HOME/prefixgate/config.toml)")
     sp.add_argument("--log-level", choices=logs.LEVELS, default="info", help="stderr log level (default info)")
 
 
@@ -140,11 +137,8 @@ def parser() -> argparse.ArgumentParser:
         "tools/list bytes are identical, 1 when they differ, 2 when a file is unusable.",
     )
     diff.add_arguments(diff_parser)
-    diff_parser.add_argument(
-        "--lock",
-        action="store_true",
-        help="instead: list the live changes pending against the catalog lock (exit 1 when any is)",
-    )
+    diff_parser.add_argument("--lock", action="store_true", help="instead: list the live changes pending against the "
+                             "catalog lock (exit 1 when any is)")
     lock_parser = cat_sub.add_parser(
         "lock",
         help="write the catalog lock (prefixgate.lock) from the live catalog",
@@ -199,7 +193,7 @@ def parser() -> argparse.ArgumentParser:
     profile_argument(doc, "check the catalog")
     login_parser = sub.add_parser(
         "login",
-        help='log in to a remote server with auth = "oauth" (browser flow; stores its tokens)',
+        help="log in to a remote server with auth = \"oauth\" (browser flow; stores its tokens)",
         description="Run the OAuth browser flow for one remote server: open the authorization URL with the "
         "system browser ($BROWSER is honoured; the URL is also printed to stderr), receive the code on a "
         "loopback redirect (http://127.0.0.1:PORT/callback), and store the tokens under <state_dir>/oauth "
