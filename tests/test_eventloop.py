@@ -62,6 +62,7 @@ def _closed_stdin() -> None:
     os.close(0)
 
 
+@pytest.mark.real_processes  # file descriptors are what it is about: not through the fork server's launcher
 @pytest.mark.parametrize("mode", ERAS)
 @pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
 async def test_serve_with_its_stdin_closed(tmp_path: Path, mode: str, loop: str) -> None:
@@ -101,6 +102,7 @@ async def test_serve_with_its_stdin_closed(tmp_path: Path, mode: str, loop: str)
     assert "Bad file descriptor" not in stdio.stderr
 
 
+@pytest.mark.real_processes
 @pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
 def test_a_start_that_exits_2_stops_its_early_servers_quietly(tmp_path: Path, loop: str) -> None:
     """A stdio gateway starts its servers before it reads the catalog lock; a missing one
