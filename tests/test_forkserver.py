@@ -96,9 +96,14 @@ def test_a_signal_to_the_launcher_reaches_the_process_and_its_death_is_mirrored(
     """Sent to the launcher, a signal does to the process what it does to one the interpreter
     started: SIGHUP runs its handler (exit 5), the others kill it; one its starter ignored
     (a shell's background job ignores SIGINT) it ignores, and SIGKILL then ends it."""
+    # Short sleeps, not one long one: a signal that lands after the interpreter's last check
+    # for signals and before the sleep's system call starts is acted on only when that sleep
+    # ends. Any process has that window; a forked child's is wider (its first writes to pages
+    # it shares with the zygote fault), wide enough for 1 run in ~250 to wait out a 60 s sleep
+    # with three such loops running at once.
     code = (
         "import signal, sys, time; signal.signal(signal.SIGHUP, lambda *a: sys.exit(5)); "
-        "print('up', flush=True); time.sleep(60)"
+        "print('up', flush=True)\nfor _ in range(600): time.sleep(0.1)"
     )
     disposition = signal.SIG_IGN if inherited == "ignored" else signal.SIG_DFL
 
