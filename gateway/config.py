@@ -28,6 +28,10 @@ from catalog.names import DEFAULT_ENTRY, PROFILES, Profile
 from catalog.policy import ClientPolicy, Mode
 from catalog.text import escape
 
+DEFAULT_CALL_TIMEOUT = 300.0
+"""Seconds a tool call may go without an answer or progress (``call_timeout``)."""
+DEFAULT_MAX_CALL_TIME = 3600.0
+"""Seconds a tool call may run in all (``max_call_time``; gateway/downstream/calltime.py)."""
 DEFAULT_MAX_MESSAGE_BYTES = 32 << 20
 MIN_MESSAGE_BYTES = 1 << 16
 MIN_NAME_ROOM = 16
@@ -70,7 +74,8 @@ class ServerConfig:
     enabled: bool = True
     required: bool = False
     startup_timeout: float = 30.0
-    call_timeout: float = 300.0
+    call_timeout: float = DEFAULT_CALL_TIMEOUT
+    max_call_time: float = DEFAULT_MAX_CALL_TIME
     prefix: str = ""
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     """From ``[gateway]``."""
@@ -366,7 +371,7 @@ Check = Callable[[str, Any], Any]
 def _number(path: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ConfigError(path, "expected a number")
-    if value <= 0:
+    if not value > 0:  # (nan too: TOML has it)
         raise ConfigError(path, "expected a number greater than 0")
     return float(value)
 
@@ -541,6 +546,7 @@ _SERVER_KEYS: dict[str, Check] = {
     "required": _bool,
     "startup_timeout": _number,
     "call_timeout": _number,
+    "max_call_time": _number,
     "prefix": _str,
     "include": _str_list,
     "exclude": _str_list,
@@ -829,6 +835,14 @@ def _server(
         kind = "a stdio server (command)" if "command" in s else "a remote server (url)"
         raise ConfigError(f"{where}.{wrong[0]}", f"not valid for {kind}")
 
+    call_timeout = s.get("call_timeout", DEFAULT_CALL_TIMEOUT)
+    max_call_time = s.get("max_call_time", DEFAULT_MAX_CALL_TIME)
+    if max_call_time < call_timeout:
+        if "max_call_time" in s:
+            raise ConfigError(f"{where}.max_call_time", f"is less than call_timeout ({call_timeout:g} s)")
+        raise ConfigError(
+            f"{where}.call_timeout", f"is more than max_call_time ({max_call_time:g} s by default): raise that too"
+        )
     prefix = s.get("prefix", server_id)
     bad = _not_allowed(prefix, client.profile)
     if bad is not None:
@@ -839,7 +853,8 @@ def _server(
         enabled=s.get("enabled", True),
         required=s.get("required", False),
         startup_timeout=s.get("startup_timeout", 30.0),
-        call_timeout=s.get("call_timeout", 300.0),
+        call_timeout=call_timeout,
+        max_call_time=max_call_time,
         prefix=prefix,
         max_message_bytes=gateway.max_message_bytes,
         include=s.get("include", ()),

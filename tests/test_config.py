@@ -74,6 +74,12 @@ def test_client_defaults_are_the_policy_defaults() -> None:
         ({**BASE, "policy": {"deny": "x"}}, "policy.deny: expected a list of strings"),
         ({**BASE, "policy": {"allow": []}}, "policy.allow: unknown key"),
         ({**BASE, "client": {"max_functions": 0}}, "client.max_functions: expected an integer >= 1"),
+        ({"servers": {"git": {"command": "x", "call_timeout": float("nan")}}},
+         "servers.git.call_timeout: expected a number greater than 0"),
+        ({"servers": {"git": {"command": "x", "call_timeout": 60, "max_call_time": 30}}},
+         "servers.git.max_call_time: is less than call_timeout (60 s)"),
+        ({"servers": {"git": {"command": "x", "call_timeout": 7200}}},
+         "servers.git.call_timeout: is more than max_call_time (3600 s by default): raise that too"),
     ],
 )
 def test_errors_name_the_key(data: dict, message: str) -> None:  # type: ignore[type-arg]

@@ -137,7 +137,7 @@ def conversation(config: Path, modern: bool, fast: bool, stderr: Path) -> tuple[
         cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 12}}
         gw.send(json.dumps(cancel).encode())
         s.call("after cancel", 13, "demo__echo", {"text": "still here"})
-        s.call("timeout", 14, "slowpoke__slow", {"seconds": 20, "steps": 20})
+        s.call("timeout", 14, "slowpoke__slow", {"seconds": 20, "steps": 1})
         # Elicitation during a call: a request to the client (handshake era) or an input_required
         # round trip (2026-07-28); from a 2026-07-28 server and from a handshake-era one.
         s.ask("ask", 15, "demo__ask")

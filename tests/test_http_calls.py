@@ -79,7 +79,7 @@ async def test_http_calls_answer_byte_identical_to_the_sdk_session(tmp_path: Pat
     assert len(steps["log"]) == 2 and b"logged line" in steps["log"][0]  # the call's log before its answer
     assert len(steps["progress"]) == 3 and b'"progressToken":"p-9"' in steps["progress"][0]
     assert b"still here" in steps["after cancel"][-1] and len(steps["after cancel"]) == 1
-    assert b"timed out after 1 s" in steps["timeout"][-1]
+    assert b"timed out: no answer or progress in 1 s" in steps["timeout"][-1]
     # The SDK's words: the call's event stream cut (handshake era), its JSON answer's connection lost.
     crashed = b"closed during the call" if modern else b"SSE stream ended without a response"
     assert crashed in steps["crash mid-call"][-1]

@@ -107,7 +107,7 @@ def conversation(config: Path, lane: bool) -> tuple[list[tuple[str, Response]], 
             {"text": "logged line", "level": "warning"},
             meta={"io.modelcontextprotocol/logLevel": "debug"},
         )
-        s.call("timeout", 14, "slowpoke__slow", {"seconds": 20, "steps": 20})
+        s.call("timeout", 14, "slowpoke__slow", {"seconds": 20, "steps": 1})
         for label, request_id, name in (("ask", 15, "demo__ask"), ("ask legacy server", 18, "asker__ask")):
             first = s.call(label, request_id, name, {})
             assert first is not None and first["result"]["resultType"] == "input_required", first

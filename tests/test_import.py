@@ -616,6 +616,22 @@ def test_the_same_file_twice_is_read_once(tmp_path: Path) -> None:
     assert f"{tmp_path / 'link.json'} is the same file as {mcp}; read once" in proc.stderr
 
 
+def test_a_codex_tool_timeout_past_the_default_maximum_raises_the_maximum_too(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Codex's ``tool_timeout_sec`` becomes ``call_timeout``; one over the default
+    ``max_call_time`` (an hour) takes that with it, so the config it writes loads."""
+    source = tmp_path / "config.toml"
+    source.write_text('[mcp_servers.build]\ncommand = "make-mcp"\ntool_timeout_sec = 7200\n'
+                      '[mcp_servers.lint]\ncommand = "lint-mcp"\ntool_timeout_sec = 90\n')
+    code, out, err = do_import(capsys, source, "--from", "codex")
+    assert code == 0, err
+    s = servers(parsed(out))
+    assert (s["build"].call_timeout, s["build"].max_call_time) == (7200, 7200)
+    assert (s["lint"].call_timeout, s["lint"].max_call_time) == (90, 3600)
+    assert "max_call_time" not in tomllib.loads(out)["servers"]["lint"]
+
+
 @pytest.mark.parametrize(
     ("fmt", "name", "text"),
     [

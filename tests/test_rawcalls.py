@@ -10,6 +10,7 @@ import pytest
 from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import REQUEST_TIMEOUT
 
+from gateway.downstream.calltime import CallTimedOut
 from gateway.downstream.rawcalls import RawCalls
 from gateway.downstream.stdio import ChildStdout, Deferred
 from gateway.lines import encode_plain
@@ -93,3 +94,40 @@ async def test_a_reply_waits_behind_the_message_the_forwarder_holds() -> None:
             while not answer:
                 await anyio.sleep(0.01)
     assert answer == [{"content": []}]
+
+
+async def test_progress_restarts_a_calls_clock_up_to_its_maximum() -> None:
+    """With ``max_time``, each progress for the call restarts its timeout on the shared timer (set
+    for an earlier deadline, it looks again), until the maximum; without, progress moves nothing.
+    With ``max_time`` the call asks for progress though its caller gave no callback."""
+    pipe = Pipe()
+    to_session, _ = anyio.create_memory_object_stream[Any](1)
+    outcomes: dict[str, Any] = {}
+    async with anyio.create_task_group() as tg:
+        calls = RawCalls(pipe, to_session, encode_plain, tg.start_soon, "t")
+
+        async def heard(progress: float, total: float | None, message: str | None) -> None:
+            pass
+
+        async def call(label: str, max_time: float | None) -> None:
+            started = anyio.current_time()
+            progress = None if max_time is not None else heard
+            try:
+                await calls.request("tools/call", {"name": label}, timeout=0.3, on_progress=progress, max_time=max_time)
+            except CallTimedOut as exc:
+                outcomes[label] = (exc.at_limit, round(anyio.current_time() - started, 1))
+
+        tg.start_soon(call, "capped", 1.0)
+        tg.start_soon(call, "plain", None)
+        await anyio.sleep(0.05)
+        tokens = {line["params"]["name"]: line["params"]["_meta"]["progressToken"] for line in pipe.lines}
+        for step in range(12):  # every 0.1 s for 1.2 s: past the maximum
+            for token in tokens.values():
+                note = {"progressToken": token, "progress": step}
+                calls.take({"jsonrpc": "2.0", "method": "notifications/progress", "params": note})
+            await anyio.sleep(0.1)
+    assert outcomes["plain"] == (False, 0.3)
+    assert outcomes["capped"] == (True, 1.0)
+    cancels = [line["params"]["reason"] for line in pipe.lines if line.get("method") == "notifications/cancelled"]
+    assert cancels == ["timed out after 0.3s", "timed out after 1.0s"]
+    assert not calls.pending

@@ -151,7 +151,7 @@ def conversation(config: Path, lane: bool) -> tuple[list[tuple[str, Response]], 
             s.call(label, request_id, name, arguments, meta)
         s.post("log level", request(11, "logging/setLevel", {"level": "debug"}))
         s.call("log", 12, "demo__log", {"text": "logged line", "level": "warning"})
-        s.call("timeout", 14, "slowpoke__slow", {"seconds": 20, "steps": 20})
+        s.call("timeout", 14, "slowpoke__slow", {"seconds": 20, "steps": 1})
         for label, request_id, name in (("ask", 15, "demo__ask"), ("ask legacy server", 16, "asker__ask")):
 
             def answer(message: dict[str, Any], label: str = label) -> None:

@@ -247,10 +247,11 @@ class Downstream:
         on_progress: ProgressFn | None = None,
         log_level: str | None = None,
         capabilities: dict[str, Any] | None = None,
+        max_time: float | None = None,
     ) -> dict[str, Any]:
         """Send one raw request over the current connection (``Link.request``); the result
         is the peer's JSON, unvalidated. ``log_level``: that request's log opt-in, else the
-        gateway's level."""
+        gateway's level; ``max_time``: progress restarts ``timeout``, up to this in all."""
         if self.link is None:
             await self.started()  # its first start still under way: a request from a warm start's catalog
         link = self.link
@@ -273,6 +274,7 @@ class Downstream:
             on_progress=on_progress,
             log_level=log_level or self.log_level,
             capabilities=capabilities,
+            max_time=max_time,
         )
 
     async def refresh(self, *, tools: bool = False, resources: bool = False, prompts: bool = False) -> None:

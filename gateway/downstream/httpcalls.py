@@ -29,7 +29,6 @@ import codecs
 import contextlib
 import json
 import logging
-import math
 from collections.abc import AsyncGenerator, AsyncIterable, Awaitable, Callable, Mapping
 from typing import Any
 
@@ -52,11 +51,11 @@ from mcp_types import (
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
     PARSE_ERROR,
-    REQUEST_TIMEOUT,
 )
 from pydantic import ValidationError
 
 from gateway.downstream.bounded import bound_answer
+from gateway.downstream.calltime import Clock
 from gateway.downstream.rawcalls import (
     ID_PREFIX,
     UNSENDABLE_REQUEST,
@@ -123,8 +122,10 @@ class HttpCalls:
         timeout: float | None,
         on_progress: ProgressFn | None,
         headers: Mapping[str, str],
+        max_time: float | None = None,
     ) -> dict[str, Any]:
-        """The server's raw result, or ``MCPError`` as the SDK's ``send_raw_request`` raises it."""
+        """The server's raw result, or ``MCPError`` as the SDK's ``send_raw_request`` raises it
+        (``max_time``: as ``RawCalls.request``)."""
         if self._closed:
             raise MCPError(code=CONNECTION_CLOSED, message="Connection closed")
         self._next += 1
@@ -133,7 +134,7 @@ class HttpCalls:
                 "%s to %s posted beside the SDK's session (PREFIXGATE_FAST_PATH=0: through it)", method, self.sdk.url
             )
         request_id = f"{ID_PREFIX}{self._next}"
-        message = request_message(request_id, method, params, progress=on_progress is not None)
+        message = request_message(request_id, method, params, progress=on_progress is not None or max_time is not None)
         try:  # the body httpx2 makes of the SDK's ``json=``; refused here, before anything is sent
             body = json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
         except ValueError as exc:
@@ -142,17 +143,19 @@ class HttpCalls:
         del message
         wire = transport_headers(self.sdk)
         wire.update(headers)
-        call = _Call(self, request_id, on_progress)
+        # The SDK's clock starts at the write to its transport; here the POST is the write.
+        call = _Call(self, request_id, on_progress, Clock(anyio.current_time(), timeout, max_time))
         closing = anyio.CancelScope()
         self._scopes.add(closing)
         try:
             with closing:
-                # The SDK's clock starts at the write to its transport; here the POST is the write.
-                with anyio.move_on_after(math.inf if timeout is None else timeout) as clock:
+                with call.timer:
                     return await call.run(body, wire)
-            if clock.cancelled_caught:
-                await self._cancel(request_id, f"timed out after {timeout}s", shield=False)
-                raise MCPError(code=REQUEST_TIMEOUT, message=f"Request {method!r} timed out")
+            if call.timer.cancelled_caught:
+                expired = call.clock.expired(method)
+                reason = f"timed out after {max_time if expired.at_limit else timeout}s"
+                await self._cancel(request_id, reason, shield=False)
+                raise expired
             raise MCPError(code=CONNECTION_CLOSED, message="Connection closed")  # close() ended it
         except anyio.get_cancelled_exc_class():  # the caller's: the courtesy cancel follows the POST
             await self._cancel(request_id, "caller cancelled", shield=True)
@@ -198,12 +201,25 @@ class HttpCalls:
 class _Call:
     """One call's POST and the reading of its answer, as the SDK's transport reads it."""
 
-    __slots__ = ("calls", "forwarded", "last_id", "on_progress", "related_name", "request_id", "retry_ms")
+    __slots__ = (
+        "calls",
+        "clock",
+        "forwarded",
+        "last_id",
+        "on_progress",
+        "related_name",
+        "request_id",
+        "retry_ms",
+        "timer",
+    )
 
-    def __init__(self, calls: HttpCalls, request_id: str, on_progress: ProgressFn | None) -> None:
+    def __init__(self, calls: HttpCalls, request_id: str, on_progress: ProgressFn | None, clock: Clock) -> None:
         self.calls = calls
         self.request_id = request_id
         self.on_progress = on_progress
+        self.clock = clock
+        self.timer = anyio.CancelScope(deadline=clock.deadline)
+        """Ends the call at its clock's deadline, which progress moves on."""
         self.forwarded = False
         """A message of its stream went to the ``ClientSession``: it takes it before the reply moves on."""
         self.last_id: str | None = None
@@ -377,8 +393,13 @@ class _Call:
         return None
 
     async def _progress(self, params: dict[str, Any]) -> None:
-        """In the reader's own task: the stream is read on once the callback has it."""
-        if self.on_progress is not None and (args := progress_args(params)) is not None:
+        """In the reader's own task: the stream is read on once the callback has it. It restarts
+        the call's clock (``calltime.py``)."""
+        if (args := progress_args(params)) is None:
+            return
+        self.clock.progressed(anyio.current_time())
+        self.timer.deadline = self.clock.deadline
+        if self.on_progress is not None:
             await deliver_progress(self.on_progress, args)
 
 

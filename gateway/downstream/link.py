@@ -19,12 +19,14 @@ from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
 from typing import Any
 
+import anyio
 import mcp_types as types
 from mcp.client.session import ClientRequestContext, ClientSession, IncomingMessage
 from mcp.shared.exceptions import MCPError
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
 
 from gateway import __version__
+from gateway.downstream.calltime import Clock
 from gateway.downstream.inbox import Inbox
 from gateway.downstream.modern import (
     client_info,
@@ -156,12 +158,14 @@ class Link:
         on_progress: ProgressFn | None = None,
         log_level: str | None = None,
         capabilities: dict[str, Any] | None = None,
+        max_time: float | None = None,
     ) -> dict[str, Any]:
         """Send one raw request; the result is the peer's JSON, unvalidated.
 
         To a modern server the request carries the 2026-07-28 envelope and headers
         (``log_level``: the log opt-in it carries; ``capabilities``: what the client it is
-        made for can answer, else all the gateway relays).
+        made for can answer, else all the gateway relays). ``max_time``: progress restarts
+        ``timeout``, up to this in all (``calltime.py``).
         """
         dispatcher = self._dispatcher
         assert dispatcher is not None, "a link takes requests once open() has returned"
@@ -191,8 +195,15 @@ class Link:
         try:
             if raw is not None:  # below the session: a raw line (rawcalls.py) or a POST (httpcalls.py)
                 result: dict[str, Any] = await raw.request(
-                    method, params, timeout=timeout, on_progress=opts.get("on_progress"), headers=headers
+                    method,
+                    params,
+                    timeout=timeout,
+                    on_progress=opts.get("on_progress"),
+                    headers=headers,
+                    max_time=max_time,
                 )
+            elif max_time is not None:
+                result = await _restarted_by_progress(dispatcher, method, params, opts, max_time)
             else:
                 result = await dispatcher.send_raw_request(method, params, opts)  # type: ignore[arg-type]
         except MCPError as exc:
@@ -273,6 +284,32 @@ async def list_all(
             raise ValueError(f"{method} repeated cursor {cursor!r}")
         seen.add(cursor)
     raise ValueError(f"{method} returned more than {_MAX_PAGES} pages")
+
+
+async def _restarted_by_progress(
+    dispatcher: JSONRPCDispatcher[Any],
+    method: str,
+    params: Mapping[str, Any] | None,
+    opts: dict[str, Any],
+    max_time: float,
+) -> dict[str, Any]:
+    """Through the SDK's session, whose own timeout progress does not restart: the call's clock
+    (``calltime.py``) is a cancel scope here, and the call asks for progress in any case."""
+    clock = Clock(anyio.current_time(), opts.pop("timeout", None), max_time)
+    timer = anyio.CancelScope(deadline=clock.deadline)
+    forward: ProgressFn | None = opts.get("on_progress")
+
+    async def progressed(progress: float, total: float | None, message: str | None) -> None:
+        clock.progressed(anyio.current_time())
+        timer.deadline = clock.deadline
+        if forward is not None:
+            await forward(progress, total, message)
+
+    opts["on_progress"] = progressed
+    with timer:
+        result: dict[str, Any] = await dispatcher.send_raw_request(method, params, opts)  # type: ignore[arg-type]
+        return result
+    raise clock.expired(method)
 
 
 def latest_only(forward: ProgressFn) -> ProgressFn:

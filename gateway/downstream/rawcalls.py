@@ -33,6 +33,8 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 from mcp_types.jsonrpc import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
+from gateway.downstream.calltime import Clock
+
 log = logging.getLogger("prefixgate.stdio")
 
 ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
@@ -49,6 +51,9 @@ _TIMER_SLACK = 0.001
 """A loop timer may fire a hair before its time: a deadline this close counts as reached."""
 _TIMED_OUT = types.ErrorData(code=REQUEST_TIMEOUT, message="timed out")
 """The outcome the call's timer sets (compared by identity): the call then cancels, as the SDK's does."""
+
+_NO_CLOCK = Clock(0.0, None, None)
+"""A call without a timeout (never expires; progress moves nothing)."""
 
 UNSENDABLE_REQUEST = -32097
 """JSON-RPC error code (implementation-defined range) of a request the gateway could not write
@@ -78,7 +83,7 @@ def request_message(
 class _Waiting:
     """One raw call's wait: a loop future the reader resolves in its callback (no task hop)."""
 
-    __slots__ = ("deadline", "forwarded", "future", "on_progress", "upto")
+    __slots__ = ("clock", "forwarded", "future", "on_progress", "upto")
 
     def __init__(
         self, future: asyncio.Future[dict[str, Any] | types.ErrorData], on_progress: ProgressFn | None, forwarded: int
@@ -89,8 +94,8 @@ class _Waiting:
         """Messages handed to the ``ClientSession`` when the call was written ..."""
         self.upto = forwarded
         """... and when its reply arrived: the session takes those before the reply moves on."""
-        self.deadline = math.inf
-        """When it times out (the loop's clock), counted from the write."""
+        self.clock = _NO_CLOCK
+        """When it times out (``calltime.py``), counted from the write."""
 
 
 class RawCalls:
@@ -130,14 +135,16 @@ class RawCalls:
         timeout: float | None,
         on_progress: ProgressFn | None,
         headers: Mapping[str, str] | None = None,
+        max_time: float | None = None,
     ) -> dict[str, Any]:
         """The server's raw result, or ``MCPError`` as the SDK's ``send_raw_request`` raises it
-        (``headers``: none go on a pipe)."""
+        (``headers``: none go on a pipe; ``max_time``: progress restarts ``timeout``, up to
+        this, and the call asks for progress even when ``on_progress`` is None)."""
         if self._closed:
             raise MCPError(code=CONNECTION_CLOSED, message="Connection closed")
         self._next += 1
         request_id = f"{ID_PREFIX}{self._next}"
-        message = request_message(request_id, method, params, progress=on_progress is not None)
+        message = request_message(request_id, method, params, progress=on_progress is not None or max_time is not None)
         try:
             data = self._encode(message)
         except ValueError as exc:
@@ -153,9 +160,9 @@ class RawCalls:
             except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
                 raise MCPError(code=CONNECTION_CLOSED, message="Connection closed") from None
             del data
-            if timeout is not None:  # from the write on, as the SDK's dispatcher times it
-                waiting.deadline = loop.time() + timeout
-                self._arm(loop, waiting.deadline)
+            if timeout is not None or max_time is not None:  # from the write on, as the SDK's dispatcher times it
+                waiting.clock = Clock(loop.time(), timeout, max_time)
+                self._arm(loop, waiting.clock.deadline)
             outcome = await waiting.future
         except anyio.get_cancelled_exc_class():  # the write may have begun: the courtesy cancel follows it
             await self._cancel(request_id, "caller cancelled", shield=True)
@@ -163,8 +170,10 @@ class RawCalls:
         finally:
             self.pending.pop(request_id, None)
         if outcome is _TIMED_OUT:
-            await self._cancel(request_id, f"timed out after {timeout}s", shield=False)
-            raise MCPError(code=REQUEST_TIMEOUT, message=f"Request {method!r} timed out")
+            expired = waiting.clock.expired(method)
+            reason = f"timed out after {max_time if expired.at_limit else timeout}s"
+            await self._cancel(request_id, reason, shield=False)
+            raise expired
         if isinstance(outcome, types.ErrorData):
             raise MCPError(code=outcome.code, message=outcome.message, data=outcome.data)
         if waiting.upto != waiting.forwarded:
@@ -185,10 +194,11 @@ class RawCalls:
         self._timer, self._armed_for = None, math.inf
         now, earliest = loop.time() + _TIMER_SLACK, math.inf
         for waiting in list(self.pending.values()):
-            if waiting.deadline <= now:
+            deadline = waiting.clock.deadline  # (progress may have moved it on since the timer was set)
+            if deadline <= now:
                 self._resolve(waiting, _TIMED_OUT)
-            elif waiting.deadline < earliest and not waiting.future.done():
-                earliest = waiting.deadline
+            elif deadline < earliest and not waiting.future.done():
+                earliest = deadline
         if earliest < math.inf:
             self._arm(loop, earliest)
 
@@ -275,9 +285,12 @@ class RawCalls:
             waiting.future.set_result(outcome)
 
     def _progress(self, waiting: _Waiting, params: dict[str, Any]) -> None:
-        """Run in its own task, as the SDK's dispatcher runs progress callbacks."""
-        callback = waiting.on_progress
-        if callback is not None and (args := progress_args(params)) is not None:
+        """Run in its own task, as the SDK's dispatcher runs progress callbacks; it restarts the
+        call's clock (``calltime.py``)."""
+        if (args := progress_args(params)) is None:
+            return
+        waiting.clock.progressed(waiting.future.get_loop().time())
+        if (callback := waiting.on_progress) is not None:
             self._spawn(deliver_progress, callback, args)
 
 

@@ -17,6 +17,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import CONNECTION_CLOSED, PARSE_ERROR, REQUEST_TIMEOUT
 
 from catalog.text import escape
+from gateway.downstream.calltime import CallTimedOut
 from gateway.downstream.connection import Downstream
 from gateway.downstream.errors import DownstreamUnavailable
 from gateway.downstream.link import ProgressFn
@@ -61,7 +62,7 @@ async def call_tool(
     if answers:
         params.update(answers)
     server = downstream.id
-    timeout = downstream.config.call_timeout
+    timeout, max_time = downstream.config.call_timeout, downstream.config.max_call_time
     oauth = downstream.oauth
     mark = oauth.problems.mark() if oauth is not None else 0
     try:
@@ -72,12 +73,15 @@ async def call_tool(
             on_progress=on_progress,
             log_level=wanted_level if isinstance(wanted_level, str) else None,
             capabilities=capabilities,
+            max_time=max_time,
         )
     except DownstreamUnavailable as exc:
         return error_result(str(exc))
     except MCPError as exc:
+        if isinstance(exc, CallTimedOut) and exc.at_limit:
+            return error_result(f"{server}: tool {tool!r} ran past its {max_time:g} s limit (max_call_time)")
         if exc.code == REQUEST_TIMEOUT:
-            return error_result(f"{server}: tool {tool!r} timed out after {timeout:g} s")
+            return error_result(f"{server}: tool {tool!r} timed out: no answer or progress in {timeout:g} s")
         if exc.code == CONNECTION_CLOSED and _connection_gone(downstream, exc):
             return error_result(await _closed_reason(downstream, tool))
         if exc.code in (MESSAGE_TOO_LARGE, UNPARSABLE_REPLY, PARSE_ERROR, UNSENDABLE_REQUEST):

@@ -11,6 +11,7 @@ from typing import Any
 
 from gateway.commands.importer.names import VAR_NAME, env_var_name
 from gateway.commands.importer.sources import CLIENT_NAMES, Entry, type_name
+from gateway.config import DEFAULT_MAX_CALL_TIME
 
 _PLACEHOLDER = re.compile(r"\$\{([^}]*)\}")
 
@@ -508,6 +509,8 @@ def _translate_codex(entry: Entry) -> Translated:
             t.note(key, f"not imported: {target} is already set from another key", "warning")
             continue
         fields[target] = value if scale == 1 else value / scale
+    if fields.get("call_timeout", 0) > DEFAULT_MAX_CALL_TIME:  # a config must not set one past the other
+        fields["max_call_time"] = fields["call_timeout"]
     for key, target in (("enabled_tools", "include"), ("disabled_tools", "exclude")):
         if key in raw:
             names = t.str_list(raw[key], key)
@@ -521,8 +524,8 @@ def _translate_codex(entry: Entry) -> Translated:
 
 
 _ORDER = ("command", "args", "cwd", "url", "transport", "auth", "client_id", "client_secret", "scopes",
-          "redirect_port", "enabled", "required", "startup_timeout", "call_timeout", "include", "exclude", "env",
-          "headers")  # fmt: skip
+          "redirect_port", "enabled", "required", "startup_timeout", "call_timeout", "max_call_time", "include",
+          "exclude", "env", "headers")  # fmt: skip
 
 
 def _ordered(out: Translated) -> Translated:

@@ -1,0 +1,63 @@
+"""A tool call's timeout restarts on each progress for it, up to ``max_call_time``
+(gateway/downstream/calltime.py): on every way a call is sent (a raw line to a stdio server,
+a POST to an HTTP server in either era, and the SDK's session for each), for a client in
+either era, whether or not the client asked for progress.
+
+Through the SDK's client used directly a job that reports progress runs to its end; through
+the gateway it used to fail at ``call_timeout`` whatever it reported."""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from pathlib import Path
+
+import anyio
+import pytest
+
+from bench.common import url_process
+from tests.helpers import ERAS, GATEWAY, demo, sdk_client, text, write_config
+
+pytestmark = pytest.mark.anyio
+
+LIMITS = {"call_timeout": 1, "max_call_time": 3}
+SERVERS = ("stdio", "http", "modern")
+"""A demo server over stdio, one over HTTP reached with the handshake, one reached at 2026-07-28."""
+
+
+@pytest.mark.parametrize("own_path", [True, False], ids=["gateway's path", "sdk session"])
+@pytest.mark.parametrize("mode", ERAS)
+async def test_progress_keeps_a_call_going_until_max_call_time(tmp_path: Path, mode: str, own_path: bool) -> None:
+    servers_log, gateway_log = tmp_path / "servers.log", tmp_path / "gateway.log"
+    with ExitStack() as stack, servers_log.open("w") as errlog:
+        servers = {"stdio": {**demo("--tools", 1, "--name", "stdio"), **LIMITS}}
+        for name, protocol in (("http", "auto"), ("modern", "modern")):
+            command = [*GATEWAY, "demo-server", "--transport", "http", "--tools", "1", "--name", name]
+            url, _proc = stack.enter_context(url_process(command, stderr=errlog))
+            servers[name] = {"url": url, "protocol": protocol, **LIMITS}
+        config = write_config(tmp_path, servers)
+        env = {"PREFIXGATE_FAST_PATH": "1" if own_path else "0"}
+        answers: dict[tuple[str, str], str] = {}
+        async with sdk_client(config, mode, env=env, errlog=gateway_log) as client:
+
+            async def calls(server: str) -> None:
+                # No progress callback: the gateway asks the server for progress all the same.
+                for label, seconds, steps in (("working", 2.4, 12), ("quiet", 20, 1), ("endless", 20, 100)):
+                    result = await client.call_tool(f"{server}__slow", {"seconds": seconds, "steps": steps})
+                    answers[server, label] = text(result)
+
+            async with anyio.create_task_group() as tg:
+                for server in SERVERS:
+                    tg.start_soon(calls, server)
+    for server in SERVERS:
+        # 2.4 s, past call_timeout, with progress every 0.2 s
+        assert answers[server, "working"] == "slept 2.4 s", server
+        # one progress at its start, then nothing for call_timeout
+        assert answers[server, "quiet"] == f"{server}: tool 'slow' timed out: no answer or progress in 1 s"
+        # progress every 0.2 s, past max_call_time
+        assert answers[server, "endless"] == f"{server}: tool 'slow' ran past its 3 s limit (max_call_time)"
+    # Each abandoned call was cancelled at its server: its courtesy cancel (a closed stream at 2026-07-28).
+    with anyio.fail_after(10):
+        while gateway_log.read_text().count("slow cancelled after step") < 2:
+            await anyio.sleep(0.05)
+    assert "[stdio] slow cancelled after step 0" in gateway_log.read_text()
+    assert servers_log.read_text().count("slow cancelled after step") == 4
