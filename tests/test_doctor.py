@@ -173,6 +173,8 @@ def test_troubled_config_json(troubled: tuple[subprocess.CompletedProcess[str], 
 
 def test_healthy_config_is_all_well_and_deterministic(tmp_path: Path) -> None:
     config = write_config(tmp_path, {"alpha": demo("--tools", 2), "beta": demo("--tools", 3, "--seed", 7)})
+    # Made first: the two runs at once would otherwise race to it ("missing" in one of them).
+    (tmp_path / "state").mkdir(mode=0o700)
     proc, again = doctors((config, ()), (config, ()))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
