@@ -1,21 +1,24 @@
 """A tool call's timeout restarts on each progress for it, up to ``max_call_time``
 (gateway/downstream/calltime.py): on every way a call is sent (a raw line to a stdio server,
 a POST to an HTTP server in either era, and the SDK's session for each), for a client in
-either era, whether or not the client asked for progress.
+either era, whether or not the client asked for progress; and it is held while the server
+waits for the user's answer to its question.
 
-Through the SDK's client used directly a job that reports progress runs to its end; through
-the gateway it used to fail at ``call_timeout`` whatever it reported."""
+Through the SDK's client used directly a job that reports progress, or a user who takes
+their time, finishes; through the gateway both used to fail at ``call_timeout``."""
 
 from __future__ import annotations
 
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 import anyio
+import mcp_types as types
 import pytest
 
 from bench.common import url_process
-from tests.helpers import ERAS, GATEWAY, demo, sdk_client, text, write_config
+from tests.helpers import ERAS, GATEWAY, PYTHON, demo, sdk_client, text, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -61,3 +64,36 @@ async def test_progress_keeps_a_call_going_until_max_call_time(tmp_path: Path, m
             await anyio.sleep(0.05)
     assert "[stdio] slow cancelled after step 0" in gateway_log.read_text()
     assert servers_log.read_text().count("slow cancelled after step") == 4
+
+
+CLASSIC = str(Path(__file__).resolve().parent / "classic_server.py")
+
+
+@pytest.mark.parametrize("own_path", [True, False], ids=["gateway's path", "sdk session"])
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_call_waiting_for_the_users_answer_does_not_time_out(tmp_path: Path, mode: str, own_path: bool) -> None:
+    """A classic server asks the user during a call (over its back-channel, as most do) and the
+    user takes longer than ``call_timeout`` to answer: the call is held meanwhile, as the
+    server waits on the client, not the other way round; its clock restarts at the answer."""
+    with ExitStack() as stack, (tmp_path / "servers.log").open("w") as errlog:
+        url, _proc = stack.enter_context(url_process([PYTHON, CLASSIC, "--http"], stderr=errlog))
+        config = write_config(
+            tmp_path,
+            {
+                "stdio": {"command": PYTHON, "args": [CLASSIC], **LIMITS},
+                "http": {"url": url, **LIMITS},
+            },
+        )
+
+        async def slow_user(context: Any, params: Any) -> types.ElicitResult:
+            await anyio.sleep(2)  # past call_timeout (1 s)
+            return types.ElicitResult(action="accept", content={"name": "Ann"})
+
+        env = {"PREFIXGATE_FAST_PATH": "1" if own_path else "0"}
+        async with sdk_client(config, mode, env=env, elicitation_callback=slow_user) as client:
+            for server in ("stdio", "http"):
+                result = await client.call_tool(f"{server}__elicit", {})
+                assert text(result) == "accept:{'name': 'Ann'}", (server, text(result))
+                # ... and a call that goes quiet after its answer still times out
+                quiet = await client.call_tool(f"{server}__sleep", {"seconds": 20})
+                assert text(quiet) == f"{server}: tool 'sleep' timed out: no answer or progress in 1 s"

@@ -5,39 +5,86 @@ The spec (lifecycle, "Timeouts") lets a receiver restart its clock on progress, 
 implies that work is actually happening", and says it should still enforce a maximum. A job
 that reports progress then runs as long as it does when its server is used directly (the
 SDK's client waits without limit), and one that goes quiet still fails after
-``call_timeout``. Each of the three ways a call is sent keeps one ``Clock``
-(``rawcalls.py``, ``httpcalls.py``, and ``Link.request`` for the SDK's session).
+``call_timeout``. While the server waits for the client (its request for input, asked the
+classic way during a call, is with the user) its calls are held: they time out only at
+their maximum, and their clock restarts when the answer goes back. Each of the three ways
+a call is sent keeps its ``Clock``'s deadline (``rawcalls.py``, ``httpcalls.py``, and
+``Link.request`` for the SDK's session).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
+import anyio
 from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import REQUEST_TIMEOUT
 
 
 class Clock:
-    """One call's deadline on the loop's clock, started at its write."""
+    """One call's deadline on the loop's clock, from ``start`` (its write) on."""
 
-    __slots__ = ("capped", "deadline", "end", "idle")
+    __slots__ = ("capped", "deadline", "end", "held", "idle", "max_time", "moved")
 
-    def __init__(self, now: float, timeout: float | None, max_time: float | None) -> None:
+    def __init__(self, timeout: float | None, max_time: float | None) -> None:
         self.idle = math.inf if timeout is None else timeout
         """How long the call may go without a reply or progress."""
+        self.max_time = max_time
         self.capped = max_time is not None
         """Whether progress restarts the clock (not for a request that is not a tool call)."""
-        self.end = now + (self.idle if max_time is None else max_time)
-        """When it times out whatever progress it makes."""
-        self.deadline = min(now + self.idle, self.end)
+        self.end = self.deadline = math.inf
+        """When it times out whatever happens; when it times out as things stand."""
+        self.held = 0
+        """Requests of its server waiting for the client meanwhile."""
+        self.moved: Callable[[Clock], None] | None = None
+        """Called when ``deadline`` changes: the way the call is sent keeps its timer (given the
+        clock, so that the callback need not hold it: no reference cycle is left per call)."""
+
+    def start(self, now: float) -> None:
+        """The call was written: its clocks run from now."""
+        self.end = now + (self.idle if self.max_time is None else self.max_time)
+        self.deadline = self.end if self.held else min(now + self.idle, self.end)
 
     def progressed(self, now: float) -> None:
-        """Progress for the call arrived: it may wait ``idle`` again, up to ``end``."""
-        self.deadline = min(now + self.idle, self.end)
+        """Progress for the call arrived (or its server's request was answered): it may wait
+        ``idle`` again, up to ``end``."""
+        if self.capped and not self.held:
+            self._move(min(now + self.idle, self.end))
+
+    def hold(self) -> None:
+        """Its server asked the client something: nothing but ``end`` times the call out now."""
+        self.held += 1
+        if self.capped:
+            self._move(self.end)
+
+    def release(self, now: float) -> None:
+        """That request was answered (or given up): the clock restarts."""
+        self.held -= 1
+        self.progressed(now)
+
+    def _move(self, deadline: float) -> None:
+        self.deadline = deadline
+        if self.moved is not None:
+            self.moved(self)
 
     def expired(self, method: str) -> CallTimedOut:
         """The error the call fails with, as the SDK's dispatcher raises its timeout."""
         return CallTimedOut(method, at_limit=self.capped and self.deadline >= self.end)
+
+    def reason(self) -> str:
+        """The courtesy cancel's reason, in the SDK's words."""
+        limit = self.max_time if self.capped and self.deadline >= self.end else self.idle
+        return f"timed out after {limit}s"
+
+
+def follow(timer: anyio.CancelScope) -> Callable[[Clock], None]:
+    """A ``Clock.moved`` that keeps a cancel scope's deadline on the clock's."""
+
+    def moved(clock: Clock) -> None:
+        timer.deadline = clock.deadline
+
+    return moved
 
 
 class CallTimedOut(MCPError):

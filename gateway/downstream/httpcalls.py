@@ -55,7 +55,7 @@ from mcp_types import (
 from pydantic import ValidationError
 
 from gateway.downstream.bounded import bound_answer
-from gateway.downstream.calltime import Clock
+from gateway.downstream.calltime import Clock, follow
 from gateway.downstream.rawcalls import (
     ID_PREFIX,
     UNSENDABLE_REQUEST,
@@ -122,10 +122,10 @@ class HttpCalls:
         timeout: float | None,
         on_progress: ProgressFn | None,
         headers: Mapping[str, str],
-        max_time: float | None = None,
+        clock: Clock | None = None,
     ) -> dict[str, Any]:
         """The server's raw result, or ``MCPError`` as the SDK's ``send_raw_request`` raises it
-        (``max_time``: as ``RawCalls.request``)."""
+        (``clock``: as ``RawCalls.request``)."""
         if self._closed:
             raise MCPError(code=CONNECTION_CLOSED, message="Connection closed")
         self._next += 1
@@ -134,7 +134,8 @@ class HttpCalls:
                 "%s to %s posted beside the SDK's session (PREFIXGATE_FAST_PATH=0: through it)", method, self.sdk.url
             )
         request_id = f"{ID_PREFIX}{self._next}"
-        message = request_message(request_id, method, params, progress=on_progress is not None or max_time is not None)
+        clock = clock or Clock(timeout, None)
+        message = request_message(request_id, method, params, progress=on_progress is not None or clock.capped)
         try:  # the body httpx2 makes of the SDK's ``json=``; refused here, before anything is sent
             body = json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
         except ValueError as exc:
@@ -144,7 +145,8 @@ class HttpCalls:
         wire = transport_headers(self.sdk)
         wire.update(headers)
         # The SDK's clock starts at the write to its transport; here the POST is the write.
-        call = _Call(self, request_id, on_progress, Clock(anyio.current_time(), timeout, max_time))
+        clock.start(anyio.current_time())
+        call = _Call(self, request_id, on_progress, clock)
         closing = anyio.CancelScope()
         self._scopes.add(closing)
         try:
@@ -152,10 +154,8 @@ class HttpCalls:
                 with call.timer:
                     return await call.run(body, wire)
             if call.timer.cancelled_caught:
-                expired = call.clock.expired(method)
-                reason = f"timed out after {max_time if expired.at_limit else timeout}s"
-                await self._cancel(request_id, reason, shield=False)
-                raise expired
+                await self._cancel(request_id, clock.reason(), shield=False)
+                raise clock.expired(method)
             raise MCPError(code=CONNECTION_CLOSED, message="Connection closed")  # close() ended it
         except anyio.get_cancelled_exc_class():  # the caller's: the courtesy cancel follows the POST
             await self._cancel(request_id, "caller cancelled", shield=True)
@@ -218,8 +218,9 @@ class _Call:
         self.request_id = request_id
         self.on_progress = on_progress
         self.clock = clock
-        self.timer = anyio.CancelScope(deadline=clock.deadline)
+        self.timer = timer = anyio.CancelScope(deadline=clock.deadline)
         """Ends the call at its clock's deadline, which progress moves on."""
+        clock.moved = follow(timer)
         self.forwarded = False
         """A message of its stream went to the ``ClientSession``: it takes it before the reply moves on."""
         self.last_id: str | None = None
@@ -398,7 +399,6 @@ class _Call:
         if (args := progress_args(params)) is None:
             return
         self.clock.progressed(anyio.current_time())
-        self.timer.deadline = self.clock.deadline
         if self.on_progress is not None:
             await deliver_progress(self.on_progress, args)
 

@@ -26,7 +26,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
 
 from gateway import __version__
-from gateway.downstream.calltime import Clock
+from gateway.downstream.calltime import Clock, follow
 from gateway.downstream.inbox import Inbox
 from gateway.downstream.modern import (
     client_info,
@@ -66,6 +66,8 @@ class Link:
         """The server refused the handshake: its reconnects go straight to ``server/discover``."""
         self._hinted = False
         """The back-channel hint (below) was logged for this connection."""
+        self.clocks: set[Clock] = set()
+        """The clocks of its tool calls in flight, held while the server waits for the client."""
         # The era, once open() has settled it:
         self.session: ClientSession | None = None
         self._dispatcher: JSONRPCDispatcher[Any] | None = None
@@ -192,6 +194,10 @@ class Link:
             opts["timeout"] = timeout
         if on_progress is not None:
             opts["on_progress"] = latest_only(on_progress)
+        clock = None
+        if max_time is not None:
+            clock = Clock(timeout, max_time)
+            self.clocks.add(clock)
         try:
             if raw is not None:  # below the session: a raw line (rawcalls.py) or a POST (httpcalls.py)
                 result: dict[str, Any] = await raw.request(
@@ -200,10 +206,10 @@ class Link:
                     timeout=timeout,
                     on_progress=opts.get("on_progress"),
                     headers=headers,
-                    max_time=max_time,
+                    clock=clock,
                 )
-            elif max_time is not None:
-                result = await _restarted_by_progress(dispatcher, method, params, opts, max_time)
+            elif clock is not None:
+                result = await _restarted_by_progress(dispatcher, method, params, opts, clock)
             else:
                 result = await dispatcher.send_raw_request(method, params, opts)  # type: ignore[arg-type]
         except MCPError as exc:
@@ -222,6 +228,8 @@ class Link:
         finally:
             if name is not None and related is not None:
                 related.close(name)
+            if clock is not None:
+                self.clocks.discard(clock)
         if self.modern:
             result = hop_local_removed(result)
         await self.inbox.settle()  # what the server said before its reply goes out first
@@ -242,10 +250,17 @@ class Link:
         raw = params.model_dump(by_alias=True, mode="json", exclude_none=True) if params is not None else {}
         related = self.transport.related
         caller = related.take(context.request_id) if related is not None else None
+        held = list(self.clocks)  # which of its calls this is for is not known on every transport
+        for clock in held:
+            clock.hold()
         try:
             return await self._ask(method, raw, caller)
         except MCPError as exc:
             return exc.error
+        finally:
+            now = anyio.current_time()
+            for clock in held:
+                clock.release(now)
 
     async def _sampling(self, context: ClientRequestContext, params: types.CreateMessageRequestParams) -> Any:
         result = await self._forward(context, "sampling/createMessage", params)
@@ -291,20 +306,21 @@ async def _restarted_by_progress(
     method: str,
     params: Mapping[str, Any] | None,
     opts: dict[str, Any],
-    max_time: float,
+    clock: Clock,
 ) -> dict[str, Any]:
     """Through the SDK's session, whose own timeout progress does not restart: the call's clock
     (``calltime.py``) is a cancel scope here, and the call asks for progress in any case."""
-    clock = Clock(anyio.current_time(), opts.pop("timeout", None), max_time)
+    opts.pop("timeout", None)
+    clock.start(anyio.current_time())
     timer = anyio.CancelScope(deadline=clock.deadline)
     forward: ProgressFn | None = opts.get("on_progress")
 
     async def progressed(progress: float, total: float | None, message: str | None) -> None:
         clock.progressed(anyio.current_time())
-        timer.deadline = clock.deadline
         if forward is not None:
             await forward(progress, total, message)
 
+    clock.moved = follow(timer)
     opts["on_progress"] = progressed
     with timer:
         result: dict[str, Any] = await dispatcher.send_raw_request(method, params, opts)  # type: ignore[arg-type]

@@ -52,9 +52,6 @@ _TIMER_SLACK = 0.001
 _TIMED_OUT = types.ErrorData(code=REQUEST_TIMEOUT, message="timed out")
 """The outcome the call's timer sets (compared by identity): the call then cancels, as the SDK's does."""
 
-_NO_CLOCK = Clock(0.0, None, None)
-"""A call without a timeout (never expires; progress moves nothing)."""
-
 UNSENDABLE_REQUEST = -32097
 """JSON-RPC error code (implementation-defined range) of a request the gateway could not write
 (its arguments do not encode: nested past the serializer's depth, say): the request's own
@@ -86,7 +83,11 @@ class _Waiting:
     __slots__ = ("clock", "forwarded", "future", "on_progress", "upto")
 
     def __init__(
-        self, future: asyncio.Future[dict[str, Any] | types.ErrorData], on_progress: ProgressFn | None, forwarded: int
+        self,
+        future: asyncio.Future[dict[str, Any] | types.ErrorData],
+        on_progress: ProgressFn | None,
+        forwarded: int,
+        clock: Clock,
     ) -> None:
         self.future = future
         self.on_progress = on_progress
@@ -94,7 +95,7 @@ class _Waiting:
         """Messages handed to the ``ClientSession`` when the call was written ..."""
         self.upto = forwarded
         """... and when its reply arrived: the session takes those before the reply moves on."""
-        self.clock = _NO_CLOCK
+        self.clock = clock
         """When it times out (``calltime.py``), counted from the write."""
 
 
@@ -135,16 +136,17 @@ class RawCalls:
         timeout: float | None,
         on_progress: ProgressFn | None,
         headers: Mapping[str, str] | None = None,
-        max_time: float | None = None,
+        clock: Clock | None = None,
     ) -> dict[str, Any]:
         """The server's raw result, or ``MCPError`` as the SDK's ``send_raw_request`` raises it
-        (``headers``: none go on a pipe; ``max_time``: progress restarts ``timeout``, up to
-        this, and the call asks for progress even when ``on_progress`` is None)."""
+        (``headers``: none go on a pipe; ``clock``: one progress restarts (``calltime.py``),
+        else ``timeout``'s; a call with one asks for progress even when ``on_progress`` is None)."""
         if self._closed:
             raise MCPError(code=CONNECTION_CLOSED, message="Connection closed")
         self._next += 1
         request_id = f"{ID_PREFIX}{self._next}"
-        message = request_message(request_id, method, params, progress=on_progress is not None or max_time is not None)
+        clock = clock or Clock(timeout, None)
+        message = request_message(request_id, method, params, progress=on_progress is not None or clock.capped)
         try:
             data = self._encode(message)
         except ValueError as exc:
@@ -152,7 +154,7 @@ class RawCalls:
             raise MCPError(code=UNSENDABLE_REQUEST, message=f"request not sent: {exc}") from None
         del message
         loop = asyncio.get_running_loop()
-        waiting = _Waiting(loop.create_future(), on_progress, self.forwarded)
+        waiting = _Waiting(loop.create_future(), on_progress, self.forwarded, clock)
         self.pending[request_id] = waiting
         try:
             try:
@@ -160,9 +162,10 @@ class RawCalls:
             except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
                 raise MCPError(code=CONNECTION_CLOSED, message="Connection closed") from None
             del data
-            if timeout is not None or max_time is not None:  # from the write on, as the SDK's dispatcher times it
-                waiting.clock = Clock(loop.time(), timeout, max_time)
-                self._arm(loop, waiting.clock.deadline)
+            clock.start(loop.time())  # from the write on, as the SDK's dispatcher times it
+            if clock.deadline < math.inf:
+                self._arm(loop, clock.deadline)
+            clock.moved = self._moved
             outcome = await waiting.future
         except anyio.get_cancelled_exc_class():  # the write may have begun: the courtesy cancel follows it
             await self._cancel(request_id, "caller cancelled", shield=True)
@@ -170,15 +173,17 @@ class RawCalls:
         finally:
             self.pending.pop(request_id, None)
         if outcome is _TIMED_OUT:
-            expired = waiting.clock.expired(method)
-            reason = f"timed out after {max_time if expired.at_limit else timeout}s"
-            await self._cancel(request_id, reason, shield=False)
-            raise expired
+            await self._cancel(request_id, clock.reason(), shield=False)
+            raise clock.expired(method)
         if isinstance(outcome, types.ErrorData):
             raise MCPError(code=outcome.code, message=outcome.message, data=outcome.data)
         if waiting.upto != waiting.forwarded:
             await self._session_caught_up()
         return outcome
+
+    def _moved(self, clock: Clock) -> None:
+        """A call's deadline moved: an earlier one re-arms the timer (a later one: ``_expire`` looks again)."""
+        self._arm(asyncio.get_running_loop(), clock.deadline)
 
     def _arm(self, loop: asyncio.AbstractEventLoop, deadline: float) -> None:
         """One timer for every waiting call, set for the earliest deadline: a timer per call
