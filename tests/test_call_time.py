@@ -1,8 +1,9 @@
 """A tool call's timeout restarts on each progress for it, up to ``max_call_time``
 (gateway/downstream/calltime.py): on every way a call is sent (a raw line to a stdio server,
 a POST to an HTTP server in either era, and the SDK's session for each), for a client in
-either era, whether or not the client asked for progress; and it is held while the server
-waits for the user's answer to its question.
+either era; and it is held while the server waits for the user's answer to its question.
+Progress is what the client asked for: the gateway does not ask a server for it on its
+own (that would change how the server answers: an event stream for a JSON answer, say).
 
 Through the SDK's client used directly a job that reports progress, or a user who takes
 their time, finishes; through the gateway both used to fail at ``call_timeout``."""
@@ -40,13 +41,20 @@ async def test_progress_keeps_a_call_going_until_max_call_time(tmp_path: Path, m
         config = write_config(tmp_path, servers)
         env = {"PREFIXGATE_FAST_PATH": "1" if own_path else "0"}
         answers: dict[tuple[str, str], str] = {}
+        heard: list[float] = []
+
+        async def progress(value: float, total: float | None, message: str | None) -> None:
+            heard.append(value)
+
         async with sdk_client(config, mode, env=env, errlog=gateway_log) as client:
 
             async def calls(server: str) -> None:
-                # No progress callback: the gateway asks the server for progress all the same.
                 for label, seconds, steps in (("working", 2.4, 12), ("quiet", 20, 1), ("endless", 20, 100)):
-                    result = await client.call_tool(f"{server}__slow", {"seconds": seconds, "steps": steps})
+                    arguments = {"seconds": seconds, "steps": steps}
+                    result = await client.call_tool(f"{server}__slow", arguments, progress_callback=progress)
                     answers[server, label] = text(result)
+                unasked = await client.call_tool(f"{server}__slow", {"seconds": 2.4, "steps": 12})
+                answers[server, "unasked"] = text(unasked)
 
             async with anyio.create_task_group() as tg:
                 for server in SERVERS:
@@ -58,12 +66,15 @@ async def test_progress_keeps_a_call_going_until_max_call_time(tmp_path: Path, m
         assert answers[server, "quiet"] == f"{server}: tool 'slow' timed out: no answer or progress in 1 s"
         # progress every 0.2 s, past max_call_time
         assert answers[server, "endless"] == f"{server}: tool 'slow' ran past its 3 s limit (max_call_time)"
+        # the work of "working", for a client that asked for no progress: none came
+        assert answers[server, "unasked"] == f"{server}: tool 'slow' timed out: no answer or progress in 1 s"
+    assert len(heard) >= 3 * 12  # (the newest only, when the client is slow to take them)
     # Each abandoned call was cancelled at its server: its courtesy cancel (a closed stream at 2026-07-28).
     with anyio.fail_after(10):
-        while gateway_log.read_text().count("slow cancelled after step") < 2:
+        while gateway_log.read_text().count("slow cancelled after step") < 3:
             await anyio.sleep(0.05)
     assert "[stdio] slow cancelled after step 0" in gateway_log.read_text()
-    assert servers_log.read_text().count("slow cancelled after step") == 4
+    assert servers_log.read_text().count("slow cancelled after step") == 6
 
 
 CLASSIC = str(Path(__file__).resolve().parent / "classic_server.py")

@@ -135,7 +135,7 @@ class HttpCalls:
             )
         request_id = f"{ID_PREFIX}{self._next}"
         clock = clock or Clock(timeout, None)
-        message = request_message(request_id, method, params, progress=on_progress is not None or clock.capped)
+        message = request_message(request_id, method, params, progress=on_progress is not None)
         try:  # the body httpx2 makes of the SDK's ``json=``; refused here, before anything is sent
             body = json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
         except ValueError as exc:

@@ -309,23 +309,27 @@ async def _restarted_by_progress(
     clock: Clock,
 ) -> dict[str, Any]:
     """Through the SDK's session, whose own timeout progress does not restart: the call's clock
-    (``calltime.py``) is a cancel scope here, and the call asks for progress in any case."""
+    (``calltime.py``) is a cancel scope here."""
     opts.pop("timeout", None)
     clock.start(anyio.current_time())
     timer = anyio.CancelScope(deadline=clock.deadline)
-    forward: ProgressFn | None = opts.get("on_progress")
-
-    async def progressed(progress: float, total: float | None, message: str | None) -> None:
-        clock.progressed(anyio.current_time())
-        if forward is not None:
-            await forward(progress, total, message)
-
+    if (forward := opts.get("on_progress")) is not None:
+        opts["on_progress"] = _restarting(clock, forward)
     clock.moved = follow(timer)
-    opts["on_progress"] = progressed
     with timer:
         result: dict[str, Any] = await dispatcher.send_raw_request(method, params, opts)  # type: ignore[arg-type]
         return result
     raise clock.expired(method)
+
+
+def _restarting(clock: Clock, forward: ProgressFn) -> ProgressFn:
+    """A call's progress callback that restarts its clock first."""
+
+    async def progressed(progress: float, total: float | None, message: str | None) -> None:
+        clock.progressed(anyio.current_time())
+        await forward(progress, total, message)
+
+    return progressed
 
 
 def latest_only(forward: ProgressFn) -> ProgressFn:

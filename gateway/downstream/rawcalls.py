@@ -140,13 +140,13 @@ class RawCalls:
     ) -> dict[str, Any]:
         """The server's raw result, or ``MCPError`` as the SDK's ``send_raw_request`` raises it
         (``headers``: none go on a pipe; ``clock``: one progress restarts (``calltime.py``),
-        else ``timeout``'s; a call with one asks for progress even when ``on_progress`` is None)."""
+        else ``timeout``'s)."""
         if self._closed:
             raise MCPError(code=CONNECTION_CLOSED, message="Connection closed")
         self._next += 1
         request_id = f"{ID_PREFIX}{self._next}"
         clock = clock or Clock(timeout, None)
-        message = request_message(request_id, method, params, progress=on_progress is not None or clock.capped)
+        message = request_message(request_id, method, params, progress=on_progress is not None)
         try:
             data = self._encode(message)
         except ValueError as exc:
