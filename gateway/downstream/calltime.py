@@ -1,5 +1,6 @@
-"""How long a call waits for its server: ``call_timeout`` without word from it, restarted by
-each progress notification for the call, and ``max_call_time`` in all.
+"""How long a tool call waits for its server: ``call_timeout`` without word from it, restarted
+by each progress notification for the call (progress the client asked for: the gateway asks
+no server for it on its own), and ``max_call_time`` in all.
 
 The spec (lifecycle, "Timeouts") lets a receiver restart its clock on progress, "as this
 implies that work is actually happening", and says it should still enforce a maximum. A job

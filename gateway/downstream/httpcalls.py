@@ -218,9 +218,9 @@ class _Call:
         self.request_id = request_id
         self.on_progress = on_progress
         self.clock = clock
-        self.timer = timer = anyio.CancelScope(deadline=clock.deadline)
+        self.timer = anyio.CancelScope(deadline=clock.deadline)
         """Ends the call at its clock's deadline, which progress moves on."""
-        clock.moved = follow(timer)
+        clock.moved = follow(self.timer)
         self.forwarded = False
         """A message of its stream went to the ``ClientSession``: it takes it before the reply moves on."""
         self.last_id: str | None = None
