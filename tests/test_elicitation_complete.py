@@ -7,14 +7,15 @@ back-channel during the call and sends the completion notice before answering;
 notice on its session a moment later. Before, the gateway dropped every such notice, and a
 client that waits for it before retrying never retried. The real SDK client, over stdio
 and over HTTP, with the server behind on stdio and on HTTP. A 2026-07-28 client has no
-channel for the notice: its calls still work.
+channel for the notice: its calls still work. With two principals on one gateway, only the
+one the elicitation went to hears the notice.
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import ExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -114,3 +115,35 @@ async def test_a_2026_client_s_calls_work_without_the_notice(tmp_path: Path, fro
             await client.call_tool("classic__url_required", {})
         assert failed.value.error.code == types.URL_ELICITATION_REQUIRED
         assert text(await client.call_tool("classic__echo", {"text": "after"})) == "classic:after"
+
+
+@pytest.mark.parametrize("behind", ["stdio", "http"])
+async def test_a_notice_reaches_only_the_principal_it_is_for(tmp_path: Path, behind: str) -> None:
+    """Two principals on one gateway over HTTP, one server behind: Alice's URL elicitations
+    (during her call, and in her ``-32042``) are completed for Alice; Bob, connected all the
+    while, hears neither notice."""
+    from tests.test_principals import tokens_file
+
+    alice, bob = Notifications(), Notifications()
+    with ExitStack() as stack:
+        if behind == "http":
+            url, _ = stack.enter_context(url_process([*CLASSIC, "--http"]))
+            server: dict[str, Any] = {"url": url}
+        else:
+            server = {"command": CLASSIC[0], "args": CLASSIC[1:], "cwd": str(ROOT)}
+        config = write_config(tmp_path, {"classic": server})
+        tokens = stack.enter_context(tokens_file(tmp_path, "token-of-alice", "token-of-bob"))
+        gateway_url, _ = stack.enter_context(http_gateway(config, "--token-file", str(tokens)))
+        as_alice = {"Authorization": "Bearer token-of-alice"}
+        as_bob = {"Authorization": "Bearer token-of-bob"}
+        async with (
+            sdk_client(
+                gateway_url, "legacy", headers=as_alice, elicitation_callback=_accept, message_handler=alice
+            ) as a,
+            sdk_client(gateway_url, "legacy", headers=as_bob, elicitation_callback=_accept, message_handler=bob) as b,
+        ):
+            assert text(await b.call_tool("classic__echo", {"text": "bob here"})) == "classic:bob here"
+            assert await _both_flows(a, alice, "classic__") == (["login-1"], ["login-1", "login-2"])
+            assert text(await b.call_tool("classic__echo", {"text": "still"})) == "classic:still"
+            await anyio.sleep(0.5)  # a notice sent to Bob by mistake would have arrived by now
+    assert _completed(bob) == []
