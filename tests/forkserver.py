@@ -17,7 +17,8 @@ as its own 0, 1 and 2, the environment and directory, a new session, fresh ``sys
 objects (line buffering decided by the new descriptors, as at start-up), and runs
 ``-m MODULE``, ``-c CODE`` or ``SCRIPT`` as the interpreter would, ending as the
 interpreter ends. The launcher stays as the process its starter knows: it forwards the
-stop and reload signals to the child and exits as the child exited (the same code, or
+stop and reload signals to the child (held back from its request until it knows the
+child's pid: the child may run, and be signalled, before that) and exits as the child exited (the same code, or
 killed by the same signal); when the launcher dies any other way (``SIGKILL`` of its
 process group, as a gateway stops a server), its connection closes and the zygote kills
 the child's process group.
@@ -130,17 +131,24 @@ LAUNCHER = """#!{python} -IS
 import marshal, os, signal, socket, struct, sys
 
 REAL, SOCKET, REAL_FLAG, SIGNALS = {real!r}, {socket!r}, {flag!r}, {signals!r}
+MASK = None  # the signal mask the launcher was started with, while it holds the signals back
 
 
 def real():
+    if MASK is not None:  # (the mask survives exec: the interpreter gets the starter's)
+        signal.pthread_sigmask(signal.SIG_SETMASK, MASK)
     os.execv(REAL, [REAL, *sys.argv[1:]])
 
 
 def main():
+    global MASK
     argv = sys.argv[1:]
     simple = argv and (argv[0] in ("-m", "-c") and len(argv) > 1 or not argv[0].startswith("-"))
     if not simple or os.path.exists(REAL_FLAG):
         real()
+    # Held back from the request on: the child may run (and its starter signal the launcher)
+    # before the launcher knows its pid. A blocked signal stays pending, even one ignored.
+    MASK = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
     try:
         cwd = os.getcwd()
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -165,6 +173,7 @@ def main():
 
     for signum in SIGNALS:  # all of them: the child ignores what it was started ignoring, unless it chose not to
         signal.signal(signum, forward)
+    signal.pthread_sigmask(signal.SIG_SETMASK, MASK)  # what came meanwhile is forwarded now
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(null, fd)
