@@ -33,13 +33,11 @@ def standard_fds_open() -> None:
     first pipe or socket the gateway opens would take its number: libuv (uvloop) then
     refuses to start the server on that pipe and aborts the whole process when it closes
     it, and a child would inherit it as its own standard stream. Opening returns the
-    lowest free descriptor, so each ``open`` lands on the one that was closed.
+    lowest free descriptor, so each ``open`` lands on the one that was closed (those below it
+    are open by then).
     """
     for fd in (0, 1, 2):
         try:
             os.fstat(fd)
         except OSError:
-            opened = os.open(os.devnull, os.O_RDWR)
-            if opened != fd:  # (a lower one was open: cannot happen in this order, kept safe)
-                os.dup2(opened, fd)
-                os.close(opened)
+            os.open(os.devnull, os.O_RDWR)

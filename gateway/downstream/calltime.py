@@ -26,14 +26,13 @@ from mcp_types.jsonrpc import REQUEST_TIMEOUT
 class Clock:
     """One call's deadline on the loop's clock, from ``start`` (its write) on."""
 
-    __slots__ = ("capped", "deadline", "end", "held", "idle", "max_time", "moved")
+    __slots__ = ("deadline", "end", "held", "idle", "max_time", "moved")
 
     def __init__(self, timeout: float | None, max_time: float | None) -> None:
         self.idle = math.inf if timeout is None else timeout
         """How long the call may go without a reply or progress."""
         self.max_time = max_time
-        self.capped = max_time is not None
-        """Whether progress restarts the clock (not for a request that is not a tool call)."""
+        """None: progress restarts nothing (a request that is not a tool call)."""
         self.end = self.deadline = math.inf
         """When it times out whatever happens; when it times out as things stand."""
         self.held = 0
@@ -50,13 +49,13 @@ class Clock:
     def progressed(self, now: float) -> None:
         """Progress for the call arrived (or its server's request was answered): it may wait
         ``idle`` again, up to ``end``."""
-        if self.capped and not self.held:
+        if self.max_time is not None and not self.held:
             self._move(min(now + self.idle, self.end))
 
     def hold(self) -> None:
         """Its server asked the client something: nothing but ``end`` times the call out now."""
         self.held += 1
-        if self.capped:
+        if self.max_time is not None:
             self._move(self.end)
 
     def release(self, now: float) -> None:
@@ -69,14 +68,16 @@ class Clock:
         if self.moved is not None:
             self.moved(self)
 
+    def _at_limit(self) -> bool:
+        return self.max_time is not None and self.deadline >= self.end
+
     def expired(self, method: str) -> CallTimedOut:
         """The error the call fails with, as the SDK's dispatcher raises its timeout."""
-        return CallTimedOut(method, at_limit=self.capped and self.deadline >= self.end)
+        return CallTimedOut(method, at_limit=self._at_limit())
 
     def reason(self) -> str:
         """The courtesy cancel's reason, in the SDK's words."""
-        limit = self.max_time if self.capped and self.deadline >= self.end else self.idle
-        return f"timed out after {limit}s"
+        return f"timed out after {self.max_time if self._at_limit() else self.idle}s"
 
 
 def follow(timer: anyio.CancelScope) -> Callable[[Clock], None]:

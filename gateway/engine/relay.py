@@ -90,8 +90,9 @@ class Relay:
         client's own channel. Dropped when the gateway relayed no such elicitation of this
         server (a 2026-07-28 client's, which has no channel for it, or an id it never saw)."""
         elicitation_id = params.get("elicitationId")
-        found = self._urls.pop((downstream.id, elicitation_id), None) if isinstance(elicitation_id, str) else None
-        if found is None or not isinstance(elicitation_id, str):
+        if not isinstance(elicitation_id, str):
+            return
+        if (found := self._urls.pop((downstream.id, elicitation_id), None)) is None:
             log.debug("[%s] elicitation completion dropped: no client was sent that elicitation", downstream.id)
             return
         client, request_id = found
