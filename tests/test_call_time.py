@@ -108,3 +108,49 @@ async def test_a_call_waiting_for_the_users_answer_does_not_time_out(tmp_path: P
                 # ... and a call that goes quiet after its answer still times out
                 quiet = await client.call_tool(f"{server}__sleep", {"seconds": 20})
                 assert text(quiet) == f"{server}: tool 'sleep' timed out: no answer or progress in 1 s"
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_one_principals_question_holds_only_its_own_call(tmp_path: Path, mode: str) -> None:
+    """Two principals on one gateway over HTTP, a classic server behind over HTTP (its request's
+    stream says which call it is for): while Alice's user takes 2.5 s to answer, Bob's quiet
+    call still times out after ``call_timeout``, before Alice's answer; a user who never
+    answers (a client that misbehaves) holds Alice's call only to ``max_call_time``."""
+    from tests.helpers import http_gateway
+    from tests.test_principals import tokens_file
+
+    ended: list[str] = []
+    delays = [2.5, 10]
+
+    async def alices_user(context: Any, params: Any) -> types.ElicitResult:
+        await anyio.sleep(delays.pop(0))
+        return types.ElicitResult(action="accept", content={"name": "Ann"})
+
+    with ExitStack() as stack, (tmp_path / "servers.log").open("w") as errlog:
+        url, _proc = stack.enter_context(url_process([PYTHON, CLASSIC, "--http"], stderr=errlog))
+        config = write_config(tmp_path, {"http": {"url": url, **LIMITS}})
+        tokens = stack.enter_context(tokens_file(tmp_path, "token-of-alice", "token-of-bob"))
+        gateway_url, _ = stack.enter_context(http_gateway(config, "--token-file", str(tokens)))
+        alice_headers = {"Authorization": "Bearer token-of-alice"}
+        bob_headers = {"Authorization": "Bearer token-of-bob"}
+        async with (
+            sdk_client(gateway_url, mode, headers=alice_headers, elicitation_callback=alices_user) as alice,
+            sdk_client(gateway_url, mode, headers=bob_headers) as bob,
+        ):
+            answers: dict[str, str] = {}
+
+            async def call(who: str, client: Any, tool: str, arguments: dict[str, Any]) -> None:
+                answers[who] = text(await client.call_tool(tool, arguments))
+                ended.append(who)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(call, "bob", bob, "http__sleep", {"seconds": 20})
+                await anyio.sleep(0.2)  # his call is in flight when her question comes
+                tg.start_soon(call, "alice", alice, "http__elicit", {})
+            assert answers == {
+                "alice": "accept:{'name': 'Ann'}",
+                "bob": "http: tool 'sleep' timed out: no answer or progress in 1 s",
+            }
+            assert ended == ["bob", "alice"]
+            never = await alice.call_tool("http__elicit", {})
+            assert text(never) == "http: tool 'elicit' ran past its 3 s limit (max_call_time)"

@@ -66,8 +66,9 @@ class Link:
         """The server refused the handshake: its reconnects go straight to ``server/discover``."""
         self._hinted = False
         """The back-channel hint (below) was logged for this connection."""
-        self.clocks: set[Clock] = set()
-        """The clocks of its tool calls in flight, held while the server waits for the client."""
+        self.clocks: dict[Clock, object | None] = {}
+        """The clocks of its tool calls in flight, with the upstream call each is made for
+        (``CALLER``): held while the server waits for the client."""
         # The era, once open() has settled it:
         self.session: ClientSession | None = None
         self._dispatcher: JSONRPCDispatcher[Any] | None = None
@@ -197,7 +198,7 @@ class Link:
         clock = None
         if max_time is not None:
             clock = Clock(timeout, max_time)
-            self.clocks.add(clock)
+            self.clocks[clock] = CALLER.get()
         try:
             if raw is not None:  # below the session: a raw line (rawcalls.py) or a POST (httpcalls.py)
                 result: dict[str, Any] = await raw.request(
@@ -229,7 +230,7 @@ class Link:
             if name is not None and related is not None:
                 related.close(name)
             if clock is not None:
-                self.clocks.discard(clock)
+                del self.clocks[clock]
         if self.modern:
             result = hop_local_removed(result)
         await self.inbox.settle()  # what the server said before its reply goes out first
@@ -250,7 +251,9 @@ class Link:
         raw = params.model_dump(by_alias=True, mode="json", exclude_none=True) if params is not None else {}
         related = self.transport.related
         caller = related.take(context.request_id) if related is not None else None
-        held = list(self.clocks)  # which of its calls this is for is not known on every transport
+        # The call the request is for, when its stream says so (streamable HTTP); on a pipe,
+        # which is not known: every call of the server then.
+        held = [clock for clock, made_for in self.clocks.items() if caller is None or made_for is caller]
         for clock in held:
             clock.hold()
         try:
