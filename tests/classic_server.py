@@ -14,7 +14,10 @@ Tools: ``echo(text)``, ``elicit()``, ``confide(secret)`` (an elicitation naming 
 notice), ``url_required()`` (``-32042``, the completion notice on the session after it), ``sample()``, ``roots()``,
 ``progress(steps)``, ``log()`` (one info line on the call's stream), ``sleep(seconds, tag)``
 (progress 0 once it runs, then cancellable) and ``cancelled(tag)`` (whether the ``sleep`` with that tag was cancelled:
-what the tests check a cancellation reached the server with).
+what the tests check a cancellation reached the server with). A prompt, ``greeting``, and a
+resource template, ``classic://asked/{topic}``, ask the user for their name the same way
+before they answer (elicitation during ``prompts/get`` and ``resources/read``); a prompt
+``pause(seconds)`` takes that long to answer.
 
 Usage: ``python -m tests.classic_server`` (stdio) or ``python -m tests.classic_server --http``
 (streamable HTTP on 127.0.0.1, a free port; prints its URL on stdout, then serves).
@@ -149,6 +152,27 @@ async def sleep(seconds: float, ctx: Context, tag: str = "") -> str:
 def cancelled(tag: str) -> str:
     """Whether the sleep with this tag was cancelled."""
     return f"cancelled:{tag in cancelled_sleeps}"
+
+
+@server.prompt()
+async def greeting(ctx: Context) -> str:
+    """A greeting for the user, whose name it asks first (over the back-channel)."""
+    answer = await ctx.elicit("What is your name?", Name)
+    return f"Greet {answer.data.name}." if answer.action == "accept" else "Greet the user."
+
+
+@server.prompt()
+async def pause(seconds: str) -> str:
+    """A prompt that takes ``seconds`` to write."""
+    await anyio.sleep(float(seconds))
+    return "Paused."
+
+
+@server.resource("classic://asked/{topic}")
+async def asked(topic: str, ctx: Context) -> str:
+    """A note on a topic, written for the user, whose name it asks first (over the back-channel)."""
+    answer = await ctx.elicit("What is your name?", Name)
+    return f"{topic} for {answer.data.name}" if answer.action == "accept" else topic
 
 
 async def serve_http() -> None:

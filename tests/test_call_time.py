@@ -17,6 +17,7 @@ from typing import Any
 import anyio
 import mcp_types as types
 import pytest
+from mcp.shared.exceptions import MCPError
 
 from bench.common import url_process
 from tests.helpers import ERAS, GATEWAY, PYTHON, demo, sdk_client, text, write_config
@@ -108,6 +109,51 @@ async def test_a_call_waiting_for_the_users_answer_does_not_time_out(tmp_path: P
                 # ... and a call that goes quiet after its answer still times out
                 quiet = await client.call_tool(f"{server}__sleep", {"seconds": 20})
                 assert text(quiet) == f"{server}: tool 'sleep' timed out: no answer or progress in 1 s"
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_prompt_or_resource_waiting_for_the_users_answer_does_not_time_out(tmp_path: Path, mode: str) -> None:
+    """As for a tool call: a classic server's prompt and resource ask the user first, and the
+    user answers after ``call_timeout``; the request is held meanwhile (directly, the SDK's
+    client waits too). One that never hears back still ends at ``max_call_time``."""
+    with ExitStack() as stack, (tmp_path / "servers.log").open("w") as errlog:
+        url, _proc = stack.enter_context(url_process([PYTHON, CLASSIC, "--http"], stderr=errlog))
+        config = write_config(
+            tmp_path,
+            {
+                "stdio": {"command": PYTHON, "args": [CLASSIC], **LIMITS, "prefix": "s"},
+                "http": {"url": url, **LIMITS, "prefix": "h"},
+            },
+        )
+        delays = [2.0, 2.0, 2.0, 2.0, 5.0]  # past call_timeout (1 s) ..., then past max_call_time (3 s)
+
+        async def slow_user(context: Any, params: Any) -> types.ElicitResult:
+            await anyio.sleep(delays.pop(0))
+            return types.ElicitResult(action="accept", content={"name": "Ann"})
+
+        async with sdk_client(config, mode, elicitation_callback=slow_user) as client:
+            prompts = sorted(p.name for p in (await client.list_prompts()).prompts)
+            assert prompts == ["h__greeting", "h__pause", "s__greeting", "s__pause"], prompts
+            for name in ("h__greeting", "s__greeting"):
+                prompt = await client.get_prompt(name)
+                assert prompt.messages[0].content.text == "Greet Ann.", (name, prompt)
+            for server in ("stdio", "http"):
+                (tmp_path / server).mkdir()
+                config_path = write_config(tmp_path / server, {server: {**_only(server, url), **LIMITS}})
+                async with sdk_client(config_path, mode, elicitation_callback=slow_user) as alone:
+                    read = await alone.read_resource("classic://asked/tea")
+                    assert read.contents[0].text == "tea for Ann", (server, read)
+            with pytest.raises(MCPError, match=r"^stdio: prompt 's__pause' timed out: no answer in 1 s$"):
+                await client.get_prompt("s__pause", {"seconds": "20"})
+            with pytest.raises(
+                MCPError, match=r"^stdio: prompt 's__greeting' ran past its 3 s limit \(max_call_time\)$"
+            ):
+                await client.get_prompt("s__greeting")
+
+
+def _only(server: str, url: str) -> dict[str, Any]:
+    """The classic server over stdio, or the one at ``url``."""
+    return {"command": PYTHON, "args": [CLASSIC]} if server == "stdio" else {"url": url}
 
 
 @pytest.mark.parametrize("mode", ERAS)

@@ -27,12 +27,13 @@ from mcp.server.models import InitializationOptions
 from mcp.server.subscriptions import ListenHandler
 from mcp.shared.exceptions import MCPError
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, SERVER_INFO_META_KEY, URL_ELICITATION_REQUIRED
-from mcp_types.jsonrpc import INVALID_PARAMS
+from mcp_types.jsonrpc import INVALID_PARAMS, REQUEST_TIMEOUT
 from mcp_types.methods import is_input_required, validate_client_request
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from pydantic import BaseModel, ValidationError
 
 from gateway import __version__, tracing
+from gateway.downstream.calltime import CallTimedOut
 from gateway.downstream.errors import DownstreamUnavailable
 from gateway.downstream.modern import relayable
 from gateway.downstream.related import CALLER
@@ -348,15 +349,24 @@ class Handlers:
         downstream = self.hub.by_id[server_id]
 
         async def run(answers: Mapping[str, Any] | None = None) -> dict[str, Any]:
-            try:
+            try:  # timed as a tool call: held while the server's question is with the user
                 return await downstream.request(
                     method,
                     {**params, **(answers or {})},
                     timeout=downstream.config.call_timeout,
                     capabilities=relayable(_declared(ctx)),
+                    max_time=downstream.config.max_call_time,
                 )
             except DownstreamUnavailable as exc:
                 raise MCPError(code=INVALID_PARAMS, message=str(exc)) from None
+            except CallTimedOut as exc:
+                limits = downstream.config
+                message = (
+                    f"ran past its {limits.max_call_time:g} s limit (max_call_time)"
+                    if exc.at_limit
+                    else f"timed out: no answer in {limits.call_timeout:g} s"
+                )
+                raise MCPError(code=REQUEST_TIMEOUT, message=f"{server_id}: {what} {message}") from None
 
         if method not in _INPUT_METHODS:
             return _result(ctx, await run())
