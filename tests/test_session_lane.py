@@ -275,7 +275,7 @@ async def test_sdk_client_through_the_session_lane(tmp_path: Path, mode: str) ->
     with http_gateway(config) as (url, stderr):
         await sdk_client_view(url, mode, "demo__ask")
         await sdk_client_view(url, mode, "asker__ask")
-        assert (_LANE_LINE in stderr.read_text()) == (mode == "legacy")
+    assert (_LANE_LINE in stderr.read_text()) == (mode == "legacy")  # (the log, whole once it stopped)
 
 
 def _closed_connections_to(port: int) -> int:
@@ -338,7 +338,7 @@ def test_a_client_gone_mid_call_resumes_it_from_the_priming_event(tmp_path: Path
                         break
         assert [m.get("method") for m in resumed] == ["notifications/progress"] * 3 + [None], resumed
         assert "slept 6 s" in json.dumps(resumed[-1]), resumed
-        assert "on the HTTP session lane" in stderr.read_text()
+        assert "on the HTTP session lane" in wait_for_log(stderr, "on the HTTP session lane", 10)
 
 
 def test_a_client_gone_within_the_grace_costs_only_its_own_call(tmp_path: Path) -> None:
