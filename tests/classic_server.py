@@ -17,7 +17,7 @@ notice), ``url_required()`` (``-32042``, the completion notice on the session af
 what the tests check a cancellation reached the server with). A prompt, ``greeting``, and a
 resource template, ``classic://asked/{topic}``, ask the user for their name the same way
 before they answer (elicitation during ``prompts/get`` and ``resources/read``); a prompt
-``pause(seconds)`` takes that long to answer.
+``pause(seconds)`` takes that long to answer, with progress, and names its ``_meta`` keys.
 
 Usage: ``python -m tests.classic_server`` (stdio) or ``python -m tests.classic_server --http``
 (streamable HTTP on 127.0.0.1, a free port; prints its URL on stdout, then serves).
@@ -162,10 +162,16 @@ async def greeting(ctx: Context) -> str:
 
 
 @server.prompt()
-async def pause(seconds: str) -> str:
-    """A prompt that takes ``seconds`` to write."""
-    await anyio.sleep(float(seconds))
-    return "Paused."
+async def pause(seconds: str, ctx: Context) -> str:
+    """A prompt that takes ``seconds`` to write, reporting progress every 0.5 s (to a caller
+    that asked for it), and names the keys of its request's ``_meta``."""
+    total, done = float(seconds), 0.0
+    while done < total:
+        step = min(0.5, total - done)
+        await anyio.sleep(step)
+        done += step
+        await ctx.report_progress(done, total)
+    return "Paused; _meta: " + ",".join(sorted(ctx.request_context.meta or {}))
 
 
 @server.resource("classic://asked/{topic}")

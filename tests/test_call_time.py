@@ -151,6 +151,39 @@ async def test_a_prompt_or_resource_waiting_for_the_users_answer_does_not_time_o
                 await client.get_prompt("s__greeting")
 
 
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_prompts_progress_reaches_its_client_and_keeps_it_going(tmp_path: Path, mode: str) -> None:
+    """A client that asks for progress on ``prompts/get`` (a token in its ``_meta``) hears the
+    server's progress, which restarts ``call_timeout`` as for a tool call; the rest of its
+    ``_meta`` (a trace context) reaches the server, its token goes no further than the gateway."""
+    with ExitStack() as stack, (tmp_path / "servers.log").open("w") as errlog:
+        url, _proc = stack.enter_context(url_process([PYTHON, CLASSIC, "--http"], stderr=errlog))
+        config = write_config(
+            tmp_path,
+            {
+                "stdio": {"command": PYTHON, "args": [CLASSIC], **LIMITS, "prefix": "s"},
+                "http": {"url": url, **LIMITS, "prefix": "h"},
+            },
+        )
+        heard: list[tuple[Any, float]] = []
+
+        async def messages(message: Any) -> None:
+            if isinstance(message, types.ProgressNotification):
+                heard.append((message.params.progress_token, message.params.progress))
+
+        async with sdk_client(config, mode, message_handler=messages) as client:
+            for name in ("h__pause", "s__pause"):
+                heard.clear()
+                meta = {
+                    "progressToken": f"{name}-1",
+                    "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+                }
+                prompt = await client.get_prompt(name, {"seconds": "2"}, meta=meta)
+                assert prompt.messages[0].content.text == "Paused; _meta: progress_token,traceparent", name
+                assert heard and {token for token, _ in heard} == {f"{name}-1"}, (name, heard)
+                assert [value for _, value in heard] == sorted(value for _, value in heard), heard
+
+
 def _only(server: str, url: str) -> dict[str, Any]:
     """The classic server over stdio, or the one at ``url``."""
     return {"command": PYTHON, "args": [CLASSIC]} if server == "stdio" else {"url": url}

@@ -230,6 +230,13 @@ def hop_local_removed(result: dict[str, Any]) -> dict[str, Any]:
     return cleaned
 
 
+def relayed_meta(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """A client's request ``_meta`` as the server it goes on to receives it: the client's
+    progress token and its 2026-07-28 envelope belong to the client's own hop (the gateway
+    sends its own on the server's), the rest (a trace context, say) travels on."""
+    return {k: v for k, v in meta.items() if k != "progressToken" and not k.startswith(ENVELOPE)}
+
+
 def client_info(version: str) -> dict[str, Any]:
     return dict(_client_info(version))
 

@@ -21,7 +21,7 @@ from gateway.downstream.calltime import CallTimedOut
 from gateway.downstream.connection import Downstream
 from gateway.downstream.errors import DownstreamUnavailable
 from gateway.downstream.link import ProgressFn
-from gateway.downstream.modern import ENVELOPE, relayable
+from gateway.downstream.modern import ENVELOPE, relayable, relayed_meta
 from gateway.downstream.rawcalls import UNSENDABLE_REQUEST
 from gateway.downstream.stdio import MESSAGE_TOO_LARGE, UNPARSABLE_REPLY
 from gateway.results import error_result
@@ -53,12 +53,8 @@ async def call_tool(
     capabilities = relayable((meta or {}).get(types.CLIENT_CAPABILITIES_META_KEY))
     if arguments is not None:
         params["arguments"] = dict(arguments)
-    if meta:
-        # The client's progress token and its per-request protocol envelope (2026-07-28
-        # keys) belong to the upstream connection, not to this one.
-        forwarded = {k: v for k, v in meta.items() if k != "progressToken" and not k.startswith(ENVELOPE)}
-        if forwarded:
-            params["_meta"] = forwarded
+    if meta and (forwarded := relayed_meta(meta)):
+        params["_meta"] = forwarded
     if answers:
         params.update(answers)
     server = downstream.id

@@ -35,7 +35,7 @@ from pydantic import BaseModel, ValidationError
 from gateway import __version__, tracing
 from gateway.downstream.calltime import CallTimedOut
 from gateway.downstream.errors import DownstreamUnavailable
-from gateway.downstream.modern import relayable
+from gateway.downstream.modern import relayable, relayed_meta
 from gateway.downstream.related import CALLER
 from gateway.engine.capabilities import answers_none, refusal
 from gateway.engine.clients import ClientConnection
@@ -212,25 +212,18 @@ class Handlers:
         target = call.server
         raw_meta = (ctx.params or {}).get("_meta")
         meta = dict(raw_meta) if isinstance(raw_meta, dict) else None
-        wants_progress = bool(meta and meta.get("progressToken") is not None)
+        progress = _progress_to(ctx)
         if (declared := _declared(ctx)) is not None:
             # What this client can answer (either era), for a 2026-07-28 server (gateway/downstream/modern.py).
             meta = {**(meta or {}), CLIENT_CAPABILITIES_META_KEY: declared}
         modern = ctx.protocol_version not in HANDSHAKE_PROTOCOL_VERSIONS
-
-        async def progress(value: float, total: float | None, message: str | None) -> None:
-            if not modern:
-                await ctx.session.report_progress(value, total, message)
-                return
-            with contextlib.suppress(Exception):  # the request that asked may be answered already
-                await ctx.session.report_progress(value, total, message)
 
         def run(answers: Mapping[str, Any] | None) -> Awaitable[dict[str, Any]]:
             return router.call(
                 call,
                 client.state,
                 meta=meta,
-                on_progress=progress if wants_progress else None,
+                on_progress=progress,
                 version=ctx.protocol_version,
                 answers=answers,
             )
@@ -347,6 +340,7 @@ class Handlers:
         if server_id is None:
             raise MCPError(code=INVALID_PARAMS, message=f"prefixgate: no server offers {what}")
         downstream = self.hub.by_id[server_id]
+        progress = _progress_to(ctx)
 
         async def run(answers: Mapping[str, Any] | None = None) -> dict[str, Any]:
             try:  # timed as a tool call: held while the server's question is with the user
@@ -354,6 +348,7 @@ class Handlers:
                     method,
                     {**params, **(answers or {})},
                     timeout=downstream.config.call_timeout,
+                    on_progress=progress,
                     capabilities=relayable(_declared(ctx)),
                     max_time=downstream.config.max_call_time,
                 )
@@ -373,7 +368,8 @@ class Handlers:
         client = await self.client_of(ctx)
         if ctx.protocol_version not in HANDSHAKE_PROTOCOL_VERSIONS:
             target = str(params.get("uri") if method == "resources/read" else params.get("name"))
-            return _result(ctx, await self.with_input(ctx, client, method, target, _Digest(params), server_id, run))
+            bound = {k: v for k, v in params.items() if k != "_meta"}  # (a trace context differs on the retry)
+            return _result(ctx, await self.with_input(ctx, client, method, target, _Digest(bound), server_id, run))
         with _Attributed(client, ctx, server_id, self.hub.round_trips.order()):
             result = await run()
             if is_input_required(result):
@@ -460,11 +456,33 @@ def _well_formed(ctx: Context) -> bool:
 
 def _relayed_params(ctx: Context) -> dict[str, Any]:
     """The request's params as a server receives them: without this client's own round
-    trip (``_meta``, ``inputResponses``, ``requestState``), which the gateway handles."""
+    trip (``inputResponses``, ``requestState``, the envelope and progress token in
+    ``_meta``), which the gateway handles."""
     params = dict(ctx.params or {})
-    for key in ("_meta", "inputResponses", "requestState"):
+    for key in ("inputResponses", "requestState"):
         params.pop(key, None)
+    meta = params.pop("_meta", None)
+    if isinstance(meta, dict) and (kept := relayed_meta(meta)):
+        params["_meta"] = kept
     return params
+
+
+def _progress_to(ctx: Context) -> Callable[[float, float | None, str | None], Awaitable[None]] | None:
+    """Where a server's progress for this request goes: to the client, if it asked for
+    progress (a token in its ``_meta``), else nowhere (None)."""
+    meta = (ctx.params or {}).get("_meta")
+    if not isinstance(meta, dict) or meta.get("progressToken") is None:
+        return None
+    modern = ctx.protocol_version not in HANDSHAKE_PROTOCOL_VERSIONS
+
+    async def progress(value: float, total: float | None, message: str | None) -> None:
+        if not modern:
+            await ctx.session.report_progress(value, total, message)
+            return
+        with contextlib.suppress(Exception):  # the request that asked may be answered already
+            await ctx.session.report_progress(value, total, message)
+
+    return progress
 
 
 _INPUT_METHODS = ("prompts/get", "resources/read")
