@@ -12,6 +12,7 @@ gateway, which reaches it with the handshake, can relay them to either era.
 Tools: ``echo(text)``, ``elicit()``, ``confide(secret)`` (an elicitation naming the secret),
 ``header_names()`` (the call's HTTP request header names), ``elicit_url()`` (then the completion
 notice), ``url_required()`` (``-32042``, the completion notice on the session after it), ``sample()``, ``roots()``,
+``roots_changed()`` (how many ``notifications/roots/list_changed`` it heard),
 ``progress(steps)``, ``log()`` (one info line on the call's stream), ``sleep(seconds, tag)``
 (progress 0 once it runs, then cancellable) and ``cancelled(tag)`` (whether the ``sleep`` with that tag was cancelled:
 what the tests check a cancellation reached the server with). A prompt, ``greeting``, and a
@@ -28,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import warnings
+from typing import Any
 
 import anyio
 import mcp_types as types
@@ -118,6 +120,25 @@ async def roots(ctx: Context) -> str:
     """List the client's roots (roots/list, on the session's own channel)."""
     listed = await ctx.session.list_roots()
     return ",".join(str(root.uri) for root in listed.roots)
+
+
+roots_changes = [0]
+"""How many ``notifications/roots/list_changed`` the server heard."""
+
+
+async def _roots_changed(ctx: Any, params: Any) -> None:
+    roots_changes[0] += 1
+
+
+server._lowlevel_server.add_notification_handler(
+    "notifications/roots/list_changed", types.NotificationParams, _roots_changed
+)
+
+
+@server.tool()
+def roots_changed() -> str:
+    """How many times the client said its roots changed."""
+    return f"roots changed: {roots_changes[0]}"
 
 
 @server.tool()

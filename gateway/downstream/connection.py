@@ -31,6 +31,8 @@ from gateway.downstream.transports import Transport, transport_for
 from gateway.redact import redact
 
 Status = Literal["starting", "ready", "failed", "late", "disabled", "exited", "restarting"]
+NOTICE_TIMEOUT = 5.0
+"""Longest a notification the gateway passes on to a server may wait for it to read."""
 
 
 class Events(Protocol):
@@ -276,6 +278,19 @@ class Downstream:
             capabilities=capabilities,
             max_time=max_time,
         )
+
+    async def roots_changed(self) -> None:
+        """Tell a handshake-era server that is up that its client's roots changed, as that
+        client would tell it directly (a 2026-07-28 server is asked for roots with each
+        request: nothing of its can go stale). A server that does not read its input holds
+        the notice up for ``NOTICE_TIMEOUT`` at most, then it is dropped."""
+        link = self.link
+        if link is None or link.modern or link.gone or self.status != "ready":
+            return
+        with anyio.move_on_after(NOTICE_TIMEOUT) as scope:
+            await link.notify("notifications/roots/list_changed")
+        if scope.cancelled_caught:
+            self.log.warning("[%s] roots/list_changed not sent: its input is not being read", self.id)
 
     async def refresh(self, *, tools: bool = False, resources: bool = False, prompts: bool = False) -> None:
         """Re-list what the server offers (at start-up and on its list_changed)."""

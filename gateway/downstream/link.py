@@ -236,6 +236,13 @@ class Link:
         await self.inbox.settle()  # what the server said before its reply goes out first
         return result
 
+    async def notify(self, method: str) -> None:
+        """Send the server a notification without params, as the SDK's session sends one
+        (fire and forget: a connection that is gone drops it)."""
+        dispatcher = self._dispatcher
+        assert dispatcher is not None, "a link takes notifications once open() has returned"
+        await dispatcher.notify(method, None, {"headers": dict(self._headers)})
+
     # --- what the server sends ----------------------------------------------------------
 
     async def _message(self, message: IncomingMessage) -> None:

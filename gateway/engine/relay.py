@@ -172,6 +172,11 @@ class Relay:
             raise MCPError(code=INVALID_REQUEST, message=f"prefixgate: no client is connected to answer {method}")
         return target, related
 
+    def answers_to(self, server_id: str, state: object) -> bool:
+        """Whether a request the server sends outside any call (``roots/list`` once told the
+        roots changed, say) would be put to this client's principal (``state``: its state)."""
+        return self._principal_for(server_id) == _who(state)
+
     def _principal_for(self, server_id: str) -> object | None:
         """Who (``_who``) a server's request or log message can belong to, or None.
 

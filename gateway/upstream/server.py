@@ -86,8 +86,11 @@ class Handlers:
         self.router = hub.router
         self.new_state = new_state
         self.detached = detached
+        self._roots_told: set[ClientConnection] = set()
+        """Clients whose roots changed since the servers were last told (``roots_changed``)."""
+        self._telling_roots = False
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # logging/setLevel is deprecated in 2026-07-28; still served
+            warnings.simplefilter("ignore")  # logging/setLevel, roots: deprecated in 2026-07-28; still served
             self.server: Server[Any] = Server(
                 "prefixgate",
                 version=__version__,
@@ -103,6 +106,7 @@ class Handlers:
                 on_get_prompt=self.get_prompt,
                 on_completion=self.complete,
                 on_set_logging_level=self.set_level,
+                on_roots_list_changed=self.roots_changed,
                 on_subscriptions_listen=WatchingListen(hub),
                 cache_hints=CACHE_HINTS,
                 get_tool_input_schema=self.input_schema,
@@ -437,6 +441,27 @@ class Handlers:
             server_id = surface.owner_of_template(uri) or surface.owner_of_uri(uri)
         what = f"completion for {ref.get('type')}"
         return await self.routed(ctx, server_id, what, "completion/complete", {**request, "ref": ref})
+
+    async def roots_changed(self, ctx: Context, params: Any) -> None:
+        """A client says its roots changed: each handshake-era server whose ``roots/list``
+        would be put to that client's principal is told so, as the client would tell it
+        directly (the gateway declared ``roots.listChanged`` to the servers). Passed on one
+        round at a time, each client once a round: a flood of notices costs the servers at
+        most one more."""
+        self._roots_told.add(await self.client_of(ctx))
+        if self._telling_roots:
+            return
+        self._telling_roots = True
+        try:
+            while self._roots_told:
+                clients, self._roots_told = self._roots_told, set()
+                relay = self.hub.relay
+                told = {d.id: d for c in clients for d in self.hub.downstreams if relay.answers_to(d.id, c.state)}
+                async with anyio.create_task_group() as tg:
+                    for downstream in told.values():
+                        tg.start_soon(downstream.roots_changed)
+        finally:
+            self._telling_roots = False
 
     async def set_level(self, ctx: Context, params: types.SetLevelRequestParams) -> Any:
         await self.router.current()
