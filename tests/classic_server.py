@@ -10,6 +10,7 @@ to it directly gets an error from those tools (2026-07-28 has no back-channel), 
 gateway, which reaches it with the handshake, can relay them to either era.
 
 Tools: ``echo(text)``, ``elicit()``, ``confide(secret)`` (an elicitation naming the secret),
+``give_up(seconds)`` (an elicitation it cancels after ``seconds``),
 ``header_names()`` (the call's HTTP request header names), ``elicit_url()`` (then the completion
 notice), ``url_required()`` (``-32042``, the completion notice on the session after it), ``sample()``, ``roots()``,
 ``roots_changed()`` (how many ``notifications/roots/list_changed`` it heard),
@@ -62,6 +63,15 @@ async def elicit(ctx: Context) -> str:
     answer = await ctx.elicit("What is your name?", Name)
     content = answer.data.model_dump() if answer.action == "accept" else None
     return f"{answer.action}:{content}"
+
+
+@server.tool()
+async def give_up(seconds: float, ctx: Context) -> str:
+    """Ask the user for their name, and give up after ``seconds`` (the request is cancelled)."""
+    with anyio.move_on_after(seconds):
+        answer = await ctx.elicit("Still there?", Name)
+        return f"answered:{answer.action}"
+    return "gave up"
 
 
 @server.tool()

@@ -49,8 +49,9 @@ from mcp import Client, StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
+from bench.common import url_process
 from tests.conformance.runner import node_binary
-from tests.helpers import ERAS, PYTHON, demo, free_port, http_gateway, text, write_config
+from tests.helpers import ERAS, PYTHON, demo, free_port, http_gateway, sdk_client, text, wait_for, write_config
 
 pytestmark = [pytest.mark.anyio, pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")]
 
@@ -585,3 +586,35 @@ def test_every_known_entry_names_real_cells() -> None:
     for style, op, era in KNOWN:
         assert style in STYLES and op in (*OPERATIONS, "*") and era in (*ERAS, "*"), (style, op, era)
         assert KNOWN[style, op, era].kind in (UNAVAILABLE, BETTER)
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_question_the_server_gives_up_is_withdrawn_from_the_user(tmp_path: Path, transport: str) -> None:
+    """A classic server asks the user and gives up waiting (its request cancelled): directly,
+    the client's elicitation is cancelled; through the gateway too, with the same result.
+    (A 2026-07-28 client cannot be asked by such a server directly at all.)"""
+    withdrawn: list[str] = []
+
+    async def patient_user(context: Any, params: Any) -> types.ElicitResult:
+        try:
+            await anyio.sleep(30)
+        except anyio.get_cancelled_exc_class():
+            withdrawn.append("withdrawn")
+            raise
+        return types.ElicitResult(action="decline")
+
+    with ExitStack() as stack:
+        if transport == "stdio":
+            server: dict[str, Any] = {"command": PYTHON, "args": [CLASSIC]}
+            direct: Any = StdioServerParameters(command=PYTHON, args=[CLASSIC])
+        else:
+            errlog = stack.enter_context((tmp_path / "classic.log").open("w"))
+            url, _proc = stack.enter_context(url_process([PYTHON, CLASSIC, "--http"], stderr=errlog))
+            server, direct = {"url": url}, url
+        async with Client(direct, mode="legacy", elicitation_callback=patient_user) as client:
+            assert text(await client.call_tool("give_up", {"seconds": 0.5})) == "gave up"
+            await wait_for(lambda: withdrawn == ["withdrawn"], 10)
+        config = write_config(tmp_path, {"classic": server})
+        async with sdk_client(config, "legacy", elicitation_callback=patient_user) as client:
+            assert text(await client.call_tool("classic__give_up", {"seconds": 0.5})) == "gave up"
+            await wait_for(lambda: withdrawn == ["withdrawn"] * 2, 10)
