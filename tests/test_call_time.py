@@ -10,7 +10,8 @@ their time, finishes; through the gateway both used to fail at ``call_timeout``.
 
 from __future__ import annotations
 
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -116,15 +117,7 @@ async def test_a_prompt_or_resource_waiting_for_the_users_answer_does_not_time_o
     """As for a tool call: a classic server's prompt and resource ask the user first, and the
     user answers after ``call_timeout``; the request is held meanwhile (directly, the SDK's
     client waits too). One that never hears back still ends at ``max_call_time``."""
-    with ExitStack() as stack, (tmp_path / "servers.log").open("w") as errlog:
-        url, _proc = stack.enter_context(url_process([PYTHON, CLASSIC, "--http"], stderr=errlog))
-        config = write_config(
-            tmp_path,
-            {
-                "stdio": {"command": PYTHON, "args": [CLASSIC], **LIMITS, "prefix": "s"},
-                "http": {"url": url, **LIMITS, "prefix": "h"},
-            },
-        )
+    with classic_pair(tmp_path) as (url, config):
         delays = [2.0, 2.0, 2.0, 2.0, 5.0]  # past call_timeout (1 s) ..., then past max_call_time (3 s)
 
         async def slow_user(context: Any, params: Any) -> types.ElicitResult:
@@ -156,15 +149,7 @@ async def test_a_prompts_progress_reaches_its_client_and_keeps_it_going(tmp_path
     """A client that asks for progress on ``prompts/get`` (a token in its ``_meta``) hears the
     server's progress, which restarts ``call_timeout`` as for a tool call; the rest of its
     ``_meta`` (a trace context) reaches the server, its token goes no further than the gateway."""
-    with ExitStack() as stack, (tmp_path / "servers.log").open("w") as errlog:
-        url, _proc = stack.enter_context(url_process([PYTHON, CLASSIC, "--http"], stderr=errlog))
-        config = write_config(
-            tmp_path,
-            {
-                "stdio": {"command": PYTHON, "args": [CLASSIC], **LIMITS, "prefix": "s"},
-                "http": {"url": url, **LIMITS, "prefix": "h"},
-            },
-        )
+    with classic_pair(tmp_path) as (_url, config):
         heard: list[tuple[Any, float]] = []
 
         async def messages(message: Any) -> None:
@@ -187,6 +172,16 @@ async def test_a_prompts_progress_reaches_its_client_and_keeps_it_going(tmp_path
 def _only(server: str, url: str) -> dict[str, Any]:
     """The classic server over stdio, or the one at ``url``."""
     return {"command": PYTHON, "args": [CLASSIC]} if server == "stdio" else {"url": url}
+
+
+@contextmanager
+def classic_pair(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """The classic server over HTTP (its URL), and a config with it and one over stdio,
+    published as ``h__`` and ``s__``, under ``LIMITS``."""
+    with ExitStack() as stack, (tmp_path / "servers.log").open("w") as errlog:
+        url, _proc = stack.enter_context(url_process([PYTHON, CLASSIC, "--http"], stderr=errlog))
+        servers = {"stdio": {**_only("stdio", url), "prefix": "s"}, "http": {**_only("http", url), "prefix": "h"}}
+        yield url, write_config(tmp_path, {name: {**server, **LIMITS} for name, server in servers.items()})
 
 
 @pytest.mark.parametrize("mode", ERAS)
