@@ -35,6 +35,7 @@ from pydantic import BaseModel, ValidationError
 from gateway import __version__, tracing
 from gateway.downstream.calltime import CallTimedOut
 from gateway.downstream.errors import DownstreamUnavailable
+from gateway.downstream.link import ProgressFn
 from gateway.downstream.modern import relayable, relayed_meta
 from gateway.downstream.related import CALLER
 from gateway.engine.capabilities import answers_none, refusal
@@ -492,7 +493,7 @@ def _relayed_params(ctx: Context) -> dict[str, Any]:
     return params
 
 
-def _progress_to(ctx: Context) -> Callable[[float, float | None, str | None], Awaitable[None]] | None:
+def _progress_to(ctx: Context) -> ProgressFn | None:
     """Where a server's progress for this request goes: to the client, if it asked for
     progress (a token in its ``_meta``), else nowhere (None)."""
     meta = (ctx.params or {}).get("_meta")
