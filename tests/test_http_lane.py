@@ -196,17 +196,18 @@ def test_the_http_lane_answers_byte_identical_to_the_sdk_entry(tmp_path: Path) -
 
 def test_a_client_gone_at_once_still_cancels_its_call(tmp_path: Path) -> None:
     """The lane watches for the client only once a call has run ``WATCH_AFTER`` s: a client
-    that goes away sooner still cancels it, which its server sees."""
+    that goes away sooner still cancels it, which its server sees. The client goes as soon
+    as its call's first progress shows the server has it (going at a fixed moment instead,
+    a busy gateway may not have read the request yet: then, as uvicorn hands an application
+    a disconnect for a body it had not read, no call runs at all)."""
     accept = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
-    params = {"name": "demo__slow", "arguments": {"seconds": 30, "steps": 30}, "_meta": envelope()}
-    with gateway(fast_config(tmp_path), True) as (url, stderr), httpx.Client(headers=accept) as http:
-        with contextlib.suppress(httpx.ReadTimeout):  # gone 10 ms after its request, long before 50 ms
-            http.post(
-                url,
-                json=request(1, "tools/call", params),
-                headers=routing("tools/call", "demo__slow"),
-                timeout=httpx.Timeout(60, read=0.01),
-            )
+    meta = envelope({"progressToken": "p-1"})
+    params = {"name": "demo__slow", "arguments": {"seconds": 30, "steps": 30}, "_meta": meta}
+    with gateway(fast_config(tmp_path), True) as (url, stderr), httpx.Client(headers=accept, timeout=60) as http:
+        call = request(1, "tools/call", params)
+        with http.stream("POST", url, json=call, headers=routing("tools/call", "demo__slow")) as response:
+            assert response.headers["content-type"].startswith("text/event-stream")
+            next(line for line in response.iter_lines() if "notifications/progress" in line)
         log = log_after_cancels(stderr, 1)
     assert "on the HTTP lane" in log and log.count("slow cancelled after step") == 1, log[-3000:]
 
