@@ -21,7 +21,7 @@ import pytest
 from mcp.shared.exceptions import MCPError
 
 from bench.common import url_process
-from tests.helpers import ERAS, GATEWAY, PYTHON, demo, sdk_client, text, write_config
+from tests.helpers import ERAS, GATEWAY, PYTHON, demo, http_gateway, sdk_client, text, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -144,19 +144,24 @@ async def test_a_prompt_or_resource_waiting_for_the_users_answer_does_not_time_o
                 await client.get_prompt("s__greeting")
 
 
+@pytest.mark.parametrize("upstream", ["stdio", "http"])
 @pytest.mark.parametrize("mode", ERAS)
-async def test_a_prompts_progress_reaches_its_client_and_keeps_it_going(tmp_path: Path, mode: str) -> None:
+async def test_a_prompts_progress_reaches_its_client_and_keeps_it_going(
+    tmp_path: Path, mode: str, upstream: str
+) -> None:
     """A client that asks for progress on ``prompts/get`` (a token in its ``_meta``) hears the
     server's progress, which restarts ``call_timeout`` as for a tool call; the rest of its
-    ``_meta`` (a trace context) reaches the server, its token goes no further than the gateway."""
-    with classic_pair(tmp_path) as (_url, config):
+    ``_meta`` (a trace context) reaches the server, its token goes no further than the gateway.
+    The gateway over stdio, and over HTTP (the progress on the request's event stream)."""
+    with classic_pair(tmp_path) as (_url, config), ExitStack() as stack:
+        target: Path | str = config if upstream == "stdio" else stack.enter_context(http_gateway(config))[0]
         heard: list[tuple[Any, float]] = []
 
         async def messages(message: Any) -> None:
             if isinstance(message, types.ProgressNotification):
                 heard.append((message.params.progress_token, message.params.progress))
 
-        async with sdk_client(config, mode, message_handler=messages) as client:
+        async with sdk_client(target, mode, message_handler=messages) as client:
             for name in ("h__pause", "s__pause"):
                 heard.clear()
                 meta = {
