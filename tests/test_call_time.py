@@ -136,7 +136,7 @@ async def test_a_prompt_or_resource_waiting_for_the_users_answer_does_not_time_o
                 async with sdk_client(config_path, mode, elicitation_callback=slow_user) as alone:
                     read = await alone.read_resource("classic://asked/tea")
                     assert read.contents[0].text == "tea for Ann", (server, read)
-            with pytest.raises(MCPError, match=r"^stdio: prompt 's__pause' timed out: no answer in 1 s$"):
+            with pytest.raises(MCPError, match=r"^stdio: prompt 's__pause' timed out: no answer or progress in 1 s$"):
                 await client.get_prompt("s__pause", {"seconds": "20"})
             with pytest.raises(
                 MCPError, match=r"^stdio: prompt 's__greeting' ran past its 3 s limit \(max_call_time\)$"

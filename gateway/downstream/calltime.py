@@ -73,7 +73,7 @@ class Clock:
 
     def expired(self, method: str) -> CallTimedOut:
         """The error the call fails with, as the SDK's dispatcher raises its timeout."""
-        return CallTimedOut(method, at_limit=self._at_limit())
+        return CallTimedOut(method, at_limit=self._at_limit(), idle=self.idle, max_time=self.max_time)
 
     def reason(self) -> str:
         """The courtesy cancel's reason, in the SDK's words."""
@@ -93,6 +93,12 @@ class CallTimedOut(MCPError):
     """``REQUEST_TIMEOUT``, saying whether the call ran out of ``max_call_time`` (``at_limit``)
     or went ``call_timeout`` without a reply or progress."""
 
-    def __init__(self, method: str, *, at_limit: bool) -> None:
+    def __init__(self, method: str, *, at_limit: bool, idle: float, max_time: float | None) -> None:
         super().__init__(code=REQUEST_TIMEOUT, message=f"Request {method!r} timed out")
         self.at_limit = at_limit
+        self.detail = (
+            f"ran past its {max_time:g} s limit (max_call_time)"
+            if at_limit and max_time is not None
+            else f"timed out: no answer or progress in {idle:g} s"
+        )
+        """Which limit, in the words a tool's result and a prompt's error give after what timed out."""

@@ -191,14 +191,14 @@ class Link:
         if related is not None and (caller := CALLER.get()) is not None:
             name = headers[HEADER] = related.open(caller)
         opts: dict[str, Any] = {"headers": headers}
-        if timeout is not None:
-            opts["timeout"] = timeout
         if on_progress is not None:
             opts["on_progress"] = latest_only(on_progress)
         clock = None
-        if max_time is not None:
+        if max_time is not None:  # timed by the clock (below), not by the SDK's timeout
             clock = Clock(timeout, max_time)
             self.clocks[clock] = CALLER.get()
+        elif timeout is not None:
+            opts["timeout"] = timeout
         try:
             if raw is not None:  # below the session: a raw line (rawcalls.py) or a POST (httpcalls.py)
                 result: dict[str, Any] = await raw.request(
@@ -320,7 +320,6 @@ async def _restarted_by_progress(
 ) -> dict[str, Any]:
     """Through the SDK's session, whose own timeout progress does not restart: the call's clock
     (``calltime.py``) is a cancel scope here."""
-    opts.pop("timeout", None)
     clock.start(anyio.current_time())
     timer = anyio.CancelScope(deadline=clock.deadline)
     if (forward := opts.get("on_progress")) is not None:

@@ -74,9 +74,9 @@ async def call_tool(
     except DownstreamUnavailable as exc:
         return error_result(str(exc))
     except MCPError as exc:
-        if isinstance(exc, CallTimedOut) and exc.at_limit:
-            return error_result(f"{server}: tool {tool!r} ran past its {max_time:g} s limit (max_call_time)")
-        if exc.code == REQUEST_TIMEOUT:
+        if isinstance(exc, CallTimedOut):
+            return error_result(f"{server}: tool {tool!r} {exc.detail}")
+        if exc.code == REQUEST_TIMEOUT:  # (the server's own error of that code)
             return error_result(f"{server}: tool {tool!r} timed out: no answer or progress in {timeout:g} s")
         if exc.code == CONNECTION_CLOSED and _connection_gone(downstream, exc):
             return error_result(await _closed_reason(downstream, tool))

@@ -360,13 +360,7 @@ class Handlers:
             except DownstreamUnavailable as exc:
                 raise MCPError(code=INVALID_PARAMS, message=str(exc)) from None
             except CallTimedOut as exc:
-                limits = downstream.config
-                message = (
-                    f"ran past its {limits.max_call_time:g} s limit (max_call_time)"
-                    if exc.at_limit
-                    else f"timed out: no answer in {limits.call_timeout:g} s"
-                )
-                raise MCPError(code=REQUEST_TIMEOUT, message=f"{server_id}: {what} {message}") from None
+                raise MCPError(code=REQUEST_TIMEOUT, message=f"{server_id}: {what} {exc.detail}") from None
 
         if method not in _INPUT_METHODS:
             return _result(ctx, await run())
