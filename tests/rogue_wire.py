@@ -5,7 +5,8 @@ wire when its tools are called: lone surrogates (``"\\ud800"``, what a JavaScrip
 writes when it cuts an emoji in half) in results, log notifications, resource names and
 prompt descriptions; results over any sane size, with the id first (Python) or last
 (TypeScript); floods of log notifications and of stderr without a newline; a schema
-nested far too deeply. Options: ``--deep-schema N`` (list a tool nested N levels);
+nested far too deeply; and, after ``stop_reading``, a server that never reads its input
+again. Options: ``--deep-schema N`` (list a tool nested N levels);
 ``--http`` (serve the same over plain JSON-response HTTP on loopback, print the URL).
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from typing import Any
 
 LONE = "\ud800"
@@ -58,6 +60,7 @@ TOOLS = [
         "rpc_error",
         "bad_result",
         "not_json",
+        "stop_reading",
         "ok",
     )
 ]
@@ -132,6 +135,10 @@ def call(request_id: Any, name: str, args: dict[str, Any], token: Any = None) ->
         send({"jsonrpc": "2.0", "id": request_id, "error": error})
     elif name == "bad_result":  # a result that is not an object
         send({"jsonrpc": "2.0", "id": request_id, "result": [1, 2]})
+    elif name == "stop_reading":  # answers, then never reads its input again (and stays up)
+        send({"jsonrpc": "2.0", "id": request_id, "result": text("no longer reading")})
+        while True:
+            time.sleep(3600)
     elif name == "not_json":
         OUT.write(b'{"jsonrpc":"2.0","id":' + json.dumps(request_id).encode() + b',"result":{oops}}\n')
         OUT.flush()

@@ -26,6 +26,7 @@ from tests.test_principals import tokens_file
 pytestmark = [pytest.mark.anyio, pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")]
 
 CLASSIC = str(Path(__file__).resolve().parent / "classic_server.py")
+ROGUE = str(Path(__file__).resolve().parent / "rogue_wire.py")
 SERVERS = ("stdio", "http")
 ALICE = {"Authorization": "Bearer token-of-alice"}
 BOB = {"Authorization": "Bearer token-of-bob"}
@@ -100,3 +101,25 @@ async def test_one_principals_roots_change_is_not_passed_on_while_another_is_con
 
 async def _said(client: Any, tool: str, expected: str) -> bool:
     return text(await client.call_tool(tool, {})) == expected
+
+
+async def test_a_server_that_stops_reading_holds_up_no_one_else(tmp_path: Path) -> None:
+    """A misbehaving server (tests/rogue_wire.py) stops reading its input, and a call's large
+    arguments fill its pipe: a roots notice to it waits ``NOTICE_TIMEOUT`` (5 s) at most, then
+    is dropped with a line in the log; the other server is told all the same, and calls go on."""
+    roots, log = Roots(), tmp_path / "gateway.log"
+    servers = {"classic": {"command": PYTHON, "args": [CLASSIC]}, "rogue": {"command": PYTHON, "args": [ROGUE]}}
+    config = write_config(tmp_path, servers)
+    async with sdk_client(config, "legacy", errlog=log, list_roots_callback=roots.list_roots) as client:
+        assert text(await client.call_tool("rogue__stop_reading", {})) == "no longer reading"
+        async with anyio.create_task_group() as stuck:
+            stuck.start_soon(client.call_tool, "rogue__echo", {"text": "x" * (1 << 20)})  # never read
+
+            async def dropped() -> bool:
+                await client.send_roots_list_changed()
+                return "[rogue] roots/list_changed not sent: its input is not being read" in log.read_text()
+
+            await wait_for(dropped, 30)
+            assert not await _said(client, "classic__roots_changed", "roots changed: 0")
+            assert text(await client.call_tool("classic__echo", {"text": "on"})) == "classic:on"
+            stuck.cancel_scope.cancel()
