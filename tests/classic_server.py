@@ -14,7 +14,8 @@ Tools: ``echo(text)``, ``elicit()``, ``confide(secret)`` (an elicitation naming 
 ``header_names()`` (the call's HTTP request header names), ``elicit_url()`` (then the completion
 notice), ``url_required()`` (``-32042``, the completion notice on the session after it), ``sample()``, ``roots()``,
 ``roots_changed()`` (how many ``notifications/roots/list_changed`` it heard),
-``progress(steps)``, ``log()`` (one info line on the call's stream), ``sleep(seconds, tag)``
+``progress(steps)``, ``log()`` (one info line on the call's stream), ``block(seconds)`` (a
+blocking ``time.sleep`` in an async tool: its event loop, so its input, stops meanwhile), ``sleep(seconds, tag)``
 (progress 0 once it runs, then cancellable) and ``cancelled(tag)`` (whether the ``sleep`` with that tag was cancelled:
 what the tests check a cancellation reached the server with). A prompt, ``greeting``, and a
 resource template, ``classic://asked/{topic}``, ask the user for their name the same way
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import time
 import warnings
 from typing import Any
 
@@ -165,6 +167,13 @@ async def log(ctx: Context) -> str:
     """Send one info log message during the call."""
     await ctx.info("classic log line", logger_name="classic")
     return "logged"
+
+
+@server.tool()
+async def block(seconds: float) -> str:
+    """Block the server's event loop (a common mistake in async tools): nothing is read meanwhile."""
+    time.sleep(seconds)
+    return f"blocked {seconds:g}"
 
 
 @server.tool()

@@ -12,13 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import anyio
 import mcp_types as types
 import pytest
+from mcp import Client, StdioServerParameters
 from mcp.shared.exceptions import MCPError
+from mcp_types.jsonrpc import REQUEST_TIMEOUT
 
 from bench.common import url_process
 from tests.helpers import ERAS, GATEWAY, PYTHON, demo, http_gateway, sdk_client, text, write_config
@@ -233,3 +236,66 @@ async def test_one_principals_question_holds_only_its_own_call(tmp_path: Path, m
             assert ended == ["bob", "alice"]
             never = await alice.call_tool("http__elicit", {})
             assert text(never) == "http: tool 'elicit' ran past its 3 s limit (max_call_time)"
+
+
+async def _stuck_calls(call: Any, timed_out: Any, *, at_once: int) -> None:
+    """While ``block`` holds the classic server's loop (so nothing is read): a call whose 1 MiB
+    of arguments fills the pipe, a small call behind it, then ``at_once`` calls at once, each
+    timing out."""
+    with anyio.fail_after(30):
+        assert await timed_out(call("echo", {"text": "x" * (1 << 20)}))
+        assert await timed_out(call("echo", {"text": "small"}))
+        outcomes: list[bool] = []
+
+        async def one() -> None:
+            outcomes.append(await timed_out(call("echo", {"text": "y" * (1 << 18)})))
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(at_once):
+                tg.start_soon(one)
+        assert outcomes == [True] * at_once
+
+
+async def test_directly_a_call_to_a_server_that_stopped_reading_times_out() -> None:
+    """The behaviour the gateway keeps: the SDK's client times these calls out (its
+    ``read_timeout_seconds``) while the server's loop is blocked. (Not all of them: it times a
+    call from when its write is done, so of calls made at once behind a full pipe some wait
+    until the server reads again. Through the gateway each ends at ``call_timeout``.)"""
+    params = StdioServerParameters(command=PYTHON, args=[CLASSIC])
+    async with Client(params, mode="legacy") as client, anyio.create_task_group() as tg:
+        tg.start_soon(client.call_tool, "block", {"seconds": 30})
+
+        async def timed_out(call: Any) -> bool:
+            with pytest.raises(MCPError) as raised:
+                await call
+            return raised.value.error.code == REQUEST_TIMEOUT
+
+        await anyio.sleep(0.5)
+        await _stuck_calls(partial(client.call_tool, read_timeout_seconds=1), timed_out, at_once=0)
+        tg.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("own_path", [True, False], ids=["gateway's path", "sdk session"])
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_call_to_a_server_that_stopped_reading_times_out(tmp_path: Path, mode: str, own_path: bool) -> None:
+    """A classic server's tool blocks its event loop, so it reads nothing meanwhile: each call
+    behind it still ends at ``call_timeout``, as directly. Its clock runs from when the call is
+    sent, not from when the server has taken all of it (which could be never): through the
+    gateway's own path these calls used to wait for ever. The gateway and its other servers
+    go on."""
+    config = write_config(
+        tmp_path,
+        {"classic": {"command": PYTHON, "args": [CLASSIC], **LIMITS}, "demo": demo("--tools", 1, "--name", "demo")},
+    )
+    env = {"PREFIXGATE_FAST_PATH": "1" if own_path else "0"}
+
+    async def timed_out(call: Any) -> bool:
+        return text(await call) == "classic: tool 'echo' timed out: no answer or progress in 1 s"
+
+    async with sdk_client(config, mode, env=env, errlog=tmp_path / "gateway.log") as client:
+        blocked = await client.call_tool("classic__block", {"seconds": 30})
+        assert text(blocked) == "classic: tool 'block' timed out: no answer or progress in 1 s"
+        await _stuck_calls(
+            lambda tool, arguments: client.call_tool(f"classic__{tool}", arguments), timed_out, at_once=3
+        )
+        assert text(await client.call_tool("demo__echo", {"text": "on"})).endswith("on")

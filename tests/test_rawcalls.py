@@ -18,17 +18,20 @@ from gateway.lines import encode_plain
 pytestmark = pytest.mark.anyio
 
 
-class Pipe(anyio.abc.ByteSendStream):
-    """The lines a RawCalls writes, as a child's stdin would receive them."""
+class Pipe:
+    """The lines a RawCalls writes, as a child's stdin would receive them (one always read)."""
 
     def __init__(self) -> None:
         self.lines: list[dict[str, Any]] = []
 
-    async def send(self, item: bytes) -> None:
-        self.lines.append(json.loads(item))
+    def backlog(self) -> int:
+        return 0
 
-    async def aclose(self) -> None:
+    async def room(self) -> None:
         pass
+
+    def write(self, item: bytes) -> None:
+        self.lines.append(json.loads(item))
 
 
 async def test_each_call_times_out_at_its_own_deadline_and_an_answered_one_does_not(tmp_path: Any) -> None:
@@ -130,4 +133,50 @@ async def test_progress_restarts_a_calls_clock_up_to_its_maximum() -> None:
     assert outcomes["capped"] == (True, 1.0)
     cancels = [line["params"]["reason"] for line in pipe.lines if line.get("method") == "notifications/cancelled"]
     assert cancels == ["timed out after 0.3s", "timed out after 1.0s"]
+    assert not calls.pending
+
+
+class FullPipe(Pipe):
+    """A pipe its child has stopped reading, until ``read`` is called: ``room`` waits."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.read = anyio.Event()
+
+    def backlog(self) -> int:
+        return 0 if self.read.is_set() else 1 << 20
+
+    async def room(self) -> None:
+        await self.read.wait()
+
+
+async def test_a_call_that_finds_the_pipe_full_times_out_having_written_nothing() -> None:
+    """A call sent while its server is behind waits for room, on its clock: at its deadline it
+    ends without a byte written (so without a courtesy cancel either); one still waiting when
+    the server reads again is written then, and answered."""
+    pipe = FullPipe()
+    to_session, _ = anyio.create_memory_object_stream[Any](1)
+    outcomes: dict[str, Any] = {}
+    async with anyio.create_task_group() as tg:
+        calls = RawCalls(pipe, to_session, encode_plain, tg.start_soon, "t")
+
+        async def call(label: str, timeout: float) -> None:
+            started = anyio.current_time()
+            try:
+                outcomes[label] = await calls.request("tools/call", {"name": label}, timeout=timeout, on_progress=None)
+            except MCPError as exc:
+                outcomes[label] = (exc.error.code, round(anyio.current_time() - started, 1))
+
+        tg.start_soon(call, "given up", 0.3)
+        tg.start_soon(call, "patient", 5)
+        await anyio.sleep(0.6)
+        assert outcomes == {"given up": (REQUEST_TIMEOUT, 0.3)}
+        assert pipe.lines == []
+        pipe.read.set()
+        with anyio.fail_after(5):
+            while not pipe.lines:
+                await anyio.sleep(0.01)
+        assert [line["params"]["name"] for line in pipe.lines] == ["patient"]
+        assert calls.take({"jsonrpc": "2.0", "id": pipe.lines[0]["id"], "result": {"content": []}})
+    assert outcomes["patient"] == {"content": []}
     assert not calls.pending

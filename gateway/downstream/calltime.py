@@ -24,7 +24,7 @@ from mcp_types.jsonrpc import REQUEST_TIMEOUT
 
 
 class Clock:
-    """One call's deadline on the loop's clock, from ``start`` (its write) on."""
+    """One call's deadline on the loop's clock, from ``start`` (when it is sent) on."""
 
     __slots__ = ("deadline", "end", "held", "idle", "max_time", "moved")
 
@@ -42,7 +42,7 @@ class Clock:
         clock, so that the callback need not hold it: no reference cycle is left per call)."""
 
     def start(self, now: float) -> None:
-        """The call was written: its clocks run from now."""
+        """The call is being sent: its clocks run from now."""
         self.end = now + (self.idle if self.max_time is None else self.max_time)
         self.deadline = self.end if self.held else min(now + self.idle, self.end)
 

@@ -10,10 +10,15 @@ sends (its own requests, logs, list changes, replies to the SDK's requests) stil
 to the ``ClientSession``, unchanged.
 
 What the SDK's dispatcher does for a call is done the same way here: the request is the
-bytes the SDK's model of it encodes to (built as a plain dict, ``encode_plain``), the
-timeout starts after the write, a timed-out or cancelled call sends
-``notifications/cancelled`` (the same reason text), and a server that goes away fails
-every waiting call with the SDK's ``Connection closed``.
+bytes the SDK's model of it encodes to (built as a plain dict, ``encode_plain``), a
+timed-out or cancelled call sends ``notifications/cancelled`` (the same reason text), and a
+server that goes away fails every waiting call with the SDK's ``Connection closed``. One
+thing differs: the SDK times a call from when its write is done, so while a server reads
+nothing (its loop blocked in a tool, say) calls queued behind a full pipe wait until it
+reads again, however long. Here the clock runs from when the call is sent: a call waits
+for room in the pipe before it writes (only when the server is behind), and gives up at
+its deadline having written nothing; a written call's bytes wait in the pipe's backlog,
+not in the call, and its courtesy cancel goes in behind them without waiting.
 """
 
 from __future__ import annotations
@@ -22,10 +27,9 @@ import asyncio
 import logging
 import math
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
-import anyio.abc
 import anyio.lowlevel
 import mcp_types as types
 from anyio.streams.memory import MemoryObjectSendStream
@@ -43,8 +47,9 @@ Encode = Callable[[dict[str, Any]], bytes]
 
 ID_PREFIX = "pg-"
 """Ids of raw calls: strings, which the SDK's ``ClientSession`` (integer ids) never sends."""
-_ABANDON_WRITE_TIMEOUT = 5.0
-"""As the SDK's dispatcher: a courtesy cancel gives up after this."""
+_CATCH_UP_TIMEOUT = 5.0
+"""How long a reply waits for the ``ClientSession`` to take what came before it."""
+_PIPE_ERRORS = (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError)
 _REPLY_KEYS = frozenset(("jsonrpc", "id", "result"))
 _CLOSED = types.ErrorData(code=CONNECTION_CLOSED, message="Connection closed")
 _TIMER_SLACK = 0.001
@@ -77,6 +82,22 @@ def request_message(
     return message
 
 
+class Pipe(Protocol):
+    """What raw calls write to: the child's stdin (``gateway.downstream.stdio.ChildStdin``)."""
+
+    def backlog(self) -> int:
+        """Bytes written that the child has not taken yet."""
+        ...
+
+    async def room(self) -> None:
+        """Returns once the pipe takes more (at once unless the child is behind)."""
+        ...
+
+    def write(self, item: bytes) -> None:
+        """Writes ``item`` whole (to the backlog, if need be) without waiting."""
+        ...
+
+
 class _Waiting:
     """One raw call's wait: a loop future the reader resolves in its callback (no task hop)."""
 
@@ -96,7 +117,7 @@ class _Waiting:
         self.upto = forwarded
         """... and when its reply arrived: the session takes those before the reply moves on."""
         self.clock = clock
-        """When it times out (``calltime.py``), counted from the write."""
+        """When it times out (``calltime.py``), counted from when it was sent."""
 
 
 class RawCalls:
@@ -107,7 +128,7 @@ class RawCalls:
 
     def __init__(
         self,
-        stdin: anyio.abc.ByteSendStream,
+        stdin: Pipe,
         to_session: MemoryObjectSendStream[Any],
         encode: Encode,
         spawn: Callable[..., Any],
@@ -156,30 +177,50 @@ class RawCalls:
         loop = asyncio.get_running_loop()
         waiting = _Waiting(loop.create_future(), on_progress, self.forwarded, clock)
         self.pending[request_id] = waiting
+        written = False
         try:
-            try:
-                await self._stdin.send(data)
-            except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
-                raise MCPError(code=CONNECTION_CLOSED, message="Connection closed") from None
-            del data
-            clock.start(loop.time())  # from the write on, as the SDK's dispatcher times it
+            clock.start(loop.time())  # from now, however long the server takes to read it (above)
             if clock.deadline < math.inf:
                 self._arm(loop, clock.deadline)
             clock.moved = self._moved
+            try:
+                if not self._stdin.backlog() or await self._room(waiting):
+                    self._stdin.write(data)
+                    written = True
+            except _PIPE_ERRORS:
+                raise MCPError(code=CONNECTION_CLOSED, message="Connection closed") from None
+            del data
             outcome = await waiting.future
-        except anyio.get_cancelled_exc_class():  # the write may have begun: the courtesy cancel follows it
-            await self._cancel(request_id, "caller cancelled", shield=True)
+        except anyio.get_cancelled_exc_class():
+            if written:
+                self._cancel(request_id, "caller cancelled")
             raise
         finally:
             self.pending.pop(request_id, None)
         if outcome is _TIMED_OUT:
-            await self._cancel(request_id, clock.reason(), shield=False)
+            if written:
+                self._cancel(request_id, clock.reason())
             raise clock.expired(method)
         if isinstance(outcome, types.ErrorData):
             raise MCPError(code=outcome.code, message=outcome.message, data=outcome.data)
         if waiting.upto != waiting.forwarded:
             await self._session_caught_up()
         return outcome
+
+    async def _room(self, waiting: _Waiting) -> bool:
+        """Wait for room in the pipe unless the call ends first (its deadline, or its server
+        gone): whether there is room, with the call still waiting."""
+        room = asyncio.ensure_future(self._stdin.room())
+        try:
+            await asyncio.wait((room, waiting.future), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            room.cancel()
+        if waiting.future.done():
+            if room.done() and not room.cancelled():
+                room.exception()  # (retrieved: the call's outcome says what happened)
+            return False
+        room.result()  # raises when the pipe closed meanwhile
+        return True
 
     def _moved(self, clock: Clock) -> None:
         """A call's deadline moved: an earlier one re-arms the timer (a later one: ``_expire`` looks again)."""
@@ -207,26 +248,24 @@ class RawCalls:
         if earliest < math.inf:
             self._arm(loop, earliest)
 
-    async def _cancel(self, request_id: str, reason: str, *, shield: bool) -> None:
-        """The courtesy ``notifications/cancelled`` the SDK's dispatcher sends for an abandoned request."""
+    def _cancel(self, request_id: str, reason: str) -> None:
+        """The courtesy ``notifications/cancelled`` the SDK's dispatcher sends for an abandoned
+        request, written behind it without waiting (the SDK waits up to 5 s for room)."""
         note = {
             "jsonrpc": "2.0",
             "method": "notifications/cancelled",
             "params": {"requestId": request_id, "reason": reason},
         }
-        with anyio.move_on_after(_ABANDON_WRITE_TIMEOUT, shield=shield) as scope:
-            try:
-                await self._stdin.send(self._encode(note))
-            except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError, ValueError):
-                log.debug("courtesy cancel for %s not sent: the server's stdin is closed", request_id)
-        if scope.cancelled_caught:
-            log.warning("courtesy cancel for %s gave up: transport write blocked", request_id)
+        try:
+            self._stdin.write(self._encode(note))
+        except (*_PIPE_ERRORS, ValueError):
+            log.debug("courtesy cancel for %s not sent: the server's stdin is closed", request_id)
 
     async def _session_caught_up(self) -> None:
         """Let the ``ClientSession`` take what the server sent before this reply (its logs
         for this call, say) before the reply moves on, as it would through the SDK: the
         session's notification tasks then run first (gateway/downstream/inbox.py settles them)."""
-        with anyio.move_on_after(_ABANDON_WRITE_TIMEOUT):
+        with anyio.move_on_after(_CATCH_UP_TIMEOUT):
             while self._to_session.statistics().current_buffer_used:
                 await anyio.lowlevel.checkpoint()
         await anyio.lowlevel.checkpoint()

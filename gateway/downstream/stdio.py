@@ -92,6 +92,35 @@ class ChildStdin(anyio.abc.ByteSendStream):
             self._writer.close()  # what is buffered still goes out, then the pipe closes: EOF for the child
         await anyio.lowlevel.checkpoint()
 
+    # --- a raw call's side (gateway/downstream/rawcalls.py ``Pipe``) ------------------------
+
+    def backlog(self) -> int:
+        """Bytes written that the child has not taken yet: 0 unless it is behind (a write goes
+        straight into the pipe while there is room)."""
+        return self._writer.transport.get_write_buffer_size()
+
+    async def room(self) -> None:
+        """Wait, writing nothing, until the pipe takes more (its backlog back under the low-water
+        mark): a call that waits here can still give up without having sent a byte."""
+        if self._closed:
+            raise anyio.ClosedResourceError
+        try:
+            await self._writer.drain()
+        except (ConnectionResetError, BrokenPipeError, RuntimeError) as exc:
+            raise (anyio.ClosedResourceError if self._closed else anyio.BrokenResourceError) from exc
+
+    def write(self, item: bytes) -> None:
+        """``item`` whole to the pipe, or to its backlog, without waiting: the writer waits
+        (``room``) first, so the backlog grows by at most one message a writer."""
+        if self._closed:
+            raise anyio.ClosedResourceError
+        if self._writer.is_closing():
+            raise anyio.BrokenResourceError
+        try:
+            self._writer.write(item)
+        except (ConnectionResetError, BrokenPipeError, RuntimeError) as exc:
+            raise anyio.BrokenResourceError from exc
+
 
 async def _stdin_of(fd: int) -> ChildStdin:
     """Our end of a child's stdin, written on the event loop."""
