@@ -23,7 +23,8 @@ before they answer (elicitation during ``prompts/get`` and ``resources/read``); 
 ``pause(seconds)`` takes that long to answer, with progress, and names its ``_meta`` keys.
 
 Usage: ``python -m tests.classic_server`` (stdio) or ``python -m tests.classic_server --http``
-(streamable HTTP on 127.0.0.1, a free port; prints its URL on stdout, then serves).
+(streamable HTTP on 127.0.0.1, a free port; prints its URL on stdout, then serves);
+``--banner`` (stdio): a line that is not JSON-RPC on stdout first, as some servers print.
 """
 
 from __future__ import annotations
@@ -233,10 +234,16 @@ async def serve_http() -> None:
     await uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on")).serve(sockets=[sock])
 
 
+BANNER = "Starting the classic server ..."
+"""What ``--banner`` prints on stdout before serving over stdio (a common mistake: not JSON-RPC)."""
+
+
 def main() -> None:
     if "--http" in sys.argv[1:]:
         anyio.run(serve_http)
     else:
+        if "--banner" in sys.argv[1:]:
+            print(BANNER, flush=True)
         anyio.run(server.run_stdio_async)
 
 

@@ -56,6 +56,7 @@ TOOLS = [
         "flood_stderr",
         "stderr_lines",
         "stderr_forge",
+        "stdout_lines",
         "request_id",
         "rpc_error",
         "bad_result",
@@ -128,6 +129,10 @@ def call(request_id: Any, name: str, args: dict[str, Any], token: Any = None) ->
             sys.stderr.buffer.write(b"chatter %d %s\n" % (i, b"w" * 200))
         sys.stderr.buffer.flush()
         send({"jsonrpc": "2.0", "id": request_id, "result": text(f"wrote {n} stderr lines")})
+    elif name == "stdout_lines":  # n lines that are not JSON-RPC on stdout (stray prints), an ESC in each
+        for i in range(n):
+            OUT.write(b"\x1b[2Kstray print %d\n" % i)
+        send({"jsonrpc": "2.0", "id": request_id, "result": text(f"printed {n} lines")})
     elif name == "request_id":  # the id the client chose for this call
         send({"jsonrpc": "2.0", "id": request_id, "result": text(f"id {json.dumps(request_id)}")})
     elif name == "rpc_error":

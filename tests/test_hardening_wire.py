@@ -402,6 +402,22 @@ async def test_server_stderr_cannot_forge_log_lines_or_drive_the_terminal(tmp_pa
     assert forged and all(line.startswith("prefixgate INFO [rogue] ") for line in forged), forged
 
 
+async def test_stray_lines_on_a_servers_stdout_are_ignored_and_only_the_first_few_logged(tmp_path: Path) -> None:
+    """A server prints 500 lines that are not JSON-RPC (an ESC in each) around its answers:
+    the call is answered, and the log names the first three, escaped, then says no more."""
+    from tests.helpers import gateway
+
+    config = write_config(tmp_path, {"rogue": rogue()}, client={"profile": "mcp"})
+    async with gateway(config) as gw:
+        assert text(await gw.session.call_tool("rogue__stdout_lines", {"n": 500})) == "printed 500 lines"
+        assert text(await gw.session.call_tool("rogue__ok", {})) == "ok"
+    stray = [line for line in gw.stderr().splitlines() if "not JSON-RPC" in line]
+    assert stray == [
+        f"prefixgate INFO [rogue] ignored a line that is not JSON-RPC: '\\u001b[2Kstray print {i}'{more}"
+        for i, more in ((0, ""), (1, ""), (2, " (further ones are not logged)"))
+    ]
+
+
 async def test_inbox_settle_waits_for_what_arrived_before_a_reply() -> None:
     """A reply waits until the notifications that preceded it are delivered (a call's log
     must reach the call's stream before its result closes it), every waiter released."""

@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
-from catalog.text import escape
+from catalog.text import escape, quote
+
+NOT_JSON_RPC_SHOWN = 120
+"""Characters of such a line the log shows."""
 
 
 class DownstreamUnavailable(Exception):
     """The server cannot take calls now; ``str()`` is the model-visible reason."""
+
+
+class NotJsonRpc(ValueError):
+    """A line a stdio server wrote that is no JSON-RPC message and answers no request (a
+    banner, a stray print): ignored, as the SDK's client ignores it, and named in the log."""
+
+    def __init__(self, head: bytes) -> None:
+        text = head.decode("utf-8", "replace")
+        shown = quote(text[:NOT_JSON_RPC_SHOWN]) + (" ..." if len(text) > NOT_JSON_RPC_SHOWN else "")
+        super().__init__(f"ignored a line that is not JSON-RPC: {shown}")
 
 
 def leaf(exc: BaseException) -> BaseException:

@@ -27,6 +27,7 @@ from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
 
 from gateway import __version__
 from gateway.downstream.calltime import Clock, follow
+from gateway.downstream.errors import NotJsonRpc
 from gateway.downstream.inbox import Inbox
 from gateway.downstream.modern import (
     client_info,
@@ -45,6 +46,9 @@ Ask = Callable[[str, dict[str, Any], object | None], Awaitable[dict[str, Any]]]
 """The gateway's answer to a server's request: (method, params, the call it came on, if known)."""
 
 _MAX_PAGES = 10_000
+STRAY_LINES_LOGGED = 3
+"""A connection's lines that are not JSON-RPC the log names; a server that prints many is not
+allowed to fill it."""
 
 
 class Link:
@@ -66,6 +70,8 @@ class Link:
         """The server refused the handshake: its reconnects go straight to ``server/discover``."""
         self._hinted = False
         """The back-channel hint (below) was logged for this connection."""
+        self._stray = 0
+        """Lines it wrote that are not JSON-RPC (``NotJsonRpc``), so far."""
         self.clocks: dict[Clock, object | None] = {}
         """The clocks of its tool calls in flight, with the upstream call each is made for
         (``CALLER``): held while the server waits for the client."""
@@ -247,7 +253,13 @@ class Link:
 
     async def _message(self, message: IncomingMessage) -> None:
         if isinstance(message, Exception):
-            self._log.debug("[%s] transport error: %s", self.server_id, message)
+            if isinstance(message, NotJsonRpc):
+                self._stray += 1
+                if self._stray <= STRAY_LINES_LOGGED:
+                    more = " (further ones are not logged)" if self._stray == STRAY_LINES_LOGGED else ""
+                    self._log.info("[%s] %s%s", self.server_id, message, more)
+            else:
+                self._log.debug("[%s] transport error: %s", self.server_id, message)
             return
         if isinstance(message, types.ProgressNotification):
             return  # delivered to its call's on_progress by the dispatcher

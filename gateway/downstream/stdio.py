@@ -33,6 +33,7 @@ from mcp.shared.message import SessionMessage
 
 from gateway import jsontext
 from gateway.config import DEFAULT_MAX_MESSAGE_BYTES
+from gateway.downstream.errors import NotJsonRpc
 from gateway.downstream.rawcalls import UNSENDABLE_REQUEST, RawCalls
 from gateway.downstream.spawn import CommandNotFound as CommandNotFound
 from gateway.downstream.spawn import Spawned, spawn
@@ -259,13 +260,14 @@ class ChildStdout(LineReader[SessionMessage | Exception | Deferred]):
     def __init__(self, max_message_bytes: int) -> None:
         super().__init__(LineSplitter(max_message_bytes))
         self.calls: RawCalls | None = None
-        """Set before the child starts (nothing can arrive earlier)."""
+        """Set once the transport is up. A child may write before (a banner on stdout, or
+        anything a server spawned before the gateway was up wrote meanwhile): no raw call
+        waits then, so all of it goes to the session, as the SDK's reader passes it on."""
         self.max_message_bytes = max_message_bytes
 
     def lines_received(self, lines: list[bytes | bytearray | Overlong]) -> None:
         lines.reverse()
         calls = self.calls
-        assert calls is not None
         queue = self.queue
         while lines:
             behind = self.behind  # a reply read behind queued messages is delivered after them
@@ -280,17 +282,22 @@ class ChildStdout(LineReader[SessionMessage | Exception | Deferred]):
                 # _load gets the only reference: a large line is freed as soon as it is
                 # decoded, and the message as soon as it is handed on.
                 loaded = _load(cast("bytes | bytearray", lines.pop()))
-                if calls.pending and not isinstance(loaded, ValueError) and calls.take(loaded, deliver=not behind):
+                if (
+                    calls
+                    and calls.pending
+                    and not isinstance(loaded, ValueError)
+                    and calls.take(loaded, deliver=not behind)
+                ):
                     if behind:
                         queue.append(Deferred(calls.take, loaded))
                     continue  # a raw call's reply or progress, delivered before any model
                 message = loaded if isinstance(loaded, ValueError) else _validate(loaded)
                 del loaded
                 if isinstance(message, Exception):
-                    message = _unparsable(message, *ends) or message
+                    message = _unparsable(message, *ends) or NotJsonRpc(ends[0])
             if message is None:
                 continue
-            if calls.pending and calls.take_message(message, deliver=not behind):
+            if calls and calls.pending and calls.take_message(message, deliver=not behind):
                 if behind:
                     queue.append(Deferred(calls.take_message, message))
                 continue
