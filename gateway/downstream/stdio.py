@@ -283,7 +283,7 @@ class ChildStdout(LineReader[SessionMessage | Exception | Deferred]):
                 # decoded, and the message as soon as it is handed on.
                 loaded = _load(cast("bytes | bytearray", lines.pop()))
                 if (
-                    calls
+                    calls is not None
                     and calls.pending
                     and not isinstance(loaded, ValueError)
                     and calls.take(loaded, deliver=not behind)
@@ -297,7 +297,7 @@ class ChildStdout(LineReader[SessionMessage | Exception | Deferred]):
                     message = _unparsable(message, *ends) or NotJsonRpc(ends[0])
             if message is None:
                 continue
-            if calls and calls.pending and calls.take_message(message, deliver=not behind):
+            if calls is not None and calls.pending and calls.take_message(message, deliver=not behind):
                 if behind:
                     queue.append(Deferred(calls.take_message, message))
                 continue
