@@ -24,7 +24,10 @@ before they answer (elicitation during ``prompts/get`` and ``resources/read``); 
 
 Usage: ``python -m tests.classic_server`` (stdio) or ``python -m tests.classic_server --http``
 (streamable HTTP on 127.0.0.1, a free port; prints its URL on stdout, then serves);
-``--banner`` (stdio): a line that is not JSON-RPC on stdout first, as some servers print.
+``--banner`` (stdio): a line that is not JSON-RPC on stdout first, as some servers print;
+``--roots-at-start``: lists the client's roots once initialized, outside any call, as
+server-filesystem does (``startup_roots_listed()`` says what came back); ``roots_later(n)``
+asks ``n`` times, outside any call, once it has returned (``roots_later_results()``).
 """
 
 from __future__ import annotations
@@ -48,6 +51,13 @@ server = MCPServer("classic", version="1.0", log_level="WARNING")
 cancelled_sleeps: set[str] = set()
 background: set[asyncio.Task[None]] = set()
 """Tasks that outlive their call (``url_required``'s completion notice), held until done."""
+
+
+def _keep(work: Any) -> None:
+    """Run ``work`` in a task of its own, held in ``background`` until done."""
+    task = asyncio.get_running_loop().create_task(work)
+    background.add(task)
+    task.add_done_callback(background.discard)
 
 
 class Name(BaseModel):
@@ -110,9 +120,7 @@ async def url_required(ctx: Context) -> str:
         await anyio.sleep(0.2)
         await session.send_elicit_complete("login-2")
 
-    task = asyncio.get_running_loop().create_task(complete())
-    background.add(task)
-    task.add_done_callback(background.discard)
+    _keep(complete())
     link = types.ElicitRequestURLParams(
         message="Sign in first.", url="https://example.com/login", elicitation_id="login-2"
     )
@@ -146,6 +154,56 @@ async def _roots_changed(ctx: Any, params: Any) -> None:
 server._lowlevel_server.add_notification_handler(
     "notifications/roots/list_changed", types.NotificationParams, _roots_changed
 )
+
+
+startup_roots: list[str] = []
+"""With ``--roots-at-start``: what ``roots/list``, asked once initialized, answered (or why not)."""
+
+
+async def _list_roots_into(into: list[str], session: Any, delay: float = 0) -> None:
+    """Ask for the client's roots (after ``delay`` s) and note what came back, or why not."""
+    await anyio.sleep(delay)
+    try:
+        listed = await session.list_roots()
+        into.append(",".join(str(root.uri) for root in listed.roots))
+    except Exception as exc:  # noqa: BLE001 - reported by the tools that read ``into``
+        into.append(f"failed: {exc}")
+
+
+async def _initialized(ctx: Any, params: Any) -> None:
+    """As server-filesystem does: list the client's roots as soon as the session is initialized
+    (in a task of its own, so the server goes on serving meanwhile)."""
+    _keep(_list_roots_into(startup_roots, ctx.session))
+
+
+if "--roots-at-start" in sys.argv[1:]:
+    server._lowlevel_server.add_notification_handler(
+        "notifications/initialized", types.NotificationParams, _initialized
+    )
+
+
+later_roots: list[str] = []
+"""What each ``roots_later`` request came back as."""
+
+
+@server.tool()
+async def roots_later(n: int, ctx: Context) -> str:
+    """Ask for the roots ``n`` times, 0.5 s after this call has returned: outside any call."""
+    for _ in range(n):
+        _keep(_list_roots_into(later_roots, ctx.session, 0.5))
+    return f"asking {n} times"
+
+
+@server.tool()
+def roots_later_results() -> str:
+    """How the ``roots_later`` requests ended so far, in order of their ending."""
+    return "; ".join(later_roots)
+
+
+@server.tool()
+def startup_roots_listed() -> str:
+    """What the roots asked for at start came back as (``--roots-at-start``)."""
+    return startup_roots[-1] if startup_roots else "not yet"
 
 
 @server.tool()

@@ -123,3 +123,90 @@ async def test_a_server_that_stops_reading_holds_up_no_one_else(tmp_path: Path) 
             assert not await _said(client, "classic__roots_changed", "roots changed: 0")
             assert text(await client.call_tool("classic__echo", {"text": "on"})) == "classic:on"
             stuck.cancel_scope.cancel()
+
+
+async def test_directly_a_server_lists_the_roots_once_initialized() -> None:
+    """What the gateway keeps: a server that lists its client's roots as soon as it is
+    initialized (outside any call, as server-filesystem does) has them from the start."""
+    roots = Roots()
+    params = StdioServerParameters(command=PYTHON, args=[CLASSIC, "--roots-at-start"])
+    async with Client(params, mode="legacy", list_roots_callback=roots.list_roots) as client:
+        await wait_for(partial(_said, client, "startup_roots_listed", roots.uri), 10)
+
+
+@pytest.mark.parametrize("upstream", ["stdio", "http"])
+@pytest.mark.parametrize("mode", ERAS)
+async def test_roots_asked_outside_any_call_reach_a_client_of_either_era(
+    tmp_path: Path, mode: str, upstream: str
+) -> None:
+    """Such a server behind the gateway, first-ever and warm start: its ``roots/list`` comes
+    while no client can be asked (none connected yet, or a 2026-07-28 client, which has no
+    back-channel). It waits for the client's next call to the server, which asks it (with
+    ``input_required`` at 2026-07-28), so the server has the client's roots as directly;
+    before, it was refused and the server never had them."""
+    roots = Roots()
+    config = write_config(tmp_path, {"classic": {"command": PYTHON, "args": [CLASSIC, "--roots-at-start"]}})
+    for start in ("first-ever", "warm"):
+        with ExitStack() as stack:
+            target: Any = config
+            if upstream == "http":
+                target, _log = stack.enter_context(http_gateway(config))
+            async with sdk_client(target, mode, list_roots_callback=roots.list_roots) as client:
+                assert text(await client.call_tool("classic__echo", {"text": "hi"})) == "classic:hi", start
+                await wait_for(partial(_said, client, "classic__startup_roots_listed", roots.uri), 10)
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_roots_asked_outside_any_call_go_to_no_one_while_two_principals_see_the_server(
+    tmp_path: Path, mode: str
+) -> None:
+    """The request was made for no one in particular: Alice's call does not answer it while
+    Bob is connected too (her roots would serve his calls), and does once he has gone."""
+    alice_roots, bob_roots = Roots(), Roots()
+    bob_roots.uri = "file:///work/bob"
+    config = write_config(tmp_path, {"stdio": {"command": PYTHON, "args": [CLASSIC, "--roots-at-start"]}})
+    with tokens_file(tmp_path, "token-of-alice", "token-of-bob") as tokens:
+        with http_gateway(config, "--token-file", str(tokens)) as (url, log):
+            # The server asked before anyone connected (had only Alice been connected then, hers it would be).
+            await wait_for(lambda: "roots/list waits for the next call to it" in log.read_text(), 10)
+            async with sdk_client(url, mode, headers=ALICE, list_roots_callback=alice_roots.list_roots) as alice:
+                async with sdk_client(url, "legacy", headers=BOB, list_roots_callback=bob_roots.list_roots):
+                    assert text(await alice.call_tool("stdio__echo", {"text": "here"})) == "classic:here"
+                    await anyio.sleep(0.5)  # (an answer given reaches the server well within this)
+                    assert text(await alice.call_tool("stdio__startup_roots_listed", {})) == "not yet"
+
+                async def listed() -> bool:  # (once the gateway has seen Bob go: his client closed)
+                    await alice.call_tool("stdio__echo", {"text": "again"})
+                    return await _said(alice, "stdio__startup_roots_listed", alice_roots.uri)
+
+                await wait_for(listed, 10)
+
+
+async def test_requests_waiting_for_a_call_are_bounded(tmp_path: Path) -> None:
+    """A server asks for the roots six times outside any call, of a 2026-07-28 client (which
+    cannot be asked there): four wait for its next call, which asks them; the rest are refused
+    at once (a server cannot make the gateway hold more)."""
+    roots = Roots()
+    config, log = write_config(tmp_path, {"classic": {"command": PYTHON, "args": [CLASSIC]}}), tmp_path / "gateway.log"
+    async with sdk_client(config, "auto", errlog=log, list_roots_callback=roots.list_roots) as client:
+        assert text(await client.call_tool("classic__roots_later", {"n": 6})) == "asking 6 times"
+
+        def handled(text: str) -> bool:  # all six, before a call (which would be asked them) is made
+            return text.count("roots/list waits for the next call") == 4 and text.count("roots/list refused") == 2
+
+        await wait_for(lambda: handled(log.read_text()), 10)
+
+        async def ended(count: int) -> bool:
+            return len(text(await client.call_tool("classic__roots_later_results", {})).split("; ")) == count
+
+        await wait_for(partial(ended, 6), 10)
+        ends = text(await client.call_tool("classic__roots_later_results", {})).split("; ")
+    assert (
+        ends[:2]
+        == [
+            "failed: prefixgate: no client can be asked roots/list now, and 4 requests of this server "
+            "already wait for a call to ask them"
+        ]
+        * 2
+    )
+    assert ends[2:] == [roots.uri] * 4

@@ -6,18 +6,29 @@ one pipe for every caller and its messages do not say which call they belong to,
 are attributed only when one principal can have caused them; guessing across principals
 would hand one principal's request (and its text) to another, and that one's answer back.
 With several profiles served, the clients of all of them are counted: the servers are the same.
+
+A ``roots/list`` outside any call that no client can be asked now (none is connected, the one
+it belongs to is a 2026-07-28 client, which has no back-channel, or the call it was put to
+ended before its client was asked) waits for the next call of one principal to that server,
+which asks it with ``input_required`` before the call goes on (``ask_waiting``): what a
+2026-07-28 server would do. A server that lists its client's roots as soon as it is
+initialized (server-filesystem does) gets them so, as it would directly.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import warnings
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
+import anyio
 from mcp.server.session import ServerSession
-from mcp.shared.exceptions import MCPError
+from mcp.shared.exceptions import MCPError, NoBackChannelError
 from mcp_types.jsonrpc import INVALID_REQUEST
 
 from gateway.downstream.connection import Downstream
@@ -32,6 +43,22 @@ log = logging.getLogger("prefixgate")
 MAX_URL_ELICITATIONS = 256
 """URL-mode elicitations remembered for their completion notice (the oldest forgotten first):
 what servers' ids can make the gateway keep is bounded."""
+MAX_WAITING = 4
+"""A server's requests outside any call that may wait for a call to ask them; more are refused."""
+WAITS = "roots/list"
+"""The request that waits so: what servers ask outside any call (after ``initialized``, after a
+roots change). An elicitation or sampling request outside any call is refused as before."""
+
+
+@dataclass(eq=False)
+class _Waiting:
+    """A server's request outside any call, waiting for a call that can ask it (``Relay.ask_waiting``)."""
+
+    method: str
+    params: dict[str, Any]
+    principal: object | None
+    """Whose call may ask it (``_who``); None: the first principal to call the server alone."""
+    answer: asyncio.Future[dict[str, Any]]
 
 
 class Relay:
@@ -40,6 +67,8 @@ class Relay:
         self._round_trips = round_trips
         self._urls: OrderedDict[tuple[str, str], tuple[ClientConnection, Any]] = OrderedDict()
         """(server, ``elicitationId``) -> the client and call a URL-mode elicitation went to."""
+        self._waiting: dict[str, list[_Waiting]] = {}
+        """Per server: its requests outside any call that wait for a call to ask them."""
 
     async def request(
         self, downstream: Downstream, method: str, params: dict[str, Any], caller: object | None = None
@@ -55,9 +84,20 @@ class Relay:
         to = self._in_flight(downstream.id, caller) if caller is not None else None
         if to is None:
             to = self._newest_call(downstream.id, method)
+        if to is None:
+            if method != WAITS:
+                raise MCPError(code=INVALID_REQUEST, message=f"prefixgate: no client is connected to answer {method}")
+            return await self._wait_for_a_call(downstream.id, method, params, None)
         if isinstance(to, RoundTrip):
             require(method, to.capabilities)
-            return await self._round_trips.ask(to, method, params)
+            try:
+                return await self._round_trips.ask(to, method, params)
+            except MCPError:
+                # Put to the newest call only because a pipe does not say which call it is
+                # for, and that call ended before its client was asked: the next call asks it.
+                if caller is not None or method != WAITS or not to.finished:
+                    raise
+                return await self._wait_for_a_call(downstream.id, method, params, _who(to.owner))
         client, request_id = to
         if client.server_session is None:
             raise MCPError(code=INVALID_REQUEST, message=f"prefixgate: no client is connected to answer {method}")
@@ -67,10 +107,141 @@ class Relay:
         call_session = client.call_sessions.get(request_id) if request_id is not None else None
         if method == "elicitation/create" and params.get("mode") == "url":
             self.sent_urls(downstream.id, [params], client, request_id)
+        if call_session is None and method == WAITS:
+            # Outside any call: on the client's own channel, which a 2026-07-28 client does not
+            # have and a streamable-HTTP client may not have opened yet (what is sent there then
+            # is lost); so the next call to the server asks it too, whichever answers first.
+            session = client.server_session
+            return await self._wait_for_a_call(
+                downstream.id,
+                method,
+                params,
+                _who(client.state),
+                at_once=lambda: send_raw_request(session, method, params, related=False),
+            )
         result: dict[str, Any] = await send_raw_request(
             call_session or client.server_session, method, params, related=call_session is not None
         )
         return result
+
+    async def _wait_for_a_call(
+        self,
+        server_id: str,
+        method: str,
+        params: dict[str, Any],
+        principal: object | None,
+        *,
+        at_once: Callable[[], Awaitable[dict[str, Any]]] | None = None,
+    ) -> dict[str, Any]:
+        """A request outside any call that no client can be asked now (or, ``at_once``, only
+        perhaps): it waits (up to ``round_trip_timeout``) for the next call of one principal to
+        the server to ask it."""
+        if len(self._waiting.get(server_id, ())) >= MAX_WAITING:
+            log.warning("[%s] %s refused: %d of its requests already wait for a call", server_id, method, MAX_WAITING)
+            raise MCPError(
+                code=INVALID_REQUEST,
+                message=f"prefixgate: no client can be asked {method} now, and {MAX_WAITING} requests of this "
+                "server already wait for a call to ask them",
+            )
+        item = _Waiting(method, params, principal, asyncio.get_running_loop().create_future())
+        self._enlist(server_id, item)
+        timeout = self._round_trips.timeout
+        try:
+            async with anyio.create_task_group() as tg:
+                if at_once is not None:
+                    tg.start_soon(self._try_at_once, server_id, item, at_once)
+                else:
+                    log.info("[%s] %s waits for the next call to it: no client is connected", server_id, method)
+                with anyio.move_on_after(timeout):
+                    answer = await item.answer
+                    tg.cancel_scope.cancel()
+                    return answer
+                tg.cancel_scope.cancel()
+            raise MCPError(code=INVALID_REQUEST, message=f"prefixgate: no call came to ask {method} in {timeout:g} s")
+        finally:
+            self._delist(server_id, item)
+
+    def _enlist(self, server_id: str, item: _Waiting) -> None:
+        self._waiting.setdefault(server_id, []).append(item)
+
+    def _delist(self, server_id: str, item: _Waiting) -> None:
+        waiting = self._waiting.get(server_id)
+        if waiting is not None and item in waiting:
+            waiting.remove(item)
+            if not waiting:
+                del self._waiting[server_id]
+
+    @staticmethod
+    async def _try_at_once(server_id: str, item: _Waiting, ask: Callable[[], Awaitable[dict[str, Any]]]) -> None:
+        """Put a waiting request to its client's own channel now; one it has not got (a
+        2026-07-28 client) waits for the next call alone."""
+        try:
+            answer = await ask()
+        except NoBackChannelError:
+            log.info("[%s] %s waits for the next call to it: its client has no back-channel", server_id, item.method)
+            return
+        except MCPError as exc:  # the client's own error answer
+            if not item.answer.done():
+                item.answer.set_exception(exc)
+            return
+        if not item.answer.done():
+            item.answer.set_result(answer)
+
+    async def ask_waiting(self, trip: RoundTrip) -> None:
+        """Ask ``trip``'s client, before its call goes on, what its server asked outside any
+        call while no client could be asked (``_wait_for_a_call``): as a 2026-07-28 server
+        asks during a call."""
+
+        async def ask(method: str, params: dict[str, Any]) -> dict[str, Any]:
+            return await self._round_trips.ask(trip, method, params)
+
+        await self._ask_waiting(trip.server_id, _who(trip.owner), ask)
+
+    async def ask_waiting_over_back_channel(self, client: ClientConnection, server_id: str, request_id: Any) -> None:
+        """``ask_waiting`` for a handshake-era client's call ``request_id``: on the call's own
+        stream (its server asked before any client was connected, or before this client's
+        own channel was open)."""
+        session = client.call_sessions.get(request_id)
+        if session is None or not self._waiting.get(server_id):
+            return
+
+        async def ask(method: str, params: dict[str, Any]) -> dict[str, Any]:
+            require(method, session.client_capabilities)
+            timeout = self._round_trips.timeout
+            with anyio.move_on_after(timeout):
+                answer: dict[str, Any] = await send_raw_request(session, method, params, related=True)
+                return answer
+            raise MCPError(
+                code=INVALID_REQUEST, message=f"prefixgate: the client did not answer {method} in {timeout:g} s"
+            )
+
+        await self._ask_waiting(server_id, _who(client.state), ask)
+
+    async def _ask_waiting(
+        self, server_id: str, who: object, ask: Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
+    ) -> None:
+        """Each request of ``server_id`` waiting for a call, put with ``ask`` to principal ``who``:
+        only while every call in flight to the server, and every client connected that sees it,
+        is that principal's (the request was made for no one in particular)."""
+        waiting = self._waiting.get(server_id)
+        if not waiting or self._principal_for(server_id) != who:
+            return
+        if any(_who(c.state) != who for c in self._clients.everyone() if server_id in c.servers):
+            return
+        for item in [w for w in waiting if w.principal in (None, who) and not w.answer.done()]:
+            self._delist(server_id, item)
+            try:
+                answer = await ask(item.method, item.params)
+            except MCPError as exc:
+                if not item.answer.done():
+                    item.answer.set_exception(exc)
+                continue
+            except BaseException:  # this call was cancelled meanwhile: the next one asks it
+                if not item.answer.done():
+                    self._enlist(server_id, item)
+                raise
+            if not item.answer.done():
+                item.answer.set_result(answer)
 
     def sent_urls(self, server_id: str, elicitations: Any, client: ClientConnection, request_id: Any) -> None:
         """URL-mode elicitations of ``server_id`` that reached a handshake-era ``client`` (asked
@@ -147,9 +318,10 @@ class Relay:
         in_flight = client.calls.get(request_id) == server_id and request_id in client.call_order
         return (client, request_id) if in_flight and request_id in client.call_sessions else None
 
-    def _newest_call(self, server_id: str, method: str) -> RoundTrip | tuple[ClientConnection, Any]:
+    def _newest_call(self, server_id: str, method: str) -> RoundTrip | tuple[ClientConnection, Any] | None:
         """The call a request the wire does not place belongs to: the newest call to the server,
-        and only while every call in flight to it is one principal's (see ``_principal_for``)."""
+        and only while every call in flight to it is one principal's (see ``_principal_for``);
+        None when no client is connected."""
         if self._principal_for(server_id) is None and (
             self._clients.everyone() or self._round_trips.calling(server_id)
         ):
@@ -169,7 +341,7 @@ class Relay:
         if trip is not None and (target is None or target.call_order.get(related, 0) < trip.seq):
             return trip
         if target is None:
-            raise MCPError(code=INVALID_REQUEST, message=f"prefixgate: no client is connected to answer {method}")
+            return None
         return target, related
 
     def answers_to(self, server_id: str, state: object) -> bool:
