@@ -34,24 +34,27 @@ class Pipe:
         self.lines.append(json.loads(item))
 
 
+async def _timed(calls: RawCalls, outcomes: dict[str, Any], label: str, timeout: float) -> None:
+    """One call named ``label``: its result, or its error code and how long it took."""
+    started = anyio.current_time()
+    try:
+        outcomes[label] = await calls.request("tools/call", {"name": label}, timeout=timeout, on_progress=None)
+    except MCPError as exc:
+        outcomes[label] = (exc.error.code, round(anyio.current_time() - started, 1))
+
+
 async def test_each_call_times_out_at_its_own_deadline_and_an_answered_one_does_not(tmp_path: Any) -> None:
     pipe = Pipe()
     to_session, _ = anyio.create_memory_object_stream[Any](1)
     async with anyio.create_task_group() as tg:
         calls = RawCalls(pipe, to_session, encode_plain, tg.start_soon, "t")
         outcomes: dict[str, Any] = {}
-
-        async def call(label: str, timeout: float) -> None:
-            started = anyio.current_time()
-            try:
-                outcomes[label] = await calls.request("tools/call", {"name": label}, timeout=timeout, on_progress=None)
-            except MCPError as exc:
-                outcomes[label] = (exc.error.code, round(anyio.current_time() - started, 1))
-
-        tg.start_soon(call, "long", 1.5)
+        tg.start_soon(_timed, calls, outcomes, "long", 1.5)
         await anyio.sleep(0.05)
-        tg.start_soon(call, "short", 0.3)  # later, but due first: the shared timer is re-armed for it
-        tg.start_soon(call, "answered", 0.3)
+        tg.start_soon(
+            _timed, calls, outcomes, "short", 0.3
+        )  # later, but due first: the shared timer is re-armed for it
+        tg.start_soon(_timed, calls, outcomes, "answered", 0.3)
         await anyio.sleep(0.1)
         answered = next(line["id"] for line in pipe.lines if line.get("params", {}).get("name") == "answered")
         assert calls.take({"jsonrpc": "2.0", "id": answered, "result": {"content": []}})
@@ -159,16 +162,8 @@ async def test_a_call_that_finds_the_pipe_full_times_out_having_written_nothing(
     outcomes: dict[str, Any] = {}
     async with anyio.create_task_group() as tg:
         calls = RawCalls(pipe, to_session, encode_plain, tg.start_soon, "t")
-
-        async def call(label: str, timeout: float) -> None:
-            started = anyio.current_time()
-            try:
-                outcomes[label] = await calls.request("tools/call", {"name": label}, timeout=timeout, on_progress=None)
-            except MCPError as exc:
-                outcomes[label] = (exc.error.code, round(anyio.current_time() - started, 1))
-
-        tg.start_soon(call, "given up", 0.3)
-        tg.start_soon(call, "patient", 5)
+        tg.start_soon(_timed, calls, outcomes, "given up", 0.3)
+        tg.start_soon(_timed, calls, outcomes, "patient", 5)
         await anyio.sleep(0.6)
         assert outcomes == {"given up": (REQUEST_TIMEOUT, 0.3)}
         assert pipe.lines == []

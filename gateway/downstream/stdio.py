@@ -77,15 +77,8 @@ class ChildStdin(anyio.abc.ByteSendStream):
         self._closed = False
 
     async def send(self, item: bytes) -> None:
-        if self._closed:
-            raise anyio.ClosedResourceError
-        if self._writer.is_closing():
-            raise anyio.BrokenResourceError
-        try:
-            self._writer.write(item)
-            await self._writer.drain()
-        except (ConnectionResetError, BrokenPipeError, RuntimeError) as exc:
-            raise (anyio.ClosedResourceError if self._closed else anyio.BrokenResourceError) from exc
+        self.write(item)
+        await self.room()
 
     async def aclose(self) -> None:
         if not self._closed:
