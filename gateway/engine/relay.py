@@ -152,11 +152,11 @@ class Relay:
                     tg.start_soon(self._try_at_once, server_id, item, at_once)
                 else:
                     log.info("[%s] %s waits for the next call to it: no client is connected", server_id, method)
-                with anyio.move_on_after(timeout):
-                    answer = await item.answer
-                    tg.cancel_scope.cancel()
-                    return answer
-                tg.cancel_scope.cancel()
+                try:
+                    with anyio.move_on_after(timeout):
+                        return await item.answer
+                finally:
+                    tg.cancel_scope.cancel()  # (``at_once``, if it is still waiting)
             raise MCPError(code=INVALID_REQUEST, message=f"prefixgate: no call came to ask {method} in {timeout:g} s")
         finally:
             self._delist(server_id, item)
@@ -187,6 +187,11 @@ class Relay:
         if not item.answer.done():
             item.answer.set_result(answer)
 
+    def waits_for(self, server_id: str) -> bool:
+        """Whether a request of ``server_id`` waits for a call to ask it: the per-call check,
+        made before anything is awaited (``ask_waiting``, ``ask_waiting_over_back_channel``)."""
+        return server_id in self._waiting
+
     async def ask_waiting(self, trip: RoundTrip) -> None:
         """Ask ``trip``'s client, before its call goes on, what its server asked outside any
         call while no client could be asked (``_wait_for_a_call``): as a 2026-07-28 server
@@ -202,7 +207,7 @@ class Relay:
         stream (its server asked before any client was connected, or before this client's
         own channel was open)."""
         session = client.call_sessions.get(request_id)
-        if session is None or not self._waiting.get(server_id):
+        if session is None:
             return
 
         async def ask(method: str, params: dict[str, Any]) -> dict[str, Any]:

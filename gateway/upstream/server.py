@@ -238,7 +238,7 @@ class Handlers:
             with _Attributed(client, ctx, target, None):
                 return await self.with_input(ctx, client, "tools/call", name, _Digest(arguments), target, run)
         with _Attributed(client, ctx, target, hub.round_trips.order()):
-            if target is not None:
+            if target is not None and hub.relay.waits_for(target):
                 await hub.relay.ask_waiting_over_back_channel(client, target, ctx.request_id)
             try:
                 result = await run(None)
@@ -332,7 +332,8 @@ class Handlers:
                 return passed_on(await run({"inputResponses": given} if isinstance(given, dict) else None))
 
             async def first() -> dict[str, Any]:
-                await self.hub.relay.ask_waiting(trip)  # what its server asked outside any call, first
+                if self.hub.relay.waits_for(server_id):  # what its server asked outside any call, first
+                    await self.hub.relay.ask_waiting(trip)
                 return passed_on(await run(None))
 
             trip = trips.book(owner, method, target, binding, server_id, capabilities)
