@@ -275,9 +275,12 @@ async def test_directly_a_call_to_a_server_that_stopped_reading_times_out() -> N
         tg.cancel_scope.cancel()
 
 
+@pytest.mark.parametrize("upstream", ["stdio", "http"])
 @pytest.mark.parametrize("own_path", [True, False], ids=["gateway's path", "sdk session"])
 @pytest.mark.parametrize("mode", ERAS)
-async def test_a_call_to_a_server_that_stopped_reading_times_out(tmp_path: Path, mode: str, own_path: bool) -> None:
+async def test_a_call_to_a_server_that_stopped_reading_times_out(
+    tmp_path: Path, mode: str, own_path: bool, upstream: str
+) -> None:
     """A classic server's tool blocks its event loop, so it reads nothing meanwhile: each call
     behind it still ends at ``call_timeout``, as directly. Its clock runs from when the call is
     sent, not from when the server has taken all of it (which could be never): through the
@@ -292,10 +295,14 @@ async def test_a_call_to_a_server_that_stopped_reading_times_out(tmp_path: Path,
     async def timed_out(call: Any) -> bool:
         return text(await call) == "classic: tool 'echo' timed out: no answer or progress in 1 s"
 
-    async with sdk_client(config, mode, env=env, errlog=tmp_path / "gateway.log") as client:
-        blocked = await client.call_tool("classic__block", {"seconds": 30})
-        assert text(blocked) == "classic: tool 'block' timed out: no answer or progress in 1 s"
-        await _stuck_calls(
-            lambda tool, arguments: client.call_tool(f"classic__{tool}", arguments), timed_out, at_once=3
-        )
-        assert text(await client.call_tool("demo__echo", {"text": "on"})).endswith("on")
+    with ExitStack() as stack:
+        target: Any = config
+        if upstream == "http":
+            target, _log = stack.enter_context(http_gateway(config, env=env))
+        async with sdk_client(target, mode, env=env, errlog=tmp_path / "gateway.log") as client:
+            blocked = await client.call_tool("classic__block", {"seconds": 30})
+            assert text(blocked) == "classic: tool 'block' timed out: no answer or progress in 1 s"
+            await _stuck_calls(
+                lambda tool, arguments: client.call_tool(f"classic__{tool}", arguments), timed_out, at_once=3
+            )
+            assert text(await client.call_tool("demo__echo", {"text": "on"})).endswith("on")

@@ -210,3 +210,22 @@ async def test_requests_waiting_for_a_call_are_bounded(tmp_path: Path) -> None:
         * 2
     )
     assert ends[2:] == [roots.uri] * 4
+
+
+@pytest.mark.parametrize("upstream", ["stdio", "http"])
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_client_without_roots_has_the_waiting_request_refused(tmp_path: Path, mode: str, upstream: str) -> None:
+    """A client that declares no roots: the request waiting for its call is refused to the
+    server (as directly, where the client refuses it), and the call itself goes on."""
+    config = write_config(tmp_path, {"classic": {"command": PYTHON, "args": [CLASSIC, "--roots-at-start"]}})
+    with ExitStack() as stack:
+        target: Any = config
+        if upstream == "http":
+            target, _log = stack.enter_context(http_gateway(config))
+        async with sdk_client(target, mode) as client:
+            assert text(await client.call_tool("classic__echo", {"text": "hi"})) == "classic:hi"
+
+            async def refused() -> bool:
+                return text(await client.call_tool("classic__startup_roots_listed", {})).startswith("failed: ")
+
+            await wait_for(refused, 10)

@@ -620,8 +620,11 @@ async def test_a_question_the_server_gives_up_is_withdrawn_from_the_user(tmp_pat
             await wait_for(lambda: withdrawn == ["withdrawn"] * 2, 10)
 
 
+@pytest.mark.parametrize("upstream", ["stdio", "http"])
 @pytest.mark.parametrize("mode", ERAS)
-async def test_a_server_that_prints_a_banner_on_stdout_works_as_directly(tmp_path: Path, mode: str) -> None:
+async def test_a_server_that_prints_a_banner_on_stdout_works_as_directly(
+    tmp_path: Path, mode: str, upstream: str
+) -> None:
     """A stdio server that prints a line that is not JSON-RPC before it serves (a banner, a
     common mistake) works directly: the SDK's client logs the line and reads on. Through the
     gateway it used to fail at start-up (the line came before the gateway's reader was
@@ -631,12 +634,17 @@ async def test_a_server_that_prints_a_banner_on_stdout_works_as_directly(tmp_pat
     params = StdioServerParameters(command=PYTHON, args=[CLASSIC, "--banner"])
     async with Client(params, mode=mode) as client:
         assert text(await client.call_tool("echo", {"text": "hi"})) == "classic:hi"
-    log = tmp_path / "gateway.log"
     config = write_config(tmp_path, {"classic": {"command": PYTHON, "args": [CLASSIC, "--banner"]}})
+    logs = []
     for start in ("first-ever", "warm"):  # a warm start spawns the server before its reader is set up
-        async with sdk_client(config, mode, errlog=log) as client:
-            assert text(await client.call_tool("classic__echo", {"text": "hi"})) == "classic:hi", start
-    lines = [line for line in log.read_text().splitlines() if "not JSON-RPC" in line]
+        with ExitStack() as stack:
+            target: Any = config
+            logs.append(tmp_path / f"gateway-{start}.log")
+            if upstream == "http":
+                target, logs[-1] = stack.enter_context(http_gateway(config))
+            async with sdk_client(target, mode, errlog=logs[-1]) as client:
+                assert text(await client.call_tool("classic__echo", {"text": "hi"})) == "classic:hi", start
+    lines = [line for log in logs for line in log.read_text().splitlines() if "not JSON-RPC" in line]
     assert len(lines) == 2 and all(
         f"[classic] ignored a line that is not JSON-RPC: {BANNER!r}" in line for line in lines
     )
