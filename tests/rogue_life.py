@@ -9,6 +9,7 @@ Options:
   --tools N         serve N tools (t0000 ...) besides storm, log and log_later
   --count PATH      append one line per tools/list request received
   --levels PATH     append the level of every logging/setLevel received
+  --hold-levels PATH  answer each logging/setLevel only once PATH exists (a server that is busy)
   --storm N         the tool "storm" first sends N notifications/tools/list_changed
 
 Tools: storm; log {level, data} logs during the call; log_later {level, data} answers, then logs.
@@ -62,6 +63,12 @@ def log(level: str, data: str) -> None:
     send({"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": level, "data": data}})
 
 
+def answer_once_exists(path: str, rid: Any) -> None:
+    while not os.path.exists(path):
+        time.sleep(0.02)
+    send({"jsonrpc": "2.0", "id": rid, "result": {}})
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--pidfile")
@@ -70,6 +77,7 @@ def main() -> None:
     p.add_argument("--tools", type=int, default=0)
     p.add_argument("--count")
     p.add_argument("--levels")
+    p.add_argument("--hold-levels")
     p.add_argument("--storm", type=int, default=0)
     args = p.parse_args()
     if args.ignore_term:
@@ -99,6 +107,9 @@ def main() -> None:
             result = {"tools": listed}
         elif method == "logging/setLevel":
             append(args.levels, str(params.get("level")))
+            if args.hold_levels:
+                threading.Thread(target=answer_once_exists, args=(args.hold_levels, rid), daemon=True).start()
+                continue
             result = {}
         elif method == "ping":
             result = {}

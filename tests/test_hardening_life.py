@@ -3,6 +3,7 @@ catalog-change storms and log routing, through real gateway processes."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -338,6 +339,34 @@ async def test_server_logs_reach_the_client_that_caused_them_at_its_own_level(tm
         assert a_logs == ["r:from-a", "r:later-warning", "r:later-alert", "r:final"]
         assert b_logs == ["r:from-b", "r:later-alert", "r:final"]
     assert levels.read_text().split() == ["debug"]
+
+
+@pytest.mark.filterwarnings("ignore:The logging capability is deprecated")
+@pytest.mark.parametrize("served", ["stdio", "http"])
+async def test_a_busy_server_delays_no_other_servers_log_level(tmp_path: Path, served: str) -> None:
+    """``logging/setLevel`` reaches every server at once: one that is slow to answer it (it
+    comes first) does not hold back the others' level, as it would not directly. (Handshake
+    era only: a 2026-07-28 client names its level on each request, and the SDK's server
+    answers its ``logging/setLevel`` with -32601, through the gateway as directly.)"""
+    release, levels = tmp_path / "release", tmp_path / "levels.txt"
+    config = write_config(tmp_path, {"a": rogue("--hold-levels", release), "b": rogue("--levels", levels)})
+    with contextlib.ExitStack() as stack:
+        target: Path | str = config if served == "stdio" else stack.enter_context(http_gateway(config))[0]
+        async with sdk_client(target, "legacy") as client:
+            done = anyio.Event()
+
+            async def set_level() -> None:
+                await client.set_logging_level("debug")
+                done.set()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(set_level)
+                await _until(lambda: levels.exists() and levels.read_text().split() == ["debug"], "b's level")
+                assert not done.is_set()  # a has not answered yet: b was not made to wait for it
+                release.touch()
+                with anyio.fail_after(20):
+                    await done.wait()
+            await client.call_tool("b__log", {"level": "debug", "data": "after"})
 
 
 async def test_a_modern_client_gets_its_calls_logs_at_the_level_it_asked_for(tmp_path: Path) -> None:

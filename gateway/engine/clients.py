@@ -206,8 +206,9 @@ class Clients:
             return
         for peer in self.peers:
             peer.log_level = verbose
-        for d in self._every_server:
-            await self.pass_level(d)
+        async with anyio.create_task_group() as tg:  # all at once: a busy server delays only its own
+            for d in self._every_server:
+                tg.start_soon(self.pass_level, d)
 
     async def pass_level(self, downstream: Downstream) -> None:
         """Give a server the level asked for (also one that is just up): a 2026-07-28 server
