@@ -39,7 +39,7 @@ pytestmark = pytest.mark.anyio
 ROGUE = Path(__file__).with_name("rogue_life.py")
 
 
-def rogue(*args: str | int) -> dict[str, Any]:
+def rogue(*args: str | int | Path) -> dict[str, Any]:
     """A stdio server table running tests/rogue_life.py."""
     return {"command": PYTHON, "args": [str(ROGUE), *map(str, args)]}
 
