@@ -12,6 +12,7 @@ tests/test_http_calls.py exercise them).
 from __future__ import annotations
 
 import contextvars
+import logging
 import math
 from collections.abc import Iterator
 from contextlib import AsyncExitStack, contextmanager
@@ -29,6 +30,8 @@ from mcp.server.streamable_http import CONTENT_TYPE_SSE, MCP_SESSION_ID_HEADER, 
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp_types import ErrorData
 from sse_starlette import EventSourceResponse
+
+log = logging.getLogger("prefixgate.http")
 
 CHECKED = "2.3"
 """The mcp minor release this module was checked against (``mcp>=2.3,<2.4``)."""
@@ -180,6 +183,45 @@ def session_transport(manager: StreamableHTTPSessionManager, session_id: str, us
     if requestor != manager._session_owners.get(session_id):  # noqa: SLF001
         return None
     return transport
+
+
+class PrincipalSessions(StreamableHTTPSessionManager):
+    """The SDK's session manager, with at most ``per_principal`` handshake-era sessions per
+    principal: opening one more first closes that principal's least recently used idle
+    session (as its idle timeout would, so its id answers 404 and its client opens a new
+    one). A client that initializes again and again without ending its sessions costs its
+    own principal's oldest idle sessions, never memory without bound nor, through the SDK's
+    own limit for all principals together, another principal's new sessions.
+
+    A session with a request in flight (an open GET stream among them) is never closed so:
+    a principal with that many sessions all busy may have more, each held by a request of
+    its own. mcp 2.3.0 admits a session in ``_admit_session``, under its creation lock."""
+
+    def __init__(self, *args: Any, per_principal: int, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.per_principal = per_principal
+
+    def _admit_session(self, requestor: Any) -> Any:
+        mine = [
+            (sid, t)
+            for sid, t in self._server_instances.items()  # noqa: SLF001
+            if self._session_owners.get(sid) == requestor  # noqa: SLF001
+        ]
+        idle = sorted(
+            (scope.deadline, sid, scope)
+            for sid, t in mine
+            if (scope := t.idle_scope) is not None and not scope.cancel_called and not t._requests_in_flight  # noqa: SLF001
+        )
+        for _, sid, scope in idle[: max(0, len(mine) - self.per_principal + 1)]:
+            del self._server_instances[sid]  # noqa: SLF001 - its id answers 404 from now on
+            self._session_owners.pop(sid, None)  # noqa: SLF001
+            scope.cancel()  # its serve loop ends as at its idle timeout, which terminates it
+            log.info(
+                "HTTP session %s closed: its principal opened more than %d (the least recently used idle one goes)",
+                sid[:8],
+                self.per_principal,
+            )
+        return super()._admit_session(requestor)
 
 
 @contextmanager

@@ -106,6 +106,9 @@ BODY_TIMEOUT = float(os.environ.get("PREFIXGATE_HTTP_BODY_TIMEOUT") or 30.0)
 """Seconds a request body may take to arrive in full (the environment variable exists for tests)."""
 SESSION_IDLE_TIMEOUT = float(os.environ.get("PREFIXGATE_HTTP_SESSION_IDLE_TIMEOUT") or 30 * 60)
 """Seconds a handshake-era session may stay unused: the SDK's default (the variable exists for tests)."""
+SESSIONS_PER_PRINCIPAL = int(os.environ.get("PREFIXGATE_HTTP_SESSIONS_PER_PRINCIPAL") or 256)
+"""Handshake-era sessions one principal may hold open at each endpoint: more close its least
+recently used idle one (gateway/sdk.py ``PrincipalSessions``; the variable exists for tests)."""
 _LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
 
 
@@ -358,9 +361,9 @@ async def serve_http(served: Sequence[Any], listen: str, tokens: Sequence[Bearer
     """Serve each of ``served`` (one ``Handlers`` per profile, the one started with first: at
     ``/mcp``, the others at ``/mcp/NAME``) until cancelled."""
     import uvicorn
-    from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
     from gateway.fastpath import fast_path
+    from gateway.sdk import PrincipalSessions
 
     host, port = parse_listen(listen)
     sock = listening_socket(host, port)  # accepting from the moment the URL is printed (uvicorn starts later)
@@ -369,12 +372,13 @@ async def serve_http(served: Sequence[Any], listen: str, tokens: Sequence[Bearer
     endpoints: dict[str, Endpoint] = {}
     first = served[0].hub.config.profile
     for handlers in served:
-        manager = StreamableHTTPSessionManager(
+        manager = PrincipalSessions(
             app=handlers.server,
             event_store=BoundedEventStore(),
             retry_interval=RETRY_MS,
             security_settings=security,
             session_idle_timeout=SESSION_IDLE_TIMEOUT,
+            per_principal=SESSIONS_PER_PRINCIPAL,
         )
         lane = sessions = None
         if fast_path():
