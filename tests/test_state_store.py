@@ -9,6 +9,7 @@ of ``catalog.activation`` are checked end to end on each backend.
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import anyio.to_thread
 import pytest
 
 from catalog.activation import encode_record
+from gateway.state import journal
 from gateway.state.filestore import FileStore
 from gateway.state.journal import session_key
 from gateway.state.redisstore import RedisStore
@@ -162,6 +164,37 @@ async def test_compare_and_set_refuses_a_stale_previous(store: StateStore) -> No
     assert await store.write_record(ALICE, one, b"")
     assert await store.write_record(ALICE, two, b"stale") is not store.shared
     assert await store.last_record(ALICE) == (one if store.shared else two)
+
+
+async def test_the_file_journal_keeps_only_its_newest_record_past_its_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An owner's journal (a principal's, over HTTP) grew with every grant for as long as the
+    owner existed; past ``COMPACT_AT`` its newest record, all a restore reads, replaces it.
+    (The Redis store keeps one value per owner.)"""
+    monkeypatch.setattr(journal, "COMPACT_AT", 4096)
+    store = FileStore(tmp_path / "state")
+    await store.open()
+    state = await entered(store, ALICE)
+    path = tmp_path / "state" / "activation" / f"{ALICE}.jsonl"
+    names = [f"s__tool{i:03d}" for i in range(200)]
+    sizes = []
+    for name in names:
+        await state.activate([name])
+        sizes.append(path.stat().st_size)
+    newest = encode_record(EPOCH, names)
+    assert max(sizes) <= 4096 + len(newest) and sizes != sorted(sizes)  # replaced, more than once
+    assert path.read_bytes().endswith(newest)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert os.listdir(path.parent) == [path.name]  # no temporary file left behind
+    again = await entered(store, ALICE)
+    assert all(again.allows(name) for name in names)
+    # A journal that is not a file of ours is refused at its replacement as at an append.
+    os.replace(path, tmp_path / "elsewhere")
+    os.symlink(tmp_path / "elsewhere", path)
+    with pytest.raises(OSError, match="symlink"):
+        await again.activate(["s__more"])
+    assert not again.allows("s__more") and os.path.islink(path)
 
 
 # --- artifacts ------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ each record is fsynced before the search result that granted the tools goes out.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import os
@@ -24,6 +25,10 @@ from spill import open_private_dir as _open_verified_dir
 
 TAIL_LIMIT = 4 << 20
 """How far back from the end the last record is looked for (bytes)."""
+COMPACT_AT = 1 << 20
+"""Bytes past which a journal is replaced by its newest record instead of growing: restore
+reads that one only, and an owner's journal (a principal's, over HTTP) would otherwise grow
+with every grant for as long as the owner exists."""
 _OPEN_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
@@ -109,11 +114,16 @@ class Journal:
             os.close(dir_fd)
 
     def append(self, record: bytes) -> None:
-        """Append one record and fsync it; raise OSError if it is not durably written."""
+        """Append one record and fsync it; raise OSError if it is not durably written. Past
+        ``COMPACT_AT`` the record takes the journal's place instead (atomically, fsynced)."""
         dir_fd = open_private_dir(self.directory, create=True)
         assert dir_fd is not None
         try:
-            append_private(dir_fd, self.path.name, self.label, record, durable=True)
+            size = private_size(dir_fd, self.path.name, self.label)
+            if size and size + len(record) > COMPACT_AT:
+                replace_private(dir_fd, self.path.name, self.label, record)
+            else:
+                append_private(dir_fd, self.path.name, self.label, record, durable=True)
         finally:
             os.close(dir_fd)
 
@@ -132,6 +142,47 @@ def read_private(dir_fd: int, name: str, label: str, read: Callable[[int, int], 
         return read(fd, check_private_file(fd, label).st_size)
     finally:
         os.close(fd)
+
+
+def private_size(dir_fd: int, name: str, label: str) -> int:
+    """The size of the private file ``name`` of a verified directory, verified as
+    ``check_private_file`` does (0 when it does not exist); raise OSError (JournalError
+    naming ``label`` when the file is refused)."""
+    try:
+        fd = os.open(name, os.O_RDONLY | _OPEN_FLAGS, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return 0
+    except OSError as exc:
+        raise JournalError(why_not_opened(label, exc)) from None
+    try:
+        return check_private_file(fd, label).st_size
+    finally:
+        os.close(fd)
+
+
+def replace_private(dir_fd: int, name: str, label: str, data: bytes) -> None:
+    """Put ``data`` in place of the private file ``name`` of a verified directory at once: a
+    new 0600 file, fsynced, renamed over it, and the directory fsynced. Raise OSError
+    (JournalError naming ``label`` when the new file is refused); the old file is then intact."""
+    temporary = f".{name}.{os.urandom(6).hex()}.tmp"
+    try:
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _OPEN_FLAGS, 0o600, dir_fd=dir_fd)
+    except OSError as exc:
+        raise JournalError(why_not_opened(label, exc)) from None
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temporary, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary, dir_fd=dir_fd)
+        raise
+    os.fsync(dir_fd)
 
 
 def append_private(dir_fd: int, name: str, label: str, data: bytes, *, durable: bool) -> None:

@@ -30,7 +30,13 @@ import anyio
 from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 from pydantic import BaseModel, ValidationError
 
-from gateway.state.journal import JournalError, check_private_file, open_private_dir, why_not_opened
+from gateway.state.journal import (
+    JournalError,
+    check_private_file,
+    open_private_dir,
+    replace_private,
+    why_not_opened,
+)
 
 log = logging.getLogger("prefixgate.oauth")
 VERSION = 1
@@ -115,25 +121,10 @@ class TokenFile:
             raise TokenFileError(f"{self.label}: {len(body)} bytes to store, over {MAX_FILE_BYTES} bytes: not written")
         dir_fd = self._dir(create=True)
         assert dir_fd is not None
-        temp = f".{self.path.name}.{os.urandom(6).hex()}.tmp"
         try:
-            try:
-                fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _OPEN_FLAGS, 0o600, dir_fd=dir_fd)
-            except OSError as exc:
-                raise self._refused(exc) from None
-            try:
-                view = memoryview(body)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            try:
-                os.rename(temp, self.path.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-            except OSError:
-                os.unlink(temp, dir_fd=dir_fd)
-                raise
-            os.fsync(dir_fd)
+            replace_private(dir_fd, self.path.name, self.label, body)
+        except JournalError as exc:
+            raise TokenFileError(str(exc)) from None
         finally:
             os.close(dir_fd)
 
