@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
+from .retention import doomed
+
 __all__ = [
     "ArtifactInfo",
     "ArtifactNotFound",
@@ -447,22 +449,6 @@ def _unlink_artifact(root_fd: int, info: ArtifactInfo) -> bool:
         os.close(fd)
 
 
-def _doomed(
-    artifacts: list[ArtifactInfo], max_age_seconds: float, max_total_bytes: int, now: float,
-    protected: set[tuple[str, str]],
-) -> list[ArtifactInfo]:
-    """Pick victims oldest first: everything past max age, then until the total fits."""
-    total = sum(a.size for a in artifacts)
-    doomed = []
-    for a in artifacts:  # oldest first
-        if (a.session, a.id) in protected:
-            continue
-        if now - a.mtime > max_age_seconds or total > max_total_bytes:
-            doomed.append(a)
-            total -= a.size
-    return doomed
-
-
 def gc(
     root: Path,
     *,
@@ -472,7 +458,8 @@ def gc(
     protect_session: str | None = None,
     protect_seconds: float = 60.0,
 ) -> list[ArtifactInfo]:
-    """Delete expired artifacts, then the oldest until under max_total_bytes; return the removed.
+    """Delete expired artifacts, then until under max_total_bytes the oldest of the owner that
+    holds the most (``spill.retention``); return the removed.
 
     An artifact of protect_session younger than protect_seconds is never deleted, so the id a
     model was just handed stays readable. Empty session directories of other sessions are
@@ -484,14 +471,14 @@ def gc(
         return []
     try:
         artifacts = _scan(root_fd)
-        protected = {
-            (a.session, a.id) for a in artifacts
-            if a.session == protect_session and now - a.mtime < protect_seconds
-        }
-        removed = [
-            a for a in _doomed(artifacts, max_age_seconds, max_total_bytes, now, protected)
-            if _unlink_artifact(root_fd, a)
-        ]
+        chosen = doomed(
+            artifacts,
+            max_age_seconds=max_age_seconds,
+            max_total_bytes=max_total_bytes,
+            now=now,
+            protected=lambda a: a.session == protect_session and now - a.mtime < protect_seconds,
+        )
+        removed = [a for a in chosen if _unlink_artifact(root_fd, a)]
         for session in _session_names(root_fd):
             if session != protect_session:
                 try:

@@ -276,6 +276,20 @@ async def test_retention_holds_for_the_whole_store(store: StateStore) -> None:
     assert await store.list_artifacts() == []
 
 
+async def test_retention_takes_from_the_owner_that_holds_the_most(store: StateStore) -> None:
+    """Past the total, Alice, who spilled the most, gives up her oldest artifacts; Bob's,
+    older than most of hers, stays readable (on a shared gateway, each pays for its own)."""
+    alice, bob = store.artifacts(ALICE), store.artifacts(BOB)
+    made: list[str] = []
+    for owner in (alice, bob, alice, alice, alice):
+        made.append(await anyio.to_thread.run_sync(owner.put_chunks, [b"x" * 1000]))
+        await anyio.sleep(0.02)
+    removed = await store.collect(max_age_seconds=3600, max_total_bytes=3000)
+    assert [a.id for a in removed] == [made[0], made[2]]
+    assert {a.id for a in await store.list_artifacts()} == {made[1], made[3], made[4]}
+    assert await anyio.to_thread.run_sync(bob.read, made[1], 0, 4) == b"xxxx"
+
+
 async def test_a_lost_store_fails_writes_with_a_reason(backend: Backend, store: StateStore) -> None:
     backend.break_it()
     with pytest.raises(StoreError) as caught:

@@ -52,6 +52,7 @@ from catalog.warm import MAX_RECORD_BYTES
 from gateway.redact import redact_url
 from gateway.state.store import StoreHealth, StoreUnavailable
 from spill import ArtifactInfo, ArtifactNotFound, Artifacts, StoreError, artifact_not_found, new_id, valid_id
+from spill.retention import doomed
 
 PREFIX = "prefixgate:"
 INDEX = PREFIX + "artifacts"
@@ -335,19 +336,19 @@ def _remove(client: redis.Redis, info: ArtifactInfo) -> None:
 def collect(
     client: redis.Redis, max_age_seconds: float, max_total_bytes: int, now: float | None, protect: str | None
 ) -> list[ArtifactInfo]:
-    """Past the age first (their keys have expired already: the index catches up), then the
-    oldest until the whole store fits ``max_total_bytes``."""
+    """Past the age first (their keys have expired already: the index catches up), then until
+    the whole store fits ``max_total_bytes`` the oldest of the owner that holds the most
+    (``spill.retention``)."""
     now = time.time() if now is None else now
-    artifacts = _scan(client)
-    total = sum(a.size for a in artifacts)
-    removed = []
-    for a in artifacts:
-        if a.session == protect and now - a.mtime < PROTECT_SECONDS:
-            continue
-        if now - a.mtime > max_age_seconds or total > max_total_bytes:
-            _remove(client, a)
-            removed.append(a)
-            total -= a.size
+    removed = doomed(
+        _scan(client),
+        max_age_seconds=max_age_seconds,
+        max_total_bytes=max_total_bytes,
+        now=now,
+        protected=lambda a: a.session == protect and now - a.mtime < PROTECT_SECONDS,
+    )
+    for a in removed:
+        _remove(client, a)
     return removed
 
 
@@ -360,9 +361,7 @@ class RedisStore:
         self.where = redact_url(url, url)
         self.max_age = max_age_seconds
         self._failing = _Failing(self.where, url)
-        self._async = redis.asyncio.Redis.from_url(
-            url, **_options(timeout, redis.asyncio.retry.Retry(NoBackoff(), 1))
-        )
+        self._async = redis.asyncio.Redis.from_url(url, **_options(timeout, redis.asyncio.retry.Retry(NoBackoff(), 1)))
         self._blocking = redis.Redis.from_url(url, **_options(timeout, redis.retry.Retry(NoBackoff(), 1)))
         self._set_if = self._async.register_script(_SET_IF)
         self._key: bytes | None = None

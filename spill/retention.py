@@ -1,0 +1,68 @@
+"""Which artifacts retention removes: one choice for every store (the file store, the Redis store).
+
+Artifacts belong to owners (a principal, or one of its sessions). Past the total size, the
+owner holding the most bytes gives up its oldest artifact first, again and again until the
+total fits: on a gateway a team shares, whoever spills the most pays for the excess, and
+another owner's recent output (an id its model was just handed) stays readable. With one
+owner this is plain oldest first.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import defaultdict, deque
+from collections.abc import Callable, Iterable
+from typing import Protocol, TypeVar
+
+
+class Stored(Protocol):
+    """What retention reads of an artifact (``spill.store.ArtifactInfo``)."""
+
+    @property
+    def session(self) -> str: ...  # its owner
+    @property
+    def id(self) -> str: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def mtime(self) -> float: ...
+
+
+Info = TypeVar("Info", bound=Stored)
+
+
+def doomed(
+    artifacts: Iterable[Info],
+    *,
+    max_age_seconds: float,
+    max_total_bytes: int,
+    now: float,
+    protected: Callable[[Info], bool] = lambda a: False,
+) -> list[Info]:
+    """Everything past ``max_age_seconds``, then, while the rest is over ``max_total_bytes``,
+    the oldest artifact of the owner that holds the most bytes (ties: the smaller owner key).
+    A ``protected`` artifact is never picked, though its bytes count. Oldest first."""
+    out: list[Info] = []
+    total = 0
+    held: dict[str, int] = defaultdict(int)
+    evictable: dict[str, deque[Info]] = defaultdict(deque)
+    for a in sorted(artifacts, key=lambda a: (a.mtime, a.session, a.id)):
+        spared = protected(a)
+        if not spared and now - a.mtime > max_age_seconds:
+            out.append(a)
+            continue
+        total += a.size
+        held[a.session] += a.size
+        if not spared:
+            evictable[a.session].append(a)
+    heap = [(-held[owner], owner) for owner in evictable]
+    heapq.heapify(heap)
+    while total > max_total_bytes and heap:
+        _, owner = heapq.heappop(heap)
+        victim = evictable[owner].popleft()
+        out.append(victim)
+        total -= victim.size
+        held[owner] -= victim.size
+        if evictable[owner]:
+            heapq.heappush(heap, (-held[owner], owner))
+    return sorted(out, key=lambda a: (a.mtime, a.session, a.id))

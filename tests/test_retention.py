@@ -1,0 +1,39 @@
+"""spill.retention.doomed: which artifacts retention removes (both stores use it)."""
+
+from __future__ import annotations
+
+from spill import ArtifactInfo
+from spill.retention import doomed
+
+NOW = 1_000_000.0
+
+
+def art(owner: str, name: str, size: int, age: float) -> ArtifactInfo:
+    return ArtifactInfo(owner, name, size, NOW - age)
+
+
+def ids(found: list[ArtifactInfo]) -> list[str]:
+    return [a.id for a in found]
+
+
+def test_one_owner_loses_its_oldest_first_until_the_total_fits() -> None:
+    mine = [art("a", f"x{i}", 100, 100 - i) for i in range(5)]
+    assert ids(doomed(mine, max_age_seconds=10**6, max_total_bytes=250, now=NOW)) == ["x0", "x1", "x2"]
+
+
+def test_the_owner_that_holds_the_most_pays_for_the_excess() -> None:
+    heavy = [art("heavy", f"h{i}", 400, 50 - i) for i in range(4)]
+    light = [art("light", "l0", 100, 90)]  # older than all of heavy's
+    removed = doomed([*heavy, *light], max_age_seconds=10**6, max_total_bytes=1000, now=NOW)
+    assert ids(removed) == ["h0", "h1"]  # 1700 -> 900; light's older artifact stays
+
+
+def test_once_even_the_owners_take_turns_and_ties_go_by_owner_key() -> None:
+    found = [art("b", "b0", 100, 10), art("a", "a0", 100, 20), art("a", "a1", 100, 5), art("b", "b1", 100, 1)]
+    assert ids(doomed(found, max_age_seconds=10**6, max_total_bytes=100, now=NOW)) == ["a0", "b0", "a1"]
+
+
+def test_expired_ones_go_and_protected_ones_stay_though_they_count() -> None:
+    found = [art("a", "old", 10, 500), art("a", "fresh", 900, 1), art("b", "b0", 100, 50)]
+    removed = doomed(found, max_age_seconds=100, max_total_bytes=500, now=NOW, protected=lambda a: a.id == "fresh")
+    assert ids(removed) == ["old", "b0"]  # a holds the most, but only its protected one is left
