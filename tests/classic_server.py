@@ -137,6 +137,24 @@ async def sample(ctx: Context) -> str:
 
 
 @server.tool()
+async def sample_tools(ctx: Context) -> str:
+    """Sampling with a tool the client's model may use (SEP-1577): the SDK refuses to send it
+    unless the client declared ``sampling.tools``."""
+    message = types.SamplingMessage(role="user", content=types.TextContent(type="text", text="Weather in Paris?"))
+    lookup = types.Tool(name="lookup", input_schema={"type": "object", "properties": {"city": {"type": "string"}}})
+    reply = await ctx.session.create_message(
+        [message],
+        max_tokens=20,
+        tools=[lookup],
+        tool_choice=types.ToolChoice(mode="auto"),
+        related_request_id=ctx.request_id,
+    )
+    blocks = reply.content if isinstance(reply.content, list) else [reply.content]
+    used = [f"{b.name}({b.input})" for b in blocks if isinstance(b, types.ToolUseContent)]
+    return f"{reply.model}:{reply.stop_reason}:{','.join(used)}"
+
+
+@server.tool()
 async def roots(ctx: Context) -> str:
     """List the client's roots (roots/list, on the session's own channel)."""
     listed = await ctx.session.list_roots()

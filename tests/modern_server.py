@@ -65,6 +65,7 @@ def tools() -> list[dict[str, Any]]:
         {"name": "later", "description": "Not done yet twice (requestState only), then done.", "inputSchema": OBJ},
         {"name": "ask", "description": "Elicitation (input_required).", "inputSchema": OBJ},
         {"name": "sample", "description": "Sampling (input_required).", "inputSchema": OBJ},
+        {"name": "sample_tools", "description": "Sampling with a tool (input_required).", "inputSchema": OBJ},
         {"name": "roots", "description": "Roots (input_required).", "inputSchema": OBJ},
         {"name": "many_asks", "description": "Asks for 2,000 inputs in one round.", "inputSchema": OBJ},
         {"name": "huge_state", "description": "Asks with a 300 KB requestState.", "inputSchema": OBJ},
@@ -92,6 +93,17 @@ ASKS: dict[str, dict[str, Any]] = {
         "method": "sampling/createMessage",
         "params": {"messages": [{"role": "user", "content": {"type": "text", "text": "Say hi"}}], "maxTokens": 20},
     },
+    "sample_tools": {
+        "method": "sampling/createMessage",
+        "params": {
+            "messages": [{"role": "user", "content": {"type": "text", "text": "Weather in Paris?"}}],
+            "maxTokens": 20,
+            "tools": [
+                {"name": "lookup", "inputSchema": {"type": "object", "properties": {"city": {"type": "string"}}}}
+            ],
+            "toolChoice": {"mode": "auto"},
+        },
+    },
     "roots": {"method": "roots/list"},
 }
 
@@ -101,6 +113,13 @@ def answer_text(kind: str, response: dict[str, Any]) -> str:
         return f"{response.get('action')}:{response.get('content')}"
     if kind == "sample":
         return f"{response.get('model')}:{(response.get('content') or {}).get('text')}"
+    if kind == "sample_tools":
+        blocks = response.get("content")
+        blocks = blocks if isinstance(blocks, list) else [blocks]
+        used = [
+            f"{b.get('name')}({b.get('input')})" for b in blocks if isinstance(b, dict) and b.get("type") == "tool_use"
+        ]
+        return f"{response.get('model')}:{response.get('stopReason')}:{','.join(used)}"
     return ",".join(r["uri"] for r in response.get("roots", []))
 
 

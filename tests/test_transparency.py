@@ -59,7 +59,7 @@ HERE = Path(__file__).resolve().parent
 CLASSIC = str(HERE / "classic_server.py")
 MODERN = str(HERE / "modern_server.py")
 TRANSPORTS = ("stdio", "http")
-OPERATIONS = ("list", "call", "elicit", "elicit_url", "sample", "roots", "progress", "log", "cancel")
+OPERATIONS = ("list", "call", "elicit", "elicit_url", "sample", "sample_tools", "roots", "progress", "log", "cancel")
 LOG_ROUNDS = 10
 """Calls per log cell (a log lost now and then must not pass by luck)."""
 OP_TIMEOUT = 20.0
@@ -76,6 +76,7 @@ STYLES: dict[str, dict[str, Call]] = {
         "elicit": ("elicit", {}),
         "elicit_url": ("elicit_url", {}),
         "sample": ("sample", {}),
+        "sample_tools": ("sample_tools", {}),
         "roots": ("roots", {}),
         "progress": ("progress", {"steps": 3}),
         "log": ("log", {}),
@@ -111,6 +112,7 @@ STYLES: dict[str, dict[str, Call]] = {
         "call": ("echo", {"text": "hi"}),
         "elicit": ("ask", {}),
         "sample": ("sample", {}),
+        "sample_tools": ("sample_tools", {}),
         "roots": ("roots", {}),
         "progress": ("slow", {}),
         "log": ("log", {}),
@@ -140,12 +142,19 @@ BACK_CHANNEL = (
 )
 KNOWN: dict[tuple[str, str, str], Known] = {
     # classic on 2026-07-28: the back-channel the server relies on exists only behind the gateway
-    **{("classic", op, "auto"): Known(BETTER, BACK_CHANNEL) for op in ("elicit", "elicit_url", "sample", "roots")},
+    **{
+        ("classic", op, "auto"): Known(BETTER, BACK_CHANNEL)
+        for op in ("elicit", "elicit_url", "sample", "sample_tools", "roots")
+    },
     # what a server does not have at all
     ("demo", "elicit_url", "*"): Known(UNAVAILABLE, "the demo server has no URL-mode elicitation"),
     **{
+        (style, "sample_tools", "*"): Known(UNAVAILABLE, f"the {style} server does not sample with tools")
+        for style in ("demo", "everything")
+    },
+    **{
         ("time", op, "*"): Known(UNAVAILABLE, "mcp-server-time has two plain tools and nothing else")
-        for op in ("elicit", "elicit_url", "sample", "roots", "progress", "log", "cancel")
+        for op in ("elicit", "elicit_url", "sample", "sample_tools", "roots", "progress", "log", "cancel")
     },
     ("modern", "elicit_url", "*"): Known(UNAVAILABLE, "the modern fixture has no URL-mode elicitation"),
     ("modern", "cancel", "*"): Known(UNAVAILABLE, "the modern fixture has no long-running tool to cancel"),
@@ -182,7 +191,10 @@ async def elicitation(context: Any, params: Any) -> types.ElicitResult:
     return types.ElicitResult(action="accept", content={"name": "Ann"})
 
 
-async def sampling(context: Any, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
+async def sampling(context: Any, params: types.CreateMessageRequestParams) -> Any:
+    if params.tools:  # the model asks for the first tool (SEP-1577: the client declared sampling.tools)
+        use = types.ToolUseContent(name=params.tools[0].name, id="u1", input={"city": "Paris"})
+        return types.CreateMessageResultWithTools(role="assistant", content=[use], model="m1", stop_reason="toolUse")
     return types.CreateMessageResult(role="assistant", content=types.TextContent(type="text", text="hi"), model="m1")
 
 
@@ -208,6 +220,7 @@ def client_options(logs: list[types.LoggingMessageNotificationParams]) -> dict[s
     return {
         "elicitation_callback": elicitation,
         "sampling_callback": sampling,
+        "sampling_capabilities": types.SamplingCapability(tools=types.SamplingToolsCapability()),
         "list_roots_callback": list_roots,
         "logging_callback": on_log,
         "log_level": "debug",
@@ -648,3 +661,34 @@ async def test_a_server_that_prints_a_banner_on_stdout_works_as_directly(
     assert len(lines) == 2 and all(
         f"[classic] ignored a line that is not JSON-RPC: {BANNER!r}" in line for line in lines
     )
+
+
+@pytest.mark.parametrize("upstream", ["stdio", "http"])
+@pytest.mark.parametrize("mode", ERAS)
+async def test_sampling_with_tools_is_refused_to_a_client_that_did_not_declare_it(
+    tmp_path: Path, mode: str, upstream: str
+) -> None:
+    """The gateway declares ``sampling.tools`` to every server (so a server samples with tools
+    for a client that declared it, as directly: the ``sample_tools`` cells above). A client
+    that declared sampling without tools is never sent such a request: the server's request
+    fails naming the capability, and so does its call, as the server's own check fails them
+    directly."""
+    asked: list[Any] = []
+
+    async def plain_sampling(context: Any, params: types.CreateMessageRequestParams) -> Any:
+        asked.append(params)
+        return types.CreateMessageResult(role="assistant", content=types.TextContent(type="text", text="hi"), model="m")
+
+    if mode == "legacy":  # (directly at 2026-07-28 the classic server has no back-channel at all)
+        params = StdioServerParameters(command=PYTHON, args=[CLASSIC])
+        async with Client(params, mode=mode, sampling_callback=plain_sampling) as client:
+            with pytest.raises(MCPError, match="does not support sampling tools"):
+                await client.call_tool("sample_tools", {})
+    config = write_config(tmp_path, {"classic": {"command": PYTHON, "args": [CLASSIC]}})
+    with ExitStack() as stack:
+        target: Any = config if upstream == "stdio" else stack.enter_context(http_gateway(config))[0]
+        async with sdk_client(target, mode, sampling_callback=plain_sampling) as client:
+            with pytest.raises(MCPError, match="does not support sampling.tools"):
+                await client.call_tool("classic__sample_tools", {})
+            assert text(await client.call_tool("classic__sample", {})) == "m:hi"  # without tools: relayed
+    assert [p.tools for p in asked] == [None]

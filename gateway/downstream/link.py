@@ -127,6 +127,7 @@ class Link:
             dispatcher=dispatcher,
             client_info=types.Implementation(name="prefixgate", version=__version__),
             sampling_callback=self._sampling,
+            sampling_capabilities=types.SamplingCapability(tools=types.SamplingToolsCapability()),
             elicitation_callback=self._elicitation,
             list_roots_callback=self._list_roots,
             message_handler=self._message,
@@ -288,7 +289,7 @@ class Link:
         result = await self._forward(context, "sampling/createMessage", params)
         if isinstance(result, types.ErrorData):
             return result
-        if params.tools:
+        if params.tools is not None or params.tool_choice is not None:  # as the SDK's wants_sampling_tools
             return types.CreateMessageResultWithTools.model_validate(result)
         return types.CreateMessageResult.model_validate(result)
 

@@ -46,7 +46,7 @@ ENVELOPE = "io.modelcontextprotocol/"
 CLIENT_CAPABILITIES: dict[str, Any] = {
     "elicitation": {"form": {}, "url": {}},
     "roots": {"listChanged": True},
-    "sampling": {},
+    "sampling": {"tools": {}},
 }
 """What the gateway declares to servers: it relays all three to the client that can answer."""
 

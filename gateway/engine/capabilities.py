@@ -19,32 +19,50 @@ CAPABILITY_FOR = {"sampling/createMessage": "sampling", "elicitation/create": "e
 """The client capability that answers each server request the gateway relays."""
 
 
-def lacking(method: str, capabilities: Any) -> str | None:
-    """The capability the client lacks to answer ``method`` (the method itself when no
-    capability answers it), or None when it can."""
+SAMPLING_TOOLS = "sampling.tools"
+"""A sampling request with ``tools`` or ``toolChoice`` needs this too (SEP-1577): the gateway
+declares it to every server, as it declares every capability it relays, and checks it here
+against the client each such request reaches."""
+
+
+def lacking(method: str, capabilities: Any, params: Any = None) -> str | None:
+    """The capability the client lacks to answer ``method`` with ``params`` (the method itself
+    when no capability answers it; ``sampling.tools`` for a sampling request with tools), or
+    None when it can."""
     capability = CAPABILITY_FOR.get(method)
     if capability is None:
         return method
-    if capabilities is None or getattr(capabilities, capability, None) is None:
+    declared = None if capabilities is None else getattr(capabilities, capability, None)
+    if declared is None:
         return capability
+    if capability == "sampling" and _with_tools(params) and getattr(declared, "tools", None) is None:
+        return SAMPLING_TOOLS
     return None
+
+
+def _with_tools(params: Any) -> bool:
+    """A sampling request in tools mode, as the SDK's ``wants_sampling_tools`` reads one."""
+    return isinstance(params, dict) and (params.get("tools") is not None or params.get("toolChoice") is not None)
 
 
 def refusal(lacked: str) -> MCPError:
     """The error for what ``lacking`` found: -32021 naming a capability; a request no
     capability answers is not one the gateway relays at all."""
-    if lacked not in CAPABILITY_FOR.values():
+    if lacked not in (*CAPABILITY_FOR.values(), SAMPLING_TOOLS):
         return MCPError(code=INVALID_REQUEST, message=f"prefixgate: the connected client does not support {lacked}")
+    required: dict[str, Any] = {}
+    for name in reversed(lacked.split(".")):
+        required = {name: required}
     return MCPError(
         code=MISSING_REQUIRED_CLIENT_CAPABILITY,
         message=f"prefixgate: the connected client does not support {lacked}",
-        data={"requiredCapabilities": {lacked: {}}},
+        data={"requiredCapabilities": required},
     )
 
 
-def require(method: str, capabilities: Any) -> None:
-    """Raise ``refusal`` unless the client can answer ``method``."""
-    if (lacked := lacking(method, capabilities)) is not None:
+def require(method: str, capabilities: Any, params: Any = None) -> None:
+    """Raise ``refusal`` unless the client can answer ``method`` with ``params``."""
+    if (lacked := lacking(method, capabilities, params)) is not None:
         raise refusal(lacked)
 
 

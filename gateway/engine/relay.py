@@ -89,7 +89,7 @@ class Relay:
                 raise MCPError(code=INVALID_REQUEST, message=f"prefixgate: no client is connected to answer {method}")
             return await self._wait_for_a_call(downstream.id, method, params, None)
         if isinstance(to, RoundTrip):
-            require(method, to.capabilities)
+            require(method, to.capabilities, params)
             try:
                 return await self._round_trips.ask(to, method, params)
             except MCPError:
@@ -101,7 +101,7 @@ class Relay:
         client, request_id = to
         if client.server_session is None:
             raise MCPError(code=INVALID_REQUEST, message=f"prefixgate: no client is connected to answer {method}")
-        require(method, client.server_session.client_capabilities)
+        require(method, client.server_session.client_capabilities, params)
         # Raw, as the server sent it, on the originating call's own stream when there is
         # one (streamable HTTP needs that), else on the client's standalone channel.
         call_session = client.call_sessions.get(request_id) if request_id is not None else None
@@ -211,7 +211,7 @@ class Relay:
             return
 
         async def ask(method: str, params: dict[str, Any]) -> dict[str, Any]:
-            require(method, session.client_capabilities)
+            require(method, session.client_capabilities, params)
             timeout = self._round_trips.timeout
             with anyio.move_on_after(timeout):
                 answer: dict[str, Any] = await send_raw_request(session, method, params, related=True)

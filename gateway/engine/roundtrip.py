@@ -152,7 +152,7 @@ class RoundTrip:
 
     async def ask(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         """The server's request: wait for the client's answer (delivered by a retry)."""
-        require(method, self.capabilities)
+        require(method, self.capabilities, params)
         if self.finished:
             raise MCPError(code=INVALID_REQUEST, message="prefixgate: the call this request belongs to is over")
         if len(self.fresh) + len(self.handed) >= MAX_ASKS:

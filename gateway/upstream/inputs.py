@@ -41,7 +41,7 @@ def requests_of(result: Mapping[str, Any], server_id: str) -> dict[str, dict[str
 def missing_capability(requests: Mapping[str, dict[str, Any]], capabilities: Any) -> str | None:
     """The first capability the client lacks for these requests (or the unknown method)."""
     for request in requests.values():
-        if (lacked := lacking(request["method"], capabilities)) is not None:
+        if (lacked := lacking(request["method"], capabilities, request.get("params"))) is not None:
             return lacked
     return None
 
