@@ -70,6 +70,12 @@ class ClientConnection:
     """When it connected, among the clients of every profile served."""
 
 
+def principal_key(state: object) -> object:
+    """A principal, the same in every profile: its key, else (a stdio session) the state itself."""
+    principal = getattr(state, "principal", None)
+    return principal if isinstance(principal, str) else id(state)
+
+
 class Clients:
     """The client registry (connections in the order they came, principals' states) and its broadcasts."""
 
@@ -130,7 +136,7 @@ class Clients:
         client.server_session = None
         if client.subscriptions and self.tasks is not None:
             for uri in sorted(client.subscriptions):  # a client that leaves stops watching
-                self.tasks.start_soon(self._watches.unwatch, uri)
+                self.tasks.start_soon(self._watches.unwatch, uri, principal_key(client.state))
             client.subscriptions.clear()
 
     def principal_state(self, principal: str) -> ClientState:

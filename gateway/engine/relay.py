@@ -33,7 +33,7 @@ from mcp_types.jsonrpc import INVALID_REQUEST
 
 from gateway.downstream.connection import Downstream
 from gateway.engine.capabilities import require
-from gateway.engine.clients import LOG_LEVELS, ClientConnection, Clients, admits
+from gateway.engine.clients import LOG_LEVELS, ClientConnection, Clients, admits, principal_key
 from gateway.engine.roundtrip import RoundTrip, RoundTrips
 from gateway.sdk import send_raw_request
 
@@ -381,10 +381,7 @@ class Relay:
         return (connected[-1], None) if connected else (None, None)
 
 
-def _who(state: object) -> object:
-    """A principal, the same in every profile: its key, else (a stdio session) the state itself."""
-    principal = getattr(state, "principal", None)
-    return principal if isinstance(principal, str) else id(state)
+_who = principal_key
 
 
 async def _send_log(session: ServerSession, level: Any, data: Any, source: str, related: Any) -> None:

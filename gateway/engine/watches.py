@@ -7,14 +7,17 @@ last one stops: a handshake-era server with ``resources/subscribe`` / ``unsubscr
 2026-07-28 server through the filter of the gateway's listen stream to it. Counting keeps one
 client's unsubscribe from silencing a resource another client still watches.
 
-Bounded: at most ``MAX_URIS`` distinct URIs watched at once (more are refused with an error),
-and each change of a URI is serialised by that URI's own lock, so a slow server delays only
-the clients watching its resources.
+Bounded: each principal watches at most ``MAX_URIS`` distinct URIs at once (more are refused
+with an error), so memory is bounded by the principals (the token file's) and one principal
+that watches URI after URI (any URI a server with templates accepts) refuses only its own
+next watch, never another principal's. Each change of a URI is serialised by that URI's own
+lock, so a slow server delays only the clients watching its resources.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 
 import anyio
@@ -26,8 +29,8 @@ from gateway.downstream.errors import DownstreamUnavailable
 
 log = logging.getLogger("prefixgate")
 
-MAX_URIS = 4096
-"""Distinct resource URIs all clients together may watch at once."""
+MAX_URIS = int(os.environ.get("PREFIXGATE_WATCHED_URIS_PER_PRINCIPAL") or 4096)
+"""Distinct resource URIs one principal may watch at once (the variable exists for tests)."""
 STOP_TIMEOUT = 10.0
 """Seconds telling a server to stop reporting a resource may take (it runs shielded, on cleanup)."""
 
@@ -36,29 +39,52 @@ class Watches:
     def __init__(self, owner_of: Callable[[str], Downstream | None]) -> None:
         self._owner_of = owner_of
         self._count: dict[str, int] = {}
+        self._held: dict[object, dict[str, int]] = {}
+        """Principal -> the URIs it watches, each with how many of its clients or streams do."""
         self._locks: dict[str, anyio.Lock] = {}
 
     def watched(self) -> dict[str, int]:
         """URI -> how many clients (or listen streams) watch it."""
         return dict(self._count)
 
-    async def watch(self, uri: str) -> None:
-        """One more watcher; the first one has the owning server start reporting.
+    async def watch(self, uri: str, who: object) -> None:
+        """One more watcher of principal ``who``; the first one has the owning server start reporting.
 
         Raises MCPError (nothing counted) when no server offers the resource, the server
-        refuses, or too many URIs are watched already.
+        refuses, or ``who`` watches ``MAX_URIS`` other URIs already.
         """
-        async with self._lock(uri):
-            count = self._count.get(uri, 0)
-            if count == 0:
-                if len(self._count) >= MAX_URIS:
-                    raise MCPError(code=INVALID_REQUEST, message=f"prefixgate: more than {MAX_URIS} resources watched")
-                await self._tell(uri, True)
-            self._count[uri] = count + 1
-        self._forget_lock(uri)
+        held = self._held.setdefault(who, {})
+        if uri not in held and len(held) >= MAX_URIS:
+            raise MCPError(
+                code=INVALID_REQUEST, message=f"prefixgate: this principal watches {MAX_URIS} resources already"
+            )
+        held[uri] = held.get(uri, 0) + 1  # taken before anything is awaited: the limit holds under concurrency
+        try:
+            async with self._lock(uri):
+                count = self._count.get(uri, 0)
+                if count == 0:
+                    await self._tell(uri, True)
+                self._count[uri] = count + 1
+        except BaseException:
+            self._release(uri, who)
+            raise
+        finally:
+            self._forget_lock(uri)
 
-    async def unwatch(self, uri: str) -> None:
-        """One watcher less; the last one has the owning server stop (best effort)."""
+    def _release(self, uri: str, who: object) -> None:
+        held = self._held.get(who)
+        if held is None or uri not in held:
+            return
+        if held[uri] > 1:
+            held[uri] -= 1
+            return
+        del held[uri]
+        if not held:
+            del self._held[who]
+
+    async def unwatch(self, uri: str, who: object) -> None:
+        """One watcher of ``who`` less; the last one has the owning server stop (best effort)."""
+        self._release(uri, who)
         async with self._lock(uri):
             count = self._count.get(uri, 0)
             if count > 1:

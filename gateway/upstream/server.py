@@ -39,7 +39,7 @@ from gateway.downstream.link import ProgressFn
 from gateway.downstream.modern import relayable, relayed_meta
 from gateway.downstream.related import CALLER
 from gateway.engine.capabilities import answers_none, refusal
-from gateway.engine.clients import ClientConnection
+from gateway.engine.clients import ClientConnection, principal_key
 from gateway.engine.hub import Hub
 from gateway.eras import CACHE_HINTS, LIST_CACHE_FIELDS, with_result_type
 from gateway.results import error_result
@@ -399,7 +399,7 @@ class Handlers:
         uri = str(params.uri)
         client = await self.client_of(ctx)
         if uri not in client.subscriptions:
-            await self.hub.watches.watch(uri)
+            await self.hub.watches.watch(uri, principal_key(client.state))
             client.subscriptions.add(uri)
         return _result(ctx, {})
 
@@ -409,7 +409,7 @@ class Handlers:
         client = await self.client_of(ctx)
         if uri in client.subscriptions:
             client.subscriptions.discard(uri)
-            await self.hub.watches.unwatch(uri)
+            await self.hub.watches.unwatch(uri, principal_key(client.state))
         return _result(ctx, {})
 
     async def list_prompts(self, ctx: Context, params: Any) -> Any:
@@ -632,11 +632,13 @@ class WatchingListen:
                 ),
             )
         watched: list[str] = []
+        client = connection_of(ctx).state.get(_STATE_KEY)  # (made by the middleware for every request)
+        who = principal_key(client.state) if client is not None else None
         await self.hub.router.current()  # which server owns a resource is known once a catalog is
         try:
             for uri in wanted:
                 try:
-                    await self.hub.watches.watch(uri)
+                    await self.hub.watches.watch(uri, who)
                     watched.append(uri)
                 except MCPError as exc:  # not offered, or refused: the stream serves the rest
                     log.info("listen stream: not watching %r: %s", uri, exc.message)
@@ -644,4 +646,4 @@ class WatchingListen:
         finally:
             with anyio.CancelScope(shield=True):
                 for uri in watched:
-                    await self.hub.watches.unwatch(uri)
+                    await self.hub.watches.unwatch(uri, who)
