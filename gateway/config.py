@@ -159,6 +159,9 @@ class GatewayConfig:
     reload: str = "watch"
     """How ``serve`` takes a changed config (``gateway.engine.reload``): "watch" the file (and
     SIGHUP over HTTP), "signal" on SIGHUP only (over HTTP), "off": a restart."""
+    drain_timeout: float = 25.0
+    """Seconds ``serve --http`` lets the requests in flight finish after a stop signal (new
+    connections refused meanwhile) before it stops; a second signal stops it at once."""
 
 
 @dataclass(frozen=True)
@@ -516,6 +519,7 @@ _GATEWAY_KEYS: dict[str, Check] = {
     "store": _nonempty_str,
     "warm_start": _bool,
     "reload": _one_of("watch", "signal", "off"),
+    "drain_timeout": _number,
 }
 
 _CLIENT_KEYS: dict[str, Check] = {
@@ -713,6 +717,7 @@ def parse_config(
         store=_store_url(expand("gateway.store", gw["store"], env)) if "store" in gw else None,
         warm_start=gw.get("warm_start", True),
         reload=gw.get("reload", "watch"),
+        drain_timeout=gw.get("drain_timeout", 25.0),
     )
 
     cl = _fields("client", _table("client", data.get("client", {})), _CLIENT_KEYS)

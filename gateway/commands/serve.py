@@ -126,7 +126,7 @@ async def serve(
             else:
                 from gateway.upstream.http import serve_http
 
-                await serve_http(served, http, tokens, metrics)
+                await serve_http(served, http, tokens, metrics, hub_signals, config.gateway.drain_timeout)
             tg.cancel_scope.cancel()
 
 
@@ -214,6 +214,8 @@ class _Signals:
         self.tasks = tasks
         self.hup: Callable[[], Coroutine[Any, Any, None]] | None = None
         """What SIGHUP does instead of stopping (``serve --http``: a config reload)."""
+        self.drain: Callable[[], Coroutine[Any, Any, None]] | None = None
+        """What a stop signal does before the stop (``serve --http``: the requests in flight finish)."""
 
     def start(self, downstreams: Sequence[Downstream]) -> None:
         self.tasks.start_soon(_stop_on_signals, downstreams, self)
@@ -247,6 +249,7 @@ async def _stop_on_signals(downstreams: Sequence[Downstream], signals_: _Signals
     Without this a SIGTERM or SIGHUP killed the gateway at once and left the servers
     that ignore EOF on stdin running; clients send SIGTERM a second after closing stdin.
     """
+    draining = False
     try:
         with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
             async for signum in signals:
@@ -254,6 +257,11 @@ async def _stop_on_signals(downstreams: Sequence[Downstream], signals_: _Signals
                     signals_.tasks.start_soon(signals_.hup)  # a SIGTERM meanwhile still stops at once
                     continue
                 name = signal.Signals(signum).name
+                if signals_.drain is not None and not draining:  # the first one over HTTP; the next stops
+                    draining = True
+                    log.info("%s received: finishing the requests in flight, then stopping every server", name)
+                    signals_.tasks.start_soon(_drain_then_exit, downstreams, signals_.drain, name, 128 + signum)
+                    continue
                 log.info("%s received: stopping every server", name)
                 await _exit_now(downstreams, f"prefixgate: stopped by {name}", 128 + signum)
     finally:
@@ -261,6 +269,13 @@ async def _stop_on_signals(downstreams: Sequence[Downstream], signals_: _Signals
         # are set (after every server has stopped), a signal still exits with 128 + its number.
         for signum in STOP_SIGNALS:
             signal.signal(signum, _exit_on_signal)
+
+
+async def _drain_then_exit(
+    downstreams: Sequence[Downstream], drain: Callable[[], Coroutine[Any, Any, None]], name: str, code: int
+) -> None:
+    await drain()
+    await _exit_now(downstreams, f"prefixgate: stopped by {name}", code)
 
 
 async def _exit_now(downstreams: Sequence[Downstream], message: str, code: int = 1) -> None:

@@ -15,6 +15,7 @@ shares its activation and artifacts; another principal's are out of reach.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import ipaddress
@@ -184,6 +185,9 @@ class Front:
         """``endpoints``: path -> the profile served there (``endpoint_path``); ``metrics``: what
         ``/metrics`` serves (``gateway.engine.metrics.Metrics``; None: not served)."""
         self.metrics = metrics
+        self.in_flight = 0
+        """POSTs being answered, listen streams aside (``drain`` waits for them)."""
+        self._quiet: anyio.Event | None = None
         self.routes: dict[str, Endpoint] = {}
         for path, endpoint in endpoints.items():
             endpoint.barred = frozenset(principal_of_token(t.value) for t in tokens if not t.may_use(endpoint.profile))
@@ -239,6 +243,26 @@ class Front:
             return
         if isinstance(body, bytes):
             body = scrub_escapes(body)  # as every stdio line is: no lone surrogate gets into the gateway
+        counted = isinstance(body, bytes) and scope["method"] == "POST" and not _opens_a_stream(body)
+        if counted:
+            self.in_flight += 1
+        try:
+            await self._serve(endpoint, scope, body, headers, receive, send)
+        finally:
+            if counted:
+                self.in_flight -= 1
+                if not self.in_flight and self._quiet is not None:
+                    self._quiet.set()
+
+    async def quiet(self) -> None:
+        """Until no POST is being answered (listen streams aside)."""
+        while self.in_flight:
+            self._quiet = anyio.Event()
+            await self._quiet.wait()
+
+    async def _serve(
+        self, endpoint: Endpoint, scope: Scope, body: bytes | Message, headers: Any, receive: Receive, send: Send
+    ) -> None:
         session = next((v for k, v in headers if k == SESSION_HEADER), None)
         if (
             isinstance(body, bytes)
@@ -341,6 +365,63 @@ class Front:
         return None
 
 
+_LISTEN = b"subscriptions/listen"
+
+
+def _opens_a_stream(body: bytes) -> bool:
+    """Whether a POST is a 2026-07-28 ``subscriptions/listen``: its stream stays open for as
+    long as the client listens, so a drain does not wait for it (as for a GET stream)."""
+    if _LISTEN not in body:
+        return False
+    try:
+        found = json.loads(body)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(found, dict) and found.get("method") == _LISTEN.decode()
+
+
+DRAIN_FLUSH = 5.0
+"""Seconds the answers written during a drain may take to leave for their clients."""
+
+
+async def drain(front: Front, server: Any, timeout: float) -> None:
+    """What a stop signal does first over HTTP: refuse new connections, then wait up to
+    ``timeout`` seconds for the POSTs in flight (not for GET or listen streams, which stay
+    open for as long as their clients listen), and for what was written to leave the
+    sockets. The caller then stops.
+
+    uvicorn (``server``) shuts down gracefully on the same signal (its own handler): it
+    closes its listening sockets and idle connections, and closes the others once their
+    answers are complete; it would wait for every stream to end, which this does not."""
+    for listening in list(getattr(server, "servers", ())):
+        listening.close()
+    log.info(
+        "stopping: no new connections; %d request(s) in flight may finish (up to %g s; the signal again stops at once)",
+        front.in_flight,
+        timeout,
+    )
+    with anyio.move_on_after(timeout):
+        await front.quiet()
+    if front.in_flight:
+        log.warning("stopping with %d request(s) still in flight after %g s", front.in_flight, timeout)
+    connections = getattr(getattr(server, "server_state", None), "connections", ())
+    with anyio.move_on_after(DRAIN_FLUSH):
+        while any(_unsent(connection) for connection in list(connections)):
+            await anyio.sleep(0.02)
+
+
+def _unsent(connection: Any) -> bool:
+    """Whether a connection still holds bytes of an answer (uvicorn's protocol, its transport)."""
+    transport = getattr(connection, "transport", None)
+    if transport is None:
+        return False
+    try:
+        size = transport.get_write_buffer_size()  # (closing: still sending what it holds)
+    except (AttributeError, RuntimeError):
+        return False
+    return getattr(transport, "_held", None) is not None or size > 0  # (_held: a head waiting, coalesce.py)
+
+
 def _user(principal: str) -> Any:
     """The principal as the SDK's session manager reads a request's credential (``scope["user"]``):
     a session is then served only to the principal that created it. It holds the
@@ -357,9 +438,17 @@ async def _unauthorized(send: Send) -> None:
     await send_whole(send, 401, headers, body.encode())
 
 
-async def serve_http(served: Sequence[Any], listen: str, tokens: Sequence[BearerToken], metrics: Any = None) -> None:
+async def serve_http(
+    served: Sequence[Any],
+    listen: str,
+    tokens: Sequence[BearerToken],
+    metrics: Any = None,
+    signals: Any = None,
+    drain_timeout: float = 25.0,
+) -> None:
     """Serve each of ``served`` (one ``Handlers`` per profile, the one started with first: at
-    ``/mcp``, the others at ``/mcp/NAME``) until cancelled."""
+    ``/mcp``, the others at ``/mcp/NAME``) until cancelled. ``signals.drain`` is set to what a
+    stop signal does first (``drain``)."""
     import uvicorn
 
     from gateway.fastpath import fast_path
@@ -404,4 +493,7 @@ async def serve_http(served: Sequence[Any], listen: str, tokens: Sequence[Bearer
             for lane in (endpoint.lane, endpoint.sessions):
                 if lane is not None:
                     lane.lifespan = lifespan_state(endpoint.manager)  # as the SDK's entry passes it
-        await uvicorn.Server(config).serve(sockets=[sock])
+        server = uvicorn.Server(config)
+        if signals is not None:
+            signals.drain = functools.partial(drain, app, server, drain_timeout)
+        await server.serve(sockets=[sock])
