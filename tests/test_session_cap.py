@@ -13,7 +13,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import anyio
 import httpx2
 import pytest
 
@@ -90,15 +89,3 @@ async def test_one_principals_sessions_never_close_anothers(tmp_path: Path, mode
                 assert [await _status(http, url, alice, s) for s in hers].count(200) == 3
                 assert text(await client.call_tool("d__echo", {"text": "after"})) == "after"
             await wait_for(lambda: stderr.read_text().count("closed: its principal opened more than 3") == 5, 10)
-
-
-async def test_the_sdk_clients_session_is_one_of_its_principals_sessions(tmp_path: Path) -> None:
-    """The real SDK client's session counts as its principal's, and stays while it is in use."""
-    config = write_config(tmp_path, {"d": demo("--tools", 1)})
-    with http_gateway(config, env=LIMIT) as (url, _):
-        async with sdk_client(url, "legacy") as client, httpx2.AsyncClient(timeout=30) as http:
-            with anyio.fail_after(30):
-                others = [await _open(http, url, ACCEPT) for _ in range(5)]
-            # Its standalone stream is open: the raw sessions, idle, went first.
-            assert [await _status(http, url, ACCEPT, s) for s in others].count(200) == 2
-            assert text(await client.call_tool("d__echo", {"text": "still here"})) == "still here"
