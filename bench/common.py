@@ -212,7 +212,7 @@ def url_process(
     try:
         assert proc.stdout is not None
         url = proc.stdout.readline().strip()
-        assert url.startswith("http://"), (command, url)
+        assert url.startswith(("http://", "https://")), (command, url)
         yield url, proc
     finally:
         proc.terminate()

@@ -88,6 +88,12 @@ def serve_arguments(serve: argparse.ArgumentParser) -> None:
         "default: $PREFIXGATE_TOKEN",
     )
     serve.add_argument(
+        "--tls-cert",
+        metavar="PATH",
+        help="with --http: serve HTTPS with this certificate chain (PEM); needs --tls-key",
+    )
+    serve.add_argument("--tls-key", metavar="PATH", help="with --http: the private key (PEM) of --tls-cert")
+    serve.add_argument(
         "--session",
         metavar="ID",
         default=os.environ.get("PREFIXGATE_SESSION") or None,
@@ -314,6 +320,8 @@ def _serve(args: argparse.Namespace) -> int:
     gateway is imported (gateway/upstream/prelude.py); then the gateway takes over."""
     config = load(args.config, args.profile)
     prelude = None
+    if not args.http and (args.tls_cert or args.tls_key):  # (before the stdio start spawns anything)
+        raise Exit(2, "prefixgate: --tls-cert and --tls-key serve HTTPS: they need --http HOST:PORT")
     if not args.http:
         from gateway.upstream.prelude import Prelude
 
@@ -326,7 +334,8 @@ def _serve(args: argparse.Namespace) -> int:
 
         options = backend_options()
     tokens = serve.http_tokens(args, config) if args.http else []
-    anyio.run(serve.serve, config, args.session, args.http, tokens, prelude, backend_options=options)
+    tls = serve.http_tls(args)
+    anyio.run(serve.serve, config, args.session, args.http, tokens, prelude, tls, backend_options=options)
     observe.flush()  # the audit lines and spans still queued
     # Every server has stopped and every answer is out: leave now. The interpreter's own
     # teardown would hand the stop signals back to their default action first, so a client's

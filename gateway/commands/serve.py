@@ -9,6 +9,7 @@ import logging
 import os
 import secrets
 import signal
+import ssl
 import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from contextlib import asynccontextmanager
@@ -50,6 +51,7 @@ async def serve(
     http: str | None,
     tokens: Sequence[BearerToken],
     prelude: Prelude | None = None,
+    tls: ssl.SSLContext | None = None,
 ) -> None:
     """Serve until the client leaves (stdio), forever (HTTP), or a signal or a failed barrier exits.
 
@@ -126,7 +128,7 @@ async def serve(
             else:
                 from gateway.upstream.http import serve_http
 
-                await serve_http(served, http, tokens, metrics, hub_signals, config.gateway.drain_timeout)
+                await serve_http(served, http, tokens, metrics, hub_signals, config.gateway.drain_timeout, tls)
             tg.cancel_scope.cancel()
 
 
@@ -295,6 +297,27 @@ async def _exit_now(downstreams: Sequence[Downstream], message: str, code: int =
     sys.stderr.write(message + "\n")
     sys.stderr.flush()
     os._exit(code)
+
+
+def http_tls(args: argparse.Namespace) -> ssl.SSLContext | None:
+    """The TLS context of ``--tls-cert`` and ``--tls-key`` (None without them), loaded before
+    anything starts: a missing or unreadable file, or a key that is not the certificate's,
+    exits 2 naming the option."""
+    cert, key = getattr(args, "tls_cert", None), getattr(args, "tls_key", None)
+    if cert is None and key is None:
+        return None
+    if cert is None or key is None:
+        given, missing = ("--tls-key", "--tls-cert") if cert is None else ("--tls-cert", "--tls-key")
+        raise Exit(2, f"prefixgate: {given} needs {missing} too")
+    from gateway.upstream.http import server_tls
+
+    try:
+        return server_tls(cert, key)
+    except ssl.SSLError as exc:  # (an OSError too: first)
+        reason = exc.reason or str(exc)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+    raise Exit(2, f"prefixgate: --tls-cert {cert} / --tls-key {key}: cannot be used: {reason}")
 
 
 def http_tokens(args: argparse.Namespace, config: Config) -> list[BearerToken]:

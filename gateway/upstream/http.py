@@ -22,6 +22,7 @@ import ipaddress
 import json
 import logging
 import os
+import ssl
 import sys
 from collections.abc import Mapping, Sequence
 from contextlib import AsyncExitStack
@@ -438,6 +439,15 @@ async def _unauthorized(send: Send) -> None:
     await send_whole(send, 401, headers, body.encode())
 
 
+def server_tls(cert: str, key: str) -> ssl.SSLContext:
+    """The TLS context ``serve --http`` serves HTTPS with: the standard library's defaults for a
+    server (TLS 1.2 at least), ``cert``'s chain and its ``key`` (PEM files). Raises OSError or
+    ssl.SSLError when they cannot be read or do not belong together."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    return context
+
+
 async def serve_http(
     served: Sequence[Any],
     listen: str,
@@ -445,10 +455,11 @@ async def serve_http(
     metrics: Any = None,
     signals: Any = None,
     drain_timeout: float = 25.0,
+    tls: ssl.SSLContext | None = None,
 ) -> None:
     """Serve each of ``served`` (one ``Handlers`` per profile, the one started with first: at
-    ``/mcp``, the others at ``/mcp/NAME``) until cancelled. ``signals.drain`` is set to what a
-    stop signal does first (``drain``)."""
+    ``/mcp``, the others at ``/mcp/NAME``) until cancelled; over HTTPS with ``tls``.
+    ``signals.drain`` is set to what a stop signal does first (``drain``)."""
     import uvicorn
 
     from gateway.fastpath import fast_path
@@ -481,12 +492,21 @@ async def serve_http(
     hubs = [handlers.hub for handlers in served]
     readiness = Readiness(lambda: all(hub.router.epoch is not None for hub in hubs), hubs[0].store)
     app = Front(endpoints, tokens, readiness=readiness, metrics=metrics)
-    sys.stdout.write(f"http://{_host_literal(host)}:{bound}{MCP_PATH}\n")
+    scheme = "https" if tls is not None else "http"
+    sys.stdout.write(f"{scheme}://{_host_literal(host)}:{bound}{MCP_PATH}\n")
     sys.stdout.flush()
     for path, endpoint in endpoints.items():
         if path != MCP_PATH:
-            log.info("profile %s: http://%s:%d%s", endpoint.profile, _host_literal(host), bound, path)
+            log.info("profile %s: %s://%s:%d%s", endpoint.profile, scheme, _host_literal(host), bound, path)
+    if tls is None and not is_loopback(host):
+        log.warning(
+            "serving plain HTTP on %s: bearer tokens and tool calls cross the network in the clear "
+            "(--tls-cert and --tls-key serve HTTPS; or put a TLS-terminating proxy in front)",
+            host,
+        )
     config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False, http=coalescing_protocol())
+    config.load()
+    config.ssl = tls  # (uvicorn builds a context only from files and its own defaults)
     async with AsyncExitStack() as stack:
         for endpoint in endpoints.values():
             await stack.enter_async_context(endpoint.manager.run())
