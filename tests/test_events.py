@@ -90,6 +90,25 @@ async def test_bounded_by_count_bytes_and_age() -> None:
     assert store.events == 1
 
 
+async def test_one_principals_flood_evicts_its_own_events_first() -> None:
+    """Past the count or the size, the principal holding the most loses its oldest events:
+    Bob's stream, older than all of Alice's flood, can still be resumed."""
+    store = BoundedEventStore(max_events=10, max_bytes=10_000)
+    alice, bob = Owner("alice-1", "alice"), Owner("bob-1", "bob")
+    prime = await store_as(store, bob, "1", None)
+    await store_as(store, bob, "1", note(-1))
+    flood = [await store_as(store, alice, "1", note(i)) for i in range(50)]
+    assert store.events == 10
+    assert await replay_as(store, bob, prime) == ("1", [-1])
+    assert await replay_as(store, alice, flood[-3]) == ("1", [48, 49])  # her newest are kept
+    assert await replay_as(store, alice, flood[0]) == (None, [])
+    big = types.JSONRPCNotification(jsonrpc="2.0", method="x", params={"n": 7, "pad": "x" * 3000})
+    for _ in range(4):  # by size too: her 12,000 bytes go before his few
+        await store_as(store, Owner("alice-2", "alice"), "2", big)
+    assert store.bytes <= 10_000
+    assert await replay_as(store, bob, prime) == ("1", [-1])
+
+
 def _sse(text: str) -> list[dict[str, str]]:
     found = []
     for block in text.replace("\r\n", "\n").split("\n\n"):

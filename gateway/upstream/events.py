@@ -10,9 +10,11 @@ replays only to a request of that same session, only on its own stream. An event
 session is not known never replays (fail closed).
 
 Untrusted clients cannot grow it without bound: at most ``max_events`` events and
-``max_bytes`` of messages, none older than ``max_age`` seconds; the oldest go first. A stream
-whose events were evicted cannot be resumed (the client re-sends its request), which costs
-only that stream. Event ids are 128-bit random tokens, so one client cannot guess another's.
+``max_bytes`` of messages, none older than ``max_age`` seconds. Past the age the oldest go;
+past the count or the size, the oldest event of the principal that holds the most, so one
+principal's flood of events costs its own streams, not another principal's. A stream whose
+events were evicted cannot be resumed (the client re-sends its request), which costs only
+that stream. Event ids are 128-bit random tokens, so one client cannot guess another's.
 """
 
 from __future__ import annotations
@@ -35,23 +37,26 @@ RETRY_MS = 1000
 
 class Owner:
     """The session a request belongs to; for the request that creates a session, filled in
-    when the response names it (tasks that request started share this object)."""
+    when the response names it (tasks that request started share this object). And the
+    principal that sent it (None: not known), whose events it counts among."""
 
-    __slots__ = ("session_id",)
+    __slots__ = ("principal", "session_id")
 
-    def __init__(self, session_id: str | None) -> None:
+    def __init__(self, session_id: str | None, principal: str | None = None) -> None:
         self.session_id = session_id
+        self.principal = principal
 
 
 _owner: ContextVar[Owner | None] = ContextVar("prefixgate_sse_owner", default=None)
 
 
 @contextmanager
-def marked(session_header: bytes | None) -> Iterator[Owner]:
+def marked(session_header: bytes | None, principal: str | None = None) -> Iterator[Owner]:
     """Mark the request being served (and the tasks it starts) with its session, from its
-    ``Mcp-Session-Id`` header; a request without one (``initialize``) gets an owner whose
-    id is filled in when the response issues it (gateway/upstream/http.py ``Front``)."""
-    owner = Owner(session_header.decode("latin-1") if session_header is not None else None)
+    ``Mcp-Session-Id`` header, and its ``principal``; a request without a session (``initialize``)
+    gets an owner whose id is filled in when the response issues it (gateway/upstream/http.py
+    ``Front``)."""
+    owner = Owner(session_header.decode("latin-1") if session_header is not None else None, principal)
     token = _owner.set(owner)
     try:
         yield owner
@@ -69,7 +74,8 @@ class _Event:
 
 
 class BoundedEventStore(EventStore):
-    """Events by id, oldest first, bounded in count, bytes and age; see the module docstring."""
+    """Events by id, oldest first, bounded in count, bytes and age, shared fairly among
+    principals; see the module docstring."""
 
     def __init__(
         self,
@@ -85,6 +91,9 @@ class BoundedEventStore(EventStore):
         self._clock = clock
         self._events: OrderedDict[EventId, _Event] = OrderedDict()
         self._bytes = 0
+        self._of: dict[str | None, OrderedDict[EventId, None]] = {}
+        """Principal -> its events' ids, oldest first."""
+        self._bytes_of: dict[str | None, int] = {}
 
     @property
     def events(self) -> int:
@@ -99,8 +108,12 @@ class BoundedEventStore(EventStore):
         event_id = secrets.token_urlsafe(16)
         size = 0 if message is None else len(message.model_dump_json(by_alias=True, exclude_none=True))
         if size <= self.max_bytes:  # a bigger one is sent but cannot be replayed
-            self._events[event_id] = _Event(_owner.get(), stream_id, message, size, self._clock())
+            owner = _owner.get()
+            self._events[event_id] = _Event(owner, stream_id, message, size, self._clock())
             self._bytes += size
+            principal = owner.principal if owner is not None else None
+            self._of.setdefault(principal, OrderedDict())[event_id] = None
+            self._bytes_of[principal] = self._bytes_of.get(principal, 0) + size
         self._evict()
         return event_id
 
@@ -124,11 +137,28 @@ class BoundedEventStore(EventStore):
     def _evict(self) -> None:
         oldest = self._clock() - self.max_age
         while self._events:
-            event = next(iter(self._events.values()))
-            if len(self._events) <= self.max_events and self._bytes <= self.max_bytes and event.born >= oldest:
+            event_id, event = next(iter(self._events.items()))
+            if event.born >= oldest:
                 break
-            self._events.popitem(last=False)
-            self._bytes -= event.size
+            self._drop(event_id, event)
+        while len(self._events) > self.max_events or self._bytes > self.max_bytes:
+            by_count = len(self._events) > self.max_events
+            heaviest = max(
+                self._of,
+                key=lambda p: (len(self._of[p]) if by_count else self._bytes_of[p], p is not None, p or ""),
+            )
+            event_id = next(iter(self._of[heaviest]))
+            self._drop(event_id, self._events[event_id])
+
+    def _drop(self, event_id: EventId, event: _Event) -> None:
+        del self._events[event_id]
+        self._bytes -= event.size
+        principal = event.owner.principal if event.owner is not None else None
+        mine = self._of[principal]
+        del mine[event_id]
+        self._bytes_of[principal] -= event.size
+        if not mine:
+            del self._of[principal], self._bytes_of[principal]
 
 
 def _same_session(owner: Owner | None, requester: Owner) -> bool:

@@ -282,7 +282,7 @@ class Front:
                 return {"type": "http.request", "body": body, "more_body": False}
             return await receive()
 
-        with marked(session) as owner:
+        with marked(session, principal_of_scope(scope)) as owner:
             if owner.session_id is not None:
                 await endpoint.manager.handle_request(scope, replay, send)
                 return
@@ -321,7 +321,7 @@ class Front:
         handshake = await endpoint.sessions.claim(scope, body, session_id, version)
         if handshake is None:
             return False
-        with marked(session):
+        with marked(session, principal_of_scope(scope)):
             await endpoint.sessions.answer(handshake, receive, send)
         return True
 
