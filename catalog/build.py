@@ -276,7 +276,22 @@ def _server_tools(
         kept, more = _keep_one(server.id, name, raws, extra, memo, output_schemas, schemas)
         tools.extend(kept)
         warnings.extend(more)
+        if any(_task_only(t.declaration) for t in kept):
+            warnings.append(CatalogWarning("task-only", server.id, name, TASK_ONLY))
     return tools, warnings
+
+
+TASK_ONLY = (
+    'execution.taskSupport is "required": a call needs task augmentation (tasks, 2025-11-25), which '
+    "the gateway does not relay, so its calls fail; exclude it (exclude in its [servers] table) or "
+    "reach the server directly"
+)
+"""The warning for a published tool that no call through the gateway can run."""
+
+
+def _task_only(declaration: dict[str, JSON]) -> bool:
+    execution = declaration.get("execution")
+    return isinstance(execution, dict) and execution.get("taskSupport") == "required"
 
 
 def _keep_one(

@@ -15,7 +15,7 @@ from catalog.text import escape
 JSON = Any
 """A JSON value: dict, list, str, int, float, bool or None."""
 
-WarningKind = Literal["renamed", "quarantined", "excluded", "duplicate"]
+WarningKind = Literal["renamed", "quarantined", "excluded", "duplicate", "task-only"]
 
 
 @dataclass(frozen=True)

@@ -200,6 +200,21 @@ def test_include_and_exclude() -> None:
     assert [w.kind for w in cat.warnings] == ["excluded"]
 
 
+def test_a_tool_that_needs_tasks_is_published_with_a_warning() -> None:
+    """``taskSupport: "required"``: the gateway relays no tasks, so such a tool is published
+    as listed (never dropped silently) and the build says its calls fail."""
+    needs = tool("research", execution={"taskSupport": "required"})
+    may = tool("maybe", execution={"taskSupport": "optional"})
+    cat = build([server("s", needs, may, tool("plain"))], OPENAI)
+    assert [e.declaration.get("execution") for e in cat.entries] == [
+        {"taskSupport": "optional"},
+        None,
+        {"taskSupport": "required"},
+    ]
+    assert [(w.kind, w.tool) for w in cat.warnings] == [("task-only", "research")]
+    assert "does not relay" in cat.warnings[0].detail
+
+
 def test_duplicates_keep_one_deterministically() -> None:
     a, b = tool("d"), tool("d", description="other")
     for order in ([a, b, a], [b, a, a], [a, a, b]):

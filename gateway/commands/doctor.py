@@ -221,7 +221,13 @@ def check_servers(report: Report, first: Round) -> None:
             report.add("servers", "FAIL", f"{label} {s.status}{required}: {s.error or 'no reason given'}", tail)
 
 
-_KIND_VERDICT: dict[str, Verdict] = {"renamed": "info", "excluded": "info", "quarantined": "warn", "duplicate": "warn"}
+_KIND_VERDICT: dict[str, Verdict] = {
+    "renamed": "info",
+    "excluded": "info",
+    "quarantined": "warn",
+    "duplicate": "warn",
+    "task-only": "warn",
+}
 
 
 def check_tools(report: Report, first: Round) -> None:
