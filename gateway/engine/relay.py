@@ -57,7 +57,7 @@ class _Waiting:
     method: str
     params: dict[str, Any]
     principal: object | None
-    """Whose call may ask it (``_who``); None: the first principal to call the server alone."""
+    """Whose call may ask it (``principal_key``); None: the first principal to call the server alone."""
     answer: asyncio.Future[dict[str, Any]]
 
 
@@ -97,7 +97,7 @@ class Relay:
                 # for, and that call ended before its client was asked: the next call asks it.
                 if caller is not None or method != WAITS or not to.finished:
                     raise
-                return await self._wait_for_a_call(downstream.id, method, params, _who(to.owner))
+                return await self._wait_for_a_call(downstream.id, method, params, principal_key(to.owner))
         client, request_id = to
         if client.server_session is None:
             raise MCPError(code=INVALID_REQUEST, message=f"prefixgate: no client is connected to answer {method}")
@@ -116,7 +116,7 @@ class Relay:
                 downstream.id,
                 method,
                 params,
-                _who(client.state),
+                principal_key(client.state),
                 at_once=lambda: send_raw_request(session, method, params, related=False),
             )
         result: dict[str, Any] = await send_raw_request(
@@ -200,7 +200,7 @@ class Relay:
         async def ask(method: str, params: dict[str, Any]) -> dict[str, Any]:
             return await self._round_trips.ask(trip, method, params)
 
-        await self._ask_waiting(trip.server_id, _who(trip.owner), ask)
+        await self._ask_waiting(trip.server_id, principal_key(trip.owner), ask)
 
     async def ask_waiting_over_back_channel(self, client: ClientConnection, server_id: str, request_id: Any) -> None:
         """``ask_waiting`` for a handshake-era client's call ``request_id``: on the call's own
@@ -220,7 +220,7 @@ class Relay:
                 code=INVALID_REQUEST, message=f"prefixgate: the client did not answer {method} in {timeout:g} s"
             )
 
-        await self._ask_waiting(server_id, _who(client.state), ask)
+        await self._ask_waiting(server_id, principal_key(client.state), ask)
 
     async def _ask_waiting(
         self, server_id: str, who: object, ask: Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
@@ -231,7 +231,7 @@ class Relay:
         waiting = self._waiting.get(server_id)
         if not waiting or self._principal_for(server_id) != who:
             return
-        if any(_who(c.state) != who for c in self._clients.everyone() if server_id in c.servers):
+        if any(principal_key(c.state) != who for c in self._clients.everyone() if server_id in c.servers):
             return
         for item in [w for w in waiting if w.principal in (None, who) and not w.answer.done()]:
             self._delist(server_id, item)
@@ -303,7 +303,7 @@ class Relay:
         await self._clients.broadcast(
             lambda s: _send_log(s, level, data, source, None),
             lambda u: (
-                _who(u.state) == principal
+                principal_key(u.state) == principal
                 and u.log_level is not None
                 and admits(u.log_level, level)
                 and downstream.id in u.servers
@@ -352,19 +352,19 @@ class Relay:
     def answers_to(self, server_id: str, state: object) -> bool:
         """Whether a request the server sends outside any call (``roots/list`` once told the
         roots changed, say) would be put to this client's principal (``state``: its state)."""
-        return self._principal_for(server_id) == _who(state)
+        return self._principal_for(server_id) == principal_key(state)
 
     def _principal_for(self, server_id: str) -> object | None:
-        """Who (``_who``) a server's request or log message can belong to, or None.
+        """Who (``principal_key``) a server's request or log message can belong to, or None.
 
         Attributed only when every call in flight to the server (waiting in the gateway for
         a 2026-07-28 client's input included) is one principal's, or, with none in flight,
         when every connected client that sees the server is one principal's."""
         connected = [c for c in self._clients.everyone() if server_id in c.servers]
-        calling = {_who(c.state) for c in connected if server_id in c.calls.values()}
-        calling.update(_who(t.owner) for t in self._round_trips.calling(server_id))
+        calling = {principal_key(c.state) for c in connected if server_id in c.calls.values()}
+        calling.update(principal_key(t.owner) for t in self._round_trips.calling(server_id))
         if not calling:
-            calling = {_who(c.state) for c in connected}
+            calling = {principal_key(c.state) for c in connected}
         if len(calling) != 1:
             return None
         (principal,) = calling
@@ -379,9 +379,6 @@ class Relay:
                 if target == server_id:
                     return client, request_id
         return (connected[-1], None) if connected else (None, None)
-
-
-_who = principal_key
 
 
 async def _send_log(session: ServerSession, level: Any, data: Any, source: str, related: Any) -> None:
