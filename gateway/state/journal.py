@@ -119,11 +119,7 @@ class Journal:
         dir_fd = open_private_dir(self.directory, create=True)
         assert dir_fd is not None
         try:
-            size = private_size(dir_fd, self.path.name, self.label)
-            if size and size + len(record) > COMPACT_AT:
-                replace_private(dir_fd, self.path.name, self.label, record)
-            else:
-                append_private(dir_fd, self.path.name, self.label, record, durable=True)
+            append_private(dir_fd, self.path.name, self.label, record, durable=True, replace_past=COMPACT_AT)
         finally:
             os.close(dir_fd)
 
@@ -140,22 +136,6 @@ def read_private(dir_fd: int, name: str, label: str, read: Callable[[int, int], 
         raise JournalError(why_not_opened(label, exc)) from None
     try:
         return read(fd, check_private_file(fd, label).st_size)
-    finally:
-        os.close(fd)
-
-
-def private_size(dir_fd: int, name: str, label: str) -> int:
-    """The size of the private file ``name`` of a verified directory, verified as
-    ``check_private_file`` does (0 when it does not exist); raise OSError (JournalError
-    naming ``label`` when the file is refused)."""
-    try:
-        fd = os.open(name, os.O_RDONLY | _OPEN_FLAGS, dir_fd=dir_fd)
-    except FileNotFoundError:
-        return 0
-    except OSError as exc:
-        raise JournalError(why_not_opened(label, exc)) from None
-    try:
-        return check_private_file(fd, label).st_size
     finally:
         os.close(fd)
 
@@ -185,16 +165,22 @@ def replace_private(dir_fd: int, name: str, label: str, data: bytes) -> None:
     os.fsync(dir_fd)
 
 
-def append_private(dir_fd: int, name: str, label: str, data: bytes, *, durable: bool) -> None:
+def append_private(
+    dir_fd: int, name: str, label: str, data: bytes, *, durable: bool, replace_past: int | None = None
+) -> None:
     """Append ``data`` to the private file ``name`` of a verified directory (created 0600,
     verified as ``check_private_file`` does), fsynced when ``durable``; raise OSError
-    (JournalError naming ``label`` when the file is refused)."""
+    (JournalError naming ``label`` when the file is refused). ``replace_past``: a file that
+    would grow past this many bytes is replaced by ``data`` instead (``replace_private``)."""
     try:
         fd = os.open(name, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _OPEN_FLAGS, 0o600, dir_fd=dir_fd)
     except OSError as exc:
         raise JournalError(why_not_opened(label, exc)) from None
     try:
-        check_private_file(fd, label)
+        size = check_private_file(fd, label).st_size
+        if replace_past is not None and size and size + len(data) > replace_past:
+            replace_private(dir_fd, name, label, data)
+            return
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
