@@ -303,7 +303,7 @@ def http_tls(args: argparse.Namespace) -> ssl.SSLContext | None:
     """The TLS context of ``--tls-cert`` and ``--tls-key`` (None without them), loaded before
     anything starts: a missing or unreadable file, or a key that is not the certificate's,
     exits 2 naming the option."""
-    cert, key = getattr(args, "tls_cert", None), getattr(args, "tls_key", None)
+    cert, key = args.tls_cert, args.tls_key
     if cert is None and key is None:
         return None
     if cert is None or key is None:
