@@ -103,6 +103,13 @@ async def _said(client: Any, tool: str, expected: str) -> bool:
     return text(await client.call_tool(tool, {})) == expected
 
 
+async def _listed_at_start(client: Any, expected: str, said: list[str]) -> bool:
+    """Whether the server's roots, listed once it was initialized, are ``expected`` (each
+    answer noted in ``said``)."""
+    said.append(text(await client.call_tool("classic__startup_roots_listed", {})))
+    return said[-1] == expected
+
+
 async def test_a_server_that_stops_reading_holds_up_no_one_else(tmp_path: Path) -> None:
     """A misbehaving server (tests/rogue_wire.py) stops reading its input, and a call's large
     arguments fill its pipe: a roots notice to it waits ``NOTICE_TIMEOUT`` (5 s) at most, then
@@ -149,11 +156,17 @@ async def test_roots_asked_outside_any_call_reach_a_client_of_either_era(
     for start in ("first-ever", "warm"):
         with ExitStack() as stack:
             target: Any = config
+            log = tmp_path / f"gateway-{start}.log"
             if upstream == "http":
-                target, _log = stack.enter_context(http_gateway(config))
-            async with sdk_client(target, mode, list_roots_callback=roots.list_roots) as client:
+                target, log = stack.enter_context(http_gateway(config))
+            async with sdk_client(target, mode, errlog=log, list_roots_callback=roots.list_roots) as client:
                 assert text(await client.call_tool("classic__echo", {"text": "hi"})) == "classic:hi", start
-                await wait_for(partial(_said, client, "classic__startup_roots_listed", roots.uri), 10)
+                said: list[str] = []
+                try:
+                    await wait_for(partial(_listed_at_start, client, roots.uri, said), 10)
+                except TimeoutError:  # (what the server got, and the gateway's roots lines: for a rare miss)
+                    lines = [line for line in log.read_text().splitlines() if "roots" in line]
+                    raise AssertionError(f"{start}: the server has {said[-1:]!r}; gateway: {lines}") from None
 
 
 @pytest.mark.parametrize("mode", ERAS)
