@@ -12,7 +12,9 @@ gateway, which reaches it with the handshake, can relay them to either era.
 Tools: ``echo(text)``, ``elicit()``, ``confide(secret)`` (an elicitation naming the secret),
 ``give_up(seconds)`` (an elicitation it cancels after ``seconds``),
 ``header_names()`` (the call's HTTP request header names), ``elicit_url()`` (then the completion
-notice), ``url_required()`` (``-32042``, the completion notice on the session after it), ``sample()``, ``roots()``,
+notice), ``url_required()`` (``-32042``, the completion notice on the session after it),
+``url_pending(ids)`` (``-32042`` naming each id) and ``complete_url(elicitation_id)`` (its
+completion notice, when the test says), ``sample()``, ``roots()``,
 ``roots_changed()`` (how many ``notifications/roots/list_changed`` it heard),
 ``progress(steps)``, ``log()`` (one info line on the call's stream), ``block(seconds)`` (a
 blocking ``time.sleep`` in an async tool: its event loop, so its input, stops meanwhile), ``sleep(seconds, tag)``
@@ -125,6 +127,23 @@ async def url_required(ctx: Context) -> str:
         message="Sign in first.", url="https://example.com/login", elicitation_id="login-2"
     )
     raise UrlElicitationRequiredError([link])
+
+
+@server.tool()
+def url_pending(ids: list[str]) -> str:
+    """Fail with ``-32042`` listing a URL-mode elicitation for each of ``ids``; each completes
+    only when ``complete_url`` says so."""
+    links = [
+        types.ElicitRequestURLParams(message="Sign in.", url="https://example.com/login", elicitation_id=i) for i in ids
+    ]
+    raise UrlElicitationRequiredError(links)
+
+
+@server.tool()
+async def complete_url(elicitation_id: str, ctx: Context) -> str:
+    """Send the completion notice of ``elicitation_id`` on the session (no call's stream)."""
+    await ctx.session.send_elicit_complete(elicitation_id)
+    return "completed"
 
 
 @server.tool()

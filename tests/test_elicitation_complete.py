@@ -147,3 +147,33 @@ async def test_a_notice_reaches_only_the_principal_it_is_for(tmp_path: Path, beh
             assert text(await b.call_tool("classic__echo", {"text": "still"})) == "classic:still"
             await anyio.sleep(0.5)  # a notice sent to Bob by mistake would have arrived by now
     assert _completed(bob) == []
+
+
+async def test_one_principal_s_many_elicitations_do_not_cost_another_its_notice(tmp_path: Path) -> None:
+    """URL-mode elicitations are remembered for their completion notice up to a bound, per
+    principal: Bob's 300 (past the bound of 256) forget his own oldest, never Alice's one,
+    whose notice still reaches her. Before, the bound was one for everybody, and Bob's flood
+    made Alice's notice go nowhere."""
+    from tests.test_principals import tokens_file
+
+    alice, bob = Notifications(), Notifications()
+    server = {"command": CLASSIC[0], "args": CLASSIC[1:], "cwd": str(ROOT)}
+    config = write_config(tmp_path, {"classic": server})
+    with tokens_file(tmp_path, "token-of-alice", "token-of-bob") as tokens:
+        with http_gateway(config, "--token-file", str(tokens)) as (gateway_url, _):
+            as_alice = {"Authorization": "Bearer token-of-alice"}
+            as_bob = {"Authorization": "Bearer token-of-bob"}
+            async with (
+                sdk_client(gateway_url, "legacy", headers=as_alice, message_handler=alice) as a,
+                sdk_client(gateway_url, "legacy", headers=as_bob, message_handler=bob) as b,
+            ):
+                for client, ids in ((a, ["alice-1"]), (b, [f"bob-{i}" for i in range(300)])):
+                    with pytest.raises(MCPError) as failed:
+                        await client.call_tool("classic__url_pending", {"ids": ids})
+                    assert failed.value.error.code == types.URL_ELICITATION_REQUIRED
+                for elicitation_id in ("bob-0", "alice-1", "bob-299"):  # (Bob's oldest is forgotten)
+                    assert text(await b.call_tool("classic__complete_url", {"elicitation_id": elicitation_id})) == (
+                        "completed"
+                    )
+                assert await _until_completed(alice, "alice-1") == ["alice-1"]
+                assert await _until_completed(bob, "bob-299") == ["bob-299"]

@@ -41,8 +41,9 @@ log = logging.getLogger("prefixgate")
 
 
 MAX_URL_ELICITATIONS = 256
-"""URL-mode elicitations remembered for their completion notice (the oldest forgotten first):
-what servers' ids can make the gateway keep is bounded."""
+"""URL-mode elicitations remembered for their completion notice, per principal (its oldest
+forgotten first): what servers' ids can make the gateway keep is bounded, and one principal's
+many elicitations do not cost another's completion notices."""
 MAX_WAITING = 4
 """A server's requests outside any call that may wait for a call to ask them; more are refused."""
 WAITS = "roots/list"
@@ -65,8 +66,10 @@ class Relay:
     def __init__(self, clients: Clients, round_trips: RoundTrips) -> None:
         self._clients = clients
         self._round_trips = round_trips
-        self._urls: OrderedDict[tuple[str, str], tuple[ClientConnection, Any]] = OrderedDict()
+        self._urls: dict[tuple[str, str], tuple[ClientConnection, Any]] = {}
         """(server, ``elicitationId``) -> the client and call a URL-mode elicitation went to."""
+        self._url_order: dict[object, OrderedDict[tuple[str, str], None]] = {}
+        """Per principal (``principal_key``): its entries of ``_urls``, oldest first."""
         self._waiting: dict[str, list[_Waiting]] = {}
         """Per server: its requests outside any call that wait for a call to ask them."""
 
@@ -252,13 +255,29 @@ class Relay:
         """URL-mode elicitations of ``server_id`` that reached a handshake-era ``client`` (asked
         during its call ``request_id``, or listed in the data of a ``-32042`` error it was given):
         the server's notice that one completed goes to that client."""
+        principal = principal_key(client.state)
         for item in elicitations if isinstance(elicitations, list) else ():
             elicitation_id = item.get("elicitationId") if isinstance(item, dict) else None
             if isinstance(elicitation_id, str):
-                self._urls[(server_id, elicitation_id)] = (client, request_id)
-                self._urls.move_to_end((server_id, elicitation_id))
-        while len(self._urls) > MAX_URL_ELICITATIONS:
-            self._urls.popitem(last=False)
+                key = (server_id, elicitation_id)
+                self._forget_url(key)  # (an id used again: the newest client it went to hears it)
+                self._urls[key] = (client, request_id)
+                order = self._url_order.setdefault(principal, OrderedDict())
+                order[key] = None
+                if len(order) > MAX_URL_ELICITATIONS:
+                    self._forget_url(next(iter(order)))
+
+    def _forget_url(self, key: tuple[str, str]) -> tuple[ClientConnection, Any] | None:
+        """Forget one remembered URL-mode elicitation; what it held, if anything."""
+        found = self._urls.pop(key, None)
+        if found is not None:
+            principal = principal_key(found[0].state)
+            order = self._url_order.get(principal)
+            if order is not None:
+                order.pop(key, None)
+                if not order:
+                    del self._url_order[principal]
+        return found
 
     async def elicitation_complete(self, downstream: Downstream, params: dict[str, Any]) -> None:
         """A server's ``notifications/elicitation/complete``: to the client its URL-mode
@@ -268,7 +287,7 @@ class Relay:
         elicitation_id = params.get("elicitationId")
         if not isinstance(elicitation_id, str):
             return
-        if (found := self._urls.pop((downstream.id, elicitation_id), None)) is None:
+        if (found := self._forget_url((downstream.id, elicitation_id))) is None:
             log.debug("[%s] elicitation completion dropped: no client was sent that elicitation", downstream.id)
             return
         client, request_id = found
