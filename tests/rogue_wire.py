@@ -4,9 +4,10 @@ It speaks just enough of the 2025-11-25 handshake to be listed, then misbehaves 
 wire when its tools are called: lone surrogates (``"\\ud800"``, what a JavaScript server
 writes when it cuts an emoji in half) in results, log notifications, resource names and
 prompt descriptions; results over any sane size, with the id first (Python) or last
-(TypeScript); floods of log notifications and of stderr without a newline; a schema
-nested far too deeply; and, after ``stop_reading``, a server that never reads its input
-again. Options: ``--deep-schema N`` (list a tool nested N levels);
+(TypeScript); floods of log notifications (``n`` of ``size`` bytes) and of stderr without a
+newline; a schema nested far too deeply; and, after ``stop_reading``, a server that never
+reads its input again. ``add_tool`` lists one more tool from then on and sends
+``tools/list_changed``. Options: ``--deep-schema N`` (list a tool nested N levels);
 ``--http`` (serve the same over plain JSON-response HTTP on loopback, print the URL).
 """
 
@@ -43,7 +44,10 @@ TOOLS = [
     {
         "name": name,
         "description": f"rogue {name}",
-        "inputSchema": {"type": "object", "properties": {"n": {"type": "integer"}, "text": {"type": "string"}}},
+        "inputSchema": {
+            "type": "object",
+            "properties": {"n": {"type": "integer"}, "size": {"type": "integer"}, "text": {"type": "string"}},
+        },
     }
     for name in (
         "surrogate_text",
@@ -62,6 +66,7 @@ TOOLS = [
         "bad_result",
         "not_json",
         "stop_reading",
+        "add_tool",
         "ok",
     )
 ]
@@ -98,13 +103,19 @@ def call(request_id: Any, name: str, args: dict[str, Any], token: Any = None) ->
     elif name == "flood_logs":
         line = (
             json.dumps(
-                {"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "z" * 1000}}
+                {
+                    "jsonrpc": "2.0",
+                    "method": "notifications/message",
+                    "params": {"level": "info", "data": "z" * int(args.get("size", 1000))},
+                }
             ).encode()
             + b"\n"
         )
         for _ in range(n):
             OUT.write(line)
         OUT.flush()
+        sys.stderr.write(f"flooded: sent {n} log notifications\n")  # (what a test can wait for)
+        sys.stderr.flush()
         send({"jsonrpc": "2.0", "id": request_id, "result": text(f"sent {n} log notifications")})
     elif name == "flood_progress":
         for i in range(n):
@@ -144,6 +155,10 @@ def call(request_id: Any, name: str, args: dict[str, Any], token: Any = None) ->
         send({"jsonrpc": "2.0", "id": request_id, "result": text("no longer reading")})
         while True:
             time.sleep(3600)
+    elif name == "add_tool":  # lists one more tool from now on, and says so
+        TOOLS.append({"name": f"added_{len(TOOLS)}", "description": "added", "inputSchema": {"type": "object"}})
+        send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+        send({"jsonrpc": "2.0", "id": request_id, "result": text(TOOLS[-1]["name"])})
     elif name == "not_json":
         OUT.write(b'{"jsonrpc":"2.0","id":' + json.dumps(request_id).encode() + b',"result":{oops}}\n')
         OUT.flush()

@@ -2,11 +2,14 @@
 
 Every notification goes to the handshake-era sessions and to the listen streams' bus
 together, so clients of both protocol eras hear the same changes. Each client has its own
-log level; the servers are asked for the most verbose level any client wants.
+log level; the servers are asked for the most verbose level any client wants. What a
+shared task tells a client goes through that client's outbox (``deliver``,
+gateway/engine/outbox.py): a client that does not read holds up no one else.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 from collections.abc import Callable, Sequence
@@ -27,6 +30,7 @@ from mcp_types import LoggingLevel
 
 from gateway.config import Config
 from gateway.downstream.connection import Downstream
+from gateway.engine.outbox import Outbox, Send
 from gateway.engine.router import Router
 from gateway.engine.watches import Watches
 from gateway.state.journal import activation_key, session_key
@@ -68,6 +72,8 @@ class ClientConnection:
     """The servers its profile sees: only their requests and log messages may reach it."""
     arrival: int = field(default_factory=lambda: next(_ARRIVALS))
     """When it connected, among the clients of every profile served."""
+    outbox: Outbox | None = None
+    """What shared tasks send it, sent in order by a task of its own (``Clients.deliver``)."""
 
 
 def principal_key(state: object) -> object:
@@ -131,6 +137,8 @@ class Clients:
     def disconnect(self, client: ClientConnection) -> None:
         if client in self.connected:
             self.connected.remove(client)
+        if client.outbox is not None:
+            client.outbox.close()
         # Its session holds the connection whose state holds it: without this link every
         # 2026-07-28 request (a connection of its own) left a cycle for the collector.
         client.server_session = None
@@ -168,38 +176,50 @@ class Clients:
         """Whether any connected client has a session to notify."""
         return any(c.server_session is not None for c in self.connected)
 
-    async def broadcast(
+    def broadcast(
         self,
         send: Callable[[ServerSession], Any],
         only: Callable[[ClientConnection], bool] = lambda u: True,
         *,
         every_profile: bool = False,
+        key: str | None = None,
+        essential: bool = False,
     ) -> None:
-        """To this profile's clients that ``only`` admits (``every_profile``: every profile's)."""
+        """To this profile's clients that ``only`` admits (``every_profile``: every profile's),
+        each through its outbox (``deliver``)."""
         for client in list(self.everyone() if every_profile else self.connected):
-            if client.server_session is None or not only(client):
+            session = client.server_session
+            if session is None or not only(client):
                 continue
-            try:
-                await send(client.server_session)
-            except Exception as exc:  # noqa: BLE001 - a gone client must not stop the others
-                log.debug("notification to a client failed: %s", exc)
+            self.deliver(client, functools.partial(send, session), key, essential=essential)
+
+    def deliver(self, client: ClientConnection, send: Send, key: str | None = None, *, essential: bool = False) -> None:
+        """Queue ``send`` (a message to ``client``) on the client's outbox: sent in order by the
+        client's own task, never awaited here (``Outbox.put`` for ``key`` and ``essential``)."""
+        outbox = client.outbox
+        if outbox is None:
+            if self.tasks is None:  # (a client of no hub, never told anything)
+                log.debug("notification to a client of no hub dropped")
+                return
+            outbox = client.outbox = Outbox(self.tasks.start_soon, _name(client))
+        outbox.put(send, key, essential=essential)
 
     async def tools_changed(self) -> None:
-        await self.broadcast(lambda s: s.send_tool_list_changed())
+        self.broadcast(lambda s: s.send_tool_list_changed(), key="list:tools", essential=True)
         await self.bus.publish(ToolsListChanged())
 
     async def list_changed(self, kind: str) -> None:
         """``kind``: "prompts" or "resources" (templates included)."""
         if kind == "prompts":
-            await self.broadcast(lambda s: s.send_prompt_list_changed())
+            self.broadcast(lambda s: s.send_prompt_list_changed(), key="list:prompts", essential=True)
             await self.bus.publish(PromptsListChanged())
         else:
-            await self.broadcast(lambda s: s.send_resource_list_changed())
+            self.broadcast(lambda s: s.send_resource_list_changed(), key="list:resources", essential=True)
             await self.bus.publish(ResourcesListChanged())
 
     async def resource_updated(self, uri: str) -> None:
         """Only to the clients that watch ``uri``."""
-        await self.broadcast(lambda s: s.send_resource_updated(uri), lambda u: uri in u.subscriptions)
+        self.broadcast(lambda s: s.send_resource_updated(uri), lambda u: uri in u.subscriptions, key="updated:" + uri)
         await self.bus.publish(ResourceUpdated(uri=uri))
 
     async def set_log_level(self, client: ClientConnection, level: str) -> None:
@@ -226,3 +246,9 @@ class Clients:
                 await downstream.request("logging/setLevel", {"level": self.log_level}, timeout=10)
             except Exception as exc:  # noqa: BLE001 - a server that refuses is still usable, the client's request too
                 log.info("[%s] logging/setLevel refused: %s", downstream.id, exc)
+
+
+def _name(client: ClientConnection) -> str:
+    """A client as the log names it: its principal (never a token), else its connection order."""
+    principal = getattr(client.state, "principal", None)
+    return principal if isinstance(principal, str) else f"#{client.arrival}"

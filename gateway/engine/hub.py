@@ -183,9 +183,9 @@ class Hub:
                 for hub in self.seeing(downstream):
                     await hub.clients.resource_updated(uri)
         elif method == "notifications/message":
-            await self.relay.log(downstream, params)
+            self.relay.log(downstream, params)
         elif method == "notifications/elicitation/complete":
-            await self.relay.elicitation_complete(downstream, params)
+            self.relay.elicitation_complete(downstream, params)
 
     async def server_request(
         self, downstream: Downstream, method: str, params: dict[str, Any], caller: object | None = None

@@ -18,7 +18,7 @@ initialized (server-filesystem does) gets them so, as it would directly.
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import functools
 import logging
 import warnings
 from collections import OrderedDict
@@ -279,7 +279,7 @@ class Relay:
                     del self._url_order[principal]
         return found
 
-    async def elicitation_complete(self, downstream: Downstream, params: dict[str, Any]) -> None:
+    def elicitation_complete(self, downstream: Downstream, params: dict[str, Any]) -> None:
         """A server's ``notifications/elicitation/complete``: to the client its URL-mode
         elicitation went to, on that call's stream while the call is in flight, else on the
         client's own channel. Dropped when the gateway relayed no such elicitation of this
@@ -295,10 +295,11 @@ class Relay:
         session = call_session or client.server_session
         if session is None:
             return
-        with contextlib.suppress(Exception):  # a gone client must not break the server's connection
-            await session.send_elicit_complete(elicitation_id, related_request_id=request_id if call_session else None)
+        related = request_id if call_session else None
+        send = functools.partial(session.send_elicit_complete, elicitation_id, related_request_id=related)
+        self._clients.deliver(client, send, "complete:" + elicitation_id)
 
-    async def log(self, downstream: Downstream, params: dict[str, Any]) -> None:
+    def log(self, downstream: Downstream, params: dict[str, Any]) -> None:
         """A server's log message goes to the client whose call to it is in flight (on that
         call's stream, as that call opted in); otherwise to every client whose own
         ``logging/setLevel`` admits it. Never to everyone regardless of who asked."""
@@ -315,11 +316,10 @@ class Relay:
         caller, request_id = self._requester(downstream.id)
         if request_id is not None and caller is not None:
             session = caller.call_sessions.get(request_id)
-            if session is not None and admits(caller.log_level, level):
-                with contextlib.suppress(Exception):  # a gone client must not break the server's call
-                    await _send_log(session, level, data, source, request_id)
+            if session is not None and admits(caller.log_level, level):  # (before the call's answer: ``flushed``)
+                self._clients.deliver(caller, functools.partial(_send_log, session, level, data, source, request_id))
             return
-        await self._clients.broadcast(
+        self._clients.broadcast(
             lambda s: _send_log(s, level, data, source, None),
             lambda u: (
                 principal_key(u.state) == principal

@@ -210,8 +210,23 @@ class Handlers:
     async def run_tool_call(
         self, ctx: Context, client: ClientConnection, name: str, arguments: dict[str, Any] | None
     ) -> dict[str, Any]:
-        """One ``tools/call``, either era: resolve it once, then run it with the round
-        trips the client's era needs when a server asks for input."""
+        """One ``tools/call``, either era; what its server sent the client before its answer
+        (a log line on the call's stream) is sent first (``Outbox.flushed``)."""
+        try:
+            result = await self._run_tool_call(ctx, client, name, arguments)
+        except MCPError:
+            if (outbox := client.outbox) is not None and outbox.waiting:
+                await outbox.flushed()
+            raise
+        if (outbox := client.outbox) is not None and outbox.waiting:
+            await outbox.flushed()
+        return result
+
+    async def _run_tool_call(
+        self, ctx: Context, client: ClientConnection, name: str, arguments: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        """Resolve the call once, then run it with the round trips the client's era needs
+        when a server asks for input."""
         hub, router = self.hub, self.router
         call = router.resolve(await router.current(), name, arguments)
         target = call.server
