@@ -71,3 +71,27 @@ async def test_a_listen_stream_past_its_principals_limit_holds_back_no_other(tmp
                                     break
     refused = [line for line in stderr.read_text().splitlines() if "watches 3 resources already" in line]
     assert len(refused) == 1 and "demo://r/readme" in refused[0]
+
+
+async def test_one_principal_s_listen_streams_leave_room_for_another_s(tmp_path: Path, config: Path) -> None:
+    """2026-07-28 (a handshake-era client has one GET stream per session, and its sessions are
+    bounded per principal): Alice at her limit of open listen streams (2 here) is refused a
+    third, Bob's stream is acknowledged and hears a change, and Alice has room again once one
+    of hers ends. The SDK's bound (1,024 streams) was one for every principal together."""
+    env = {"PREFIXGATE_LISTEN_STREAMS_PER_PRINCIPAL": "2"}
+    with tokens_file(tmp_path, "token-of-alice", "token-of-bob") as tokens:
+        with http_gateway(config, "--token-file", str(tokens), env=env) as (url, _):
+            async with sdk_client(url, "auto", headers=ALICE) as alice, sdk_client(url, "auto", headers=BOB) as bob:
+                async with alice.listen(tools_list_changed=True):
+                    async with alice.listen(tools_list_changed=True):
+                        with pytest.raises(MCPError, match="2 listen streams open already"):
+                            async with alice.listen(tools_list_changed=True):
+                                pass
+                        async with bob.listen(resource_subscriptions=["demo://r/readme"]) as events:
+                            assert text(await bob.call_tool("r__touch", {})) == "touched"
+                            with anyio.fail_after(10):
+                                async for event in events:
+                                    assert isinstance(event, ResourceUpdated) and event.uri == "demo://r/readme"
+                                    break
+                    async with alice.listen(tools_list_changed=True):  # one of hers ended: room again
+                        pass

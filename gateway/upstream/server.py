@@ -15,6 +15,7 @@ import copy
 import functools
 import json
 import logging
+import os
 import warnings
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -27,7 +28,7 @@ from mcp.server.models import InitializationOptions
 from mcp.server.subscriptions import ListenHandler
 from mcp.shared.exceptions import MCPError
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, SERVER_INFO_META_KEY, URL_ELICITATION_REQUIRED
-from mcp_types.jsonrpc import INVALID_PARAMS, REQUEST_TIMEOUT
+from mcp_types.jsonrpc import INVALID_PARAMS, INVALID_REQUEST, REQUEST_TIMEOUT
 from mcp_types.methods import is_input_required, validate_client_request
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from pydantic import BaseModel, ValidationError
@@ -621,6 +622,9 @@ def _everything() -> dict[str, Any]:
 
 MAX_LISTEN_URIS = 64
 """Resources one ``subscriptions/listen`` stream may watch."""
+LISTEN_STREAMS_PER_PRINCIPAL = int(os.environ.get("PREFIXGATE_LISTEN_STREAMS_PER_PRINCIPAL") or 256)
+"""``subscriptions/listen`` streams one principal may hold open at each endpoint (the
+variable exists for tests): the SDK's own bound (1,024) is one for every principal."""
 
 
 class WatchingListen:
@@ -633,7 +637,9 @@ class WatchingListen:
 
     def __init__(self, hub: Hub) -> None:
         self.hub = hub
-        self.inner = ListenHandler(hub.clients.bus)
+        self.inner = ListenHandler(hub.clients.bus, max_subscriptions=1 << 30)  # (bounded per principal here)
+        self.open: dict[object, int] = {}
+        """Per principal (``principal_key``): its listen streams open now."""
 
     async def __call__(
         self, ctx: ServerRequestContext[Any, Any], params: types.SubscriptionsListenRequestParams
@@ -649,8 +655,16 @@ class WatchingListen:
         watched: list[str] = []
         client = connection_of(ctx).state.get(_STATE_KEY)  # (made by the middleware for every request)
         who = principal_key(client.state) if client is not None else None
-        await self.hub.router.current()  # which server owns a resource is known once a catalog is
+        held = self.open.get(who, 0)
+        if held >= LISTEN_STREAMS_PER_PRINCIPAL:
+            log.info("listen stream refused: its principal holds %d open already", held)
+            raise MCPError(
+                code=INVALID_REQUEST,
+                message=f"prefixgate: this principal has {held} listen streams open already (the limit)",
+            )
+        self.open[who] = held + 1
         try:
+            await self.hub.router.current()  # which server owns a resource is known once a catalog is
             for uri in wanted:
                 try:
                     await self.hub.watches.watch(uri, who)
@@ -659,6 +673,10 @@ class WatchingListen:
                     log.info("listen stream: not watching %r: %s", uri, exc.message)
             return await self.inner(ctx, params)
         finally:
+            if (left := self.open[who] - 1) > 0:
+                self.open[who] = left
+            else:
+                del self.open[who]
             with anyio.CancelScope(shield=True):
                 for uri in watched:
                     await self.hub.watches.unwatch(uri, who)
