@@ -178,6 +178,39 @@ async def test_exponential_schema_is_cut_off_and_others_keep_running(tmp_path: P
 
 
 @pytest.mark.parametrize("mode", ERAS)
+async def test_one_principal_s_slow_validations_leave_the_others_a_worker(tmp_path: Path, mode: str) -> None:
+    """Alice sends twelve calls whose arguments take the whole validation budget; Bob's call to
+    a referencing schema is validated at once, beside hers, not behind them. Before, the four
+    workers were one queue for everybody: Bob waited for every one of Alice's calls."""
+    from tests.test_principals import tokens_file
+
+    tools = [tool("blowup", exponential(48)), tool("shared", exponential(3))]
+    config = write_config(tmp_path, {"r": rogue(tools=tools)})
+    with tokens_file(tmp_path, "token-of-alice", "token-of-bob") as tokens:
+        with http_gateway(config, "--token-file", str(tokens)) as (url, log):
+            alice_headers = {"Authorization": "Bearer token-of-alice"}
+            async with sdk_client(url, mode, headers={"Authorization": "Bearer token-of-bob"}) as bob:
+                await bob.list_tools()
+                done: list[Any] = []
+                with anyio.fail_after(60):
+                    async with sdk_client(url, mode, headers=alice_headers) as alice, anyio.create_task_group() as tg:
+
+                        async def attack() -> None:
+                            done.append(await alice.call_tool("r__blowup", {"x": 1}))
+
+                        for _ in range(12):
+                            tg.start_soon(attack)
+                        while "argument validation took longer than 2 s" not in log.read_text():
+                            await anyio.sleep(0.05)  # (all twelve are waiting or running by now)
+                        fine = await bob.call_tool("r__shared", {"x": "text"})
+                        finished_before_bob = len(done)
+                        tg.cancel_scope.cancel()
+                assert not fine.is_error and text(fine) == "shared ran"
+                assert finished_before_bob <= 4, finished_before_bob  # (her first, her second pair at most)
+                assert all(text(r).startswith("Validation of arguments for r__blowup took longer") for r in done)
+
+
+@pytest.mark.parametrize("mode", ERAS)
 async def test_ref_cycle_is_an_is_error_result(tmp_path: Path, mode: str) -> None:
     config = write_config(tmp_path, {"r": rogue(tools=[tool("cycle", CYCLE)])})
     async with sdk_client(config, mode) as client:

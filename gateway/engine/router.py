@@ -236,7 +236,8 @@ class Router:
             dropped = unset_nulls(entry.declaration.get("inputSchema"), dict(arguments))
             if dropped:  # null for an optional, non-nullable argument: left out, as the model meant
                 arguments = {k: v for k, v in arguments.items() if k not in dropped}
-        problem = await argument_problem(epoch, name, arguments, self.validation)
+        owner = state.principal if state.principal is not None else id(state)
+        problem = await argument_problem(epoch, name, arguments, self.validation, owner)
         if problem is not None:
             return _refused(note, "arguments", problem)
         downstream = self.downstreams[entry.server]
@@ -379,12 +380,12 @@ def _message(exc: BaseException) -> str:
 
 
 async def argument_problem(
-    epoch: Epoch, name: str, arguments: Mapping[str, Any] | None, pool: ValidationPool
+    epoch: Epoch, name: str, arguments: Mapping[str, Any] | None, pool: ValidationPool, owner: object = None
 ) -> str | None:
     """The most relevant schema violation of ``arguments``, naming its path, or None.
 
     A tree-shaped schema is validated inline (its cost is bounded: see gateway.engine.validation);
-    a referencing one in a worker process under the pool's time budget.
+    a referencing one in a worker process under the pool's time budget, in ``owner``'s share.
     """
     instance = {} if arguments is None else dict(arguments)
     try:
@@ -393,7 +394,7 @@ async def argument_problem(
         return f"Cannot validate arguments for {name}: its inputSchema does not compile ({_line(err.message)})."
     try:
         if referencing:
-            found = await pool.violation(epoch.catalog.by_name[name].declaration["inputSchema"], instance)
+            found = await pool.violation(epoch.catalog.by_name[name].declaration["inputSchema"], instance, owner)
         else:
             found = violation(validator, instance)
     except ValidationTimeout:

@@ -31,6 +31,8 @@ START_TIMEOUT = 30.0
 """Seconds a new worker may take to start (imports on a busy machine)."""
 MAX_WORKERS = 4
 """Concurrent validations in workers; more wait for a free one."""
+PER_OWNER = 2
+"""Of those, what one principal may hold: its many slow calls leave the others room."""
 _MAX_LINE = 1 << 20
 
 
@@ -93,18 +95,38 @@ class _Worker:
 
 
 class ValidationPool:
-    """Worker processes for referencing schemas, started on first use and reused."""
+    """Worker processes for referencing schemas, started on first use and reused.
 
-    def __init__(self, budget: float = BUDGET, max_workers: int = MAX_WORKERS) -> None:
+    A principal's validations queue for its own share (``PER_OWNER``) first, then for a
+    worker: one that sends many calls whose arguments take the whole budget waits behind
+    its own, never in front of everyone else's."""
+
+    def __init__(self, budget: float = BUDGET, max_workers: int = MAX_WORKERS, per_owner: int = PER_OWNER) -> None:
         self.budget = budget
         self._idle: list[_Worker] = []
         self._limiter = anyio.CapacityLimiter(max_workers)
+        self._per_owner = min(per_owner, max_workers)
+        self._owners: dict[object, anyio.CapacityLimiter] = {}
+        """Per principal with a validation waiting or running: its share."""
 
-    async def violation(self, schema: Any, instance: Any) -> tuple[list[str | int], str] | None:
-        """Like ``catalog.validation.violation``, in a worker, within the budget.
+    async def violation(self, schema: Any, instance: Any, owner: object = None) -> tuple[list[str | int], str] | None:
+        """Like ``catalog.validation.violation``, in a worker, within the budget; ``owner``:
+        the principal the call is for.
 
         Raises ValidationTimeout or ValidationFailure; a cancelled call kills its worker.
         """
+        share = self._owners.get(owner)
+        if share is None:
+            share = self._owners[owner] = anyio.CapacityLimiter(self._per_owner)
+        try:
+            async with share:
+                return await self._validate(schema, instance)
+        finally:
+            stats = share.statistics()
+            if not stats.borrowed_tokens and not stats.tasks_waiting and self._owners.get(owner) is share:
+                del self._owners[owner]
+
+    async def _validate(self, schema: Any, instance: Any) -> tuple[list[str | int], str] | None:
         async with self._limiter:
             worker = self._idle.pop() if self._idle else await _Worker.start()
             try:
