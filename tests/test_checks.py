@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from catalog.build import build
 from catalog.model import ServerTools
 from catalog.names import PROFILES
+from gateway.engine import checks
 from gateway.engine.checks import CheckCache
 from gateway.published import wire_problem
 
@@ -66,3 +69,33 @@ def test_the_state_directory_is_created_private(tmp_path: Path) -> None:
     run(doctor_like)
     doctor_like.save()
     assert not (tmp_path / "other").exists()
+
+
+def test_the_remembered_passes_stay_bounded_when_every_build_brings_new_schemas(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server that changes its schemas on every change: past the bound, only the passes the
+    last build used are kept (in memory and on disk), and that build's are all among them."""
+    monkeypatch.setattr(checks, "MAX_KEYS", 10)
+    cache = CheckCache(tmp_path)
+    for generation in range(6):
+        tools = tuple(
+            {"name": f"t{i}", "inputSchema": {"type": "object", "description": f"generation {generation}"}}
+            for i in range(4)
+        )
+        build([ServerTools("s", "s", tools)], PROFILES["openai"], extra_check=wire_problem, memo=cache)
+        cache.save()
+        assert len(cache.passed_keys) <= 10 + 4
+    on_disk = (tmp_path / "cache" / "checks-passed.txt").read_text().splitlines()[1:]
+    assert set(on_disk) == cache.passed_keys
+    last = [{"name": f"t{i}", "inputSchema": {"type": "object", "description": "generation 5"}} for i in range(4)]
+
+    class Counting(CheckCache):
+        learnt = 0
+
+        def add(self, encoded: bytes) -> None:
+            self.learnt += 1
+
+    counting = Counting(tmp_path)  # (loaded from disk: the last build's four are remembered across processes)
+    build([ServerTools("s", "s", tuple(last))], PROFILES["openai"], extra_check=wire_problem, memo=counting)
+    assert counting.learnt == 0

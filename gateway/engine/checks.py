@@ -23,6 +23,9 @@ from gateway.state.journal import check_private_file, open_private_dir
 log = logging.getLogger("prefixgate.checks")
 
 _FILE = "checks-passed.txt"
+MAX_KEYS = 50_000
+"""Remembered passes at most: past it, only those the last build used are kept (a server that
+changes its schemas on every change would add passes for ever)."""
 
 
 def _versions() -> str:
@@ -42,14 +45,22 @@ class CheckCache:
         self.header = f"# prefixgate check cache v1 {_versions()}"
         self.passed_keys: set[str] = set()
         self._loaded: set[str] = set()
+        self._used: set[str] = set()
+        """The passes asked about or learnt since the last ``save`` (the last build's)."""
         self._load()
 
     def passed(self, encoded: bytes) -> bool:
         """Whether this canonical declaration passed every check before (``catalog.build.Memo``)."""
-        return hashlib.sha256(encoded).hexdigest() in self.passed_keys
+        key = hashlib.sha256(encoded).hexdigest()
+        if key in self.passed_keys:
+            self._used.add(key)
+            return True
+        return False
 
     def add(self, encoded: bytes) -> None:
-        self.passed_keys.add(hashlib.sha256(encoded).hexdigest())
+        key = hashlib.sha256(encoded).hexdigest()
+        self.passed_keys.add(key)
+        self._used.add(key)
 
     def _load(self) -> None:
         if self.directory is None:
@@ -74,7 +85,12 @@ class CheckCache:
         self.passed_keys |= self._loaded
 
     def save(self) -> None:
-        """Write the remembered passes (atomically, 0600) if anything new was learnt."""
+        """After a build: past ``MAX_KEYS``, keep only the passes it used; then write the
+        remembered passes (atomically, 0600) if anything new was learnt or forgotten."""
+        used, self._used = self._used, set()
+        if len(self.passed_keys) > MAX_KEYS:
+            self.passed_keys = used
+            self._loaded = set()  # (the file holds the forgotten ones: written again)
         if self.directory is None or not self.persist or self.passed_keys <= self._loaded:
             return
         try:

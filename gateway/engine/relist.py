@@ -6,8 +6,9 @@ runs marks one more as pending (it will see every change so far); while one is p
 a notification adds nothing. One that comes while the server is still being listed is
 re-listed once it is ready (that listing may have been answered before the change). The
 re-list runs in the hub's own task, so whoever delivers notifications is never held up by
-it. A server is re-listed once however many profiles see it; each of those rebuilds its
-own catalog from the new lists.
+it; one that follows another waits as long as that one took, so a server that never stops
+changing cannot keep the catalog rebuilding. A server is re-listed once however many
+profiles see it; each of those rebuilds its own catalog from the new lists.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ KINDS = {
     "notifications/resources/list_changed": "resources",
 }
 """The list each ``list_changed`` notification is about."""
+MAX_PAUSE = 30.0
+"""Seconds at most between two re-lists of one server's list (``Relists._relist``)."""
 
 
 class Relists:
@@ -70,6 +73,7 @@ class Relists:
         try:
             while True:
                 self._pending[key] = False
+                started = anyio.current_time()
                 try:
                     await downstream.refresh(**{kind: True})
                     for publisher in self.publishers:
@@ -83,5 +87,9 @@ class Relists:
                     log.warning("[%s] re-listing %s after list_changed failed: %s", downstream.id, kind, exc)
                 if not self._pending[key]:
                     return
+                # Changed again meanwhile: first as long again as this round took. A server that
+                # announces change after change then has the event loop (the rebuild runs on
+                # it) half the time at most, however large its lists.
+                await anyio.sleep(min(anyio.current_time() - started, MAX_PAUSE))
         finally:
             del self._pending[key]

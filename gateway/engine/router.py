@@ -62,6 +62,10 @@ class Call:
     """Why ``tool_call``'s own arguments cannot run anything."""
 
 
+MAX_REMOVED = 10_000
+"""Removed names remembered for their "no longer available" answer (then: "unknown")."""
+
+
 class Router:
     def __init__(
         self,
@@ -73,8 +77,9 @@ class Router:
         self.policy = policy or PolicyConfig()
         self.spill = spill or SpillConfig(enabled=False)
         self.epoch: Epoch | None = None
-        self.removed: set[str] = set()
-        """Names that earlier epochs had and the current one does not."""
+        self.removed: dict[str, None] = {}
+        """Names that earlier epochs had and the current one does not, oldest first: at most
+        ``MAX_REMOVED`` (a server that renames its tools on every change adds names for ever)."""
         self.ready = anyio.Event()
         """Set once an epoch is published: a warm start's, the lock's, or the discovery barrier's."""
         self.settled = anyio.Event()
@@ -94,9 +99,15 @@ class Router:
 
     async def publish(self, epoch: Epoch) -> None:
         """Make ``epoch`` current; sessions are re-bound by the caller (the hub)."""
+        current = epoch.catalog.by_name
+        for name in [n for n in self.removed if n in current]:  # back again
+            del self.removed[name]
         if self.epoch is not None:
-            self.removed |= set(self.epoch.catalog.by_name) - set(epoch.catalog.by_name)
-        self.removed -= set(epoch.catalog.by_name)
+            for name in self.epoch.catalog.by_name:
+                if name not in current:
+                    self.removed[name] = None
+        while len(self.removed) > MAX_REMOVED:
+            del self.removed[next(iter(self.removed))]
         self.epoch = epoch
         self.ready.set()
 
