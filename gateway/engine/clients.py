@@ -193,16 +193,19 @@ class Clients:
                 continue
             self.deliver(client, functools.partial(send, session), key, essential=essential)
 
-    def deliver(self, client: ClientConnection, send: Send, key: str | None = None, *, essential: bool = False) -> None:
+    def deliver(
+        self, client: ClientConnection, send: Send, key: str | None = None, *, essential: bool = False, call: Any = None
+    ) -> None:
         """Queue ``send`` (a message to ``client``) on the client's outbox: sent in order by the
-        client's own task, never awaited here (``Outbox.put`` for ``key`` and ``essential``)."""
+        client's own task, never awaited here (``Outbox.put`` for ``key``, ``essential`` and
+        ``call``)."""
         outbox = client.outbox
         if outbox is None:
             if self.tasks is None:  # (a client of no hub, never told anything)
                 log.debug("notification to a client of no hub dropped")
                 return
             outbox = client.outbox = Outbox(self.tasks.start_soon, _name(client))
-        outbox.put(send, key, essential=essential)
+        outbox.put(send, key, essential=essential, call=call)
 
     async def tools_changed(self) -> None:
         self.broadcast(lambda s: s.send_tool_list_changed(), key="list:tools", essential=True)

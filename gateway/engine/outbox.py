@@ -11,8 +11,9 @@ dropped and counted, as the inbox drops a server's; an essential one (a ``list_c
 is never dropped, and one pending per key stands for any number.
 
 A log message a server sent during a call belongs before that call's answer, on the call's
-own stream: the call waits for ``flushed`` before it answers (at most ``FLUSH_SECONDS``,
-its own client's cost).
+own stream: the call waits for ``flushed`` before it answers, until what was queued for it
+is sent (at most ``FLUSH_SECONDS``, its own client's cost). A call with nothing queued for
+it does not wait.
 """
 
 from __future__ import annotations
@@ -38,15 +39,29 @@ Spawn = Callable[[Callable[[], Coroutine[Any, Any, None]]], object]
 class Outbox:
     """One client's queue of messages from shared tasks (``put``), sent by its own task."""
 
-    __slots__ = ("_spawn", "_who", "_queue", "_keys", "_droppable", "_put", "_sent", "_caught_up", "_scope", "dropped")
+    __slots__ = (
+        "_spawn",
+        "_who",
+        "_queue",
+        "_keys",
+        "_calls",
+        "_droppable",
+        "_put",
+        "_sent",
+        "_caught_up",
+        "_scope",
+        "dropped",
+    )
 
     def __init__(self, spawn: Spawn, who: str) -> None:
         """``spawn``: starts the sending task (a task group's ``start_soon``); ``who``: the
         client, as the log names it."""
         self._spawn = spawn
         self._who = who
-        self._queue: deque[tuple[Send, str | None, bool]] = deque()
+        self._queue: deque[tuple[Send, str | None, bool, object]] = deque()
         self._keys: set[str] = set()
+        self._calls: dict[object, int] = {}
+        """Per call (its request id): the number of its newest message queued, until it is sent."""
         self._droppable = 0
         self._put = 0
         self._sent = 0
@@ -54,9 +69,10 @@ class Outbox:
         self._scope: anyio.CancelScope | None = None
         self.dropped = 0
 
-    def put(self, send: Send, key: str | None = None, *, essential: bool = False) -> None:
+    def put(self, send: Send, key: str | None = None, *, essential: bool = False, call: object = None) -> None:
         """Queue ``send`` without waiting. ``key``: while a message with it waits, this one is
-        the same and is not queued; ``essential``: never dropped (keyed, so bounded)."""
+        the same and is not queued; ``essential``: never dropped (keyed, so bounded);
+        ``call``: the request id of the call it belongs before the answer of (``flushed``)."""
         if key is not None:
             if key in self._keys:
                 return
@@ -70,8 +86,10 @@ class Outbox:
                 self.dropped += 1
                 return
             self._droppable += 1
-        self._queue.append((send, key, essential))
+        self._queue.append((send, key, essential, call))
         self._put += 1
+        if call is not None:
+            self._calls[call] = self._put
         if self._scope is None:
             self._scope = anyio.CancelScope()
             self._spawn(self._run)
@@ -82,7 +100,7 @@ class Outbox:
         try:
             with scope:
                 while self._queue:
-                    send, key, essential = self._queue.popleft()
+                    send, key, essential, call = self._queue.popleft()
                     if key is not None:
                         self._keys.discard(key)
                     if not essential:
@@ -92,6 +110,8 @@ class Outbox:
                     except Exception as exc:  # noqa: BLE001 - a gone client must not stop its queue
                         log.debug("notification to client %s failed: %s", self._who, exc)
                     self._sent += 1
+                    if call is not None and self._calls.get(call) == self._sent:
+                        del self._calls[call]
                     self._wake()
         finally:
             if self._scope is scope:
@@ -105,24 +125,28 @@ class Outbox:
             self._caught_up.set()  # every waiter shares it; the next wait makes a new one
             self._caught_up = None
 
-    async def flushed(self, timeout: float = FLUSH_SECONDS) -> None:
-        """Until every message queued so far has been sent (at most ``timeout``)."""
-        target = self._put
+    def holds(self, call: object) -> bool:
+        """Whether a message queued for ``call`` has not been sent yet."""
+        return call in self._calls
+
+    async def flushed(self, call: object, timeout: float = FLUSH_SECONDS) -> None:
+        """Until what was queued for ``call`` (and so everything before it) has been sent (at
+        most ``timeout``)."""
+        target = self._calls.get(call)
+        if target is None:
+            return
         with anyio.move_on_after(timeout):
             while self._sent < target and self._scope is not None:
                 if self._caught_up is None:
                     self._caught_up = anyio.Event()
                 await self._caught_up.wait()
-
-    @property
-    def waiting(self) -> bool:
-        """Whether anything queued has not been sent yet."""
-        return self._sent < self._put and self._scope is not None
+        self._calls.pop(call, None)  # (on time or not: the call answers now)
 
     def close(self) -> None:
         """The client has gone: what waits is dropped and the sending task stops."""
         self._queue.clear()
         self._keys.clear()
+        self._calls.clear()
         self._droppable = 0
         self._sent = self._put
         if self._scope is not None:

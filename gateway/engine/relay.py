@@ -297,7 +297,7 @@ class Relay:
             return
         related = request_id if call_session else None
         send = functools.partial(session.send_elicit_complete, elicitation_id, related_request_id=related)
-        self._clients.deliver(client, send, "complete:" + elicitation_id)
+        self._clients.deliver(client, send, "complete:" + elicitation_id, call=related)
 
     def log(self, downstream: Downstream, params: dict[str, Any]) -> None:
         """A server's log message goes to the client whose call to it is in flight (on that
@@ -317,7 +317,8 @@ class Relay:
         if request_id is not None and caller is not None:
             session = caller.call_sessions.get(request_id)
             if session is not None and admits(caller.log_level, level):  # (before the call's answer: ``flushed``)
-                self._clients.deliver(caller, functools.partial(_send_log, session, level, data, source, request_id))
+                send = functools.partial(_send_log, session, level, data, source, request_id)
+                self._clients.deliver(caller, send, call=request_id)
             return
         self._clients.broadcast(
             lambda s: _send_log(s, level, data, source, None),

@@ -216,11 +216,11 @@ class Handlers:
         try:
             result = await self._run_tool_call(ctx, client, name, arguments)
         except MCPError:
-            if (outbox := client.outbox) is not None and outbox.waiting:
-                await outbox.flushed()
+            if (outbox := client.outbox) is not None and outbox.holds(ctx.request_id):
+                await outbox.flushed(ctx.request_id)
             raise
-        if (outbox := client.outbox) is not None and outbox.waiting:
-            await outbox.flushed()
+        if (outbox := client.outbox) is not None and outbox.holds(ctx.request_id):
+            await outbox.flushed(ctx.request_id)
         return result
 
     async def _run_tool_call(
