@@ -127,12 +127,17 @@ class Clients:
             return self.connected
         return sorted((c for peer in self.peers for c in peer.connected), key=lambda c: c.arrival)
 
-    async def connect(self, state: ClientState) -> ClientConnection:
-        client = ClientConnection(state, servers=self._server_ids)
+    def connect(self, state: ClientState, session: ServerSession | None = None) -> ClientConnection:
+        """A client is connected from here on, with its ``session`` (its channel) from the start
+        (a server's request may find it at once); its state is bound next (``bind``)."""
+        client = ClientConnection(state, server_session=session, servers=self._server_ids)
         self.connected.append(client)
-        if self._router.epoch is not None:
-            await state.enter(self._router.epoch.identity)
         return client
+
+    async def bind(self, client: ClientConnection) -> None:
+        """A newly connected client's state binds to the epoch served (when there is one)."""
+        if self._router.epoch is not None:
+            await client.state.enter(self._router.epoch.identity)
 
     def disconnect(self, client: ClientConnection) -> None:
         if client in self.connected:

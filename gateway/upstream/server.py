@@ -136,10 +136,10 @@ class Handlers:
         if client is None and self.detached:
             client = connection.state[_STATE_KEY] = ClientConnection(self.new_state(ctx))
         elif client is None:
-            client = await self.hub.clients.connect(self.new_state(ctx))
+            client = self.hub.clients.connect(self.new_state(ctx), ctx.session)
             connection.state[_STATE_KEY] = client
-            connection.exit_stack.callback(self.hub.clients.disconnect, client)
-            client.server_session = ctx.session
+            connection.exit_stack.callback(self.hub.clients.disconnect, client)  # (before anything is awaited)
+            await self.hub.clients.bind(client)
             await self.hub.publisher.joined(client)
         client.server_session = ctx.session
         return client
