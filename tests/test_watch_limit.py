@@ -93,5 +93,13 @@ async def test_one_principal_s_listen_streams_leave_room_for_another_s(tmp_path:
                                 async for event in events:
                                     assert isinstance(event, ResourceUpdated) and event.uri == "demo://r/readme"
                                     break
-                    async with alice.listen(tools_list_changed=True):  # one of hers ended: room again
-                        pass
+
+                    async def room_again() -> bool:  # (once the gateway has seen one of hers end)
+                        try:
+                            async with alice.listen(tools_list_changed=True):
+                                return True
+                        except MCPError as exc:
+                            assert "2 listen streams open already" in str(exc)
+                            return False
+
+                    await wait_for(room_again, 10)
