@@ -9,6 +9,7 @@ with two bearer tokens, the demo server behind it, the real SDK client in both e
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -29,6 +30,16 @@ ITEMS = [f"demo://r/items/{i}" for i in range(4)]
 @pytest.fixture
 def config(tmp_path: Path) -> Path:
     return write_config(tmp_path, {"r": demo("--tools", 0, "--rich", "--name", "r")})
+
+
+async def hears_the_readme_touched(bob: Any) -> None:
+    """Bob's own listen stream watches ``demo://r/readme`` and hears its update when he touches it."""
+    async with bob.listen(resource_subscriptions=["demo://r/readme"]) as events:
+        assert text(await bob.call_tool("r__touch", {})) == "touched"
+        with anyio.fail_after(10):
+            async for event in events:
+                assert isinstance(event, ResourceUpdated) and event.uri == "demo://r/readme"
+                break
 
 
 async def test_one_principal_at_its_limit_refuses_only_its_own_next_subscription(tmp_path: Path, config: Path) -> None:
@@ -63,12 +74,7 @@ async def test_a_listen_stream_past_its_principals_limit_holds_back_no_other(tmp
                 async with alice.listen(resource_subscriptions=ITEMS[:3]):
                     async with alice.listen(resource_subscriptions=["demo://r/readme"]):
                         await wait_for(lambda: "watches 3 resources already" in stderr.read_text(), 10)
-                        async with bob.listen(resource_subscriptions=["demo://r/readme"]) as events:
-                            assert text(await bob.call_tool("r__touch", {})) == "touched"
-                            with anyio.fail_after(10):
-                                async for event in events:
-                                    assert isinstance(event, ResourceUpdated) and event.uri == "demo://r/readme"
-                                    break
+                        await hears_the_readme_touched(bob)
     refused = [line for line in stderr.read_text().splitlines() if "watches 3 resources already" in line]
     assert len(refused) == 1 and "demo://r/readme" in refused[0]
 
@@ -87,12 +93,7 @@ async def test_one_principal_s_listen_streams_leave_room_for_another_s(tmp_path:
                         with pytest.raises(MCPError, match="2 listen streams open already"):
                             async with alice.listen(tools_list_changed=True):
                                 pass
-                        async with bob.listen(resource_subscriptions=["demo://r/readme"]) as events:
-                            assert text(await bob.call_tool("r__touch", {})) == "touched"
-                            with anyio.fail_after(10):
-                                async for event in events:
-                                    assert isinstance(event, ResourceUpdated) and event.uri == "demo://r/readme"
-                                    break
+                        await hears_the_readme_touched(bob)
 
                     async def room_again() -> bool:  # (once the gateway has seen one of hers end)
                         try:
