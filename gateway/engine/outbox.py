@@ -18,6 +18,7 @@ it does not wait.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
@@ -91,15 +92,15 @@ class Outbox:
         if call is not None:
             self._calls[call] = self._put
         if self._scope is None:
-            self._scope = anyio.CancelScope()
-            self._spawn(self._run)
+            scope = self._scope = anyio.CancelScope()
+            self._spawn(functools.partial(self._run, scope))
 
-    async def _run(self) -> None:
-        scope = self._scope
-        assert scope is not None
+    async def _run(self, scope: anyio.CancelScope) -> None:
+        """Send what is queued, in order, until the queue is empty (``scope``: cancelled by
+        ``close``, which may come before this task has even started)."""
         try:
             with scope:
-                while self._queue:
+                while self._queue and self._scope is scope:
                     send, key, essential, call = self._queue.popleft()
                     if key is not None:
                         self._keys.discard(key)
