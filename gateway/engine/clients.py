@@ -34,7 +34,7 @@ from gateway.engine.outbox import Outbox, Send
 from gateway.engine.router import Router
 from gateway.engine.watches import Watches
 from gateway.state.journal import activation_key, session_key
-from gateway.state.session import ClientState
+from gateway.state.session import ClientState, principal_key
 from gateway.state.store import StateStore
 
 log = logging.getLogger("prefixgate")
@@ -74,12 +74,6 @@ class ClientConnection:
     """When it connected, among the clients of every profile served."""
     outbox: Outbox | None = None
     """What shared tasks send it, sent in order by a task of its own (``Clients.deliver``)."""
-
-
-def principal_key(state: object) -> object:
-    """A principal, the same in every profile: its key, else (a stdio session) the state itself."""
-    principal = getattr(state, "principal", None)
-    return principal if isinstance(principal, str) else id(state)
 
 
 class Clients:

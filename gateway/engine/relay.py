@@ -33,9 +33,10 @@ from mcp_types.jsonrpc import INVALID_REQUEST
 
 from gateway.downstream.connection import Downstream
 from gateway.engine.capabilities import require
-from gateway.engine.clients import LOG_LEVELS, ClientConnection, Clients, admits, principal_key
+from gateway.engine.clients import LOG_LEVELS, ClientConnection, Clients, admits
 from gateway.engine.roundtrip import RoundTrip, RoundTrips
 from gateway.sdk import send_raw_request
+from gateway.state.session import principal_key
 
 log = logging.getLogger("prefixgate")
 

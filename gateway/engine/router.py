@@ -36,7 +36,7 @@ from gateway.eras import DEFAULT_VERSION
 from gateway.results import error_result, text_result
 from gateway.shapes import plain_text_result
 from gateway.state.retention import collect
-from gateway.state.session import ClientState
+from gateway.state.session import ClientState, principal_key
 from spill import ArtifactNotFound, artifact_read, bound_result, surely_within
 
 log = logging.getLogger("prefixgate.router")
@@ -247,8 +247,7 @@ class Router:
             dropped = unset_nulls(entry.declaration.get("inputSchema"), dict(arguments))
             if dropped:  # null for an optional, non-nullable argument: left out, as the model meant
                 arguments = {k: v for k, v in arguments.items() if k not in dropped}
-        owner = state.principal if state.principal is not None else id(state)
-        problem = await argument_problem(epoch, name, arguments, self.validation, owner)
+        problem = await argument_problem(epoch, name, arguments, self.validation, principal_key(state))
         if problem is not None:
             return _refused(note, "arguments", problem)
         downstream = self.downstreams[entry.server]

@@ -28,6 +28,12 @@ CAS_ATTEMPTS = 8
 """Grants retried when other replicas keep writing the same record in between."""
 
 
+def principal_key(state: object) -> object:
+    """A principal, the same in every profile: its key, else (a stdio session) the state itself."""
+    principal = getattr(state, "principal", None)
+    return principal if isinstance(principal, str) else id(state)
+
+
 class ClientState:
     """Activation (the ``records`` store under ``owner``) and artifacts (``store``) of one client session."""
 

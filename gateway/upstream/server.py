@@ -40,12 +40,12 @@ from gateway.downstream.link import ProgressFn
 from gateway.downstream.modern import relayable, relayed_meta
 from gateway.downstream.related import CALLER
 from gateway.engine.capabilities import answers_none, refusal
-from gateway.engine.clients import ClientConnection, principal_key
+from gateway.engine.clients import ClientConnection
 from gateway.engine.hub import Hub
 from gateway.eras import CACHE_HINTS, LIST_CACHE_FIELDS, with_result_type
 from gateway.results import error_result
 from gateway.sdk import connection_of
-from gateway.state.session import ClientState
+from gateway.state.session import ClientState, principal_key
 from gateway.upstream.inputs import answer_over_back_channel, missing_capability, requests_of
 
 log = logging.getLogger("prefixgate.server")
