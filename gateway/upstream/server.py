@@ -215,12 +215,10 @@ class Handlers:
         (a log line on the call's stream) is sent first (``Outbox.flushed``)."""
         try:
             result = await self._run_tool_call(ctx, client, name, arguments)
-        except MCPError:
-            if (outbox := client.outbox) is not None and outbox.holds(ctx.request_id):
-                await outbox.flushed(ctx.request_id)
+        except MCPError:  # (an error answer too; a cancelled call has no answer to wait with)
+            await _sent_first(client, ctx.request_id)
             raise
-        if (outbox := client.outbox) is not None and outbox.holds(ctx.request_id):
-            await outbox.flushed(ctx.request_id)
+        await _sent_first(client, ctx.request_id)
         return result
 
     async def _run_tool_call(
@@ -547,6 +545,13 @@ def _declared(ctx: ServerRequestContext[Any, Any]) -> dict[str, Any] | None:
         _LastDump.dump = declared.model_dump(by_alias=True, mode="json", exclude_none=True)
         _LastDump.model = declared
     return _LastDump.dump
+
+
+async def _sent_first(client: ClientConnection, request_id: Any) -> None:
+    """What a call's server sent its client before the answer (a log line on the call's
+    stream) goes out first: ``Outbox.flushed``, awaited only when something is queued for it."""
+    if (outbox := client.outbox) is not None and outbox.holds(request_id):
+        await outbox.flushed(request_id)
 
 
 class _Attributed:
