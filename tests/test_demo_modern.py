@@ -88,15 +88,21 @@ async def test_mutate_and_touch_reach_the_client_on_2026_07_28(config: Path, mod
         assert reached_modern(stderr), stderr.read_text()
 
 
+async def hears_the_readme_touched(client: Any) -> None:
+    """The client's own listen stream watches ``demo://r/readme`` and hears its update when it
+    touches it (``r__touch``)."""
+    async with client.listen(resource_subscriptions=["demo://r/readme"]) as events:
+        assert text(await client.call_tool("r__touch", {})) == "touched"
+        with anyio.fail_after(10):
+            async for event in events:
+                assert isinstance(event, ResourceUpdated) and event.uri == "demo://r/readme"
+                break
+
+
 async def test_touch_reaches_a_modern_client_on_2026_07_28(config: Path) -> None:
     with http_gateway(config, "--log-level", "info") as (url, stderr):
         async with sdk_client(url, "auto") as client:
-            async with client.listen(resource_subscriptions=["demo://r/readme"]) as events:
-                assert text(await client.call_tool("r__touch", {})) == "touched"
-                with anyio.fail_after(10):
-                    async for event in events:
-                        assert isinstance(event, ResourceUpdated) and event.uri == "demo://r/readme"
-                        break
+            await hears_the_readme_touched(client)
         assert reached_modern(stderr), stderr.read_text()
 
 

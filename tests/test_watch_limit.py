@@ -9,14 +9,12 @@ with two bearer tokens, the demo server behind it, the real SDK client in both e
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-import anyio
 import pytest
 from mcp.shared.exceptions import MCPError
-from mcp.shared.subscriptions import ResourceUpdated
 
-from tests.helpers import demo, http_gateway, sdk_client, text, wait_for, write_config
+from tests.helpers import demo, http_gateway, sdk_client, wait_for, write_config
+from tests.test_demo_modern import hears_the_readme_touched
 from tests.test_principals import tokens_file
 
 pytestmark = [pytest.mark.anyio, pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")]
@@ -30,16 +28,6 @@ ITEMS = [f"demo://r/items/{i}" for i in range(4)]
 @pytest.fixture
 def config(tmp_path: Path) -> Path:
     return write_config(tmp_path, {"r": demo("--tools", 0, "--rich", "--name", "r")})
-
-
-async def hears_the_readme_touched(bob: Any) -> None:
-    """Bob's own listen stream watches ``demo://r/readme`` and hears its update when he touches it."""
-    async with bob.listen(resource_subscriptions=["demo://r/readme"]) as events:
-        assert text(await bob.call_tool("r__touch", {})) == "touched"
-        with anyio.fail_after(10):
-            async for event in events:
-                assert isinstance(event, ResourceUpdated) and event.uri == "demo://r/readme"
-                break
 
 
 async def test_one_principal_at_its_limit_refuses_only_its_own_next_subscription(tmp_path: Path, config: Path) -> None:
