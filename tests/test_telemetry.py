@@ -212,3 +212,27 @@ async def test_a_call_the_catalog_lock_refuses_is_counted_and_audited_as_lock(tm
     (line,) = [json.loads(x) for x in (tmp_path / "state" / "audit" / "calls.jsonl").read_text().splitlines()]
     assert (line["tool"], line["decision"], line["outcome"]) == (new, "lock", "refused")
     assert line["reason"].startswith(f"Tool {new!r} is new since the lock")
+
+
+def test_tool_call_series_stay_bounded_when_tool_names_churn() -> None:
+    """A server that renames its tools at every change: each name called once, a series each,
+    for as long as the process lives. Past the bound, new names count as ``(other)``, and
+    nothing is lost from the total."""
+    from gateway.engine.metrics import OTHER_TOOLS, Metrics
+    from gateway.engine.telemetry import CallNote
+
+    metrics = Metrics(max_call_series=10)
+    for n in range(50):
+        metrics.call(None, CallNote(tool=f"s__tool_{n}", server="s"), "ok", 0.001)
+    metrics.call(None, CallNote(tool="s__tool_3", server="s"), "ok", 0.001)  # counted before: its own series
+    samples = {
+        s.labels["tool"]: s.value
+        for family in text_string_to_metric_families(metrics.text().decode())
+        if family.name == "prefixgate_tool_calls"
+        for s in family.samples
+        if s.name == "prefixgate_tool_calls_total"
+    }
+    assert len(samples) == 11
+    assert samples[OTHER_TOOLS] == 40
+    assert samples["s__tool_3"] == 2
+    assert sum(samples.values()) == 51

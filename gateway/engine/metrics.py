@@ -3,8 +3,9 @@
 Two kinds: what calls count as they finish (``Metrics.call``), and what is read from the
 running gateway when scraped (servers, catalogs, waiting round trips, the audit log's
 losses: ``Gauges``). Every label value is bounded by the config: server ids, catalog tool
-names (a name outside the catalog is ``(unknown)``), profile names, the gate's reasons,
-the protocol versions the SDK accepts. Never an argument, a token or an id a peer chose.
+names (a name outside the catalog is ``(unknown)``; past ``MAX_CALL_SERIES`` label sets, a
+new one is ``(other)``), profile names, the gate's reasons, the protocol versions the SDK
+accepts. Never an argument, a token or an id a peer chose.
 """
 
 from __future__ import annotations
@@ -30,13 +31,19 @@ counts into these metrics), the first one first."""
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 STATUSES = ("starting", "ready", "failed", "late", "disabled", "exited", "restarting")
+MAX_CALL_SERIES = 10_000
+"""Label sets of ``prefixgate_tool_calls`` kept. A server that renames its tools at every change
+would otherwise add series for as long as the process lives (a name called once stays); past
+this many, a call to a tool not yet counted is counted under ``OTHER_TOOLS``."""
+OTHER_TOOLS = "(other)"
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 
 
 class Metrics:
     """The registry of one gateway process (every profile it serves)."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_call_series: int = MAX_CALL_SERIES) -> None:
+        self.max_call_series = max_call_series
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.calls = Counter(
@@ -86,6 +93,9 @@ class Metrics:
         reason = note.decision if note.decision != "allowed" else ""
         key = (profile or "default", server, note.tool, note.version, outcome, reason)
         counter = self._calls.get(key)
+        if counter is None and len(self._calls) >= self.max_call_series:
+            key = (*key[:2], OTHER_TOOLS, *key[3:])
+            counter = self._calls.get(key)
         if counter is None:
             counter = self._calls[key] = self.calls.labels(*key)
         counter.inc()
