@@ -23,6 +23,8 @@ import anyio
 from anyio.abc import Process
 from anyio.streams.buffered import BufferedByteReceiveStream
 
+from gateway.engine.shares import Shares
+
 log = logging.getLogger("prefixgate.validation")
 
 BUDGET = 2.0
@@ -105,9 +107,8 @@ class ValidationPool:
         self.budget = budget
         self._idle: list[_Worker] = []
         self._limiter = anyio.CapacityLimiter(max_workers)
-        self._per_owner = min(per_owner, max_workers)
-        self._owners: dict[object, anyio.CapacityLimiter] = {}
-        """Per principal with a validation waiting or running: its share."""
+        self._shares = Shares(min(per_owner, max_workers))
+        """Per principal: its share of the workers."""
 
     async def violation(self, schema: Any, instance: Any, owner: object = None) -> tuple[list[str | int], str] | None:
         """Like ``catalog.validation.violation``, in a worker, within the budget; ``owner``:
@@ -115,16 +116,8 @@ class ValidationPool:
 
         Raises ValidationTimeout or ValidationFailure; a cancelled call kills its worker.
         """
-        share = self._owners.get(owner)
-        if share is None:
-            share = self._owners[owner] = anyio.CapacityLimiter(self._per_owner)
-        try:
-            async with share:
-                return await self._validate(schema, instance)
-        finally:
-            stats = share.statistics()
-            if not stats.borrowed_tokens and not stats.tasks_waiting and self._owners.get(owner) is share:
-                del self._owners[owner]
+        async with self._shares.held(owner):
+            return await self._validate(schema, instance)
 
     async def _validate(self, schema: Any, instance: Any) -> tuple[list[str | int], str] | None:
         async with self._limiter:
