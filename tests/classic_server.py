@@ -51,6 +51,8 @@ warnings.filterwarnings("ignore", category=MCPDeprecationWarning)
 
 server = MCPServer("classic", version="1.0", log_level="WARNING")
 cancelled_sleeps: set[str] = set()
+sleeping = {"now": 0, "peak": 0}
+"""``sleep`` calls running now, and the most that ever ran at once."""
 background: set[asyncio.Task[None]] = set()
 """Tasks that outlive their call (``url_required``'s completion notice), held until done."""
 
@@ -276,12 +278,22 @@ async def block(seconds: float) -> str:
 async def sleep(seconds: float, ctx: Context, tag: str = "") -> str:
     """Sleep (progress 0 once it runs); a cancelled sleep is remembered under its tag."""
     await ctx.report_progress(0, seconds, "sleeping")
+    sleeping["now"] += 1
+    sleeping["peak"] = max(sleeping["peak"], sleeping["now"])
     try:
         await anyio.sleep(seconds)
     except anyio.get_cancelled_exc_class():
         cancelled_sleeps.add(tag)
         raise
+    finally:
+        sleeping["now"] -= 1
     return f"slept {seconds:g}"
+
+
+@server.tool()
+def sleeps() -> str:
+    """How many ``sleep`` calls run now, and the most that ever ran at once."""
+    return f"now {sleeping['now']} peak {sleeping['peak']}"
 
 
 @server.tool()

@@ -37,6 +37,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from gateway.config import is_loopback as is_loopback
 from gateway.config import parse_listen as parse_listen
+from gateway.engine.shares import Shares
 from gateway.jsontext import scrub_escapes
 from gateway.sdk import lifespan_state
 from gateway.upstream.coalesce import coalescing_protocol, send_whole
@@ -108,6 +109,11 @@ BODY_TIMEOUT = float(os.environ.get("PREFIXGATE_HTTP_BODY_TIMEOUT") or 30.0)
 """Seconds a request body may take to arrive in full (the environment variable exists for tests)."""
 SESSION_IDLE_TIMEOUT = float(os.environ.get("PREFIXGATE_HTTP_SESSION_IDLE_TIMEOUT") or 30 * 60)
 """Seconds a handshake-era session may stay unused: the SDK's default (the variable exists for tests)."""
+REQUESTS_PER_PRINCIPAL = int(os.environ.get("PREFIXGATE_HTTP_REQUESTS_PER_PRINCIPAL") or 64)
+"""Requests (POSTed JSON-RPC requests; listen streams aside) one principal may have answered at
+once, as a stdio client may (gateway/upstream/stdio.py ``MAX_IN_FLIGHT``): more wait, in the
+order they came, for one of its own to end, while another principal's are answered (the
+variable exists for tests)."""
 SESSIONS_PER_PRINCIPAL = int(os.environ.get("PREFIXGATE_HTTP_SESSIONS_PER_PRINCIPAL") or 256)
 """Handshake-era sessions one principal may hold open at each endpoint: more close its least
 recently used idle one (gateway/sdk.py ``PrincipalSessions``; the variable exists for tests)."""
@@ -182,12 +188,15 @@ class Front:
         max_size: int = DEFAULT_MAX_REQUEST_BODY_SIZE,
         readiness: Readiness | None = None,
         metrics: Any = None,
+        requests_per_principal: int = REQUESTS_PER_PRINCIPAL,
     ) -> None:
         """``endpoints``: path -> the profile served there (``endpoint_path``); ``metrics``: what
         ``/metrics`` serves (``gateway.engine.metrics.Metrics``; None: not served)."""
         self.metrics = metrics
         self.in_flight = 0
         """POSTs being answered, listen streams aside (``drain`` waits for them)."""
+        self.shares = Shares(requests_per_principal)
+        """Each principal's requests being answered (``REQUESTS_PER_PRINCIPAL``)."""
         self._quiet: anyio.Event | None = None
         self.routes: dict[str, Endpoint] = {}
         for path, endpoint in endpoints.items():
@@ -247,13 +256,31 @@ class Front:
         counted = isinstance(body, bytes) and scope["method"] == "POST" and not _opens_a_stream(body)
         if counted:
             self.in_flight += 1
+        place = None
         try:
+            if counted and isinstance(body, bytes):
+                place = await self._place(scope, body)
             await self._serve(endpoint, scope, body, headers, receive, send)
         finally:
+            if place is not None:
+                self.shares.give(*place)
             if counted:
                 self.in_flight -= 1
                 if not self.in_flight and self._quiet is not None:
                     self._quiet.set()
+
+    async def _place(self, scope: Scope, body: bytes) -> tuple[str, object] | None:
+        """One of the request's principal's places (``REQUESTS_PER_PRINCIPAL``), or None for a
+        message that never waits: an answer or a notification, which a call of the same
+        principal may be waiting for (a server's question, a cancellation)."""
+        owner, borrower = principal_of_scope(scope), object()
+        if self.shares.take_nowait(owner, borrower):
+            return owner, borrower
+        if not _is_request(body):
+            return None
+        log.debug("principal %s has %d requests being answered: the next waits its turn", owner, self.shares.size)
+        await self.shares.take(owner, borrower)
+        return owner, borrower
 
     async def quiet(self) -> None:
         """Until no POST is being answered (listen streams aside)."""
@@ -367,6 +394,15 @@ class Front:
 
 
 _LISTEN = b"subscriptions/listen"
+
+
+def _is_request(body: bytes) -> bool:
+    """Whether a POST's body is one JSON-RPC request (a method and an id)."""
+    try:
+        found = json.loads(body)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(found, dict) and "method" in found and "id" in found
 
 
 def _opens_a_stream(body: bytes) -> bool:
