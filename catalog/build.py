@@ -20,6 +20,7 @@ from catalog.canonical import encode, join_array, join_object, member, members
 from catalog.model import JSON, Catalog, CatalogWarning, Entry, ServerTools
 from catalog.names import Profile, assign_names, code_unit_key, qualify
 from catalog.schema import canonicalize, check, sort_keys
+from catalog.tasks import TASK_ONLY, as_plain, task_only
 from catalog.text import quote
 
 _SCHEMA_KEYS = ("inputSchema", "outputSchema")
@@ -263,6 +264,8 @@ def _server_tools(
         if reason is not None:
             warnings.append(CatalogWarning("excluded", server.id, raw["name"], reason))
             continue
+        if server.tasks and task_only(raw):
+            raw = as_plain(raw)  # the gateway runs its calls as tasks (catalog/tasks.py)
         seen = by_name.get(raw["name"])
         if seen is None:
             by_name[raw["name"]] = raw
@@ -276,22 +279,9 @@ def _server_tools(
         kept, more = _keep_one(server.id, name, raws, extra, memo, output_schemas, schemas)
         tools.extend(kept)
         warnings.extend(more)
-        if any(_task_only(t.declaration) for t in kept):
+        if any(task_only(t.declaration) for t in kept):
             warnings.append(CatalogWarning("task-only", server.id, name, TASK_ONLY))
     return tools, warnings
-
-
-TASK_ONLY = (
-    'execution.taskSupport is "required": a call needs task augmentation (tasks, 2025-11-25), which '
-    "the gateway does not relay, so its calls fail; exclude it (exclude in its [servers] table) or "
-    "reach the server directly"
-)
-"""The warning for a published tool that no call through the gateway can run."""
-
-
-def _task_only(declaration: dict[str, JSON]) -> bool:
-    execution = declaration.get("execution")
-    return isinstance(execution, dict) and execution.get("taskSupport") == "required"
 
 
 def _keep_one(

@@ -28,6 +28,9 @@ class ServerTools:
     include: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
     deferred: bool = False
+    tasks: bool = False
+    """The server runs ``tools/call`` as a task: a tool that runs only so is published for
+    plain calls, which the gateway runs as tasks (catalog/tasks.py)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -200,19 +200,32 @@ def test_include_and_exclude() -> None:
     assert [w.kind for w in cat.warnings] == ["excluded"]
 
 
-def test_a_tool_that_needs_tasks_is_published_with_a_warning() -> None:
-    """``taskSupport: "required"``: the gateway relays no tasks, so such a tool is published
-    as listed (never dropped silently) and the build says its calls fail."""
-    needs = tool("research", execution={"taskSupport": "required"})
+def test_a_tool_that_needs_tasks_is_published_for_plain_calls_when_its_server_runs_tasks() -> None:
+    """``taskSupport: "required"``: the gateway offers its clients no tasks, so it runs each
+    call of such a tool as a task at its server (gateway/downstream/tasks.py) and publishes
+    it without ``taskSupport``; other ``execution`` members and an ``optional`` stay."""
+    needs = tool("research", execution={"taskSupport": "required", "other": 1})
+    only = tool("only", execution={"taskSupport": "required"})
     may = tool("maybe", execution={"taskSupport": "optional"})
-    cat = build([server("s", needs, may, tool("plain"))], OPENAI)
-    assert [e.declaration.get("execution") for e in cat.entries] == [
-        {"taskSupport": "optional"},
-        None,
-        {"taskSupport": "required"},
+    cat = build([server("s", needs, only, may, tool("plain"), tasks=True)], OPENAI)
+    assert [(e.original, e.declaration.get("execution")) for e in cat.entries] == [
+        ("maybe", {"taskSupport": "optional"}),
+        ("only", None),
+        ("plain", None),
+        ("research", {"other": 1}),
     ]
+    assert "execution" not in cat.by_name["s__only"].declaration
+    assert cat.warnings == ()
+
+
+def test_a_tool_that_needs_tasks_of_a_server_without_them_is_published_with_a_warning() -> None:
+    """A server that lists a task-only tool but declares no tasks for ``tools/call``: no call
+    can run it, so it is published as listed (never dropped silently) and the build says so."""
+    needs = tool("research", execution={"taskSupport": "required"})
+    cat = build([server("s", needs, tool("plain"))], OPENAI)
+    assert [e.declaration.get("execution") for e in cat.entries] == [None, {"taskSupport": "required"}]
     assert [(w.kind, w.tool) for w in cat.warnings] == [("task-only", "research")]
-    assert "does not relay" in cat.warnings[0].detail
+    assert "declares no tasks for tools/call" in cat.warnings[0].detail
 
 
 def test_duplicates_keep_one_deterministically() -> None:
@@ -297,3 +310,15 @@ def test_extra_check_quarantines_with_its_reason() -> None:
     assert [(w.kind, w.tool, w.detail) for w in catalog.warnings] == [
         ("quarantined", "odd", "readOnlyHint must be a boolean")
     ]
+
+
+def test_what_says_a_tool_runs_only_as_a_task_and_a_server_runs_them() -> None:
+    """Peers' values of any shape: only the exact ones count, nothing raises."""
+    from catalog.tasks import runs_tool_tasks, task_only
+
+    assert runs_tool_tasks({"tasks": {"requests": {"tools": {"call": {}}}}})
+    for caps in ({}, {"tasks": {}}, {"tasks": {"requests": {"tools": {"call": True}}}}, {"tasks": []}, {"tasks": "x"}):
+        assert not runs_tool_tasks(caps), caps
+    assert task_only({"name": "t", "execution": {"taskSupport": "required"}})
+    for execution in (None, [], "required", {"taskSupport": "optional"}, {"taskSupport": ["required"]}):
+        assert not task_only({"name": "t", "execution": execution}), execution

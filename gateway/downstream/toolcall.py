@@ -24,6 +24,7 @@ from gateway.downstream.link import ProgressFn
 from gateway.downstream.modern import ENVELOPE, relayable, relayed_meta
 from gateway.downstream.rawcalls import UNSENDABLE_REQUEST
 from gateway.downstream.stdio import MESSAGE_TOO_LARGE, UNPARSABLE_REPLY
+from gateway.downstream.tasks import call_as_task
 from gateway.results import error_result
 
 SPEC_ERRORS = (-32099, -32020)
@@ -61,13 +62,24 @@ async def call_tool(
     timeout, max_time = downstream.config.call_timeout, downstream.config.max_call_time
     oauth = downstream.oauth
     mark = oauth.problems.mark() if oauth is not None else 0
+    level = wanted_level if isinstance(wanted_level, str) else None
     try:
+        if downstream.runs_as_task(tool):
+            return await call_as_task(
+                downstream,
+                params,
+                timeout=timeout,
+                max_time=max_time,
+                on_progress=on_progress,
+                log_level=level,
+                capabilities=capabilities,
+            )
         return await downstream.request(
             "tools/call",
             params,
             timeout=timeout,
             on_progress=on_progress,
-            log_level=wanted_level if isinstance(wanted_level, str) else None,
+            log_level=level,
             capabilities=capabilities,
             max_time=max_time,
         )

@@ -20,6 +20,7 @@ from catalog.build import build
 from catalog.lock import Lock, Pending, apply
 from catalog.model import Catalog, ServerTools
 from catalog.search import SearchIndex, tool_call_declaration, tool_search_declaration
+from catalog.tasks import runs_tool_tasks
 from catalog.validation import compile_validator, is_referencing
 from gateway.config import Config, ServerConfig
 from gateway.downstream.connection import Downstream
@@ -127,7 +128,11 @@ def meta_declarations(spill: bool) -> dict[str, dict[str, Any]]:
     return meta
 
 
-def server_tools(config: ServerConfig, tools: Sequence[Any]) -> ServerTools:
+def server_tools(
+    config: ServerConfig, tools: Sequence[Any], capabilities: Mapping[str, Any] | None = None
+) -> ServerTools:
+    """What the build takes of a server: its tools, the config that shapes their names, and
+    (``capabilities``) whether it runs tool calls as tasks."""
     return ServerTools(
         id=config.id,
         prefix=config.prefix,
@@ -135,6 +140,7 @@ def server_tools(config: ServerConfig, tools: Sequence[Any]) -> ServerTools:
         include=config.include,
         exclude=config.exclude,
         deferred=config.deferred,
+        tasks=runs_tool_tasks(capabilities or {}),
     )
 
 
@@ -143,7 +149,7 @@ def epoch_of(
 ) -> Epoch:
     """The epoch the servers' lists build: each server that has a listing (``Downstream.listed``:
     live now, or the last one it gave or the warm record gave it while it is down)."""
-    servers = [server_tools(d.config, d.tools) for d in downstreams if d.config.enabled and d.listed]
+    servers = [server_tools(d.config, d.tools, d.capabilities) for d in downstreams if d.config.enabled and d.listed]
     ready = frozenset(d.config.id for d in downstreams if d.status == "ready")
     return build_epoch(config, servers, checks, lock, ready)
 

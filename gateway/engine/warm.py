@@ -189,7 +189,11 @@ class WarmRecords:
 def _record_epoch(
     config: Config, servers: Mapping[str, Contribution], checks: CheckCache, lock: Lock | None
 ) -> Epoch | None:
-    listed = [server_tools(s, servers[s.id].tools) for s in config.servers if s.enabled and s.id in servers]
+    listed = [
+        server_tools(s, servers[s.id].tools, servers[s.id].capabilities)
+        for s in config.servers
+        if s.enabled and s.id in servers
+    ]
     try:
         return build_epoch(config, listed, checks, lock, frozenset(servers))
     except DecisionError:

@@ -1,0 +1,83 @@
+"""A call of a tool that runs only as a task, made as one at its server and answered plainly.
+
+The gateway offers its clients no tasks (SEP-1686), so a tool whose ``execution.taskSupport``
+is ``"required"`` is published for plain calls (catalog/tasks.py) and each call of it is
+run here the way a task-capable client runs it: ``tools/call`` with a ``task``, which the
+server answers with the task it created, then ``tasks/result``, which the server answers
+once the task is over with the call's own result. What the server asks the client
+meanwhile (``elicitation/create`` while the task waits for input) reaches the caller as any
+call's question does. A call that ends before its task (cancelled, or past its time) cancels
+the task (``tasks/cancel``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import anyio
+
+from gateway.downstream.connection import Downstream
+from gateway.downstream.link import ProgressFn
+
+log = logging.getLogger("prefixgate.tasks")
+
+RELATED_TASK = "io.modelcontextprotocol/related-task"
+"""The ``_meta`` key of a result that names its task: the caller never saw that task."""
+CANCEL_WAIT = 2.0
+"""Seconds a call that ended early waits for its server to take the task's cancellation."""
+
+
+async def call_as_task(
+    downstream: Downstream,
+    params: Mapping[str, Any],
+    *,
+    timeout: float,
+    max_time: float,
+    on_progress: ProgressFn | None = None,
+    log_level: str | None = None,
+    capabilities: Any = None,
+) -> dict[str, Any]:
+    """The result of the ``tools/call`` ``params`` run as a task (raises as ``request`` does)."""
+    task = {"ttl": int(max_time * 1000)}
+    created = await downstream.request(
+        "tools/call",
+        {**params, "task": task},
+        timeout=timeout,
+        on_progress=on_progress,
+        log_level=log_level,
+        capabilities=capabilities,
+        max_time=max_time,
+    )
+    found = created.get("task")
+    task_id = found.get("taskId") if isinstance(found, dict) else None
+    if not isinstance(task_id, str):
+        return created  # answered without a task after all: that is the call's result
+    finished = False
+    try:
+        # The task runs as long as it needs: no answer is due before it ends, up to max_time.
+        result = await downstream.request("tasks/result", {"taskId": task_id}, timeout=max_time, max_time=max_time)
+        finished = True
+    finally:
+        if not finished:
+            await _cancel(downstream, task_id)
+    meta = result.get("_meta")
+    if isinstance(meta, dict) and RELATED_TASK in meta:
+        result = dict(result)
+        rest = {k: v for k, v in meta.items() if k != RELATED_TASK}
+        if rest:
+            result["_meta"] = rest
+        else:
+            del result["_meta"]
+    return result
+
+
+async def _cancel(downstream: Downstream, task_id: str) -> None:
+    """Ask the server to cancel the task, waiting ``CANCEL_WAIT`` s at most (even when the
+    call was cancelled); an error (a task already over, a server gone) changes nothing."""
+    with anyio.CancelScope(shield=True), anyio.move_on_after(CANCEL_WAIT):
+        try:
+            await downstream.request("tasks/cancel", {"taskId": task_id}, timeout=CANCEL_WAIT)
+        except Exception as exc:  # noqa: BLE001 - best effort: the call is over either way
+            log.debug("[%s] tasks/cancel of %s: %s", downstream.id, task_id, exc)

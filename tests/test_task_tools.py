@@ -1,0 +1,146 @@
+"""A tool that runs only as a task (``execution.taskSupport: "required"``, SEP-1686) works
+through the gateway for every client.
+
+Directly, only a client that makes tasks can call server-everything's
+``simulate-research-query``; the gateway offers its clients no tasks, so it used to publish
+the tool and let every call fail. Now it publishes the tool for plain calls and runs each one
+as a task at the server: ``tools/call`` with a ``task``, then ``tasks/result``. The server's
+question while the task waits for input reaches the caller as any call's question does, and
+a call cancelled before its task ends cancels the task. The real server-everything (npm)
+over a pipe, the real gateway, the real SDK client in both eras (over stdio, and over HTTP
+for the question to a 2026-07-28 client, whose answer comes back on a retried call).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp_types as types
+import pytest
+
+from tests.conformance.runner import node_binary
+from tests.helpers import ERAS, free_port, http_gateway, sdk_client, text, wait_for, write_config
+
+pytestmark = [pytest.mark.anyio, pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")]
+
+TOOL = "ev__simulate-research-query"
+
+
+def script_of(npm_packages: Path) -> Path:
+    return npm_packages / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
+
+
+def everything(tmp_path: Path, npm_packages: Path, url: str | None = None) -> Path:
+    """A config with server-everything over a pipe, or at ``url`` (streamable HTTP)."""
+    if url is not None:
+        server: dict[str, Any] = {"url": url, "prefix": "ev"}
+    else:
+        server = {"command": str(node_binary()), "args": [str(script_of(npm_packages)), "stdio"], "prefix": "ev"}
+    return write_config(tmp_path, {"everything": server}, client={"profile": "mcp"})
+
+
+@contextmanager
+def everything_over_http(npm_packages: Path) -> Iterator[str]:
+    """server-everything's streamable HTTP mode on a free port: its endpoint's URL."""
+    port = free_port()
+    command = [str(node_binary()), str(script_of(npm_packages)), "streamableHttp"]
+    proc = subprocess.Popen(command, env={**os.environ, "PORT": str(port)}, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(600):
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            if proc.poll() is not None:
+                raise RuntimeError(f"server-everything exited with {proc.returncode}")
+            time.sleep(0.05)
+        else:
+            raise RuntimeError("server-everything did not listen within 30 s")
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+class Asked:
+    """An elicitation callback that answers every question with one interpretation."""
+
+    def __init__(self) -> None:
+        self.questions: list[str] = []
+
+    async def __call__(self, context: Any, params: Any) -> types.ElicitResult:
+        self.questions.append(params.message)
+        return types.ElicitResult(action="accept", content={"interpretation": "felines"})
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_tool_that_runs_only_as_a_task_is_published_plain_and_answers(
+    tmp_path: Path, npm_packages: Path, mode: str
+) -> None:
+    config = everything(tmp_path, npm_packages)
+    errlog = tmp_path / "gateway.log"
+    async with sdk_client(config, mode, errlog=errlog) as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        declared = tools[TOOL].model_dump(by_alias=True, exclude_none=True)
+        assert "taskSupport" not in json.dumps(declared), declared  # a plain call is what to make
+        result = await client.call_tool(TOOL, {"topic": "cats"})
+        assert not result.is_error, text(result)
+        assert text(result).startswith("# Research Report: cats"), text(result)[:200]
+        assert "related-task" not in json.dumps(result.model_dump(by_alias=True, exclude_none=True))
+        echo = await client.call_tool("ev__echo", {"message": "and the rest as before"})
+        assert "and the rest as before" in text(echo)
+    assert "task-only" not in errlog.read_text()
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_tasks_question_reaches_the_caller_and_its_answer_the_task(
+    tmp_path: Path, npm_packages: Path, mode: str
+) -> None:
+    config = everything(tmp_path, npm_packages)
+    asked = Asked()
+    with http_gateway(config) as (url, _):
+        async with sdk_client(url, mode, elicitation_callback=asked) as client:
+            result = await client.call_tool(TOOL, {"topic": "cats", "ambiguous": True})
+    assert not result.is_error, text(result)
+    assert len(asked.questions) == 1 and "cats" in asked.questions[0]
+    assert text(result).startswith("# Research Report: cats (felines)"), text(result)[:200]
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_cancelled_call_cancels_its_task(tmp_path: Path, npm_packages: Path, mode: str) -> None:
+    """The call's client gives up after 1.5 s of the task's 4: the gateway cancels the task
+    (tasks/cancel). server-everything's task then finds itself cancelled at its next stage
+    and says so on its stderr, which the gateway logs."""
+    config = everything(tmp_path, npm_packages)
+    errlog = tmp_path / "gateway.log"
+    async with sdk_client(config, mode, errlog=errlog) as client:
+        with anyio.move_on_after(1.5):
+            await client.call_tool(TOOL, {"topic": "dogs"})
+            pytest.fail("the task takes 4 s")
+        await wait_for(lambda: 'from terminal status "cancelled"' in errlog.read_text())
+        echo = await client.call_tool("ev__echo", {"message": "still serving"})
+        assert "still serving" in text(echo)
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_task_tool_of_a_streamable_http_server_asks_and_answers(
+    tmp_path: Path, npm_packages: Path, mode: str
+) -> None:
+    """The same over streamable HTTP toward the server: its question comes on the stream of
+    the ``tasks/result`` the gateway made for the call."""
+    asked = Asked()
+    with everything_over_http(npm_packages) as url:
+        config = everything(tmp_path, npm_packages, url)
+        async with sdk_client(config, mode, elicitation_callback=asked) as client:
+            result = await client.call_tool(TOOL, {"topic": "cats", "ambiguous": True})
+    assert not result.is_error, text(result)
+    assert len(asked.questions) == 1
+    assert text(result).startswith("# Research Report: cats (felines)"), text(result)[:200]
