@@ -18,7 +18,6 @@ import anyio
 from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import INVALID_REQUEST
 
-from catalog.tasks import runs_tool_tasks, task_only
 from catalog.text import escape
 from catalog.warm import Contribution
 from gateway.config import ServerConfig
@@ -93,8 +92,6 @@ class Downstream:
         self.templates: tuple[Any, ...] = ()
         self.prompts: tuple[Any, ...] = ()
         self.capabilities: dict[str, Any] = {}
-        self._task_tools: tuple[tuple[Any, ...], frozenset[str]] = ((), frozenset())
-        """``tools`` as last seen by ``runs_as_task``, and the names in it that run only as tasks."""
         self.source: Literal["live", "record"] | None = None
         """Where ``tools`` and the other lists come from: the server itself ("live", its last
         listing, kept while it is down), or the warm-start record (until it lists its own)."""
@@ -151,19 +148,6 @@ class Downstream:
     def _is_ready(self) -> bool:
         """The status read afresh (after an await it may have changed since the check above)."""
         return self.status == "ready"
-
-    def runs_as_task(self, tool: str) -> bool:
-        """Whether a call of ``tool`` is made as a task (gateway/downstream/tasks.py): the tool
-        runs only so, and the server declares that it runs tool calls as tasks."""
-        if not runs_tool_tasks(self.capabilities):
-            return False
-        tools = self.tools
-        if self._task_tools[0] is not tools:
-            names = frozenset(
-                name for t in tools if isinstance(t, dict) and task_only(t) and isinstance(name := t.get("name"), str)
-            )
-            self._task_tools = (tools, names)
-        return tool in self._task_tools[1]
 
     def remember(self, recorded: Contribution) -> None:
         """A warm start: the lists it gave last time stand for it until it lists its own."""

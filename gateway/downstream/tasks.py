@@ -13,11 +13,13 @@ the task (``tasks/cancel``).
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
 import anyio
 
+from catalog.tasks import runs_tool_tasks, task_only
 from gateway.downstream.connection import Downstream
 from gateway.downstream.link import ProgressFn
 
@@ -27,6 +29,26 @@ RELATED_TASK = "io.modelcontextprotocol/related-task"
 """The ``_meta`` key of a result that names its task: the caller never saw that task."""
 CANCEL_WAIT = 2.0
 """Seconds a call that ended early waits for its server to take the task's cancellation."""
+
+
+_task_tools: weakref.WeakKeyDictionary[Downstream, tuple[tuple[Any, ...], frozenset[str]]] = weakref.WeakKeyDictionary()
+"""Per server: its tool list as ``runs_as_task`` last saw it, and the names in it that run
+only as tasks (found again only when the server lists anew)."""
+
+
+def runs_as_task(downstream: Downstream, tool: str) -> bool:
+    """Whether a call of ``tool`` is made as a task: the tool runs only so, and its server
+    declares that it runs tool calls as tasks (most servers stop at that check)."""
+    if not runs_tool_tasks(downstream.capabilities):
+        return False
+    tools = downstream.tools
+    known = _task_tools.get(downstream)
+    if known is None or known[0] is not tools:
+        names = frozenset(
+            name for t in tools if isinstance(t, dict) and task_only(t) and isinstance(name := t.get("name"), str)
+        )
+        known = _task_tools[downstream] = (tools, names)
+    return tool in known[1]
 
 
 async def call_as_task(

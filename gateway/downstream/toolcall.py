@@ -24,7 +24,7 @@ from gateway.downstream.link import ProgressFn
 from gateway.downstream.modern import ENVELOPE, relayable, relayed_meta
 from gateway.downstream.rawcalls import UNSENDABLE_REQUEST
 from gateway.downstream.stdio import MESSAGE_TOO_LARGE, UNPARSABLE_REPLY
-from gateway.downstream.tasks import call_as_task
+from gateway.downstream.tasks import call_as_task, runs_as_task
 from gateway.results import error_result
 
 SPEC_ERRORS = (-32099, -32020)
@@ -64,7 +64,7 @@ async def call_tool(
     mark = oauth.problems.mark() if oauth is not None else 0
     level = wanted_level if isinstance(wanted_level, str) else None
     try:
-        if downstream.runs_as_task(tool):
+        if runs_as_task(downstream, tool):
             return await call_as_task(
                 downstream,
                 params,
