@@ -72,7 +72,7 @@ async def call_as_task(
         capabilities=capabilities,
         max_time=max_time,
     )
-    found = created.get("task")
+    found = created.get("task") if isinstance(created, dict) else None
     task_id = found.get("taskId") if isinstance(found, dict) else None
     if not isinstance(task_id, str):
         return created  # answered without a task after all: that is the call's result
@@ -84,7 +84,7 @@ async def call_as_task(
     finally:
         if not finished:
             await _cancel(downstream, task_id)
-    meta = result.get("_meta")
+    meta = result.get("_meta") if isinstance(result, dict) else None
     if isinstance(meta, dict) and RELATED_TASK in meta:
         result = dict(result)
         rest = {k: v for k, v in meta.items() if k != RELATED_TASK}
