@@ -4,9 +4,10 @@ through the gateway for every client.
 Directly, only a client that makes tasks can call server-everything's
 ``simulate-research-query``; the gateway offers its clients no tasks, so it used to publish
 the tool and let every call fail. Now it publishes the tool for plain calls and runs each one
-as a task at the server: ``tools/call`` with a ``task``, then ``tasks/result``. The server's
-question while the task waits for input reaches the caller as any call's question does, and
-a call cancelled before its task ends cancels the task. The real server-everything (npm)
+as a task at the server: ``tools/call`` with a ``task``, then ``tasks/result``. The task's
+status messages reach the caller as progress, the server's question while the task waits
+for input reaches the caller as any call's question does, and a call cancelled before its
+task ends cancels the task. The real server-everything (npm)
 over a pipe, the real gateway, the real SDK client in both eras (over stdio, and over HTTP
 for the question to a 2026-07-28 client, whose answer comes back on a retried call).
 """
@@ -91,9 +92,17 @@ async def test_a_tool_that_runs_only_as_a_task_is_published_plain_and_answers(
         tools = {t.name: t for t in (await client.list_tools()).tools}
         declared = tools[TOOL].model_dump(by_alias=True, exclude_none=True)
         assert "taskSupport" not in json.dumps(declared), declared  # a plain call is what to make
-        result = await client.call_tool(TOOL, {"topic": "cats"})
+        progress: list[tuple[float, str | None]] = []
+
+        async def on_progress(value: float, total: float | None, message: str | None) -> None:
+            progress.append((value, message))
+
+        result = await client.call_tool(TOOL, {"topic": "cats"}, progress_callback=on_progress)
         assert not result.is_error, text(result)
         assert text(result).startswith("# Research Report: cats"), text(result)[:200]
+        # the task's status messages, as progress of the call (the first came before the task did)
+        assert "Analyzing content..." in [m for _, m in progress], progress
+        assert [v for v, _ in progress] == sorted(set(v for v, _ in progress)), progress
         assert "related-task" not in json.dumps(result.model_dump(by_alias=True, exclude_none=True))
         echo = await client.call_tool("ev__echo", {"message": "and the rest as before"})
         assert "and the rest as before" in text(echo)
@@ -134,12 +143,20 @@ async def test_a_cancelled_call_cancels_its_task(tmp_path: Path, npm_packages: P
 async def test_a_task_tool_of_a_streamable_http_server_asks_and_answers(
     tmp_path: Path, npm_packages: Path, mode: str
 ) -> None:
-    """The same over streamable HTTP toward the server: its question comes on the stream of
-    the ``tasks/result`` the gateway made for the call."""
+    """The same over streamable HTTP toward the server: its statuses and its question come on
+    the stream of the ``tasks/result`` the gateway made for the call."""
     asked = Asked()
+    messages: list[str | None] = []
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        messages.append(message)
+
     with everything_over_http(npm_packages) as url:
         config = everything(tmp_path, npm_packages, url)
         async with sdk_client(config, mode, elicitation_callback=asked) as client:
+            plain = await client.call_tool(TOOL, {"topic": "dogs"}, progress_callback=on_progress)
+            assert text(plain).startswith("# Research Report: dogs"), text(plain)[:200]
+            assert "Analyzing content..." in messages, messages
             result = await client.call_tool(TOOL, {"topic": "cats", "ambiguous": True})
     assert not result.is_error, text(result)
     assert len(asked.questions) == 1

@@ -21,6 +21,7 @@ from typing import Any
 
 import anyio
 import mcp_types as types
+from mcp.client.extension import NotificationBinding
 from mcp.client.session import ClientRequestContext, ClientSession, IncomingMessage
 from mcp.shared.exceptions import MCPError
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
@@ -46,6 +47,7 @@ Ask = Callable[[str, dict[str, Any], object | None], Awaitable[dict[str, Any]]]
 """The gateway's answer to a server's request: (method, params, the call it came on, if known)."""
 
 _MAX_PAGES = 10_000
+TASK_STATUS = "notifications/tasks/status"
 STRAY_LINES_LOGGED = 3
 """A connection's lines that are not JSON-RPC the log names; a server that prints many is not
 allowed to fill it."""
@@ -131,8 +133,18 @@ class Link:
             elicitation_callback=self._elicitation,
             list_roots_callback=self._list_roots,
             message_handler=self._message,
+            # Not in the SDK's core tables: a task's status (gateway/downstream/tasks.py), through
+            # the SDK's bounded queue for such notifications (the oldest dropped past its size).
+            notification_bindings=[
+                NotificationBinding(
+                    method=TASK_STATUS, params_type=types.TaskStatusNotificationParams, handler=self._status
+                )
+            ],
         )
         return await stack.enter_async_context(session), dispatcher
+
+    async def _status(self, params: types.TaskStatusNotificationParams) -> None:
+        self.inbox.put(TASK_STATUS, params.model_dump(by_alias=True, mode="json", exclude_none=True))
 
     def _adopt(self, session: ClientSession, dispatcher: JSONRPCDispatcher[Any], *, modern: bool) -> None:
         version = session.protocol_version

@@ -6,12 +6,14 @@ run here the way a task-capable client runs it: ``tools/call`` with a ``task``, 
 server answers with the task it created, then ``tasks/result``, which the server answers
 once the task is over with the call's own result. What the server asks the client
 meanwhile (``elicitation/create`` while the task waits for input) reaches the caller as any
-call's question does. A call that ends before its task (cancelled, or past its time) cancels
-the task (``tasks/cancel``).
+call's question does, and the task's status messages (``notifications/tasks/status``) reach
+it as progress when its client asked for progress. A call that ends before its task
+(cancelled, or past its time) cancels the task (``tasks/cancel``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import weakref
 from collections.abc import Mapping
@@ -27,6 +29,8 @@ log = logging.getLogger("prefixgate.tasks")
 
 RELATED_TASK = "io.modelcontextprotocol/related-task"
 """The ``_meta`` key of a result that names its task: the caller never saw that task."""
+MAX_STATUS_CHARS = 1000
+"""A status message passed on as progress is cut here."""
 CANCEL_WAIT = 2.0
 """Seconds a call that ended early waits for its server to take the task's cancellation."""
 
@@ -49,6 +53,52 @@ def runs_as_task(downstream: Downstream, tool: str) -> bool:
         )
         known = _task_tools[downstream] = (tools, names)
     return tool in known[1]
+
+
+class _Statuses:
+    """A task's status messages on their way to its call's client as progress: the server's
+    notification only records the newest (``task_status``), and the call's own task sends it,
+    so a client that is slow to read holds up no notification of the server's."""
+
+    def __init__(self, on_progress: ProgressFn) -> None:
+        self.on_progress = on_progress
+        self.count = 0
+        self.newest: str | None = None
+        self.changed = anyio.Event()
+
+    def note(self, message: str) -> None:
+        self.count += 1
+        self.newest = message
+        self.changed.set()
+
+    async def forward(self) -> None:
+        """Until cancelled (the call has its result): each newest message, one at a time."""
+        while True:
+            await self.changed.wait()
+            self.changed = anyio.Event()
+            try:
+                await self.on_progress(float(self.count), None, self.newest)
+            except Exception as exc:  # noqa: BLE001 - the client is gone: the call's answer says the rest
+                log.debug("a task's status not sent as progress: %s", exc)
+                return
+
+
+_watched: dict[tuple[Downstream, str], _Statuses] = {}
+"""The tasks whose calls are waiting for them and whose clients asked for progress."""
+
+
+def task_status(downstream: Downstream, params: Mapping[str, Any]) -> None:
+    """A server's ``notifications/tasks/status``: its status message (or status) as the next
+    progress of the call the task runs for, if that call is waiting and wants progress."""
+    task_id = params.get("taskId")
+    statuses = _watched.get((downstream, task_id)) if isinstance(task_id, str) else None
+    if statuses is None:
+        return
+    message = params.get("statusMessage")
+    if not isinstance(message, str):
+        message = params.get("status")
+    if isinstance(message, str):
+        statuses.note(message[:MAX_STATUS_CHARS])
 
 
 async def call_as_task(
@@ -77,11 +127,19 @@ async def call_as_task(
     if not isinstance(task_id, str):
         return created  # answered without a task after all: that is the call's result
     finished = False
+    key = (downstream, task_id)
+    forwarder: asyncio.Task[None] | None = None
     try:
+        if on_progress is not None:
+            statuses = _watched[key] = _Statuses(on_progress)
+            forwarder = asyncio.get_running_loop().create_task(statuses.forward())
         # The task runs as long as it needs: no answer is due before it ends, up to max_time.
         result = await downstream.request("tasks/result", {"taskId": task_id}, timeout=max_time, max_time=max_time)
         finished = True
     finally:
+        _watched.pop(key, None)
+        if forwarder is not None:
+            forwarder.cancel()
         if not finished:
             await _cancel(downstream, task_id)
     meta = result.get("_meta") if isinstance(result, dict) else None

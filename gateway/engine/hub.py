@@ -26,6 +26,7 @@ from gateway.config import Config
 from gateway.downstream.connection import Downstream
 from gateway.downstream.spawn import Spawned
 from gateway.downstream.supervisor import Supervisor
+from gateway.downstream.tasks import task_status
 from gateway.engine.checks import CheckCache
 from gateway.engine.clients import Clients
 from gateway.engine.lockfile import ServedLock, lock_path
@@ -186,6 +187,8 @@ class Hub:
             self.relay.log(downstream, params)
         elif method == "notifications/elicitation/complete":
             self.relay.elicitation_complete(downstream, params)
+        elif method == "notifications/tasks/status":
+            task_status(downstream, params)
 
     async def server_request(
         self, downstream: Downstream, method: str, params: dict[str, Any], caller: object | None = None
