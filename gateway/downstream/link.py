@@ -48,6 +48,7 @@ Ask = Callable[[str, dict[str, Any], object | None], Awaitable[dict[str, Any]]]
 
 _MAX_PAGES = 10_000
 TASK_STATUS = "notifications/tasks/status"
+"""A task's status (SEP-1686), which the SDK's session only passes on to a binding."""
 STRAY_LINES_LOGGED = 3
 """A connection's lines that are not JSON-RPC the log names; a server that prints many is not
 allowed to fill it."""
