@@ -252,5 +252,5 @@ class Clients:
 
 def _name(client: ClientConnection) -> str:
     """A client as the log names it: its principal (never a token), else its connection order."""
-    principal = getattr(client.state, "principal", None)
+    principal = principal_key(client.state)
     return principal if isinstance(principal, str) else f"#{client.arrival}"

@@ -42,6 +42,7 @@ from gateway.downstream.related import CALLER
 from gateway.engine.capabilities import answers_none, refusal
 from gateway.engine.clients import ClientConnection
 from gateway.engine.hub import Hub
+from gateway.engine.shares import Shares
 from gateway.eras import CACHE_HINTS, LIST_CACHE_FIELDS, with_result_type
 from gateway.results import error_result
 from gateway.sdk import connection_of
@@ -643,7 +644,7 @@ class WatchingListen:
     def __init__(self, hub: Hub) -> None:
         self.hub = hub
         self.inner = ListenHandler(hub.clients.bus, max_subscriptions=1 << 30)  # (bounded per principal here)
-        self.open: dict[object, int] = {}
+        self.open = Shares(LISTEN_STREAMS_PER_PRINCIPAL)
         """Per principal (``principal_key``): its listen streams open now."""
 
     async def __call__(
@@ -660,14 +661,14 @@ class WatchingListen:
         watched: list[str] = []
         client = connection_of(ctx).state.get(_STATE_KEY)  # (made by the middleware for every request)
         who = principal_key(client.state) if client is not None else None
-        held = self.open.get(who, 0)
-        if held >= LISTEN_STREAMS_PER_PRINCIPAL:
+        stream = object()
+        if not self.open.take_nowait(who, stream):
+            held = self.open.size
             log.info("listen stream refused: its principal holds %d open already", held)
             raise MCPError(
                 code=INVALID_REQUEST,
                 message=f"prefixgate: this principal has {held} listen streams open already (the limit)",
             )
-        self.open[who] = held + 1
         try:
             await self.hub.router.current()  # which server owns a resource is known once a catalog is
             for uri in wanted:
@@ -678,10 +679,7 @@ class WatchingListen:
                     log.info("listen stream: not watching %r: %s", uri, exc.message)
             return await self.inner(ctx, params)
         finally:
-            if (left := self.open[who] - 1) > 0:
-                self.open[who] = left
-            else:
-                del self.open[who]
+            self.open.give(who, stream)
             with anyio.CancelScope(shield=True):
                 for uri in watched:
                     await self.hub.watches.unwatch(uri, who)
