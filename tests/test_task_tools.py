@@ -14,6 +14,7 @@ for the question to a 2026-07-28 client, whose answer comes back on a retried ca
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -29,7 +30,7 @@ import mcp_types as types
 import pytest
 
 from tests.conformance.runner import node_binary
-from tests.helpers import ERAS, free_port, http_gateway, sdk_client, text, wait_for, write_config
+from tests.helpers import ERAS, PYTHON, free_port, http_gateway, sdk_client, text, wait_for, write_config
 
 pytestmark = [pytest.mark.anyio, pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")]
 
@@ -161,3 +162,53 @@ async def test_a_task_tool_of_a_streamable_http_server_asks_and_answers(
     assert not result.is_error, text(result)
     assert len(asked.questions) == 1
     assert text(result).startswith("# Research Report: cats (felines)"), text(result)[:200]
+
+
+TASK_SERVER = str(Path(__file__).with_name("task_server.py"))
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_misbehaving_task_server_costs_only_its_own_calls(tmp_path: Path, mode: str, transport: str) -> None:
+    """tests/task_server.py: a task that never ends, a flood of statuses, a task-only tool
+    answered without a task, a task whose result is not an object. Each call gets a clear
+    answer (or is given up by its client, which cancels the task), and the gateway serves on."""
+    config = write_config(tmp_path, {"t": {"command": PYTHON, "args": [TASK_SERVER]}})
+    with contextlib.ExitStack() as stack:
+        target: Path | str = config
+        errlog = tmp_path / "gateway.log"
+        if transport == "http":
+            target, errlog = stack.enter_context(http_gateway(config))
+        async with sdk_client(target, mode, errlog=errlog if transport == "stdio" else None) as client:
+            plain = await client.call_tool("t__no_task", {})
+            assert not plain.is_error and text(plain) == "answered without a task"
+
+            bad = await client.call_tool("t__bad_result", {})
+            assert bad.is_error and "t" in text(bad), text(bad)
+
+            values: list[float] = []
+
+            async def on_progress(value: float, total: float | None, message: str | None) -> None:
+                values.append(value)
+                assert message is not None and len(message) <= 1000
+
+            flooded = await client.call_tool(
+                "t__flood_status", {"n": 3000, "size": 2000}, progress_callback=on_progress
+            )
+            assert text(flooded) == "flood_status done", text(flooded)
+            # (statuses that lack fields a task has: still passed on, newest first when the client is slow)
+            assert values and values == sorted(set(values)) and all(0 < v <= 3000 for v in values), values[:10]
+
+            with anyio.move_on_after(1):
+                await client.call_tool("t__hang", {})
+                pytest.fail("its task never ends")
+            seen: list[str] = []
+
+            async def cancelled() -> bool:
+                seen.append(text(await client.call_tool("t__cancelled", {})))
+                return "task-3" in seen[-1].split()
+
+            await wait_for(cancelled)  # the hanging task: the gateway cancelled it
+            # and the one whose result it could not read; never the two that ended well
+            assert seen[-1].split() == ["task-1", "task-3"], seen
+        assert "Failed to validate notification" not in errlog.read_text()  # 3,000 tracebacks, before

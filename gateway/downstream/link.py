@@ -25,6 +25,7 @@ from mcp.client.extension import NotificationBinding
 from mcp.client.session import ClientRequestContext, ClientSession, IncomingMessage
 from mcp.shared.exceptions import MCPError
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
+from pydantic import BaseModel, ConfigDict
 
 from gateway import __version__
 from gateway.downstream.calltime import Clock, follow
@@ -49,6 +50,16 @@ Ask = Callable[[str, dict[str, Any], object | None], Awaitable[dict[str, Any]]]
 _MAX_PAGES = 10_000
 TASK_STATUS = "notifications/tasks/status"
 """A task's status (SEP-1686), which the SDK's session only passes on to a binding."""
+
+
+class _Status(BaseModel):
+    """A task status's params as read here: any object, since what is used of it
+    (gateway/downstream/tasks.py ``task_status``) is checked there. The SDK's model requires
+    every field of a task, and logs a traceback for each status that lacks one."""
+
+    model_config = ConfigDict(extra="allow")
+
+
 STRAY_LINES_LOGGED = 3
 """A connection's lines that are not JSON-RPC the log names; a server that prints many is not
 allowed to fill it."""
@@ -136,16 +147,12 @@ class Link:
             message_handler=self._message,
             # Not in the SDK's core tables: a task's status (gateway/downstream/tasks.py), through
             # the SDK's bounded queue for such notifications (the oldest dropped past its size).
-            notification_bindings=[
-                NotificationBinding(
-                    method=TASK_STATUS, params_type=types.TaskStatusNotificationParams, handler=self._status
-                )
-            ],
+            notification_bindings=[NotificationBinding(method=TASK_STATUS, params_type=_Status, handler=self._status)],
         )
         return await stack.enter_async_context(session), dispatcher
 
-    async def _status(self, params: types.TaskStatusNotificationParams) -> None:
-        self.inbox.put(TASK_STATUS, params.model_dump(by_alias=True, mode="json", exclude_none=True))
+    async def _status(self, params: _Status) -> None:
+        self.inbox.put(TASK_STATUS, params.model_dump(mode="json"))
 
     def _adopt(self, session: ClientSession, dispatcher: JSONRPCDispatcher[Any], *, modern: bool) -> None:
         version = session.protocol_version
