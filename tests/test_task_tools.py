@@ -75,12 +75,13 @@ def everything_over_http(npm_packages: Path) -> Iterator[str]:
 class Asked:
     """An elicitation callback that answers every question with one interpretation."""
 
-    def __init__(self) -> None:
+    def __init__(self, answer: str = "felines") -> None:
+        self.answer = answer
         self.questions: list[str] = []
 
     async def __call__(self, context: Any, params: Any) -> types.ElicitResult:
         self.questions.append(params.message)
-        return types.ElicitResult(action="accept", content={"interpretation": "felines"})
+        return types.ElicitResult(action="accept", content={"interpretation": self.answer})
 
 
 @pytest.mark.parametrize("mode", ERAS)
@@ -212,3 +213,53 @@ async def test_a_misbehaving_task_server_costs_only_its_own_calls(tmp_path: Path
             # and the one whose result it could not read; never the two that ended well
             assert seen[-1].split() == ["task-1", "task-3"], seen
         assert "Failed to validate notification" not in errlog.read_text()  # 3,000 tracebacks, before
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_two_principals_tasks_each_ask_their_own_caller(tmp_path: Path, npm_packages: Path, mode: str) -> None:
+    """Alice and Bob (two tokens) call the task-only tool at once, through a gateway over HTTP,
+    server-everything behind it over streamable HTTP: each task's question comes on the stream
+    of its own ``tasks/result``, so each reaches its own caller, and each answer its own task."""
+    from tests.test_principals import tokens_file
+
+    alice, bob = Asked("snake"), Asked("comedy")
+    results: dict[str, str] = {}
+    with everything_over_http(npm_packages) as url, tokens_file(tmp_path, "token-of-alice", "token-of-bob") as tokens:
+        config = everything(tmp_path, npm_packages, url)
+        with http_gateway(config, "--token-file", str(tokens)) as (gateway_url, _):
+
+            async def research(who: str, asked: Asked) -> None:
+                headers = {"Authorization": f"Bearer token-of-{who}"}
+                async with sdk_client(gateway_url, mode, headers=headers, elicitation_callback=asked) as client:
+                    result = await client.call_tool(TOOL, {"topic": "python", "ambiguous": True})
+                    assert not result.is_error, text(result)
+                    results[who] = text(result)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(research, "alice", alice)
+                tg.start_soon(research, "bob", bob)
+    assert len(alice.questions) == 1 and len(bob.questions) == 1
+    assert results["alice"].startswith("# Research Report: python (snake)"), results["alice"][:100]
+    assert results["bob"].startswith("# Research Report: python (comedy)"), results["bob"][:100]
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_warm_start_publishes_the_task_only_tool_as_the_cold_one_did(
+    tmp_path: Path, npm_packages: Path, mode: str
+) -> None:
+    """An agent that gives its servers about a second gets the catalog from the warm-start
+    record: the task-only tool published plain there too (the record keeps the server's
+    capabilities), the same fingerprint as a cold start, and a call of it made as a task."""
+    from tests.helpers import catalog_json
+    from tests.test_warm_start import PUBLISHED
+
+    config = everything(tmp_path, npm_packages)
+    cold = catalog_json(config)  # a cold start, which leaves the record
+    errlog = tmp_path / "gateway.log"
+    async with sdk_client(config, mode, errlog=errlog) as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        assert "taskSupport" not in json.dumps(tools[TOOL].model_dump(by_alias=True, exclude_none=True))
+        result = await client.call_tool(TOOL, {"topic": "owls"})
+        assert text(result).startswith("# Research Report: owls"), text(result)[:200]
+    log = errlog.read_text()
+    assert PUBLISHED in log and cold["fingerprint"][:16] in log, log[-2000:]
