@@ -17,9 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
 import subprocess
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,14 +29,11 @@ import pytest
 
 from tests.conformance.runner import node_binary
 from tests.helpers import ERAS, PYTHON, free_port, http_gateway, sdk_client, text, wait_for, write_config
+from tests.test_transparency import everything_script, stop, wait_for_port
 
 pytestmark = [pytest.mark.anyio, pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")]
 
 TOOL = "ev__simulate-research-query"
-
-
-def script_of(npm_packages: Path) -> Path:
-    return npm_packages / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
 
 
 def everything(tmp_path: Path, npm_packages: Path, url: str | None = None) -> Path:
@@ -46,7 +41,7 @@ def everything(tmp_path: Path, npm_packages: Path, url: str | None = None) -> Pa
     if url is not None:
         server: dict[str, Any] = {"url": url, "prefix": "ev"}
     else:
-        server = {"command": str(node_binary()), "args": [str(script_of(npm_packages)), "stdio"], "prefix": "ev"}
+        server = {"command": str(node_binary()), "args": [everything_script(npm_packages), "stdio"], "prefix": "ev"}
     return write_config(tmp_path, {"everything": server}, client={"profile": "mcp"})
 
 
@@ -54,22 +49,13 @@ def everything(tmp_path: Path, npm_packages: Path, url: str | None = None) -> Pa
 def everything_over_http(npm_packages: Path) -> Iterator[str]:
     """server-everything's streamable HTTP mode on a free port: its endpoint's URL."""
     port = free_port()
-    command = [str(node_binary()), str(script_of(npm_packages)), "streamableHttp"]
+    command = [str(node_binary()), everything_script(npm_packages), "streamableHttp"]
     proc = subprocess.Popen(command, env={**os.environ, "PORT": str(port)}, stderr=subprocess.DEVNULL)
     try:
-        for _ in range(600):
-            with socket.socket() as probe:
-                if probe.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            if proc.poll() is not None:
-                raise RuntimeError(f"server-everything exited with {proc.returncode}")
-            time.sleep(0.05)
-        else:
-            raise RuntimeError("server-everything did not listen within 30 s")
+        wait_for_port(port)
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+        stop(proc)
 
 
 class Asked:
