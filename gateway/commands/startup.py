@@ -21,7 +21,7 @@ from gateway.commands.base import load as load
 from gateway.config import Config
 from gateway.downstream.spawn import Spawned
 from gateway.engine.barrier import wait_for_discovery
-from gateway.engine.epoch import Epoch, epoch_of
+from gateway.engine.epoch import Epoch, built_epoch
 from gateway.engine.hub import Hub
 from gateway.engine.publishing import log_pending
 from gateway.upstream.answers import capture
@@ -77,7 +77,7 @@ async def discover(config: Config, hub: Hub) -> Epoch:
     started = anyio.current_time()
     await wait_for_discovery([d for d in downstreams if d.config.enabled], config.gateway.discovery_deadline)
     try:
-        epoch = epoch_of(config, downstreams, hub.checks, hub.lock.current)
+        epoch = await built_epoch(config, downstreams, hub.checks, hub.lock.current)
     except DecisionError as exc:
         raise Exit(1, f"prefixgate: {exc}") from None
     epoch.discovery_ms = round((anyio.current_time() - started) * 1000)

@@ -63,6 +63,10 @@ MESSAGE_TOO_LARGE = -32099
 """JSON-RPC error code (implementation-defined range) of a reply the gateway refused for size."""
 UNPARSABLE_REPLY = -32098
 """JSON-RPC error code of a reply the gateway could not parse (not JSON, too deep, not JSON-RPC)."""
+PARSE_ASIDE_BYTES = 256 << 10
+"""A line at least this long is parsed and validated in a worker thread, in its turn
+(``Aside``): a 5,000-tool listing or a 16 MiB result takes 0.1-0.2 s to parse, which on the
+event loop would hold up every client's calls for as long."""
 
 
 class ChildStdin(anyio.abc.ByteSendStream):
@@ -245,7 +249,16 @@ class Deferred:
         self.deliver(self.data)
 
 
-class ChildStdout(LineReader[SessionMessage | Exception | Deferred]):
+@dataclass(slots=True)
+class Aside:
+    """A long line, queued as it is: the forwarder parses it off the loop when its turn
+    comes (``ChildStdout.parsed``), and the lines after it wait behind it, as behind any
+    message still queued."""
+
+    line: bytes | bytearray
+
+
+class ChildStdout(LineReader[SessionMessage | Exception | Deferred | Aside]):
     """The child's stdout: a raw call's reply (or progress) goes to its caller from the
     loop's callback, before any model parsing; every other message is queued for the
     session's forwarder, and a reply behind such messages waits its turn there."""
@@ -269,6 +282,9 @@ class ChildStdout(LineReader[SessionMessage | Exception | Deferred]):
                 message = _too_large(cast(Overlong, lines.pop()), self.max_message_bytes)
             elif is_blank(lines[-1]):
                 lines.pop()
+                continue
+            elif len(lines[-1]) >= PARSE_ASIDE_BYTES:
+                queue.append(Aside(cast("bytes | bytearray", lines.pop())))
                 continue
             else:
                 ends = _ends(lines[-1])
@@ -296,6 +312,24 @@ class ChildStdout(LineReader[SessionMessage | Exception | Deferred]):
                 continue
             queue.append(message)
             del message
+
+    async def parsed(self, aside: Aside) -> SessionMessage | Exception | None:
+        """An ``Aside`` line, its turn come: parsed and validated in worker threads, then
+        handled as ``lines_received`` handles a short one (None: a raw call took it)."""
+        line, aside.line = aside.line, b""
+        ends = _ends(line)
+        loaded = await anyio.to_thread.run_sync(_load, line)
+        del line
+        calls = self.calls
+        if calls is not None and calls.pending and not isinstance(loaded, ValueError) and calls.take(loaded):
+            return None
+        message = loaded if isinstance(loaded, ValueError) else await anyio.to_thread.run_sync(_validate, loaded)
+        del loaded
+        if isinstance(message, Exception):
+            message = _unparsable(message, *ends) or NotJsonRpc(ends[0])
+        if message is not None and calls is not None and calls.pending and calls.take_message(message):
+            return None
+        return message
 
 
 class StderrLines(asyncio.Protocol):
@@ -369,8 +403,11 @@ async def stdio_transport(
                             if isinstance(message, Deferred):
                                 message.run()
                             else:
-                                await read_send.send(message)
-                                calls.forwarded += 1
+                                ready = await out.parsed(message) if isinstance(message, Aside) else message
+                                if ready is not None:
+                                    await read_send.send(ready)
+                                    calls.forwarded += 1
+                                del ready
                             del message
                             out.done()
                         if out.closed:

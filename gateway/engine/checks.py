@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import threading
 from importlib import metadata
 from pathlib import Path
 
@@ -43,6 +44,9 @@ class CheckCache:
         self.directory = state_dir / "cache" if state_dir is not None else None
         self.persist = persist
         self.header = f"# prefixgate check cache v1 {_versions()}"
+        self.lock = threading.Lock()
+        """Held by a build for its checks and the save after them: builds run in worker
+        threads (gateway/engine/epoch.py ``built_epoch``), and every profile's share this cache."""
         self.passed_keys: set[str] = set()
         self._loaded: set[str] = set()
         self._used: set[str] = set()

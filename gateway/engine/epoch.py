@@ -12,6 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+import anyio
+import anyio.to_thread
 from jsonschema_rs import Validator
 from mcp_types.version import LATEST_MODERN_VERSION
 
@@ -47,6 +49,7 @@ class Epoch:
     its epoch in this one's place without a new epoch for clients (``gateway.engine.publishing``)."""
     _wire: dict[str, PublishedTools] = field(default_factory=dict)
     _index: SearchIndex | None = None
+    _indexing: anyio.Event | None = None
     _validators: dict[str, tuple[Validator, bool]] = field(default_factory=dict)
     _deferred: frozenset[str] = frozenset()
     _schemas: dict[str, Any] | None = None
@@ -96,6 +99,24 @@ class Epoch:
     def index(self) -> SearchIndex:
         if self._index is None:
             self._index = SearchIndex(self.catalog.entries)
+        return self._index
+
+    async def searchable(self) -> SearchIndex:
+        """The search index, as ``tool_search`` gets it: when the epoch has none yet, it is
+        built in a worker thread (a 5,000-tool index takes ~0.2 s, which on the event loop
+        would hold up every client), and other searches meanwhile wait for that build."""
+        while self._index is None:
+            if self._indexing is not None:
+                await self._indexing.wait()
+                continue
+            self._indexing = building = anyio.Event()
+            try:
+                index = await anyio.to_thread.run_sync(SearchIndex, self.catalog.entries)
+                if self._index is None:
+                    self._index = index
+            finally:
+                self._indexing = None
+                building.set()
         return self._index
 
     def validator(self, name: str) -> tuple[Validator, bool]:
@@ -149,9 +170,39 @@ def epoch_of(
 ) -> Epoch:
     """The epoch the servers' lists build: each server that has a listing (``Downstream.listed``:
     live now, or the last one it gave or the warm record gave it while it is down)."""
-    servers = [server_tools(d.config, d.tools, d.capabilities) for d in downstreams if d.config.enabled and d.listed]
-    ready = frozenset(d.config.id for d in downstreams if d.status == "ready")
+    servers, ready = _listings(downstreams)
     return build_epoch(config, servers, checks, lock, ready)
+
+
+async def built_epoch(
+    config: Config,
+    downstreams: Sequence[Downstream],
+    checks: CheckCache,
+    lock: Lock | None = None,
+    *,
+    searchable: bool = False,
+) -> Epoch:
+    """``epoch_of``, built in a worker thread: a catalog of thousands of tools takes a
+    second or more to build, which on the event loop would hold up every client's calls
+    for as long, each time a server changed its tools. The servers' listings are taken
+    here, on the loop (a re-list replaces a server's list, never changes it). With
+    ``searchable``, the search index is built there too (when tools are deferred), before
+    the epoch is out."""
+    servers, ready = _listings(downstreams)
+
+    def work() -> Epoch:
+        epoch = build_epoch(config, servers, checks, lock, ready)
+        if searchable and epoch.decision.deferred_names:  # (else no tool_search to serve)
+            epoch.index  # noqa: B018 - built now, in this thread
+        return epoch
+
+    return await anyio.to_thread.run_sync(work)
+
+
+def _listings(downstreams: Sequence[Downstream]) -> tuple[list[ServerTools], frozenset[str]]:
+    """What a build takes of the servers: each enabled one's listing, and which are ready."""
+    servers = [server_tools(d.config, d.tools, d.capabilities) for d in downstreams if d.config.enabled and d.listed]
+    return servers, frozenset(d.config.id for d in downstreams if d.status == "ready")
 
 
 def build_epoch(
@@ -169,18 +220,19 @@ def build_epoch(
     are refused.
     """
     checks = checks or CheckCache()
-    catalog = build(
-        servers,
-        config.client.names,
-        config.gateway.separator,
-        reserved=META_TOOLS,
-        extra_check=wire_problem,
-        memo=checks,
-        output_schemas=config.spill.publishes_output_schemas,
-        include=config.include,
-        exclude=config.exclude,
-    )
-    checks.save()
+    with checks.lock:
+        catalog = build(
+            servers,
+            config.client.names,
+            config.gateway.separator,
+            reserved=META_TOOLS,
+            extra_check=wire_problem,
+            memo=checks,
+            output_schemas=config.spill.publishes_output_schemas,
+            include=config.include,
+            exclude=config.exclude,
+        )
+        checks.save()
     pending: tuple[Pending, ...] = ()
     refusals: Mapping[str, str] = {}
     if lock is not None:

@@ -25,7 +25,7 @@ from gateway.config import Config
 from gateway.downstream.connection import Downstream
 from gateway.engine.checks import CheckCache
 from gateway.engine.clients import ClientConnection, Clients
-from gateway.engine.epoch import Epoch, epoch_of
+from gateway.engine.epoch import Epoch, built_epoch
 from gateway.engine.lockfile import ServedLock, lock_path
 from gateway.engine.router import Router
 from gateway.engine.surface import Surface, build_surface
@@ -94,7 +94,7 @@ class Publisher:
         behind this, confirms the bytes or starts a new epoch (``first_epoch``). False (and
         nothing published) when the record does not rebuild to the bytes it recorded.
         """
-        epoch = warm_epoch(self._config, record, self._checks, self._lock.current)
+        epoch = await anyio.to_thread.run_sync(warm_epoch, self._config, record, self._checks, self._lock.current)
         if epoch is None:
             return False
         self._records.seed(record, self._downstreams)
@@ -113,7 +113,7 @@ class Publisher:
         if self._lock.current is None or self._config.gateway.lock_new != "hold":
             return False
         try:
-            epoch = self._epoch()
+            epoch = await self._built()
         except DecisionError:
             return False  # the barrier's build says why
         await self._router.publish(epoch)
@@ -218,7 +218,7 @@ class Publisher:
         bytes wait for the barrier: a catalog that differs is published there, once."""
         async with self._rebuild_lock:
             try:
-                epoch = self._epoch()
+                epoch = await self._built()
             except DecisionError:
                 return
             if epoch.same_for_clients(self._router.epoch):
@@ -251,7 +251,7 @@ class Publisher:
 
     async def _rebuild(self, why: str) -> None:
         try:
-            epoch = self._epoch()
+            epoch = await self._built(searchable=True)
         except DecisionError as exc:
             log.error("catalog change refused (%s): %s; keeping the current epoch", why, exc)
             return
@@ -347,8 +347,10 @@ class Publisher:
             self.client_saw = None  # the client that listed before the gateway was up hears it now
         await self._clients.tools_changed()
 
-    def _epoch(self) -> Epoch:
-        return epoch_of(self._config, self._downstreams, self._checks, self._lock.current)
+    async def _built(self, *, searchable: bool = False) -> Epoch:
+        return await built_epoch(
+            self._config, self._downstreams, self._checks, self._lock.current, searchable=searchable
+        )
 
     def _build_surface(self) -> Surface:
         return build_surface(self._downstreams, self._config.client.names, self._config.gateway.separator)

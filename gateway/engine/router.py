@@ -340,7 +340,8 @@ class Router:
             return error_result("tool_search: arguments.query must be a non-empty string.")
         if len(query) > MAX_QUERY:
             return error_result(f"tool_search: arguments.query is longer than {MAX_QUERY} characters.")
-        result = epoch.index.query(query, arguments.get("limit", 5), arguments.get("offset", 0))
+        index = await epoch.searchable()
+        result = index.query(query, arguments.get("limit", 5), arguments.get("offset", 0))
         candidates = [e.name for e in result.matches if epoch.is_deferred(e.name)]
         rendered = render(result, candidates)
         grant = [n for n in rendered.shown_names if n in set(candidates)]

@@ -149,8 +149,8 @@ class WarmRecords:
         config = self.config
         servers, dropped = self.contributions(downstreams)
         epoch = published
-        if dropped or not served:
-            built = _record_epoch(config, servers, checks, lock)
+        if dropped or not served:  # (built, and encoded below, in worker threads: thousands of tools hold a loop up)
+            built = await anyio.to_thread.run_sync(_record_epoch, config, servers, checks, lock)
             if built is None:
                 return
             epoch = built
@@ -158,7 +158,7 @@ class WarmRecords:
         if capture is not None and published.same_for_clients(epoch):
             answers = await capture()
         key = record_key(launch_identity(config, lock_bytes))
-        data = encode_record(key, epoch.fingerprint, servers, answers)
+        data = await anyio.to_thread.run_sync(encode_record, key, epoch.fingerprint, servers, answers)
         if len(data) > MAX_RECORD_BYTES:
             log.info("warm-start record not written: %d bytes, over the %d-byte limit", len(data), MAX_RECORD_BYTES)
             return

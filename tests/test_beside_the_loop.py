@@ -1,0 +1,191 @@
+"""Work whose size a server sets runs beside the event loop, not on it: a long line from a
+server is parsed in a worker thread in its turn, a catalog is built in one, and so is an
+epoch's search index. On the loop, a 5,000-tool server's change held up every client's
+calls for 0.4-0.8 s (the listing parsed, the catalog rebuilt, the index rebuilt).
+
+The unit tests hold the work in its thread and check the loop runs meanwhile (on the loop
+they would block it, and fail); the last test runs the whole path through a real gateway
+in both eras."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+import gateway.downstream.stdio as stdio
+import gateway.engine.epoch as epoch_module
+from gateway.config import load_config
+from gateway.downstream.rawcalls import RawCalls
+from gateway.downstream.stdio import PARSE_ASIDE_BYTES, Aside, ChildStdout, Deferred
+from gateway.engine.epoch import epoch_of
+from gateway.engine.hub import Hub
+from gateway.lines import encode_plain
+from tests.helpers import ERAS, PYTHON, demo, sdk_client, text, write_config
+from tests.test_publishing import up
+from tests.test_rawcalls import Pipe
+
+pytestmark = pytest.mark.anyio
+
+
+class Held:
+    """A function run in place of ``real``: it notes its thread, then waits (in that thread)
+    until the test lets it go. Run on the event loop, it would hold the loop: the test's
+    own task could not let it go, and the wait fails after ``TIMEOUT``."""
+
+    TIMEOUT = 10.0
+
+    def __init__(self, real: Any, when: Any = lambda *args: True) -> None:
+        self.real = real
+        self.when = when
+        """Which calls are held (the others run as they are)."""
+        self.threads: list[threading.Thread] = []
+        self.started = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if not self.when(*args):
+            return self.real(*args, **kwargs)
+        self.threads.append(threading.current_thread())
+        self.started.set()
+        assert self.release.wait(self.TIMEOUT), "held on the event loop: nothing could let it go"
+        return self.real(*args, **kwargs)
+
+    async def let_go_once_the_loop_ran(self) -> None:
+        """Once the held work started, the loop still turns (sleeps end); then let it go."""
+        with anyio.fail_after(self.TIMEOUT):
+            while not self.started.is_set():
+                await anyio.sleep(0.01)
+        for _ in range(3):
+            await anyio.sleep(0.01)
+        self.release.set()
+
+
+def _log_line(size: int) -> bytes:
+    data = {"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "x" * size}}
+    return json.dumps(data).encode() + b"\n"
+
+
+async def test_a_long_line_is_parsed_in_a_worker_thread_and_keeps_its_place(monkeypatch: pytest.MonkeyPatch) -> None:
+    parse = Held(stdio._load, lambda line: len(line) >= PARSE_ASIDE_BYTES)
+    monkeypatch.setattr(stdio, "_load", parse)
+    pipe = Pipe()
+    to_session, _ = anyio.create_memory_object_stream[Any](1)
+    async with anyio.create_task_group() as tg:
+        calls = RawCalls(pipe, to_session, encode_plain, tg.start_soon, "t")
+        reader = ChildStdout(64 << 20)
+        reader.calls = calls
+        answers: list[Any] = []
+
+        async def call(name: str) -> None:
+            answers.append(await calls.request("tools/call", {"name": name}, timeout=30, on_progress=None))
+
+        tg.start_soon(call, "short")
+        tg.start_soon(call, "long")
+        with anyio.fail_after(5):
+            while len(pipe.lines) < 2:
+                await anyio.sleep(0.01)
+        ids = {line["params"]["name"]: line["id"] for line in pipe.lines}
+        long_result = {"content": [{"type": "text", "text": "y" * PARSE_ASIDE_BYTES}]}
+        # A long log line, then the short call's reply, then the long call's (long) reply.
+        reader.data_received(
+            _log_line(PARSE_ASIDE_BYTES)
+            + json.dumps({"jsonrpc": "2.0", "id": ids["short"], "result": {"content": []}}).encode()
+            + b"\n"
+            + json.dumps({"jsonrpc": "2.0", "id": ids["long"], "result": long_result}).encode()
+            + b"\n"
+        )
+        assert not parse.threads, "a long line was parsed in the read callback, on the loop"
+        assert [type(item) for item in reader.queue] == [Aside, Deferred, Aside]
+        await anyio.sleep(0.05)
+        assert not answers, "the short reply overtook the long line before it"
+
+        # The forwarder's turn: the log line, parsed in a worker thread while the loop runs.
+        first = reader.take()
+        assert isinstance(first, Aside)
+        async with anyio.create_task_group() as inner:
+            inner.start_soon(parse.let_go_once_the_loop_ran)
+            message = await reader.parsed(first)
+        reader.done()
+        assert message is not None and not isinstance(message, Exception)
+        assert message.message.method == "notifications/message"
+        assert parse.threads[0] is not threading.main_thread()
+        deferred = reader.take()
+        assert isinstance(deferred, Deferred)
+        deferred.run()
+        reader.done()
+        last = reader.take()
+        assert isinstance(last, Aside)
+        assert await reader.parsed(last) is None  # the long call's reply: handed to its call
+        reader.done()
+        with anyio.fail_after(5):
+            while len(answers) < 2:
+                await anyio.sleep(0.01)
+    assert answers == [{"content": []}, long_result]
+
+
+async def test_a_rebuild_is_built_in_a_worker_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    server = {"command": PYTHON, "args": ["-c", "pass"]}
+    hub = Hub(load_config(write_config(tmp_path, {"a": server})), persist=False, use_lock=False)
+    up(hub, "a", "one")
+    await hub.publisher.first_epoch(epoch_of(hub.config, hub.downstreams, hub.checks))
+    build = Held(epoch_module.build_epoch)
+    monkeypatch.setattr(epoch_module, "build_epoch", build)
+    up(hub, "a", "one", "two")
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(build.let_go_once_the_loop_ran)
+            await hub.publisher.rebuild("server 'a' changed its tools")
+    assert build.threads and build.threads[0] is not threading.main_thread()
+    assert hub.router.epoch is not None
+    assert sorted(hub.router.epoch.catalog.by_name) == ["a__one", "a__two"]
+
+
+async def test_the_first_searches_of_an_epoch_share_one_index_built_in_a_worker_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = {"command": PYTHON, "args": ["-c", "pass"]}
+    hub = Hub(load_config(write_config(tmp_path, {"a": server})), persist=False, use_lock=False)
+    up(hub, "a", "one", "two")
+    epoch = epoch_of(hub.config, hub.downstreams, hub.checks)
+    index = Held(epoch_module.SearchIndex)
+    monkeypatch.setattr(epoch_module, "SearchIndex", index)
+    found: list[Any] = []
+
+    async def search() -> None:
+        found.append(await epoch.searchable())
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            for _ in range(3):
+                tg.start_soon(search)
+            tg.start_soon(index.let_go_once_the_loop_ran)
+    assert len(index.threads) == 1 and index.threads[0] is not threading.main_thread()
+    assert len(found) == 3 and found[0] is found[1] is found[2] is epoch.index
+    assert [m.name for m in found[0].query("two").matches] == ["a__two"]
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_large_server_changes_its_tools_through_the_gateway(tmp_path: Path, mode: str) -> None:
+    # 1,000 tools: the server's listing is one line of ~0.5 MB, parsed aside at discovery and
+    # at each re-list; the catalog (on demand) is rebuilt and its index built in a thread.
+    config = write_config(tmp_path, {"r": demo("--tools", 1000, "--rich", "--name", "r")})
+    async with sdk_client(config, mode) as client:
+        found = text(await client.call_tool("tool_search", {"query": "r__mutate"}))
+        assert "r__mutate" in found, found
+        grown = await client.call_tool("tool_call", {"name": "r__mutate", "arguments": {"kind": "grow"}})
+        assert text(grown) == "mutated:grow"
+        with anyio.fail_after(30):
+            while "r__grown_1" not in (said := text(await client.call_tool("tool_search", {"query": "grown"}))):
+                await anyio.sleep(0.1)
+        assert said.startswith('Tools matching "grown"'), said
+        # A result longer than a line parsed on the loop: the call's own reply, parsed aside.
+        size = PARSE_ASIDE_BYTES * 2
+        await client.call_tool("tool_search", {"query": "r__payload"})
+        big = await client.call_tool("tool_call", {"name": "r__payload", "arguments": {"bytes": size}})
+        assert not big.is_error, text(big)
+        assert "artifact" in text(big), text(big)[:300]
