@@ -1,7 +1,7 @@
 """Every benchmark in one run: prefixgate vs a direct connection vs FastMCP's proxy.
 
-    python -m bench.run [--quick] [--out DIR] [--only calls,http,startup,catalog,bigresult,flood,stores,warm]
-                        [--fastmcp-python PATH]
+    python -m bench.run [--quick] [--out DIR] [--fastmcp-python PATH]
+                        [--only calls,http,startup,catalog,bigresult,flood,stores,warm,telemetry,stall]
 
 Each benchmark interleaves its contenders round by round and reports medians, spreads
 and per-round ratios, all from this one run. Writes ``bench-<time>.json`` and
@@ -33,7 +33,7 @@ from typing import Any
 
 import anyio
 
-from bench import bigresult, calls, catalog5k, flood, startup, stores, telemetry, warm
+from bench import bigresult, calls, catalog5k, flood, stall, startup, stores, telemetry, warm
 from bench import httpcalls as http_bench
 from bench.common import ROOT, fastmcp_python
 
@@ -47,6 +47,7 @@ BENCHMARKS: dict[str, Callable[[Any], Any]] = {
     "stores": stores.run,
     "warm": warm.run,
     "telemetry": telemetry.run,
+    "stall": stall.run,
 }
 
 
@@ -487,6 +488,9 @@ def measurement_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, 
     tm = results.get("telemetry")
     if isinstance(tm, dict) and "contenders" in tm:
         rows += telemetry.rows(tm, _ms, _spread, _ratio)
+    sl = results.get("stall")
+    if isinstance(sl, dict) and "quiet" in sl:
+        rows += stall.rows(sl, _ms, _spread)
     return rows
 
 

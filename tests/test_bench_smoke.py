@@ -57,7 +57,7 @@ def test_full_harness_smoke(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     results = json.loads((tmp_path / "latest.json").read_text())
-    for name in ("calls", "http", "startup", "catalog", "bigresult", "flood", "stores", "warm", "telemetry"):
+    for name in ("calls", "http", "startup", "catalog", "bigresult", "flood", "stores", "warm", "telemetry", "stall"):
         assert "error" not in results[name], results[name].get("error")
     assert results["_quick"] is True
     seq = results["calls"]["sequential"]
@@ -74,6 +74,7 @@ def test_full_harness_smoke(tmp_path: Path) -> None:
     assert results["startup"]["ratios"]["prefixgate/single"]["median"] > 0
     assert results["catalog"]["gateway"]["tool_search_raw_s"]["n"] > 0
     assert results["bigresult"]["contenders"]["prefixgate"]["answer_bytes"] <= 65536
+    assert all(results["stall"][window]["n"] > 0 for window in ("quiet", "changing", "first_search"))
     assert all(p["next_call"] == "ok" for p in results["flood"]["phases"])
     assert results["stores"]["ratios"]["redis/file tool_search_s"]["n"] == results["stores"]["settings"]["rounds"]
     statuses = {t["id"]: t["status"] for t in results["_targets"]}

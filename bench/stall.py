@@ -1,0 +1,134 @@
+"""How long other clients wait while a large server changes its tools.
+
+    python -m bench.stall [--tools 5000] [--changes 5] [--json]   (also ``stall`` in bench.run)
+
+``prefixgate serve --http`` with one demo server of ``--tools`` tools (and ``--rich``'s
+``mutate``). A probe client (2025-11-25, ``ping``, answered by the gateway itself) calls in a
+loop; another client makes the server grow its list by one tool (``mutate grow`` through
+``tool_call``), ``--changes`` times, 2 s apart. Each change is one long listing line from the
+server to parse, a catalog to rebuild and a search index to build: what the probe waits
+meanwhile is what every other client waits. Reported: the probe's median and longest wait
+in the quiet second before each change and in the 2 s after it, and the first
+``tool_search`` after each change (context: no target; on the event loop this work held the
+probe up 0.4-0.8 s a change at 5,000 tools on 2 cores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from bench.common import PYTHON, demo_args, gateway_config, http_client, summary, url_process
+
+
+async def _measure(url: str, changes: int) -> dict[str, Any]:
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared.exceptions import MCPDeprecationWarning
+
+    quiet: list[float] = []
+    changing: list[float] = []
+    searches: list[float] = []
+    async with http_client() as h1, http_client() as h2:
+        async with Client(streamable_http_client(url, http_client=h1), mode="legacy") as probe:
+            async with Client(streamable_http_client(url, http_client=h2), mode="auto") as actor:
+                window: list[list[float]] = [quiet]
+                stop = anyio.Event()
+
+                async def probing() -> None:
+                    while not stop.is_set():
+                        started = time.perf_counter()
+                        with warnings.catch_warnings():  # (ping is of the 2025-11-25 era, which the probe speaks)
+                            warnings.simplefilter("ignore", MCPDeprecationWarning)
+                            await probe.send_ping()
+                        window[0].append(time.perf_counter() - started)
+
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(probing)
+                    for _ in range(changes):
+                        window[0] = []
+                        await anyio.sleep(1.0)
+                        quiet.extend(window[0])
+                        await actor.call_tool("tool_search", {"query": "mutate"})  # (activation ends with each epoch)
+                        window[0] = []
+                        done = await actor.call_tool("tool_call", {"name": "d__mutate", "arguments": {"kind": "grow"}})
+                        if done.is_error:
+                            raise RuntimeError(f"mutate failed: {done.content[0]}")
+                        await anyio.sleep(0.5)
+                        started = time.perf_counter()
+                        await actor.call_tool("tool_search", {"query": "grown"})
+                        searches.append(time.perf_counter() - started)
+                        await anyio.sleep(1.5)
+                        changing.extend(window[0])
+                    stop.set()
+    return {"quiet": summary(quiet), "changing": summary(changing), "first_search": summary(searches)}
+
+
+async def measure(tmp: Path, tools: int, changes: int, stderr: Any = None) -> dict[str, Any]:
+    config = gateway_config(tmp / "stall", {"d": demo_args("--tools", tools, "--rich", "--name", "d")})
+    command = [PYTHON, "-m", "gateway", "serve", "--log-level", "warning", "--http", "127.0.0.1:0", "--config"]
+    with url_process([*command, str(config)], **({"stderr": stderr} if stderr else {})) as (url, _):
+        results = await _measure(url, changes)
+    return {"settings": {"tools": tools, "changes": changes}, **results}
+
+
+async def run(ctx: Any) -> dict[str, Any]:
+    """The ``stall`` section of ``bench.run``."""
+    tools, changes = (300, 1) if ctx.quick else (5000, 5)
+    with ctx.errlog.open("a", encoding="utf-8") as err:
+        return await measure(ctx.tmp, tools, changes, err)
+
+
+def rows(
+    results: dict[str, Any], ms: Callable[[float | None], str], spread: Callable[[Any], str]
+) -> list[tuple[str, str, str, str, str]]:
+    st = results["settings"]
+    label = f"a {st['tools']}-tool server changes its tools ({st['changes']} changes, 2 s apart): other clients' waits"
+    out = []
+    for key, what in (
+        ("quiet", "ping, the quiet second before each change"),
+        ("changing", "ping, the 2 s after each change"),
+        ("first_search", "the first tool_search after each change"),
+    ):
+        s = results[key]
+        out.append((label, what, ms(s.get("median")), spread(s), f"longest {ms(s.get('max'))}"))
+    return out
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:.1f} ms"
+
+
+def _range(s: dict[str, Any]) -> str:
+    return f"{_ms(s.get('min'))}-{_ms(s.get('max'))} (n={s.get('n', 0)})"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.stall", description=__doc__.split("\n\n")[0])
+    p.add_argument("--tools", type=int, default=5000)
+    p.add_argument("--changes", type=int, default=5)
+    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    args = p.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="prefixgate-stall-") as tmp:
+        results = anyio.run(measure, Path(tmp), args.tools, args.changes)
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return 0
+    print("| what | measured | median | range | longest |")
+    print("| --- | --- | ---: | --- | ---: |")
+    for row in rows(results, _ms, _range):
+        print("| " + " | ".join(row) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
