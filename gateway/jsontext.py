@@ -20,6 +20,12 @@ default, so a page holding one absurdly nested schema still arrives and the cata
 quarantines that one tool ("nested too deeply") instead of losing the server; bounded so a
 100,000-level line cannot exhaust the C stack."""
 
+PARSE_ASIDE_BYTES = 256 << 10
+"""JSON text at least this long from a server is parsed in a worker thread, in its turn: a
+5,000-tool listing or a 16 MiB result takes 0.1-0.2 s to parse, which on the event loop
+would hold up every client's calls for as long (gateway/downstream/stdio.py ``Aside``,
+httpcalls.py)."""
+
 _ESCAPED_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 REPLACEMENT = "\ufffd"

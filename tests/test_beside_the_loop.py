@@ -1,6 +1,6 @@
 """Work whose size a server sets runs beside the event loop, not on it: a long line from a
-server is parsed in a worker thread in its turn, a catalog is built in one, and so is an
-epoch's search index. On the loop, a 5,000-tool server's change held up every client's
+server is parsed in a worker thread in its turn (over a pipe and over HTTP), a catalog is
+built in one, and so is an epoch's search index. On the loop, a 5,000-tool server's change held up every client's
 calls for 0.4-0.8 s (the listing parsed, the catalog rebuilt, the index rebuilt).
 
 The unit tests hold the work in its thread and check the loop runs meanwhile (on the loop
@@ -9,23 +9,27 @@ in both eras."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import pytest
 
+import gateway.downstream.httpcalls as httpcalls
 import gateway.downstream.stdio as stdio
 import gateway.engine.epoch as epoch_module
 from gateway.config import load_config
+from gateway.downstream.calltime import Clock
 from gateway.downstream.rawcalls import RawCalls
-from gateway.downstream.stdio import PARSE_ASIDE_BYTES, Aside, ChildStdout, Deferred
+from gateway.downstream.stdio import Aside, ChildStdout, Deferred
 from gateway.engine.epoch import epoch_of
 from gateway.engine.hub import Hub
+from gateway.jsontext import PARSE_ASIDE_BYTES
 from gateway.lines import encode_plain
-from tests.helpers import ERAS, PYTHON, demo, sdk_client, text, write_config
+from tests.helpers import ERAS, GATEWAY, PYTHON, demo, sdk_client, text, url_process, write_config
 from tests.test_publishing import up
 from tests.test_rawcalls import Pipe
 
@@ -128,6 +132,22 @@ async def test_a_long_line_is_parsed_in_a_worker_thread_and_keeps_its_place(monk
     assert answers == [{"content": []}, long_result]
 
 
+async def test_a_long_answer_over_http_is_parsed_in_a_worker_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    parse = Held(httpcalls._parsed, lambda data: len(data) >= PARSE_ASIDE_BYTES)
+    monkeypatch.setattr(httpcalls, "_parsed", parse)
+    call = httpcalls._Call(cast(httpcalls.HttpCalls, None), "pg-1", None, Clock(30, None))
+    result = {"tools": [{"name": f"t{i}", "description": "x" * 100} for i in range(PARSE_ASIDE_BYTES // 100)]}
+    body = json.dumps({"jsonrpc": "2.0", "id": "pg-1", "result": result}).encode()
+    short = json.dumps({"jsonrpc": "2.0", "id": "pg-1", "result": {"tools": []}}).encode()
+    assert await call._message(short, "JSON response", any_id=False) == {"tools": []}  # parsed on the spot
+    assert not parse.threads
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(parse.let_go_once_the_loop_ran)
+            assert await call._message(body, "JSON response", any_id=False) == result
+    assert parse.threads[0] is not threading.main_thread()
+
+
 async def test_a_rebuild_is_built_in_a_worker_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     server = {"command": PYTHON, "args": ["-c", "pass"]}
     hub = Hub(load_config(write_config(tmp_path, {"a": server})), persist=False, use_lock=False)
@@ -170,11 +190,27 @@ async def test_the_first_searches_of_an_epoch_share_one_index_built_in_a_worker_
 
 
 @pytest.mark.parametrize("mode", ERAS)
-async def test_a_large_server_changes_its_tools_through_the_gateway(tmp_path: Path, mode: str) -> None:
-    # 1,000 tools: the server's listing is one line of ~0.5 MB, parsed aside at discovery and
-    # at each re-list; the catalog (on demand) is rebuilt and its index built in a thread.
-    config = write_config(tmp_path, {"r": demo("--tools", 1000, "--rich", "--name", "r")})
-    async with sdk_client(config, mode) as client:
+@pytest.mark.parametrize("server", ["pipe", "http"])
+async def test_a_large_server_changes_its_tools_through_the_gateway(tmp_path: Path, server: str, mode: str) -> None:
+    # 1,000 tools: the server's listing is ~0.5 MB (one line on a pipe, one answer over HTTP),
+    # parsed aside at discovery and at each re-list; the catalog (on demand) is rebuilt and
+    # its index built in a thread.
+    args = ["--tools", 1000, "--rich", "--name", "r"]
+    with contextlib.ExitStack() as stack:
+        if server == "http":
+            command = [*GATEWAY, "demo-server", "--transport", "http", *map(str, args)]
+            url, _ = stack.enter_context(url_process(command))
+            config = write_config(tmp_path, {"r": {"url": url}})
+        else:
+            config = write_config(tmp_path, {"r": demo(*args)})
+        errlog = tmp_path / "gateway.log"
+        await _grow_and_call(config, mode, errlog)
+    said = errlog.read_text()
+    assert said.count("[r] tools/list made beside the SDK's session") == 1, said[-3000:]  # the re-list, not the first
+
+
+async def _grow_and_call(config: Path, mode: str, errlog: Path) -> None:
+    async with sdk_client(config, mode, errlog=errlog, log_level="debug") as client:
         found = text(await client.call_tool("tool_search", {"query": "r__mutate"}))
         assert "r__mutate" in found, found
         grown = await client.call_tool("tool_call", {"name": "r__mutate", "arguments": {"kind": "grow"}})

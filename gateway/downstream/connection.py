@@ -9,6 +9,7 @@ makes a tool call and turns its failures into ``isError`` results.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from collections.abc import Mapping
@@ -250,6 +251,7 @@ class Downstream:
         log_level: str | None = None,
         capabilities: dict[str, Any] | None = None,
         max_time: float | None = None,
+        beside: bool = False,
     ) -> dict[str, Any]:
         """Send one raw request over the current connection (``Link.request``); the result
         is the peer's JSON, unvalidated. ``log_level``: that request's log opt-in, else the
@@ -277,6 +279,7 @@ class Downstream:
             log_level=log_level or self.log_level,
             capabilities=capabilities,
             max_time=max_time,
+            beside=beside,
         )
 
     async def roots_changed(self) -> None:
@@ -292,10 +295,12 @@ class Downstream:
         if scope.cancelled_caught:
             self.log.warning("[%s] roots/list_changed not sent: its input is not being read", self.id)
 
-    async def refresh(self, *, tools: bool = False, resources: bool = False, prompts: bool = False) -> None:
-        """Re-list what the server offers (at start-up and on its list_changed)."""
+    async def refresh(
+        self, *, tools: bool = False, resources: bool = False, prompts: bool = False, again: bool = False
+    ) -> None:
+        """Re-list what the server offers (at start-up and, ``again``, on its list_changed)."""
         if tools:
-            self.tools = await list_all(self.request, "tools/list", "tools")
+            self.tools = await list_all(functools.partial(self.request, beside=again), "tools/list", "tools")
             if (link := self.link) is not None:
                 link.tools_listed(self.tools)
         # A bad resources or prompts page costs those lists, not the server's tools.

@@ -65,6 +65,7 @@ from gateway.downstream.rawcalls import (
 )
 from gateway.downstream.rawhttp import Pool, Unsendable
 from gateway.downstream.related import HEADER, Related
+from gateway.jsontext import PARSE_ASIDE_BYTES
 from gateway.sdk import events_on_origin, post_on_origin, sse_parser, transport_headers, unfollowed_redirect
 
 log = logging.getLogger("prefixgate.http")
@@ -365,10 +366,10 @@ class _Call:
         """One message of the call's response: its outcome if it answers the call, else None (its
         progress went to the callback, anything else to the ``ClientSession``). ``any_id``: on an
         event stream every reply answers the call (the SDK's transport gives it the call's id)."""
-        try:
-            parsed = pydantic_core.from_json(data)  # the SDK's parser (jiter): what it refuses fails below
-        except ValueError:
-            parsed = None
+        if len(data) >= PARSE_ASIDE_BYTES:  # (a long one off the event loop: every client waits on it)
+            parsed = await anyio.to_thread.run_sync(_parsed, data)
+        else:
+            parsed = _parsed(data)
         if type(parsed) is dict:
             if parsed.get("id") == self.request_id and parsed.keys() == _REPLY_KEYS:
                 if parsed["jsonrpc"] == "2.0" and type(parsed["result"]) is dict:
@@ -401,6 +402,14 @@ class _Call:
         self.clock.progressed(anyio.current_time())
         if self.on_progress is not None:
             await deliver_progress(self.on_progress, args)
+
+
+def _parsed(data: bytes | str) -> Any:
+    """The message's JSON by the SDK's parser (jiter), or None: what it refuses fails later."""
+    try:
+        return pydantic_core.from_json(data)
+    except ValueError:
+        return None
 
 
 async def events_of(response: httpx2.Response, max_event_size: int | None) -> AsyncGenerator[ServerSentEvent, None]:

@@ -78,8 +78,8 @@ class Link:
         self._ask = ask
         self._log = log
         self._raw_calls = raw_calls
-        """``tools/call`` below the SDK's session: raw lines to a stdio child, one POST to a
-        streamable-HTTP server (``PREFIXGATE_FAST_PATH=0``: through the SDK)."""
+        """``tools/call`` (and requests made ``beside``) below the SDK's session: raw lines to a
+        stdio child, one POST to a streamable-HTTP server (``PREFIXGATE_FAST_PATH=0``: through the SDK)."""
         self.handshake_refused = False
         """The server refused the handshake: its reconnects go straight to ``server/discover``."""
         self._hinted = False
@@ -189,8 +189,15 @@ class Link:
         log_level: str | None = None,
         capabilities: dict[str, Any] | None = None,
         max_time: float | None = None,
+        beside: bool = False,
     ) -> dict[str, Any]:
         """Send one raw request; the result is the peer's JSON, unvalidated.
+
+        ``tools/call``, and any request made ``beside``, goes below the SDK's session when the
+        connection allows (``raw_calls``). A re-list goes so: for thousands of tools the SDK's
+        streamable-HTTP transport takes ~0.5 s of the event loop to validate the listing (and
+        to format it for a debug line never written). The first listing does not: it must
+        follow ``notifications/initialized``, which the session may still be sending.
 
         To a modern server the request carries the 2026-07-28 envelope and headers
         (``log_level``: the log opt-in it carries; ``capabilities``: what the client it is
@@ -199,7 +206,7 @@ class Link:
         """
         dispatcher = self._dispatcher
         assert dispatcher is not None, "a link takes requests once open() has returned"
-        raw = self.transport.raw_calls if method == "tools/call" and self._raw_calls else None
+        raw = self.transport.raw_calls if self._raw_calls and (method == "tools/call" or beside) else None
         if self.modern:
             params, headers = stamp(
                 method,
@@ -228,6 +235,8 @@ class Link:
             opts["timeout"] = timeout
         try:
             if raw is not None:  # below the session: a raw line (rawcalls.py) or a POST (httpcalls.py)
+                if beside:
+                    self._log.debug("[%s] %s made beside the SDK's session", self.server_id, method)
                 result: dict[str, Any] = await raw.request(
                     method,
                     params,

@@ -63,10 +63,6 @@ MESSAGE_TOO_LARGE = -32099
 """JSON-RPC error code (implementation-defined range) of a reply the gateway refused for size."""
 UNPARSABLE_REPLY = -32098
 """JSON-RPC error code of a reply the gateway could not parse (not JSON, too deep, not JSON-RPC)."""
-PARSE_ASIDE_BYTES = 256 << 10
-"""A line at least this long is parsed and validated in a worker thread, in its turn
-(``Aside``): a 5,000-tool listing or a 16 MiB result takes 0.1-0.2 s to parse, which on the
-event loop would hold up every client's calls for as long."""
 
 
 class ChildStdin(anyio.abc.ByteSendStream):
@@ -283,7 +279,7 @@ class ChildStdout(LineReader[SessionMessage | Exception | Deferred | Aside]):
             elif is_blank(lines[-1]):
                 lines.pop()
                 continue
-            elif len(lines[-1]) >= PARSE_ASIDE_BYTES:
+            elif len(lines[-1]) >= jsontext.PARSE_ASIDE_BYTES:
                 queue.append(Aside(cast("bytes | bytearray", lines.pop())))
                 continue
             else:

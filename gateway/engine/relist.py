@@ -75,7 +75,7 @@ class Relists:
                 self._pending[key] = False
                 started = anyio.current_time()
                 try:
-                    await downstream.refresh(**{kind: True})
+                    await downstream.refresh(**{kind: True}, again=True)
                     for publisher in self.publishers:
                         if not publisher.sees(downstream):
                             continue
