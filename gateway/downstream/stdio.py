@@ -253,6 +253,17 @@ class Aside:
 
     line: bytes | bytearray
 
+    def take(self) -> bytes | bytearray:
+        """The line, handed over as its only reference (``_load`` frees it once decoded)."""
+        line, self.line = self.line, b""
+        return line
+
+
+def _load_aside(aside: Aside) -> Any:
+    """``_load`` of an ``Aside``'s line, in a worker thread; the line goes straight in, so at
+    most two copies of a long message are alive at once, as on the loop."""
+    return _load(aside.take())
+
 
 class ChildStdout(LineReader[SessionMessage | Exception | Deferred | Aside]):
     """The child's stdout: a raw call's reply (or progress) goes to its caller from the
@@ -312,10 +323,8 @@ class ChildStdout(LineReader[SessionMessage | Exception | Deferred | Aside]):
     async def parsed(self, aside: Aside) -> SessionMessage | Exception | None:
         """An ``Aside`` line, its turn come: parsed and validated in worker threads, then
         handled as ``lines_received`` handles a short one (None: a raw call took it)."""
-        line, aside.line = aside.line, b""
-        ends = _ends(line)
-        loaded = await anyio.to_thread.run_sync(_load, line)
-        del line
+        ends = _ends(aside.line)
+        loaded = await anyio.to_thread.run_sync(_load_aside, aside)
         calls = self.calls
         if calls is not None and calls.pending and not isinstance(loaded, ValueError) and calls.take(loaded):
             return None
