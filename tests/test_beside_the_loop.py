@@ -23,15 +23,13 @@ import gateway.downstream.stdio as stdio
 import gateway.engine.epoch as epoch_module
 from gateway.config import load_config
 from gateway.downstream.calltime import Clock
-from gateway.downstream.rawcalls import RawCalls
-from gateway.downstream.stdio import Aside, ChildStdout, Deferred
+from gateway.downstream.stdio import Aside, Deferred
 from gateway.engine.epoch import epoch_of
 from gateway.engine.hub import Hub
 from gateway.jsontext import PARSE_ASIDE_BYTES
-from gateway.lines import encode_plain
 from tests.helpers import ERAS, GATEWAY, PYTHON, demo, sdk_client, text, url_process, write_config
 from tests.test_publishing import up
-from tests.test_rawcalls import Pipe
+from tests.test_rawcalls import Pipe, reading
 
 pytestmark = pytest.mark.anyio
 
@@ -78,11 +76,8 @@ async def test_a_long_line_is_parsed_in_a_worker_thread_and_keeps_its_place(monk
     parse = Held(stdio._load, lambda line: len(line) >= PARSE_ASIDE_BYTES)
     monkeypatch.setattr(stdio, "_load", parse)
     pipe = Pipe()
-    to_session, _ = anyio.create_memory_object_stream[Any](1)
     async with anyio.create_task_group() as tg:
-        calls = RawCalls(pipe, to_session, encode_plain, tg.start_soon, "t")
-        reader = ChildStdout(64 << 20)
-        reader.calls = calls
+        calls, reader, _session = reading(pipe, tg, 64 << 20)
         answers: list[Any] = []
 
         async def call(name: str) -> None:

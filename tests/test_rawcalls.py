@@ -34,6 +34,16 @@ class Pipe:
         self.lines.append(json.loads(item))
 
 
+def reading(pipe: Pipe, tg: Any, max_message_bytes: int = 1 << 20) -> tuple[RawCalls, ChildStdout, Any]:
+    """Raw calls written to ``pipe``, the server's stdout reader that hands them their replies,
+    and the session's end of what the reader forwards (kept open while the test runs)."""
+    to_session, from_reader = anyio.create_memory_object_stream[Any](1)
+    calls = RawCalls(pipe, to_session, encode_plain, tg.start_soon, "t")
+    reader = ChildStdout(max_message_bytes)
+    reader.calls = calls
+    return calls, reader, from_reader
+
+
 async def _timed(calls: RawCalls, outcomes: dict[str, Any], label: str, timeout: float) -> None:
     """One call named ``label``: its result, or its error code and how long it took."""
     started = anyio.current_time()
@@ -70,11 +80,8 @@ async def test_a_reply_waits_behind_the_message_the_forwarder_holds() -> None:
     """A raw call's reply read while the forwarder holds the server's previous message (taken
     off the queue, not yet handed to the session) is not delivered before it."""
     pipe = Pipe()
-    to_session, _ = anyio.create_memory_object_stream[Any](1)
     async with anyio.create_task_group() as tg:
-        calls = RawCalls(pipe, to_session, encode_plain, tg.start_soon, "t")
-        reader = ChildStdout(1 << 20)
-        reader.calls = calls
+        calls, reader, _session = reading(pipe, tg)
         answer: list[Any] = []
 
         async def call() -> None:
