@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -75,26 +76,32 @@ def _parse(text: str) -> Any:
     return data
 
 
+_DEEP = threading.Lock()
+"""One deep parse at a time: the limit it raises is the interpreter's, and long lines are
+parsed in worker threads (gateway/downstream/stdio.py ``Aside``), several servers' at once."""
+
+
 def _loads_deep(text: str) -> Any:
     """Retry with the recursion limit raised to ``MAX_DEPTH`` levels above the caller.
 
     ``json``'s C scanner counts one recursion level per nested array or object against
-    the interpreter's limit; the event loop is single-threaded, and the limit is restored
-    before anything else runs.
+    the interpreter's limit, which is one for every thread: it is only ever raised (other
+    threads meanwhile may recurse deeper, never less deep), and restored after.
     """
     depth = 0
     frame = sys._getframe()  # noqa: SLF001 - CPython's documented frame access; no public equivalent
     while frame.f_back is not None:
         frame = frame.f_back
         depth += 1
-    old = sys.getrecursionlimit()
-    sys.setrecursionlimit(depth + MAX_DEPTH + 50)
-    try:
-        return json.loads(text)
-    except RecursionError:
-        raise TooDeep(f"JSON nested deeper than {MAX_DEPTH} levels") from None
-    finally:
-        sys.setrecursionlimit(old)
+    with _DEEP:
+        old = sys.getrecursionlimit()
+        sys.setrecursionlimit(max(old, depth + MAX_DEPTH + 50))
+        try:
+            return json.loads(text)
+        except RecursionError:
+            raise TooDeep(f"JSON nested deeper than {MAX_DEPTH} levels") from None
+        finally:
+            sys.setrecursionlimit(old)
 
 
 _ESCAPE = re.compile(

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
+import sys
 from typing import Any
 
 import mcp_types as types
@@ -198,3 +200,14 @@ def test_scrub_escapes_rewrites_only_lone_halves() -> None:
         jsontext.scrub_escapes(raw)
         == rb'{"a":"x\ufffdy","b":"\ud83c\udf89","c":"\\ud800","d":"\ufffd\ud800\udc00","e":"\ufffd"}'
     )
+
+
+def test_deep_lines_parsed_in_threads_at_once_leave_the_recursion_limit_as_it_was() -> None:
+    # Long lines are parsed in worker threads (stdio.Aside), several servers' at once; a deep
+    # one raises the interpreter's recursion limit (one for every thread) while it parses.
+    deep = "[" * 5000 + "]" * 5000
+    before = sys.getrecursionlimit()
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        parsed = list(pool.map(jsontext.loads, [deep] * 16))
+    assert sys.getrecursionlimit() == before
+    assert all(isinstance(value, list) for value in parsed)
