@@ -21,6 +21,7 @@ import pytest
 import gateway.downstream.httpcalls as httpcalls
 import gateway.downstream.stdio as stdio
 import gateway.engine.epoch as epoch_module
+from catalog.lock import Lock, LockedTool
 from gateway.config import load_config
 from gateway.downstream.calltime import Clock
 from gateway.downstream.stdio import Aside, Deferred
@@ -158,6 +159,33 @@ async def test_a_rebuild_is_built_in_a_worker_thread(tmp_path: Path, monkeypatch
     assert build.threads and build.threads[0] is not threading.main_thread()
     assert hub.router.epoch is not None
     assert sorted(hub.router.epoch.catalog.by_name) == ["a__one", "a__two"]
+
+
+async def test_under_a_catalog_lock_a_rebuild_gates_calls_in_the_step_that_sees_the_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The lock's call gate (a tool changed since the lock is refused) must not lag a build's
+    # time behind the server's new tools: under a lock the build stays on the loop.
+    server = {"command": PYTHON, "args": ["-c", "pass"]}
+    hub = Hub(load_config(write_config(tmp_path, {"a": server})), persist=False, use_lock=False)
+    up(hub, "a", "one")
+    listed = epoch_of(hub.config, hub.downstreams, hub.checks)
+    approved = Lock(tuple(LockedTool(e.name, e.server, e.original, e.declaration) for e in listed.catalog.entries))
+    hub.lock.current = approved
+    await hub.publisher.first_epoch(epoch_of(hub.config, hub.downstreams, hub.checks, approved))
+    assert hub.router.epoch is not None and not hub.router.epoch.lock_refusals
+    threads: list[threading.Thread] = []
+    real = epoch_module.build_epoch
+
+    def noted(*args: Any) -> Any:
+        threads.append(threading.current_thread())
+        return real(*args)
+
+    monkeypatch.setattr(epoch_module, "build_epoch", noted)
+    hub.by_id["a"].tools = ({"name": "one", "description": "changed", "inputSchema": {"type": "object"}},)
+    await hub.publisher.rebuild("server 'a' changed its tools")
+    assert threads == [threading.main_thread()]
+    assert "a__one" in hub.router.epoch.lock_refusals
 
 
 async def test_the_first_searches_of_an_epoch_share_one_index_built_in_a_worker_thread(

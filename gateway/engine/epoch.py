@@ -187,7 +187,14 @@ async def built_epoch(
     for as long, each time a server changed its tools. The servers' listings are taken
     here, on the loop (a re-list replaces a server's list, never changes it). With
     ``searchable``, the search index is built there too (when tools are deferred), before
-    the epoch is out."""
+    the epoch is out.
+
+    Under a catalog lock it is built on the loop, as before: there the epoch is also the
+    call gate (a tool changed since the lock is refused until approved), which must change
+    in the step that sees a server's new tools. Built in a thread, it would be out a
+    build's time late, and calls meanwhile would pass the old gate."""
+    if lock is not None:
+        return epoch_of(config, downstreams, checks, lock)
     servers, ready = _listings(downstreams)
 
     def work() -> Epoch:
