@@ -95,7 +95,7 @@ class Publisher:
         nothing published) when the record does not rebuild to the bytes it recorded.
         """
         # Built on the loop, as ``locked_start``'s and ``_regate``'s: out before any server's
-        # start is seen (``_built`` says why).
+        # start is seen (``_epoch`` says why).
         epoch = warm_epoch(self._config, record, self._checks, self._lock.current)
         if epoch is None:
             return False
