@@ -17,6 +17,7 @@ from typing import Any, cast
 
 import anyio
 import pytest
+from mcp.shared.exceptions import MCPError
 
 import gateway.downstream.httpcalls as httpcalls
 import gateway.downstream.stdio as stdio
@@ -24,11 +25,12 @@ import gateway.engine.epoch as epoch_module
 from catalog.lock import Lock, LockedTool
 from gateway.config import load_config
 from gateway.downstream.calltime import Clock
-from gateway.downstream.stdio import Aside, Deferred
+from gateway.downstream.errors import NotJsonRpc
+from gateway.downstream.stdio import UNPARSABLE_REPLY, Aside, Deferred
 from gateway.engine.epoch import epoch_of
 from gateway.engine.hub import Hub
 from gateway.jsontext import PARSE_ASIDE_BYTES
-from tests.helpers import ERAS, GATEWAY, PYTHON, demo, sdk_client, text, url_process, write_config
+from tests.helpers import ERAS, GATEWAY, PYTHON, demo, http_gateway, sdk_client, text, url_process, write_config
 from tests.test_publishing import up
 from tests.test_rawcalls import Pipe, reading
 
@@ -128,6 +130,43 @@ async def test_a_long_line_is_parsed_in_a_worker_thread_and_keeps_its_place(monk
     assert answers == [{"content": []}, long_result]
 
 
+async def test_a_long_line_a_server_botched_costs_only_the_call_it_answers() -> None:
+    # A misbehaving server: a long reply cut short (not JSON) fails the call it answers, with
+    # the reader's own error, and a long line of JSON that is no message becomes NotJsonRpc
+    # for the session (logged, dropped), as short ones do; the reader goes on.
+    pipe = Pipe()
+    async with anyio.create_task_group() as tg:
+        calls, reader, _session = reading(pipe, tg, 64 << 20)
+        outcome: list[Any] = []
+
+        async def call() -> None:
+            try:
+                outcome.append(await calls.request("tools/call", {"name": "t"}, timeout=30, on_progress=None))
+            except MCPError as exc:
+                outcome.append(exc.error)
+
+        tg.start_soon(call)
+        with anyio.fail_after(5):
+            while not pipe.lines:
+                await anyio.sleep(0.01)
+        request_id = pipe.lines[0]["id"]
+        cut = json.dumps({"jsonrpc": "2.0", "id": request_id, "result": {"x": "y" * PARSE_ASIDE_BYTES}})[:-3]
+        stray = json.dumps({"not": "a message", "pad": "z" * PARSE_ASIDE_BYTES})
+        reader.data_received(stray.encode() + b"\n" + cut.encode() + b"\n")
+        first = reader.take()
+        assert isinstance(first, Aside)
+        assert isinstance(await reader.parsed(first), NotJsonRpc)
+        reader.done()
+        second = reader.take()
+        assert isinstance(second, Aside)
+        assert await reader.parsed(second) is None  # the error went to the call it answers
+        reader.done()
+        with anyio.fail_after(5):
+            while not outcome:
+                await anyio.sleep(0.01)
+    assert outcome[0].code == UNPARSABLE_REPLY and outcome[0].message.startswith("unparsable reply: "), outcome
+
+
 async def test_a_long_answer_over_http_is_parsed_in_a_worker_thread(monkeypatch: pytest.MonkeyPatch) -> None:
     parse = Held(httpcalls._parsed, lambda data: len(data) >= PARSE_ASIDE_BYTES)
     monkeypatch.setattr(httpcalls, "_parsed", parse)
@@ -213,38 +252,49 @@ async def test_the_first_searches_of_an_epoch_share_one_index_built_in_a_worker_
 
 
 @pytest.mark.parametrize("mode", ERAS)
-@pytest.mark.parametrize("server", ["pipe", "http"])
-async def test_a_large_server_changes_its_tools_through_the_gateway(tmp_path: Path, server: str, mode: str) -> None:
+@pytest.mark.parametrize("protocol", ["legacy", "modern"])
+@pytest.mark.parametrize(("server", "front"), [("pipe", "stdio"), ("http", "stdio"), ("http", "http")])
+async def test_a_large_server_changes_its_tools_through_the_gateway(
+    tmp_path: Path, server: str, front: str, protocol: str, mode: str
+) -> None:
     # 1,000 tools: the server's listing is ~0.5 MB (one line on a pipe, one answer over HTTP),
     # parsed aside at discovery and at each re-list; the catalog (on demand) is rebuilt and
-    # its index built in a thread.
+    # its index built in a thread. The server speaks either era to the gateway (a handshake
+    # session's re-list goes beside it too), the client either era to the gateway, over
+    # stdio or HTTP.
     args = ["--tools", 1000, "--rich", "--name", "r"]
+    errlog = tmp_path / "gateway.log"
     with contextlib.ExitStack() as stack:
         if server == "http":
             command = [*GATEWAY, "demo-server", "--transport", "http", *map(str, args)]
             url, _ = stack.enter_context(url_process(command))
-            config = write_config(tmp_path, {"r": {"url": url}})
+            config = write_config(tmp_path, {"r": {"url": url, "protocol": protocol}})
         else:
-            config = write_config(tmp_path, {"r": demo(*args)})
-        errlog = tmp_path / "gateway.log"
-        await _grow_and_call(config, mode, errlog)
+            config = write_config(tmp_path, {"r": {**demo(*args), "protocol": protocol}})
+        if front == "http":
+            target, errlog = stack.enter_context(http_gateway(config, "--log-level", "debug"))
+            async with sdk_client(target, mode) as client:
+                await _grow_and_call(client)
+        else:
+            async with sdk_client(config, mode, errlog=errlog, log_level="debug") as client:
+                await _grow_and_call(client)
     said = errlog.read_text()
     assert said.count("[r] tools/list made beside the SDK's session") == 1, said[-3000:]  # the re-list, not the first
+    assert f"[r] protocol {'2025-11-25' if protocol == 'legacy' else '2026-07-28'}" in said, said[-3000:]
 
 
-async def _grow_and_call(config: Path, mode: str, errlog: Path) -> None:
-    async with sdk_client(config, mode, errlog=errlog, log_level="debug") as client:
-        found = text(await client.call_tool("tool_search", {"query": "r__mutate"}))
-        assert "r__mutate" in found, found
-        grown = await client.call_tool("tool_call", {"name": "r__mutate", "arguments": {"kind": "grow"}})
-        assert text(grown) == "mutated:grow"
-        with anyio.fail_after(30):
-            while "r__grown_1" not in (said := text(await client.call_tool("tool_search", {"query": "grown"}))):
-                await anyio.sleep(0.1)
-        assert said.startswith('Tools matching "grown"'), said
-        # A result longer than a line parsed on the loop: the call's own reply, parsed aside.
-        size = PARSE_ASIDE_BYTES * 2
-        await client.call_tool("tool_search", {"query": "r__payload"})
-        big = await client.call_tool("tool_call", {"name": "r__payload", "arguments": {"bytes": size}})
-        assert not big.is_error, text(big)
-        assert "artifact" in text(big), text(big)[:300]
+async def _grow_and_call(client: Any) -> None:
+    found = text(await client.call_tool("tool_search", {"query": "r__mutate"}))
+    assert "r__mutate" in found, found
+    grown = await client.call_tool("tool_call", {"name": "r__mutate", "arguments": {"kind": "grow"}})
+    assert text(grown) == "mutated:grow"
+    with anyio.fail_after(30):
+        while "r__grown_1" not in (said := text(await client.call_tool("tool_search", {"query": "grown"}))):
+            await anyio.sleep(0.1)
+    assert said.startswith('Tools matching "grown"'), said
+    # A result longer than a line parsed on the loop: the call's own reply, parsed aside.
+    size = PARSE_ASIDE_BYTES * 2
+    await client.call_tool("tool_search", {"query": "r__payload"})
+    big = await client.call_tool("tool_call", {"name": "r__payload", "arguments": {"bytes": size}})
+    assert not big.is_error, text(big)
+    assert "artifact" in text(big), text(big)[:300]
