@@ -27,49 +27,46 @@ from typing import Any
 
 import anyio
 
-from bench.common import PYTHON, demo_args, gateway_config, http_client, summary, url_process
+from bench.common import PYTHON, demo_args, gateway_config, summary, url_process
+from bench.httpcalls import client
 
 
 async def _measure(url: str, changes: int) -> dict[str, Any]:
-    from mcp import Client
-    from mcp.client.streamable_http import streamable_http_client
     from mcp.shared.exceptions import MCPDeprecationWarning
 
     quiet: list[float] = []
     changing: list[float] = []
     searches: list[float] = []
-    async with http_client() as h1, http_client() as h2:
-        async with Client(streamable_http_client(url, http_client=h1), mode="legacy") as probe:
-            async with Client(streamable_http_client(url, http_client=h2), mode="auto") as actor:
-                window: list[list[float]] = [quiet]
-                stop = anyio.Event()
+    async with client(url, "legacy") as probe, client(url, "auto") as actor:
+        window = quiet  # where the probe's waits go now (the loop below rebinds it)
+        stop = anyio.Event()
 
-                async def probing() -> None:
-                    while not stop.is_set():
-                        started = time.perf_counter()
-                        with warnings.catch_warnings():  # (ping is of the 2025-11-25 era, which the probe speaks)
-                            warnings.simplefilter("ignore", MCPDeprecationWarning)
-                            await probe.send_ping()
-                        window[0].append(time.perf_counter() - started)
+        async def probing() -> None:
+            while not stop.is_set():
+                started = time.perf_counter()
+                with warnings.catch_warnings():  # (ping is of the 2025-11-25 era, which the probe speaks)
+                    warnings.simplefilter("ignore", MCPDeprecationWarning)
+                    await probe.send_ping()
+                window.append(time.perf_counter() - started)
 
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(probing)
-                    for _ in range(changes):
-                        window[0] = []
-                        await anyio.sleep(1.0)
-                        quiet.extend(window[0])
-                        await actor.call_tool("tool_search", {"query": "mutate"})  # (activation ends with each epoch)
-                        window[0] = []
-                        done = await actor.call_tool("tool_call", {"name": "d__mutate", "arguments": {"kind": "grow"}})
-                        if done.is_error:
-                            raise RuntimeError(f"mutate failed: {done.content[0]}")
-                        await anyio.sleep(0.5)
-                        started = time.perf_counter()
-                        await actor.call_tool("tool_search", {"query": "grown"})
-                        searches.append(time.perf_counter() - started)
-                        await anyio.sleep(1.5)
-                        changing.extend(window[0])
-                    stop.set()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(probing)
+            for _ in range(changes):
+                window = []
+                await anyio.sleep(1.0)
+                quiet.extend(window)
+                await actor.call_tool("tool_search", {"query": "mutate"})  # (activation ends with each epoch)
+                window = []
+                done = await actor.call_tool("tool_call", {"name": "d__mutate", "arguments": {"kind": "grow"}})
+                if done.is_error:
+                    raise RuntimeError(f"mutate failed: {done.content[0]}")
+                await anyio.sleep(0.5)
+                started = time.perf_counter()
+                await actor.call_tool("tool_search", {"query": "grown"})
+                searches.append(time.perf_counter() - started)
+                await anyio.sleep(1.5)
+                changing.extend(window)
+            stop.set()
     return {"quiet": summary(quiet), "changing": summary(changing), "first_search": summary(searches)}
 
 
