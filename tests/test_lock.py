@@ -233,6 +233,42 @@ async def test_tool_search_sees_only_the_locked_declarations(tmp_path: Path, mod
         assert via.is_error and text(via).endswith("changed since the lock: run prefixgate catalog approve m__alpha")
 
 
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_call_as_its_server_comes_up_is_gated_by_its_live_tools(tmp_path: Path, mode: str) -> None:
+    # A warm start under a lock. The server comes up with a tool changed since the lock, and
+    # the gateway, taking it in, passes it the log level a client asked for, which it holds
+    # its answer to. A call made meanwhile (the server is up, its gate not yet published)
+    # waits for that gate, and is refused: it used to be gated by the warm start's catalog,
+    # which knows no change, and forwarded.
+    start, reword, release = tmp_path / "start", tmp_path / "reword", tmp_path / "release"
+    rogue = Path(__file__).with_name("rogue_life.py")
+    args = [str(rogue), "--start-after", str(start), "--reword", str(reword), "--hold-levels", str(release)]
+    config = write_config(tmp_path, {"r": {"command": PYTHON, "args": args}})
+    start.touch()
+    lock(config)  # (and the warm-start record)
+    start.unlink()
+    reword.touch()
+    with http_gateway(config) as (url, errlog):
+        async with sdk_client(url, "legacy") as setter, sdk_client(url, mode) as caller:
+            await setter.set_logging_level("debug")  # r is not up: asked of it as it comes up
+            start.touch()
+            await wait_for(lambda: "[r] ready" in errlog.read_text())
+            outcome: list[Any] = []
+
+            async def call() -> None:
+                outcome.append(await caller.call_tool("r__storm", {}))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(call)
+                await anyio.sleep(0.5)
+                assert not outcome, "called before the server's gate was published"
+                release.touch()
+    (refused,) = outcome
+    assert refused.is_error and text(refused).endswith(
+        "changed since the lock: run prefixgate catalog approve r__storm"
+    )
+
+
 def test_a_damaged_lock_stops_the_gateway_with_one_line(tmp_path: Path) -> None:
     config = write_config(tmp_path, {"m": mutating(tmp_path / "m.json")})
     path = tmp_path / "prefixgate.lock"

@@ -137,10 +137,15 @@ class Downstream:
         expected back), or the warm-start record holds them while it starts."""
         return self.source is not None
 
+    def joining(self) -> bool:
+        """Whether its first start is not over: starting, or ready but not yet taken in by the
+        gateway (under a catalog lock, its calls' gate is published as it is taken in)."""
+        return self.status == "starting" or (self.status == "ready" and not self.joined.is_set())
+
     async def started(self) -> None:
         """Until its first start is over: ready and taken in by the gateway, or failed, or late
         (at most its startup_timeout). A call made from a warm start's catalog waits here."""
-        if self.status != "starting" or not self.supervised or self.stopping:
+        if not self.joining() or not self.supervised or self.stopping:
             return
         await self.settled.wait()
         if self._is_ready():

@@ -202,10 +202,10 @@ class Router:
         note: CallNote | None = None,
     ) -> dict[str, Any]:
         entry = epoch.catalog.get(name)
-        if entry is not None and self.downstreams[entry.server].status == "starting":
-            # A warm start's catalog, its server not up yet: wait for it, then gate the call
-            # with what the gateway knows once it is (under a lock, whether the live tool
-            # still matches the approved one).
+        if entry is not None and self.downstreams[entry.server].joining():
+            # A warm start's catalog, its server not up yet, or up but not yet taken in: wait
+            # for it, then gate the call with what the gateway knows once it is (under a lock,
+            # whether the live tool still matches the approved one).
             await self.downstreams[entry.server].started()
             if self.epoch is not None and self.epoch is not epoch:
                 epoch = self.epoch
