@@ -205,6 +205,8 @@ def surely_within(value: object, limit: int, max_nodes: int = 256) -> bool:
         if isinstance(v, str):
             total += 2 + _MAX_CHAR_BYTES * len(v)
         elif isinstance(v, Mapping):
+            if len(v) > max_nodes:
+                return False  # (before walking it: a client's million-key object costs nothing here)
             total += 2 + 2 * len(v)
             for k, item in v.items():
                 if not isinstance(k, str):
@@ -212,6 +214,8 @@ def surely_within(value: object, limit: int, max_nodes: int = 256) -> bool:
                 total += 2 + _MAX_CHAR_BYTES * len(k)
                 stack.append(item)
         elif isinstance(v, list | tuple):
+            if len(v) > max_nodes:
+                return False
             total += 2 + len(v)
             stack.extend(v)
         elif v is None or isinstance(v, bool):

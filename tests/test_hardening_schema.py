@@ -306,6 +306,24 @@ def test_surely_within_is_an_upper_bound(value: Any, limit: int) -> None:
         assert json_size(value) <= limit
 
 
+class _Unwalkable(list[Any]):
+    def __iter__(self) -> Any:
+        raise AssertionError("walked")
+
+
+class _UnwalkableMap(dict[str, Any]):
+    def items(self) -> Any:
+        raise AssertionError("walked")
+
+
+def test_surely_within_answers_a_long_container_without_walking_it() -> None:
+    # A client's million-item argument or a server's million-item result is too long to be
+    # surely within any small limit: known from its length, at no cost on the event loop.
+    assert not surely_within({"a": _Unwalkable(range(1000))}, 1 << 30)
+    assert not surely_within({"a": _UnwalkableMap((str(i), i) for i in range(1000))}, 1 << 30)
+    assert surely_within({"a": list(range(100))}, 1 << 30)
+
+
 @pytest.mark.parametrize("where", PADS)
 def test_bound_result_counts_and_bounds_every_field(tmp_path: Path, where: str) -> None:
     from tests.rogue_schema import padded
