@@ -9,11 +9,19 @@ goes through ``loads`` here, so text inside the gateway is always encodable.
 from __future__ import annotations
 
 import json
+import logging
 import re
 import sys
 import threading
 from collections.abc import Callable
 from typing import Any
+
+import anyio.to_thread
+import pydantic_core
+
+from spill import surely_within
+
+log = logging.getLogger("prefixgate.json")
 
 MAX_DEPTH = 10_000
 """Nesting accepted in one message. Deeper than the ~1,000 levels ``json.loads`` takes by
@@ -22,14 +30,99 @@ quarantines that one tool ("nested too deeply") instead of losing the server; bo
 100,000-level line cannot exhaust the C stack."""
 
 PARSE_ASIDE_BYTES = 256 << 10
-"""JSON text at least this long from a server is parsed in a worker thread, in its turn: a
-5,000-tool listing or a 16 MiB result takes 0.1-0.2 s to parse, which on the event loop
-would hold up every client's calls for as long (gateway/downstream/stdio.py ``Aside``,
-httpcalls.py)."""
+"""JSON text at least this long from a peer is parsed in a worker thread, yielding (``_turn``):
+a 5,000-tool listing or a 16 MiB result takes 0.1-0.2 s to parse, a client's 4 MiB body of
+small objects ~0.1 s, which on the event loop would hold up every client's calls for as long
+(gateway/downstream/stdio.py ``Aside``, ``parsed_aside`` below). Shorter text parses in well
+under 10 ms, where the thread hop (~0.1 ms) is not worth it."""
 
 _ESCAPED_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
+_ESCAPED_SURROGATE_TEXT = re.compile(r"\\u[dD][89a-fA-F]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 REPLACEMENT = "\ufffd"
+
+
+def _turn(value: dict[str, Any]) -> dict[str, Any]:
+    """The identity, as ``object_hook``: the C scanner calls it for every object it decodes.
+
+    A call into Python code is where a thread holding the interpreter lock gives it up when
+    another thread has waited ``sys.getswitchinterval()`` for it. Without such a call, one
+    parse is one C call that holds the lock from start to end, so a worker thread parsing a
+    long text held the event loop all the same (4 MiB of small objects: ~100 ms; with this
+    hook the loop waits ~25 ms at most, for the same time to parse)."""
+    return value
+
+
+def loads_yielding(text: str | bytes) -> Any:
+    """``json.loads(text)``, giving the interpreter lock up between objects (``_turn``): for
+    long text parsed in a worker thread (``parsed_aside``)."""
+    return json.loads(text, object_hook=_turn)
+
+
+JITER_DEPTH = 200
+"""Most arrays and objects the SDK's parser (pydantic-core's jiter) reads nested; deeper, it
+refuses the text."""
+
+
+def loads_as_jiter(text: bytes | str) -> Any:
+    """``pydantic_core.from_json(text)``: its value, or its refusal (``ValueError``), parsed by
+    ``loads_yielding``, as jiter holds the interpreter lock from start to end.
+
+    On text json takes and jiter refuses (bytes that are not UTF-8, a lone surrogate escape)
+    jiter itself answers, as it does wherever json refuses (a byte-order mark, say); nested
+    deeper than ``JITER_DEPTH`` is refused as jiter refuses it. Whatever both take, they read
+    as the same values (tests/test_beside_the_loop.py)."""
+    try:
+        decoded = text if isinstance(text, str) else text.decode("utf-8")
+    except UnicodeDecodeError:
+        return pydantic_core.from_json(text)
+    if may_escape_a_surrogate(decoded):
+        return pydantic_core.from_json(text)
+    try:
+        value = loads_yielding(decoded)
+    except (ValueError, RecursionError):
+        return pydantic_core.from_json(text)
+    if not nested_within(value, JITER_DEPTH):
+        raise ValueError(f"recursion limit exceeded: nested deeper than {JITER_DEPTH} levels")
+    return value
+
+
+async def parsed_aside(text: bytes, what: str, *, sdk_parser: bool = False) -> Any:
+    """``json.loads(text)``, or with ``sdk_parser`` ``pydantic_core.from_json(text)`` (the SDK's
+    verdicts): in a worker thread, yielding, when ``text`` is long (``PARSE_ASIDE_BYTES``);
+    ``what`` names it in the debug log."""
+    if len(text) < PARSE_ASIDE_BYTES:
+        return pydantic_core.from_json(text) if sdk_parser else json.loads(text)
+    log.debug("%s: %d bytes parsed beside the event loop", what, len(text))
+    return await anyio.to_thread.run_sync(loads_as_jiter if sdk_parser else loads_yielding, text)
+
+
+def may_be_long(value: Any) -> bool:
+    """Whether a value may encode to ``PARSE_ASIDE_BYTES`` or more: False only when a look at
+    its first few hundred values bounds it below that (``spill.surely_within``), so a common
+    message costs microseconds here, and a long one is encoded in a worker thread, in pieces
+    (``catalog.pieces``)."""
+    return not surely_within(value, PARSE_ASIDE_BYTES)
+
+
+def may_escape_a_surrogate(text: str) -> bool:
+    """Whether JSON text may hold a ``\\uD800``-``\\uDFFF`` escape (``decode``'s test, on text)."""
+    return _ESCAPED_SURROGATE_TEXT.search(text) is not None
+
+
+def nested_within(value: Any, limit: int) -> bool:
+    """Whether a decoded JSON value nests at most ``limit`` arrays and objects deep: an
+    iterative walk in Python code, which gives the interpreter lock up as it goes."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        children = node.values() if type(node) is dict else node if type(node) is list else None
+        if children is None:
+            continue
+        if depth > limit:
+            return False
+        stack.extend((child, depth + 1) for child in children if type(child) is dict or type(child) is list)
+    return True
 
 
 class TooDeep(ValueError):
@@ -46,33 +139,36 @@ def decode(raw: bytes | bytearray) -> tuple[str, bool]:
     return raw.decode("utf-8", errors="replace"), _ESCAPED_SURROGATE.search(raw) is not None
 
 
-def loads(text: str, suspicious: bool = True) -> Any:
+def loads(text: str, suspicious: bool = True, *, yielding: bool = False) -> Any:
     """Parse one JSON text; lone surrogates become U+FFFD; nesting bounded by ``MAX_DEPTH``.
 
-    ``suspicious`` is ``decode``'s verdict: False skips the scrub.
+    ``suspicious`` is ``decode``'s verdict: False skips the scrub. ``yielding``: give the
+    interpreter lock up between objects (``_turn``), for a long text in a worker thread.
     """
+    hook = _turn if yielding else None
     try:
-        data = _parse(text)
+        data = _parse(text, hook)
     except RecursionError:
-        data = _loads_deep(text)
+        data = _loads_deep(text, hook)
     return scrub(data) if suspicious else data
 
 
 _scan: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 """The decoder's scanner (made in its ``__init__``; typeshed does not declare it)."""
+_scan_yielding: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder(object_hook=_turn).scan_once  # type: ignore[attr-defined]
 _JSON_SPACE = " \t\n\r"
 
 
-def _parse(text: str) -> Any:
-    """``json.loads(text)``: its scanner called directly when the text is one value from its
-    first character, as a line on the wire is (two layers of wrappers less on every
-    message); anything else, an error included, is ``json.loads``'s own to answer."""
+def _parse(text: str, hook: Callable[[dict[str, Any]], Any] | None = None) -> Any:
+    """``json.loads(text, object_hook=hook)``: its scanner called directly when the text is
+    one value from its first character, as a line on the wire is (two layers of wrappers
+    less on every message); anything else, an error included, is ``json.loads``'s own."""
     try:
-        data, end = _scan(text, 0)
+        data, end = (_scan if hook is None else _scan_yielding)(text, 0)
     except (StopIteration, ValueError):
-        return json.loads(text)
+        return json.loads(text, object_hook=hook)
     if end != len(text) and text[end:].strip(_JSON_SPACE):
-        return json.loads(text)  # "Extra data"
+        return json.loads(text, object_hook=hook)  # "Extra data"
     return data
 
 
@@ -81,7 +177,7 @@ _DEEP = threading.Lock()
 parsed in worker threads (gateway/downstream/stdio.py ``Aside``), several servers' at once."""
 
 
-def _loads_deep(text: str) -> Any:
+def _loads_deep(text: str, hook: Callable[[dict[str, Any]], Any] | None) -> Any:
     """Retry with the recursion limit raised to ``MAX_DEPTH`` levels above the caller.
 
     ``json``'s C scanner counts one recursion level per nested array or object against
@@ -97,7 +193,7 @@ def _loads_deep(text: str) -> Any:
         old = sys.getrecursionlimit()
         sys.setrecursionlimit(max(old, depth + MAX_DEPTH + 50))
         try:
-            return json.loads(text)
+            return json.loads(text, object_hook=hook)
         except RecursionError:
             raise TooDeep(f"JSON nested deeper than {MAX_DEPTH} levels") from None
         finally:

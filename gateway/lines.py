@@ -15,6 +15,8 @@ import mcp_types as types
 import pydantic_core
 from mcp.shared.message import SessionMessage
 
+from catalog.pieces import encode_in_pieces
+
 Item = TypeVar("Item")
 
 KEEP = 4096
@@ -96,14 +98,22 @@ def encode(message: SessionMessage) -> bytes:
         raise ValueError(str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__) from None
 
 
-def encode_plain(message: dict[str, Any]) -> bytes:
+def encode_plain(message: dict[str, Any], in_pieces: bool = False) -> bytes:
     """A JSON-RPC message given as a plain dict, as one JSON line: the bytes ``encode``
     makes of the same message's model (pydantic-core's serializer, NaN and Infinity as
-    null; tests/test_stdio_lines.py), without building and validating the model first."""
+    null; tests/test_stdio_lines.py), without building and validating the model first.
+    ``in_pieces``: the same bytes, a piece at a time (``catalog.pieces``), for a long
+    message encoded in a worker thread."""
     try:
+        if in_pieces:
+            return encode_in_pieces(message, _to_json) + b"\n"
         return pydantic_core.to_json(message, inf_nan_mode="null") + b"\n"
     except (ValueError, RecursionError) as exc:  # PydanticSerializationError
         raise ValueError(str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__) from None
+
+
+def _to_json(value: Any) -> bytes:
+    return pydantic_core.to_json(value, inf_nan_mode="null")
 
 
 def reply_id(message: SessionMessage) -> types.RequestId | None:

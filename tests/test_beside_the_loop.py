@@ -1,17 +1,23 @@
-"""Work whose size a server sets runs beside the event loop, not on it: a long line from a
+"""Work whose size a peer sets runs beside the event loop, not on it: a long line from a
 server is parsed in a worker thread in its turn (over a pipe and over HTTP), a catalog is
-built in one, and so is an epoch's search index. On the loop, a 5,000-tool server's change held up every client's
-calls for 0.4-0.8 s (the listing parsed, the catalog rebuilt, the index rebuilt).
+built in one, and so is an epoch's search index; so is a client's long POST body on the
+2026-07-28 lane. On the loop, a 5,000-tool server's change held up every client's calls for
+0.4-0.8 s (the listing parsed, the catalog rebuilt, the index rebuilt).
 
 The unit tests hold the work in its thread and check the loop runs meanwhile (on the loop
-they would block it, and fail); the last test runs the whole path through a real gateway
-in both eras."""
+they would block it, and fail). A parse is one C call that holds the interpreter lock
+throughout, in a thread too, unless it calls back into Python code, where the lock is given
+up to a thread that waits for it: the long-text parses call back once per object, which
+their own tests check. The last tests run the whole paths through real gateways in both
+eras."""
 
 from __future__ import annotations
 
 import contextlib
 import json
+import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -22,6 +28,7 @@ from mcp.shared.exceptions import MCPError
 import gateway.downstream.httpcalls as httpcalls
 import gateway.downstream.stdio as stdio
 import gateway.engine.epoch as epoch_module
+import gateway.jsontext as jsontext
 from catalog.lock import Lock, LockedTool
 from gateway.config import load_config
 from gateway.downstream.calltime import Clock
@@ -30,7 +37,18 @@ from gateway.downstream.stdio import UNPARSABLE_REPLY, Aside, Deferred
 from gateway.engine.epoch import epoch_of
 from gateway.engine.hub import Hub
 from gateway.jsontext import PARSE_ASIDE_BYTES
-from tests.helpers import ERAS, GATEWAY, PYTHON, demo, http_gateway, sdk_client, text, url_process, write_config
+from tests.helpers import (
+    ERAS,
+    GATEWAY,
+    PYTHON,
+    demo,
+    http_gateway,
+    read_artifact,
+    sdk_client,
+    text,
+    url_process,
+    write_config,
+)
 from tests.test_publishing import up
 from tests.test_rawcalls import Pipe, reading
 
@@ -168,8 +186,8 @@ async def test_a_long_line_a_server_botched_costs_only_the_call_it_answers() -> 
 
 
 async def test_a_long_answer_over_http_is_parsed_in_a_worker_thread(monkeypatch: pytest.MonkeyPatch) -> None:
-    parse = Held(httpcalls._parsed, lambda data: len(data) >= PARSE_ASIDE_BYTES)
-    monkeypatch.setattr(httpcalls, "_parsed", parse)
+    parse = Held(httpcalls._parsed_long)
+    monkeypatch.setattr(httpcalls, "_parsed_long", parse)
     call = httpcalls._Call(cast(httpcalls.HttpCalls, None), "pg-1", None, Clock(30, None))
     result = {"tools": [{"name": f"t{i}", "description": "x" * 100} for i in range(PARSE_ASIDE_BYTES // 100)]}
     body = json.dumps({"jsonrpc": "2.0", "id": "pg-1", "result": result}).encode()
@@ -298,3 +316,123 @@ async def _grow_and_call(client: Any) -> None:
     big = await client.call_tool("tool_call", {"name": "r__payload", "arguments": {"bytes": size}})
     assert not big.is_error, text(big)
     assert "artifact" in text(big), text(big)[:300]
+
+
+def _turns(work: Callable[[], Any]) -> int:
+    """How often ``work`` called ``jsontext._turn``, its C code's calls included: each is a
+    point where a worker thread gives the interpreter lock up to the event loop."""
+    turns = 0
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        nonlocal turns
+        if event == "call" and frame.f_code is jsontext._turn.__code__:
+            turns += 1
+
+    sys.setprofile(profile)
+    try:
+        work()
+    finally:
+        sys.setprofile(None)
+    return turns
+
+
+def test_a_long_text_is_parsed_yielding_the_interpreter_lock_between_objects() -> None:
+    tools = [{"name": f"t{i}", "inputSchema": {"type": "object", "properties": {}}} for i in range(4000)]
+    message = {"jsonrpc": "2.0", "id": 1, "result": {"tools": tools}}
+    text_ = json.dumps(message)
+    assert len(text_) >= PARSE_ASIDE_BYTES
+    objects = 2 + 3 * len(tools)
+    assert _turns(lambda: jsontext.loads(text_, yielding=True)) == objects
+    assert _turns(lambda: jsontext.loads_yielding(text_.encode())) == objects
+    assert _turns(lambda: stdio._load_aside(Aside(text_.encode()))) == objects  # a server's long line
+    assert _turns(lambda: jsontext.loads(text_)) == 0  # on the loop: no detour
+    assert jsontext.loads(text_, yielding=True) == jsontext.loads_yielding(text_.encode()) == message
+    # The same verdicts: what json.loads refuses, cut or trailed, and the deep retry.
+    for bad in (text_[:-1], text_ + " x"):
+        with pytest.raises(ValueError) as yielding:
+            jsontext.loads(bad, yielding=True)
+        with pytest.raises(ValueError) as plain:
+            jsontext.loads(bad)
+        assert str(yielding.value) == str(plain.value)
+    deep = '{"a":' * 3000 + "{}" + "}" * 3000
+    assert _turns(lambda: jsontext.loads(deep, yielding=True)) == 3001
+    node, depth = jsontext.loads(deep, yielding=True), 0
+    while node:
+        node, depth = node["a"], depth + 1
+    assert depth == 3000
+
+
+def _long(value: str) -> str:
+    """JSON text at least ``PARSE_ASIDE_BYTES`` long around ``value`` (an array's last item)."""
+    return '{"jsonrpc":"2.0","id":"pg-1","result":{"pad":["' + "p" * PARSE_ASIDE_BYTES + '",' + value + "]}}"
+
+
+def test_a_long_answer_over_http_is_read_yielding_with_the_sdk_parsers_verdicts() -> None:
+    # json's parser gives the lock up between objects, where jiter (the SDK's) holds it
+    # throughout; on every text here both end the same: the same values, or None.
+    nested = 10 * ('{"a":' * 20 + '"x"' + "}" * 20 + ",")  # many objects: many turns
+    texts = {
+        "listing": _long(nested + "1.7976931348623157e308,-0.0,123456789012345678901234567890,NaN"),
+        "200 deep": _long("[" * 197 + "1" + "]" * 197),  # with the envelope's three: jiter's most
+        "201 deep": _long("[" * 198 + "1" + "]" * 198),
+        "lone surrogate": _long('"\\ud800"'),
+        "a pair": _long('"\\ud83d\\ude00"'),
+        "cut": _long("1")[:-1],
+        "trailing": _long("1") + " x",
+    }
+    for label, data in texts.items():
+        for given in (data, data.encode()):
+            assert repr(httpcalls._parsed_long(given)) == repr(httpcalls._parsed(given)), label  # (NaN != NaN)
+    assert httpcalls._parsed(texts["201 deep"]) is None and httpcalls._parsed(texts["200 deep"]) is not None
+    assert httpcalls._parsed(texts["lone surrogate"]) is None  # jiter refuses it, json would not
+    for label, data_ in (
+        ("a mark", b"\xef\xbb\xbf" + texts["listing"].encode()),
+        ("not UTF-8", _long('"\xff"').encode("latin-1")),
+    ):
+        assert httpcalls._parsed_long(data_) is httpcalls._parsed(data_) is None, label
+    assert _turns(lambda: httpcalls._parsed_long(texts["listing"])) >= 200
+
+
+async def test_a_long_body_on_the_2026_lane_is_parsed_beside_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    parse = Held(jsontext.loads_yielding)
+    monkeypatch.setattr(jsontext, "loads_yielding", parse)
+    short = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {}}).encode()
+    assert await jsontext.parsed_aside(short, "a test body") == json.loads(short)  # on the spot
+    assert not parse.threads
+    long = json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"x": "y" * PARSE_ASIDE_BYTES}})
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(parse.let_go_once_the_loop_ran)
+            assert await jsontext.parsed_aside(long.encode(), "a test body") == json.loads(long)
+    assert parse.threads[0] is not threading.main_thread()
+
+
+@pytest.mark.parametrize("mode", ERAS)
+@pytest.mark.parametrize("server", ["pipe", "http"])
+async def test_a_long_argument_reaches_a_classic_server_whole(tmp_path: Path, server: str, mode: str) -> None:
+    # A client's call longer than PARSE_ASIDE_BYTES, through a gateway over HTTP to a server
+    # written the classic way, whose echo comes back as an artifact: byte for byte what was
+    # sent. Its body is parsed beside the loop, on the lane of its era; the request to the
+    # server is encoded beside it, in pieces.
+    with contextlib.ExitStack() as stack:
+        if server == "http":
+            url, _ = stack.enter_context(url_process([PYTHON, "-m", "tests.classic_server", "--http"]))
+            config = write_config(tmp_path, {"c": {"url": url}})
+        else:
+            config = write_config(tmp_path, {"c": {"command": PYTHON, "args": ["-m", "tests.classic_server"]}})
+        await _echo_a_long_argument(config, mode)
+
+
+async def _echo_a_long_argument(config: Path, mode: str) -> None:
+    sent = "".join(f"{i:05d} é日本\n" for i in range(PARSE_ASIDE_BYTES // 8))
+    with http_gateway(config, "--log-level", "debug") as (url, errlog):
+        async with sdk_client(url, mode) as client:
+            answer = await client.call_tool("c__echo", {"text": sent})
+            assert not answer.is_error, text(answer)[:300]
+            found = text(answer)
+            artifact = found.split("artifact ", 1)[1].split()[0].strip(".;,")
+            assert await read_artifact(client, artifact) == f"classic:{sent}"  # (its echo says who answered)
+    said = errlog.read_text()
+    body = "a 2026-07-28 POST body: " if mode == "auto" else "a handshake-era POST body: "
+    assert said.count(body) == 1 and "bytes parsed beside the event loop" in said, said[-3000:]
+    assert said.count("a long tools/call to ") == 1 and "encoded beside the event loop" in said, said[-3000:]

@@ -24,6 +24,7 @@ import pytest
 from mcp.shared.inbound import MCP_METHOD_HEADER, MCP_NAME_HEADER, MCP_PROTOCOL_VERSION_HEADER
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, PROTOCOL_VERSION_META_KEY
 
+from gateway.jsontext import PARSE_ASIDE_BYTES
 from tests.helpers import http_gateway, write_config
 from tests.test_fast_path import CALLS, DEEP, fast_config
 
@@ -143,6 +144,12 @@ def conversation(config: Path, lane: bool) -> tuple[list[tuple[str, Response]], 
         )
         s.post("extra member", {**request(24, "tools/list", {"_meta": envelope()}), "x": 1}, routing("tools/list"))
         s.post("deep meta", deep_call(27), routing("tools/call", "demo__echo"))
+        # Long bodies, which the lane parses beside the event loop: a call, and one cut short.
+        s.call("long", 28, "demo__echo", {"text": "é" * PARSE_ASIDE_BYTES})
+        cut = json.dumps(
+            request(29, "tools/call", {"name": "demo__echo", "arguments": {"text": "x" * PARSE_ASIDE_BYTES}})
+        )
+        s.post("long cut", cut[:-1].encode(), routing("tools/call", "demo__echo"))
         s.call("crash mid-call", 17, "crashy__crash", {"status": 7})
         s.call("after the crash", 25, "demo__echo", {"text": "still here"})
         # Closing the response stream cancels the call, which the server sees.
@@ -190,6 +197,8 @@ def test_the_http_lane_answers_byte_identical_to_the_sdk_entry(tmp_path: Path) -
     assert steps["no name"][0] == 400 and steps["wrong name header"][0] == 400 and steps["notification"][0] == 202
     assert steps["JSON only"][0] == 406 and b"exit status 7" in steps["crash mid-call"][2]
     assert b"still here" in steps["after the crash"][2] and b"-32700" in steps["deep meta"][2]
+    assert b"saved as artifact <id>" in steps["long"][2] and b"-32700" in steps["long cut"][2]
+    assert "a 2026-07-28 POST body: " in lane_log and "a 2026-07-28 POST body: " not in sdk_log
     for log in (lane_log, sdk_log):  # the timeout's courtesy cancel, and the closed stream's
         assert log.count("slow cancelled after step") == 2, log[-3000:]
 

@@ -28,6 +28,7 @@ from typing import Any
 import httpx2 as httpx
 import pytest
 
+from gateway.jsontext import PARSE_ASIDE_BYTES
 from tests.helpers import ACCEPT, ERAS, demo, http_gateway, sdk_client, text, write_config
 from tests.test_fast_path import CALLS, fast_config, sdk_client_view
 from tests.test_http_lane import Response, _masked, assert_same, log_after_cancels
@@ -196,6 +197,14 @@ def conversation(config: Path, lane: bool) -> tuple[list[tuple[str, Response]], 
             ),
         )
         s.post("not JSON", b"{nope")
+        # Long bodies, which the lane parses beside the event loop, with the SDK's verdicts:
+        # a call, one cut short, and one nested past the SDK parser's 200 levels.
+        s.call("long", 28, "demo__echo", {"text": "é" * PARSE_ASIDE_BYTES})
+        long = json.dumps(
+            request(29, "tools/call", {"name": "demo__echo", "arguments": {"text": "x" * PARSE_ASIDE_BYTES}})
+        )
+        s.post("long cut", long[:-1].encode())
+        s.post("long and deep", long[:-2].encode() + b',"deep":' + b"[" * 200 + b"]" * 200 + b"}}")
         s.post("extra member", {**request(23, "tools/call", {"name": "demo__echo"}), "x": 1})
         s.post("JSON only", request(24, "tools/call", {"name": "demo__echo"}), s.headers(accept="application/json"))
         s.post(
@@ -237,7 +246,11 @@ def test_the_session_lane_answers_as_the_sdk_transport(tmp_path: Path) -> None:
     assert_same([step for step in lane if step[0] not in at_once], [step for step in sdk if step[0] not in at_once])
     # Most plain calls are answered within the grace even on a loaded machine; none that
     # notified or asked first can be, nor can the SDK's own answers.
-    assert len(at_once) >= 5 and set(at_once) <= {label for label, *_ in CALLS} | {"crash mid-call", "after the crash"}
+    assert len(at_once) >= 5 and set(at_once) <= {label for label, *_ in CALLS} | {
+        "crash mid-call",
+        "after the crash",
+        "long",
+    }
     assert not {"progress", "log", "ask", "ask legacy server", "cancelled", "progress again"} & set(at_once)
     steps = dict(lane)
     status, headers, body = steps["progress"]
@@ -262,6 +275,10 @@ def test_the_session_lane_answers_as_the_sdk_transport(tmp_path: Path) -> None:
     assert replayed[-1]["id"] == 20 and b"still here" in steps["after the crash"][2]
     assert steps["unknown session"][0] == 404 and steps["JSON only"][0] == 406 and steps["not JSON"][0] == 400
     assert steps["after delete"][0] == 404 and b"v" in steps["no version header"][2]
+    assert b"saved as artifact <id>" in steps["long"][2]
+    assert steps["long cut"][0] == 400 and steps["long and deep"][0] == 400
+    said = "a handshake-era POST body: "
+    assert lane_log.count(said) == 3 and said not in sdk_log, lane_log[-3000:]
     for log in (lane_log, sdk_log):  # the timeout's courtesy cancel, and the client's cancel
         assert log.count("slow cancelled after step") == 2, log[-3000:]
 

@@ -54,6 +54,8 @@ from mcp_types import (
 )
 from pydantic import ValidationError
 
+from catalog.pieces import encode_in_pieces
+from gateway import jsontext
 from gateway.downstream.bounded import bound_answer
 from gateway.downstream.calltime import Clock, follow
 from gateway.downstream.rawcalls import (
@@ -65,7 +67,7 @@ from gateway.downstream.rawcalls import (
 )
 from gateway.downstream.rawhttp import Pool, Unsendable
 from gateway.downstream.related import HEADER, Related
-from gateway.jsontext import PARSE_ASIDE_BYTES
+from gateway.jsontext import PARSE_ASIDE_BYTES, may_be_long
 from gateway.sdk import events_on_origin, post_on_origin, sse_parser, transport_headers, unfollowed_redirect
 
 log = logging.getLogger("prefixgate.http")
@@ -138,7 +140,11 @@ class HttpCalls:
         clock = clock or Clock(timeout, None)
         message = request_message(request_id, method, params, progress=on_progress is not None)
         try:  # the body httpx2 makes of the SDK's ``json=``; refused here, before anything is sent
-            body = json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+            if may_be_long(params):  # (a client's long call: encoded beside the event loop)
+                log.debug("a long %s to %s encoded beside the event loop", method, self.sdk.url)
+                body = await anyio.to_thread.run_sync(encode_in_pieces, message, _body)
+            else:
+                body = _body(message)
         except ValueError as exc:
             log.warning("cannot send a request to %s: %s", self.sdk.url, exc)
             raise MCPError(code=UNSENDABLE_REQUEST, message=f"request not sent: {exc}") from None
@@ -366,8 +372,8 @@ class _Call:
         """One message of the call's response: its outcome if it answers the call, else None (its
         progress went to the callback, anything else to the ``ClientSession``). ``any_id``: on an
         event stream every reply answers the call (the SDK's transport gives it the call's id)."""
-        if len(data) >= PARSE_ASIDE_BYTES:  # (a long one off the event loop: every client waits on it)
-            parsed = await anyio.to_thread.run_sync(_parsed, data)
+        if len(data) >= PARSE_ASIDE_BYTES:  # (a long one beside the event loop: every client waits on it)
+            parsed = await anyio.to_thread.run_sync(_parsed_long, data)
         else:
             parsed = _parsed(data)
         if type(parsed) is dict:
@@ -404,10 +410,24 @@ class _Call:
             await deliver_progress(self.on_progress, args)
 
 
+def _body(value: Any) -> bytes:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+
+
 def _parsed(data: bytes | str) -> Any:
     """The message's JSON by the SDK's parser (jiter), or None: what it refuses fails later."""
     try:
         return pydantic_core.from_json(data)
+    except ValueError:
+        return None
+
+
+def _parsed_long(data: bytes | str) -> Any:
+    """``_parsed`` of a long message, in a worker thread, giving the interpreter lock up as it
+    goes (``jsontext.loads_as_jiter``): jiter holds it throughout, so a 5,000-tool listing
+    held the event loop ~0.1 s from a worker thread too."""
+    try:
+        return jsontext.loads_as_jiter(data)
     except ValueError:
         return None
 

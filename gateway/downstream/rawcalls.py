@@ -38,12 +38,19 @@ from mcp.shared.message import SessionMessage
 from mcp_types.jsonrpc import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
 from gateway.downstream.calltime import Clock
+from gateway.jsontext import may_be_long
 
 log = logging.getLogger("prefixgate.stdio")
 
 ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
-Encode = Callable[[dict[str, Any]], bytes]
-"""A message as a plain dict to its line (gateway/downstream/stdio.py ``encode_plain``)."""
+
+
+class Encode(Protocol):
+    """A message as a plain dict to its line (gateway/lines.py ``encode_plain``); ``in_pieces``:
+    the same bytes, giving the interpreter lock up as it goes (for a worker thread)."""
+
+    def __call__(self, message: dict[str, Any], in_pieces: bool = False) -> bytes: ...
+
 
 ID_PREFIX = "pg-"
 """Ids of raw calls: strings, which the SDK's ``ClientSession`` (integer ids) never sends."""
@@ -169,7 +176,11 @@ class RawCalls:
         clock = clock or Clock(timeout, None)
         message = request_message(request_id, method, params, progress=on_progress is not None)
         try:
-            data = self._encode(message)
+            if may_be_long(params):  # (a client's long call: encoded beside the event loop)
+                log.debug("a long %s to %s encoded beside the event loop", method, self._name)
+                data = await anyio.to_thread.run_sync(self._encode, message, True)
+            else:
+                data = self._encode(message)
         except ValueError as exc:
             log.warning("cannot send a message to %s: %s", self._name, exc)
             raise MCPError(code=UNSENDABLE_REQUEST, message=f"request not sent: {exc}") from None

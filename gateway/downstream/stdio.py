@@ -189,12 +189,13 @@ def _parse(line: bytes | bytearray) -> SessionMessage | Exception:
     return data if isinstance(data, ValueError) else _validate(data)
 
 
-def _load(line: bytes | bytearray) -> Any:
-    """A line's JSON data (lone surrogates replaced), or the ``ValueError`` saying why not."""
+def _load(line: bytes | bytearray, yielding: bool = False) -> Any:
+    """A line's JSON data (lone surrogates replaced), or the ``ValueError`` saying why not
+    (``yielding``: ``jsontext.loads``'s, for a long line in a worker thread)."""
     try:
         text, suspicious = jsontext.decode(line)
         del line
-        return jsontext.loads(text, suspicious)
+        return jsontext.loads(text, suspicious, yielding=yielding)
     except ValueError as exc:  # JSONDecodeError, TooDeep
         return exc
 
@@ -260,9 +261,9 @@ class Aside:
 
 
 def _load_aside(aside: Aside) -> Any:
-    """``_load`` of an ``Aside``'s line, in a worker thread; the line goes straight in, so at
-    most two copies of a long message are alive at once, as on the loop."""
-    return _load(aside.take())
+    """``_load`` of an ``Aside``'s line, in a worker thread, yielding; the line goes straight
+    in, so at most two copies of a long message are alive at once, as on the loop."""
+    return _load(aside.take(), yielding=True)
 
 
 class ChildStdout(LineReader[SessionMessage | Exception | Deferred | Aside]):

@@ -38,7 +38,7 @@ from starlette.types import Message, Receive, Scope, Send
 from gateway.config import is_loopback as is_loopback
 from gateway.config import parse_listen as parse_listen
 from gateway.engine.shares import Shares
-from gateway.jsontext import scrub_escapes
+from gateway.jsontext import parsed_aside, scrub_escapes
 from gateway.sdk import lifespan_state
 from gateway.upstream.coalesce import coalescing_protocol, send_whole
 from gateway.upstream.events import RETRY_MS, SESSION_HEADER, BoundedEventStore, marked
@@ -253,7 +253,7 @@ class Front:
             return
         if isinstance(body, bytes):
             body = scrub_escapes(body)  # as every stdio line is: no lone surrogate gets into the gateway
-        counted = isinstance(body, bytes) and scope["method"] == "POST" and not _opens_a_stream(body)
+        counted = isinstance(body, bytes) and scope["method"] == "POST" and not await _opens_a_stream(body)
         if counted:
             self.in_flight += 1
         place = None
@@ -276,7 +276,7 @@ class Front:
         owner, borrower = principal_of_scope(scope), object()
         if self.shares.take_nowait(owner, borrower):
             return owner, borrower
-        if not _is_request(body):
+        if not await _is_request(body):
             return None
         log.debug("principal %s has %d requests being answered: the next waits its turn", owner, self.shares.size)
         await self.shares.take(owner, borrower)
@@ -396,22 +396,22 @@ class Front:
 _LISTEN = b"subscriptions/listen"
 
 
-def _is_request(body: bytes) -> bool:
+async def _is_request(body: bytes) -> bool:
     """Whether a POST's body is one JSON-RPC request (a method and an id)."""
     try:
-        found = json.loads(body)
+        found = await parsed_aside(body, "a POST body read for its id")
     except (ValueError, RecursionError):
         return False
     return isinstance(found, dict) and "method" in found and "id" in found
 
 
-def _opens_a_stream(body: bytes) -> bool:
+async def _opens_a_stream(body: bytes) -> bool:
     """Whether a POST is a 2026-07-28 ``subscriptions/listen``: its stream stays open for as
     long as the client listens, so a drain does not wait for it (as for a GET stream)."""
     if _LISTEN not in body:
         return False
     try:
-        found = json.loads(body)
+        found = await parsed_aside(body, "a POST body read for its method")
     except (ValueError, RecursionError):
         return False
     return isinstance(found, dict) and found.get("method") == _LISTEN.decode()

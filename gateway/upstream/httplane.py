@@ -50,6 +50,7 @@ from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
 from gateway.fastpath import FAST_PATH_ENV
+from gateway.jsontext import parsed_aside
 from gateway.sdk import modern_error_data
 from gateway.upstream.fast import (
     answer_directly,
@@ -262,7 +263,7 @@ class ModernLane:
         if not (has_json and has_sse):
             return None
         try:
-            decoded = json.loads(body)
+            decoded = await parsed_aside(body, "a 2026-07-28 POST body")
         except (ValueError, RecursionError):
             return None
         if type(decoded) is not dict or not decoded.keys() <= _ENVELOPE or decoded.get("jsonrpc") != "2.0":

@@ -41,7 +41,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import anyio
-import pydantic_core
 from anyio.streams.memory import MemoryObjectSendStream
 from mcp.server.connection import Connection
 from mcp.server.context import CallNext, ServerRequestContext
@@ -54,6 +53,7 @@ from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
 from gateway.fastpath import FAST_PATH_ENV
+from gateway.jsontext import parsed_aside
 from gateway.sdk import (
     close_request_stream,
     connection_of,
@@ -157,7 +157,8 @@ class SessionLane:
         if not (has_json and has_sse) or not _content_type_is_json(request):
             return None
         try:
-            decoded = pydantic_core.from_json(body)  # the transport's parser: the same verdicts
+            # The transport's parser, for the same verdicts (a long body: its verdicts, yielding).
+            decoded = await parsed_aside(body, "a handshake-era POST body", sdk_parser=True)
         except ValueError:
             return None
         if type(decoded) is not dict or not decoded.keys() <= _ENVELOPE or decoded.get("jsonrpc") != "2.0":
