@@ -1,6 +1,6 @@
-"""How long other clients wait while a large server changes its tools.
+"""How long other clients wait while a large server changes its tools, or a client sends long calls.
 
-    python -m bench.stall [--tools 5000] [--changes 5] [--json]   (also ``stall`` in bench.run)
+    python -m bench.stall [--tools 5000] [--changes 5] [--bodies 5] [--json]   (also ``stall`` in bench.run)
 
 ``prefixgate serve --http`` with one demo server of ``--tools`` tools (and ``--rich``'s
 ``mutate``). A probe client (2025-11-25, ``ping``, answered by the gateway itself) calls in a
@@ -11,6 +11,10 @@ meanwhile is what every other client waits. Reported: the probe's median and lon
 in the quiet second before each change and in the 2 s after it, and the first
 ``tool_search`` after each change (context: no target; on the event loop this work held the
 probe up 0.4-0.8 s a change at 5,000 tools on 2 cores).
+
+Then the same client makes ``--bodies`` calls of ``echo`` 0.5 s apart, each with an argument
+of 400,000 small objects (~4.0 MB, under the 4 MiB body limit): the worst a client's call
+can cost the gateway to parse. Reported: the probe's waits meanwhile, and each call's time.
 """
 
 from __future__ import annotations
@@ -27,16 +31,42 @@ from typing import Any
 
 import anyio
 
-from bench.common import PYTHON, demo_args, gateway_config, summary, url_process
+from bench.common import PYTHON, demo_args, gateway_config, http_client, summary, url_process
 from bench.httpcalls import client
 
+PAD_OBJECTS = 400_000
+"""``{"a": 1}`` objects in each long call: ~4.0 MB, below the 4 MiB body limit (the SDK's)."""
 
-async def _measure(url: str, changes: int) -> dict[str, Any]:
+
+_LONG_CALL_HEADERS = {
+    "accept": "application/json, text/event-stream",
+    "content-type": "application/json",
+    "mcp-protocol-version": "2026-07-28",
+    "mcp-method": "tools/call",
+    "mcp-name": "tool_call",
+}
+
+
+def _long_call(objects: int) -> bytes:
+    """A 2026-07-28 ``tool_call`` of the demo's ``echo``, its argument ``objects`` small objects."""
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "bench-stall", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
+    arguments = {"name": "d__echo", "arguments": {"text": "hi", "pad": [{"a": 1}] * objects}}
+    params = {"name": "tool_call", "arguments": arguments, "_meta": meta}
+    return json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}).encode()
+
+
+async def _measure(url: str, changes: int, bodies: int) -> dict[str, Any]:
     from mcp.shared.exceptions import MCPDeprecationWarning
 
     quiet: list[float] = []
     changing: list[float] = []
     searches: list[float] = []
+    posting: list[float] = []
+    calls: list[float] = []
     async with client(url, "legacy") as probe, client(url, "auto") as actor:
         window = quiet  # where the probe's waits go now (the loop below rebinds it)
         stop = anyio.Event()
@@ -66,23 +96,44 @@ async def _measure(url: str, changes: int) -> dict[str, Any]:
                 searches.append(time.perf_counter() - started)
                 await anyio.sleep(1.5)
                 changing.extend(window)
+            # A client's long calls: an argument of small objects, each parsed into a
+            # Python object of its own. Encoded once, before: the SDK client encoding it
+            # would hold this process's loop, the probe's, for longer than the gateway.
+            body = _long_call(PAD_OBJECTS if bodies > 1 else PAD_OBJECTS // 10)
+            await actor.call_tool("tool_search", {"query": "d__echo"})
+            window = []
+            async with http_client(_LONG_CALL_HEADERS) as poster:
+                for _ in range(bodies):
+                    started = time.perf_counter()
+                    answer = await poster.post(url, content=body)
+                    calls.append(time.perf_counter() - started)
+                    if answer.status_code != 200 or b'"isError":false' not in answer.content:
+                        raise RuntimeError(f"a long call failed: {answer.status_code} {answer.content[:300]!r}")
+                    await anyio.sleep(0.5)
+            posting.extend(window)
             stop.set()
-    return {"quiet": summary(quiet), "changing": summary(changing), "first_search": summary(searches)}
+    return {
+        "quiet": summary(quiet),
+        "changing": summary(changing),
+        "first_search": summary(searches),
+        "posting": summary(posting),
+        "long_calls": summary(calls),
+    }
 
 
-async def measure(tmp: Path, tools: int, changes: int, stderr: Any = None) -> dict[str, Any]:
+async def measure(tmp: Path, tools: int, changes: int, stderr: Any = None, bodies: int = 5) -> dict[str, Any]:
     config = gateway_config(tmp / "stall", {"d": demo_args("--tools", tools, "--rich", "--name", "d")})
     command = [PYTHON, "-m", "gateway", "serve", "--log-level", "warning", "--http", "127.0.0.1:0", "--config"]
     with url_process([*command, str(config)], **({"stderr": stderr} if stderr else {})) as (url, _):
-        results = await _measure(url, changes)
-    return {"settings": {"tools": tools, "changes": changes}, **results}
+        results = await _measure(url, changes, bodies)
+    return {"settings": {"tools": tools, "changes": changes, "bodies": bodies}, **results}
 
 
 async def run(ctx: Any) -> dict[str, Any]:
     """The ``stall`` section of ``bench.run``."""
-    tools, changes = (300, 1) if ctx.quick else (5000, 5)
+    tools, changes, bodies = (300, 1, 1) if ctx.quick else (5000, 5, 5)
     with ctx.errlog.open("a", encoding="utf-8") as err:
-        return await measure(ctx.tmp, tools, changes, err)
+        return await measure(ctx.tmp, tools, changes, err, bodies)
 
 
 def rows(
@@ -98,6 +149,14 @@ def rows(
     ):
         s = results[key]
         out.append((label, what, ms(s.get("median")), spread(s), f"longest {ms(s.get('max'))}"))
+    if "posting" in results:  # (runs from before 2026-12-06 measured only the changes)
+        objects = PAD_OBJECTS if st["bodies"] > 1 else PAD_OBJECTS // 10
+        label = (
+            f"another client's calls of {objects:,} small objects ({st['bodies']}, 0.5 s apart): other clients' waits"
+        )
+        for key, what in (("posting", "ping, while they arrive"), ("long_calls", "each long call, answered")):
+            s = results[key]
+            out.append((label, what, ms(s.get("median")), spread(s), f"longest {ms(s.get('max'))}"))
     return out
 
 
@@ -113,10 +172,11 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.stall", description=__doc__.split("\n\n")[0])
     p.add_argument("--tools", type=int, default=5000)
     p.add_argument("--changes", type=int, default=5)
+    p.add_argument("--bodies", type=int, default=5, help="long calls another client makes after the changes")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="prefixgate-stall-") as tmp:
-        results = anyio.run(measure, Path(tmp), args.tools, args.changes)
+        results = anyio.run(measure, Path(tmp), args.tools, args.changes, None, args.bodies)
     if args.json:
         print(json.dumps(results, indent=2))
         return 0

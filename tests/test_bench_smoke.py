@@ -74,7 +74,9 @@ def test_full_harness_smoke(tmp_path: Path) -> None:
     assert results["startup"]["ratios"]["prefixgate/single"]["median"] > 0
     assert results["catalog"]["gateway"]["tool_search_raw_s"]["n"] > 0
     assert results["bigresult"]["contenders"]["prefixgate"]["answer_bytes"] <= 65536
-    assert all(results["stall"][window]["n"] > 0 for window in ("quiet", "changing", "first_search"))
+    assert all(
+        results["stall"][window]["n"] > 0 for window in ("quiet", "changing", "first_search", "posting", "long_calls")
+    )
     assert all(p["next_call"] == "ok" for p in results["flood"]["phases"])
     assert results["stores"]["ratios"]["redis/file tool_search_s"]["n"] == results["stores"]["settings"]["rounds"]
     statuses = {t["id"]: t["status"] for t in results["_targets"]}
