@@ -138,22 +138,16 @@ class Downstream:
         return self.source is not None
 
     def joining(self) -> bool:
-        """Whether its first start is not over: starting, or ready but not yet taken in by the
-        gateway (under a catalog lock, its calls' gate is published as it is taken in)."""
+        """Its first start not over: starting, or up but not yet taken in (its gate published)."""
         return self.status == "starting" or (self.status == "ready" and not self.joined.is_set())
 
     async def started(self) -> None:
         """Until its first start is over: ready and taken in by the gateway, or failed, or late
         (at most its startup_timeout). A call made from a warm start's catalog waits here."""
-        if not self.joining() or not self.supervised or self.stopping:
-            return
-        await self.settled.wait()
-        if self._is_ready():
-            await self.joined.wait()
-
-    def _is_ready(self) -> bool:
-        """The status read afresh (after an await it may have changed since the check above)."""
-        return self.status == "ready"
+        if self.joining() and self.supervised and not self.stopping:
+            await self.settled.wait()
+            if self.joining():  # (read afresh: up, and not yet taken in)
+                await self.joined.wait()
 
     def remember(self, recorded: Contribution) -> None:
         """A warm start: the lists it gave last time stand for it until it lists its own."""
