@@ -103,7 +103,9 @@ class Answer:
         return b'{"jsonrpc":"2.0","id":' + request_id + b',"result":' + result + b"}\n"
 
 
-def encode_record(key: str, fingerprint: str, servers: Mapping[str, Contribution], answers: Iterable[Answer]) -> bytes:
+def encode_record(
+    key: str, fingerprint: str, servers: Mapping[str, Contribution], answers: Iterable[Answer]
+) -> bytes:
     """The record's bytes. ``fingerprint`` is the published list's, which the reader checks
     its rebuilt catalog against; ``answers`` may be empty (the reader then rebuilds only)."""
     blobs: dict[str, bytes] = {}
