@@ -28,6 +28,7 @@ from gateway.commands.startup import Exit, discover, running
 from gateway.config import Config
 from gateway.downstream.connection import Downstream
 from gateway.engine.barrier import required_failures
+from gateway.engine.frozen import freeze_the_first_catalog
 from gateway.engine.hub import Hub
 from gateway.engine.warm import current_key
 from gateway.state.history import EpochHistory
@@ -104,6 +105,7 @@ async def serve(
             failures = required_failures(hub.downstreams)
             if failures:
                 await _exit_now(hub.downstreams, "prefixgate: " + failures[0])
+            await freeze_the_first_catalog()
 
         reloader = Reloader(hub, config.path) if config.path is not None else None
         if reloader is not None and http is not None and config.gateway.reload != "off":
