@@ -12,8 +12,8 @@ in the quiet second before each change and in the 2 s after it, and the first
 ``tool_search`` after each change (context: no target; on the event loop this work held the
 probe up 0.4-0.8 s a change at 5,000 tools on 2 cores).
 
-Before the changes (and after ``SETTLE`` seconds, past the gateway's one-time collection at
-start), the same client makes ``--bodies`` calls of ``echo`` 0.5 s apart, each with an
+Before the changes (``SETTLE`` seconds after the first catalog is out, past the gateway's
+one-time collection then), the same client makes ``--bodies`` calls of ``echo`` 0.5 s apart, each with an
 argument of 400,000 small objects (~4.0 MB, under the 4 MiB body limit): the worst a
 client's call can cost the gateway to parse. Reported: the probe's waits meanwhile, and
 each call's time. (Until 2026-12-06 05:30 the changes came first, at once after start.)
@@ -36,8 +36,10 @@ import anyio
 from bench.common import PYTHON, demo_args, gateway_config, http_client, summary, url_process
 from bench.httpcalls import client
 
-SETTLE = 4.0
-"""Seconds the probe runs before anything is measured (see ``_measure``)."""
+SETTLE = 8.0
+"""Seconds after the first catalog is out before anything is measured (see ``_measure``): the
+gateway's one-time collection comes 3 s after its first catalog and warm-start record are
+saved, which for 5,000 tools takes a second or two more."""
 PAD_OBJECTS = 400_000
 """``{"a": 1}`` objects in each long call: ~4.0 MB, below the 4 MiB body limit (the SDK's)."""
 
@@ -71,31 +73,31 @@ async def _measure(url: str, changes: int, bodies: int) -> dict[str, Any]:
     searches: list[float] = []
     posting: list[float] = []
     calls: list[float] = []
+    body = _long_call(PAD_OBJECTS if bodies > 1 else PAD_OBJECTS // 10)
     async with client(url, "legacy") as probe, client(url, "auto") as actor:
-        window = quiet  # where the probe's waits go now (the loop below rebinds it)
+        window: list[float] = []  # where the probe's waits go now (rebound below; [] counts nowhere)
         stop = anyio.Event()
 
         async def probing() -> None:
             while not stop.is_set():
-                started = time.perf_counter()
+                started, into = time.perf_counter(), window  # (counted in the window it began in)
                 with warnings.catch_warnings():  # (ping is of the 2025-11-25 era, which the probe speaks)
                     warnings.simplefilter("ignore", MCPDeprecationWarning)
                     await probe.send_ping()
-                window.append(time.perf_counter() - started)
+                into.append(time.perf_counter() - started)
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(probing)
-            # A gateway up for a while: past its first seconds, which hold a one-time full
-            # collection (gateway/engine/frozen.py), not counted in any window here.
+            # A gateway up for a while: its catalog out (a call waits for it), and past the
+            # one-time full collection that follows it (gateway/engine/frozen.py), which no
+            # window here counts.
             window = []
+            await actor.call_tool("tool_search", {"query": "d__echo"})
             await anyio.sleep(SETTLE)
             # A client's long calls, the catalog as it started: an argument of small objects,
-            # each parsed into a Python object of its own. Encoded once, before: the SDK
-            # client encoding it would hold this process's loop, the probe's, for longer
-            # than the gateway.
-            body = _long_call(PAD_OBJECTS if bodies > 1 else PAD_OBJECTS // 10)
-            await actor.call_tool("tool_search", {"query": "d__echo"})
-            window = []
+            # each parsed into a Python object of its own (the body encoded before the probe
+            # started: encoding it holds this process's loop, the probe's).
+            window = posting
             async with http_client(_LONG_CALL_HEADERS) as poster:
                 for _ in range(bodies):
                     started = time.perf_counter()
@@ -104,13 +106,12 @@ async def _measure(url: str, changes: int, bodies: int) -> dict[str, Any]:
                     if answer.status_code != 200 or b'"isError":false' not in answer.content:
                         raise RuntimeError(f"a long call failed: {answer.status_code} {answer.content[:300]!r}")
                     await anyio.sleep(0.5)
-            posting.extend(window)
             for _ in range(changes):
-                window = []
+                window = quiet
                 await anyio.sleep(1.0)
-                quiet.extend(window)
+                window = []  # (the search that activates mutate: in no window)
                 await actor.call_tool("tool_search", {"query": "mutate"})  # (activation ends with each epoch)
-                window = []
+                window = changing
                 done = await actor.call_tool("tool_call", {"name": "d__mutate", "arguments": {"kind": "grow"}})
                 if done.is_error:
                     raise RuntimeError(f"mutate failed: {done.content[0]}")
@@ -119,7 +120,7 @@ async def _measure(url: str, changes: int, bodies: int) -> dict[str, Any]:
                 await actor.call_tool("tool_search", {"query": "grown"})
                 searches.append(time.perf_counter() - started)
                 await anyio.sleep(1.5)
-                changing.extend(window)
+            window = []
             stop.set()
     return {
         "quiet": summary(quiet),
