@@ -13,10 +13,12 @@ in the quiet second before each change and in the 2 s after it, and the first
 probe up 0.4-0.8 s a change at 5,000 tools on 2 cores).
 
 Before the changes (``SETTLE`` seconds after the first catalog is out, past the gateway's
-one-time collection then), the same client makes ``--bodies`` calls of ``echo`` 0.5 s apart, each with an
-argument of 400,000 small objects (~4.0 MB, under the 4 MiB body limit): the worst a
-client's call can cost the gateway to parse. Reported: the probe's waits meanwhile, and
-each call's time. (Until 2026-12-06 05:30 the changes came first, at once after start.)
+one-time collection then), the same client makes ``--bodies`` calls of ``echo`` 0.5 s
+apart, each with an argument of 400,000 small objects (~4.0 MB, under the 4 MiB body
+limit): the worst a client's call can cost the gateway to parse. Reported: the probe's
+waits meanwhile, and each call's time. Each wait counts in the window it began in. (Until
+commit 9c8ec21 the changes came first, at once after start; until 8b344fb a wait counted in
+the window it ended in.)
 """
 
 from __future__ import annotations
@@ -182,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.stall", description=__doc__.split("\n\n")[0])
     p.add_argument("--tools", type=int, default=5000)
     p.add_argument("--changes", type=int, default=5)
-    p.add_argument("--bodies", type=int, default=5, help="long calls another client makes after the changes")
+    p.add_argument("--bodies", type=int, default=5, help="long calls a client makes before the changes")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="prefixgate-stall-") as tmp:
