@@ -25,7 +25,7 @@ from gateway.config import Config
 from gateway.downstream.connection import Downstream
 from gateway.engine.checks import CheckCache
 from gateway.engine.clients import ClientConnection, Clients
-from gateway.engine.epoch import Epoch, built_epoch, epoch_of
+from gateway.engine.epoch import Epoch, built_epoch
 from gateway.engine.lockfile import ServedLock, lock_path
 from gateway.engine.router import Router
 from gateway.engine.surface import Surface, build_surface
@@ -94,8 +94,8 @@ class Publisher:
         behind this, confirms the bytes or starts a new epoch (``first_epoch``). False (and
         nothing published) when the record does not rebuild to the bytes it recorded.
         """
-        # Built on the loop, as ``locked_start``'s and ``_regate``'s: out before any server's
-        # start is seen (``_epoch`` says why).
+        # Built on the loop, as every build under a lock is (``built_epoch`` says why): out
+        # before any server's start is seen.
         epoch = warm_epoch(self._config, record, self._checks, self._lock.current)
         if epoch is None:
             return False
@@ -115,7 +115,7 @@ class Publisher:
         if self._lock.current is None or self._config.gateway.lock_new != "hold":
             return False
         try:
-            epoch = self._epoch()
+            epoch = await self._built()  # (under the lock: on the loop)
         except DecisionError:
             return False  # the barrier's build says why
         await self._router.publish(epoch)
@@ -220,7 +220,7 @@ class Publisher:
         bytes wait for the barrier: a catalog that differs is published there, once."""
         async with self._rebuild_lock:
             try:
-                epoch = self._epoch()
+                epoch = await self._built()  # (under the lock: on the loop)
             except DecisionError:
                 return
             if epoch.same_for_clients(self._router.epoch):
@@ -350,18 +350,11 @@ class Publisher:
         await self._clients.tools_changed()
 
     async def _built(self, *, searchable: bool = False) -> Epoch:
-        """A rebuild, in a worker thread (``built_epoch``): the loop goes on serving meanwhile."""
+        """A build, in a worker thread (``built_epoch``): the loop goes on serving meanwhile;
+        under a catalog lock on the loop, in the step that sees a server's state."""
         return await built_epoch(
             self._config, self._downstreams, self._checks, self._lock.current, searchable=searchable
         )
-
-    def _epoch(self) -> Epoch:
-        """A build on the loop, for the epochs published as servers start (a warm start's, a
-        holding lock's, the lock's call gate as each server comes up). Those must be out in
-        the step that sees the start: a call that waited for its server to start is gated by
-        the epoch in place when it resumes, and in a worker thread a build would still be
-        running then (the call went through ungated by the lock). Before the barrier."""
-        return epoch_of(self._config, self._downstreams, self._checks, self._lock.current)
 
     def _build_surface(self) -> Surface:
         return build_surface(self._downstreams, self._config.client.names, self._config.gateway.separator)
