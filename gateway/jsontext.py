@@ -87,7 +87,7 @@ def loads_as_jiter(text: bytes | str) -> Any:
     return value
 
 
-async def parsed_aside(text: bytes, what: str, *, sdk_parser: bool = False) -> Any:
+async def parsed_aside(text: bytes | str, what: str, *, sdk_parser: bool = False) -> Any:
     """``json.loads(text)``, or with ``sdk_parser`` ``pydantic_core.from_json(text)`` (the SDK's
     verdicts): in a worker thread, yielding, when ``text`` is long (``PARSE_ASIDE_BYTES``);
     ``what`` names it in the debug log."""

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import anyio
+import pydantic_core
 import pytest
 from mcp.shared.exceptions import MCPError
 
@@ -186,8 +187,8 @@ async def test_a_long_line_a_server_botched_costs_only_the_call_it_answers() -> 
 
 
 async def test_a_long_answer_over_http_is_parsed_in_a_worker_thread(monkeypatch: pytest.MonkeyPatch) -> None:
-    parse = Held(httpcalls._parsed_long)
-    monkeypatch.setattr(httpcalls, "_parsed_long", parse)
+    parse = Held(jsontext.loads_as_jiter)
+    monkeypatch.setattr(jsontext, "loads_as_jiter", parse)
     call = httpcalls._Call(cast(httpcalls.HttpCalls, None), "pg-1", None, Clock(30, None))
     result = {"tools": [{"name": f"t{i}", "description": "x" * 100} for i in range(PARSE_ASIDE_BYTES // 100)]}
     body = json.dumps({"jsonrpc": "2.0", "id": "pg-1", "result": result}).encode()
@@ -367,6 +368,22 @@ def _long(value: str) -> str:
     return '{"jsonrpc":"2.0","id":"pg-1","result":{"pad":["' + "p" * PARSE_ASIDE_BYTES + '",' + value + "]}}"
 
 
+def _jiter(data: bytes | str) -> Any:
+    """The SDK's parser's value, or None where it refuses."""
+    try:
+        return pydantic_core.from_json(data)
+    except ValueError:
+        return None
+
+
+def _as_jiter(data: bytes | str) -> Any:
+    """``jsontext.loads_as_jiter``'s value, or None where it refuses (as a long answer is read)."""
+    try:
+        return jsontext.loads_as_jiter(data)
+    except ValueError:
+        return None
+
+
 def test_a_long_answer_over_http_is_read_yielding_with_the_sdk_parsers_verdicts() -> None:
     # json's parser gives the lock up between objects, where jiter (the SDK's) holds it
     # throughout; on every text here both end the same: the same values, or None.
@@ -382,15 +399,15 @@ def test_a_long_answer_over_http_is_read_yielding_with_the_sdk_parsers_verdicts(
     }
     for label, data in texts.items():
         for given in (data, data.encode()):
-            assert repr(httpcalls._parsed_long(given)) == repr(httpcalls._parsed(given)), label  # (NaN != NaN)
-    assert httpcalls._parsed(texts["201 deep"]) is None and httpcalls._parsed(texts["200 deep"]) is not None
-    assert httpcalls._parsed(texts["lone surrogate"]) is None  # jiter refuses it, json would not
+            assert repr(_as_jiter(given)) == repr(_jiter(given)), label  # (NaN != NaN)
+    assert _jiter(texts["201 deep"]) is None and _jiter(texts["200 deep"]) is not None
+    assert _jiter(texts["lone surrogate"]) is None  # jiter refuses it, json would not
     for label, data_ in (
         ("a mark", b"\xef\xbb\xbf" + texts["listing"].encode()),
         ("not UTF-8", _long('"\xff"').encode("latin-1")),
     ):
-        assert httpcalls._parsed_long(data_) is httpcalls._parsed(data_) is None, label
-    assert _turns(lambda: httpcalls._parsed_long(texts["listing"])) >= 200
+        assert _as_jiter(data_) is _jiter(data_) is None, label
+    assert _turns(lambda: _as_jiter(texts["listing"])) >= 200
 
 
 async def test_a_long_body_on_the_2026_lane_is_parsed_beside_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -35,7 +35,6 @@ from typing import Any
 import anyio
 import httpx2
 import mcp_types as types
-import pydantic_core
 from httpx2 import ServerSentEvent
 from mcp.client.streamable_http import (
     DEFAULT_RECONNECTION_DELAY_MS,
@@ -67,7 +66,7 @@ from gateway.downstream.rawcalls import (
 )
 from gateway.downstream.rawhttp import Pool, Unsendable
 from gateway.downstream.related import HEADER, Related
-from gateway.jsontext import PARSE_ASIDE_BYTES, may_be_long
+from gateway.jsontext import may_be_long
 from gateway.sdk import events_on_origin, post_on_origin, sse_parser, transport_headers, unfollowed_redirect
 
 log = logging.getLogger("prefixgate.http")
@@ -372,10 +371,10 @@ class _Call:
         """One message of the call's response: its outcome if it answers the call, else None (its
         progress went to the callback, anything else to the ``ClientSession``). ``any_id``: on an
         event stream every reply answers the call (the SDK's transport gives it the call's id)."""
-        if len(data) >= PARSE_ASIDE_BYTES:  # (a long one beside the event loop: every client waits on it)
-            parsed = await anyio.to_thread.run_sync(_parsed_long, data)
-        else:
-            parsed = _parsed(data)
+        try:  # the SDK's parser's verdicts; a long message beside the event loop (every client waits on it)
+            parsed = await jsontext.parsed_aside(data, what, sdk_parser=True)
+        except ValueError:
+            parsed = None  # what it refuses fails below, as through the SDK
         if type(parsed) is dict:
             if parsed.get("id") == self.request_id and parsed.keys() == _REPLY_KEYS:
                 if parsed["jsonrpc"] == "2.0" and type(parsed["result"]) is dict:
@@ -412,24 +411,6 @@ class _Call:
 
 def _body(value: Any) -> bytes:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
-
-
-def _parsed(data: bytes | str) -> Any:
-    """The message's JSON by the SDK's parser (jiter), or None: what it refuses fails later."""
-    try:
-        return pydantic_core.from_json(data)
-    except ValueError:
-        return None
-
-
-def _parsed_long(data: bytes | str) -> Any:
-    """``_parsed`` of a long message, in a worker thread, giving the interpreter lock up as it
-    goes (``jsontext.loads_as_jiter``): jiter holds it throughout, so a 5,000-tool listing
-    held the event loop ~0.1 s from a worker thread too."""
-    try:
-        return jsontext.loads_as_jiter(data)
-    except ValueError:
-        return None
 
 
 async def events_of(response: httpx2.Response, max_event_size: int | None) -> AsyncGenerator[ServerSentEvent, None]:
