@@ -453,3 +453,33 @@ async def _echo_a_long_argument(config: Path, mode: str) -> None:
     body = "a 2026-07-28 POST body: " if mode == "auto" else "a handshake-era POST body: "
     assert said.count(body) == 1 and "bytes parsed beside the event loop" in said, said[-3000:]
     assert said.count("a long tools/call to ") == 1 and "encoded beside the event loop" in said, said[-3000:]
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_one_principals_long_calls_leave_anothers_calls_whole(tmp_path: Path, mode: str) -> None:
+    # Two principals at once through one gateway, in front of a server written the classic
+    # way: Alice's calls are long (parsed and encoded beside the loop), Bob's short ones go
+    # on meanwhile, and each gets its own answers, Alice's back byte for byte from her store.
+    from tests.test_principal_requests import ALICE, BOB
+    from tests.test_principals import tokens_file
+
+    config = write_config(tmp_path, {"c": {"command": PYTHON, "args": ["-m", "tests.classic_server"]}})
+    sent = "".join(f"{i:05d} é日本\n" for i in range(PARSE_ASIDE_BYTES // 8))
+    with tokens_file(tmp_path, "token-of-alice", "token-of-bob") as tokens:
+        with http_gateway(config, "--token-file", str(tokens), "--log-level", "debug") as (url, errlog):
+            async with sdk_client(url, mode, headers=ALICE) as alice, sdk_client(url, mode, headers=BOB) as bob:
+                short: list[str] = []
+
+                async def bob_calls() -> None:
+                    for i in range(20):
+                        short.append(text(await bob.call_tool("c__echo", {"text": f"bob {i}"})))
+
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(bob_calls)
+                    for _ in range(2):
+                        answer = await alice.call_tool("c__echo", {"text": sent})
+                        assert not answer.is_error, text(answer)[:300]
+                        artifact = text(answer).split("artifact ", 1)[1].split()[0].strip(".;,")
+                        assert await read_artifact(alice, artifact) == f"classic:{sent}"
+                assert short == [f"classic:bob {i}" for i in range(20)]
+    assert errlog.read_text().count("bytes parsed beside the event loop") >= 2
