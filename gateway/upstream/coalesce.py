@@ -7,7 +7,7 @@ twice for every answer, once to read a head it cannot use yet. Here the head is 
 until the next write on the connection (the body, or the event stream's first event),
 which in the gateway comes in the same task step, and both go out in one ``send``. A
 head followed by nothing yet goes out on the loop's next turn, so nothing waits on it.
-The protocol is the one uvicorn's ``auto`` picks (httptools when installed, else h11).
+The protocol is uvicorn's for the parser ``serve`` reads with (gateway/upstream/heads.py).
 A body the gateway has whole goes out with its length (``send_whole``), not chunked, whose
 end would be a segment of its own.
 """
@@ -70,11 +70,11 @@ class _Coalescing:
         return getattr(self._inner, name)
 
 
-def coalescing_protocol() -> type[asyncio.Protocol]:
-    """The HTTP protocol class uvicorn's ``auto`` picks, writing through ``_Coalescing``."""
-    from uvicorn.protocols.http.auto import AutoHTTPProtocol
+def coalescing_protocol(parser: str) -> type[asyncio.Protocol]:
+    """uvicorn's HTTP protocol class for ``parser`` (``heads.protocol_class``), writing through ``_Coalescing``."""
+    from gateway.upstream.heads import protocol_class
 
-    class Coalescing(AutoHTTPProtocol):  # type: ignore[misc,valid-type]
+    class Coalescing(protocol_class(parser)):  # type: ignore[misc]
         def connection_made(self, transport: asyncio.Transport) -> None:
             super().connection_made(_Coalescing(transport, asyncio.get_running_loop()))
 

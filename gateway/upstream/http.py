@@ -42,6 +42,7 @@ from gateway.jsontext import parsed_aside, scrub_escapes
 from gateway.sdk import lifespan_state
 from gateway.upstream.coalesce import coalescing_protocol, send_whole
 from gateway.upstream.events import RETRY_MS, SESSION_HEADER, BoundedEventStore, marked
+from gateway.upstream.heads import parser_name
 from gateway.upstream.health import PATHS as HEALTH_PATHS
 from gateway.upstream.health import Readiness
 from gateway.upstream.health import answer as health_answer
@@ -540,7 +541,11 @@ async def serve_http(
             "(--tls-cert and --tls-key serve HTTPS; or put a TLS-terminating proxy in front)",
             host,
         )
-    config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False, http=coalescing_protocol())
+    parser = parser_name()
+    log.debug("HTTP parser: %s", parser)
+    config = uvicorn.Config(
+        app, log_level="warning", lifespan="off", access_log=False, http=coalescing_protocol(parser)
+    )
     config.load()
     config.ssl = tls  # (uvicorn builds a context only from files and its own defaults)
     async with AsyncExitStack() as stack:

@@ -1,0 +1,124 @@
+"""``serve --http`` reads requests with httptools where it is installed, or h11 with
+``PREFIXGATE_HTTP_PARSER=h11`` (gateway/upstream/heads.py): the same answers with either, in
+both eras, a classic server's request for input included; and with either, a request head
+that does not end is refused once past 16 KiB, the connection closed, while other clients
+go on being served. Before the bound, uvicorn's httptools protocol read such a head for as
+long as the peer sent it (200 MiB of header lines: 232 MiB more memory, the connection open).
+"""
+
+from __future__ import annotations
+
+import json
+import select
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from gateway.upstream.heads import PARSER_ENV, parser_name, protocol_class
+from tests.helpers import ERAS, demo, elicitation, http_gateway, sdk_client, text, write_config
+from tests.test_coalesce import MODERN, _call, _port, _Raw
+from tests.test_eventloop import _calls
+
+PARSERS = ("httptools", "h11")
+ENVELOPE = {
+    "io.modelcontextprotocol/protocolVersion": MODERN,
+    "io.modelcontextprotocol/clientCapabilities": {},
+    "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"},
+}
+REFUSED = {"httptools": b"HTTP/1.1 431 ", "h11": b"HTTP/1.1 400 "}
+"""How each refuses an endless head: the gateway's 431 naming the bound; uvicorn's 400 for h11's."""
+
+
+@contextmanager
+def _served(tmp_path: Path, parser: str, *, rich: bool = False) -> Iterator[tuple[str, Path]]:
+    servers: dict[str, object] = {"d": demo("--tools", 1)}
+    if rich:  # what tests/test_eventloop.py's calls use
+        servers["demo"] = demo("--tools", 1, "--rich")
+        servers["asker"] = {**demo("--tools", 1, "--rich", "--name", "asker"), "protocol": "legacy"}
+    config = write_config(tmp_path, servers)
+    with http_gateway(config, "--log-level", "debug", env={PARSER_ENV: parser}) as served:
+        yield served
+
+
+def test_the_parser_is_chosen_from_the_environment() -> None:
+    assert parser_name({}) == "httptools"  # a dependency: installed wherever the tests run
+    assert parser_name({PARSER_ENV: "httptools"}) == "httptools"
+    assert parser_name({PARSER_ENV: " H11 "}) == "h11"
+    assert protocol_class("h11").__name__ == "H11Protocol"
+    assert "BoundedHead" in [base.__name__ for base in protocol_class("httptools").__mro__]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ERAS)
+@pytest.mark.parametrize("parser", PARSERS)
+async def test_either_parser_serves_alike(tmp_path: Path, parser: str, mode: str) -> None:
+    with _served(tmp_path, parser, rich=True) as (url, errlog):
+        await _calls(url, mode)
+        async with sdk_client(url, mode, elicitation_callback=elicitation) as client:
+            assert text(await client.call_tool("d__echo", {"text": "x" * 60_000})) == "x" * 60_000
+    assert f"HTTP parser: {parser}" in errlog.read_text()
+
+
+@pytest.mark.parametrize("parser", PARSERS)
+def test_a_head_near_the_bound_is_read(tmp_path: Path, parser: str) -> None:
+    """A long header (a big token, a cookie) still fits: 12 KiB of it, in both eras."""
+    with _served(tmp_path, parser) as (url, _):
+        raw = _Raw(url)
+        padding = f"X-Padding: {'p' * 12 * 1024}\r\n".encode()
+        body = json.dumps(_call(1, "padded", ENVELOPE)).encode()
+        request = (
+            b"POST /mcp HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
+            b"Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: %s\r\n"
+            b"Mcp-Method: tools/call\r\nMcp-Name: d__echo\r\n%sContent-Length: %d\r\n\r\n%s"
+        ) % (raw.host.encode(), MODERN.encode(), padding, len(body), body)
+        head, answer, _ = raw.exchange(request)
+        assert head.startswith(b"HTTP/1.1 200 ") and b"padded" in answer, (head, answer)
+
+
+ENDLESS = {
+    "header lines": (b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n", b"X-Filler: " + b"a" * 1000 + b"\r\n"),
+    "one header line": (b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Filler: ", b"a" * 1024),
+    "request line": (b"GET /mcp?", b"q" * 1024),
+}
+
+
+@pytest.mark.parametrize("shape", sorted(ENDLESS))
+@pytest.mark.parametrize("parser", PARSERS)
+def test_an_endless_head_is_refused_and_others_are_served(tmp_path: Path, parser: str, shape: str) -> None:
+    start, more = ENDLESS[shape]
+    with _served(tmp_path, parser) as (url, errlog):
+        answer, sent = _flood(url, start, more)
+        assert answer.startswith(REFUSED[parser]), (shape, answer[:200], sent)
+        head, body, _ = _Raw(url).post(_call(2, "after the flood", ENVELOPE), MODERN)  # the gateway serves on
+        assert head.startswith(b"HTTP/1.1 200 ") and b"after the flood" in body, (head, body)
+    if parser == "httptools":
+        assert answer.endswith(b"request head over 16384 bytes (request line and headers)"), answer
+        assert (
+            "a request head went past 16384 bytes: 431" in errlog.read_text()
+        )  # (the log is written on its own thread)
+
+
+def _flood(url: str, start: bytes, more: bytes, limit: int = 4 * 1024 * 1024) -> tuple[bytes, int]:
+    """Send ``start`` and then ``more`` again and again, up to ``limit`` bytes, until the
+    gateway answers; its whole answer (up to its close) and the bytes sent by then."""
+    with socket.create_connection(("127.0.0.1", _port(url)), timeout=10) as sock:
+        sock.sendall(start)
+        sent = len(start)
+        while sent < limit and not select.select([sock], [], [], 0)[0]:
+            try:
+                sock.sendall(more * 16)
+            except OSError:  # closed by the gateway: its answer is waiting
+                break
+            sent += len(more) * 16
+        answer = b""
+        try:
+            while chunk := sock.recv(65536):
+                answer += chunk
+        except ConnectionResetError:
+            pass  # (closed with our unread bytes in its buffer: after the answer, which was read)
+        except TimeoutError:
+            raise AssertionError(f"no answer after {sent} bytes of a head: the connection is still open") from None
+    return answer, sent
