@@ -1,9 +1,11 @@
 """``serve --http`` reads requests with httptools where it is installed, or h11 with
 ``PREFIXGATE_HTTP_PARSER=h11`` (gateway/upstream/heads.py): the same answers with either, in
-both eras, a classic server's request for input included; and with either, a request head
-that does not end is refused once past 16 KiB, the connection closed, while other clients
-go on being served. Before the bound, uvicorn's httptools protocol read such a head for as
-long as the peer sent it (200 MiB of header lines: 232 MiB more memory, the connection open).
+both eras, a classic server's request for input included. With either, a request head that
+does not end is refused once past 16 KiB (before, uvicorn's httptools protocol read such a
+head for as long as the peer sent it: 200 MiB of header lines, 232 MiB more memory, the
+connection open), and a connection whose head does not arrive in time is closed (before,
+one that sent nothing, or a byte now and then, was held for ever); other clients are
+served on. The gateways here give a head ``DEADLINE`` seconds.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import json
 import select
 import socket
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,6 +26,7 @@ from tests.test_coalesce import MODERN, _call, _port, _Raw
 from tests.test_eventloop import _calls
 
 PARSERS = ("httptools", "h11")
+DEADLINE = 1.5
 ENVELOPE = {
     "io.modelcontextprotocol/protocolVersion": MODERN,
     "io.modelcontextprotocol/clientCapabilities": {},
@@ -39,7 +43,8 @@ def _served(tmp_path: Path, parser: str, *, rich: bool = False) -> Iterator[tupl
         servers["demo"] = demo("--tools", 1, "--rich")
         servers["asker"] = {**demo("--tools", 1, "--rich", "--name", "asker"), "protocol": "legacy"}
     config = write_config(tmp_path, servers)
-    with http_gateway(config, "--log-level", "debug", env={PARSER_ENV: parser}) as served:
+    env = {PARSER_ENV: parser, "PREFIXGATE_HTTP_HEAD_TIMEOUT": str(DEADLINE)}
+    with http_gateway(config, "--log-level", "debug", env=env) as served:
         yield served
 
 
@@ -47,8 +52,9 @@ def test_the_parser_is_chosen_from_the_environment() -> None:
     assert parser_name({}) == "httptools"  # a dependency: installed wherever the tests run
     assert parser_name({PARSER_ENV: "httptools"}) == "httptools"
     assert parser_name({PARSER_ENV: " H11 "}) == "h11"
-    assert protocol_class("h11").__name__ == "H11Protocol"
-    assert "BoundedHead" in [base.__name__ for base in protocol_class("httptools").__mro__]
+    h11, httptools = ([base.__name__ for base in protocol_class(name).__mro__] for name in ("h11", "httptools"))
+    assert {"H11Protocol", "HeadDeadline"} <= set(h11) and "BoundedHead" not in h11
+    assert {"HttpToolsProtocol", "HeadDeadline", "BoundedHead"} <= set(httptools)
 
 
 @pytest.mark.anyio
@@ -59,6 +65,9 @@ async def test_either_parser_serves_alike(tmp_path: Path, parser: str, mode: str
         await _calls(url, mode)
         async with sdk_client(url, mode, elicitation_callback=elicitation) as client:
             assert text(await client.call_tool("d__echo", {"text": "x" * 60_000})) == "x" * 60_000
+            slow = await client.call_tool("demo__slow", {"seconds": DEADLINE + 0.5})  # longer than a head may take
+            assert text(slow) == f"slept {DEADLINE + 0.5:g} s"
+            assert text(await client.call_tool("d__echo", {"text": "after"})) == "after"
     assert f"HTTP parser: {parser}" in errlog.read_text()
 
 
@@ -68,12 +77,7 @@ def test_a_head_near_the_bound_is_read(tmp_path: Path, parser: str) -> None:
     with _served(tmp_path, parser) as (url, _):
         raw = _Raw(url)
         padding = f"X-Padding: {'p' * 12 * 1024}\r\n".encode()
-        body = json.dumps(_call(1, "padded", ENVELOPE)).encode()
-        request = (
-            b"POST /mcp HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
-            b"Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: %s\r\n"
-            b"Mcp-Method: tools/call\r\nMcp-Name: d__echo\r\n%sContent-Length: %d\r\n\r\n%s"
-        ) % (raw.host.encode(), MODERN.encode(), padding, len(body), body)
+        request = _posted(_call(1, "padded", ENVELOPE), raw.host).replace(b"\r\n", b"\r\n" + padding, 1)
         head, answer, _ = raw.exchange(request)
         assert head.startswith(b"HTTP/1.1 200 ") and b"padded" in answer, (head, answer)
 
@@ -113,12 +117,64 @@ def _flood(url: str, start: bytes, more: bytes, limit: int = 4 * 1024 * 1024) ->
             except OSError:  # closed by the gateway: its answer is waiting
                 break
             sent += len(more) * 16
-        answer = b""
-        try:
-            while chunk := sock.recv(65536):
-                answer += chunk
-        except ConnectionResetError:
-            pass  # (closed with our unread bytes in its buffer: after the answer, which was read)
-        except TimeoutError:
-            raise AssertionError(f"no answer after {sent} bytes of a head: the connection is still open") from None
-    return answer, sent
+        return _answer(sock), sent
+
+
+@pytest.mark.parametrize("parser", PARSERS)
+def test_a_head_that_does_not_arrive_in_time_closes_its_connection(tmp_path: Path, parser: str) -> None:
+    """A connection that sends nothing, and one whose head comes a byte at a time, each get 408
+    once the deadline passes; a kept-alive connection whose answer took longer than the
+    deadline is not cut, and serves its next request."""
+    with _served(tmp_path, parser, rich=True) as (url, errlog):
+        with socket.create_connection(("127.0.0.1", _port(url)), timeout=10) as idle:
+            assert _answer(idle).startswith(b"HTTP/1.1 408 "), "an idle connection"
+        with socket.create_connection(("127.0.0.1", _port(url)), timeout=10) as trickle:
+            started = time.monotonic()
+            for byte in b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: " + b"s" * 200:
+                if select.select([trickle], [], [], 0.25)[0]:
+                    break
+                trickle.sendall(bytes([byte]))
+            answer = _answer(trickle)
+            assert answer.startswith(b"HTTP/1.1 408 "), answer
+            assert answer.endswith(b"request head not received within 1.5 s"), answer
+            assert time.monotonic() - started < 10
+        raw = _Raw(url)
+        slow = _call(3, "unused", ENVELOPE)
+        slow["params"] = {"name": "demo__slow", "arguments": {"seconds": DEADLINE + 1}, "_meta": ENVELOPE}
+        head, body, _ = raw.post(slow, MODERN)
+        assert head.startswith(b"HTTP/1.1 200 ") and b"slept 2.5 s" in body, (head, body)
+        head, body, _ = raw.post(_call(4, "same connection", ENVELOPE), MODERN)
+        assert head.startswith(b"HTTP/1.1 200 ") and b"same connection" in body, (head, body)
+        early = _Raw(url)  # the slow call again, and part of the next head while it runs: its answer comes whole
+        early.sock.sendall(_posted(slow, early.host))
+        time.sleep(0.3)
+        early.sock.sendall(b"POST /mcp HTTP/1.1\r\n")
+        answer = _answer(early.sock)  # then the connection closes: 408 (httptools), or uvicorn's keep-alive end (h11)
+        assert answer.startswith(b"HTTP/1.1 200 ") and b"slept 2.5 s" in answer, answer
+        assert answer.count(b"HTTP/1.1 ") == (2 if parser == "httptools" else 1), answer
+    assert "a request head took more than 1.5 s: 408" in errlog.read_text()
+
+
+def _answer(sock: socket.socket) -> bytes:
+    """Everything the gateway sends until it closes the connection."""
+    answer = b""
+    try:
+        while chunk := sock.recv(65536):
+            answer += chunk
+    except ConnectionResetError:
+        pass  # (closed with unread bytes of ours in its buffer: after its answer, which was read)
+    except TimeoutError:
+        raise AssertionError(f"the connection is still open; received {answer!r}") from None
+    return answer
+
+
+def _posted(message: dict[str, object], host: str) -> bytes:
+    """A 2026-07-28 ``tools/call`` as one HTTP request's bytes."""
+    body = json.dumps(message).encode()
+    params = message["params"]
+    assert isinstance(params, dict)
+    return (
+        b"POST /mcp HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
+        b"Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: %s\r\n"
+        b"Mcp-Method: tools/call\r\nMcp-Name: %s\r\nContent-Length: %d\r\n\r\n%s"
+    ) % (host.encode(), MODERN.encode(), params["name"].encode(), len(body), body)

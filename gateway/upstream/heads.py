@@ -13,6 +13,13 @@ httptools itself joins the pieces of an unfinished header line, so a peer that s
 lines, or one header line without end, grew the gateway's memory for as long as it went on.
 ``BoundedHead`` gives it the same bound: past ``MAX_HEAD`` bytes without the end of a head,
 431 and the connection closed.
+
+Neither protocol bounds a head's time: uvicorn's keep-alive timer runs only between
+requests and is reset by every byte, so a connection that sent nothing, or a head sent a
+byte every few seconds, was held for ever (a connection and a task each; enough of them use
+up the gateway's file descriptors). With either parser a connection's first head, and any
+head once its first byte is in, must be complete within ``HEAD_TIMEOUT`` seconds: else 408
+and the connection closed (``HeadDeadline``), as a body must within ``BODY_TIMEOUT``.
 """
 
 from __future__ import annotations
@@ -29,6 +36,8 @@ log = logging.getLogger("prefixgate.http")
 PARSER_ENV = "PREFIXGATE_HTTP_PARSER"
 MAX_HEAD = 16 * 1024
 """Bytes a request's head may take: h11's own bound (``DEFAULT_MAX_INCOMPLETE_EVENT_SIZE``)."""
+HEAD_TIMEOUT = float(os.environ.get("PREFIXGATE_HTTP_HEAD_TIMEOUT") or 30.0)
+"""Seconds a request head may take to arrive in full (the environment variable exists for tests)."""
 _REFUSAL = b"request head over %d bytes (request line and headers)" % MAX_HEAD
 
 
@@ -40,11 +49,17 @@ def parser_name(environ: Mapping[str, str] = os.environ) -> str:
 
 
 def protocol_class(name: str) -> type[asyncio.Protocol]:
-    """uvicorn's protocol class for ``name``, bounded as h11 is (``BoundedHead``) for httptools."""
+    """uvicorn's protocol class for ``name``, with a deadline on each head (``HeadDeadline``)
+    and, for httptools, h11's bound on its size (``BoundedHead``)."""
     if name == "h11":
+        import h11
         from uvicorn.protocols.http.h11_impl import H11Protocol
 
-        return H11Protocol
+        class TimedH11(HeadDeadline, H11Protocol):
+            def _heading(self) -> bool:
+                return self.conn.their_state is h11.IDLE and bool(self.conn.trailing_data[0])
+
+        return TimedH11
 
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -54,7 +69,65 @@ def protocol_class(name: str) -> type[asyncio.Protocol]:
     return Bounded
 
 
-class BoundedHead:
+def _refuse(transport: Any, status: bytes, text: bytes) -> None:
+    """A plain-text refusal, and the connection closed (what is unread of the request is dropped)."""
+    transport.write(
+        b"HTTP/1.1 %s\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: %d\r\n"
+        b"connection: close\r\n\r\n%s" % (status, len(text), text)
+    )
+    transport.close()
+
+
+class HeadDeadline:
+    """On a uvicorn HTTP/1.1 protocol: its first head, and each head from its first byte, within
+    ``HEAD_TIMEOUT`` seconds (408 otherwise). ``_heading``: whether part of a head is in and
+    not all of it. A deadline that passes while a request is being answered (bytes of the next
+    one sent early) waits for that answer: it never cuts a response short."""
+
+    transport: Any
+    cycle: Any
+    _deadline: asyncio.TimerHandle | None = None
+
+    def _heading(self) -> bool:
+        raise NotImplementedError
+
+    def connection_made(self, transport: Any) -> None:
+        super().connection_made(transport)  # type: ignore[misc]
+        self._arm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)  # type: ignore[misc]
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)  # type: ignore[misc]
+        if self._heading():
+            self._arm()
+        else:
+            self._disarm()
+
+    def _arm(self, delay: float = HEAD_TIMEOUT) -> None:
+        if self._deadline is None:
+            self._deadline = asyncio.get_running_loop().call_later(delay, self._late)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _late(self) -> None:
+        self._deadline = None
+        if self.transport.is_closing():
+            return
+        answering = getattr(self, "cycle", None)
+        if answering is not None and not answering.response_complete:
+            self._arm(1.0)  # look again once it is answered
+            return
+        log.info("a request head took more than %g s: 408, connection closed", HEAD_TIMEOUT)
+        _refuse(self.transport, b"408 Request Timeout", b"request head not received within %g s" % HEAD_TIMEOUT)
+
+
+class BoundedHead(HeadDeadline):
     """On uvicorn's httptools protocol: a head still unfinished after ``MAX_HEAD`` bytes is refused.
 
     The bytes are counted as they arrive, from the end of the previous request's body (or
@@ -65,19 +138,17 @@ class BoundedHead:
 
     _in_head = True
     _head_bytes = 0
-    transport: Any
+
+    def _heading(self) -> bool:
+        return self._in_head and self._head_bytes > 0
 
     def data_received(self, data: bytes) -> None:
         if self._in_head:
             self._head_bytes += len(data)
-        super().data_received(data)  # type: ignore[misc]
+        super().data_received(data)
         if self._in_head and self._head_bytes > MAX_HEAD and not self.transport.is_closing():
             log.info("a request head went past %d bytes: 431, connection closed", MAX_HEAD)
-            self.transport.write(
-                b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: text/plain; charset=utf-8\r\n"
-                b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(_REFUSAL), _REFUSAL)
-            )
-            self.transport.close()
+            _refuse(self.transport, b"431 Request Header Fields Too Large", _REFUSAL)
 
     def on_headers_complete(self) -> None:
         self._in_head, self._head_bytes = False, 0
