@@ -1,11 +1,11 @@
-"""The HTTP/1.1 parser ``serve --http`` reads requests with, and the bound on a request's head.
+"""The HTTP/1.1 parser ``serve --http`` reads requests with, and the bounds on a request's head.
 
 httptools (llhttp, Node's parser, in C) where it is installed, as it is with the gateway
-(a dependency on CPython): against h11 (pure Python) the gateway spent 19-25% less CPU a
-call and answered 7-10% sooner, in both eras (bench/README.md, 2026-12-06). A direct server
-in the same environment gains about as much, so the bench's ratios do not move; a shared
-gateway serves more calls a core. ``PREFIXGATE_HTTP_PARSER=h11`` chooses h11 (as where
-httptools is not installed: PyPy).
+(a dependency on CPython): against h11 (pure Python) the gateway spent 15-26% less CPU a
+call in both eras, and one 2026-07-28 caller's calls took 6-9% less time
+(docs/http-and-replicas.md, 2026-12-06). A direct server in the same environment gains
+about as much, so the bench's ratios do not move; a shared gateway serves more calls a
+core. ``PREFIXGATE_HTTP_PARSER=h11`` chooses h11 (as where httptools is not installed: PyPy).
 
 h11 refuses a head (request line and headers) over 16 KiB that is not yet complete (400,
 uvicorn's answer to any parse error); uvicorn's httptools protocol has no such bound, and

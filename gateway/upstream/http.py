@@ -4,8 +4,8 @@ On every loopback address (all of 127/8, ``::1`` in any spelling, ``localhost``)
 SDK's Host/Origin checks block DNS rebinding, allowing only the bound address and the
 usual loopback names with the bound port; any other address requires a bearer token,
 checked before a request reaches anything (401 otherwise). A request body must arrive
-within ``BODY_TIMEOUT`` seconds (408 otherwise), so a slow client cannot hold a
-connection open.
+within ``BODY_TIMEOUT`` seconds (408 otherwise), as its head must within ``HEAD_TIMEOUT``
+(gateway/upstream/heads.py), so a slow client cannot hold a connection open.
 
 State belongs to the principal that authenticated: each bearer token is one principal
 (named by a hash of the token), an unauthenticated loopback gateway has one (``LOCAL``).
