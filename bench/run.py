@@ -36,6 +36,7 @@ import anyio
 from bench import bigresult, calls, catalog5k, flood, stall, startup, stores, telemetry, warm
 from bench import httpcalls as http_bench
 from bench.common import ROOT, fastmcp_python
+from gateway.upstream.heads import parser_name
 
 BENCHMARKS: dict[str, Callable[[Any], Any]] = {
     "calls": calls.run,
@@ -498,7 +499,8 @@ def markdown(results: dict[str, Any], target_rows: list[dict[str, Any]]) -> str:
     m = results["_machine"]
     lines = [
         f"prefixgate benchmarks, {m['when']}{' (quick)' if results.get('_quick') else ''}: "
-        f"{m['cpus']} cores ({m['cpu']}), Python {m['python']}, mcp {m['mcp']}, {m['fastmcp']}; "
+        f"{m['cpus']} cores ({m['cpu']}), Python {m['python']}, mcp {m['mcp']}, {m['fastmcp']}"
+        f"{', HTTP parser ' + m['http_parser'] if 'http_parser' in m else ''}; "
         f"load average {m['loadavg_start']} at start, {m['loadavg_end']} at end.",
         "",
         "| target | measured | limit | spread | status |",
@@ -551,6 +553,7 @@ def machine(fastmcp_note: str) -> dict[str, Any]:
         "python": platform.python_version(),
         "mcp": version("mcp"),
         "fastmcp": fastmcp_note.split(" (")[0] if fastmcp_note.startswith("fastmcp ") else "no FastMCP",
+        "http_parser": parser_name(),  # what serve --http reads with (and, installed here, every uvicorn contender)
         "loadavg_start": _loadavg(),
     }
 
