@@ -128,12 +128,16 @@ def test_a_head_that_does_not_arrive_in_time_closes_its_connection(tmp_path: Pat
     with _served(tmp_path, parser, rich=True) as (url, errlog):
         with socket.create_connection(("127.0.0.1", _port(url)), timeout=10) as idle:
             assert _answer(idle).startswith(b"HTTP/1.1 408 "), "an idle connection"
+        other = _Raw(url)  # another client, answered while a head trickles in
         with socket.create_connection(("127.0.0.1", _port(url)), timeout=10) as trickle:
             started = time.monotonic()
-            for byte in b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: " + b"s" * 200:
+            for n, byte in enumerate(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: " + b"s" * 200):
                 if select.select([trickle], [], [], 0.25)[0]:
                     break
                 trickle.sendall(bytes([byte]))
+                if n == 2:
+                    head, body, _ = other.post(_call(5, "meanwhile", ENVELOPE), MODERN)
+                    assert head.startswith(b"HTTP/1.1 200 ") and b"meanwhile" in body, (head, body)
             answer = _answer(trickle)
             assert answer.startswith(b"HTTP/1.1 408 "), answer
             assert answer.endswith(b"request head not received within 1.5 s"), answer

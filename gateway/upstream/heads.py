@@ -86,6 +86,7 @@ class HeadDeadline:
 
     transport: Any
     cycle: Any
+    """uvicorn's: the connection's current request and response (None before its first)."""
     _deadline: asyncio.TimerHandle | None = None
 
     def _heading(self) -> bool:
@@ -119,8 +120,7 @@ class HeadDeadline:
         self._deadline = None
         if self.transport.is_closing():
             return
-        answering = getattr(self, "cycle", None)
-        if answering is not None and not answering.response_complete:
+        if self.cycle is not None and not self.cycle.response_complete:
             self._arm(1.0)  # look again once it is answered
             return
         log.info("a request head took more than %g s: 408, connection closed", HEAD_TIMEOUT)
