@@ -145,3 +145,17 @@ async def test_a_call_longer_than_the_drain_is_cut_at_its_end(tmp_path: Path, mo
             assert ended != "slept 300"
             assert await exited(proc, 30) == 128 + signal.SIGTERM
     assert "stopping with 1 request(s) still in flight after 1 s" in stderr.read_text()
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_reloaded_drain_timeout_is_the_one_a_stop_waits(tmp_path: Path, mode: str) -> None:
+    with gateway(tmp_path, drain_timeout=120) as (url, proc, stderr):
+        config = write_config(tmp_path, {"c": {"command": PYTHON, "args": [CLASSIC]}}, gateway={"drain_timeout": 1})
+        await wait_for(lambda: "config reloaded (the file changed)" in stderr.read_text())
+        assert config.exists()
+        async with sdk_client(url, mode) as client:
+            assert text(await client.call_tool("c__echo", {"text": "a"})) == "classic:a"
+            ended = await in_flight_then(proc, client, stderr, signal.SIGTERM)
+            assert ended != "slept 300"
+            assert await exited(proc, 30) == 128 + signal.SIGTERM  # not after 120 s
+    assert "stopping with 1 request(s) still in flight after 1 s" in stderr.read_text()

@@ -249,6 +249,35 @@ async def test_sighup_reloads_an_http_gateway_and_replicas_reloading_one_file_pu
     assert "config reloaded (SIGHUP): added 'b'" in log.read_text()
 
 
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ERAS)
+async def test_the_reload_mode_itself_is_reloaded(tmp_path: Path, mode: str) -> None:
+    """``reload`` changed while serving decides the next change: "watch" -> "signal" stops
+    taking edits until SIGHUP, a SIGHUP's "watch" takes them again, and "off" leaves SIGHUP
+    reloading nothing while the gateway goes on serving."""
+    config = write_config(tmp_path, servers("a"))
+    with http_serving(config) as (url, pid, log):
+        async with sdk_client(url, mode) as client:
+            write_config(tmp_path, servers("a"), gateway={"reload": "signal"})
+            await wait_for(lambda: log.read_text().count("config reloaded (the file changed)") == 1)
+            write_config(tmp_path, servers("a", "b"), gateway={"reload": "signal"})
+            await anyio.sleep(1.5)  # three looks at the file
+            assert "b__echo" not in await names(client)  # "signal" now: the edit waits
+            write_config(tmp_path, servers("a", "b"), gateway={"reload": "watch"})
+            os.kill(pid, signal.SIGHUP)
+            await wait_for(functools.partial(_has, client, "b__echo"))
+            write_config(tmp_path, servers("a", "b", "c"), gateway={"reload": "off"})  # "watch" again: taken
+            await wait_for(functools.partial(_has, client, "c__echo"))
+            write_config(tmp_path, servers("a"), gateway={"reload": "off"})
+            os.kill(pid, signal.SIGHUP)
+            await wait_for(lambda: 'SIGHUP: the config is not reloaded: [gateway] reload = "off"' in log.read_text())
+            await anyio.sleep(1.5)
+            assert {"b__echo", "c__echo"} <= set(await names(client))  # "off": neither the edit nor SIGHUP
+            assert text(await client.call_tool("c__echo", {"text": "still"})) == "still"
+            assert alive(pid)
+    assert log.read_text().count("config reloaded (") == 3
+
+
 async def _has(client: Any, name: str) -> bool:
     return name in await names(client)
 

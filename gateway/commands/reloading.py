@@ -5,7 +5,8 @@ inode, twice a second; no watcher library, no thread) and reloads once it has st
 changing for ``SETTLE`` seconds, so an editor's save in steps is one reload; over HTTP
 SIGHUP reloads too. ``"signal"``: SIGHUP only (over HTTP). ``"off"``: a change waits for a
 restart. Over stdio SIGHUP keeps meaning what it means to a child of an agent (the agent
-went away): the gateway stops.
+went away): the gateway stops. The mode is itself reloadable: the one the running config
+holds decides what a change of the file or a SIGHUP does (``file_changed``, ``signalled``).
 
 A reload reads the whole file again: a file that does not parse, or that changes what
 cannot change while serving, is one log line and the running config keeps serving; a file
@@ -47,6 +48,23 @@ class Reloader:
         async with self._lock:
             await self._reload(why)
 
+    async def file_changed(self) -> None:
+        """The file changed: reloaded when the running config says ``reload = "watch"``
+        (a reload may have changed it since the start, either way)."""
+        mode = self.hub.config.gateway.reload
+        if mode != "watch":
+            log.debug("the config file changed: not reloaded ([gateway] reload = %r)", mode)
+            return
+        await self.reload("the file changed")
+
+    async def signalled(self) -> None:
+        """SIGHUP over HTTP: a reload, unless a reload set ``reload = "off"`` (a change then
+        waits for a restart; the gateway goes on serving, as it did when it was told that)."""
+        if self.hub.config.gateway.reload == "off":
+            log.warning('SIGHUP: the config is not reloaded: [gateway] reload = "off" (a restart takes a change)')
+            return
+        await self.reload("SIGHUP")
+
     async def _reload(self, why: str) -> None:
         hub = self.hub
         try:
@@ -74,7 +92,8 @@ class Reloader:
 Stamp = tuple[int, int, int, int]
 
 
-def _stamp(path: Path) -> Stamp | None:
+def stamp(path: Path) -> Stamp | None:
+    """What tells a change of ``path`` (None: it cannot be read now)."""
     try:
         st = os.stat(path)
     except OSError:
@@ -82,17 +101,18 @@ def _stamp(path: Path) -> Stamp | None:
     return (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino)
 
 
-async def watch(path: Path, changed: Callable[[], Awaitable[None]]) -> None:
-    """Call ``changed`` after each change of ``path`` once it has settled (until cancelled)."""
-    seen = _stamp(path)
+async def watch(path: Path, changed: Callable[[], Awaitable[None]], seen: Stamp | None) -> None:
+    """Call ``changed`` after each change of ``path`` once it has settled (until cancelled).
+    ``seen``: its ``stamp`` when serving began (taken before the URL is printed, so an edit
+    made as soon as the gateway answers is a change)."""
     while True:
         await anyio.sleep(POLL)
-        now = _stamp(path)
+        now = stamp(path)
         if now == seen or now is None:  # unchanged, or gone for a moment (an editor's rename)
             continue
         while True:  # settled: the same for SETTLE seconds
             await anyio.sleep(SETTLE)
-            later = _stamp(path)
+            later = stamp(path)
             if later == now:
                 break
             now = later

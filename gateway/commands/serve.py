@@ -23,7 +23,7 @@ from catalog.lock import LockError
 from gateway import logs
 from gateway.commands.observe import flush as flush_telemetry
 from gateway.commands.observe import observe
-from gateway.commands.reloading import Reloader, watch
+from gateway.commands.reloading import Reloader, stamp, watch
 from gateway.commands.startup import Exit, discover, running
 from gateway.config import Config
 from gateway.downstream.connection import Downstream
@@ -69,6 +69,7 @@ async def serve(
     # Over HTTP, a gateway not started for one profile serves every profile, over one set of servers.
     views = [config.view(name) for name in sorted(config.profiles)] if http and config.profile is None else []
 
+    first_look = stamp(config.path) if config.path is not None else None  # what a reload compares with
     async with (
         _stop_signals_handled() as hub_signals,
         running(config, supervise=True, early=early, profiles=views) as hub,
@@ -108,13 +109,16 @@ async def serve(
             await freeze_the_first_catalog()
 
         reloader = Reloader(hub, config.path) if config.path is not None else None
-        if reloader is not None and http is not None and config.gateway.reload != "off":
-            hub_signals.hup = functools.partial(reloader.reload, "SIGHUP")  # over stdio SIGHUP still stops
+        mode = config.gateway.reload
+        if reloader is not None and http is not None and mode != "off":
+            hub_signals.hup = reloader.signalled  # over stdio SIGHUP still stops
+        # Watched from the start whenever a reload can ever happen: a SIGHUP's reload can turn "signal" into "watch".
+        watched = mode == "watch" or (mode == "signal" and http is not None)
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(barrier)
-            if reloader is not None and config.gateway.reload == "watch":
-                tg.start_soon(watch, reloader.path, functools.partial(reloader.reload, "the file changed"))
+            if reloader is not None and watched:
+                tg.start_soon(watch, reloader.path, reloader.file_changed, first_look)
             if http is None:
                 from gateway.upstream.stdio import stdio_streams
 
@@ -130,7 +134,8 @@ async def serve(
             else:
                 from gateway.upstream.http import serve_http
 
-                await serve_http(served, http, tokens, metrics, hub_signals, config.gateway.drain_timeout, tls)
+                drain_timeout = functools.partial(_drain_timeout, hub)
+                await serve_http(served, http, tokens, metrics, hub_signals, drain_timeout, tls)
             tg.cancel_scope.cancel()
 
 
@@ -205,6 +210,11 @@ async def _artifact_store(hub: Hub, session_id: str | None) -> Artifacts | None:
             log.error("artifact store unusable, outputs over the ceiling will not be retained: %s", exc)
     await anyio.to_thread.run_sync(collect, store, config.spill)
     return store
+
+
+def _drain_timeout(hub: Hub) -> float:
+    """``[gateway] drain_timeout`` when a stop signal comes: as the latest reload left it."""
+    return hub.config.gateway.drain_timeout
 
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)

@@ -15,7 +15,6 @@ shares its activation and artifacts; another principal's are out of reach.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import hmac
 import ipaddress
@@ -24,7 +23,7 @@ import logging
 import os
 import ssl
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any
@@ -491,12 +490,13 @@ async def serve_http(
     tokens: Sequence[BearerToken],
     metrics: Any = None,
     signals: Any = None,
-    drain_timeout: float = 25.0,
+    drain_timeout: Callable[[], float] = lambda: 25.0,
     tls: ssl.SSLContext | None = None,
 ) -> None:
     """Serve each of ``served`` (one ``Handlers`` per profile, the one started with first: at
     ``/mcp``, the others at ``/mcp/NAME``) until cancelled; over HTTPS with ``tls``.
-    ``signals.drain`` is set to what a stop signal does first (``drain``)."""
+    ``signals.drain`` is set to what a stop signal does first (``drain``, for as long as
+    ``drain_timeout()`` says then: a reload may have changed it)."""
     import uvicorn
 
     from gateway.fastpath import fast_path
@@ -556,5 +556,5 @@ async def serve_http(
                     lane.lifespan = lifespan_state(endpoint.manager)  # as the SDK's entry passes it
         server = uvicorn.Server(config)
         if signals is not None:
-            signals.drain = functools.partial(drain, app, server, drain_timeout)
+            signals.drain = lambda: drain(app, server, drain_timeout())
         await server.serve(sockets=[sock])
