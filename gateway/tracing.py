@@ -72,6 +72,21 @@ def start() -> bool:
     return True
 
 
+NAMED_BY = {"tools/call": "gen_ai.tool.name", "prompts/get": "gen_ai.prompt.name"}
+"""The requests whose server span the SDK names after ``params.name``, and the attribute it sets."""
+
+
+def unknown_name(method: str, unknown: str) -> None:
+    """Rename the current server span of a ``NAMED_BY`` request whose name is outside the
+    catalog: the SDK named it (and set its attribute) after the client's own text, which would
+    put any string, as many distinct ones as a client likes, into the team's trace backend."""
+    from opentelemetry import trace
+
+    span = trace.get_current_span()
+    span.update_name(f"{method} {unknown}")
+    span.set_attribute(NAMED_BY[method], unknown)
+
+
 def tracer() -> Any:
     """The gateway's tracer (a no-op one until ``start``)."""
     from opentelemetry import trace

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mcp.shared.exceptions import MCPError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
@@ -148,3 +149,32 @@ async def test_without_an_endpoint_no_span_is_made_and_the_traceparent_passes_un
     async with sdk_client(config_for(tmp_path), "auto", env=env) as client:
         result = await client.call_tool("m__meta", {}, meta=TRACEPARENT)
     assert json.loads(result.content[0].text)["traceparent"] == TRACEPARENT["traceparent"]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_name_outside_the_catalog_never_reaches_a_span(tmp_path: Path, mode: str) -> None:
+    """A tool or prompt name the client made up would name the SDK's server span and its
+    ``gen_ai`` attribute: it is recorded as ``(unknown)``, as metrics and the audit log record it;
+    catalog names keep theirs."""
+    meta = {"command": sys.executable, "args": ["-m", "tests.meta_server"], "cwd": str(ROOT)}
+    config = write_config(tmp_path, {"m": meta, "d": demo("--tools", 1, "--rich")})
+    made_up = f"made_up_{os.urandom(4).hex()}"
+    with receiver() as found, http_gateway(config, env=traced_env(found.url)) as (url, _log):
+        async with sdk_client(url, mode) as client:
+            refused = await client.call_tool(made_up, {}, meta=TRACEPARENT)
+            assert refused.is_error
+            with pytest.raises(MCPError):
+                await client.get_prompt(made_up + "_prompt", meta=TRACEPARENT)
+            (greet,) = [p.name for p in (await client.list_prompts()).prompts if p.name.endswith("greet")]
+            await client.get_prompt(greet, {"who": "x"}, meta=TRACEPARENT)
+            await client.call_tool("m__meta", {}, meta=TRACEPARENT)
+        spans = wait_for(found, {*CHAIN, "tools/call (unknown)", "prompts/get (unknown)", f"prompts/get {greet}"})
+    recorded = [(s.name, {a.key: a.value.string_value for a in s.attributes}) for s in found.spans]
+    assert not [each for each in recorded if made_up in repr(each)], recorded
+    unknown = {a.key: a.value.string_value for a in spans["tools/call (unknown)"].attributes}
+    assert unknown["gen_ai.tool.name"] == "(unknown)" and unknown["mcp.method.name"] == "tools/call"
+    prompt = {a.key: a.value.string_value for a in spans["prompts/get (unknown)"].attributes}
+    assert prompt["gen_ai.prompt.name"] == "(unknown)"
+    known = {a.key: a.value.string_value for a in spans[f"prompts/get {greet}"].attributes}
+    assert known["gen_ai.prompt.name"] == greet

@@ -43,6 +43,7 @@ from gateway.engine.capabilities import answers_none, refusal
 from gateway.engine.clients import ClientConnection
 from gateway.engine.hub import Hub
 from gateway.engine.shares import Shares
+from gateway.engine.telemetry import UNKNOWN_TOOL
 from gateway.eras import CACHE_HINTS, LIST_CACHE_FIELDS, with_result_type
 from gateway.results import error_result
 from gateway.sdk import connection_of
@@ -115,7 +116,7 @@ class Handlers:
                 get_tool_input_schema=self.input_schema,
             )
         if tracing.configured():
-            self.server.middleware.append(self.middleware)  # inside the SDK's span, which it then covers
+            self.server.middleware.append(self.traced)  # inside the SDK's span, which it then covers
         else:
             self.server.middleware.insert(0, self.middleware)
         self.options = self.server.create_initialization_options(
@@ -144,6 +145,26 @@ class Handlers:
             await self.hub.publisher.joined(client)
         client.server_session = ctx.session
         return client
+
+    async def traced(self, ctx: Context, call_next: CallNext) -> Any:
+        """``middleware`` inside the SDK's server span, whose name and tool or prompt attribute
+        become ``(unknown)`` for a name outside the catalog (docs/telemetry.md: nothing a peer
+        made up is recorded). Decided once the request is over: by then the catalog it ran
+        against is the router's."""
+        try:
+            return await self.middleware(ctx, call_next)
+        finally:
+            name = ctx.params.get("name") if ctx.params and ctx.method in tracing.NAMED_BY else None
+            if isinstance(name, str) and not self._known(ctx.method, name):
+                tracing.unknown_name(ctx.method, UNKNOWN_TOOL)
+
+    def _known(self, method: str, name: str) -> bool:
+        if method == "prompts/get":
+            return name in self.hub.surface.prompt_route
+        epoch = self.router.epoch
+        if epoch is None:
+            return False
+        return name in epoch.catalog.by_name or epoch.declares(name) or name in epoch.lock_refusals
 
     async def middleware(self, ctx: Context, call_next: CallNext) -> Any:
         if ctx.method in ("initialize", "server/discover"):
