@@ -16,7 +16,8 @@ notice), ``url_required()`` (``-32042``, the completion notice on the session af
 ``url_pending(ids)`` (``-32042`` naming each id) and ``complete_url(elicitation_id)`` (its
 completion notice, when the test says), ``sample()``, ``roots()``,
 ``roots_changed()`` (how many ``notifications/roots/list_changed`` it heard),
-``progress(steps)``, ``log()`` (one info line on the call's stream), ``block(seconds)`` (a
+``progress(steps)``, ``ask_then_progress(steps)`` (an elicitation, then progress),
+``log()`` (one info line on the call's stream), ``block(seconds)`` (a
 blocking ``time.sleep`` in an async tool: its event loop, so its input, stops meanwhile), ``sleep(seconds, tag)``
 (progress 0 once it runs, then cancellable) and ``cancelled(tag)`` (whether the ``sleep`` with that tag was cancelled:
 what the tests check a cancellation reached the server with). A prompt, ``greeting``, and a
@@ -258,6 +259,16 @@ async def progress(steps: int, ctx: Context) -> str:
         await ctx.report_progress(step, steps, f"step {step}")
         await anyio.sleep(0.01)
     return f"progressed {steps}"
+
+
+@server.tool()
+async def ask_then_progress(steps: int, ctx: Context) -> str:
+    """Ask the user for their name, then report progress once per step."""
+    answer = await ctx.elicit("What is your name?", Name)
+    for step in range(1, steps + 1):
+        await ctx.report_progress(step, steps, f"step {step}")
+        await anyio.sleep(0.01)
+    return f"{answer.action}:progressed {steps}"
 
 
 @server.tool()

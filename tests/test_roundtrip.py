@@ -5,6 +5,7 @@ server, the real SDK client, over stdio and HTTP."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -19,11 +20,22 @@ from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import MCPError
 
 from gateway.config import ConfigError, parse_config
-from tests.helpers import CALLBACKS, PYTHON, answers_every_input_request, demo, http_gateway, text, write_config
+from tests.helpers import (
+    CALLBACKS,
+    ERAS,
+    PYTHON,
+    answers_every_input_request,
+    demo,
+    http_gateway,
+    sdk_client,
+    text,
+    write_config,
+)
 
 pytestmark = pytest.mark.anyio
 
 TRANSPORTS = ("stdio", "http")
+CLASSIC = str(Path(__file__).with_name("classic_server.py"))
 
 
 def config_for(tmp_path: Path, **gateway: Any) -> Path:
@@ -311,3 +323,36 @@ async def test_a_client_without_the_capability_gets_the_one_refusal_in_either_er
     assert caught.value.error.code == types.MISSING_REQUIRED_CLIENT_CAPABILITY, caught.value.error
     assert caught.value.error.data == {"requiredCapabilities": {"elicitation": {}}}
     assert caught.value.error.message == "prefixgate: the connected client does not support elicitation"
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("mode", ERAS)
+async def test_progress_after_an_input_round_reaches_the_request_waiting_then(
+    tmp_path: Path, transport: str, mode: str
+) -> None:
+    """A classic server that asks, then reports progress: directly, or through the gateway to a
+    handshake-era client, every step reaches the call's progress callback; to a 2026-07-28
+    client the call outlives its first request (``input_required``), and its retry, under its
+    own progress token, gets the steps. Before, they went to the answered first request: none arrived."""
+    config = write_config(tmp_path, {"c": {"command": PYTHON, "args": [CLASSIC]}})
+    steps: list[float] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        steps.append(progress)
+
+    async def elicitation(context: Any, params: Any) -> types.ElicitResult:
+        return types.ElicitResult(action="accept", content={"name": "Ann"})
+
+    target: Path | str
+    with contextlib.ExitStack() as stack:
+        target = stack.enter_context(http_gateway(config))[0] if transport == "http" else config
+        async with sdk_client(target, mode, elicitation_callback=elicitation) as client:
+            with anyio.fail_after(60):
+                result = await client.call_tool("c__ask_then_progress", {"steps": 3}, progress_callback=on_progress)
+                assert text(result) == "accept:progressed 3"
+                assert steps == [1, 2, 3]
+                steps.clear()  # and a call with no question, after it
+                assert text(await client.call_tool("c__progress", {"steps": 2}, progress_callback=on_progress)) == (
+                    "progressed 2"
+                )
+                assert steps == [1, 2]

@@ -125,6 +125,8 @@ class RoundTrip:
     """A request of the client is waiting for this call now (no second one may)."""
     waiting: bool = False
     """The call has asked for the client's input: it holds one of its principal's slots."""
+    progress: Any = None
+    """Where the call's progress goes: the request attached to it (gateway/upstream/server.py ``_Progress``)."""
     _next_key: int = 0
 
     def poke(self) -> None:

@@ -272,7 +272,8 @@ class Handlers:
         if modern:
             # Its logs go to this request while it waits (no place in the back-channel order).
             with _Attributed(client, ctx, target, None):
-                return await self.with_input(ctx, client, "tools/call", name, _Digest(arguments), target, run)
+                binding = _Digest(arguments)
+                return await self.with_input(ctx, client, "tools/call", name, binding, target, run, progress)
         with _Attributed(client, ctx, target, hub.round_trips.order()):
             if target is not None and hub.relay.waits_for(target):
                 await hub.relay.ask_waiting_over_back_channel(client, target, ctx.request_id)
@@ -310,9 +311,11 @@ class Handlers:
         binding: object,
         server_id: str | None,
         run: RunWith,
+        progress: ProgressFn | None,
     ) -> dict[str, Any]:
         """A modern client's request: the call runs in the gateway, so a server's request
         for input becomes an ``input_required`` result and the retry resumes the call.
+        ``progress``: where ``run`` reports the server's progress (``_progress_to``).
 
         A modern server's own ``input_required`` is passed on with its state wrapped, and
         a retry carrying such a state goes straight back to that server (gateway/upstream/inputs.py).
@@ -375,8 +378,17 @@ class Handlers:
             trip = trips.book(owner, method, target, binding, server_id, capabilities)
             if answers_none(capabilities):
                 return await trips.run_here(trip, first)
+            trip.progress = progress
             trips.begin(trip, first)
-        return await trips.next_answer(trip)
+        relay = trip.progress
+        if not isinstance(relay, _Progress):
+            return await trips.next_answer(trip)
+        relay.to = mine = _reporter(ctx)  # this request waits on the call now: its progress
+        try:
+            return await trips.next_answer(trip)
+        finally:
+            if relay.to is mine:
+                relay.to = None
 
     # --- resources, prompts, completion, logging --------------------------------------
 
@@ -408,7 +420,8 @@ class Handlers:
         if ctx.protocol_version not in HANDSHAKE_PROTOCOL_VERSIONS:
             target = str(params.get("uri") if method == "resources/read" else params.get("name"))
             bound = {k: v for k, v in params.items() if k != "_meta"}  # (a trace context differs on the retry)
-            return _result(ctx, await self.with_input(ctx, client, method, target, _Digest(bound), server_id, run))
+            answer = await self.with_input(ctx, client, method, target, _Digest(bound), server_id, run, progress)
+            return _result(ctx, answer)
         with _Attributed(client, ctx, server_id, self.hub.round_trips.order()):
             result = await run()
             if is_input_required(result):
@@ -529,20 +542,44 @@ def _relayed_params(ctx: Context) -> dict[str, Any]:
 
 def _progress_to(ctx: Context) -> ProgressFn | None:
     """Where a server's progress for this request goes: to the client, if it asked for
-    progress (a token in its ``_meta``), else nowhere (None)."""
+    progress (a token in its ``_meta``), else nowhere (None). A 2026-07-28 request's is a
+    ``_Progress``: the call may outlive the request (``with_input``)."""
+    report = _reporter(ctx)
+    if report is None or ctx.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS:
+        return report
+    return _Progress(report)
+
+
+def _reporter(ctx: Context) -> ProgressFn | None:
+    """Progress reported on this request, under its own token (None: it asked for none)."""
     meta = (ctx.params or {}).get("_meta")
     if not isinstance(meta, dict) or meta.get("progressToken") is None:
         return None
-    modern = ctx.protocol_version not in HANDSHAKE_PROTOCOL_VERSIONS
+    if ctx.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS:
+        return ctx.session.report_progress
 
     async def progress(value: float, total: float | None, message: str | None) -> None:
-        if not modern:
-            await ctx.session.report_progress(value, total, message)
-            return
         with contextlib.suppress(Exception):  # the request that asked may be answered already
             await ctx.session.report_progress(value, total, message)
 
     return progress
+
+
+class _Progress:
+    """Where a 2026-07-28 call's progress goes. A call that asks the client for input runs
+    on in the gateway past the request that began it (``RoundTrips.begin``): each request
+    that waits on it from then on (the client's retry, under its own progress token) takes
+    its progress, and what comes while none waits is dropped, as after an answer."""
+
+    __slots__ = ("to",)
+
+    def __init__(self, to: ProgressFn | None) -> None:
+        self.to = to
+
+    async def __call__(self, value: float, total: float | None, message: str | None) -> None:
+        to = self.to
+        if to is not None:
+            await to(value, total, message)
 
 
 _INPUT_METHODS = ("prompts/get", "resources/read")
