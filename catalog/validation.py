@@ -12,6 +12,9 @@ Pure: only jsonschema-rs, so the validation worker process starts fast.
 
 from __future__ import annotations
 
+import json
+import math
+import re
 from collections.abc import Iterator
 from typing import Any, NoReturn
 
@@ -141,3 +144,53 @@ def _excludes_null(subschema: JSON) -> bool:
     if isinstance(kind, list) and kind and all(isinstance(k, str) for k in kind):
         return "null" not in kind
     return excluded and "type" not in subschema
+
+
+_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
+_INTEGER = re.compile(r"-?(?:0|[1-9][0-9]*)")
+MAX_LITERAL = 64
+"""Longest string read as a number here: longer is not a number a model meant."""
+_SCALARS = frozenset({"integer", "number", "boolean"})
+
+
+def scalars_in_strings(schema: JSON, arguments: dict[str, JSON]) -> dict[str, JSON]:
+    """The top-level arguments given as a string holding a JSON literal (``"2"``, ``"2.5"``,
+    ``"true"``) where the schema asks for that scalar, each with its value: what a model
+    means by quoting it, and what most servers take (pydantic's lax mode, which Python
+    servers validate with, reads ``"2"`` as 2). Refused as given, such a call would fail
+    through the gateway where it succeeds directly.
+
+    Only a property whose own ``type`` is ``integer``, ``number`` or ``boolean`` (or a list
+    of these and ``null``) and that has no keyword that could admit a string otherwise (``anyOf``, a
+    reference, ...) is read; the caller validates the result, and keeps the arguments as
+    given if that still fails.
+    """
+    if not isinstance(schema, dict) or not isinstance(properties := schema.get("properties"), dict):
+        return {}
+    found: dict[str, JSON] = {}
+    for key, value in arguments.items():
+        if type(value) is not str or len(value) > MAX_LITERAL:
+            continue
+        subschema = properties.get(key)
+        if not isinstance(subschema, dict) or _ADMITTING & subschema.keys():
+            continue
+        kind = subschema.get("type")
+        kinds = {kind} if isinstance(kind, str) else set(kind) if isinstance(kind, list) else set()
+        if not kinds & _SCALARS or not kinds <= _SCALARS | {"null"}:
+            continue
+        literal = _literal(value, kinds)
+        if literal is not None:
+            found[key] = literal
+    return found
+
+
+def _literal(text: str, kinds: set[str]) -> JSON:
+    """``text`` read as a value of one of ``kinds`` (JSON's own spelling only), else None."""
+    if "boolean" in kinds and text in ("true", "false"):
+        return text == "true"
+    if "integer" in kinds and _INTEGER.fullmatch(text):
+        return int(text)
+    if "number" in kinds and _NUMBER.fullmatch(text):
+        value = json.loads(text)
+        return value if not isinstance(value, float) or math.isfinite(value) else None
+    return None

@@ -59,7 +59,19 @@ HERE = Path(__file__).resolve().parent
 CLASSIC = str(HERE / "classic_server.py")
 MODERN = str(HERE / "modern_server.py")
 TRANSPORTS = ("stdio", "http")
-OPERATIONS = ("list", "call", "elicit", "elicit_url", "sample", "sample_tools", "roots", "progress", "log", "cancel")
+OPERATIONS = (
+    "list",
+    "call",
+    "quoted",
+    "elicit",
+    "elicit_url",
+    "sample",
+    "sample_tools",
+    "roots",
+    "progress",
+    "log",
+    "cancel",
+)
 LOG_ROUNDS = 10
 """Calls per log cell (a log lost now and then must not pass by luck)."""
 OP_TIMEOUT = 20.0
@@ -73,6 +85,8 @@ Call = tuple[str, dict[str, Any]]
 STYLES: dict[str, dict[str, Call]] = {
     "classic": {
         "call": ("echo", {"text": "hi"}),
+        # a number given as a string, as models do: pydantic (the SDK's MCPServer) reads it
+        "quoted": ("progress", {"steps": "2"}),
         "elicit": ("elicit", {}),
         "elicit_url": ("elicit_url", {}),
         "sample": ("sample", {}),
@@ -84,6 +98,7 @@ STYLES: dict[str, dict[str, Call]] = {
     },
     "demo": {
         "call": ("echo", {"text": "hi"}),
+        "quoted": ("slow", {"seconds": "0.01", "steps": "1"}),
         "elicit": ("ask", {}),
         "sample": ("sample", {}),
         "roots": ("roots", {}),
@@ -93,6 +108,7 @@ STYLES: dict[str, dict[str, Call]] = {
     },
     "everything": {
         "call": ("echo", {"message": "hi"}),
+        "quoted": ("get-sum", {"a": "1", "b": "2"}),
         "elicit": ("trigger-elicitation-request", {}),
         "elicit_url": ("trigger-url-elicitation", {"url": "https://example.com/login", "elicitationId": "login-1"}),
         "sample": ("trigger-sampling-request", {"prompt": "Say hi", "maxTokens": 20}),
@@ -156,6 +172,12 @@ KNOWN: dict[tuple[str, str, str], Known] = {
         ("time", op, "*"): Known(UNAVAILABLE, "mcp-server-time has two plain tools and nothing else")
         for op in ("elicit", "elicit_url", "sample", "sample_tools", "roots", "progress", "log", "cancel")
     },
+    ("everything", "quoted", "*"): Known(
+        BETTER,
+        "server-everything validates with zod, which refuses the string '1' for a number; the gateway "
+        "reads a quoted scalar as the schema's type before it forwards the call (as pydantic's lax mode does)",
+    ),
+    ("modern", "quoted", "*"): Known(UNAVAILABLE, "the modern fixture has no tool with a number argument"),
     ("modern", "elicit_url", "*"): Known(UNAVAILABLE, "the modern fixture has no URL-mode elicitation"),
     ("modern", "cancel", "*"): Known(UNAVAILABLE, "the modern fixture has no long-running tool to cancel"),
     # the modern-only fixture, unusable directly by the SDK client in either era

@@ -24,7 +24,7 @@ from pydantic import TypeAdapter, ValidationError
 from catalog.schema import json_path
 from catalog.search import render
 from catalog.text import escape, quote
-from catalog.validation import unset_nulls, violation
+from catalog.validation import scalars_in_strings, unset_nulls, violation
 from gateway.config import PolicyConfig, SpillConfig
 from gateway.downstream.connection import Downstream
 from gateway.downstream.link import ProgressFn
@@ -248,6 +248,12 @@ class Router:
             if dropped:  # null for an optional, non-nullable argument: left out, as the model meant
                 arguments = {k: v for k, v in arguments.items() if k not in dropped}
         problem = await argument_problem(epoch, name, arguments, self.validation, principal_key(state))
+        if problem is not None and arguments:
+            read = scalars_in_strings(entry.declaration.get("inputSchema"), dict(arguments))
+            if read:  # "2" for an integer: read as the model meant, if then valid (as a lax server reads it)
+                given = {**arguments, **read}
+                if await argument_problem(epoch, name, given, self.validation, principal_key(state)) is None:
+                    problem, arguments = None, given
         if problem is not None:
             return _refused(note, "arguments", problem)
         downstream = self.downstreams[entry.server]
