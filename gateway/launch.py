@@ -110,8 +110,9 @@ def read_lock_bytes(config: Config) -> tuple[bool, bytes | None]:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return False, None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # (before fdopen, which refuses a directory with an error)
+        os.close(fd)
+        return False, None
     with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return False, None
         data = handle.read(MAX_LOCK_BYTES + 1)
     return (len(data) <= MAX_LOCK_BYTES), data

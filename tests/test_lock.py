@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -20,7 +21,18 @@ import anyio
 import mcp_types as types
 import pytest
 
-from tests.helpers import ERAS, PYTHON, catalog_json, http_gateway, run_cli, sdk_client, text, wait_for, write_config
+from tests.helpers import (
+    ERAS,
+    GATEWAY,
+    PYTHON,
+    catalog_json,
+    http_gateway,
+    run_cli,
+    sdk_client,
+    text,
+    wait_for,
+    write_config,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -327,20 +339,27 @@ DEEP = b"version = 1\nx = " + b"[" * 200_000 + b"]" * 200_000 + b"\n"
 """TOML nested 200,000 deep: ``tomllib`` raises ``RecursionError`` on it."""
 
 
-@pytest.mark.parametrize("hostile", ["deep", "fifo", "dev-zero"])
+@pytest.mark.parametrize("hostile", ["deep", "fifo", "dev-zero", "directory"])
 def test_a_hostile_lock_file_is_one_line_and_exit_2(tmp_path: Path, hostile: str) -> None:
     """Issue 26, item 3: a lock nested too deep, a FIFO (nothing writes to it: reading must not
-    hang) or a symlink to ``/dev/zero`` (endless): refused with one line, never a traceback."""
+    hang), a symlink to ``/dev/zero`` (endless) or a directory: refused with one line, never a
+    traceback (``serve`` over stdio too: its warm start read the lock first)."""
     config = write_config(tmp_path, {"m": mutating(tmp_path / "m.json")})
     path = tmp_path / "prefixgate.lock"
     if hostile == "deep":
         path.write_bytes(DEEP)
     elif hostile == "fifo":
         os.mkfifo(path)
+    elif hostile == "directory":
+        path.mkdir()
     else:
         path.symlink_to("/dev/zero")
-    for command in (["catalog"], ["catalog", "diff", "--lock"], ["doctor"]):
-        proc = cli(*command, "--config", str(config))
+    for command in (["catalog"], ["catalog", "diff", "--lock"], ["doctor"], ["serve"]):
+        if command == ["serve"]:
+            argv = [*GATEWAY, "serve", "--config", str(config), "--log-level", "warning"]
+            proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+        else:
+            proc = cli(*command, "--config", str(config))
         assert "Traceback" not in proc.stderr, (command, proc.stderr[-2000:])
         if command != ["doctor"]:
             assert proc.returncode == 2, (command, proc.stderr[-500:])
