@@ -421,6 +421,36 @@ def test_out_refuses_to_overwrite_without_force(tmp_path: Path, capsys: pytest.C
     assert "(Codex CLI)" in target.read_text()
 
 
+def _limited_to(size: int) -> None:
+    """In the child: files it writes may not grow past ``size`` bytes (a write past it fails
+    with EFBIG, as on a full disk, instead of killing it)."""
+    import resource
+    import signal
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_a_failed_write_leaves_nothing_half_written(tmp_path: Path, force: bool) -> None:
+    """A write that fails midway (a full disk; here a file size limit) is one line and exit 2,
+    and leaves neither a truncated config, which a second run would refuse to overwrite, nor a
+    temporary file; with ``--force`` the file it would replace is kept whole."""
+    source = tmp_path / "config.toml"
+    source.write_text(f'[mcp_servers.a]\ncommand = "npx"\nargs = ["-y", "{"x" * 9000}"]\n')
+    out = tmp_path / "out" / "prefixgate.toml"
+    out.parent.mkdir()
+    if force:
+        out.write_text("# mine\n")
+    argv = [sys.executable, "-m", "gateway", "import", str(source), "--out", str(out), *(["--force"] if force else [])]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, preexec_fn=lambda: _limited_to(4096))
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == f"prefixgate import: {out}: cannot write: File too large\n"
+    assert [p.name for p in out.parent.iterdir()] == (["prefixgate.toml"] if force else [])
+    if force:
+        assert out.read_text() == "# mine\n"
+
+
 def test_from_reads_the_usual_locations(_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                          monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     project = tmp_path / "project"

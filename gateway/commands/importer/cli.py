@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import os
 import sys
 import tempfile
@@ -34,17 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _write_out(path: str, text: str, force: bool) -> None:
-    data = text.encode("utf-8")
-    if not force:
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            raise InputError(f"{path} already exists; pass --force to overwrite it") from None
-        except OSError as exc:
-            raise InputError(f"{path}: cannot write: {exc.strerror or exc}") from None
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        return
+    """Write the config whole or not at all: into a temporary file beside ``path`` first
+    (a full disk fails there, leaving nothing), then renamed over it (``force``) or linked
+    to it, which fails if it exists (no overwrite, even by a file made meanwhile)."""
     directory = os.path.dirname(os.path.abspath(path))
     try:
         fd, tmp = tempfile.mkstemp(prefix=".prefixgate-import-", dir=directory)
@@ -52,14 +46,25 @@ def _write_out(path: str, text: str, force: bool) -> None:
         raise InputError(f"{path}: cannot write: {exc.strerror or exc}") from None
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except OSError as exc:
+            fh.write(text.encode("utf-8"))
+        if force:
+            os.replace(tmp, path)
+            return
         try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+            os.link(tmp, path)
+        except FileExistsError:
+            raise InputError(f"{path} already exists; pass --force to overwrite it") from None
+        except OSError as exc:
+            if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EXDEV, errno.EMLINK):
+                raise
+            if os.path.lexists(path):  # no hard links here: checked, then renamed
+                raise InputError(f"{path} already exists; pass --force to overwrite it") from None
+            os.replace(tmp, path)
+    except OSError as exc:
         raise InputError(f"{path}: cannot write: {exc.strerror or exc}") from None
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
 
 
 def run(args: argparse.Namespace, *, env: Mapping[str, str] | None = None, cwd: Path | None = None) -> int:
