@@ -9,6 +9,7 @@ and sends no list_changed; the changed tool is refused with the approve command;
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import subprocess
@@ -184,6 +185,42 @@ def test_lock_writes_the_same_bytes_twice_and_refuses_to_paper_over_a_change(tmp
     assert again.returncode == 1
     assert "pending: review and accept them with prefixgate catalog approve" in again.stderr
     assert (tmp_path / "prefixgate.lock").read_bytes() == first
+
+
+async def test_a_failed_write_leaves_every_profiles_lock_as_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``catalog lock`` writes one file per profile: a write failing on the second (a full
+    disk) is one line naming it, exit 1, and no lock written (before, the first was in place
+    and the second not, and the error was a traceback). Real servers, real files; the disk
+    fills up on cue."""
+    from gateway.commands import lock as command
+    from gateway.commands.cli import _exit_in
+    from gateway.config import load_config
+
+    config = write_config(tmp_path, {"m": mutating(tmp_path / "m.json")}, profiles={"p": {"exclude": ["m__beta"]}})
+    real, staged = command.stage_lock, []
+
+    def stage_then_fill_up(path: Path, new: Any) -> str | None:
+        if staged:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        staged.append(path)
+        return real(path, new)
+
+    monkeypatch.setattr(command, "stage_lock", stage_then_fill_up)
+    with pytest.raises(BaseException) as raised:  # (an Exit, as the CLI finds it in task groups)
+        await command.lock(load_config(config))
+    stopped = _exit_in(raised.value)
+    assert stopped is not None and stopped.code == 1
+    assert str(stopped) == (
+        f"prefixgate: catalog lock: {tmp_path / 'prefixgate.p.lock'}: cannot write: No space left on device "
+        "(nothing written)"
+    )
+    assert staged == [tmp_path / "prefixgate.lock"]
+    assert [p.name for p in tmp_path.iterdir() if "lock" in p.name] == []  # nor a temporary file
+    monkeypatch.setattr(command, "stage_lock", real)
+    assert await command.lock(load_config(config)) == 0
+    assert {p.name for p in tmp_path.iterdir() if "lock" in p.name} == {"prefixgate.lock", "prefixgate.p.lock"}
 
 
 def test_diff_and_approve_show_the_json_path_of_each_difference(tmp_path: Path) -> None:

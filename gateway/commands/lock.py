@@ -25,7 +25,7 @@ from gateway.downstream.connection import Downstream
 from gateway.engine.checks import CheckCache
 from gateway.engine.epoch import Epoch, client_policy, epoch_of
 from gateway.engine.hub import Hub
-from gateway.engine.lockfile import lock_target, read_lock, read_lock_and_bytes, write_lock
+from gateway.engine.lockfile import commit_lock, lock_target, read_lock, read_lock_and_bytes, stage_lock
 
 
 def finished(
@@ -90,12 +90,31 @@ class _Locked:
             return ()
         return pending_of(self.hub.config, self.hub.downstreams, self.live, self.existing)
 
-    async def write(self, tools: Sequence[LockedTool]) -> tuple[Lock, bool]:
-        hub = self.hub
-        new = finished(hub.config, hub.downstreams, hub.checks, tools)
-        changed = write_lock(self.path, new)
-        await remember(hub, self.path)
-        return new, changed
+
+async def write_all(command: str, chosen: Sequence[tuple[_Locked, Sequence[LockedTool]]]) -> list[tuple[Lock, bool]]:
+    """Write each profile's lock, all or none: every file is staged (written and synced beside
+    its lock) before any is renamed into place, so a full disk leaves every lock as it was;
+    then each warm-start record. Per item: the lock and whether its bytes changed."""
+    staged: list[tuple[_Locked, Lock, str | None]] = []
+    try:
+        for each, tools in chosen:
+            new = finished(each.hub.config, each.hub.downstreams, each.hub.checks, tools)
+            try:
+                staged.append((each, new, stage_lock(each.path, new)))
+            except OSError as exc:
+                why = exc.strerror or exc
+                raise Exit(1, f"prefixgate: {command}: {each.path}: cannot write: {why} (nothing written)") from None
+    except BaseException:
+        for _, _, temp in staged:
+            if temp is not None:
+                Path(temp).unlink(missing_ok=True)
+        raise
+    for each, _, temp in staged:
+        if temp is not None:
+            commit_lock(temp, each.path)
+    for each, _, _ in staged:
+        await remember(each.hub, each.path)
+    return [(new, temp is not None) for _, new, temp in staged]
 
 
 async def _discover_all(hub: Hub, *, every_lock: bool) -> list[_Locked]:
@@ -134,9 +153,9 @@ async def lock(config: Config) -> int:
                     f"prefixgate: catalog lock: {each.path} exists and {len(pending)} live change(s) are pending: "
                     "review and accept them with prefixgate catalog approve (nothing written)",
                 )
-        written = [
-            (each, *await each.write([LockedTool.of(e) for e in each.live.catalog.entries])) for each in profiles
-        ]
+        chosen = [(each, [LockedTool.of(e) for e in each.live.catalog.entries]) for each in profiles]
+        results = await write_all("catalog lock", chosen)
+        written = [(each, new, changed) for (each, _), (new, changed) in zip(chosen, results, strict=True)]
     for each, new, changed in written:
         done = "wrote" if changed else "unchanged:"
         _out(f"{done} {each.path}: {len(new.tools)} tools, fingerprint {new.fingerprint}\n")
@@ -208,11 +227,12 @@ async def approve_command(config: Config, names: Sequence[str], everything: bool
         if not yes and not _confirm(count):
             _out("not approved; the lock is unchanged\n")
             return 1
-        written = []
+        to_write = []
         for each, picked in chosen:
             assert each.existing is not None
-            new, _ = await each.write(approve(each.existing, picked).tools)
-            written.append((each.path, len(picked), new))
+            to_write.append((each, approve(each.existing, picked).tools))
+        done = await write_all("catalog approve", to_write)
+        written = [(each.path, len(picked), new) for (each, picked), (new, _) in zip(chosen, done, strict=True)]
     for path, approved, new in written:
         _out(f"approved {approved} change(s): {path}: {len(new.tools)} tools, fingerprint {new.fingerprint}\n")
     return 0

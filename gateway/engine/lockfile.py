@@ -66,12 +66,14 @@ def read_lock_and_bytes(path: Path) -> tuple[Lock, bytes]:
         raise LockError(f"{path}: not a lock file prefixgate can read ({type(exc).__name__})") from None
 
 
-def write_lock(path: Path, lock: Lock) -> bool:
-    """Write atomically (temp file, fsync, rename, fsync the directory); False when the bytes were already there."""
+def stage_lock(path: Path, lock: Lock) -> str | None:
+    """The lock's bytes written and synced to a temporary file beside ``path`` (its name), for
+    ``commit_lock``; None when those bytes are already there. ``OSError`` (a full disk) leaves
+    nothing behind: a set of locks is staged whole before any is renamed into place."""
     data = dumps(lock).encode("utf-8")
     try:
         if path.read_bytes() == data:
-            return False
+            return None
     except OSError:
         pass
     fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -81,15 +83,28 @@ def write_lock(path: Path, lock: Lock) -> bool:
             f.flush()
             os.fsync(f.fileno())
         os.chmod(temp, 0o644)
-        os.replace(temp, path)
     except BaseException:
         Path(temp).unlink(missing_ok=True)
         raise
+    return temp
+
+
+def commit_lock(temp: str, path: Path) -> None:
+    """Rename a staged lock into place, then sync the directory (the rename survives a crash)."""
+    os.replace(temp, path)
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def write_lock(path: Path, lock: Lock) -> bool:
+    """Write atomically (temp file, fsync, rename, fsync the directory); False when the bytes were already there."""
+    temp = stage_lock(path, lock)
+    if temp is None:
+        return False
+    commit_lock(temp, path)
     return True
 
 
