@@ -401,6 +401,36 @@ def test_dollar_before_a_reference_cannot_be_written(tmp_path: Path, capsys: pyt
     assert set(servers(parsed(out))) == {"b"}
 
 
+def test_an_entry_prefixgate_would_refuse_is_skipped_with_the_reason(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A header value with a trailing space, a header name with a space: copied as they were,
+    the printed config would not load (exit 2, every server down); the entry is skipped, naming
+    why, and the rest loads."""
+    path = tmp_path / ".mcp.json"
+    remote = {"type": "http", "url": "https://mcp.example.com/mcp"}
+    path.write_text(
+        json.dumps(
+            {
+                "mcpServers": {
+                    "docs": {**remote, "headers": {"X-Team": "platform "}},
+                    "named": {**remote, "headers": {"X Team": "platform"}},
+                    "local": {"command": "srv"},
+                }
+            }
+        )
+    )
+    code, out, err = do_import(capsys, path)
+    assert code == 0
+    assert (
+        f'skipped: "docs" ({path}: mcpServers["docs"]): prefixgate would refuse it: headers.X-Team: invalid header '
+        "value: control characters (CR, LF, NUL...) or leading/trailing whitespace (the value is not shown)"
+    ) in err
+    assert f'skipped: "named" ({path}: mcpServers["named"]): prefixgate would refuse it: headers.X Team: ' in err
+    assert set(servers(parsed(out))) == {"local"}
+    parse_config(tomllib.loads(out), env={})  # it loads
+
+
 # --- files: --out, --from, bad input ------------------------------------------------------
 
 
@@ -500,9 +530,7 @@ def test_default_paths_per_platform(tmp_path: Path) -> None:
     assert default_paths("codex", {**env, "CODEX_HOME": "/c"}, cwd, "linux") == [
         Path("/c/config.toml"), Path("/work/p/.codex/config.toml")
     ]  # fmt: skip
-    assert default_paths("cursor", env, Path("/Users/alice"), "linux") == [
-        Path("/Users/alice/.cursor/mcp.json")
-    ]
+    assert default_paths("cursor", env, Path("/Users/alice"), "linux") == [Path("/Users/alice/.cursor/mcp.json")]
 
 
 @pytest.mark.parametrize(
@@ -652,8 +680,10 @@ def test_a_codex_tool_timeout_past_the_default_maximum_raises_the_maximum_too(
     """Codex's ``tool_timeout_sec`` becomes ``call_timeout``; one over the default
     ``max_call_time`` (an hour) takes that with it, so the config it writes loads."""
     source = tmp_path / "config.toml"
-    source.write_text('[mcp_servers.build]\ncommand = "make-mcp"\ntool_timeout_sec = 7200\n'
-                      '[mcp_servers.lint]\ncommand = "lint-mcp"\ntool_timeout_sec = 90\n')
+    source.write_text(
+        '[mcp_servers.build]\ncommand = "make-mcp"\ntool_timeout_sec = 7200\n'
+        '[mcp_servers.lint]\ncommand = "lint-mcp"\ntool_timeout_sec = 90\n'
+    )
     code, out, err = do_import(capsys, source, "--from", "codex")
     assert code == 0, err
     s = servers(parsed(out))
@@ -668,15 +698,31 @@ def test_a_codex_tool_timeout_past_the_default_maximum_raises_the_maximum_too(
         (
             "claude-code",
             ".mcp.json",
-            {"mcpServers": {"notion": {"type": "http", "url": "https://mcp.notion.com/mcp",
-                                       "oauth": {"clientId": "cc-client", "callbackPort": 8123}}}},
+            {
+                "mcpServers": {
+                    "notion": {
+                        "type": "http",
+                        "url": "https://mcp.notion.com/mcp",
+                        "oauth": {"clientId": "cc-client", "callbackPort": 8123},
+                    }
+                }
+            },
         ),
         (
             "cursor",
             "mcp.json",
-            {"mcpServers": {"notion": {"url": "https://mcp.notion.com/mcp",
-                                       "auth": {"CLIENT_ID": "cu-client", "CLIENT_SECRET": "cu-secret-value-1234",
-                                                "scopes": ["read", "write"]}}}},
+            {
+                "mcpServers": {
+                    "notion": {
+                        "url": "https://mcp.notion.com/mcp",
+                        "auth": {
+                            "CLIENT_ID": "cu-client",
+                            "CLIENT_SECRET": "cu-secret-value-1234",
+                            "scopes": ["read", "write"],
+                        },
+                    }
+                }
+            },
         ),
         ("vscode", "mcp.json", {"servers": {"notion": {"type": "http", "url": "https://mcp.notion.com/mcp"}}}),
         (

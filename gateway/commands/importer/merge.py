@@ -12,6 +12,7 @@ from gateway.commands.importer.names import sanitize_id
 from gateway.commands.importer.sources import CLIENT_NAMES, PROG, Entry, Source
 from gateway.commands.importer.translate import Skip, translate
 from gateway.commands.toml_writer import toml_comment, toml_key, toml_value
+from gateway.config import ConfigError, parse_config
 
 
 @dataclass
@@ -36,6 +37,17 @@ def _origin(entry: Entry) -> str:
     return f"{entry.source.path}: {entry.where}"
 
 
+def refused_by_prefixgate(fields: dict[str, Any]) -> None:
+    """Raise ``Skip`` with the reason when prefixgate would refuse the server table it was
+    translated to (a header value with a trailing space, say): a config printed complete must
+    load, and one such table would stop every server. Checked as a config of that one server,
+    enabled, with no variable set (an unset reference is the user's to set, not an error)."""
+    try:
+        parse_config({"servers": {"s": {**fields, "enabled": True}}}, env={})
+    except ConfigError as exc:
+        raise Skip(f"prefixgate would refuse it: {str(exc).removeprefix('servers.s.')}") from None
+
+
 def import_sources(sources: Sequence[Source]) -> Result:
     """Translate, name, merge and render; never raises for a bad entry (it is reported)."""
     messages: list[str] = []
@@ -58,6 +70,7 @@ def import_sources(sources: Sequence[Source]) -> Result:
             label = json.dumps(entry.name, ensure_ascii=False)
             try:
                 translated = translate(entry)
+                refused_by_prefixgate(translated.fields)
             except Skip as exc:
                 line = f"{label} ({_origin(entry)}): {exc}"
                 skipped.append(line)
