@@ -176,6 +176,32 @@ def test_vscode_inputs_and_types(capsys: pytest.CaptureFixture[str]) -> None:
     assert 'skipped: "local-socket"' in err and "'unix' URLs are not supported" in err
 
 
+def test_distinct_vscode_inputs_stay_distinct_variables(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``api-key`` and ``api.key`` both read as ``API_KEY``: one service's secret would reach the
+    other's server. And an input called ``path`` would have become ``${PATH}``."""
+    (tmp_path / ".vscode").mkdir()
+    path = tmp_path / ".vscode" / "mcp.json"
+    inputs = [{"type": "promptString", "id": i, "password": True} for i in ("api-key", "api.key", "path")]
+    path.write_text(
+        json.dumps(
+            {
+                "inputs": inputs,
+                "servers": {
+                    "a": {"command": "a-server", "env": {"KEY": "${input:api-key}"}},
+                    "b": {"command": "b-server", "env": {"KEY": "${input:api.key}"}},
+                    "c": {"command": "c-server", "args": ["${input:path}"], "env": {"K": "${input:api-key}"}},
+                },
+            }
+        )
+    )
+    code, out, err = do_import(capsys, path)
+    assert code == 0, err
+    s = servers(parsed(out, {"API_KEY": "for-a", "API_KEY_2": "for-b", "INPUT_PATH": "/p", "PATH": "/usr/bin"}))
+    assert (s["a"].env["KEY"], s["b"].env["KEY"], s["c"].env["K"]) == ("for-a", "for-b", "for-a")
+    assert s["c"].args == ("/p",)
+    assert "export API_KEY_2=..." in err and "export INPUT_PATH=..." in err
+
+
 def test_codex(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = do_import(capsys, CODEX)
     assert code == 0, err

@@ -19,7 +19,9 @@ Rules, all deterministic (same inputs, same bytes):
   same id is merged, a different one gets ``-2``, ``-3``, ... and both are reported.
 - Placeholders the source client expands from the environment become prefixgate
   ``${VAR}`` references (Claude Code ``${VAR}``/``${VAR:-default}``, Cursor and VS Code
-  ``${env:VAR}`` and ``${userHome}``, VS Code ``${input:ID}`` -> ``${ID}`` upper-cased);
+  ``${env:VAR}`` and ``${userHome}``, VS Code ``${input:ID}`` -> ``${ID}`` upper-cased,
+  ``_2``, ``_3``, ... after it for another input of the same name, ``INPUT_`` before one such
+  as ``PATH``);
   ``${workspaceFolder}`` becomes the project directory. Every other ``${`` is literal text
   and is written as ``$${`` (prefixgate expands ``${VAR}``).
 - Literal secrets stay as they are, with a warning on stderr (and a comment in the

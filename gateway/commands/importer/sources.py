@@ -43,6 +43,8 @@ class Source:
     """The project a project-scoped file belongs to (None for user-wide files)."""
     notes: list[str] = field(default_factory=list)
     inputs_noted: set[str] = field(default_factory=set)
+    input_vars: dict[str, str] = field(default_factory=dict)
+    """The variable each VS Code input became (``translate``): distinct inputs, distinct variables."""
 
 
 @dataclass

@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.commands.importer.names import VAR_NAME, env_var_name
+from gateway.commands.importer.names import VAR_NAME, env_var_name, input_var_name
 from gateway.commands.importer.sources import CLIENT_NAMES, Entry, type_name
 from gateway.config import DEFAULT_MAX_CALL_TIME
 
@@ -161,7 +161,7 @@ class _Translator:
         return False, whole
 
     def _input(self, input_id: str, where: str) -> str:
-        var = env_var_name(input_id)
+        var = input_var_name(input_id, self.entry.source.input_vars)
         seen = self.entry.source.inputs_noted
         if input_id not in seen:
             seen.add(input_id)
