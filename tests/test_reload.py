@@ -143,6 +143,39 @@ async def test_a_server_added_then_removed_is_one_epoch_each_and_the_other_keeps
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_restarted_server_keeps_its_tools_published_until_it_lists_its_own(
+    tmp_path: Path, transport: str, mode: str
+) -> None:
+    """A server whose table changed restarts. Its tools stay published meanwhile (a call waits
+    for the new process): the same tools are no new epoch at all (no prompt cache miss), and
+    other tools one epoch. Before, the restart was two epochs: one without its tools, then one
+    with them, and a call in between was refused as unknown."""
+    config = write_config(tmp_path, servers("a", "b"))
+    notes = Notifications()
+    async with serving(tmp_path, transport, mode, config, notes) as (client, pid, log):
+        before = await names(client)
+        a_pid = next(p for p in children(pid) if b"name\0a" in Path(f"/proc/{p}/cmdline").read_bytes())
+        async with changes(client, mode, notes) as heard:
+            write_config(tmp_path, {**servers("b"), "a": {**servers("a")["a"], "env": {"ROTATED": "1"}}})
+            await wait_for(lambda: a_pid not in children(pid))
+            assert text(await client.call_tool("a__echo", {"text": "during"})) == "during"
+            await wait_for(lambda: "config reloaded (the file changed): restarted 'a'" in log.read_text())
+            await wait_for(lambda: "[a] ready" in log.read_text().split("restarted 'a'", 1)[1])
+            assert await names(client) == before and heard() == 0  # the same bytes: no epoch
+            write_config(tmp_path, {**servers("b"), "a": demo("--tools", 2, "--name", "a")})
+            await wait_for(lambda: heard() == 1)
+            after = await names(client)
+            assert set(before) < set(after)
+            await anyio.sleep(1)
+            assert heard() == 1, "one epoch for the other tools"
+    history = (tmp_path / "state" / "history" / "default.jsonl").read_text().splitlines()
+    # (the reload kept the bytes: the new tools came with the server's own listing)
+    assert [json.loads(line)["reason"] for line in history] == ["the discovery barrier", "server 'a' is ready"]
+
+
+@pytest.mark.anyio
 @pytest.mark.parametrize("mode", ERAS)
 async def test_a_policy_change_refuses_at_once_and_publishes_no_new_bytes(tmp_path: Path, mode: str) -> None:
     config = write_config(tmp_path, servers("a"))

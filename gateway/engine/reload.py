@@ -2,7 +2,8 @@
 
 Servers added start (each joins the catalog once it is ready, as a server back from a
 restart does); servers removed stop (their process group, as at shutdown); servers whose
-table changed restart; every other server keeps running untouched: the same process, the
+table changed restart, their lists kept until they list their own (``Downstream.remember``,
+as at a warm start); every other server keeps running untouched: the same process, the
 same connection. ``[client]``, ``[policy]``, ``[spill]``, profiles' views and deferrals
 take effect for new requests, and every profile's catalog is rebuilt: identical bytes are
 the same epoch (no ``list_changed``, the same fingerprint), other bytes one new epoch whose
@@ -25,6 +26,7 @@ from gateway.downstream.connection import Downstream
 from gateway.downstream.supervisor import Supervisor
 from gateway.engine.hub import Hub
 from gateway.engine.oauth import oauth_setup
+from gateway.engine.warm import contribution
 
 log = logging.getLogger("prefixgate")
 
@@ -84,6 +86,7 @@ async def apply(hub: Hub, new: Config) -> Plan:
     first = new.view(served[0])
     changes = plan(hub.config, first)
     going = {*changes.removed, *(s.id for s in changes.changed)}
+    listed = {s.id: contribution(hub.by_id[s.id]) for s in changes.changed if hub.by_id[s.id].listed}
     # 1. Servers that go are stopped now (their in-flight calls end as isError naming the reload).
     for server_id in sorted(going):
         hub.by_id[server_id].stop(REASON)
@@ -91,6 +94,12 @@ async def apply(hub: Hub, new: Config) -> Plan:
     running = {d.id: d for d in hub.downstreams if d.id not in going}
     oauth = oauth_setup(first)
     started = [Downstream(server, hub, oauth=oauth) for server in (*changes.added, *changes.changed)]
+    for downstream in started:
+        if downstream.id in listed and downstream.config.enabled:
+            # A restarted server's lists stand for it until it lists its own, as at a warm start
+            # (its calls wait for it): the same tools are the same bytes, so no prompt cache
+            # misses for a restart, and other tools are one epoch, not one without them and one with.
+            downstream.remember(listed[downstream.id])
     running |= {d.id: d for d in started}
     for each, profile in zip(hub.family, served, strict=True):
         view = new.view(profile)
