@@ -14,7 +14,7 @@ import pytest
 from catalog.history import MAX_PATH_CHARS, MAX_TOOLS, epoch_changes, summary
 from gateway.state import history as history_module
 from gateway.state.history import EpochHistory
-from tests.helpers import ERAS, run_cli, sdk_client, text, wait_for, write_config
+from tests.helpers import ERAS, demo, run_cli, sdk_client, text, wait_for, write_config
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -98,3 +98,27 @@ async def test_serve_records_each_epoch_and_catalog_history_shows_why(tmp_path: 
     assert lines[-1].endswith(f"(same bytes as before): {restart['reason']}")
     as_json = json.loads(run_cli("catalog", "history", "--config", str(config), "--json").stdout)
     assert as_json == [first, reword, add, restart]
+
+
+@pytest.mark.anyio
+async def test_configs_sharing_a_state_dir_each_read_their_own_history(tmp_path: Path) -> None:
+    """Two configs, one ``state_dir`` (as every config that sets none shares the default one):
+    each one's ``catalog history`` is its own gateway's, and its first epoch after the other's
+    names its own last bytes as the ones before (a restart that changed nothing is
+    "same bytes as before", not a change)."""
+    work = write_config(tmp_path, {"w": demo("--tools", 2, "--name", "w")})
+    personal = tmp_path / "personal.toml"
+    personal.write_text(work.read_text().replace('[servers."w"]', '[servers."p"]').replace('"w"]', '"p"]'))
+    history = EpochHistory(tmp_path / "state", None)
+    for n, config in enumerate((work, personal, work), start=1):
+        async with sdk_client(config, "auto", log_level="warning") as client:
+            await client.list_tools()
+            await wait_for(lambda n=n: len(history.read()) == n)  # type: ignore[misc]
+    first, other, again = history.read()
+    assert first["fingerprint"] != other["fingerprint"] and other["previous"] is None
+    proc = run_cli("catalog", "history", "--config", str(work), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == [first, again]
+    assert again["previous"] == again["fingerprint"] == first["fingerprint"]
+    theirs = json.loads(run_cli("catalog", "history", "--config", str(personal), "--json").stdout)
+    assert theirs == [other]

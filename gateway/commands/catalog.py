@@ -268,7 +268,7 @@ async def run(config: Config, as_json: bool) -> int:
 
 def history(config: Config, as_json: bool, limit: int) -> int:
     """``catalog history``: the last ``limit`` epochs the serving gateway published for this profile."""
-    store = EpochHistory(config.gateway.state_dir, config.profile)
+    store = EpochHistory(config.gateway.state_dir, config.profile, config.path)
     try:
         records = store.read()[-max(limit, 1) :]
     except OSError as exc:

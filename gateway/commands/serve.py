@@ -79,7 +79,7 @@ async def serve(
         assert hub.tasks is not None
         metrics = observe(hub, hub.tasks, http=http is not None)
         for each in hub.family:
-            each.publisher.history = EpochHistory(config.gateway.state_dir, each.config.profile)
+            each.publisher.history = EpochHistory(config.gateway.state_dir, each.config.profile, config.path)
             await warm_start(each, prelude)
         if http is None:
             owner = activation_key(session_key(session_id), config.profile) if session_id else None

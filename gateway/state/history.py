@@ -22,29 +22,45 @@ DIRECTORY = "history"
 
 
 class EpochHistory:
-    def __init__(self, state_dir: Path, profile: str | None) -> None:
+    """The history of one profile of the gateway of one config file (``config``): configs that
+    share a ``state_dir`` (the default one) share the file, each record naming its config, and
+    each reads its own (a record from before they were named is everyone's; without a config,
+    every record is read)."""
+
+    def __init__(self, state_dir: Path, profile: str | None, config: Path | None = None) -> None:
         self.directory = state_dir / DIRECTORY
         self.name = f"{profile or 'default'}.jsonl"
         self.path = self.directory / self.name
         self.label = f"epoch history {str(self.path)!r}"
+        self.config = str(config.resolve()) if config is not None else None
 
     def append(self, record: dict[str, Any]) -> None:
-        """Add one record; raise OSError when it cannot be written."""
+        """Add one record (this config's); raise OSError when it cannot be written."""
+        record = {**record, "config": self.config}
         line = (json.dumps(record, ensure_ascii=False, separators=(",", ":"), sort_keys=True) + "\n").encode()
         append_rotating(self.directory, self.name, self.label, line, MAX_BYTES)
 
     def read(self) -> list[dict[str, Any]]:
-        """Every record kept, oldest first (a torn or foreign line is skipped)."""
-        return [r for name in (self.name + ".1", self.name) for r in _records(self._read(name, _whole))]
+        """This config's records kept, oldest first (a torn or foreign line is skipped)."""
+        found = [r for name in (self.name + ".1", self.name) for r in _records(self._read(name, _whole))]
+        return [r for r in found if self._mine(r)]
 
     def last(self) -> dict[str, Any] | None:
-        """The newest record, read from the end of the file alone (a process's first epoch
-        asks for the one before it: start-up reads no more than that)."""
+        """This config's newest record, read from the end of the file alone when it is there (a
+        process's first epoch asks for the one before it: start-up reads no more than that);
+        after another config's, the whole history is read."""
         for name in (self.name, self.name + ".1"):
             found = _records(self._read(name, tail_record))
             if found:
-                return found[-1]
-        return None
+                if self._mine(found[-1]):
+                    return found[-1]
+                break
+        mine = self.read()
+        return mine[-1] if mine else None
+
+    def _mine(self, record: dict[str, Any]) -> bool:
+        named = record.get("config")
+        return self.config is None or named is None or named == self.config
 
     def _read(self, name: str, read: Callable[[int, int], bytes]) -> bytes:
         dir_fd = open_private_dir(self.directory, create=False)
