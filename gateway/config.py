@@ -388,10 +388,11 @@ def _count(path: str, value: Any) -> int:
 
 
 def _positive_count(path: str, value: Any) -> int:
-    number = _count(path, value)
-    if number < 1:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(path, "expected an integer")
+    if value < 1:  # (before _count's ">= 0": one bound in every message)
         raise ConfigError(path, "expected an integer >= 1")
-    return number
+    return value
 
 
 def _message_bytes(path: str, value: Any) -> int:
@@ -483,7 +484,7 @@ class References:
 def expand(path: str, text: str, env: Mapping[str, str], refs: References | None = None) -> str:
     """Replace ``${NAME}`` with the environment's value.
 
-    ``$${`` escapes a literal ``${``. An invalid reference is always an error; an unset
+    ``$${`` escapes a literal ``${``. An invalid or unterminated reference is always an error; an unset
     name is one too, unless ``refs`` collects it (then it expands to ""). Errors name the
     variable, never a value.
     """
@@ -502,6 +503,10 @@ def expand(path: str, text: str, env: Mapping[str, str], refs: References | None
             return ""
         return env[name]
 
+    for part in parts:
+        if "${" in _VAR.sub("", part):
+            why = "unterminated variable reference: a '${' without its '}' (write $${ for a literal ${)"
+            raise ConfigError(path, why)
     return "${".join(_VAR.sub(sub, part) for part in parts)
 
 
