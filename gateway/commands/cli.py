@@ -169,7 +169,9 @@ def parser() -> argparse.ArgumentParser:
         "reason, and the tools added, removed and changed with the JSON paths that differ. Every new "
         "epoch is a prompt-cache miss for the agents.",
     )
-    history_parser.add_argument("--json", action="store_true", help="print the records as one JSON array")
+    history_parser.add_argument(
+        "--json", action="store_true", default=argparse.SUPPRESS, help="print the records as one JSON array"
+    )
     history_parser.add_argument("--limit", type=int, default=20, metavar="N", help="the last N epochs (default 20)")
     profile_argument(history_parser, "print the history")
     for sp in (diff_parser, lock_parser, approve_parser, history_parser):
@@ -322,6 +324,8 @@ def _serve(args: argparse.Namespace) -> int:
     prelude = None
     if not args.http and (args.tls_cert or args.tls_key):  # (before the stdio start spawns anything)
         raise Exit(2, "prefixgate: --tls-cert and --tls-key serve HTTPS: they need --http HOST:PORT")
+    if not args.http and args.token_file:  # (a stdio client is the process that started it: no token)
+        raise Exit(2, "prefixgate: --token-file holds the tokens of HTTP clients: it needs --http HOST:PORT")
     if not args.http:
         from gateway.upstream.prelude import Prelude
 
