@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from catalog.diff import ABSENT, Change, diff, json_changes, name_changes, render
 from gateway.commands import diff as diff_cmd
-from tests.helpers import PYTHON, demo, write_config
+from tests.helpers import PYTHON, demo, run_cli, write_config
 
 Report = dict[str, Any]
 
@@ -414,6 +414,19 @@ def test_cmd_bad_input_exits_2(
     err = captured.err.splitlines()
     assert len(err) == 1 and err[0].startswith(f"prefixgate: catalog diff: {bad}: {problem}")
     assert run_cmd(str(bad), good) == 2  # OLD is checked the same way
+
+
+def test_the_cli_takes_json_before_the_action_and_refuses_stdin_twice(tmp_path: Path, real: dict[str, Report]) -> None:
+    a = save(tmp_path / "a.json", real["base"])
+    c = save(tmp_path / "c.json", without(real["base"], "github__echo"))
+    for argv in (["catalog", "--json", "diff", a, c], ["catalog", "diff", "--json", a, c]):
+        proc = run_cli(*argv)
+        assert proc.returncode == 1, proc.stderr
+        assert json.loads(proc.stdout)["identical"] is False, argv  # JSON either way
+    assert run_cli("catalog", "diff", a, c).stdout.startswith("published tools/list bytes differ")
+    twice = run_cli("catalog", "diff", "-", "-")
+    assert (twice.returncode, twice.stdout) == (2, "")
+    assert twice.stderr == "prefixgate: catalog diff: OLD and NEW are both - (stdin holds one report): give a file\n"
 
 
 def test_cmd_as_module(tmp_path: Path, real: dict[str, Report]) -> None:

@@ -29,7 +29,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "new", metavar="NEW", nargs="?", help="the later 'prefixgate catalog --json' output (- for stdin)"
     )
-    parser.add_argument("--json", action="store_true", help="print the difference as one JSON object")
+    # (SUPPRESS: "catalog --json diff A B" keeps the --json given before the action)
+    parser.add_argument(
+        "--json", action="store_true", default=argparse.SUPPRESS, help="print the difference as one JSON object"
+    )
 
 
 def load_report(path: str) -> dict[str, Any]:
@@ -76,6 +79,9 @@ def _kind(value: Any) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.old == args.new == "-":
+        sys.stderr.write("prefixgate: catalog diff: OLD and NEW are both - (stdin holds one report): give a file\n")
+        return 2
     try:
         old = load_report(args.old)
         new = load_report(args.new)
