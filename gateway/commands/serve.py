@@ -230,6 +230,9 @@ class _Signals:
         """What SIGHUP does instead of stopping (``serve --http``: a config reload)."""
         self.drain: Callable[[], Coroutine[Any, Any, None]] | None = None
         """What a stop signal does before the stop (``serve --http``: the requests in flight finish)."""
+        self.settle: Callable[[], Coroutine[Any, Any, None]] | None = None
+        """What the stop waits for once every server has stopped (``serve --http``: the answers
+        of the calls the drain cut, each an ``isError``, written)."""
 
     def start(self, downstreams: Sequence[Downstream]) -> None:
         self.tasks.start_soon(_stop_on_signals, downstreams, self)
@@ -274,7 +277,7 @@ async def _stop_on_signals(downstreams: Sequence[Downstream], signals_: _Signals
                 if signals_.drain is not None and not draining:  # the first one over HTTP; the next stops
                     draining = True
                     log.info("%s received: finishing the requests in flight, then stopping every server", name)
-                    signals_.tasks.start_soon(_drain_then_exit, downstreams, signals_.drain, name, 128 + signum)
+                    signals_.tasks.start_soon(_drain_then_exit, downstreams, signals_, name, 128 + signum)
                     continue
                 log.info("%s received: stopping every server", name)
                 await _exit_now(downstreams, f"prefixgate: stopped by {name}", 128 + signum)
@@ -285,15 +288,20 @@ async def _stop_on_signals(downstreams: Sequence[Downstream], signals_: _Signals
             signal.signal(signum, _exit_on_signal)
 
 
-async def _drain_then_exit(
-    downstreams: Sequence[Downstream], drain: Callable[[], Coroutine[Any, Any, None]], name: str, code: int
+async def _drain_then_exit(downstreams: Sequence[Downstream], signals_: _Signals, name: str, code: int) -> None:
+    assert signals_.drain is not None
+    await signals_.drain()
+    await _exit_now(downstreams, f"prefixgate: stopped by {name}", code, signals_.settle)
+
+
+async def _exit_now(
+    downstreams: Sequence[Downstream],
+    message: str,
+    code: int = 1,
+    settle: Callable[[], Coroutine[Any, Any, None]] | None = None,
 ) -> None:
-    await drain()
-    await _exit_now(downstreams, f"prefixgate: stopped by {name}", code)
-
-
-async def _exit_now(downstreams: Sequence[Downstream], message: str, code: int = 1) -> None:
-    """Stop every server (concurrently: each in its own task) and exit with ``code`` at once.
+    """Stop every server (concurrently: each in its own task) and exit with ``code`` at once
+    (``settle``: awaited once they have stopped, before the exit).
 
     Exiting rather than unwinding keeps the stop independent of the transport and of what
     is still running: the client may still be connected, and an HTTP server or a call in
@@ -304,6 +312,8 @@ async def _exit_now(downstreams: Sequence[Downstream], message: str, code: int =
     with anyio.move_on_after(10):
         for downstream in downstreams:
             await downstream.closed.wait()
+    if settle is not None:
+        await settle()
     flush_telemetry()
     logs.flush()
     sys.stderr.write(message + "\n")

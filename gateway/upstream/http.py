@@ -419,6 +419,8 @@ async def _opens_a_stream(body: bytes) -> bool:
 
 DRAIN_FLUSH = 5.0
 """Seconds the answers written during a drain may take to leave for their clients."""
+SETTLE = 2.0
+"""Seconds the calls cut at the drain's end may take to be answered, once their servers stopped."""
 
 
 async def drain(front: Front, server: Any, timeout: float) -> None:
@@ -441,6 +443,21 @@ async def drain(front: Front, server: Any, timeout: float) -> None:
         await front.quiet()
     if front.in_flight:
         log.warning("stopping with %d request(s) still in flight after %g s", front.in_flight, timeout)
+    await _flushed(server)
+
+
+async def answered(front: Front, server: Any, timeout: float) -> None:
+    """After the drain, once every server has stopped: the calls still in flight have ended
+    (each an ``isError`` naming its server's exit), so wait up to ``timeout`` seconds for
+    those answers to be written, in either era (a handshake-era one goes out on its session's
+    stream, a few loop turns later than a 2026-07-28 one), and to leave the sockets."""
+    with anyio.move_on_after(timeout):
+        await front.quiet()
+    await _flushed(server)
+
+
+async def _flushed(server: Any) -> None:
+    """Until what was written to uvicorn's connections has left (at most ``DRAIN_FLUSH`` s)."""
     connections = getattr(getattr(server, "server_state", None), "connections", ())
     with anyio.move_on_after(DRAIN_FLUSH):
         while any(_unsent(connection) for connection in list(connections)):
@@ -557,4 +574,5 @@ async def serve_http(
         server = uvicorn.Server(config)
         if signals is not None:
             signals.drain = lambda: drain(app, server, drain_timeout())
+            signals.settle = lambda: answered(app, server, SETTLE)
         await server.serve(sockets=[sock])
