@@ -161,9 +161,9 @@ def scalars_in_strings(schema: JSON, arguments: dict[str, JSON]) -> dict[str, JS
     through the gateway where it succeeds directly.
 
     Only a property whose own ``type`` is ``integer``, ``number`` or ``boolean`` (or a list
-    of these and ``null``) and that has no keyword that could admit a string otherwise (``anyOf``, a
-    reference, ...) is read; the caller validates the result, and keeps the arguments as
-    given if that still fails.
+    of these and ``null``) and that has no keyword that could admit a string otherwise
+    (``anyOf``, a reference, ...) is read; the caller validates the result, and keeps the
+    arguments as given if that still fails.
     """
     if not isinstance(schema, dict) or not isinstance(properties := schema.get("properties"), dict):
         return {}

@@ -484,9 +484,9 @@ class References:
 def expand(path: str, text: str, env: Mapping[str, str], refs: References | None = None) -> str:
     """Replace ``${NAME}`` with the environment's value.
 
-    ``$${`` escapes a literal ``${``. An invalid or unterminated reference is always an error; an unset
-    name is one too, unless ``refs`` collects it (then it expands to ""). Errors name the
-    variable, never a value.
+    ``$${`` escapes a literal ``${``. An invalid or unterminated reference is always an
+    error; an unset name is one too, unless ``refs`` collects it (then it expands to "").
+    Errors name the variable, never a value.
     """
     parts = text.split("$${")
 

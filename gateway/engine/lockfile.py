@@ -99,15 +99,6 @@ def commit_lock(temp: str, path: Path) -> None:
         os.close(dir_fd)
 
 
-def write_lock(path: Path, lock: Lock) -> bool:
-    """Write atomically (temp file, fsync, rename, fsync the directory); False when the bytes were already there."""
-    temp = stage_lock(path, lock)
-    if temp is None:
-        return False
-    commit_lock(temp, path)
-    return True
-
-
 class ServedLock:
     """The catalog lock a gateway serves under: read at start-up, then polled while serving."""
 
