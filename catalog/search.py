@@ -482,6 +482,9 @@ def tool_search_declaration() -> dict[str, JSON]:
     return _sorted_object(
         {
             "name": "tool_search",
+            # read-only (it changes only which tools this session may run): clients that ask
+            # before a tool that may change something (Codex) run it at once
+            "annotations": {"readOnlyHint": True},
             "description": (
                 "Search the full tool catalog by keywords (tool names, descriptions, "
                 "parameter names). Returns the best matches with their input schemas and "

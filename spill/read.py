@@ -123,7 +123,13 @@ def _sorted_keys(value: Any) -> Any:
 def artifact_read_declaration() -> dict[str, Any]:
     """The MCP tool declaration of artifact_read, keys sorted at every depth."""
     declaration: dict[str, Any] = _sorted_keys(
-        {"description": _DESCRIPTION, "inputSchema": ARTIFACT_READ_SCHEMA, "name": "artifact_read"}
+        {
+            # read-only: clients that ask before a tool that may change something (Codex) run it at once
+            "annotations": {"readOnlyHint": True},
+            "description": _DESCRIPTION,
+            "inputSchema": ARTIFACT_READ_SCHEMA,
+            "name": "artifact_read",
+        }
     )
     return declaration
 

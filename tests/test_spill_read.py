@@ -303,7 +303,8 @@ def test_find_unicode(store: ArtifactStore) -> None:
 
 def test_declaration_is_sorted_and_valid() -> None:
     decl = artifact_read_declaration()
-    assert list(decl) == ["description", "inputSchema", "name"] and decl["name"] == "artifact_read"
+    assert list(decl) == ["annotations", "description", "inputSchema", "name"] and decl["name"] == "artifact_read"
+    assert decl["annotations"] == {"readOnlyHint": True}  # run without asking (Codex asks before any other)
     assert keys_sorted_everywhere(decl)
     jsonschema.Draft202012Validator.check_schema(decl["inputSchema"])
     v = jsonschema.Draft202012Validator(ARTIFACT_READ_SCHEMA)
