@@ -238,6 +238,10 @@ def test_meta_declarations_are_valid_sorted_and_fresh() -> None:
         decl["inputSchema"]["properties"].clear()
         assert make()["inputSchema"]["properties"]  # no shared state
     assert json.dumps(tool_search_declaration()) == json.dumps(tool_search_declaration())
+    # read-only, so a client that asks before other tools (Codex) runs it at once; tool_call
+    # runs whatever tool it names, so it claims nothing
+    assert tool_search_declaration()["annotations"] == {"readOnlyHint": True}
+    assert "annotations" not in tool_call_declaration()
 
 
 def test_tool_search_schema_bounds() -> None:
