@@ -38,6 +38,10 @@ class Profile:
     """How the client shows a tool to the model, ``{entry}`` standing for the name prefixgate
     is registered under (Claude Code: ``mcp__{entry}__``); ``max_len`` counts it, because
     the provider checks the wrapped name."""
+    max_visible_bytes: int = 65536
+    """The bound on a result the model sees (``[spill] max_visible_bytes`` when the config
+    does not set it): under what the client shows of a result before it moves the rest
+    elsewhere, so prefixgate's preview and its trailer (the artifact to read) reach the model."""
 
     def valid(self, name: str) -> bool:
         """Whether ``name`` satisfies ``^[allowed]{1,max_len}$`` (no trailing-newline gap)."""
@@ -65,7 +69,9 @@ PROFILES: dict[str, Profile] = {
     "anthropic": Profile("anthropic", _WORD_DASH, 128, None),
     "mcp": Profile("mcp", re.compile(r"[A-Za-z0-9._-]"), 128, None),  # SEP-986
     # Claude Code and Claude Desktop name a tool mcp__<entry>__<tool> and reject one over 64.
-    "claude-code": Profile("claude-code", _WORD_DASH, 64, None, "mcp__{entry}__"),
+    # Claude Code also saves an MCP result whose text is over 50,000 characters to a file and
+    # shows the model its first 2 KB (measured, 2.1.197): bounded under that, the trailer shows.
+    "claude-code": Profile("claude-code", _WORD_DASH, 64, None, "mcp__{entry}__", 48 * 1024),
     "claude-desktop": Profile("claude-desktop", _WORD_DASH, 64, None, "mcp__{entry}__"),
 }
 

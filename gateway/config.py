@@ -221,6 +221,15 @@ class SpillConfig:
     successful result without ``structuredContent``, which bounding drops when it is large; so
     by default they are not published and a bounded success stays a success. "publish" keeps
     them, and such a bounded result is then marked ``isError``."""
+    visible_given: bool = False
+    """``[spill]`` sets ``max_visible_bytes``; else it is the client profile's (``for_client``)."""
+
+    def for_client(self, client: ClientConfig) -> SpillConfig:
+        """These settings for ``client``: its profile's bound on what the model sees, unless
+        ``[spill]`` sets one (Claude Code moves a longer result out of the model's sight)."""
+        if self.visible_given:
+            return self
+        return replace(self, max_visible_bytes=PROFILES[client.profile].max_visible_bytes)
 
     @property
     def publishes_output_schemas(self) -> bool:
@@ -292,6 +301,7 @@ class Config:
             self,
             client=found.client,
             policy=found.policy,
+            spill=self.spill.for_client(found.client),
             servers=servers,
             profile=name,
             include=found.include,
@@ -736,7 +746,9 @@ def parse_config(
     if servers and not any(s.enabled for s in tables):
         raise ConfigError("servers", "no enabled server: add at least one [servers.<id>] table")
     policy = PolicyConfig(**_fields("policy", _table("policy", data.get("policy", {})), _POLICY_KEYS))
-    spill = SpillConfig(**_fields("spill", _table("spill", data.get("spill", {})), _SPILL_KEYS))
+    spill_table = _table("spill", data.get("spill", {}))
+    spill = SpillConfig(**_fields("spill", spill_table, _SPILL_KEYS), visible_given="max_visible_bytes" in spill_table)
+    spill = spill.for_client(client)
     telemetry = TelemetryConfig(
         **_fields("telemetry", _table("telemetry", data.get("telemetry", {})), _TELEMETRY_KEYS)
     )
