@@ -266,3 +266,31 @@ async def test_the_first_call_of_a_cold_start_runs_what_the_session_activated(tm
         async with sdk_client(config, mode, "--session", "s", log_level="warning") as client:
             result = await client.call_tool("d__echo", {"text": "hi"})
         assert (result.is_error, text(result)) == (False, "hi")
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_tool_search_and_tool_call_refuse_arguments_they_would_misread(tmp_path: Path, mode: str) -> None:
+    """An offset given as a string read as page 1 again and again, an unknown key (``ofset``,
+    ``argument`` for ``arguments``) was dropped: each is now an ``isError`` naming it, and
+    what a model means (``"2"``, ``2.0``) is read as JSON Schema and the gate read it."""
+    config = write_config(tmp_path, {"d": demo("--tools", 60)}, client={"declarations": "on-demand"})
+    async with sdk_client(config, mode) as client:
+
+        async def search(**arguments: Any) -> tuple[bool, str]:
+            result = await client.call_tool("tool_search", {"query": "owner repo", **arguments})
+            return bool(result.is_error), text(result)
+
+        for bad, message in (
+            ({"offset": "three"}, "tool_search: arguments.offset must be an integer of at least 0."),
+            ({"offset": -7}, "tool_search: arguments.offset must be an integer of at least 0."),
+            ({"limit": True}, "tool_search: arguments.limit must be an integer."),
+            ({"limit": 2.5}, "tool_search: arguments.limit must be an integer."),
+            ({"ofset": 3}, "tool_search: unknown argument(s): 'ofset'."),
+        ):
+            assert await search(**bad) == (True, message), bad
+        error, quoted = await search(limit="2", offset=2.0)
+        assert not error and "Showing 3-4 of " in quoted
+        assert await search(limit=2, offset=2) == (False, quoted)
+        name = quoted.split("\n\n")[1].split("\n")[0].split(". ", 1)[1]
+        typo = await client.call_tool("tool_call", {"name": name, "argument": GOOD_ARGS})
+        assert typo.is_error and text(typo) == "tool_call: unknown argument(s): 'argument'."

@@ -22,7 +22,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import TypeAdapter, ValidationError
 
 from catalog.schema import json_path
-from catalog.search import render
+from catalog.search import DEFAULT_LIMIT, render
 from catalog.text import escape, quote
 from catalog.validation import scalars_in_strings, unset_nulls, violation
 from gateway.config import PolicyConfig, SpillConfig
@@ -127,6 +127,10 @@ class Router:
             inner = (arguments or {}).get("arguments", {})
             if not isinstance(target, str) or not target:
                 problem = "tool_call: arguments.name must be the name of a catalog tool."
+                return Call(epoch, name, arguments, problem=problem)
+            unknown = sorted(set(arguments or {}) - {"name", "arguments"})
+            if unknown:  # ("argument" for "arguments": the tool would run without them)
+                problem = f"tool_call: unknown argument(s): {_line(', '.join(map(quote, unknown)))}."
                 return Call(epoch, name, arguments, problem=problem)
             if inner is None:
                 inner = {}
@@ -346,8 +350,18 @@ class Router:
             return error_result("tool_search: arguments.query must be a non-empty string.")
         if len(query) > MAX_QUERY:
             return error_result(f"tool_search: arguments.query is longer than {MAX_QUERY} characters.")
+        unknown = sorted(set(arguments) - _SEARCH_ARGUMENTS)
+        if unknown:
+            return error_result(f"tool_search: unknown argument(s): {_line(', '.join(map(quote, unknown)))}.")
+        page: dict[str, int] = {}
+        for key, default in (("limit", DEFAULT_LIMIT), ("offset", 0)):
+            value = _whole_number(arguments.get(key, default))
+            if value is None or (key == "offset" and value < 0):  # (a limit out of 1-50 is clamped)
+                least = " of at least 0" if key == "offset" else ""
+                return error_result(f"tool_search: arguments.{key} must be an integer{least}.")
+            page[key] = value
         index = await epoch.searchable()
-        result = index.query(query, arguments.get("limit", 5), arguments.get("offset", 0))
+        result = index.query(query, page["limit"], page["offset"])
         candidates = [e.name for e in result.matches if epoch.is_deferred(e.name)]
         rendered = render(result, candidates)
         grant = [n for n in rendered.shown_names if n in set(candidates)]
@@ -378,6 +392,22 @@ class Router:
             return ""
         listed = ", ".join(f"{server_id} ({status})" for server_id, status in down)
         return f"Servers not available now (their tools are missing or fail until they are back): {listed}."
+
+
+_SEARCH_ARGUMENTS = frozenset(("query", "limit", "offset"))
+
+
+def _whole_number(value: Any) -> int | None:
+    """An integer argument as JSON Schema reads one (``2.0`` is 2), or as a model quotes it
+    (``"2"``, as the gate reads a catalog tool's): None for anything else."""
+    if isinstance(value, str):
+        value = scalars_in_strings(_WHOLE, {"n": value}).get("n")
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        value = int(value)
+    return value if type(value) is int else None
+
+
+_WHOLE = {"properties": {"n": {"type": "integer"}}}
 
 
 _UNAVAILABLE = {"failed": "failed", "exited": "down", "restarting": "restarting", "late": "still starting"}
