@@ -15,7 +15,7 @@ import math
 import re
 import unicodedata
 from collections import Counter, defaultdict, deque
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import canonicaljson
@@ -296,6 +296,9 @@ class RenderedSearch:
 
     text: str
     shown_names: tuple[str, ...]
+    too_long: tuple[str, ...] = ()
+    """Shown matches whose input schema no page can hold, shown without it and with no word
+    of where to read it (``render``'s ``long_schemas``): the caller may save and render again."""
 
 
 def _joins(ch: str) -> bool:
@@ -365,48 +368,96 @@ def _footer(result: SearchResult, shown: Sequence[str], activated: Sequence[str]
     return "\n".join(parts)
 
 
-def _bounded(text: str, max_bytes: int) -> str:
-    """Last resort when even the frame does not fit: cut on a character boundary."""
-    data = text.encode("utf-8")
-    if len(data) <= max_bytes:
+def _utf8_size(text: str) -> int:
+    return len(text.encode("utf-8"))
+
+
+def _bounded(text: str, max_bytes: int, size: Callable[[str], int] = _utf8_size) -> str:
+    """Last resort when even the frame does not fit: the longest prefix that does."""
+    if size(text) <= max_bytes:
         return text
-    return data[: max(0, max_bytes)].decode("utf-8", "ignore")
+    low, high = 0, len(text)
+    while low < high:
+        mid = (low + high + 1) // 2
+        if size(text[:mid]) <= max_bytes:
+            low = mid
+        else:
+            high = mid - 1
+    return text[:low]
 
 
-def render(result: SearchResult, activated: Sequence[str], max_bytes: int = 65536) -> RenderedSearch:
-    """Deterministic model-visible text of ``result``, at most ``max_bytes`` UTF-8 bytes.
+def _short_block(position: int, entry: Entry, note: str | None) -> str:
+    """A match whose schema no page can hold: its name and excerpt, and where the schema is."""
+    decl = entry.declaration
+    desc = decl.get("description")
+    schema = decl.get("inputSchema", {"type": "object"})
+    lines = [f"{position}. {entry.name}"]
+    if isinstance(desc, str) and desc.strip():
+        lines.append(excerpt(desc))
+    length = len(canonicaljson.encode_canonical_json(schema))
+    lines.append(f"inputSchema: {length} bytes, too long for a search page; {note or 'not shown'}.")
+    return "\n".join(lines) + "\n\n"
+
+
+def render(
+    result: SearchResult,
+    activated: Sequence[str],
+    max_bytes: int = 65536,
+    *,
+    size: Callable[[str], int] = _utf8_size,
+    extra: str = "",
+    long_schemas: Mapping[str, str] | None = None,
+) -> RenderedSearch:
+    """Deterministic model-visible text of ``result``, at most ``max_bytes`` as ``size``
+    measures it (default: UTF-8 bytes; the gateway's: the result's JSON, escaping included),
+    ``extra`` (a last line: servers that are down) included.
 
     Per match: qualified name, description excerpt, full canonical input schema. Then
     the ``activated`` names that were shown, and the page position. Matches are added
     while the whole text (footer included) fits; the footer says how many were left out
-    and how to page. The caller activates ``activated`` ∩ ``shown_names`` only.
+    and how to page. A match whose block no page could hold is shown without its schema,
+    saying where to read it (``long_schemas``: name -> that note; else it is named in
+    ``too_long``), so that it can be found, activated and called. The caller activates
+    ``activated`` ∩ ``shown_names`` only.
     """
     q = _quote(result.query)
+    tail = f"\n{extra}" if extra else ""
     if result.total == 0:
         if result.closest:
             text = f"No tools match {q}. Closest names: {', '.join(result.closest)}."
         else:
             text = f"No tools match {q}."
-        return RenderedSearch(_bounded(text, max_bytes), ())
+        return RenderedSearch(_bounded(text + tail, max_bytes, size), ())
     if not result.matches:
         text = (
             f"No matches at offset {result.offset}: {q} has {result.total} matches "
             f"(offsets 0-{result.total - 1})."
         )
-        return RenderedSearch(_bounded(text, max_bytes), ())
+        return RenderedSearch(_bounded(text + tail, max_bytes, size), ())
     header = f"Tools matching {q}:\n\n"
     body = ""
     shown: list[str] = []
+    too_long: list[str] = []
+    notes = long_schemas or {}
     text = header + _footer(result, shown, activated, max_bytes)
     for i, entry in enumerate(result.matches):
-        block = _block(result.offset + i + 1, entry)
+        position = result.offset + i + 1
+        block = _block(position, entry)
         candidate = header + body + block + _footer(result, [*shown, entry.name], activated, max_bytes)
-        if len(candidate.encode("utf-8")) > max_bytes:
-            break
+        if size(candidate + tail) > max_bytes:
+            alone = header + block + _footer(result, [entry.name], activated, max_bytes)
+            if size(alone + tail) <= max_bytes:
+                break  # the page is full: the next one starts with it
+            block = _short_block(position, entry, notes.get(entry.name))
+            candidate = header + body + block + _footer(result, [*shown, entry.name], activated, max_bytes)
+            if size(candidate + tail) > max_bytes:
+                break
+            if entry.name not in notes:
+                too_long.append(entry.name)
         body += block
         shown.append(entry.name)
         text = candidate
-    return RenderedSearch(_bounded(text, max_bytes), tuple(shown))
+    return RenderedSearch(_bounded(text + tail, max_bytes, size), tuple(shown), tuple(too_long))
 
 
 # -- meta tool declarations -----------------------------------------------------------

@@ -380,10 +380,11 @@ def _one_line(reason: str) -> str:
     return line if len(line) <= _REASON_MAX else line[: _REASON_MAX - 1] + "…"
 
 
-def _retain(
+def retain(
     chunks: Sequence[bytes], size: int, store: Artifacts | None, max_artifact_bytes: int,
 ) -> tuple[str | None, str | None]:
-    """(artifact id, None) or (None, one-line reason it was not kept)."""
+    """(artifact id, None) or (None, one-line reason it was not kept): also what ``tool_search``
+    keeps a schema too long for its page in."""
     if store is None:
         return None, "no artifact store is configured"
     if size > max_artifact_bytes:
@@ -410,7 +411,7 @@ def _keep(
     what: str, chunks: Sequence[bytes], store: Artifacts | None, max_artifact_bytes: int, unit: str = ""
 ) -> _Part:
     size = sum(len(c) for c in chunks)
-    artifact_id, reason = _retain(chunks, size, store, max_artifact_bytes)
+    artifact_id, reason = retain(chunks, size, store, max_artifact_bytes)
     return _Part(what, size, artifact_id, reason, unit)
 
 

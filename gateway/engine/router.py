@@ -10,8 +10,9 @@ list never changes for them.
 from __future__ import annotations
 
 import fnmatch
+import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -37,7 +38,15 @@ from gateway.results import error_result, text_result
 from gateway.shapes import plain_text_result
 from gateway.state.retention import collect
 from gateway.state.session import ClientState, principal_key
-from spill import ArtifactNotFound, artifact_read, bound_result, surely_within
+from spill import (
+    DEFAULT_MAX_VISIBLE_BYTES,
+    ArtifactNotFound,
+    artifact_read,
+    bound_result,
+    retain,
+    surely_within,
+    text_result_size,
+)
 
 log = logging.getLogger("prefixgate.router")
 
@@ -363,7 +372,13 @@ class Router:
         index = await epoch.searchable()
         result = index.query(query, page["limit"], page["offset"])
         candidates = [e.name for e in result.matches if epoch.is_deferred(e.name)]
-        rendered = render(result, candidates)
+        # Bounded as any result the model sees (the servers that are down included)
+        spill, down = self.spill, self.unavailable()
+        bound = spill.max_visible_bytes if spill.enabled else DEFAULT_MAX_VISIBLE_BYTES
+        rendered = render(result, candidates, bound, size=text_result_size, extra=down)
+        if rendered.too_long:  # a schema no page can hold: kept as an artifact the model reads
+            where = await anyio.to_thread.run_sync(self._keep_schemas, epoch, rendered.too_long, state)
+            rendered = render(result, candidates, bound, size=text_result_size, extra=down, long_schemas=where)
         grant = [n for n in rendered.shown_names if n in set(candidates)]
         try:
             await state.activate(grant)
@@ -375,8 +390,25 @@ class Router:
             )
         if note is not None:
             note.granted = len(grant)
-        down = self.unavailable()
-        return text_result(rendered.text + (f"\n{down}" if down else ""))
+        return text_result(rendered.text)
+
+    def _keep_schemas(self, epoch: Epoch, names: Sequence[str], state: ClientState) -> dict[str, str]:
+        """Each named tool's input schema as an artifact of the client's (indented JSON, sorted
+        keys, as a spilled structuredContent): name -> where the search result says it is."""
+        where: dict[str, str] = {}
+        store = state.store if self.spill.enabled else None
+        for name in names:
+            schema = epoch.catalog.by_name[name].declaration.get("inputSchema", {"type": "object"})
+            data = json.dumps(schema, indent=2, sort_keys=True, ensure_ascii=False).encode("utf-8")
+            kept, reason = retain([data], len(data), store, self.spill.max_artifact_bytes)
+            where[name] = (
+                f'saved as artifact {kept}; read it with artifact_read {{"id": "{kept}"}}'
+                if kept is not None
+                else f"not retained: {reason}"
+            )
+        if store is not None and any(w.startswith("saved") for w in where.values()):
+            collect(store, self.spill)
+        return where
 
     def unavailable(self) -> str:
         """A line naming the enabled servers that cannot be called now, or "".

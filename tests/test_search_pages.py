@@ -1,0 +1,82 @@
+"""``tool_search`` pages within the bound every result has (issue of a QA round): measured as
+the result's JSON (escaping included, as every bounded result is) with the line naming the
+servers that are down counted in, at ``[spill] max_visible_bytes``; and a tool whose schema
+no page can hold is shown without it, the schema kept as an artifact the model reads, so the
+tool can still be found, activated and called. Before, such a tool made every page "0 shown:
+call again with the same offset", and pages of quote-heavy schemas reached ~87 KB.
+
+Real gateway, a real stdio server listing the schemas (tests/schemas_server.py), the SDK
+client in both eras.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spill import text_result_size
+from tests.helpers import ERAS, sdk_client, text, write_config
+
+pytestmark = pytest.mark.anyio
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def tools_file(tmp_path: Path) -> Path:
+    field = {"type": "string", "description": "One field of the zebra feed."}
+    giant = {"type": "object", "properties": {f"field_{i}": field for i in range(1500)}}
+    quoted = {"type": "object", "properties": {"mode": {"enum": [f'say "{i}" \\ twice' for i in range(120)]}}}
+    tools = [
+        {"name": "giant", "description": "Feeds zebras, every field.", "inputSchema": giant},
+        *({"name": f"zebra_{i}", "description": "Counts zebras.", "inputSchema": {"type": "object"}} for i in range(3)),
+        *({"name": f"quoted_{i}", "description": "Quotes zebras.", "inputSchema": quoted} for i in range(30)),
+    ]
+    path = tmp_path / "tools.json"
+    path.write_text(json.dumps(tools), encoding="utf-8")
+    return path
+
+
+def config_for(tmp_path: Path, **spill: Any) -> Path:
+    listing = ["-m", "tests.schemas_server", str(tools_file(tmp_path))]
+    schemas = {"command": sys.executable, "args": listing, "cwd": str(ROOT)}
+    servers = {"s": schemas, "gone": {"command": "no-such-server"}}
+    tables: dict[str, Any] = {"client": {"declarations": "on-demand"}}
+    if spill:
+        tables["spill"] = spill
+    return write_config(tmp_path, servers, **tables)
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_schema_no_page_holds_is_an_artifact_and_the_tool_still_runs(tmp_path: Path, mode: str) -> None:
+    async with sdk_client(config_for(tmp_path), mode) as client:
+        found = await client.call_tool("tool_search", {"query": "zebras feeds counts", "limit": 4})
+        page = text(found)
+        assert not found.is_error and text_result_size(page) <= 65536
+        shown = re.findall(r"^\d+\. (\S+)$", page, re.MULTILINE)
+        assert "s__giant" in shown and len(shown) == 4, page  # the small ones after it too
+        where = re.search(r"inputSchema: (\d+) bytes, too long for a search page; saved as artifact (\S+); ", page)
+        assert where is not None, page
+        assert f'read it with artifact_read {{"id": "{where[2]}"}}.' in page
+        assert "Servers not available now" in page and "gone (failed)" in page
+        schema = await client.call_tool("artifact_read", {"id": where[2], "find": '"field_1499"'})
+        assert not schema.is_error and '"field_1499"' in text(schema)
+        ran = await client.call_tool("tool_call", {"name": "s__giant", "arguments": {"field_7": "hay"}})
+        assert not ran.is_error and json.loads(text(ran)) == {"field_7": "hay"}  # activated by the search
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_page_is_bounded_as_json_with_the_servers_that_are_down(tmp_path: Path, mode: str) -> None:
+    for bound in (65536, 8192):
+        config = config_for(tmp_path, max_visible_bytes=bound)
+        async with sdk_client(config, mode) as client:
+            found = await client.call_tool("tool_search", {"query": "quotes zebras", "limit": 50})
+        page = text(found)
+        assert not found.is_error and page.endswith("gone (failed).")
+        assert text_result_size(page) <= bound, bound
+        assert len(page.encode()) < text_result_size(page) - 1000  # its escaping counted: it matters
+        assert re.search(r"did not fit in \d+ bytes: call tool_search again with offset [1-9]", page), page
