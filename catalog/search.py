@@ -410,7 +410,8 @@ def render(
 ) -> RenderedSearch:
     """Deterministic model-visible text of ``result``, at most ``max_bytes`` as ``size``
     measures it (default: UTF-8 bytes; the gateway's: the result's JSON, escaping included),
-    ``extra`` (a last line: servers that are down) included.
+    ``extra`` (a last line: servers that are down) included. ``size`` must add up over
+    concatenation, a constant aside (both do): each piece is measured once.
 
     Per match: qualified name, description excerpt, full canonical input schema. Then
     the ``activated`` names that were shown, and the page position. Matches are added
@@ -435,29 +436,36 @@ def render(
         )
         return RenderedSearch(_bounded(text + tail, max_bytes, size), ())
     header = f"Tools matching {q}:\n\n"
-    body = ""
+    zero = size("")
+
+    def cost(piece: str) -> int:
+        return size(piece) - zero
+
+    frame = zero + cost(header) + cost(tail)  # what every page holds besides its blocks and footer
+    blocks: list[str] = []
+    used = 0
     shown: list[str] = []
     too_long: list[str] = []
     notes = long_schemas or {}
-    text = header + _footer(result, shown, activated, max_bytes)
+    footer = _footer(result, shown, activated, max_bytes)
     for i, entry in enumerate(result.matches):
         position = result.offset + i + 1
         block = _block(position, entry)
-        candidate = header + body + block + _footer(result, [*shown, entry.name], activated, max_bytes)
-        if size(candidate + tail) > max_bytes:
-            alone = header + block + _footer(result, [entry.name], activated, max_bytes)
-            if size(alone + tail) <= max_bytes:
+        after = _footer(result, [*shown, entry.name], activated, max_bytes)
+        if frame + used + cost(block) + cost(after) > max_bytes:
+            if frame + cost(block) + cost(after) <= max_bytes:
                 break  # the page is full: the next one starts with it
             block = _short_block(position, entry, notes.get(entry.name))
-            candidate = header + body + block + _footer(result, [*shown, entry.name], activated, max_bytes)
-            if size(candidate + tail) > max_bytes:
+            if frame + used + cost(block) + cost(after) > max_bytes:
                 break
             if entry.name not in notes:
                 too_long.append(entry.name)
-        body += block
+        blocks.append(block)
+        used += cost(block)
         shown.append(entry.name)
-        text = candidate
-    return RenderedSearch(_bounded(text + tail, max_bytes, size), tuple(shown), tuple(too_long))
+        footer = after
+    text = header + "".join(blocks) + footer + tail
+    return RenderedSearch(_bounded(text, max_bytes, size), tuple(shown), tuple(too_long))
 
 
 # -- meta tool declarations -----------------------------------------------------------
