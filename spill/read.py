@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import mmap
 import os
+import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -426,12 +427,21 @@ def _scan(
 # --------------------------------------------------------------------------- dispatcher
 
 
+_QUOTED_INT = re.compile(r"-?(?:0|[1-9][0-9]{0,17})")
+
+
 def _int_arg(args: Mapping[str, Any], name: str, default: int) -> int:
+    """An integer argument as JSON Schema reads one (``2.0`` is 2) or as a model quotes it
+    (``"2"``, as the gate reads a catalog tool's arguments)."""
     value = args.get(name)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name} must be an integer")
+    if isinstance(value, str) and _QUOTED_INT.fullmatch(value):
+        value = int(value)
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        value = int(value)
+    if type(value) is not int:
+        raise ValueError(f"arguments.{name} must be an integer")
     return value
 
 
@@ -459,7 +469,8 @@ def artifact_read(
     args = {k: v for k, v in arguments.items() if v is not None}
     unknown = sorted(set(args) - set(ARTIFACT_READ_SCHEMA["properties"]))
     if unknown:
-        raise ValueError(f"unknown argument(s): {', '.join(unknown)}")
+        listed = ", ".join(unknown)
+        raise ValueError(f"unknown argument(s): {listed if len(listed) <= 200 else listed[:199] + '…'}")
     artifact_id = args.get("id")
     if not isinstance(artifact_id, str):
         raise ValueError("id is required and must be a string")

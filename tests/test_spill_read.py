@@ -193,13 +193,20 @@ def test_other_session_and_expired_ids_are_not_found(tmp_path: Path) -> None:
     ({"id": "x" * 32, "path": "/etc/passwd"}, "unknown argument"),
     ({"id": "x" * 32, "offset": 1, "line": 2}, "cannot be combined"),
     ({"id": "x" * 32, "find": "a", "lines": 2}, "cannot be combined"),
-    ({"id": "x" * 32, "limit": "10"}, "limit must be an integer"),
-    ({"id": "x" * 32, "offset": True}, "offset must be an integer"),
+    ({"id": "x" * 32, "limit": "ten"}, "^arguments.limit must be an integer$"),
+    ({"id": "x" * 32, "limit": 2.5}, "^arguments.limit must be an integer$"),
+    ({"id": "x" * 32, "offset": True}, "^arguments.offset must be an integer$"),
+    ({"id": "x" * 32, "p" * 100_000: 1}, "^unknown argument\\(s\\): p{199}…$"),
     ({"id": "x" * 32, "max_matches": 3}, "find is required"),
 ])
 def test_bad_arguments(store: ArtifactStore, args: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         artifact_read(store, args)
+
+
+def test_an_integer_is_read_as_json_schema_and_the_gate_read_it(store: ArtifactStore) -> None:
+    aid = store.put(b"abcdef")
+    assert split(artifact_read(store, {"id": aid, "offset": "2", "limit": 2.0}))[1] == "cd"
 
 
 def test_null_arguments_count_as_absent(store: ArtifactStore) -> None:
