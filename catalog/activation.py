@@ -139,6 +139,8 @@ def parse_record(line: bytes) -> Record:
         doc = json.loads(text, object_pairs_hook=_no_duplicate_keys, parse_constant=_no_constant)
     except json.JSONDecodeError as e:
         raise RecordError(f"not JSON ({e.msg} at {e.pos})") from None
+    except RecursionError:  # (a shared store's line may be anyone's bytes: nested past the parser)
+        raise RecordError("not JSON (nested too deeply)") from None
     if not isinstance(doc, dict):
         raise RecordError(f"record is {type(doc).__name__}, not an object")
     fields = set(doc)

@@ -154,8 +154,8 @@ class Record:
             raise RecordError("no header line")
         try:
             header = json.loads(data[len(MAGIC) : end])
-        except ValueError as exc:
-            raise RecordError(f"header is not JSON ({exc})") from None
+        except (ValueError, RecursionError) as exc:  # (a shared store's record may be anyone's bytes)
+            raise RecordError(f"header is not JSON ({_first_line(exc)})") from None
         self.data = data
         self.where = ""
         """Where the reader found it (its own label: the file store, or a shared store)."""
@@ -232,8 +232,8 @@ class Record:
             return dict(self._parsed)
         try:
             data = json.loads(self.blob(self._servers))
-        except ValueError as exc:
-            raise RecordError(f"servers blob is not JSON ({exc})") from None
+        except (ValueError, RecursionError) as exc:
+            raise RecordError(f"servers blob is not JSON ({_first_line(exc)})") from None
         if not isinstance(data, dict):
             raise RecordError("servers blob is not an object")
         self._parsed = {str(sid): _contribution(sid, value) for sid, value in data.items()}
@@ -261,3 +261,9 @@ def _contribution(sid: str, value: object) -> Contribution:
     if not isinstance(missed, int) or isinstance(missed, bool) or not 0 <= missed < MAX_MISSED:
         raise RecordError(f"server {sid!r}: missed is not a count below {MAX_MISSED}")
     return Contribution(capabilities=capabilities, missed=missed, **lists)
+
+
+def _first_line(exc: BaseException) -> str:
+    """A parse error's message, one bounded line (a RecursionError's names the nesting)."""
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return text if len(text) <= 200 else text[:199] + "…"

@@ -143,6 +143,7 @@ def test_restore_round_trip_takes_last_line() -> None:
         (encode_record(SNAP, ["a"]) + b'{"active":[],"snapshot":"' + S + b'","version":2}\n', "unknown version 2"),
         (encode_record(SNAP, ["a"]) + encode_record(OTHER, ["a"]), "identity 000000000000"),
         (encode_record(SNAP, ["a"]) + b"\n", "invalid"),
+        (encode_record(SNAP, ["a"]) + b"[" * 5000 + b"\n", "nested too deeply"),  # (a shared store's bytes)
     ],
 )
 def test_restore_grants_nothing_on_torn_bad_or_mismatched(journal: bytes, reason: str) -> None:

@@ -153,6 +153,11 @@ def _not_a_record(path: Path) -> None:
     path.write_bytes(b"GIF89a...")
 
 
+def _nested(path: Path) -> None:
+    """As anyone with write access to a shared store can leave it: JSON nested past the parser."""
+    path.write_bytes(b"prefixgate warm-start record 1\n" + b"[" * 1300 + b"\n")
+
+
 def _another_key(path: Path) -> None:
     other = _written(path.parent.parent.parent, "c" * 64)
     path.write_bytes(other.read_bytes())
@@ -172,10 +177,11 @@ def _oversize(path: Path) -> None:
         (_damaged, "is damaged"),
         (_truncated, "outside the record"),
         (_not_a_record, "not a prefixgate warm-start record"),
+        (_nested, "header is not JSON (maximum recursion depth exceeded"),
         (_another_key, "belongs to another config"),
         (_oversize, "over the"),
     ],
-    ids=["mode", "owner", "symlink", "fifo", "blob", "truncated", "magic", "foreign", "size"],
+    ids=["mode", "owner", "symlink", "fifo", "blob", "truncated", "magic", "nested", "foreign", "size"],
 )
 def test_a_record_file_that_is_not_right_is_ignored_with_one_log_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, damage: Any, reason: str

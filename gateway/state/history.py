@@ -81,7 +81,7 @@ def _records(data: bytes) -> list[dict[str, Any]]:
     for line in data.splitlines():
         try:
             record = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         if isinstance(record, dict) and isinstance(record.get("fingerprint"), str):
             records.append(record)

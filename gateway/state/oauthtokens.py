@@ -104,7 +104,7 @@ class TokenFile:
             os.close(fd)
         try:
             record = json.loads(data)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise TokenFileError(f"{self.label} is not valid JSON") from None
         if not isinstance(record, dict) or record.get("version") != VERSION:
             raise TokenFileError(f"{self.label} is not a version {VERSION} token record")
