@@ -663,6 +663,9 @@ def _lock_path(gw: Mapping[str, Any], config: Path | None, env: Mapping[str, str
     return lock if lock.is_absolute() or config is None else config.parent / lock
 
 
+_ENCODE_HINT = " (a password holding '/', '?', '#' or '@' is written percent-encoded: %2F, %3F, %23, %40)"
+
+
 def _store_url(url: str) -> str:
     """``redis://[user:password@]host[:port][/db]`` (or ``rediss://``): checked here so a
     typo is a config error at start, not a connection error later. Messages never quote
@@ -670,8 +673,8 @@ def _store_url(url: str) -> str:
     try:
         parts = urllib.parse.urlsplit(url)
         port = parts.port
-    except ValueError as exc:
-        raise ConfigError("gateway.store", f"not a valid URL ({exc})") from None
+    except ValueError:  # (its message quotes the URL: what it took for the port may be a password)
+        raise ConfigError("gateway.store", f"not a valid URL: its port is not a number{_ENCODE_HINT}") from None
     if parts.scheme not in ("redis", "rediss"):
         shown = f"{parts.scheme!r}" if parts.scheme else "none"
         raise ConfigError("gateway.store", f"scheme is {shown}: expected redis:// or rediss://")
@@ -681,7 +684,7 @@ def _store_url(url: str) -> str:
     if db and not db.isdigit():
         raise ConfigError("gateway.store", "the path must be a database number (redis://HOST:PORT/DB)")
     if port == 0 or parts.query or parts.fragment:
-        raise ConfigError("gateway.store", "expected redis://HOST:PORT/DB with no query or fragment")
+        raise ConfigError("gateway.store", f"expected redis://HOST:PORT/DB with no query or fragment{_ENCODE_HINT}")
     if not _installed("redis"):
         raise ConfigError("gateway.store", "the Redis store needs the redis package: pip install 'prefixgate[redis]'")
     return url

@@ -213,6 +213,9 @@ def test_the_store_url(url: str, env: dict[str, str], expected: str) -> None:
         ("redis://cache:6379/db0", "the path must be a database number"),
         ("redis://cache:99999/0", "not a valid URL"),
         ("redis://:hunter2@cache:6379/0?x=1", "expected redis://HOST:PORT/DB with no query or fragment"),
+        # a password with '/' (base64 has them): what urllib took for the port is the password
+        ("redis://:hunter2/x@cache:6379/0", "its port is not a number (a password holding '/'"),
+        ("redis://:hunter2#x@cache:6379/0", "written percent-encoded: %2F, %3F, %23, %40"),
     ],
 )
 def test_a_bad_store_url_names_gateway_store_and_never_the_password(url: str, problem: str) -> None:
