@@ -14,7 +14,7 @@ import os
 import re
 import subprocess
 from collections.abc import AsyncIterator, Iterator
-from contextlib import ExitStack, asynccontextmanager, contextmanager
+from contextlib import AsyncExitStack, ExitStack, asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -359,3 +359,46 @@ async def test_a_hostile_store_value_neither_unbounds_a_result_nor_stops_a_start
             assert await read_artifact(c, artifact_id) == EXPECTED
         log = stderr.read_text()
     assert "unreadable size or time" in log and "Traceback" not in log, log[-2000:]
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_hung_store_holds_only_the_spilling_principals_threads(
+    tmp_path: Path, redis: RedisServer, mode: str
+) -> None:
+    """Redis stops answering (SIGSTOP: what a network black hole looks like): each spill then
+    holds a worker thread for the store's timeouts. One principal's 60 spills took every
+    thread (anyio's 40), and another principal's 20 KB result, which needs no store but is
+    measured in a thread, waited ~30 s. Now a principal holds at most 8: the other's result
+    is answered while the spills still wait for the store."""
+    import signal
+
+    tokens = tmp_path / "tokens"
+    tokens.write_text("tok-alice\ntok-bob\n")
+    config = replica_config(tmp_path / "a", redis.url)
+    assert redis.proc is not None
+    with http_gateway(config, "--token-file", str(tokens)) as (url, _):
+        async with AsyncExitStack() as stack:
+            bob = await stack.enter_async_context(client(url, mode, "tok-bob"))
+            # (three clients of alice's: one client's connection pool may hold its calls back)
+            alices = [await stack.enter_async_context(client(url, mode, "tok-alice")) for _ in range(3)]
+            for each in (bob, *alices):  # (each principal's state read while the store answers)
+                assert text(await each.call_tool("e__echo", {"text": "up"})) == "up"
+            spilled: list[str] = []
+
+            async def spill(alice: Any) -> None:
+                spilled.append(text(await alice.call_tool("e__payload", {"bytes": SIZE})))
+
+            os.kill(redis.proc.pid, signal.SIGSTOP)
+            try:
+                async with anyio.create_task_group() as tg:
+                    for n in range(60):
+                        tg.start_soon(spill, alices[n % 3])
+                    await anyio.sleep(1)  # every spill is in its thread, waiting for the store
+                    with anyio.fail_after(20):  # (the store's timeouts: ~30 s)
+                        small = await bob.call_tool("e__payload", {"bytes": 20_000})
+                    assert not small.is_error and len(text(small)) == 20_000
+                    assert spilled == [], "answered while alice's spills still wait for the store"
+                    os.kill(redis.proc.pid, signal.SIGCONT)
+            finally:
+                os.kill(redis.proc.pid, signal.SIGCONT)
+            assert len(spilled) == 60

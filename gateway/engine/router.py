@@ -31,6 +31,7 @@ from gateway.downstream.connection import Downstream
 from gateway.downstream.link import ProgressFn
 from gateway.downstream.toolcall import call_tool
 from gateway.engine.epoch import META_TOOLS, Epoch
+from gateway.engine.shares import Shares
 from gateway.engine.telemetry import UNKNOWN_TOOL, CallNote, Decision, Telemetry, spilled_size
 from gateway.engine.validation import ValidationFailure, ValidationPool, ValidationTimeout
 from gateway.eras import DEFAULT_VERSION
@@ -95,6 +96,8 @@ class Router:
         """Set once the discovery barrier's epoch is in place (what the servers really offer is known)."""
         self.validation = ValidationPool()
         """Worker processes for arguments of referencing schemas (started on first use)."""
+        self.threads = Shares(THREADS_PER_PRINCIPAL)
+        """Each principal's share of the worker threads its results are bounded, spilled and read in."""
         self.telemetry: Telemetry | None = None
         """Where each call is recorded (metrics, the audit log, spans); None: nowhere, at no cost."""
 
@@ -314,16 +317,18 @@ class Router:
 
         if surely_within(result, spill.max_visible_bytes // 8):
             return result  # far below the ceiling (an upper bound over every field): skip the thread hop
-        return await anyio.to_thread.run_sync(work)
+        async with self.threads.held(principal_key(state)):
+            return await anyio.to_thread.run_sync(work)
 
     async def artifact_read(self, arguments: Mapping[str, Any], state: ClientState) -> dict[str, Any]:
         store = state.store
         if store is None:
             return error_result("artifact_read: no artifact store (spilling is disabled or the store is unusable).")
         try:
-            answer = await anyio.to_thread.run_sync(
-                lambda: artifact_read(store, arguments, max_visible_bytes=self.spill.max_visible_bytes)
-            )
+            async with self.threads.held(principal_key(state)):
+                answer = await anyio.to_thread.run_sync(
+                    lambda: artifact_read(store, arguments, max_visible_bytes=self.spill.max_visible_bytes)
+                )
         except (ArtifactNotFound, ValueError) as exc:
             return error_result(f"artifact_read: {_message(exc)}")
         except OSError as exc:
@@ -377,7 +382,8 @@ class Router:
         bound = spill.max_visible_bytes if spill.enabled else DEFAULT_MAX_VISIBLE_BYTES
         rendered = render(result, candidates, bound, size=text_result_size, extra=down)
         if rendered.too_long:  # a schema no page can hold: kept as an artifact the model reads
-            where = await anyio.to_thread.run_sync(self._keep_schemas, epoch, rendered.too_long, state)
+            async with self.threads.held(principal_key(state)):
+                where = await anyio.to_thread.run_sync(self._keep_schemas, epoch, rendered.too_long, state)
             rendered = render(result, candidates, bound, size=text_result_size, extra=down, long_schemas=where)
         grant = [n for n in rendered.shown_names if n in set(candidates)]
         try:
@@ -425,6 +431,12 @@ class Router:
         listed = ", ".join(f"{server_id} ({status})" for server_id, status in down)
         return f"Servers not available now (their tools are missing or fail until they are back): {listed}."
 
+
+THREADS_PER_PRINCIPAL = 8
+"""Worker threads one principal's results may hold at once (bounding, spilling, reading
+artifacts): a store that stops answering (a hung Redis holds each for its timeouts and retry)
+then holds these, and one principal's many large results wait behind their own while others'
+calls keep the rest of the pool (anyio's, 40 threads)."""
 
 _SEARCH_ARGUMENTS = frozenset(("query", "limit", "offset"))
 
