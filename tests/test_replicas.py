@@ -37,6 +37,7 @@ from tests.helpers import (
     run_cli,
     sdk_client,
     text,
+    wait_for,
     wire,
     write_config,
 )
@@ -402,3 +403,39 @@ async def test_a_hung_store_holds_only_the_spilling_principals_threads(
             finally:
                 os.kill(redis.proc.pid, signal.SIGCONT)
             assert len(spilled) == 60
+
+
+async def test_replicas_agree_on_the_key_again_after_a_redis_restart(tmp_path: Path, redis: RedisServer) -> None:
+    """Redis restarted without persistence, then a replica started before any grant put the
+    running replicas' key back: it set a key of its own (set here as it would), and every 2026-07-28 round trip begun
+    on one replica and answered on the other was refused as foreign, for good. Now each replica
+    takes the key Redis holds (looked at every ``PREFIXGATE_KEY_CHECK`` seconds): they agree
+    again. (Round trips that cross replicas are the 2026-07-28 era's: a handshake-era client
+    answers over its own session.)"""
+    modern_server = str(Path(__file__).with_name("modern_server.py"))
+    servers = {"m": {"command": PYTHON, "args": [modern_server]}}
+    env = {"PREFIXGATE_KEY_CHECK": "2"}
+    configs = []
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        configs.append(write_config(tmp_path / name, servers, gateway={"store": redis.url}))
+    with http_gateway(configs[0], env=env) as (a, a_log):
+        before = integrity_key(redis)
+        redis.stop()
+        redis.start()  # empty: the key is gone
+        import redis as redis_client
+
+        with redis_client.Redis.from_url(redis.url) as direct:  # what a replica started now sets
+            direct.set("prefixgate:integrity-key", os.urandom(32), nx=True)
+        with http_gateway(configs[1], env=env) as (b, _):  # it takes that key
+            await wait_for(lambda: "this replica takes it" in a_log.read_text(), 20)
+            assert integrity_key(redis) != before
+            async with sdk_client(a, "auto", **CALLBACKS) as on_a, sdk_client(b, "auto", **CALLBACKS) as on_b:
+                answer = {"ask": types.ElicitResult(action="accept", content={"name": "Bo"})}
+                for first, then in ((on_a, on_b), (on_b, on_a)):
+                    with anyio.fail_after(60):
+                        asked = await first.session.call_tool("m__ask", {}, allow_input_required=True)
+                        assert isinstance(asked, types.InputRequiredResult)
+                        state = asked.request_state
+                        done = await then.session.call_tool("m__ask", {}, input_responses=answer, request_state=state)
+                        assert text(done) == "accept:{'name': 'Bo'}"

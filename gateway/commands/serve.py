@@ -190,6 +190,30 @@ async def open_store(hub: Hub) -> None:
     except StoreUnavailable as exc:
         raise Exit(2, f"prefixgate: gateway.store: {exc}") from None
     log.info("state store: %s %s", store.kind, store.where)
+    if store.shared:
+        assert hub.tasks is not None
+        hub.tasks.start_soon(keep_the_key, hub, store.shared_key)
+
+
+KEY_CHECK = float(os.environ.get("PREFIXGATE_KEY_CHECK") or 5.0)
+"""Seconds between looks at the integrity key a shared store holds."""
+
+
+async def keep_the_key(hub: Hub, shared_key: Callable[[], Coroutine[Any, Any, bytes]]) -> None:
+    """Take the integrity key the shared store holds whenever it changes: replicas that
+    disagree (Redis restarted without persistence, then one replica started) refuse each
+    other's round-trip states until they hold the same key again (a few seconds)."""
+    while True:
+        await anyio.sleep(KEY_CHECK)
+        try:
+            key = await shared_key()
+        except StoreUnavailable:
+            continue  # (down: said by every request that needs it)
+        if hub.round_trips.use_key_if_new(key):
+            log.warning(
+                "the shared store holds another integrity key than this replica's (Redis restarted without "
+                "persistence?): this replica takes it; input round trips it began before cannot be resumed"
+            )
 
 
 async def _artifact_store(hub: Hub, session_id: str | None) -> Artifacts | None:

@@ -209,6 +209,13 @@ class RoundTrips:
         """The state store's integrity key (before serving): shared by replicas of a Redis store."""
         self._key, self.shared = key, shared
 
+    def use_key_if_new(self, key: bytes) -> bool:
+        """The shared store's key, if it is not the one in use (True): see ``serve.keep_the_key``."""
+        if hmac.compare_digest(key, self._key):
+            return False
+        self._key = key
+        return True
+
     def order(self) -> int:
         """A number for a call beginning now: a server request belongs to the newest call to it."""
         return next(self._order)

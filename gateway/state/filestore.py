@@ -79,6 +79,9 @@ class FileStore:
     async def integrity_key(self) -> bytes:
         return self._key
 
+    async def shared_key(self) -> bytes:
+        return self._key  # (this process's own: nothing to agree on)
+
     async def health(self) -> StoreHealth:
         return await anyio.to_thread.run_sync(self._health)
 

@@ -447,14 +447,22 @@ class RedisStore:
     async def integrity_key(self) -> bytes:
         """One random key for every replica: the first to start sets it (``SET NX``)."""
         if self._key is None:
-            try:
-                await self._async.set(KEY, secrets.token_bytes(32), nx=True)
-                value = await self._async.get(KEY)
-            except _ERRORS as exc:
-                raise self._error(exc) from None
-            if value is None or len(value) < 32:
-                raise StoreUnavailable(f"store unavailable: Redis at {self.where}: the integrity key is missing")
-            self._key = _bytes(value)
+            self._key = await self.shared_key()
+        return self._key
+
+    async def shared_key(self) -> bytes:
+        """The key Redis holds now (``SET NX`` ours, or a new one, first: a Redis restarted
+        without persistence holds none). A replica started after such a restart, before any
+        grant put the running replicas' key back, set one of its own: every replica then
+        takes the one Redis holds (``serve``'s ``keep_the_key``), so they agree again."""
+        try:
+            await self._async.set(KEY, self._key or secrets.token_bytes(32), nx=True)
+            value = await self._async.get(KEY)
+        except _ERRORS as exc:
+            raise self._error(exc) from None
+        if value is None or len(value) < 32:
+            raise StoreUnavailable(f"store unavailable: Redis at {self.where}: the integrity key is missing")
+        self._key = _bytes(value)
         return self._key
 
     async def health(self) -> StoreHealth:

@@ -115,4 +115,9 @@ class StateStore(Protocol):
         all replicas in a shared store (so a state sealed by one verifies on another)."""
         ...
 
+    async def shared_key(self) -> bytes:
+        """The key as the store holds it now (read again: a shared store may have lost it and
+        another replica set its own), taken as this store's from then on."""
+        ...
+
     async def health(self) -> StoreHealth: ...
