@@ -17,7 +17,15 @@ from .bound import (
     text_result_size,
     visible_size,
 )
-from .read import ARTIFACT_READ_SCHEMA, artifact_read, artifact_read_declaration, find_text, read_bytes, read_lines
+from .read import (
+    ARTIFACT_READ_SCHEMA,
+    artifact_read,
+    artifact_read_declaration,
+    find_text,
+    read_bytes,
+    read_lines,
+    whole_number,
+)
 from .store import (
     ArtifactInfo,
     ArtifactNotFound,
@@ -62,5 +70,6 @@ __all__ = [
     "text_result_size",
     "new_id",
     "valid_id",
+    "whole_number",
     "visible_size",
 ]

@@ -430,19 +430,25 @@ def _scan(
 _QUOTED_INT = re.compile(r"-?(?:0|[1-9][0-9]{0,17})")
 
 
-def _int_arg(args: Mapping[str, Any], name: str, default: int) -> int:
+def whole_number(value: Any) -> int | None:
     """An integer argument as JSON Schema reads one (``2.0`` is 2) or as a model quotes it
-    (``"2"``, as the gate reads a catalog tool's arguments)."""
-    value = args.get(name)
-    if value is None:
-        return default
+    (``"2"``, as the gate reads a catalog tool's arguments); None for anything else. Also
+    ``tool_search``'s ``limit`` and ``offset``."""
     if isinstance(value, str) and _QUOTED_INT.fullmatch(value):
         value = int(value)
     if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
         value = int(value)
-    if type(value) is not int:
+    return value if type(value) is int else None
+
+
+def _int_arg(args: Mapping[str, Any], name: str, default: int) -> int:
+    value = args.get(name)
+    if value is None:
+        return default
+    number = whole_number(value)
+    if number is None:
         raise ValueError(f"arguments.{name} must be an integer")
-    return value
+    return number
 
 
 def _mode(args: Mapping[str, Any]) -> str:

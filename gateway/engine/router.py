@@ -47,6 +47,7 @@ from spill import (
     retain,
     surely_within,
     text_result_size,
+    whole_number,
 )
 
 log = logging.getLogger("prefixgate.router")
@@ -369,7 +370,7 @@ class Router:
             return error_result(f"tool_search: unknown argument(s): {_line(', '.join(map(quote, unknown)))}.")
         page: dict[str, int] = {}
         for key, default in (("limit", DEFAULT_LIMIT), ("offset", 0)):
-            value = _whole_number(arguments.get(key, default))
+            value = whole_number(arguments.get(key, default))
             if value is None or (key == "offset" and value < 0):  # (a limit out of 1-50 is clamped)
                 least = " of at least 0" if key == "offset" else ""
                 return error_result(f"tool_search: arguments.{key} must be an integer{least}.")
@@ -439,19 +440,6 @@ then holds these, and one principal's many large results wait behind their own w
 calls keep the rest of the pool (anyio's, 40 threads)."""
 
 _SEARCH_ARGUMENTS = frozenset(("query", "limit", "offset"))
-
-
-def _whole_number(value: Any) -> int | None:
-    """An integer argument as JSON Schema reads one (``2.0`` is 2), or as a model quotes it
-    (``"2"``, as the gate reads a catalog tool's): None for anything else."""
-    if isinstance(value, str):
-        value = scalars_in_strings(_WHOLE, {"n": value}).get("n")
-    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
-        value = int(value)
-    return value if type(value) is int else None
-
-
-_WHOLE = {"properties": {"n": {"type": "integer"}}}
 
 
 _UNAVAILABLE = {"failed": "failed", "exited": "down", "restarting": "restarting", "late": "still starting"}
