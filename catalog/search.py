@@ -337,14 +337,19 @@ def _quote(query: str) -> str:
     return json.dumps(excerpt(query, _QUERY_ECHO), ensure_ascii=False)
 
 
-def _block(position: int, entry: Entry) -> str:
+def _block(position: int, entry: Entry, too_long: str | None = None) -> str:
+    """One match: its name, description excerpt and canonical input schema; ``too_long``: a
+    schema no page can hold, its size and where to read it (``None`` aside) said instead."""
     decl = entry.declaration
     desc = decl.get("description")
-    schema = decl.get("inputSchema", {"type": "object"})
+    schema = canonicaljson.encode_canonical_json(decl.get("inputSchema", {"type": "object"}))
     lines = [f"{position}. {entry.name}"]
     if isinstance(desc, str) and desc.strip():
         lines.append(excerpt(desc))
-    lines.append("inputSchema: " + canonicaljson.encode_canonical_json(schema).decode("utf-8"))
+    if too_long is None:
+        lines.append("inputSchema: " + schema.decode("utf-8"))
+    else:
+        lines.append(f"inputSchema: {len(schema)} bytes, too long for a search page; {too_long}.")
     return "\n".join(lines) + "\n\n"
 
 
@@ -384,19 +389,6 @@ def _bounded(text: str, max_bytes: int, size: Callable[[str], int] = _utf8_size)
         else:
             high = mid - 1
     return text[:low]
-
-
-def _short_block(position: int, entry: Entry, note: str | None) -> str:
-    """A match whose schema no page can hold: its name and excerpt, and where the schema is."""
-    decl = entry.declaration
-    desc = decl.get("description")
-    schema = decl.get("inputSchema", {"type": "object"})
-    lines = [f"{position}. {entry.name}"]
-    if isinstance(desc, str) and desc.strip():
-        lines.append(excerpt(desc))
-    length = len(canonicaljson.encode_canonical_json(schema))
-    lines.append(f"inputSchema: {length} bytes, too long for a search page; {note or 'not shown'}.")
-    return "\n".join(lines) + "\n\n"
 
 
 def render(
@@ -455,7 +447,7 @@ def render(
         if frame + used + cost(block) + cost(after) > max_bytes:
             if frame + cost(block) + cost(after) <= max_bytes:
                 break  # the page is full: the next one starts with it
-            block = _short_block(position, entry, notes.get(entry.name))
+            block = _block(position, entry, notes.get(entry.name) or "not shown")
             if frame + used + cost(block) + cost(after) > max_bytes:
                 break
             if entry.name not in notes:
