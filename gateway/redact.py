@@ -9,6 +9,7 @@ in isError results) first has that server's configured values replaced by ``***`
 from __future__ import annotations
 
 import json
+import re
 import urllib.parse
 from collections.abc import Iterable
 
@@ -28,9 +29,23 @@ def _forms(value: str) -> Iterable[str]:
     yield json.dumps(value)[1:-1]
 
 
+_SCHEMES = frozenset(("basic", "bearer", "digest", "negotiate", "token", "apikey"))
+"""Authorization schemes: the word before a credential, left readable."""
+
+
+def _parts(header: str) -> Iterable[str]:
+    """The words of a header value (``Bearer <token>``: the token), each masked on its own: a
+    server that rejects a token echoes the token, not the header it came in."""
+    for part in re.split(r"[\s,;]+", header):
+        if part and part.lower() not in _SCHEMES:
+            yield part
+
+
 def secrets_of(config: ServerConfig) -> list[str]:
-    """The server's header and env values and its OAuth client secret worth masking, longest first."""
+    """The server's header values (and each word of them), env values and OAuth client
+    secret worth masking, longest first."""
     values = {*config.headers.values(), *config.env.values(), *([config.client_secret] if config.client_secret else [])}
+    values |= {part for header in config.headers.values() for part in _parts(header)}
     forms = {form for value in values if len(value) >= MIN_SECRET for form in _forms(value)}
     return sorted((f for f in forms if len(f) >= MIN_SECRET), key=len, reverse=True)
 

@@ -426,13 +426,15 @@ def test_a_header_variable_with_a_control_character_fails_its_server_alone(tmp_p
 
 
 @contextmanager
-def echoing_server() -> Iterator[str]:
-    """A remote MCP endpoint that rejects every request, quoting the Authorization header."""
+def echoing_server(bare: bool = False) -> Iterator[str]:
+    """A remote MCP endpoint that rejects every request, quoting the Authorization header
+    (``bare``: only the token in it, as "invalid token X" does)."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:  # noqa: N802
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
-            message = f"rejected credentials {self.headers.get('Authorization')}"
+            authorization = str(self.headers.get("Authorization"))
+            message = f"rejected credentials {authorization.removeprefix('Bearer ') if bare else authorization}"
             data = json.dumps({"jsonrpc": "2.0", "id": body.get("id"), "error": {"code": -32600, "message": message}})
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
@@ -453,8 +455,11 @@ def echoing_server() -> Iterator[str]:
         yield f"{base}/mcp"
 
 
-def test_secret_quoted_by_a_failing_server_is_redacted(tmp_path: Path) -> None:
-    with echoing_server() as url:
+@pytest.mark.parametrize("bare", [False, True], ids=["header", "token"])
+def test_secret_quoted_by_a_failing_server_is_redacted(tmp_path: Path, bare: bool) -> None:
+    """Whether the server quotes the whole header value or the token in it (the value of the
+    ``${VAR}`` in ``Bearer ${VAR}``): it is masked everywhere it is recorded."""
+    with echoing_server(bare) as url:
         config = write_config(tmp_path, {"r": {"url": url, "headers": {"Authorization": f"Bearer {SECRET}"}}})
         report = catalog_json(config)
         outputs = [run_cli(*command, "--config", str(config)) for command in (["doctor"], ["doctor", "--json"])]
