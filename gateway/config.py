@@ -162,6 +162,9 @@ class GatewayConfig:
     drain_timeout: float = 25.0
     """Seconds ``serve --http`` lets the requests in flight finish after a stop signal (new
     connections refused meanwhile) before it stops; a second signal stops it at once."""
+    variables: tuple[str, ...] = ()
+    """Every ``${VAR}`` of ``state_dir``, ``lock`` and ``store``: the environment prefixgate
+    starts in must carry them (``doctor``'s registration snippets pass them on)."""
 
 
 @dataclass(frozen=True)
@@ -736,6 +739,7 @@ def parse_config(
         warm_start=gw.get("warm_start", True),
         reload=gw.get("reload", "watch"),
         drain_timeout=gw.get("drain_timeout", 25.0),
+        variables=tuple(sorted({n for k in ("state_dir", "lock", "store") if k in gw for n in _variables_in(gw[k])})),
     )
 
     cl = _fields("client", _table("client", data.get("client", {})), _CLIENT_KEYS)

@@ -68,3 +68,14 @@ def test_doctor_names_the_variable_and_the_snippet_lists_what_the_environment_mu
     assert "PG_Q2_HOST" not in proc.stdout
     proc = run_cli("doctor", "--config", str(config), "--json")
     assert json.loads(proc.stdout)["register"]["variables"] == [UNSET]
+
+
+def test_the_snippet_passes_on_what_the_gateway_table_references(tmp_path: Path) -> None:
+    """A store password as ``${VAR}``: a client that passes its environment on only in part
+    (Codex: ``env_vars``) started a gateway that exited 2 for the unset variable."""
+    config = write_config(
+        tmp_path, {"good": demo("--tools", 1)}, gateway={"store": "redis://:${PG_STORE_PW}@127.0.0.1:9/0"}
+    )
+    proc = run_cli("doctor", "--config", str(config), "--client", "codex", "--json", env={"PG_STORE_PW": "pw"})
+    assert json.loads(proc.stdout)["register"]["variables"] == ["PG_STORE_PW"]
+    assert 'env_vars = ["PG_STORE_PW"]' in json.loads(proc.stdout)["register"]["snippet"]

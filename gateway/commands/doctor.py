@@ -631,8 +631,8 @@ def snippet(
     profile: str | None = None,
 ) -> dict[str, Any]:
     """The exact text that registers prefixgate in ``client`` as ``entry``, with absolute paths;
-    ``variables``: the ``${VAR}``s the enabled servers reference, which the environment the
-    client starts prefixgate in must carry. The snippet passes them on in the client's own way
+    ``variables``: the ``${VAR}``s the enabled servers and ``[gateway]`` (a store's password)
+    reference, which the environment the client starts prefixgate in must carry. The snippet passes them on in the client's own way
     (their values are never written here, except as a placeholder Claude Desktop needs filled);
     ``profile``: the profile it serves (``serve --profile``)."""
     head = launcher()
@@ -866,7 +866,7 @@ def run(config_path: str | None, args: argparse.Namespace) -> int:
         f"declarations {config.client.declarations}, spill {'on' if config.spill.enabled else 'off'}",
     )
     anyio.run(diagnose, config, report)
-    variables = sorted({name for server in config.enabled_servers for name in server.variables})
+    variables = sorted({*config.gateway.variables, *(name for s in config.enabled_servers for name in s.variables)})
     report.data["register"] = snippet(client, str(config.path or path), config.client.entry, variables, config.profile)
     _emit(report, as_json)
     return report.status
