@@ -79,3 +79,20 @@ def test_the_snippet_passes_on_what_the_gateway_table_references(tmp_path: Path)
     proc = run_cli("doctor", "--config", str(config), "--client", "codex", "--json", env={"PG_STORE_PW": "pw"})
     assert json.loads(proc.stdout)["register"]["variables"] == ["PG_STORE_PW"]
     assert 'env_vars = ["PG_STORE_PW"]' in json.loads(proc.stdout)["register"]["snippet"]
+
+
+def test_the_codex_note_says_whether_the_warm_start_record_is_in_place(tmp_path: Path) -> None:
+    """Codex starts without a server not listed after about a second: the note says the run
+    left the record that answers at once, and only when it did (a catalog that does not build
+    leaves none)."""
+    (tmp_path / "good").mkdir()
+    (tmp_path / "over").mkdir()
+    good = write_config(tmp_path / "good", {"d": demo("--tools", 1)})
+    over = write_config(tmp_path / "over", {"d": demo("--tools", 140)}, client={"declarations": "fixed"})
+    notes = {}
+    for name, config in (("good", good), ("over", over)):
+        proc = run_cli("doctor", "--config", str(config), "--client", "codex", "--json")
+        notes[name] = json.loads(proc.stdout)["register"]["note"]
+    assert "This run left the warm-start record" in notes["good"]
+    assert "This run could not leave the warm-start record" in notes["over"]
+    assert not any((tmp_path / "over" / "state").glob("warm/*"))

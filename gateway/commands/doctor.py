@@ -135,6 +135,8 @@ class Round:
     surface_warnings: list[str]
     profiles: dict[str, Any] = field(default_factory=dict)
     """Each ``[profiles.NAME]``'s ``catalog --json`` report from this discovery."""
+    warm: bool = False
+    """The warm-start record of this config is in place after the round."""
 
     def published_bytes(self) -> bytes | None:
         if self.epoch is None:
@@ -170,7 +172,8 @@ async def discover_once(config: Config) -> Round:
             )
         surface = list(hub.surface.warnings) if epoch is not None else []
         profiles = profile_reports(config, hub.downstreams, hub.checks) if config.profile is None else {}
-    return Round(servers, epoch, error, round((anyio.current_time() - started) * 1000), surface, profiles)
+        warm = hub.records.written
+    return Round(servers, epoch, error, round((anyio.current_time() - started) * 1000), surface, profiles, warm)
 
 
 # --- checks -----------------------------------------------------------------------------
@@ -629,12 +632,15 @@ def snippet(
     entry: str = DEFAULT_ENTRY,
     variables: Sequence[str] = (),
     profile: str | None = None,
+    warm: bool = True,
 ) -> dict[str, Any]:
     """The exact text that registers prefixgate in ``client`` as ``entry``, with absolute paths;
     ``variables``: the ``${VAR}``s the enabled servers and ``[gateway]`` (a store's password)
-    reference, which the environment the client starts prefixgate in must carry. The snippet passes them on in the client's own way
-    (their values are never written here, except as a placeholder Claude Desktop needs filled);
-    ``profile``: the profile it serves (``serve --profile``)."""
+    reference, which the environment the client starts prefixgate in must carry. The snippet
+    passes them on in the client's own way (their values are never written here, except as a
+    placeholder Claude Desktop needs filled);
+    ``profile``: the profile it serves (``serve --profile``); ``warm``: the warm-start record
+    is in place (what a client that waits about a second for a server depends on)."""
     head = launcher()
     command, args = head[0], [*head[1:], "serve", "--config", os.path.abspath(config_path)]
     if profile is not None:
@@ -673,7 +679,7 @@ def snippet(
         "args": args,
         "snippet": text,
         "variables": names,
-        "note": _NOTES.get(client),
+        "note": _NOTES[client].format(warm=_WARM[warm]) if client in _NOTES else None,
         "passes": _PASSES[client] if names else None,
     }
 
@@ -690,12 +696,18 @@ _PASSES = {
 
 _NOTES = {
     "codex": "Codex starts its session without an optional server that has not listed its tools after "
-    "about a second. This run left the warm-start record, so prefixgate answers at once (about 0.1 s); "
-    "after changing the config, run doctor or catalog once more, or the first session after the change "
-    "starts without prefixgate's tools. (required = true would make Codex wait, but fail to start when "
+    "about a second. {warm} "
+    "(required = true would make Codex wait, but fail to start when "
     "the first-ever discovery takes longer than its startup_timeout_sec, 10 s by default.)",
 }
 """What a client's own timing asks of a registration (measured: bench/agents.py; bench/README.md, "Real agents")."""
+_WARM = {
+    True: "This run left the warm-start record, so prefixgate answers at once (about 0.1 s); after changing "
+    "the config, run doctor or catalog once more, or the first session after the change starts without "
+    "prefixgate's tools.",
+    False: "This run could not leave the warm-start record (no catalog was built: see the FAILs above), so "
+    "until a run of doctor or catalog does, sessions start without prefixgate's tools.",
+}
 
 
 # --- the run ----------------------------------------------------------------------------
@@ -776,6 +788,7 @@ async def diagnose(config: Config, report: Report) -> None:
         for s in first.servers
     ]
     report.data["discovery_ms"] = [first.discovery_ms, second.discovery_ms]
+    report.data["warm_record"] = second.warm
     check_servers(report, first)
     check_auth(report, config, first)
     check_tools(report, first)
@@ -867,7 +880,10 @@ def run(config_path: str | None, args: argparse.Namespace) -> int:
     )
     anyio.run(diagnose, config, report)
     variables = sorted({*config.gateway.variables, *(name for s in config.enabled_servers for name in s.variables)})
-    report.data["register"] = snippet(client, str(config.path or path), config.client.entry, variables, config.profile)
+    warm = bool(report.data.get("warm_record"))
+    report.data["register"] = snippet(
+        client, str(config.path or path), config.client.entry, variables, config.profile, warm=warm
+    )
     _emit(report, as_json)
     return report.status
 

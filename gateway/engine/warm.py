@@ -66,6 +66,11 @@ class WarmRecords:
         """What this process last wrote (or loaded): an unchanged record is not written again."""
         self._lock = anyio.Lock()
 
+    @property
+    def written(self) -> bool:
+        """A record of this config is in place: written by this process, or found on disk."""
+        return self._written is not None
+
     async def find(self, key: str, *, files: bool = True) -> Record | None:
         """The record of ``key``: the file under ``state_dir`` (unless ``files`` is False: read
         already), else the shared store's."""
