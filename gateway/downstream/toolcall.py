@@ -96,7 +96,9 @@ async def call_tool(
             # The reply never arrived whole: refused by our transport, or (remote) by the
             # SDK's, whose JSON parser rejects lone surrogates (``\ud800``) outright; or the
             # request never left (its arguments would not encode). Not the server's answer.
-            return error_result(f"{server}: tool {tool!r}: {exc.message}")
+            # One line: the SDK's parse errors go on with pydantic's lines quoting the reply's bytes.
+            first = exc.message.splitlines()[0] if exc.message else ""
+            return error_result(f"{server}: tool {tool!r}: {one_line(first)}")
         if SPEC_ERRORS[0] <= exc.code <= SPEC_ERRORS[1]:
             raise
         if (problem := downstream.login_problem(since=mark)) is not None:
@@ -125,10 +127,14 @@ async def _closed_reason(downstream: Downstream, tool: str) -> str:
     return f"connection to server {server!r} closed during the call to {tool!r}"
 
 
-def server_error(server: str, tool: str, code: int, message: str) -> str:
-    """A server's JSON-RPC error as one bounded, printable line naming server, tool and code."""
-
+def one_line(message: str) -> str:
+    """``message`` as one bounded, printable line."""
     text = escape(" ".join(message.split()))
     if len(text) > MAX_ERROR_CHARS:
         text = text[: MAX_ERROR_CHARS - 1] + "…"
-    return f"Server {server!r} answered tool {tool!r} with JSON-RPC error {code}: {text or '(no message)'}"
+    return text or "(no message)"
+
+
+def server_error(server: str, tool: str, code: int, message: str) -> str:
+    """A server's JSON-RPC error as one bounded, printable line naming server, tool and code."""
+    return f"Server {server!r} answered tool {tool!r} with JSON-RPC error {code}: {one_line(message)}"
