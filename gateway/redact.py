@@ -42,10 +42,12 @@ def _parts(header: str) -> Iterable[str]:
 
 
 def secrets_of(config: ServerConfig) -> list[str]:
-    """The server's header values (and each word of them), env values and OAuth client
-    secret worth masking, longest first."""
+    """The server's header values (and each word of them), env values, OAuth client secret
+    and its URL's password and query values worth masking, longest first."""
     values = {*config.headers.values(), *config.env.values(), *([config.client_secret] if config.client_secret else [])}
     values |= {part for header in config.headers.values() for part in _parts(header)}
+    if config.url:  # a password or key put in the URL (an HTTP library's errors quote the URL)
+        values |= set(url_secrets(config.url)) | _query_values(config.url)
     forms = {form for value in values if len(value) >= MIN_SECRET for form in _forms(value)}
     return sorted((f for f in forms if len(f) >= MIN_SECRET), key=len, reverse=True)
 
@@ -60,6 +62,16 @@ def mask(text: str, secrets: Iterable[str]) -> str:
 
 def redact(text: str, config: ServerConfig) -> str:
     return mask(text, secrets_of(config))
+
+
+def _query_values(url: str) -> set[str]:
+    """The values of a URL's query (``?api_key=...``), raw and decoded."""
+    try:
+        query = urllib.parse.urlsplit(url).query
+    except ValueError:
+        return set()
+    pairs = [part.partition("=")[2] for part in query.split("&")]
+    return {form for value in pairs if value for form in (value, urllib.parse.unquote_plus(value))}
 
 
 def url_secrets(url: str) -> list[str]:

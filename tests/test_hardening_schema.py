@@ -484,6 +484,19 @@ def test_redaction_covers_quoted_forms_and_spares_short_values() -> None:
     assert redact("turned on", config) == "turned on"
 
 
+def test_a_secret_in_a_servers_url_is_masked_where_an_error_quotes_the_url() -> None:
+    """``url = "http://user:${KEY}@host/sse"`` or ``...?api_key=${KEY}``: an HTTP library's
+    error quotes the URL it failed on, and that error reached the model and the log."""
+    from gateway.config import ServerConfig
+    from gateway.redact import redact
+
+    url = "http://qa:S3CRETKEY%2F1@127.0.0.1:18202/sse?api_key=OTHER%20KEY456&v=2"
+    config = ServerConfig(id="r", transport="sse", url=url)
+    said = redact(f"Server error '500 Internal Server Error' for url '{url}' (S3CRETKEY/1, OTHER KEY456)", config)
+    assert "S3CRETKEY" not in said and "OTHER" not in said and "KEY456" not in said, said
+    assert said.startswith("Server error '500 Internal Server Error' for url 'http://qa:***@127.0.0.1:18202/sse?")
+
+
 def test_pattern_the_validator_cannot_compile_is_a_quarantine_reason_with_its_path() -> None:
     from catalog.schema import check
 
