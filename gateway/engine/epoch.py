@@ -79,6 +79,11 @@ class Epoch:
     def declares(self, name: str) -> bool:
         return name in self.decision.declared_names
 
+    def knows(self, name: str) -> bool:
+        """Whether ``name`` is a tool of this epoch (served, declared, or held back by the
+        lock): what telemetry may record by name; anything else is a peer's own text."""
+        return name in self.catalog.by_name or self.declares(name) or name in self.lock_refusals
+
     def is_deferred(self, name: str) -> bool:
         return name in self._deferred
 

@@ -174,8 +174,7 @@ class Router:
         server = call.server
         if server is None and call.name in epoch.lock_refusals:  # held back by the lock: still its server's
             server = next((p.server for p in epoch.pending if p.name == call.name), None)
-        known = server is not None or call.name in epoch.catalog.by_name or epoch.declares(call.name)
-        note = CallNote(call.name if known else UNKNOWN_TOOL, server, version)
+        note = CallNote(call.name if epoch.knows(call.name) else UNKNOWN_TOOL, server, version)
         result: dict[str, Any] | None = None
         with telemetry.span(note):
             try:

@@ -162,9 +162,7 @@ class Handlers:
         if method == "prompts/get":
             return name in self.hub.surface.prompt_route
         epoch = self.router.epoch
-        if epoch is None:
-            return False
-        return name in epoch.catalog.by_name or epoch.declares(name) or name in epoch.lock_refusals
+        return epoch is not None and epoch.knows(name)
 
     async def middleware(self, ctx: Context, call_next: CallNext) -> Any:
         if ctx.method in ("initialize", "server/discover"):
