@@ -12,9 +12,9 @@ from __future__ import annotations
 import fnmatch
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import anyio
 from jsonschema_rs import ValidationError as SchemaViolation
@@ -51,6 +51,8 @@ from spill import (
 )
 
 log = logging.getLogger("prefixgate.router")
+
+T = TypeVar("T")
 
 MAX_QUERY = 500
 
@@ -317,6 +319,10 @@ class Router:
 
         if surely_within(result, spill.max_visible_bytes // 8):
             return result  # far below the ceiling (an upper bound over every field): skip the thread hop
+        return await self._in_thread(state, work)
+
+    async def _in_thread(self, state: ClientState, work: Callable[[], T]) -> T:
+        """``work`` in a worker thread, in one of ``state``'s principal's ``THREADS_PER_PRINCIPAL``."""
         async with self.threads.held(principal_key(state)):
             return await anyio.to_thread.run_sync(work)
 
@@ -325,10 +331,9 @@ class Router:
         if store is None:
             return error_result("artifact_read: no artifact store (spilling is disabled or the store is unusable).")
         try:
-            async with self.threads.held(principal_key(state)):
-                answer = await anyio.to_thread.run_sync(
-                    lambda: artifact_read(store, arguments, max_visible_bytes=self.spill.max_visible_bytes)
-                )
+            answer = await self._in_thread(
+                state, lambda: artifact_read(store, arguments, max_visible_bytes=self.spill.max_visible_bytes)
+            )
         except (ArtifactNotFound, ValueError) as exc:
             return error_result(f"artifact_read: {_message(exc)}")
         except OSError as exc:
@@ -382,8 +387,7 @@ class Router:
         bound = spill.max_visible_bytes if spill.enabled else DEFAULT_MAX_VISIBLE_BYTES
         rendered = render(result, candidates, bound, size=text_result_size, extra=down)
         if rendered.too_long:  # a schema no page can hold: kept as an artifact the model reads
-            async with self.threads.held(principal_key(state)):
-                where = await anyio.to_thread.run_sync(self._keep_schemas, epoch, rendered.too_long, state)
+            where = await self._in_thread(state, lambda: self._keep_schemas(epoch, rendered.too_long, state))
             rendered = render(result, candidates, bound, size=text_result_size, extra=down, long_schemas=where)
         grant = [n for n in rendered.shown_names if n in set(candidates)]
         try:
