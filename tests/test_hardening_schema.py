@@ -17,7 +17,7 @@ from typing import Any
 
 import anyio
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from bench.common import loopback_server
@@ -304,6 +304,15 @@ PAD_BYTES = 1_000_000
 def test_surely_within_is_an_upper_bound(value: Any, limit: int) -> None:
     if surely_within(value, limit):
         assert json_size(value) <= limit
+
+
+@given(JSON_VALUES)
+@example({"": "abc"})
+@example({"key": "x" * 100, "list": ["y" * 50, {"z": "w" * 20}], "n": 10**30, "f": 1.5, "b": True, "null": None})
+@example(["s" * 40, "t"])
+def test_surely_within_never_passes_a_value_one_byte_over(value: Any) -> None:
+    # The limit one byte below the exact size: any undercount of any field shows here.
+    assert not surely_within(value, json_size(value) - 1)
 
 
 class _Unwalkable(list[Any]):
