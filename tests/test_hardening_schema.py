@@ -480,6 +480,19 @@ def test_secret_quoted_by_a_failing_server_is_redacted(tmp_path: Path, bare: boo
         assert "rejected credentials ***" in proc.stdout
 
 
+def test_a_secret_a_stdio_server_writes_to_its_stderr_is_masked_in_the_log(tmp_path: Path) -> None:
+    """Each stderr line of a server is logged (``[id] line``): a server that prints its
+    configured token at start-up put it in the gateway's log, unmasked."""
+    script = tmp_path / "leaky.py"
+    script.write_text("import os, sys\nprint('starting with token', os.environ['LEAK_TOKEN'], file=sys.stderr)\n")
+    config = write_config(
+        tmp_path, {"leaky": {"command": PYTHON, "args": [str(script)], "env": {"LEAK_TOKEN": SECRET}}}
+    )
+    proc = run_cli("catalog", "--config", str(config))
+    assert "[leaky] starting with token ***" in proc.stderr
+    assert SECRET not in proc.stdout + proc.stderr
+
+
 def test_redaction_covers_quoted_forms_and_spares_short_values() -> None:
     from gateway.config import ServerConfig
     from gateway.redact import redact

@@ -29,7 +29,7 @@ from gateway.downstream.oauth import LoginNeeded, OAuthSetup
 from gateway.downstream.spawn import Spawned
 from gateway.downstream.stderrtail import informative
 from gateway.downstream.transports import Transport, transport_for
-from gateway.redact import redact
+from gateway.redact import mask, redact, secrets_of
 
 Status = Literal["starting", "ready", "failed", "late", "disabled", "exited", "restarting"]
 NOTICE_TIMEOUT = 5.0
@@ -82,6 +82,9 @@ class Downstream:
         early: Spawned | None = None,
     ) -> None:
         self.config = config
+        self._secrets = secrets_of(config)
+        """Its configured values, masked in each stderr line it writes (computed once: a server
+        may write many)."""
         self.oauth = oauth
         """Token store and login hints for a remote server with ``auth`` (``gateway.downstream.oauth``)."""
         self.events: Events = events or NoEvents()
@@ -217,7 +220,7 @@ class Downstream:
         return f"; stderr: {line[:200]}" if line else ""
 
     def _stderr_line(self, line: str) -> None:
-        self.log.info("[%s] %s", self.config.id, line)
+        self.log.info("[%s] %s", self.config.id, mask(line, self._secrets))
 
     async def _auth(self) -> Any:
         """This connection's OAuth provider (None without ``auth``): built anew for each
