@@ -236,3 +236,45 @@ def test_tool_call_series_stay_bounded_when_tool_names_churn() -> None:
     assert samples[OTHER_TOOLS] == 40
     assert samples["s__tool_3"] == 2
     assert sum(samples.values()) == 51
+
+
+_FULL_DISK = """
+import json, os, resource, signal, sys
+from pathlib import Path
+from gateway.state.journal import append_rotating
+
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG), as on a full disk
+directory = Path(sys.argv[1])
+line = lambda n: json.dumps({"call": n, "pad": "x" * 200}).encode() + b"\\n"
+resource.setrlimit(resource.RLIMIT_FSIZE, (1000, resource.RLIM_INFINITY))
+failed = []
+for n in range(8):
+    try:
+        append_rotating(directory, "calls.jsonl", "audit log", line(n) + line(n + 100), 1 << 20)
+    except OSError:
+        failed.append(n)
+resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+append_rotating(directory, "calls.jsonl", "audit log", line(999), 1 << 20)
+print(json.dumps(failed))
+"""
+
+
+def test_an_audit_append_cut_short_by_a_full_disk_leaves_no_torn_line(tmp_path: Path) -> None:
+    """A write cut short (the disk full) left half a line, and the next append continued it:
+    a line that is not JSON, and lines counted lost that were written. A batch is now written
+    whole or not at all."""
+    import subprocess
+
+    from tests.helpers import PYTHON
+
+    proc = subprocess.run(
+        [PYTHON, "-c", _FULL_DISK, str(tmp_path / "audit")], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    failed = json.loads(proc.stdout)
+    assert failed and failed[0] > 0, failed  # some batches went in whole before the limit
+    data = (tmp_path / "audit" / "calls.jsonl").read_bytes()
+    assert data.endswith(b"\n")
+    calls = [json.loads(line)["call"] for line in data.splitlines()]
+    kept = [n for n in range(8) if n not in failed]
+    assert calls == [c for n in kept for c in (n, n + 100)] + [999]

@@ -181,13 +181,28 @@ def append_private(
         if replace_past is not None and size and size + len(data) > replace_past:
             replace_private(dir_fd, name, label, data)
             return
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
+        _append_whole(fd, data)
         if durable:
             os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _append_whole(fd: int, data: bytes) -> None:
+    """Write ``data`` at the end of ``fd`` (opened ``O_APPEND``) whole or not at all: a write
+    cut short (a full disk) is truncated away, so the next append does not continue a torn
+    line. Unless another writer appended after it meanwhile: its lines are not cut."""
+    view, written = memoryview(data), 0
+    try:
+        while written < len(data):
+            written += os.write(fd, view[written:])
+    except OSError:
+        if written:
+            end = os.lseek(fd, 0, os.SEEK_CUR)
+            with contextlib.suppress(OSError):
+                if os.fstat(fd).st_size == end:
+                    os.ftruncate(fd, end - written)
+        raise
 
 
 def append_rotating(directory: Path, name: str, label: str, data: bytes, max_bytes: int) -> None:
