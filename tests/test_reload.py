@@ -236,6 +236,32 @@ async def test_a_change_of_state_dir_refuses_the_whole_reload(tmp_path: Path) ->
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("mode", ERAS)
+async def test_audit_arguments_turned_off_applies_and_the_audit_log_itself_cannot_change(
+    tmp_path: Path, mode: str
+) -> None:
+    """``audit_arguments`` turned off by a reload was taken ("no server changed") and
+    ignored: the arguments kept being written. ``audit`` itself cannot change while serving:
+    refused in one line, as ``state_dir`` is, not silently ignored."""
+    config = write_config(tmp_path, servers("a"), telemetry={"audit": True, "audit_arguments": True})
+    audit = tmp_path / "state" / "audit" / "calls.jsonl"
+    async with serving(tmp_path, "stdio", mode, config, Notifications()) as (client, _pid, log):
+        assert text(await client.call_tool("a__echo", {"text": "one"})) == "one"
+        write_config(tmp_path, servers("a"), telemetry={"audit": True, "audit_arguments": False})
+        await wait_for(lambda: "config reloaded" in log.read_text())
+        assert text(await client.call_tool("a__echo", {"text": "two"})) == "two"
+        write_config(tmp_path, servers("a"), telemetry={"audit": False})
+        await wait_for(lambda: "refused" in log.read_text())
+        assert "refused: telemetry.audit cannot change while serving (restart prefixgate to change it)" in (
+            log.read_text()
+        )
+        assert text(await client.call_tool("a__echo", {"text": "three"})) == "three"
+    await wait_for(lambda: audit.exists() and len(audit.read_text().splitlines()) == 3)
+    lines = [json.loads(x) for x in audit.read_text().splitlines()]
+    assert [line.get("arguments") for line in lines] == ['{"text":"one"}', None, None]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ERAS)
 async def test_a_call_in_flight_on_a_removed_server_ends_with_is_error(tmp_path: Path, mode: str) -> None:
     config = write_config(tmp_path, servers("a", "s"))
     notes = Notifications()

@@ -8,10 +8,12 @@ same connection. ``[client]``, ``[policy]``, ``[spill]``, profiles' views and de
 take effect for new requests, and every profile's catalog is rebuilt: identical bytes are
 the same epoch (no ``list_changed``, the same fingerprint), other bytes one new epoch whose
 reason is the reload. A policy change never changes the published bytes.
+``[telemetry] audit_arguments`` applies from the next call.
 
 What cannot change while serving (``FIXED``: where state lives, the stdio line limit, the
-catalog lock's file, the set of profiles an HTTP gateway serves) refuses the whole reload,
-with one line naming it: nothing is half-applied, and the running config keeps serving.
+catalog lock's file, the set of profiles an HTTP gateway serves; ``FIXED_TELEMETRY``: whether
+there is an audit log, its size, the metrics listener) refuses the whole reload, with one line
+naming it: nothing is half-applied or silently ignored, and the running config keeps serving.
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ log = logging.getLogger("prefixgate")
 
 FIXED = ("state_dir", "store", "max_message_bytes", "lock")
 """``[gateway]`` keys a reload may not change (a restart does)."""
+FIXED_TELEMETRY = ("audit", "audit_max_bytes", "metrics")
+"""``[telemetry]`` keys a reload may not change: the audit log's writer and the metrics
+listener are made once, at start (``gateway/commands/observe.py``)."""
 REASON = "config reload"
 """What a stopped server's in-flight calls are told stopped it."""
 
@@ -61,6 +66,9 @@ class Plan:
 def refused(old: Config, new: Config, served: Sequence[str | None]) -> list[str]:
     """What the new config changes that cannot change while serving (empty: it may apply)."""
     found = [f"gateway.{key}" for key in FIXED if getattr(old.gateway, key) != getattr(new.gateway, key)]
+    found += [
+        f"telemetry.{key}" for key in FIXED_TELEMETRY if getattr(old.telemetry, key) != getattr(new.telemetry, key)
+    ]
     if len(served) > 1 and set(old.profiles) != set(new.profiles):
         found.append("the profiles served (one is added or removed)")
     for profile in served:
@@ -104,6 +112,8 @@ async def apply(hub: Hub, new: Config) -> Plan:
     for each, profile in zip(hub.family, served, strict=True):
         view = new.view(profile)
         each.configure(view, [running[s.id] for s in view.servers])
+        if each.router.telemetry is not None:  # (none without an audit log, metrics or spans)
+            each.router.telemetry.audit_arguments = new.telemetry.audit_arguments
     # 3. New servers start, supervised; each joins the catalogs that see it once it is ready.
     assert hub.tasks is not None
     for downstream in started:
