@@ -25,7 +25,7 @@ import ssl
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -90,8 +90,8 @@ class Endpoint:
     lane: Any = None
     sessions: Any = None
     """The handshake-era session lane (gateway/upstream/sessionlane.py), None when off."""
-    barred: frozenset[str] = frozenset()
-    """Principals whose token may not use this profile (403)."""
+    barred: Mapping[str, str] = field(default_factory=dict)
+    """Principals whose token may not use this profile (403) -> the profiles it may use."""
 
 
 def principal_of_token(token: str) -> str:
@@ -199,8 +199,14 @@ class Front:
         """Each principal's requests being answered (``REQUESTS_PER_PRINCIPAL``)."""
         self._quiet: anyio.Event | None = None
         self.routes: dict[str, Endpoint] = {}
+        self._told_barred: set[tuple[str, str]] = set()
+        """(principal, profile) pairs refused with 403 that the log has named."""
         for path, endpoint in endpoints.items():
-            endpoint.barred = frozenset(principal_of_token(t.value) for t in tokens if not t.may_use(endpoint.profile))
+            endpoint.barred = {
+                principal_of_token(t.value): ",".join(sorted(t.profiles or ()))
+                for t in tokens
+                if not t.may_use(endpoint.profile)
+            }
             self.routes[path] = self.routes[path + "/"] = endpoint
         self.readiness = readiness
         self.expected = [(t.value.encode(), principal_of_token(t.value)) for t in tokens]
@@ -238,7 +244,14 @@ class Front:
                 return
             if endpoint is not None and principal in endpoint.barred:
                 served = endpoint.profile or DEFAULT_PROFILE
-                log.warning("principal %s may not use profile %s (its token's profiles=): 403", principal, served)
+                if (principal, served) not in self._told_barred:  # (once each: the pairs are the token file's)
+                    self._told_barred.add((principal, served))
+                    log.warning(
+                        "principal %s may not use profile %s (its token's profiles=%s): 403",
+                        principal,
+                        served,
+                        endpoint.barred[principal],
+                    )
                 await _plain(send, 403, f"this token may not use profile {served}")
                 return
             scope["user"] = self.users[principal]  # another principal's Mcp-Session-Id: 404, as if unknown
