@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -24,6 +25,8 @@ import pytest
 
 from tests.helpers import ERAS, PYTHON, demo, http_gateway, sdk_client, text, url_process, wait_for, write_config
 from tests.test_principals import tokens_file
+
+CLASSIC = str(Path(__file__).resolve().parent / "classic_server.py")
 
 pytestmark = pytest.mark.anyio
 T = TypeVar("T")
@@ -147,6 +150,50 @@ async def test_a_call_that_can_be_asked_nothing_is_still_its_principals(tmp_path
                 await a.call_tool("r__log", {"text": "alice alone", "level": "warning"}, meta=opt_in)
                 await anyio.sleep(0.5)
                 assert alice.logs == ["alice alone"] and bob.logs == [], (alice.logs, bob.logs)
+
+
+class Rooted:
+    """One token's roots callback, recording that it was asked."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.asked = 0
+
+    async def list_roots(self, context: Any) -> types.ListRootsResult:
+        self.asked += 1
+        return types.ListRootsResult(roots=[types.Root.model_validate({"uri": f"file:///{self.name}"})])
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_what_a_server_asks_after_a_call_never_goes_to_another_principal_left_connected(
+    tmp_path: Path, mode: str
+) -> None:
+    """Bob's call makes the server ask for roots half a second after it has returned, outside
+    any call; only Alice is connected then (Bob's client is a 2026-07-28 one, never
+    connected; or a handshake-era one that has gone). The request used to go to Alice, and her
+    answer to the server as Bob's. Now it cannot be attributed: refused, and Alice is never
+    asked. Alice's own call afterwards still asks her (``mode``: her era)."""
+    alice, bob = Rooted("alice"), Rooted("bob")
+    config = write_config(tmp_path, {"classic": {"command": PYTHON, "args": [CLASSIC]}})
+    with tokens_file(tmp_path, "token-of-alice", "token-of-bob") as tokens:
+        with http_gateway(config, "--token-file", str(tokens)) as (url, stderr):
+            async with sdk_client(url, "legacy", headers=ALICE, list_roots_callback=alice.list_roots) as a:
+                with anyio.fail_after(60):
+                    for bob_mode in ("auto", "legacy"):
+                        async with sdk_client(url, bob_mode, headers=BOB, list_roots_callback=bob.list_roots) as b:
+                            assert text(await b.call_tool("classic__roots_later", {"n": 1})) == "asking 1 times"
+                        await wait_for(lambda: "roots/list refused" in stderr.read_text(), 10)
+
+                        async def ended(count: int) -> bool:
+                            found = text(await a.call_tool("classic__roots_later_results", {}))
+                            return len(found.split("; ")) == count
+
+                        await wait_for(partial(ended, 1 if bob_mode == "auto" else 2), 10)
+                    ends = text(await a.call_tool("classic__roots_later_results", {})).split("; ")
+                    assert all("cannot be attributed to one client" in end for end in ends), ends
+                    assert alice.asked == 0
+            async with sdk_client(url, mode, headers=ALICE, list_roots_callback=alice.list_roots) as a:
+                assert text(await a.call_tool("classic__roots", {})) == "file:///alice"
 
 
 class Confidant:

@@ -79,15 +79,16 @@ async def test_a_roots_change_reaches_each_server_behind_the_gateway(tmp_path: P
 
 async def test_one_principals_roots_change_is_not_passed_on_while_another_is_connected(tmp_path: Path) -> None:
     """A shared server's ``roots/list`` outside any call is put to a principal only while every
-    connected client is that principal's (docs/state.md), so a notice would make the server ask
-    a question it cannot have answered: Alice's is passed on only once Bob has gone."""
+    connected client, and every principal that has called the server, is that principal's
+    (docs/state.md), so a notice would make the server ask a question it cannot have answered:
+    Alice's is passed on only once Bob has gone, and only if he never called that server."""
     alice_roots, bob_roots = Roots(), Roots()
     config = write_config(tmp_path, {"stdio": {"command": PYTHON, "args": [CLASSIC]}})
     with tokens_file(tmp_path, "token-of-alice", "token-of-bob") as tokens:
         with http_gateway(config, "--token-file", str(tokens)) as (url, _stderr):
             async with sdk_client(url, "legacy", headers=ALICE, list_roots_callback=alice_roots.list_roots) as alice:
                 async with sdk_client(url, "legacy", headers=BOB, list_roots_callback=bob_roots.list_roots) as bob:
-                    assert text(await bob.call_tool("stdio__echo", {"text": "here"})) == "classic:here"
+                    assert "stdio__echo" in {t.name for t in (await bob.list_tools()).tools}
                     await alice.send_roots_list_changed()
                     await anyio.sleep(1)  # (a notice passed on reaches the server well within this)
                     assert text(await alice.call_tool("stdio__roots_changed", {})) == "roots changed: 0"

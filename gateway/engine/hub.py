@@ -173,7 +173,9 @@ class Hub:
 
     async def server_down(self, downstream: Downstream) -> None:
         """A server went away: its tools stay in the epoch (calls report it down) until
-        it comes back; if it comes back with the same tools, clients see nothing."""
+        it comes back; if it comes back with the same tools, clients see nothing. Its next
+        process owes nothing to the principals that called this one (``Relay.called``)."""
+        self.relay.forget_callers(downstream.id)
 
     async def server_notification(self, downstream: Downstream, method: str, params: dict[str, Any]) -> None:
         if method.endswith("/list_changed"):

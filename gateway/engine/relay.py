@@ -73,6 +73,8 @@ class Relay:
         """Per principal (``principal_key``): its entries of ``_urls``, oldest first."""
         self._waiting: dict[str, list[_Waiting]] = {}
         """Per server: its requests outside any call that wait for a call to ask them."""
+        self._callers: dict[str, object] = {}
+        """Per server: the one principal that has called it, or ``_MANY`` once another has."""
 
     async def request(
         self, downstream: Downstream, method: str, params: dict[str, Any], caller: object | None = None
@@ -375,18 +377,31 @@ class Relay:
         roots changed, say) would be put to this client's principal (``state``: its state)."""
         return self._principal_for(server_id) == principal_key(state)
 
+    def called(self, server_id: str, principal: object) -> None:
+        """A call of ``principal`` to the server begins (``_principal_for``'s memory)."""
+        if self._callers.setdefault(server_id, principal) != principal:
+            self._callers[server_id] = _MANY
+
+    def forget_callers(self, server_id: str) -> None:
+        """The server's process is gone: what its next one sends owes nothing to earlier calls."""
+        self._callers.pop(server_id, None)
+
     def _principal_for(self, server_id: str) -> object | None:
         """Who (``principal_key``) a server's request or log message can belong to, or None.
 
         Attributed only when every call in flight to the server (waiting in the gateway for
         a 2026-07-28 client's input included) is one principal's, or, with none in flight,
-        when every connected client that sees the server is one principal's."""
+        when every connected client that sees the server, and every principal that has
+        called it, is one principal's: what a server sends after a call has returned may be
+        that call's (a 2026-07-28 client's, or one that has gone), never for whoever is left."""
         connected = [c for c in self._clients.everyone() if server_id in c.servers]
         calling = {principal_key(c.state) for c in connected if server_id in c.calls.values()}
         calling.update(principal_key(t.owner) for t in self._round_trips.calling(server_id))
         if not calling:
             calling = {principal_key(c.state) for c in connected}
-        if len(calling) != 1:
+            if server_id in self._callers:
+                calling.add(self._callers[server_id])
+        if len(calling) != 1 or _MANY in calling:
             return None
         (principal,) = calling
         return principal
@@ -400,6 +415,10 @@ class Relay:
                 if target == server_id:
                     return client, request_id
         return (connected[-1], None) if connected else (None, None)
+
+
+_MANY = object()
+"""``Relay._callers``' mark of a server called by more than one principal."""
 
 
 async def _send_log(session: ServerSession, level: Any, data: Any, source: str, related: Any) -> None:

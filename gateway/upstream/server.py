@@ -42,6 +42,7 @@ from gateway.downstream.related import CALLER
 from gateway.engine.capabilities import answers_none, refusal
 from gateway.engine.clients import ClientConnection
 from gateway.engine.hub import Hub
+from gateway.engine.relay import Relay
 from gateway.engine.shares import Shares
 from gateway.engine.telemetry import UNKNOWN_TOOL
 from gateway.eras import CACHE_HINTS, LIST_CACHE_FIELDS, with_result_type
@@ -269,10 +270,10 @@ class Handlers:
 
         if modern:
             # Its logs go to this request while it waits (no place in the back-channel order).
-            with _Attributed(client, ctx, target, None):
+            with _Attributed(client, ctx, target, None, hub.relay):
                 binding = _Digest(arguments)
                 return await self.with_input(ctx, client, "tools/call", name, binding, target, run, progress)
-        with _Attributed(client, ctx, target, hub.round_trips.order()):
+        with _Attributed(client, ctx, target, hub.round_trips.order(), hub.relay):
             if target is not None and hub.relay.waits_for(target):
                 await hub.relay.ask_waiting_over_back_channel(client, target, ctx.request_id)
             try:
@@ -420,7 +421,7 @@ class Handlers:
             bound = {k: v for k, v in params.items() if k != "_meta"}  # (a trace context differs on the retry)
             answer = await self.with_input(ctx, client, method, target, _Digest(bound), server_id, run, progress)
             return _result(ctx, answer)
-        with _Attributed(client, ctx, server_id, self.hub.round_trips.order()):
+        with _Attributed(client, ctx, server_id, self.hub.round_trips.order(), self.hub.relay):
             result = await run()
             if is_input_required(result):
                 result = await self.over_back_channel(result, server_id, run)
@@ -616,21 +617,28 @@ class _Attributed:
     logs and requests find the call (and client) that caused them. A class, not a
     generator context manager: this runs on every call."""
 
-    __slots__ = ("client", "request_id", "session", "target", "order", "_caller")
+    __slots__ = ("client", "request_id", "session", "target", "order", "relay", "_caller")
 
     def __init__(
-        self, client: ClientConnection, ctx: ServerRequestContext[Any, Any], target: str | None, order: Any
+        self,
+        client: ClientConnection,
+        ctx: ServerRequestContext[Any, Any],
+        target: str | None,
+        order: Any,
+        relay: Relay,
     ) -> None:
         self.client = client
         self.request_id = ctx.request_id
         self.session = ctx.session
         self.target = target
         self.order = order
+        self.relay = relay
 
     def __enter__(self) -> None:
         self._caller = None
         if self.target is not None:
             client, request_id = self.client, self.request_id
+            self.relay.called(self.target, principal_key(client.state))
             client.calls[request_id] = self.target
             client.call_sessions[request_id] = self.session
             if self.order is not None:
