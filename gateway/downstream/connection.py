@@ -17,7 +17,7 @@ from typing import Any, Literal, Protocol
 
 import anyio
 from mcp.shared.exceptions import MCPError
-from mcp_types.jsonrpc import INVALID_REQUEST
+from mcp_types.jsonrpc import INVALID_REQUEST, METHOD_NOT_FOUND
 
 from catalog.text import escape
 from catalog.warm import Contribution
@@ -305,24 +305,42 @@ class Downstream:
             self.tools = await list_all(functools.partial(self.request, beside=again), "tools/list", "tools")
             if (link := self.link) is not None:
                 link.tools_listed(self.tools)
-        # A bad resources or prompts page costs those lists, not the server's tools.
+        # A bad, refused or silent resources or prompts list costs that list alone, not the
+        # server's tools (nor its resources, for its templates); a failed re-list keeps what
+        # the server listed before, and the lists are replaced only once the new ones are in.
         if resources:
-            self.resources = self.templates = ()  # none unless it offers them (now)
-            if "resources" in self.capabilities:
-                try:
-                    self.resources = await list_all(self.request, "resources/list", "resources")
-                    self.templates = await list_all(self.request, "resources/templates/list", "resourceTemplates")
-                except (MCPError, ValueError) as exc:
-                    self.resources = self.templates = ()
-                    self.log.warning("[%s] its resources are not offered: %s", self.id, short(exc))
+            if "resources" not in self.capabilities:
+                self.resources = self.templates = ()
+            else:
+                found = await self._listed("resources/list", "resources", "its resources", again)
+                templates = await self._listed(
+                    "resources/templates/list", "resourceTemplates", "its resource templates", again
+                )
+                self.resources = found if found is not None else self.resources if again else ()
+                self.templates = templates if templates is not None else self.templates if again else ()
         if prompts:
-            self.prompts = ()
-            if "prompts" in self.capabilities:
-                try:
-                    self.prompts = await list_all(self.request, "prompts/list", "prompts")
-                except (MCPError, ValueError) as exc:
-                    self.prompts = ()
-                    self.log.warning("[%s] its prompts are not offered: %s", self.id, short(exc))
+            if "prompts" not in self.capabilities:
+                self.prompts = ()
+            else:
+                found = await self._listed("prompts/list", "prompts", "its prompts", again)
+                self.prompts = found if found is not None else self.prompts if again else ()
+
+    async def _listed(self, method: str, key: str, what: str, again: bool) -> tuple[Any, ...] | None:
+        """Every item ``method`` lists, or None (logged) when the server refuses it, answers
+        it badly or not within half its ``startup_timeout`` (the other half is its start's):
+        a server whose ``prompts/list`` never answered was never ready, its tools never published."""
+        timeout = self.config.startup_timeout / 2
+        try:
+            with anyio.fail_after(timeout):
+                return await list_all(self.request, method, key)
+        except TimeoutError:
+            problem = f"no answer within {timeout:g} s (half its startup_timeout)"
+        except (MCPError, ValueError) as exc:
+            if isinstance(exc, MCPError) and exc.error.code == METHOD_NOT_FOUND and key == "resourceTemplates":
+                return ()  # (many servers with resources have no templates, and say so)
+            problem = short(exc)
+        self.log.warning("[%s] %s %s: %s", self.id, what, "kept as listed before" if again else "not offered", problem)
+        return None
 
     async def watch_resource(self, uri: str, watch: bool) -> None:
         """``resources/subscribe`` toward a modern server: its listen stream's filter (``listening.py``)."""

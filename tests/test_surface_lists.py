@@ -1,0 +1,88 @@
+"""A server's prompts and resources cost only themselves (QA of 2026-12-06).
+
+A server whose ``resources/templates/list`` is "Method not found" lost its resources too; one
+whose ``prompts/list`` never answered was never ready (its tools never published, while
+directly they work); a failed re-list after ``list_changed`` emptied its prompts, as did any
+rebuild while a re-list was still waiting. Real gateway over stdio, a raw stdio server
+(tests/surface_server.py), the real SDK client in both eras.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from tests.helpers import ERAS, PYTHON, sdk_client, wait_for, write_config
+
+pytestmark = pytest.mark.anyio
+SERVER = str(Path(__file__).resolve().parent / "surface_server.py")
+
+
+def surface(**spec: Any) -> dict[str, Any]:
+    return {"command": PYTHON, "args": [SERVER, json.dumps(spec)]}
+
+
+async def emit(client: Any, server: str, **arguments: Any) -> None:
+    result = await client.call_tool(f"{server}__emit", arguments)
+    assert not result.is_error, result
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_server_without_templates_keeps_its_resources(tmp_path: Path, mode: str) -> None:
+    server = surface(
+        resources=["x://one", "x://two"],
+        overrides={"resources/templates/list": {"error": {"code": -32601, "message": "Method not found"}}},
+    )
+    config = write_config(tmp_path, {"s": server})
+    log = tmp_path / "gateway.log"
+    async with sdk_client(config, mode, errlog=log) as client:
+        listed = await client.list_resources()
+        assert [str(r.uri) for r in listed.resources] == ["x://one", "x://two"]
+        assert (await client.list_resource_templates()).resource_templates == []
+    assert "not offered" not in log.read_text()
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_silent_prompts_list_costs_its_prompts_not_its_tools(tmp_path: Path, mode: str) -> None:
+    server = {**surface(prompts=["p1"], overrides={"prompts/list": "hang"}), "startup_timeout": 4}
+    config = write_config(tmp_path, {"s": server})
+    log = tmp_path / "gateway.log"
+    async with sdk_client(config, mode, errlog=log) as client:
+        with anyio.fail_after(30):
+            assert "s__emit" in {t.name for t in (await client.list_tools()).tools}
+            assert (await client.list_prompts()).prompts == []
+            await emit(client, "s")
+    assert "[s] its prompts not offered: no answer within 2 s (half its startup_timeout)" in log.read_text()
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_failed_or_pending_relist_keeps_the_prompts_listed_before(tmp_path: Path, mode: str) -> None:
+    config = write_config(tmp_path, {"s": surface(prompts=["p1"]), "t": surface(resources=["y://1"])})
+    log = tmp_path / "gateway.log"
+    changed = [{"method": "notifications/prompts/list_changed"}]
+    async with sdk_client(config, mode, errlog=log) as client:
+        with anyio.fail_after(60):
+            assert [p.name for p in (await client.list_prompts()).prompts] == ["s__p1"]
+            failing = {"prompts/list": {"error": {"code": -32603, "message": "temporarily unavailable"}}}
+            await emit(client, "s", overrides=failing, notifications=changed)
+            await wait_for(
+                lambda: "[s] its prompts kept as listed before: MCPError: temporarily unavailable" in log.read_text()
+            )
+            assert [p.name for p in (await client.list_prompts()).prompts] == ["s__p1"]
+            # A re-list that waits: another server's change rebuilds meanwhile, and s keeps p1.
+            await emit(client, "s", overrides={"prompts/list": "hang"}, notifications=changed)
+            await anyio.sleep(0.5)
+            resources = [{"method": "notifications/resources/list_changed"}]
+            await emit(
+                client, "t", overrides={"resources/list": {"result": {"resources": []}}}, notifications=resources
+            )
+
+            async def resources_gone() -> bool:
+                return (await client.list_resources()).resources == []
+
+            await wait_for(resources_gone)
+            assert [p.name for p in (await client.list_prompts()).prompts] == ["s__p1"]
