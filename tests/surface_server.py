@@ -6,8 +6,9 @@ Keys: ``caps`` (its capabilities), ``prompts``, ``resources``, ``templates`` (na
 URI templates), ``raw_prompts`` / ``raw_resources`` (items listed as given, for items the
 SDK's models refuse), ``overrides`` (method -> the answer's ``result`` or ``error`` member,
 or ``"hang"``: never answered). Its one tool, ``emit``, takes ``overrides`` (merged into the
-server's) and ``notifications`` (sent before its answer): how a test changes the server
-while it runs. Each request is answered in a thread of its own, so a hung one holds no other.
+server's), ``notifications`` (sent before its answer) and ``progress`` (that many progress
+notifications for the call's token, sent at once before its answer): how a test changes the
+server while it runs. Each request is answered in a thread of its own, so a hung one holds no other.
 """
 
 from __future__ import annotations
@@ -57,6 +58,15 @@ def handle(method: str, params: dict[str, Any]) -> dict[str, Any]:
         overrides.update(arguments.get("overrides", {}))
         for notification in arguments.get("notifications", []):
             send({"jsonrpc": "2.0", **notification})
+        token = (params.get("_meta") or {}).get("progressToken")
+        for step in range(1, arguments.get("progress", 0) + 1):  # all at once, the answer right behind
+            send(
+                {
+                    "jsonrpc": "2.0",
+                    "method": "notifications/progress",
+                    "params": {"progressToken": token, "progress": step},
+                }
+            )
         return {"result": {"content": [{"type": "text", "text": "ok"}]}}
     if method == "prompts/list":
         return {"result": {"prompts": prompts}}

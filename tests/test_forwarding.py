@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import anyio
 import mcp_types as types
 import pytest
 
-from tests.helpers import demo, gateway, write_config
+from tests.helpers import ERAS, PYTHON, demo, gateway, http_gateway, sdk_client, text, write_config
+
+SURFACE = str(Path(__file__).resolve().parent / "surface_server.py")
 
 pytestmark = pytest.mark.anyio
 
@@ -111,3 +114,26 @@ async def test_killed_downstream_gives_error_and_gateway_keeps_serving(config: P
         assert again.is_error and "alpha" in again.content[0].text
         other = await gw.session.call_tool("beta__echo", {"text": "still here"})
         assert other.content[0].text == "still here" and not other.is_error
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_burst_of_progress_ends_with_its_last_before_the_answer_over_http(tmp_path: Path, mode: str) -> None:
+    """A server reports progress 50 times at once and answers. Over HTTP a handshake-era
+    client got the first one or two and never the last: the newest waited while one was
+    being sent, and was dropped once the call was answered. Fewer may arrive than were sent
+    (the newest wins against a slow client), but the last always does, before the answer."""
+    config = write_config(tmp_path, {"c": {"command": PYTHON, "args": [SURFACE, "{}"]}})
+    with http_gateway(config) as (url, _log):
+        async with sdk_client(url, mode) as client:
+            for _ in range(3):
+                seen: list[float] = []
+                result = await client.call_tool("c__emit", {"progress": 50}, progress_callback=_into(seen))
+                assert text(result) == "ok"
+                assert seen and seen[-1] == 50 and seen == sorted(seen), seen
+
+
+def _into(seen: list[float]) -> Any:
+    async def heard(progress: float, total: float | None, message: str | None) -> None:
+        seen.append(progress)
+
+    return heard

@@ -225,8 +225,9 @@ class Link:
         if related is not None and (caller := CALLER.get()) is not None:
             name = headers[HEADER] = related.open(caller)
         opts: dict[str, Any] = {"headers": headers}
+        progress = None
         if on_progress is not None:
-            opts["on_progress"] = latest_only(on_progress)
+            opts["on_progress"] = progress = LatestOnly(on_progress)
         clock = None
         if max_time is not None:  # timed by the clock (below), not by the SDK's timeout
             clock = Clock(timeout, max_time)
@@ -270,6 +271,8 @@ class Link:
         if self.modern:
             result = hop_local_removed(result)
         await self.inbox.settle()  # what the server said before its reply goes out first
+        if progress is not None:
+            await progress.flush()
         return result
 
     async def notify(self, method: str) -> None:
@@ -383,27 +386,43 @@ def _restarting(clock: Clock, forward: ProgressFn) -> ProgressFn:
     return progressed
 
 
-def latest_only(forward: ProgressFn) -> ProgressFn:
+class LatestOnly:
     """Progress forwarded one at a time; while one is on its way only the newest waits.
 
     The SDK runs a task per progress notification: against a slow client a flood would
-    pile them up without bound. Progress is a level, not a log, so the newest is enough.
+    pile them up without bound. Progress is a level, not a log, so the newest is enough;
+    and the newest is the one the call's answer must not overtake (``flush``): a
+    handshake-era client over HTTP, where each forward takes a while, got the first
+    progress of a burst and never the last (it was dropped once the call was answered).
     """
-    busy = False
-    waiting: tuple[float, float | None, str | None] | None = None
 
-    async def wrapped(progress: float, total: float | None, message: str | None) -> None:
-        nonlocal busy, waiting
-        if busy:
-            waiting = (progress, total, message)
+    def __init__(self, forward: ProgressFn) -> None:
+        self._forward = forward
+        self._waiting: tuple[float, float | None, str | None] | None = None
+        self._idle: anyio.Event | None = None
+        """Set when nothing is on its way (None: nothing ever was, or it was set)."""
+
+    async def __call__(self, progress: float, total: float | None, message: str | None) -> None:
+        if self._idle is not None:
+            self._waiting = (progress, total, message)
             return
-        busy = True
+        self._idle = idle = anyio.Event()
         try:
-            await forward(progress, total, message)
-            while waiting is not None:
-                args, waiting = waiting, None
-                await forward(*args)
+            await self._forward(progress, total, message)
+            while self._waiting is not None:
+                args, self._waiting = self._waiting, None
+                await self._forward(*args)
         finally:
-            busy = False
+            self._idle = None
+            idle.set()
 
-    return wrapped
+    async def flush(self) -> None:
+        """Wait (``FLUSH_WAIT`` at most) until the progress on its way, and the newest waiting,
+        are forwarded: the call's answer then comes after the last progress, as directly."""
+        if (idle := self._idle) is not None:
+            with anyio.move_on_after(FLUSH_WAIT):
+                await idle.wait()
+
+
+FLUSH_WAIT = 5.0
+"""Seconds a call's answer waits for its last progress to be forwarded (a client not reading)."""
