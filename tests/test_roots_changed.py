@@ -171,6 +171,29 @@ async def test_roots_asked_outside_any_call_reach_a_client_of_either_era(
 
 
 @pytest.mark.parametrize("mode", ERAS)
+async def test_roots_asked_outside_any_call_of_a_client_without_roots_are_refused_plainly(
+    tmp_path: Path, mode: str
+) -> None:
+    """The call that would ask it comes from a client that declared no roots: the server is
+    told so (-32021), as over stdio. Over HTTP it got "unhandled errors in a TaskGroup" and
+    the gateway logged an ERROR traceback (the refusal left its task group in an exception group)."""
+    config = write_config(tmp_path, {"classic": {"command": PYTHON, "args": [CLASSIC, "--roots-at-start"]}})
+    with http_gateway(config) as (url, log):
+        await wait_for(lambda: "roots/list waits for the next call to it" in log.read_text(), 10)
+        async with sdk_client(url, mode) as client:
+            assert text(await client.call_tool("classic__echo", {"text": "hi"})) == "classic:hi"
+
+            async def answered() -> bool:
+                said.append(text(await client.call_tool("classic__startup_roots_listed", {})))
+                return said[-1] != "not yet"
+
+            said: list[str] = []
+            await wait_for(answered, 10)
+    assert said[-1] == "failed: prefixgate: the connected client does not support roots", said
+    assert "ERROR" not in log.read_text()
+
+
+@pytest.mark.parametrize("mode", ERAS)
 async def test_roots_asked_outside_any_call_go_to_no_one_while_two_principals_see_the_server(
     tmp_path: Path, mode: str
 ) -> None:

@@ -160,9 +160,11 @@ class Relay:
                     log.info("[%s] %s waits for the next call to it: no client is connected", server_id, method)
                 try:
                     with anyio.move_on_after(timeout):
-                        return await item.answer
+                        await asyncio.wait((item.answer,))  # (its error raised below: not in an exception group)
                 finally:
                     tg.cancel_scope.cancel()  # (``at_once``, if it is still waiting)
+            if item.answer.done():
+                return item.answer.result()
             raise MCPError(code=INVALID_REQUEST, message=f"prefixgate: no call came to ask {method} in {timeout:g} s")
         finally:
             self._delist(server_id, item)
