@@ -38,22 +38,38 @@ def doomed(
     max_total_bytes: int,
     now: float,
     protected: Callable[[Info], bool] = lambda a: False,
+    spiller: str | None = None,
+    fresh_seconds: float = 0.0,
 ) -> list[Info]:
     """Everything past ``max_age_seconds``, then, while the rest is over ``max_total_bytes``,
     the oldest artifact of the owner that holds the most bytes (ties: the smaller owner key).
-    A ``protected`` artifact is never picked, though its bytes count. Oldest first."""
+    A ``protected`` artifact is never picked, though its bytes count. Oldest first.
+
+    An artifact younger than ``fresh_seconds`` (an id a model was just handed) is never
+    picked for another owner's excess: one of ``spiller``'s (the owner whose spill runs this)
+    only once no other is left, oldest first, and never its newest. A principal that spills a
+    burst pays with its own output, not with another's recent one."""
     out: list[Info] = []
     total = 0
     held: dict[str, int] = defaultdict(int)
     evictable: dict[str, deque[Info]] = defaultdict(deque)
-    for a in sorted(artifacts, key=lambda a: (a.mtime, a.session, a.id)):
-        spared = protected(a)
+    last: deque[Info] = deque()
+    """The spiller's own fresh artifacts, oldest first: picked after every other."""
+    ordered = sorted(artifacts, key=lambda a: (a.mtime, a.session, a.id))
+    newest = next((a for a in reversed(ordered) if a.session == spiller), None)
+    for a in ordered:
+        fresh = now - a.mtime < fresh_seconds
+        spared = protected(a) or (fresh and (a.session != spiller or a is newest))
         if not spared and now - a.mtime > max_age_seconds:
             out.append(a)
             continue
         total += a.size
         held[a.session] += a.size
-        if not spared:
+        if spared:
+            continue
+        if fresh:
+            last.append(a)
+        else:
             evictable[a.session].append(a)
     heap = [(-held[owner], owner) for owner in evictable]
     heapq.heapify(heap)
@@ -65,4 +81,8 @@ def doomed(
         held[owner] -= victim.size
         if evictable[owner]:
             heapq.heappush(heap, (-held[owner], owner))
+    while total > max_total_bytes and last:
+        victim = last.popleft()
+        out.append(victim)
+        total -= victim.size
     return sorted(out, key=lambda a: (a.mtime, a.session, a.id))

@@ -461,8 +461,9 @@ def gc(
     """Delete expired artifacts, then until under max_total_bytes the oldest of the owner that
     holds the most (``spill.retention``); return the removed.
 
-    An artifact of protect_session younger than protect_seconds is never deleted, so the id a
-    model was just handed stays readable. Empty session directories of other sessions are
+    An artifact younger than protect_seconds is never deleted for another session's excess,
+    and protect_session's newest never (``spill.retention.doomed``), so the id a model was just
+    handed stays readable; without protect_session, nothing is spared. Empty session directories of other sessions are
     removed. Symlinks and foreign files are never followed or touched.
     """
     now = time.time() if now is None else now
@@ -476,7 +477,8 @@ def gc(
             max_age_seconds=max_age_seconds,
             max_total_bytes=max_total_bytes,
             now=now,
-            protected=lambda a: a.session == protect_session and now - a.mtime < protect_seconds,
+            spiller=protect_session,
+            fresh_seconds=protect_seconds if protect_session is not None else 0.0,
         )
         removed = [a for a in chosen if _unlink_artifact(root_fd, a)]
         for session in _session_names(root_fd):

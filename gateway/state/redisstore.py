@@ -345,7 +345,8 @@ def collect(
         max_age_seconds=max_age_seconds,
         max_total_bytes=max_total_bytes,
         now=now,
-        protected=lambda a: a.session == protect and now - a.mtime < PROTECT_SECONDS,
+        spiller=protect,
+        fresh_seconds=PROTECT_SECONDS if protect is not None else 0.0,
     )
     for a in removed:
         _remove(client, a)
