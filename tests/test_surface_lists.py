@@ -86,3 +86,25 @@ async def test_a_failed_or_pending_relist_keeps_the_prompts_listed_before(tmp_pa
 
             await wait_for(resources_gone)
             assert [p.name for p in (await client.list_prompts()).prompts] == ["s__p1"]
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_an_item_the_sdk_refuses_is_left_out_and_every_other_is_listed(tmp_path: Path, mode: str) -> None:
+    """One prompt whose ``arguments`` is not a list, one resource whose ``size`` is not a
+    number: the gateway's whole ``prompts/list`` and ``resources/list`` failed ("Handler
+    returned an invalid result"), every server's items with them. Now each is left out with
+    a warning naming it and its server."""
+    bad = surface(
+        prompts=["fine"],
+        resources=["x://fine"],
+        raw_prompts=[{"name": "oops", "arguments": "not-a-list"}],
+        raw_resources=[{"uri": "x://bad", "name": "b", "size": "huge"}],
+    )
+    config = write_config(tmp_path, {"bad": bad, "good": surface(prompts=["p"], resources=["y://1"])})
+    log = tmp_path / "gateway.log"
+    async with sdk_client(config, mode, errlog=log) as client:
+        assert [p.name for p in (await client.list_prompts()).prompts] == ["bad__fine", "good__p"]
+        assert [str(r.uri) for r in (await client.list_resources()).resources] == ["x://fine", "y://1"]
+    logged = log.read_text()
+    assert "ignored prompt 'oops' of server 'bad': arguments: Input should be a valid list" in logged
+    assert "ignored resource 'b' of server 'bad': size: Input should be a valid integer" in logged
