@@ -353,10 +353,14 @@ def _block(position: int, entry: Entry, too_long: str | None = None) -> str:
     return "\n".join(lines) + "\n\n"
 
 
-def _footer(result: SearchResult, shown: Sequence[str], activated: Sequence[str], max_bytes: int) -> str:
-    granted = set(activated)
+def _footer(
+    result: SearchResult, shown: Sequence[str], activated: Sequence[str], max_bytes: int, refused: Sequence[str] = ()
+) -> str:
+    granted, barred = set(activated), set(refused)
     names = [n for n in shown if n in granted]
     parts = ["Activated: " + (", ".join(names) if names else "none") + "."]
+    if kept_out := [n for n in shown if n in barred]:
+        parts.append("Not activated, refused by policy or the catalog lock: " + ", ".join(kept_out) + ".")
     first, last = result.offset + 1, result.offset + len(shown)
     page = f"Showing {first}-{last} of {result.total}" if shown else f"Showing 0 of {result.total}"
     left = len(result.matches) - len(shown)
@@ -399,6 +403,7 @@ def render(
     size: Callable[[str], int] = _utf8_size,
     extra: str = "",
     long_schemas: Mapping[str, str] | None = None,
+    refused: Sequence[str] = (),
 ) -> RenderedSearch:
     """Deterministic model-visible text of ``result``, at most ``max_bytes`` as ``size``
     measures it (default: UTF-8 bytes; the gateway's: the result's JSON, escaping included),
@@ -411,7 +416,8 @@ def render(
     and how to page. A match whose block no page could hold is shown without its schema,
     saying where to read it (``long_schemas``: name -> that note; else it is named in
     ``too_long``), so that it can be found, activated and called. The caller activates
-    ``activated`` ∩ ``shown_names`` only.
+    ``activated`` ∩ ``shown_names`` only; ``refused`` names shown are said not to be (a tool
+    policy or the lock refuses: the model is not told it may call it).
     """
     q = _quote(result.query)
     tail = f"\n{extra}" if extra else ""
@@ -439,11 +445,11 @@ def render(
     shown: list[str] = []
     too_long: list[str] = []
     notes = long_schemas or {}
-    footer = _footer(result, shown, activated, max_bytes)
+    footer = _footer(result, shown, activated, max_bytes, refused)
     for i, entry in enumerate(result.matches):
         position = result.offset + i + 1
         block = _block(position, entry)
-        after = _footer(result, [*shown, entry.name], activated, max_bytes)
+        after = _footer(result, [*shown, entry.name], activated, max_bytes, refused)
         if frame + used + cost(block) + cost(after) > max_bytes:
             if frame + cost(block) + cost(after) <= max_bytes:
                 break  # the page is full: the next one starts with it

@@ -80,3 +80,21 @@ async def test_a_page_is_bounded_as_json_with_the_servers_that_are_down(tmp_path
         assert text_result_size(page) <= bound, bound
         assert len(page.encode()) < text_result_size(page) - 1000  # its escaping counted: it matters
         assert re.search(r"did not fit in \d+ bytes: call tool_search again with offset [1-9]", page), page
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_tool_policy_refuses_is_shown_but_never_said_to_be_activated(tmp_path: Path, mode: str) -> None:
+    """tool_search said "Activated: d__fail" for a tool policy denies, and the call right
+    after was refused: the model was told a tool was ready that can never run."""
+    from tests.helpers import demo
+
+    config = write_config(tmp_path, {"d": {**demo("--tools", 1), "deferred": True}}, policy={"deny": ["d__fail"]})
+    async with sdk_client(config, mode) as client:
+        found = text(await client.call_tool("tool_search", {"query": "d__fail d__echo", "limit": 5}))
+        assert "1. d__" in found and "d__fail" in found
+        activated = re.search(r"^Activated: (.*)\.$", found, re.M)
+        assert activated is not None and "d__fail" not in activated.group(1) and "d__echo" in activated.group(1)
+        assert "Not activated, refused by policy or the catalog lock: d__fail." in found
+        refused = await client.call_tool("d__fail", {})
+        assert refused.is_error and "denied by policy" in text(refused)

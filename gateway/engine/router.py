@@ -381,14 +381,18 @@ class Router:
             page[key] = value
         index = await epoch.searchable()
         result = index.query(query, page["limit"], page["offset"])
-        candidates = [e.name for e in result.matches if epoch.is_deferred(e.name)]
+        deferred = [e.name for e in result.matches if epoch.is_deferred(e.name)]
+        refused = [name for name in deferred if self.why_refused(epoch, name) is not None]
+        candidates = [name for name in deferred if name not in refused]  # (a refused one is never granted)
         # Bounded as any result the model sees (the servers that are down included)
         spill, down = self.spill, self.unavailable()
         bound = spill.max_visible_bytes if spill.enabled else DEFAULT_MAX_VISIBLE_BYTES
-        rendered = render(result, candidates, bound, size=text_result_size, extra=down)
+        rendered = render(result, candidates, bound, size=text_result_size, extra=down, refused=refused)
         if rendered.too_long:  # a schema no page can hold: kept as an artifact the model reads
             where = await self._in_thread(state, lambda: self._keep_schemas(epoch, rendered.too_long, state))
-            rendered = render(result, candidates, bound, size=text_result_size, extra=down, long_schemas=where)
+            rendered = render(
+                result, candidates, bound, size=text_result_size, extra=down, long_schemas=where, refused=refused
+            )
         grant = [n for n in rendered.shown_names if n in set(candidates)]
         try:
             await state.activate(grant)
