@@ -25,6 +25,10 @@ declares it to every server, as it declares every capability it relays, and chec
 against the client each such request reaches."""
 
 
+SUB_CAPABILITIES = (SAMPLING_TOOLS, "elicitation.url", "elicitation.form")
+"""What ``lacking`` may name below a capability (each a -32021 naming it)."""
+
+
 def lacking(method: str, capabilities: Any, params: Any = None) -> str | None:
     """The capability the client lacks to answer ``method`` with ``params`` (the method itself
     when no capability answers it; ``sampling.tools`` for a sampling request with tools), or
@@ -37,6 +41,22 @@ def lacking(method: str, capabilities: Any, params: Any = None) -> str | None:
         return capability
     if capability == "sampling" and _with_tools(params) and getattr(declared, "tools", None) is None:
         return SAMPLING_TOOLS
+    if capability == "elicitation":
+        return _elicitation_mode_lacking(declared, params)
+    return None
+
+
+def _elicitation_mode_lacking(declared: Any, params: Any) -> str | None:
+    """``elicitation.url`` or ``elicitation.form`` when the request's mode is one the client
+    did not declare. An empty ``elicitation`` declares form mode alone (as the spec reads it,
+    for clients from before URL mode); the gateway declares both to every server on every
+    client's behalf, so a server cannot tell, and a form-only client was sent URL requests."""
+    mode = params.get("mode", "form") if isinstance(params, dict) else "form"
+    form, url = getattr(declared, "form", None), getattr(declared, "url", None)
+    if mode == "url" and url is None:
+        return "elicitation.url"
+    if mode == "form" and form is None and url is not None:
+        return "elicitation.form"
     return None
 
 
@@ -48,7 +68,7 @@ def _with_tools(params: Any) -> bool:
 def refusal(lacked: str) -> MCPError:
     """The error for what ``lacking`` found: -32021 naming a capability; a request no
     capability answers is not one the gateway relays at all."""
-    if lacked not in (*CAPABILITY_FOR.values(), SAMPLING_TOOLS):
+    if lacked not in (*CAPABILITY_FOR.values(), *SUB_CAPABILITIES):
         return MCPError(code=INVALID_REQUEST, message=f"prefixgate: the connected client does not support {lacked}")
     required: dict[str, Any] = {}
     for name in reversed(lacked.split(".")):
