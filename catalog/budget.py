@@ -8,7 +8,6 @@ weights are fitted against cl100k_base and o200k_base (see docs/token-estimate.m
 
 from __future__ import annotations
 
-import fnmatch
 import functools
 import operator
 from collections.abc import Callable, Mapping, Sequence
@@ -24,6 +23,7 @@ from catalog.model import JSON, Catalog, Entry
 from catalog.names import code_unit_key
 from catalog.policy import ClientPolicy as ClientPolicy
 from catalog.policy import Mode as Mode
+from catalog.policy import matches
 
 # -- token estimate -------------------------------------------------------------------
 #
@@ -230,7 +230,7 @@ class Declarations:
 
 
 def _is_deferred(entry: Entry, globs: Sequence[str]) -> bool:
-    return entry.deferred or any(fnmatch.fnmatchcase(entry.name, g) for g in globs)
+    return entry.deferred or any(matches(entry.name, g) for g in globs)
 
 
 class _Plan:

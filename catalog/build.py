@@ -7,7 +7,6 @@ published ``tools/list`` (and the provider's prompt cache) stays stable.
 
 from __future__ import annotations
 
-import fnmatch
 import hashlib
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -19,6 +18,7 @@ import canonicaljson
 from catalog.canonical import encode, join_array, join_object, member, members
 from catalog.model import JSON, Catalog, CatalogWarning, Entry, ServerTools
 from catalog.names import Profile, assign_names, code_unit_key, qualify
+from catalog.policy import matches
 from catalog.schema import canonicalize, check, sort_keys
 from catalog.tasks import TASK_ONLY, as_plain, task_only
 from catalog.text import quote
@@ -77,9 +77,9 @@ def _name_problem(raw: JSON) -> str | None:
 def _exclusion(name: str, server: ServerTools) -> str | None:
     """Why the config hides this tool, or None; exclude wins over include."""
     for pattern in server.exclude:
-        if fnmatch.fnmatchcase(name, pattern):
+        if matches(name, pattern):
             return f"matches exclude pattern {quote(pattern)}"
-    if server.include and not any(fnmatch.fnmatchcase(name, p) for p in server.include):
+    if server.include and not any(matches(name, p) for p in server.include):
         return "matches no include pattern"
     return None
 
@@ -87,9 +87,9 @@ def _exclusion(name: str, server: ServerTools) -> str | None:
 def _view_exclusion(name: str, include: Sequence[str], exclude: Sequence[str]) -> str | None:
     """Why a profile does not see the tool published as ``name``, or None; exclude wins."""
     for pattern in exclude:
-        if fnmatch.fnmatchcase(name, pattern):
+        if matches(name, pattern):
             return f"published as {quote(name)}, which matches the profile's exclude pattern {quote(pattern)}"
-    if include and not any(fnmatch.fnmatchcase(name, p) for p in include):
+    if include and not any(matches(name, p) for p in include):
         return f"published as {quote(name)}, which matches none of the profile's include patterns"
     return None
 

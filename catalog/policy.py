@@ -6,10 +6,18 @@ warm start's key computed, before anything heavier than the standard library is 
 
 from __future__ import annotations
 
+import fnmatch
 from dataclasses import dataclass
 from typing import Literal
 
 Mode = Literal["auto", "fixed", "on-demand"]
+
+
+def matches(name: str, pattern: str) -> bool:
+    """Whether a config pattern (deny, defer, include, exclude) names ``name``: a glob
+    (``fnmatchcase``), or the name itself, written out. A name with ``[`` in it (``db__drop[all]``)
+    is a character class to ``fnmatch``: the name written as its own pattern did not match it."""
+    return name == pattern or fnmatch.fnmatchcase(name, pattern)
 
 
 @dataclass(frozen=True)

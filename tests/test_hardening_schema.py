@@ -250,6 +250,17 @@ async def test_deny_rule_survives_a_name_collision(tmp_path: Path, mode: str) ->
 
 
 @pytest.mark.parametrize("mode", ERAS)
+async def test_a_deny_pattern_that_is_the_tools_own_name_denies_it_brackets_and_all(tmp_path: Path, mode: str) -> None:
+    """``deny = ["r__drop[all]"]``, the name ``catalog`` shows for the tool before its rename:
+    fnmatch read ``[all]`` as a character class, so the rule matched nothing and the tool ran."""
+    config = write_config(tmp_path, {"r": rogue(tools=[tool("drop[all]")])}, policy={"deny": ["r__drop[all]"]})
+    async with sdk_client(config, mode) as client:
+        (name,) = [t.name for t in (await client.list_tools()).tools if "drop" in t.name]
+        refused = await client.call_tool(name, {})
+    assert refused.is_error and "denied by policy (deny pattern 'r__drop[all]'" in text(refused), text(refused)
+
+
+@pytest.mark.parametrize("mode", ERAS)
 @pytest.mark.parametrize("over", ["stdio", "http"])
 async def test_a_change_announced_while_the_gateway_starts_is_published(tmp_path: Path, mode: str, over: str) -> None:
     """A server that changes its tools right after answering its first ``tools/list``: its

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fnmatch
 import logging
 import sys
 from collections.abc import Sequence
@@ -12,6 +11,7 @@ from catalog.budget import DecisionError
 from catalog.history import summary
 from catalog.lock import LockError
 from catalog.model import CatalogWarning, Entry
+from catalog.policy import matches
 from catalog.text import escape, json_text, printable
 from gateway import __version__
 from gateway.commands.startup import discover, running
@@ -34,7 +34,7 @@ def policy_refusal(entry: Entry, policy: PolicyConfig) -> str | None:
     """Why ``[policy]`` refuses every call to this tool, or None: the rule the router applies
     at call time (a deny glob on any identity, then ``read_only``), for the reader's eye."""
     for pattern in policy.deny:
-        matched = next((n for n in entry.identities if fnmatch.fnmatchcase(n, pattern)), None)
+        matched = next((n for n in entry.identities if matches(n, pattern)), None)
         if matched is not None:
             via = "" if matched == entry.name else f" (matches {matched})"
             return f"denied by {pattern!r}{via}"

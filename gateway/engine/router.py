@@ -9,7 +9,6 @@ list never changes for them.
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
@@ -22,6 +21,7 @@ from mcp_types.methods import SERVER_RESULTS, is_input_required
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import TypeAdapter, ValidationError
 
+from catalog.policy import matches
 from catalog.schema import json_path
 from catalog.search import DEFAULT_LIMIT, render
 from catalog.text import escape, quote
@@ -348,7 +348,7 @@ class Router:
             return epoch.lock_refusals[name]
         identities = epoch.catalog.by_name[name].identities
         for pattern in self.policy.deny:
-            matched = next((n for n in identities if fnmatch.fnmatchcase(n, pattern)), None)
+            matched = next((n for n in identities if matches(n, pattern)), None)
             if matched == name:
                 return f"Tool {name} is denied by policy (deny pattern {pattern!r})."
             if matched is not None:
