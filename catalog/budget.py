@@ -20,7 +20,7 @@ from catalog.activation import identity_encoded as _identity
 from catalog.build import fingerprint as _fingerprint
 from catalog.canonical import encode, join_object
 from catalog.model import JSON, Catalog, Entry
-from catalog.names import code_unit_key
+from catalog.names import PROFILES, code_unit_key
 from catalog.policy import ClientPolicy as ClientPolicy
 from catalog.policy import Mode as Mode
 from catalog.policy import matches
@@ -271,6 +271,14 @@ class _Plan:
         return sum(self._tokens(n) for n in self.names)
 
 
+def _allows(policy: ClientPolicy, limit: int | None) -> str:
+    """Whose function limit it is: the profile's, or the config's ``max_functions``."""
+    profile = PROFILES.get(policy.profile)
+    if profile is not None and profile.max_functions == limit:
+        return f"profile {policy.profile} allows {limit}"
+    return f"max_functions is {limit}"
+
+
 def _over(plan: _Plan, limit: int | None, budget: int | None) -> Fallback | None:
     """Which limit ``plan`` breaks (count first), or ``None`` when it fits."""
     if limit is not None and plan.count > limit:
@@ -347,10 +355,7 @@ def decide(catalog: Catalog, policy: ClientPolicy, meta: Mapping[str, dict[str, 
         reason = _over(plan, limit, budget)
         if policy.declarations == "fixed":
             if reason == "tool-count":
-                raise DecisionError(
-                    f"declarations = fixed needs {plan.count} functions "
-                    f"but profile {policy.profile} allows {limit}"
-                )
+                raise DecisionError(f"declarations = fixed needs {plan.count} functions but {_allows(policy, limit)}")
             if reason == "context-budget":
                 steps.append(f"{_why(reason, plan, limit, budget)}, kept because declarations = fixed")
         elif reason is not None:
@@ -371,8 +376,7 @@ def decide(catalog: Catalog, policy: ClientPolicy, meta: Mapping[str, dict[str, 
             steps.append(f"{_why(reason, plan, limit, budget)} even with the meta tools alone")
         if limit is not None and plan.count > limit:
             raise DecisionError(
-                f"on-demand needs {plan.count} functions (its meta tools alone) "
-                f"but profile {policy.profile} allows {limit}"
+                f"on-demand needs {plan.count} functions (its meta tools alone) but {_allows(policy, limit)}"
             )
     declared_set = set(plan.names)
     deferred_names = tuple(e.name for e in entries if e.name not in declared_set or e.name in marked)

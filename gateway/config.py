@@ -776,7 +776,8 @@ def parse_config(
 
 
 def _client_names(where: str, client: ClientConfig, gateway: GatewayConfig) -> None:
-    """The client's naming profile leaves room for tool names and allows the separator."""
+    """The client's naming profile leaves room for tool names and allows the separator; its
+    context window, if given, leaves tokens for declarations."""
     profile = PROFILES[client.profile]
     if client.names.max_len < MIN_NAME_ROOM:
         raise ConfigError(
@@ -787,6 +788,15 @@ def _client_names(where: str, client: ClientConfig, gateway: GatewayConfig) -> N
     bad = _not_allowed(gateway.separator, client.profile)
     if bad is not None:
         raise ConfigError("gateway.separator", f"character {bad!r} is not allowed in {client.profile} tool names")
+    if client.context_window is not None:
+        left = client.context_window - client.reserve_tokens - client.keep_recent_tokens - client.system_prompt_tokens
+        if left <= 0:  # (every tool deferred, and even the meta tools over budget, without a word)
+            raise ConfigError(
+                f"{where}.context_window",
+                f"{client.context_window} leaves {left} tokens for declarations once reserve_tokens "
+                f"({client.reserve_tokens}), keep_recent_tokens ({client.keep_recent_tokens}) and "
+                f"system_prompt_tokens ({client.system_prompt_tokens}) are taken: raise it or lower those",
+            )
 
 
 def _not_allowed(text: str, naming: str) -> str | None:

@@ -75,6 +75,11 @@ def test_client_defaults_are_the_policy_defaults() -> None:
         ({**BASE, "policy": {"allow": []}}, "policy.allow: unknown key"),
         ({**BASE, "client": {"max_functions": 0}}, "client.max_functions: expected an integer >= 1"),
         ({**BASE, "client": {"max_functions": -5}}, "client.max_functions: expected an integer >= 1"),
+        ({**BASE, "client": {"context_window": 30000}},
+         "client.context_window: 30000 leaves -6384 tokens for declarations once reserve_tokens (16384), "
+         "keep_recent_tokens (20000) and system_prompt_tokens (0) are taken: raise it or lower those"),
+        ({**BASE, "profiles": {"p": {"client": {"context_window": 36384}}}},
+         "profiles.p.client.context_window: 36384 leaves 0 tokens"),
         ({"servers": {"git": {"command": "x", "args": ["${UNCLOSED"]}}},
          "servers.git.args[0]: unterminated variable reference: a '${' without its '}' (write $${ for a literal ${)"),
         ({"servers": {"git": {"command": "x", "call_timeout": float("nan")}}},
