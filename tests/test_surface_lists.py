@@ -108,3 +108,42 @@ async def test_an_item_the_sdk_refuses_is_left_out_and_every_other_is_listed(tmp
     logged = log.read_text()
     assert "ignored prompt 'oops' of server 'bad': arguments: Input should be a valid list" in logged
     assert "ignored resource 'b' of server 'bad': size: Input should be a valid integer" in logged
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_server_that_joins_late_announces_its_prompts_and_resources(tmp_path: Path, mode: str) -> None:
+    """A server ready after the discovery barrier brings prompts and resources: clients
+    were told of its tools only, and their prompt and resource lists stayed stale."""
+    from mcp_types import PromptListChangedNotification, ResourceListChangedNotification
+
+    from tests.helpers import Notifications, demo
+
+    slow = {**demo("--rich", "--startup-delay", 4, "--name", "slow"), "startup_timeout": 1}
+    config = write_config(tmp_path, {"fast": demo("--tools", 1), "slow": slow})
+    notes = Notifications()
+    async with sdk_client(config, mode, message_handler=notes) as client:
+        assert (await client.list_prompts()).prompts == []
+        heard: list[str] = []
+        with anyio.fail_after(30):
+            if mode == "legacy":
+
+                def kinds() -> set[str]:
+                    found = {type(m) for m in notes.seen}
+                    return {
+                        k
+                        for k, t in (
+                            ("prompts", PromptListChangedNotification),
+                            ("resources", ResourceListChangedNotification),
+                        )
+                        if t in found
+                    }
+
+                await wait_for(lambda: kinds() == {"prompts", "resources"})
+            else:
+                async with client.listen(prompts_list_changed=True, resources_list_changed=True) as events:
+                    async for event in events:
+                        heard.append(type(event).__name__)
+                        if any("Prompt" in h for h in heard) and any("Resource" in h for h in heard):
+                            break
+        assert [p.name for p in (await client.list_prompts()).prompts]
+        assert (await client.list_resources()).resources

@@ -257,12 +257,14 @@ class Publisher:
         except DecisionError as exc:
             log.error("catalog change refused (%s): %s; keeping the current epoch", why, exc)
             return
-        self._resurface()
+        kinds = self._resurface()
         old = self._router.epoch
         if old is None or epoch.pending != old.pending:
             log_pending(epoch)
         if await self._adopt(epoch, why):
             log.info("%s: catalog unchanged (fingerprint %s), same epoch", why, epoch.fingerprint[:16])
+        for kind in kinds:  # a server that joined (or came back) brings its prompts and resources too
+            await self._clients.list_changed(kind)
         await self.save_warm()
 
     async def relisted(self, kind: str) -> None:
