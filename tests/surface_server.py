@@ -7,13 +7,16 @@ URI templates), ``raw_prompts`` / ``raw_resources`` (items listed as given, for 
 SDK's models refuse), ``overrides`` (method -> the answer's ``result`` or ``error`` member,
 or ``"hang"``: never answered). Its one tool, ``emit``, takes ``overrides`` (merged into the
 server's), ``notifications`` (sent before its answer) and ``progress`` (that many progress
-notifications for the call's token, sent at once before its answer): how a test changes the
-server while it runs. Each request is answered in a thread of its own, so a hung one holds no other.
+notifications for the call's token, sent at once before its answer), or ``exit`` (the
+process ends, the call unanswered): how a test changes the server while it runs. ``log``: a
+file each request is written to (its method, params and the process's pid). Each request
+is answered in a thread of its own, so a hung one holds no other.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 import time
@@ -43,6 +46,9 @@ def send(message: dict[str, Any]) -> None:
 
 
 def handle(method: str, params: dict[str, Any]) -> dict[str, Any]:
+    if "log" in config:  # each request's method and params, with this process's pid: one JSON line each
+        with open(config["log"], "a", encoding="utf-8") as log:
+            log.write(json.dumps({"pid": os.getpid(), "method": method, "params": params}) + "\n")
     if method in overrides:
         override = overrides[method]
         if override == "hang":
@@ -55,6 +61,8 @@ def handle(method: str, params: dict[str, Any]) -> dict[str, Any]:
         return {"result": {"tools": [{"name": "emit", "inputSchema": {"type": "object"}}]}}
     if method == "tools/call":
         arguments = params.get("arguments") or {}
+        if arguments.get("exit"):
+            os._exit(3)  # (the call unanswered: the gateway sees the process end, and restarts it)
         overrides.update(arguments.get("overrides", {}))
         for notification in arguments.get("notifications", []):
             send({"jsonrpc": "2.0", **notification})

@@ -9,6 +9,7 @@ rebuild while a re-list was still waiting. Real gateway over stdio, a raw stdio 
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -147,3 +148,27 @@ async def test_a_server_that_joins_late_announces_its_prompts_and_resources(tmp_
                             break
         assert [p.name for p in (await client.list_prompts()).prompts]
         assert (await client.list_resources()).resources
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_watched_resource_is_subscribed_again_when_its_server_is_back(tmp_path: Path, mode: str) -> None:
+    """The server restarted (it crashed): its new process was never told to report the
+    resource a client still watched, so updates stopped without a word (the level a client
+    asked for was passed on again; the subscription not)."""
+    log = tmp_path / "server.log"
+    config = write_config(tmp_path, {"s": surface(resources=["x://a"], log=str(log))})
+
+    def subscribes() -> list[int]:
+        lines = [json.loads(line) for line in log.read_text().splitlines()]
+        return [m["pid"] for m in lines if m["method"] == "resources/subscribe" and m["params"]["uri"] == "x://a"]
+
+    async with sdk_client(config, mode) as client:
+        async with contextlib.AsyncExitStack() as stack:
+            if mode == "legacy":
+                await client.subscribe_resource("x://a")
+            else:
+                await stack.enter_async_context(client.listen(resource_subscriptions=["x://a"]))
+            await wait_for(lambda: len(subscribes()) == 1)
+            crashed = await client.call_tool("s__emit", {"exit": True})
+            assert crashed.is_error
+            await wait_for(lambda: len(set(subscribes())) == 2)  # the new process's pid

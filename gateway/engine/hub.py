@@ -167,6 +167,7 @@ class Hub:
 
     async def server_ready(self, downstream: Downstream) -> None:
         await self.clients.pass_level(downstream)  # the level every profile's clients asked for
+        await self.watches.resume(downstream)  # and the resources they watch
         for hub in self.seeing(downstream):
             await hub.publisher.server_up(downstream)
         self.relists.ready(downstream)

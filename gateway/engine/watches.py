@@ -98,6 +98,26 @@ class Watches:
                         log.info("resource %r: its server was not told to stop reporting: %s", uri, exc)
         self._forget_lock(uri)
 
+    async def resume(self, downstream: Downstream) -> None:
+        """A handshake-era server is (back) up: a new process knows nothing of what the last
+        one was asked to report, so each watched resource it owns is subscribed again (best
+        effort, a line each that fails). A 2026-07-28 server's listen stream carries its
+        filter anew each time it is opened (``listening.py``)."""
+        if downstream.modern:
+            return
+        for uri in sorted(self._count):
+            if self._owner_of(uri) is not downstream:
+                continue
+            async with self._lock(uri):
+                if uri not in self._count:  # (unwatched meanwhile)
+                    continue
+                with anyio.move_on_after(STOP_TIMEOUT):
+                    try:
+                        await self._tell(uri, True)
+                    except (MCPError, DownstreamUnavailable) as exc:
+                        log.warning("resource %r: its server, back, was not subscribed again: %s", uri, exc)
+            self._forget_lock(uri)
+
     def _lock(self, uri: str) -> anyio.Lock:
         lock = self._locks.get(uri)
         if lock is None:
