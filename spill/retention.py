@@ -45,21 +45,22 @@ def doomed(
     the oldest artifact of the owner that holds the most bytes (ties: the smaller owner key).
     A ``protected`` artifact is never picked, though its bytes count. Oldest first.
 
-    An artifact younger than ``fresh_seconds`` (an id a model was just handed) is never
-    picked for another owner's excess: one of ``spiller``'s (the owner whose spill runs this)
-    only once no other is left, oldest first, and never its newest. A principal that spills a
-    burst pays with its own output, not with another's recent one."""
+    An artifact younger than ``fresh_seconds`` (an id a model was just handed) is picked only
+    once nothing older is left: ``spiller``'s (the owner whose spill runs this) first, oldest
+    first, then other owners', and never the spiller's newest. A principal that spills a burst
+    pays with its own recent output before another's."""
     out: list[Info] = []
     total = 0
     held: dict[str, int] = defaultdict(int)
     evictable: dict[str, deque[Info]] = defaultdict(deque)
     last: deque[Info] = deque()
-    """The spiller's own fresh artifacts, oldest first: picked after every other."""
+    """The fresh artifacts: the spiller's, then other owners', each oldest first."""
+    others: deque[Info] = deque()
     ordered = sorted(artifacts, key=lambda a: (a.mtime, a.session, a.id))
     newest = next((a for a in reversed(ordered) if a.session == spiller), None)
     for a in ordered:
         fresh = now - a.mtime < fresh_seconds
-        spared = protected(a) or (fresh and (a.session != spiller or a is newest))
+        spared = protected(a) or a is newest
         if not spared and now - a.mtime > max_age_seconds:
             out.append(a)
             continue
@@ -68,7 +69,7 @@ def doomed(
         if spared:
             continue
         if fresh:
-            last.append(a)
+            (last if a.session == spiller else others).append(a)
         else:
             evictable[a.session].append(a)
     heap = [(-held[owner], owner) for owner in evictable]
@@ -81,6 +82,7 @@ def doomed(
         held[owner] -= victim.size
         if evictable[owner]:
             heapq.heappush(heap, (-held[owner], owner))
+    last.extend(others)
     while total > max_total_bytes and last:
         victim = last.popleft()
         out.append(victim)

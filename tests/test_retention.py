@@ -42,16 +42,16 @@ def test_expired_ones_go_and_protected_ones_stay_though_they_count() -> None:
 def test_a_burst_of_one_owner_costs_its_own_fresh_output_never_anothers() -> None:
     """QA of 2026-12-06: Bob spilled one result, then Alice eight within the minute; Alice's
     were all protected, so her excess was taken from Bob: his fresh id read "no artifact".
-    Now another owner's fresh artifact is never picked for the spiller's excess; the spiller's
-    own fresh ones go (oldest first) once nothing else is left, its newest never."""
+    Now fresh artifacts go only once nothing older is left, the spiller's own first (oldest
+    first, its newest never), then another owner's."""
     bob = [art("bob", "b-old", 300, 500), art("bob", "b-fresh", 300, 30)]
     alice = [art("alice", f"a{i}", 300, 20 - i) for i in range(8)]  # a7 the newest
     removed = doomed(
         [*bob, *alice], max_age_seconds=10**6, max_total_bytes=1000, now=NOW, spiller="alice", fresh_seconds=60
     )
     assert ids(removed) == ["b-old", "a0", "a1", "a2", "a3", "a4", "a5"]  # left: b-fresh and a6, a7 (900)
-    # Over the budget with only fresh ones of others and the spiller's newest: all stay.
+    # Nothing else left: then another's fresh one, never the spiller's newest.
     tight = doomed([*bob, *alice], max_age_seconds=10**6, max_total_bytes=0, now=NOW, spiller="alice", fresh_seconds=60)
-    assert "b-fresh" not in ids(tight) and "a7" not in ids(tight)
+    assert ids(tight)[-1] == "a6" and "b-fresh" in ids(tight) and "a7" not in ids(tight)
     # With no spiller (the artifacts command), freshness spares nothing.
     assert "b-fresh" in ids(doomed([*bob, *alice], max_age_seconds=10**6, max_total_bytes=0, now=NOW))
