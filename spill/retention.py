@@ -60,7 +60,7 @@ def doomed(
     newest = next((a for a in reversed(ordered) if a.session == spiller), None)
     for a in ordered:
         fresh = now - a.mtime < fresh_seconds
-        spared = protected(a) or a is newest
+        spared = protected(a) or (fresh and a is newest)
         if not spared and now - a.mtime > max_age_seconds:
             out.append(a)
             continue
