@@ -82,9 +82,7 @@ class Downstream:
         early: Spawned | None = None,
     ) -> None:
         self.config = config
-        self._secrets = secrets_of(config)
-        """Its configured values, masked in each stderr line it writes (computed once: a server
-        may write many)."""
+        self._secrets = secrets_of(config)  # masked in each stderr line it writes (once: it may write many)
         self.oauth = oauth
         """Token store and login hints for a remote server with ``auth`` (``gateway.downstream.oauth``)."""
         self.events: Events = events or NoEvents()
@@ -305,16 +303,15 @@ class Downstream:
             self.tools = await list_all(functools.partial(self.request, beside=again), "tools/list", "tools")
             if (link := self.link) is not None:
                 link.tools_listed(self.tools)
-        # A bad, refused or silent resources or prompts list costs that list alone, not the
-        # server's tools (nor its resources, for its templates); a failed re-list keeps what
-        # the server listed before, and the lists are replaced only once the new ones are in.
+        # A bad, refused or silent resources or prompts list costs that list alone (``_listed``);
+        # a failed re-list keeps the old one, replaced only once a new one is in.
         if resources:
             if "resources" not in self.capabilities:
                 self.resources = self.templates = ()
             else:
-                found = await self._listed("resources/list", "resources", "its resources", again)
-                templates = await self._listed(
-                    "resources/templates/list", "resourceTemplates", "its resource templates", again
+                found = await _listed(self, "resources/list", "resources", "its resources", again)
+                templates = await _listed(
+                    self, "resources/templates/list", "resourceTemplates", "its resource templates", again
                 )
                 self.resources = found if found is not None else self.resources if again else ()
                 self.templates = templates if templates is not None else self.templates if again else ()
@@ -322,25 +319,8 @@ class Downstream:
             if "prompts" not in self.capabilities:
                 self.prompts = ()
             else:
-                found = await self._listed("prompts/list", "prompts", "its prompts", again)
+                found = await _listed(self, "prompts/list", "prompts", "its prompts", again)
                 self.prompts = found if found is not None else self.prompts if again else ()
-
-    async def _listed(self, method: str, key: str, what: str, again: bool) -> tuple[Any, ...] | None:
-        """Every item ``method`` lists, or None (logged) when the server refuses it, answers
-        it badly or not within half its ``startup_timeout`` (the other half is its start's):
-        a server whose ``prompts/list`` never answered was never ready, its tools never published."""
-        timeout = self.config.startup_timeout / 2
-        try:
-            with anyio.fail_after(timeout):
-                return await list_all(self.request, method, key)
-        except TimeoutError:
-            problem = f"no answer within {timeout:g} s (half its startup_timeout)"
-        except (MCPError, ValueError) as exc:
-            if isinstance(exc, MCPError) and exc.error.code == METHOD_NOT_FOUND and key == "resourceTemplates":
-                return ()  # (many servers with resources have no templates, and say so)
-            problem = short(exc)
-        self.log.warning("[%s] %s %s: %s", self.id, what, "kept as listed before" if again else "not offered", problem)
-        return None
 
     async def watch_resource(self, uri: str, watch: bool) -> None:
         """``resources/subscribe`` toward a modern server: its listen stream's filter (``listening.py``)."""
@@ -350,3 +330,21 @@ class Downstream:
         """A lost listen stream is back: every list may have changed meanwhile (no replay)."""
         for kind in ("tools", "prompts", "resources"):
             await self.events.server_notification(self, f"notifications/{kind}/list_changed", {})
+
+
+async def _listed(d: Downstream, method: str, key: str, what: str, again: bool) -> tuple[Any, ...] | None:
+    """Every item ``method`` lists, or None (logged) when the server refuses it, answers
+    it badly or not within half its ``startup_timeout`` (the other half is its start's):
+    a server whose ``prompts/list`` never answered was never ready, its tools never published."""
+    timeout = d.config.startup_timeout / 2
+    try:
+        with anyio.fail_after(timeout):
+            return await list_all(d.request, method, key)
+    except TimeoutError:
+        problem = f"no answer within {timeout:g} s (half its startup_timeout)"
+    except (MCPError, ValueError) as exc:
+        if isinstance(exc, MCPError) and exc.error.code == METHOD_NOT_FOUND and key == "resourceTemplates":
+            return ()  # (many servers with resources have no templates, and say so)
+        problem = short(exc)
+    d.log.warning("[%s] %s %s: %s", d.id, what, "kept as listed before" if again else "not offered", problem)
+    return None
