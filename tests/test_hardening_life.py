@@ -259,6 +259,43 @@ def test_stopping_the_gateway_leaves_no_server_running(tmp_path: Path, how: str)
             os.kill(int(pidfile.read_text()), signal.SIGKILL)
 
 
+@pytest.mark.real_processes  # the gateway's own process and its exit
+def test_end_of_input_waits_for_calls_in_flight_at_most_drain_timeout(tmp_path: Path) -> None:
+    """The client closed stdin with a call in flight that reports progress: the gateway (and
+    its servers) stayed up until that call ended, up to max_call_time (an hour), though no
+    one could read its answer. Now the calls read get drain_timeout to be answered, as on
+    SIGTERM, and the gateway stops, saying so."""
+    import json
+
+    config = write_config(tmp_path, {"d": demo("--tools", 1)}, gateway={"drain_timeout": 1})
+    errlog = (tmp_path / "stderr.log").open("w")
+    proc = subprocess.Popen(
+        [*GATEWAY, "serve", "--config", str(config)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errlog
+    )
+    try:
+        assert proc.stdin is not None and proc.stdout is not None
+        call = {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {"name": "d__slow", "arguments": {"seconds": 60, "steps": 60}, "_meta": {"progressToken": 7}},
+        }
+        for message in (INIT, {"jsonrpc": "2.0", "method": "notifications/initialized"}, call):
+            proc.stdin.write((json.dumps(message) + "\n").encode())
+        proc.stdin.flush()
+        assert b'"result"' in proc.stdout.readline()
+        assert b"notifications/progress" in proc.stdout.readline()  # the call is in flight, reporting
+        proc.stdin.close()
+        assert proc.wait(timeout=30) == 0  # (60 s and more before)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        errlog.close()
+    assert "end of input: 1 request(s) still unanswered after drain_timeout (1 s); stopping" in (
+        (tmp_path / "stderr.log").read_text()
+    )
+
+
 # --- item 7: a list_changed storm is coalesced --------------------------------------------
 
 

@@ -129,7 +129,9 @@ async def serve(
                     handoff = prelude.stop()
                     if prelude.listed and prelude.record is not None:
                         hub.publisher.client_saw = prelude.record.fingerprint  # what the client holds
-                async with stdio_streams(config.gateway.max_message_bytes, lane, handoff) as (read, write):
+                async with stdio_streams(
+                    config.gateway.max_message_bytes, lane, handoff, config.gateway.drain_timeout
+                ) as (read, write):
                     await server.run(read, write, options)
             else:
                 from gateway.upstream.http import serve_http

@@ -83,6 +83,10 @@ class Unanswered:
         self._ids[key] = self._ids.get(key, 0) + 1
         self._count += 1
 
+    @property
+    def count(self) -> int:
+        return self._count
+
     async def drained(self) -> None:
         """Wait until every request read is answered (or cancelled)."""
         while self._count:
@@ -257,13 +261,18 @@ class ClientStdin(LineReader[Any]):
 
 @asynccontextmanager
 async def stdio_streams(
-    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, lane: Lane | None = None, handoff: Handoff | None = None
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    lane: Lane | None = None,
+    handoff: Handoff | None = None,
+    drain_timeout: float = 25.0,
 ) -> AsyncIterator[tuple[Any, Any]]:
     """The (read, write) message streams of the stdio MCP connection.
 
     ``lane``: requests it claims (``tools/call``, gateway/upstream/fast.py) are answered
     by it on this end's own writer instead of going through the SDK's streams.
-    ``handoff``: what the prelude (gateway/upstream/prelude.py) read, wrote and replays."""
+    ``handoff``: what the prelude (gateway/upstream/prelude.py) read, wrote and replays.
+    ``drain_timeout``: at the end of input, how long the requests read may take to be
+    answered (``[gateway] drain_timeout``, as a drain on SIGTERM)."""
     handoff = handoff or Handoff(b"", b"", frozenset())
     wire_in, wire_out = os.dup(0), os.dup(1)
     # The loop makes a pipe or a terminal non-blocking, which its other holders (the shell
@@ -362,11 +371,20 @@ async def stdio_streams(
                     break
                 await stdin.wait()
             # End of input: every request read is answered before the session ends (whatever
-            # stdout is); what we asked the client can no longer be answered.
+            # stdout is), within drain_timeout: a call that reports progress for an hour held
+            # the gateway and its servers up after its client had gone. What we asked the client
+            # can no longer be answered.
             for key in list(outgoing):
                 await unanswerable(key[1])
             outgoing.clear()
-            await unanswered.drained()
+            with anyio.move_on_after(drain_timeout) as drain:
+                await unanswered.drained()
+            if drain.cancelled_caught:
+                log.warning(
+                    "end of input: %d request(s) still unanswered after drain_timeout (%g s); stopping",
+                    unanswered.count,
+                    drain_timeout,
+                )
 
     async def write_lines() -> None:
         async with write_recv:
