@@ -27,6 +27,7 @@ from tests.helpers import (
     GATEWAY,
     PYTHON,
     catalog_json,
+    demo,
     http_gateway,
     run_cli,
     sdk_client,
@@ -353,6 +354,21 @@ def test_lock_refuses_to_leave_out_a_server_that_is_not_ready(tmp_path: Path) ->
         "(nothing written)"
     )
     assert not (tmp_path / "prefixgate.lock").exists()
+
+
+def test_a_lock_written_while_a_server_is_disabled_keeps_its_tools(tmp_path: Path) -> None:
+    """``catalog diff --lock`` said the catalog matched and ``serve`` still published the
+    disabled server's locked tools, yet ``catalog lock`` rewrote the lock without them: enabled
+    again, they were held back as new, their approvals lost without a word."""
+    servers = {"m": mutating(tmp_path / "m.json"), "d": demo("--tools", 1)}
+    config = write_config(tmp_path, servers)
+    first = lock(config)
+    assert 'server = "d"' in first.decode()
+    write_config(tmp_path, {**servers, "d": {**servers["d"], "enabled": False}})
+    assert lock(config) == first
+    write_config(tmp_path, servers)
+    proc = cli("catalog", "diff", "--lock", "--config", str(config))
+    assert proc.returncode == 0 and "the live catalog matches the lock" in proc.stdout, proc.stdout + proc.stderr
 
 
 @pytest.mark.parametrize("mode", ERAS)

@@ -153,13 +153,24 @@ async def lock(config: Config) -> int:
                     f"prefixgate: catalog lock: {each.path} exists and {len(pending)} live change(s) are pending: "
                     "review and accept them with prefixgate catalog approve (nothing written)",
                 )
-        chosen = [(each, [LockedTool.of(e) for e in each.live.catalog.entries]) for each in profiles]
+        chosen = [(each, [LockedTool.of(e) for e in each.live.catalog.entries] + _kept(each)) for each in profiles]
         results = await write_all("catalog lock", chosen)
         written = [(each, new, changed) for (each, _), (new, changed) in zip(chosen, results, strict=True)]
     for each, new, changed in written:
         done = "wrote" if changed else "unchanged:"
         _out(f"{done} {each.path}: {len(new.tools)} tools, fingerprint {new.fingerprint}\n")
     return 0
+
+
+def _kept(each: _Locked) -> list[LockedTool]:
+    """The locked tools of servers the config disables: still published under the lock (as a
+    server that is not up), so a lock written now keeps them. Dropped, they came back as
+    "new since the lock" once the server was enabled again: their approvals lost unseen."""
+    if each.existing is None:
+        return []
+    disabled = {s.id for s in each.hub.config.servers if not s.enabled}
+    live = {e.name for e in each.live.catalog.entries}
+    return [t for t in each.existing.tools if t.server in disabled and t.name not in live]
 
 
 async def diff(config: Config, as_json: bool) -> int:
