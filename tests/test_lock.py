@@ -356,6 +356,32 @@ def test_lock_refuses_to_leave_out_a_server_that_is_not_ready(tmp_path: Path) ->
     assert not (tmp_path / "prefixgate.lock").exists()
 
 
+def test_approving_a_tool_by_one_profiles_name_approves_it_in_every_profile(tmp_path: Path) -> None:
+    """The README's setup (claude-code by default, a codex profile on openai): a long tool name
+    is published under two names. Approving it by the name the default profile's refusal gives
+    left the same change pending in codex, where it reads otherwise (docs/lock.md: approving
+    records it in every profile it is pending in)."""
+    from tests.test_hardening_schema import rogue, tool
+
+    long = "create_pull_request_review_comment_on_line_range"
+    profiles = {"codex": {"client": {"profile": "openai"}}}
+
+    def config_with(description: str) -> Path:
+        server = rogue(tools=[tool(long, description=description)])
+        return write_config(tmp_path, {"github": server}, client={"profile": "claude-code"}, profiles=profiles)
+
+    config = config_with("Create.")
+    lock(config)
+    config = config_with("Create, now with more.")
+    listed = json.loads(cli("catalog", "diff", "--lock", "--json", "--config", str(config)).stdout)
+    default_name = listed["pending"][0]["name"]
+    assert listed["profiles"]["codex"]["pending"][0]["name"] != default_name  # two names, one tool
+    proc = cli("catalog", "approve", default_name, "--yes", "--config", str(config))
+    assert proc.returncode == 0, proc.stderr
+    after = cli("catalog", "diff", "--lock", "--config", str(config))
+    assert after.returncode == 0, after.stdout
+
+
 def test_a_lock_written_while_a_server_is_disabled_keeps_its_tools(tmp_path: Path) -> None:
     """``catalog diff --lock`` said the catalog matched and ``serve`` still published the
     disabled server's locked tools, yet ``catalog lock`` rewrote the lock without them: enabled

@@ -209,7 +209,8 @@ def _confirm(count: int) -> bool:
 
 async def approve_command(config: Config, names: Sequence[str], everything: bool, yes: bool) -> int:
     """Show each chosen pending change, confirm, and record it in the lock of every profile it is
-    pending in (a name is the tool's published name in that profile)."""
+    pending in. A name is the tool's published name in one profile: the tool it names (its server
+    and original name) is approved in every profile, where a long name may read otherwise."""
     if not names and not everything:
         raise Exit(2, "prefixgate: catalog approve: name the changes to approve (catalog diff --lock) or pass --all")
     for view in views(config):
@@ -218,10 +219,11 @@ async def approve_command(config: Config, names: Sequence[str], everything: bool
         profiles = await _discover_all(hub, every_lock=True)
         chosen: list[tuple[_Locked, list[Pending]]] = []
         known: dict[str, None] = {}
-        for each in profiles:
-            pending = each.pending()
+        found = [(each, each.pending()) for each in profiles]
+        routes = {(p.server, p.original) for _, pending in found for p in pending if p.name in names}
+        for each, pending in found:
             known.update(dict.fromkeys(p.name for p in pending))
-            picked = list(pending) if everything else [p for p in pending if p.name in names]
+            picked = list(pending) if everything else [p for p in pending if (p.server, p.original) in routes]
             if picked:
                 chosen.append((each, picked))
         unknown = [n for n in names if n not in known]
