@@ -5,12 +5,12 @@
 Keys: ``caps`` (its capabilities), ``prompts``, ``resources``, ``templates`` (names, URIs,
 URI templates), ``raw_prompts`` / ``raw_resources`` (items listed as given, for items the
 SDK's models refuse), ``overrides`` (method -> the answer's ``result`` or ``error`` member,
-or ``"hang"``: never answered). Its one tool, ``emit``, takes ``overrides`` (merged into the
-server's), ``notifications`` (sent before its answer) and ``progress`` (that many progress
-notifications for the call's token, sent at once before its answer), or ``exit`` (the
-process ends, the call unanswered): how a test changes the server while it runs. ``log``: a
-file each request is written to (its method, params and the process's pid). Each request
-is answered in a thread of its own, so a hung one holds no other.
+``"hang"``: never answered, or ``"exit"``: the process ends). Its one tool, ``emit``, takes
+``overrides`` (merged into the server's), ``notifications`` (sent before its answer) and
+``progress`` (that many progress notifications for the call's token, sent at once before its
+answer), or ``exit`` (the process ends, the call unanswered): how a test changes the server
+while it runs. ``log``: a file each request is written to (its method, params and the
+process's pid). Each request is answered in a thread of its own, so a hung one holds no other.
 """
 
 from __future__ import annotations
@@ -53,6 +53,8 @@ def handle(method: str, params: dict[str, Any]) -> dict[str, Any]:
         override = overrides[method]
         if override == "hang":
             time.sleep(3600)
+        if override == "exit":
+            os._exit(3)
         return dict(override)
     if method == "initialize":
         info = {"name": "surface", "version": "1"}

@@ -172,3 +172,17 @@ async def test_a_watched_resource_is_subscribed_again_when_its_server_is_back(tm
             crashed = await client.call_tool("s__emit", {"exit": True})
             assert crashed.is_error
             await wait_for(lambda: len(set(subscribes())) == 2)  # the new process's pid
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_server_that_exits_while_it_answers_a_prompt_is_named(tmp_path: Path, mode: str) -> None:
+    """The client got the SDK's bare "Connection closed" (tools/call names the server)."""
+    from mcp.shared.exceptions import MCPError
+
+    config = write_config(tmp_path, {"s": surface(prompts=["p"], overrides={"prompts/get": "exit"})})
+    async with sdk_client(config, mode) as client:
+        with pytest.raises(MCPError) as info:
+            await client.get_prompt("s__p")
+    assert (
+        info.value.error.message == "prefixgate: connection to server 's' closed during the request for prompt 's__p'"
+    )

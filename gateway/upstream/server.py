@@ -28,7 +28,7 @@ from mcp.server.models import InitializationOptions
 from mcp.server.subscriptions import ListenHandler
 from mcp.shared.exceptions import MCPError
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, SERVER_INFO_META_KEY, URL_ELICITATION_REQUIRED
-from mcp_types.jsonrpc import INVALID_PARAMS, INVALID_REQUEST, REQUEST_TIMEOUT
+from mcp_types.jsonrpc import CONNECTION_CLOSED, INVALID_PARAMS, INVALID_REQUEST, REQUEST_TIMEOUT
 from mcp_types.methods import is_input_required, validate_client_request
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from pydantic import BaseModel, ValidationError
@@ -412,6 +412,12 @@ class Handlers:
                 raise MCPError(code=INVALID_PARAMS, message=str(exc)) from None
             except CallTimedOut as exc:
                 raise MCPError(code=REQUEST_TIMEOUT, message=f"{server_id}: {what} {exc.detail}") from None
+            except MCPError as exc:
+                if exc.code == CONNECTION_CLOSED and exc.message == "Connection closed" and exc.error.data is None:
+                    # The SDK's bare words named no one: which server went, during what.
+                    message = f"prefixgate: connection to server {server_id!r} closed during the request for {what}"
+                    raise MCPError(code=CONNECTION_CLOSED, message=message) from None
+                raise
 
         if method not in _INPUT_METHODS:
             return _result(ctx, await run())
