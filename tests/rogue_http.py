@@ -30,6 +30,7 @@ TOOLS = [
     "sse_surrogate",
     "sse_cut",
     "sse_resume",
+    "sse_resume_fails",
     "json_surrogate",
     "json_not_json",
     "json_bad_result",
@@ -107,6 +108,9 @@ class Handler(BaseHTTPRequestHandler):
             with _lock:
                 key = f"e{next(_keys)}"
                 _resumable[key] = event(reply(request_id, "resumed after a cut"), key + "-reply")
+            self.sse(f"id: {key}\nretry: 10\nevent: message\ndata: \n\n".encode() + event(log))
+        elif name == "sse_resume_fails":  # resumable, it says, but every GET resuming it is refused (405)
+            key = f"gone{next(_keys)}"
             self.sse(f"id: {key}\nretry: 10\nevent: message\ndata: \n\n".encode() + event(log))
         elif name == "json_surrogate":
             self.respond(200, "application/json", json.dumps(reply(FIXED, "lone \udc00 here")).encode())

@@ -142,6 +142,9 @@ async def test_a_misbehaving_http_server_gets_the_sdk_sessions_answers(tmp_path:
         # one line: not pydantic's further lines, which quote the reply's own bytes
         assert b"input_value" not in steps[tool] and b"errors.pydantic.dev" not in steps[tool], tool
     assert b"SSE stream ended without a response" in steps["sse_cut"]
+    # The transport gave up resuming: said as the transport's, not as the server's answer.
+    assert b"rogue: tool 'sse_resume_fails': SSE stream ended and reconnection attempts" in steps["sse_resume_fails"]
+    assert b"answered tool" not in steps["sse_resume_fails"]
     assert b"the backend is down" in steps["status_500_rpc_error"] and b"Session terminated" in steps["status_404"]
     assert b"202 Accepted" in steps["accepted"] and b"elsewhere.invalid" in steps["redirect_away"]
     assert b"Unexpected content type: text/plain" in steps["text_plain"]

@@ -52,3 +52,8 @@ def host_of(exc: BaseException) -> str | None:
         return None
     port = url.port or {"https": 443, "http": 80}.get(url.scheme)
     return f"{url.host}:{port}" if url.host else None
+
+
+GAVE_UP_RESUMING = "SSE stream ended and reconnection attempts were exhausted"
+"""The SDK's streamable-HTTP transport's words (and ``httpcalls``') when a call's event stream
+was cut and could not be resumed: the transport's, not the server's answer."""

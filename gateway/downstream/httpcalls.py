@@ -57,6 +57,7 @@ from catalog.pieces import encode_in_pieces
 from gateway import jsontext
 from gateway.downstream.bounded import bound_answer
 from gateway.downstream.calltime import Clock, follow
+from gateway.downstream.errors import GAVE_UP_RESUMING
 from gateway.downstream.rawcalls import (
     ID_PREFIX,
     UNSENDABLE_REQUEST,
@@ -349,9 +350,7 @@ class _Call:
             except Exception as exc:
                 log.debug("Reconnection failed: %s", exc)
                 attempt, self.last_id, self.retry_ms = attempt + 1, last_id, retry_ms
-        return types.ErrorData(
-            code=CONNECTION_CLOSED, message="SSE stream ended and reconnection attempts were exhausted"
-        )
+        return types.ErrorData(code=CONNECTION_CLOSED, message=GAVE_UP_RESUMING)
 
     async def _read(self, source: AsyncIterable[ServerSentEvent]) -> dict[str, Any] | types.ErrorData | None:
         """Events to the call's answer (None: the stream ended first)."""

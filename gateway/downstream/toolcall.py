@@ -19,7 +19,7 @@ from mcp_types.jsonrpc import CONNECTION_CLOSED, PARSE_ERROR, REQUEST_TIMEOUT
 from catalog.text import escape
 from gateway.downstream.calltime import CallTimedOut
 from gateway.downstream.connection import Downstream
-from gateway.downstream.errors import DownstreamUnavailable
+from gateway.downstream.errors import GAVE_UP_RESUMING, DownstreamUnavailable
 from gateway.downstream.link import ProgressFn
 from gateway.downstream.modern import ENVELOPE, relayable, relayed_meta
 from gateway.downstream.rawcalls import UNSENDABLE_REQUEST
@@ -92,7 +92,9 @@ async def call_tool(
             return error_result(f"{server}: tool {tool!r} timed out: no answer or progress in {timeout:g} s")
         if exc.code == CONNECTION_CLOSED and _connection_gone(downstream, exc):
             return error_result(await _closed_reason(downstream, tool))
-        if exc.code in (MESSAGE_TOO_LARGE, UNPARSABLE_REPLY, PARSE_ERROR, UNSENDABLE_REQUEST):
+        if exc.code in (MESSAGE_TOO_LARGE, UNPARSABLE_REPLY, PARSE_ERROR, UNSENDABLE_REQUEST) or (
+            exc.code == CONNECTION_CLOSED and exc.message == GAVE_UP_RESUMING
+        ):
             # The reply never arrived whole: refused by our transport, or (remote) by the
             # SDK's, whose JSON parser rejects lone surrogates (``\ud800``) outright; or the
             # request never left (its arguments would not encode). Not the server's answer.
