@@ -382,6 +382,28 @@ def test_approving_a_tool_by_one_profiles_name_approves_it_in_every_profile(tmp_
     assert after.returncode == 0, after.stdout
 
 
+def test_a_profile_added_while_a_change_is_pending_has_a_way_forward(tmp_path: Path) -> None:
+    """A change pending, then a new profile: catalog lock refused (the change is pending) and
+    approve refused (the new profile has no lock), doctor advised catalog lock: no way on but
+    deleting the lock. Approve now records the change in the locks that exist and says the new
+    one has none yet; catalog lock then writes it."""
+    from tests.test_hardening_schema import rogue, tool
+
+    def config_with(description: str, **tables: Any) -> Path:
+        return write_config(tmp_path, {"s": rogue(tools=[tool("t", description=description)])}, **tables)
+
+    lock(config_with("Before."))
+    config = config_with("After.", profiles={"review": {"client": {"profile": "mcp"}}})
+    refused = cli("catalog", "lock", "--config", str(config))
+    assert refused.returncode == 1 and "pending" in refused.stderr
+    approved = cli("catalog", "approve", "s__t", "--yes", "--config", str(config))
+    assert approved.returncode == 0, approved.stderr
+    assert "profile review: " in approved.stdout and "no lock yet; catalog lock writes it" in approved.stdout
+    assert lock(config) == (tmp_path / "prefixgate.lock").read_bytes()
+    assert (tmp_path / "prefixgate.review.lock").exists()
+    assert cli("catalog", "diff", "--lock", "--config", str(config)).returncode == 0
+
+
 def test_a_lock_written_while_a_server_is_disabled_keeps_its_tools(tmp_path: Path) -> None:
     """``catalog diff --lock`` said the catalog matched and ``serve`` still published the
     disabled server's locked tools, yet ``catalog lock`` rewrote the lock without them: enabled

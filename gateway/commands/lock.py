@@ -213,10 +213,16 @@ async def approve_command(config: Config, names: Sequence[str], everything: bool
     and original name) is approved in every profile, where a long name may read otherwise."""
     if not names and not everything:
         raise Exit(2, "prefixgate: catalog approve: name the changes to approve (catalog diff --lock) or pass --all")
-    for view in views(config):
-        _existing(view)
+    _existing(config)  # the default profile's (each other profile's that exists is read below)
+    for view in views(config)[1:]:
+        if lock_target(view).exists():
+            _existing(view)
     async with running(config, use_lock=False, profiles=views(config)[1:]) as hub:
-        profiles = await _discover_all(hub, every_lock=True)
+        profiles = await _discover_all(hub, every_lock=False)
+        for each in profiles:
+            if each.existing is None:  # (a profile added since: approving elsewhere lets catalog lock write it)
+                label = _label(each.hub.config)
+                _out(f"{label}{each.path}: no lock yet; catalog lock writes it once nothing is pending\n")
         chosen: list[tuple[_Locked, list[Pending]]] = []
         known: dict[str, None] = {}
         found = [(each, each.pending()) for each in profiles]
