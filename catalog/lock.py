@@ -281,13 +281,18 @@ def apply(
     change. Such a tool's other identities, which deny rules match too, come from the
     route (``prefixes``: each server's prefix), as ``catalog.build`` derives them. With
     ``allow_new`` a new tool is published as it is (a new epoch), unless its name is taken
-    by a locked tool.
+    by a locked tool. A locked tool the config now excludes (``excluded`` warnings of
+    ``live``) is not published and not pending: the config decides what is offered, the lock
+    only what a tool offered may declare (it was published, and said "no longer listed").
     """
     live_by_route = {(e.server, e.original): e for e in live.entries}
+    excluded = {(w.server, w.tool) for w in live.warnings if w.kind == "excluded"}
     entries: list[Entry] = []
     pending: list[Pending] = []
     for tool in lock.tools:
         entry = live_by_route.pop((tool.server, tool.original), None)
+        if entry is None and (tool.server, tool.original) in excluded:
+            continue
         deferred = entry.deferred if entry is not None else tool.server in deferred_servers
         aliases = entry.aliases if entry is not None else _aliases(tool, prefixes or {}, separator)
         entries.append(Entry(tool.name, tool.server, tool.original, tool.declaration, deferred, aliases))

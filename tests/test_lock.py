@@ -404,6 +404,25 @@ def test_a_profile_added_while_a_change_is_pending_has_a_way_forward(tmp_path: P
     assert cli("catalog", "diff", "--lock", "--config", str(config)).returncode == 0
 
 
+def test_a_locked_tool_the_config_now_excludes_is_not_published_nor_pending(tmp_path: Path) -> None:
+    """An exclude added after locking (the server's, or a profile's) left the tool's locked
+    declaration published, and diff, the log and a call said "its server no longer lists it",
+    which it still did: the config had excluded it."""
+    from tests.test_hardening_schema import rogue, tool
+
+    server = rogue(tools=[tool("read"), tool("delete_all"), tool("drop")])
+    lock(write_config(tmp_path, {"a": server}, profiles={"p": {"exclude": []}}))
+    profiles = {"p": {"exclude": ["a__drop"]}}
+    config = write_config(tmp_path, {"a": {**server, "exclude": ["delete_*"]}}, profiles=profiles)
+    proc = cli("catalog", "diff", "--lock", "--config", str(config))
+    assert proc.returncode == 0 and "no longer lists" not in proc.stdout, proc.stdout
+    declared = [d["name"] for d in catalog_json(config)["declarations"]]
+    assert [n for n in declared if n.startswith("a__")] == ["a__drop", "a__read"]
+    seen = cli("catalog", "--json", "--profile", "p", "--config", str(config))
+    declared = [d["name"] for d in json.loads(seen.stdout)["declarations"]]
+    assert [n for n in declared if n.startswith("a__")] == ["a__read"], seen.stderr
+
+
 def test_a_lock_written_while_a_server_is_disabled_keeps_its_tools(tmp_path: Path) -> None:
     """``catalog diff --lock`` said the catalog matched and ``serve`` still published the
     disabled server's locked tools, yet ``catalog lock`` rewrote the lock without them: enabled
