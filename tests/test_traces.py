@@ -156,7 +156,8 @@ async def test_without_an_endpoint_no_span_is_made_and_the_traceparent_passes_un
 async def test_a_name_outside_the_catalog_never_reaches_a_span(tmp_path: Path, mode: str) -> None:
     """A tool or prompt name the client made up would name the SDK's server span and its
     ``gen_ai`` attribute: it is recorded as ``(unknown)``, as metrics and the audit log record it;
-    catalog names keep theirs."""
+    catalog names keep theirs. Nor is it in a span's status, which the SDK copies from the error
+    (it was: "Unknown prompt 'made_up...'")."""
     meta = {"command": sys.executable, "args": ["-m", "tests.meta_server"], "cwd": str(ROOT)}
     config = write_config(tmp_path, {"m": meta, "d": demo("--tools", 1, "--rich")})
     made_up = f"made_up_{os.urandom(4).hex()}"
@@ -170,7 +171,7 @@ async def test_a_name_outside_the_catalog_never_reaches_a_span(tmp_path: Path, m
             await client.get_prompt(greet, {"who": "x"}, meta=TRACEPARENT)
             await client.call_tool("m__meta", {}, meta=TRACEPARENT)
         spans = wait_for(found, {*CHAIN, "tools/call (unknown)", "prompts/get (unknown)", f"prompts/get {greet}"})
-    recorded = [(s.name, {a.key: a.value.string_value for a in s.attributes}) for s in found.spans]
+    recorded = [(s.name, {a.key: a.value.string_value for a in s.attributes}, s.status.message) for s in found.spans]
     assert not [each for each in recorded if made_up in repr(each)], recorded
     unknown = {a.key: a.value.string_value for a in spans["tools/call (unknown)"].attributes}
     assert unknown["gen_ai.tool.name"] == "(unknown)" and unknown["mcp.method.name"] == "tools/call"

@@ -474,7 +474,8 @@ class Handlers:
         await self.router.current()
         route = self.hub.surface.prompt_route.get(params.name)
         if route is None:
-            raise MCPError(code=INVALID_PARAMS, message=f"Unknown prompt {params.name!r}")
+            # (Its name is not repeated: a client's own text, which the SDK's trace span would record.)
+            raise MCPError(code=INVALID_PARAMS, message="Unknown prompt: not among the prompts prefixgate lists")
         server_id, original = route
         request = {**_relayed_params(ctx), "name": original}
         return await self.routed(ctx, server_id, f"prompt {params.name!r}", "prompts/get", request)
