@@ -91,11 +91,7 @@ class Watches:
                 self._count[uri] = count - 1
             elif count == 1:
                 del self._count[uri]
-                with anyio.move_on_after(STOP_TIMEOUT):
-                    try:
-                        await self._tell(uri, False)
-                    except (MCPError, DownstreamUnavailable) as exc:
-                        log.info("resource %r: its server was not told to stop reporting: %s", uri, exc)
+                await self._tell_at_most(uri, False, logging.INFO, "was not told to stop reporting")
         self._forget_lock(uri)
 
     async def resume(self, downstream: Downstream) -> None:
@@ -109,14 +105,18 @@ class Watches:
             if self._owner_of(uri) is not downstream:
                 continue
             async with self._lock(uri):
-                if uri not in self._count:  # (unwatched meanwhile)
-                    continue
-                with anyio.move_on_after(STOP_TIMEOUT):
-                    try:
-                        await self._tell(uri, True)
-                    except (MCPError, DownstreamUnavailable) as exc:
-                        log.warning("resource %r: its server, back, was not subscribed again: %s", uri, exc)
+                if uri in self._count:  # (not unwatched meanwhile)
+                    await self._tell_at_most(uri, True, logging.WARNING, "back, was not subscribed again")
             self._forget_lock(uri)
+
+    async def _tell_at_most(self, uri: str, start: bool, level: int, failed: str) -> None:
+        """``_tell``, best effort: within ``STOP_TIMEOUT``, a refusal logged (``failed``: what
+        did not happen, after "resource URI: its server")."""
+        with anyio.move_on_after(STOP_TIMEOUT):
+            try:
+                await self._tell(uri, start)
+            except (MCPError, DownstreamUnavailable) as exc:
+                log.log(level, "resource %r: its server %s: %s", uri, failed, exc)
 
     def _lock(self, uri: str) -> anyio.Lock:
         lock = self._locks.get(uri)
