@@ -53,8 +53,7 @@ def doomed(
     total = 0
     held: dict[str, int] = defaultdict(int)
     evictable: dict[str, deque[Info]] = defaultdict(deque)
-    last: deque[Info] = deque()
-    """The fresh artifacts: the spiller's, then other owners', each oldest first."""
+    last: deque[Info] = deque()  # the fresh artifacts: the spiller's, then (``others``) other owners'
     others: deque[Info] = deque()
     ordered = sorted(artifacts, key=lambda a: (a.mtime, a.session, a.id))
     newest = next((a for a in reversed(ordered) if a.session == spiller), None)

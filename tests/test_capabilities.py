@@ -70,3 +70,11 @@ def test_an_elicitation_needs_its_mode_declared(capabilities: object, params: ob
         with pytest.raises(MCPError) as info:
             require("elicitation/create", capabilities, params)
         assert info.value.error.code == -32021 and f"does not support {lacked}" in info.value.error.message
+
+
+def test_a_url_only_client_can_answer_a_servers_input_requests() -> None:
+    """Whether a call may wait for its client's input asks of no particular request: a client
+    that declared URL mode alone can answer some, so its calls are not run as if it could not."""
+    from gateway.engine.capabilities import answers_none
+
+    assert not answers_none(URL) and not answers_none(EMPTY) and answers_none(types.ClientCapabilities())

@@ -50,8 +50,11 @@ def _elicitation_mode_lacking(declared: Any, params: Any) -> str | None:
     """``elicitation.url`` or ``elicitation.form`` when the request's mode is one the client
     did not declare. An empty ``elicitation`` declares form mode alone (as the spec reads it,
     for clients from before URL mode); the gateway declares both to every server on every
-    client's behalf, so a server cannot tell, and a form-only client was sent URL requests."""
-    mode = params.get("mode", "form") if isinstance(params, dict) else "form"
+    client's behalf, so a server cannot tell, and a form-only client was sent URL requests.
+    Without a request (``answers_none``: can it answer any?) a client with either mode can."""
+    if not isinstance(params, dict):
+        return None
+    mode = params.get("mode", "form")
     form, url = getattr(declared, "form", None), getattr(declared, "url", None)
     if mode == "url" and url is None:
         return "elicitation.url"
