@@ -90,7 +90,7 @@ async def call_tool(
             return error_result(f"{server}: tool {tool!r} {exc.detail}")
         if exc.code == REQUEST_TIMEOUT:  # (the server's own error of that code)
             return error_result(f"{server}: tool {tool!r} timed out: no answer or progress in {timeout:g} s")
-        if exc.code == CONNECTION_CLOSED and _connection_gone(downstream, exc):
+        if exc.code == CONNECTION_CLOSED and connection_gone(downstream, exc):
             return error_result(await _closed_reason(downstream, tool))
         if exc.code in (MESSAGE_TOO_LARGE, UNPARSABLE_REPLY, PARSE_ERROR, UNSENDABLE_REQUEST) or (
             exc.code == CONNECTION_CLOSED and exc.message == GAVE_UP_RESUMING
@@ -109,7 +109,7 @@ async def call_tool(
         return error_result(server_error(server, tool, exc.code, exc.message))
 
 
-def _connection_gone(downstream: Downstream, exc: MCPError) -> bool:
+def connection_gone(downstream: Downstream, exc: MCPError) -> bool:
     """Whether -32000 is the SDK's own "connection closed" rather than a server's error
     (the code is also a common implementation-defined one, e.g. "Internal error")."""
     if (child := downstream.transport.child) is not None:

@@ -39,6 +39,7 @@ from gateway.downstream.errors import DownstreamUnavailable
 from gateway.downstream.link import ProgressFn
 from gateway.downstream.modern import relayable, relayed_meta
 from gateway.downstream.related import CALLER
+from gateway.downstream.toolcall import connection_gone
 from gateway.engine.capabilities import answers_none, refusal
 from gateway.engine.clients import ClientConnection
 from gateway.engine.hub import Hub
@@ -413,7 +414,7 @@ class Handlers:
             except CallTimedOut as exc:
                 raise MCPError(code=REQUEST_TIMEOUT, message=f"{server_id}: {what} {exc.detail}") from None
             except MCPError as exc:
-                if exc.code == CONNECTION_CLOSED and exc.message == "Connection closed" and exc.error.data is None:
+                if exc.code == CONNECTION_CLOSED and connection_gone(downstream, exc):
                     # The SDK's bare words named no one: which server went, during what.
                     message = f"prefixgate: connection to server {server_id!r} closed during the request for {what}"
                     raise MCPError(code=CONNECTION_CLOSED, message=message) from None
