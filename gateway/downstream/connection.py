@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from typing import Any, Literal, Protocol
 
 import anyio
+import mcp_types as types
+import pydantic
 from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import INVALID_REQUEST, METHOD_NOT_FOUND
 
@@ -339,7 +341,7 @@ async def _listed(d: Downstream, method: str, key: str, what: str, again: bool) 
     timeout = d.config.startup_timeout / 2
     try:
         with anyio.fail_after(timeout):
-            return await list_all(d.request, method, key)
+            return _accepted(d, await list_all(d.request, method, key), key)
     except TimeoutError:
         problem = f"no answer within {timeout:g} s (half its startup_timeout)"
     except (MCPError, ValueError) as exc:
@@ -348,3 +350,30 @@ async def _listed(d: Downstream, method: str, key: str, what: str, again: bool) 
         problem = short(exc)
     d.log.warning("[%s] %s %s: %s", d.id, what, "kept as listed before" if again else "not offered", problem)
     return None
+
+
+_MODELS: dict[str, tuple[type[pydantic.BaseModel], str]] = {
+    "prompts": (types.Prompt, "prompt"),
+    "resources": (types.Resource, "resource"),
+    "resourceTemplates": (types.ResourceTemplate, "resource template"),
+}
+
+
+def _accepted(d: Downstream, items: tuple[Any, ...], key: str) -> tuple[Any, ...]:
+    """The items the SDK's model accepts, checked once as they are listed: one it refuses
+    would fail the whole list the gateway answers (every server's), so it is left out, with a
+    warning naming it, its server and the field."""
+    model, kind = _MODELS[key]
+    kept = []
+    for item in items:
+        try:
+            model.model_validate(item)
+        except pydantic.ValidationError as exc:
+            name = item.get("name") if isinstance(item, dict) else None
+            what = f" {name!r}" if isinstance(name, str) else ""
+            error = exc.errors(include_url=False, include_input=False)[0]
+            where = ".".join(str(part) for part in error["loc"]) or "it"
+            d.log.warning("ignored %s%s of server %r: %s: %s", kind, what, d.id, where, error["msg"])
+            continue
+        kept.append(item)
+    return tuple(kept)

@@ -13,8 +13,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import mcp_types as types
-import pydantic
 from mcp.shared.uri_template import InvalidUriTemplate, UriTemplate
 
 from catalog.names import Profile, assign_names, code_unit_key
@@ -74,46 +72,19 @@ def _first_owner(
     return kept, owner
 
 
-def _valid(
-    listed: Sequence[Downstream], items: str, model: type[pydantic.BaseModel], kind: str, warnings: list[str]
-) -> list[tuple[Downstream, dict[str, Any]]]:
-    """Each server's ``items`` the SDK's ``model`` accepts, in server order: one it refuses
-    would fail the whole list the gateway answers (every server's), so it is left out, with a
-    warning naming its server."""
-    kept = []
-    for d in listed:
-        for item in getattr(d, items):
-            try:
-                model.model_validate(item)
-            except pydantic.ValidationError as exc:
-                name = item.get("name") if isinstance(item, dict) else None
-                what = f" {name!r}" if isinstance(name, str) else ""
-                warnings.append(f"ignored {kind}{what} of server {d.id!r}: {_first_error(exc)}")
-                continue
-            kept.append((d, item))
-    return kept
-
-
-def _first_error(exc: pydantic.ValidationError) -> str:
-    error = exc.errors(include_url=False, include_input=False)[0]
-    where = ".".join(str(part) for part in error["loc"]) or "it"
-    return f"{where}: {error['msg']}"
-
-
 def build_surface(downstreams: Sequence[Downstream], profile: Profile, separator: str) -> Surface:
     listed = sorted((d for d in downstreams if d.listed), key=lambda d: code_unit_key(d.id))
     surface = Surface()
-    resources = [(d.id, r) for d, r in _valid(listed, "resources", types.Resource, "resource", surface.warnings)]
+    resources = [(d.id, r) for d in listed for r in d.resources if isinstance(r, dict)]
     surface.resources, surface.resource_owner = _first_owner(resources, "uri", "resource", surface.warnings)
-    valid_templates = _valid(listed, "templates", types.ResourceTemplate, "resource template", surface.warnings)
-    templates = [(d.id, t) for d, t in valid_templates]
+    templates = [(d.id, t) for d in listed for t in d.templates if isinstance(t, dict)]
     surface.templates, template_owner = _first_owner(templates, "uriTemplate", "resource template", surface.warnings)
     for d in listed:  # matching order: the first server in code-unit id order wins
         for text, server in template_owner.items():
             if server == d.id:
                 surface.template_owner.append((_parse(text), text, server))
 
-    raw_prompts = _valid(listed, "prompts", types.Prompt, "prompt", surface.warnings)
+    raw_prompts = [(d, p) for d in listed for p in d.prompts if isinstance(p, dict) and isinstance(p.get("name"), str)]
     names, renames = assign_names([(d.id, d.config.prefix, p["name"]) for d, p in raw_prompts], profile, separator)
     surface.warnings += [f"prompt {w.line()}" for w in renames]
     seen: set[str] = set()
