@@ -156,7 +156,7 @@ def gateway_client(raw_calls: bool) -> Callable[[str, AsyncExitStack], Awaitable
         async def nobody(method: str, params: dict[str, Any], caller: object | None) -> dict[str, Any]:
             raise RuntimeError(f"the benchmark's server asked for {method}")
 
-        async def no_delivery(method: str, params: dict[str, Any]) -> None:
+        async def no_delivery(method: str, params: dict[str, Any], caller: object | None) -> None:
             return None
 
         config = ServerConfig(id="d", transport="http", url=url)

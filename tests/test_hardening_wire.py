@@ -359,7 +359,7 @@ async def test_inbox_drops_logs_beyond_its_bound_but_never_list_changed(caplog: 
     delivered: list[str] = []
     release = anyio.Event()
 
-    async def deliver(method: str, params: dict[str, Any]) -> None:
+    async def deliver(method: str, params: dict[str, Any], caller: object | None) -> None:
         await release.wait()  # the client is slow
         delivered.append(method)
 
@@ -428,7 +428,7 @@ async def test_inbox_settle_waits_for_what_arrived_before_a_reply() -> None:
     delivered: list[int] = []
     gate = anyio.Event()
 
-    async def deliver(method: str, params: dict[str, Any]) -> None:
+    async def deliver(method: str, params: dict[str, Any], caller: object | None) -> None:
         await gate.wait()
         delivered.append(params["n"])
 

@@ -251,6 +251,37 @@ async def test_an_http_servers_request_goes_to_the_call_whose_stream_it_came_on(
         assert "prefixgate" not in names, names
 
 
+@pytest.mark.parametrize("mode", ERAS)
+async def test_an_http_servers_log_line_goes_to_the_call_whose_stream_it_came_on(tmp_path: Path, mode: str) -> None:
+    """A streamable-HTTP server's log line sent during Alice's call (on that call's stream)
+    reaches Alice while Bob's call to the same server is in flight, as it does directly; Bob
+    never sees it. (On a pipe nobody can tell whose it is: dropped, the test above.)"""
+    with url_process([PYTHON, "-m", "tests.classic_server", "--http"]) as (server_url, _):
+        config = write_config(tmp_path, {"c": {"url": server_url}})
+        alice, bob = Principal("Alice"), Principal("Bob")
+        with tokens_file(tmp_path, "token-of-alice", "token-of-bob") as tokens:
+            with http_gateway(config, "--token-file", str(tokens)) as (url, _stderr):
+                async with (
+                    sdk_client(url, mode, headers=ALICE, logging_callback=alice.log) as a,
+                    sdk_client(url, mode, headers=BOB, logging_callback=bob.log) as b,
+                ):
+                    with anyio.fail_after(60):
+                        opt_in = {"io.modelcontextprotocol/logLevel": "debug"} if mode == "auto" else None
+                        if mode == "legacy":
+                            await a.set_logging_level("debug")
+                            await b.set_logging_level("debug")
+
+                        async def bobs_call() -> None:
+                            await b.call_tool("c__sleep", {"seconds": 2}, meta=opt_in)
+
+                        async with anyio.create_task_group() as tg:
+                            tg.start_soon(bobs_call)
+                            await anyio.sleep(0.5)
+                            assert text(await a.call_tool("c__log", {}, meta=opt_in)) == "logged"
+                        await anyio.sleep(0.5)
+        assert alice.logs == ["classic log line"] and bob.logs == [], (alice.logs, bob.logs)
+
+
 async def test_a_session_is_served_only_to_the_principal_that_created_it(tmp_path: Path) -> None:
     """Issue 26, item 9: Bob's token with Alice's ``Mcp-Session-Id`` is answered as an unknown
     session (404), so Bob cannot attach to Alice's session or its streams."""

@@ -45,7 +45,11 @@ class Events(Protocol):
 
     async def server_down(self, downstream: Downstream) -> None: ...
 
-    async def server_notification(self, downstream: Downstream, method: str, params: dict[str, Any]) -> None: ...
+    async def server_notification(
+        self, downstream: Downstream, method: str, params: dict[str, Any], caller: object | None = None
+    ) -> None:
+        """``caller``: the call whose stream a log message came on, when the wire says (``related.py``)."""
+        ...
 
     async def server_request(
         self, downstream: Downstream, method: str, params: dict[str, Any], caller: object | None = None
@@ -63,7 +67,9 @@ class NoEvents:
     async def server_down(self, downstream: Downstream) -> None:
         return None
 
-    async def server_notification(self, downstream: Downstream, method: str, params: dict[str, Any]) -> None:
+    async def server_notification(
+        self, downstream: Downstream, method: str, params: dict[str, Any], caller: object | None = None
+    ) -> None:
         return None
 
     async def server_request(

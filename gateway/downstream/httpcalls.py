@@ -66,7 +66,7 @@ from gateway.downstream.rawcalls import (
     request_message,
 )
 from gateway.downstream.rawhttp import Pool, Unsendable
-from gateway.downstream.related import HEADER, Related
+from gateway.downstream.related import HEADER, LOG, Related
 from gateway.jsontext import may_be_long
 from gateway.sdk import events_on_origin, post_on_origin, sse_parser, transport_headers, unfollowed_redirect
 
@@ -392,9 +392,12 @@ class _Call:
             if any_id or message.id == self.request_id:
                 return message.result if isinstance(message, types.JSONRPCResponse) else message.error
         self.forwarded = True
-        if self.related_name is not None and isinstance(message, types.JSONRPCRequest):
+        if self.related_name is not None:
             assert self.calls.related is not None
-            self.calls.related.note(self.related_name, message.id)
+            if isinstance(message, types.JSONRPCRequest):
+                self.calls.related.note(self.related_name, message.id)
+            elif isinstance(message, types.JSONRPCNotification) and message.method == LOG:
+                self.calls.related.note_log(self.related_name, message.params)
         await self.calls.to_session.send(SessionMessage(message))
         return None
 

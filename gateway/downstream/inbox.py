@@ -28,7 +28,8 @@ REPORT_EVERY = 10.0
 SETTLE_SECONDS = 5.0
 """At most this long a reply waits for the notifications that arrived before it."""
 
-Deliver = Callable[[str, dict[str, Any]], Awaitable[None]]
+Deliver = Callable[[str, dict[str, Any], object | None], Awaitable[None]]
+"""(method, params, the call whose stream it came on when the wire says: ``related.py``)."""
 
 log = logging.getLogger("prefixgate.downstream")
 
@@ -39,7 +40,7 @@ class Inbox:
         self.limit = limit
         self.dropped = 0
         self._deliver = deliver
-        self._queue: deque[tuple[str, dict[str, Any]]] = deque()
+        self._queue: deque[tuple[str, dict[str, Any], object | None]] = deque()
         self._others = 0
         self._changes: set[str] = set()
         self._wake = anyio.Event()
@@ -49,7 +50,7 @@ class Inbox:
         self._caught_up: anyio.Event | None = None
         self._consumer: int | None = None
 
-    def put(self, method: str, params: dict[str, Any]) -> None:
+    def put(self, method: str, params: dict[str, Any], caller: object | None = None) -> None:
         """Enqueue without waiting (called from the SDK's per-notification task)."""
         if method.endswith("/list_changed"):
             if method in self._changes:
@@ -60,7 +61,7 @@ class Inbox:
             return
         else:
             self._others += 1
-        self._queue.append((method, params))
+        self._queue.append((method, params, caller))
         self._enqueued += 1
         self._wake.set()
 
@@ -73,13 +74,13 @@ class Inbox:
                 await self._wake.wait()
                 self._wake = anyio.Event()
                 continue
-            method, params = self._queue.popleft()
+            method, params, caller = self._queue.popleft()
             if method.endswith("/list_changed"):
                 self._changes.discard(method)  # a change arriving from now on needs another refresh
             else:
                 self._others -= 1
             try:
-                await self._deliver(method, params)
+                await self._deliver(method, params, caller)
             except Exception:  # one bad notification costs only itself
                 log.exception("[%s] handling %s failed", self.server, method)
             self._delivered += 1

@@ -40,7 +40,7 @@ from gateway.downstream.modern import (
     refused_handshake,
     stamp,
 )
-from gateway.downstream.related import CALLER, HEADER
+from gateway.downstream.related import CALLER, HEADER, LOG
 from gateway.downstream.transports import Transport
 
 ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
@@ -297,7 +297,10 @@ class Link:
         if isinstance(message, types.ProgressNotification):
             return  # delivered to its call's on_progress by the dispatcher
         data = message.model_dump(by_alias=True, mode="json", exclude_none=True)
-        self.inbox.put(data["method"], data.get("params") or {})
+        params = data.get("params") or {}
+        # A log line on a call's own stream is that call's (a streamable-HTTP server's: related.py).
+        related = self.transport.related if data["method"] == LOG else None
+        self.inbox.put(data["method"], params, related.take_log(params) if related is not None else None)
 
     async def _forward(self, context: ClientRequestContext, method: str, params: Any) -> Any:
         raw = params.model_dump(by_alias=True, mode="json", exclude_none=True) if params is not None else {}

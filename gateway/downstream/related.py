@@ -13,6 +13,11 @@ and refused it. Here the wire is read for it:
   call whose stream it came on;
 - the callback that answers the server's request takes the note by the request's id.
 
+A log message (``notifications/message``) on a call's stream is that call's too, but has no
+id: it is noted by its content (``log_key``), and the gateway takes the note as the message
+reaches it, so the call's own log line still reaches its caller while another principal's
+call to the server is in flight.
+
 A request the scan could not place (on the standalone GET stream, a resumed stream, an
 event over ``MAX_EVENT`` bytes) has no note and falls back to the rule for pipes, which
 never guesses across principals. The scan reads only events whose data names a ``method``:
@@ -39,6 +44,18 @@ MAX_EVENT = 1 << 20
 MAX_NOTES = 256
 """Server requests noted but not yet taken, at most (the oldest note is dropped first)."""
 _METHOD = b'"method"'
+LOG = "notifications/message"
+
+
+def log_key(params: Any) -> str | None:
+    """A log message's params as one string, the same whether read off the wire or from the
+    SDK's parsed notification (whose dump leaves out a null ``logger``); None if not a dict."""
+    if not isinstance(params, dict):
+        return None
+    try:
+        return json.dumps([params.get("level"), params.get("logger"), params.get("data")], sort_keys=True)
+    except (TypeError, ValueError):
+        return None
 
 
 class Related:
@@ -47,6 +64,8 @@ class Related:
     def __init__(self) -> None:
         self._calls: dict[str, object] = {}
         self._notes: dict[Any, object] = {}
+        self._logs: list[tuple[str, object]] = []
+        """Log messages seen on a call's stream, not yet taken: (``log_key``, the call), oldest first."""
         self._ids = itertools.count(1)
 
     def open(self, caller: object) -> str:
@@ -71,6 +90,24 @@ class Related:
     def take(self, request_id: Any) -> object | None:
         """The call whose stream the server's request ``request_id`` came on, or None."""
         return self._notes.pop(request_id, None)
+
+    def note_log(self, name: str, params: Any) -> None:
+        caller = self._calls.get(name)
+        if caller is None or (key := log_key(params)) is None:
+            return
+        if len(self._logs) >= MAX_NOTES:
+            del self._logs[0]
+        self._logs.append((key, caller))
+
+    def take_log(self, params: Any) -> object | None:
+        """The call on whose stream a log message with these params came (the oldest such), or None."""
+        if not self._logs or (key := log_key(params)) is None:
+            return None
+        for i, (noted, caller) in enumerate(self._logs):
+            if noted == key:
+                del self._logs[i]
+                return caller
+        return None
 
 
 class _Scanned(httpx2.AsyncByteStream):
@@ -132,6 +169,8 @@ class _Scanned(httpx2.AsyncByteStream):
             request_id = message.get("id")
             if isinstance(request_id, (str, int)) and not isinstance(request_id, bool):
                 self.related.note(self.name, request_id)
+            elif request_id is None and message["method"] == LOG:
+                self.related.note_log(self.name, message.get("params"))
 
 
 class RelatedStreams(httpx2.AsyncBaseTransport):

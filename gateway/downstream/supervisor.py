@@ -10,6 +10,7 @@ connection ends, the end becomes the server's status and error, never an excepti
 
 from __future__ import annotations
 
+import functools
 import os
 from contextlib import AsyncExitStack
 
@@ -102,7 +103,7 @@ class Supervisor:
         async with anyio.create_task_group() as tg:
             # Notifications wait in a bounded inbox with one consumer: a flood while the
             # client is slow costs dropped log lines, never unbounded tasks and memory.
-            inbox = Inbox(d.id, lambda method, params: d.events.server_notification(d, method, params))
+            inbox = Inbox(d.id, functools.partial(d.events.server_notification, d))
             tg.start_soon(inbox.run)
             with anyio.CancelScope() as scope:
                 tg.start_soon(watch_startup, scope)

@@ -178,7 +178,9 @@ class Hub:
         process owes nothing to the principals that called this one (``Relay.called``)."""
         self.relay.forget_callers(downstream.id)
 
-    async def server_notification(self, downstream: Downstream, method: str, params: dict[str, Any]) -> None:
+    async def server_notification(
+        self, downstream: Downstream, method: str, params: dict[str, Any], caller: object | None = None
+    ) -> None:
         if method.endswith("/list_changed"):
             self.relists.changed(downstream, method)
         elif method == "notifications/resources/updated":
@@ -187,7 +189,7 @@ class Hub:
                 for hub in self.seeing(downstream):
                     await hub.clients.resource_updated(uri)
         elif method == "notifications/message":
-            self.relay.log(downstream, params)
+            self.relay.log(downstream, params, caller)
         elif method == "notifications/elicitation/complete":
             self.relay.elicitation_complete(downstream, params)
         elif method == "notifications/tasks/status":

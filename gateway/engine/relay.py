@@ -304,26 +304,32 @@ class Relay:
         send = functools.partial(session.send_elicit_complete, elicitation_id, related_request_id=related)
         self._clients.deliver(client, send, "complete:" + elicitation_id, call=related)
 
-    def log(self, downstream: Downstream, params: dict[str, Any]) -> None:
+    def log(self, downstream: Downstream, params: dict[str, Any], caller: object | None = None) -> None:
         """A server's log message goes to the client whose call to it is in flight (on that
         call's stream, as that call opted in); otherwise to every client whose own
-        ``logging/setLevel`` admits it. Never to everyone regardless of who asked."""
+        ``logging/setLevel`` admits it. Never to everyone regardless of who asked.
+
+        ``caller``: the call whose stream it came on (a streamable-HTTP server's,
+        gateway/downstream/related.py): it is that call's principal's, whoever else calls."""
         level = params.get("level")
         if level not in LOG_LEVELS:
             return
         name = params.get("logger")
         source = downstream.id if not name else f"{downstream.id}/{name}"
         data = params.get("data")
-        principal = self._principal_for(downstream.id)
+        principal = self._principal_of(downstream.id, caller) if caller is not None else None
+        if principal is None:
+            principal = self._principal_for(downstream.id)
         if principal is None:
             log.debug("[%s] log message dropped: it cannot be attributed to one principal", downstream.id)
             return
-        caller, request_id = self._requester(downstream.id)
-        if request_id is not None and caller is not None:
-            session = caller.call_sessions.get(request_id)
-            if session is not None and admits(caller.log_level, level):  # (before the call's answer: ``flushed``)
+        to = self._in_flight(downstream.id, caller) if caller is not None else None
+        client, request_id = to if isinstance(to, tuple) else self._requester(downstream.id, principal)
+        if request_id is not None and client is not None:
+            session = client.call_sessions.get(request_id)
+            if session is not None and admits(client.log_level, level):  # (before the call's answer: ``flushed``)
                 send = functools.partial(_send_log, session, level, data, source, request_id)
-                self._clients.deliver(caller, send, call=request_id)
+                self._clients.deliver(client, send, call=request_id)
             return
         self._clients.broadcast(
             lambda s: _send_log(s, level, data, source, None),
@@ -408,10 +414,23 @@ class Relay:
         (principal,) = calling
         return principal
 
-    def _requester(self, server_id: str) -> tuple[ClientConnection | None, Any]:
-        """The latest-connected client with a call in flight to the server, and that call's id;
-        else the latest-connected client that sees it (no call)."""
-        connected = [c for c in self._clients.everyone() if server_id in c.servers]
+    @staticmethod
+    def _principal_of(server_id: str, caller: object) -> object | None:
+        """Whose (``principal_key``) ``caller``, a call ``related.py`` noted, is; None if not one."""
+        if isinstance(caller, RoundTrip):
+            return principal_key(caller.owner) if caller.server_id == server_id else None
+        if isinstance(caller, tuple) and len(caller) == 2 and isinstance(caller[0], ClientConnection):
+            return principal_key(caller[0].state)
+        return None
+
+    def _requester(self, server_id: str, principal: object | None = None) -> tuple[ClientConnection | None, Any]:
+        """The latest-connected client (of ``principal``, if given) with a call in flight to the
+        server, and that call's id; else the latest-connected such client that sees it (no call)."""
+        connected = [
+            c
+            for c in self._clients.everyone()
+            if server_id in c.servers and (principal is None or principal_key(c.state) == principal)
+        ]
         for client in reversed(connected):
             for request_id, target in client.calls.items():
                 if target == server_id:
