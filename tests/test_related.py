@@ -3,7 +3,7 @@
 The end-to-end behaviour (two principals, a real server over HTTP) is in
 tests/test_principal_requests.py; here the scan meets the streams a server may send: events
 split anywhere across chunks, CRLF line ends, data over several lines, responses and
-notifications (never noted), events too big to read, and more notes than are kept.
+notifications (only log lines are noted, by content), events too big to read, and more notes than are kept.
 """
 
 from __future__ import annotations
@@ -90,3 +90,26 @@ def test_notes_are_bounded() -> None:
         related.note(name, request_id)
     assert related.take(0) is None and related.take(9) is None  # the oldest were dropped
     assert related.take(10) == "the call" and related.take(MAX_NOTES + 9) == "the call"
+
+
+async def test_a_log_line_is_noted_by_its_content_for_the_call_it_came_on() -> None:
+    """The SDK's dump of the same message (no null ``logger``) finds the note; another line does not."""
+    raw = {**LOG, "params": {"level": "info", "logger": None, "data": {"b": [1, None], "a": "é"}}}
+    related, _ = await scanned(event(raw) + event(LOG), size=7)
+    assert related.take_log({"level": "info", "data": {"a": "é", "b": [1, None]}}) == "the call"
+    assert related.take_log({"level": "info", "data": {"a": "é", "b": [1, None]}}) is None  # taken once
+    assert related.take_log({"level": "warning", "data": "x"}) is None  # another level: not that line
+    assert related.take_log(LOG["params"]) == "the call"
+
+
+def test_log_notes_are_bounded_and_taken_oldest_first() -> None:
+    related = Related()
+    first, second = related.open("first"), related.open("second")
+    same = {"level": "info", "data": "same words"}
+    related.note_log(first, same)
+    related.note_log(second, same)
+    assert related.take_log(same) == "first" and related.take_log(same) == "second"
+    for n in range(MAX_NOTES + 10):
+        related.note_log(first, {"level": "info", "data": n})
+    assert related.take_log({"level": "info", "data": 9}) is None  # the oldest were dropped
+    assert related.take_log({"level": "info", "data": 10}) == "first"
