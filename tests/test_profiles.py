@@ -212,6 +212,20 @@ async def listed(config: Path, mode: str, *extra: str, env: dict[str, str] | Non
     return [t.model_dump(by_alias=True, exclude_none=True) for t in tools]
 
 
+@pytest.mark.parametrize("later", ["tok-9f2c profiles=codex", "tok-9f2c"])
+def test_a_token_on_two_lines_exits_2_naming_both_lines_not_the_token(tmp_path: Path, later: str) -> None:
+    """The later line's ``profiles=`` used to be dropped without a word (the token then used
+    every profile); which line should hold is a guess either way."""
+    config = team_config(tmp_path)
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"tok-9f2c\nother\n{later}\n")
+    proc = run_cli("serve", "--config", str(config), "--http", "127.0.0.1:0", "--token-file", str(tokens), timeout=30)
+    assert proc.returncode == 2
+    expected = f"prefixgate: --token-file: {tokens} line 3: the same token as line 1; give each token one line"
+    assert proc.stderr.strip() == expected
+    assert "9f2c" not in proc.stderr
+
+
 @pytest.mark.anyio
 @pytest.mark.parametrize("mode", ERAS)
 async def test_each_profile_publishes_its_own_catalog_byte_stable_across_restarts(tmp_path: Path, mode: str) -> None:
@@ -388,6 +402,7 @@ async def test_a_token_limited_to_profiles_gets_403_from_a_gateway_serving_anoth
         ("tok profile=codex", "a token cannot contain spaces; after it only profiles=NAME,... may follow"),
         ("tok profiles=nope", "unknown profile 'nope' (known: codex, default, review)"),
         ("tok profiles=", "profiles= names no profile (known: codex, default, review)"),
+        ("tok profiles=codex profiles=review", "profiles= given twice; list every profile in one, comma-separated"),
     ],
 )
 def test_a_bad_profiles_field_in_the_token_file_exits_2_naming_its_line(

@@ -391,25 +391,29 @@ def http_tokens(args: argparse.Namespace, config: Config) -> list[BearerToken]:
             reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
             raise Exit(2, f"prefixgate: --token-file: cannot read {args.token_file}: {reason}") from None
         known = {DEFAULT_PROFILE, *config.profiles}
-        seen: set[str] = set()
+        seen: dict[str, int] = {}
         for number, line in enumerate(lines, 1):
             if not line or line.startswith("#"):
                 continue
             where = f"prefixgate: --token-file: {args.token_file} line {number}"
             value, *fields = line.split()
+            if value in seen:
+                # Which line's profiles= would hold is a guess either way: say so, not the token.
+                raise Exit(2, f"{where}: the same token as line {seen[value]}; give each token one line")
+            seen[value] = number
             profiles: frozenset[str] | None = None
             for field in fields:
                 key, sep, names = field.partition("=")
                 if key != "profiles" or not sep:
                     raise Exit(2, f"{where}: a token cannot contain spaces; after it only profiles=NAME,... may follow")
+                if profiles is not None:
+                    raise Exit(2, f"{where}: profiles= given twice; list every profile in one, comma-separated")
                 profiles = frozenset(n for n in names.split(",") if n)
                 unknown = sorted(profiles - known)
                 if unknown or not profiles:
                     shown = f"unknown profile {unknown[0]!r}" if unknown else "profiles= names no profile"
                     raise Exit(2, f"{where}: {shown} (known: {', '.join(sorted(known))})")
-            if value not in seen:
-                seen.add(value)
-                tokens.append(BearerToken(value, profiles))
+            tokens.append(BearerToken(value, profiles))
         if not tokens:
             raise Exit(2, f"prefixgate: --token-file: {args.token_file} is empty or only whitespace")
     elif os.environ.get("PREFIXGATE_TOKEN"):
