@@ -122,6 +122,8 @@ def test_disabled_and_failed_servers_are_reported(tmp_path: Path) -> None:
             "bad": {"command": "no-such-command-pg"},
             "inline": {"command": f"{PYTHON} -m gateway demo-server"},
             "dies": {"command": PYTHON, "args": ["-c", "import sys; sys.stderr.write('boom\\n'); sys.exit(3)"]},
+            "nowhere": {**demo(), "cwd": str(tmp_path / "gone")},
+            "absent": {"command": str(tmp_path / "absent.sh")},
         },
     )
     report = catalog_json(config)
@@ -129,12 +131,37 @@ def test_disabled_and_failed_servers_are_reported(tmp_path: Path) -> None:
     assert status["off"] == ("disabled", None)
     assert status["bad"] == ("failed", "command 'no-such-command-pg' not found on PATH")
     assert status["dies"] == ("failed", "exited during start-up (exit status 3); stderr: boom")
+    # Which path the system could not use: the missing cwd, the missing command (it used to be
+    # "cannot start: No such file or directory" either way).
+    gone, absent = tmp_path / "gone", tmp_path / "absent.sh"
+    assert status["nowhere"] == ("failed", f"cannot start: its cwd '{gone}': No such file or directory")
+    assert status["absent"] == ("failed", f"cannot start '{absent}': No such file or directory")
     # Arguments written into the command: the error says where they go.
     assert status["inline"] == (
         "failed",
         f"command '{PYTHON} -m gateway demo-server' does not exist; '{PYTHON}' is a program: put its arguments "
         f'in args = ["-m", "gateway", "demo-server"] and set command = "{PYTHON}"',
     )
+
+
+def test_a_relative_command_is_found_where_prefixgate_runs_not_in_its_cwd(tmp_path: Path) -> None:
+    """docs/configuration.md: a server's relative ``command`` and ``cwd`` are both relative to
+    the directory prefixgate runs in; the exec used to look for the command in ``cwd``."""
+    (tmp_path / "sub").mkdir()
+    for where, body in (("run.sh", f'exec "{PYTHON}" -m gateway demo-server --tools 1'), ("sub/run.sh", "exit 3")):
+        script = tmp_path / where
+        script.write_text(f"#!/bin/sh\n{body}\n")
+        script.chmod(0o755)
+    config = write_config(tmp_path, {"s": {"command": "./run.sh", "cwd": "sub"}})
+    proc = subprocess.run(
+        [*GATEWAY, "catalog", "--config", str(config), "--json", "--log-level", "error"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert '"status": "ready"' in proc.stdout, proc.stdout[-500:]
 
 
 def test_a_command_found_on_path_with_its_arguments_inside_points_to_args() -> None:

@@ -38,12 +38,25 @@ def resolve_command(command: str) -> str:
     if os.sep in command:
         if not os.path.exists(command) and (hint := _arguments_inside(command)) is not None:
             raise CommandNotFound(f"command {command!r} does not exist; {hint}")
-        return command
+        # Relative to the directory prefixgate runs in, as its ``cwd`` is (docs/configuration.md),
+        # not to that ``cwd``, where the exec would look for it.
+        return os.path.abspath(command)
     found = _which(command)
     if found is None:
         hint = _arguments_inside(command)
         raise CommandNotFound(f"command {command!r} not found on PATH" + (f"; {hint}" if hint else ""))
     return found
+
+
+def start_failure(exc: OSError, cwd: str | None) -> str:
+    """Why the exec failed, naming the path the system named: the command, or its ``cwd``."""
+    reason = exc.strerror or str(exc)
+    if exc.filename is None:
+        return f"cannot start: {reason}"
+    path = os.fsdecode(exc.filename)
+    if cwd is not None and path == cwd:
+        return f"cannot start: its cwd {path!r}: {reason}"
+    return f"cannot start {path!r}: {reason}"
 
 
 def _which(command: str) -> str | None:

@@ -25,6 +25,7 @@ from gateway.downstream.errors import DownstreamUnavailable, leaf, short
 from gateway.downstream.inbox import Inbox
 from gateway.downstream.link import Link
 from gateway.downstream.oauth import LoginNeeded
+from gateway.downstream.spawn import start_failure
 from gateway.downstream.stdio import CommandNotFound
 from gateway.fastpath import fast_path
 
@@ -155,7 +156,7 @@ class Supervisor:
                     # Cancelled while its pipes were being opened (the gateway stops: uvloop has
                     # closed them already), it did not fail: the cancellation goes on.
                     await anyio.lowlevel.checkpoint_if_cancelled()
-                    d.set_status("failed", f"cannot start: {exc.strerror or exc}")
+                    d.set_status("failed", start_failure(exc, d.config.cwd))
                 except Exception as exc:  # a broken server must never take the gateway down
                     cause = leaf(exc)
                     if isinstance(cause, MCPError):
