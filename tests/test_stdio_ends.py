@@ -79,13 +79,16 @@ def test_every_request_read_before_the_end_of_input_is_answered(
 
 
 def test_on_a_terminal_it_says_what_it_is_and_gives_the_terminal_back(tmp_path: Path) -> None:
-    config = write_config(tmp_path, {"d": demo("--tools", 1)})
+    config = write_config(tmp_path, {"d": demo("--tools", 1)}, profiles={"review": {}})
     master, terminal = pty.openpty()
     try:
         assert os.get_blocking(terminal)
         with (tmp_path / "stderr.log").open("wb") as err:
             proc = subprocess.Popen(
-                [*GATEWAY, "serve", "--config", str(config)], stdin=terminal, stdout=subprocess.PIPE, stderr=err
+                [*GATEWAY, "serve", "--config", str(config), "--profile", "review", "--session", "s1"],
+                stdin=terminal,
+                stdout=subprocess.PIPE,
+                stderr=err,
             )
         assert proc.stdout is not None
         os.write(master, b"junk\n")
@@ -96,7 +99,9 @@ def test_on_a_terminal_it_says_what_it_is_and_gives_the_terminal_back(tmp_path: 
         while "this is a stdio MCP server" not in (log := (tmp_path / "stderr.log").read_text()):
             assert time.monotonic() < deadline, log
             time.sleep(0.05)
-        assert "npx @modelcontextprotocol/inspector " in log and f"serve --config {config}" in log
+        # The command works pasted: the Inspector takes --config wherever it appears, so after "--".
+        assert "npx @modelcontextprotocol/inspector -- " in log
+        assert f" serve --config {config} --profile review --session s1" in log.split("inspector -- ")[1]
         os.write(master, b"\x04")  # Ctrl-D: the end of input
         assert proc.wait(timeout=30) == 0, (tmp_path / "stderr.log").read_text()[-2000:]
         assert os.get_blocking(terminal)  # the shell's terminal is as it was

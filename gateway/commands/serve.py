@@ -123,7 +123,7 @@ async def serve(
                 from gateway.upstream.stdio import stdio_streams
 
                 if os.isatty(0):
-                    log.info("%s", on_a_terminal(config))
+                    log.info("%s", on_a_terminal(config, session_id))
                 handoff = None
                 if prelude is not None:
                     handoff = prelude.stop()
@@ -151,17 +151,23 @@ def _http_handlers(hub: Hub) -> Handlers:
     )
 
 
-def on_a_terminal(config: Config) -> str:
-    """What ``serve`` says once when a person, not an agent, started it on a terminal."""
+def on_a_terminal(config: Config, session_id: str | None) -> str:
+    """What ``serve`` says once when a person, not an agent, started it on a terminal: the
+    Inspector's command for this same serve, after ``--`` (the Inspector takes ``--config``
+    wherever it appears, docs/registering.md)."""
     import shlex
 
     from gateway.commands.doctor import launcher
 
-    command = shlex.join([*launcher(), "serve", "--config", os.path.abspath(config.path or "prefixgate.toml")])
+    words = [*launcher(), "serve", "--config", os.path.abspath(config.path or "prefixgate.toml")]
+    if config.profile is not None:
+        words += ["--profile", config.profile]
+    if session_id:
+        words += ["--session", session_id]
     return (
         "this is a stdio MCP server: an agent starts it and speaks JSON-RPC on its stdin and stdout "
         "(prefixgate doctor prints the command that registers it); to try it by hand: "
-        f"npx @modelcontextprotocol/inspector {command}"
+        f"npx @modelcontextprotocol/inspector -- {shlex.join(words)}"
     )
 
 
