@@ -212,20 +212,6 @@ async def listed(config: Path, mode: str, *extra: str, env: dict[str, str] | Non
     return [t.model_dump(by_alias=True, exclude_none=True) for t in tools]
 
 
-@pytest.mark.parametrize("later", ["tok-9f2c profiles=codex", "tok-9f2c"])
-def test_a_token_on_two_lines_exits_2_naming_both_lines_not_the_token(tmp_path: Path, later: str) -> None:
-    """The later line's ``profiles=`` used to be dropped without a word (the token then used
-    every profile); which line should hold is a guess either way."""
-    config = team_config(tmp_path)
-    tokens = tmp_path / "tokens"
-    tokens.write_text(f"tok-9f2c\nother\n{later}\n")
-    proc = run_cli("serve", "--config", str(config), "--http", "127.0.0.1:0", "--token-file", str(tokens), timeout=30)
-    assert proc.returncode == 2
-    expected = f"prefixgate: --token-file: {tokens} line 3: the same token as line 1; give each token one line"
-    assert proc.stderr.strip() == expected
-    assert "9f2c" not in proc.stderr
-
-
 @pytest.mark.anyio
 @pytest.mark.parametrize("mode", ERAS)
 async def test_each_profile_publishes_its_own_catalog_byte_stable_across_restarts(tmp_path: Path, mode: str) -> None:
@@ -253,6 +239,25 @@ async def test_each_profile_publishes_its_own_catalog_byte_stable_across_restart
     assert sorted(everything["profiles"]) == ["codex", "review"]
     assert everything["profiles"]["codex"]["declarations"] == report["declarations"]
     assert everything["profiles"]["codex"]["fingerprint"] == report["fingerprint"]
+
+
+def test_catalog_json_shows_each_profile_as_catalog_json_profile_name_does(tmp_path: Path) -> None:
+    """docs/commands.md: ``profiles.NAME`` is the object ``catalog --json --profile NAME`` prints:
+    its resources, templates and prompts (of the servers it sees) and its lock were missing."""
+    config = write_config(
+        tmp_path,
+        {"a": demo("--tools", 1, "--rich", "--name", "a"), "b": demo("--tools", 1, "--name", "b")},
+        profiles={"review": {"servers": ["b"]}, "codex": {"client": {"profile": "openai"}}},
+    )
+    everything = catalog_json(config)
+    assert everything["prompts"] and everything["resources"]
+    for name in ("review", "codex"):
+        alone, beside = catalog_json_of(config, name), everything["profiles"][name]
+        assert sorted(beside) == sorted(alone), (name, set(alone) ^ set(beside))
+        for key in ("resources", "resource_templates", "prompts", "declarations", "fingerprint"):
+            assert beside[key] == alone[key], (name, key)
+    assert everything["profiles"]["review"]["prompts"] == [] and everything["profiles"]["review"]["resources"] == 0
+    assert everything["profiles"]["codex"]["prompts"] == everything["prompts"]
 
 
 def catalog_json_of(config: Path, profile: str) -> dict[str, Any]:
@@ -414,6 +419,20 @@ def test_a_bad_profiles_field_in_the_token_file_exits_2_naming_its_line(
     proc = run_cli("serve", "--config", str(config), "--http", "127.0.0.1:0", "--token-file", str(tokens), timeout=30)
     assert proc.returncode == 2
     assert proc.stderr.strip() == f"prefixgate: --token-file: {tokens} line 2: {problem}"
+
+
+@pytest.mark.parametrize("later", ["tok-9f2c profiles=codex", "tok-9f2c"])
+def test_a_token_on_two_lines_exits_2_naming_both_lines_not_the_token(tmp_path: Path, later: str) -> None:
+    """The later line's ``profiles=`` used to be dropped without a word (the token then used
+    every profile); which line should hold is a guess either way."""
+    config = team_config(tmp_path)
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"tok-9f2c\nother\n{later}\n")
+    proc = run_cli("serve", "--config", str(config), "--http", "127.0.0.1:0", "--token-file", str(tokens), timeout=30)
+    assert proc.returncode == 2
+    expected = f"prefixgate: --token-file: {tokens} line 3: the same token as line 1; give each token one line"
+    assert proc.stderr.strip() == expected
+    assert "9f2c" not in proc.stderr
 
 
 @pytest.mark.anyio

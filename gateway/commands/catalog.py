@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from catalog.budget import DecisionError
@@ -21,6 +22,7 @@ from gateway.engine.barrier import required_failures
 from gateway.engine.checks import CheckCache
 from gateway.engine.epoch import Epoch, epoch_of
 from gateway.engine.lockfile import lock_path, read_lock
+from gateway.engine.surface import build_surface
 from gateway.state.history import EpochHistory
 
 log = logging.getLogger("prefixgate")
@@ -202,6 +204,23 @@ def render_text(report: dict[str, Any], config: Config) -> str:
     return printable("\n".join(lines)) + "\n"
 
 
+def full_report(config: Config, downstreams: Sequence[Downstream], epoch: Epoch, lock: Path | None) -> dict[str, Any]:
+    """``catalog --json``'s object for ``config``'s profile: the catalog, what else its servers
+    serve (resources, templates, prompts, as its clients see them), and its lock (``lock``: the
+    lock file in force, if any). One path for ``--profile NAME`` and ``profiles.NAME``."""
+    report = catalog_report(config, downstreams, epoch)
+    surface = build_surface(downstreams, config.client.names, config.gateway.separator)
+    report["resources"] = len(surface.resources)
+    report["resource_templates"] = len(surface.templates)
+    report["prompts"] = [p["name"] for p in surface.prompts]
+    report["warnings"] += [
+        {"kind": "surface", "server": "", "tool": "", "detail": w, "message": w} for w in surface.warnings
+    ]
+    if lock is not None:
+        report["lock"] = {"path": str(lock), "pending": [p.to_json() for p in epoch.pending]}
+    return report
+
+
 def profile_reports(config: Config, downstreams: Sequence[Downstream], checks: CheckCache) -> dict[str, Any]:
     """Each ``[profiles.NAME]``'s report, built from the same discovery as ``serve --profile NAME``
     builds it (under its lock, when the catalog is locked); ``{"error": ...}`` for one that
@@ -214,7 +233,7 @@ def profile_reports(config: Config, downstreams: Sequence[Downstream], checks: C
             seen = [d for d in downstreams if d.config.id in ids]
             path = lock_path(view)
             lock = read_lock(path) if path is not None else None
-            reports[name] = catalog_report(view, seen, epoch_of(view, seen, checks, lock))
+            reports[name] = full_report(view, seen, epoch_of(view, seen, checks, lock), path)
         except (ConfigError, DecisionError, LockError) as exc:
             reports[name] = {"profile": name, "error": str(exc)}
     return reports
@@ -244,15 +263,7 @@ async def run(config: Config, as_json: bool) -> int:
     """Discover, print the catalog, and exit 1 when a ``required`` server failed."""
     async with running(config) as hub:
         epoch = await discover(config, hub)
-        report = catalog_report(config, hub.downstreams, epoch)
-        report["resources"] = len(hub.surface.resources)
-        report["resource_templates"] = len(hub.surface.templates)
-        report["prompts"] = [p["name"] for p in hub.surface.prompts]
-        report["warnings"] += [
-            {"kind": "surface", "server": "", "tool": "", "detail": w, "message": w} for w in hub.surface.warnings
-        ]
-        if hub.lock.path is not None:
-            report["lock"] = {"path": str(hub.lock.path), "pending": [p.to_json() for p in epoch.pending]}
+        report = full_report(config, hub.downstreams, epoch, hub.lock.path)
         if config.profile is None:  # the default profile's run shows every profile's view too
             report["profiles"] = profile_reports(config, hub.downstreams, hub.checks)
         downstreams = hub.downstreams
