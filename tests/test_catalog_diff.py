@@ -274,7 +274,8 @@ def test_server_failed(real: dict[str, Report]) -> None:
     assert len(d.removed) == 10 and d.removed[0].name == "github__crash"
     text = lines(render(d))
     assert 'github: status: "ready" -> "failed"' in text
-    assert 'github: error: null -> "cannot start \'/nonexistent/prefixgate-test-binary\': No such file or directory"' in text
+    missing = "/nonexistent/prefixgate-test-binary"
+    assert f'github: error: null -> "cannot start \'{missing}\': No such file or directory"' in text
 
 
 def test_server_added_and_removed() -> None:

@@ -98,6 +98,12 @@ async def test_serve_records_each_epoch_and_catalog_history_shows_why(tmp_path: 
     assert lines[-1].endswith(f"(same bytes as before): {restart['reason']}")
     as_json = json.loads(run_cli("catalog", "history", "--config", str(config), "--json").stdout)
     assert as_json == [first, reword, add, restart]
+    for limit in ("0", "-1"):  # (these printed one record)
+        refused = run_cli("catalog", "history", "--config", str(config), "--limit", limit)
+        assert (
+            refused.returncode == 2
+            and f"argument --limit: expected a whole number >= 1, got '{limit}'" in refused.stderr
+        )
 
 
 @pytest.mark.anyio

@@ -281,7 +281,7 @@ def history(config: Config, as_json: bool, limit: int) -> int:
     """``catalog history``: the last ``limit`` epochs the serving gateway published for this profile."""
     store = EpochHistory(config.gateway.state_dir, config.profile, config.path)
     try:
-        records = store.read()[-max(limit, 1) :]
+        records = store.read()[-limit:]
     except OSError as exc:
         log.error("%s", exc)
         return 1

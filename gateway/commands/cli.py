@@ -64,6 +64,17 @@ def profile_argument(sp: argparse.ArgumentParser, what: str) -> None:
     )
 
 
+def _at_least_one(text: str) -> int:
+    """A count of one or more (argparse names the option and exits 2 otherwise)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return value
+
+
 SERVE_HELP = "serve the gateway over stdio (default) or streamable HTTP (--http)"
 SERVE_DESCRIPTION = (
     "Serve the gateway: over stdio for the client that started it (the default), or over streamable HTTP with "
@@ -172,7 +183,9 @@ def parser() -> argparse.ArgumentParser:
     history_parser.add_argument(
         "--json", action="store_true", default=argparse.SUPPRESS, help="print the records as one JSON array"
     )
-    history_parser.add_argument("--limit", type=int, default=20, metavar="N", help="the last N epochs (default 20)")
+    history_parser.add_argument(
+        "--limit", type=_at_least_one, default=20, metavar="N", help="the last N epochs (default 20)"
+    )
     profile_argument(history_parser, "print the history")
     for sp in (diff_parser, lock_parser, approve_parser, history_parser):
         sp.add_argument("--config", metavar="PATH", default=argparse.SUPPRESS, help="config file")
