@@ -5,14 +5,17 @@ meta-validator once does not help): 14 s for a first-ever catalog of 5,000 tools
 jsonschema-rs validates a schema against the *same* metaschema documents (python-jsonschema's
 own, from ``jsonschema_specifications``) in microseconds, but asserts no formats, and the only
 format python-jsonschema asserts in a metaschema is ``regex`` (``pattern``, the keys of
-``patternProperties``), checked with Python's ``re``. So a schema is certified when:
+``patternProperties``), which the caller has it check as JSON Schema means it, ECMA-262, with
+jsonschema-rs's engine (:func:`ecma_regex`, the one arguments are validated with), not Python's
+``re`` (which refuses ``\p{L}``, ``(?<name>...)``, zod's ``.emoji()``, tools a direct client
+lists). So a schema is certified when:
 
 * its dialect is one jsonschema-rs implements (draft 4, 6, 7, 2019-09, 2020-12; the dialect is
   the class ``validator_for`` picked, so an unknown ``$schema`` is 2020-12 as today, and
   jsonschema-rs never resolves the ``$schema`` URL itself);
 * it is no deeper than :data:`MAX_DEPTH` containers (python-jsonschema recurses ~8 frames a
   level and reports a deeper schema as nested too deeply; jsonschema-rs would not);
-* every string that could be checked as a ``regex`` compiles with ``re`` (every ``pattern``
+* every string that could be checked as a ``regex`` is one (every ``pattern``
   string and ``patternProperties`` key anywhere: more than the metaschema checks, which only
   costs a fallback);
 * jsonschema-rs finds it valid.
@@ -25,11 +28,17 @@ words the rejection. So verdicts and messages are exactly python-jsonschema's.
 from __future__ import annotations
 
 import functools
-import re
 from typing import Any, NoReturn
 
 import jsonschema_rs
-from jsonschema import Draft4Validator, Draft6Validator, Draft7Validator, Draft201909Validator, Draft202012Validator
+from jsonschema import (
+    Draft4Validator,
+    Draft6Validator,
+    Draft7Validator,
+    Draft201909Validator,
+    Draft202012Validator,
+    FormatChecker,
+)
 from jsonschema.validators import validator_for
 
 # python-jsonschema's own metaschema documents (its dependency; untyped).
@@ -61,10 +70,10 @@ def _regexes_compile_within_depth(schema: Any) -> bool:
             if depth > MAX_DEPTH:
                 return False
             pattern = value.get("pattern")
-            if isinstance(pattern, str) and not _compiles(pattern):
+            if isinstance(pattern, str) and not ecma_regex(pattern):
                 return False
             keys = value.get("patternProperties")
-            if isinstance(keys, dict) and not all(_compiles(k) for k in keys if isinstance(k, str)):
+            if isinstance(keys, dict) and not all(ecma_regex(k) for k in keys if isinstance(k, str)):
                 return False
             stack.extend((item, depth + 1) for item in value.values())
         elif isinstance(value, list):
@@ -74,13 +83,27 @@ def _regexes_compile_within_depth(schema: Any) -> bool:
     return True
 
 
-def _compiles(pattern: str) -> bool:
-    """What python-jsonschema's ``regex`` format checker asks (``re.compile``), errors included."""
+def ecma_regex(pattern: object) -> bool:
+    """The ``regex`` format: whether jsonschema-rs's ECMA-262 engine compiles ``pattern`` (a
+    non-string is not this format's to judge). Never raises."""
+    if not isinstance(pattern, str):
+        return True
     try:
-        re.compile(pattern)
-    except Exception:  # noqa: BLE001 - re.error, OverflowError, RecursionError: not certified
+        jsonschema_rs.validator_for({"pattern": pattern}, validate_formats=False)
+    except Exception:  # noqa: BLE001 - jsonschema_rs.ValidationError (the engine refuses it), a lone surrogate
         return False
     return True
+
+
+@functools.cache
+def format_checker(cls: Any) -> FormatChecker:
+    """The format checker ``cls.check_schema`` uses by default, with ``regex`` as ECMA-262 (``ecma_regex``)."""
+    checker = FormatChecker(formats=())
+    checker.checkers = {
+        **validator_for(cls.META_SCHEMA, default=cls).FORMAT_CHECKER.checkers,
+        "regex": (ecma_regex, ()),
+    }
+    return checker
 
 
 def _refuse(uri: str) -> NoReturn:

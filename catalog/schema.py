@@ -16,7 +16,7 @@ from jsonschema.exceptions import SchemaError
 from jsonschema.validators import validator_for
 
 from catalog.keywords import STRING_SET, SUBSCHEMA, SUBSCHEMA_LIST, SUBSCHEMA_MAP
-from catalog.metaschema import certified
+from catalog.metaschema import certified, format_checker
 from catalog.model import JSON
 from catalog.text import quote
 from catalog.validation import REMOTE_REFUSED, compile_validator, references
@@ -143,7 +143,7 @@ def check(schema: JSON, where: str = "inputSchema") -> str | None:
     cls = validator_for(schema, default=Draft202012Validator)
     if not certified(schema, cls):  # microseconds; python-jsonschema (milliseconds) decides the rest
         try:
-            cls.check_schema(schema)
+            cls.check_schema(schema, format_checker=format_checker(cls))  # type: ignore[call-arg]  # (not in its Protocol)
         except SchemaError as err:
             return f"{json_path(where, err.absolute_path)}: {_one_line(err.message)}"
         except RecursionError:

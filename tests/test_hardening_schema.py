@@ -536,3 +536,29 @@ def test_pattern_the_validator_cannot_compile_is_a_quarantine_reason_with_its_pa
     schema = {"type": "object", "properties": {"x": {"type": "string", "pattern": "\\A[a-z]+\\Z"}}}
     reason = check(schema)
     assert reason is not None and reason.startswith("inputSchema.properties.x.pattern: ")
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ERAS)
+async def test_an_ecma_262_pattern_python_cannot_compile_is_published_and_validated(tmp_path: Path, mode: str) -> None:
+    """JSON Schema's regexes are ECMA-262: ``\\p{L}`` (and zod's ``.emoji()``) are valid there
+    and were quarantined because Python's ``re`` refused them, so a tool a direct client lists
+    was missing through the gateway. Now it is published, and its pattern still gates calls."""
+    patterns = {"word": "^\\p{L}+$", "emoji": "^(\\p{Extended_Pictographic}|\\p{Emoji_Component})+$"}
+    tools = [
+        {"name": name, "inputSchema": {"type": "object", "properties": {"x": {"type": "string", "pattern": pattern}}}}
+        for name, pattern in patterns.items()
+    ]
+    listing = tmp_path / "tools.json"
+    listing.write_text(json.dumps(tools), encoding="utf-8")
+    root = str(Path(__file__).resolve().parent.parent)
+    server = {"command": PYTHON, "args": ["-m", "tests.schemas_server", str(listing)], "cwd": root}
+    config = write_config(tmp_path, {"s": server})
+    async with sdk_client(config, mode) as client:
+        with anyio.fail_after(60):
+            names = {t.name for t in (await client.list_tools()).tools}
+            assert {"s__word", "s__emoji"} <= names, names
+            assert text(await client.call_tool("s__word", {"x": "héllo"})) == '{"x": "h\\u00e9llo"}'
+            refused = await client.call_tool("s__word", {"x": "h3llo"})
+            assert refused.is_error and "does not match" in text(refused), text(refused)
+            assert not (await client.call_tool("s__emoji", {"x": "🙂"})).is_error
