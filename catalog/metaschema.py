@@ -1,4 +1,4 @@
-"""A fast certificate that a schema passes python-jsonschema's metaschema check.
+r"""A fast certificate that a schema passes python-jsonschema's metaschema check.
 
 ``cls.check_schema`` costs ~3 ms a schema (the cost is per subschema, so building the
 meta-validator once does not help): 14 s for a first-ever catalog of 5,000 tools.
