@@ -242,6 +242,51 @@ def with_huge_metadata(app: Any) -> Any:
     return wrapped
 
 
+def resource_front(base: str, front: str, path: str) -> Any:
+    """The MCP server as most hosted ones are: the resource (``front``) on another origin than
+    its authorization server (``base``, this process's own). ``path`` is proxied to the real
+    endpoint; its protected-resource metadata names ``base`` as the authorization server; every
+    other request (its own ``/token``, which does not exist) gets 404 and is appended, as its
+    path and form keys, to ``$OAUTH_FRONT_LOG`` when set."""
+    import httpx2
+
+    client = httpx2.AsyncClient(timeout=None)
+    metadata = json.dumps({"resource": front + path, "authorization_servers": [base]}).encode()
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        body = await read_body(receive)
+        if scope["path"].startswith("/.well-known/oauth-protected-resource"):
+            await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
+            await send({"type": "http.response.body", "body": metadata})
+            return
+        if scope["path"] != path:
+            if log := os.environ.get("OAUTH_FRONT_LOG"):
+                keys = sorted(k.partition("=")[0] for k in body.decode(errors="replace").split("&") if k)
+                with open(log, "a", encoding="utf-8") as out:
+                    out.write(json.dumps({"path": scope["path"], "form": keys}) + "\n")
+            await send({"type": "http.response.start", "status": 404, "headers": [(b"content-type", b"text/plain")]})
+            await send({"type": "http.response.body", "body": b"not here"})
+            return
+        skip = (b"host", b"content-length")
+        headers = [(k.decode(), v.decode()) for k, v in scope["headers"] if k.lower() not in skip]
+        request = client.build_request(scope["method"], base + path, headers=headers, content=body)
+        response = await client.send(request, stream=True)
+        dropped = ("content-length", "transfer-encoding", "www-authenticate", "connection")
+        out = [(k.encode(), v.encode()) for k, v in response.headers.multi_items() if k.lower() not in dropped]
+        if response.status_code in (401, 403):
+            challenge = f'Bearer error="invalid_token", resource_metadata="{front}/.well-known/oauth-protected-resource"'
+            out.append((b"www-authenticate", challenge.encode()))
+        await send({"type": "http.response.start", "status": response.status_code, "headers": out})
+        async for chunk in response.aiter_raw():
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await response.aclose()
+        await send({"type": "http.response.body", "body": b""})
+
+    return app
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--transport", choices=("http", "sse"), default="http")
@@ -253,6 +298,11 @@ def main() -> None:
     p.add_argument("--huge-token", action="store_true", help="issue 200 KB access tokens (under the 1 MiB answer cap)")
     p.add_argument("--revocable", action="store_true", help="tool 'revoke' drops tokens server-side")
     p.add_argument("--huge-metadata", action="store_true", help="answer metadata discovery with 5 MB, chunked")
+    p.add_argument(
+        "--front",
+        action="store_true",
+        help="serve the MCP endpoint from another origin (printed), this one only its authorization server",
+    )
     args = p.parse_args()
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -316,10 +366,25 @@ def main() -> None:
         app = with_client_credentials(app, provider, client_id, secret)
     if args.huge_metadata:
         app = with_huge_metadata(app)
-    sys.stdout.write(base + path + "\n")
+    servers = [(uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on")), sock)]
+    printed = base + path
+    if args.front:
+        front_sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        front_sock.bind(("127.0.0.1", 0))
+        front_sock.listen(128)
+        front = f"http://127.0.0.1:{front_sock.getsockname()[1]}"
+        front_app = resource_front(base, front, path)
+        servers.append((uvicorn.Server(uvicorn.Config(front_app, log_level="warning", lifespan="off")), front_sock))
+        printed = front + path
+    sys.stdout.write(printed + "\n")
     sys.stdout.flush()
-    config = uvicorn.Config(app, log_level="warning", lifespan="on")
-    anyio.run(uvicorn.Server(config).serve, [sock])
+
+    async def serve() -> None:
+        async with anyio.create_task_group() as tg:
+            for server_, bound in servers:
+                tg.start_soon(server_.serve, [bound])
+
+    anyio.run(serve)
 
 
 if __name__ == "__main__":

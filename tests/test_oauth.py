@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -541,3 +542,47 @@ def test_an_answer_that_is_not_utf8_is_named_plainly() -> None:
 
     said = _short(UnicodeDecodeError("utf-8", b"\xff\xfe", 0, 1, "invalid start byte"))
     assert said == "UnicodeDecodeError: an answer that is not UTF-8 text (byte 0)"
+
+
+@pytest.mark.parametrize("grant", ["oauth", "client_credentials"])
+async def test_a_new_process_refreshes_at_the_authorization_server_not_the_resource(tmp_path: Path, grant: str) -> None:
+    """The MCP server (the resource) and its authorization server on different origins, as for
+    most hosted servers. The login (or another run) stored tokens; a new gateway process had not
+    discovered the authorization server, so the SDK sent the refresh token (and the client's
+    secret) to the resource's own /token, which failed the call as "needs a new login". Where
+    the tokens came from is now stored with them."""
+    import anyio
+
+    secret = "svc-secret-" + os.urandom(8).hex()
+    front_log = tmp_path / "front.log"
+    args = ["--lifetime", "2", "--front", "--client-credentials", f"svc:{secret}"]
+    with url_process(
+        [PYTHON, SERVER, *args],
+        env={"OAUTH_SERVER_LOG": str(tmp_path / "secrets.log"), "OAUTH_FRONT_LOG": str(front_log)},
+    ) as (url, _):
+        table: dict[str, object] = {"url": url, "auth": grant}
+        env = {"SVC_SECRET": secret}
+        if grant == "client_credentials":
+            table |= {"client_id": "svc", "client_secret": "${SVC_SECRET}"}
+        config = write_config(tmp_path, {"remote": table})
+        if grant == "oauth":
+            login(tmp_path, config)
+        else:  # a first run stores a token (and its refresh token)
+            assert catalog_json_env(config, env)["servers"][0]["status"] == "ready"
+        await anyio.sleep(2.5)  # expired: the next process refreshes before its first request
+        for _ in range(2):  # two processes, each refreshing first
+            async with sdk_client(config, "auto", env=env) as client:
+                for _ in range(2):
+                    result = await client.call_tool("remote__echo", {"text": "hi"})
+                    assert not result.is_error and text(result) == "hi", text(result)
+                    await anyio.sleep(1.5)
+        assert not front_log.exists(), front_log.read_text()  # nothing but the MCP endpoint was asked there
+    refreshed = [json.loads(line) for line in (tmp_path / "secrets.log").read_text().splitlines()]
+    assert sum(entry["kind"] == "access_token" for entry in refreshed) >= 3
+
+
+def catalog_json_env(config: Path, env: dict[str, str]) -> dict[str, Any]:
+    proc = run_cli("catalog", "--config", str(config), "--json", env=env)
+    assert proc.returncode == 0, proc.stderr
+    report: dict[str, Any] = json.loads(proc.stdout)
+    return report

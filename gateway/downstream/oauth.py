@@ -26,13 +26,21 @@ import time
 import warnings
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 from urllib.parse import parse_qs, urlparse
 
 import httpx2
 from mcp.client.auth import OAuthClientProvider, TokenStorage
 from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuthProvider
-from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
+from mcp.shared.auth import (
+    AuthorizationCodeResult,
+    OAuthClientInformationFull,
+    OAuthClientMetadata,
+    OAuthMetadata,
+    OAuthToken,
+    ProtectedResourceMetadata,
+)
+from pydantic import ValidationError
 
 from gateway.config import ServerConfig
 from gateway.downstream.errors import leaf
@@ -66,6 +74,10 @@ class Store(TokenStorage, Protocol):
     async def load(self) -> object: ...
 
     async def expires_at(self) -> float | None: ...
+
+    async def set_tokens(self, tokens: OAuthToken, discovery: dict[str, Any] | None = None) -> None: ...
+
+    async def get_discovery(self) -> dict[str, Any] | None: ...
 
     def fingerprint(self) -> object: ...
 
@@ -226,7 +238,7 @@ class _Bound:
 
     async def set_tokens(self, tokens: OAuthToken) -> None:
         self.fresh = False
-        await self.store.set_tokens(tokens)
+        await self.store.set_tokens(tokens, _discovered(self.provider) if self.provider is not None else None)
         if self.provider is not None and tokens.expires_in is not None:
             # The SDK has just set the exact expiry; take it a little earlier.
             self.provider.context.token_expiry_time = early_expiry(tokens.expires_in, time.time())
@@ -323,10 +335,46 @@ async def provider(config: ServerConfig, setup: OAuthSetup) -> httpx2.Auth:
     return auth if interactive is not None else _Guarded(auth, bound)
 
 
+def _discovered(auth: OAuthClientProvider) -> dict[str, Any] | None:
+    """Where the provider's tokens come from, to store beside them (``TokenStore.get_discovery``);
+    None when this process has not discovered it (it keeps what is stored)."""
+    context = auth.context
+    if context.oauth_metadata is None:
+        return None
+    found: dict[str, Any] = {"authorization_server": context.oauth_metadata.model_dump(mode="json", exclude_none=True)}
+    if context.auth_server_url is not None:
+        found["auth_server_url"] = context.auth_server_url
+    if context.protected_resource_metadata is not None:
+        found["resource"] = context.protected_resource_metadata.model_dump(mode="json", exclude_none=True)
+    return found
+
+
+async def _restore_discovery(auth: OAuthClientProvider, store: Store) -> None:
+    """What the SDK discovers only after a 401, from the store: without it, a new process's
+    first refresh goes to the MCP server's own origin (``/token``), refresh token and client
+    secret with it, wherever the authorization server is. Anything stored that does not
+    validate is left out (the SDK then discovers, as before)."""
+    stored = await store.get_discovery()
+    if stored is None:
+        return
+    context = auth.context
+    try:
+        metadata = OAuthMetadata.model_validate(stored.get("authorization_server"))
+        resource = stored.get("resource")
+        resource_metadata = ProtectedResourceMetadata.model_validate(resource) if resource is not None else None
+    except ValidationError:
+        return
+    url = stored.get("auth_server_url")
+    context.oauth_metadata = metadata
+    context.protected_resource_metadata = resource_metadata
+    context.auth_server_url = url if isinstance(url, str) else None
+
+
 async def _keep_early(auth: OAuthClientProvider, bound: _Bound) -> None:
-    """The stored expiry (the SDK keeps none across processes), a little early, now and after
-    every token the provider stores."""
+    """What the SDK keeps in memory only, from the store, now and after every token the
+    provider stores: the expiry, a little early, and where the tokens came from."""
     bound.provider = auth
+    await _restore_discovery(auth, bound.store)
     expires_at = await bound.store.expires_at()
     granted = await bound.store.get_tokens()
     if expires_at is not None and not bound.fresh:

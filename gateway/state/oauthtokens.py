@@ -229,12 +229,23 @@ class TokenStore:
             return None  # as if logged out: a login or refresh replaces them
         return tokens
 
-    async def set_tokens(self, tokens: OAuthToken) -> None:
+    async def set_tokens(self, tokens: OAuthToken, discovery: dict[str, Any] | None = None) -> None:
+        """Store ``tokens``, and ``discovery`` (where they came from: ``get_discovery``) when given."""
         problem = unsendable(tokens)
         if problem is not None:
             raise TokenRefused(f"{problem}; not stored (log in again, or ask the server's operator)")
         expires_at = time.time() + tokens.expires_in if tokens.expires_in is not None else None
-        await self._update(tokens=tokens.model_dump(mode="json", exclude_none=True), expires_at=expires_at)
+        changes: dict[str, Any] = {"tokens": tokens.model_dump(mode="json", exclude_none=True), "expires_at": expires_at}
+        if discovery is not None:
+            changes["discovery"] = discovery
+        await self._update(**changes)
+
+    async def get_discovery(self) -> dict[str, Any] | None:
+        """The authorization server the tokens came from, as discovered when they were issued
+        (its metadata, and the resource's): a new process refreshes there, not at the MCP
+        server's own origin, where the SDK would send the refresh token without it."""
+        found = (await self._current()).get("discovery")
+        return found if isinstance(found, dict) else None
 
     async def get_client_info(self) -> OAuthClientInformationFull | None:
         return await self._stored("client", OAuthClientInformationFull)
