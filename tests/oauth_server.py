@@ -188,8 +188,13 @@ def with_client_credentials(app: Any, provider: ApprovingProvider, client_id: st
             token = provider._issue(client_id, scopes, form.get("resource"))
             status, payload = 200, token.model_dump(exclude_none=True)
         data = json.dumps(payload).encode()
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", b"application/json"), (b"cache-control", b"no-store")]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"cache-control", b"no-store")],
+            }
+        )
         await send({"type": "http.response.body", "body": data})
 
     return wrapped
@@ -217,8 +222,13 @@ def with_step_up(app: Any, provider: ApprovingProvider, tool: str, scope: str) -
         )
         if wanted and held is not None and scope not in held.scopes:
             challenge = f'Bearer error="insufficient_scope", scope="{" ".join([*held.scopes, scope])}"'
-            await send({"type": "http.response.start", "status": 403,
-                        "headers": [(b"www-authenticate", challenge.encode()), (b"content-type", b"application/json")]})
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 403,
+                    "headers": [(b"www-authenticate", challenge.encode()), (b"content-type", b"application/json")],
+                }
+            )
             await send({"type": "http.response.body", "body": b'{"error": "insufficient_scope"}'})
             return
         await app(scope_, replaying(body, receive), send)
@@ -258,7 +268,9 @@ def resource_front(base: str, front: str, path: str) -> Any:
             return
         body = await read_body(receive)
         if scope["path"].startswith("/.well-known/oauth-protected-resource"):
-            await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
+            await send(
+                {"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]}
+            )
             await send({"type": "http.response.body", "body": metadata})
             return
         if scope["path"] != path:
@@ -276,7 +288,9 @@ def resource_front(base: str, front: str, path: str) -> Any:
         dropped = ("content-length", "transfer-encoding", "www-authenticate", "connection")
         out = [(k.encode(), v.encode()) for k, v in response.headers.multi_items() if k.lower() not in dropped]
         if response.status_code in (401, 403):
-            challenge = f'Bearer error="invalid_token", resource_metadata="{front}/.well-known/oauth-protected-resource"'
+            challenge = (
+                f'Bearer error="invalid_token", resource_metadata="{front}/.well-known/oauth-protected-resource"'
+            )
             out.append((b"www-authenticate", challenge.encode()))
         await send({"type": "http.response.start", "status": response.status_code, "headers": out})
         async for chunk in response.aiter_raw():

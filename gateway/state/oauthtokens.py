@@ -235,7 +235,10 @@ class TokenStore:
         if problem is not None:
             raise TokenRefused(f"{problem}; not stored (log in again, or ask the server's operator)")
         expires_at = time.time() + tokens.expires_in if tokens.expires_in is not None else None
-        changes: dict[str, Any] = {"tokens": tokens.model_dump(mode="json", exclude_none=True), "expires_at": expires_at}
+        changes: dict[str, Any] = {
+            "tokens": tokens.model_dump(mode="json", exclude_none=True),
+            "expires_at": expires_at,
+        }
         if discovery is not None:
             changes["discovery"] = discovery
         await self._update(**changes)
