@@ -11,7 +11,9 @@ from __future__ import annotations
 import json
 import re
 import urllib.parse
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+
+from mcp_types import ErrorData
 
 from gateway.config import ServerConfig
 
@@ -62,6 +64,23 @@ def mask(text: str, secrets: Iterable[str]) -> str:
 
 def redact(text: str, config: ServerConfig) -> str:
     return mask(text, secrets_of(config))
+
+
+def masked_error(error: ErrorData, secrets: Sequence[str]) -> ErrorData:
+    """A peer's JSON-RPC error with ``secrets`` masked in its message and data (the same object
+    when none is there: the common case costs a scan)."""
+    message = mask(error.message, secrets)
+    data = error.data
+    if data is not None:
+        text = json.dumps(data, ensure_ascii=False, default=str)
+        if (masked := mask(text, secrets)) != text:
+            try:
+                data = json.loads(masked)
+            except ValueError:  # a secret spanning JSON's own quotes: drop the data, keep the message
+                data = None
+    if message == error.message and data is error.data:
+        return error
+    return ErrorData(code=error.code, message=message, data=data)
 
 
 def _query_values(url: str) -> set[str]:

@@ -108,6 +108,17 @@ def header_names(ctx: Context) -> str:
 
 
 @server.tool()
+def refuse_authorization(ctx: Context) -> str:
+    """Refuse the call with a JSON-RPC error quoting this call's Authorization header, as a
+    server rejecting a token may (none over stdio)."""
+    from mcp.shared.exceptions import MCPError
+
+    request = ctx.request_context.request
+    quoted = request.headers.get("authorization", "") if request is not None else ""
+    raise MCPError(code=-32000, message=f"token rejected: {quoted}", data={"presented": quoted})
+
+
+@server.tool()
 async def elicit_url(ctx: Context) -> str:
     """Send the user to a URL (URL-mode elicitation over the back-channel)."""
     answer = await ctx.elicit_url("Open the link to sign in.", "https://example.com/login", "login-1")

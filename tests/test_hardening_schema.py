@@ -22,7 +22,18 @@ from hypothesis import strategies as st
 
 from bench.common import loopback_server
 from spill import ArtifactStore, bound_result, json_size, list_artifacts, surely_within, visible_size
-from tests.helpers import ERAS, PYTHON, catalog_json, demo, http_gateway, run_cli, sdk_client, text, write_config
+from tests.helpers import (
+    ERAS,
+    PYTHON,
+    catalog_json,
+    demo,
+    http_gateway,
+    run_cli,
+    sdk_client,
+    text,
+    url_process,
+    write_config,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -562,3 +573,21 @@ async def test_an_ecma_262_pattern_python_cannot_compile_is_published_and_valida
             refused = await client.call_tool("s__word", {"x": "h3llo"})
             assert refused.is_error and "does not match" in text(refused), text(refused)
             assert not (await client.call_tool("s__emoji", {"x": "🙂"})).is_error
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_token_a_server_quotes_in_its_error_is_masked_in_what_the_client_gets(
+    tmp_path: Path, mode: str
+) -> None:
+    """docs/configuration.md: header and env values never appear in errors. A server that
+    refuses a call quoting the token (a JSON-RPC error, message and data) put the configured
+    token into the isError the client got, and the model's context with it."""
+    with url_process([PYTHON, "-m", "tests.classic_server", "--http"]) as (server_url, _):
+        headers = {"Authorization": "Bearer ${QUOTED_TOKEN}"}
+        config = write_config(tmp_path, {"c": {"url": server_url, "headers": headers}})
+        async with sdk_client(config, mode, env={"QUOTED_TOKEN": SECRET}) as client:
+            with anyio.fail_after(60):
+                refused = await client.call_tool("c__refuse_authorization", {})
+    assert refused.is_error and "token rejected: ***" in text(refused), text(refused)
+    assert SECRET not in text(refused)

@@ -31,7 +31,7 @@ from gateway.downstream.oauth import LoginNeeded, OAuthSetup
 from gateway.downstream.spawn import Spawned
 from gateway.downstream.stderrtail import informative
 from gateway.downstream.transports import Transport, transport_for
-from gateway.redact import mask, redact, secrets_of
+from gateway.redact import mask, masked_error, redact, secrets_of
 
 Status = Literal["starting", "ready", "failed", "late", "disabled", "exited", "restarting"]
 NOTICE_TIMEOUT = 5.0
@@ -279,16 +279,22 @@ class Downstream:
             link = None
         if link is None:
             raise DownstreamUnavailable(self.unavailable())
-        return await link.request(
-            method,
-            params,
-            timeout=timeout,
-            on_progress=on_progress,
-            log_level=log_level or self.log_level,
-            capabilities=capabilities,
-            max_time=max_time,
-            beside=beside,
-        )
+        try:
+            return await link.request(
+                method,
+                params,
+                timeout=timeout,
+                on_progress=on_progress,
+                log_level=log_level or self.log_level,
+                capabilities=capabilities,
+                max_time=max_time,
+                beside=beside,
+            )
+        except MCPError as exc:
+            # A server that quotes the token it rejected: the error reaches the client (an
+            # isError naming it, or the error itself) with the configured values masked.
+            exc.error = masked_error(exc.error, self._secrets)
+            raise
 
     async def roots_changed(self) -> None:
         """Tell a handshake-era server that is up that its client's roots changed, as that
