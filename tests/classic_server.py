@@ -351,6 +351,49 @@ async def asked(topic: str, ctx: Context) -> str:
     return f"{topic} for {answer.data.name}" if answer.action == "accept" else topic
 
 
+def behind_a_sticky_balancer(app: Any) -> Any:
+    """``--sticky``: as behind a load balancer whose sessions live on one backend: a response to
+    a request without its cookie sets it, and a request in a session (``Mcp-Session-Id``)
+    without it reaches "another backend", which knows no such session (404)."""
+
+    async def sticky(scope: Any, receive: Any, send: Any) -> None:
+        headers = dict(scope.get("headers") or [])
+        has_cookie = b"backend=7" in headers.get(b"cookie", b"")
+        if scope["type"] == "http" and not has_cookie and b"mcp-session-id" in headers:
+            error = b'{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Session not found"}}'
+            await send(
+                {"type": "http.response.start", "status": 404, "headers": [(b"content-type", b"application/json")]}
+            )
+            await send({"type": "http.response.body", "body": error})
+            return
+
+        async def with_cookie(message: Any) -> None:
+            if message["type"] == "http.response.start" and not has_cookie:
+                message = {**message, "headers": [*message["headers"], (b"set-cookie", b"backend=7; Path=/")]}
+            await send(message)
+
+        await app(scope, receive, with_cookie)
+
+    return sticky
+
+
+def basic_auth_only(app: Any, credentials: str) -> Any:
+    """``--basic USER:PASS``: every HTTP request needs those credentials (401 otherwise)."""
+    import base64
+
+    expected = b"Basic " + base64.b64encode(credentials.encode())
+
+    async def guarded(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and dict(scope["headers"]).get(b"authorization") != expected:
+            challenge = [(b"www-authenticate", b'Basic realm="mcp"')]
+            await send({"type": "http.response.start", "status": 401, "headers": challenge})
+            await send({"type": "http.response.body", "body": b"credentials needed"})
+            return
+        await app(scope, receive, send)
+
+    return guarded
+
+
 async def serve_http() -> None:
     import uvicorn
 
@@ -358,6 +401,10 @@ async def serve_http() -> None:
 
     sock = listening_socket("127.0.0.1", 0)
     app = server.streamable_http_app(streamable_http_path="/mcp")
+    if "--sticky" in sys.argv[1:]:
+        app = behind_a_sticky_balancer(app)
+    if "--basic" in sys.argv[1:]:
+        app = basic_auth_only(app, sys.argv[sys.argv.index("--basic") + 1])
     sys.stdout.write(f"http://127.0.0.1:{sock.getsockname()[1]}/mcp\n")
     sys.stdout.flush()
     await uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on")).serve(sockets=[sock])

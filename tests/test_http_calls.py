@@ -287,6 +287,33 @@ def test_which_urls_get_the_gateways_own_connections() -> None:
     assert not plain_http("https://example.com/mcp", {})  # TLS: httpx's
     for name in ("http_proxy", "HTTPS_PROXY", "all_proxy"):  # a proxy httpx would honour: httpx's
         assert not plain_http("http://h/mcp", {name: "http://proxy:3128"}), name
+    assert not plain_http("http://user:pass@h/mcp", {})  # credentials httpx sends as Basic auth: httpx's
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ERAS)
+@pytest.mark.parametrize("server", ["sticky", "basic"])
+async def test_calls_to_a_server_that_needs_its_cookie_or_url_credentials_work_as_directly(
+    tmp_path: Path, mode: str, server: str
+) -> None:
+    """A server behind a sticky load balancer (its cookie, set at initialize, routes each later
+    request to the backend holding the session), and one whose URL carries ``user:password@``:
+    httpx (the SDK's client, and so a direct connection) sends both; the gateway's own call
+    connections sent neither, so every tools/call failed ("Session not found", a 401) while
+    listing worked."""
+    from tests.helpers import sdk_client, text
+
+    args = ["--sticky"] if server == "sticky" else ["--basic", "gw:pa55word"]
+    with url_process([PYTHON, "-m", "tests.classic_server", "--http", *args]) as (url, _):
+        if server == "basic":
+            url = url.replace("http://", "http://gw:pa55word@")
+        config = write_config(tmp_path, {"c": {"url": url, "protocol": "legacy"}})
+        async with sdk_client(config, mode, log_level="debug", errlog=tmp_path / "gw.log") as client:
+            with anyio.fail_after(60):
+                for word in ("one", "two"):
+                    result = await client.call_tool("c__echo", {"text": word})
+                    assert not result.is_error and text(result) == f"classic:{word}", text(result)
+    assert "pa55word" not in (tmp_path / "gw.log").read_text()
 
 
 if __name__ == "__main__":  # pragma: no cover

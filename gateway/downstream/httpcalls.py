@@ -29,6 +29,7 @@ import codecs
 import contextlib
 import json
 import logging
+import urllib.parse
 from collections.abc import AsyncGenerator, AsyncIterable, Awaitable, Callable, Mapping
 from typing import Any
 
@@ -113,6 +114,9 @@ class HttpCalls:
         """Keep-alive connections of its own (``rawhttp.py``), where httpx is not needed."""
         self.related = related
         """Where the server's requests on a call's stream are noted (``related.py``)."""
+        parts = urllib.parse.urlsplit(sdk.url)
+        self.where = parts._replace(netloc=parts.netloc.rpartition("@")[2], query="", fragment="").geturl()
+        """The server's URL as logged: without the credentials or query a URL may carry."""
         self._next = 0
         self._closed = False
         self._scopes: set[anyio.CancelScope] = set()
@@ -134,19 +138,19 @@ class HttpCalls:
         self._next += 1
         if self._next == 1:
             log.debug(
-                "%s to %s posted beside the SDK's session (PREFIXGATE_FAST_PATH=0: through it)", method, self.sdk.url
+                "%s to %s posted beside the SDK's session (PREFIXGATE_FAST_PATH=0: through it)", method, self.where
             )
         request_id = f"{ID_PREFIX}{self._next}"
         clock = clock or Clock(timeout, None)
         message = request_message(request_id, method, params, progress=on_progress is not None)
         try:  # the body httpx2 makes of the SDK's ``json=``; refused here, before anything is sent
             if may_be_long(params):  # (a client's long call: encoded beside the event loop)
-                log.debug("a long %s to %s encoded beside the event loop", method, self.sdk.url)
+                log.debug("a long %s to %s encoded beside the event loop", method, self.where)
                 body = await anyio.to_thread.run_sync(encode_in_pieces, message, _body)
             else:
                 body = _body(message)
         except ValueError as exc:
-            log.warning("cannot send a request to %s: %s", self.sdk.url, exc)
+            log.warning("cannot send a request to %s: %s", self.where, exc)
             raise MCPError(code=UNSENDABLE_REQUEST, message=f"request not sent: {exc}") from None
         del message
         wire = transport_headers(self.sdk)
@@ -256,13 +260,16 @@ class _Call:
         """The call posted on a connection of its own (``rawhttp.py``) where there is a pool, else
         (or for a header only httpx writes, or a redirect to follow) through httpx, as the SDK posts."""
         calls = self.calls
-        if calls.raw is not None:
+        # Not once the server set a cookie (a sticky load balancer's, at initialize): httpx sends it.
+        if calls.raw is not None and not calls.client.cookies:
             try:
                 response = await calls.raw.post(body, {k: v for k, v in headers.items() if k != HEADER})
             except Unsendable:
                 pass
             else:
                 try:
+                    if "set-cookie" in response.headers:  # kept, as httpx keeps them, for what follows
+                        calls.client.cookies.extract_cookies(response)
                     if not response.is_redirect:  # (not acted on: the request is posted again below)
                         self.related_name = headers.get(HEADER)
                         return await self._answer(response)

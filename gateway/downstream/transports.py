@@ -11,6 +11,7 @@ pipes) and a streamable-HTTP server's record of whose call each of its requests 
 from __future__ import annotations
 
 import os
+import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
@@ -141,9 +142,10 @@ PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy")
 
 def plain_http(url: str, environ: Mapping[str, str] = os.environ) -> bool:
     """Whether calls to ``url`` may go on connections of the gateway's own (``rawhttp.py``): plain
-    ``http://`` and no proxy in the environment (httpx honours one; those requests stay httpx's)."""
+    ``http://``, no proxy in the environment and no ``user:password@`` in the URL (httpx honours
+    both: a proxy, and the credentials as Basic auth; those requests stay httpx's)."""
     proxied = any(environ.get(name) or environ.get(name.upper()) for name in PROXY_VARIABLES)
-    return url.startswith("http://") and not proxied
+    return url.startswith("http://") and not proxied and "@" not in urllib.parse.urlsplit(url).netloc
 
 
 @asynccontextmanager
