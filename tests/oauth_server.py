@@ -200,6 +200,24 @@ def with_client_credentials(app: Any, provider: ApprovingProvider, client_id: st
     return wrapped
 
 
+OUTAGE_UNTIL = [0.0]
+"""``--outages``: until when (``time.monotonic``) ``/token`` answers 503."""
+
+
+def with_token_outages(app: Any) -> Any:
+    """The app, its token endpoint answering 503 while an outage asked for by the
+    ``token_outage`` tool lasts (the rest keeps serving)."""
+
+    async def wrapped(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"] == "/token" and time.monotonic() < OUTAGE_UNTIL[0]:
+            await send({"type": "http.response.start", "status": 503, "headers": [(b"retry-after", b"1")]})
+            await send({"type": "http.response.body", "body": b"token service unavailable"})
+            return
+        await app(scope, receive, send)
+
+    return wrapped
+
+
 def with_step_up(app: Any, provider: ApprovingProvider, tool: str, scope: str) -> Any:
     """The app, answering a ``tools/call`` of ``tool`` with 403 ``insufficient_scope`` (naming
     ``scope``) when the presented token lacks that scope: a step-up challenge."""
@@ -312,6 +330,7 @@ def main() -> None:
     p.add_argument("--huge-token", action="store_true", help="issue 200 KB access tokens (under the 1 MiB answer cap)")
     p.add_argument("--revocable", action="store_true", help="tool 'revoke' drops tokens server-side")
     p.add_argument("--huge-metadata", action="store_true", help="answer metadata discovery with 5 MB, chunked")
+    p.add_argument("--outages", action="store_true", help="tool 'token_outage' makes /token answer 503 a while")
     p.add_argument(
         "--front",
         action="store_true",
@@ -372,6 +391,14 @@ def main() -> None:
                 provider.refresh.clear()
             return "revoked"
 
+    if args.outages:
+
+        @server.tool()
+        def token_outage(seconds: float) -> str:
+            """Make the token endpoint answer 503 for this many seconds."""
+            OUTAGE_UNTIL[0] = time.monotonic() + seconds
+            return "down"
+
     app = server.streamable_http_app() if args.transport == "http" else server.sse_app()
     if args.step_up:
         app = with_step_up(app, provider, "admin", args.step_up)
@@ -380,6 +407,8 @@ def main() -> None:
         app = with_client_credentials(app, provider, client_id, secret)
     if args.huge_metadata:
         app = with_huge_metadata(app)
+    if args.outages:
+        app = with_token_outages(app)
     servers = [(uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on")), sock)]
     printed = base + path
     if args.front:

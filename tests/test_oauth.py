@@ -586,3 +586,48 @@ def catalog_json_env(config: Path, env: dict[str, str]) -> dict[str, Any]:
     assert proc.returncode == 0, proc.stderr
     report: dict[str, Any] = json.loads(proc.stdout)
     return report
+
+
+async def test_a_token_endpoint_outage_is_named_as_one_and_the_next_call_refreshes(tmp_path: Path) -> None:
+    """A 503 from the token endpoint when a refresh was due read "needs a new login (the stored
+    tokens were refused ...)": a login would not have helped, and the next call got through."""
+    import anyio
+
+    with oauth_server(tmp_path, "--lifetime", "2", "--outages") as url:
+        config = write_config(tmp_path, {"remote": {"url": url, "auth": "oauth"}})
+        login(tmp_path, config)
+        async with sdk_client(config, "auto") as client:
+            assert text(await client.call_tool("remote__token_outage", {"seconds": 4})) == "down"
+            await anyio.sleep(2.5)  # expired: the next call refreshes, and the endpoint is down
+            down = await client.call_tool("remote__echo", {"text": "now"})
+            assert down.is_error and "token endpoint answered HTTP 503" in text(down), text(down)
+            assert "new login" not in text(down)
+            await anyio.sleep(2)  # the outage is over
+            again = await client.call_tool("remote__echo", {"text": "later"})
+            assert not again.is_error and text(again) == "later", text(again)
+
+
+async def test_two_gateways_on_one_token_store_share_rotating_refreshes(tmp_path: Path) -> None:
+    """Two gateways (or a gateway and a catalog run) on the same state, the server rotating
+    refresh tokens: when both refresh at once one is refused, and its call failed with "needs a
+    new login" though the other had just stored fresh tokens. It now takes those."""
+    import anyio
+
+    with oauth_server(tmp_path, "--lifetime", "2") as url:
+        config = write_config(tmp_path, {"remote": {"url": url, "auth": "oauth"}})
+        login(tmp_path, config)
+        failed: list[str] = []
+        async with sdk_client(config, "auto") as one, sdk_client(config, "legacy") as two:
+            for round_ in range(3):
+                await anyio.sleep(2.2)  # expired in both: each call below refreshes first, at once
+
+                async def call(client: Any, said: str) -> None:
+                    result = await client.call_tool("remote__echo", {"text": said})
+                    if result.is_error or text(result) != said:
+                        failed.append(text(result))
+
+                with anyio.fail_after(60):
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(call, one, f"one {round_}")
+                        tg.start_soon(call, two, f"two {round_}")
+        assert failed == []

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import parse_qs, urlparse
 
+import anyio
 import httpx2
 from mcp.client.auth import OAuthClientProvider, TokenStorage
 from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuthProvider
@@ -49,6 +50,8 @@ PLACEHOLDER_REDIRECT = "http://127.0.0.1/callback"
 """The redirect URI a gateway declares: it never receives a redirect (it never starts a flow)."""
 MAX_EARLY = 60.0
 """At most this many seconds before its expiry is a token refreshed."""
+FOLLOW_WAIT = 2.0
+"""Seconds a refused refresh waits for another process's fresh tokens in the file."""
 
 
 class LoginNeeded(Exception):
@@ -183,12 +186,16 @@ class _Guarded(httpx2.Auth):
 
     async def async_auth_flow(self, request: httpx2.Request) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
         await self._follow_the_file()
+        self.bound.refresh_status = None
         flow = self.inner.async_auth_flow(request)
+        followed = False
         try:
             outgoing = await flow.__anext__()
             refreshed = outgoing is not request  # the flow refreshed before sending
             while True:
                 response = yield outgoing
+                if _is_refresh(outgoing):
+                    self.bound.refresh_status = response.status_code
                 if response.status_code == 401 and outgoing is request and not refreshed and self._may_refresh():
                     # A token we held valid was refused: the server's clock runs ahead, or it
                     # dropped the token (a restart, a revocation). The refresh token may still
@@ -202,6 +209,16 @@ class _Guarded(httpx2.Auth):
                 try:
                     outgoing = await flow.asend(response)
                 except LoginNeeded:
+                    if not followed and await self._written_meanwhile():
+                        # Another process (a second gateway on the same state) refreshed first,
+                        # and the authorization server, rotating refresh tokens, refused ours:
+                        # its tokens are in the file now. Once, with those.
+                        followed = refreshed = True
+                        await flow.aclose()
+                        await self._follow_the_file()
+                        flow = self.inner.async_auth_flow(request)
+                        outgoing = await flow.__anext__()
+                        continue
                     yield request  # as sent: refused again, and that refusal is the answer
                     return
         except StopAsyncIteration:
@@ -209,10 +226,24 @@ class _Guarded(httpx2.Auth):
         finally:
             await flow.aclose()
 
+    async def _written_meanwhile(self) -> bool:
+        """Whether another process has written the token file since this one read it: at once,
+        or within a moment (the process whose refresh was taken writes it right after)."""
+        with anyio.move_on_after(FOLLOW_WAIT):
+            while self.bound.store.fingerprint() == self.seen:
+                await anyio.sleep(0.05)
+            return True
+        return False
+
     def _may_refresh(self) -> bool:
         """A refresh token to try: the interactive grant's (the headless grant has none; it
         asks again by itself)."""
         return not isinstance(self.inner, ClientCredentialsOAuthProvider) and self.inner.context.can_refresh_token()
+
+
+def _is_refresh(request: httpx2.Request) -> bool:
+    """Whether the SDK's flow sent this to refresh the tokens (``_refresh_token``'s form)."""
+    return request.method == "POST" and b"grant_type=refresh_token" in request.content
 
 
 def early_expiry(expires_in: float, now: float) -> float:
@@ -232,6 +263,8 @@ class _Bound:
         self.fixed = fixed
         self.fresh = fresh
         self.provider: OAuthClientProvider | None = None
+        self.refresh_status: int | None = None
+        """The HTTP status of the latest refresh's answer (a refusal is not an outage)."""
 
     async def get_tokens(self) -> OAuthToken | None:
         return None if self.fresh else await self.store.get_tokens()
@@ -308,6 +341,9 @@ async def provider(config: ServerConfig, setup: OAuthSetup) -> httpx2.Auth:
             reason = (
                 f'needs a wider grant (scope {" ".join(extra)}; step-up): run {command} --scope "{" ".join(extra)}"'
             )
+        elif (status := bound.refresh_status) is not None and (status >= 500 or status == 429):
+            # The token endpoint is down or busy, not refusing: no new login would help.
+            reason = f"its authorization server's token endpoint answered HTTP {status}; the next call tries again"
         else:
             reason = f"needs a new login (the stored tokens were refused and could not be refreshed): run {command}"
         setup.problems.note(config.id, reason)
