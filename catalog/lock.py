@@ -27,7 +27,7 @@ import canonicaljson
 from catalog.build import fingerprint
 from catalog.diff import Change, json_changes
 from catalog.model import JSON, Catalog, Entry
-from catalog.names import code_unit_key, qualify
+from catalog.names import code_unit_key, qualify, renamed_only
 from catalog.text import escape
 
 LOCK_VERSION = 1
@@ -296,7 +296,7 @@ def apply(
         deferred = entry.deferred if entry is not None else tool.server in deferred_servers
         aliases = entry.aliases if entry is not None else _aliases(tool, prefixes or {}, separator)
         entries.append(Entry(tool.name, tool.server, tool.original, tool.declaration, deferred, aliases))
-        if entry is not None and declaration_sha(entry.declaration) != tool.sha256:
+        if entry is not None and declaration_sha(entry.declaration) != tool.sha256 and not _renamed_only(tool, entry):
             live_decl = entry.declaration
             pending.append(Pending("changed", tool.name, tool.server, tool.original, tool.declaration, live_decl))
         elif entry is None and tool.server in ready:
@@ -311,6 +311,14 @@ def apply(
     published = {e.name for e in entries}
     refusals = {p.name: refusal(p) for p in pending if p.kind != "new" or p.name not in published}
     return Applied(_sorted_catalog(entries, live), tuple(pending), refusals)
+
+
+def _renamed_only(tool: LockedTool, entry: Entry) -> bool:
+    """The live tool is the locked one, renamed only because another tool of its name came or
+    went (a collision's suffix): it stays published under its locked name, not "changed"."""
+    if entry.name == tool.name or not renamed_only(tool.name, entry.name, tool.server, tool.original):
+        return False
+    return declaration_sha({**entry.declaration, "name": tool.name}) == tool.sha256
 
 
 def _aliases(tool: LockedTool, prefixes: Mapping[str, str], separator: str) -> tuple[str, ...]:

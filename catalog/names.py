@@ -183,6 +183,27 @@ def _suffixed(it: _Item, profile: Profile, round_: int) -> str:
     return head + "_" + suffix_hash(it.server, it.tool, round_)
 
 
+def _unsuffixed(name: str, server: str, tool: str) -> tuple[str, bool]:
+    """``name`` without the suffix its route (server, tool) gets when renamed, and whether it had one."""
+    for round_ in range(_MAX_ROUNDS):
+        tail = "_" + suffix_hash(server, tool, round_)
+        if name.endswith(tail):
+            return name[: -len(tail)], True
+    return name, False
+
+
+def renamed_only(a: str, b: str, server: str, tool: str) -> bool:
+    """Whether two names of one route differ only by a collision's suffix (one suffixed, or
+    both with different rounds): another tool's arrival or departure renamed it, nothing of
+    its own (its prefix, its name) changed. The suffix is the route's own hash, so another
+    tool's name never matches."""
+    (head_a, suffixed_a), (head_b, suffixed_b) = _unsuffixed(a, server, tool), _unsuffixed(b, server, tool)
+    if suffixed_a == suffixed_b:
+        return suffixed_a and head_a == head_b
+    plain, head = (head_b, head_a) if suffixed_a else (head_a, head_b)
+    return bool(head) and plain.startswith(head)  # the suffixed head is the plain name, cut to fit
+
+
 def _resolve(items: list[_Item], profile: Profile, reserved: frozenset[str]) -> None:
     """Give every item a final, unique name; rehash suffixed names until nothing clashes.
 

@@ -423,6 +423,42 @@ def test_a_locked_tool_the_config_now_excludes_is_not_published_nor_pending(tmp_
     assert [n for n in declared if n.startswith("a__")] == ["a__read"], seen.stderr
 
 
+@pytest.mark.parametrize("lock_new", ["hold", "allow"])
+def test_a_tool_renamed_only_by_another_tools_name_stays_approved(tmp_path: Path, lock_new: str) -> None:
+    """A new tool of another server whose name collides with an approved one's (``get.file``
+    and ``get_file`` both read ``fs__get_file``) renamed both with a suffix, and the approved,
+    unchanged tool was refused as "changed since the lock" (with ``allow``, while the
+    unapproved one ran). It keeps its locked name and stays approved; the new tool is pending
+    (published under its own suffixed name with ``allow``). A removal that undoes a collision
+    likewise; a change of the tool's own name (its prefix) is still a change."""
+    from tests.test_hardening_schema import rogue, tool
+
+    def config(evil_tools: list[str], good_prefix: str = "fs") -> Path:
+        good = {**rogue(tools=[tool("get_file")]), "prefix": good_prefix}
+        evil = {**rogue(tools=[tool(name) for name in evil_tools]), "prefix": "fs"}
+        return write_config(tmp_path, {"good": good, "evil": evil}, gateway={"lock_new": lock_new})
+
+    lock(config(["other"]))
+    report = catalog_json(config(["other", "get.file"]))
+    declared = {d["name"] for d in report["declarations"]}
+    assert "fs__get_file" in declared, declared
+    assert [(p["kind"], p["server"]) for p in report["lock"]["pending"]] == [("new", "evil")]
+    assert any(n.startswith("fs__get_file_") for n in declared) == (lock_new == "allow"), declared
+    approved = {t["name"]: t["lock"] for t in report["tools"]}
+    assert approved["fs__get_file"] is None, approved
+
+    lock_path = tmp_path / "prefixgate.lock"
+    lock_path.unlink()
+    lock(config(["other", "get.file"]))  # both locked, both suffixed
+    gone = catalog_json(config(["other"]))  # then the colliding one goes
+    assert [(p["kind"], p["server"]) for p in gone["lock"]["pending"]] == [("removed", "evil")]
+    (kept,) = [t for t in gone["tools"] if t["server"] == "good"]
+    assert kept["name"].startswith("fs__get_file_") and kept["lock"] is None, kept  # its locked name, unrefused
+
+    moved = catalog_json(config(["other", "get.file"], good_prefix="files"))  # its own name changed
+    assert ("changed", "good") in [(p["kind"], p["server"]) for p in moved["lock"]["pending"]]
+
+
 def test_a_lock_written_while_a_server_is_disabled_keeps_its_tools(tmp_path: Path) -> None:
     """``catalog diff --lock`` said the catalog matched and ``serve`` still published the
     disabled server's locked tools, yet ``catalog lock`` rewrote the lock without them: enabled
