@@ -377,6 +377,36 @@ def behind_a_sticky_balancer(app: Any) -> Any:
     return sticky
 
 
+EXPIRED: set[str] = set()
+"""``--expiring``: the session ids ``expire_session`` ended."""
+
+
+@server.tool()
+def expire_session(ctx: Context) -> str:
+    """End this call's session on the server's side (``--expiring``): its next request gets 404."""
+    request = ctx.request_context.request
+    if request is not None and (session := request.headers.get("mcp-session-id")):
+        EXPIRED.add(session)
+    return "expired"
+
+
+def expiring_sessions(app: Any) -> Any:
+    """``--expiring``: a request in a session ``expire_session`` ended gets 404, as from a server
+    that restarted or timed the session out."""
+
+    async def expiring(scope: Any, receive: Any, send: Any) -> None:
+        session = dict(scope.get("headers") or []).get(b"mcp-session-id", b"").decode()
+        if scope["type"] == "http" and session in EXPIRED:
+            error = b'{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Session not found"}}'
+            start = {"type": "http.response.start", "status": 404, "headers": [(b"content-type", b"application/json")]}
+            await send(start)
+            await send({"type": "http.response.body", "body": error})
+            return
+        await app(scope, receive, send)
+
+    return expiring
+
+
 def basic_auth_only(app: Any, credentials: str) -> Any:
     """``--basic USER:PASS``: every HTTP request needs those credentials (401 otherwise)."""
     import base64
@@ -403,6 +433,8 @@ async def serve_http() -> None:
     app = server.streamable_http_app(streamable_http_path="/mcp")
     if "--sticky" in sys.argv[1:]:
         app = behind_a_sticky_balancer(app)
+    if "--expiring" in sys.argv[1:]:
+        app = expiring_sessions(app)
     if "--basic" in sys.argv[1:]:
         app = basic_auth_only(app, sys.argv[sys.argv.index("--basic") + 1])
     sys.stdout.write(f"http://127.0.0.1:{sock.getsockname()[1]}/mcp\n")

@@ -99,8 +99,10 @@ async def test_sdk_client_through_http_calls(tmp_path: Path, mode: str) -> None:
 
 
 ROGUE = str(Path(__file__).with_name("rogue_http.py"))
-ROGUE_TOOLS = [name for name in TOOLS if name not in ("peer", "close_idle")]
-"""Every tool but the two whose answers differ from run to run (a port; a connection's close)."""
+ROGUE_TOOLS = sorted((name for name in TOOLS if name not in ("peer", "close_idle")), key=lambda n: n == "status_404")
+"""Every tool but the two whose answers differ from run to run (a port; a connection's close);
+``status_404`` last: a 404 in a session ends the connection (a new session follows), and what
+a call meets while that happens depends on the moment."""
 
 
 def rogue_conversation(tmp_path: Path, fast: bool, modern: bool) -> tuple[list[tuple[str, list[bytes]]], str]:
@@ -318,3 +320,25 @@ async def test_calls_to_a_server_that_needs_its_cookie_or_url_credentials_work_a
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_session_the_server_ended_is_replaced_at_once(tmp_path: Path, mode: str) -> None:
+    """The server answers 404 for the session (it restarted, or timed the session out): the
+    spec has the client start a new one. The calls failed with "Session not found" until the
+    next liveness check (15 s); now the call that met the 404 fails and the next start a
+    new session. (The liveness check is pushed out of the way: it must not be what heals it.)"""
+    from tests.helpers import sdk_client, text
+
+    with url_process([PYTHON, "-m", "tests.classic_server", "--http", "--expiring"]) as (url, _):
+        config = write_config(tmp_path, {"c": {"url": url, "protocol": "legacy"}})
+        env = {"PREFIXGATE_LIVENESS_INTERVAL": "600"}
+        async with sdk_client(config, mode, env=env) as client:
+            assert text(await client.call_tool("c__expire_session", {})) == "expired"
+            refused = await client.call_tool("c__echo", {"text": "lost"})
+            assert refused.is_error and "Session not found" in text(refused), text(refused)
+            with anyio.fail_after(60):
+                while (again := await client.call_tool("c__echo", {"text": "back"})).is_error:
+                    await anyio.sleep(0.2)  # (the new session is being opened)
+            assert text(again) == "classic:back"

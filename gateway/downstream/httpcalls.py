@@ -119,6 +119,8 @@ class HttpCalls:
         """The server's URL as logged: without the credentials or query a URL may carry."""
         self._next = 0
         self._closed = False
+        self._ended = False
+        """``answered`` has ended the connection (once)."""
         self._scopes: set[anyio.CancelScope] = set()
 
     async def request(
@@ -188,6 +190,17 @@ class HttpCalls:
         for _ in range(_HANDLER_STEPS):
             await anyio.lowlevel.checkpoint()
 
+    def answered(self, status: int, in_session: bool) -> None:
+        """The status of each POST of the connection (``SessionWatch``'s, and the raw calls'): a
+        404 to a request in a session says the server no longer knows it, and the spec's rule
+        is a new session. The connection ends as on a failed POST, and the supervisor opens the
+        next one now (before: at the next liveness check, every call "Session not found" meanwhile)."""
+        if status != 404 or not in_session or self._ended or self._closed:
+            return
+        self._ended = True
+        log.info("%s ended the session (HTTP 404): starting a new one", self.where)
+        self.fail(SessionGone("the server ended the session (HTTP 404)"))
+
     def close(self) -> None:
         """The connection closes: every call in flight fails with the SDK's ``Connection closed``."""
         self._closed = True
@@ -207,6 +220,28 @@ class HttpCalls:
                 log.debug("courtesy cancel for %s not sent: the connection is closed", request_id)
         if scope.cancelled_caught:
             log.warning("courtesy cancel for %s gave up: transport write blocked", request_id)
+
+
+class SessionGone(Exception):
+    """A streamable-HTTP server answered 404 for the connection's session: it must start anew."""
+
+
+class SessionWatch(httpx2.AsyncBaseTransport):
+    """An HTTP transport that shows each answer to the connection's calls (``HttpCalls.answered``:
+    a 404 for the session starts a new one), whichever path sent the request."""
+
+    def __init__(self, inner: httpx2.AsyncBaseTransport) -> None:
+        self.inner = inner
+        self.calls: HttpCalls | None = None
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        response = await self.inner.handle_async_request(request)
+        if self.calls is not None and request.method == "POST":  # (a DELETE ending the session: over either way)
+            self.calls.answered(response.status_code, "mcp-session-id" in request.headers)
+        return response
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
 
 
 class _Call:
@@ -268,6 +303,7 @@ class _Call:
                 pass
             else:
                 try:
+                    calls.answered(response.status_code, "mcp-session-id" in headers)  # (httpx's: SessionWatch)
                     if "set-cookie" in response.headers:  # kept, as httpx keeps them, for what follows
                         calls.client.cookies.extract_cookies(response)
                     if not response.is_redirect:  # (not acted on: the request is posted again below)

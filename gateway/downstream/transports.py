@@ -20,7 +20,7 @@ import anyio
 
 from gateway.config import ServerConfig
 from gateway.downstream.bounded import BoundedAnswers
-from gateway.downstream.httpcalls import HttpCalls
+from gateway.downstream.httpcalls import HttpCalls, SessionWatch
 from gateway.downstream.rawcalls import RawCalls
 from gateway.downstream.rawhttp import Pool
 from gateway.downstream.related import Related
@@ -123,14 +123,15 @@ class StreamableHttpTransport(_Remote):
             inner = httpx2.AsyncHTTPTransport()
         limit = self.config.max_message_bytes
         self.related = Related()
-        pool = ReusedConnections(RelatedStreams(self.related, BoundedAnswers(inner, limit)))
+        watch = SessionWatch(BoundedAnswers(inner, limit))
+        pool = ReusedConnections(RelatedStreams(self.related, watch))
         headers = dict(self.config.headers)
         self.http_calls = None
         raw = Pool(self.url, headers) if auth is None and plain_http(self.url) else None
         try:
             async with httpx2.AsyncClient(headers=headers, timeout=timeout, auth=auth, transport=pool) as http:
                 async with _streamable_http(self.url, http, raw, self.related, limit) as (read, write, calls):
-                    self.http_calls = calls
+                    self.http_calls = watch.calls = calls
                     yield read, write
         finally:
             if raw is not None:
