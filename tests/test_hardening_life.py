@@ -31,6 +31,7 @@ from tests.helpers import (
     run_cli,
     sdk_client,
     text,
+    wait_for,
     write_config,
 )
 
@@ -83,6 +84,35 @@ async def test_every_loopback_bind_checks_host_and_origin(tmp_path: Path, listen
             async with sdk_client(url, mode) as client:
                 assert text(await client.call_tool("d__echo", {"text": mode})) == mode
     assert stderr.read_text().count("call echo") == 2
+
+
+@pytest.mark.parametrize("listen", ["127.0.0.1:0", "[::1]:0"])
+async def test_every_path_of_a_loopback_bind_checks_host_and_origin(tmp_path: Path, listen: str) -> None:
+    """``/metrics`` (server and tool names), the health probes and an unknown path get the
+    rule ``/mcp`` has: a DNS-rebinding page reads none of them; a local client reads each."""
+    config = write_config(tmp_path, {"d": demo("--tools", 1)})
+    with http_gateway(config, listen=listen) as (url, _):
+        parts = urlsplit(url)
+        base = url.removesuffix("/mcp")
+        async with httpx2.AsyncClient() as plain:
+
+            async def ready() -> bool:
+                return (await plain.get(base + "/readyz")).status_code == 200
+
+            await wait_for(ready)
+            for path, status in (("/metrics", 200), ("/healthz", 200), ("/readyz", 200), ("/nowhere", 404)):
+                for evil, refusal in (
+                    ({"host": f"evil.example:{parts.port}"}, 421),
+                    ({"origin": f"http://evil.example:{parts.port}"}, 403),
+                ):
+                    for method in ("GET", "HEAD"):
+                        refused = await plain.request(method, base + path, headers=evil)
+                        assert refused.status_code == refusal, (path, evil, method, refused.text)
+                        assert "prefixgate" not in refused.text
+                local = {"host": f"localhost:{parts.port}", "origin": f"http://localhost:{parts.port}"}
+                answered = await plain.get(base + path, headers=local)
+                assert answered.status_code == status, (path, answered.text)
+            assert 'server="d"' in (await plain.get(base + "/metrics")).text
 
 
 # --- item 12: whitespace-only token; slow request bodies -----------------------------------

@@ -177,6 +177,23 @@ async def test_the_audit_log_names_the_http_principal_and_arguments_only_when_as
     assert json.loads(line["arguments"]) == {"text": SECRET_ARGUMENT}
 
 
+@pytest.mark.anyio
+async def test_a_metrics_listener_refuses_a_foreign_host_or_origin(tmp_path: Path) -> None:
+    """The stdio gateway's listener has ``serve --http``'s Host/Origin rule: a DNS-rebinding
+    page reads no server or tool name (tests/test_hardening_life.py checks ``serve --http``)."""
+    port = free_port()
+    config = config_for(tmp_path, metrics=f"127.0.0.1:{port}")
+    async with sdk_client(config, "legacy") as client:
+        await client.call_tool("d__echo", {"text": "x"})
+        async with httpx2.AsyncClient() as http:
+            url = f"http://127.0.0.1:{port}/metrics"
+            for evil, refusal in (({"host": f"evil.example:{port}"}, 421), ({"origin": "http://evil.example"}, 403)):
+                refused = await http.get(url, headers=evil)
+                assert refused.status_code == refusal and "d__echo" not in refused.text, (evil, refused.text)
+            local = await http.get(url, headers={"host": f"localhost:{port}", "origin": f"http://127.0.0.1:{port}"})
+    assert local.status_code == 200 and "d__echo" in local.text, local.text
+
+
 def test_a_metrics_listener_off_loopback_is_refused_before_anything_starts(tmp_path: Path) -> None:
     config = config_for(tmp_path, metrics="0.0.0.0:9464")
     proc = run_cli("serve", "--config", str(config))

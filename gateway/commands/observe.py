@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import TYPE_CHECKING
+import socket
+import threading
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 import anyio.abc
 
@@ -21,6 +24,8 @@ from gateway.engine.telemetry import Telemetry
 from gateway.state.audit import AuditLog
 
 if TYPE_CHECKING:
+    from mcp.server.transport_security import TransportSecuritySettings
+
     from gateway.engine.metrics import Metrics
 
 log = logging.getLogger("prefixgate")
@@ -62,16 +67,57 @@ def observe(hub: Hub, tasks: anyio.abc.TaskGroup, *, http: bool) -> Metrics | No
 
 
 def _listen(metrics: Metrics, listen: str) -> None:
-    """``/metrics`` on a loopback listener of its own (a thread: the event loop never serves it)."""
-    from prometheus_client import start_http_server
+    """``/metrics`` on a loopback listener of its own (a thread: the event loop never serves it),
+    with ``serve --http``'s Host/Origin rule. prometheus_client's ``start_http_server`` answers
+    any Host and takes no app of ours, so this is its server made here around a guarded app
+    (imported here: ``http.server`` costs a stdio gateway without the listener 10 ms at start)."""
+    from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-    host, port = parse_listen(listen)  # checked when the config was read
+    from prometheus_client import make_wsgi_app
+    from prometheus_client.exposition import ThreadingWSGIServer
+
+    from gateway.upstream.http import transport_security
+
+    host, port = parse_listen(listen)  # checked when the config was read: loopback
+    app = make_wsgi_app(metrics.registry)
+
+    class Server(ThreadingWSGIServer):
+        address_family = socket.AF_INET6 if ":" in host else socket.AF_INET  # (as gateway/upstream/listen.py)
+
+    class Quiet(WSGIRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            """Nothing: a scrape is not worth a line on stderr (as prometheus_client's own handler)."""
+
     try:
-        start_http_server(port, host, registry=metrics.registry)
+        server = make_server(host, port, app, Server, handler_class=Quiet)
     except OSError as exc:
         log.error("telemetry.metrics: cannot listen on %s: %s; no metrics listener", listen, exc.strerror or exc)
         return
+    server.set_app(_same_host(app, transport_security(host, server.server_port)))  # (the port bound: 0 is any)
+    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
     log.info("metrics: http://%s/metrics", listen)
+
+
+_WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+def _same_host(app: _WSGIApp, security: TransportSecuritySettings) -> _WSGIApp:
+    """``app`` behind the SDK's Host/Origin check (``TransportSecurityMiddleware``, which is
+    async and reads a starlette request; ``transport_security`` lists no ``:*`` wildcards, so
+    its rule is membership): a DNS-rebinding page gets 421 or 403, as from ``/mcp``."""
+
+    def guarded(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        origin = environ.get("HTTP_ORIGIN")
+        if environ.get("HTTP_HOST") not in security.allowed_hosts:
+            status, text = "421 Misdirected Request", b"Invalid Host header"
+        elif origin and origin not in security.allowed_origins:
+            status, text = "403 Forbidden", b"Invalid Origin header"
+        else:
+            return app(environ, start_response)
+        start_response(status, [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(text)))])
+        return [text]
+
+    return guarded
 
 
 def flush() -> None:

@@ -1,8 +1,9 @@
 """``serve --http``: the gateway over streamable HTTP at ``/mcp``, and each profile at ``/mcp/NAME``.
 
 On every loopback address (all of 127/8, ``::1`` in any spelling, ``localhost``) the
-SDK's Host/Origin checks block DNS rebinding, allowing only the bound address and the
-usual loopback names with the bound port; any other address requires a bearer token,
+SDK's Host/Origin checks block DNS rebinding on every path (``/mcp``, ``/metrics``, the
+health probes), allowing only the bound address and the usual loopback names with the
+bound port; any other address requires a bearer token,
 checked before a request reaches anything (401 otherwise). A request body must arrive
 within ``BODY_TIMEOUT`` seconds (408 otherwise), as its head must within ``HEAD_TIMEOUT``
 (gateway/upstream/heads.py), so a slow client cannot hold a connection open.
@@ -29,9 +30,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
-from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE, TransportSecuritySettings
+from mcp.server.transport_security import (
+    DEFAULT_MAX_REQUEST_BODY_SIZE,
+    TransportSecurityMiddleware,
+    TransportSecuritySettings,
+)
 from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+from starlette.requests import Request
 from starlette.types import Message, Receive, Scope, Send
 
 from gateway.config import is_loopback as is_loopback
@@ -162,6 +168,10 @@ class Front:
     Every HTTP request passes here once (three wrappers and Starlette's routing cost more
     than the call itself):
 
+    - on a loopback bind, a path the gateway answers itself (health, ``/metrics``, 404) gets
+      the Host/Origin check ``/mcp`` gets from the SDK, first (421/403, as there): a
+      DNS-rebinding page may read none of them (a health probe on loopback names the bound
+      address or a loopback name, which pass);
     - with tokens, ``Authorization: Bearer <token>`` must name one (401 otherwise; every
       token compared, no early exit; the scheme in any case) that may use the profile served
       (403 otherwise, logged with its principal, never the token); a handshake-era session is
@@ -189,10 +199,13 @@ class Front:
         readiness: Readiness | None = None,
         metrics: Any = None,
         requests_per_principal: int = REQUESTS_PER_PRINCIPAL,
+        security: TransportSecuritySettings | None = None,
     ) -> None:
         """``endpoints``: path -> the profile served there (``endpoint_path``); ``metrics``: what
-        ``/metrics`` serves (``gateway.engine.metrics.Metrics``; None: not served)."""
+        ``/metrics`` serves (``gateway.engine.metrics.Metrics``; None: not served); ``security``:
+        the bind's Host/Origin rule (``transport_security``; None: no check), as its endpoints have it."""
         self.metrics = metrics
+        self.security = TransportSecurityMiddleware(security)
         self.in_flight = 0
         """POSTs being answered, listen streams aside (``drain`` waits for them)."""
         self.shares = Shares(requests_per_principal)
@@ -232,10 +245,15 @@ class Front:
                 await send({"type": "websocket.close", "code": 1000})
             return
         headers = scope["headers"]
+        endpoint = self.routes.get(scope["path"])
+        if endpoint is None:  # (an endpoint's session manager and lanes check it themselves)
+            refused = await self.security.validate_request(Request(scope))
+            if refused is not None:
+                await refused(scope, receive, send)
+                return
         if scope["path"] in HEALTH_PATHS and self.readiness is not None:
             await self._health(scope, send, self.readiness)
             return
-        endpoint = self.routes.get(scope["path"])
         if self.expected:
             given = next((v for k, v in headers if k == b"authorization"), b"")
             principal = scope[PRINCIPAL] = self._principal(given)
@@ -558,7 +576,7 @@ async def serve_http(
         endpoints[endpoint_path(profile, first)] = Endpoint(manager, profile, lane, sessions)
     hubs = [handlers.hub for handlers in served]
     readiness = Readiness(lambda: all(hub.router.epoch is not None for hub in hubs), hubs[0].store)
-    app = Front(endpoints, tokens, readiness=readiness, metrics=metrics)
+    app = Front(endpoints, tokens, readiness=readiness, metrics=metrics, security=security)
     scheme = "https" if tls is not None else "http"
     sys.stdout.write(f"{scheme}://{_host_literal(host)}:{bound}{MCP_PATH}\n")
     sys.stdout.flush()
