@@ -152,6 +152,34 @@ async def test_a_body_that_never_arrives_gets_408_and_frees_the_connection(tmp_p
             assert text(await client.call_tool("d__echo", {"text": "up"})) == "up"
 
 
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_client_that_goes_away_mid_body_is_no_error(tmp_path: Path, mode: str) -> None:
+    """Its request goes nowhere and the log says so at debug level, once each: no ERROR, no
+    traceback (the SDK's session manager, given the disconnect, logged both for each)."""
+    config = write_config(tmp_path, {"d": demo("--tools", 1)})
+    version = "" if mode == "legacy" else "mcp-protocol-version: 2026-07-28\r\n"
+    with http_gateway(config, "--log-level", "debug") as (url, stderr):
+        parts = urlsplit(url)
+        assert parts.hostname is not None and parts.port is not None
+        for _ in range(5):
+            with socket.create_connection((parts.hostname, parts.port), timeout=30) as sock:
+                sock.sendall(
+                    f"POST /mcp HTTP/1.1\r\nHost: {parts.netloc}\r\nContent-Type: application/json\r\n{version}"
+                    'Accept: application/json, text/event-stream\r\nContent-Length: 1000\r\n\r\n{"jsonrpc"'.encode()
+                )
+
+        def told() -> int:
+            log = stderr.read_text()
+            return log.count("went away before its request body was complete") + log.count("Traceback")
+
+        await wait_for(lambda: told() >= 5)  # (each disconnect told, either way)
+        async with sdk_client(url, mode) as client:  # still serving
+            assert text(await client.call_tool("d__echo", {"text": "up"})) == "up"
+    log = stderr.read_text()
+    assert "ERROR" not in log and "Traceback" not in log, log
+    assert log.count("went away before its request body was complete") == 5
+
+
 # --- item 9: the activation journal is verified, never trusted blindly --------------------
 
 DEFERRED = {"d": {**demo("--tools", 3), "deferred": True}}

@@ -282,14 +282,13 @@ class Front:
         body = await self._body(receive, send)
         if body is None:
             return
-        if isinstance(body, bytes):
-            body = scrub_escapes(body)  # as every stdio line is: no lone surrogate gets into the gateway
-        counted = isinstance(body, bytes) and scope["method"] == "POST" and not await _opens_a_stream(body)
+        body = scrub_escapes(body)  # as every stdio line is: no lone surrogate gets into the gateway
+        counted = scope["method"] == "POST" and not await _opens_a_stream(body)
         if counted:
             self.in_flight += 1
         place = None
         try:
-            if counted and isinstance(body, bytes):
+            if counted:
                 place = await self._place(scope, body)
             await self._serve(endpoint, scope, body, headers, receive, send)
         finally:
@@ -320,14 +319,10 @@ class Front:
             await self._quiet.wait()
 
     async def _serve(
-        self, endpoint: Endpoint, scope: Scope, body: bytes | Message, headers: Any, receive: Receive, send: Send
+        self, endpoint: Endpoint, scope: Scope, body: bytes, headers: Any, receive: Receive, send: Send
     ) -> None:
         session = next((v for k, v in headers if k == SESSION_HEADER), None)
-        if (
-            isinstance(body, bytes)
-            and scope["method"] == "POST"
-            and await self._lanes(endpoint, scope, body, session, receive, send)
-        ):
+        if scope["method"] == "POST" and await self._lanes(endpoint, scope, body, session, receive, send):
             return
         replayed = False
 
@@ -335,8 +330,6 @@ class Front:
             nonlocal replayed
             if not replayed:
                 replayed = True
-                if not isinstance(body, bytes):
-                    return body
                 return {"type": "http.request", "body": body, "more_body": False}
             return await receive()
 
@@ -400,16 +393,19 @@ class Front:
         headers = [(b"content-type", b"text/plain; charset=utf-8"), (b"cache-control", b"no-store"), *extra]
         await send_whole(send, status, headers, body, head=method == "HEAD")
 
-    async def _body(self, receive: Receive, send: Send) -> bytes | Message | None:
-        """The whole body (or the message that ended it: the client went away), or None
-        when it was refused (408, 413) and answered here."""
+    async def _body(self, receive: Receive, send: Send) -> bytes | None:
+        """The whole body, or None when it was refused (408, 413) and answered here, or when
+        the client went away before its end: nothing is left to answer, and its request goes
+        nowhere (the SDK's session manager, given the disconnect, logs an error and a
+        traceback for each, a client's doing however many)."""
         chunks: list[bytes] = []
         size = 0
         with anyio.move_on_after(self.timeout) as deadline:
             while True:
                 message = await receive()
-                if message["type"] != "http.request":
-                    return message
+                if message["type"] != "http.request":  # http.disconnect
+                    log.debug("a client went away before its request body was complete")
+                    return None
                 chunk = message.get("body", b"")
                 size += len(chunk)
                 if size > self.max_size:
