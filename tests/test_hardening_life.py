@@ -152,6 +152,27 @@ async def test_a_body_that_never_arrives_gets_408_and_frees_the_connection(tmp_p
             assert text(await client.call_tool("d__echo", {"text": "up"})) == "up"
 
 
+async def test_a_body_announced_over_the_limit_gets_413_before_it_arrives(tmp_path: Path) -> None:
+    """From its ``content-length`` (as a direct SDK server answers), not once 4 MiB are in or
+    at the body deadline (408, which this test's deadline would give without the check)."""
+    config = write_config(tmp_path, {"d": demo("--tools", 1)})
+    with http_gateway(config, env={"PREFIXGATE_HTTP_BODY_TIMEOUT": "5"}) as (url, _):
+        parts = urlsplit(url)
+        assert parts.hostname is not None and parts.port is not None
+        over = 4 * 1024 * 1024 + 1
+        with socket.create_connection((parts.hostname, parts.port), timeout=30) as sock:
+            sock.sendall(
+                f"POST /mcp HTTP/1.1\r\nHost: {parts.netloc}\r\nContent-Type: application/json\r\n"
+                f"Accept: application/json, text/event-stream\r\nContent-Length: {over}\r\n\r\n{{".encode()
+            )
+            received = b""
+            while chunk := sock.recv(65536):  # ends when the gateway closes the connection
+                received += chunk
+        assert received.startswith(b"HTTP/1.1 413"), received[:200]
+        async with sdk_client(url, "legacy") as client:  # still serving
+            assert text(await client.call_tool("d__echo", {"text": "up"})) == "up"
+
+
 @pytest.mark.parametrize("mode", ERAS)
 async def test_a_client_that_goes_away_mid_body_is_no_error(tmp_path: Path, mode: str) -> None:
     """Its request goes nowhere and the log says so at debug level, once each: no ERROR, no

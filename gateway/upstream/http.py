@@ -279,7 +279,7 @@ class Front:
         if endpoint is None:
             await _plain(send, 404, "Not Found")
             return
-        body = await self._body(receive, send)
+        body = await self._body(headers, receive, send)
         if body is None:
             return
         body = scrub_escapes(body)  # as every stdio line is: no lone surrogate gets into the gateway
@@ -393,11 +393,19 @@ class Front:
         headers = [(b"content-type", b"text/plain; charset=utf-8"), (b"cache-control", b"no-store"), *extra]
         await send_whole(send, status, headers, body, head=method == "HEAD")
 
-    async def _body(self, receive: Receive, send: Send) -> bytes | None:
+    async def _body(self, headers: Any, receive: Receive, send: Send) -> bytes | None:
         """The whole body, or None when it was refused (408, 413) and answered here, or when
         the client went away before its end: nothing is left to answer, and its request goes
         nowhere (the SDK's session manager, given the disconnect, logs an error and a
-        traceback for each, a client's doing however many)."""
+        traceback for each, a client's doing however many).
+
+        A ``content-length`` over the limit is refused before a byte of the body is read, as
+        the SDK's ``RequestBodyLimitMiddleware`` does: an honest client is told at once, not
+        after uploading the limit, and a slow one holds nothing until the deadline."""
+        declared = next((v for k, v in headers if k == b"content-length"), b"")
+        if declared.isdigit() and int(declared) > self.max_size:  # (the HTTP parser refused a malformed one)
+            await _plain(send, 413, "request body too large")
+            return None
         chunks: list[bytes] = []
         size = 0
         with anyio.move_on_after(self.timeout) as deadline:
