@@ -404,6 +404,31 @@ async def test_a_list_changed_storm_is_coalesced_and_other_calls_go_on(tmp_path:
             assert text(await gw.session.call_tool("d__echo", {"text": "still"})) == "still"
 
 
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_relist_left_unanswered_keeps_the_tools_and_the_next_list_changed_relists(
+    tmp_path: Path, mode: str
+) -> None:
+    """The server leaves its first re-list (its second tools/list) unanswered: the re-list ends
+    at its startup_timeout with one log line, the old tools are kept, and the next
+    list_changed re-lists it anew. The re-list used to wait for good, every later list_changed
+    joined it, and the server's tools were never published again."""
+    config = write_config(tmp_path, {"r": {**rogue("--vary", "--hang-list", 2, "--storm", 1), "startup_timeout": 2}})
+    log = tmp_path / "serve.log"
+    failed = "[r] re-listing tools after list_changed failed: tools/list not answered in full within 2 s"
+
+    async def lists(name: str) -> bool:
+        return name in {t.name for t in (await client.list_tools()).tools}
+
+    async with sdk_client(config, mode, errlog=log) as client:
+        assert await lists("r__v1")
+        assert text(await client.call_tool("r__storm", {})) == "storm done"  # its re-list hangs
+        await wait_for(lambda: failed in log.read_text(), 60)
+        assert await lists("r__v1")
+        assert text(await client.call_tool("r__storm", {})) == "storm done"
+        await wait_for(lambda: lists("r__v2"), 60)
+    assert log.read_text().count(failed) == 1
+
+
 # --- item 12: server logs go to the client that caused them, at each client's own level ----
 
 

@@ -314,7 +314,7 @@ class Downstream:
     ) -> None:
         """Re-list what the server offers (at start-up and, ``again``, on its list_changed)."""
         if tools:
-            self.tools = await list_all(functools.partial(self.request, beside=again), "tools/list", "tools")
+            self.tools = await _tools_listed(self, again)
             if (link := self.link) is not None:
                 link.tools_listed(self.tools)
         # A bad, refused or silent resources or prompts list costs that list alone (``_listed``);
@@ -344,6 +344,19 @@ class Downstream:
         """A lost listen stream is back: every list may have changed meanwhile (no replay)."""
         for kind in ("tools", "prompts", "resources"):
             await self.events.server_notification(self, f"notifications/{kind}/list_changed", {})
+
+
+async def _tools_listed(d: Downstream, again: bool) -> tuple[Any, ...]:
+    """Every tool the server lists, all pages within its ``startup_timeout``, or ``TimeoutError``.
+
+    A listing that never ends (a page left unanswered, or pages without end) fails as one the
+    server refuses does: its start fails and is retried, and a re-list keeps the old tools, so
+    the next ``list_changed`` re-lists it anew (``relist.py``) instead of joining a re-list
+    that waits for good."""
+    timeout = d.config.startup_timeout
+    with anyio.move_on_after(timeout):
+        return await list_all(functools.partial(d.request, beside=again), "tools/list", "tools")
+    raise TimeoutError(f"tools/list not answered in full within {timeout:g} s (its startup_timeout)")
 
 
 async def _listed(d: Downstream, method: str, key: str, what: str, again: bool) -> tuple[Any, ...] | None:
