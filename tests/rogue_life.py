@@ -15,6 +15,7 @@ Options:
   --reword PATH     when PATH exists at start, "storm"'s description says more than it did
   --vary            each tools/list answered lists one more tool, v<answers so far>, instead of the one before
   --hang-list K     leave the K-th tools/list unanswered
+  --endless N       answer every tools/list page with N new tools and a fresh nextCursor
 
 Tools: storm; log {level, data} logs during the call; log_later {level, data} answers, then logs.
 """
@@ -87,6 +88,7 @@ def main() -> None:
     p.add_argument("--reword")
     p.add_argument("--vary", action="store_true")
     p.add_argument("--hang-list", type=int, default=0)
+    p.add_argument("--endless", type=int, default=0)
     args = p.parse_args()
     while args.start_after and not os.path.exists(args.start_after):
         time.sleep(0.02)
@@ -124,6 +126,10 @@ def main() -> None:
             result = {"tools": listed}
             if args.vary:
                 result["tools"] = [*listed, {"name": f"v{answered}", "inputSchema": {"type": "object"}}]
+            if args.endless:
+                page = int(params.get("cursor") or 0)
+                result = {"tools": [{**t, "name": f"p{page}_{i}"} for i, t in enumerate(tools(args.endless))]}
+                result["nextCursor"] = str(page + 1)
         elif method == "logging/setLevel":
             append(args.levels, str(params.get("level")))
             if args.hold_levels:

@@ -25,6 +25,7 @@ from tests.helpers import (
     GATEWAY,
     INIT,
     PYTHON,
+    catalog_json,
     demo,
     gateway,
     http_gateway,
@@ -427,6 +428,17 @@ async def test_a_relist_left_unanswered_keeps_the_tools_and_the_next_list_change
         assert text(await client.call_tool("r__storm", {})) == "storm done"
         await wait_for(lambda: lists("r__v2"), 60)
     assert log.read_text().count(failed) == 1
+
+
+def test_a_tool_list_that_never_ends_fails_its_server_at_the_bound(tmp_path: Path) -> None:
+    """Every tools/list page brings 2,000 new tools and a fresh nextCursor: the listing stops
+    at 100,000 items and the server is failed, naming the bound. Under ``serve`` it used to
+    page on past its deadlines, the gateway growing by ~90 MiB a second."""
+    config = write_config(tmp_path, {"r": rogue("--endless", 2000), "d": demo("--tools", 1)})
+    by_id = {s["id"]: s for s in catalog_json(config)["servers"]}
+    assert by_id["d"]["status"] == "ready"
+    assert by_id["r"]["status"] == "failed"
+    assert by_id["r"]["error"] == "ValueError: tools/list listed more than 100,000 items, the most one listing may hold"
 
 
 # --- item 12: server logs go to the client that caused them, at each client's own level ----

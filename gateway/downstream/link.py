@@ -48,6 +48,10 @@ Ask = Callable[[str, dict[str, Any], object | None], Awaitable[dict[str, Any]]]
 """The gateway's answer to a server's request: (method, params, the call it came on, if known)."""
 
 _MAX_PAGES = 10_000
+MAX_LISTED = 100_000
+"""Items one listing may gather over all its pages: 20 times the largest servers' (~5,000
+tools). A server whose pages never end (a fresh ``nextCursor`` on each) fails its listing
+here instead of filling the gateway's memory (a page itself is bounded by the message limit)."""
 TASK_STATUS = "notifications/tasks/status"
 """A task's status (SEP-1686), which the SDK's session only passes on to a binding."""
 
@@ -340,7 +344,7 @@ class Link:
 async def list_all(
     request: Callable[[str, dict[str, Any] | None], Awaitable[dict[str, Any]]], method: str, key: str
 ) -> tuple[Any, ...]:
-    """Every item of every page, following ``nextCursor`` to the end."""
+    """Every item of every page, following ``nextCursor`` to the end (``MAX_LISTED`` at most)."""
     items: list[Any] = []
     cursor: str | None = None
     seen: set[str] = set()
@@ -350,6 +354,8 @@ async def list_all(
         if not isinstance(batch, list):
             raise ValueError(f"{method} result has no {key!r} list")
         items.extend(batch)
+        if len(items) > MAX_LISTED:
+            raise ValueError(f"{method} listed more than {MAX_LISTED:,} items, the most one listing may hold")
         cursor = page.get("nextCursor")
         if not isinstance(cursor, str) or not cursor:
             return tuple(items)
