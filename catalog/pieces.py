@@ -60,3 +60,19 @@ def _pieces(value: Any, encode: Encode, depth: int, out: list[bytes]) -> None:
         out.append(b"}")
     else:
         out.append(encode(value))
+
+
+def nested_within(value: Any, limit: int) -> bool:
+    """Whether a decoded JSON value nests at most ``limit`` arrays and objects deep: an
+    iterative walk in Python code, which gives the interpreter lock up as it goes (and
+    cannot itself hit the recursion limit that the encoders and parsers of ``json`` do)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        children = node.values() if type(node) is dict else node if type(node) is list else None
+        if children is None:
+            continue
+        if depth > limit:
+            return False
+        stack.extend((child, depth + 1) for child in children if type(child) is dict or type(child) is list)
+    return True

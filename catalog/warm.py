@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from catalog.model import JSON
-from catalog.pieces import encode_in_pieces
+from catalog.pieces import encode_in_pieces, nested_within
 
 MAGIC = b"prefixgate warm-start record 1\n"
 MAX_RECORD_BYTES = 64 << 20
@@ -40,6 +40,15 @@ METHODS = ("initialize", "server/discover", *LISTS)
 """The requests a warm start answers from the record."""
 TOOLS_SHELL = b'{"tools":[]'
 """How a ``tools/list`` answer's result begins before its tools are spliced in."""
+MAX_NESTING = 500
+"""How deep an item of a server's lists may nest once the record cannot be encoded with them
+all (``_contributions``): deeper ones are then left out. ``json`` writes and reads one level
+per C recursion, against the interpreter's limit (1,000 by default, less the frames of
+whoever calls it), while the gateway takes a server's message nested up to
+``gateway.jsontext.MAX_DEPTH``; this depth the reader takes wherever it runs. The catalog
+quarantines such a tool long before ("nested too deeply": its checks recurse), so the
+record's catalog, which the reader rebuilds and checks against the fingerprint, is the same
+without it."""
 _HEX64 = frozenset("0123456789abcdef")
 
 
@@ -65,12 +74,17 @@ class Contribution:
     missed: int = 0
     """Starts in a row, up to the one that wrote this record, in which the server did not become ready."""
 
-    def as_json(self) -> dict[str, JSON]:
+    def as_json(self, nesting: int | None = None) -> dict[str, JSON]:
+        """As recorded; ``nesting``: leave out each listed item nested deeper than that."""
+
+        def kept(items: tuple[JSON, ...]) -> list[JSON]:
+            return list(items) if nesting is None else [item for item in items if nested_within(item, nesting)]
+
         return {
-            "tools": list(self.tools),
-            "resources": list(self.resources),
-            "templates": list(self.templates),
-            "prompts": list(self.prompts),
+            "tools": kept(self.tools),
+            "resources": kept(self.resources),
+            "templates": kept(self.templates),
+            "prompts": kept(self.prompts),
             "capabilities": dict(self.capabilities),
             "missed": self.missed,
         }
@@ -115,9 +129,7 @@ def encode_record(
         blobs.setdefault(digest, data)
         return digest
 
-    # One server's tools at a time: built beside the event loop (gateway/engine/warm.py), one
-    # json.dumps of a 5,000-tool record held the loop ~0.1 s all the same (catalog/pieces.py).
-    contributions = encode_in_pieces({sid: servers[sid].as_json() for sid in sorted(servers)}, _compact)
+    contributions = _contributions(servers)
     listed = []
     for answer in answers:
         if answer.tools is not None and not answer.result.startswith(TOOLS_SHELL):
@@ -135,6 +147,18 @@ def encode_record(
     header["blobs"] = table
     head = json.dumps(header, separators=(",", ":"), sort_keys=True).encode("ascii") + b"\n"
     return b"".join((MAGIC, head, *blobs.values()))
+
+
+def _contributions(servers: Mapping[str, Contribution]) -> bytes:
+    """The servers blob: each server's lists as it listed them, but an item nested deeper
+    than ``MAX_NESTING``, left out once encoding them all hits the recursion limit (a walk of
+    every item would cost a 5,000-tool record half as much again as encoding it)."""
+    # One server's tools at a time: built beside the event loop (gateway/engine/warm.py), one
+    # json.dumps of a 5,000-tool record held the loop ~0.1 s all the same (catalog/pieces.py).
+    try:
+        return encode_in_pieces({sid: servers[sid].as_json() for sid in sorted(servers)}, _compact)
+    except RecursionError:
+        return encode_in_pieces({sid: servers[sid].as_json(MAX_NESTING) for sid in sorted(servers)}, _compact)
 
 
 def _compact(value: Any) -> bytes:

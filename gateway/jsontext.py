@@ -19,6 +19,7 @@ from typing import Any
 import anyio.to_thread
 import pydantic_core
 
+from catalog.pieces import nested_within
 from spill import surely_within
 
 log = logging.getLogger("prefixgate.json")
@@ -108,21 +109,6 @@ def may_be_long(value: Any) -> bool:
 def may_escape_a_surrogate(text: str) -> bool:
     """Whether JSON text may hold a ``\\uD800``-``\\uDFFF`` escape (``decode``'s test, on text)."""
     return _ESCAPED_SURROGATE_TEXT.search(text) is not None
-
-
-def nested_within(value: Any, limit: int) -> bool:
-    """Whether a decoded JSON value nests at most ``limit`` arrays and objects deep: an
-    iterative walk in Python code, which gives the interpreter lock up as it goes."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        node, depth = stack.pop()
-        children = node.values() if type(node) is dict else node if type(node) is list else None
-        if children is None:
-            continue
-        if depth > limit:
-            return False
-        stack.extend((child, depth + 1) for child in children if type(child) is dict or type(child) is list)
-    return True
 
 
 class TooDeep(ValueError):

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from catalog.warm import (
     MAGIC,
     MAX_MISSED,
+    MAX_NESTING,
     TOOLS_SHELL,
     Answer,
     Contribution,
@@ -121,6 +122,32 @@ def test_malformed_contributions_are_refused() -> None:
     forged = MAGIC + json.dumps(header).encode() + b"\n" + wrong
     with pytest.raises(RecordError, match="missed is not a count"):
         Record(forged).servers()
+
+
+def nested(levels: int) -> dict[str, object]:
+    """An object schema nested ``levels`` objects deep (built without recursion)."""
+    node: dict[str, object] = {"type": "string"}
+    for _ in range(levels // 2):
+        node = {"type": "object", "properties": {"a": node}}
+    return node
+
+
+def test_an_item_nested_past_the_recursion_limit_is_left_out_and_the_rest_recorded() -> None:
+    """The gateway takes a tool nested 2,000 levels (and quarantines it): ``json`` can neither
+    write nor read that back, and one such tool cost every start of the config its warm
+    start. Only that item is left out; one nested just within the bound is kept."""
+    ok = {"name": "ok", "inputSchema": {"type": "object"}}
+    within = {"name": "within", "inputSchema": nested(MAX_NESTING - 10)}
+    deep = {"name": "deep", "inputSchema": nested(2_000)}
+    servers = {
+        "s": Contribution(tools=(ok, deep, within), prompts=({"name": "p", "_meta": nested(2_000)},)),
+        "other": SERVERS["demo"],
+    }
+    record = Record(encode_record(KEY, FINGERPRINT, servers, ANSWERS))
+    assert record.servers() == {
+        "s": Contribution(tools=(ok, within)),
+        "other": SERVERS["demo"],
+    }
 
 
 def test_a_server_is_carried_until_it_misses_max_missed_starts_in_a_row() -> None:

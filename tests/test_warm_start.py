@@ -213,6 +213,23 @@ async def test_a_server_that_cannot_start_keeps_its_tools_and_the_epoch(tmp_path
 
 
 @pytest.mark.parametrize("mode", ERAS)
+async def test_a_tool_nested_past_the_recursion_limit_costs_no_warm_start(tmp_path: Path, mode: str) -> None:
+    """A server lists a tool nested 2,000 levels deep: the catalog quarantines it, and the
+    record, which cannot hold it (``catalog.warm.MAX_NESTING``), is written without it. It was
+    not written at all, so every start of the config was cold."""
+    rogue = {"command": PYTHON, "args": [str(ROOT / "tests" / "rogue_wire.py"), "--deep-schema", "1000"]}
+    demo = {"command": PYTHON, "args": ["-m", "gateway", "demo-server", "--tools", "1"]}
+    config = write_config(tmp_path, {"a": demo, "rogue": rogue})
+    report = remember(config)
+    assert {(w["server"], w["tool"]) for w in report["warnings"] if w["kind"] == "quarantined"} == {("rogue", "deep")}
+    log = tmp_path / "serve.log"
+    async with sdk_client(config, mode, errlog=log) as client:
+        assert names(await client.list_tools()) == [d["name"] for d in report["declarations"]]
+        await wait_for(lambda: "warm start confirmed" in log.read_text())
+    assert PUBLISHED in log.read_text()
+
+
+@pytest.mark.parametrize("mode", ERAS)
 async def test_tools_changed_between_runs_are_one_new_epoch_after_their_server_starts(
     tmp_path: Path, mode: str
 ) -> None:
