@@ -264,21 +264,7 @@ class Downstream:
         """Send one raw request over the current connection (``Link.request``); the result
         is the peer's JSON, unvalidated. ``log_level``: that request's log opt-in, else the
         gateway's level; ``max_time``: progress restarts ``timeout``, up to this in all."""
-        if self.link is None:
-            await self.started()  # its first start still under way: a request from a warm start's catalog
-        link = self.link
-        if (link is not None and link.gone) or (
-            self.supervised and link is None and self.status in ("exited", "failed") and self.retry_at is None
-        ):
-            # The process is gone (or its start failed) but the supervisor has not scheduled
-            # the retry yet: wait for that (briefly) so the answer says when it will be
-            # retried, not a stale "ready" or a bare "exited" or "failed".
-            with anyio.move_on_after(3):
-                while self.retry_at is None and not self.stopping:
-                    await anyio.sleep(0.01)
-            link = None
-        if link is None:
-            raise DownstreamUnavailable(self.unavailable())
+        link = await _usable_link(self)
         try:
             return await link.request(
                 method,
@@ -344,6 +330,26 @@ class Downstream:
         """A lost listen stream is back: every list may have changed meanwhile (no replay)."""
         for kind in ("tools", "prompts", "resources"):
             await self.events.server_notification(self, f"notifications/{kind}/list_changed", {})
+
+
+async def _usable_link(d: Downstream) -> Link:
+    """The connection a request goes on, or ``DownstreamUnavailable`` saying why there is none."""
+    if d.link is None:
+        await d.started()  # its first start still under way: a request from a warm start's catalog
+    link = d.link
+    if (link is not None and link.gone) or (
+        d.supervised and link is None and d.status in ("exited", "failed") and d.retry_at is None
+    ):
+        # The process is gone (or its start failed) but the supervisor has not scheduled
+        # the retry yet: wait for that (briefly) so the answer says when it will be
+        # retried, not a stale "ready" or a bare "exited" or "failed".
+        with anyio.move_on_after(3):
+            while d.retry_at is None and not d.stopping:
+                await anyio.sleep(0.01)
+        link = None
+    if link is None:
+        raise DownstreamUnavailable(d.unavailable())
+    return link
 
 
 async def _tools_listed(d: Downstream, again: bool) -> tuple[Any, ...]:
