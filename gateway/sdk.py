@@ -12,6 +12,7 @@ tests/test_http_calls.py exercise them).
 from __future__ import annotations
 
 import contextvars
+import functools
 import logging
 import math
 from collections.abc import Iterator
@@ -106,6 +107,21 @@ def modern_error_data(exc: Exception) -> ErrorData:
     """The SDK's mapping of a 2026-07-28 handler's exception to its wire error (one ladder
     for every modern entry; ``mcp.server.runner``, not in its ``__all__``)."""
     return runner.modern_error_data(exc)
+
+
+# --- the client session's parts (gateway/downstream/link.py) ---
+
+
+@functools.cache
+def later_revision_fields(method: str, version: str) -> frozenset[str]:
+    """The result keys of ``method`` that only a protocol revision newer than ``version``
+    declares (for ``tools/call`` on 2025-11-25: ``resultType``, ``inputRequests``,
+    ``requestState``): what the SDK's client drops from a result on a ``version`` session
+    before reading it. ``mcp.client.session._later_revision_fields`` (mcp 2.3.0); cached, as
+    it runs on every call to a handshake-era server."""
+    from mcp.client.session import _later_revision_fields
+
+    return _later_revision_fields(method, version)
 
 
 # --- the streamable-HTTP client's parts (gateway/downstream/httpcalls.py, transports.py) ---

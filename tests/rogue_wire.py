@@ -65,6 +65,7 @@ TOOLS = [
         "rpc_error",
         "bad_result",
         "not_json",
+        "later_fields",
         "stop_reading",
         "add_tool",
         "ok",
@@ -151,6 +152,12 @@ def call(request_id: Any, name: str, args: dict[str, Any], token: Any = None) ->
         send({"jsonrpc": "2.0", "id": request_id, "error": error})
     elif name == "bad_result":  # a result that is not an object
         send({"jsonrpc": "2.0", "id": request_id, "result": [1, 2]})
+    elif name == "later_fields":  # a 2025-11-25 result with 2026-07-28 fields, meaningless in its era
+        asks = {
+            "a": {"method": "elicitation/create", "params": {"message": "pw?", "requestedSchema": {"type": "object"}}}
+        }
+        result = {**text("hi"), "resultType": "input_required", "inputRequests": asks, "requestState": "s"}
+        send({"jsonrpc": "2.0", "id": request_id, "result": result})
     elif name == "stop_reading":  # answers, then never reads its input again (and stays up)
         send({"jsonrpc": "2.0", "id": request_id, "result": text("no longer reading")})
         while True:

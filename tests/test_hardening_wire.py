@@ -14,10 +14,11 @@ import select
 import subprocess
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, PROTOCOL_VERSION_META_KEY
 
@@ -143,6 +144,27 @@ def remote_rogue() -> Iterator[str]:
     finally:
         proc.kill()
         proc.wait(timeout=30)
+
+
+@pytest.mark.parametrize("remote", [False, True], ids=["pipe", "http"])
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_handshake_era_result_is_read_in_its_era(tmp_path: Path, mode: str, remote: bool) -> None:
+    # A 2025-11-25 server's result carrying 2026-07-28 fields (resultType "input_required",
+    # inputRequests, requestState) is a result, as a direct SDK client reads it: nobody is
+    # asked for input.
+    asked: list[Any] = []
+
+    async def elicit(context: Any, params: Any) -> Any:
+        asked.append(params)
+        raise AssertionError("asked for input")
+
+    with ExitStack() as stack:
+        server = {"url": stack.enter_context(remote_rogue())} if remote else rogue()
+        config = write_config(tmp_path, {"rogue": server})
+        async with sdk_client(config, mode, elicitation_callback=elicit) as client:
+            with anyio.fail_after(60):
+                result = await client.call_tool("rogue__later_fields", {})
+            assert (result.is_error, text(result), asked) == (False, "hi", [])
 
 
 @pytest.mark.parametrize("mode", ERAS)

@@ -42,6 +42,7 @@ from gateway.downstream.modern import (
 )
 from gateway.downstream.related import CALLER, HEADER, LOG
 from gateway.downstream.transports import Transport
+from gateway.sdk import later_revision_fields
 
 ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
 Ask = Callable[[str, dict[str, Any], object | None], Awaitable[dict[str, Any]]]
@@ -274,6 +275,10 @@ class Link:
                 del self.clocks[clock]
         if self.modern:
             result = hop_local_removed(result)
+        elif not (later := later_revision_fields(method, self.protocol_version)).isdisjoint(result):
+            # A handshake-era server's result read in its era, as the SDK's client reads it:
+            # ``resultType: input_required`` means nothing there, so it asks for no input.
+            result = {key: value for key, value in result.items() if key not in later}
         await self.inbox.settle()  # what the server said before its reply goes out first
         if progress is not None:
             await progress.flush()
