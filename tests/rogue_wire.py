@@ -66,6 +66,7 @@ TOOLS = [
         "bad_result",
         "not_json",
         "later_fields",
+        "malformed",
         "stop_reading",
         "add_tool",
         "ok",
@@ -158,6 +159,13 @@ def call(request_id: Any, name: str, args: dict[str, Any], token: Any = None) ->
         }
         result = {**text("hi"), "resultType": "input_required", "inputRequests": asks, "requestState": "s"}
         send({"jsonrpc": "2.0", "id": request_id, "result": result})
+    elif name == "malformed":  # an object, but no tool result: args["text"] names which
+        malformed = {
+            "string": {"content": "just a string"},
+            "structured_only": {"structuredContent": {"a": 1}},
+            "unknown_block": {"content": [{"type": "widget", "x": 1}]},
+        }
+        send({"jsonrpc": "2.0", "id": request_id, "result": malformed[str(args.get("text"))]})
     elif name == "stop_reading":  # answers, then never reads its input again (and stays up)
         send({"jsonrpc": "2.0", "id": request_id, "result": text("no longer reading")})
         while True:

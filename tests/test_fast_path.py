@@ -208,6 +208,8 @@ ROGUE_CALLS: list[tuple[str, dict[str, Any]]] = [
     ("log_surrogate", {}),
     ("rpc_error", {}),
     ("bad_result", {}),
+    ("malformed", {"text": "string"}),
+    ("malformed", {"text": "unknown_block"}),
     ("not_json", {}),
     ("big", {"n": 2 << 20}),
     ("big_ts", {"n": 2 << 20}),

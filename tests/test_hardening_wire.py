@@ -168,6 +168,28 @@ async def test_a_handshake_era_result_is_read_in_its_era(tmp_path: Path, mode: s
 
 
 @pytest.mark.parametrize("mode", ERAS)
+async def test_a_malformed_result_is_an_error_naming_its_server_in_both_eras(tmp_path: Path, mode: str) -> None:
+    # An object that is no tool result (content a string, no content, a block of no known
+    # type): the same one-line isError for a client of either era, never the object itself
+    # (which the 2026-07-28 SDK client refused with a ValidationError).
+    config = write_config(tmp_path, {"rogue": rogue()})
+    async with sdk_client(config, mode) as client:
+        said: dict[str, str] = {}
+        for kind in ("string", "structured_only", "unknown_block"):
+            with anyio.fail_after(60):
+                result = await client.call_tool("rogue__malformed", {"text": kind})
+            assert result.is_error, (kind, result)
+            said[kind] = text(result)
+        prefix = "Server 'rogue' returned an invalid result for tool 'malformed': "
+        assert said == {
+            "string": prefix + "Input should be a valid list",
+            "structured_only": prefix + "Field required",
+            "unknown_block": prefix + "Field required",
+        }
+        assert text(await client.call_tool("rogue__ok", {})) == "ok"
+
+
+@pytest.mark.parametrize("mode", ERAS)
 async def test_lone_surrogate_from_a_remote_server_fails_only_that_call(tmp_path: Path, mode: str) -> None:
     # The SDK's HTTP client parses with jiter, which rejects "\ud800" outright: nothing to
     # scrub, but the call must end at once as an isError result, and the next one work.

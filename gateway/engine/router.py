@@ -9,14 +9,17 @@ list never changes for them.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar, cast, get_args
 
 import anyio
 from jsonschema_rs import ValidationError as SchemaViolation
+from mcp_types import InputRequiredResult
 from mcp_types.methods import SERVER_RESULTS, is_input_required
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import TypeAdapter, ValidationError
@@ -507,10 +510,17 @@ _SHAPES: dict[str, TypeAdapter[Any]] = {}
 
 def _result_shape(version: str) -> TypeAdapter[Any]:
     """The protocol's ``tools/call`` result shape in ``version`` (``KeyError`` for an unknown
-    one): what the SDK's ``validate_server_result`` checks, without the dump it also makes."""
+    one): what the SDK's ``validate_server_result`` checks, without the dump it also makes.
+
+    Without the 2026-07-28 row's ``input_required`` arm: such a result never gets here (the
+    caller answers it, ``_gated``), and that arm's wire model (every field optional, any text
+    a ``resultType``) passes any object with a ``resultType``, which the SDK client's own
+    model then refuses: a malformed result would reach a 2026-07-28 client unchecked."""
     shape = _SHAPES.get(version)
     if shape is None:
-        shape = _SHAPES[version] = TypeAdapter[Any](cast(Any, SERVER_RESULTS[("tools/call", version)]))
+        row = SERVER_RESULTS[("tools/call", version)]
+        arms = [arm for arm in get_args(row) or (row,) if arm.__name__ != InputRequiredResult.__name__]
+        shape = _SHAPES[version] = TypeAdapter[Any](cast(Any, functools.reduce(operator.or_, arms)))
     return shape
 
 
