@@ -10,6 +10,8 @@ and any other key, i.e. everything the client would be sent, JSON escaping inclu
 backslash or newline costs two bytes, another control character six. Counting less would let a
 tiny ``text`` carry megabytes in ``_meta``. :func:`visible_size` computes the number without
 building the JSON text; :func:`surely_within` is a cheap upper-bound test for small results.
+What the result gains after it is bounded (``reserve``: the gateway's 2026-07-28 ``resultType``
+and ``serverInfo`` stamp) is counted too, so what the client receives is within the ceiling.
 
 **At or under the ceiling** the very same object is returned.
 
@@ -489,14 +491,17 @@ def bound_result(
     max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES,
     store: Artifacts | None,
     output_schema: Mapping[str, Any] | None = None,
+    reserve: int = 0,
 ) -> dict[str, Any]:
     """Return result itself if it fits max_visible_bytes, else a bounded copy (module docstring).
 
-    Never raises because of the store: a failed write becomes the non-retention line.
+    ``reserve``: the most bytes the result gains after this (what the client's protocol era
+    adds), counted as part of it. Never raises because of the store: a failed write becomes
+    the non-retention line.
     """
     if max_visible_bytes < MIN_VISIBLE_BYTES:
         raise ValueError(f"max_visible_bytes must be >= {MIN_VISIBLE_BYTES}")
-    visible = visible_size(result)
+    visible = visible_size(result) + reserve
     if visible <= max_visible_bytes:
         return result
 
@@ -535,7 +540,7 @@ def bound_result(
     trailer = _trailer(visible, max_visible_bytes, parts, dropped, forced_error, left_out)
     fixed = _WRAPPER + (_STRUCTURED_KEY + structured_size if keep and structured_size is not None else 0)
     fixed += json_size(others) - 1 if others else 0  # each: a comma, "key", a colon, the value
-    budget = max_visible_bytes - fixed - _escaped_len("\n" + trailer)
+    budget = max_visible_bytes - reserve - fixed - _escaped_len("\n" + trailer)
     preview = _preview(source, sum(len(c) for c in source), budget)
     text = f"{preview}\n{trailer}" if preview else trailer
 

@@ -201,12 +201,13 @@ def _cost(text: str) -> int:
     return text_result_size(text) - _WRAPPER
 
 
-def _budget(max_visible_bytes: int, *header_worst: str) -> int:
+def _budget(max_visible_bytes: int, reserve: int, *header_worst: str) -> int:
     """Visible bytes left for the page (wrapper included, as _esc counts it) once the
-    worst-case header and its newline are paid."""
+    worst-case header and its newline, and ``reserve`` (what the answer gains after this:
+    the client's protocol era's fields), are paid."""
     if max_visible_bytes < MIN_VISIBLE_BYTES:
         raise ValueError(f"max_visible_bytes must be >= {MIN_VISIBLE_BYTES}")
-    return max_visible_bytes - max(_cost(h + "\n") for h in header_worst)
+    return max_visible_bytes - reserve - max(_cost(h + "\n") for h in header_worst)
 
 
 def _nines(n: int) -> int:
@@ -234,7 +235,7 @@ def _bytes_header(aid: str, start: int, end: int, size: int, moved_from: int | N
 
 def read_bytes(
     store: Artifacts, artifact_id: str, *, offset: int = 0, limit: int = DEFAULT_LIMIT,
-    max_visible_bytes: int = DEFAULT_MAX_VISIBLE_BYTES,
+    max_visible_bytes: int = DEFAULT_MAX_VISIBLE_BYTES, reserve: int = 0,
 ) -> str:
     """A page of bytes from offset; limit is clamped to 1..MAX_LIMIT, and further to the budget."""
     if offset < 0:
@@ -247,7 +248,7 @@ def read_bytes(
         start = _forward_to_boundary(buf, offset)
         n = _nines(size)
         moved = n if start != offset else None
-        budget = _budget(max_visible_bytes, _bytes_header(artifact_id, n, n, _beyond(n), moved))
+        budget = _budget(max_visible_bytes, reserve, _bytes_header(artifact_id, n, n, _beyond(n), moved))
         end = _fit_end(buf, start, _page_end(buf, start, limit), budget) if start < size else start
         header = _bytes_header(artifact_id, start, end, size, offset if start != offset else None)
         return _answer(header, buf[start:end])
@@ -317,7 +318,7 @@ def _part_header(aid: str, line: int, start: int, end: int, size: int) -> str:
 
 def read_lines(
     store: Artifacts, artifact_id: str, *, line: int = 1, lines: int = DEFAULT_LINES,
-    max_visible_bytes: int = DEFAULT_MAX_VISIBLE_BYTES,
+    max_visible_bytes: int = DEFAULT_MAX_VISIBLE_BYTES, reserve: int = 0,
 ) -> str:
     """Whole lines from line (1-based) as fit the budget; a line too long for one page comes
     back in part, with the offset to continue from."""
@@ -333,7 +334,7 @@ def read_lines(
             return f"[artifact {artifact_id}] no lines: the artifact is empty; end reached\n"
         n = _nines(max(size, line + lines))
         worst = (_part_header(artifact_id, n, n, n, _beyond(n)), _lines_header(artifact_id, n, n, n, n, _beyond(n)))
-        budget = _budget(max_visible_bytes, *worst)
+        budget = _budget(max_visible_bytes, reserve, *worst)
         window = buf[start : start + min(MAX_LIMIT, budget)]
         ends = _line_ends(window, lines, start + len(window) >= size)
         count = _last_fitting(window, ends, budget)
@@ -374,7 +375,7 @@ def _find_header(aid: str, count: int, text: str, line: int, size: int, next_lin
 
 def find_text(
     store: Artifacts, artifact_id: str, find: str, *, max_matches: int = DEFAULT_MATCHES, line: int = 1,
-    max_visible_bytes: int = DEFAULT_MAX_VISIBLE_BYTES,
+    max_visible_bytes: int = DEFAULT_MAX_VISIBLE_BYTES, reserve: int = 0,
 ) -> str:
     """Lines containing find (literal, case-sensitive), numbered, from line on; stops at
     max_matches (clamped 1..MAX_MATCHES) or the budget and says where to continue."""
@@ -392,7 +393,7 @@ def find_text(
         if start is None or (start >= size and line > 1):
             raise ValueError(f"line {line} is past the end (the artifact has {_count_lines(buf)} lines)")
         n = _nines(max(size, line))
-        budget = _budget(max_visible_bytes, _find_header(artifact_id, MAX_MATCHES, find, n, _beyond(n), n))
+        budget = _budget(max_visible_bytes, reserve, _find_header(artifact_id, MAX_MATCHES, find, n, _beyond(n), n))
         entries, next_line = _scan(buf, pat, start, line, max_matches, budget - _WRAPPER)
         header = _find_header(artifact_id, len(entries), find, line, size, next_line)
         return header + "\n" + "\n".join(entries)
@@ -466,8 +467,11 @@ def _mode(args: Mapping[str, Any]) -> str:
 
 def artifact_read(
     store: Artifacts, arguments: Mapping[str, Any], *, max_visible_bytes: int = DEFAULT_MAX_VISIBLE_BYTES,
+    reserve: int = 0,
 ) -> str:
     """The artifact_read tool: validate arguments, pick the mode, return the answer's text.
+    ``reserve``: the most bytes the answer gains after this (what the client's protocol era
+    adds), paid from ``max_visible_bytes``.
 
     Raises ArtifactNotFound (bad, unknown, expired or foreign id) or ValueError (bad arguments);
     both carry a one-line message meant for an isError result. null arguments count as absent.
@@ -488,9 +492,11 @@ def artifact_read(
             raise ValueError("find is required with max_matches and must be a string")
         matches = _int_arg(args, "max_matches", DEFAULT_MATCHES)
         line = _int_arg(args, "line", 1)
-        return find_text(store, artifact_id, find, max_matches=matches, line=line, max_visible_bytes=mv)
+        return find_text(
+            store, artifact_id, find, max_matches=matches, line=line, max_visible_bytes=mv, reserve=reserve
+        )
     if mode == "lines":
         line, lines = _int_arg(args, "line", 1), _int_arg(args, "lines", DEFAULT_LINES)
-        return read_lines(store, artifact_id, line=line, lines=lines, max_visible_bytes=mv)
+        return read_lines(store, artifact_id, line=line, lines=lines, max_visible_bytes=mv, reserve=reserve)
     offset, limit = _int_arg(args, "offset", 0), _int_arg(args, "limit", DEFAULT_LIMIT)
-    return read_bytes(store, artifact_id, offset=offset, limit=limit, max_visible_bytes=mv)
+    return read_bytes(store, artifact_id, offset=offset, limit=limit, max_visible_bytes=mv, reserve=reserve)

@@ -11,8 +11,19 @@ from typing import Any
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
+from mcp_types import CLIENT_CAPABILITIES_META_KEY, PROTOCOL_VERSION_META_KEY
 
-from tests.helpers import ERAS, PYTHON, catalog_json, demo, gateway, sdk_client, write_config
+from tests.helpers import (
+    ERAS,
+    PYTHON,
+    RawGateway,
+    catalog_json,
+    demo,
+    gateway,
+    raw_gateway,
+    sdk_client,
+    write_config,
+)
 from tests.textfile_server import OUTPUT_SCHEMA, file_text
 
 pytestmark = pytest.mark.anyio
@@ -131,6 +142,35 @@ async def test_small_results_are_untouched_byte_for_byte(tmp_path: Path, config:
         ]
     assert via == direct
     assert artifact_files(tmp_path) == []
+
+
+@pytest.mark.parametrize("modern", [False, True], ids=["2025-11-25", "2026-07-28"])
+async def test_what_the_client_receives_is_within_the_ceiling_in_either_era(tmp_path: Path, modern: bool) -> None:
+    # A 2026-07-28 answer gains resultType and the gateway's serverInfo stamp after the
+    # router bounds it (~110 bytes): the bound pays for them, so the result as sent, a page
+    # of artifact_read, and a result that fits only without them stay within 65,536 bytes.
+    config = write_config(tmp_path, {"d": demo("--tools", 1)})
+    envelope = {PROTOCOL_VERSION_META_KEY: "2026-07-28", CLIENT_CAPABILITIES_META_KEY: {}}
+
+    def call(gw: RawGateway, request_id: int, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        params = {"name": name, "arguments": arguments, **({"_meta": envelope} if modern else {})}
+        gw.request(request_id, "tools/call", params)
+        result: dict[str, Any] = gw.answer(request_id)["result"]
+        assert visible_size(result) <= 65536, (name, visible_size(result))
+        assert ("resultType" in result) is modern
+        return result
+
+    with raw_gateway(config) as gw:
+        if not modern:
+            gw.handshake()
+        # 65,456 base64 characters: 65,535 bytes as a handshake-era result, over once stamped
+        near = call(gw, 1, "d__payload", {"bytes": 65456, "kind": "image"})
+        assert [block["type"] for block in near["content"]] == (["text"] if modern else ["image"])
+        assert modern or visible_size(near) == 65535
+        big = call(gw, 2, "d__payload", {"bytes": 1 << 20})
+        artifact_id = ARTIFACT.search(big["content"][0]["text"]).group(1)  # type: ignore[union-attr]
+        page = call(gw, 3, "artifact_read", {"id": artifact_id, "offset": 0, "limit": 65536})
+        assert visible_size(page) > 65536 - 200  # a full page: the ceiling, not far below it
 
 
 async def test_structured_output_stays_valid_for_the_sdk_client(tmp_path: Path) -> None:

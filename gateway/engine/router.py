@@ -169,12 +169,15 @@ class Router:
         on_progress: ProgressFn | None = None,
         version: str = DEFAULT_VERSION,
         answers: Mapping[str, Any] | None = None,
+        reserve: int = 0,
     ) -> dict[str, Any]:
         """Gate and forward one resolved call. ``answers``: ``inputResponses``/``requestState``
-        of a retry after the server's ``input_required`` (passed to the server as given)."""
+        of a retry after the server's ``input_required`` (passed to the server as given).
+        ``reserve``: the most bytes the caller adds to the result (its client's protocol era's
+        fields), paid from ``max_visible_bytes`` wherever the result is bounded."""
         telemetry = self.telemetry
         if telemetry is None:
-            return await self._call(call, state, None, meta, on_progress, version, answers)
+            return await self._call(call, state, None, meta, on_progress, version, answers, reserve)
         epoch = call.epoch
         server = call.server
         if server is None and call.name in epoch.lock_refusals:  # held back by the lock: still its server's
@@ -183,7 +186,7 @@ class Router:
         result: dict[str, Any] | None = None
         with telemetry.span(note):
             try:
-                result = await self._call(call, state, note, meta, on_progress, version, answers)
+                result = await self._call(call, state, note, meta, on_progress, version, answers, reserve)
                 return result
             finally:
                 telemetry.finished(note, state, result, call.arguments)
@@ -197,6 +200,7 @@ class Router:
         on_progress: ProgressFn | None,
         version: str,
         answers: Mapping[str, Any] | None,
+        reserve: int,
     ) -> dict[str, Any]:
         if call.problem is not None:
             return _refused(note, "invalid", call.problem)
@@ -205,10 +209,10 @@ class Router:
             if name == "tool_search":
                 if epoch is self.epoch:  # bound first, as a gated call is (a grant is the epoch's)
                     await state.enter(epoch.identity)
-                return await self.tool_search(epoch, arguments or {}, state, note)
+                return await self.tool_search(epoch, arguments or {}, state, note, reserve)
             if name == "artifact_read":
-                return await self.artifact_read(arguments or {}, state)
-        return await self._gated(epoch, name, arguments, state, meta, on_progress, version, answers, note)
+                return await self.artifact_read(arguments or {}, state, reserve)
+        return await self._gated(epoch, name, arguments, state, meta, on_progress, version, answers, note, reserve)
 
     async def _gated(
         self,
@@ -221,6 +225,7 @@ class Router:
         version: str,
         answers: Mapping[str, Any] | None = None,
         note: CallNote | None = None,
+        reserve: int = 0,
     ) -> dict[str, Any]:
         entry = epoch.catalog.get(name)
         if entry is not None and self.downstreams[entry.server].joining():
@@ -287,7 +292,7 @@ class Router:
             # Bound first: a huge result is then checked in its small, model-visible form.
             # The outputSchema as published: none with [spill] output_schemas = "omit".
             try:
-                bounded = await self.bound(result, state, entry.declaration.get("outputSchema"))
+                bounded = await self.bound(result, state, entry.declaration.get("outputSchema"), reserve)
                 if note is not None and bounded is not result:
                     note.spilled, note.spilled_bytes = True, spilled_size(bounded)
                 result = bounded
@@ -303,8 +308,10 @@ class Router:
                 )
         return _checked(result, version, entry.server, entry.original)
 
-    async def bound(self, result: dict[str, Any], state: ClientState, output_schema: Any) -> dict[str, Any]:
-        """Bound the model-visible size; spill the full output to the client's store."""
+    async def bound(
+        self, result: dict[str, Any], state: ClientState, output_schema: Any, reserve: int = 0
+    ) -> dict[str, Any]:
+        """Bound the model-visible size, ``reserve`` included; spill the full output to the client's store."""
         spill = self.spill
         store = state.store
 
@@ -315,6 +322,7 @@ class Router:
                 max_artifact_bytes=spill.max_artifact_bytes,
                 store=store,
                 output_schema=output_schema if isinstance(output_schema, dict) else None,
+                reserve=reserve,
             )
             if bounded is not result and store is not None:
                 collect(store, spill)
@@ -329,13 +337,14 @@ class Router:
         async with self.threads.held(principal_key(state)):
             return await anyio.to_thread.run_sync(work)
 
-    async def artifact_read(self, arguments: Mapping[str, Any], state: ClientState) -> dict[str, Any]:
+    async def artifact_read(self, arguments: Mapping[str, Any], state: ClientState, reserve: int = 0) -> dict[str, Any]:
         store = state.store
         if store is None:
             return error_result("artifact_read: no artifact store (spilling is disabled or the store is unusable).")
         try:
+            ceiling = self.spill.max_visible_bytes
             answer = await self._in_thread(
-                state, lambda: artifact_read(store, arguments, max_visible_bytes=self.spill.max_visible_bytes)
+                state, lambda: artifact_read(store, arguments, max_visible_bytes=ceiling, reserve=reserve)
             )
         except (ArtifactNotFound, ValueError) as exc:
             return error_result(f"artifact_read: {_message(exc)}")
@@ -365,7 +374,12 @@ class Router:
         return None
 
     async def tool_search(
-        self, epoch: Epoch, arguments: Mapping[str, Any], state: ClientState, note: CallNote | None = None
+        self,
+        epoch: Epoch,
+        arguments: Mapping[str, Any],
+        state: ClientState,
+        note: CallNote | None = None,
+        reserve: int = 0,
     ) -> dict[str, Any]:
         query = arguments.get("query")
         if not isinstance(query, str) or not query.strip():
@@ -389,7 +403,7 @@ class Router:
         candidates = [name for name in deferred if name not in refused]  # (a refused one is never granted)
         # Bounded as any result the model sees (the servers that are down included)
         spill, down = self.spill, self.unavailable()
-        bound = spill.max_visible_bytes if spill.enabled else DEFAULT_MAX_VISIBLE_BYTES
+        bound = (spill.max_visible_bytes if spill.enabled else DEFAULT_MAX_VISIBLE_BYTES) - reserve
         rendered = render(result, candidates, bound, size=text_result_size, extra=down, refused=refused)
         if rendered.too_long:  # a schema no page can hold: kept as an artifact the model reads
             where = await self._in_thread(state, lambda: self._keep_schemas(epoch, rendered.too_long, state))

@@ -30,7 +30,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, SERVER_INFO_META_KEY, URL_ELICITATION_REQUIRED
 from mcp_types.jsonrpc import CONNECTION_CLOSED, INVALID_PARAMS, INVALID_REQUEST, REQUEST_TIMEOUT
 from mcp_types.methods import is_input_required, validate_client_request
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, ValidationError
 
 from gateway import __version__, tracing
@@ -51,6 +51,7 @@ from gateway.results import error_result
 from gateway.sdk import connection_of
 from gateway.state.session import ClientState, principal_key
 from gateway.upstream.inputs import answer_over_back_channel, missing_capability, requests_of
+from spill import json_size
 
 log = logging.getLogger("prefixgate.server")
 
@@ -204,12 +205,26 @@ class Handlers:
         relayed server's own stamp names that server, not the one the client talks to)."""
         if ctx.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS:
             return result
+        return self._stamped(result, ctx.protocol_version)
+
+    def _stamped(self, result: dict[str, Any], version: str) -> dict[str, Any]:
         meta = result.get("_meta")
         stamp = {SERVER_INFO_META_KEY: self._server_info}
-        return {
-            **with_result_type(result, ctx.protocol_version),
-            "_meta": {**meta, **stamp} if isinstance(meta, dict) else stamp,
-        }
+        return {**with_result_type(result, version), "_meta": {**meta, **stamp} if isinstance(meta, dict) else stamp}
+
+    def added_bytes(self, version: str) -> int:
+        """The most bytes ``finish`` adds to a result in ``version`` (exactly these to one
+        without ``_meta``): the router pays them from ``max_visible_bytes`` when it bounds a
+        result, so what the client receives stays within the ceiling in either era."""
+        if version in HANDSHAKE_PROTOCOL_VERSIONS:
+            return 0
+        return self._added_bytes
+
+    @functools.cached_property
+    def _added_bytes(self) -> int:
+        bare: dict[str, Any] = {"content": []}
+        size = json_size(bare)
+        return json_size(self._stamped(bare, MODERN_PROTOCOL_VERSIONS[-1])) - size
 
     @functools.cached_property
     def _server_info(self) -> dict[str, Any]:
@@ -267,6 +282,7 @@ class Handlers:
                 on_progress=progress,
                 version=ctx.protocol_version,
                 answers=answers,
+                reserve=self.added_bytes(ctx.protocol_version),
             )
 
         if modern:
