@@ -75,6 +75,7 @@ for JSON ones.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -156,6 +157,8 @@ def _scalar_size(v: object) -> int:
         return 4
     if v is False:
         return 5
+    if isinstance(v, float) and not math.isfinite(v):
+        return 4  # written as null (see finite)
     if isinstance(v, int | float):
         return len(json.dumps(v))
     return 2 + _escaped_len(str(v))
@@ -255,12 +258,38 @@ def structured_limit(max_visible_bytes: int) -> int:
 
 
 def canonical_json(value: object) -> bytes:
-    """Canonical JSON (sorted keys, compact, UTF-8); a lenient fallback for NaN or surrogates."""
+    """Canonical JSON (sorted keys, compact, UTF-8); a lenient fallback for a non-finite number
+    (written null, see :func:`finite`) or surrogates. Always valid JSON."""
     try:
         return canonicaljson.encode_canonical_json(value)
     except (ValueError, TypeError):
-        text = json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=str)
+        text = json.dumps(
+            finite(value), ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=str, allow_nan=False
+        )
         return utf8(text)
+
+
+def finite(value: Any) -> Any:
+    """``value`` with every non-finite float (``inf`` from a number too large for a double,
+    such as ``1e400``, or a peer's non-standard ``NaN``/``Infinity`` token) as None: JSON has
+    no such number, and the gateway's writer (pydantic-core's) sends them to the client as
+    ``null``, so an artifact says what the client was sent and stays JSON (``json.dumps``
+    would write the bare token ``Infinity``). Containers are copied, never edited; iterative."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if not isinstance(value, dict | list):
+        return value
+    top: dict[Any, Any] | list[Any] = dict(value) if isinstance(value, dict) else list(value)
+    stack = [top]
+    while stack:
+        node = stack.pop()
+        for key, item in list(node.items() if isinstance(node, dict) else enumerate(node)):
+            if isinstance(item, float) and not math.isfinite(item):
+                node[key] = None
+            elif isinstance(item, dict | list):
+                node[key] = child = dict(item) if isinstance(item, dict) else list(item)
+                stack.append(child)
+    return top
 
 
 # --------------------------------------------------------------------------- full output
@@ -442,8 +471,10 @@ def structured_text(value: object) -> bytes:
     """The structured-part artifact: sorted keys, one-space indent, UTF-8; canonical JSON if
     the value cannot be sorted (never the case for parsed JSON)."""
     try:
-        return utf8(json.dumps(value, ensure_ascii=False, sort_keys=True, indent=1))
-    except (ValueError, TypeError):
+        return utf8(json.dumps(value, ensure_ascii=False, sort_keys=True, indent=1, allow_nan=False))
+    except ValueError:  # a non-finite number: written null, as the client was sent it
+        return structured_text(finite(value))
+    except TypeError:
         return canonical_json(value)
 
 

@@ -67,6 +67,7 @@ TOOLS = [
         "not_json",
         "later_fields",
         "malformed",
+        "huge_number",
         "stop_reading",
         "add_tool",
         "ok",
@@ -166,6 +167,13 @@ def call(request_id: Any, name: str, args: dict[str, Any], token: Any = None) ->
             "unknown_block": {"content": [{"type": "widget", "x": 1}]},
         }
         send({"jsonrpc": "2.0", "id": request_id, "result": malformed[str(args.get("text"))]})
+    elif name == "huge_number":  # 1e400: valid JSON, too large for a double; an image of n base64 characters
+        image = '{"type":"image","data":"' + "A" * n + '","mimeType":"image/png"}'
+        result = '{"content":[' + image + '],"structuredContent":{"v":1e400,"w":2.5}}'
+        OUT.write(
+            b'{"jsonrpc":"2.0","id":' + json.dumps(request_id).encode() + b',"result":' + result.encode() + b"}\n"
+        )
+        OUT.flush()
     elif name == "stop_reading":  # answers, then never reads its input again (and stays up)
         send({"jsonrpc": "2.0", "id": request_id, "result": text("no longer reading")})
         while True:

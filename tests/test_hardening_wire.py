@@ -29,6 +29,7 @@ from tests.helpers import (
     catalog_json,
     http_gateway,
     raw_gateway,
+    read_artifact,
     sdk_client,
     text,
     write_config,
@@ -187,6 +188,28 @@ async def test_a_malformed_result_is_an_error_naming_its_server_in_both_eras(tmp
             "unknown_block": prefix + "Field required",
         }
         assert text(await client.call_tool("rogue__ok", {})) == "ok"
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_number_too_large_for_a_double_is_null_and_its_artifact_is_json(tmp_path: Path, mode: str) -> None:
+    # 1e400 reads as inf, which JSON cannot carry: the client is sent null (as pydantic-core,
+    # the SDK's own writer, writes it), and a spilled result's artifact says null too, never
+    # the bare token Infinity that no strict JSON parser reads.
+    def strict(token: str) -> Any:
+        raise AssertionError(f"not JSON: {token}")
+
+    config = write_config(tmp_path, {"rogue": rogue()})
+    async with sdk_client(config, mode) as client:
+        with anyio.fail_after(60):
+            small = await client.call_tool("rogue__huge_number", {"n": 4})
+            assert small.structured_content == {"v": None, "w": 2.5}
+            big = await client.call_tool("rogue__huge_number", {"n": 70_000})
+            said = text(big)
+            assert "Infinity" not in said, said[-600:]
+            artifact_id = said.split("saved as artifact ", 1)[1].split(";", 1)[0]
+            whole = json.loads(await read_artifact(client, artifact_id), parse_constant=strict)
+        assert whole["structuredContent"] == {"v": None, "w": 2.5}
+        assert len(whole["content"][0]["data"]) == 70_000
 
 
 @pytest.mark.parametrize("mode", ERAS)

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from spill import store as store_mod
-from spill.bound import bound_result, canonical_json, json_size, structured_limit, visible_size
+from spill.bound import bound_result, canonical_json, json_size, structured_limit, structured_text, visible_size
 from spill.store import ArtifactStore, StoreError, list_artifacts
 
 SESSION = "c" * 64
@@ -87,6 +87,16 @@ def test_visible_size_counts_escapes_and_every_field() -> None:
             '"isError":false,"_meta":{"big":"' + "x" * 1000 + '"}}'
         )
     )
+
+
+def test_non_finite_numbers_are_written_and_measured_as_null() -> None:
+    # 1e400 parses as inf; JSON has no such number: artifacts say null, as the client is sent
+    # it, never the bare token Infinity (json.dumps' default), and the size counts null.
+    value = {"v": float("inf"), "n": [float("nan"), -float("inf"), 1.5]}
+    assert canonical_json(value) == b'{"n":[null,null,1.5],"v":null}'
+    assert json.loads(structured_text(value)) == {"n": [None, None, 1.5], "v": None}
+    assert json_size(value) == len(b'{"v":null,"n":[null,null,1.5]}')
+    assert value["v"] == float("inf") and value["n"][2] == 1.5  # the value itself is not edited
 
 
 def test_lone_surrogates_are_measured_as_replacement_characters() -> None:
