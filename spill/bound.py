@@ -425,16 +425,18 @@ def _one_line(reason: str) -> str:
 def retain(
     chunks: Sequence[bytes], size: int, store: Artifacts | None, max_artifact_bytes: int,
 ) -> tuple[str | None, str | None]:
-    """(artifact id, None) or (None, one-line reason it was not kept): also what ``tool_search``
-    keeps a schema too long for its page in."""
+    """(artifact id, None) or (None, one-line reason it was not kept, naming no path: the
+    model sees it): also what ``tool_search`` keeps a schema too long for its page in."""
     if store is None:
         return None, "no artifact store is configured"
     if size > max_artifact_bytes:
         return None, f"larger than the {max_artifact_bytes}-byte artifact limit"
     try:
         return store.put_chunks(chunks), None
-    except (StoreError, OSError) as e:
-        return None, _one_line(str(e))
+    except StoreError as e:
+        return None, _one_line(e.shown)  # (its message may name the host's path: ids only, never paths)
+    except OSError as e:
+        return None, _one_line(f"cannot write artifact: {e.strerror or type(e).__name__}")
 
 
 @dataclass(frozen=True)

@@ -54,7 +54,15 @@ _WRITE_CHUNK = 1 << 20
 
 
 class StoreError(Exception):
-    """The store cannot be used or written; the message is one line and safe to show."""
+    """The store cannot be used or written; the message is one line, for the gateway's log.
+
+    ``shown``: the same reason without the host's paths, what a model (over HTTP, any
+    principal) may be shown in a result's trailer (``spill.bound.retain``); the message itself
+    when it names none."""
+
+    def __init__(self, message: str, *, shown: str | None = None) -> None:
+        super().__init__(message)
+        self.shown = message if shown is None else shown
 
 
 class ArtifactNotFound(LookupError):
@@ -189,8 +197,12 @@ def open_private_dir(path: str | Path, label: str, *, create: bool, dir_fd: int 
 
 
 def _open_root(root: Path, *, create: bool) -> int | None:
-    """Verified fd of the artifact root, or None when it is missing and create is False."""
-    return open_private_dir(root, f"artifact directory {str(root)!r}", create=create)
+    """Verified fd of the artifact root, or None when it is missing and create is False.
+    Its refusal names the root's path for the log, never in ``StoreError.shown``."""
+    try:
+        return open_private_dir(root, "artifact directory", create=create)
+    except StoreError as exc:
+        raise StoreError(f"{exc} ({str(root)!r})", shown=exc.shown) from None
 
 
 def _open_session(root_fd: int, session: str, *, create: bool) -> int | None:

@@ -301,4 +301,7 @@ async def test_unusable_store_still_bounds_with_a_warning(tmp_path: Path) -> Non
         assert not result.get("isError")
         last = result["content"][0]["text"].rsplit("\n", 1)[-1]
         assert last.startswith("full output (100000 bytes of text) not retained: ") and "symlink" in last
+        # The model (over HTTP, any principal) is told why, never the host's path; the log names it.
+        assert str(tmp_path) not in json.dumps(result), last
+        assert await gw.saw(f"is a symlink; refusing to use it ({str(tmp_path / 'state' / 'artifacts')!r})")
     assert list((tmp_path / "real").iterdir()) == []
