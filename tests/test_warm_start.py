@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -518,6 +519,36 @@ async def test_what_the_start_cannot_answer_waits_for_the_gateway_in_order(tmp_p
     assert answers[2]["result"]["protocolVersion"] == "2025-11-25"
     assert "a__echo" in [t["name"] for t in answers[3]["result"]["tools"]]
     assert "answered" not in (tmp_path / "serve.log").read_text()
+
+
+async def test_a_client_that_never_reads_meets_back_pressure_before_the_gateway_is_up(
+    tmp_path: Path, slow_with_record: Path
+) -> None:
+    """20,000 ``tools/list`` sent at once by a client that reads none of the answers: the start
+    answers until ``OUT_LIMIT`` bytes of them wait on the client's pipe, then stops reading,
+    instead of keeping a catalog per request; the gateway, taking over, reads no more than
+    its own bound either (what the start read and left is queued, then the pipe paused)."""
+    from gateway.upstream.prelude import OUT_LIMIT
+
+    log = tmp_path / "serve.log"
+    data = b'{"jsonrpc":"2.0","id":2,"method":"tools/list"}\n' * 20_000
+    with log.open("w") as stderr, raw_gateway(slow_with_record, stderr) as gw:
+        gw.request(1, "initialize", _hello("2025-11-25"))
+        assert gw.proc.stdin is not None
+        fd = gw.proc.stdin.fileno()
+        os.set_blocking(fd, False)
+        with anyio.fail_after(120):
+            # Until the gateway has taken over (it logs what the start answered) and stopped reading.
+            while data and not ("from the record" in log.read_text() and not select.select([], [fd], [], 5)[1]):
+                try:
+                    data = data[os.write(fd, data[: 1 << 16]) :]
+                except BlockingIOError:
+                    await anyio.sleep(0.01)
+        assert data, "the gateway read every request although no answer was taken"
+        gw.read_line()  # initialize's answer
+        listed = len(gw.read_line()) + 1
+    answered = int(log.read_text().split("answered ")[1].split(" ")[0]) - 1
+    assert answered * listed <= OUT_LIMIT + (1 << 20), f"{answered} answers of {listed} bytes kept for the client"
 
 
 async def test_a_line_nested_past_the_parsers_limit_is_the_gateways_to_answer(tmp_path: Path) -> None:

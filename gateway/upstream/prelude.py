@@ -45,6 +45,10 @@ LINE_LIMIT = 1 << 20
 """A longer request line is not parsed here: the gateway reads it (and everything after it)."""
 KEPT_LIMIT = 8 << 20
 """Bytes kept for the gateway before this end stops reading (the client then waits on its pipe)."""
+OUT_LIMIT = 1 << 20
+"""Bytes of answers the client has not taken off its pipe before this end stops answering and
+reading, as the gateway's own end stops at ``MAX_IN_FLIGHT``: a 47-byte ``tools/list`` costs a
+whole catalog here, so a client that never reads would otherwise grow this process without bound."""
 PRELUDE_ENV = "PREFIXGATE_PRELUDE"
 """``0`` answers nothing before the gateway is up (the servers still start at once): an escape
 hatch, and the tests' way to compare these answers with the gateway's own."""
@@ -189,12 +193,14 @@ class Prelude:
 
     def _serve(self) -> None:
         while True:
-            readable = [self._wake_r, 0] if self._reading else [self._wake_r]
+            reading = self._reading and len(self._out) < OUT_LIMIT
+            readable = [self._wake_r, 0] if reading else [self._wake_r]
             ready, writable, _ = select.select(readable, [1] if self._out else [], [])
             if self._wake_r in ready:
                 return
             if writable:
                 self._write()
+                self._lines()  # the lines read before the answers reached OUT_LIMIT, now there is room
             if 0 in ready:
                 chunk = os.read(0, 1 << 16)
                 if not chunk:
@@ -214,7 +220,7 @@ class Prelude:
         del self._out[:written]
 
     def _lines(self) -> None:
-        while (end := self._buffer.find(b"\n")) >= 0:
+        while len(self._out) < OUT_LIMIT and (end := self._buffer.find(b"\n")) >= 0:
             line = bytes(self._buffer[: end + 1])
             del self._buffer[: end + 1]
             try:

@@ -236,8 +236,11 @@ class ClientStdin(LineReader[Any]):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         if self.first:
+            # Queued without pausing: uvloop starts reading once this returns, whatever it asked
+            # (a pause here was lost, and with it the bound); the pipe's first chunk pauses it.
             first, self.first = self.first, b""
-            self.data_received(first)
+            self.lines_received(self.splitter.feed(first))
+            self._wake()
 
     def lines_received(self, lines: list[bytes | bytearray | Overlong]) -> None:
         lines.reverse()
