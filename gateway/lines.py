@@ -78,6 +78,13 @@ class LineSplitter:
                 self.pending = bytearray()
             start = end + 1
 
+    def end(self) -> bytes | bytearray | Overlong | None:
+        """At the end of input, the last line if no newline ended it: a line still, as Python's
+        file iteration (and so the SDK's stdio server) reads one."""
+        last: bytes | bytearray | Overlong | None = self._over or self.pending or None
+        self._over, self.pending = None, bytearray()
+        return last
+
     def _overflow(self, piece: bytes) -> None:
         over = self._over
         assert over is not None
@@ -161,6 +168,16 @@ class LineReader(asyncio.Protocol, Generic[Item]):
     def data_received(self, data: bytes) -> None:
         lines = self.splitter.feed(data)
         del data
+        self._received(lines)
+
+    def eof_received(self) -> bool:
+        """The end of input: a last line without its newline goes the way of the others."""
+        last = self.splitter.end()
+        if last is not None:
+            self._received([last])
+        return False
+
+    def _received(self, lines: list[bytes | bytearray | Overlong]) -> None:
         self.lines_received(lines)
         if not self.queue:
             return  # all answered on the spot: the consumer sleeps on
@@ -168,9 +185,6 @@ class LineReader(asyncio.Protocol, Generic[Item]):
             self._paused = True
             self._transport.pause_reading()
         self._wake()
-
-    def eof_received(self) -> bool:
-        return False
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True

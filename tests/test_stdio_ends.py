@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import GATEWAY, INIT, demo, write_config
+from tests.helpers import GATEWAY, INIT, catalog_json, demo, write_config
 
 INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
 
@@ -76,6 +76,26 @@ def test_every_request_read_before_the_end_of_input_is_answered(
     assert got[2]["result"]["content"][0]["text"] == "slept 1 s", (out, log[-2000:])
     assert got[3]["result"]["content"][0]["text"] == "last"
     assert "this is a stdio MCP server" not in log  # not a terminal
+
+
+@pytest.mark.parametrize("start", ["first", "warm", "warm-without-prelude"])
+def test_a_last_line_without_a_newline_is_answered(tmp_path: Path, start: str) -> None:
+    """A client's last request with no newline before the end of input (``printf`` in a
+    script) is a request still, as the SDK's stdio server reads it: answered on a first start,
+    a warm one (the start reads it and hands it over) and one without the warm answers."""
+    config = write_config(tmp_path, {"d": demo("--tools", 1)})
+    env = dict(os.environ, PREFIXGATE_PRELUDE="0" if start == "warm-without-prelude" else "1")
+    if start != "first":
+        catalog_json(config)  # leaves the warm-start record
+    requests = REQUESTS.splitlines()
+    data = b"\n".join([requests[0], requests[1], requests[-1]])  # the echo last, no newline after it
+    proc = subprocess.run(
+        [*GATEWAY, "serve", "--config", str(config)], input=data, capture_output=True, env=env, timeout=60
+    )
+    log = proc.stderr.decode()
+    assert proc.returncode == 0, log[-2000:]
+    assert ("answered 1 request(s) from the record" in log) == (start == "warm"), log[-2000:]
+    assert answers(proc.stdout)[3]["result"]["content"][0]["text"] == "last", (proc.stdout, log[-2000:])
 
 
 def test_on_a_terminal_it_says_what_it_is_and_gives_the_terminal_back(tmp_path: Path) -> None:

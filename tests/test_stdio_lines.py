@@ -60,6 +60,16 @@ def test_any_chunking_gives_the_same_lines_within_a_limit(
     assert splitter.pending == b""
 
 
+def test_a_last_line_without_a_newline_comes_out_at_the_end() -> None:
+    splitter = LineSplitter(8, keep=2)
+    assert [bytes(line) for line in splitter.feed(b'{"a":1}\n{"b"')] == [b'{"a":1}']
+    last = splitter.end()
+    assert isinstance(last, bytearray) and last == b'{"b"' and splitter.end() is None
+    assert splitter.feed(b"x" * 20) == []
+    over = splitter.end()
+    assert isinstance(over, Overlong) and over.size == 20 and splitter.end() is None
+
+
 def test_a_long_line_is_handed_over_not_copied() -> None:
     splitter = LineSplitter()
     splitter.feed(b"x" * 1000)
