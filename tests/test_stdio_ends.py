@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mcp_types import CLIENT_CAPABILITIES_META_KEY, PROTOCOL_VERSION_META_KEY
 
-from tests.helpers import GATEWAY, INIT, catalog_json, demo, write_config
+from tests.helpers import GATEWAY, INIT, catalog_json, demo, raw_gateway, write_config
 
 INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
 
@@ -96,6 +97,23 @@ def test_a_last_line_without_a_newline_is_answered(tmp_path: Path, start: str) -
     assert proc.returncode == 0, log[-2000:]
     assert ("answered 1 request(s) from the record" in log) == (start == "warm"), log[-2000:]
     assert answers(proc.stdout)[3]["result"]["content"][0]["text"] == "last", (proc.stdout, log[-2000:])
+
+
+def test_an_open_listen_stream_does_not_hold_the_gateway_after_the_end_of_input(tmp_path: Path) -> None:
+    """A 2026-07-28 client closes its input with a ``subscriptions/listen`` stream open: the
+    gateway stops at once, as the SDK's stdio server does (the stream is not a request in
+    flight; over HTTP a drain does not wait for one either), not after ``drain_timeout``."""
+    config = write_config(tmp_path, {"d": demo("--tools", 1)}, gateway={"drain_timeout": 600})
+    meta = {"_meta": {PROTOCOL_VERSION_META_KEY: "2026-07-28", CLIENT_CAPABILITIES_META_KEY: {}}}
+    with (tmp_path / "stderr.log").open("w") as err, raw_gateway(config, err) as gw:
+        gw.request(1, "server/discover", meta)
+        assert "result" in gw.read()
+        gw.request(2, "subscriptions/listen", {**meta, "notifications": {"toolsListChanged": True}})
+        assert gw.read()["method"] == "notifications/subscriptions/acknowledged"
+        assert gw.proc.stdin is not None
+        gw.proc.stdin.close()
+        assert gw.proc.wait(timeout=120) == 0  # (drain_timeout is 600 s)
+    assert "still unanswered" not in (tmp_path / "stderr.log").read_text()
 
 
 def test_on_a_terminal_it_says_what_it_is_and_gives_the_terminal_back(tmp_path: Path) -> None:

@@ -54,6 +54,11 @@ from gateway.upstream.stdiofiles import FileReading, FileWriting, watchable
 MAX_IN_FLIGHT = 64
 """Client requests read but not yet answered, per connection, before the reader waits."""
 
+LISTEN = "subscriptions/listen"
+"""A 2026-07-28 request whose answer ends its stream: open for as long as the client listens,
+it is not a request in flight (not counted, not waited for at the end of input, as over HTTP);
+each principal holds at most ``LISTEN_STREAMS_PER_PRINCIPAL`` open."""
+
 log = logging.getLogger("prefixgate.stdio")
 
 
@@ -346,7 +351,7 @@ async def stdio_streams(
             await answer(parsed)
             return
         msg = parsed.message
-        if isinstance(msg, types.JSONRPCRequest):
+        if isinstance(msg, types.JSONRPCRequest) and msg.method != LISTEN:
             await unanswered.wait_room()
             unanswered.add(msg.id)
         elif isinstance(msg, types.JSONRPCResponse | types.JSONRPCError):
