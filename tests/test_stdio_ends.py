@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, PROTOCOL_VERSION_META_KEY
 
+from gateway.commands.eventloop import UVLOOP_ENV
 from tests.helpers import GATEWAY, INIT, catalog_json, demo, raw_gateway, write_config
 
 INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
@@ -114,6 +115,28 @@ def test_an_open_listen_stream_does_not_hold_the_gateway_after_the_end_of_input(
         gw.proc.stdin.close()
         assert gw.proc.wait(timeout=120) == 0  # (drain_timeout is 600 s)
     assert "still unanswered" not in (tmp_path / "stderr.log").read_text()
+
+
+@pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
+def test_a_client_that_closes_its_end_of_stdout_stops_the_gateway_quietly(tmp_path: Path, loop: str) -> None:
+    """A client that stops listening (closes its end of the gateway's stdout) and writes on:
+    nothing can reach it any more, so the gateway stops as at the end of input: its servers
+    stopped, exit 0, one log line. (A write to uvloop's closed transport raised out of the
+    writer: exit 1 and five tracebacks; on asyncio's it ran on until the end of input.)"""
+    config = write_config(tmp_path, {"d": demo("--tools", 1)})
+    env = {UVLOOP_ENV: "1" if loop == "uvloop" else "0"}
+    with (tmp_path / "stderr.log").open("w") as err, raw_gateway(config, err, env, "--log-level", "info") as gw:
+        gw.handshake()
+        assert gw.proc.stdout is not None
+        gw.proc.stdout.close()
+        try:
+            for request_id in range(10, 14):
+                gw.request(request_id, "ping")
+        except BrokenPipeError:
+            pass  # the gateway has gone already
+        assert gw.proc.wait(timeout=60) == 0
+    log = (tmp_path / "stderr.log").read_text()
+    assert "Traceback" not in log and "closed its end of stdout" in log, log[-3000:]
 
 
 def test_on_a_terminal_it_says_what_it_is_and_gives_the_terminal_back(tmp_path: Path) -> None:

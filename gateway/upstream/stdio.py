@@ -204,6 +204,19 @@ class ClientWriter:
             await self.writer.drain()
 
 
+class ClientStdout(asyncio.streams.FlowControlMixin):
+    """The protocol of the client's stdout, which says when the client closed its end: nothing
+    reaches the client from then on, so the session ends as at the end of input."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(loop=loop)
+        self.lost = anyio.Event()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        self.lost.set()
+
+
 class Claim(Protocol):
     """A request a ``Lane`` took: counted in flight, then run in a task of its own, kept in
     ``ClientWriter.claimed`` while it runs, which this end cancels (and waits for) when it closes."""
@@ -291,7 +304,7 @@ async def stdio_streams(
     os.close(null)
     os.dup2(2, 1)
     loop = asyncio.get_running_loop()
-    write_protocol = asyncio.streams.FlowControlMixin(loop=loop)
+    write_protocol = ClientStdout(loop)
     # The transports own copies: ``wire_in`` and ``wire_out`` stay open to be handed back.
     if watchable(wire_out):
         write_transport, _ = await loop.connect_write_pipe(
@@ -369,30 +382,42 @@ async def stdio_streams(
             text = "prefixgate: the client closed its input and cannot answer"
             await read_send.send(error_message(request_id, CONNECTION_CLOSED, text))
 
+    reading = anyio.CancelScope()
+    """Cancelled when the client closes its end of stdout: no answer can reach it any more."""
+
     async def read_lines() -> None:
         async with read_send:
-            while True:
-                while stdin.queue:
-                    await handle(stdin.take())
-                    stdin.done()
-                if stdin.closed:
-                    break
-                await stdin.wait()
-            # End of input: every request read is answered before the session ends (whatever
-            # stdout is), within drain_timeout: a call that reports progress for an hour held
-            # the gateway and its servers up after its client had gone. What we asked the client
-            # can no longer be answered.
-            for key in list(outgoing):
-                await unanswerable(key[1])
-            outgoing.clear()
-            with anyio.move_on_after(drain_timeout) as drain:
-                await unanswered.drained()
-            if drain.cancelled_caught:
-                log.warning(
-                    "end of input: %d request(s) still unanswered after drain_timeout (%g s); stopping",
-                    unanswered.count,
-                    drain_timeout,
-                )
+            with reading:
+                await read_to_the_end()
+
+    async def read_to_the_end() -> None:
+        while True:
+            while stdin.queue:
+                await handle(stdin.take())
+                stdin.done()
+            if stdin.closed:
+                break
+            await stdin.wait()
+        # End of input: every request read is answered before the session ends (whatever
+        # stdout is), within drain_timeout: a call that reports progress for an hour held
+        # the gateway and its servers up after its client had gone. What we asked the client
+        # can no longer be answered.
+        for key in list(outgoing):
+            await unanswerable(key[1])
+        outgoing.clear()
+        with anyio.move_on_after(drain_timeout) as drain:
+            await unanswered.drained()
+        if drain.cancelled_caught:
+            log.warning(
+                "end of input: %d request(s) still unanswered after drain_timeout (%g s); stopping",
+                unanswered.count,
+                drain_timeout,
+            )
+
+    async def output_closed() -> None:
+        await write_protocol.lost.wait()
+        log.info("the client closed its end of stdout: stopping, as at the end of input")
+        reading.cancel()
 
     async def write_lines() -> None:
         async with write_recv:
@@ -420,6 +445,8 @@ async def stdio_streams(
                         if isinstance(message.message, types.JSONRPCError):
                             log.warning("the prelude's opening request was refused: %s", message.message.error.message)
                         continue  # the client has the prelude's answer to this request already
+                if writer.is_closing():
+                    continue  # the client closed its end (``output_closed``): nothing reaches it
                 writer.write(data)
                 del data
                 with suppress(ConnectionError):
@@ -429,6 +456,7 @@ async def stdio_streams(
         async with anyio.create_task_group() as tg:
             tg.start_soon(read_lines)
             tg.start_soon(write_lines)
+            tg.start_soon(output_closed)
             try:
                 yield read_recv, write_send
             finally:
