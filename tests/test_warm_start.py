@@ -19,6 +19,8 @@ from typing import Any
 import anyio
 import mcp_types as types
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from mcp.server.subscriptions import PromptsListChanged
 
 from tests.helpers import (
@@ -551,6 +553,41 @@ async def test_a_client_that_never_reads_meets_back_pressure_before_the_gateway_
     assert answered * listed <= OUT_LIMIT + (1 << 20), f"{answered} answers of {listed} bytes kept for the client"
 
 
+def _opening(method: str, params: dict[str, Any]) -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).encode()
+
+
+_MODERN = {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}
+REFUSED_OPENINGS = {
+    "icons-not-a-list": _opening(
+        "initialize", {**_hello("2025-11-25"), "clientInfo": {"name": "raw", "version": "0", "icons": 5}}
+    ),
+    "sampling-tools-not-an-object": _opening(
+        "server/discover",
+        {"_meta": {**_MODERN, "io.modelcontextprotocol/clientCapabilities": {"sampling": {"tools": 5}}}},
+    ),
+    "byte-order-mark": b"\xef\xbb\xbf" + _opening("initialize", _hello("2025-11-25")),
+}
+
+
+@pytest.mark.parametrize("opening", REFUSED_OPENINGS.values(), ids=list(REFUSED_OPENINGS))
+async def test_an_opening_the_gateway_refuses_is_refused_before_it_is_up(
+    tmp_path: Path, slow_with_record: Path, opening: bytes
+) -> None:
+    """The start answers an ``initialize`` or ``server/discover`` only when the gateway's
+    session takes it too (the SDK's own models say so): one it refuses gets the gateway's own
+    refusal, as on a start without the record's answers, not an answer from the record while
+    the session behind it was never opened (the capabilities the client declared lost)."""
+    answers = {}
+    for prelude in ("1", "0"):
+        with (tmp_path / f"prelude-{prelude}.log").open("w") as stderr:
+            with raw_gateway(slow_with_record, stderr, {"PREFIXGATE_PRELUDE": prelude}) as gw:
+                gw.send(opening)
+                answers[prelude] = gw.read()
+    assert answers["0"]["error"]["code"] in (-32602, -32700), answers["0"]
+    assert answers["1"] == answers["0"]
+
+
 async def test_a_line_nested_past_the_parsers_limit_is_the_gateways_to_answer(tmp_path: Path) -> None:
     """A request nested deeper than ``json.loads`` goes by default (but within what the
     gateway reads) is not lost at the start: the gateway answers it, and the start goes on
@@ -614,6 +651,50 @@ def test_the_prelude_keys_match_the_sdk() -> None:
     assert prelude.CLIENT_CAPABILITIES == CLIENT_CAPABILITIES_META_KEY
     assert prelude.CLIENT_INFO == CLIENT_INFO_META_KEY
     assert prelude.LATEST_HANDSHAKE == LATEST_HANDSHAKE_VERSION
+
+
+def _shaped(shape: Any, required: tuple[str, ...] = ()) -> st.SearchStrategy[Any]:
+    """Every value ``shape`` admits (``gateway.upstream.prelude._fits``), ``required`` keys always there."""
+    if isinstance(shape, type):
+        return st.booleans() if shape is bool else st.text()
+    parts = {key: _shaped(item) for key, item in shape.items()}
+    return st.fixed_dictionaries({key: parts.pop(key) for key in required}, optional=parts)
+
+
+@given(st.data())
+def test_every_opening_the_start_answers_is_one_the_gateways_session_takes(data: st.DataObject) -> None:
+    """The start vouches for an opening request by its shape, not by the SDK's models (importing
+    them would cost its first answer ~0.7 s): every request of those shapes passes the SDK's own
+    checks of it (``ServerRunner``: the method's model at the connection's version, and
+    ``initialize``'s params model), so the record never answers what the gateway refuses."""
+    from mcp_types import InitializeRequestParams, jsonrpc_message_adapter, methods
+    from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
+
+    from gateway.upstream import prelude
+
+    capabilities, client = _shaped(prelude.CAPABILITIES), _shaped(prelude.CLIENT, ("name", "version"))
+    opening = {"protocolVersion": st.text(), "capabilities": capabilities, "clientInfo": client}
+    hello = data.draw(st.fixed_dictionaries(opening))
+    assert set(hello) == set(prelude.HANDSHAKE) and prelude._handshake_version(hello) is not None
+    jsonrpc_message_adapter.validate_python({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello})
+    methods.validate_client_request("initialize", prelude.LATEST_HANDSHAKE, hello)
+    InitializeRequestParams.model_validate(hello, by_name=False)
+    envelope = data.draw(
+        st.fixed_dictionaries(
+            {
+                prelude.PROTOCOL_VERSION: st.sampled_from(MODERN_PROTOCOL_VERSIONS),
+                prelude.CLIENT_CAPABILITIES: capabilities,
+            },
+            optional={prelude.CLIENT_INFO: client},
+        )
+    )
+    assert prelude._modern_version({"_meta": envelope}) is not None
+    for method in ("server/discover", *LISTS):
+        methods.validate_client_request(method, envelope[prelude.PROTOCOL_VERSION], {"_meta": envelope})
+    for version in HANDSHAKE_PROTOCOL_VERSIONS:  # the lists of a handshake the start answered
+        for method in LISTS:
+            for params in (None, {}, {"_meta": {}}):
+                methods.validate_client_request(method, version, params)
 
 
 def test_the_early_servers_inherit_what_the_sdk_passes_on() -> None:

@@ -14,9 +14,10 @@ up: it reads first the lines kept here, the handshake's opening request among th
 a private id (so the SDK's session is in the state the client believes it is in, and its
 second answer to it is dropped), then the pipe.
 
-Only what the record answers exactly is answered: a well-formed request, at a protocol
-version the record holds, with a plain id; anything else, and everything once one request
-was left to the gateway's own session, waits for the gateway. Standard library only.
+Only what the record answers exactly is answered: a request whose every field the gateway's
+own session takes (``HANDSHAKE``, ``ENVELOPE``), at a protocol version the record holds, with
+a plain id; anything else, and everything once one request was left to the gateway's own
+session, waits for the gateway. Standard library only.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ hatch, and the tests' way to compare these answers with the gateway's own."""
 PROTOCOL_VERSION = "io.modelcontextprotocol/protocolVersion"
 CLIENT_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
 CLIENT_INFO = "io.modelcontextprotocol/clientInfo"
-"""The 2026-07-28 request envelope's ``_meta`` keys (``mcp_types``; tests/test_prelude.py keeps them equal)."""
+"""The 2026-07-28 request envelope's ``_meta`` keys (``mcp_types``; tests/test_warm_start.py keeps them equal)."""
 LATEST_HANDSHAKE = "2025-11-25"
 """The version the SDK answers a handshake with when the client asks for one it does not know
 (``mcp_types.version.LATEST_HANDSHAKE_VERSION``, kept equal by the same test)."""
@@ -83,35 +84,52 @@ def _plain_id(value: Any) -> bytes | None:
     return None
 
 
+_EMPTY: dict[str, Any] = {}
+"""In a shape: an object with nothing in it (a capability offered without options)."""
+CAPABILITIES: dict[str, Any] = {
+    "roots": {"listChanged": bool},
+    "sampling": {"context": _EMPTY, "tools": _EMPTY},
+    "elicitation": {"form": _EMPTY, "url": _EMPTY},
+}
+CLIENT: dict[str, Any] = {"name": str, "version": str, "title": str, "description": str}
+HANDSHAKE: dict[str, Any] = {"protocolVersion": str, "capabilities": CAPABILITIES, "clientInfo": CLIENT}
+ENVELOPE: dict[str, Any] = {PROTOCOL_VERSION: str, CLIENT_CAPABILITIES: CAPABILITIES, CLIENT_INFO: CLIENT}
+"""The opening requests answered here: what agents and the SDK's client open with, in shapes
+whose every instance the gateway's session takes (tests/test_warm_start.py checks them against
+the SDK's models); any other field or value (icons, a task capability, ``tools: 5``) goes to
+the gateway, which may refuse it. Not the SDK's models themselves: importing them here put
+the first answer ~0.7 s later (median 125 -> 800 ms, 2 cores, servers starting beside it)."""
+
+
+def _fits(value: Any, shape: Any) -> bool:
+    """Whether ``value`` is an instance of ``shape``: of its type exactly (a bool is no int), or
+    an object each of whose keys the shape has, with a value that fits that key's shape."""
+    if isinstance(shape, type):
+        return type(value) is shape
+    return isinstance(value, dict) and all(key in shape and _fits(item, shape[key]) for key, item in value.items())
+
+
+def _named(info: dict[str, Any]) -> bool:
+    return "name" in info and "version" in info
+
+
 def _handshake_version(params: Any) -> str | None:
-    """The version an ``initialize`` negotiates, if its params are what the SDK accepts."""
-    if not isinstance(params, dict):
+    """The version an ``initialize`` asks for, if its params are a ``HANDSHAKE``."""
+    if not _fits(params, HANDSHAKE) or set(params) != set(HANDSHAKE) or not _named(params["clientInfo"]):
         return None
-    version = params.get("protocolVersion")
-    if not isinstance(version, str) or not _capabilities(params.get("capabilities")):
-        return None
-    return version if _implementation(params.get("clientInfo")) else None
+    return str(params["protocolVersion"])
 
 
 def _modern_version(params: Any) -> str | None:
-    """The protocol version of a 2026-07-28 request whose params are its envelope and nothing else."""
-    if not isinstance(params, dict) or set(params) != {"_meta"} or not isinstance(params["_meta"], dict):
+    """The protocol version of a 2026-07-28 request whose params are an ``ENVELOPE`` and nothing else."""
+    if not isinstance(params, dict) or set(params) != {"_meta"} or not _fits(params["_meta"], ENVELOPE):
         return None
     meta = params["_meta"]
-    version, caps, info = meta.get(PROTOCOL_VERSION), meta.get(CLIENT_CAPABILITIES), meta.get(CLIENT_INFO)
-    if not isinstance(version, str) or not _capabilities(caps):
+    if PROTOCOL_VERSION not in meta or CLIENT_CAPABILITIES not in meta:
         return None
-    if info is not None and not _implementation(info):
+    if CLIENT_INFO in meta and not _named(meta[CLIENT_INFO]):  # (optional at 2026-07-28)
         return None
-    return version
-
-
-def _capabilities(value: Any) -> bool:
-    return isinstance(value, dict) and all(isinstance(v, dict) for v in value.values())
-
-
-def _implementation(value: Any) -> bool:
-    return isinstance(value, dict) and isinstance(value.get("name"), str) and isinstance(value.get("version"), str)
+    return str(meta[PROTOCOL_VERSION])
 
 
 class Prelude:
@@ -241,8 +259,8 @@ class Prelude:
         if self._era == "gateway" or len(line) > LINE_LIMIT:
             self._keep(line)
             return
-        try:
-            message = json.loads(line)
+        try:  # text first: json takes a byte-order mark in bytes, the gateway's parser does not
+            message = json.loads(line.decode("utf-8"))
         except (ValueError, RecursionError):  # not JSON, or nested past this parser's limit: the gateway's
             message = None
         request_id = _plain_id(message.get("id")) if isinstance(message, dict) else None
@@ -285,8 +303,7 @@ class Prelude:
                 self._replay(message)
             return answer
         if self._era == "handshake" and method in LISTS:
-            meta = params.get("_meta") if isinstance(params, dict) else None
-            if params not in (None, {}) and not (set(params) == {"_meta"} and isinstance(meta, dict)):
+            if params not in (None, {}, {"_meta": {}}):
                 return None  # a cursor (the gateway's lists are one page) or anything else: the gateway's
             return record.answer(method, self._version)
         if self._era in (None, "modern") and method in ("server/discover", *LISTS):
