@@ -570,6 +570,52 @@ REFUSED_OPENINGS = {
 }
 
 
+AGENT_OPENINGS = {
+    # What the agents this start exists for send (recorded from Claude Code 2.1.197 and Codex
+    # 0.171.0): fields the SDK ignores (``websiteUrl``, an ``experimental`` capability) and a
+    # list with a progress token. A start that leaves these to the gateway is no warm start.
+    "claude-code": (
+        {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {"roots": {}, "elicitation": {}},
+            "clientInfo": {
+                "name": "claude-code",
+                "title": "Claude Code",
+                "version": "2.1.197",
+                "description": "Anthropic's agentic coding tool",
+                "websiteUrl": "https://claude.com/claude-code",
+            },
+        },
+        None,
+    ),
+    "codex": (
+        {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {"experimental": {"codex/auth-change": {}}, "elicitation": {"form": {}, "url": {}}},
+            "clientInfo": {"name": "codex-mcp-client", "title": "Codex", "version": "0.171.0"},
+        },
+        {"_meta": {"progressToken": 0}},
+    ),
+}
+
+
+@pytest.mark.parametrize("agent", list(AGENT_OPENINGS))
+async def test_the_agents_openings_are_answered_from_the_record(
+    tmp_path: Path, slow_with_record: Path, agent: str
+) -> None:
+    hello, list_params = AGENT_OPENINGS[agent]
+    err = tmp_path / "serve.log"
+    with err.open("w") as stderr, raw_gateway(slow_with_record, stderr) as gw:
+        gw.request(1, "initialize", hello)
+        gw.send(b'{"jsonrpc":"2.0","method":"notifications/initialized"}')
+        gw.request(2, "tools/list", list_params)
+        assert json.loads(gw.read_line())["result"]["protocolVersion"] == hello["protocolVersion"]
+        assert "a__echo" in gw.read_line().decode()
+        gw.request(3, "tools/call", json.loads(_call_params(hello["protocolVersion"])))
+        assert b"made it" in gw.read_line(), "the gateway took over and answers"
+    assert "answered 2 request(s) from the record" in err.read_text(), err.read_text()
+
+
 @pytest.mark.parametrize("opening", REFUSED_OPENINGS.values(), ids=list(REFUSED_OPENINGS))
 async def test_an_opening_the_gateway_refuses_is_refused_before_it_is_up(
     tmp_path: Path, slow_with_record: Path, opening: bytes
@@ -654,11 +700,28 @@ def test_the_prelude_keys_match_the_sdk() -> None:
 
 
 def _shaped(shape: Any, required: tuple[str, ...] = ()) -> st.SearchStrategy[Any]:
-    """Every value ``shape`` admits (``gateway.upstream.prelude._fits``), ``required`` keys always there."""
+    """Every value ``shape`` admits (``gateway.upstream.prelude._fits``), ``required`` keys
+    always there, and in an object fields the shape does not name (the SDK ignores them)."""
+    from gateway.upstream import prelude
+
+    json_values = st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+        max_leaves=5,
+    )
+    if shape is prelude.ANY:
+        return json_values
     if isinstance(shape, type):
         return st.booleans() if shape is bool else st.text()
-    parts = {key: _shaped(item) for key, item in shape.items()}
-    return st.fixed_dictionaries({key: parts.pop(key) for key in required}, optional=parts)
+    if isinstance(shape, tuple):
+        return st.text() | st.integers()
+    if isinstance(shape, prelude._Each):
+        return st.dictionaries(st.text(max_size=8), _shaped(shape.of), max_size=3)
+    parts = {key: _shaped(item) for key, item in shape.items() if item is not prelude.GATEWAY}
+    named = st.fixed_dictionaries({key: parts.pop(key) for key in required}, optional=parts)
+    unnamed = st.text(max_size=8).filter(lambda key: key not in shape and not key.startswith(prelude._RESERVED))
+    others = st.dictionaries(unnamed, json_values, max_size=2)
+    return st.tuples(named, others).map(lambda both: {**both[1], **both[0]})
 
 
 @given(st.data())
@@ -674,8 +737,8 @@ def test_every_opening_the_start_answers_is_one_the_gateways_session_takes(data:
 
     capabilities, client = _shaped(prelude.CAPABILITIES), _shaped(prelude.CLIENT, ("name", "version"))
     opening = {"protocolVersion": st.text(), "capabilities": capabilities, "clientInfo": client}
-    hello = data.draw(st.fixed_dictionaries(opening))
-    assert set(hello) == set(prelude.HANDSHAKE) and prelude._handshake_version(hello) is not None
+    hello = data.draw(st.fixed_dictionaries(opening, optional={"_meta": _shaped(prelude.META)}))
+    assert prelude._handshake_version(hello) is not None
     jsonrpc_message_adapter.validate_python({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello})
     methods.validate_client_request("initialize", prelude.LATEST_HANDSHAKE, hello)
     InitializeRequestParams.model_validate(hello, by_name=False)
@@ -693,7 +756,8 @@ def test_every_opening_the_start_answers_is_one_the_gateways_session_takes(data:
         methods.validate_client_request(method, envelope[prelude.PROTOCOL_VERSION], {"_meta": envelope})
     for version in HANDSHAKE_PROTOCOL_VERSIONS:  # the lists of a handshake the start answered
         for method in LISTS:
-            for params in (None, {}, {"_meta": {}}):
+            for params in (None, {}, {"_meta": {}}, {"_meta": data.draw(_shaped(prelude.META))}):
+                assert prelude._list_params(params)
                 methods.validate_client_request(method, version, params)
 
 

@@ -84,29 +84,70 @@ def _plain_id(value: Any) -> bytes | None:
     return None
 
 
-_EMPTY: dict[str, Any] = {}
-"""In a shape: an object with nothing in it (a capability offered without options)."""
+class _Each:
+    """In a shape: an object each of whose values fits ``of`` (an open map: ``experimental``)."""
+
+    def __init__(self, of: Any) -> None:
+        self.of = of
+
+
+ANY = object()
+"""In a shape: any JSON value (what the SDK keeps unread)."""
+GATEWAY = object()
+"""In a shape: a field the SDK reads that is not modelled here (``icons``, ``tasks``): when it
+is there, the request is the gateway's to judge."""
+OBJECT = _Each(ANY)
+"""Any object: a capability offered with whatever options (the SDK reads none of them)."""
+META: dict[str, Any] = {"progressToken": (str, int)}
 CAPABILITIES: dict[str, Any] = {
     "roots": {"listChanged": bool},
-    "sampling": {"context": _EMPTY, "tools": _EMPTY},
-    "elicitation": {"form": _EMPTY, "url": _EMPTY},
+    "sampling": {"context": OBJECT, "tools": OBJECT},
+    "elicitation": {"form": OBJECT, "url": OBJECT},
+    "experimental": _Each(OBJECT),
+    "extensions": _Each(OBJECT),
+    "tasks": GATEWAY,
 }
-CLIENT: dict[str, Any] = {"name": str, "version": str, "title": str, "description": str}
-HANDSHAKE: dict[str, Any] = {"protocolVersion": str, "capabilities": CAPABILITIES, "clientInfo": CLIENT}
-ENVELOPE: dict[str, Any] = {PROTOCOL_VERSION: str, CLIENT_CAPABILITIES: CAPABILITIES, CLIENT_INFO: CLIENT}
-"""The opening requests answered here: what agents and the SDK's client open with, in shapes
-whose every instance the gateway's session takes (tests/test_warm_start.py checks them against
-the SDK's models); any other field or value (icons, a task capability, ``tools: 5``) goes to
-the gateway, which may refuse it. Not the SDK's models themselves: importing them here put
-the first answer ~0.7 s later (median 125 -> 800 ms, 2 cores, servers starting beside it)."""
+CLIENT: dict[str, Any] = {
+    "name": str,
+    "version": str,
+    "title": str,
+    "description": str,
+    "websiteUrl": str,
+    "icons": GATEWAY,
+}
+HANDSHAKE: dict[str, Any] = {"protocolVersion": str, "capabilities": CAPABILITIES, "clientInfo": CLIENT, "_meta": META}
+ENVELOPE: dict[str, Any] = {
+    PROTOCOL_VERSION: str,
+    CLIENT_CAPABILITIES: CAPABILITIES,
+    CLIENT_INFO: CLIENT,
+    "progressToken": (str, int),
+}
+"""The opening requests answered here, in shapes whose every instance the gateway's session
+takes (tests/test_warm_start.py checks them against the SDK's models): a field of the shape
+must have its type exactly (a bool is no int); any other field the SDK ignores, and so may
+this (Claude Code's ``websiteUrl``, Codex's ``experimental`` capability: the agents this end
+exists for), but one it reads and this does not model (``GATEWAY``; in an envelope, any other
+``io.modelcontextprotocol/`` key) goes to the gateway, which may refuse it (``icons: 5``).
+Not the SDK's models themselves: importing them here put the first answer ~0.7 s later
+(median 125 -> 800 ms, 2 cores, servers starting beside it)."""
+_RESERVED = "io.modelcontextprotocol/"
 
 
 def _fits(value: Any, shape: Any) -> bool:
-    """Whether ``value`` is an instance of ``shape``: of its type exactly (a bool is no int), or
-    an object each of whose keys the shape has, with a value that fits that key's shape."""
+    """Whether ``value`` is an instance of ``shape`` (see ``ENVELOPE``)."""
+    if shape is ANY:
+        return True
     if isinstance(shape, type):
         return type(value) is shape
-    return isinstance(value, dict) and all(key in shape and _fits(item, shape[key]) for key, item in value.items())
+    if isinstance(shape, tuple):
+        return type(value) in shape
+    if not isinstance(value, dict):
+        return False
+    if isinstance(shape, _Each):
+        return all(_fits(item, shape.of) for item in value.values())
+    return all(
+        key not in shape or (shape[key] is not GATEWAY and _fits(item, shape[key])) for key, item in value.items()
+    )
 
 
 def _named(info: dict[str, Any]) -> bool:
@@ -115,9 +156,9 @@ def _named(info: dict[str, Any]) -> bool:
 
 def _handshake_version(params: Any) -> str | None:
     """The version an ``initialize`` asks for, if its params are a ``HANDSHAKE``."""
-    if not _fits(params, HANDSHAKE) or set(params) != set(HANDSHAKE) or not _named(params["clientInfo"]):
+    if not _fits(params, HANDSHAKE) or not {"protocolVersion", "capabilities", "clientInfo"} <= set(params):
         return None
-    return str(params["protocolVersion"])
+    return str(params["protocolVersion"]) if _named(params["clientInfo"]) else None
 
 
 def _modern_version(params: Any) -> str | None:
@@ -127,9 +168,17 @@ def _modern_version(params: Any) -> str | None:
     meta = params["_meta"]
     if PROTOCOL_VERSION not in meta or CLIENT_CAPABILITIES not in meta:
         return None
+    if any(key.startswith(_RESERVED) and key not in ENVELOPE for key in meta):
+        return None
     if CLIENT_INFO in meta and not _named(meta[CLIENT_INFO]):  # (optional at 2026-07-28)
         return None
     return str(meta[PROTOCOL_VERSION])
+
+
+def _list_params(params: Any) -> bool:
+    """Whether a handshake-era list request's params are the whole list's: none, or a ``_meta``
+    (Codex sends its progress token) and nothing else (a cursor: the gateway's lists are one page)."""
+    return params is None or (isinstance(params, dict) and set(params) <= {"_meta"} and _fits(params, {"_meta": META}))
 
 
 class Prelude:
@@ -303,7 +352,7 @@ class Prelude:
                 self._replay(message)
             return answer
         if self._era == "handshake" and method in LISTS:
-            if params not in (None, {}, {"_meta": {}}):
+            if not _list_params(params):
                 return None  # a cursor (the gateway's lists are one page) or anything else: the gateway's
             return record.answer(method, self._version)
         if self._era in (None, "modern") and method in ("server/discover", *LISTS):
