@@ -353,15 +353,19 @@ async def _usable_link(d: Downstream) -> Link:
 
 
 async def _tools_listed(d: Downstream, again: bool) -> tuple[Any, ...]:
-    """Every tool the server lists, all pages within its ``startup_timeout``, or ``TimeoutError``.
+    """Every tool the server lists; a re-list (``again``) all pages within its ``startup_timeout``,
+    or ``TimeoutError``.
 
-    A listing that never ends (a page left unanswered, or pages without end) fails as one the
-    server refuses does: its start fails and is retried, and a re-list keeps the old tools, so
-    the next ``list_changed`` re-lists it anew (``relist.py``) instead of joining a re-list
-    that waits for good."""
+    A re-list that never ends (a page left unanswered) fails as one the server refuses does: the
+    old tools stay, and the next ``list_changed`` re-lists it anew (``relist.py``) instead of
+    joining a re-list that waits for good. A first listing is the start's, which
+    ``startup_timeout`` already watches: a server that slow is ``late`` and joins when it is done."""
+    listing = list_all(functools.partial(d.request, beside=again), "tools/list", "tools")
+    if not again:
+        return await listing
     timeout = d.config.startup_timeout
     with anyio.move_on_after(timeout):
-        return await list_all(functools.partial(d.request, beside=again), "tools/list", "tools")
+        return await listing
     raise TimeoutError(f"tools/list not answered in full within {timeout:g} s (its startup_timeout)")
 
 
