@@ -135,19 +135,26 @@ def test_whitespace_only_token_is_refused_before_anything_starts(tmp_path: Path)
     assert proc.returncode == 2 and "is empty or only whitespace" in proc.stderr
 
 
+def _one_byte_of(url: str, length: int) -> bytes:
+    """A POST announcing a body of ``length`` bytes that sends one: all the gateway answers, to
+    the connection's close."""
+    parts = urlsplit(url)
+    assert parts.hostname is not None and parts.port is not None
+    with socket.create_connection((parts.hostname, parts.port), timeout=30) as sock:
+        sock.sendall(
+            f"POST /mcp HTTP/1.1\r\nHost: {parts.netloc}\r\nContent-Type: application/json\r\n"
+            f"Accept: application/json, text/event-stream\r\nContent-Length: {length}\r\n\r\n{{".encode()
+        )
+        received = b""
+        while chunk := sock.recv(65536):  # ends when the gateway closes the connection
+            received += chunk
+    return received
+
+
 async def test_a_body_that_never_arrives_gets_408_and_frees_the_connection(tmp_path: Path) -> None:
     config = write_config(tmp_path, {"d": demo("--tools", 1)})
     with http_gateway(config, listen="127.0.0.1:0", env={"PREFIXGATE_HTTP_BODY_TIMEOUT": "1"}) as (url, _):
-        parts = urlsplit(url)
-        assert parts.hostname is not None and parts.port is not None
-        with socket.create_connection((parts.hostname, parts.port), timeout=30) as sock:
-            sock.sendall(
-                f"POST /mcp HTTP/1.1\r\nHost: {parts.netloc}\r\nContent-Type: application/json\r\n"
-                "Accept: application/json, text/event-stream\r\nContent-Length: 1000\r\n\r\n{".encode()
-            )
-            received = b""
-            while chunk := sock.recv(65536):  # ends when the gateway closes the connection
-                received += chunk
+        received = _one_byte_of(url, 1000)
         assert received.startswith(b"HTTP/1.1 408"), received[:200]
         async with sdk_client(url, "legacy") as client:  # still serving
             assert text(await client.call_tool("d__echo", {"text": "up"})) == "up"
@@ -158,17 +165,7 @@ async def test_a_body_announced_over_the_limit_gets_413_before_it_arrives(tmp_pa
     at the body deadline (408, which this test's deadline would give without the check)."""
     config = write_config(tmp_path, {"d": demo("--tools", 1)})
     with http_gateway(config, env={"PREFIXGATE_HTTP_BODY_TIMEOUT": "5"}) as (url, _):
-        parts = urlsplit(url)
-        assert parts.hostname is not None and parts.port is not None
-        over = 4 * 1024 * 1024 + 1
-        with socket.create_connection((parts.hostname, parts.port), timeout=30) as sock:
-            sock.sendall(
-                f"POST /mcp HTTP/1.1\r\nHost: {parts.netloc}\r\nContent-Type: application/json\r\n"
-                f"Accept: application/json, text/event-stream\r\nContent-Length: {over}\r\n\r\n{{".encode()
-            )
-            received = b""
-            while chunk := sock.recv(65536):  # ends when the gateway closes the connection
-                received += chunk
+        received = _one_byte_of(url, 4 * 1024 * 1024 + 1)
         assert received.startswith(b"HTTP/1.1 413"), received[:200]
         async with sdk_client(url, "legacy") as client:  # still serving
             assert text(await client.call_tool("d__echo", {"text": "up"})) == "up"

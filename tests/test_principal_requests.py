@@ -215,40 +215,48 @@ class Confidant:
         return types.ElicitResult(action="accept", content={"name": self.name})
 
 
+@contextmanager
+def classic_http_gateway(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """A gateway over HTTP with Alice's and Bob's tokens, in front of the classic server over
+    streamable HTTP (each request and log line on its call's stream): the URL and the log."""
+    with url_process([PYTHON, "-m", "tests.classic_server", "--http"]) as (server_url, _):
+        config = write_config(tmp_path, {"c": {"url": server_url}})
+        with tokens_file(tmp_path, "token-of-alice", "token-of-bob") as tokens:
+            with http_gateway(config, "--token-file", str(tokens)) as found:
+                yield found
+
+
 @pytest.mark.parametrize("mode", ERAS)
 async def test_an_http_servers_request_goes_to_the_call_whose_stream_it_came_on(tmp_path: Path, mode: str) -> None:
     """With calls of two principals in flight to one streamable-HTTP server, each server request
     reaches the principal whose call's stream it came on, with that call's secret, and each
     answer goes back to its own call; the gateway's private header never reaches the server."""
-    with url_process([PYTHON, "-m", "tests.classic_server", "--http"]) as (server_url, _):
-        config = write_config(tmp_path, {"c": {"url": server_url}})
-        both_asked, everyone = anyio.Event(), list[str]()
-        alice = Confidant("Alice", both_asked, everyone)
-        bob = Confidant("Bob", both_asked, everyone)
-        results: dict[str, str] = {}
-        with tokens_file(tmp_path, "token-of-alice", "token-of-bob") as tokens:
-            with http_gateway(config, "--token-file", str(tokens)) as (url, stderr):
-                async with (
-                    sdk_client(url, mode, headers=ALICE, elicitation_callback=alice.elicitation) as a,
-                    sdk_client(url, mode, headers=BOB, elicitation_callback=bob.elicitation) as b,
-                ):
-                    with anyio.fail_after(60):
+    both_asked, everyone = anyio.Event(), list[str]()
+    alice = Confidant("Alice", both_asked, everyone)
+    bob = Confidant("Bob", both_asked, everyone)
+    results: dict[str, str] = {}
+    with classic_http_gateway(tmp_path) as (url, stderr):
+        async with (
+            sdk_client(url, mode, headers=ALICE, elicitation_callback=alice.elicitation) as a,
+            sdk_client(url, mode, headers=BOB, elicitation_callback=bob.elicitation) as b,
+        ):
+            with anyio.fail_after(60):
 
-                        async def confide(who: str, client: Any) -> None:
-                            results[who] = text(await client.call_tool("c__confide", {"secret": f"{who}-secret"}))
+                async def confide(who: str, client: Any) -> None:
+                    results[who] = text(await client.call_tool("c__confide", {"secret": f"{who}-secret"}))
 
-                        async with anyio.create_task_group() as tg:
-                            tg.start_soon(confide, "alice", a)
-                            tg.start_soon(confide, "bob", b)
-                        names = text(await a.call_tool("c__header_names", {}))
-                assert "more than one principal" not in stderr.read_text()
-        assert alice.asked == ["Is alice-secret yours?"] and bob.asked == ["Is bob-secret yours?"], everyone
-        assert results == {
-            "alice": "alice-secret:accept:{'name': 'Alice'}",
-            "bob": "bob-secret:accept:{'name': 'Bob'}",
-        }
-        assert "authorization" not in names.split(",") and "mcp-protocol-version" in names.split(",")
-        assert "prefixgate" not in names, names
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(confide, "alice", a)
+                    tg.start_soon(confide, "bob", b)
+                names = text(await a.call_tool("c__header_names", {}))
+        assert "more than one principal" not in stderr.read_text()
+    assert alice.asked == ["Is alice-secret yours?"] and bob.asked == ["Is bob-secret yours?"], everyone
+    assert results == {
+        "alice": "alice-secret:accept:{'name': 'Alice'}",
+        "bob": "bob-secret:accept:{'name': 'Bob'}",
+    }
+    assert "authorization" not in names.split(",") and "mcp-protocol-version" in names.split(",")
+    assert "prefixgate" not in names, names
 
 
 @pytest.mark.parametrize("mode", ERAS)
@@ -256,30 +264,27 @@ async def test_an_http_servers_log_line_goes_to_the_call_whose_stream_it_came_on
     """A streamable-HTTP server's log line sent during Alice's call (on that call's stream)
     reaches Alice while Bob's call to the same server is in flight, as it does directly; Bob
     never sees it. (On a pipe nobody can tell whose it is: dropped, the test above.)"""
-    with url_process([PYTHON, "-m", "tests.classic_server", "--http"]) as (server_url, _):
-        config = write_config(tmp_path, {"c": {"url": server_url}})
-        alice, bob = Principal("Alice"), Principal("Bob")
-        with tokens_file(tmp_path, "token-of-alice", "token-of-bob") as tokens:
-            with http_gateway(config, "--token-file", str(tokens)) as (url, _stderr):
-                async with (
-                    sdk_client(url, mode, headers=ALICE, logging_callback=alice.log) as a,
-                    sdk_client(url, mode, headers=BOB, logging_callback=bob.log) as b,
-                ):
-                    with anyio.fail_after(60):
-                        opt_in = {"io.modelcontextprotocol/logLevel": "debug"} if mode == "auto" else None
-                        if mode == "legacy":
-                            await a.set_logging_level("debug")
-                            await b.set_logging_level("debug")
+    alice, bob = Principal("Alice"), Principal("Bob")
+    with classic_http_gateway(tmp_path) as (url, _):
+        async with (
+            sdk_client(url, mode, headers=ALICE, logging_callback=alice.log) as a,
+            sdk_client(url, mode, headers=BOB, logging_callback=bob.log) as b,
+        ):
+            with anyio.fail_after(60):
+                opt_in = {"io.modelcontextprotocol/logLevel": "debug"} if mode == "auto" else None
+                if mode == "legacy":
+                    await a.set_logging_level("debug")
+                    await b.set_logging_level("debug")
 
-                        async def bobs_call() -> None:
-                            await b.call_tool("c__sleep", {"seconds": 2}, meta=opt_in)
+                async def bobs_call() -> None:
+                    await b.call_tool("c__sleep", {"seconds": 2}, meta=opt_in)
 
-                        async with anyio.create_task_group() as tg:
-                            tg.start_soon(bobs_call)
-                            await anyio.sleep(0.5)
-                            assert text(await a.call_tool("c__log", {}, meta=opt_in)) == "logged"
-                        await anyio.sleep(0.5)
-        assert alice.logs == ["classic log line"] and bob.logs == [], (alice.logs, bob.logs)
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(bobs_call)
+                    await anyio.sleep(0.5)
+                    assert text(await a.call_tool("c__log", {}, meta=opt_in)) == "logged"
+                await anyio.sleep(0.5)
+    assert alice.logs == ["classic log line"] and bob.logs == [], (alice.logs, bob.logs)
 
 
 async def test_a_session_is_served_only_to_the_principal_that_created_it(tmp_path: Path) -> None:
