@@ -209,7 +209,7 @@ class _Guarded(httpx2.Auth):
                 try:
                     outgoing = await flow.asend(response)
                 except LoginNeeded:
-                    if not followed and await self._written_meanwhile():
+                    if not followed and self._refresh_refused() and await self._written_meanwhile():
                         # Another process (a second gateway on the same state) refreshed first,
                         # and the authorization server, rotating refresh tokens, refused ours:
                         # its tokens are in the file now. Once, with those.
@@ -225,6 +225,12 @@ class _Guarded(httpx2.Auth):
             return
         finally:
             await flow.aclose()
+
+    def _refresh_refused(self) -> bool:
+        """This flow's refresh was refused (4xx, not 429): the case another process's refresh
+        explains. (No refresh tried, a step-up, an outage: nothing to wait for.)"""
+        status = self.bound.refresh_status
+        return status is not None and 400 <= status < 500 and status != 429
 
     async def _written_meanwhile(self) -> bool:
         """Whether another process has written the token file since this one read it: at once,
@@ -243,7 +249,12 @@ class _Guarded(httpx2.Auth):
 
 def _is_refresh(request: httpx2.Request) -> bool:
     """Whether the SDK's flow sent this to refresh the tokens (``_refresh_token``'s form)."""
-    return request.method == "POST" and b"grant_type=refresh_token" in request.content
+    if request.method != "POST":
+        return False
+    try:
+        return b"grant_type=refresh_token" in request.content
+    except httpx2.RequestNotRead:  # a streamed body: the MCP endpoint's, never a token request
+        return False
 
 
 def early_expiry(expires_in: float, now: float) -> float:
