@@ -29,6 +29,7 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.session import ServerSession
 from mcp.server.streamable_http import CONTENT_TYPE_SSE, MCP_SESSION_ID_HEADER, REQUEST_STREAM_BUFFER_SIZE, EventMessage
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecurityMiddleware
 from mcp_types import ErrorData
 from sse_starlette import EventSourceResponse
 
@@ -107,6 +108,21 @@ def modern_error_data(exc: Exception) -> ErrorData:
     """The SDK's mapping of a 2026-07-28 handler's exception to its wire error (one ladder
     for every modern entry; ``mcp.server.runner``, not in its ``__all__``)."""
     return runner.modern_error_data(exc)
+
+
+def rebinding_refusal(
+    check: TransportSecurityMiddleware, host: str | None, origin: str | None
+) -> tuple[int, str] | None:
+    """What ``check.validate_request`` answers a request with these ``Host`` and ``Origin``
+    headers (status, text), or None: its own host and origin rules (wildcard ports included),
+    for a server that is not Starlette's (the metrics listener's WSGI, gateway/commands/observe.py)."""
+    if not check.settings.enable_dns_rebinding_protection:
+        return None
+    if not check._validate_host(host):  # noqa: SLF001
+        return 421, "Invalid Host header"
+    if not check._validate_origin(origin):  # noqa: SLF001
+        return 403, "Invalid Origin header"
+    return None
 
 
 # --- the client session's parts (gateway/downstream/link.py) ---

@@ -102,19 +102,24 @@ _WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 
 def _same_host(app: _WSGIApp, security: TransportSecuritySettings) -> _WSGIApp:
-    """``app`` behind the SDK's Host/Origin check (``TransportSecurityMiddleware``, which is
-    async and reads a starlette request; ``transport_security`` lists no ``:*`` wildcards, so
-    its rule is membership): a DNS-rebinding page gets 421 or 403, as from ``/mcp``."""
+    """``app`` behind the SDK's Host/Origin check (``TransportSecurityMiddleware``'s own rules;
+    its ``validate_request`` is async and reads a Starlette request): a DNS-rebinding page gets
+    421 or 403, as from ``/mcp``."""
+    from http import HTTPStatus
+
+    from mcp.server.transport_security import TransportSecurityMiddleware
+
+    from gateway.sdk import rebinding_refusal
+
+    check = TransportSecurityMiddleware(security)
 
     def guarded(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        origin = environ.get("HTTP_ORIGIN")
-        if environ.get("HTTP_HOST") not in security.allowed_hosts:
-            status, text = "421 Misdirected Request", b"Invalid Host header"
-        elif origin and origin not in security.allowed_origins:
-            status, text = "403 Forbidden", b"Invalid Origin header"
-        else:
+        refused = rebinding_refusal(check, environ.get("HTTP_HOST"), environ.get("HTTP_ORIGIN"))
+        if refused is None:
             return app(environ, start_response)
-        start_response(status, [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(text)))])
+        status, text = refused[0], refused[1].encode()
+        headers = [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(text)))]
+        start_response(f"{status} {HTTPStatus(status).phrase}", headers)
         return [text]
 
     return guarded
