@@ -22,7 +22,7 @@ from gateway.engine.barrier import required_failures
 from gateway.engine.checks import CheckCache
 from gateway.engine.epoch import Epoch, epoch_of
 from gateway.engine.lockfile import lock_path, read_lock
-from gateway.engine.surface import build_surface
+from gateway.engine.surface import Surface, build_surface
 from gateway.state.history import EpochHistory
 
 log = logging.getLogger("prefixgate")
@@ -204,12 +204,16 @@ def render_text(report: dict[str, Any], config: Config) -> str:
     return printable("\n".join(lines)) + "\n"
 
 
-def full_report(config: Config, downstreams: Sequence[Downstream], epoch: Epoch, lock: Path | None) -> dict[str, Any]:
+def full_report(
+    config: Config, downstreams: Sequence[Downstream], epoch: Epoch, lock: Path | None, surface: Surface | None = None
+) -> dict[str, Any]:
     """``catalog --json``'s object for ``config``'s profile: the catalog, what else its servers
-    serve (resources, templates, prompts, as its clients see them), and its lock (``lock``: the
-    lock file in force, if any). One path for ``--profile NAME`` and ``profiles.NAME``."""
+    serve (resources, templates, prompts, as its clients see them: ``surface``, the one its hub
+    published, else built here), and its lock (``lock``: the lock file in force, if any). One
+    path for ``--profile NAME`` and ``profiles.NAME``."""
     report = catalog_report(config, downstreams, epoch)
-    surface = build_surface(downstreams, config.client.names, config.gateway.separator)
+    if surface is None:
+        surface = build_surface(downstreams, config.client.names, config.gateway.separator)
     report["resources"] = len(surface.resources)
     report["resource_templates"] = len(surface.templates)
     report["prompts"] = [p["name"] for p in surface.prompts]
@@ -263,7 +267,7 @@ async def run(config: Config, as_json: bool) -> int:
     """Discover, print the catalog, and exit 1 when a ``required`` server failed."""
     async with running(config) as hub:
         epoch = await discover(config, hub)
-        report = full_report(config, hub.downstreams, epoch, hub.lock.path)
+        report = full_report(config, hub.downstreams, epoch, hub.lock.path, hub.surface)
         if config.profile is None:  # the default profile's run shows every profile's view too
             report["profiles"] = profile_reports(config, hub.downstreams, hub.checks)
         downstreams = hub.downstreams
