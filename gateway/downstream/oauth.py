@@ -248,12 +248,13 @@ class _Guarded(httpx2.Auth):
 
 
 def _is_refresh(request: httpx2.Request) -> bool:
-    """Whether the SDK's flow sent this to refresh the tokens (``_refresh_token``'s form)."""
-    if request.method != "POST":
+    """Whether the SDK's flow sent this to refresh the tokens (``_refresh_token``'s form): told
+    by its content type first, so an MCP request's body (JSON, megabytes maybe) is never read."""
+    if request.method != "POST" or request.headers.get("content-type") != "application/x-www-form-urlencoded":
         return False
     try:
         return b"grant_type=refresh_token" in request.content
-    except httpx2.RequestNotRead:  # a streamed body: the MCP endpoint's, never a token request
+    except httpx2.RequestNotRead:  # (a streamed body: not the SDK's form)
         return False
 
 
