@@ -20,12 +20,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from mcp.shared.exceptions import MCPError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from bench.common import loopback_server
 from tests.helpers import ERAS, demo, http_gateway, sdk_client, write_config
@@ -179,3 +181,24 @@ async def test_a_name_outside_the_catalog_never_reaches_a_span(tmp_path: Path, m
     assert prompt["gen_ai.prompt.name"] == "(unknown)"
     known = {a.key: a.value.string_value for a in spans[f"prompts/get {greet}"].attributes}
     assert known["gen_ai.prompt.name"] == greet
+
+
+@pytest.mark.anyio
+async def test_the_warm_start_records_own_requests_make_no_server_span(tmp_path: Path) -> None:
+    """After each published epoch the gateway captures its own answers for the warm-start record
+    by running an opening and the lists, once per protocol version, through its real server:
+    those requests are its own, not a client's, and a trace backend showed ~25 of them after
+    every catalog change. Only the client's requests have server spans."""
+    with receiver() as found:
+        with http_gateway(config_for(tmp_path), env=traced_env(found.url)) as (url, log):
+            with anyio.fail_after(60):
+                while "warm-start record written" not in log.read_text():
+                    await anyio.sleep(0.05)
+            async with sdk_client(url, "auto") as client:
+                await client.call_tool("m__meta", {}, meta=TRACEPARENT)
+        # (the gateway has stopped: everything it batched is exported)
+        served = [s.name for s in found.spans if s.kind == Span.SPAN_KIND_SERVER]
+    assert "warm-start record written: fingerprint" in log.read_text()
+    assert "tools/call m__meta" in served, served
+    assert not {"prompts/list", "resources/list", "resources/templates/list"} & set(served), served
+    assert len([n for n in served if n in ("initialize", "server/discover")]) <= 1, served

@@ -118,7 +118,12 @@ class Handlers:
                 cache_hints=CACHE_HINTS,
                 get_tool_input_schema=self.input_schema,
             )
-        if tracing.configured():
+        if detached:
+            # The SDK's only default middleware is its server span per request ("drop it from
+            # this list to opt out"): the warm-start record's requests are the gateway's own,
+            # and a trace backend would show them as clients' after every published epoch.
+            self.server.middleware.clear()
+        if tracing.configured() and not detached:
             self.server.middleware.append(self.traced)  # inside the SDK's span, which it then covers
         else:
             self.server.middleware.insert(0, self.middleware)
