@@ -12,8 +12,9 @@ The spans: the SDK's own server span per client request (``tools/call NAME``, ``
 SEP-414 describes), the gateway's gate span beneath a ``tools/call``, and the SDK's client
 span per downstream request, whose context goes to the server in that request's ``_meta``.
 While tracing is on, the gateway's direct paths are off (``gateway.fastpath``): every request
-takes the SDK's instrumented path. Off, nothing here is imported by a call and a client's
-``traceparent`` still reaches the server untouched.
+takes the SDK's instrumented path. An error's status is described by its code, never by
+its message, a peer's text (``gateway.spanexport``). Off, nothing here is imported by a
+call and a client's ``traceparent`` still reaches the server untouched.
 """
 
 from __future__ import annotations
@@ -64,7 +65,9 @@ def start() -> bool:
     if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
         resource = resource.merge(Resource({"service.name": "prefixgate"}))
     provider = TracerProvider(resource=resource)
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    from gateway.spanexport import CodedStatus
+
+    provider.add_span_processor(BatchSpanProcessor(CodedStatus(OTLPSpanExporter())))
     trace.set_tracer_provider(provider)
     _provider = provider
     endpoint = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")

@@ -46,6 +46,7 @@ SHARED = {
     "gateway.results",
     "gateway.sdk",
     "gateway.shapes",
+    "gateway.spanexport",
     "gateway.published",
     "gateway.tracing",
 }

@@ -184,6 +184,28 @@ async def test_a_name_outside_the_catalog_never_reaches_a_span(tmp_path: Path, m
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_uri_a_server_refuses_is_not_in_a_span_the_errors_code_is(tmp_path: Path, mode: str) -> None:
+    """A server's error may quote what it refused ("Resource not found: demo://..."); the SDK
+    describes an error status by that message, on the downstream request's client span and on
+    the client request's server span the error is relayed from. The status says the code
+    instead; the client still gets the server's message."""
+    config = write_config(tmp_path, {"d": demo("--tools", 1, "--rich")})
+    refused = f"demo://d/private_{os.urandom(4).hex()}"
+    with receiver() as found, http_gateway(config, env=traced_env(found.url)) as (url, _log):
+        async with sdk_client(url, mode) as client:
+            with pytest.raises(MCPError) as error:
+                await client.read_resource(refused, meta=TRACEPARENT)
+            assert refused in error.value.error.message
+        spans = wait_for(found, {"resources/read", "MCP send resources/read"})
+    recorded = [(s.name, [(a.key, a.value) for a in s.attributes], s.status, list(s.events)) for s in found.spans]
+    assert not [each for each in recorded if refused in repr(each)], recorded
+    for name in ("resources/read", "MCP send resources/read"):
+        assert spans[name].status.code == spans[name].status.STATUS_CODE_ERROR
+        assert spans[name].status.message == str(error.value.error.code), spans[name].status
+
+
+@pytest.mark.anyio
 async def test_the_warm_start_records_own_requests_make_no_server_span(tmp_path: Path) -> None:
     """After each published epoch the gateway captures its own answers for the warm-start record
     by running an opening and the lists, once per protocol version, through its real server:
