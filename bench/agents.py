@@ -22,9 +22,12 @@ two cases, interleaved round by round:
 
 Per agent and case: the runs whose first model request held every expected tool (the
 ``declarations`` of ``prefixgate catalog --json``), the time from spawning the agent to that
-request, and how many prefixgate tools it held. Variant rows show what the agents'
-own switches change: ``codex-required`` (``required = true``: the session waits up to
-``startup_timeout_sec``, 10 s by default, and fails if the server cannot start) and
+request, and how many prefixgate tools it held: declared in its ``tools``, or named only
+("by name"): Claude Code's tool search, on by default in 2.1.332, declares no MCP tool and
+names each in a system message, its schema loaded when the model asks for it (``ToolSearch``).
+Variant rows show what the agents' own switches change: ``codex-required`` (``required =
+true``: the session waits up to ``startup_timeout_sec``, 10 s by default, and fails if the
+server cannot start) and
 ``claude-code-alwaysload`` (``"alwaysLoad": true``: a blocking connect of up to 5 s); the
 ``*-baseline`` rows run the agent with no MCP server at all, for its own time to a first request.
 
@@ -62,7 +65,7 @@ ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
 PREFIXGATE = str(VENV_BIN / "prefixgate")
 SLOW = ROOT / "bench" / "slow_server.py"
-PACKAGES = {"codex": "@openai/codex@0.171.0", "claude": "@anthropic-ai/claude-code@2.1.197"}
+PACKAGES = {"codex": "@openai/codex@0.171.0", "claude": "@anthropic-ai/claude-code@2.1.332"}
 """Pinned so reruns compare like with like; an existing cache keeps whatever it holds (reported)."""
 PROMPT = "say hi"
 RUN_TIMEOUT = 120.0
@@ -212,7 +215,8 @@ AGENTS = {
             "claude-code",
             "claude",
             "default -p: MCP connects in the background; the first request waits at most 2 s for the server "
-            "to answer tools/list, prompts/list and resources/list",
+            "to answer tools/list, prompts/list and resources/list (2.1.197); its tool search (on by default in "
+            "2.1.332) names MCP tools in a system message and declares none: 'by name'",
         ),
         Agent(
             "codex-required",
@@ -243,6 +247,9 @@ class Run:
     first_request_s: float | None
     tools_in_first_request: int
     prefixgate_tools: int
+    """Expected tools the first request holds, declared or named (deferred)."""
+    prefixgate_deferred: int
+    """Of those, the ones it only names: the agent defers their schemas (Claude Code's tool search)."""
     expected: int
     all_present: bool
     model_requests: int
@@ -251,14 +258,19 @@ class Run:
     error: str = ""
 
 
-def _prefixgate_tools(request: Request, expected: list[str]) -> int:
-    """How many expected tools the request declares, under any of the agents' naming schemes."""
-    names = set(request.tool_names)
-    found = 0
+def _prefixgate_tools(request: Request, expected: list[str]) -> tuple[int, int]:
+    """How many expected tools the request holds, under any of the agents' naming schemes, and
+    how many of those only by name (deferred: Claude Code's tool search, ``Request.deferred_names``)."""
+    declared, deferred = set(request.tool_names), set(request.deferred_names)
+    found = by_name = 0
     for tool in expected:
         forms = (f"mcp__prefixgate__{tool}", f"mcp__prefixgate.{tool}", f"prefixgate__{tool}", f"prefixgate.{tool}")
-        found += any(form in names for form in forms)
-    return found
+        if any(form in declared for form in forms):
+            found += 1
+        elif any(form in deferred for form in forms):
+            found += 1
+            by_name += 1
+    return found, by_name
 
 
 def _codex_setup(agent: Agent, home: Path, config: Path, provider: StandinProvider) -> tuple[list[str], dict[str, str]]:
@@ -376,7 +388,7 @@ def run_agent(
     if process.returncode not in (0, None) or first is None:
         tail = (err or out).decode("utf-8", "replace").strip().splitlines()[-3:]
         error = error or f"exit {process.returncode}: {' | '.join(tail)}"
-    found = _prefixgate_tools(first, expected) if first else 0
+    found, deferred = _prefixgate_tools(first, expected) if first else (0, 0)
     shutil.rmtree(home, ignore_errors=True)
     return Run(
         agent=agent.name,
@@ -386,6 +398,7 @@ def run_agent(
         first_request_s=round(first.at - started, 3) if first else None,
         tools_in_first_request=len(first.tool_names) if first else 0,
         prefixgate_tools=found,
+        prefixgate_deferred=deferred,
         expected=len(expected),
         all_present=first is not None and found == len(expected),
         model_requests=len(calls),
@@ -467,6 +480,7 @@ def summarize(runs: list[Run], agents: list[str]) -> list[dict[str, Any]]:
                     "min_first_request_s": min(times) if times else None,
                     "max_first_request_s": max(times) if times else None,
                     "prefixgate_tools": [r.prefixgate_tools for r in mine],
+                    "prefixgate_deferred": [r.prefixgate_deferred for r in mine],
                     "expected": mine[0].expected if mine else 0,
                     "errors": [r.error for r in mine if r.error],
                     "foreign": sorted({host for r in mine for host in r.foreign}),
@@ -493,7 +507,13 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         if median is not None:
             spread = f"{median:.2f} s ({row['min_first_request_s']:.2f}-{row['max_first_request_s']:.2f})"
         baseline = not AGENTS[row["agent"]].mcp
-        counts = "-" if baseline else ", ".join(str(n) for n in row["prefixgate_tools"]) + f" / {row['expected']}"
+        counts = "-"
+        if not baseline:
+            each = [
+                f"{n} ({d} by name)" if d else str(n)
+                for n, d in zip(row["prefixgate_tools"], row["prefixgate_deferred"], strict=True)
+            ]
+            counts = ", ".join(each) + f" / {row['expected']}"
         present = "-" if baseline else f"{row['all_present']}/{row['runs']}"
         note = AGENTS[row["agent"]].note
         if row["errors"]:
@@ -553,6 +573,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"[round {rnd + 1}/{args.runs}] {name:<23} {case:<4} first request "
                     f"{run.first_request_s if run.first_request_s is not None else '-':>6} s, "
                     f"prefixgate tools {run.prefixgate_tools}/{run.expected}"
+                    f"{f' ({run.prefixgate_deferred} by name)' if run.prefixgate_deferred else ''}"
                     f"{'  ' + run.error if run.error else ''}"
                     f"{'  foreign: ' + ', '.join(run.foreign) if run.foreign else ''}",
                     file=sys.stderr,

@@ -16,6 +16,7 @@ and refused with 403. Nothing is ever forwarded.
 from __future__ import annotations
 
 import json
+import re
 import sys
 import threading
 import time
@@ -59,6 +60,33 @@ class Request:
                 if isinstance(inner, dict) and isinstance(inner.get("name"), str):
                     names.append(f"{name}.{inner['name']}" if name else inner["name"])
         return names
+
+    @property
+    def deferred_names(self) -> list[str]:
+        """Tools the request names without declaring them: Claude Code's tool search (on by
+        default in 2.1.332) lists each MCP tool by name in a system message, one a line after
+        "deferred tools are now available via ToolSearch ...:", and leaves its schema for the
+        model to load with ``ToolSearch``; such a tool is not in ``tools``."""
+        names: list[str] = []
+        for text in _texts(self.body):
+            for listed in _DEFERRED.finditer(text):
+                names += [line.strip() for line in listed.group(1).splitlines() if line.strip()]
+        return names
+
+
+_DEFERRED = re.compile(r"deferred tools are now available via ToolSearch[^\n]*\n((?:[^\n]+\n?)+)")
+
+
+def _texts(value: Any) -> Iterator[str]:
+    """Every string in a JSON value (the request's messages and system prompt, wherever they hold text)."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _texts(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _texts(item)
 
 
 @dataclass
