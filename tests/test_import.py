@@ -136,6 +136,28 @@ def test_claude_code_user_file_with_project_scopes(capsys: pytest.CaptureFixture
     assert 'listed in projects["/home/alice/src/infra"].disabledMcpServers' in err
 
 
+def test_a_project_server_rejected_in_claude_code_is_imported_disabled(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, _home: Path
+) -> None:
+    """A repository's .mcp.json can name any command; Claude Code runs one only once approved
+    and keeps a refusal in disabledMcpjsonServers, in any of its settings files. It was imported
+    enabled, so doctor and serve started a server the user had refused."""
+    project = tmp_path / "repo"
+    (project / ".claude").mkdir(parents=True)
+    (project / ".mcp.json").write_text(
+        json.dumps({"mcpServers": {n: {"command": f"{n}-server"} for n in ("asked", "local", "kept")}})
+    )
+    choices = {"enabledMcpjsonServers": ["kept"], "disabledMcpjsonServers": ["asked"]}
+    (_home / ".claude.json").write_text(json.dumps({"projects": {str(project): choices}}))
+    (project / ".claude" / "settings.local.json").write_text(json.dumps({"disabledMcpjsonServers": ["local"]}))
+    code, out, err = do_import(capsys, project / ".mcp.json")
+    assert code == 0, err
+    s = servers(parsed(out))
+    assert (s["asked"].enabled, s["local"].enabled, s["kept"].enabled) == (False, False, True)
+    assert f"rejected this project server ({_home / '.claude.json'}: projects[{json.dumps(str(project))}]" in err
+    assert f"({project / '.claude' / 'settings.local.json'}: disabledMcpjsonServers)" in err
+
+
 def test_cursor(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = do_import(capsys, CURSOR)
     assert code == 0, err

@@ -229,6 +229,52 @@ def _project_dir(fmt: str, path: Path, env: Mapping[str, str]) -> str | None:
     return None
 
 
+def _rejected_project_servers(project_dir: str, env: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
+    """The servers of ``project_dir``'s ``.mcp.json`` the user rejected in Claude Code, each with
+    where it is rejected, and notes on settings that could not be read.
+
+    Claude Code asks before it runs a server a project's ``.mcp.json`` brings (a cloned repository
+    can name any command) and keeps a refusal as ``disabledMcpjsonServers``, which rejects the
+    server in any settings file: ``~/.claude.json``'s ``projects.<dir>``, ``~/.claude/settings.json``,
+    the project's ``.claude/settings.json`` and ``.claude/settings.local.json``. An import must not
+    start what the user refused there."""
+    home = Path(env.get("HOME") or str(Path.home()))
+    config_dir = Path(env["CLAUDE_CONFIG_DIR"]) if env.get("CLAUDE_CONFIG_DIR") else None
+    project = Path(project_dir)
+    files = [
+        (config_dir / ".claude.json") if config_dir else home / ".claude.json",
+        (config_dir or home / ".claude") / "settings.json",
+        project / ".claude" / "settings.json",
+        project / ".claude" / "settings.local.json",
+    ]
+    rejected: dict[str, str] = {}
+    notes: list[str] = []
+    for file in files:
+        if not file.is_file():
+            continue
+        try:
+            data = _parse_json(_read_text(file, str(file)), str(file))
+        except InputError as exc:
+            notes.append(f"{exc}; its disabledMcpjsonServers are not applied")
+            continue
+        if not isinstance(data, dict):
+            continue
+        scopes: list[tuple[str, Any]] = [("", data)]
+        if file.name == ".claude.json" and isinstance(data.get("projects"), dict):
+            real = os.path.realpath(project_dir)
+            scopes = [
+                (_key_path("projects", key) + ".", value)
+                for key, value in data["projects"].items()
+                if os.path.realpath(key) == real
+            ]
+        for prefix, scope in scopes:
+            names = scope.get("disabledMcpjsonServers") if isinstance(scope, dict) else None
+            for name in names if isinstance(names, list) else ():
+                if isinstance(name, str):
+                    rejected.setdefault(name, f"{file}: {prefix}disabledMcpjsonServers")
+    return rejected, notes
+
+
 def read_source(path: Path, shown: str, fmt: str | None, env: Mapping[str, str]) -> Source:
     """Read one file; raise InputError (one line) when it is unreadable or invalid."""
     text = _read_text(path, shown)
@@ -274,6 +320,12 @@ def read_source(path: Path, shown: str, fmt: str | None, env: Mapping[str, str])
     elif fmt == "claude-code":
         servers = _servers_object(data, "mcpServers", shown, "mcpServers")
         add(servers, "mcpServers", project=source.project_dir)
+        if source.project_dir is not None and servers:
+            rejected, notes = _rejected_project_servers(source.project_dir, env)
+            source.notes += notes
+            for entry in source.entries:
+                if entry.name in rejected:
+                    entry.scope_disabled = f"Claude Code rejected this project server ({rejected[entry.name]})"
         projects = data.get("projects", {})
         if not isinstance(projects, dict):
             raise InputError(f"{shown}: projects: expected an object, found {type_name(projects)}")
