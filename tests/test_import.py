@@ -136,6 +136,35 @@ def test_claude_code_user_file_with_project_scopes(capsys: pytest.CaptureFixture
     assert 'listed in projects["/home/alice/src/infra"].disabledMcpServers' in err
 
 
+def test_relative_paths_without_a_dot_run_in_the_project(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """``node build/index.js`` and ``.venv/bin/python`` in a project's .mcp.json are resolved by
+    the client from the project directory. Only ``./``-style paths were seen, so these came out
+    without cwd and ran from wherever prefixgate was started (another project: not found)."""
+    project = tmp_path / "repo"
+    (project / "build").mkdir(parents=True)
+    (project / "server.py").write_text("")
+    servers_json = {
+        "node": {"command": "node", "args": ["build/index.js"]},
+        "venv": {"command": ".venv/bin/python", "args": ["-m", "srv"]},
+        "uv": {"command": "uv", "args": ["run", "server.py"]},
+        "docker": {"command": "docker", "args": ["run", "-i", "--rm", "ghcr.io/github/github-mcp-server"]},
+        "fs": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "", "/tmp"]},
+    }
+    (project / ".mcp.json").write_text(json.dumps({"mcpServers": servers_json}))
+    code, out, err = do_import(capsys, project / ".mcp.json")
+    assert code == 0, err
+    s = servers(parsed(out))
+    assert {name for name, server in s.items() if server.cwd == str(project)} == {"node", "venv", "uv"}
+    assert s["docker"].cwd is None and s["fs"].cwd is None
+    assert "servers.node.cwd: set to the project directory" in err and "(build/index.js)" in err
+    # No project to run it in (a user-wide file): a command with a directory in it is named.
+    desktop = tmp_path / "claude_desktop_config.json"
+    desktop.write_text(json.dumps({"mcpServers": {"local": {"command": "bin/server"}}}))
+    code, out, err = do_import(capsys, desktop)
+    assert code == 0, err
+    assert "warning: servers.local.command: uses a relative path (bin/server)" in err
+
+
 def test_a_project_server_rejected_in_claude_code_is_imported_disabled(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, _home: Path
 ) -> None:

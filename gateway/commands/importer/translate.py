@@ -217,12 +217,29 @@ class _Translator:
         scheme = url.split(":", 1)[0] if ":" in url else url
         raise Skip(f"{where}: {scheme!r} URLs are not supported (prefixgate connects over http:// and https://)")
 
+    def _relative(self, value: str, *, command: bool) -> bool:
+        """Whether ``value`` names a path relative to the directory the server starts in: ``./x``
+        or ``..``; a command with a directory in it (``.venv/bin/python``: only a bare name is
+        looked up in PATH); in a project's file, an argument naming something in the project
+        (``build/index.js``, ``server.py``), which its client resolves from the project directory."""
+        if value in (".", "..") or value.startswith(("./", "../", ".\\", "..\\")):
+            return True
+        if not value or "$" in value or "://" in value or value.startswith(("/", "\\", "~", "-")):
+            return False
+        if re.match(r"[A-Za-z]:[\\/]", value):  # a Windows absolute path
+            return False
+        if command:
+            return "/" in value or "\\" in value
+        first = re.split(r"[\\/]", value)[0]  # build/ of build/index.js: built or not, it is the project's
+        return self.project_dir is not None and os.path.exists(os.path.join(self.project_dir, first))
+
     def relative_cwd(self, fields: dict[str, Any]) -> None:
         """A project-scoped stdio server with relative paths runs in its project directory."""
         if "cwd" in fields:
             return
-        values = [fields["command"], *fields.get("args", [])]
-        relative = [v for v in values if v in (".", "..") or v.startswith(("./", "../", ".\\", "..\\"))]
+        command = self._relative(fields["command"], command=True)
+        relative = [fields["command"]] if command else []
+        relative += [v for v in fields.get("args", []) if self._relative(v, command=False)]
         if not relative:
             return
         if self.project_dir:
@@ -234,7 +251,7 @@ class _Translator:
             )
         else:
             self.note(
-                "args",
+                "command" if command else "args",
                 f"uses a relative path ({relative[0]}) but prefixgate starts it in its own working directory; set cwd",
                 "warning",
             )
