@@ -187,6 +187,43 @@ def test_a_project_server_rejected_in_claude_code_is_imported_disabled(
     assert f"({project / '.claude' / 'settings.local.json'}: disabledMcpjsonServers)" in err
 
 
+def test_gemini_cli(capsys: pytest.CaptureFixture[str], _home: Path) -> None:
+    """Gemini CLI's settings.json read as a Claude Code file: its httpUrl server was skipped
+    ("neither command nor url"), $VAR stayed literal text (reported as a literal secret), and
+    excludeTools and mcp.excluded were dropped, so what the user kept from the model came back."""
+    settings = {
+        "theme": "Dracula",
+        "mcp": {"excluded": ["off"]},
+        "mcpServers": {
+            "github": {
+                "httpUrl": "https://api.githubcopilot.com/mcp/",
+                "headers": {"Authorization": "Bearer $GITHUB_PAT"},
+                "trust": True,
+                "includeTools": ["get_issue", "list_*"],
+            },
+            "events": {"url": "https://example.com/events", "type": "sse", "excludeTools": ["delete_all"]},
+            "py": {"command": "python3", "args": ["-m", "srv"], "env": {"KEY": "${API_KEY}", "HOME_DIR": "$HOME"}},
+            "off": {"command": "off-server"},
+        },
+    }
+    (_home / ".gemini").mkdir()
+    (_home / ".gemini" / "settings.json").write_text(json.dumps(settings))
+    code, out, err = do_import(capsys, "--from", "gemini")
+    assert code == 0, err
+    assert "(Gemini CLI)" in out and "holds a literal secret" not in err
+    s = servers(parsed(out))
+    assert (s["github"].transport, s["github"].url) == ("http", "https://api.githubcopilot.com/mcp/")
+    assert s["github"].headers["Authorization"] == "Bearer k-gh"
+    assert s["github"].include == ("get_issue", "list_[*]")
+    assert (s["events"].transport, s["events"].exclude) == ("sse", ("delete_all",))
+    assert dict(s["py"].env) == {"KEY": "k-api", "HOME_DIR": "/home/alice"}
+    assert s["off"].enabled is False and "servers.off.enabled: false: listed in mcp.excluded" in err
+    assert "servers.github.trust: not imported: tool approval belongs to the client" in err
+    # Found by its place without --from too, and the same.
+    code, detected, _ = do_import(capsys, _home / ".gemini" / "settings.json")
+    assert code == 0 and detected == out
+
+
 def test_cursor(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = do_import(capsys, CURSOR)
     assert code == 0, err

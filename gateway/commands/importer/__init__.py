@@ -3,9 +3,10 @@
 Reads the configs of Claude Desktop (``claude_desktop_config.json``), Claude Code
 (``.mcp.json`` and ``~/.claude.json``: user scope and every ``projects.<path>`` scope),
 Cursor (``.cursor/mcp.json``, ``~/.cursor/mcp.json``), VS Code (``.vscode/mcp.json``, the
-user profile's ``mcp.json``, or ``settings.json`` with ``"mcp": {"servers": ...}``) and
-Codex CLI (``config.toml``, ``[mcp_servers.<name>]``) and prints one complete prefixgate
-TOML config that :func:`gateway.config.parse_config` accepts.
+user profile's ``mcp.json``, or ``settings.json`` with ``"mcp": {"servers": ...}``), Codex
+CLI (``config.toml``, ``[mcp_servers.<name>]``) and Gemini CLI (``.gemini/settings.json``)
+and prints one complete prefixgate TOML config that :func:`gateway.config.parse_config`
+accepts.
 
 One module per concern: ``sources`` (reading and format detection), ``translate``
 (per-client translation), ``credentials`` (secret heuristics), ``names`` (ids and variable

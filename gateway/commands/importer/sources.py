@@ -16,13 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-FORMATS = ("claude-desktop", "claude-code", "cursor", "vscode", "codex")
+FORMATS = ("claude-desktop", "claude-code", "cursor", "vscode", "codex", "gemini")
 CLIENT_NAMES = {
     "claude-desktop": "Claude Desktop",
     "claude-code": "Claude Code",
     "cursor": "Cursor",
     "vscode": "VS Code",
     "codex": "Codex CLI",
+    "gemini": "Gemini CLI",
 }
 PROG = "prefixgate import"
 
@@ -169,6 +170,8 @@ def _detect(path: Path, text: str, shown: str) -> tuple[str, Any]:
         return "claude-desktop", data
     if parent == ".cursor":
         return "cursor", data
+    if parent == ".gemini":
+        return "gemini", data
     if parent == ".vscode" or (isinstance(data.get("servers"), dict) and "mcpServers" not in data):
         return "vscode", data
     if isinstance(data.get("mcp"), dict) and "servers" in data["mcp"]:
@@ -219,6 +222,8 @@ def _project_dir(fmt: str, path: Path, env: Mapping[str, str]) -> str | None:
     if fmt == "claude-code" and path.name == ".mcp.json":
         return str(parent)
     if fmt == "cursor" and parent.name == ".cursor" and parent.parent != home:
+        return str(parent.parent)
+    if fmt == "gemini" and parent.name == ".gemini" and parent.parent != home:
         return str(parent.parent)
     if fmt == "vscode" and parent.name == ".vscode":
         return str(parent.parent)
@@ -345,7 +350,23 @@ def read_source(path: Path, shown: str, fmt: str | None, env: Mapping[str, str])
         if "mcpServers" not in data:
             source.notes.append(f"{shown}: no mcpServers object")
         add(servers, "mcpServers", project=source.project_dir)
+        if fmt == "gemini":
+            _gemini_allowed(data, source)
     return source
+
+
+def _gemini_allowed(data: Mapping[str, Any], source: Source) -> None:
+    """Gemini CLI connects only to the servers ``mcp.allowed`` lists (when it is set) and never
+    to those ``mcp.excluded`` lists: the others are imported disabled, saying why."""
+    mcp = data.get("mcp")
+    if not isinstance(mcp, dict):
+        return
+    allowed, excluded = mcp.get("allowed"), mcp.get("excluded")
+    for entry in source.entries:
+        if isinstance(excluded, list) and entry.name in excluded:
+            entry.scope_disabled = "listed in mcp.excluded"
+        elif isinstance(allowed, list) and entry.name not in allowed:
+            entry.scope_disabled = "not listed in mcp.allowed"
 
 
 def default_paths(client: str, env: Mapping[str, str], cwd: Path, platform: str = sys.platform) -> list[Path]:
@@ -373,6 +394,8 @@ def default_paths(client: str, env: Mapping[str, str], cwd: Path, platform: str 
             app_config / "Code - Insiders" / "User" / "mcp.json",
             cwd / ".vscode" / "mcp.json",
         ]
+    elif client == "gemini":
+        paths = [home / ".gemini" / "settings.json", cwd / ".gemini" / "settings.json"]
     elif client == "codex":
         codex_home = Path(env["CODEX_HOME"]) if env.get("CODEX_HOME") else home / ".codex"
         paths = [codex_home / "config.toml", cwd / ".codex" / "config.toml"]
@@ -390,6 +413,7 @@ _DIRECTORY_FILES = (
     ("cursor", ".cursor/mcp.json"),
     ("vscode", ".vscode/mcp.json"),
     ("codex", ".codex/config.toml"),
+    ("gemini", ".gemini/settings.json"),
     ("claude-desktop", "claude_desktop_config.json"),
 )
 

@@ -14,6 +14,8 @@ from gateway.commands.importer.sources import CLIENT_NAMES, Entry, type_name
 from gateway.config import DEFAULT_MAX_CALL_TIME
 
 _PLACEHOLDER = re.compile(r"\$\{([^}]*)\}")
+_GEMINI_PLACEHOLDER = re.compile(r"\$\{([^}]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+"""Gemini CLI expands ``$VAR`` as well as ``${VAR}`` in its settings."""
 
 # Transport names used by the clients -> prefixgate's.
 _TYPES = {
@@ -36,6 +38,13 @@ _DROPPED_FIELDS: dict[str, tuple[bool, str]] = {
     "autoApprove": (False, "tool approval belongs to the client that runs prefixgate"),
     "alwaysAllow": (False, "tool approval belongs to the client that runs prefixgate"),
     "timeout": (False, "use startup_timeout / call_timeout (seconds) instead"),
+    "trust": (False, "tool approval belongs to the client that runs prefixgate"),
+    "authProviderType": (
+        True,
+        "prefixgate obtains no Google credentials; send the Authorization header as a ${VAR} reference",
+    ),
+    "targetAudience": (False, "used with authProviderType"),
+    "targetServiceAccount": (False, "used with authProviderType"),
     "description": (False, "descriptive only"),
     "name": (False, "descriptive only"),
     "icon": (False, "descriptive only"),
@@ -97,10 +106,11 @@ class _Translator:
             raise Skip(f"{where}: contains text that is not valid Unicode (a lone surrogate)")
         pieces: list[tuple[bool, str]] = []
         pos = 0
-        for match in _PLACEHOLDER.finditer(value):
+        for match in (_GEMINI_PLACEHOLDER if self.fmt == "gemini" else _PLACEHOLDER).finditer(value):
             if match.start() > pos:
                 pieces.append((False, value[pos : match.start()]))
-            pieces.append(self._placeholder(match.group(1), match.group(0), where))
+            inner = match.group(1) if match.group(1) is not None else match.group(2)
+            pieces.append(self._placeholder(inner, match.group(0), where))
             pos = match.end()
         if pos < len(value):
             pieces.append((False, value[pos:]))
@@ -137,6 +147,8 @@ class _Translator:
                     "warning",
                 )
                 return True, m[1]
+        if fmt == "gemini" and VAR_NAME.fullmatch(inner):
+            return True, inner
         if fmt in ("cursor", "vscode"):
             if inner.startswith("env:") and VAR_NAME.fullmatch(inner[4:]):
                 return True, inner[4:]
@@ -331,7 +343,7 @@ def _translate_json(entry: Entry) -> Translated:
     fields = t.out.fields
     client = CLIENT_NAMES[entry.source.fmt]
     type_key = next((k for k in ("type", "transport", "transportType") if k in raw), None)
-    url_key = next((k for k in ("url", "serverUrl") if k in raw), None)
+    url_key = next((k for k in ("httpUrl", "url", "serverUrl") if k in raw), None)
     has_command = "command" in raw
     if type_key is not None:
         declared = raw[type_key]
@@ -344,6 +356,8 @@ def _translate_json(entry: Entry) -> Translated:
         raise Skip(f"has both command and {url_key} and no type saying which one {client} uses")
     elif has_command:
         kind = "stdio"
+    elif url_key == "httpUrl":  # Gemini CLI's streamable HTTP; its url is tried as HTTP, then SSE
+        kind = "http"
     elif url_key:
         url_value = raw[url_key]
         path = url_value.split("?", 1)[0].rstrip("/") if isinstance(url_value, str) else ""
@@ -389,6 +403,9 @@ def _translate_json(entry: Entry) -> Translated:
             if headers:
                 fields["headers"] = headers
         handled |= {url_key, "headers"}
+        if url_key == "httpUrl" and "url" in raw:
+            t.note("url", f"ignored: {client} connects to httpUrl when both are set", "warning")
+            handled.add("url")
         handled |= _oauth(t, raw, fields)
         if has_command:
             t.note("command", f"ignored: the entry is a remote server ({type_key} {raw[type_key]!r})", "warning")
@@ -412,6 +429,10 @@ def _translate_json(entry: Entry) -> Translated:
         t.note("enabled", f"false: {entry.scope_disabled}")
     if not enabled:
         fields["enabled"] = False
+    for key, target in (("includeTools", "include"), ("excludeTools", "exclude")):  # Gemini CLI's
+        if key in raw:
+            fields[target] = [_glob_literal(name) for name in t.str_list(raw[key], key)]
+            handled.add(key)
 
     for key in raw:
         if key in handled:
