@@ -333,6 +333,22 @@ def test_detected_format_matches_from(capsys: pytest.CaptureFixture[str], path: 
     assert code == 0 and forced == detected
 
 
+def test_it_ends_with_what_to_do_next(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Registered beside the servers it imported, prefixgate doubled every tool: the client kept
+    running them itself, and nothing said they should go once prefixgate runs them."""
+    out_file = tmp_path / "prefix gate.toml"
+    code, _, err = do_import(capsys, DESKTOP, "--out", out_file)
+    assert code == 0, err
+    assert err.splitlines()[-1] == (
+        f"prefixgate import: next: prefixgate doctor --config '{out_file}' --client claude-desktop prints how "
+        "to register prefixgate; once it is, remove or disable the imported servers where they came from "
+        f"({DESKTOP}): else each runs twice, directly and through prefixgate"
+    )
+    code, _, err = do_import(capsys, DESKTOP, CURSOR)  # two clients: doctor is told which by the user
+    assert code == 0, err
+    assert "next: prefixgate doctor --config FILE prints how" in err and f"({DESKTOP}, {CURSOR})" in err
+
+
 def test_content_detection_without_telling_names(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "a.json").write_text(json.dumps({"servers": {"x": {"type": "stdio", "command": "x"}}}))
     (tmp_path / "b.conf").write_text('[mcp_servers.y]\ncommand = "y"\n')
@@ -706,7 +722,7 @@ def test_untranslatable_entries_are_listed_never_dropped(tmp_path: Path, capsys:
         "type is 'stdio' but there is no command",
     ):
         assert reason in err
-    assert "7 skipped" in err.splitlines()[-1]
+    assert "7 skipped" in err.splitlines()[-2]  # before what comes next
     assert out.count('#   "') == 7
 
 

@@ -6,13 +6,15 @@ import argparse
 import contextlib
 import errno
 import os
+import shlex
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from gateway.commands.arguments import CLIENTS
 from gateway.commands.importer.merge import import_sources
-from gateway.commands.importer.sources import FORMATS, PROG, InputError, collect_sources
+from gateway.commands.importer.sources import FORMATS, PROG, InputError, Source, collect_sources
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -67,6 +69,22 @@ def _write_out(path: str, text: str, force: bool) -> None:
             os.unlink(tmp)
 
 
+def next_step(out: str | None, sources: Sequence[Source]) -> str:
+    """The line that ends an import: the client keeps running every server it imported, so once
+    prefixgate is registered too, each runs twice and every tool is offered twice (the very
+    function count and prompt prefix prefixgate is there to keep down) unless they go."""
+    clients = {source.fmt for source in sources}
+    client = next(iter(clients)) if len(clients) == 1 else None
+    doctor = f"prefixgate doctor --config {shlex.quote(out) if out else 'FILE'}"
+    if client in CLIENTS:
+        doctor += f" --client {client}"
+    files = ", ".join(dict.fromkeys(source.path for source in sources))
+    return (
+        f"{PROG}: next: {doctor} prints how to register prefixgate; once it is, remove or disable "
+        f"the imported servers where they came from ({files}): else each runs twice, directly and through prefixgate"
+    )
+
+
 def run(args: argparse.Namespace, *, env: Mapping[str, str] | None = None, cwd: Path | None = None) -> int:
     """Run ``prefixgate import``: 0 success, 2 bad input or a refused --out."""
     env = os.environ if env is None else env
@@ -99,6 +117,7 @@ def run(args: argparse.Namespace, *, env: Mapping[str, str] | None = None, cwd: 
             print(line, file=sys.stderr)
         if to_file:
             print(f"{PROG}: wrote {args.out}", file=sys.stderr)
+        print(next_step(args.out if to_file else None, sources), file=sys.stderr)
         return 0
     except InputError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
