@@ -66,6 +66,28 @@ async def test_readiness_follows_the_state_store(tmp_path: Path, redis: Any) -> 
         await wait_for(lambda: verdict(200))
 
 
+async def test_a_hung_store_is_not_ready_at_once(tmp_path: Path, redis: Any) -> None:
+    """Redis accepts connections and never answers (SIGSTOP): ``/readyz`` said 503 only after
+    the store's command timeouts (~10 s), past any orchestrator's probe timeout. Now the
+    check has half a second; once Redis answers again, so does readiness."""
+    import os
+    import signal
+
+    config = write_config(tmp_path, {"d": demo("--tools", 1)}, gateway={"store": redis.url})
+    assert redis.proc is not None
+    with http_gateway(config) as (url, _):
+        await wait_for(lambda: _ok(url))
+        os.kill(redis.proc.pid, signal.SIGSTOP)
+        try:
+            await anyio.sleep(1.5)  # the last verdict (200) is no longer reused
+            for _ in range(3):
+                with anyio.fail_after(5):  # (each took ~10 s)
+                    assert await probe(url, "/readyz") == (503, b"not ready\n")
+        finally:
+            os.kill(redis.proc.pid, signal.SIGCONT)
+        await wait_for(lambda: _ok(url))
+
+
 async def test_probes_in_a_burst_check_the_store_once_a_second(tmp_path: Path, redis: Any) -> None:
     """A flood of unauthenticated probes costs Redis at most one check a second."""
     config = write_config(tmp_path, {"d": demo("--tools", 1)}, gateway={"store": redis.url})

@@ -4,7 +4,9 @@ Both are answered before authentication and say nothing but their verdict: ``/he
 that the process serves HTTP, ``/readyz`` that a catalog is published (a warm start's or
 the barrier's) and the state store can be read and written. The readiness verdict is kept
 for a second and worked out by one request at a time, so probes, however many and whoever
-sends them, cost the store at most one check a second.
+sends them, cost the store at most one check a second. The store's check is given
+``CHECK_TIMEOUT``, not its commands' own timeouts: a store that does not answer by then is
+not ready, and the probe is answered before the orchestrator gives up on it.
 """
 
 from __future__ import annotations
@@ -18,6 +20,11 @@ from gateway.state.store import StateStore
 PATHS = frozenset(("/healthz", "/readyz"))
 TTL = 1.0
 """Seconds a readiness verdict is reused."""
+CHECK_TIMEOUT = 0.5
+"""Seconds the store's check may take. Orchestrators give a probe about a second (Kubernetes'
+default ``timeoutSeconds`` is 1); a hung Redis (accepting, never answering) held a probe for
+its commands' timeouts, 5 s each, retried once. Its client drops a connection cancelled
+mid-command, so the next check starts on a fresh one."""
 
 
 class Readiness:
@@ -42,11 +49,13 @@ class Readiness:
         return self._at is not None and anyio.current_time() - self._at < self.ttl
 
     async def _store_usable(self) -> bool:
-        try:
-            health = await self.store.health()
-        except OSError:
-            return False
-        return health.reachable and health.writable
+        with anyio.move_on_after(CHECK_TIMEOUT):
+            try:
+                health = await self.store.health()
+            except OSError:
+                return False
+            return health.reachable and health.writable
+        return False  # no answer in time
 
 
 async def answer(path: str, ready: Callable[[], Awaitable[bool]]) -> tuple[int, bytes]:
