@@ -5,7 +5,8 @@ way a real server might: an event stream with a log before the reply, cut before
 an event id to resume from, or without), an event that is not JSON, a reply with someone
 else's id, a lone surrogate, a body that is not JSON, an error status with and without a
 JSON-RPC error in it, 202 for a request, a redirect off the origin, an unexpected content
-type. Standard library only: it starts in a few milliseconds. Prints its URL first.
+type; and at ``/sse-elsewhere`` an SSE server's stream naming an endpoint on another
+origin. Standard library only: it starts in a few milliseconds. Prints its URL first.
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ TOOLS = [
     "peer",
     "close_idle",
 ]
+ELSEWHERE = "/sse-elsewhere"
+"""The path of an SSE stream whose ``endpoint`` event names another origin."""
 _resumable: dict[str, bytes] = {}
 """Event id -> the event a ``GET`` with that ``Last-Event-ID`` is sent."""
 _lock = threading.Lock()
@@ -147,6 +150,14 @@ class Handler(BaseHTTPRequestHandler):
             self.respond(200, "text/plain", b"plain text, not MCP")
 
     def do_GET(self) -> None:  # noqa: N802
+        if self.path == ELSEWHERE:  # an SSE (2024-11-05) server whose endpoint is on another origin
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.end_headers()
+            self.wfile.write(b"event: endpoint\ndata: http://elsewhere.example:8080/messages?session_id=s3cr3t\n\n")
+            self.wfile.flush()
+            self.rfile.read(1)  # held open until the client goes
+            return
         with _lock:
             resumed = _resumable.pop(self.headers.get("last-event-id", ""), None)
         if resumed is None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import GATEWAY, gateway, url_process, write_config
+from tests.helpers import GATEWAY, PYTHON, catalog_json, gateway, url_process, wait_for, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -53,7 +53,7 @@ async def test_streamable_http_and_sse_servers_behind_the_gateway(tmp_path: Path
 def test_unreachable_remote_server_is_reported_failed(tmp_path: Path) -> None:
     import socket
 
-    from tests.helpers import catalog_json, demo
+    from tests.helpers import demo
 
     with socket.socket() as sock:  # a port that is free, so nothing listens on it
         sock.bind(("127.0.0.1", 0))
@@ -68,3 +68,26 @@ def test_unreachable_remote_server_is_reported_failed(tmp_path: Path) -> None:
     assert status["down"]["status"] == "failed", status["down"]
     assert "connect" in status["down"]["error"].lower(), status["down"]["error"]
     assert status["down"]["error"].endswith(f" (127.0.0.1:{port})"), status["down"]["error"]  # which host (issue 31)
+
+
+async def test_an_sse_endpoint_on_another_origin_fails_its_start_at_once(tmp_path: Path) -> None:
+    """The SDK's SSE client refuses an ``endpoint`` event naming another origin, but from a
+    task that had not said it started: the connection hung, the server was ``late`` at its
+    startup_timeout with the SDK's traceback in the log, and never retried. Now its start
+    fails at once with one line naming the origin (never the path or query), and is retried."""
+    rogue = str(Path(__file__).with_name("rogue_http.py"))
+    with url_process([PYTHON, rogue]) as (url, _proc):
+        sse_url = url.removesuffix("/mcp") + "/sse-elsewhere"
+        config = write_config(tmp_path, {"far": {"url": sse_url, "transport": "sse", "startup_timeout": 30}})
+        (far,) = catalog_json(config)["servers"]
+        assert far["status"] == "failed", far
+        origin = sse_url.removesuffix("/sse-elsewhere")
+        assert far["error"] == (
+            "ForeignEndpoint: its endpoint event names another origin, http://elsewhere.example:8080, "
+            f"than its URL's, {origin}; messages are posted only to the URL's origin"
+        ), far
+        async with gateway(config) as gw:
+            await wait_for(lambda: gw.stderr().count("[far] failed: ForeignEndpoint") >= 2)
+            log = gw.stderr()
+        assert "[far] retrying in 1 s" in log and "late" not in log, log
+        assert "Traceback" not in log and "s3cr3t" not in log, log

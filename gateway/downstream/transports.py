@@ -193,28 +193,39 @@ async def _streamable_http(
 
 
 class SseTransport(_Remote):
-    """The SDK's SSE client (the 2024-11-05 transport), OAuth-side answers capped."""
+    """The SDK's SSE client (the 2024-11-05 transport), OAuth-side answers capped, its
+    ``endpoint`` event checked on the way in (``endpoint.py``)."""
 
     @asynccontextmanager
     async def open(self) -> AsyncIterator[Streams]:
         from mcp.client.sse import sse_client
 
+        from gateway.downstream.endpoint import EndpointCheck
+
         auth = await self.auth()
-        options = {"httpx_client_factory": _capped_client_factory(self.url)} if auth is not None else {}
-        async with sse_client(self.url, headers=dict(self.config.headers), auth=auth, **options) as (read, write):
-            yield read, write
+        check = EndpointCheck(self.url)
+        factory = _client_factory(check, self.url if auth is not None else None)
+        headers = dict(self.config.headers)
+        try:
+            async with sse_client(self.url, headers=headers, auth=auth, httpx_client_factory=factory) as (read, write):
+                yield read, write
+        except Exception:
+            if check.refused is not None:  # (the SDK's client says only that its reader ended)
+                raise check.refused from None
+            raise
 
 
-def _capped_client_factory(endpoint: str) -> Any:
-    """The SSE transport's HTTP client, built as the SDK builds it, with OAuth-side answers capped."""
+def _client_factory(check: Any, capped: str | None) -> Any:
+    """The SSE transport's HTTP client, built as the SDK builds it, with the endpoint ``check``;
+    with ``capped`` (the endpoint of an OAuth connection), its OAuth-side answers capped."""
     import httpx2
 
     from gateway.downstream.oauth import CappedAuthAnswers
 
     def factory(headers: Any = None, timeout: Any = None, auth: Any = None) -> httpx2.AsyncClient:
-        return httpx2.AsyncClient(
-            headers=headers, timeout=timeout, auth=auth, follow_redirects=False, transport=CappedAuthAnswers(endpoint)
-        )
+        transport = CappedAuthAnswers(capped) if capped is not None else None  # (None: the client's own)
+        hooks = {"response": [check]}
+        return httpx2.AsyncClient(headers=headers, timeout=timeout, auth=auth, transport=transport, event_hooks=hooks)
 
     return factory
 
