@@ -2,8 +2,8 @@
 
 A bad config must stop the gateway before anything starts, with one line naming the key
 path that is wrong; so every key is checked against a table of known keys and types, and
-nothing is ever guessed. Values that may hold secrets (``env``, ``headers``) are never
-echoed in error messages.
+nothing is ever guessed. Values that may hold secrets (``env``, ``headers``, what a
+``${VAR}`` puts into ``args``) are never echoed in error messages.
 
 An unset ``${VAR}`` in one server's table is that server's problem, not the config's: the
 server is recorded with the variable (``ServerConfig.unset``) and fails alone at start-up,
@@ -68,6 +68,9 @@ class ServerConfig:
     command: str | None = None
     args: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
+    arg_values: tuple[str, ...] = field(default=(), repr=False)
+    """The values ``${VAR}`` expansion put into ``args`` (``["--token", "${TOKEN}"]``), masked
+    where errors are recorded as ``env`` values are; literal args are in the config in clear."""
     cwd: str | None = None
     url: str | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
@@ -908,6 +911,7 @@ def _server(
     if "command" in s:
         command = expand(f"{where}.command", s["command"], env, refs)
         args = tuple(expand(f"{where}.args[{i}]", a, env, refs) for i, a in enumerate(s.get("args", ())))
+        arg_values = {env[name] for a in s.get("args", ()) for name in _variables_in(a) if name in env}
         child_env = {k: expand(f"{where}.env.{k}", v, env, refs) for k, v in sorted(s.get("env", {}).items())}
         cwd = expand(f"{where}.cwd", s["cwd"], env, refs) if "cwd" in s else None
         return ServerConfig(
@@ -915,6 +919,7 @@ def _server(
             command=command,
             args=args,
             env=child_env,
+            arg_values=tuple(sorted(arg_values)),
             cwd=str(Path(cwd).expanduser()) if cwd is not None else None,
             variables=tuple(sorted(refs.names)),
             unset=tuple(refs.unset),

@@ -1,9 +1,10 @@
 """Keep configured secrets out of recorded errors: defence in depth.
 
-Header and env values are never put into errors on purpose, but an error can still quote
-one: a server that echoes the token it rejected, an HTTP library naming a bad header
-value. Whatever is recorded for a server (shown by ``catalog``, ``doctor``, the logs and
-in isError results) first has that server's configured values replaced by ``***``.
+Header and env values (and the values ``${VAR}`` puts into args) are never put into errors
+on purpose, but an error can still quote one: a server that echoes the token it rejected
+or its own command line, an HTTP library naming a bad header value. Whatever is recorded
+for a server (shown by ``catalog``, ``doctor``, the logs and in isError results) first has
+that server's configured values replaced by ``***``.
 """
 
 from __future__ import annotations
@@ -44,9 +45,11 @@ def _parts(header: str) -> Iterable[str]:
 
 
 def secrets_of(config: ServerConfig) -> list[str]:
-    """The server's header values (and each word of them), env values, OAuth client secret
-    and its URL's password and query values worth masking, longest first."""
-    values = {*config.headers.values(), *config.env.values(), *([config.client_secret] if config.client_secret else [])}
+    """The server's header values (and each word of them), env values, what ``${VAR}`` put
+    into its args, OAuth client secret and its URL's password and query values worth
+    masking, longest first."""
+    values = {*config.headers.values(), *config.env.values(), *config.arg_values}
+    values |= {config.client_secret} if config.client_secret else set()
     values |= {part for header in config.headers.values() for part in _parts(header)}
     if config.url:  # a password or key put in the URL (an HTTP library's errors quote the URL)
         values |= set(url_secrets(config.url)) | _query_values(config.url)

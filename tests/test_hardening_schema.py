@@ -515,6 +515,28 @@ def test_a_secret_a_stdio_server_writes_to_its_stderr_is_masked_in_the_log(tmp_p
     assert SECRET not in proc.stdout + proc.stderr
 
 
+def test_a_secret_a_variable_puts_into_args_is_masked_where_it_is_quoted(tmp_path: Path) -> None:
+    """``args = ["--token", "${TOKEN}"]``: a server that echoes its command line (on stderr,
+    then failing) put the token in the log, ``catalog --json`` and ``doctor``, where an
+    ``env`` value is masked. Now the values variables put into args are masked too; literal
+    args, in the config in clear anyway, and values under 4 characters are left alone."""
+    script = tmp_path / "argv.py"
+    script.write_text("import sys\nprint('started with', *sys.argv[1:], file=sys.stderr)\nsys.exit(3)\n")
+    args = [str(script), "--token", "${PG_ARG_TOKEN}", "--mode=${PG_ARG_MODE}", "--literal", "plainvalue"]
+    config = write_config(tmp_path, {"leaky": {"command": PYTHON, "args": args}})
+    env = {"PG_ARG_TOKEN": SECRET, "PG_ARG_MODE": "on"}
+    proc = run_cli("catalog", "--config", str(config), "--json", env=env)
+    outputs = [run_cli(*command, "--config", str(config), env=env) for command in (["doctor"], ["doctor", "--json"])]
+    shown = "started with --token *** --mode=on --literal plainvalue"
+    (server,) = json.loads(proc.stdout)["servers"]
+    assert server["status"] == "failed" and server["error"].endswith(f"stderr: {shown}"), server
+    assert f"[leaky] {shown}" in proc.stderr, proc.stderr  # the log
+    for each in (proc, *outputs):
+        assert SECRET not in each.stdout + each.stderr
+    for each in outputs:
+        assert shown in each.stdout
+
+
 def test_redaction_covers_quoted_forms_and_spares_short_values() -> None:
     from gateway.config import ServerConfig
     from gateway.redact import redact
