@@ -116,6 +116,30 @@ async def test_every_path_of_a_loopback_bind_checks_host_and_origin(tmp_path: Pa
             assert 'server="d"' in (await plain.get(base + "/metrics")).text
 
 
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_loopback_name_in_capitals_is_the_same_host(tmp_path: Path, mode: str) -> None:
+    """Host names are case-insensitive (RFC 9110, 3986), but the SDK's check compares the
+    header exactly: ``Host: LOCALHOST:PORT`` was refused 421 on every path of a loopback
+    bind. Now it is the host it names, on ``/mcp`` (the real SDK client) and the gateway's
+    own paths; a foreign name in capitals is still refused."""
+    config = write_config(tmp_path, {"d": demo("--tools", 1)})
+    with http_gateway(config) as (url, _):
+        port = urlsplit(url).port
+        base = url.removesuffix("/mcp")
+        async with httpx2.AsyncClient() as plain:
+
+            async def ready() -> bool:
+                return (await plain.get(base + "/readyz")).status_code == 200
+
+            await wait_for(ready)
+            for host, status in ((f"LocalHost:{port}", 200), (f"127.0.0.1:{port}", 200), (f"EVIL.example:{port}", 421)):
+                for path in ("/readyz", "/metrics"):
+                    answered = await plain.get(base + path, headers={"host": host})
+                    assert answered.status_code == status, (host, path, answered.text)
+        async with sdk_client(url, mode, headers={"host": f"LOCALHOST:{port}"}) as client:
+            assert text(await client.call_tool("d__echo", {"text": mode})) == mode
+
+
 # --- item 12: whitespace-only token; slow request bodies -----------------------------------
 
 

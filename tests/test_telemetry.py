@@ -191,7 +191,9 @@ async def test_a_metrics_listener_refuses_a_foreign_host_or_origin(tmp_path: Pat
                 refused = await http.get(url, headers=evil)
                 assert refused.status_code == refusal and "d__echo" not in refused.text, (evil, refused.text)
             local = await http.get(url, headers={"host": f"localhost:{port}", "origin": f"http://127.0.0.1:{port}"})
+            capitals = await http.get(url, headers={"host": f"LOCALHOST:{port}"})  # (a host name in any case)
     assert local.status_code == 200 and "d__echo" in local.text, local.text
+    assert capitals.status_code == 200, capitals.text
 
 
 def test_a_metrics_listener_off_loopback_is_refused_before_anything_starts(tmp_path: Path) -> None:

@@ -157,6 +157,22 @@ def transport_security(host: str, port: int) -> TransportSecuritySettings:
     )
 
 
+def host_in_lower_case(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """``headers`` with the ``Host`` value lower-cased (a new list only when that changes it).
+
+    Host names are case-insensitive (RFC 9110 7.2, RFC 3986 3.2.2), but the SDK's
+    ``TransportSecurityMiddleware`` compares the header with its allowed hosts exactly, so
+    ``Host: LOCALHOST:PORT`` was refused 421 on a loopback bind. Only ASCII letters change,
+    and a port is digits: the name part is what is normalised. ``Origin`` is left as sent
+    (a browser serialises it in lower case), so its check keeps its meaning."""
+    for i, (name, value) in enumerate(headers):
+        if name == b"host":
+            if (lowered := value.lower()) != value:
+                headers = [*headers[:i], (name, lowered), *headers[i + 1 :]]
+            break
+    return headers
+
+
 async def _plain(send: Send, status: int, text: str) -> None:
     headers = [(b"content-type", b"text/plain; charset=utf-8"), (b"connection", b"close")]
     await send_whole(send, status, headers, text.encode())
@@ -168,6 +184,7 @@ class Front:
     Every HTTP request passes here once (three wrappers and Starlette's routing cost more
     than the call itself):
 
+    - the ``Host`` header is lower-cased for every check after this one (``host_in_lower_case``);
     - on a loopback bind, a path the gateway answers itself (health, ``/metrics``, 404) gets
       the Host/Origin check ``/mcp`` gets from the SDK, first (421/403, as there): a
       DNS-rebinding page may read none of them (a health probe on loopback names the bound
@@ -244,7 +261,7 @@ class Front:
             if scope["type"] == "websocket":
                 await send({"type": "websocket.close", "code": 1000})
             return
-        headers = scope["headers"]
+        headers = scope["headers"] = host_in_lower_case(scope["headers"])
         endpoint = self.routes.get(scope["path"])
         if endpoint is None:  # (an endpoint's session manager and lanes check it themselves)
             refused = await self.security.validate_request(Request(scope))
