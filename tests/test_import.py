@@ -454,21 +454,41 @@ def test_duplicates_across_two_files(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert {k: v.url or v.command for k, v in s.items()} == {
         "memory": "npx",
         "github": "https://a/mcp",
-        "github-2": "https://b/mcp",
+        "github-3": "https://b/mcp",
         "git-hub": "https://c/mcp",
-        "github-2-2": "https://d/mcp",
+        "github-2": "https://d/mcp",  # its own name, valid: never taken by another's suffix
     }
     assert (
         f'merged: "memory" ({b}: mcpServers["memory"]) is identical to servers.memory ({a}: mcpServers["memory"])'
         in err
     )
     assert f'duplicate: "github" ({b}: mcpServers["github"]) differs from servers.github ({a}' in err
-    assert "imported as servers.github-2-2" in err
+    assert "imported as servers.github-3" in err
     assert f'# from {a}: mcpServers["memory"]\n# from {b}: mcpServers["memory"]' in out
     # The other order gives the other numbering: input order decides, deterministically.
     code, reverse, _ = do_import(capsys, b, a)
     assert code == 0
     assert {k: v.url for k, v in servers(parsed(reverse)).items() if v.url}["github-3"] == "https://a/mcp"
+
+
+def test_a_name_made_valid_never_takes_a_valid_name_given_later(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # "my server" reads as my-server, which a later entry is called: that one keeps it (its
+    # tools keep their names) and the renamed one takes the suffix.
+    source = tmp_path / "claude_desktop_config.json"
+    source.write_text(json.dumps({"mcpServers": {
+        "my server": {"command": "a"}, "my-server": {"command": "b"},
+        "日本語": {"command": "c"}, "server": {"command": "d"},
+    }}))  # fmt: skip
+    code, out, err = do_import(capsys, source)
+    assert code == 0, err
+    assert {k: v.command for k, v in servers(parsed(out)).items()} == {
+        "my-server-2": "a",
+        "my-server": "b",
+        "server-2": "c",
+        "server": "d",
+    }
 
 
 def test_same_inputs_same_bytes(capsys: pytest.CaptureFixture[str]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -61,12 +62,18 @@ def import_sources(sources: Sequence[Source]) -> Result:
     secret_comments: dict[tuple[str, str], str] = {}
     total_entries = 0
     renamed = merged = suffixed = secrets = 0
+    # Names already valid as ids, of entries not yet placed: each is that entry's own id, so a
+    # name made valid (``my server``) or a duplicate's suffix never takes it and pushes the
+    # entry that wrote it to another id (and its tools to other names).
+    ahead = Counter(e.name for source in sources for e in source.entries if sanitize_id(e.name) == e.name)
 
     for source in sources:
         for note in source.notes:
             say("note", note)
         for entry in source.entries:
             total_entries += 1
+            if ahead[entry.name] > 0:
+                ahead[entry.name] -= 1
             label = json.dumps(entry.name, ensure_ascii=False)
             try:
                 translated = translate(entry)
@@ -90,7 +97,7 @@ def import_sources(sources: Sequence[Source]) -> Result:
                 continue
             server_id = base
             n = 1
-            while server_id in placed:
+            while server_id in placed or (server_id != entry.name and ahead[server_id] > 0):
                 n += 1
                 server_id = f"{base}-{n}"
             earlier = [f"servers.{sid} ({placed[sid].origins[0]})" for sid in family]
