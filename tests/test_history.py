@@ -128,3 +128,14 @@ async def test_configs_sharing_a_state_dir_each_read_their_own_history(tmp_path:
     assert again["previous"] == again["fingerprint"] == first["fingerprint"]
     theirs = json.loads(run_cli("catalog", "history", "--config", str(personal), "--json").stdout)
     assert theirs == [other]
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_history_reads_the_profile_given_before_or_after_the_action(tmp_path: Path, where: str) -> None:
+    """``catalog --profile NAME history`` printed the default profile's history: the action's
+    own ``--profile`` default overwrote the value given before it (as ``catalog approve``'s)."""
+    config = write_config(tmp_path, {"s": demo()}, profiles={"p": {}})
+    option = ["--profile", "nope"]
+    args = [*option, "history"] if where == "before" else ["history", *option]
+    proc = run_cli("catalog", *args, "--config", str(config))
+    assert proc.returncode == 2 and "no profile 'nope' in the config" in proc.stderr, proc.stderr

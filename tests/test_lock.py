@@ -544,3 +544,32 @@ async def test_a_hostile_lock_swapped_in_while_serving_keeps_the_previous_one(tm
             path.write_bytes(good)
         log = stderr.read_text()
     assert "Traceback" not in log and "is not a regular file" in log, log[-2000:]
+
+
+def test_approve_reads_names_as_the_profile_given_publishes_them(tmp_path: Path) -> None:
+    """With ``prefix = ""`` two servers' tools of one name are each published as ``t`` by the
+    profile that sees only its server: approving ``t`` approved both, with no way to name one.
+    ``approve --profile NAME`` reads the names as that profile publishes them."""
+    from tests.test_hardening_schema import rogue, tool
+
+    profiles = {"pa": {"servers": ["a"]}, "pb": {"servers": ["b"]}}
+
+    def config_with(description: str) -> Path:
+        servers = {s: {**rogue(tools=[tool("t", description=f"{s}: {description}")]), "prefix": ""} for s in "ab"}
+        return write_config(tmp_path, servers, profiles=profiles)
+
+    lock(config_with("Before."))
+    config = config_with("After.")
+    proc = cli("catalog", "approve", "t", "--profile", "pa", "--yes", "--config", str(config))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("approved 1 change(s)") == 2  # the default profile's lock and pa's
+    assert "<- a/t" in proc.stdout and "<- b/t" not in proc.stdout
+    left = json.loads(cli("catalog", "diff", "--lock", "--json", "--config", str(config)).stdout)
+    assert [p["server"] for p in left["pending"]] == ["b"]
+    assert [p["server"] for p in left["profiles"]["pb"]["pending"]] == ["b"]
+    assert left["profiles"]["pa"]["pending"] == []
+    unknown = cli("catalog", "approve", "t", "--profile", "nope", "--yes", "--config", str(config))
+    assert unknown.returncode == 2 and "nope" in unknown.stderr
+    before = cli("catalog", "--profile", "pb", "approve", "t", "--yes", "--config", str(config))  # before the action
+    assert before.returncode == 0, before.stderr
+    assert cli("catalog", "diff", "--lock", "--config", str(config)).returncode == 0

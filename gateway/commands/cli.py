@@ -54,11 +54,14 @@ def common(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--log-level", choices=logs.LEVELS, default="info", help="stderr log level (default info)")
 
 
-def profile_argument(sp: argparse.ArgumentParser, what: str) -> None:
+def profile_argument(sp: argparse.ArgumentParser, what: str, *, inherited: bool = False) -> None:
+    """``--profile NAME``; ``inherited``: a catalog action's, which keeps the value ``catalog
+    --profile NAME`` (or the environment) set when not given after the action (argparse lets a
+    subparser's default overwrite its parent's value)."""
     sp.add_argument(
         "--profile",
         metavar="NAME",
-        default=os.environ.get(PROFILE_ENV) or None,
+        default=argparse.SUPPRESS if inherited else os.environ.get(PROFILE_ENV) or None,
         help=f"{what} as profile NAME ([profiles.NAME]) sees it (default: ${PROFILE_ENV}, else the "
         "top-level [client] and [policy])",
     )
@@ -166,12 +169,15 @@ def parser() -> argparse.ArgumentParser:
     approve_parser = cat_sub.add_parser(
         "approve",
         help="accept pending changes into the catalog lock",
-        description="Show each pending change (the JSON path of each difference) and record it in the lock; "
-        "a serving gateway publishes it as one new epoch.",
+        description="Show each pending change (the JSON path of each difference) and record it in the lock "
+        "of every profile it is pending in; a serving gateway publishes it as one new epoch. A NAME is a "
+        "tool's published name in any profile, or with --profile in that one only (two servers' tools can "
+        "share a name there).",
     )
     approve_parser.add_argument("names", nargs="*", metavar="NAME", help="published names of the pending changes")
     approve_parser.add_argument("--all", action="store_true", help="approve every pending change")
     approve_parser.add_argument("--yes", action="store_true", help="do not ask (required when stdin is not a terminal)")
+    profile_argument(approve_parser, "name the changes", inherited=True)
     history_parser = cat_sub.add_parser(
         "history",
         help="every epoch the serving gateway published: when, its fingerprint, why, what changed",
@@ -186,7 +192,7 @@ def parser() -> argparse.ArgumentParser:
     history_parser.add_argument(
         "--limit", type=_at_least_one, default=20, metavar="N", help="the last N epochs (default 20)"
     )
-    profile_argument(history_parser, "print the history")
+    profile_argument(history_parser, "print the history", inherited=True)
     for sp in (diff_parser, lock_parser, approve_parser, history_parser):
         sp.add_argument("--config", metavar="PATH", default=argparse.SUPPRESS, help="config file")
         sp.add_argument("--log-level", choices=logs.LEVELS, default=argparse.SUPPRESS, help="stderr log level")
@@ -305,7 +311,8 @@ def _with_config(args: argparse.Namespace) -> int:
             sys.stderr.write(f"prefixgate: no config file: the artifacts under {config.gateway.state_dir}\n")
             return artifacts.run(config, args)
         return artifacts.run(load(args.config), args)
-    # lock, approve and diff --lock cover every profile at once (gateway/commands/lock.py).
+    # lock, approve and diff --lock cover every profile at once (gateway/commands/lock.py);
+    # approve's --profile only says which profile's names its NAMEs are.
     viewed = args.command == "catalog" and args.catalog_action in (None, "history")
     config = load(args.config, args.profile if viewed else None)
     with importing():
@@ -318,7 +325,7 @@ def _with_config(args: argparse.Namespace) -> int:
     if args.command == "catalog" and args.catalog_action == "lock":
         return anyio.run(lock.lock, config)
     if args.command == "catalog" and args.catalog_action == "approve":
-        return anyio.run(lock.approve_command, config, args.names, args.all, args.yes)
+        return anyio.run(lock.approve_command, config, args.names, args.all, args.yes, args.profile)
     if args.command == "catalog" and args.catalog_action == "diff":
         return anyio.run(lock.diff, config, args.json)
     if args.command == "catalog":

@@ -20,7 +20,7 @@ from pathlib import Path
 from catalog.lock import Lock, LockedTool, LockError, Pending, apply, approve
 from catalog.text import printable
 from gateway.commands.startup import Exit, discover, running
-from gateway.config import Config
+from gateway.config import Config, ConfigError
 from gateway.downstream.connection import Downstream
 from gateway.engine.checks import CheckCache
 from gateway.engine.epoch import Epoch, client_policy, epoch_of
@@ -207,12 +207,20 @@ def _confirm(count: int) -> bool:
     return sys.stdin.readline().strip().lower() in ("y", "yes")
 
 
-async def approve_command(config: Config, names: Sequence[str], everything: bool, yes: bool) -> int:
+async def approve_command(
+    config: Config, names: Sequence[str], everything: bool, yes: bool, profile: str | None = None
+) -> int:
     """Show each chosen pending change, confirm, and record it in the lock of every profile it is
     pending in. A name is the tool's published name in one profile: the tool it names (its server
-    and original name) is approved in every profile, where a long name may read otherwise."""
+    and original name) is approved in every profile, where a long name may read otherwise.
+    ``profile``: the names (and ``everything``) are that profile's only, where each names one
+    tool; in two profiles one name can be two servers' tools (``prefix = ""``)."""
     if not names and not everything:
         raise Exit(2, "prefixgate: catalog approve: name the changes to approve (catalog diff --lock) or pass --all")
+    try:
+        config.view(profile)
+    except ConfigError as exc:
+        raise Exit(2, f"prefixgate: config error: {exc}") from None
     _existing(config)  # the default profile's (each other profile's that exists is read below)
     for view in views(config)[1:]:
         if lock_target(view).exists():
@@ -226,10 +234,11 @@ async def approve_command(config: Config, names: Sequence[str], everything: bool
         chosen: list[tuple[_Locked, list[Pending]]] = []
         known: dict[str, None] = {}
         found = [(each, each.pending()) for each in profiles]
-        routes = {(p.server, p.original) for _, pending in found for p in pending if p.name in names}
+        named = [p for each, pending in found if profile in (None, each.hub.config.profile) for p in pending]
+        routes = {(p.server, p.original) for p in named if everything or p.name in names}
+        known.update(dict.fromkeys(p.name for p in named))
         for each, pending in found:
-            known.update(dict.fromkeys(p.name for p in pending))
-            picked = list(pending) if everything else [p for p in pending if (p.server, p.original) in routes]
+            picked = [p for p in pending if (p.server, p.original) in routes]
             if picked:
                 chosen.append((each, picked))
         unknown = [n for n in names if n not in known]
