@@ -10,9 +10,15 @@ from __future__ import annotations
 import json
 import re
 
-__all__ = ["escape", "json_text", "printable", "quote"]
+__all__ = ["escape", "json_text", "plural", "printable", "quote"]
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def plural(count: int, noun: str) -> str:
+    """``count`` and ``noun``, the noun plural unless the count is one ("1 tool", "0 tools"):
+    every noun the gateway counts in a line (tool, server, change, request...) takes an s."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def escape(text: str) -> str:

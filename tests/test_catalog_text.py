@@ -81,3 +81,15 @@ def test_json_keeps_every_field_it_had(tmp_path: Path) -> None:
         report["servers"][0]
     )
     assert {"name", "server", "original", "declared", "deferred", "policy"} <= set(report["tools"][0])
+
+
+def test_a_count_of_one_reads_in_the_singular(tmp_path: Path) -> None:
+    """One server with one tool: "1 tools", "of 1 servers" were printed and logged."""
+    from tests.test_hardening_schema import rogue, tool
+
+    out, log, _ = catalog(write_config(tmp_path, {"s": rogue(tools=[tool("t")])}))
+    assert re.search(r"\[s\] ready: 1 tool in \d+ ms", log), log
+    assert "catalog: 1 tool from 1 of 1 server; " in log
+    assert "\ncatalog: 1 tool from 1 of 1 server\n" in out
+    lock = run_cli("catalog", "lock", "--config", str(tmp_path / "prefixgate.toml"), "--log-level", "info")
+    assert lock.returncode == 0 and ": 1 tool, fingerprint " in lock.stdout, lock.stderr

@@ -392,7 +392,7 @@ def test_end_of_input_waits_for_calls_in_flight_at_most_drain_timeout(tmp_path: 
         if proc.poll() is None:
             proc.kill()
         errlog.close()
-    assert "end of input: 1 request(s) still unanswered after drain_timeout (1 s); stopping" in (
+    assert "end of input: 1 request still unanswered after drain_timeout (1 s); stopping" in (
         (tmp_path / "stderr.log").read_text()
     )
 

@@ -339,7 +339,7 @@ def test_doctor_reports_a_lock_the_live_catalog_does_not_match(tmp_path: Path) -
     proc = cli("doctor", "--config", str(config))
     assert proc.returncode == 1
     section = proc.stdout.split("\ncatalog lock\n", 1)[1]
-    assert section.startswith("  warn  ") and "differs from the lock in 1 tool(s)" in section
+    assert section.startswith("  warn  ") and "differs from the lock in 1 tool;" in section
     assert "changed: m__alpha <- m/alpha" in section
     assert 'inputSchema.properties.loud: added {"type":"boolean"}' in section
 
@@ -562,7 +562,7 @@ def test_approve_reads_names_as_the_profile_given_publishes_them(tmp_path: Path)
     config = config_with("After.")
     proc = cli("catalog", "approve", "t", "--profile", "pa", "--yes", "--config", str(config))
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.count("approved 1 change(s)") == 2  # the default profile's lock and pa's
+    assert proc.stdout.count("approved 1 change: ") == 2  # the default profile's lock and pa's
     assert "<- a/t" in proc.stdout and "<- b/t" not in proc.stdout
     left = json.loads(cli("catalog", "diff", "--lock", "--json", "--config", str(config)).stdout)
     assert [p["server"] for p in left["pending"]] == ["b"]

@@ -147,7 +147,7 @@ async def test_a_catalog_lock_covers_every_profile(tmp_path: Path) -> None:
     approved = run_cli("catalog", "approve", "m__alpha", "--yes", "--config", str(config))
     assert approved.returncode == 0, approved.stderr
     done = [": ".join(line.split(": ")[:2]) for line in approved.stdout.splitlines() if line.startswith("approved")]
-    assert done == [f"approved 1 change(s): {locks[p]}" for p in (None, "codex")], approved.stdout
+    assert done == [f"approved 1 change: {locks[p]}" for p in (None, "codex")], approved.stdout
     assert run_cli("catalog", "diff", "--lock", "--config", str(config)).returncode == 0
 
     locks["review"].unlink()

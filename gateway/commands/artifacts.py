@@ -16,6 +16,7 @@ from collections.abc import Callable
 import anyio
 import anyio.to_thread
 
+from catalog.text import plural
 from gateway.config import Config
 from gateway.state.backend import state_store
 from gateway.state.store import StateStore, StoreUnavailable
@@ -66,7 +67,7 @@ async def _run(config: Config, args: argparse.Namespace) -> int:
             max_age_seconds=config.spill.max_age_days * 86400,
             max_total_bytes=config.spill.max_total_bytes,
         )
-        sys.stdout.write(f"removed {len(removed)} artifacts ({sum(a.size for a in removed)} bytes)\n")
+        sys.stdout.write(f"removed {plural(len(removed), 'artifact')} ({sum(a.size for a in removed)} bytes)\n")
         return 0
     except (StoreError, StoreUnavailable) as exc:
         sys.stderr.write(f"prefixgate: {exc}\n")
@@ -84,7 +85,7 @@ async def _list(store: StateStore, as_json: bool) -> int:
     for a in items:
         when = datetime.datetime.fromtimestamp(a.mtime).isoformat(timespec="seconds")
         sys.stdout.write(f"{a.id}  {a.size:>10}  {when}  session {a.session[:12]}\n")
-    sys.stdout.write(f"{len(items)} artifacts, {sum(a.size for a in items)} bytes\n")
+    sys.stdout.write(f"{plural(len(items), 'artifact')}, {sum(a.size for a in items)} bytes\n")
     return 0
 
 

@@ -13,7 +13,7 @@ from catalog.history import summary
 from catalog.lock import LockError
 from catalog.model import CatalogWarning, Entry
 from catalog.policy import matches
-from catalog.text import escape, json_text, printable
+from catalog.text import escape, json_text, plural, printable
 from gateway import __version__
 from gateway.commands.startup import discover, running
 from gateway.config import Config, ConfigError, PolicyConfig
@@ -111,10 +111,6 @@ def catalog_report(config: Config, downstreams: Sequence[Downstream], epoch: Epo
     }
 
 
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
-
-
 def render_text(report: dict[str, Any], config: Config) -> str:
     """The report a newcomer reads at a glance: every number once, each where it is explained."""
     seen = f"  profile: {config.profile}" if config.profile else ""
@@ -141,15 +137,15 @@ def render_text(report: dict[str, Any], config: Config) -> str:
         for kind, n in s.get("held", {}).items():
             held_all[kind] = held_all.get(kind, 0) + n
     tools = report["tools"]
-    total = f"catalog: {_plural(len(tools), 'tool')} from {len(ready)} of {_plural(len(enabled), 'server')}"
+    total = f"catalog: {plural(len(tools), 'tool')} from {len(ready)} of {plural(len(enabled), 'server')}"
     if listed != len(tools):
         total += f" ({listed} listed" + (f": {held_text(held_all)}" if held_text(held_all) else "") + ")"
     lines += ["", total]
     if "resources" in report:
         prompts = report.get("prompts", [])
         lines.append(
-            f"  also: {_plural(report['resources'], 'resource')}, "
-            f"{_plural(report.get('resource_templates', 0), 'resource template')}, {_plural(len(prompts), 'prompt')}"
+            f"  also: {plural(report['resources'], 'resource')}, "
+            f"{plural(report.get('resource_templates', 0), 'resource template')}, {plural(len(prompts), 'prompt')}"
         )
 
     fn, tok = report["functions"], report["tokens"]
@@ -161,8 +157,8 @@ def render_text(report: dict[str, Any], config: Config) -> str:
     lines += [
         "",
         f"declarations: {report['mode']}{fell}",
-        f"  {_plural(fn['declared'], 'function')} declared ({limit}): "
-        + " + ".join([_plural(declared_tools, "tool")] * bool(declared_tools) + meta),
+        f"  {plural(fn['declared'], 'function')} declared ({limit}): "
+        + " + ".join([plural(declared_tools, "tool")] * bool(declared_tools) + meta),
         f"  ~{tok['declared']} tokens ({budget}), {report['deferred']} deferred"
         + (" (reachable through tool_search, marked *)" if report["deferred"] else ""),
     ]
@@ -170,7 +166,7 @@ def render_text(report: dict[str, Any], config: Config) -> str:
     lines += [f"  {'why:' if i == 0 else 'then'} {step}" for i, step in enumerate(steps)]
     refused = [t for t in tools if t.get("policy")]
     if refused:
-        lines.append(f"  policy: {_plural(len(refused), 'tool')} refused at call time, marked !")
+        lines.append(f"  policy: {plural(len(refused), 'tool')} refused at call time, marked !")
 
     lines += ["", "tools, in published order:"]
     name_width = min(max((len(t["name"]) for t in tools), default=0), 48)
@@ -191,7 +187,7 @@ def render_text(report: dict[str, Any], config: Config) -> str:
     if lock is not None:
         pending = lock["pending"]
         state = (
-            f"{len(pending)} change(s) pending approval, the locked declarations are served "
+            f"{plural(len(pending), 'change')} pending approval, the locked declarations are served "
             "(accept: prefixgate catalog approve NAME)"
             if pending
             else "the live catalog matches it"
@@ -258,7 +254,7 @@ def profile_summary(name: str, report: dict[str, Any]) -> str:
     """What a profile publishes, in one line (``catalog`` and ``doctor``)."""
     tools = sum(s["tools"] for s in report["servers"])
     return (
-        f"{name}: {_plural(tools, 'tool')}, {report['mode']}, {report['functions']['declared']} declared, "
+        f"{name}: {plural(tools, 'tool')}, {report['mode']}, {report['functions']['declared']} declared, "
         f"{report['deferred']} deferred; fingerprint {report['fingerprint'][:16]}"
     )
 

@@ -47,7 +47,7 @@ import anyio
 from catalog.diff import name_changes
 from catalog.lock import LockError
 from catalog.names import DEFAULT_ENTRY, PROFILES
-from catalog.text import escape, json_text, printable
+from catalog.text import escape, json_text, plural, printable
 from gateway import __version__, logs
 from gateway.commands.arguments import doctor_arguments
 from gateway.commands.catalog import profile_reports, profile_summary
@@ -203,11 +203,11 @@ def check_servers(report: Report, first: Round) -> None:
         required = " (required)" if s.required else ""
         tail = [f"stderr | {line}" for line in s.stderr_tail]
         if s.status == "ready" and first.epoch is None:
-            report.add("servers", "ok", f"{label} ready in {s.startup_ms} ms, {s.listed} tools listed")
+            report.add("servers", "ok", f"{label} ready in {s.startup_ms} ms, {plural(s.listed, 'tool')} listed")
         elif s.status == "ready":
             c = counts.get(s.id, {})
             published = c.get("published", 0)
-            text = f"{label} ready in {s.startup_ms} ms, {published} tool{'s' if published != 1 else ''}"
+            text = f"{label} ready in {s.startup_ms} ms, {plural(published, 'tool')}"
             held = [f"{c[k]} {k}" for k in ("quarantined", "excluded", "duplicate") if c.get(k)]
             if held or published != s.listed:
                 text += f" ({s.listed} listed" + "".join(f", {h}" for h in held) + ")"
@@ -242,7 +242,9 @@ def check_tools(report: Report, first: Round) -> None:
     for line in first.surface_warnings:
         report.add("tools", "info", f"resources/prompts: {line}")
     if not warnings and not first.surface_warnings:
-        report.add("tools", "ok", f"{len(first.epoch.catalog.entries)} tools, none renamed, quarantined or excluded")
+        report.add(
+            "tools", "ok", f"{plural(len(first.epoch.catalog.entries), 'tool')}, none renamed, quarantined or excluded"
+        )
 
 
 def check_wrapped_names(report: Report, config: Config, first: Round) -> None:
@@ -270,7 +272,7 @@ def check_wrapped_names(report: Report, config: Config, first: Round) -> None:
     report.add(
         "tools",
         "warn",
-        f"{len(too_long)} tool name{'s' if len(too_long) != 1 else ''} over {client.max_len} characters once "
+        f"{plural(len(too_long), 'tool name')} over {client.max_len} characters once "
         f"{client.name} shows {'them' if len(too_long) != 1 else 'it'} as {shown}, which it rejects: {fix}",
         [f"{client.wrapped(n, entry)} ({len(client.wrapped(n, entry))})" for n in too_long[:5]]
         + ([f"... and {len(too_long) - 5} more"] if len(too_long) > 5 else []),
@@ -832,8 +834,9 @@ def check_lock(report: Report, config: Config, first: Round) -> None:
         report.add(
             "catalog lock",
             "warn",
-            f"{escape(str(path))}: the live catalog differs from the lock in {len(pending)} tool(s); the locked "
-            "declarations are served (review: prefixgate catalog diff --lock; accept: prefixgate catalog approve NAME)",
+            f"{escape(str(path))}: the live catalog differs from the lock in {plural(len(pending), 'tool')}; "
+            "the locked declarations are served (review: prefixgate catalog diff --lock; "
+            "accept: prefixgate catalog approve NAME)",
             details,
         )
         return

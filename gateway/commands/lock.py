@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from catalog.lock import Lock, LockedTool, LockError, Pending, apply, approve
-from catalog.text import printable
+from catalog.text import plural, printable
 from gateway.commands.startup import Exit, discover, running
 from gateway.config import Config, ConfigError
 from gateway.downstream.connection import Downstream
@@ -150,7 +150,8 @@ async def lock(config: Config) -> int:
                     _out(_label(each.hub.config) + "\n".join(p.lines()) + "\n")
                 raise Exit(
                     1,
-                    f"prefixgate: catalog lock: {each.path} exists and {len(pending)} live change(s) are pending: "
+                    f"prefixgate: catalog lock: {each.path} exists and {plural(len(pending), 'live change')} "
+                    f"{'is' if len(pending) == 1 else 'are'} pending: "
                     "review and accept them with prefixgate catalog approve (nothing written)",
                 )
         chosen = [(each, [LockedTool.of(e) for e in each.live.catalog.entries] + _kept(each)) for each in profiles]
@@ -158,7 +159,7 @@ async def lock(config: Config) -> int:
         written = [(each, new, changed) for (each, _), (new, changed) in zip(chosen, results, strict=True)]
     for each, new, changed in written:
         done = "wrote" if changed else "unchanged:"
-        _out(f"{done} {each.path}: {len(new.tools)} tools, fingerprint {new.fingerprint}\n")
+        _out(f"{done} {each.path}: {plural(len(new.tools), 'tool')}, fingerprint {new.fingerprint}\n")
     return 0
 
 
@@ -193,7 +194,7 @@ async def diff(config: Config, as_json: bool) -> int:
         if not found:
             _out(f"{path}: the live catalog matches the lock\n")
             continue
-        _out(f"{path}: {len(found)} pending change(s)\n")
+        _out(f"{path}: {plural(len(found), 'pending change')}\n")
         for p in found:
             _out("\n".join(p.lines()) + "\n")
     return 1 if any(found for _, found in pending.values()) else 0
@@ -202,7 +203,7 @@ async def diff(config: Config, as_json: bool) -> int:
 def _confirm(count: int) -> bool:
     if not sys.stdin.isatty():
         raise Exit(2, "prefixgate: catalog approve: stdin is not a terminal; pass --yes to approve without asking")
-    sys.stderr.write(f"Approve {count} change(s)? [y/N] ")
+    sys.stderr.write(f"Approve {plural(count, 'change')}? [y/N] ")
     sys.stderr.flush()
     return sys.stdin.readline().strip().lower() in ("y", "yes")
 
@@ -262,5 +263,6 @@ async def approve_command(
         done = await write_all("catalog approve", to_write)
         written = [(each.path, len(picked), new) for (each, picked), (new, _) in zip(chosen, done, strict=True)]
     for path, approved, new in written:
-        _out(f"approved {approved} change(s): {path}: {len(new.tools)} tools, fingerprint {new.fingerprint}\n")
+        tools = plural(len(new.tools), "tool")
+        _out(f"approved {plural(approved, 'change')}: {path}: {tools}, fingerprint {new.fingerprint}\n")
     return 0

@@ -16,6 +16,7 @@ import anyio
 
 from catalog.budget import DecisionError
 from catalog.lock import LockError
+from catalog.text import plural
 from gateway.commands.base import Exit as Exit
 from gateway.commands.base import load as load
 from gateway.config import Config
@@ -91,11 +92,11 @@ async def discover(config: Config, hub: Hub) -> Epoch:
     # Each server's "ready: N tools" line counts what it listed; say what became of the rest.
     listing = "" if listed == len(epoch.catalog.entries) else f" ({listed} listed" + (f": {why}" if why else "") + ")"
     log.info(
-        "%scatalog: %d tools from %d of %d servers%s; %s, %d declared, %d deferred; fingerprint %s",
+        "%scatalog: %s from %d of %s%s; %s, %d declared, %d deferred; fingerprint %s",
         f"profile {config.profile}: " if config.profile else "",
-        len(epoch.catalog.entries),
+        plural(len(epoch.catalog.entries), "tool"),
         len(ready),
-        len(config.enabled_servers),
+        plural(len(config.enabled_servers), "server"),
         listing,
         decision.mode,
         decision.function_count,

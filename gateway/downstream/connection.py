@@ -21,7 +21,7 @@ import pydantic
 from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import INVALID_REQUEST, METHOD_NOT_FOUND
 
-from catalog.text import escape
+from catalog.text import escape, plural
 from catalog.warm import Contribution
 from gateway.config import ServerConfig
 from gateway.downstream.errors import DownstreamUnavailable, short
@@ -198,7 +198,9 @@ class Downstream:
         self.status = status
         self.error = redact(error, self.config) if error else error
         if status == "ready":
-            self.log.info("[%s] ready: %d tools in %d ms", self.config.id, len(self.tools), self.startup_ms or 0)
+            self.log.info(
+                "[%s] ready: %s in %d ms", self.config.id, plural(len(self.tools), "tool"), self.startup_ms or 0
+            )
         elif self.error:
             self.log.warning("[%s] %s: %s", self.config.id, status, escape(self.error))
         if status != "starting":

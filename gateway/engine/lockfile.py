@@ -18,6 +18,7 @@ from pathlib import Path
 import anyio
 
 from catalog.lock import Lock, LockError, dumps, loads
+from catalog.text import plural
 from gateway.launch import lock_path as lock_path
 from gateway.launch import lock_target as lock_target
 
@@ -117,7 +118,7 @@ class ServedLock:
             return
         self._stamp = _stamp(self.path)
         self.current, self.data = read_lock_and_bytes(self.path)
-        log.info("catalog lock: %s (%d tools)", self.path, len(self.current.tools))
+        log.info("catalog lock: %s (%s)", self.path, plural(len(self.current.tools), "tool"))
 
     async def watch(self, ready: anyio.Event, changed: Callable[[str], Awaitable[None]]) -> None:
         """Serve an approved change without a restart: once ``ready``, a new lock file is ``changed``.

@@ -20,6 +20,7 @@ import anyio.to_thread
 from catalog.budget import DecisionError
 from catalog.diff import name_changes
 from catalog.history import epoch_changes
+from catalog.text import plural
 from catalog.warm import Record
 from gateway.config import Config
 from gateway.downstream.connection import Downstream
@@ -103,8 +104,8 @@ class Publisher:
         self.surface = self._build_surface()
         await self._publish_new(epoch, "warm start: the last verified catalog of this config, before any server is up")
         log.info(
-            "warm start: published the last verified catalog (%d tools, fingerprint %s) before any server is up",
-            len(epoch.catalog.entries),
+            "warm start: published the last verified catalog (%s, fingerprint %s) before any server is up",
+            plural(len(epoch.catalog.entries), "tool"),
             epoch.fingerprint[:16],
         )
         return True
@@ -391,9 +392,9 @@ def log_pending(epoch: Epoch) -> None:
     if not epoch.pending:
         return
     log.warning(
-        "catalog lock: %d pending change(s); the locked declarations are served "
+        "catalog lock: %s pending; the locked declarations are served "
         "(review: prefixgate catalog diff --lock; accept: prefixgate catalog approve NAME)",
-        len(epoch.pending),
+        plural(len(epoch.pending), "change"),
     )
     for pending in epoch.pending:
         for line in pending.lines():
@@ -408,7 +409,7 @@ def _tools(epoch: Epoch) -> dict[str, tuple[str, Any]]:
 def change_summary(old: Epoch | None, new: Epoch) -> str:
     """Tools added, removed and changed between two epochs, for the log line."""
     if old is None:
-        return f"{len(new.catalog.entries)} tools"
+        return plural(len(new.catalog.entries), "tool")
     before = {e.name: e.declaration for e in old.catalog.entries}
     after = {e.name: e.declaration for e in new.catalog.entries}
     parts = name_changes(before, after)

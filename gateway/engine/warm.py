@@ -24,6 +24,7 @@ import anyio.to_thread
 
 from catalog.budget import DecisionError
 from catalog.lock import Lock
+from catalog.text import plural
 from catalog.warm import MAX_RECORD_BYTES, Answer, Contribution, Record, carried, encode_record, record_key
 from gateway.config import Config
 from gateway.downstream.connection import Downstream
@@ -184,10 +185,10 @@ class WarmRecords:
                 log.warning("warm-start record not shared through the state store: %s", exc.strerror or exc)
         self._written = data
         log.info(
-            "warm-start record written: fingerprint %s, %d servers, %d answers",
+            "warm-start record written: fingerprint %s, %s, %s",
             epoch.fingerprint[:16],
-            len(servers),
-            len(answers),
+            plural(len(servers), "server"),
+            plural(len(answers), "answer"),
         )
 
 

@@ -18,6 +18,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
+from catalog.text import plural
 from gateway.state.journal import append_rotating
 
 log = logging.getLogger("prefixgate.audit")
@@ -77,10 +78,10 @@ class AuditLog:
         except OSError as exc:
             self.failed += len(lines)
             if not self._failing:
-                log.warning("audit log: %d line(s) not written: %s", len(lines), exc)
+                log.warning("audit log: %s not written: %s", plural(len(lines), "line"), exc)
             self._failing = True
             return
         if self._failing:
-            log.info("audit log: writing again (%d line(s) lost before)", self.failed)
+            log.info("audit log: writing again (%s lost before)", plural(self.failed, "line"))
         self._failing = False
         self.written += len(lines)

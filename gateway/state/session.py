@@ -19,6 +19,7 @@ from collections.abc import Iterable
 import anyio
 
 from catalog.activation import ActivationState, encode_record, restore
+from catalog.text import plural
 from gateway.state.store import StateStore, StoreUnavailable
 from spill import Artifacts
 
@@ -82,7 +83,7 @@ class ClientState:
         active, reason = restore(data, identity)
         if reason is None:
             if active:
-                log.info("restored %d activated tools for epoch %s", len(active), identity[:12])
+                log.info("restored %s for epoch %s", plural(len(active), "activated tool"), identity[:12])
             return active
         log.warning("activation record: %s; nothing restored", reason)
         # Record the fresh start, first ending a torn line so the new record stands alone.

@@ -40,6 +40,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.requests import Request
 from starlette.types import Message, Receive, Scope, Send
 
+from catalog.text import plural
 from gateway.config import is_loopback as is_loopback
 from gateway.config import parse_listen as parse_listen
 from gateway.engine.shares import Shares
@@ -489,14 +490,14 @@ async def drain(front: Front, server: Any, timeout: float) -> None:
     for listening in list(getattr(server, "servers", ())):
         listening.close()
     log.info(
-        "stopping: no new connections; %d request(s) in flight may finish (up to %g s; the signal again stops at once)",
-        front.in_flight,
+        "stopping: no new connections; %s in flight may finish (up to %g s; the signal again stops at once)",
+        plural(front.in_flight, "request"),
         timeout,
     )
     with anyio.move_on_after(timeout):
         await front.quiet()
     if front.in_flight:
-        log.warning("stopping with %d request(s) still in flight after %g s", front.in_flight, timeout)
+        log.warning("stopping with %s still in flight after %g s", plural(front.in_flight, "request"), timeout)
     await _flushed(server)
 
 

@@ -34,6 +34,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from catalog.text import plural
 from catalog.warm import LISTS, Answer, Record, record_key
 from gateway.config import Config
 from gateway.downstream.spawn import Spawned, spawn
@@ -245,7 +246,9 @@ class Prelude:
             os.set_blocking(1, True)
             self._thread = None
         if self._answered:
-            log.info("warm start: answered %d request(s) from the record before the gateway was up", self._answered)
+            log.info(
+                "warm start: answered %s from the record before the gateway was up", plural(self._answered, "request")
+            )
         unread = b"".join(self._kept) + bytes(self._buffer)
         handoff = Handoff(unread, bytes(self._out), frozenset(self._private))
         self._kept, self._buffer, self._out = [], bytearray(), bytearray()

@@ -33,6 +33,7 @@ from mcp.shared.message import SessionMessage
 from mcp_types.jsonrpc import CONNECTION_CLOSED, INTERNAL_ERROR, INVALID_REQUEST, PARSE_ERROR
 from pydantic import ValidationError
 
+from catalog.text import plural
 from gateway import jsontext
 from gateway.config import DEFAULT_MAX_MESSAGE_BYTES
 from gateway.lines import (
@@ -409,8 +410,8 @@ async def stdio_streams(
             await unanswered.drained()
         if drain.cancelled_caught:
             log.warning(
-                "end of input: %d request(s) still unanswered after drain_timeout (%g s); stopping",
-                unanswered.count,
+                "end of input: %s still unanswered after drain_timeout (%g s); stopping",
+                plural(unanswered.count, "request"),
                 drain_timeout,
             )
 
