@@ -201,7 +201,8 @@ class Downstream:
             self.log.info(
                 "[%s] ready: %s in %d ms", self.config.id, plural(len(self.tools), "tool"), self.startup_ms or 0
             )
-        elif self.error:
+        elif self.error and not (self.supervised and status in ("failed", "exited")):
+            # (supervised, the end is logged once, with its retry: Supervisor.run)
             self.log.warning("[%s] %s: %s", self.config.id, status, escape(self.error))
         if status != "starting":
             self.settled.set()

@@ -19,6 +19,7 @@ import anyio.lowlevel
 from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import CONNECTION_CLOSED
 
+from catalog.text import escape
 from gateway.downstream import backoff
 from gateway.downstream.connection import Downstream
 from gateway.downstream.errors import DownstreamUnavailable, leaf, short
@@ -73,9 +74,11 @@ class Supervisor:
                     healthy = None if self._ready_at is None else anyio.current_time() - self._ready_at
                     wait = policy.delay(healthy)
                     d.retry_at = anyio.current_time() + wait
+                    ended = f"{d.status}: {escape(d.error)}" if d.error else d.status
                     if d.status in ("exited", "ready"):
                         d.status = "restarting"  # it was serving: say so; a start-up failure stays "failed"
-                    d.log.warning("[%s] retrying in %g s (%s)", d.id, wait, d.error or d.status)
+                    # One line per end, its reason and its retry (set_status leaves it to this one).
+                    d.log.warning("[%s] %s; retrying in %g s", d.id, ended, wait)
                     await d.events.server_down(d)
                     await self._pause(wait)
                     d.restarts += 1
