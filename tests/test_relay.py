@@ -12,7 +12,7 @@ import mcp_types as types
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from tests.helpers import catalog_json, demo, gateway, write_config
+from tests.helpers import ERAS, catalog_json, demo, gateway, sdk_client, write_config
 
 # Logging and resources/subscribe are deprecated in the 2026-07-28 era but still part of
 # the handshake era the gateway must pass through.
@@ -155,3 +155,26 @@ async def test_client_without_sampling_gets_a_clear_error(config: Path) -> None:
             await gw.session.call_tool("r__sample", {})
         assert "does not support sampling" in str(info.value.message) or "does not support sampling" in gw.stderr()
         assert (await gw.session.call_tool("r__echo", {"text": "fine"})).content[0].text == "fine"
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_completion_for_a_reference_outside_the_catalog_says_what_it_is(config: Path, mode: str) -> None:
+    """A completion for a prompt or template the gateway does not list was refused with "no
+    server offers completion for ref/prompt": neither which prompt or URI, nor as prompts/get
+    and resources/read refuse them. The prompt's name is not repeated, as prompts/get does not
+    (it would reach the trace span); the URI is named, as resources/read names it."""
+    async with sdk_client(config, mode) as client:
+        with pytest.raises(MCPError) as prompt:
+            await client.get_prompt("nope", {})
+        with pytest.raises(MCPError) as completion:
+            await client.complete(types.PromptReference(type="ref/prompt", name="nope"), {"name": "who", "value": "a"})
+        assert (completion.value.error.code, completion.value.error.message) == (
+            prompt.value.error.code,
+            prompt.value.error.message,
+        )
+        assert completion.value.error.message == "Unknown prompt: not among the prompts prefixgate lists"
+        uri = types.ResourceTemplateReference(type="ref/resource", uri="demo://nope/{id}")
+        with pytest.raises(MCPError) as template:
+            await client.complete(uri, {"name": "id", "value": "1"})
+        assert template.value.error.code == -32602
+        assert template.value.error.message == "prefixgate: no server offers completion for resource 'demo://nope/{id}'"

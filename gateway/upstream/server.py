@@ -61,6 +61,9 @@ INSTRUCTIONS = (
     "which activates the tools it returns, then call them (with tool_call when offered). "
     "Large results are cut to a preview; read the full output with artifact_read."
 )
+UNKNOWN_PROMPT = "Unknown prompt: not among the prompts prefixgate lists"
+"""prompts/get's and completion's refusal of a prompt name: the name is not repeated (a client's
+own text, which the SDK's trace span would record in its status)."""
 _STATE_KEY = "prefixgate.upstream"
 
 StateFactory = Callable[[ServerRequestContext[Any, Any]], ClientState]
@@ -496,8 +499,7 @@ class Handlers:
         await self.router.current()
         route = self.hub.surface.prompt_route.get(params.name)
         if route is None:
-            # (Its name is not repeated: a client's own text, which the SDK's trace span would record.)
-            raise MCPError(code=INVALID_PARAMS, message="Unknown prompt: not among the prompts prefixgate lists")
+            raise MCPError(code=INVALID_PARAMS, message=UNKNOWN_PROMPT)
         server_id, original = route
         request = {**_relayed_params(ctx), "name": original}
         return await self.routed(ctx, server_id, f"prompt {params.name!r}", "prompts/get", request)
@@ -508,14 +510,20 @@ class Handlers:
         request = _relayed_params(ctx)
         ref = dict(request.get("ref") or {})
         server_id: str | None = None
+        what = f"completion for {ref.get('type')}"
         if ref.get("type") == "ref/prompt":
-            route = surface.prompt_route.get(str(ref.get("name")))
-            if route is not None:
-                server_id, ref["name"] = route
+            # Refused as prompts/get refuses the name (a down server's prompt is still listed:
+            # it gets the routed requests' own "is down" answer).
+            name = str(ref.get("name"))
+            route = surface.prompt_route.get(name)
+            if route is None:
+                raise MCPError(code=INVALID_PARAMS, message=UNKNOWN_PROMPT)
+            server_id, ref["name"] = route
+            what = f"completion for prompt {name!r}"
         elif ref.get("type") == "ref/resource":
             uri = str(ref.get("uri"))
             server_id = surface.owner_of_template(uri) or surface.owner_of_uri(uri)
-        what = f"completion for {ref.get('type')}"
+            what = f"completion for resource {uri!r}"  # (as resources/read names its URI)
         return await self.routed(ctx, server_id, what, "completion/complete", {**request, "ref": ref})
 
     async def roots_changed(self, ctx: Context, params: Any) -> None:
