@@ -146,6 +146,10 @@ def conversation(config: Path, modern: bool, fast: bool, stderr: Path) -> tuple[
             s.call("bad requestState", 20, "demo__ask", {}, requestState="forged")
         gw.request(21, "tools/call", {"arguments": {}, **({"_meta": s.params("x", {})["_meta"]} if modern else {})})
         s.until("no name", 21)  # malformed params: the SDK's own error on both paths
+        envelope = {"_meta": s.params("x", {})["_meta"]} if modern else {}
+        for request_id, cursor in ((30, None), (31, "page-2"), (32, 5)):  # no cursor is issued: only none is valid
+            gw.request(request_id, "tools/list", {"cursor": cursor, **envelope})
+            s.until(f"cursor {cursor}", request_id)
         s.call("crash mid-call", 17, "crashy__crash", {"status": 7})
         gw.proc.stdin.close()  # type: ignore[union-attr]
         gw.proc.wait(timeout=30)
@@ -172,6 +176,9 @@ async def test_fast_path_answers_byte_identical_to_the_sdk_path(tmp_path: Path, 
     assert b"exit status 7" in steps["crash mid-call"][-1]
     assert b'"error"' in steps["no name"][-1] and (not modern or b"requestState" in steps["bad requestState"][-1])
     assert b"Ann" in steps["ask answered"][-1] and b"Ann" in steps["ask legacy server answered"][-1]
+    assert b'"tools":[' in steps["cursor None"][-1]
+    assert b'"code":-32602,"message":"Invalid cursor: ' in steps["cursor page-2"][-1]
+    assert b'"code":-32602,"message":"Invalid params: cursor must be a string"' in steps["cursor 5"][-1]
     for log in (fast_log, sdk_log):  # the courtesy cancel reached the server, for the cancel and the timeout
         assert log.count("slow cancelled after step") == 2, log[-3000:]
 

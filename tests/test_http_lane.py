@@ -143,6 +143,12 @@ def conversation(config: Path, lane: bool) -> tuple[list[tuple[str, Response]], 
             {**routing("tools/list"), "accept": "application/json"},
         )
         s.post("extra member", {**request(24, "tools/list", {"_meta": envelope()}), "x": 1}, routing("tools/list"))
+        for request_id, cursor in ((30, None), (31, "page-2"), (32, 5)):  # no cursor is issued: only none is valid
+            s.post(
+                f"cursor {cursor}",
+                request(request_id, "tools/list", {"cursor": cursor, "_meta": envelope()}),
+                routing("tools/list"),
+            )
         s.post("deep meta", deep_call(27), routing("tools/call", "demo__echo"))
         # Long bodies, which the lane parses beside the event loop: a call, and one cut short.
         s.call("long", 28, "demo__echo", {"text": "é" * PARSE_ASIDE_BYTES})
@@ -198,6 +204,9 @@ def test_the_http_lane_answers_byte_identical_to_the_sdk_entry(tmp_path: Path) -
     assert steps["JSON only"][0] == 406 and b"exit status 7" in steps["crash mid-call"][2]
     assert b"still here" in steps["after the crash"][2] and b"-32700" in steps["deep meta"][2]
     assert b"saved as artifact <id>" in steps["long"][2] and b"-32700" in steps["long cut"][2]
+    assert b'"tools":[' in steps["cursor None"][2]
+    assert b'"code":-32602,"message":"Invalid cursor: ' in steps["cursor page-2"][2]
+    assert b'"code":-32602,"message":"Invalid params: cursor must be a string"' in steps["cursor 5"][2]
     assert "a 2026-07-28 POST body: " in lane_log and "a 2026-07-28 POST body: " not in sdk_log
     for log in (lane_log, sdk_log):  # the timeout's courtesy cancel, and the closed stream's
         assert log.count("slow cancelled after step") == 2, log[-3000:]

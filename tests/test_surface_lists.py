@@ -16,8 +16,9 @@ from typing import Any
 
 import anyio
 import pytest
+from mcp.shared.exceptions import MCPError
 
-from tests.helpers import ERAS, PYTHON, sdk_client, wait_for, write_config
+from tests.helpers import ERAS, PYTHON, demo, sdk_client, wait_for, write_config
 
 pytestmark = pytest.mark.anyio
 SERVER = str(Path(__file__).resolve().parent / "surface_server.py")
@@ -186,3 +187,20 @@ async def test_a_server_that_exits_while_it_answers_a_prompt_is_named(tmp_path: 
     assert (
         info.value.error.message == "prefixgate: connection to server 's' closed during the request for prompt 's__p'"
     )
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_cursor_the_gateway_never_issued_is_refused(tmp_path: Path, mode: str) -> None:
+    """Every list is one page (no ``nextCursor``): a cursor was answered as if absent, the
+    list from its start, where the spec asks -32602 for an invalid cursor. (A cursor that is
+    not a string: tests/test_fast_path.py and tests/test_http_lane.py, raw.)"""
+    config = write_config(tmp_path, {"d": demo("--tools", 1, "--rich", "--name", "d")})
+    async with sdk_client(config, mode) as client:
+        lists = (client.list_tools, client.list_prompts, client.list_resources, client.list_resource_templates)
+        for listing in lists:
+            whole = await listing()
+            assert getattr(whole, "next_cursor", None) is None, whole
+            with pytest.raises(MCPError) as refused:
+                await listing(cursor="page-2")
+            assert refused.value.error.code == -32602, listing
+            assert refused.value.error.message == "Invalid cursor: prefixgate issues none (every list is one page)"

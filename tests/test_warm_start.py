@@ -519,7 +519,8 @@ async def test_what_the_start_cannot_answer_waits_for_the_gateway_in_order(tmp_p
     assert answers[1] == {"jsonrpc": "2.0", "id": 1, "result": {}}
     assert answers[None]["error"]["code"] == -32700
     assert answers[2]["result"]["protocolVersion"] == "2025-11-25"
-    assert "a__echo" in [t["name"] for t in answers[3]["result"]["tools"]]
+    assert answers[3]["error"]["code"] == -32602  # the gateway's answer: it issues no cursor
+    assert answers[3]["error"]["message"].startswith("Invalid cursor: ")
     assert "answered" not in (tmp_path / "serve.log").read_text()
 
 

@@ -190,6 +190,8 @@ class Handlers:
             # which refuses them with its own error.
             params = ctx.params or {}
             return self.finish(ctx, await self.run_tool_call(ctx, client, params["name"], params.get("arguments")))
+        if ctx.method in _LISTS:
+            refuse_cursor(ctx.params)
         return await call_next(ctx)
 
     async def discover(self, ctx: Context, call_next: CallNext) -> Any:
@@ -243,6 +245,7 @@ class Handlers:
     async def list_tools(self, ctx: Context, params: Any) -> Any:
         """The epoch's wire form, built (and validated) once per epoch and era: served as
         is, canonical bytes, instead of re-validating thousands of tools on every call."""
+        refuse_cursor(ctx.params)
         epoch = await self.router.current()
         tools = epoch.published(ctx.protocol_version)
         if ctx.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS:
@@ -620,6 +623,22 @@ class _Progress:
 
 _INPUT_METHODS = ("prompts/get", "resources/read")
 """Besides tools/call, the requests a server may answer with a request for input."""
+
+_LISTS = frozenset(("prompts/list", "resources/list", "resources/templates/list"))
+"""The lists the SDK hands to ``Handlers`` (tools/list the middleware answers itself)."""
+
+
+def refuse_cursor(params: Any) -> None:
+    """A list's ``cursor`` the gateway did not issue refused with -32602, as the spec asks of an
+    invalid cursor: every list is one page, no ``nextCursor``, so only none (absent or null) is
+    valid. Answered as if absent, a client's stale or forged cursor read as "from the start".
+    The cursor itself is not repeated (a client's own text). One dict lookup a list."""
+    cursor = params.get("cursor") if isinstance(params, dict) else None
+    if cursor is None:
+        return
+    if not isinstance(cursor, str):
+        raise MCPError(code=INVALID_PARAMS, message="Invalid params: cursor must be a string")
+    raise MCPError(code=INVALID_PARAMS, message="Invalid cursor: prefixgate issues none (every list is one page)")
 
 
 class _LastDump:
