@@ -229,19 +229,18 @@ class Pending:
         }
 
 
-def refusal(pending: Pending) -> str:
-    """What a call to a pending tool answers: the reason and the command that resolves it."""
+def refusal(pending: Pending, approve: str = "prefixgate catalog approve") -> str:
+    """What a call to a pending tool answers: the reason and the command that resolves it
+    (``approve``: that command for the profile served, ``--profile NAME`` included)."""
+    command = f"{approve} {pending.name}"
     if pending.kind == "removed":
         return (
             f"Tool {pending.name!r} is no longer available: its server no longer lists it "
-            f"(run prefixgate catalog approve {pending.name} to drop it from the lock)."
+            f"(run {command} to drop it from the lock)."
         )
     if pending.kind == "new":
-        return (
-            f"Tool {pending.name!r} is new since the lock and not yet approved: "
-            f"run prefixgate catalog approve {pending.name}"
-        )
-    return f"Tool {pending.name!r} changed since the lock: run prefixgate catalog approve {pending.name}"
+        return f"Tool {pending.name!r} is new since the lock and not yet approved: run {command}"
+    return f"Tool {pending.name!r} changed since the lock: run {command}"
 
 
 @dataclass(frozen=True)
@@ -272,6 +271,7 @@ def apply(
     allow_new: bool = False,
     prefixes: Mapping[str, str] | None = None,
     separator: str = "__",
+    approve: str = "prefixgate catalog approve",
 ) -> Applied:
     """The catalog under ``lock``: locked declarations only, whatever the servers list now.
 
@@ -284,6 +284,7 @@ def apply(
     by a locked tool. A locked tool the config now excludes (``excluded`` warnings of
     ``live``) is not published and not pending: the config decides what is offered, the lock
     only what a tool offered may declare (it was published, and said "no longer listed").
+    ``approve``: the command a refusal tells the user to run (the served profile's).
     """
     live_by_route = {(e.server, e.original): e for e in live.entries}
     excluded = {(w.server, w.tool) for w in live.warnings if w.kind == "excluded"}
@@ -309,7 +310,7 @@ def apply(
             taken.add(entry.name)
     pending.sort(key=lambda p: code_unit_key(p.name))
     published = {e.name for e in entries}
-    refusals = {p.name: refusal(p) for p in pending if p.kind != "new" or p.name not in published}
+    refusals = {p.name: refusal(p, approve) for p in pending if p.kind != "new" or p.name not in published}
     return Applied(_sorted_catalog(entries, live), tuple(pending), refusals)
 
 

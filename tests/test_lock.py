@@ -546,7 +546,7 @@ async def test_a_hostile_lock_swapped_in_while_serving_keeps_the_previous_one(tm
     assert "Traceback" not in log and "is not a regular file" in log, log[-2000:]
 
 
-def test_approve_reads_names_as_the_profile_given_publishes_them(tmp_path: Path) -> None:
+async def test_approve_reads_names_as_the_profile_given_publishes_them(tmp_path: Path) -> None:
     """With ``prefix = ""`` two servers' tools of one name are each published as ``t`` by the
     profile that sees only its server: approving ``t`` approved both, with no way to name one.
     ``approve --profile NAME`` reads the names as that profile publishes them."""
@@ -560,6 +560,11 @@ def test_approve_reads_names_as_the_profile_given_publishes_them(tmp_path: Path)
 
     lock(config_with("Before."))
     config = config_with("After.")
+    for mode in ERAS:  # the refusal a profile's client sees names the command for its own lock
+        async with sdk_client(config, mode, "--profile", "pb") as client:
+            refused = await client.call_tool("t", {})
+            assert refused.is_error
+            assert text(refused).endswith("changed since the lock: run prefixgate catalog approve --profile pb t")
     proc = cli("catalog", "approve", "t", "--profile", "pa", "--yes", "--config", str(config))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("approved 1 change: ") == 2  # the default profile's lock and pa's

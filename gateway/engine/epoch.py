@@ -251,7 +251,9 @@ def build_epoch(
         deferred = frozenset(s.id for s in config.servers if s.deferred)
         prefixes = {s.id: s.prefix for s in config.servers}
         allow_new = config.gateway.lock_new == "allow"
-        applied = apply(catalog, lock, ready, deferred, allow_new, prefixes, config.gateway.separator)
+        # Each profile has its own lock: the command a refusal names approves in this one.
+        approve = "prefixgate catalog approve" + (f" --profile {config.profile}" if config.profile else "")
+        applied = apply(catalog, lock, ready, deferred, allow_new, prefixes, config.gateway.separator, approve)
         catalog, pending, refusals = applied.catalog, applied.pending, applied.refusals
     decision = decide(catalog, client_policy(config), meta_declarations(config.spill.enabled))
     return Epoch(catalog=catalog, decision=decision, pending=pending, lock_refusals=refusals)
