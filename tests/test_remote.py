@@ -89,5 +89,5 @@ async def test_an_sse_endpoint_on_another_origin_fails_its_start_at_once(tmp_pat
         async with gateway(config) as gw:
             await wait_for(lambda: gw.stderr().count("[far] failed: ForeignEndpoint") >= 2)
             log = gw.stderr()
-        assert "[far] retrying in 1 s" in log and "late" not in log, log
+        assert "origin; retrying in 1 s" in log and "late" not in log, log
         assert "Traceback" not in log and "s3cr3t" not in log, log

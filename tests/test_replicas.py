@@ -243,7 +243,7 @@ async def test_artifacts_commands_and_doctor_against_redis(tmp_path: Path, redis
     assert any(c["section"] == "store" and c["verdict"] == "ok" for c in report["checks"]), report["checks"]
     other.write_text(other.read_text() + "[spill]\nmax_total_bytes = 1\n")
     gc = run_cli("artifacts", "gc", "--config", str(other))
-    assert gc.returncode == 0 and gc.stdout == f"removed 1 artifacts ({SIZE} bytes)\n", gc.stdout
+    assert gc.returncode == 0 and gc.stdout == f"removed 1 artifact ({SIZE} bytes)\n", gc.stdout
     assert json.loads(run_cli("artifacts", "list", "--json", "--config", str(other)).stdout) == []
     redis.stop()
     down = run_cli("doctor", "--config", str(other), "--json", timeout=120)

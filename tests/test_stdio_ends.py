@@ -96,7 +96,7 @@ def test_a_last_line_without_a_newline_is_answered(tmp_path: Path, start: str) -
     )
     log = proc.stderr.decode()
     assert proc.returncode == 0, log[-2000:]
-    assert ("answered 1 request(s) from the record" in log) == (start == "warm"), log[-2000:]
+    assert ("answered 1 request from the record" in log) == (start == "warm"), log[-2000:]
     assert answers(proc.stdout)[3]["result"]["content"][0]["text"] == "last", (proc.stdout, log[-2000:])
 
 

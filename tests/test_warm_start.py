@@ -489,7 +489,7 @@ async def test_the_first_answers_are_the_gateways_own_bytes(
             lines[prelude] = _exchange(gw, version)
             gw.request(3, "tools/call", json.loads(_call_params(version)))
             assert b"made it" in gw.read_line(), "the gateway took over and answers"
-        assert ("answered 5 request(s) from the record" in err.read_text()) == (prelude == "1"), err.read_text()
+        assert ("answered 5 requests from the record" in err.read_text()) == (prelude == "1"), err.read_text()
     assert lines["1"] == lines["0"]
     assert any(b'"prompts":[{' in line for line in lines["1"]), "the demo's prompts, answered from the record"
 
@@ -614,7 +614,7 @@ async def test_the_agents_openings_are_answered_from_the_record(
         assert "a__echo" in gw.read_line().decode()
         gw.request(3, "tools/call", json.loads(_call_params(hello["protocolVersion"])))
         assert b"made it" in gw.read_line(), "the gateway took over and answers"
-    assert "answered 2 request(s) from the record" in err.read_text(), err.read_text()
+    assert "answered 2 requests from the record" in err.read_text(), err.read_text()
 
 
 @pytest.mark.parametrize("opening", REFUSED_OPENINGS.values(), ids=list(REFUSED_OPENINGS))
@@ -654,7 +654,7 @@ async def test_a_line_nested_past_the_parsers_limit_is_the_gateways_to_answer(tm
     assert answers[2] == {"jsonrpc": "2.0", "id": 2, "result": {}}
     assert "a__echo" in [t["name"] for t in answers[3]["result"]["tools"]]
     log = (tmp_path / "serve.log").read_text()
-    assert "answered 2 request(s) from the record" in log and "stopped answering early" not in log, log
+    assert "answered 2 requests from the record" in log and "stopped answering early" not in log, log
 
 
 async def test_a_stop_signal_during_the_start_leaves_no_server_running(tmp_path: Path) -> None:
