@@ -70,7 +70,8 @@ PROFILES: dict[str, Profile] = {
     "mcp": Profile("mcp", re.compile(r"[A-Za-z0-9._-]"), 128, None),  # SEP-986
     # Claude Code and Claude Desktop name a tool mcp__<entry>__<tool> and reject one over 64.
     # Claude Code also saves an MCP result whose text is over 50,000 characters to a file and
-    # shows the model its first 2 KB (measured, 2.1.197): bounded under that, the trailer shows.
+    # shows the model its first 2 KB (measured, 2.1.197 and 2.1.332: 50,000 characters reach
+    # the model whole, 50,001 do not): bounded under that, the trailer shows.
     "claude-code": Profile("claude-code", _WORD_DASH, 64, None, "mcp__{entry}__", 48 * 1024),
     "claude-desktop": Profile("claude-desktop", _WORD_DASH, 64, None, "mcp__{entry}__"),
 }
