@@ -13,7 +13,7 @@ import anyio
 import pytest
 
 from gateway.downstream.backoff import Backoff
-from tests.helpers import GATEWAY, PYTHON, demo, gateway, url_process, write_config
+from tests.helpers import ERAS, GATEWAY, PYTHON, demo, gateway, sdk_client, text, url_process, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -41,6 +41,36 @@ async def test_a_server_that_keeps_exiting_is_retried_after_1_2_4_s(tmp_path: Pa
             lines = [line for line in gw.stderr().splitlines() if "[dying] " in line]
             assert all("[dying] failed: " in line and "exit status 9" in line for line in lines[:3]), lines
             assert [line.split("; retrying in ")[1] for line in lines[:3]] == ["1 s", "2 s", "4 s"], lines
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_call_after_a_crash_waits_for_the_restart(tmp_path: Path, mode: str) -> None:
+    # Claude Code restarts a server it runs itself at the next call to it: through the
+    # gateway that call was refused for the backoff's first second ("is down ... retried in 1 s").
+    config = write_config(tmp_path, {"d": demo("--tools", 1, "--name", "d")})
+    async with sdk_client(config, mode) as client:
+        with anyio.fail_after(60):
+            crashed = await client.call_tool("d__crash", {"status": 9})
+            assert crashed.is_error and "exited during the call" in text(crashed), text(crashed)
+            back = await client.call_tool("d__echo", {"text": "back"})
+            assert not back.is_error and text(back) == "back", text(back)
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_call_after_a_crash_whose_restart_fails_says_so(tmp_path: Path, mode: str) -> None:
+    # Serves once; every later start exits: the waiting call is answered with that start's end.
+    once = (
+        "import sys; from pathlib import Path; m = Path(sys.argv[1]); m.exists() and sys.exit(3); m.touch(); "
+        "from gateway.commands.demo import main; sys.exit(main(['--tools', '1', '--name', 'd']))"
+    )
+    config = write_config(tmp_path, {"d": {"command": PYTHON, "args": ["-c", once, str(tmp_path / "started")]}})
+    async with sdk_client(config, mode) as client:
+        with anyio.fail_after(60):
+            assert (await client.call_tool("d__crash", {"status": 9})).is_error
+            down = await client.call_tool("d__echo", {"text": "x"})
+            assert down.is_error, text(down)
+            assert text(down).startswith("Server 'd' is down (exited during start-up (exit status 3)"), text(down)
+            assert text(down).endswith("it will be retried in 2 s."), text(down)
 
 
 @contextmanager

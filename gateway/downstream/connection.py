@@ -24,6 +24,7 @@ from mcp_types.jsonrpc import INVALID_REQUEST, METHOD_NOT_FOUND
 from catalog.text import escape, plural
 from catalog.warm import Contribution
 from gateway.config import ServerConfig
+from gateway.downstream import backoff
 from gateway.downstream.errors import DownstreamUnavailable, short
 from gateway.downstream.link import Link, ProgressFn, list_all
 from gateway.downstream.listening import ListenStream
@@ -119,6 +120,8 @@ class Downstream:
         """Set when ``run`` has returned: the process and transport are gone."""
         self.joined = anyio.Event()
         """Set once the gateway has taken in its first start (``Events.server_ready`` returned)."""
+        self.restarted = anyio.Event()
+        """Set when a restart's attempt is over (ready, failed or late); a new one for each restart."""
         if not config.enabled:
             self.settled.set()
             self.closed.set()
@@ -197,6 +200,7 @@ class Downstream:
         one escaped line (a server's message can hold newlines or terminal escapes)."""
         self.status = status
         self.error = redact(error, self.config) if error else error
+        self.restarted.set()  # (never called with "restarting": the supervisor sets that itself)
         if status == "ready":
             self.log.info(
                 "[%s] ready: %s in %d ms", self.config.id, plural(len(self.tools), "tool"), self.startup_ms or 0
@@ -339,20 +343,38 @@ async def _usable_link(d: Downstream) -> Link:
     """The connection a request goes on, or ``DownstreamUnavailable`` saying why there is none."""
     if d.link is None:
         await d.started()  # its first start still under way: a request from a warm start's catalog
+    await _retry_scheduled(d)
+    if (d.link is None or d.link.gone) and _restarting_soon(d):
+        with anyio.move_on_after(backoff.START + d.config.startup_timeout):
+            await d.restarted.wait()
+        await _retry_scheduled(d)
+    link = d.link
+    if link is None or link.gone:
+        raise DownstreamUnavailable(d.unavailable())
+    return link
+
+
+def _restarting_soon(d: Downstream) -> bool:
+    """It was serving, exited, and its restart is under way or due within the backoff's
+    first step: a request waits for that restart rather than failing meanwhile, as Claude
+    Code, running a server itself, restarts it at the next call to it. A crash loop (a
+    longer backoff, or a start that fails) is still answered at once."""
+    if not d.supervised or d.stopping or d.status != "restarting":
+        return False
+    return d.retry_at is None or d.retry_at - anyio.current_time() <= backoff.START
+
+
+async def _retry_scheduled(d: Downstream) -> None:
+    """The process is gone (or its start failed) but the supervisor has not scheduled the
+    retry yet: wait for that (briefly) so the answer says when it will be retried, not a
+    stale "ready" or a bare "exited" or "failed"."""
     link = d.link
     if (link is not None and link.gone) or (
         d.supervised and link is None and d.status in ("exited", "failed") and d.retry_at is None
     ):
-        # The process is gone (or its start failed) but the supervisor has not scheduled
-        # the retry yet: wait for that (briefly) so the answer says when it will be
-        # retried, not a stale "ready" or a bare "exited" or "failed".
         with anyio.move_on_after(3):
             while d.retry_at is None and not d.stopping:
                 await anyio.sleep(0.01)
-        link = None
-    if link is None:
-        raise DownstreamUnavailable(d.unavailable())
-    return link
 
 
 async def _tools_listed(d: Downstream, again: bool) -> tuple[Any, ...]:

@@ -76,6 +76,7 @@ class Supervisor:
                     d.retry_at = anyio.current_time() + wait
                     ended = f"{d.status}: {escape(d.error)}" if d.error else d.status
                     if d.status in ("exited", "ready"):
+                        d.restarted = anyio.Event()  # (before the status: a request then waits on this one)
                         d.status = "restarting"  # it was serving: say so; a start-up failure stays "failed"
                     # One line per end, its reason and its retry (set_status leaves it to this one).
                     d.log.warning("[%s] %s; retrying in %g s", d.id, ended, wait)
@@ -86,6 +87,7 @@ class Supervisor:
         finally:
             d.link = None
             d.transport.discard()
+            d.restarted.set()
             d.settled.set()
             d.joined.set()
             d.closed.set()
