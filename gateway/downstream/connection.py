@@ -341,7 +341,10 @@ class Downstream:
 
 async def _usable_link(d: Downstream) -> Link:
     """The connection a request goes on, or ``DownstreamUnavailable`` saying why there is none."""
-    if d.link is None:
+    link = d.link
+    if link is not None and not link.gone:
+        return link  # (every call: nothing else to wait for)
+    if link is None:
         await d.started()  # its first start still under way: a request from a warm start's catalog
     await _retry_scheduled(d)
     if (d.link is None or d.link.gone) and _restarting_soon(d):
