@@ -45,6 +45,9 @@ LOCK_FILE_NAME = "prefixgate.lock"
 _VAR = re.compile(r"\$\{([^}]*)\}")
 
 Transport = Literal["stdio", "http", "sse"]
+Instances = Literal["shared", "per-principal"]
+DEFAULT_MAX_INSTANCES = 8
+DEFAULT_IDLE_TIMEOUT = 600.0
 AuthKind = Literal["oauth", "client_credentials"]
 AUTH_KEYS = ("auth", "client_id", "client_secret", "client_metadata_url", "scopes", "redirect_port", "issuer")
 """The OAuth keys of a remote server's table."""
@@ -85,6 +88,13 @@ class ServerConfig:
     include: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
     deferred: bool = False
+    instances: Instances = "shared"
+    """A stdio server's processes over ``serve --http``: "shared" (one for every principal) or
+    "per-principal" (one for each principal that calls it: gateway/engine/instances.py)."""
+    max_instances: int = DEFAULT_MAX_INSTANCES
+    """"per-principal": the most processes of it at once, besides the shared one."""
+    idle_timeout: float = DEFAULT_IDLE_TIMEOUT
+    """"per-principal": seconds a principal's process may go without a request before it is stopped."""
     protocol: str = "auto"
     """"auto": the handshake toward a server that accepts it, 2026-07-28 (``server/discover``) toward
     one that refuses it; "modern": 2026-07-28 toward a server that offers it; "legacy": the
@@ -577,6 +587,9 @@ _SERVER_KEYS: dict[str, Check] = {
     "exclude": _str_list,
     "deferred": _bool,
     "protocol": _one_of("auto", "legacy", "modern"),
+    "instances": _one_of(*get_args(Instances)),
+    "max_instances": _positive_count,
+    "idle_timeout": _number,
     "auth": _one_of("oauth", "client_credentials"),
     "client_id": _nonempty_str,
     "client_secret": _nonempty_str,
@@ -870,12 +883,15 @@ def _server(
         raise ConfigError(where, "has both command (stdio) and url (http/sse): choose one")
     if "command" not in s and "url" not in s:
         raise ConfigError(f"{where}.command", "missing: set command (stdio) or url (http/sse)")
-    stdio_only = ("args", "env", "cwd")
+    stdio_only = ("args", "env", "cwd", "instances", "max_instances", "idle_timeout")
     remote_only = ("transport", "headers", *AUTH_KEYS)
     wrong = [k for k in (remote_only if "command" in s else stdio_only) if k in s]
     if wrong:
         kind = "a stdio server (command)" if "command" in s else "a remote server (url)"
         raise ConfigError(f"{where}.{wrong[0]}", f"not valid for {kind}")
+    per_principal = s.get("instances") == "per-principal"
+    if not per_principal and (loose := next((k for k in ("max_instances", "idle_timeout") if k in s), None)):
+        raise ConfigError(f"{where}.{loose}", 'only with instances = "per-principal"')
 
     call_timeout = s.get("call_timeout", DEFAULT_CALL_TIMEOUT)
     max_call_time = s.get("max_call_time", DEFAULT_MAX_CALL_TIME)
@@ -903,6 +919,9 @@ def _server(
         exclude=s.get("exclude", ()),
         deferred=s.get("deferred", False),
         protocol=s.get("protocol", "auto"),
+        instances=s.get("instances", "shared"),
+        max_instances=s.get("max_instances", DEFAULT_MAX_INSTANCES),
+        idle_timeout=s.get("idle_timeout", DEFAULT_IDLE_TIMEOUT),
     )
     if not common["enabled"]:
         # A disabled server is validated for shape but never expanded: its variables may be unset.

@@ -88,6 +88,16 @@ def test_client_defaults_are_the_policy_defaults() -> None:
          "servers.git.max_call_time: is less than call_timeout (60 s)"),
         ({"servers": {"git": {"command": "x", "call_timeout": 7200}}},
          "servers.git.call_timeout: is more than max_call_time (3600 s by default): raise that too"),
+        ({"servers": {"web": {"url": "https://h/mcp", "instances": "per-principal"}}},
+         "servers.web.instances: not valid for a remote server (url)"),
+        ({"servers": {"web": {"url": "https://h/mcp", "idle_timeout": 60}}},
+         "servers.web.idle_timeout: not valid for a remote server (url)"),
+        ({"servers": {"git": {"command": "x", "instances": "each"}}},
+         "servers.git.instances: expected one of 'shared', 'per-principal'"),
+        ({"servers": {"git": {"command": "x", "max_instances": 4}}},
+         'servers.git.max_instances: only with instances = "per-principal"'),
+        ({"servers": {"git": {"command": "x", "instances": "per-principal", "max_instances": 0}}},
+         "servers.git.max_instances: expected an integer >= 1"),
     ],
 )
 def test_errors_name_the_key(data: dict, message: str) -> None:  # type: ignore[type-arg]
@@ -179,6 +189,8 @@ def test_example_config_is_valid_and_runs_on_this_machine() -> None:
         ('[gateway]\nstate_dir = "${PG_TEST_UNSET_VAR}"\n[servers.git]\ncommand = "x"\n',
          "gateway.state_dir: environment variable PG_TEST_UNSET_VAR is not set"),
         ('[servers.git]\nargs = ["x"]\n', "servers.git.command: missing"),
+        ('[servers.web]\nurl = "https://h/mcp"\ninstances = "per-principal"\n',
+         "servers.web.instances: not valid for a remote server (url)"),
         ("[servers.git\n", "config"),
     ],
 )

@@ -74,7 +74,7 @@ async def serve(
         _stop_signals_handled() as hub_signals,
         running(config, supervise=True, early=early, profiles=views) as hub,
     ):
-        hub_signals.start(hub.downstreams)
+        hub_signals.start(hub.processes)
         await open_store(hub)
         assert hub.tasks is not None
         metrics = observe(hub, hub.tasks, http=http is not None)
@@ -95,6 +95,7 @@ async def serve(
                 lane = fast.FastCalls(handlers)  # tools/call answered by the stdio end
         else:
             await _artifact_store(hub, None)  # retention at start
+            hub.instances.enabled = True  # several principals: per-principal servers run an instance each
             served = [_http_handlers(each) for each in hub.family]
 
         async def barrier() -> None:
@@ -102,10 +103,10 @@ async def serve(
                 for each in hub.family:  # each hub's config now: a reload may have come first
                     await discover(each.config, each)
             except Exit as exc:
-                await _exit_now(hub.downstreams, str(exc))
+                await _exit_now(hub.processes(), str(exc))
             failures = required_failures(hub.downstreams)
             if failures:
-                await _exit_now(hub.downstreams, "prefixgate: " + failures[0])
+                await _exit_now(hub.processes(), "prefixgate: " + failures[0])
             await freeze_the_first_catalog()
 
         reloader = Reloader(hub, config.path) if config.path is not None else None
@@ -266,8 +267,9 @@ class _Signals:
         """What the stop waits for once every server has stopped (``serve --http``: the answers
         of the calls the drain cut, each an ``isError``, written)."""
 
-    def start(self, downstreams: Sequence[Downstream]) -> None:
-        self.tasks.start_soon(_stop_on_signals, downstreams, self)
+    def start(self, processes: Callable[[], Sequence[Downstream]]) -> None:
+        """``processes``: what a stop stops, read when it comes (servers and instances change)."""
+        self.tasks.start_soon(_stop_on_signals, processes, self)
 
 
 @asynccontextmanager
@@ -291,7 +293,7 @@ def _exit_on_signal(signum: int, frame: object) -> None:
     os._exit(128 + signum)
 
 
-async def _stop_on_signals(downstreams: Sequence[Downstream], signals_: _Signals) -> None:
+async def _stop_on_signals(processes: Callable[[], Sequence[Downstream]], signals_: _Signals) -> None:
     """SIGTERM, SIGHUP and SIGINT stop every server (none is left running) and exit; SIGHUP
     reloads the config instead when ``serve --http`` reloads (``signals_.hup``).
 
@@ -309,10 +311,10 @@ async def _stop_on_signals(downstreams: Sequence[Downstream], signals_: _Signals
                 if signals_.drain is not None and not draining:  # the first one over HTTP; the next stops
                     draining = True
                     log.info("%s received: finishing the requests in flight, then stopping every server", name)
-                    signals_.tasks.start_soon(_drain_then_exit, downstreams, signals_, name, 128 + signum)
+                    signals_.tasks.start_soon(_drain_then_exit, processes, signals_, name, 128 + signum)
                     continue
                 log.info("%s received: stopping every server", name)
-                await _exit_now(downstreams, f"prefixgate: stopped by {name}", 128 + signum)
+                await _exit_now(processes(), f"prefixgate: stopped by {name}", 128 + signum)
     finally:
         # Leaving the receiver restores the default action; until the stop's own handlers
         # are set (after every server has stopped), a signal still exits with 128 + its number.
@@ -320,10 +322,12 @@ async def _stop_on_signals(downstreams: Sequence[Downstream], signals_: _Signals
             signal.signal(signum, _exit_on_signal)
 
 
-async def _drain_then_exit(downstreams: Sequence[Downstream], signals_: _Signals, name: str, code: int) -> None:
+async def _drain_then_exit(
+    processes: Callable[[], Sequence[Downstream]], signals_: _Signals, name: str, code: int
+) -> None:
     assert signals_.drain is not None
     await signals_.drain()
-    await _exit_now(downstreams, f"prefixgate: stopped by {name}", code, signals_.settle)
+    await _exit_now(processes(), f"prefixgate: stopped by {name}", code, signals_.settle)
 
 
 async def _exit_now(

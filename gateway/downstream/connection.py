@@ -89,8 +89,13 @@ class Downstream:
         *,
         oauth: OAuthSetup | None = None,
         early: Spawned | None = None,
+        principal: object | None = None,
     ) -> None:
         self.config = config
+        self.principal = principal
+        """The principal (``principal_key``) this process serves alone: one of a server's
+        instances (gateway/engine/instances.py), whose requests and logs are that principal's;
+        None: the server's shared process, which every principal may call."""
         self._secrets = secrets_of(config)  # masked in each stderr line it writes (once: it may write many)
         self.oauth = oauth
         """Token store and login hints for a remote server with ``auth`` (``gateway.downstream.oauth``)."""

@@ -10,7 +10,8 @@ default profile) starts and supervises the servers, and each profile's hub (``pr
 shares them, with the state store, the schema checks, the resources watched, the round
 trips and the relay; it has its own clients, call gate, epochs and warm-start record. A
 server's events reach every hub whose profile sees it; its requests go to the one client
-that caused them, whichever profile that client uses.
+that caused them, whichever profile that client uses. A per-principal server's instances
+(``instances``: one process per principal) report to ``InstanceEvents``: to their principal alone.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from gateway.downstream.supervisor import Supervisor
 from gateway.downstream.tasks import task_status
 from gateway.engine.checks import CheckCache
 from gateway.engine.clients import Clients
+from gateway.engine.instances import Instances
 from gateway.engine.lockfile import ServedLock, lock_path
 from gateway.engine.oauth import oauth_setup
 from gateway.engine.publishing import Publisher
@@ -41,6 +43,7 @@ from gateway.engine.warm import WarmRecords
 from gateway.engine.watches import Watches
 from gateway.state.backend import state_store
 from gateway.state.counted import CountedStore
+from gateway.state.session import principal_key
 from gateway.state.store import StateStore
 
 
@@ -96,10 +99,13 @@ class Hub:
         if shared is None:
             self.relists = Relists([self.publisher])
             self.relay = Relay(self.clients, self.round_trips)
+            self.instances = Instances(InstanceEvents(self.clients, self.relay))
         else:
-            self.relists, self.relay = shared.relists, shared.relay
+            self.relists, self.relay, self.instances = shared.relists, shared.relay, shared.instances
             self.relists.publishers.append(self.publisher)
             self.clients.join(shared.clients)
+        self.router.instances = self.instances
+        """Per-principal servers' processes, one per principal (``serve --http``)."""
 
     def profile(self, config: Config) -> Hub:
         """The hub of another profile (``config``: its view, ``Config.view``) over these same
@@ -124,7 +130,7 @@ class Hub:
     def start(self, tg: anyio.abc.TaskGroup, *, supervise: bool) -> None:
         """Start the servers (once, by the first hub) and every profile's hub."""
         self.tasks = tg
-        self.relists.tasks = self.round_trips.tasks = tg
+        self.relists.tasks = self.round_trips.tasks = self.instances.tasks = tg
         tg.start_soon(self.round_trips.keep)
         for downstream in self.downstreams:
             tg.start_soon(functools.partial(Supervisor(downstream).run, supervise=supervise))
@@ -132,6 +138,10 @@ class Hub:
             hub.clients.tasks = tg
             if hub.lock.path is not None and supervise:
                 tg.start_soon(hub.lock.watch, hub.publisher.discovered, hub.publisher.rebuild)
+
+    def processes(self) -> list[Downstream]:
+        """Every server's connection and every instance's (``instances``): what a stop stops."""
+        return [*self.downstreams, *self.instances.running()]
 
     @property
     def surface(self) -> Surface:
@@ -200,3 +210,43 @@ class Hub:
     ) -> dict[str, Any]:
         """Sampling, elicitation or roots, to the client that can answer it (``Relay.request``)."""
         return await self.relay.request(downstream, method, params, caller)
+
+
+class InstanceEvents:
+    """What an instance reports: its requests and log lines go to its principal alone
+    (``Relay`` reads ``Downstream.principal``); its lists never reach the catalog, which the
+    shared process gives (an instance's ``list_changed`` changes nothing)."""
+
+    def __init__(self, clients: Clients, relay: Relay) -> None:
+        self._clients = clients
+        self._relay = relay
+
+    async def server_ready(self, downstream: Downstream) -> None:
+        await self._clients.pass_level(downstream)
+
+    async def server_down(self, downstream: Downstream) -> None:
+        return None  # (``Relay.forget_callers`` is about the shared process's callers)
+
+    async def server_notification(
+        self, downstream: Downstream, method: str, params: dict[str, Any], caller: object | None = None
+    ) -> None:
+        if method == "notifications/message":
+            self._relay.log(downstream, params, caller)
+        elif method == "notifications/resources/updated":
+            uri, principal = params.get("uri"), downstream.principal
+            if isinstance(uri, str):  # to its principal's clients subscribed to the URI alone
+                self._clients.broadcast(
+                    lambda s: s.send_resource_updated(uri),
+                    lambda u: uri in u.subscriptions and principal_key(u.state) == principal,
+                    every_profile=True,
+                    key="updated:" + uri,
+                )
+        elif method == "notifications/elicitation/complete":
+            self._relay.elicitation_complete(downstream, params)
+        elif method == "notifications/tasks/status":
+            task_status(downstream, params)
+
+    async def server_request(
+        self, downstream: Downstream, method: str, params: dict[str, Any], caller: object | None = None
+    ) -> dict[str, Any]:
+        return await self._relay.request(downstream, method, params, caller)

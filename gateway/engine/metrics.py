@@ -185,6 +185,15 @@ class Gauges(Collector):
             restarts.add_metric((d.id,), float(d.restarts))
         yield status
         yield restarts
+        instances = GaugeMetricFamily(
+            "prefixgate_server_instances",
+            'Processes running for one principal each, per server with instances = "per-principal".',
+            labels=("server",),
+        )
+        for d in first.downstreams:
+            if d.config.instances == "per-principal":
+                instances.add_metric((d.id,), float(len(first.instances.running(d.id))))
+        yield instances
         info = InfoMetricFamily("prefixgate_catalog", "The catalog each profile publishes.", labels=("profile",))
         tools = GaugeMetricFamily(
             "prefixgate_catalog_tools",

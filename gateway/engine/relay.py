@@ -13,6 +13,11 @@ ended before its client was asked) waits for the next call of one principal to t
 which asks it with ``input_required`` before the call goes on (``ask_waiting``): what a
 2026-07-28 server would do. A server that lists its client's roots as soon as it is
 initialized (server-filesystem does) gets them so, as it would directly.
+
+A server's instance (one principal's own process, gateway/engine/instances.py) is that
+principal's alone (``Downstream.principal``): what it sends goes to that principal's call in
+flight (its newest), else to that principal's clients, as if it were the only principal; never
+to another principal, whoever else calls the server.
 """
 
 from __future__ import annotations
@@ -61,15 +66,18 @@ class _Waiting:
     principal: object | None
     """Whose call may ask it (``principal_key``); None: the first principal to call the server alone."""
     answer: asyncio.Future[dict[str, Any]]
+    own: bool = False
+    """An instance's (``principal`` is its principal): asked by that principal's next call, whoever else calls."""
 
 
 class Relay:
     def __init__(self, clients: Clients, round_trips: RoundTrips) -> None:
         self._clients = clients
         self._round_trips = round_trips
-        self._urls: dict[tuple[str, str], tuple[ClientConnection, Any]] = {}
-        """(server, ``elicitationId``) -> the client and call a URL-mode elicitation went to."""
-        self._url_order: dict[object, OrderedDict[tuple[str, str], None]] = {}
+        self._urls: dict[_UrlKey, tuple[ClientConnection, Any]] = {}
+        """(server, its instance's principal or None, ``elicitationId``) -> the client and call a
+        URL-mode elicitation went to (instances of one server may use the same ids)."""
+        self._url_order: dict[object, OrderedDict[_UrlKey, None]] = {}
         """Per principal (``principal_key``): its entries of ``_urls``, oldest first."""
         self._waiting: dict[str, list[_Waiting]] = {}
         """Per server: its requests outside any call that wait for a call to ask them."""
@@ -87,13 +95,14 @@ class Relay:
         ``caller``: the call whose stream the request came on (a streamable-HTTP server's,
         gateway/downstream/related.py); while that call is in flight, it goes there and nowhere else.
         """
+        only = downstream.principal
         to = self._in_flight(downstream.id, caller) if caller is not None else None
         if to is None:
-            to = self._newest_call(downstream.id, method)
+            to = self._newest_call(downstream.id, method, only)
         if to is None:
             if method != WAITS:
                 raise MCPError(code=INVALID_REQUEST, message=f"prefixgate: no client is connected to answer {method}")
-            return await self._wait_for_a_call(downstream.id, method, params, None)
+            return await self._wait_for_a_call(downstream.id, method, params, only, own=only is not None)
         if isinstance(to, RoundTrip):
             require(method, to.capabilities, params)
             try:
@@ -103,7 +112,9 @@ class Relay:
                 # for, and that call ended before its client was asked: the next call asks it.
                 if caller is not None or method != WAITS or not to.finished:
                     raise
-                return await self._wait_for_a_call(downstream.id, method, params, principal_key(to.owner))
+                return await self._wait_for_a_call(
+                    downstream.id, method, params, principal_key(to.owner), own=only is not None
+                )
         client, request_id = to
         if client.server_session is None:
             raise MCPError(code=INVALID_REQUEST, message=f"prefixgate: no client is connected to answer {method}")
@@ -112,7 +123,7 @@ class Relay:
         # one (streamable HTTP needs that), else on the client's standalone channel.
         call_session = client.call_sessions.get(request_id) if request_id is not None else None
         if method == "elicitation/create" and params.get("mode") == "url":
-            self.sent_urls(downstream.id, [params], client, request_id)
+            self.sent_urls(downstream.id, [params], client, request_id, only)
         if call_session is None and method == WAITS:
             # Outside any call: on the client's own channel, which a 2026-07-28 client does not
             # have and a streamable-HTTP client may not have opened yet (what is sent there then
@@ -124,6 +135,7 @@ class Relay:
                 params,
                 principal_key(client.state),
                 at_once=lambda: send_raw_request(session, method, params, related=False),
+                own=only is not None,
             )
         result: dict[str, Any] = await send_raw_request(
             call_session or client.server_session, method, params, related=call_session is not None
@@ -138,18 +150,21 @@ class Relay:
         principal: object | None,
         *,
         at_once: Callable[[], Awaitable[dict[str, Any]]] | None = None,
+        own: bool = False,
     ) -> dict[str, Any]:
         """A request outside any call that no client can be asked now (or, ``at_once``, only
         perhaps): it waits (up to ``round_trip_timeout``) for the next call of one principal to
-        the server to ask it."""
-        if len(self._waiting.get(server_id, ())) >= MAX_WAITING:
+        the server to ask it. ``own``: an instance's, counted apart per principal (one principal's
+        instance does not use up the others')."""
+        same = [w for w in self._waiting.get(server_id, ()) if w.own == own and (not own or w.principal == principal)]
+        if len(same) >= MAX_WAITING:
             log.warning("[%s] %s refused: %d of its requests already wait for a call", server_id, method, MAX_WAITING)
             raise MCPError(
                 code=INVALID_REQUEST,
                 message=f"prefixgate: no client can be asked {method} now, and {MAX_WAITING} requests of this "
                 "server already wait for a call to ask them",
             )
-        item = _Waiting(method, params, principal, asyncio.get_running_loop().create_future())
+        item = _Waiting(method, params, principal, asyncio.get_running_loop().create_future(), own)
         self._enlist(server_id, item)
         timeout = self._round_trips.timeout
         try:
@@ -237,11 +252,13 @@ class Relay:
         only while every call in flight to the server, and every client connected that sees it,
         is that principal's (the request was made for no one in particular)."""
         waiting = self._waiting.get(server_id)
-        if not waiting or self._principal_for(server_id) != who:
+        if not waiting:
             return
-        if any(principal_key(c.state) != who for c in self._clients.everyone() if server_id in c.servers):
-            return
-        for item in [w for w in waiting if w.principal in (None, who) and not w.answer.done()]:
+        alone = self._principal_for(server_id) == who and not any(
+            principal_key(c.state) != who for c in self._clients.everyone() if server_id in c.servers
+        )
+        mine = [w for w in waiting if (w.principal == who if w.own else alone and w.principal in (None, who))]
+        for item in [w for w in mine if not w.answer.done()]:
             self._delist(server_id, item)
             try:
                 answer = await ask(item.method, item.params)
@@ -256,15 +273,18 @@ class Relay:
             if not item.answer.done():
                 item.answer.set_result(answer)
 
-    def sent_urls(self, server_id: str, elicitations: Any, client: ClientConnection, request_id: Any) -> None:
+    def sent_urls(
+        self, server_id: str, elicitations: Any, client: ClientConnection, request_id: Any, instance: object = None
+    ) -> None:
         """URL-mode elicitations of ``server_id`` that reached a handshake-era ``client`` (asked
         during its call ``request_id``, or listed in the data of a ``-32042`` error it was given):
-        the server's notice that one completed goes to that client."""
+        the server's notice that one completed goes to that client. ``instance``: the principal
+        whose instance of the server asked (``Downstream.principal``), None for its shared process."""
         principal = principal_key(client.state)
         for item in elicitations if isinstance(elicitations, list) else ():
             elicitation_id = item.get("elicitationId") if isinstance(item, dict) else None
             if isinstance(elicitation_id, str):
-                key = (server_id, elicitation_id)
+                key = (server_id, instance, elicitation_id)
                 self._forget_url(key)  # (an id used again: the newest client it went to hears it)
                 self._urls[key] = (client, request_id)
                 order = self._url_order.setdefault(principal, OrderedDict())
@@ -272,7 +292,7 @@ class Relay:
                 if len(order) > MAX_URL_ELICITATIONS:
                     self._forget_url(next(iter(order)))
 
-    def _forget_url(self, key: tuple[str, str]) -> tuple[ClientConnection, Any] | None:
+    def _forget_url(self, key: _UrlKey) -> tuple[ClientConnection, Any] | None:
         """Forget one remembered URL-mode elicitation; what it held, if anything."""
         found = self._urls.pop(key, None)
         if found is not None:
@@ -292,7 +312,7 @@ class Relay:
         elicitation_id = params.get("elicitationId")
         if not isinstance(elicitation_id, str):
             return
-        if (found := self._forget_url((downstream.id, elicitation_id))) is None:
+        if (found := self._forget_url((downstream.id, downstream.principal, elicitation_id))) is None:
             log.debug("[%s] elicitation completion dropped: no client was sent that elicitation", downstream.id)
             return
         client, request_id = found
@@ -317,7 +337,9 @@ class Relay:
         name = params.get("logger")
         source = downstream.id if not name else f"{downstream.id}/{name}"
         data = params.get("data")
-        principal = self._principal_of(downstream.id, caller) if caller is not None else None
+        principal = downstream.principal
+        if principal is None and caller is not None:
+            principal = self._principal_of(downstream.id, caller)
         if principal is None:
             principal = self._principal_for(downstream.id)
         if principal is None:
@@ -354,10 +376,16 @@ class Relay:
         in_flight = client.calls.get(request_id) == server_id and request_id in client.call_order
         return (client, request_id) if in_flight and request_id in client.call_sessions else None
 
-    def _newest_call(self, server_id: str, method: str) -> RoundTrip | tuple[ClientConnection, Any] | None:
+    def _newest_call(
+        self, server_id: str, method: str, only: object | None = None
+    ) -> RoundTrip | tuple[ClientConnection, Any] | None:
         """The call a request the wire does not place belongs to: the newest call to the server,
         and only while every call in flight to it is one principal's (see ``_principal_for``);
-        None when no client is connected."""
+        None when no client is connected. ``only``: an instance's principal, whose newest call
+        (or client) it is, whoever else calls the server."""
+        if only is not None:
+            trips = [t for t in self._round_trips.calling(server_id) if principal_key(t.owner) == only]
+            return self._newer(trips[-1] if trips else None, *self._requester(server_id, only))
         if self._principal_for(server_id) is None and (
             self._clients.everyone() or self._round_trips.calling(server_id)
         ):
@@ -372,8 +400,13 @@ class Relay:
                 message=f"prefixgate: {method} cannot be attributed to one client: calls from more than one are "
                 "in flight to this server",
             )
-        trip = self._round_trips.waiting_on(server_id)
-        target, related = self._requester(server_id)
+        return self._newer(self._round_trips.waiting_on(server_id), *self._requester(server_id))
+
+    @staticmethod
+    def _newer(
+        trip: RoundTrip | None, target: ClientConnection | None, related: Any
+    ) -> RoundTrip | tuple[ClientConnection, Any] | None:
+        """The newer of a 2026-07-28 call and a handshake-era client's (its call, if any)."""
         if trip is not None and (target is None or target.call_order.get(related, 0) < trip.seq):
             return trip
         if target is None:
@@ -437,6 +470,9 @@ class Relay:
                     return client, request_id
         return (connected[-1], None) if connected else (None, None)
 
+
+_UrlKey = tuple[str, object, str]
+"""A URL-mode elicitation remembered: its server, the principal of its instance or None, its id."""
 
 _MANY = object()
 """``Relay._callers``' mark of a server called by more than one principal."""

@@ -1,13 +1,15 @@
 """A config reload as a diff: what the running gateway changes when its config file does.
 
 Servers added start (each joins the catalog once it is ready, as a server back from a
-restart does); servers removed stop (their process group, as at shutdown); servers whose
-table changed restart, their lists kept until they list their own (``Downstream.remember``,
-as at a warm start); every other server keeps running untouched: the same process, the
-same connection. ``[client]``, ``[policy]``, ``[spill]``, profiles' views and deferrals
-take effect for new requests, and every profile's catalog is rebuilt: identical bytes are
-the same epoch (no ``list_changed``, the same fingerprint), other bytes one new epoch whose
-reason is the reload. A policy change never changes the published bytes.
+restart does); servers removed stop (their process group, as at shutdown, and a
+per-principal server's instances with it); servers whose table changed restart, their lists
+kept until they list their own (``Downstream.remember``, as at a warm start), and their
+instances stop (each principal's next request starts one from the new table); every other
+server keeps running untouched: the same process, the same connection. ``[client]``,
+``[policy]``, ``[spill]``, profiles' views and deferrals take effect for new requests, and
+every profile's catalog is rebuilt: identical bytes are the same epoch (no ``list_changed``,
+the same fingerprint), other bytes one new epoch whose reason is the reload. A policy change
+never changes the published bytes.
 ``[telemetry] audit_arguments`` applies from the next call.
 
 What cannot change while serving (``FIXED``: where state lives, the stdio line limit, the
@@ -98,6 +100,7 @@ async def apply(hub: Hub, new: Config) -> Plan:
     # 1. Servers that go are stopped now (their in-flight calls end as isError naming the reload).
     for server_id in sorted(going):
         hub.by_id[server_id].stop(REASON)
+        hub.instances.stop_server(server_id, REASON)  # its per-principal processes go with it
     # 2. Every hub takes its view: the servers it sees, its client, policy and spill settings.
     running = {d.id: d for d in hub.downstreams if d.id not in going}
     oauth = oauth_setup(first)

@@ -15,7 +15,7 @@ import logging
 import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar, cast, get_args
+from typing import TYPE_CHECKING, Any, TypeVar, cast, get_args
 
 import anyio
 from jsonschema_rs import ValidationError as SchemaViolation
@@ -31,6 +31,7 @@ from catalog.text import escape, quote
 from catalog.validation import scalars_in_strings, unset_nulls, violation
 from gateway.config import PolicyConfig, SpillConfig
 from gateway.downstream.connection import Downstream
+from gateway.downstream.errors import DownstreamUnavailable
 from gateway.downstream.link import ProgressFn
 from gateway.downstream.toolcall import call_tool
 from gateway.engine.epoch import META_TOOLS, Epoch
@@ -52,6 +53,9 @@ from spill import (
     text_result_size,
     whole_number,
 )
+
+if TYPE_CHECKING:
+    from gateway.engine.instances import Instances  # (it imports the relay, which imports this)
 
 log = logging.getLogger("prefixgate.router")
 
@@ -106,6 +110,8 @@ class Router:
         """Each principal's share of the worker threads its results are bounded, spilled and read in."""
         self.telemetry: Telemetry | None = None
         """Where each call is recorded (metrics, the audit log, spans); None: nowhere, at no cost."""
+        self.instances: Instances | None = None
+        """Where a per-principal server's calls go (the hub's ``Instances``); None: no instances."""
 
     def configure(
         self, downstreams: Mapping[str, Downstream], policy: PolicyConfig, spill: SpillConfig
@@ -283,9 +289,19 @@ class Router:
         if problem is not None:
             return _refused(note, "arguments", problem)
         downstream = self.downstreams[entry.server]
-        result = await call_tool(
-            downstream, entry.original, arguments, meta=meta, on_progress=on_progress, answers=answers
-        )
+        instances = self.instances
+        if instances is not None and instances.serves(downstream):
+            try:  # the caller's own process of the server (gateway/engine/instances.py)
+                async with instances.held(downstream, principal_key(state)) as instance:
+                    result = await call_tool(
+                        instance, entry.original, arguments, meta=meta, on_progress=on_progress, answers=answers
+                    )
+            except DownstreamUnavailable as exc:
+                return error_result(str(exc))
+        else:
+            result = await call_tool(
+                downstream, entry.original, arguments, meta=meta, on_progress=on_progress, answers=answers
+            )
         if is_input_required(result):
             return result  # not a result yet: the caller answers it (gateway/upstream/inputs.py)
         if self.spill.enabled:

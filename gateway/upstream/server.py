@@ -35,6 +35,7 @@ from pydantic import BaseModel, ValidationError
 
 from gateway import __version__, tracing
 from gateway.downstream.calltime import CallTimedOut
+from gateway.downstream.connection import Downstream
 from gateway.downstream.errors import DownstreamUnavailable
 from gateway.downstream.link import ProgressFn
 from gateway.downstream.modern import relayable, relayed_meta
@@ -309,20 +310,26 @@ class Handlers:
             except MCPError as exc:
                 if exc.code == URL_ELICITATION_REQUIRED and target is not None and isinstance(exc.error.data, dict):
                     # Its completion notice comes later, on the server's session: for this client.
-                    hub.relay.sent_urls(target, exc.error.data.get("elicitations"), client, None)
+                    owner = hub.instances.owner(hub.by_id.get(target), client.state)
+                    hub.relay.sent_urls(target, exc.error.data.get("elicitations"), client, None, owner)
                 raise
             if target is not None and is_input_required(result):
                 try:
-                    return await self.over_back_channel(result, target, run)
+                    return await self.over_back_channel(result, target, run, client.state)
                 except MCPError as exc:
                     return error_result(f"{target}: tool {name!r}: {exc.error.message}")
             return result
 
-    async def over_back_channel(self, first: dict[str, Any], server_id: str, retry: RunWith) -> dict[str, Any]:
+    async def over_back_channel(
+        self, first: dict[str, Any], server_id: str, retry: RunWith, state: ClientState
+    ) -> dict[str, Any]:
         """A modern server's ``input_required`` during a handshake-era client's request:
-        the gateway asks that client over its back-channel and retries the server."""
+        the gateway asks that client over its back-channel and retries the server (the
+        caller's own instance of it asked, when it runs one per principal)."""
         hub = self.hub
-        downstream = hub.by_id[server_id]
+        shared = hub.by_id[server_id]
+        owner = hub.instances.owner(shared, state)
+        downstream = (hub.instances.of(server_id, owner) if owner is not None else None) or shared
 
         async def ask(method: str, params: dict[str, Any]) -> dict[str, Any]:
             return await hub.server_request(downstream, method, params)
@@ -425,27 +432,36 @@ class Handlers:
             raise MCPError(code=INVALID_PARAMS, message=f"prefixgate: no server offers {what}")
         downstream = self.hub.by_id[server_id]
         progress = _progress_to(ctx)
+        instances = self.hub.instances
+        state = self.new_state(ctx) if instances.serves(downstream) else None
 
-        async def run(answers: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        async def request(target: Downstream, answers: Mapping[str, Any] | None) -> dict[str, Any]:
             try:  # timed as a tool call: held while the server's question is with the user
-                return await downstream.request(
+                return await target.request(
                     method,
                     {**params, **(answers or {})},
-                    timeout=downstream.config.call_timeout,
+                    timeout=target.config.call_timeout,
                     on_progress=progress,
                     capabilities=relayable(_declared(ctx)),
-                    max_time=downstream.config.max_call_time,
+                    max_time=target.config.max_call_time,
                 )
-            except DownstreamUnavailable as exc:
-                raise MCPError(code=INVALID_PARAMS, message=str(exc)) from None
             except CallTimedOut as exc:
                 raise MCPError(code=REQUEST_TIMEOUT, message=f"{server_id}: {what} {exc.detail}") from None
             except MCPError as exc:
-                if exc.code == CONNECTION_CLOSED and connection_gone(downstream, exc):
+                if exc.code == CONNECTION_CLOSED and connection_gone(target, exc):
                     # The SDK's bare words named no one: which server went, during what.
                     message = f"prefixgate: connection to server {server_id!r} closed during the request for {what}"
                     raise MCPError(code=CONNECTION_CLOSED, message=message) from None
                 raise
+
+        async def run(answers: Mapping[str, Any] | None = None) -> dict[str, Any]:
+            try:
+                if state is None:
+                    return await request(downstream, answers)
+                async with instances.held(downstream, principal_key(state)) as instance:  # the caller's own process
+                    return await request(instance, answers)
+            except DownstreamUnavailable as exc:
+                raise MCPError(code=INVALID_PARAMS, message=str(exc)) from None
 
         if method not in _INPUT_METHODS:
             return _result(ctx, await run())
@@ -458,7 +474,7 @@ class Handlers:
         with _Attributed(client, ctx, server_id, self.hub.round_trips.order(), self.hub.relay):
             result = await run()
             if is_input_required(result):
-                result = await self.over_back_channel(result, server_id, run)
+                result = await self.over_back_channel(result, server_id, run, client.state)
         return _result(ctx, result)
 
     async def list_resources(self, ctx: Context, params: Any) -> Any:
@@ -544,8 +560,11 @@ class Handlers:
                 clients, self._roots_told = self._roots_told, set()
                 relay = self.hub.relay
                 told = {d.id: d for c in clients for d in self.hub.downstreams if relay.answers_to(d.id, c.state)}
+                # and each of their principals' own instances (gateway/engine/instances.py)
+                principals = {principal_key(c.state) for c in clients}
+                theirs = [i for i in self.hub.instances.running() if i.principal in principals]
                 async with anyio.create_task_group() as tg:
-                    for downstream in told.values():
+                    for downstream in [*told.values(), *theirs]:
                         tg.start_soon(downstream.roots_changed)
         finally:
             self._telling_roots = False

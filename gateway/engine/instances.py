@@ -1,0 +1,193 @@
+"""A server's instances: one process per principal, for a stdio server that holds per-user state.
+
+``[servers.NAME] instances = "per-principal"`` under ``serve --http``. The server's shared
+process starts as any server's and gives the catalog (its lists, their changes, the warm
+start); every request of a principal that reaches the server (``tools/call``, and so the tasks
+a call runs; ``resources/read``, ``prompts/get``, ``completion/complete``) goes to that
+principal's own process instead, started by its first such request. A login, a browser
+session or a working directory the server keeps is then never another principal's, and what
+an instance asks (elicitation, sampling, roots) or logs is its principal's by construction
+(``Downstream.principal``, which the relay reads; the hub's ``InstanceEvents``), not by the
+rule for a shared pipe, which refuses what two principals' calls make ambiguous.
+
+An instance is supervised as any server (a crash is restarted with backoff; one that is down
+when its principal's next request comes is replaced at once), and stopped once idle for the
+server's ``idle_timeout``, never with a request in flight. At most ``max_instances`` run per
+server: a new principal's first request stops the least recently used idle one, or, none
+being idle, is refused with one line naming the server and the limit. Nothing waits in an
+unbounded queue; principals are the configured tokens, so a principal costs at most its own
+process. Over stdio there is one principal: the shared process is its instance (``enabled``
+stays off).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import anyio
+import anyio.abc
+
+from gateway.downstream.connection import Downstream, Events
+from gateway.downstream.errors import DownstreamUnavailable
+from gateway.downstream.supervisor import Supervisor
+from gateway.state.session import principal_key
+
+log = logging.getLogger("prefixgate")
+
+PER_PRINCIPAL = "per-principal"
+_DOWN = ("failed", "exited", "restarting")
+"""An instance's statuses in which a new request replaces it rather than wait out its backoff."""
+
+
+@dataclass(eq=False)
+class _Instance:
+    downstream: Downstream
+    used: float
+    """When its last request ended (or its first began): what its idle time counts from."""
+    in_flight: int = 0
+    """Requests holding it now (``Instances.held``): never stopped for idleness or room meanwhile."""
+
+
+class Instances:
+    """The instances of every per-principal server, for the hubs of one gateway."""
+
+    def __init__(self, events: Events) -> None:
+        """``events``: what an instance reports goes there (the hub's ``InstanceEvents``)."""
+        self.enabled = False
+        """Whether requests go to instances: ``serve --http`` turns it on (one principal over stdio)."""
+        self.tasks: anyio.abc.TaskGroup | None = None
+        """Where instances run (the hub's task group: the gateway's stop cancels them)."""
+        self._events = events
+        self._servers: dict[str, OrderedDict[object, _Instance]] = {}
+        """Per server id: its instances by principal (``principal_key``), least recently used first."""
+
+    def serves(self, downstream: Downstream) -> bool:
+        """Whether a principal's request to ``downstream`` goes to that principal's instance."""
+        return self.enabled and downstream.principal is None and downstream.config.instances == PER_PRINCIPAL
+
+    def owner(self, shared: Downstream | None, state: object) -> object | None:
+        """The principal whose instance of ``shared``'s server serves ``state``'s requests, or None."""
+        return principal_key(state) if shared is not None and self.serves(shared) else None
+
+    def of(self, server_id: str, principal: object) -> Downstream | None:
+        """``principal``'s instance of the server, while it has one."""
+        mine = self._servers.get(server_id)
+        found = mine.get(principal) if mine is not None else None
+        return found.downstream if found is not None else None
+
+    def running(self, server_id: str | None = None) -> list[Downstream]:
+        """The instances of one server (``server_id``) or of all: what a stop stops, what metrics count."""
+        groups = self._servers.values() if server_id is None else [self._servers.get(server_id, OrderedDict())]
+        return [instance.downstream for group in groups for instance in group.values()]
+
+    @asynccontextmanager
+    async def held(self, shared: Downstream, principal: object) -> AsyncIterator[Downstream]:
+        """``principal``'s instance of ``shared``'s server for one request, started if need be
+        (the request waits for it, within the server's ``startup_timeout``). Held, it is never
+        stopped for idleness or room. ``DownstreamUnavailable``: it did not start, or every
+        instance the server may have is held by another principal's request."""
+        instance = self._instance(shared, principal)
+        instance.in_flight += 1
+        try:
+            await _started(instance.downstream)
+            yield instance.downstream
+        finally:
+            instance.in_flight -= 1
+            instance.used = anyio.current_time()
+
+    def stop_server(self, server_id: str, reason: str) -> None:
+        """Stop every instance of a server (it is removed or changed by a reload)."""
+        for principal in list(self._servers.get(server_id, ())):
+            self._stop(server_id, principal, reason)
+
+    def _instance(self, shared: Downstream, principal: object) -> _Instance:
+        mine = self._servers.setdefault(shared.id, OrderedDict())
+        found = mine.get(principal)
+        if found is not None and found.in_flight == 0 and _down(found.downstream):
+            self._stop(shared.id, principal, "down, replaced for a new request")
+            found = None
+        if found is None:
+            limit = shared.config.max_instances
+            if len(mine) >= limit:
+                idle = next((p for p, i in mine.items() if i.in_flight == 0), None)
+                if idle is None:
+                    raise DownstreamUnavailable(
+                        f"Server {shared.id!r} runs one process per principal, and all {limit} it may run "
+                        "(its max_instances) are serving other principals' requests now; try again later."
+                    )
+                self._stop(shared.id, idle, "the least recently used, for another principal (max_instances)")
+            found = mine[principal] = self._start(shared, principal)
+        mine.move_to_end(principal)
+        return found
+
+    def _start(self, shared: Downstream, principal: object) -> _Instance:
+        assert self.tasks is not None
+        instance = _Instance(Downstream(shared.config, self._events, principal=principal), anyio.current_time())
+        log.info("[%s] starting the process of principal %s", shared.id, _name(principal))
+        self.tasks.start_soon(self._run, shared.id, principal, instance)
+        return instance
+
+    def _stop(self, server_id: str, principal: object, why: str) -> None:
+        mine = self._servers.get(server_id)
+        instance = mine.pop(principal, None) if mine is not None else None
+        if mine is not None and not mine:
+            del self._servers[server_id]
+        if instance is not None:
+            log.info("[%s] the process of principal %s stopped: %s", server_id, _name(principal), why)
+            instance.downstream.stop(why)
+
+    async def _run(self, server_id: str, principal: object, instance: _Instance) -> None:
+        """Supervise one instance, and stop it once idle for its server's ``idle_timeout``."""
+        try:
+            if instance.downstream.stopping:  # (stopped before it ran)
+                return
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._expire, server_id, principal, instance)
+                await Supervisor(instance.downstream).run(supervise=True)
+                tg.cancel_scope.cancel()
+        finally:
+            instance.downstream.closed.set()
+            mine = self._servers.get(server_id)
+            if mine is not None and mine.get(principal) is instance:
+                self._stop(server_id, principal, "its supervisor ended")
+
+    async def _expire(self, server_id: str, principal: object, instance: _Instance) -> None:
+        timeout = instance.downstream.config.idle_timeout
+        while True:
+            idle = anyio.current_time() - instance.used
+            if instance.in_flight == 0 and idle >= timeout:
+                self._stop(server_id, principal, f"idle for {timeout:g} s (its idle_timeout)")
+                return
+            await anyio.sleep(timeout - idle if instance.in_flight == 0 else timeout)
+
+
+async def _started(d: Downstream) -> None:
+    """Until the instance is ready; ``DownstreamUnavailable``, one line, if its start failed or
+    passed ``startup_timeout`` (its supervisor's watch ends the wait then)."""
+    if _ready(d):
+        return
+    await d.settled.wait()
+    if not _ready(d):
+        reason = " ".join(d.error_reason().split())
+        raise DownstreamUnavailable(f"Server {d.id!r}: the process of this principal did not start: {reason}.")
+
+
+def _down(d: Downstream) -> bool:
+    """Whether a new request replaces the instance rather than wait out its backoff: it exited
+    or failed, or its process closed its end (a crash the supervisor has yet to take in)."""
+    gone = d.link is not None and d.link.gone
+    return d.stopping or d.status in _DOWN or (d.status == "ready" and (d.link is None or gone))
+
+
+def _ready(d: Downstream) -> bool:
+    """Read afresh after an await (a status narrowed before it is not narrowed after)."""
+    return d.status == "ready"
+
+
+def _name(principal: object) -> str:
+    """A principal as the log names it (its name is a hash of its token, never the token)."""
+    return principal if isinstance(principal, str) else "(this client)"

@@ -1,0 +1,51 @@
+"""The classic server (tests/classic_server.py) with state of its own process: a server that
+holds per-user state, for tests/test_instances.py.
+
+Tools besides the classic ones: ``remember(value)`` keeps ``value`` and answers what this
+process kept before ("" at first); ``pid()`` answers its process id; ``crash()`` exits at
+once (status 1). With ``$INSTANCE_LOG`` set, each process appends ``start PID`` to that file
+as it starts, and ``call PID TOOL`` for each call of these tools.
+
+Usage: ``python tests/instance_server.py`` (stdio).
+"""
+
+from __future__ import annotations
+
+import os
+
+from classic_server import main, server  # (run as a script: its directory is on the path)
+
+kept = {"value": ""}
+
+
+def _note(line: str) -> None:
+    if path := os.environ.get("INSTANCE_LOG"):
+        with open(path, "a", encoding="utf-8") as log:
+            log.write(line + "\n")
+
+
+@server.tool()
+def remember(value: str) -> str:
+    """Keep ``value``; answer what was kept before."""
+    _note(f"call {os.getpid()} remember")
+    before, kept["value"] = kept["value"], value
+    return before
+
+
+@server.tool()
+def pid() -> str:
+    """This process's id."""
+    _note(f"call {os.getpid()} pid")
+    return str(os.getpid())
+
+
+@server.tool()
+def crash() -> str:
+    """Exit at once."""
+    _note(f"call {os.getpid()} crash")
+    os._exit(1)
+
+
+if __name__ == "__main__":
+    _note(f"start {os.getpid()}")
+    main()

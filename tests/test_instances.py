@@ -1,0 +1,220 @@
+"""A server with ``instances = "per-principal"``: one process per principal over ``serve --http``.
+
+A stdio server that holds per-user state (a login, a browser session, a memory) is shared by
+every principal of a team gateway unless it runs one process each: then A's state is never
+B's, and what the server asks for (an elicitation, over its back-channel, on one pipe) is its
+principal's by construction, so it is asked at once even while another principal's call is in
+flight (a shared pipe refuses it as unattributable). The shared process still gives the
+catalog, and is never called. Real gateway over HTTP with two bearer tokens, a real stdio
+server written the classic way (tests/instance_server.py), the real SDK client in both eras.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import mcp_types as types
+import pytest
+
+from bench.common import url_process
+from tests.helpers import ERAS, GATEWAY, PYTHON, http_gateway, sdk_client, text, wait_for, write_config
+from tests.test_principals import tokens_file
+
+INSTANCE = str(Path(__file__).resolve().parent / "instance_server.py")
+ALICE = {"Authorization": "Bearer token-of-alice"}
+BOB = {"Authorization": "Bearer token-of-bob"}
+
+pytestmark = pytest.mark.anyio
+
+
+class Principal:
+    """One token's elicitation callback: answers with its name, or (``hold``) not until told."""
+
+    def __init__(self, name: str, *, hold: bool = False) -> None:
+        self.name = name
+        self.asked: list[str] = []
+        self.release = anyio.Event()
+        if not hold:
+            self.release.set()
+
+    async def elicitation(self, context: Any, params: Any) -> types.ElicitResult:
+        self.asked.append(params.message)
+        await self.release.wait()
+        return types.ElicitResult(action="accept", content={"name": self.name})
+
+
+def server(log: Path, **keys: Any) -> dict[str, Any]:
+    return {
+        "command": PYTHON,
+        "args": [INSTANCE],
+        "env": {"INSTANCE_LOG": str(log)},
+        "instances": "per-principal",
+        **keys,
+    }
+
+
+@contextmanager
+def team_gateway(tmp_path: Path, **keys: Any) -> Iterator[tuple[str, Path, Path]]:
+    """A gateway over HTTP with Alice's and Bob's tokens in front of the per-principal server
+    ``s``: its URL, its stderr log, and the server's own log (``start PID``, ``call PID TOOL``)."""
+    log = tmp_path / "instances.log"
+    config = write_config(tmp_path, {"s": server(log, **keys)})
+    with tokens_file(tmp_path, "token-of-alice", "token-of-bob") as tokens:
+        with http_gateway(config, "--token-file", str(tokens)) as (url, stderr):
+            yield url, stderr, log
+
+
+def lines(log: Path, kind: str) -> list[list[str]]:
+    return [line.split()[1:] for line in log.read_text().splitlines() if line.startswith(kind + " ")]
+
+
+def alive(pid: int) -> bool:
+    """Running (a zombie no one has reaped yet is not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_each_principal_has_its_own_process_and_state(tmp_path: Path, mode: str) -> None:
+    with team_gateway(tmp_path) as (url, _, log):
+        async with sdk_client(url, mode, headers=ALICE) as a, sdk_client(url, mode, headers=BOB) as b:
+            with anyio.fail_after(60):
+                assert "s__remember" in {t.name for t in (await a.list_tools()).tools}
+                (shared,) = [pid for (pid,) in lines(log, "start")]  # the catalog's process, started first
+                assert text(await a.call_tool("s__remember", {"value": "alice's"})) == ""
+                assert text(await b.call_tool("s__remember", {"value": "bob's"})) == ""
+                assert text(await a.call_tool("s__remember", {"value": "again"})) == "alice's"
+                assert text(await b.call_tool("s__remember", {"value": "again"})) == "bob's"
+                pid_a = text(await a.call_tool("s__pid", {}))
+                pid_b = text(await b.call_tool("s__pid", {}))
+    assert len({shared, pid_a, pid_b}) == 3
+    assert {pid for pid, _ in lines(log, "call")} == {pid_a, pid_b}  # the shared process is never called
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_each_elicitation_goes_to_its_principal_at_once(tmp_path: Path, mode: str) -> None:
+    """Alice leaves her question unanswered; Bob, meanwhile, is asked his own and answers it, in
+    a tool call and in a prompts/get (the classic server asks during both)."""
+    alice, bob = Principal("Alice", hold=True), Principal("Bob")
+    with team_gateway(tmp_path) as (url, _, _log):
+        async with (
+            sdk_client(url, mode, headers=ALICE, elicitation_callback=alice.elicitation) as a,
+            sdk_client(url, mode, headers=BOB, elicitation_callback=bob.elicitation) as b,
+        ):
+            with anyio.fail_after(90):
+                answers: list[str] = []
+
+                async def alices_call() -> None:
+                    answers.append(text(await a.call_tool("s__elicit", {})))
+
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(alices_call)
+                    await wait_for(lambda: alice.asked)
+                    assert text(await b.call_tool("s__elicit", {})) == "accept:{'name': 'Bob'}"
+                    prompt = await b.get_prompt("s__greeting", {})
+                    assert "Bob" in str(prompt.messages[0].content)
+                    assert answers == []  # Alice's call still waits for her
+                    alice.release.set()
+                assert answers == ["accept:{'name': 'Alice'}"]
+                assert alice.asked == ["What is your name?"]
+                assert len(bob.asked) == 2 and all("name" in q for q in bob.asked)
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_crash_costs_its_principal_alone(tmp_path: Path, mode: str) -> None:
+    with team_gateway(tmp_path) as (url, _, _log):
+        async with sdk_client(url, mode, headers=ALICE) as a, sdk_client(url, mode, headers=BOB) as b:
+            with anyio.fail_after(60):
+                await b.call_tool("s__remember", {"value": "bob's"})
+                pid_b = text(await b.call_tool("s__pid", {}))
+                first_a = text(await a.call_tool("s__pid", {}))
+                assert (await a.call_tool("s__crash", {})).is_error
+                # Alice's next call starts her a new process; Bob's process and state are untouched.
+                assert text(await a.call_tool("s__remember", {"value": "alice's"})) == ""
+                assert text(await a.call_tool("s__pid", {})) not in (first_a, pid_b)
+                assert text(await b.call_tool("s__pid", {})) == pid_b
+                assert text(await b.call_tool("s__remember", {"value": "again"})) == "bob's"
+
+
+async def test_an_idle_instance_stops_and_the_next_call_starts_one(tmp_path: Path) -> None:
+    with team_gateway(tmp_path, idle_timeout=0.5) as (url, stderr, _log):
+        async with sdk_client(url, "legacy", headers=ALICE) as a:
+            with anyio.fail_after(60):
+                await a.call_tool("s__remember", {"value": "alice's"})
+                first = int(text(await a.call_tool("s__pid", {})))
+                await wait_for(lambda: not alive(first))
+                assert "stopped: idle for 0.5 s (its idle_timeout)" in stderr.read_text()
+                second = int(text(await a.call_tool("s__pid", {})))
+                assert second != first and alive(second)
+                assert text(await a.call_tool("s__remember", {"value": "new"})) == ""  # a new process
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_max_instances_with_every_one_busy_is_a_clear_error(tmp_path: Path, mode: str) -> None:
+    """One instance at most: Bob's call while Alice's holds it is refused, naming the server and
+    the limit; once hers is done, Bob's next call gets the room (hers, idle, is stopped)."""
+    alice = Principal("Alice", hold=True)
+    with team_gateway(tmp_path, max_instances=1) as (url, _, _log):
+        async with (
+            sdk_client(url, mode, headers=ALICE, elicitation_callback=alice.elicitation) as a,
+            sdk_client(url, mode, headers=BOB) as b,
+        ):
+            with anyio.fail_after(90):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(a.call_tool, "s__elicit", {})
+                    await wait_for(lambda: alice.asked)
+                    refused = await b.call_tool("s__pid", {})
+                    assert refused.is_error
+                    assert text(refused) == (
+                        "Server 's' runs one process per principal, and all 1 it may run (its max_instances) "
+                        "are serving other principals' requests now; try again later."
+                    )
+                    alice.release.set()
+                pid_b = int(text(await b.call_tool("s__pid", {})))
+                assert alive(pid_b)
+
+
+async def test_serve_over_stdio_keeps_one_process(tmp_path: Path) -> None:
+    """One principal over stdio: the shared process is its instance."""
+    log = tmp_path / "instances.log"
+    config = write_config(tmp_path, {"s": server(log)})
+    async with sdk_client(config, "legacy") as client:
+        with anyio.fail_after(60):
+            assert text(await client.call_tool("s__remember", {"value": "mine"})) == ""
+            pid = text(await client.call_tool("s__pid", {}))
+            assert text(await client.call_tool("s__remember", {"value": "again"})) == "mine"
+    assert [pid] == [p for (p,) in lines(log, "start")]
+
+
+async def test_a_reload_that_changes_the_server_stops_its_instances_and_a_stop_stops_them_all(tmp_path: Path) -> None:
+    """Its instances stop with a changed (or removed) server, and the gateway's stop stops the
+    rest; the metrics count each server's running instances."""
+    log = tmp_path / "instances.log"
+    config = write_config(tmp_path, {"s": server(log)}, gateway={"reload": "signal"})
+    errlog = tmp_path / "gateway.log"
+    command = [*GATEWAY, "serve", "--config", str(config), "--http", "127.0.0.1:0", "--token-file"]
+    with tokens_file(tmp_path, "token-of-alice", "token-of-bob") as tokens, errlog.open("w") as stderr:
+        with url_process([*command, str(tokens)], stderr=stderr) as (url, gateway):
+            async with sdk_client(url, "legacy", headers=ALICE) as a, httpx2.AsyncClient() as http:
+                with anyio.fail_after(60):
+                    first = int(text(await a.call_tool("s__pid", {})))
+                    metrics = await http.get(url.removesuffix("/mcp") + "/metrics", headers=ALICE)
+                    assert 'prefixgate_server_instances{server="s"} 1.0' in metrics.text
+                    write_config(tmp_path, {"s": server(log, idle_timeout=300)}, gateway={"reload": "signal"})
+                    gateway.send_signal(signal.SIGHUP)
+                    await wait_for(lambda: "config reloaded (SIGHUP): restarted 's'" in errlog.read_text())
+                    await wait_for(lambda: not alive(first))
+                    second = int(text(await a.call_tool("s__pid", {})))
+                    assert second != first and alive(second)
+            gateway.send_signal(signal.SIGTERM)
+            gateway.wait(30)
+    await wait_for(lambda: not alive(second))
