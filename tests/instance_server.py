@@ -4,7 +4,8 @@ holds per-user state, for tests/test_instances.py.
 Tools besides the classic ones: ``remember(value)`` keeps ``value`` and answers what this
 process kept before ("" at first); ``pid()`` answers its process id; ``crash()`` exits at
 once (status 1). With ``$INSTANCE_LOG`` set, each process appends ``start PID`` to that file
-as it starts, and ``call PID TOOL`` for each call of these tools.
+as it starts, and ``call PID TOOL`` for each call of these tools; with ``$INSTANCE_FAIL`` set,
+a process started while that file exists exits at once (status 3), saying so on stderr.
 
 Usage: ``python tests/instance_server.py`` (stdio).
 """
@@ -12,6 +13,7 @@ Usage: ``python tests/instance_server.py`` (stdio).
 from __future__ import annotations
 
 import os
+import sys
 
 from classic_server import main, server  # (run as a script: its directory is on the path)
 
@@ -47,5 +49,8 @@ def crash() -> str:
 
 
 if __name__ == "__main__":
+    if os.path.exists(os.environ.get("INSTANCE_FAIL", "\0")):
+        sys.stderr.write("instance_server: told not to start\n")
+        sys.exit(3)
     _note(f"start {os.getpid()}")
     main()
