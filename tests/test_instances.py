@@ -27,6 +27,7 @@ from tests.helpers import ERAS, GATEWAY, PYTHON, http_gateway, sdk_client, text,
 from tests.test_principals import tokens_file
 
 INSTANCE = str(Path(__file__).resolve().parent / "instance_server.py")
+MODERN = str(Path(__file__).resolve().parent / "modern_server.py")
 ALICE = {"Authorization": "Bearer token-of-alice"}
 BOB = {"Authorization": "Bearer token-of-bob"}
 
@@ -160,15 +161,27 @@ async def test_an_instances_log_line_goes_to_its_principal_alone(tmp_path: Path,
                 assert alice.logs == ["classic log line"] and bob.logs == [], (alice.logs, bob.logs)
 
 
+async def test_a_log_level_asked_after_an_instance_started_reaches_it(tmp_path: Path) -> None:
+    """A 2026-07-28 server logs only at the level each request carries: the level a client asks
+    for once its instance runs goes to that instance too, as to the servers."""
+    alice = Principal("Alice")
+    config = write_config(tmp_path, {"m": {"command": PYTHON, "args": [MODERN], "instances": "per-principal"}})
+    with tokens_file(tmp_path, "token-of-alice") as tokens, http_gateway(config, "--token-file", str(tokens)) as found:
+        async with sdk_client(found[0], "legacy", headers=ALICE, **alice.options()) as a:
+            with anyio.fail_after(60):
+                assert text(await a.call_tool("m__log", {})) == "logged"  # (its instance starts; no level yet)
+                await a.set_logging_level("debug")
+                assert text(await a.call_tool("m__log", {})) == "logged"
+                await wait_for(lambda: alice.logs)
+                assert alice.logs == ["modern log line"]
+
+
 async def test_an_instance_that_cannot_start_fails_that_request_alone(tmp_path: Path) -> None:
     """The shared process is up; Alice's own cannot start: her call is an isError naming the
     server and why, and her next call, once it can start, gets a process."""
     fail = tmp_path / "fail"
-    with team_gateway(tmp_path, env={"INSTANCE_LOG": str(tmp_path / "i.log"), "INSTANCE_FAIL": str(fail)}) as (
-        url,
-        _,
-        _log,
-    ):
+    env = {"INSTANCE_LOG": str(tmp_path / "i.log"), "INSTANCE_FAIL": str(fail)}
+    with team_gateway(tmp_path, env=env) as (url, _, _log):
         async with sdk_client(url, "legacy", headers=ALICE) as a:
             with anyio.fail_after(60):
                 assert "s__pid" in {t.name for t in (await a.list_tools()).tools}

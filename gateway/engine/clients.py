@@ -99,6 +99,9 @@ class Clients:
         """The servers this profile sees (updated in place by a reload: connections hold it)."""
         self._every_server = downstreams
         """The servers of every profile served (the first profile's: all of them)."""
+        self.instances: Callable[[], Sequence[Downstream]] = tuple
+        """The per-principal servers' instances running now (the hub's ``Instances.running``),
+        told the level as the servers are."""
         self.peers: list[Clients] = [self]
         """The clients of every profile served over the same servers (shared by their registries)."""
 
@@ -114,6 +117,7 @@ class Clients:
         self.peers = first.peers
         self.peers.append(self)
         self._every_server = first._every_server
+        self.instances = first.instances
 
     def everyone(self) -> list[ClientConnection]:
         """The clients of every profile served, in the order they connected."""
@@ -235,7 +239,7 @@ class Clients:
         for peer in self.peers:
             peer.log_level = verbose
         async with anyio.create_task_group() as tg:  # all at once: a busy server delays only its own
-            for d in self._every_server:
+            for d in (*self._every_server, *self.instances()):
                 tg.start_soon(self.pass_level, d)
 
     async def pass_level(self, downstream: Downstream) -> None:

@@ -100,6 +100,7 @@ class Hub:
             self.relists = Relists([self.publisher])
             self.relay = Relay(self.clients, self.round_trips)
             self.instances = Instances(InstanceEvents(self.clients, self.relay))
+            self.clients.instances = self.instances.running
         else:
             self.relists, self.relay, self.instances = shared.relists, shared.relay, shared.instances
             self.relists.publishers.append(self.publisher)
