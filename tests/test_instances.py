@@ -69,11 +69,12 @@ def server(log: Path, **keys: Any) -> dict[str, Any]:
 
 
 @contextmanager
-def team_gateway(tmp_path: Path, **keys: Any) -> Iterator[tuple[str, Path, Path]]:
+def team_gateway(tmp_path: Path, client: dict[str, Any] | None = None, **keys: Any) -> Iterator[tuple[str, Path, Path]]:
     """A gateway over HTTP with Alice's and Bob's tokens in front of the per-principal server
-    ``s``: its URL, its stderr log, and the server's own log (``start PID``, ``call PID TOOL``)."""
+    ``s`` (``client``: the ``[client]`` table): its URL, its stderr log, and the server's own
+    log (``start PID``, ``call PID TOOL``)."""
     log = tmp_path / "instances.log"
-    config = write_config(tmp_path, {"s": server(log, **keys)})
+    config = write_config(tmp_path, {"s": server(log, **keys)}, client=client or {})
     with tokens_file(tmp_path, "token-of-alice", "token-of-bob") as tokens:
         with http_gateway(config, "--token-file", str(tokens)) as (url, stderr):
             yield url, stderr, log
@@ -94,7 +95,8 @@ def alive(pid: int) -> bool:
 
 @pytest.mark.parametrize("mode", ERAS)
 async def test_each_principal_has_its_own_process_and_state(tmp_path: Path, mode: str) -> None:
-    with team_gateway(tmp_path) as (url, _, log):
+    """Through the tool itself and through ``tool_call`` (declarations "on-demand")."""
+    with team_gateway(tmp_path, client={"declarations": "on-demand"}) as (url, _, log):
         async with sdk_client(url, mode, headers=ALICE) as a, sdk_client(url, mode, headers=BOB) as b:
             with anyio.fail_after(60):
                 assert "s__remember" in {t.name for t in (await a.list_tools()).tools}
@@ -105,6 +107,10 @@ async def test_each_principal_has_its_own_process_and_state(tmp_path: Path, mode
                 assert text(await b.call_tool("s__remember", {"value": "again"})) == "bob's"
                 pid_a = text(await a.call_tool("s__pid", {}))
                 pid_b = text(await b.call_tool("s__pid", {}))
+                assert text(await a.call_tool("tool_call", {"name": "s__pid", "arguments": {}})) == pid_a
+                assert text(await b.call_tool("tool_call", {"name": "s__remember", "arguments": {"value": "x"}})) == (
+                    "again"
+                )
     assert len({shared, pid_a, pid_b}) == 3
     assert {pid for pid, _ in lines(log, "call")} == {pid_a, pid_b}  # the shared process is never called
 
