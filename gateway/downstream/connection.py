@@ -93,9 +93,7 @@ class Downstream:
     ) -> None:
         self.config = config
         self.principal = principal
-        """The principal (``principal_key``) this process serves alone: one of a server's
-        instances (gateway/engine/instances.py), whose requests and logs are that principal's;
-        None: the server's shared process, which every principal may call."""
+        """The one principal this process serves (an instance: gateway/engine/instances.py), else None."""
         self._secrets = secrets_of(config)  # masked in each stderr line it writes (once: it may write many)
         self.oauth = oauth
         """Token store and login hints for a remote server with ``auth`` (``gateway.downstream.oauth``)."""
@@ -109,8 +107,7 @@ class Downstream:
         self.prompts: tuple[Any, ...] = ()
         self.capabilities: dict[str, Any] = {}
         self.source: Literal["live", "record"] | None = None
-        """Where ``tools`` and the other lists come from: the server itself ("live", its last
-        listing, kept while it is down), or the warm-start record (until it lists its own)."""
+        """Where the lists come from: the server ("live", kept while it is down) or the warm-start record."""
         self.server_info: dict[str, Any] | None = None
         self.protocol_version: str | None = None
         self.modern = False
