@@ -465,3 +465,12 @@ def raw_gateway(
     finally:
         proc.kill()
         proc.wait(timeout=30)
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` is still running (a zombie waiting for a reaper counts as gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")

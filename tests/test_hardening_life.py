@@ -25,6 +25,7 @@ from tests.helpers import (
     GATEWAY,
     INIT,
     PYTHON,
+    alive,
     catalog_json,
     demo,
     gateway,
@@ -301,19 +302,10 @@ async def test_a_huge_journal_is_read_from_its_tail_only(tmp_path: Path) -> None
 # --- item 8: SIGTERM, SIGHUP and closed stdin leave no server running ---------------------
 
 
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` is still running (a zombie waiting for a reaper counts as gone)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")
-
-
 def _wait_gone(pid: int, timeout: float = 30) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not _alive(pid):
+        if not alive(pid):
             return True
         time.sleep(0.05)
     return False
@@ -338,7 +330,7 @@ def test_stopping_the_gateway_leaves_no_server_running(tmp_path: Path, how: str)
         proc.stdin.flush()
         assert b'"result"' in proc.stdout.readline()  # serving: every server has started
         pid = int(pidfile.read_text())
-        assert _alive(pid)
+        assert alive(pid)
         if how.startswith("SIG"):
             proc.send_signal(getattr(signal, how))
         else:
@@ -356,7 +348,7 @@ def test_stopping_the_gateway_leaves_no_server_running(tmp_path: Path, how: str)
         if proc.poll() is None:
             proc.kill()
         errlog.close()
-        if pidfile.exists() and _alive(int(pidfile.read_text())):
+        if pidfile.exists() and alive(int(pidfile.read_text())):
             os.kill(int(pidfile.read_text()), signal.SIGKILL)
 
 

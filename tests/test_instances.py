@@ -23,7 +23,7 @@ import mcp_types as types
 import pytest
 
 from bench.common import url_process
-from tests.helpers import ERAS, GATEWAY, PYTHON, http_gateway, sdk_client, text, wait_for, write_config
+from tests.helpers import ERAS, GATEWAY, PYTHON, alive, http_gateway, sdk_client, text, wait_for, write_config
 from tests.test_principals import tokens_file
 
 INSTANCE = str(Path(__file__).resolve().parent / "instance_server.py")
@@ -82,15 +82,6 @@ def team_gateway(tmp_path: Path, client: dict[str, Any] | None = None, **keys: A
 
 def lines(log: Path, kind: str) -> list[list[str]]:
     return [line.split()[1:] for line in log.read_text().splitlines() if line.startswith(kind + " ")]
-
-
-def alive(pid: int) -> bool:
-    """Running (a zombie no one has reaped yet is not)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 @pytest.mark.parametrize("mode", ERAS)

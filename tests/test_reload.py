@@ -20,7 +20,7 @@ import anyio
 import pytest
 
 from bench.common import url_process
-from tests.helpers import ERAS, GATEWAY, Notifications, demo, sdk_client, text, wait_for, write_config
+from tests.helpers import ERAS, GATEWAY, Notifications, alive, demo, sdk_client, text, wait_for, write_config
 
 STATE: dict[str, Any] = {}
 
@@ -33,14 +33,6 @@ def servers(*names: str) -> dict[str, Any]:
 
 def children(pid: int) -> set[int]:
     return {int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()}
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def gateway_pid(config: Path) -> int:
