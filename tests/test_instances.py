@@ -11,6 +11,7 @@ server written the classic way (tests/instance_server.py), the real SDK client i
 
 from __future__ import annotations
 
+import functools
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -282,3 +283,27 @@ async def test_a_reload_that_changes_the_server_stops_its_instances_and_a_stop_s
             gateway.send_signal(signal.SIGTERM)
             gateway.wait(30)
     await wait_for(lambda: not alive(second))
+
+
+async def test_a_roots_change_reaches_its_principals_instance_alone(tmp_path: Path) -> None:
+    """Alice's ``notifications/roots/list_changed`` (a handshake-era client's: a 2026-07-28 one
+    has none) reaches her own process of the server, which hears it and lists her new roots;
+    Bob's process, running meanwhile, hears nothing and keeps listing his."""
+    from tests.test_roots_changed import Roots, _said
+
+    alice_roots, bob_roots = Roots(), Roots()
+    bob_roots.uri = "file:///bob"
+    with team_gateway(tmp_path) as (url, _, _log):
+        async with (
+            sdk_client(url, "legacy", headers=ALICE, list_roots_callback=alice_roots.list_roots) as a,
+            sdk_client(url, "legacy", headers=BOB, list_roots_callback=bob_roots.list_roots) as b,
+        ):
+            with anyio.fail_after(60):
+                assert text(await a.call_tool("s__roots", {})) == "file:///work/one"  # each starts its process
+                assert text(await b.call_tool("s__roots", {})) == "file:///bob"
+                alice_roots.uri = "file:///work/two"
+                await a.send_roots_list_changed()
+                await wait_for(functools.partial(_said, a, "s__roots_changed", "roots changed: 1"), 10)
+                assert text(await a.call_tool("s__roots", {})) == "file:///work/two"
+                assert text(await b.call_tool("s__roots_changed", {})) == "roots changed: 0"
+                assert text(await b.call_tool("s__roots", {})) == "file:///bob"
