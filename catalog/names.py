@@ -74,6 +74,14 @@ PROFILES: dict[str, Profile] = {
     # the model whole, 50,001 do not): bounded under that, the trailer shows.
     "claude-code": Profile("claude-code", _WORD_DASH, 64, None, "mcp__{entry}__", 48 * 1024),
     "claude-desktop": Profile("claude-desktop", _WORD_DASH, 64, None, "mcp__{entry}__"),
+    # Gemini CLI names every MCP tool mcp_<entry>_<tool> and cuts a name over 63 characters to its
+    # first and last 30 around "...", which can make two names one (generateValidName in
+    # packages/core/src/tools/mcp-tool.ts). The Gemini API takes letters, digits, '_', '-', '.'
+    # and ':'; ':' is left out, as MCP's SEP-986 has no ':'. The API refuses a request of over 512
+    # functions; 64 of them are left to Gemini CLI's own tools (27 built in) and its other servers.
+    # It saves a one-text result of over 40,000 characters to a file and shows the model a part
+    # (tool-executor.ts; fewer once the context is nearly full): bounded under that, the trailer shows.
+    "gemini": Profile("gemini", re.compile(r"[A-Za-z0-9._-]"), 63, 512 - 64, "mcp_{entry}_", 36 * 1024),
 }
 
 DEFAULT_ENTRY = "prefixgate"

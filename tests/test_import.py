@@ -211,6 +211,9 @@ def test_gemini_cli(capsys: pytest.CaptureFixture[str], _home: Path) -> None:
     code, out, err = do_import(capsys, "--from", "gemini")
     assert code == 0, err
     assert "(Gemini CLI)" in out and "holds a literal secret" not in err
+    # Its names are mcp_<entry>_<tool> in 63 characters: the gemini profile counts the wrapper.
+    assert parsed(out).client.profile == "gemini" and '\nprofile = "gemini"' in out
+    assert '\nentry = "prefixgate"' in out
     s = servers(parsed(out))
     assert (s["github"].transport, s["github"].url) == ("http", "https://api.githubcopilot.com/mcp/")
     assert s["github"].headers["Authorization"] == "Bearer k-gh"

@@ -22,6 +22,8 @@ FULL_RULES = {
     # 64 less "mcp__prefixgate__": a profile that still carries its wrapper counts the default entry
     "claude-code": r"^[a-zA-Z0-9_-]{1,47}$",
     "claude-desktop": r"^[a-zA-Z0-9_-]{1,47}$",
+    # 63 less "mcp_prefixgate_"; Gemini's ':' is left out, MCP's SEP-986 has none
+    "gemini": r"^[A-Za-z0-9._-]{1,48}$",
 }
 
 
@@ -45,8 +47,10 @@ def test_profiles() -> None:
         "mcp": (128, None),
         "claude-code": (64, None),  # mcp__<entry>__ counted in the 64: see test_names_wrapped
         "claude-desktop": (64, None),
+        "gemini": (63, 448),  # the Gemini API's 512 less 64 for Gemini CLI's own tools
     }
     assert PROFILES["mcp"].valid("a.b") and not OPENAI.valid("a.b")
+    assert PROFILES["gemini"].valid("a.b-c_d") and not PROFILES["gemini"].valid("a:b")
     assert not OPENAI.valid("") and not OPENAI.valid("a\n") and not OPENAI.valid("a" * 65)
 
 

@@ -163,7 +163,7 @@ _GATEWAY_DEFAULTS = """\
 """
 
 
-_PROFILE_FOR = {"claude-code": "claude-code", "claude-desktop": "claude-desktop", "codex": "openai"}
+_PROFILE_FOR = {"claude-code": "claude-code", "claude-desktop": "claude-desktop", "codex": "openai", "gemini": "gemini"}
 """The naming profile that fits the client a config was imported from (Cursor and VS Code run
 models of several providers: the default stays)."""
 
@@ -176,9 +176,9 @@ def _client_lines(sources: Sequence[Source]) -> str:
     if profile is None:
         return (
             '# profile = "openai"                        '
-            "# openai, deepseek, anthropic, mcp, claude-code, claude-desktop\n"
+            "# openai, deepseek, anthropic, mcp, claude-code, claude-desktop, gemini\n"
             '# entry = "prefixgate"                      '
-            "# your client's name for prefixgate (claude-*: in every name)"
+            "# your client's name for prefixgate (claude-*, gemini: in every name)"
         )
     client = CLIENT_NAMES[next(iter(clients))]
     setting = f"profile = {toml_value(profile)}"
