@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from gateway.config import DEFAULT_MAX_CALL_TIME
 from tests.helpers import PYTHON, demo, write_config
 
 DOCTOR = [PYTHON, "-m", "gateway.commands.doctor"]
@@ -248,12 +249,19 @@ def test_symlinked_or_open_state_dir_needs_attention(tmp_path: Path) -> None:
 # --- registration snippets ----------------------------------------------------------------
 
 
-CLIENTS = ["claude-code", "claude-desktop", "cursor", "vscode", "codex"]
+CLIENTS = ["claude-code", "claude-desktop", "cursor", "vscode", "codex", "gemini"]
 
 
-def check_snippet(register: dict[str, Any], client: str, config: Path, variables: dict[str, str] | None = None) -> None:
+def check_snippet(
+    register: dict[str, Any],
+    client: str,
+    config: Path,
+    variables: dict[str, str] | None = None,
+    call_time: float | None = None,
+) -> None:
     """The snippet registers ``command`` and ``args``, and passes each of ``variables`` (name ->
-    the value the environment holds) on in the client's own way."""
+    the value the environment holds) on in the client's own way; Gemini CLI's clock on a call is
+    set past ``call_time`` (the longest ``max_call_time``), when given."""
     variables = variables or {}
     text, command, args = register["snippet"], register["command"], register["args"]
     assert register["client"] == client and register["variables"] == sorted(variables)
@@ -287,8 +295,13 @@ def check_snippet(register: dict[str, Any], client: str, config: Path, variables
     env = {name: f"${{env:{name}}}" for name in variables}
     if client == "claude-desktop":
         env = {name: f"<the value of {name}>" for name in variables}
+    if client == "gemini":  # expanded from Gemini CLI's own environment, which hides *TOKEN* and the like
+        env = {name: f"${{{name}}}" for name in variables}
     table: dict[str, Any] = {"command": command, "args": args, **({"env": env} if env else {})}
-    if client in ("claude-desktop", "cursor"):
+    if client == "gemini":
+        timeout = {} if call_time is None else {"timeout": (call_time + 30) * 1000}
+        assert json.loads(text) == {"mcpServers": {"prefixgate": {**table, **timeout}}}
+    elif client in ("claude-desktop", "cursor"):
         assert json.loads(text) == {"mcpServers": {"prefixgate": table}}
     elif client == "vscode":
         assert json.loads(text) == {"servers": {"prefixgate": {"type": "stdio", **table}}}
@@ -322,16 +335,30 @@ def test_doctor_prints_the_snippet_for_each_client(tmp_path: Path) -> None:
     config = quick_config(tmp_path)
     runs = doctors(*[(config, ("--client", c, "--json")) for c in CLIENTS], (config, ("--client", "vscode")))
     for client, proc in zip(CLIENTS, runs[: len(CLIENTS)], strict=True):
-        check_snippet(json.loads(proc.stdout)["register"], client, config)
+        check_snippet(json.loads(proc.stdout)["register"], client, config, call_time=DEFAULT_MAX_CALL_TIME)
     register = json.loads(runs[3].stdout)["register"]
     assert register["snippet"] in runs[-1].stdout  # the text report prints exactly the same snippet
     # Codex waits about a second for an optional server: what keeps its first session warm is said
     codex = json.loads(runs[4].stdout)["register"]
     assert "about a second" in codex["note"] and "run doctor or catalog once more" in codex["note"]
-    assert all(json.loads(p.stdout)["register"]["note"] is None for p in runs[:4])
+    assert all(json.loads(p.stdout)["register"]["note"] is None for p in [*runs[:4], runs[5]])
     # and the registered command really is prefixgate
     proc = subprocess.run([register["command"], *register["args"][:-3], "--version"], capture_output=True, text=True)
     assert proc.returncode == 0 and proc.stdout.startswith("prefixgate ")
+
+
+def test_gemini_waits_for_a_call_as_long_as_prefixgate_does(tmp_path: Path) -> None:
+    """Gemini CLI gives up on a call after its ``timeout`` (10 minutes by default) whatever
+    progress it hears; prefixgate lets one run ``max_call_time`` (an hour by default), so the
+    snippet sets Gemini's past the longest an enabled server allows (a disabled one's aside)."""
+    servers = {
+        "a": MISSING,
+        "b": {**MISSING, "call_timeout": 900, "max_call_time": 7200},
+        "off": {**MISSING, "enabled": False, "max_call_time": 86400},
+    }
+    config = write_config(tmp_path, servers)
+    register = json.loads(doctor(config, "--client", "gemini", "--json").stdout)["register"]
+    check_snippet(register, "gemini", config, call_time=7200)
 
 
 NPM_404 = """npm error code E404

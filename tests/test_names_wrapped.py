@@ -89,3 +89,25 @@ def test_doctor_checks_names_as_the_client_wraps_them(tmp_path: Path) -> None:
     desktop = json.loads(doctor(config(tmp_path / "b", profile="claude-code", entry="pg"), "--client",
                                 "claude-desktop").stdout)  # fmt: skip
     assert list(json.loads(desktop["register"]["snippet"])["mcpServers"]) == ["pg"]
+
+
+def test_gemini_wraps_as_mcp_entry_tool_in_63_characters(tmp_path: Path) -> None:
+    """Gemini CLI shows a tool as ``mcp_<entry>_<tool>`` and cuts a name over 63 characters in
+    the middle (two names can become one): doctor says so, and the ``gemini`` profile fits."""
+    gemini = PROFILES["gemini"]
+    assert gemini.wrapped("x", "prefixgate") == "mcp_prefixgate_x"
+    assert gemini.for_entry("prefixgate").max_len == 63 - len("mcp_prefixgate_")
+    plain = json.loads(doctor(config(tmp_path / "a", profile="openai"), "--client", "gemini").stdout)
+    assert plain["wrapped_names"]["too_long"] == [PLAIN]
+    (warn,) = [c for c in plain["checks"] if c["verdict"] == "warn" and "mcp_prefixgate_<name>" in c["message"]]
+    assert "over 63 characters" in warn["message"] and "first and last 30 characters" in warn["message"]
+    assert 'profile = "gemini"' in warn["message"] and warn["details"] == [f"mcp_prefixgate_{PLAIN} (68)"]
+    fitted_config = config(tmp_path / "b", profile="gemini")
+    fitted = doctor(fitted_config, "--client", "gemini")
+    report = json.loads(fitted.stdout)
+    assert fitted.returncode == 0, fitted.stdout
+    assert report["wrapped_names"]["too_long"] == [] and report["wrapped_names"]["wrapper"] == "mcp_prefixgate_"
+    names = {t["original"]: t["name"] for t in catalog_json(fitted_config)["tools"]}
+    room = 63 - len("mcp_prefixgate_")
+    assert names[TOOL] == PLAIN[: room - SUFFIX_HEX - 1] + "_" + suffix_hash("d", TOOL)
+    assert list(json.loads(report["register"]["snippet"])["mcpServers"]) == ["prefixgate"]

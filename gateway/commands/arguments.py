@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-CLIENTS = ("claude-code", "claude-desktop", "cursor", "vscode", "codex")
+CLIENTS = ("claude-code", "claude-desktop", "cursor", "vscode", "codex", "gemini")
 """The clients ``doctor`` checks names for and prints a registration snippet for."""
 LOGIN_TIMEOUT = 300.0
 """Seconds ``login`` waits for the browser to come back, unless ``--timeout`` says otherwise."""
@@ -22,7 +22,8 @@ def doctor_arguments(parser: argparse.ArgumentParser) -> None:
         choices=CLIENTS,
         default="claude-code",
         help="the client to check tool names for (Claude Code and Claude Desktop wrap them as "
-        "mcp__<entry>__<tool>) and print the registration snippet for (default claude-code)",
+        "mcp__<entry>__<tool>, Gemini CLI as mcp_<entry>_<tool>) and print the registration snippet for "
+        "(default claude-code)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the text report")
 

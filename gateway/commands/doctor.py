@@ -7,7 +7,8 @@ It checks, each with a verdict line (``ok``, ``info``, ``warn`` or ``FAIL``):
    with the last lines it wrote to stderr;
 3. renamed, quarantined, excluded and duplicate tools, with the reasons; for a client
    that wraps tool names (``--client claude-code`` or ``claude-desktop``:
-   ``mcp__<entry>__<tool>``), whether every name still fits its limit once wrapped;
+   ``mcp__<entry>__<tool>``; ``gemini``: ``mcp_<entry>_<tool>``), whether every name still
+   fits its limit once wrapped;
 4. the declaration decision with its numbers: mode, fallback, functions against the
    limit, estimated tokens against the budget, deferred tools;
 5. the state, activation and artifact directories: a real directory, owned by this user,
@@ -31,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import pwd
 import shlex
@@ -273,10 +275,17 @@ def check_wrapped_names(report: Report, config: Config, first: Round) -> None:
         "tools",
         "warn",
         f"{plural(len(too_long), 'tool name')} over {client.max_len} characters once "
-        f"{client.name} shows {'them' if len(too_long) != 1 else 'it'} as {shown}, which it rejects: {fix}",
+        f"{client.name} shows {'them' if len(too_long) != 1 else 'it'} as {shown}, "
+        f"{_OVERLONG.get(report.client, 'which it rejects')}: {fix}",
         [f"{client.wrapped(n, entry)} ({len(client.wrapped(n, entry))})" for n in too_long[:5]]
         + ([f"... and {len(too_long) - 5} more"] if len(too_long) > 5 else []),
     )
+
+
+_OVERLONG = {
+    "gemini": "which it cuts to its first and last 30 characters around '...' (two such names can become one)",
+}
+"""What a wrapping client does with a name over its limit, where it does not reject it."""
 
 
 def check_declarations(report: Report, config: Config, first: Round) -> None:
@@ -617,6 +626,9 @@ def launcher() -> list[str]:
     return [exe, "-m", "gateway"]
 
 
+GEMINI_TIMEOUT_MARGIN = 30.0
+"""Seconds Gemini CLI's clock on a call runs past prefixgate's longest ``max_call_time``."""
+
 _WHERE = {
     "claude-code": "Claude Code: run once (user scope: every project)",
     "claude-desktop": "Claude Desktop: merge into claude_desktop_config.json (macOS: ~/Library/Application "
@@ -625,6 +637,7 @@ _WHERE = {
     "vscode": "VS Code: merge into .vscode/mcp.json in the workspace (or the user mcp.json: "
     "'MCP: Open User Configuration')",
     "codex": "Codex CLI: add to ~/.codex/config.toml",
+    "gemini": "Gemini CLI: merge into ~/.gemini/settings.json (every project) or .gemini/settings.json (this project)",
 }
 
 
@@ -635,6 +648,7 @@ def snippet(
     variables: Sequence[str] = (),
     profile: str | None = None,
     warm: bool = True,
+    call_time: float | None = None,
 ) -> dict[str, Any]:
     """The exact text that registers prefixgate in ``client`` as ``entry``, with absolute paths;
     ``variables``: the ``${VAR}``s the enabled servers and ``[gateway]`` (a store's password)
@@ -642,7 +656,9 @@ def snippet(
     passes them on in the client's own way (their values are never written here, except as a
     placeholder Claude Desktop needs filled);
     ``profile``: the profile it serves (``serve --profile``); ``warm``: the warm-start record
-    is in place (what a client that waits about a second for a server depends on)."""
+    is in place (what a client that waits about a second for a server depends on);
+    ``call_time``: the longest ``max_call_time`` of the enabled servers, for a client that
+    stops waiting for a call on its own clock (Gemini CLI)."""
     head = launcher()
     command, args = head[0], [*head[1:], "serve", "--config", os.path.abspath(config_path)]
     if profile is not None:
@@ -663,6 +679,17 @@ def snippet(
             form = "<the value of {}>" if client == "claude-desktop" else "${{env:{}}}"
             table["env"] = {name: form.format(name) for name in names}
         text = json.dumps({"servers" if client == "vscode" else "mcpServers": {entry: table}}, indent=2)
+    elif client == "gemini":
+        table = {"command": command, "args": args}
+        if names:
+            # Gemini CLI withholds a variable named like a secret (*TOKEN*, *KEY*, ...) from a
+            # server unless its env names it, and expands ${NAME} there from its own environment.
+            table["env"] = {name: f"${{{name}}}" for name in names}
+        if call_time is not None:
+            # Its clock on a call is absolute (10 minutes by default), progress or not: past
+            # prefixgate's own limit, so that prefixgate's answer, which says why, comes first.
+            table["timeout"] = math.ceil(call_time + GEMINI_TIMEOUT_MARGIN) * 1000
+        text = json.dumps({"mcpServers": {entry: table}}, indent=2)
     elif client == "codex":
         lines = [
             f"[mcp_servers.{entry}]",
@@ -692,6 +719,7 @@ _PASSES = {
     "cursor": "Cursor passes these on from the environment it runs in: ",
     "vscode": "VS Code passes these on from the environment it runs in: ",
     "codex": "Codex passes these on from the environment it runs in (env_vars): ",
+    "gemini": "Gemini CLI passes these on from the environment it runs in (env; one it lacks arrives empty): ",
 }
 """How each client's snippet carries the servers' ${VAR}s, said before their names."""
 
@@ -882,10 +910,11 @@ def run(config_path: str | None, args: argparse.Namespace) -> int:
         f"declarations {config.client.declarations}, spill {'on' if config.spill.enabled else 'off'}",
     )
     anyio.run(diagnose, config, report)
+    call_time = max((s.max_call_time for s in config.enabled_servers), default=None)
     variables = sorted({*config.gateway.variables, *(name for s in config.enabled_servers for name in s.variables)})
     warm = bool(report.data.get("warm_record"))
     report.data["register"] = snippet(
-        client, str(config.path or path), config.client.entry, variables, config.profile, warm=warm
+        client, str(config.path or path), config.client.entry, variables, config.profile, warm=warm, call_time=call_time
     )
     _emit(report, as_json)
     return report.status
