@@ -248,6 +248,25 @@ async def test_max_instances_with_every_one_busy_is_a_clear_error(tmp_path: Path
                 assert alive(pid_b)
 
 
+async def test_max_instances_one_taken_in_turn_keeps_one_process(tmp_path: Path) -> None:
+    """One instance at most, Alice then Bob then Bob again then Alice: each newcomer stops the
+    one before, and Bob's second call finds his process and its state. (A stop that emptied
+    the server's instances lost the newcomer's: each call then started one more process, and
+    none was ever stopped.)"""
+    with team_gateway(tmp_path, max_instances=1) as (url, _, log):
+        async with sdk_client(url, "legacy", headers=ALICE) as a, sdk_client(url, "legacy", headers=BOB) as b:
+            with anyio.fail_after(60):
+                pid_a = int(text(await a.call_tool("s__pid", {})))
+                assert text(await b.call_tool("s__remember", {"value": "bob's"})) == ""
+                pid_b = int(text(await b.call_tool("s__pid", {})))
+                await wait_for(lambda: not alive(pid_a))
+                assert text(await b.call_tool("s__remember", {"value": "again"})) == "bob's"
+                second_a = int(text(await a.call_tool("s__pid", {})))
+                await wait_for(lambda: not alive(pid_b))
+                assert alive(second_a)
+    assert len(lines(log, "start")) == 4  # the shared process, Alice's, Bob's, Alice's again
+
+
 async def test_serve_over_stdio_keeps_one_process(tmp_path: Path) -> None:
     """One principal over stdio: the shared process is its instance."""
     log = tmp_path / "instances.log"

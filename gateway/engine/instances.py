@@ -103,6 +103,7 @@ class Instances:
         """Stop every instance of a server (it is removed or changed by a reload)."""
         for principal in list(self._servers.get(server_id, ())):
             self._stop(server_id, principal, reason)
+        self._servers.pop(server_id, None)
 
     def _instance(self, shared: Downstream, principal: object) -> _Instance:
         mine = self._servers.setdefault(shared.id, OrderedDict())
@@ -133,9 +134,9 @@ class Instances:
 
     def _stop(self, server_id: str, principal: object, why: str) -> None:
         mine = self._servers.get(server_id)
+        # An emptied group stays (one per server, until ``stop_server``): ``_instance`` holds it
+        # across the stops it makes for a new instance, which must land where ``of`` finds it.
         instance = mine.pop(principal, None) if mine is not None else None
-        if mine is not None and not mine:
-            del self._servers[server_id]
         if instance is not None:
             log.info("[%s] the process of principal %s stopped: %s", server_id, _name(principal), why)
             instance.downstream.stop(why)
