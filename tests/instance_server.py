@@ -5,7 +5,8 @@ Tools besides the classic ones: ``remember(value)`` keeps ``value`` and answers 
 process kept before ("" at first); ``pid()`` answers its process id; ``crash()`` exits at
 once (status 1). With ``$INSTANCE_LOG`` set, each process appends ``start PID`` to that file
 as it starts, and ``call PID TOOL`` for each call of these tools; with ``$INSTANCE_FAIL`` set,
-a process started while that file exists exits at once (status 3), saying so on stderr.
+a process started while that file exists exits at once (status 3), saying so on stderr; with
+``$INSTANCE_HANG`` set, one started while that file exists notes ``hang PID`` and never answers.
 
 Usage: ``python tests/instance_server.py`` (stdio).
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 from classic_server import main, server  # (run as a script: its directory is on the path)
 
@@ -52,5 +54,8 @@ if __name__ == "__main__":
     if os.path.exists(os.environ.get("INSTANCE_FAIL", "\0")):
         sys.stderr.write("instance_server: told not to start\n")
         sys.exit(3)
+    if os.path.exists(os.environ.get("INSTANCE_HANG", "\0")):
+        _note(f"hang {os.getpid()}")
+        time.sleep(3600)
     _note(f"start {os.getpid()}")
     main()

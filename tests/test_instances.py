@@ -194,6 +194,31 @@ async def test_an_instance_that_cannot_start_fails_that_request_alone(tmp_path: 
                 assert alive(int(text(await a.call_tool("s__pid", {}))))
 
 
+async def test_an_instance_whose_start_hangs_is_replaced_by_the_next_request(tmp_path: Path) -> None:
+    """Alice's process hangs at its start: her call fails once ``startup_timeout`` has passed,
+    and her next one, the server able to start again, stops the hung process and gets a new
+    one. (The hung one was kept: every later call failed at once with the same words, and
+    each renewed its idle time, so it was never stopped.)"""
+    hang, log = tmp_path / "hang", tmp_path / "i.log"
+    env = {"INSTANCE_LOG": str(log), "INSTANCE_HANG": str(hang)}
+    with team_gateway(tmp_path, env=env, startup_timeout=5) as (url, _, _log):
+        async with sdk_client(url, "legacy", headers=ALICE) as a:
+            with anyio.fail_after(60):
+                assert "s__pid" in {t.name for t in (await a.list_tools()).tools}
+                hang.touch()
+                failed = await a.call_tool("s__pid", {})
+                assert failed.is_error
+                assert text(failed) == (
+                    "Server 's': the process of this principal did not start: not ready within startup_timeout 5 s."
+                )
+                hang.unlink()
+                again = await a.call_tool("s__pid", {})
+                assert not again.is_error, text(again)
+                assert alive(int(text(again)))
+                ((hung,),) = lines(log, "hang")
+                await wait_for(lambda: not alive(int(hung)))
+
+
 @pytest.mark.parametrize("mode", ERAS)
 async def test_a_crash_costs_its_principal_alone(tmp_path: Path, mode: str) -> None:
     with team_gateway(tmp_path) as (url, _, _log):

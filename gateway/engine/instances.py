@@ -39,8 +39,9 @@ from gateway.state.session import principal_key
 log = logging.getLogger("prefixgate")
 
 PER_PRINCIPAL = "per-principal"
-_DOWN = ("failed", "exited", "restarting")
-"""An instance's statuses in which a new request replaces it rather than wait out its backoff."""
+_DOWN = ("failed", "exited", "restarting", "late")
+"""An instance's statuses in which a new request replaces it rather than wait out its backoff
+(or, ``late``, a start still hung past ``startup_timeout``, which no request would wait for again)."""
 
 
 @dataclass(eq=False)
@@ -178,8 +179,9 @@ async def _started(d: Downstream) -> None:
 
 
 def _down(d: Downstream) -> bool:
-    """Whether a new request replaces the instance rather than wait out its backoff: it exited
-    or failed, or its process closed its end (a crash the supervisor has yet to take in)."""
+    """Whether a new request replaces the instance rather than wait out its backoff: it exited,
+    failed or is late (its start hung), or its process closed its end (a crash the supervisor
+    has yet to take in)."""
     gone = d.link is not None and d.link.gone
     return d.stopping or d.status in _DOWN or (d.status == "ready" and (d.link is None or gone))
 
