@@ -22,6 +22,7 @@ import anyio
 import httpx2
 import mcp_types as types
 import pytest
+from mcp.shared.exceptions import MCPError
 
 from bench.common import url_process
 from tests.helpers import ERAS, GATEWAY, PYTHON, alive, http_gateway, sdk_client, text, wait_for, write_config
@@ -327,6 +328,40 @@ async def test_a_reload_that_changes_the_server_stops_its_instances_and_a_stop_s
             gateway.send_signal(signal.SIGTERM)
             gateway.wait(30)
     await wait_for(lambda: not alive(second))
+
+
+async def test_a_request_retried_after_a_reload_removed_its_server_starts_no_process(tmp_path: Path) -> None:
+    """Alice's ``prompts/get`` of a 2026-07-28 server asks her a question (its ``input_required``,
+    put to her handshake-era client), and a reload removes the server meanwhile: her answer's
+    retry is refused, as the server's shared process refuses it, and starts no process of the
+    removed server (it started one, which answered and ran on until its idle_timeout). A
+    2026-07-28 client's retry is a new request, which finds no such server."""
+    alice = Principal("Alice", hold=True)
+    modern = {"command": PYTHON, "args": [MODERN], "instances": "per-principal"}
+    other = {"command": PYTHON, "args": [INSTANCE]}  # (a config keeps one server at least)
+    config = write_config(tmp_path, {"m": modern, "o": other}, gateway={"reload": "signal"})
+    errlog = tmp_path / "gateway.log"
+    command = [*GATEWAY, "serve", "--config", str(config), "--http", "127.0.0.1:0", "--token-file"]
+    with tokens_file(tmp_path, "token-of-alice") as tokens, errlog.open("w") as stderr:
+        with url_process([*command, str(tokens)], stderr=stderr) as (url, gateway):
+            async with sdk_client(url, "legacy", headers=ALICE, elicitation_callback=alice.elicitation) as a:
+                with anyio.fail_after(60):
+                    refused: list[MCPError] = []
+                    async with anyio.create_task_group() as tg:
+
+                        async def interview() -> None:
+                            with pytest.raises(MCPError) as failed:
+                                await a.get_prompt("m__interview", {})
+                            refused.append(failed.value)
+
+                        tg.start_soon(interview)
+                        await wait_for(lambda: alice.asked)
+                        write_config(tmp_path, {"o": other}, gateway={"reload": "signal"})
+                        gateway.send_signal(signal.SIGHUP)
+                        await wait_for(lambda: "config reloaded (SIGHUP): removed 'm'" in errlog.read_text())
+                        alice.release.set()
+                    assert "Server 'm'" in refused[0].error.message, refused
+    assert errlog.read_text().count("[m] starting the process of principal") == 1
 
 
 async def test_a_roots_change_reaches_its_principals_instance_alone(tmp_path: Path) -> None:

@@ -89,8 +89,9 @@ class Instances:
     async def held(self, shared: Downstream, principal: object) -> AsyncIterator[Downstream]:
         """``principal``'s instance of ``shared``'s server for one request, started if need be
         (the request waits for it, within the server's ``startup_timeout``). Held, it is never
-        stopped for idleness or room. ``DownstreamUnavailable``: it did not start, or every
-        instance the server may have is held by another principal's request."""
+        stopped for idleness or room. ``DownstreamUnavailable``: it did not start, every
+        instance the server may have is held by another principal's request, or the server
+        itself was stopped (a reload)."""
         instance = self._instance(shared, principal)
         instance.in_flight += 1
         try:
@@ -107,6 +108,11 @@ class Instances:
         self._servers.pop(server_id, None)
 
     def _instance(self, shared: Downstream, principal: object) -> _Instance:
+        if shared.stopping:
+            # A request begun before a reload removed or changed the server, retried after it (its
+            # client answered an ``input_required`` meanwhile): refused as its shared process
+            # refuses it, never a process started from a table the config no longer has.
+            raise DownstreamUnavailable(shared.unavailable())
         mine = self._servers.setdefault(shared.id, OrderedDict())
         found = mine.get(principal)
         if found is not None and found.in_flight == 0 and _down(found.downstream):
