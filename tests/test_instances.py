@@ -386,3 +386,33 @@ async def test_a_roots_change_reaches_its_principals_instance_alone(tmp_path: Pa
                 assert text(await a.call_tool("s__roots", {})) == "file:///work/two"
                 assert text(await b.call_tool("s__roots_changed", {})) == "roots changed: 0"
                 assert text(await b.call_tool("s__roots", {})) == "file:///bob"
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_the_shared_process_asks_no_principal_for_anything(tmp_path: Path, mode: str) -> None:
+    """The server lists its client's roots as soon as it is initialized (server-filesystem
+    does). The shared process, which gives the catalog only, is refused at once; Alice's own
+    process asks her and gets her roots. (The shared process's question used to wait for the
+    next call, and Alice's call answered it: it learned her roots.)"""
+    from tests.test_roots_changed import Roots
+
+    asked: list[str] = []
+    alice = Roots()
+    alice.uri = "file:///alice"
+
+    async def list_roots(context: Any) -> types.ListRootsResult:
+        asked.append("roots")
+        return await alice.list_roots(context)
+
+    with team_gateway(tmp_path, args=[INSTANCE, "--roots-at-start"]) as (url, stderr, _log):
+        await wait_for(lambda: "gives the catalog only" in stderr.read_text(), 30)
+        async with sdk_client(url, mode, headers=ALICE, list_roots_callback=list_roots) as a:
+            with anyio.fail_after(60):
+                await a.call_tool("s__pid", {})  # her process starts and asks her
+
+                async def listed() -> bool:
+                    return text(await a.call_tool("s__startup_roots_listed", {})) == "file:///alice"
+
+                await wait_for(listed, 20)
+                await a.call_tool("s__pid", {})
+    assert asked == ["roots"]

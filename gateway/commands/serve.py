@@ -72,7 +72,8 @@ async def serve(
     first_look = stamp(config.path) if config.path is not None else None  # what a reload compares with
     async with (
         _stop_signals_handled() as hub_signals,
-        running(config, supervise=True, early=early, profiles=views) as hub,
+        # Several principals over HTTP: a per-principal server runs a process for each.
+        running(config, supervise=True, early=early, profiles=views, instances=http is not None) as hub,
     ):
         hub_signals.start(hub.processes)
         await open_store(hub)
@@ -95,7 +96,6 @@ async def serve(
                 lane = fast.FastCalls(handlers)  # tools/call answered by the stdio end
         else:
             await _artifact_store(hub, None)  # retention at start
-            hub.instances.enabled = True  # several principals: per-principal servers run an instance each
             served = [_http_handlers(each) for each in hub.family]
 
         async def barrier() -> None:

@@ -40,6 +40,7 @@ async def running(
     early: Mapping[str, Spawned] | None = None,
     warm_records: bool | None = None,
     profiles: Sequence[Config] = (),
+    instances: bool = False,
 ) -> AsyncIterator[Hub]:
     """Start every server concurrently; stop them all on exit.
 
@@ -49,9 +50,12 @@ async def running(
     ``persist=False`` (doctor) writes nothing to the state directory but, with
     ``warm_records``, the warm-start record; ``use_lock=False`` (``catalog lock``,
     ``approve``, ``diff --lock``) builds the live catalog, not the locked one; ``early``:
-    stdio servers ``serve`` started before the gateway was up, by id.
+    stdio servers ``serve`` started before the gateway was up, by id; ``instances``: a
+    per-principal server runs a process for each principal (``serve --http``), set before any
+    server starts (its shared process's first requests are judged by it).
     """
     hub = Hub(config, persist=persist, use_lock=use_lock, early=early, warm_records=warm_records)
+    hub.instances.enabled = instances
     for view in profiles:
         hub.profile(view)
     for each in hub.family:

@@ -17,10 +17,13 @@ that caused them, whichever profile that client uses. A per-principal server's i
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Mapping
 from typing import Any
 
 import anyio
+from mcp.shared.exceptions import MCPError
+from mcp_types.jsonrpc import INVALID_REQUEST
 
 from catalog.names import code_unit_key
 from gateway.config import Config
@@ -45,6 +48,8 @@ from gateway.state.backend import state_store
 from gateway.state.counted import CountedStore
 from gateway.state.session import principal_key
 from gateway.state.store import StateStore
+
+log = logging.getLogger("prefixgate")
 
 
 class Hub:
@@ -209,7 +214,17 @@ class Hub:
     async def server_request(
         self, downstream: Downstream, method: str, params: dict[str, Any], caller: object | None = None
     ) -> dict[str, Any]:
-        """Sampling, elicitation or roots, to the client that can answer it (``Relay.request``)."""
+        """Sampling, elicitation or roots, to the client that can answer it (``Relay.request``).
+        A per-principal server's shared process gives the catalog only and is no principal's:
+        what it asks (its client's roots, as soon as it is initialized) is refused at once,
+        never left for the next principal's call to answer."""
+        if self.instances.serves(downstream):
+            log.info("[%s] %s refused: its shared process gives the catalog only", downstream.id, method)
+            raise MCPError(
+                code=INVALID_REQUEST,
+                message=f"prefixgate: {method}: this process of server {downstream.id!r} gives the catalog only; "
+                "each principal's requests go to a process of its own",
+            )
         return await self.relay.request(downstream, method, params, caller)
 
 
