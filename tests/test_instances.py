@@ -416,3 +416,38 @@ async def test_the_shared_process_asks_no_principal_for_anything(tmp_path: Path,
                 await wait_for(listed, 20)
                 await a.call_tool("s__pid", {})
     assert asked == ["roots"]
+
+
+async def test_a_start_a_reload_cuts_short_says_so(tmp_path: Path) -> None:
+    """Alice's first call waits for her process, which hangs at its start; a reload changes the
+    server meanwhile and stops it: her call is told that, not "did not start: starting."."""
+    log, hang = tmp_path / "instances.log", tmp_path / "hang"
+    env = {"INSTANCE_LOG": str(log), "INSTANCE_HANG": str(hang)}
+    config = write_config(tmp_path, {"s": server(log, env=env)}, gateway={"reload": "signal"})
+    errlog = tmp_path / "gateway.log"
+    command = [*GATEWAY, "serve", "--config", str(config), "--http", "127.0.0.1:0", "--token-file"]
+    with tokens_file(tmp_path, "token-of-alice") as tokens, errlog.open("w") as stderr:
+        with url_process([*command, str(tokens)], stderr=stderr) as (url, gateway):
+            async with sdk_client(url, "legacy", headers=ALICE) as a:
+                with anyio.fail_after(60):
+                    assert "s__pid" in {t.name for t in (await a.list_tools()).tools}
+                    hang.touch()
+                    async with anyio.create_task_group() as tg:
+                        answers: list[Any] = []
+
+                        async def first_call() -> None:
+                            answers.append(await a.call_tool("s__pid", {}))
+
+                        tg.start_soon(first_call)
+                        await wait_for(lambda: log.exists() and "hang " in log.read_text())
+                        write_config(
+                            tmp_path, {"s": server(log, env=env, idle_timeout=300)}, gateway={"reload": "signal"}
+                        )
+                        gateway.send_signal(signal.SIGHUP)
+                    (failed,) = answers
+                    assert failed.is_error
+                    assert text(failed) == (
+                        "Server 's': the process of this principal was stopped before it was ready (config reload)."
+                    ), text(failed)
+            gateway.send_signal(signal.SIGTERM)
+            gateway.wait(30)

@@ -174,11 +174,17 @@ class Instances:
 
 
 async def _started(d: Downstream) -> None:
-    """Until the instance is ready; ``DownstreamUnavailable``, one line, if its start failed or
-    passed ``startup_timeout`` (its supervisor's watch ends the wait then)."""
+    """Until the instance is ready; ``DownstreamUnavailable``, one line, if its start failed,
+    passed ``startup_timeout`` (its supervisor's watch ends the wait then) or was cut short (a
+    reload, the gateway's stop)."""
     if _ready(d):
         return
     await d.settled.wait()
+    if d.stopping and not _ready(d):
+        why = d.stop_reason or "stopped"
+        raise DownstreamUnavailable(
+            f"Server {d.id!r}: the process of this principal was stopped before it was ready ({why})."
+        )
     if not _ready(d):
         reason = " ".join(d.error_reason().split())
         raise DownstreamUnavailable(f"Server {d.id!r}: the process of this principal did not start: {reason}.")
