@@ -104,7 +104,7 @@ class Hub:
         if shared is None:
             self.relists = Relists([self.publisher])
             self.relay = Relay(self.clients, self.round_trips)
-            self.instances = Instances(InstanceEvents(self.clients, self.relay))
+            self.instances = Instances(InstanceEvents(self))
             self.clients.instances = self.instances.running
         else:
             self.relists, self.relay, self.instances = shared.relists, shared.relay, shared.instances
@@ -229,16 +229,16 @@ class Hub:
 
 
 class InstanceEvents:
-    """What an instance reports: its requests and log lines go to its principal alone
-    (``Relay`` reads ``Downstream.principal``); its lists never reach the catalog, which the
-    shared process gives (an instance's ``list_changed`` changes nothing)."""
+    """What an instance reports: its requests and log lines take the hub's way, as any
+    server's, and reach its principal alone (``Relay`` reads ``Downstream.principal``); its
+    lists never reach the catalog, which the shared process gives (an instance's
+    ``list_changed`` changes nothing), and its start or end is no catalog event."""
 
-    def __init__(self, clients: Clients, relay: Relay) -> None:
-        self._clients = clients
-        self._relay = relay
+    def __init__(self, hub: Hub) -> None:
+        self._hub = hub
 
     async def server_ready(self, downstream: Downstream) -> None:
-        await self._clients.pass_level(downstream)
+        await self._hub.clients.pass_level(downstream)
 
     async def server_down(self, downstream: Downstream) -> None:
         return None  # (``Relay.forget_callers`` is about the shared process's callers)
@@ -246,23 +246,21 @@ class InstanceEvents:
     async def server_notification(
         self, downstream: Downstream, method: str, params: dict[str, Any], caller: object | None = None
     ) -> None:
-        if method == "notifications/message":
-            self._relay.log(downstream, params, caller)
-        elif method == "notifications/resources/updated":
+        if method.endswith("/list_changed"):
+            return
+        if method == "notifications/resources/updated":
             uri, principal = params.get("uri"), downstream.principal
             if isinstance(uri, str):  # to its principal's clients subscribed to the URI alone
-                self._clients.broadcast(
+                self._hub.clients.broadcast(
                     lambda s: s.send_resource_updated(uri),
                     lambda u: uri in u.subscriptions and principal_key(u.state) == principal,
                     every_profile=True,
                     key="updated:" + uri,
                 )
-        elif method == "notifications/elicitation/complete":
-            self._relay.elicitation_complete(downstream, params)
-        elif method == "notifications/tasks/status":
-            task_status(downstream, params)
+            return
+        await self._hub.server_notification(downstream, method, params, caller)
 
     async def server_request(
         self, downstream: Downstream, method: str, params: dict[str, Any], caller: object | None = None
     ) -> dict[str, Any]:
-        return await self._relay.request(downstream, method, params, caller)
+        return await self._hub.server_request(downstream, method, params, caller)
