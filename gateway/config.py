@@ -43,6 +43,8 @@ PROFILE_ENV = "PREFIXGATE_PROFILE"
 LOCK_FILE_NAME = "prefixgate.lock"
 """The catalog lock found beside a config (``[gateway] lock`` names another)."""
 _VAR = re.compile(r"\$\{([^}]*)\}")
+_REFERENCE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(?::-(.*))?", re.DOTALL)
+"""What is between ``${`` and ``}``: a name, and perhaps ``:-`` and a default."""
 
 Transport = Literal["stdio", "http", "sse"]
 Instances = Literal["shared", "per-principal"]
@@ -508,20 +510,27 @@ class References:
 
 
 def expand(path: str, text: str, env: Mapping[str, str], refs: References | None = None) -> str:
-    """Replace ``${NAME}`` with the environment's value.
+    """Replace ``${NAME}`` with the environment's value, and ``${NAME:-default}`` with it
+    unless it is unset or empty (then with ``default``, as a shell and Claude Code do).
 
     ``$${`` escapes a literal ``${``. An invalid or unterminated reference is always an
-    error; an unset name is one too, unless ``refs`` collects it (then it expands to "").
-    Errors name the variable, never a value.
+    error, as is a default holding a ``$`` (no nested references); an unset name without a
+    default is one too, unless ``refs`` collects it (then it expands to ""). Errors name
+    the variable, never a value.
     """
     parts = text.split("$${")
 
     def sub(match: re.Match[str]) -> str:
-        name = match.group(1)
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-            raise ConfigError(path, f"invalid variable reference ${{{name}}}")
+        found = _REFERENCE.fullmatch(match.group(1))
+        if found is None:
+            raise ConfigError(path, f"invalid variable reference ${{{match.group(1)}}}")
+        name, default = found.group(1), found.group(2)
+        if default is not None and "$" in default:
+            raise ConfigError(path, f"the default of ${{{name}:-...}} may not hold a '$' (no nested references)")
         if refs is not None:
             refs.names.add(name)
+        if default is not None:
+            return env.get(name) or default
         if name not in env:
             if refs is None:
                 raise ConfigError(path, f"environment variable {name} is not set")
@@ -959,7 +968,8 @@ def _server(
             except ConfigError:
                 # The config's own text is the config's problem (exit 2); a variable's value is
                 # the environment's, and fails this server alone, as an unset one does.
-                culprits = _variables_in(raw_headers[name])
+                # (a default used in place of an unset variable is the config's own text)
+                culprits = [variable for variable in _variables_in(raw_headers[name]) if variable in env]
                 header_problem(f"{where}.headers", name, expand("", raw_headers[name], dict.fromkeys(culprits, "x")))
                 unusable += [(variable, f"{where}.headers.{name}") for variable in culprits]
     return ServerConfig(
@@ -976,7 +986,7 @@ def _server(
 
 def _variables_in(text: str) -> list[str]:
     """The variables ``text`` references (``$${`` is a literal ``${``), in order."""
-    return list(dict.fromkeys(name for part in text.split("$${") for name in _VAR.findall(part)))
+    return list(dict.fromkeys(inner.split(":-", 1)[0] for part in text.split("$${") for inner in _VAR.findall(part)))
 
 
 def _auth_fields(where: str, s: Mapping[str, Any], env: Mapping[str, str], refs: References) -> dict[str, Any]:

@@ -145,6 +145,45 @@ def test_unset_variables_fail_the_server_but_a_wrong_reference_stops_the_config(
     assert git.env == {"T": "v"} and git.unset == () and git.unset_reason is None
 
 
+def test_a_default_stands_in_for_an_unset_or_empty_variable() -> None:
+    data = {
+        "servers": {
+            "gh": {"url": "${BASE:-https://h.test}/mcp", "headers": {"X-Team": "${TEAM:-core}"}},
+            "git": {"command": "git", "args": ["${REPO:-.}", "${TOKEN:-}"], "env": {"K": "${K:-v}"}},
+        }
+    }
+    gh, git = parse(data, {"TEAM": ""}).servers
+    assert gh.url == "https://h.test/mcp" and gh.headers == {"X-Team": "core"}
+    assert git.args == (".", "") and git.env == {"K": "v"}
+    # Referenced (what the environment may carry), never unset: the servers can start.
+    assert gh.unset == git.unset == () and gh.variables == ("BASE", "TEAM") and git.variables == ("K", "REPO", "TOKEN")
+    gh, git = parse(data, {"BASE": "https://o.test", "TEAM": "ops", "REPO": "/r", "TOKEN": "s3cret"}).servers
+    assert gh.url == "https://o.test/mcp" and gh.headers == {"X-Team": "ops"} and git.args == ("/r", "s3cret")
+    assert git.arg_values == ("/r", "s3cret")  # a variable's value in args is masked; a default is config text
+    gateway = parse({**BASE, "gateway": {"state_dir": "${PG_UNSET_STATE:-/tmp/pg}/s"}}).gateway
+    assert str(gateway.state_dir) == "/tmp/pg/s"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("${A:-${B}}", "the default of ${A:-...} may not hold a '$' (no nested references)"),
+        ("${A:-$B}", "the default of ${A:-...} may not hold a '$' (no nested references)"),
+        ("${1A:-x}", "invalid variable reference ${1A:-x}"),
+        ("${A:x}", "invalid variable reference ${A:x}"),
+    ],
+)
+def test_a_wrong_default_stops_the_config(text: str, message: str) -> None:
+    assert error({"servers": {"a": {"command": "x", "args": [text]}}}) == f"servers.a.args[0]: {message}"
+
+
+def test_a_default_a_header_cannot_carry_is_the_configs_error() -> None:
+    data = {"servers": {"gh": {"url": "https://h/mcp", "headers": {"X-A": "${A:-v }"}}}}
+    assert error(data).startswith("servers.gh.headers")
+    (gh,) = parse(data, {"A": "ok"}).servers
+    assert gh.headers == {"X-A": "ok"} and gh.unusable == ()
+
+
 def test_secrets_never_appear_in_errors() -> None:
     data = {"servers": {"gh": {"url": "https://h/mcp", "headers": {"Authorization": 5}}}}
     assert "5" not in error(data).split(":", 1)[1].replace("headers", "")

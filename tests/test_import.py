@@ -104,10 +104,16 @@ def test_claude_code_project_file(capsys: pytest.CaptureFixture[str]) -> None:
     assert set(s) == {"sentry", "asana", "api-server", "dbhub", "repo-tools"}
     assert (s["sentry"].transport, s["sentry"].url) == ("http", "https://mcp.sentry.dev/mcp")
     assert (s["asana"].transport, s["asana"].url) == ("sse", "https://mcp.asana.com/sse")
-    # Claude Code expands ${VAR} and ${VAR:-default}: they stay environment references.
+    # Claude Code expands ${VAR} and ${VAR:-default}: they stay environment references, the
+    # default with them (prefixgate expands it as Claude Code does).
     assert s["api-server"].url == "https://api.example.com/mcp"
     assert dict(s["api-server"].headers) == {"Authorization": "Bearer k-api", "X-Team": "platform"}
-    assert "has a default prefixgate cannot express; it became ${API_BASE_URL}" in err
+    assert 'url = "${API_BASE_URL:-https://api.example.com}/mcp"' in out and "has a default" not in err
+    unset = {k: v for k, v in ENV.items() if k != "API_BASE_URL"}
+    assert servers(parsed(out, unset))["api-server"].url == "https://api.example.com/mcp"
+    assert servers(parsed(out, {**unset, "API_BASE_URL": "https://other.test"}))["api-server"].url == (
+        "https://other.test/mcp"
+    )
     assert s["dbhub"].args[-1] == "postgres://localhost/app"
     # Relative paths in a project file: the server runs in the project directory.
     assert s["repo-tools"].cwd == str(CODE_PROJECT.parent.absolute())
@@ -552,6 +558,22 @@ def test_dollar_before_a_reference_cannot_be_written(tmp_path: Path, capsys: pyt
     assert code == 0
     assert 'skipped: "a"' in err and "a '$' right before a variable reference" in err
     assert set(servers(parsed(out))) == {"b"}
+
+
+def test_claude_code_defaults_carry_over_but_a_nested_one_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / ".mcp.json"
+    args = ["--port", "${PORT:-8080}", "--dir", "${DATA:-}", "--home", "${BASE:-${HOME}}"]
+    path.write_text(json.dumps({"mcpServers": {"a": {"command": "srv", "args": args}}}))
+    code, out, err = do_import(capsys, path)
+    assert code == 0, err
+    # ${BASE:-${HOME}} reads as Claude Code reads it: ${BASE:-${HOME} (the default dropped), then "}".
+    assert 'args = ["--port", "${PORT:-8080}", "--dir", "${DATA:-}", "--home", "${BASE}}"]' in out
+    assert "${BASE:-...} has a default with a '$' in it (a nested reference)" in err
+    assert "PORT" not in err and "DATA" not in err
+    assert servers(parsed(out, {"BASE": "/b"}))["a"].args == ("--port", "8080", "--dir", "", "--home", "/b}")
+    assert servers(parsed(out, {"BASE": "/b", "PORT": "1"}))["a"].args[1] == "1"
 
 
 def test_an_entry_prefixgate_would_refuse_is_skipped_with_the_reason(

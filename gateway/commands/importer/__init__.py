@@ -19,7 +19,7 @@ Rules, all deterministic (same inputs, same bytes):
   reported. Several files are merged in input order: an identical definition under the
   same id is merged, a different one gets ``-2``, ``-3``, ... and both are reported.
 - Placeholders the source client expands from the environment become prefixgate
-  ``${VAR}`` references (Claude Code ``${VAR}``/``${VAR:-default}``, Cursor and VS Code
+  ``${VAR}`` references (Claude Code ``${VAR}``/``${VAR:-default}``, the default kept, Cursor and VS Code
   ``${env:VAR}`` and ``${userHome}``, VS Code ``${input:ID}`` -> ``${ID}`` upper-cased,
   ``_2``, ``_3``, ... after it for another input of the same name, ``INPUT_`` before one such
   as ``PATH``);

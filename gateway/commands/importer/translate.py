@@ -139,11 +139,13 @@ class _Translator:
             if VAR_NAME.fullmatch(inner):
                 return True, inner
             m = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*):-(.*)", inner, re.DOTALL)
+            if m and "$" not in m[2]:
+                return True, inner  # prefixgate expands ${VAR:-default} as Claude Code does
             if m:
                 self.note(
                     where,
-                    f"${{{m[1]}:-...}} has a default prefixgate cannot express; it became ${{{m[1]}}}, "
-                    f"so {m[1]} must be set in the environment",
+                    f"${{{m[1]}:-...}} has a default with a '$' in it (a nested reference), which prefixgate "
+                    f"cannot express; it became ${{{m[1]}}}, so {m[1]} must be set in the environment",
                     "warning",
                 )
                 return True, m[1]
