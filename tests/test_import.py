@@ -207,8 +207,19 @@ def test_gemini_cli(capsys: pytest.CaptureFixture[str], _home: Path) -> None:
                 "trust": True,
                 "includeTools": ["get_issue", "list_*"],
             },
-            "events": {"url": "https://example.com/events", "type": "sse", "excludeTools": ["delete_all"]},
-            "py": {"command": "python3", "args": ["-m", "srv"], "env": {"KEY": "${API_KEY}", "HOME_DIR": "$HOME"}},
+            "events": {
+                "url": "https://example.com/events",
+                "type": "sse",
+                "excludeTools": ["delete_all"],
+                "timeout": 30000,
+            },
+            "py": {
+                "command": "python3",
+                "args": ["-m", "srv"],
+                "env": {"KEY": "${API_KEY}", "HOME_DIR": "$HOME"},
+                "timeout": 7200000,
+            },
+            "bad": {"command": "b", "timeout": "soon"},
             "off": {"command": "off-server"},
         },
     }
@@ -226,6 +237,10 @@ def test_gemini_cli(capsys: pytest.CaptureFixture[str], _home: Path) -> None:
     assert s["github"].include == ("get_issue", "list_[*]")
     assert (s["events"].transport, s["events"].exclude) == ("sse", ("delete_all",))
     assert dict(s["py"].env) == {"KEY": "k-api", "HOME_DIR": "/home/alice"}
+    # Its timeout (milliseconds) is the call's: past the default max_call_time it raises that too.
+    assert (s["events"].call_timeout, s["events"].max_call_time) == (30.0, 3600.0)
+    assert (s["py"].call_timeout, s["py"].max_call_time) == (7200.0, 7200.0)
+    assert s["bad"].call_timeout == 300.0 and "servers.bad.timeout: not imported: expected a positive number" in err
     assert s["off"].enabled is False and "servers.off.enabled: false: listed in mcp.excluded" in err
     assert "servers.github.trust: not imported: tool approval belongs to the client" in err
     # Found by its place without --from too, and the same.

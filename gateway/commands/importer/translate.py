@@ -337,6 +337,23 @@ def _oauth(t: _Translator, raw: dict[str, Any], fields: dict[str, Any]) -> set[s
     return handled
 
 
+def _timeout(t: _Translator, key: str, value: Any, target: str, scale: int) -> None:
+    """A client's timeout (seconds, or milliseconds with ``scale`` 1000) as ``target`` in seconds."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+        t.note(key, "not imported: expected a positive number", "warning")
+    elif target in t.out.fields:
+        t.note(key, f"not imported: {target} is already set from another key", "warning")
+    else:
+        t.out.fields[target] = value if scale == 1 else value / scale
+
+
+def _raise_max_call_time(fields: dict[str, Any]) -> None:
+    """A ``call_timeout`` past the default ``max_call_time`` raises that too (a config may not
+    set one past the other)."""
+    if fields.get("call_timeout", 0) > DEFAULT_MAX_CALL_TIME:
+        fields["max_call_time"] = fields["call_timeout"]
+
+
 def _translate_json(entry: Entry) -> Translated:
     raw = entry.raw
     if not isinstance(raw, dict):
@@ -435,6 +452,10 @@ def _translate_json(entry: Entry) -> Translated:
         if key in raw:
             fields[target] = [_glob_literal(name) for name in t.str_list(raw[key], key)]
             handled.add(key)
+    if entry.source.fmt == "gemini" and "timeout" in raw:
+        _timeout(t, "timeout", raw["timeout"], "call_timeout", 1000)  # Gemini CLI's, in milliseconds
+        _raise_max_call_time(fields)
+        handled.add("timeout")
 
     for key in raw:
         if key in handled:
@@ -539,18 +560,9 @@ def _translate_codex(entry: Entry) -> Translated:
         ("startup_timeout_ms", "startup_timeout", 1000),
         ("tool_timeout_sec", "call_timeout", 1),
     ):
-        if key not in raw:
-            continue
-        value = raw[key]
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
-            t.note(key, "not imported: expected a positive number", "warning")
-            continue
-        if target in fields:
-            t.note(key, f"not imported: {target} is already set from another key", "warning")
-            continue
-        fields[target] = value if scale == 1 else value / scale
-    if fields.get("call_timeout", 0) > DEFAULT_MAX_CALL_TIME:  # a config must not set one past the other
-        fields["max_call_time"] = fields["call_timeout"]
+        if key in raw:
+            _timeout(t, key, raw[key], target, scale)
+    _raise_max_call_time(fields)
     for key, target in (("enabled_tools", "include"), ("disabled_tools", "exclude")):
         if key in raw:
             names = t.str_list(raw[key], key)
