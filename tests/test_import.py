@@ -155,13 +155,21 @@ def test_relative_paths_without_a_dot_run_in_the_project(capsys: pytest.CaptureF
         "uv": {"command": "uv", "args": ["run", "server.py"]},
         "docker": {"command": "docker", "args": ["run", "-i", "--rm", "ghcr.io/github/github-mcp-server"]},
         "fs": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "", "/tmp"]},
+        # A relative cwd is the project's too; an absolute one, ~ or a reference is kept.
+        "sub": {"command": "srv", "cwd": "./tools/mcp/"},
+        "dot": {"command": "srv", "cwd": "."},
+        "abs": {"command": "srv", "cwd": "/opt/srv"},
+        "ref": {"command": "srv", "cwd": "${HOME}/srv"},
     }
     (project / ".mcp.json").write_text(json.dumps({"mcpServers": servers_json}))
     code, out, err = do_import(capsys, project / ".mcp.json")
     assert code == 0, err
     s = servers(parsed(out))
-    assert {name for name, server in s.items() if server.cwd == str(project)} == {"node", "venv", "uv"}
+    assert {name for name, server in s.items() if server.cwd == str(project)} == {"node", "venv", "uv", "dot"}
     assert s["docker"].cwd is None and s["fs"].cwd is None
+    assert s["sub"].cwd == str(project / "tools" / "mcp")
+    assert (s["abs"].cwd, s["ref"].cwd) == ("/opt/srv", "/home/alice/srv")
+    assert "servers.sub.cwd: ./tools/mcp/ is relative: taken from the project directory" in err
     assert "servers.node.cwd: set to the project directory" in err and "(build/index.js)" in err
     # No project to run it in (a user-wide file): a command with a directory in it is named.
     desktop = tmp_path / "claude_desktop_config.json"

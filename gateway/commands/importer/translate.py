@@ -248,8 +248,15 @@ class _Translator:
         return self.project_dir is not None and os.path.exists(os.path.join(self.project_dir, first))
 
     def relative_cwd(self, fields: dict[str, Any]) -> None:
-        """A project-scoped stdio server with relative paths runs in its project directory."""
+        """A project-scoped stdio server with relative paths runs in its project directory,
+        and a relative ``cwd`` is taken from there (where its client starts it)."""
         if "cwd" in fields:
+            cwd = fields["cwd"]
+            if self.project_dir and not cwd.startswith(("/", "~", "$")):
+                rest = cwd.removeprefix("./").rstrip("/")
+                base = escape_literal(self.project_dir.rstrip("/") or "/")
+                fields["cwd"] = base if rest in ("", ".") else f"{base.rstrip('/')}/{rest}"
+                self.note("cwd", f"{cwd} is relative: taken from the project directory, as the client does")
             return
         command = self._relative(fields["command"], command=True)
         relative = [fields["command"]] if command else []
