@@ -13,8 +13,9 @@ import queue
 import sys
 import threading
 import time
+from collections.abc import MutableMapping
 from logging.handlers import QueueHandler
-from typing import TextIO
+from typing import Any, TextIO, TypeAlias
 
 from catalog.text import escape
 
@@ -23,6 +24,8 @@ QUEUE_RECORDS = 10_000
 """Log records waiting for stderr before new ones are dropped."""
 EXIT_FLUSH_SECONDS = 2.0
 """How long exit waits for queued records to reach a stderr that may never be read."""
+ServerLog: TypeAlias = "logging.Logger | logging.LoggerAdapter[logging.Logger]"
+"""A server's logger: ``prefixgate.server.ID``, or for one principal's process ``PrincipalLog``."""
 
 
 class _DroppingQueueHandler(QueueHandler):
@@ -125,3 +128,18 @@ def flush(timeout: float = EXIT_FLUSH_SECONDS) -> None:
     """Wait (at most ``timeout``) for queued records to be written: at exit, and before ``os._exit``."""
     if _writer is not None:
         _writer.flush(timeout)
+
+
+class PrincipalLog(logging.LoggerAdapter[logging.Logger]):
+    """An instance's own lines (its failures and retries, its stderr) name its principal:
+    ``[git, principal token-...] ...``, where the shared process's read ``[git] ...``."""
+
+    def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, MutableMapping[str, Any]]:
+        if isinstance(msg, str) and msg.startswith("[%s]"):
+            name = str((self.extra or {}).get("principal", "")).replace("%", "%%")
+            msg = f"[%s, principal {name}]{msg[4:]}"
+        return msg, kwargs
+
+    def __init__(self, logger: ServerLog, principal: str) -> None:
+        inner = logger.logger if isinstance(logger, logging.LoggerAdapter) else logger
+        super().__init__(inner, {"principal": principal})

@@ -25,6 +25,7 @@ import pytest
 from mcp.shared.exceptions import MCPError
 
 from bench.common import url_process
+from gateway.upstream.http import principal_of_token
 from tests.helpers import ERAS, GATEWAY, PYTHON, alive, http_gateway, sdk_client, text, wait_for, write_config
 from tests.test_principals import tokens_file
 
@@ -177,10 +178,12 @@ async def test_a_log_level_asked_after_an_instance_started_reaches_it(tmp_path: 
 
 async def test_an_instance_that_cannot_start_fails_that_request_alone(tmp_path: Path) -> None:
     """The shared process is up; Alice's own cannot start: her call is an isError naming the
-    server and why, and her next call, once it can start, gets a process."""
+    server and why, the process is not retried in the background (it was, with backoff, until
+    idle, for nobody), the log lines name her principal, and her next call, once it can
+    start, gets a process."""
     fail = tmp_path / "fail"
     env = {"INSTANCE_LOG": str(tmp_path / "i.log"), "INSTANCE_FAIL": str(fail)}
-    with team_gateway(tmp_path, env=env) as (url, _, _log):
+    with team_gateway(tmp_path, env=env) as (url, stderr, _log):
         async with sdk_client(url, "legacy", headers=ALICE) as a:
             with anyio.fail_after(60):
                 assert "s__pid" in {t.name for t in (await a.list_tools()).tools}
@@ -191,15 +194,22 @@ async def test_an_instance_that_cannot_start_fails_that_request_alone(tmp_path: 
                     "Server 's': the process of this principal did not start: exited during start-up (exit status 3)"
                 ), text(failed)
                 assert "instance_server: told not to start" in text(failed) and "\n" not in text(failed)
+                await anyio.sleep(3.5)  # past the first two steps of a supervisor's backoff (1 s, 2 s)
+                alice = principal_of_token("token-of-alice")
+                logged = stderr.read_text()
+                assert logged.count(f"[s, principal {alice}] instance_server: told not to start") == 1, logged
+                assert f"[s, principal {alice}] failed: exited during start-up (exit status 3)" in logged
+                assert "; not retried in the background" in logged and "retrying in" not in logged
+                assert f"the process of principal {alice} stopped" in logged
                 fail.unlink()
                 assert alive(int(text(await a.call_tool("s__pid", {}))))
 
 
 async def test_an_instance_whose_start_hangs_is_replaced_by_the_next_request(tmp_path: Path) -> None:
     """Alice's process hangs at its start: her call fails once ``startup_timeout`` has passed,
-    and her next one, the server able to start again, stops the hung process and gets a new
-    one. (The hung one was kept: every later call failed at once with the same words, and
-    each renewed its idle time, so it was never stopped.)"""
+    the hung process is stopped then, and her next one, the server able to start again, gets
+    a new one. (The hung one was kept: every later call failed at once with the same words,
+    and each renewed its idle time, so it was never stopped.)"""
     hang, log = tmp_path / "hang", tmp_path / "i.log"
     env = {"INSTANCE_LOG": str(log), "INSTANCE_HANG": str(hang)}
     with team_gateway(tmp_path, env=env, startup_timeout=5) as (url, _, _log):
@@ -212,12 +222,12 @@ async def test_an_instance_whose_start_hangs_is_replaced_by_the_next_request(tmp
                 assert text(failed) == (
                     "Server 's': the process of this principal did not start: not ready within startup_timeout 5 s."
                 )
+                ((hung,),) = lines(log, "hang")
+                await wait_for(lambda: not alive(int(hung)))  # stopped at once, not kept for nobody
                 hang.unlink()
                 again = await a.call_tool("s__pid", {})
                 assert not again.is_error, text(again)
                 assert alive(int(text(again)))
-                ((hung,),) = lines(log, "hang")
-                await wait_for(lambda: not alive(int(hung)))
 
 
 @pytest.mark.parametrize("mode", ERAS)

@@ -32,6 +32,7 @@ from gateway.downstream.oauth import LoginNeeded, OAuthSetup
 from gateway.downstream.spawn import Spawned
 from gateway.downstream.stderrtail import informative
 from gateway.downstream.transports import Transport, transport_for
+from gateway.logs import ServerLog
 from gateway.redact import mask, masked_error, redact, secrets_of
 
 Status = Literal["starting", "ready", "failed", "late", "disabled", "exited", "restarting"]
@@ -127,7 +128,7 @@ class Downstream:
         if not config.enabled:
             self.settled.set()
             self.closed.set()
-        self.log = logging.getLogger(f"prefixgate.server.{config.id}")
+        self.log: ServerLog = logging.getLogger(f"prefixgate.server.{config.id}")
         self.transport: Transport = transport_for(config, on_stderr=self._stderr_line, auth=self._auth, early=early)
         """How the server is reached: a stdio child, streamable HTTP or SSE (``transports.py``)."""
         self.link: Link | None = None

@@ -14,7 +14,6 @@ when one tool's schema is invalid, and a call's ``content``, ``structuredContent
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
 from typing import Any
@@ -42,6 +41,7 @@ from gateway.downstream.modern import (
 )
 from gateway.downstream.related import CALLER, HEADER, LOG
 from gateway.downstream.transports import Transport
+from gateway.logs import ServerLog
 from gateway.sdk import later_revision_fields
 
 ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
@@ -74,7 +74,7 @@ class Link:
     """One connection: the session its era was settled on, and how requests go over it."""
 
     def __init__(
-        self, server_id: str, transport: Transport, inbox: Inbox, ask: Ask, log: logging.Logger, *, raw_calls: bool
+        self, server_id: str, transport: Transport, inbox: Inbox, ask: Ask, log: ServerLog, *, raw_calls: bool
     ) -> None:
         self.server_id = server_id
         self.transport = transport

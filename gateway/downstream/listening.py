@@ -9,7 +9,6 @@ re-listed then: events may have been missed meanwhile, and there is no replay.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -20,6 +19,7 @@ from mcp_types.jsonrpc import INVALID_REQUEST
 
 from gateway.downstream import backoff
 from gateway.downstream.errors import short
+from gateway.logs import ServerLog
 
 MAX_WATCHED = 1024
 """Resource URIs one modern server is watched for (each is a filter entry of its listen stream)."""
@@ -28,9 +28,14 @@ MAX_WATCHED = 1024
 class ListenStream:
     """One server's listen stream, across its connections, and the URIs it watches."""
 
-    def __init__(self, server_id: str, log: logging.Logger, relisted: Callable[[], Awaitable[None]]) -> None:
+    def __init__(
+        self,
+        server_id: str,
+        log: ServerLog,
+        relisted: Callable[[], Awaitable[None]],
+    ) -> None:
         self.server_id = server_id
-        self._log = log
+        self.log = log
         self._relisted = relisted
         """Called when a lost stream is back: the server's lists are to be read again."""
         self.watched: set[str] = set()
@@ -91,7 +96,7 @@ class ListenStream:
                     if relisten.is_set():
                         continue
             except Exception as exc:  # noqa: BLE001 - no stream costs change events, never the server
-                self._log.info("[%s] subscriptions/listen ended: %s", self.server_id, short(exc))
+                self.log.info("[%s] subscriptions/listen ended: %s", self.server_id, short(exc))
             listening.set()
             lost = True
             await anyio.sleep(pause)

@@ -71,10 +71,15 @@ class Supervisor:
                     if not supervise or d.stopping:
                         return
                     await anyio.lowlevel.checkpoint_if_cancelled()  # stopping: no retry to announce
+                    ended = f"{d.status}: {escape(d.error)}" if d.error else d.status
+                    if d.principal is not None and self._ready_at is None:
+                        # One principal's process that never started: the request that started it
+                        # has the error, and that principal's next request starts another.
+                        d.log.warning("[%s] %s; not retried in the background", d.id, ended)
+                        return
                     healthy = None if self._ready_at is None else anyio.current_time() - self._ready_at
                     wait = policy.delay(healthy)
                     d.retry_at = anyio.current_time() + wait
-                    ended = f"{d.status}: {escape(d.error)}" if d.error else d.status
                     if d.status in ("exited", "ready"):
                         d.restarted = anyio.Event()  # (before the status: a request then waits on this one)
                         d.status = "restarting"  # it was serving: say so; a start-up failure stays "failed"

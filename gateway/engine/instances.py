@@ -34,6 +34,7 @@ import anyio.abc
 from gateway.downstream.connection import Downstream, Events
 from gateway.downstream.errors import DownstreamUnavailable
 from gateway.downstream.supervisor import Supervisor
+from gateway.logs import PrincipalLog
 from gateway.state.session import principal_key
 
 log = logging.getLogger("prefixgate")
@@ -95,7 +96,15 @@ class Instances:
         instance = self._instance(shared, principal)
         instance.in_flight += 1
         try:
-            await _started(instance.downstream)
+            try:
+                await _started(instance.downstream)
+            except DownstreamUnavailable:
+                # The request that needed it has its error, and the principal's next request
+                # starts another: a process that never started is not kept trying for nobody
+                # (its supervisor gives up on a failed start itself: Supervisor.run).
+                if instance.downstream.status == "late" and self.of(shared.id, principal) is instance.downstream:
+                    self._stop(shared.id, principal, "not ready within its startup_timeout")
+                raise
             yield instance.downstream
         finally:
             instance.in_flight -= 1
@@ -134,7 +143,9 @@ class Instances:
 
     def _start(self, shared: Downstream, principal: object) -> _Instance:
         assert self.tasks is not None
-        instance = _Instance(Downstream(shared.config, self._events, principal=principal), anyio.current_time())
+        downstream = Downstream(shared.config, self._events, principal=principal)
+        downstream.log = downstream.listen_stream.log = PrincipalLog(downstream.log, _name(principal))
+        instance = _Instance(downstream, anyio.current_time())
         log.info("[%s] starting the process of principal %s", shared.id, _name(principal))
         self.tasks.start_soon(self._run, shared.id, principal, instance)
         return instance
