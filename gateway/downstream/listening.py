@@ -28,12 +28,7 @@ MAX_WATCHED = 1024
 class ListenStream:
     """One server's listen stream, across its connections, and the URIs it watches."""
 
-    def __init__(
-        self,
-        server_id: str,
-        log: ServerLog,
-        relisted: Callable[[], Awaitable[None]],
-    ) -> None:
+    def __init__(self, server_id: str, log: ServerLog, relisted: Callable[[], Awaitable[None]]) -> None:
         self.server_id = server_id
         self.log = log
         self._relisted = relisted

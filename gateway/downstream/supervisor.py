@@ -73,8 +73,9 @@ class Supervisor:
                     await anyio.lowlevel.checkpoint_if_cancelled()  # stopping: no retry to announce
                     ended = f"{d.status}: {escape(d.error)}" if d.error else d.status
                     if d.principal is not None and self._ready_at is None:
-                        # One principal's process that never started: the request that started it
-                        # has the error, and that principal's next request starts another.
+                        # One principal's process whose start (its first, or a restart's) failed: the
+                        # request that waits for it has the error, and the principal's next request
+                        # starts another (gateway/engine/instances.py); none is kept for nobody.
                         d.log.warning("[%s] %s; not retried in the background", d.id, ended)
                         return
                     healthy = None if self._ready_at is None else anyio.current_time() - self._ready_at
