@@ -26,6 +26,7 @@ from catalog.warm import Contribution
 from gateway.config import ServerConfig
 from gateway.downstream import backoff
 from gateway.downstream.errors import DownstreamUnavailable, short
+from gateway.downstream.httpcalls import SessionRefused
 from gateway.downstream.link import Link, ProgressFn, list_all
 from gateway.downstream.listening import ListenStream
 from gateway.downstream.oauth import LoginNeeded, OAuthSetup
@@ -274,18 +275,16 @@ class Downstream:
         """Send one raw request over the current connection (``Link.request``); the result
         is the peer's JSON, unvalidated. ``log_level``: that request's log opt-in, else the
         gateway's level; ``max_time``: progress restarts ``timeout``, up to this in all."""
-        link = await _usable_link(self)
+        options: dict[str, Any] = dict(
+            timeout=timeout,
+            on_progress=on_progress,
+            log_level=log_level or self.log_level,
+            capabilities=capabilities,
+            max_time=max_time,
+            beside=beside,
+        )
         try:
-            return await link.request(
-                method,
-                params,
-                timeout=timeout,
-                on_progress=on_progress,
-                log_level=log_level or self.log_level,
-                capabilities=capabilities,
-                max_time=max_time,
-                beside=beside,
-            )
+            return await _request(self, method, params, options)
         except MCPError as exc:
             # A server that quotes the token it rejected: the error reaches the client (an
             # isError naming it, or the error itself) with the configured values masked.
@@ -342,16 +341,31 @@ class Downstream:
             await self.events.server_notification(self, f"notifications/{kind}/list_changed", {})
 
 
-async def _usable_link(d: Downstream) -> Link:
-    """The connection a request goes on, or ``DownstreamUnavailable`` saying why there is none."""
+async def _request(
+    d: Downstream, method: str, params: Mapping[str, Any] | None, options: dict[str, Any]
+) -> dict[str, Any]:
+    """``Link.request`` on the connection there is; a call the server refused for its session
+    (HTTP 404: it was not run) goes once more, on the next one (``httpcalls.SessionRefused``),
+    as the spec has a client start a new session and a client directly would send it again."""
+    try:
+        return await (await _usable_link(d)).request(method, params, **options)
+    except SessionRefused:
+        return await (await _usable_link(d, refused=True)).request(method, params, **options)
+
+
+async def _usable_link(d: Downstream, *, refused: bool = False) -> Link:
+    """The connection a request goes on, or ``DownstreamUnavailable`` saying why there is none.
+    ``refused``: the request was refused for a session the server ended, which the supervisor
+    replaces, after its backoff: the request waits for that, however long the backoff is."""
     link = d.link
     if link is not None and not link.gone:
         return link  # (every call: nothing else to wait for)
     if link is None:
         await d.started()  # its first start still under way: a request from a warm start's catalog
     await _retry_scheduled(d)
-    if (d.link is None or d.link.gone) and _restarting_soon(d):
-        with anyio.move_on_after(backoff.START + d.config.startup_timeout):
+    if (d.link is None or d.link.gone) and _restarting_soon(d, refused):
+        due = 0.0 if d.retry_at is None else d.retry_at - anyio.current_time()
+        with anyio.move_on_after(max(backoff.START, due) + d.config.startup_timeout):
             await d.restarted.wait()
         await _retry_scheduled(d)
     link = d.link
@@ -360,14 +374,14 @@ async def _usable_link(d: Downstream) -> Link:
     return link
 
 
-def _restarting_soon(d: Downstream) -> bool:
+def _restarting_soon(d: Downstream, whenever: bool = False) -> bool:
     """It was serving, exited, and its restart is under way or due within the backoff's
-    first step: a request waits for that restart rather than failing meanwhile, as Claude
-    Code, running a server itself, restarts it at the next call to it. A crash loop (a
-    longer backoff, or a start that fails) is still answered at once."""
+    first step (or at all, ``whenever``): a request waits for that restart rather than failing
+    meanwhile, as Claude Code, running a server itself, restarts it at the next call to it.
+    A crash loop (a longer backoff, or a start that fails) is still answered at once."""
     if not d.supervised or d.stopping or d.status != "restarting":
         return False
-    return d.retry_at is None or d.retry_at - anyio.current_time() <= backoff.START
+    return whenever or d.retry_at is None or d.retry_at - anyio.current_time() <= backoff.START
 
 
 async def _retry_scheduled(d: Downstream) -> None:

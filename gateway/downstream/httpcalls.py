@@ -122,6 +122,8 @@ class HttpCalls:
         self._ended = False
         """``answered`` has ended the connection (once)."""
         self._scopes: set[anyio.CancelScope] = set()
+        self._calls: dict[str, _Call] = {}
+        """The calls in flight by request id: which one a 404 for the session answered."""
 
     async def request(
         self,
@@ -159,7 +161,7 @@ class HttpCalls:
         wire.update(headers)
         # The SDK's clock starts at the write to its transport; here the POST is the write.
         clock.start(anyio.current_time())
-        call = _Call(self, request_id, on_progress, clock)
+        call = self._calls[request_id] = _Call(self, request_id, on_progress, clock)
         closing = anyio.CancelScope()
         self._scopes.add(closing)
         try:
@@ -169,12 +171,15 @@ class HttpCalls:
             if call.timer.cancelled_caught:
                 await self._cancel(request_id, clock.reason(), shield=False)
                 raise clock.expired(method)
+            if call.refused:  # its own 404 ended the connection before its answer was read
+                raise SessionRefused(code=INVALID_REQUEST, message="Session terminated")
             raise MCPError(code=CONNECTION_CLOSED, message="Connection closed")  # close() ended it
         except anyio.get_cancelled_exc_class():  # the caller's: the courtesy cancel follows the POST
             await self._cancel(request_id, "caller cancelled", shield=True)
             raise
         finally:
             self._scopes.discard(closing)
+            del self._calls[request_id]
 
     async def session_caught_up(self) -> None:
         """Let the ``ClientSession`` act on what the server sent before a call's reply, before
@@ -190,16 +195,27 @@ class HttpCalls:
         for _ in range(_HANDLER_STEPS):
             await anyio.lowlevel.checkpoint()
 
-    def answered(self, status: int, in_session: bool) -> None:
+    def answered(self, status: int, in_session: bool, request_id: object = None) -> None:
         """The status of each POST of the connection (``SessionWatch``'s, and the raw calls'): a
         404 to a request in a session says the server no longer knows it, and the spec's rule
         is a new session. The connection ends as on a failed POST, and the supervisor opens the
-        next one now (before: at the next liveness check, every call "Session not found" meanwhile)."""
-        if status != 404 or not in_session or self._ended or self._closed:
+        next one now (before: at the next liveness check, every call "Session not found" meanwhile).
+        The call that was answered so (``request_id``) was not run: it is ``refused``, and goes
+        again on the next session (``SessionRefused``)."""
+        if status != 404 or not in_session:
+            return
+        if isinstance(request_id, str) and (call := self._calls.get(request_id)) is not None:
+            call.refused = True
+        if self._ended or self._closed:
             return
         self._ended = True
         log.info("%s ended the session (HTTP 404): starting a new one", self.where)
         self.fail(SessionGone("the server ended the session (HTTP 404)"))
+
+    @property
+    def session_ended(self) -> bool:
+        """The server ended the session (``answered``): this connection is over."""
+        return self._ended
 
     def close(self) -> None:
         """The connection closes: every call in flight fails with the SDK's ``Connection closed``."""
@@ -226,6 +242,12 @@ class SessionGone(Exception):
     """A streamable-HTTP server answered 404 for the connection's session: it must start anew."""
 
 
+class SessionRefused(MCPError):
+    """A call the server answered 404 for its session: it was not run, so it may be sent again
+    on the next session (``Downstream.request`` does, once). Its error is the server's (or the
+    SDK's "Session terminated"), whether its answer or the connection's end reached it first."""
+
+
 class SessionWatch(httpx2.AsyncBaseTransport):
     """An HTTP transport that shows each answer to the connection's calls (``HttpCalls.answered``:
     a 404 for the session starts a new one), whichever path sent the request."""
@@ -237,8 +259,19 @@ class SessionWatch(httpx2.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         response = await self.inner.handle_async_request(request)
         if self.calls is not None and request.method == "POST":  # (a DELETE ending the session: over either way)
-            self.calls.answered(response.status_code, "mcp-session-id" in request.headers)
+            in_session = "mcp-session-id" in request.headers
+            refused = _id_of(request) if response.status_code == 404 and in_session else None
+            self.calls.answered(response.status_code, in_session, refused)
         return response
+
+
+def _id_of(request: httpx2.Request) -> object:
+    """The JSON-RPC id of a POSTed message (read only for a 404: which call it refused)."""
+    try:
+        message = json.loads(request.content)
+    except (ValueError, httpx2.RequestNotRead):
+        return None
+    return message.get("id") if isinstance(message, dict) else None
 
     async def aclose(self) -> None:
         await self.inner.aclose()
@@ -253,6 +286,7 @@ class _Call:
         "forwarded",
         "last_id",
         "on_progress",
+        "refused",
         "related_name",
         "request_id",
         "retry_ms",
@@ -275,6 +309,8 @@ class _Call:
         """The server's ``retry``: how long to wait before resuming."""
         self.related_name: str | None = None
         """Its private call header, when its stream is read here rather than by ``RelatedStreams``."""
+        self.refused = False
+        """The server answered it 404 for the session: it was not run (``SessionRefused``)."""
 
     async def run(self, body: bytes, headers: dict[str, str]) -> dict[str, Any]:
         calls = self.calls
@@ -288,7 +324,8 @@ class _Call:
         if self.forwarded or calls.sdk.session_id is not None:  # (only a session has a standalone stream)
             await calls.session_caught_up()
         if isinstance(outcome, types.ErrorData):
-            raise MCPError(code=outcome.code, message=outcome.message, data=outcome.data)
+            error = SessionRefused if self.refused else MCPError
+            raise error(code=outcome.code, message=outcome.message, data=outcome.data)
         return outcome
 
     async def _posted(self, body: bytes, headers: dict[str, str]) -> dict[str, Any] | types.ErrorData:
@@ -303,7 +340,8 @@ class _Call:
                 pass
             else:
                 try:
-                    calls.answered(response.status_code, "mcp-session-id" in headers)  # (httpx's: SessionWatch)
+                    # (through httpx, ``SessionWatch`` tells it)
+                    calls.answered(response.status_code, "mcp-session-id" in headers, self.request_id)
                     if "set-cookie" in response.headers:  # kept, as httpx keeps them, for what follows
                         calls.client.cookies.extract_cookies(response)
                     if not response.is_redirect:  # (not acted on: the request is posted again below)

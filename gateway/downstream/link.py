@@ -173,9 +173,13 @@ class Link:
 
     @property
     def gone(self) -> bool:
-        """A stdio server's process closed its stdout: nothing more will be answered here."""
+        """Nothing more will be answered here: a stdio server's process closed its stdout, or a
+        streamable-HTTP server ended the session (a 404; the supervisor opens the next one)."""
         child = self.transport.child
-        return child is not None and child.stdout_closed.is_set()
+        if child is not None:
+            return child.stdout_closed.is_set()
+        calls = self.transport.http_calls
+        return calls is not None and calls.session_ended
 
     def tools_listed(self, tools: tuple[Any, ...]) -> None:
         """The headers a modern server's tools declare (``Mcp-Param``) go on their calls."""
