@@ -103,6 +103,9 @@ class ServerConfig:
     handshake only (``Link.open`` in gateway/downstream/link.py)."""
     variables: tuple[str, ...] = ()
     """Every ``${VAR}`` this (enabled) server's table references: what the environment must carry."""
+    defaulted: tuple[str, ...] = ()
+    """Those of ``variables`` every reference of which has a default (``${VAR:-default}``): the
+    environment may leave them out."""
     unset: tuple[tuple[str, str], ...] = ()
     """``(variable, key path)`` for each reference the environment did not set: the server cannot start."""
     unusable: tuple[tuple[str, str], ...] = ()
@@ -180,6 +183,8 @@ class GatewayConfig:
     variables: tuple[str, ...] = ()
     """Every ``${VAR}`` of ``state_dir``, ``lock`` and ``store``: the environment prefixgate
     starts in must carry them (``doctor``'s registration snippets pass them on)."""
+    defaulted: tuple[str, ...] = ()
+    """Those of ``variables`` every reference of which has a default: they may be left out."""
 
 
 @dataclass(frozen=True)
@@ -506,7 +511,13 @@ class References:
 
     def __init__(self) -> None:
         self.names: set[str] = set()
+        self.plain: set[str] = set()
+        """Those referenced somewhere without a default."""
         self.unset: list[tuple[str, str]] = []
+
+    @property
+    def defaulted(self) -> tuple[str, ...]:
+        return tuple(sorted(self.names - self.plain))
 
 
 def expand(path: str, text: str, env: Mapping[str, str], refs: References | None = None) -> str:
@@ -529,6 +540,8 @@ def expand(path: str, text: str, env: Mapping[str, str], refs: References | None
             raise ConfigError(path, f"the default of ${{{name}:-...}} may not hold a '$' (no nested references)")
         if refs is not None:
             refs.names.add(name)
+            if default is None:
+                refs.plain.add(name)
         if default is not None:
             return env.get(name) or default
         if name not in env:
@@ -765,6 +778,7 @@ def parse_config(
         reload=gw.get("reload", "watch"),
         drain_timeout=gw.get("drain_timeout", 25.0),
         variables=tuple(sorted({n for k in ("state_dir", "lock", "store") if k in gw for n in _variables_in(gw[k])})),
+        defaulted=_defaulted([gw[k] for k in ("state_dir", "lock", "store") if k in gw]),
     )
 
     cl = _fields("client", _table("client", data.get("client", {})), _CLIENT_KEYS)
@@ -950,6 +964,7 @@ def _server(
             arg_values=tuple(sorted(arg_values)),
             cwd=str(Path(cwd).expanduser()) if cwd is not None else None,
             variables=tuple(sorted(refs.names)),
+            defaulted=refs.defaulted,
             unset=tuple(refs.unset),
             **common,
         )
@@ -978,15 +993,28 @@ def _server(
         headers=headers,
         **auth,
         variables=tuple(sorted(refs.names)),
+        defaulted=refs.defaulted,
         unset=tuple(refs.unset),
         unusable=tuple(unusable),
         **common,
     )
 
 
+def _references_in(text: str) -> list[str]:
+    """What is inside each ``${...}`` of ``text`` (``$${`` is a literal ``${``), in order."""
+    return [inner for part in text.split("$${") for inner in _VAR.findall(part)]
+
+
 def _variables_in(text: str) -> list[str]:
-    """The variables ``text`` references (``$${`` is a literal ``${``), in order."""
-    return list(dict.fromkeys(inner.split(":-", 1)[0] for part in text.split("$${") for inner in _VAR.findall(part)))
+    """The variables ``text`` references, in order."""
+    return list(dict.fromkeys(inner.split(":-", 1)[0] for inner in _references_in(text)))
+
+
+def _defaulted(texts: list[str]) -> tuple[str, ...]:
+    """The variables every reference of which in ``texts`` has a default."""
+    inners = [inner for text in texts for inner in _references_in(text)]
+    plain = {inner for inner in inners if ":-" not in inner}
+    return tuple(sorted({inner.split(":-", 1)[0] for inner in inners if ":-" in inner} - plain))
 
 
 def _auth_fields(where: str, s: Mapping[str, Any], env: Mapping[str, str], refs: References) -> dict[str, Any]:

@@ -157,11 +157,15 @@ def test_a_default_stands_in_for_an_unset_or_empty_variable() -> None:
     assert git.args == (".", "") and git.env == {"K": "v"}
     # Referenced (what the environment may carry), never unset: the servers can start.
     assert gh.unset == git.unset == () and gh.variables == ("BASE", "TEAM") and git.variables == ("K", "REPO", "TOKEN")
+    assert (gh.defaulted, git.defaulted) == (gh.variables, git.variables)
+    # Referenced once without a default: the environment must carry it.
+    (both,) = parse({"servers": {"b": {"command": "x", "args": ["${V:-d}", "${V}"]}}}, {"V": "v"}).servers
+    assert both.variables == ("V",) and both.defaulted == ()
     gh, git = parse(data, {"BASE": "https://o.test", "TEAM": "ops", "REPO": "/r", "TOKEN": "s3cret"}).servers
     assert gh.url == "https://o.test/mcp" and gh.headers == {"X-Team": "ops"} and git.args == ("/r", "s3cret")
     assert git.arg_values == ("/r", "s3cret")  # a variable's value in args is masked; a default is config text
     gateway = parse({**BASE, "gateway": {"state_dir": "${PG_UNSET_STATE:-/tmp/pg}/s"}}).gateway
-    assert str(gateway.state_dir) == "/tmp/pg/s"
+    assert str(gateway.state_dir) == "/tmp/pg/s" and gateway.defaulted == ("PG_UNSET_STATE",)
 
 
 @pytest.mark.parametrize(

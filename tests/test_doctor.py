@@ -347,6 +347,25 @@ def test_doctor_prints_the_snippet_for_each_client(tmp_path: Path) -> None:
     assert proc.returncode == 0 and proc.stdout.startswith("prefixgate ")
 
 
+def test_a_variable_with_a_default_everywhere_may_be_left_out(tmp_path: Path) -> None:
+    """``${VAR:-default}``: doctor says the environment may leave such a variable out, and
+    still passes it on (a value set in the shell wins); one also referenced without a default
+    must be there."""
+    server = {
+        **MISSING,
+        "args": ["${PG_REQ}", "${PG_OPT:-x}", "${PG_OPT:-y}"],
+        "env": {"A": "${PG_BOTH}", "B": "${PG_BOTH:-z}"},
+    }
+    config = write_config(tmp_path, {"s": server}, gateway={"state_dir": "${PG_STATE:-" + str(tmp_path / "st") + "}"})
+    json_run, text_run = doctors((config, ("--client", "codex", "--json")), (config, ("--client", "codex")))
+    register = json.loads(json_run.stdout)["register"]
+    assert register["variables"] == ["PG_BOTH", "PG_OPT", "PG_REQ", "PG_STATE"]
+    assert register["optional"] == ["PG_OPT", "PG_STATE"]
+    assert "must carry: PG_BOTH, PG_REQ\n" in text_run.stdout
+    assert "may carry (each has a default for when it is unset or empty): PG_OPT, PG_STATE\n" in text_run.stdout
+    assert "(env_vars): PG_BOTH, PG_OPT, PG_REQ, PG_STATE\n" in text_run.stdout
+
+
 def test_gemini_waits_for_a_call_as_long_as_prefixgate_does(tmp_path: Path) -> None:
     """Gemini CLI gives up on a call after its ``timeout`` (10 minutes by default) whatever
     progress it hears; prefixgate lets one run ``max_call_time`` (an hour by default), so the

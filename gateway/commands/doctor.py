@@ -55,7 +55,7 @@ from gateway.commands.arguments import doctor_arguments
 from gateway.commands.catalog import profile_reports, profile_summary
 from gateway.commands.startup import Exit, discover, running
 from gateway.commands.toml_writer import toml_string
-from gateway.config import Config, ConfigError, find_config, load_config
+from gateway.config import Config, ConfigError, GatewayConfig, ServerConfig, find_config, load_config
 from gateway.downstream.stderrtail import shown
 from gateway.engine.epoch import Epoch
 from gateway.engine.lockfile import lock_path, read_lock
@@ -649,6 +649,7 @@ def snippet(
     profile: str | None = None,
     warm: bool = True,
     call_time: float | None = None,
+    optional: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The exact text that registers prefixgate in ``client`` as ``entry``, with absolute paths;
     ``variables``: the ``${VAR}``s the enabled servers and ``[gateway]`` (a store's password)
@@ -658,7 +659,8 @@ def snippet(
     ``profile``: the profile it serves (``serve --profile``); ``warm``: the warm-start record
     is in place (what a client that waits about a second for a server depends on);
     ``call_time``: the longest ``max_call_time`` of the enabled servers, for a client that
-    stops waiting for a call on its own clock (Gemini CLI)."""
+    stops waiting for a call on its own clock (Gemini CLI); ``optional``: those of
+    ``variables`` that have a default wherever they are referenced (passed on all the same)."""
     head = launcher()
     command, args = head[0], [*head[1:], "serve", "--config", os.path.abspath(config_path)]
     if profile is not None:
@@ -708,6 +710,7 @@ def snippet(
         "args": args,
         "snippet": text,
         "variables": names,
+        "optional": sorted(optional),
         "note": _NOTES[client].format(warm=_WARM[warm]) if client in _NOTES else None,
         "passes": _PASSES[client] if names else None,
     }
@@ -766,12 +769,17 @@ def render(report: Report) -> str:
         if register.get("note"):
             lines += ["", register["note"]]
         if register.get("variables"):
-            lines += [
-                "",
-                "the environment the client starts prefixgate in must carry: " + ", ".join(register["variables"]),
-                "(the enabled servers' ${VAR} references; a server whose variable is unset fails alone)",
-                register["passes"] + ", ".join(register["variables"]),
-            ]
+            optional = register.get("optional") or []
+            required = [name for name in register["variables"] if name not in optional]
+            lines.append("")
+            if required:
+                lines += [
+                    "the environment the client starts prefixgate in must carry: " + ", ".join(required),
+                    "(the enabled servers' ${VAR} references; a server whose variable is unset fails alone)",
+                ]
+            if optional:
+                lines.append("it may carry (each has a default for when it is unset or empty): " + ", ".join(optional))
+            lines.append(register["passes"] + ", ".join(register["variables"]))
     counts = report.counts()
     verdict = "needs attention" if report.status else "all is well"
     summary = ", ".join(f"{n} {k}" for k, n in counts.items() if n)
@@ -911,10 +919,20 @@ def run(config_path: str | None, args: argparse.Namespace) -> int:
     )
     anyio.run(diagnose, config, report)
     call_time = max((s.max_call_time for s in config.enabled_servers), default=None)
-    variables = sorted({*config.gateway.variables, *(name for s in config.enabled_servers for name in s.variables)})
+    sources: list[GatewayConfig | ServerConfig] = [config.gateway, *config.enabled_servers]
+    variables = sorted({name for source in sources for name in source.variables})
+    # A default stands in for a variable only if every reference of it has one.
+    optional = [n for n in variables if all(n in s.defaulted for s in sources if n in s.variables)]
     warm = bool(report.data.get("warm_record"))
     report.data["register"] = snippet(
-        client, str(config.path or path), config.client.entry, variables, config.profile, warm=warm, call_time=call_time
+        client,
+        str(config.path or path),
+        config.client.entry,
+        variables,
+        config.profile,
+        warm=warm,
+        call_time=call_time,
+        optional=optional,
     )
     _emit(report, as_json)
     return report.status
