@@ -335,3 +335,27 @@ async def test_an_artifact_opened_again_and_after_its_removal(store: StateStore)
     assert [a.id for a in await store.collect(max_age_seconds=-1, max_total_bytes=1 << 30)] == [artifact_id]
     with pytest.raises(ArtifactNotFound):
         await anyio.to_thread.run_sync(twice)
+
+
+async def test_a_partial_evicted_mid_write_is_never_published(redis: RedisServer) -> None:
+    """A Redis with ``maxmemory`` and ``volatile-ttl`` (a ``volatile-*`` policy, as the docs
+    advise) evicts the keys that expire soonest first: an artifact's partial (an hour) before
+    the artifacts (``max_age_days``). Evicted mid-write, the next SETRANGE made a new key padded
+    with NUL bytes and a 16 MiB artifact was published with its first MiBs zeroed. Now the
+    write fails, saying why, and nothing is published."""
+    import redis as redis_client
+
+    with redis_client.Redis.from_url(redis.url) as direct:
+        direct.config_set("maxmemory", "20mb")
+        direct.config_set("maxmemory-policy", "volatile-ttl")
+        direct.set("prefixgate:other-artifact", b"x" * (4 << 20), ex=7 * 86400)
+    store = RedisStore(redis.url, max_age_seconds=7 * 86400)
+    await store.open()
+    try:
+        data = bytes(range(1, 256)) * ((16 << 20) // 255)  # no NUL byte anywhere
+        with pytest.raises(StoreError) as caught:
+            await anyio.to_thread.run_sync(store.artifacts(ALICE).put_chunks, [data])
+        assert str(caught.value) == "cannot write artifact: its partial write vanished (evicted or expired)"
+        assert await store.list_artifacts() == []
+    finally:
+        await store.aclose()

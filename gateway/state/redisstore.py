@@ -7,8 +7,9 @@ Keys (``prefixgate:`` then the owner's key, a SHA-256 hex: never a principal or 
   replicas granting at once both end up in the record instead of one overwriting the other.
 - ``prefixgate:<owner>:artifact:<id>``: one artifact's bytes, expiring after ``max_age_days``.
   It is written in pieces under ``prefixgate:<owner>:partial:<random>`` (itself expiring, so an
-  abandoned write vanishes) and published by one Lua script that renames it and indexes it:
-  a reader sees a whole artifact or none.
+  abandoned write vanishes; a piece is written only onto all the pieces before it, so a
+  partial evicted mid-write fails the write instead of coming back zero-filled) and published
+  by one Lua script that renames it and indexes it: a reader sees a whole artifact or none.
 - ``prefixgate:artifacts`` (sorted set ``<owner>/<id>`` by time) and
   ``prefixgate:artifact-sizes`` (hash): retention by total size across the whole store.
 - ``prefixgate:warm:<key>``: the warm-start record of a launch identity (``catalog.warm``),
@@ -70,6 +71,7 @@ COPIES_BYTES = 32 << 20
 """Memory for copies of artifacts read lately (one process, all principals)."""
 _PIECE = 1 << 20
 _UNAVAILABLE = "store unavailable"
+_VANISHED = "cannot write artifact: its partial write vanished (evicted or expired)"
 _ERRORS = (redis.exceptions.RedisError, OSError)
 log = logging.getLogger("prefixgate.store")
 
@@ -83,6 +85,16 @@ return 1
 """Compare-and-set of an activation record: KEYS record, integrity key; ARGV previous, new, our key.
 Each grant also puts back the integrity key if Redis lost it (restarted without persistence), so
 a replica started afterwards adopts the running replicas' key instead of making another."""
+
+_PIECE_AT = """
+if redis.call('STRLEN', KEYS[1]) < tonumber(ARGV[1]) then return 0 end
+redis.call('SETRANGE', KEYS[1], ARGV[1], ARGV[2])
+return 1
+"""
+"""Write one piece of a partial at its offset: KEYS partial; ARGV offset, bytes. Only onto every
+byte before it (0: the partial is gone). A plain SETRANGE on a partial that Redis evicted
+mid-write (a ``volatile-*`` policy takes it first: it expires soonest) made a new key padded
+with NUL bytes, published as the artifact. Safe to repeat, as SETRANGE is."""
 
 _PUBLISH = """
 if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
@@ -149,6 +161,7 @@ class RedisArtifacts:
         self.client, self.owner, self.max_age, self._failing = client, owner, max_age_seconds, failing
         self._copies = copies
         self._publish = client.register_script(_PUBLISH)
+        self._piece_at = client.register_script(_PIECE_AT)
 
     def __repr__(self) -> str:
         return f"RedisArtifacts({self._failing.where!r}, {self.owner!r})"
@@ -163,13 +176,15 @@ class RedisArtifacts:
                 view = memoryview(chunk).cast("B")
                 for start in range(0, len(view), _PIECE):
                     piece = bytes(view[start : start + _PIECE])
-                    pipe.setrange(partial, size, piece)  # at its offset: a retried command writes the same
+                    self._piece_at(keys=[partial], args=[size, piece], client=pipe)
                     size += len(piece)
                     if len(pipe) >= 8:
                         pipe.expire(partial, PARTIAL_TTL)
-                        pipe.execute()
+                        if not all(pipe.execute()):
+                            raise StoreError(_VANISHED)
             pipe.expire(partial, PARTIAL_TTL)
-            pipe.execute()
+            if not all(pipe.execute()) and size:  # (an empty artifact has no partial to expire)
+                raise StoreError(_VANISHED)
             ttl = max(1, int(self.max_age)) if self.max_age > 0 else 0
             for _ in range(16):
                 artifact_id = new_id()
@@ -179,7 +194,7 @@ class RedisArtifacts:
                 if published == 1:
                     return artifact_id
                 if published == -1:
-                    raise StoreError("cannot write artifact: its partial write vanished")
+                    raise StoreError(_VANISHED)
         except _ERRORS:
             with contextlib.suppress(*_ERRORS):
                 self.client.delete(partial)
