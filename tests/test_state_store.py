@@ -359,3 +359,31 @@ async def test_a_partial_evicted_mid_write_is_never_published(redis: RedisServer
         assert await store.list_artifacts() == []
     finally:
         await store.aclose()
+
+
+@pytest.mark.parametrize("max_age_days", [float("inf"), 1e12])
+async def test_an_age_past_redis_expiry_keeps_artifacts_indexed_without_expiry(
+    redis: RedisServer, max_age_days: float
+) -> None:
+    """``max_age_days = inf`` (TOML has it; the file store reads it as never) raised
+    OverflowError on every spill, and an age past Redis's clock failed EXPIRE inside the
+    publish script after its RENAME: each spill left its artifact unindexed and never
+    expiring, out of ``max_total_bytes``' reach. Now such an age means no expiry."""
+    import redis as redis_client
+
+    store = RedisStore(redis.url, max_age_seconds=max_age_days * 86400)
+    await store.open()
+    try:
+        artifacts = store.artifacts(ALICE)
+        artifact_id = await anyio.to_thread.run_sync(artifacts.put_chunks, [b"x" * 100_000])
+        assert [a.id for a in await store.list_artifacts()] == [artifact_id]
+        with redis_client.Redis.from_url(redis.url) as direct:
+            assert [k.decode() for k in direct.keys(f"prefixgate:{ALICE}:*")] == [
+                f"prefixgate:{ALICE}:artifact:{artifact_id}"
+            ]
+            assert direct.ttl(f"prefixgate:{ALICE}:artifact:{artifact_id}") == -1
+        assert [a.id for a in await store.collect(max_age_seconds=max_age_days * 86400, max_total_bytes=1)] == [
+            artifact_id
+        ]
+    finally:
+        await store.aclose()

@@ -65,6 +65,9 @@ PARTIAL_TTL = 3600
 """Seconds an unfinished artifact write is kept (a replica that died mid-write leaves nothing)."""
 WARM_TTL = 30 * 86400
 """Seconds a warm-start record is kept after its last write (each config change leaves one)."""
+LONGEST_TTL = 1000 * 365 * 86400
+"""Seconds past which an artifact is given no expiry: a ``max_age_days`` longer than this (or
+``inf``) means never, and Redis's EXPIRE refuses what overflows its clock."""
 PROTECT_SECONDS = 60.0
 """An owner's artifact younger than this survives its own retention pass (its id was just handed out)."""
 COPIES_BYTES = 32 << 20
@@ -137,6 +140,15 @@ def _artifact_key(owner: str, artifact_id: str) -> str:
     return f"{PREFIX}{owner}:artifact:{artifact_id}"
 
 
+def _ttl(max_age_seconds: float) -> int:
+    """An artifact key's expiry in seconds; 0: none (no age limit, or one past ``LONGEST_TTL``).
+    ``inf`` raised OverflowError, and an age past Redis's clock failed EXPIRE inside the publish
+    script after its RENAME, leaving the artifact unindexed and never expiring, on every spill."""
+    if not 0 < max_age_seconds <= LONGEST_TTL:
+        return 0
+    return max(1, int(max_age_seconds))
+
+
 def _options(timeout: float, retry: Any) -> dict[str, Any]:
     return {"socket_timeout": timeout, "socket_connect_timeout": timeout, "retry": retry}
 
@@ -185,7 +197,7 @@ class RedisArtifacts:
             pipe.expire(partial, PARTIAL_TTL)
             if not all(pipe.execute()) and size:  # (an empty artifact has no partial to expire)
                 raise StoreError(_VANISHED)
-            ttl = max(1, int(self.max_age)) if self.max_age > 0 else 0
+            ttl = _ttl(self.max_age)
             for _ in range(16):
                 artifact_id = new_id()
                 member = f"{self.owner}/{artifact_id}"
