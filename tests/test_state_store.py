@@ -355,7 +355,7 @@ async def test_a_partial_evicted_mid_write_is_never_published(redis: RedisServer
         data = bytes(range(1, 256)) * ((16 << 20) // 255)  # no NUL byte anywhere
         with pytest.raises(StoreError) as caught:
             await anyio.to_thread.run_sync(store.artifacts(ALICE).put_chunks, [data])
-        assert str(caught.value) == "cannot write artifact: its partial write vanished (evicted or expired)"
+        assert str(caught.value) == "cannot write artifact: its partial write vanished (evicted, or Redis restarted)"
         assert await store.list_artifacts() == []
     finally:
         await store.aclose()
@@ -385,5 +385,29 @@ async def test_an_age_past_redis_expiry_keeps_artifacts_indexed_without_expiry(
         assert [a.id for a in await store.collect(max_age_seconds=max_age_days * 86400, max_total_bytes=1)] == [
             artifact_id
         ]
+    finally:
+        await store.aclose()
+
+
+async def test_a_redis_restarted_mid_write_publishes_nothing(redis: RedisServer) -> None:
+    """Redis restarted without persistence between two pieces of an artifact: the pieces after
+    it went into a new key padded with NUL bytes, published as the artifact. Now the write
+    fails, saying why."""
+    store = RedisStore(redis.url, max_age_seconds=3600, timeout=5)
+    await store.open()
+    piece = bytes(range(1, 256)) * 4112  # about 1 MiB, no NUL byte
+
+    def pieces() -> Iterator[bytes]:
+        for n in range(12):
+            if n == 10:  # (past the first pipeline's 8 pieces)
+                redis.stop()
+                redis.start()
+            yield piece
+
+    try:
+        with pytest.raises(StoreError) as caught:
+            await anyio.to_thread.run_sync(store.artifacts(ALICE).put_chunks, pieces())
+        assert str(caught.value) == "cannot write artifact: its partial write vanished (evicted, or Redis restarted)"
+        assert await store.list_artifacts() == []
     finally:
         await store.aclose()

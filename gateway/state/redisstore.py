@@ -74,7 +74,7 @@ COPIES_BYTES = 32 << 20
 """Memory for copies of artifacts read lately (one process, all principals)."""
 _PIECE = 1 << 20
 _UNAVAILABLE = "store unavailable"
-_VANISHED = "cannot write artifact: its partial write vanished (evicted or expired)"
+_VANISHED = "cannot write artifact: its partial write vanished (evicted, or Redis restarted)"
 _ERRORS = (redis.exceptions.RedisError, OSError)
 log = logging.getLogger("prefixgate.store")
 
@@ -96,8 +96,8 @@ return 1
 """
 """Write one piece of a partial at its offset: KEYS partial; ARGV offset, bytes. Only onto every
 byte before it (0: the partial is gone). A plain SETRANGE on a partial that Redis evicted
-mid-write (a ``volatile-*`` policy takes it first: it expires soonest) made a new key padded
-with NUL bytes, published as the artifact. Safe to repeat, as SETRANGE is."""
+mid-write (a ``volatile-*`` policy takes it first: it expires soonest) or lost in a restart
+made a new key padded with NUL bytes, published as the artifact. Safe to repeat, as SETRANGE is."""
 
 _PUBLISH = """
 if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
