@@ -437,6 +437,8 @@ def retain(
         return None, _one_line(e.shown)  # (its message may name the host's path: ids only, never paths)
     except OSError as e:
         return None, _one_line(f"cannot write artifact: {e.strerror or type(e).__name__}")
+    except Exception as e:  # noqa: BLE001 - any other failure of a store costs the artifact, never the call
+        return None, f"cannot write artifact: {type(e).__name__}"
 
 
 @dataclass(frozen=True)

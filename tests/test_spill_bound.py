@@ -330,6 +330,19 @@ def test_worst_case_trailer_fits_minimum_ceiling(store: ArtifactStore, monkeypat
     assert "not retained: cannot open artifact directory" in check_bounded(out, 1024)
 
 
+def test_any_failure_of_a_store_costs_the_artifact_never_the_call() -> None:
+    """A store failing in a way of its own (a Redis client's OverflowError on an expiry, a bug):
+    the result is still bounded, saying the output was not retained; it was a JSON-RPC error."""
+
+    class Failing:
+        def put_chunks(self, chunks: Any) -> str:
+            raise OverflowError("cannot convert float infinity to integer")
+
+    out = bound_result(text_result("x" * 100_000), max_visible_bytes=4096, store=Failing())  # type: ignore[arg-type]
+    reason = "cannot write artifact: OverflowError"
+    assert only_text(out).endswith(f"full output (100000 bytes of text) not retained: {reason}")
+
+
 # --------------------------------------------------------------------------- structuredContent rule
 
 SCHEMA = {
