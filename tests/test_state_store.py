@@ -361,6 +361,25 @@ async def test_a_partial_evicted_mid_write_is_never_published(redis: RedisServer
         await store.aclose()
 
 
+async def test_a_full_redis_says_so(redis: RedisServer) -> None:
+    """``maxmemory`` with ``noeviction`` (as the docs advise, beside ``volatile-*``), filled: an
+    artifact's write is refused by Redis, which answered; the reason said "store unavailable"."""
+    import redis as redis_client
+
+    with redis_client.Redis.from_url(redis.url) as direct:
+        direct.config_set("maxmemory", "8mb")
+        direct.config_set("maxmemory-policy", "noeviction")
+    store = RedisStore(redis.url, max_age_seconds=86400)
+    await store.open()
+    try:
+        with pytest.raises(StoreError) as caught:
+            await anyio.to_thread.run_sync(store.artifacts(ALICE).put_chunks, [b"x" * (16 << 20)])
+        assert str(caught.value).startswith("store full: Redis refused the write (out of memory")
+        assert await store.list_artifacts() == []
+    finally:
+        await store.aclose()
+
+
 @pytest.mark.parametrize("max_age_days", [float("inf"), 1e12])
 async def test_an_age_past_redis_expiry_keeps_artifacts_indexed_without_expiry(
     redis: RedisServer, max_age_days: float

@@ -74,6 +74,7 @@ COPIES_BYTES = 32 << 20
 """Memory for copies of artifacts read lately (one process, all principals)."""
 _PIECE = 1 << 20
 _UNAVAILABLE = "store unavailable"
+_FULL = "store full: Redis refused the write (out of memory: its maxmemory, with noeviction)"
 _VANISHED = "cannot write artifact: its partial write vanished (evicted, or Redis restarted)"
 _ERRORS = (redis.exceptions.RedisError, OSError)
 log = logging.getLogger("prefixgate.store")
@@ -149,6 +150,14 @@ def _ttl(max_age_seconds: float) -> int:
     return max(1, int(max_age_seconds))
 
 
+def _out_of_memory(exc: BaseException) -> bool:
+    """Redis refused a write for its ``maxmemory`` (``noeviction``): a command's own ``-OOM``
+    error, or one a script's call met (a pipeline wraps it in a ResponseError's text)."""
+    return isinstance(exc, redis.exceptions.OutOfMemoryError) or (
+        isinstance(exc, redis.exceptions.ResponseError) and "-OOM command not allowed" in str(exc)
+    )
+
+
 def _options(timeout: float, retry: Any) -> dict[str, Any]:
     return {"socket_timeout": timeout, "socket_connect_timeout": timeout, "retry": retry}
 
@@ -207,9 +216,11 @@ class RedisArtifacts:
                     return artifact_id
                 if published == -1:
                     raise StoreError(_VANISHED)
-        except _ERRORS:
+        except _ERRORS as exc:
             with contextlib.suppress(*_ERRORS):
                 self.client.delete(partial)
+            if _out_of_memory(exc):  # (it answered: not "unavailable")
+                raise StoreError(_FULL) from None
             raise StoreError(_UNAVAILABLE) from None
         raise StoreError("cannot create artifact: no free id after repeated collisions")
 
