@@ -361,6 +361,30 @@ async def test_a_partial_evicted_mid_write_is_never_published(redis: RedisServer
         await store.aclose()
 
 
+async def test_an_artifact_redis_evicted_no_longer_counts_against_the_total(redis: RedisServer) -> None:
+    """A ``volatile-*`` policy evicts artifacts (they expire): their index entries stayed and
+    counted toward ``max_total_bytes``, so a retention pass took real artifacts in their
+    place. The pass now drops what is gone first."""
+    import redis as redis_client
+
+    store = RedisStore(redis.url, max_age_seconds=86400)
+    await store.open()
+    try:
+        alice = store.artifacts(ALICE)
+        made = []
+        for _ in range(3):
+            made.append(await anyio.to_thread.run_sync(alice.put_chunks, [b"x" * 1000]))
+            await anyio.sleep(0.02)
+        with redis_client.Redis.from_url(redis.url) as direct:  # as an eviction would
+            assert direct.delete(f"prefixgate:{ALICE}:artifact:{made[2]}") == 1
+        removed = await store.collect(max_age_seconds=86400, max_total_bytes=2000)
+        assert [a.id for a in removed] == [made[2]]
+        assert [a.id for a in await store.list_artifacts()] == made[:2]
+        assert await store.collect(max_age_seconds=86400, max_total_bytes=2000) == []
+    finally:
+        await store.aclose()
+
+
 async def test_a_full_redis_says_so(redis: RedisServer) -> None:
     """``maxmemory`` with ``noeviction`` (as the docs advise, beside ``volatile-*``), filled: an
     artifact's write is refused by Redis, which answered; the reason said "store unavailable"."""

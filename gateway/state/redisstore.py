@@ -378,17 +378,37 @@ def collect(
     the whole store fits ``max_total_bytes`` the oldest of the owner that holds the most
     (``spill.retention``)."""
     now = time.time() if now is None else now
-    removed = doomed(
-        _scan(client),
-        max_age_seconds=max_age_seconds,
-        max_total_bytes=max_total_bytes,
-        now=now,
-        spiller=protect,
-        fresh_seconds=PROTECT_SECONDS if protect is not None else 0.0,
-    )
+    found = _scan(client)
+
+    def due(among: list[ArtifactInfo]) -> list[ArtifactInfo]:
+        return doomed(
+            among,
+            max_age_seconds=max_age_seconds,
+            max_total_bytes=max_total_bytes,
+            now=now,
+            spiller=protect,
+            fresh_seconds=PROTECT_SECONDS if protect is not None else 0.0,
+        )
+
+    removed = due(found)
+    if removed:
+        # Only then, whether each is still there: one that Redis evicted (a ``volatile-*``
+        # policy) or lost was counted too, and a real artifact went in its place.
+        there = _present(client, found)
+        gone = [a for a, present in zip(found, there, strict=True) if not present]
+        if gone:
+            removed = gone + due([a for a, present in zip(found, there, strict=True) if present])
     for a in removed:
         _remove(client, a)
     return removed
+
+
+def _present(client: redis.Redis, found: list[ArtifactInfo]) -> list[bool]:
+    """Whether each indexed artifact's key is there."""
+    pipe = client.pipeline(transaction=False)
+    for a in found:
+        pipe.exists(_artifact_key(a.session, a.id))
+    return [bool(there) for there in pipe.execute()]
 
 
 class RedisStore:
@@ -441,10 +461,7 @@ class RedisStore:
     async def list_artifacts(self) -> list[ArtifactInfo]:
         def present() -> list[ArtifactInfo]:
             found = _scan(self._blocking)
-            pipe = self._blocking.pipeline(transaction=False)
-            for a in found:
-                pipe.exists(_artifact_key(a.session, a.id))
-            return [a for a, there in zip(found, pipe.execute(), strict=True) if there]
+            return [a for a, there in zip(found, _present(self._blocking, found), strict=True) if there]
 
         try:
             return await anyio.to_thread.run_sync(present)
