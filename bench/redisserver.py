@@ -5,6 +5,7 @@ with no persistence (``--save ''``, ``--appendonly no``) in a directory of the c
 from __future__ import annotations
 
 import subprocess
+import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -40,7 +41,7 @@ class RedisServer:
 
     @property
     def url(self) -> str:
-        auth = f":{self.password}@" if self.password else ""
+        auth = f":{urllib.parse.quote(self.password, safe='')}@" if self.password else ""
         return f"redis://{auth}127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
