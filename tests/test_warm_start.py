@@ -263,6 +263,46 @@ async def test_tools_changed_between_runs_are_one_new_epoch_after_their_server_s
     assert "added: m__gamma" in text_log and "server 'm' lists other tools" in text_log
 
 
+@pytest.mark.parametrize("locked", [False, True], ids=["unlocked", "locked"])
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_call_in_the_warm_window_to_a_tool_its_server_no_longer_lists_is_refused(
+    tmp_path: Path, mode: str, locked: bool
+) -> None:
+    """The record has ``m__beta``; the server, started since, lists it no longer. A call made
+    from the warm catalog waits for the server, then is refused naming the tool and the
+    server (under a lock, as the lock refuses it), while another server still holds the
+    barrier. It used to be sent to the server, which has no such tool (this one answers any
+    name, as a lax server does)."""
+    gates, state = tmp_path / "gates", tmp_path / "mutations.json"
+    servers = {
+        "m": {**gated(gates, "tests.mutating_server", str(state)), "startup_timeout": 60},
+        "s": {**gated(tmp_path / "slow", "--tools", "1", "--name", "s"), "startup_timeout": 60},
+    }
+    config = write_config(tmp_path, servers, gateway={"discovery_deadline": 120})
+    if locked:
+        proc = run_cli("catalog", "lock", "--config", str(config))
+        assert proc.returncode == 0, proc.stderr
+    else:
+        remember(config)
+    state.write_text(json.dumps(["remove"]))
+    (gates / "delay").write_text("1")
+    (tmp_path / "slow" / "delay").write_text("60")
+    log = tmp_path / "serve.log"
+    async with sdk_client(config, mode, errlog=log) as client:
+        assert "m__beta" in names(await client.list_tools())
+        with anyio.fail_after(60):
+            result = await client.call_tool("m__beta", {})
+        assert result.is_error
+        assert text(result) == (
+            "Tool 'm__beta' is no longer available: its server no longer lists it "
+            "(run prefixgate catalog approve m__beta to drop it from the lock)."
+            if locked
+            else "Tool 'm__beta' is no longer available: server 'm' no longer lists it."
+        )
+        assert "[s] ready" not in log.read_text()  # within the warm window
+        assert text(await client.call_tool("m__alpha", {"text": "still here"})) == "still here"
+
+
 def _changed_args(config: Path, tmp_path: Path) -> None:
     config.write_text(config.read_text().replace('"--tools", "1", "--name", "a"', '"--tools", "2", "--name", "a"'))
 

@@ -242,6 +242,13 @@ class Router:
             if self.epoch is not None and self.epoch is not epoch:
                 epoch = self.epoch
                 entry = epoch.catalog.get(name)
+        if entry is not None and not self.settled.is_set() and name not in epoch.lock_refusals:
+            if not _still_lists(self.downstreams[entry.server], entry.original):
+                # A warm start's catalog has it, but its server, up now, no longer lists it (the
+                # barrier's epoch removes it): refused here, not sent to a server that lacks it.
+                # (Under a lock, the lock's refusal says so, and how to approve it.)
+                why = f"Tool {name!r} is no longer available: server {entry.server!r} no longer lists it."
+                return _refused(note, "unknown", why)
         if entry is None and not self.settled.is_set() and name not in epoch.lock_refusals:
             # Not in a warm start's catalog: the barrier may still bring it, or say which
             # server is down (the answer a cold start gives).
@@ -569,6 +576,12 @@ def _checked(result: dict[str, Any], version: str, server: str, tool: str) -> di
         log.warning("server %s returned an invalid result for %s: %s", server, quote(tool), escape(detail))
         return error_result(f"Server {server!r} returned an invalid result for tool {tool!r}: {detail}")
     return result
+
+
+def _still_lists(downstream: Downstream, tool: str) -> bool:
+    """Whether the server's own listing has ``tool`` (its original name); True while it has
+    given none (the warm-start record's lists stand for it)."""
+    return downstream.source != "live" or any(isinstance(t, dict) and t.get("name") == tool for t in downstream.tools)
 
 
 def down_hint(router: Router, name: str) -> str:
