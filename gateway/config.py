@@ -305,6 +305,9 @@ class Config:
     include: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
     """The profile's globs on published names (empty for the default profile)."""
+    read: Stamp | None = field(default=None, compare=False, repr=False)
+    """The file's ``stamp`` just before it was read: what a reload compares with, so an edit
+    made while ``serve`` starts (a warm start answers before its imports are done) is a change."""
 
     @property
     def enabled_servers(self) -> tuple[ServerConfig, ...]:
@@ -380,8 +383,21 @@ def find_config(explicit: str | None, env: Mapping[str, str] | None = None) -> P
     )
 
 
+Stamp = tuple[int, int, int, int]
+
+
+def stamp(path: Path) -> Stamp | None:
+    """What tells a change of ``path`` (None: it cannot be read now)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino)
+
+
 def load_config(path: Path, env: Mapping[str, str] | None = None) -> Config:
     """Read and validate ``path``; raise ConfigError with a one-line, key-naming message."""
+    read = stamp(path)
     try:
         text = path.read_bytes().decode("utf-8")
     except OSError as exc:
@@ -396,7 +412,7 @@ def load_config(path: Path, env: Mapping[str, str] | None = None) -> Config:
             # An agent's MCP config (.mcp.json, claude_desktop_config.json, mcp.json).
             hint = f"; it looks like an agent's JSON config: prefixgate import {path} writes a prefixgate one from it"
         raise ConfigError("", f"config {path} is not valid TOML: {exc}{hint}") from None
-    return parse_config(data, path=path, env=env)
+    return replace(parse_config(data, path=path, env=env), read=read)
 
 
 # --- validation primitives -------------------------------------------------------------

@@ -20,7 +20,18 @@ import anyio
 import pytest
 
 from bench.common import url_process
-from tests.helpers import ERAS, GATEWAY, Notifications, alive, demo, sdk_client, text, wait_for, write_config
+from tests.helpers import (
+    ERAS,
+    GATEWAY,
+    Notifications,
+    alive,
+    demo,
+    run_cli,
+    sdk_client,
+    text,
+    wait_for,
+    write_config,
+)
 
 STATE: dict[str, Any] = {}
 
@@ -132,6 +143,25 @@ async def test_a_server_added_then_removed_is_one_epoch_each_and_the_other_keeps
     logged = log.read_text()
     assert "config reloaded (the file changed): added 'b'" in logged
     assert "config reloaded (the file changed): removed 'a'" in logged
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ERAS)
+async def test_an_edit_made_while_a_warm_start_answers_is_reloaded(tmp_path: Path, mode: str) -> None:
+    """A warm start answers from the record before the gateway has imported its machinery;
+    the config is edited at once. The edit is a change: the watch compares with the file as
+    it was read. It used to compare with the file as it was once the imports were done, so
+    the edit was taken as the config served, and never applied."""
+    config = write_config(tmp_path, servers("a"))
+    assert run_cli("catalog", "--config", str(config)).returncode == 0  # leaves the warm-start record
+    log = tmp_path / "gateway.log"
+    async with sdk_client(config, mode, errlog=log) as client:
+        assert "a__echo" in await names(client)  # from the record
+        write_config(tmp_path, servers("a", "b"))
+        await wait_for(lambda: "config reloaded (the file changed): added 'b'" in log.read_text())
+        await wait_for(lambda: "[b] ready" in log.read_text())
+        assert text(await client.call_tool("b__echo", {"text": "new"})) == "new"
+    assert "from the record before the gateway was up" in log.read_text()
 
 
 @pytest.mark.anyio

@@ -17,14 +17,13 @@ anything else is applied as a diff (``gateway.engine.reload``).
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import anyio
 import anyio.to_thread
 
-from gateway.config import ConfigError, load_config
+from gateway.config import ConfigError, Stamp, load_config, stamp
 from gateway.engine.hub import Hub
 from gateway.engine.reload import apply, refused
 
@@ -89,22 +88,10 @@ class Reloader:
         log.info("config reloaded (%s): %s", why, changes.summary())
 
 
-Stamp = tuple[int, int, int, int]
-
-
-def stamp(path: Path) -> Stamp | None:
-    """What tells a change of ``path`` (None: it cannot be read now)."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino)
-
-
 async def watch(path: Path, changed: Callable[[], Awaitable[None]], seen: Stamp | None) -> None:
     """Call ``changed`` after each change of ``path`` once it has settled (until cancelled).
-    ``seen``: its ``stamp`` when serving began (taken before the URL is printed, so an edit
-    made as soon as the gateway answers is a change)."""
+    ``seen``: its ``stamp`` as the config served was read (``Config.read``), so an edit made
+    as soon as the gateway answers is a change."""
     while True:
         await anyio.sleep(POLL)
         now = stamp(path)

@@ -23,7 +23,7 @@ from catalog.lock import LockError
 from gateway import logs
 from gateway.commands.observe import flush as flush_telemetry
 from gateway.commands.observe import observe
-from gateway.commands.reloading import Reloader, stamp, watch
+from gateway.commands.reloading import Reloader, watch
 from gateway.commands.startup import Exit, discover, running
 from gateway.config import Config
 from gateway.downstream.connection import Downstream
@@ -69,7 +69,6 @@ async def serve(
     # Over HTTP, a gateway not started for one profile serves every profile, over one set of servers.
     views = [config.view(name) for name in sorted(config.profiles)] if http and config.profile is None else []
 
-    first_look = stamp(config.path) if config.path is not None else None  # what a reload compares with
     async with (
         _stop_signals_handled() as hub_signals,
         # Several principals over HTTP: a per-principal server runs a process for each.
@@ -119,7 +118,7 @@ async def serve(
         async with anyio.create_task_group() as tg:
             tg.start_soon(barrier)
             if reloader is not None and watched:
-                tg.start_soon(watch, reloader.path, reloader.file_changed, first_look)
+                tg.start_soon(watch, reloader.path, reloader.file_changed, config.read)
             if http is None:
                 from gateway.upstream.stdio import stdio_streams
 
