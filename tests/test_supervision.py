@@ -13,7 +13,19 @@ import anyio
 import pytest
 
 from gateway.downstream.backoff import Backoff
-from tests.helpers import ERAS, GATEWAY, PYTHON, demo, gateway, sdk_client, text, url_process, write_config
+from tests.helpers import (
+    ERAS,
+    GATEWAY,
+    PYTHON,
+    alive,
+    demo,
+    gateway,
+    sdk_client,
+    text,
+    url_process,
+    wait_for,
+    write_config,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -71,6 +83,32 @@ async def test_a_call_after_a_crash_whose_restart_fails_says_so(tmp_path: Path, 
             assert down.is_error, text(down)
             assert text(down).startswith("Server 'd' is down (exited during start-up (exit status 3)"), text(down)
             assert text(down).endswith("it will be retried in 2 s."), text(down)
+
+
+@pytest.mark.parametrize("mode", ERAS)
+@pytest.mark.real_processes  # the server's own child, by its pid
+async def test_a_server_whose_child_holds_its_stdout_ends_with_its_exit(tmp_path: Path, mode: str) -> None:
+    # The server forks a child that keeps its stdout open and exits during a call: the call
+    # waited for call_timeout ("timed out"), and so did every later one, the server never
+    # restarted. Its exit is the end, as without the child: the child's group is ended too.
+    held = (
+        "import os, sys, time; from pathlib import Path\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n    time.sleep(600); os._exit(0)\n"
+        "Path(sys.argv[1]).write_text(str(pid))\n"
+        "from gateway.commands.demo import main; sys.exit(main(['--tools', '1', '--name', 'd']))"
+    )
+    child = tmp_path / "child.pid"
+    server = {"command": PYTHON, "args": ["-c", held, str(child)], "call_timeout": 20}
+    config = write_config(tmp_path, {"d": server})
+    async with sdk_client(config, mode) as client:
+        with anyio.fail_after(60):
+            first = int(child.read_text())
+            crashed = await client.call_tool("d__crash", {"status": 9})
+            assert text(crashed) == "server 'd' exited during the call to 'crash' (exit status 9)", text(crashed)
+            await wait_for(lambda: not alive(first))
+            back = await client.call_tool("d__echo", {"text": "back"})
+            assert not back.is_error and text(back) == "back", text(back)
 
 
 @contextmanager

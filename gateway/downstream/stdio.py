@@ -163,6 +163,24 @@ class ChildProcess:
                 await anyio.sleep(0.01)
         return self.process.returncode
 
+    async def exited(self) -> None:
+        """Until the process has exited (and is reaped): its pidfd turns readable then
+        (Linux), elsewhere a half-second poll. No wake-ups while it runs, however long."""
+        if self.process.returncode is not None:
+            return
+        try:
+            # Opened before any await: nothing else can reap it (and free its pid) meanwhile.
+            pidfd = os.pidfd_open(self.process.pid)
+        except (AttributeError, OSError):
+            while self.process.returncode is None:
+                await anyio.sleep(0.5)
+            return
+        try:
+            await anyio.wait_readable(pidfd)
+        finally:
+            os.close(pidfd)
+        self.process.returncode  # noqa: B018 - reading it reaps the process
+
     @property
     def returncode(self) -> int | None:
         return self.process.returncode
@@ -383,7 +401,8 @@ async def stdio_transport(
         handed = 1
         child.stdin = await _stdin_of(process.stdin)
         handed = 2
-        transports.append(await _read_pipe(process.stdout, lambda: out))
+        stdout = await _read_pipe(process.stdout, lambda: out)
+        transports.append(stdout)
         handed = 3
         transports.append(await _read_pipe(process.stderr, lambda: StderrLines(child, on_stderr)))
     except BaseException:
@@ -444,12 +463,26 @@ async def stdio_transport(
             except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
                 await read_send.aclose()
 
+    async def end_with_the_process() -> None:
+        """The server is its process: once that has exited, a process it started that still
+        holds its stdout (a child that outlived it) must not keep the connection up, every
+        call waiting for ``call_timeout`` and no restart. The process's last answers get
+        the grace to be read; then its stdout is closed here, which ends the connection
+        as its own exit would have (the stop below ends the rest of its group)."""
+        await child.exited()
+        with anyio.move_on_after(_GRACE_SECONDS):
+            await child.stdout_closed.wait()
+            return
+        log.debug("%s exited; a process it started still holds its stdout: not read any more", command)
+        stdout.close()
+
     async with anyio.create_task_group() as tg:
         calls = RawCalls(stdin, read_send, encode_plain, tg.start_soon, command)
         child.calls = calls
         out.calls = calls
         tg.start_soon(forward_stdout, out)
         tg.start_soon(stdin_writer)
+        tg.start_soon(end_with_the_process)
         try:
             yield read_recv, write_send, child
         finally:
