@@ -17,7 +17,8 @@ Options:
   --hang-list K     leave the K-th tools/list unanswered
   --endless N       answer every tools/list page with N new tools and a fresh nextCursor
 
-Tools: storm; log {level, data} logs during the call; log_later {level, data} answers, then logs.
+Tools: storm; log {level, data} logs during the call; log_later {level, data} answers, then logs;
+mute closes its stdout and runs on (until its stdin ends).
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ def tools(count: int) -> list[dict[str, Any]]:
         {"name": "storm", "description": "Sends a burst of tools/list_changed.", "inputSchema": {"type": "object"}},
         {"name": "log", "description": "Logs during the call.", "inputSchema": level},
         {"name": "log_later", "description": "Answers, then logs.", "inputSchema": level},
+        {"name": "mute", "description": "Closes its stdout, runs on.", "inputSchema": {"type": "object"}},
     ]
     listed += [
         {
@@ -146,6 +148,9 @@ def main() -> None:
                     send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
             elif name == "log":
                 log(arguments.get("level", "info"), arguments.get("data", ""))
+            elif name == "mute":
+                os.close(1)  # nothing more reaches the gateway; it runs on until its stdin ends
+                continue
             elif name == "log_later":
                 level, data = arguments.get("level", "info"), arguments.get("data", "")
                 threading.Timer(0.3, log, (level, data)).start()

@@ -352,6 +352,25 @@ def test_stopping_the_gateway_leaves_no_server_running(tmp_path: Path, how: str)
             os.kill(int(pidfile.read_text()), signal.SIGKILL)
 
 
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_server_that_closes_its_stdout_and_runs_on_is_not_said_to_have_exited(
+    tmp_path: Path, mode: str
+) -> None:
+    """The server closes its stdout during a call and runs on: its call and its log line said
+    it "exited ... (still running)". They say what it did; it is stopped and restarted.
+    (It ignores EOF and SIGTERM: the stop that follows its line takes a moment to end it.)"""
+    config = write_config(tmp_path, {"r": rogue("--ignore-eof", "--ignore-term")})
+    log = tmp_path / "serve.log"
+    line = "[r] exited: server closed its stdout (still running); retrying in 1 s"
+    async with sdk_client(config, mode, errlog=log) as client:
+        with anyio.fail_after(60):
+            muted = await client.call_tool("r__mute", {})
+            assert muted.is_error
+            assert text(muted) == "server 'r' closed its stdout during the call to 'mute' (still running)", text(muted)
+            await wait_for(lambda: line in log.read_text())
+            assert text(await client.call_tool("r__storm", {})) == "storm done"  # restarted
+
+
 @pytest.mark.real_processes  # the gateway's own process and its exit
 def test_end_of_input_waits_for_calls_in_flight_at_most_drain_timeout(tmp_path: Path) -> None:
     """The client closed stdin with a call in flight that reports progress: the gateway (and

@@ -185,6 +185,11 @@ class ChildProcess:
     def returncode(self) -> int | None:
         return self.process.returncode
 
+    def ending(self) -> str:
+        """How its connection ended: it "exited", or it "closed its stdout" and runs on (the
+        stop that follows ends it), so no line or answer says "exited (still running)"."""
+        return "exited" if self.process.returncode is not None else "closed its stdout"
+
     def exit_description(self) -> str:
         code = self.process.returncode
         if code is None:

@@ -222,10 +222,10 @@ class Supervisor:
     async def _startup_error(self, exc: MCPError) -> str:
         if exc.code == CONNECTION_CLOSED and (child := self.d.transport.child) is not None:
             await child.wait_exit(2.0)
-            return f"exited during start-up ({child.exit_description()})" + self.d.stderr_hint()
+            return f"{child.ending()} during start-up ({child.exit_description()})" + self.d.stderr_hint()
         return exc.message + self.d.stderr_hint()
 
     def _exit_reason(self) -> str:
         if (child := self.d.transport.child) is not None:
-            return f"server exited ({child.exit_description()})" + self.d.stderr_hint()
+            return f"server {child.ending()} ({child.exit_description()})" + self.d.stderr_hint()
         return self.d.error or "connection closed"

@@ -123,7 +123,7 @@ async def _closed_reason(downstream: Downstream, tool: str) -> str:
         return f"server {server!r} was stopped by a {downstream.stop_reason} during the call to {tool!r}"
     if (child := downstream.transport.child) is not None:
         await child.wait_exit(2.0)
-        return f"server {server!r} exited during the call to {tool!r} ({child.exit_description()})"
+        return f"server {server!r} {child.ending()} during the call to {tool!r} ({child.exit_description()})"
     if (problem := downstream.login_problem()) is not None:
         return f"Server {server!r}: {problem}"
     return f"connection to server {server!r} closed during the call to {tool!r}"
