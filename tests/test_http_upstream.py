@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from tests.helpers import ACCEPT, GATEWAY, INIT, demo, http_client, http_gateway, write_config
+from tests.helpers import ACCEPT, GATEWAY, INIT, PYTHON, demo, http_client, http_gateway, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -104,3 +104,23 @@ def test_non_loopback_without_a_token_is_refused(config: Path) -> None:
     assert proc.stderr.strip() == (
         "prefixgate: --http 0.0.0.0:0: a non-loopback address requires --token-file or $PREFIXGATE_TOKEN"
     )
+
+
+def test_a_port_in_use_is_one_line_and_starts_no_server(tmp_path: Path) -> None:
+    # A second gateway on the port (one restarted before the last had stopped) exited 1 with
+    # a 70-line traceback, once every server had started.
+    import socket
+
+    started = tmp_path / "started"
+    server = {"command": PYTHON, "args": ["-c", "import sys; open(sys.argv[1], 'w')", str(started)]}
+    config = write_config(tmp_path, {"s": server})
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        listen = f"127.0.0.1:{taken.getsockname()[1]}"
+        proc = subprocess.run(
+            [*GATEWAY, "serve", "--config", str(config), "--http", listen], capture_output=True, text=True, timeout=60
+        )
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip() == f"prefixgate: --http {listen}: cannot listen there: Address already in use"
+    assert not started.exists()

@@ -9,6 +9,7 @@ import logging
 import os
 import secrets
 import signal
+import socket
 import ssl
 import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
@@ -25,7 +26,7 @@ from gateway.commands.observe import flush as flush_telemetry
 from gateway.commands.observe import observe
 from gateway.commands.reloading import Reloader, watch
 from gateway.commands.startup import Exit, discover, running
-from gateway.config import Config
+from gateway.config import Config, parse_listen
 from gateway.downstream.connection import Downstream
 from gateway.engine.barrier import required_failures
 from gateway.engine.frozen import freeze_the_first_catalog
@@ -36,6 +37,7 @@ from gateway.state.journal import activation_key, session_key
 from gateway.state.retention import collect
 from gateway.state.session import ClientState
 from gateway.state.store import StoreUnavailable
+from gateway.upstream.listen import listening_socket
 from gateway.upstream.prelude import Prelude
 from spill import Artifacts, ArtifactStore, StoreError
 
@@ -69,6 +71,7 @@ async def serve(
     # Over HTTP, a gateway not started for one profile serves every profile, over one set of servers.
     views = [config.view(name) for name in sorted(config.profiles)] if http and config.profile is None else []
 
+    listener = http_listener(http) if http is not None else None
     async with (
         _stop_signals_handled() as hub_signals,
         # Several principals over HTTP: a per-principal server runs a process for each.
@@ -137,7 +140,7 @@ async def serve(
                 from gateway.upstream.http import serve_http
 
                 drain_timeout = functools.partial(_drain_timeout, hub)
-                await serve_http(served, http, tokens, metrics, hub_signals, drain_timeout, tls)
+                await serve_http(served, http, tokens, metrics, hub_signals, drain_timeout, tls, listener)
             tg.cancel_scope.cancel()
 
 
@@ -354,6 +357,17 @@ async def _exit_now(
     sys.stderr.write(message + "\n")
     sys.stderr.flush()
     os._exit(code)
+
+
+def http_listener(listen: str) -> socket.socket:
+    """``--http``'s socket, bound before any server starts: an address in use (another gateway
+    on the port, one restarted before the last has stopped) is exit 2 with one line naming it,
+    not a traceback once every server has started."""
+    host, port = parse_listen(listen)
+    try:
+        return listening_socket(host, port)
+    except OSError as exc:
+        raise Exit(2, f"prefixgate: --http {listen}: cannot listen there: {exc.strerror or exc}") from None
 
 
 def http_tls(args: argparse.Namespace) -> ssl.SSLContext | None:

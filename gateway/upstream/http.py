@@ -22,6 +22,7 @@ import ipaddress
 import json
 import logging
 import os
+import socket
 import ssl
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -564,9 +565,11 @@ async def serve_http(
     signals: Any = None,
     drain_timeout: Callable[[], float] = lambda: 25.0,
     tls: ssl.SSLContext | None = None,
+    sock: socket.socket | None = None,
 ) -> None:
     """Serve each of ``served`` (one ``Handlers`` per profile, the one started with first: at
-    ``/mcp``, the others at ``/mcp/NAME``) until cancelled; over HTTPS with ``tls``.
+    ``/mcp``, the others at ``/mcp/NAME``) until cancelled; over HTTPS with ``tls``; on
+    ``sock`` when given (bound to ``listen`` already), else on a socket bound here.
     ``signals.drain`` is set to what a stop signal does first (``drain``, for as long as
     ``drain_timeout()`` says then: a reload may have changed it)."""
     import uvicorn
@@ -575,7 +578,8 @@ async def serve_http(
     from gateway.sdk import PrincipalSessions
 
     host, port = parse_listen(listen)
-    sock = listening_socket(host, port)  # accepting from the moment the URL is printed (uvicorn starts later)
+    if sock is None:
+        sock = listening_socket(host, port)  # accepting from the moment the URL is printed (uvicorn starts later)
     bound = sock.getsockname()[1]
     security = transport_security(host, bound)
     endpoints: dict[str, Endpoint] = {}
