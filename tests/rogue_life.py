@@ -18,7 +18,7 @@ Options:
   --endless N       answer every tools/list page with N new tools and a fresh nextCursor
 
 Tools: storm; log {level, data} logs during the call; log_later {level, data} answers, then logs;
-mute closes its stdout and runs on (until its stdin ends).
+mute closes its stdout and runs on (until its stdin ends); hang never answers (a line "hang" in --count).
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ def tools(count: int) -> list[dict[str, Any]]:
         {"name": "log", "description": "Logs during the call.", "inputSchema": level},
         {"name": "log_later", "description": "Answers, then logs.", "inputSchema": level},
         {"name": "mute", "description": "Closes its stdout, runs on.", "inputSchema": {"type": "object"}},
+        {"name": "hang", "description": "Never answers.", "inputSchema": {"type": "object"}},
     ]
     listed += [
         {
@@ -148,6 +149,9 @@ def main() -> None:
                     send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
             elif name == "log":
                 log(arguments.get("level", "info"), arguments.get("data", ""))
+            elif name == "hang":
+                append(args.count, "hang")
+                continue
             elif name == "mute":
                 os.close(1)  # nothing more reaches the gateway; it runs on until its stdin ends
                 continue

@@ -371,6 +371,49 @@ async def test_a_server_that_closes_its_stdout_and_runs_on_is_not_said_to_have_e
             assert text(await client.call_tool("r__storm", {})) == "storm done"  # restarted
 
 
+def _answer_at_a_stop_signal(tmp_path: Path, config: Path, count: Path) -> Any:
+    """A stdio gateway's answer to a call in flight (r__hang) when SIGTERM stops it; None if none."""
+    import json
+
+    call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "r__hang", "arguments": {}}}
+    errlog = (tmp_path / "stderr.log").open("w")
+    proc = subprocess.Popen(
+        [*GATEWAY, "serve", "--config", str(config)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errlog
+    )
+    try:
+        assert proc.stdin is not None and proc.stdout is not None
+        for message in (INIT, {"jsonrpc": "2.0", "method": "notifications/initialized"}, call):
+            proc.stdin.write((json.dumps(message) + "\n").encode())
+        proc.stdin.flush()
+        assert b'"result"' in proc.stdout.readline()
+        deadline = time.monotonic() + 30
+        while "hang" not in (count.read_text() if count.exists() else "") and time.monotonic() < deadline:
+            time.sleep(0.02)
+        count.unlink()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+        return json.loads(proc.stdout.readline() or b"null")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        errlog.close()
+
+
+@pytest.mark.real_processes  # the gateway's own process, signalled
+def test_the_call_in_flight_at_a_stop_signal_is_answered_over_stdio(tmp_path: Path) -> None:
+    """SIGTERM over stdio with a call in flight: its answer (an isError naming its server's
+    exit) was written, or cut by the exit, as the race with its few loop turns went (cut
+    one stop in two or three after a server that needs SIGKILL: five stops here). The stop
+    now waits for it (2 s at most) once the servers have stopped, as over HTTP."""
+    count = tmp_path / "count"
+    config = write_config(tmp_path, {"r": rogue("--ignore-eof", "--ignore-term", "--count", count)})
+    for _ in range(5):
+        answer = _answer_at_a_stop_signal(tmp_path, config, count)
+        assert answer is not None, "the call in flight was not answered"
+        said = answer["result"]["content"][0]["text"]
+        assert said == "server 'r' exited during the call to 'hang' (killed by signal 9)", answer
+
+
 @pytest.mark.real_processes  # the gateway's own process and its exit
 def test_end_of_input_waits_for_calls_in_flight_at_most_drain_timeout(tmp_path: Path) -> None:
     """The client closed stdin with a call in flight that reports progress: the gateway (and

@@ -133,7 +133,7 @@ async def serve(
                     if prelude.listed and prelude.record is not None:
                         hub.publisher.client_saw = prelude.record.fingerprint  # what the client holds
                 async with stdio_streams(
-                    config.gateway.max_message_bytes, lane, handoff, config.gateway.drain_timeout
+                    config.gateway.max_message_bytes, lane, handoff, config.gateway.drain_timeout, hub_signals
                 ) as (read, write):
                     await server.run(read, write, options)
             else:
@@ -266,8 +266,8 @@ class _Signals:
         self.drain: Callable[[], Coroutine[Any, Any, None]] | None = None
         """What a stop signal does before the stop (``serve --http``: the requests in flight finish)."""
         self.settle: Callable[[], Coroutine[Any, Any, None]] | None = None
-        """What the stop waits for once every server has stopped (``serve --http``: the answers
-        of the calls the drain cut, each an ``isError``, written)."""
+        """What the stop waits for once every server has stopped: the answers of the calls it
+        cut (the drain's, over HTTP), each an ``isError``, written."""
 
     def start(self, processes: Callable[[], Sequence[Downstream]]) -> None:
         """``processes``: what a stop stops, read when it comes (servers and instances change)."""
@@ -316,7 +316,9 @@ async def _stop_on_signals(processes: Callable[[], Sequence[Downstream]], signal
                     signals_.tasks.start_soon(_drain_then_exit, processes, signals_, name, 128 + signum)
                     continue
                 log.info("%s received: stopping every server", name)
-                await _exit_now(processes(), f"prefixgate: stopped by {name}", 128 + signum)
+                # Over HTTP this is the second signal, which stops at once: no settling either.
+                settle = None if draining else signals_.settle
+                await _exit_now(processes(), f"prefixgate: stopped by {name}", 128 + signum, settle)
     finally:
         # Leaving the receiver restores the default action; until the stop's own handlers
         # are set (after every server has stopped), a signal still exits with 128 + its number.

@@ -287,6 +287,7 @@ async def stdio_streams(
     lane: Lane | None = None,
     handoff: Handoff | None = None,
     drain_timeout: float = 25.0,
+    signals: Any = None,
 ) -> AsyncIterator[tuple[Any, Any]]:
     """The (read, write) message streams of the stdio MCP connection.
 
@@ -294,7 +295,9 @@ async def stdio_streams(
     by it on this end's own writer instead of going through the SDK's streams.
     ``handoff``: what the prelude (gateway/upstream/prelude.py) read, wrote and replays.
     ``drain_timeout``: at the end of input, how long the requests read may take to be
-    answered (``[gateway] drain_timeout``, as a drain on SIGTERM)."""
+    answered (``[gateway] drain_timeout``, as a drain on SIGTERM).
+    ``signals.settle`` is set to what a stop signal waits for once every server has stopped:
+    the answers to the requests in flight (``answered``)."""
     handoff = handoff or Handoff(b"", b"", frozenset())
     wire_in, wire_out = os.dup(0), os.dup(1)
     # The loop makes a pipe or a terminal non-blocking, which its other holders (the shell
@@ -317,6 +320,8 @@ async def stdio_streams(
     if handoff.unwritten:
         writer.write(handoff.unwritten)  # the prelude's answers go out before anything of ours
     unanswered = Unanswered()
+    if signals is not None:
+        signals.settle = lambda: answered(unanswered, writer, SETTLE)
     wire = ClientWriter(writer, unanswered)
     stdin = ClientStdin(max_message_bytes, lane, wire, handoff.unread)
     read_transport: asyncio.ReadTransport
@@ -475,6 +480,22 @@ async def stdio_streams(
             with suppress(OSError):
                 os.set_blocking(fd, blocking)
             os.close(fd)
+
+
+SETTLE = 2.0
+"""Seconds the calls a stop signal cut may take to be answered, once their servers stopped
+(as over HTTP: gateway/upstream/http.py)."""
+
+
+async def answered(unanswered: Unanswered, writer: asyncio.StreamWriter, timeout: float) -> None:
+    """After a stop signal, once every server has stopped: the calls in flight have ended (each
+    an ``isError`` naming its server's exit), so wait up to ``timeout`` seconds for those
+    answers to be written and taken by the pipe. The exit that follows would otherwise cut
+    them, or not, as the race with their few loop turns went."""
+    with anyio.move_on_after(timeout):
+        await unanswered.drained()
+        while writer.transport.get_write_buffer_size():
+            await anyio.sleep(0.02)
 
 
 _TOOLS_SHELL = b'"result":{"tools":[]'
