@@ -129,6 +129,36 @@ async def test_a_principals_activation_survives_a_restart(tmp_path: Path, config
     assert len(journals) == 1 and "restart-token" not in journals[0].name
 
 
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_restart_ends_every_session_and_keeps_the_tokens_state(tmp_path: Path, config: Path, mode: str) -> None:
+    """docs/registering.md (HTTP): a gateway restarted under a running agent loses its
+    sessions, so an id from before is answered 404 (the handshake-era agent opens a new
+    session, as Codex does), while the token's activation and artifacts are there for the
+    agent's next request in either era."""
+    import httpx2
+
+    from tests.helpers import ACCEPT, INIT
+
+    with tokens_file(tmp_path, "team-token") as tokens:
+        headers = {**ACCEPT, "authorization": "Bearer team-token"}
+        with http_gateway(config, "--token-file", str(tokens)) as (url, _):
+            async with httpx2.AsyncClient(timeout=30) as http:
+                session = (await http.post(url, json=INIT, headers=headers)).headers["mcp-session-id"]
+            async with client_for("http", config, mode, url, "team-token") as client:
+                await client.call_tool("tool_search", {"query": "payload", "limit": 1})
+                big = text(await client.call_tool("d__payload", {"bytes": SIZE}))
+                artifact_id = ARTIFACT.search(big).group(1)  # type: ignore[union-attr]
+        with http_gateway(config, "--token-file", str(tokens)) as (url, _):
+            async with httpx2.AsyncClient(timeout=30) as http:
+                listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+                gone = await http.post(url, json=listing, headers={**headers, "mcp-session-id": session})
+                assert gone.status_code == 404, (gone.status_code, gone.text[:300])
+            async with client_for("http", config, mode, url, "team-token") as client:
+                assert (await read_artifact(client, artifact_id)) == EXPECTED
+                small = await client.call_tool("d__payload", {"bytes": 10})
+                assert not small.is_error and text(small) == EXPECTED[:10]
+
+
 def test_token_file_with_a_spaced_token_is_refused(tmp_path: Path, config: Path) -> None:
     from tests.helpers import run_cli
 
