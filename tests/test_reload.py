@@ -396,3 +396,56 @@ def test_a_bad_reload_setting_is_a_config_error() -> None:
 
     with pytest.raises(ConfigError, match=r"^gateway\.reload: "):
         parse_config({"gateway": {"reload": "sometimes"}, "servers": {"a": {"command": "x"}}}, env={})
+
+
+def _status(url: str, token: str) -> int:
+    """The HTTP status of a POST bearing ``token`` (401: refused before anything)."""
+    import urllib.error
+    import urllib.request
+
+    body = b'{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}'
+    headers = {
+        "Authorization": f"Bearer {token}",
+        "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream",
+    }
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, data=body, headers=headers), timeout=10) as answer:
+            return int(answer.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ERAS)
+async def test_the_token_file_is_read_again_when_it_changes_and_on_sighup(tmp_path: Path, mode: str) -> None:
+    """A token added or revoked took a restart, which ends every handshake-era session: the
+    file is now read again when it changes (``reload = "watch"``) and on SIGHUP; a file that
+    does not parse keeps the tokens in use, with one line that names no token."""
+    tokens = tmp_path / "tokens"
+    tokens.write_text("token-of-alice\n")
+    config = write_config(tmp_path, servers("a"))
+    with http_serving(config, "--token-file", str(tokens)) as (url, pid, log):
+        assert _status(url, "token-of-bob") == 401
+        tokens.write_text("token-of-alice\ntoken-of-bob\n")
+        await wait_for(lambda: _status(url, "token-of-bob") != 401)
+        async with sdk_client(url, mode, headers={"Authorization": "Bearer token-of-bob"}) as bob:
+            assert "a__echo" in await names(bob)
+        tokens.write_text("token-of-bob\ntoken-of-bob\n")  # refused: the same token twice
+        await wait_for(lambda: "token file reload (the token file changed) refused" in log.read_text())
+        assert _status(url, "token-of-alice") != 401
+        assert "token-of" not in log.read_text()  # principals are named by hash, never by token
+        tokens.write_text("token-of-bob\n")  # Alice's revoked
+        await wait_for(lambda: _status(url, "token-of-alice") == 401)
+        async with sdk_client(url, mode, headers={"Authorization": "Bearer token-of-bob"}) as bob:
+            assert "a__echo" in await names(bob)
+    config = write_config(tmp_path, servers("a"), gateway={"reload": "signal"})
+    tokens.write_text("token-of-alice\n")
+    with http_serving(config, "--token-file", str(tokens)) as (url, pid, log):
+        tokens.write_text("token-of-alice\ntoken-of-carol\n")
+        await anyio.sleep(1.5)
+        assert _status(url, "token-of-carol") == 401  # "signal": the file alone changes nothing
+        os.kill(pid, signal.SIGHUP)
+        await wait_for(lambda: _status(url, "token-of-carol") != 401)
+        assert "token file reloaded (SIGHUP): 2 tokens; added token-" in log.read_text()
+    assert "token-of" not in log.read_text()

@@ -357,9 +357,9 @@ def _serve(args: argparse.Namespace) -> int:
         from gateway.commands.eventloop import backend_options
 
         options = backend_options()
-    tokens = serve.http_tokens(args, config) if args.http else []
+    tokens, token_file = serve.http_tokens(args, config) if args.http else ([], None)
     tls = serve.http_tls(args)
-    anyio.run(serve.serve, config, args.session, args.http, tokens, prelude, tls, backend_options=options)
+    anyio.run(serve.serve, config, args.session, args.http, tokens, prelude, tls, token_file, backend_options=options)
     observe.flush()  # the audit lines and spans still queued
     # Every server has stopped and every answer is out: leave now. The interpreter's own
     # teardown would hand the stop signals back to their default action first, so a client's

@@ -19,11 +19,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.to_thread
 
 from gateway.config import ConfigError, Stamp, load_config, stamp
+
+if TYPE_CHECKING:
+    from gateway.commands.tokenfile import TokenFile
 from gateway.engine.hub import Hub
 from gateway.engine.reload import apply, refused
 
@@ -36,16 +40,27 @@ SETTLE = 0.3
 
 
 class Reloader:
-    """Reloads of one gateway, one at a time."""
+    """Reloads of one gateway, one at a time; with ``token_file`` (``serve --http``), each reads
+    the tokens again too, whatever becomes of the config (gateway/commands/tokenfile.py)."""
 
-    def __init__(self, hub: Hub, path: Path) -> None:
+    def __init__(self, hub: Hub, path: Path, token_file: TokenFile | None = None) -> None:
         self.hub = hub
         self.path = path
+        self.token_file = token_file
         self._lock = anyio.Lock()
 
     async def reload(self, why: str) -> None:
         async with self._lock:
             await self._reload(why)
+            if self.token_file is not None:
+                await self.token_file.reload(why, self.hub.config.profiles)
+
+    async def token_file_changed(self) -> None:
+        """The token file changed: read again when the running config says ``reload = "watch"``."""
+        if self.token_file is None or self.hub.config.gateway.reload != "watch":
+            return
+        async with self._lock:
+            await self.token_file.reload("the token file changed", self.hub.config.profiles)
 
     async def file_changed(self) -> None:
         """The file changed: reloaded when the running config says ``reload = "watch"``

@@ -14,6 +14,7 @@ import ssl
 import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -42,6 +43,7 @@ from gateway.upstream.prelude import Prelude
 from spill import Artifacts, ArtifactStore, StoreError
 
 if TYPE_CHECKING:
+    from gateway.commands.tokenfile import TokenFile
     from gateway.upstream.http import BearerToken
     from gateway.upstream.server import Handlers
 
@@ -55,11 +57,13 @@ async def serve(
     tokens: Sequence[BearerToken],
     prelude: Prelude | None = None,
     tls: ssl.SSLContext | None = None,
+    token_file: TokenFile | None = None,
 ) -> None:
     """Serve until the client leaves (stdio), forever (HTTP), or a signal or a failed barrier exits.
 
     ``prelude``: the stdio start that answered before this was imported (its early servers
-    and what it read are taken over here).
+    and what it read are taken over here); ``token_file``: where ``tokens`` came from, read
+    again on each reload and when it changes.
     """
     from gateway.fastpath import fast_path
     from gateway.upstream import fast
@@ -111,7 +115,7 @@ async def serve(
                 await _exit_now(hub.processes(), "prefixgate: " + failures[0])
             await freeze_the_first_catalog()
 
-        reloader = Reloader(hub, config.path) if config.path is not None else None
+        reloader = Reloader(hub, config.path, token_file) if config.path is not None else None
         mode = config.gateway.reload
         if reloader is not None and http is not None and mode != "off":
             hub_signals.hup = reloader.signalled  # over stdio SIGHUP still stops
@@ -122,6 +126,8 @@ async def serve(
             tg.start_soon(barrier)
             if reloader is not None and watched:
                 tg.start_soon(watch, reloader.path, reloader.file_changed, config.read)
+                if token_file is not None:
+                    tg.start_soon(watch, token_file.path, reloader.token_file_changed, token_file.read)
             if http is None:
                 from gateway.upstream.stdio import stdio_streams
 
@@ -140,7 +146,7 @@ async def serve(
                 from gateway.upstream.http import serve_http
 
                 drain_timeout = functools.partial(_drain_timeout, hub)
-                await serve_http(served, http, tokens, metrics, hub_signals, drain_timeout, tls, listener)
+                await serve_http(served, http, tokens, metrics, hub_signals, drain_timeout, tls, listener, token_file)
             tg.cancel_scope.cancel()
 
 
@@ -393,54 +399,28 @@ def http_tls(args: argparse.Namespace) -> ssl.SSLContext | None:
     raise Exit(2, f"prefixgate: --tls-cert {cert} / --tls-key {key}: cannot be used: {reason}")
 
 
-def http_tokens(args: argparse.Namespace, config: Config) -> list[BearerToken]:
-    """The HTTP bearer tokens, each its own principal; required off loopback.
+def http_tokens(args: argparse.Namespace, config: Config) -> tuple[list[BearerToken], TokenFile | None]:
+    """The HTTP bearer tokens, each its own principal; required off loopback; and the token
+    file they came from (read again while serving: ``tokenfile.py``), if they did.
 
-    ``--token-file`` holds one token per line (blank lines and lines starting with ``#``
-    are skipped), optionally followed by ``profiles=NAME,...``: the profiles it may use
-    (``default`` for the top-level one; without the field, every one); ``$PREFIXGATE_TOKEN``
-    holds one token.
+    ``--token-file`` holds one token per line (``tokenfile.read_token_file``);
+    ``$PREFIXGATE_TOKEN`` holds one token.
     """
-    from gateway.upstream.http import DEFAULT_PROFILE, BearerToken, is_loopback, parse_listen
+    from gateway.commands.tokenfile import TokenFile, TokenFileError
+    from gateway.upstream.http import BearerToken, is_loopback, parse_listen
 
     try:
         host, _ = parse_listen(args.http)
     except ValueError as exc:
         raise Exit(2, f"prefixgate: --http: {exc}") from None
     tokens: list[BearerToken] = []
+    token_file = None
     if args.token_file:
         try:
-            with open(args.token_file, encoding="utf-8") as handle:
-                lines = [line.strip() for line in handle]
-        except (OSError, UnicodeDecodeError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
-            raise Exit(2, f"prefixgate: --token-file: cannot read {args.token_file}: {reason}") from None
-        known = {DEFAULT_PROFILE, *config.profiles}
-        seen: dict[str, int] = {}
-        for number, line in enumerate(lines, 1):
-            if not line or line.startswith("#"):
-                continue
-            where = f"prefixgate: --token-file: {args.token_file} line {number}"
-            value, *fields = line.split()
-            if value in seen:
-                # Which line's profiles= would hold is a guess either way: say so, not the token.
-                raise Exit(2, f"{where}: the same token as line {seen[value]}; give each token one line")
-            seen[value] = number
-            profiles: frozenset[str] | None = None
-            for field in fields:
-                key, sep, names = field.partition("=")
-                if key != "profiles" or not sep:
-                    raise Exit(2, f"{where}: a token cannot contain spaces; after it only profiles=NAME,... may follow")
-                if profiles is not None:
-                    raise Exit(2, f"{where}: profiles= given twice; list every profile in one, comma-separated")
-                profiles = frozenset(n for n in names.split(",") if n)
-                unknown = sorted(profiles - known)
-                if unknown or not profiles:
-                    shown = f"unknown profile {unknown[0]!r}" if unknown else "profiles= names no profile"
-                    raise Exit(2, f"{where}: {shown} (known: {', '.join(sorted(known))})")
-            tokens.append(BearerToken(value, profiles))
-        if not tokens:
-            raise Exit(2, f"prefixgate: --token-file: {args.token_file} is empty or only whitespace")
+            token_file = TokenFile.load(Path(args.token_file), config.profiles)
+        except TokenFileError as exc:
+            raise Exit(2, f"prefixgate: --token-file: {exc}") from None
+        tokens = token_file.tokens
     elif os.environ.get("PREFIXGATE_TOKEN"):
         token = os.environ["PREFIXGATE_TOKEN"].strip()
         if not token:
@@ -450,4 +430,4 @@ def http_tokens(args: argparse.Namespace, config: Config) -> list[BearerToken]:
         raise Exit(
             2, f"prefixgate: --http {args.http}: a non-loopback address requires --token-file or $PREFIXGATE_TOKEN"
         )
-    return tokens
+    return tokens, token_file

@@ -231,21 +231,28 @@ class Front:
         """Each principal's requests being answered (``REQUESTS_PER_PRINCIPAL``)."""
         self._quiet: anyio.Event | None = None
         self.routes: dict[str, Endpoint] = {}
+        for path, endpoint in endpoints.items():
+            self.routes[path] = self.routes[path + "/"] = endpoint
+        self.readiness = readiness
+        self.set_tokens(tokens)
+        self.timeout = timeout
+        self.max_size = max_size
+
+    def set_tokens(self, tokens: Sequence[BearerToken]) -> None:
+        """The tokens in force, from the next request on (at start, and when the token file
+        is read again: gateway/commands/tokenfile.py). A principal whose token is gone is
+        refused; its sessions and state stay until idle, as after a restart."""
         self._told_barred: set[tuple[str, str]] = set()
         """(principal, profile) pairs refused with 403 that the log has named."""
-        for path, endpoint in endpoints.items():
+        for endpoint in self.routes.values():
             endpoint.barred = {
                 principal_of_token(t.value): ",".join(sorted(t.profiles or ()))
                 for t in tokens
                 if not t.may_use(endpoint.profile)
             }
-            self.routes[path] = self.routes[path + "/"] = endpoint
-        self.readiness = readiness
         self.expected = [(t.value.encode(), principal_of_token(t.value)) for t in tokens]
         self.users = {principal: _user(principal) for _, principal in self.expected}
         """What the SDK's session manager binds a session to: the principal that created it."""
-        self.timeout = timeout
-        self.max_size = max_size
 
     def _principal(self, given: bytes) -> str | None:
         """The principal of ``Authorization: Bearer <token>`` (the scheme in any case, RFC 7235)."""
@@ -566,6 +573,7 @@ async def serve_http(
     drain_timeout: Callable[[], float] = lambda: 25.0,
     tls: ssl.SSLContext | None = None,
     sock: socket.socket | None = None,
+    token_file: Any = None,
 ) -> None:
     """Serve each of ``served`` (one ``Handlers`` per profile, the one started with first: at
     ``/mcp``, the others at ``/mcp/NAME``) until cancelled; over HTTPS with ``tls``; on
@@ -605,6 +613,8 @@ async def serve_http(
     hubs = [handlers.hub for handlers in served]
     readiness = Readiness(lambda: all(hub.router.epoch is not None for hub in hubs), hubs[0].store)
     app = Front(endpoints, tokens, readiness=readiness, metrics=metrics, security=security)
+    if token_file is not None:  # (gateway/commands/tokenfile.py: read again while serving)
+        token_file.apply = app.set_tokens
     scheme = "https" if tls is not None else "http"
     sys.stdout.write(f"{scheme}://{_host_literal(host)}:{bound}{MCP_PATH}\n")
     sys.stdout.flush()
