@@ -25,11 +25,11 @@ import anyio
 import anyio.to_thread
 
 from gateway.config import ConfigError, Stamp, load_config, stamp
+from gateway.engine.hub import Hub
+from gateway.engine.reload import apply, refused
 
 if TYPE_CHECKING:
     from gateway.commands.tokenfile import TokenFile
-from gateway.engine.hub import Hub
-from gateway.engine.reload import apply, refused
 
 log = logging.getLogger("prefixgate")
 
