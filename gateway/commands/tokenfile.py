@@ -93,13 +93,14 @@ class TokenFile:
         except TokenFileError as exc:
             log.error("token file reload (%s) refused: %s; the tokens in use keep serving", why, exc)
             return
-        if tokens == self.tokens or self.apply is None:
+        if tokens == self.tokens:
             log.debug("token file reload (%s): no change", why)
             return
         before = {principal_of_token(t.value) for t in self.tokens}
         after = {principal_of_token(t.value) for t in tokens}
         self.tokens = tokens
-        self.apply(tokens)
+        if self.apply is not None:  # (else the front, not built yet, starts with these)
+            self.apply(tokens)
         added, removed = sorted(after - before), sorted(before - after)
         log.info(
             "token file reloaded (%s): %d tokens; added %s; removed %s",

@@ -612,8 +612,10 @@ async def serve_http(
         endpoints[endpoint_path(profile, first)] = Endpoint(manager, profile, lane, sessions)
     hubs = [handlers.hub for handlers in served]
     readiness = Readiness(lambda: all(hub.router.epoch is not None for hub in hubs), hubs[0].store)
-    app = Front(endpoints, tokens, readiness=readiness, metrics=metrics, security=security)
     if token_file is not None:  # (gateway/commands/tokenfile.py: read again while serving)
+        tokens = token_file.tokens
+    app = Front(endpoints, tokens, readiness=readiness, metrics=metrics, security=security)
+    if token_file is not None:
         token_file.apply = app.set_tokens
     scheme = "https" if tls is not None else "http"
     sys.stdout.write(f"{scheme}://{_host_literal(host)}:{bound}{MCP_PATH}\n")
