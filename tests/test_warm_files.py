@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import stat
+import time
 from pathlib import Path
 from typing import Any
 
@@ -202,3 +203,19 @@ def test_old_records_are_pruned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
         os.utime(path, (1000 + n, 1000 + n))  # written one after another: the oldest go first
     left = sorted(p.name[:1] for p in (tmp_path / "state" / "warm").glob("*.rec"))
     assert left == ["3", "4", "5"]
+
+
+def test_a_write_cut_short_leaves_nothing_for_long(tmp_path: Path) -> None:
+    """A gateway stopped between a record's temporary file and its rename (a signal's exit
+    comes while the write runs in a worker thread) left the temporary file for good: the
+    next write removes one older than ``STALE_TEMPORARY``; a fresh one, another writer's
+    under way, stays."""
+    path = _written(tmp_path)
+    stale, fresh = path.parent / ".{}.0a0a0a.tmp".format("b" * 64), path.parent / ".{}.1b1b1b.tmp".format("c" * 64)
+    for leftover in (stale, fresh):
+        leftover.write_bytes(b"half a record")
+    old = time.time() - warmrecords.STALE_TEMPORARY - 60
+    os.utime(stale, (old, old))
+    _written(tmp_path, "d" * 64)
+    assert not stale.exists() and fresh.exists()
+    assert load_record(tmp_path / "state", "a" * 64) is not None

@@ -11,9 +11,11 @@ the oldest records beyond :data:`MAX_RECORDS` are removed (every config change l
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import secrets
+import time
 from pathlib import Path
 
 from catalog.warm import MAX_RECORD_BYTES, Record, RecordError
@@ -22,6 +24,8 @@ from gateway.state.journal import JournalError, check_private_file, open_private
 DIRECTORY = "warm"
 SUFFIX = ".rec"
 MAX_RECORDS = 32
+STALE_TEMPORARY = 600
+"""Seconds after which a record's temporary file is a write that never finished."""
 """Records kept per state directory; older ones (by modification time) are removed on write."""
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
@@ -97,9 +101,17 @@ def write_record(state_dir: Path, key: str, data: bytes) -> None:
 
 
 def _prune(dir_fd: int, keep: str) -> None:
-    """Remove the oldest records beyond MAX_RECORDS (never ``keep``, the one just written)."""
+    """Remove the oldest records beyond MAX_RECORDS (never ``keep``, the one just written), and
+    what a write cut short left (a gateway killed between its temporary file and the rename):
+    a temporary file older than ``STALE_TEMPORARY`` seconds, which no write still in progress has."""
     found: list[tuple[int, str]] = []
+    stale = time.time_ns() - STALE_TEMPORARY * 1_000_000_000
     for name in os.listdir(dir_fd):
+        if name.startswith(".") and name.endswith(".tmp"):
+            with contextlib.suppress(OSError):
+                if os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mtime_ns < stale:
+                    os.unlink(name, dir_fd=dir_fd)
+            continue
         if name.endswith(SUFFIX) and name != keep:
             try:
                 found.append((os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mtime_ns, name))
