@@ -121,9 +121,9 @@ class HttpCalls:
         self._closed = False
         self._ended = False
         """``answered`` has ended the connection (once)."""
-        self._scopes: set[anyio.CancelScope] = set()
         self._calls: dict[str, _Call] = {}
-        """The calls in flight by request id: which one a 404 for the session answered."""
+        """The calls in flight by request id: what ``close`` ends, and which one a 404 for the
+        session answered."""
 
     async def request(
         self,
@@ -162,10 +162,8 @@ class HttpCalls:
         # The SDK's clock starts at the write to its transport; here the POST is the write.
         clock.start(anyio.current_time())
         call = self._calls[request_id] = _Call(self, request_id, on_progress, clock)
-        closing = anyio.CancelScope()
-        self._scopes.add(closing)
         try:
-            with closing:
+            with call.closing:
                 with call.timer:
                     return await call.run(body, wire)
             if call.timer.cancelled_caught:
@@ -178,7 +176,6 @@ class HttpCalls:
             await self._cancel(request_id, "caller cancelled", shield=True)
             raise
         finally:
-            self._scopes.discard(closing)
             del self._calls[request_id]
 
     async def session_caught_up(self) -> None:
@@ -220,8 +217,8 @@ class HttpCalls:
     def close(self) -> None:
         """The connection closes: every call in flight fails with the SDK's ``Connection closed``."""
         self._closed = True
-        for scope in self._scopes:
-            scope.cancel()
+        for call in self._calls.values():
+            call.closing.cancel()
 
     async def _cancel(self, request_id: str, reason: str, *, shield: bool) -> None:
         """The courtesy ``notifications/cancelled``, through the SDK's transport (which posts it,
@@ -283,6 +280,7 @@ class _Call:
     __slots__ = (
         "calls",
         "clock",
+        "closing",
         "forwarded",
         "last_id",
         "on_progress",
@@ -299,6 +297,8 @@ class _Call:
         self.on_progress = on_progress
         self.clock = clock
         self.timer = anyio.CancelScope(deadline=clock.deadline)
+        self.closing = anyio.CancelScope()
+        """Ends the call when the connection closes (``HttpCalls.close``)."""
         """Ends the call at its clock's deadline, which progress moves on."""
         clock.moved = follow(self.timer)
         self.forwarded = False
