@@ -176,7 +176,8 @@ async def test_a_log_level_asked_after_an_instance_started_reaches_it(tmp_path: 
                 assert alice.logs == ["modern log line"]
 
 
-async def test_an_instance_that_cannot_start_fails_that_request_alone(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ERAS)
+async def test_an_instance_that_cannot_start_fails_that_request_alone(tmp_path: Path, mode: str) -> None:
     """The shared process is up; Alice's own cannot start: her call is an isError naming the
     server and why, the process is not retried in the background (it was, with backoff, until
     idle, for nobody), the log lines name her principal, and her next call, once it can
@@ -184,7 +185,7 @@ async def test_an_instance_that_cannot_start_fails_that_request_alone(tmp_path: 
     fail = tmp_path / "fail"
     env = {"INSTANCE_LOG": str(tmp_path / "i.log"), "INSTANCE_FAIL": str(fail)}
     with team_gateway(tmp_path, env=env) as (url, stderr, _log):
-        async with sdk_client(url, "legacy", headers=ALICE) as a:
+        async with sdk_client(url, mode, headers=ALICE) as a:
             with anyio.fail_after(60):
                 assert "s__pid" in {t.name for t in (await a.list_tools()).tools}
                 fail.touch()
@@ -205,7 +206,8 @@ async def test_an_instance_that_cannot_start_fails_that_request_alone(tmp_path: 
                 assert alive(int(text(await a.call_tool("s__pid", {}))))
 
 
-async def test_an_instance_whose_start_hangs_is_replaced_by_the_next_request(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ERAS)
+async def test_an_instance_whose_start_hangs_is_replaced_by_the_next_request(tmp_path: Path, mode: str) -> None:
     """Alice's process hangs at its start: her call fails once ``startup_timeout`` has passed,
     the hung process is stopped then, and her next one, the server able to start again, gets
     a new one. (The hung one was kept: every later call failed at once with the same words,
@@ -213,7 +215,7 @@ async def test_an_instance_whose_start_hangs_is_replaced_by_the_next_request(tmp
     hang, log = tmp_path / "hang", tmp_path / "i.log"
     env = {"INSTANCE_LOG": str(log), "INSTANCE_HANG": str(hang)}
     with team_gateway(tmp_path, env=env, startup_timeout=5) as (url, _, _log):
-        async with sdk_client(url, "legacy", headers=ALICE) as a:
+        async with sdk_client(url, mode, headers=ALICE) as a:
             with anyio.fail_after(60):
                 assert "s__pid" in {t.name for t in (await a.list_tools()).tools}
                 hang.touch()
