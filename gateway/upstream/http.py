@@ -28,7 +28,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 from mcp.server.transport_security import (
@@ -54,9 +54,6 @@ from gateway.upstream.health import PATHS as HEALTH_PATHS
 from gateway.upstream.health import Readiness
 from gateway.upstream.health import answer as health_answer
 from gateway.upstream.listen import listening_socket
-
-if TYPE_CHECKING:
-    from gateway.commands.tokenfile import TokenFile
 
 log = logging.getLogger("prefixgate.http")
 
@@ -576,7 +573,7 @@ async def serve_http(
     drain_timeout: Callable[[], float] = lambda: 25.0,
     tls: ssl.SSLContext | None = None,
     sock: socket.socket | None = None,
-    token_file: TokenFile | None = None,
+    token_file: Any = None,  # gateway/commands/tokenfile.py's TokenFile (upstream imports no command)
 ) -> None:
     """Serve each of ``served`` (one ``Handlers`` per profile, the one started with first: at
     ``/mcp``, the others at ``/mcp/NAME``) until cancelled; over HTTPS with ``tls``; on
