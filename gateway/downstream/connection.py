@@ -349,23 +349,20 @@ async def _request(
     as the spec has a client start a new session and a client directly would send it again."""
     try:
         return await (await _usable_link(d)).request(method, params, **options)
-    except SessionRefused:
-        return await (await _usable_link(d, refused=True)).request(method, params, **options)
+    except SessionRefused:  # (the supervisor opens the next session at once: waited for here)
+        return await (await _usable_link(d)).request(method, params, **options)
 
 
-async def _usable_link(d: Downstream, *, refused: bool = False) -> Link:
-    """The connection a request goes on, or ``DownstreamUnavailable`` saying why there is none.
-    ``refused``: the request was refused for a session the server ended, which the supervisor
-    replaces, after its backoff: the request waits for that, however long the backoff is."""
+async def _usable_link(d: Downstream) -> Link:
+    """The connection a request goes on, or ``DownstreamUnavailable`` saying why there is none."""
     link = d.link
     if link is not None and not link.gone:
         return link  # (every call: nothing else to wait for)
     if link is None:
         await d.started()  # its first start still under way: a request from a warm start's catalog
     await _retry_scheduled(d)
-    if (d.link is None or d.link.gone) and _restarting_soon(d, refused):
-        due = 0.0 if d.retry_at is None else d.retry_at - anyio.current_time()
-        with anyio.move_on_after(max(backoff.START, due) + d.config.startup_timeout):
+    if (d.link is None or d.link.gone) and _restarting_soon(d):
+        with anyio.move_on_after(backoff.START + d.config.startup_timeout):
             await d.restarted.wait()
         await _retry_scheduled(d)
     link = d.link
@@ -374,14 +371,14 @@ async def _usable_link(d: Downstream, *, refused: bool = False) -> Link:
     return link
 
 
-def _restarting_soon(d: Downstream, whenever: bool = False) -> bool:
+def _restarting_soon(d: Downstream) -> bool:
     """It was serving, exited, and its restart is under way or due within the backoff's
-    first step (or at all, ``whenever``): a request waits for that restart rather than failing
-    meanwhile, as Claude Code, running a server itself, restarts it at the next call to it.
-    A crash loop (a longer backoff, or a start that fails) is still answered at once."""
+    first step: a request waits for that restart rather than failing meanwhile, as Claude
+    Code, running a server itself, restarts it at the next call to it. A crash loop (a
+    longer backoff, or a start that fails) is still answered at once."""
     if not d.supervised or d.stopping or d.status != "restarting":
         return False
-    return whenever or d.retry_at is None or d.retry_at - anyio.current_time() <= backoff.START
+    return d.retry_at is None or d.retry_at - anyio.current_time() <= backoff.START
 
 
 async def _retry_scheduled(d: Downstream) -> None:
