@@ -31,6 +31,9 @@ Usage: ``python -m tests.classic_server`` (stdio) or ``python -m tests.classic_s
 ``--roots-at-start``: lists the client's roots once initialized, outside any call, as
 server-filesystem does (``startup_roots_listed()`` says what came back); ``roots_later(n)``
 asks ``n`` times, outside any call, once it has returned (``roots_later_results()``).
+``--http --sse``: the SSE transport (2024-11-05) at ``/sse`` instead, where a message that
+calls ``echo`` with the text ``refuse me`` is answered 503 with an HTML page (a proxy's);
+``--port N``: that port rather than a free one (a server restarted where it was).
 """
 
 from __future__ import annotations
@@ -424,20 +427,55 @@ def basic_auth_only(app: Any, credentials: str) -> Any:
     return guarded
 
 
+def refusing_posts(app: Any) -> Any:
+    """``--sse``: a message calling ``echo`` with ``refuse me`` is answered 503 (a proxy's HTML
+    error page, as in a burst of them), and never reaches the server."""
+
+    async def refusing(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await app(scope, receive, send)
+            return
+        chunks, more = [], True
+        while more:
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            more = message.get("more_body", False)
+        body = b"".join(chunks)
+        if b'"refuse me"' in body:
+            start = {"type": "http.response.start", "status": 503, "headers": [(b"content-type", b"text/html")]}
+            await send(start)
+            await send({"type": "http.response.body", "body": b"<html><body>503 Service Unavailable</body></html>"})
+            return
+        replayed = False
+
+        async def replay() -> Any:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await app(scope, replay, send)
+
+    return refusing
+
+
 async def serve_http() -> None:
     import uvicorn
 
     from gateway.upstream.listen import listening_socket
 
-    sock = listening_socket("127.0.0.1", 0)
-    app = server.streamable_http_app(streamable_http_path="/mcp")
+    argv = sys.argv[1:]
+    sock = listening_socket("127.0.0.1", int(argv[argv.index("--port") + 1]) if "--port" in argv else 0)
+    path = "/sse" if "--sse" in argv else "/mcp"
+    app = refusing_posts(server.sse_app()) if "--sse" in argv else server.streamable_http_app(streamable_http_path=path)
     if "--sticky" in sys.argv[1:]:
         app = behind_a_sticky_balancer(app)
     if "--expiring" in sys.argv[1:]:
         app = expiring_sessions(app)
     if "--basic" in sys.argv[1:]:
         app = basic_auth_only(app, sys.argv[sys.argv.index("--basic") + 1])
-    sys.stdout.write(f"http://127.0.0.1:{sock.getsockname()[1]}/mcp\n")
+    sys.stdout.write(f"http://127.0.0.1:{sock.getsockname()[1]}{path}\n")
     sys.stdout.flush()
     await uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on")).serve(sockets=[sock])
 

@@ -6,9 +6,21 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import anyio
 import pytest
 
-from tests.helpers import GATEWAY, PYTHON, catalog_json, gateway, url_process, wait_for, write_config
+from tests.helpers import (
+    ERAS,
+    GATEWAY,
+    PYTHON,
+    catalog_json,
+    gateway,
+    sdk_client,
+    text,
+    url_process,
+    wait_for,
+    write_config,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -91,3 +103,50 @@ async def test_an_sse_endpoint_on_another_origin_fails_its_start_at_once(tmp_pat
             log = gw.stderr()
         assert "origin; retrying in 1 s" in log and "late" not in log, log
         assert "Traceback" not in log and "s3cr3t" not in log, log
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_an_sse_servers_refused_message_costs_only_its_call(tmp_path: Path, mode: str) -> None:
+    """An SSE server (or its proxy) answers one message POST with 503: through the SDK's SSE
+    client that raised out of its writer, so the call waited for its whole timeout and every
+    later call failed as "closed during the call" until the liveness check reconnected. Now
+    the refused call is answered with the error at once, and the next ones go through."""
+    command = [PYTHON, "-m", "tests.classic_server", "--http", "--sse"]
+    with url_process(command) as (url, _proc):
+        config = write_config(tmp_path, {"old": {"url": url, "transport": "sse", "call_timeout": 30}})
+        env = {"PREFIXGATE_LIVENESS_INTERVAL": "600"}
+        async with sdk_client(config, mode, env=env, errlog=tmp_path / "gw.log") as client:
+            with anyio.fail_after(20):
+                refused = await client.call_tool("old__echo", {"text": "refuse me"})
+                assert refused.is_error and "Server returned an error response" in text(refused), text(refused)
+                for word in ("one", "two"):
+                    result = await client.call_tool("old__echo", {"text": word})
+                    assert not result.is_error and text(result) == f"classic:{word}", text(result)
+    log = (tmp_path / "gw.log").read_text()
+    assert f"{url} answered a message with HTTP 503" in log and "Traceback" not in log, log
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_an_sse_servers_lost_stream_is_a_lost_connection_at_once(tmp_path: Path, mode: str) -> None:
+    """The SSE server restarts: its event stream, which is the connection, ends. That was seen
+    only at the next liveness check (15 s), every call failing meanwhile as "closed during the
+    call", with the SDK's traceback in the log. Now the end is the connection's, at once: one
+    line says so, and the next connection is opened (the check is pushed out of the way here)."""
+    command = [PYTHON, "-m", "tests.classic_server", "--http", "--sse"]
+    with url_process(command) as (url, proc):
+        config = write_config(tmp_path, {"old": {"url": url, "transport": "sse"}})
+        env = {"PREFIXGATE_LIVENESS_INTERVAL": "600"}
+        async with sdk_client(config, mode, env=env, errlog=tmp_path / "gw.log") as client:
+            with anyio.fail_after(30):
+                assert text(await client.call_tool("old__echo", {"text": "before"})) == "classic:before"
+                proc.kill()
+                proc.wait()
+                port = url.split(":")[2].split("/")[0]
+                with url_process([*command, "--port", port]) as (again, _):
+                    assert again == url
+                    while (result := await client.call_tool("old__echo", {"text": "after"})).is_error:
+                        await anyio.sleep(0.2)
+                    assert text(result) == "classic:after"
+    log = (tmp_path / "gw.log").read_text()
+    assert "[old] exited: connection lost: its event stream failed: RemoteProtocolError" in log, log
+    assert "Traceback" not in log and "Error in sse_reader" not in log, log

@@ -3,7 +3,8 @@
 Under ``serve`` a server is supervised: one that misses its start-up timeout keeps
 connecting and joins when ready; one that exits or drops is restarted with exponential
 backoff (``backoff.py``: 1 s doubling to 60 s, reset after 5 minutes healthy). A remote
-server has no exit to see: it is checked every ``LIVENESS_INTERVAL`` (15 s). A server whose
+server has no exit to see: it is checked every ``LIVENESS_INTERVAL`` (15 s), and an SSE server's
+connection ends with its event stream (``sseclient.py``), which is seen at once. A server whose
 config references an unset ``${VAR}`` fails at once and is never retried. However a
 connection ends, the end becomes the server's status and error, never an exception.
 """
@@ -197,9 +198,15 @@ class Supervisor:
             await child.stdout_closed.wait()
             await child.wait_exit(2.0)
             return
-        # Remote: the transport gives no close signal of its own; a failing ping is one.
+        # Remote: a failing ping says the connection is lost; an SSE connection's end says so at once.
+        ended = self.d.transport.ended
         while True:
-            await anyio.sleep(LIVENESS_INTERVAL)
+            with anyio.move_on_after(LIVENESS_INTERVAL):
+                if ended is not None:
+                    await ended.event.wait()
+                    self.d.error = f"connection lost: {ended.reason}"
+                    return
+                await anyio.sleep_forever()
             try:
                 # ping does not exist in 2026-07-28; server/discover is always answered.
                 await self.d.request("server/discover" if link.modern else "ping", None, timeout=10)

@@ -4,8 +4,8 @@ As httpx keeps its transports beside the client, a connection (``link.py``) open
 whichever transport its config names and gets the SDK's pair of message streams back; it
 never branches on the kind. What only one kind has is an attribute that is None for the
 others: a stdio server's process (``child``: its stderr, its exit, the raw calls on its
-pipes) and a streamable-HTTP server's record of whose call each of its requests belongs to
-(``related``).
+pipes), a streamable-HTTP server's record of whose call each of its requests belongs to
+(``related``) and an SSE connection's end (``ended``).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from gateway.downstream.rawcalls import RawCalls
 from gateway.downstream.rawhttp import Pool
 from gateway.downstream.related import Related
 from gateway.downstream.spawn import Spawned
+from gateway.downstream.sseclient import Ended
 from gateway.downstream.stdio import ChildProcess, stdio_transport
 
 Auth = Callable[[], Awaitable[Any]]
@@ -43,6 +44,8 @@ class Transport:
 
     http_calls: HttpCalls | None = None
     """``tools/call`` as one POST of its own while a streamable-HTTP connection is open."""
+    ended: Ended | None = None
+    """An SSE connection's end (its event stream over), which the supervisor reconnects on."""
 
     @property
     def raw_calls(self) -> RawCalls | HttpCalls | None:
@@ -193,22 +196,27 @@ async def _streamable_http(
 
 
 class SseTransport(_Remote):
-    """The SDK's SSE client (the 2024-11-05 transport), OAuth-side answers capped, its
+    """The SSE (2024-11-05) transport (``sseclient.py``: the SDK's client, but a failed POST costs
+    its own request and the stream's end is ``ended``), OAuth-side answers capped, its
     ``endpoint`` event checked on the way in (``endpoint.py``)."""
 
     @asynccontextmanager
     async def open(self) -> AsyncIterator[Streams]:
-        from mcp.client.sse import sse_client
+        import httpx2
 
         from gateway.downstream.endpoint import EndpointCheck
+        from gateway.downstream.sseclient import sse_connection
 
         auth = await self.auth()
         check = EndpointCheck(self.url)
         factory = _client_factory(check, self.url if auth is not None else None)
         headers = dict(self.config.headers)
+        self.ended = ended = Ended()
         try:
-            async with sse_client(self.url, headers=headers, auth=auth, httpx_client_factory=factory) as (read, write):
-                yield read, write
+            # The SDK's SSE client's timeouts: 5 s for a request, 300 s between two events.
+            async with factory(headers=headers, timeout=httpx2.Timeout(5.0, read=300.0), auth=auth) as client:
+                async with sse_connection(client, self.url, ended) as (read, write):
+                    yield read, write
         except Exception:
             if check.refused is not None:  # (the SDK's client says only that its reader ended)
                 raise check.refused from None
