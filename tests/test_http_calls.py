@@ -318,6 +318,44 @@ async def test_calls_to_a_server_that_needs_its_cookie_or_url_credentials_work_a
     assert "pa55word" not in (tmp_path / "gw.log").read_text()
 
 
+async def test_a_closed_connection_closes_its_sockets_to_the_server() -> None:
+    """Each connection to a streamable-HTTP server (a reconnect after a 404 or a lost
+    liveness check, a stop) closes its HTTP connections as it closes. The transport that
+    watches for 404s had lost its ``aclose`` (it ended up inside a function below it), so
+    the pool beneath was never closed: every connection left its sockets to the server open
+    (three here) until the garbage collector happened on them. Counted with the collector off."""
+    import gc
+
+    import psutil
+    from mcp.client.session import ClientSession
+    from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
+
+    from gateway.config import ServerConfig
+    from gateway.downstream.transports import StreamableHttpTransport
+
+    async def no_auth() -> None:
+        return None
+
+    def sockets_to(port: int) -> int:
+        return sum(1 for c in psutil.Process().net_connections("tcp") if c.raddr and c.raddr.port == port)
+
+    with url_process([PYTHON, "-m", "tests.classic_server", "--http"]) as (url, _):
+        port = int(url.rsplit(":", 1)[1].split("/")[0])
+        transport = StreamableHttpTransport(ServerConfig(id="c", transport="http", url=url), no_auth)
+        gc.disable()
+        try:
+            with anyio.fail_after(30):
+                for _ in range(2):
+                    async with transport.open() as (read, write):
+                        async with ClientSession(dispatcher=JSONRPCDispatcher(read, write)) as session:
+                            await session.initialize()
+                            assert (await session.list_tools()).tools
+                        assert sockets_to(port) > 0
+                    assert sockets_to(port) == 0
+        finally:
+            gc.enable()
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
 

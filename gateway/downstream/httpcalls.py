@@ -261,6 +261,9 @@ class SessionWatch(httpx2.AsyncBaseTransport):
             self.calls.answered(response.status_code, in_session, refused)
         return response
 
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
 
 def _id_of(request: httpx2.Request) -> object:
     """The JSON-RPC id of a POSTed message (read only for a 404: which call it refused)."""
@@ -269,9 +272,6 @@ def _id_of(request: httpx2.Request) -> object:
     except (ValueError, httpx2.RequestNotRead):
         return None
     return message.get("id") if isinstance(message, dict) else None
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
 
 
 class _Call:
