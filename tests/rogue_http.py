@@ -5,12 +5,14 @@ way a real server might: an event stream with a log before the reply, cut before
 an event id to resume from, or without), an event that is not JSON, a reply with someone
 else's id, a lone surrogate, a body that is not JSON, an error status with and without a
 JSON-RPC error in it, 202 for a request, a redirect off the origin, an unexpected content
-type; and at ``/sse-elsewhere`` an SSE server's stream naming an endpoint on another
-origin. Standard library only: it starts in a few milliseconds. Prints its URL first.
+type, a gzip-compressed JSON body (one that decodes to 4 MiB: ``gzip_bomb``); and at
+``/sse-elsewhere`` an SSE server's stream naming an endpoint on another origin. Standard
+library only: it starts in a few milliseconds. Prints its URL first.
 """
 
 from __future__ import annotations
 
+import gzip
 import itertools
 import json
 import socket
@@ -46,6 +48,8 @@ TOOLS = [
     "text_plain",
     "peer",
     "close_idle",
+    "gzip_json",
+    "gzip_bomb",
 ]
 ELSEWHERE = "/sse-elsewhere"
 """The path of an SSE stream whose ``endpoint`` event names another origin."""
@@ -146,6 +150,12 @@ class Handler(BaseHTTPRequestHandler):
         elif name == "close_idle":  # answered on a kept connection, which the server closes soon after
             self.json(reply(request_id, "closing soon"))
             threading.Timer(0.2, self.connection.shutdown, (socket.SHUT_RDWR,)).start()
+        elif name == "gzip_json":  # compressed, asked for or not
+            body = gzip.compress(json.dumps(reply(request_id, "decoded")).encode())
+            self.respond(200, "application/json", body, encoding="gzip")
+        elif name == "gzip_bomb":  # 4 KiB on the wire, 4 MiB once decoded
+            head, tail = json.dumps(reply(request_id, "@")).encode().split(b"@")
+            self.respond(200, "application/json", gzip.compress(head + b"a" * (4 << 20) + tail), encoding="gzip")
         else:
             self.respond(200, "text/plain", b"plain text, not MCP")
 
@@ -183,6 +193,7 @@ class Handler(BaseHTTPRequestHandler):
         session: bool = False,
         location: str = "",
         sized: bool | None = True,
+        encoding: str = "",
     ) -> None:
         """``sized``: with a Content-Length (True), without one and the connection closed after
         the body (False), with one and the connection closed all the same (None)."""
@@ -196,6 +207,8 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header("mcp-session-id", SESSION)
         if location:
             self.send_header("location", location)
+        if encoding:
+            self.send_header("content-encoding", encoding)
         self.end_headers()
         self.wfile.write(body)
 

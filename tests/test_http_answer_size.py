@@ -15,11 +15,12 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import anyio
 import httpx2
 import pytest
 
 from gateway.downstream.bounded import MessageTooLarge, bound_answer
-from tests.helpers import ERAS, GATEWAY, http_gateway, sdk_client, text, url_process, write_config
+from tests.helpers import ERAS, GATEWAY, PYTHON, http_gateway, sdk_client, text, url_process, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -58,6 +59,25 @@ async def test_an_answer_over_max_message_bytes_fails_only_its_call(tmp_path: Pa
             assert result.is_error
             assert "65536" in text(result), text(result)  # the limit it exceeded, named
             assert text(await client.call_tool("d__echo", {"text": "next"})) == "next"
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["own-path", "sdk-session"])
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_compressed_answer_is_bounded_once_decoded(tmp_path: Path, mode: str, fast: bool) -> None:
+    """A gzip-compressed JSON answer (tests/rogue_http.py) was bounded by its bytes on the
+    wire and decoded whole after: 4 KiB of gzip is 4 MiB of answer here (300 KB made 300 MB,
+    in the gateway's memory at once, past the 32 MiB default). Now it is counted as it is
+    decoded: refused past the limit, naming it; a small one is read as before."""
+    rogue = str(Path(__file__).with_name("rogue_http.py"))
+    with url_process([PYTHON, rogue]) as (url, _):
+        config = write_config(tmp_path, {"r": {"url": url}}, gateway={"max_message_bytes": 1 << 20})
+        env = {"PREFIXGATE_FAST_PATH": "1" if fast else "0"}
+        async with sdk_client(config, mode, env=env) as client:
+            with anyio.fail_after(60):
+                assert text(await client.call_tool("r__gzip_json", {})) == "decoded"
+                bomb = await client.call_tool("r__gzip_bomb", {})
+                assert bomb.is_error and "exceeds max_message_bytes 1048576" in text(bomb), text(bomb)[:300]
+                assert text(await client.call_tool("r__echo", {})) == "plain json"
 
 
 class _Chunks(httpx2.AsyncByteStream):

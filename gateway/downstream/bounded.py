@@ -2,8 +2,9 @@
 
 On stdio a line over ``max_message_bytes`` fails its request (stdio.py). Over streamable
 HTTP a message is either a whole answer (a JSON body, an error page) or one event of an
-event stream: the body is read to ``max_message_bytes`` at most (``bound_answer``, on the
-HTTP client's transport and on the gateway's own connections), and each event is bounded
+event stream: the body is read to ``max_message_bytes`` at most, counted once decoded when
+it is compressed (``bound_answer``, on the HTTP client's transport and on the gateway's own
+connections), and each event is bounded
 by the SDK transport's ``max_sse_event_size``, set to the same limit (transports.py). The
 error raised is an ``httpx2.StreamError``: the SDK's transport and ``httpcalls.py`` answer
 that request with "Failed to parse JSON response: ..." and the connection goes on.
@@ -11,7 +12,7 @@ that request with "Failed to parse JSON response: ..." and the connection goes o
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 
 import httpx2
 
@@ -21,18 +22,30 @@ class MessageTooLarge(httpx2.StreamError):
 
 
 class _Bounded(httpx2.AsyncByteStream):
-    def __init__(self, inner: httpx2.AsyncByteStream, limit: int, declared: int | None) -> None:
+    def __init__(self, inner: httpx2.AsyncByteStream, limit: int, declared: int | None, encodings: list[str]) -> None:
         self.inner, self.limit, self.declared = inner, limit, declared
+        self.encodings = encodings
+        """The answer's ``Content-Encoding``: decoded here, so what is bounded is what is read."""
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         if self.declared is not None:
             raise MessageTooLarge(f"an answer of {self.declared} bytes exceeds max_message_bytes {self.limit}")
         seen = 0
-        async for chunk in self.inner:
-            seen += len(chunk)
-            if seen > self.limit:
-                raise MessageTooLarge(f"an answer of over {self.limit} bytes exceeds max_message_bytes {self.limit}")
-            yield chunk
+        chunks: AsyncIterator[bytes] = self.inner.__aiter__()
+        if self.encodings:  # httpx's own decoders, as the response would have used them
+            encoded = httpx2.Response(200, headers=[("content-encoding", e) for e in self.encodings], stream=self.inner)
+            chunks = encoded.aiter_bytes()
+        try:
+            async for chunk in chunks:
+                seen += len(chunk)
+                if seen > self.limit:
+                    raise MessageTooLarge(
+                        f"an answer of over {self.limit} bytes exceeds max_message_bytes {self.limit}"
+                    )
+                yield chunk
+        finally:
+            if self.encodings and isinstance(chunks, AsyncGenerator):  # (the decoding one: closed with it)
+                await chunks.aclose()
 
     async def aclose(self) -> None:
         await self.inner.aclose()
@@ -49,7 +62,12 @@ def bound_answer(response: httpx2.Response, limit: int | None) -> httpx2.Respons
     assert isinstance(response.stream, httpx2.AsyncByteStream)
     length = response.headers.get("content-length", "")
     declared = int(length) if length.isdigit() and int(length) > limit else None
-    response.stream = _Bounded(response.stream, limit, declared)
+    # A compressed answer is bounded as it is decoded: its own length says little (300 KB of
+    # gzip made a 300 MB answer, in the gateway's memory at once, past a 32 MiB limit).
+    encodings = response.headers.get_list("content-encoding")
+    if encodings:
+        del response.headers["content-encoding"]
+    response.stream = _Bounded(response.stream, limit, declared, encodings)
     return response
 
 
