@@ -385,3 +385,26 @@ async def test_a_session_the_server_ended_is_replaced_at_once(tmp_path: Path, mo
                     met = await client.call_tool("c__echo", {"text": f"lost {round}"})
                     assert not met.is_error and text(met) == f"classic:lost {round}", text(met)
                     assert text(await client.call_tool("c__echo", {"text": "back"})) == "classic:back"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ERAS)
+async def test_the_call_a_server_refused_for_its_ended_session_goes_again_without_a_wait(
+    tmp_path: Path, mode: str
+) -> None:
+    """The call that met the 404 waits for the new session, which is opened at once; but the
+    wait looked for a scheduled retry every 10 ms, and a retry at once is scheduled and begun
+    in between: it missed it and waited out its 3 s fallback, each time (3.0 s against 0.05 s
+    here). Three rounds must take far less than the 9 s those fallbacks add up to."""
+    from tests.helpers import sdk_client, text
+
+    with url_process([PYTHON, "-m", "tests.classic_server", "--http", "--expiring"]) as (url, _):
+        config = write_config(tmp_path, {"c": {"url": url, "protocol": "legacy"}})
+        env = {"PREFIXGATE_LIVENESS_INTERVAL": "600"}
+        async with sdk_client(config, mode, env=env) as client:
+            assert text(await client.call_tool("c__echo", {"text": "first"})) == "classic:first"
+            with anyio.fail_after(6):
+                for round in range(3):
+                    assert text(await client.call_tool("c__expire_session", {})) == "expired"
+                    met = await client.call_tool("c__echo", {"text": f"lost {round}"})
+                    assert not met.is_error and text(met) == f"classic:lost {round}", text(met)

@@ -384,13 +384,15 @@ def _restarting_soon(d: Downstream) -> bool:
 async def _retry_scheduled(d: Downstream) -> None:
     """The process is gone (or its start failed) but the supervisor has not scheduled the
     retry yet: wait for that (briefly) so the answer says when it will be retried, not a
-    stale "ready" or a bare "exited" or "failed"."""
+    stale "ready" or a bare "exited" or "failed". A retry at once (a session the server ended)
+    is scheduled and begun between two looks: the restart it began ends the wait too."""
     link = d.link
     if (link is not None and link.gone) or (
         d.supervised and link is None and d.status in ("exited", "failed") and d.retry_at is None
     ):
+        restarts = d.restarts
         with anyio.move_on_after(3):
-            while d.retry_at is None and not d.stopping:
+            while d.retry_at is None and not d.stopping and d.restarts == restarts:
                 await anyio.sleep(0.01)
 
 
