@@ -254,12 +254,21 @@ def with_step_up(app: Any, provider: ApprovingProvider, tool: str, scope: str) -
     return wrapped
 
 
-def with_huge_metadata(app: Any) -> Any:
-    """Every ``/.well-known/...`` answer is 5 MB of JSON, sent in chunks without a length."""
+def with_huge_metadata(app: Any, compressed: bool = False) -> Any:
+    """Every ``/.well-known/...`` answer is 5 MB of JSON, sent in chunks without a length;
+    ``compressed``: gzip-encoded, 5 KB on the wire."""
 
     async def wrapped(scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http" or not scope["path"].startswith("/.well-known/"):
             await app(scope, receive, send)
+            return
+        if compressed:
+            import gzip
+
+            body = gzip.compress(b'{"pad": "' + b"x" * (5 << 20) + b'"}')
+            headers = [(b"content-type", b"application/json"), (b"content-encoding", b"gzip")]
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
             return
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
         await send({"type": "http.response.body", "body": b'{"pad": "', "more_body": True})
@@ -330,6 +339,7 @@ def main() -> None:
     p.add_argument("--huge-token", action="store_true", help="issue 200 KB access tokens (under the 1 MiB answer cap)")
     p.add_argument("--revocable", action="store_true", help="tool 'revoke' drops tokens server-side")
     p.add_argument("--huge-metadata", action="store_true", help="answer metadata discovery with 5 MB, chunked")
+    p.add_argument("--gzip-metadata", action="store_true", help="the same 5 MB, gzip-encoded (5 KB on the wire)")
     p.add_argument("--outages", action="store_true", help="tool 'token_outage' makes /token answer 503 a while")
     p.add_argument(
         "--front",
@@ -405,8 +415,8 @@ def main() -> None:
     if args.client_credentials:
         client_id, _, secret = args.client_credentials.partition(":")
         app = with_client_credentials(app, provider, client_id, secret)
-    if args.huge_metadata:
-        app = with_huge_metadata(app)
+    if args.huge_metadata or args.gzip_metadata:
+        app = with_huge_metadata(app, compressed=args.gzip_metadata)
     if args.outages:
         app = with_token_outages(app)
     servers = [(uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on")), sock)]

@@ -12,6 +12,7 @@ that request with "Failed to parse JSON response: ..." and the connection goes o
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator
 
 import httpx2
@@ -21,21 +22,39 @@ class MessageTooLarge(httpx2.StreamError):
     """An answer over ``max_message_bytes``: not read any further."""
 
 
+def encodings_taken(response: httpx2.Response) -> list[str]:
+    """The answer's ``Content-Encoding``, taken off it: whatever bounds its body decodes it
+    (``decoded``), so what is counted is what is read. Counted on the wire, 300 KB of gzip
+    made a 300 MB answer, in the gateway's memory at once, past a 32 MiB limit."""
+    encodings = response.headers.get_list("content-encoding")
+    if encodings:
+        del response.headers["content-encoding"]
+    return encodings
+
+
+@contextlib.asynccontextmanager
+async def decoded(stream: httpx2.AsyncByteStream, encodings: list[str]) -> AsyncIterator[AsyncIterator[bytes]]:
+    """``stream``'s bytes decoded by httpx's own decoders for ``encodings``, as the response
+    would have decoded them (the decoder closed on the way out)."""
+    if not encodings:
+        yield stream.__aiter__()
+        return
+    chunks = httpx2.Response(200, headers=[("content-encoding", e) for e in encodings], stream=stream).aiter_bytes()
+    assert isinstance(chunks, AsyncGenerator)
+    async with contextlib.aclosing(chunks):
+        yield chunks
+
+
 class _Bounded(httpx2.AsyncByteStream):
     def __init__(self, inner: httpx2.AsyncByteStream, limit: int, declared: int | None, encodings: list[str]) -> None:
         self.inner, self.limit, self.declared = inner, limit, declared
         self.encodings = encodings
-        """The answer's ``Content-Encoding``: decoded here, so what is bounded is what is read."""
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         if self.declared is not None:
             raise MessageTooLarge(f"an answer of {self.declared} bytes exceeds max_message_bytes {self.limit}")
         seen = 0
-        chunks: AsyncIterator[bytes] = self.inner.__aiter__()
-        if self.encodings:  # httpx's own decoders, as the response would have used them
-            encoded = httpx2.Response(200, headers=[("content-encoding", e) for e in self.encodings], stream=self.inner)
-            chunks = encoded.aiter_bytes()
-        try:
+        async with decoded(self.inner, self.encodings) as chunks:
             async for chunk in chunks:
                 seen += len(chunk)
                 if seen > self.limit:
@@ -43,9 +62,6 @@ class _Bounded(httpx2.AsyncByteStream):
                         f"an answer of over {self.limit} bytes exceeds max_message_bytes {self.limit}"
                     )
                 yield chunk
-        finally:
-            if self.encodings and isinstance(chunks, AsyncGenerator):  # (the decoding one: closed with it)
-                await chunks.aclose()
 
     async def aclose(self) -> None:
         await self.inner.aclose()
@@ -62,12 +78,7 @@ def bound_answer(response: httpx2.Response, limit: int | None) -> httpx2.Respons
     assert isinstance(response.stream, httpx2.AsyncByteStream)
     length = response.headers.get("content-length", "")
     declared = int(length) if length.isdigit() and int(length) > limit else None
-    # A compressed answer is bounded as it is decoded: its own length says little (300 KB of
-    # gzip made a 300 MB answer, in the gateway's memory at once, past a 32 MiB limit).
-    encodings = response.headers.get_list("content-encoding")
-    if encodings:
-        del response.headers["content-encoding"]
-    response.stream = _Bounded(response.stream, limit, declared, encodings)
+    response.stream = _Bounded(response.stream, limit, declared, encodings_taken(response))
     return response
 
 

@@ -44,6 +44,7 @@ from mcp.shared.auth import (
 from pydantic import ValidationError
 
 from gateway.config import ServerConfig
+from gateway.downstream.bounded import decoded, encodings_taken
 from gateway.downstream.errors import leaf
 
 PLACEHOLDER_REDIRECT = "http://127.0.0.1/callback"
@@ -441,16 +442,19 @@ class AnswerTooLarge(ValueError):
 
 
 class _Capped(httpx2.AsyncByteStream):
-    def __init__(self, inner: httpx2.AsyncByteStream, where: str, cap: int) -> None:
+    def __init__(self, inner: httpx2.AsyncByteStream, where: str, cap: int, encodings: list[str]) -> None:
         self.inner, self.where, self.cap = inner, where, cap
+        self.encodings = encodings
+        """Its ``Content-Encoding``: decoded here, so the cap counts what is read (``bounded.py``)."""
 
     async def __aiter__(self) -> AsyncGenerator[bytes, None]:
         seen = 0
-        async for chunk in self.inner:
-            seen += len(chunk)
-            if seen > self.cap:
-                raise AnswerTooLarge(f"the answer of {self.where} is larger than {self.cap >> 10} KiB; refused")
-            yield chunk
+        async with decoded(self.inner, self.encodings) as chunks:
+            async for chunk in chunks:
+                seen += len(chunk)
+                if seen > self.cap:
+                    raise AnswerTooLarge(f"the answer of {self.where} is larger than {self.cap >> 10} KiB; refused")
+                yield chunk
 
     async def aclose(self) -> None:
         await self.inner.aclose()
@@ -479,7 +483,7 @@ class CappedAuthAnswers(httpx2.AsyncBaseTransport):
             await response.aclose()
             raise AnswerTooLarge(f"the answer of {where} is {int(declared)} bytes, over {self.cap >> 10} KiB; refused")
         assert isinstance(response.stream, httpx2.AsyncByteStream)
-        response.stream = _Capped(response.stream, where, self.cap)
+        response.stream = _Capped(response.stream, where, self.cap, encodings_taken(response))
         return response
 
     async def aclose(self) -> None:
