@@ -150,3 +150,19 @@ async def test_an_sse_servers_lost_stream_is_a_lost_connection_at_once(tmp_path:
     log = (tmp_path / "gw.log").read_text()
     assert "[old] exited: connection lost: its event stream failed: RemoteProtocolError" in log, log
     assert "Traceback" not in log and "Error in sse_reader" not in log, log
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_an_sse_servers_result_over_a_mebibyte_is_spilled_not_refused(tmp_path: Path, mode: str) -> None:
+    """An SSE server's events were bounded by the SDK client's 1 MiB, not ``max_message_bytes``:
+    a 1.2 MB result (which a direct client without that cap reads, and a stdio or
+    streamable-HTTP server's is spilled) failed, and took the connection with it. Now it is
+    spilled as theirs are, and the connection goes on."""
+    command = [PYTHON, "-m", "tests.classic_server", "--http", "--sse"]
+    with url_process(command) as (url, _proc):
+        config = write_config(tmp_path, {"old": {"url": url, "transport": "sse"}})
+        async with sdk_client(config, mode) as client:
+            with anyio.fail_after(30):
+                result = await client.call_tool("old__echo", {"text": "x" * 1_200_000})
+                assert not result.is_error and "saved as artifact" in text(result), text(result)[-300:]
+                assert text(await client.call_tool("old__echo", {"text": "next"})) == "classic:next"

@@ -12,6 +12,9 @@ The end of the event stream (the server gone, restarted, its proxy's idle timeou
 only by that check too, every call failing meanwhile, with the SDK's traceback in the log.
 The stream is the connection: its end is ``ended`` here, which the supervisor waits on
 beside its liveness check, so the next connection is opened at once.
+
+Its events are bounded by the server's ``max_message_bytes``, as a streamable-HTTP
+server's are, rather than the SDK client's 1 MiB.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from mcp.shared.message import SessionMessage
 from mcp_types import CONNECTION_CLOSED, INTERNAL_ERROR
 from pydantic import ValidationError
 
-from gateway.downstream.endpoint import MAX_EVENT_BYTES, foreign_endpoint
+from gateway.downstream.endpoint import foreign_endpoint
 from gateway.downstream.errors import short
 from gateway.sdk import context_streams, events_on_origin, post_on_origin
 
@@ -54,11 +57,15 @@ class Ended:
 
 
 @asynccontextmanager
-async def sse_connection(client: httpx2.AsyncClient, url: str, ended: Ended) -> AsyncIterator[tuple[Any, Any]]:
-    """The (read, write) message streams of one SSE connection (``sse_client``'s, read as it reads them)."""
+async def sse_connection(
+    client: httpx2.AsyncClient, url: str, ended: Ended, max_event_size: int
+) -> AsyncIterator[tuple[Any, Any]]:
+    """The (read, write) message streams of one SSE connection (``sse_client``'s, read as it
+    reads them), each event bounded by ``max_event_size`` (``max_message_bytes``, as a stdio
+    line and a streamable-HTTP event are: the SDK's 1 MiB failed a result a direct client reads)."""
     parts = urllib.parse.urlsplit(url)
     where = parts._replace(netloc=parts.netloc.rpartition("@")[2], query="", fragment="").geturl()
-    async with events_on_origin(client, url, headers={}, max_event_size=MAX_EVENT_BYTES) as source:
+    async with events_on_origin(client, url, headers={}, max_event_size=max_event_size) as source:
         source.response.raise_for_status()
         read_writer, read, _ = context_streams()
         write, write_reader, _ = context_streams()

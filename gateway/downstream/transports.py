@@ -215,7 +215,7 @@ class SseTransport(_Remote):
         try:
             # The SDK's SSE client's timeouts: 5 s for a request, 300 s between two events.
             async with factory(headers=headers, timeout=httpx2.Timeout(5.0, read=300.0), auth=auth) as client:
-                async with sse_connection(client, self.url, ended) as (read, write):
+                async with sse_connection(client, self.url, ended, self.config.max_message_bytes) as (read, write):
                     yield read, write
         except Exception:
             if check.refused is not None:  # (the SDK's client says only that its reader ended)
