@@ -80,7 +80,9 @@ async def discover(config: Config, hub: Hub) -> Epoch:
         raise Exit(2, f"prefixgate: catalog lock: {exc}") from None
     downstreams = hub.downstreams
     started = anyio.current_time()
-    await wait_for_discovery([d for d in downstreams if d.config.enabled], config.gateway.discovery_deadline)
+    # (the hub's own list: a reload meanwhile replaces servers in it, and the wait follows. The first
+    # epoch is still built from ``config``: the publisher rebuilds it under a reload's right after.)
+    await wait_for_discovery(downstreams, config.gateway.discovery_deadline)
     try:
         epoch = await built_epoch(config, downstreams, hub.checks, hub.lock.current)
     except DecisionError as exc:

@@ -17,17 +17,26 @@ log = logging.getLogger("prefixgate.barrier")
 
 
 async def wait_for_discovery(downstreams: Sequence[Downstream], deadline: float) -> None:
-    """Return once every server is ready, failed or late (``deadline`` seconds at most)."""
+    """Return once every server is ready, failed or late (``deadline`` seconds at most).
+
+    ``downstreams`` is read again after each wait (``serve`` passes the hub's own list): a
+    reload during the barrier replaces a server whose table changed and adds new ones, and
+    the barrier waits for those processes, not for the one it stopped. It used to settle on
+    the stopped one: the first epoch went out without the server (a second epoch once it was
+    up), and a ``required`` one, still starting, stopped the gateway."""
+
+    def unsettled() -> list[Downstream]:
+        return [d for d in downstreams if d.config.enabled and not d.settled.is_set()]
+
     with anyio.move_on_after(deadline):
-        for downstream in downstreams:
-            await downstream.settled.wait()
-    for downstream in downstreams:
-        if not downstream.settled.is_set():
-            downstream.abandon(f"not ready within discovery_deadline {deadline:g} s")
+        while waiting := unsettled():
+            await waiting[0].settled.wait()
+    for downstream in unsettled():
+        downstream.abandon(f"not ready within discovery_deadline {deadline:g} s")
     # Abandoned servers settle as soon as their task sees the cancellation.
     with anyio.move_on_after(5):
-        for downstream in downstreams:
-            await downstream.settled.wait()
+        while waiting := unsettled():
+            await waiting[0].settled.wait()
 
 
 def required_failures(downstreams: Sequence[Downstream]) -> list[str]:
