@@ -471,3 +471,29 @@ async def test_a_server_changed_while_the_barrier_waits_for_it_is_waited_for(tmp
     stderr = log.read_text()
     assert stderr.index("restarted 'a'") < stderr.index("catalog: ")  # the reload came during the barrier
     assert "catalog: 17 tools from 2 of 2 servers" in stderr and "new epoch" not in stderr
+
+
+@pytest.mark.anyio
+async def test_a_reloaded_max_age_days_sets_the_expiry_of_the_next_artifacts_in_redis(
+    tmp_path: Path, redis: Any
+) -> None:
+    """``[spill]`` is taken by the next request, ``max_age_days`` too: a Redis store gives each
+    new artifact that expiry. It kept the one it was started with (a principal's artifacts were
+    opened once), so a reload to a longer age still lost the artifacts at the old one."""
+    import redis as redis_client
+
+    def config(days: int) -> Path:
+        return write_config(tmp_path, servers("a"), gateway={"store": redis.url}, spill={"max_age_days": days})
+
+    def artifact_ttls() -> list[int]:
+        client = redis_client.Redis.from_url(redis.url)
+        return sorted(int(client.ttl(key)) for key in client.scan_iter("prefixgate:*:artifact:*"))
+
+    with http_serving(config(1)) as (url, _, log):
+        async with sdk_client(url, "auto") as client:
+            await client.call_tool("a__payload", {"bytes": 200_000})
+            config(30)
+            await wait_for(lambda: "config reloaded (the file changed)" in log.read_text())
+            await client.call_tool("a__payload", {"bytes": 200_000})
+    first, second = artifact_ttls()
+    assert first <= 86_400 < 29 * 86_400 < second <= 30 * 86_400

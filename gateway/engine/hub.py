@@ -132,6 +132,7 @@ class Hub:
         if self.family[0] is self:
             self.round_trips.timeout = config.gateway.round_trip_timeout
             self.round_trips.per_owner = config.gateway.max_round_trips
+            self.store.keep_for(config.spill.max_age_days * 86400)
 
     def start(self, tg: anyio.abc.TaskGroup, *, supervise: bool) -> None:
         """Start the servers (once, by the first hub) and every profile's hub."""

@@ -63,6 +63,9 @@ class CountedStore:
         work = self.inner.collect(max_age_seconds=max_age_seconds, max_total_bytes=max_total_bytes)
         return await self._count("collect", work)
 
+    def keep_for(self, max_age_seconds: float) -> None:
+        self.inner.keep_for(max_age_seconds)
+
     async def warm_record(self, key: str) -> bytes | None:
         return await self._count("warm_record", self.inner.warm_record(key))
 

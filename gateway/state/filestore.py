@@ -70,6 +70,9 @@ class FileStore:
             lambda: gc(self.root, max_age_seconds=max_age_seconds, max_total_bytes=max_total_bytes)
         )
 
+    def keep_for(self, max_age_seconds: float) -> None:
+        return None  # (no expiry of its own: ``collect`` is given the age each time)
+
     async def warm_record(self, key: str) -> bytes | None:
         return await anyio.to_thread.run_sync(read_record, self.state_dir, key)
 

@@ -177,9 +177,11 @@ class RedisArtifacts:
     """One owner's artifacts in Redis, blocking (for spill's worker threads)."""
 
     def __init__(
-        self, client: redis.Redis, owner: str, max_age_seconds: float, failing: _Failing, copies: _Copies
+        self, client: redis.Redis, owner: str, max_age: Callable[[], float], failing: _Failing, copies: _Copies
     ) -> None:
-        self.client, self.owner, self.max_age, self._failing = client, owner, max_age_seconds, failing
+        """``max_age``: the store's age for new artifacts in seconds, read at each write (a
+        principal's artifacts are opened once; a reload may change the age since)."""
+        self.client, self.owner, self.max_age, self._failing = client, owner, max_age, failing
         self._copies = copies
         self._publish = client.register_script(_PUBLISH)
         self._piece_at = client.register_script(_PIECE_AT)
@@ -206,7 +208,7 @@ class RedisArtifacts:
             pipe.expire(partial, PARTIAL_TTL)
             if not all(pipe.execute()) and size:  # (an empty artifact has no partial to expire)
                 raise StoreError(_VANISHED)
-            ttl = _ttl(self.max_age)
+            ttl = _ttl(self.max_age())
             for _ in range(16):
                 artifact_id = new_id()
                 member = f"{self.owner}/{artifact_id}"
@@ -456,7 +458,10 @@ class RedisStore:
             raise self._error(exc) from None
 
     def artifacts(self, owner: str) -> Artifacts:
-        return RedisArtifacts(self._blocking, owner, self.max_age, self._failing, self._copies)
+        return RedisArtifacts(self._blocking, owner, lambda: self.max_age, self._failing, self._copies)
+
+    def keep_for(self, max_age_seconds: float) -> None:
+        self.max_age = max_age_seconds
 
     async def list_artifacts(self) -> list[ArtifactInfo]:
         def present() -> list[ArtifactInfo]:

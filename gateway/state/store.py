@@ -98,6 +98,11 @@ class StateStore(Protocol):
         """Retention across the whole store: oldest first past the age, then until the total fits."""
         ...
 
+    def keep_for(self, max_age_seconds: float) -> None:
+        """The age new artifacts are kept for from now on (a reload's ``[spill] max_age_days``),
+        for a store that gives each artifact its expiry when it is written."""
+        ...
+
     # --- warm-start records ------------------------------------------------------------
 
     async def warm_record(self, key: str) -> bytes | None:
