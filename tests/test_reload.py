@@ -159,7 +159,7 @@ async def test_an_edit_made_while_a_warm_start_answers_is_reloaded(tmp_path: Pat
         assert "a__echo" in await names(client)  # from the record
         write_config(tmp_path, servers("a", "b"))
         await wait_for(lambda: "config reloaded (the file changed): added 'b'" in log.read_text())
-        await wait_for(lambda: "[b] ready" in log.read_text())
+        await wait_for(functools.partial(_has, client, "b__echo"))  # (published a moment after "[b] ready")
         assert text(await client.call_tool("b__echo", {"text": "new"})) == "new"
     assert "from the record before the gateway was up" in log.read_text()
 
@@ -497,3 +497,27 @@ async def test_a_reloaded_max_age_days_sets_the_expiry_of_the_next_artifacts_in_
             await client.call_tool("a__payload", {"bytes": 200_000})
     first, second = artifact_ttls()
     assert first <= 86_400 < 29 * 86_400 < second <= 30 * 86_400
+
+
+@pytest.mark.anyio
+async def test_a_file_whose_catalog_cannot_be_declared_is_refused_whole(tmp_path: Path) -> None:
+    """``declarations = "fixed"`` over the client's function limit exits 1 at start; a reload
+    to it is refused whole, one line, as a file that does not parse. It was half applied: its
+    policy took effect, the catalog stayed the old one, and the log said it had reloaded."""
+    config = write_config(tmp_path, servers("a"))
+    with http_serving(config) as (url, _, log):
+        async with sdk_client(url, "auto") as client:
+            await wait_for(lambda: "catalog: " in log.read_text())  # (the servers' lists are what it is built from)
+            write_config(
+                tmp_path, servers("a"), client={"declarations": "fixed", "max_functions": 3}, policy={"deny": ["a__*"]}
+            )
+            refusal = (
+                "config reload (the file changed) refused: declarations = fixed needs 9 functions but max_functions "
+                "is 3; the running config keeps serving, nothing of the new file is applied"
+            )
+            await wait_for(lambda: refusal in log.read_text())
+            assert text(await client.call_tool("a__echo", {"text": "still"})) == "still"  # its deny is not taken
+            write_config(tmp_path, servers("a"), policy={"deny": ["a__*"]})
+            await wait_for(lambda: "config reloaded (the file changed)" in log.read_text())
+            assert (await client.call_tool("a__echo", {"text": "now"})).is_error
+    assert "catalog change refused" not in log.read_text()

@@ -26,7 +26,7 @@ import anyio.to_thread
 
 from gateway.config import ConfigError, Stamp, load_config, stamp
 from gateway.engine.hub import Hub
-from gateway.engine.reload import apply, refused
+from gateway.engine.reload import apply, refused, unfit
 
 if TYPE_CHECKING:
     from gateway.commands.tokenfile import TokenFile
@@ -98,6 +98,14 @@ class Reloader:
             return
         if all(each.config == new.view(profile) for each, profile in zip(hub.family, served, strict=True)):
             log.info("config reload (%s): nothing to apply (the file means what the running config means)", why)
+            return
+        misfits = await unfit(hub, new)
+        if misfits:
+            log.error(
+                "config reload (%s) refused: %s; the running config keeps serving, nothing of the new file is applied",
+                why,
+                "; ".join(misfits),
+            )
             return
         changes = await apply(hub, new)
         log.info("config reloaded (%s): %s", why, changes.summary())

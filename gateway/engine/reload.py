@@ -16,6 +16,7 @@ What cannot change while serving (``FIXED``: where state lives, the stdio line l
 catalog lock's file, the set of profiles an HTTP gateway serves; ``FIXED_TELEMETRY``: whether
 there is an audit log, its size, the metrics listener) refuses the whole reload, with one line
 naming it: nothing is half-applied or silently ignored, and the running config keeps serving.
+So does a config whose catalog no declaration plan fits (``unfit``), as it exits 1 at start.
 """
 
 from __future__ import annotations
@@ -25,9 +26,11 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from catalog.budget import DecisionError
 from gateway.config import Config, ServerConfig
 from gateway.downstream.connection import Downstream
 from gateway.downstream.supervisor import Supervisor
+from gateway.engine.epoch import built_epoch
 from gateway.engine.hub import Hub
 from gateway.engine.oauth import oauth_setup
 from gateway.engine.warm import contribution
@@ -76,6 +79,25 @@ def refused(old: Config, new: Config, served: Sequence[str | None]) -> list[str]
     for profile in served:
         if profile is not None and profile not in new.profiles:
             found.append(f"profiles.{profile} (the profile served is gone)")
+    return found
+
+
+async def unfit(hub: Hub, new: Config) -> list[str]:
+    """Why the new config cannot build a profile's catalog from the servers' lists now (no
+    declaration plan fits its client: what exits 1 at start), one line each; empty: it may
+    apply. Such a file was half applied: its policy took effect, the catalog stayed the old
+    one (the rebuild refused it, and every rebuild after), and the log said it was reloaded.
+    (Before the first epoch the servers have listed nothing yet: such a file is then taken, and
+    the rebuild after the barrier's epoch refuses its catalog, as before.)"""
+    running = {d.id: d for d in hub.downstreams}  # (the first hub's: every server served)
+    found = []
+    for each in hub.family:
+        view = new.view(each.config.profile)
+        servers = [running[s.id] for s in view.servers if s.id in running]  # (one added has no lists yet)
+        try:
+            await built_epoch(view, servers, each.checks, each.lock.current)
+        except DecisionError as exc:
+            found.append(f"profile {view.profile}: {exc}" if view.profile else str(exc))
     return found
 
 
