@@ -356,3 +356,23 @@ async def test_progress_after_an_input_round_reaches_the_request_waiting_then(
                     "progressed 2"
                 )
                 assert steps == [1, 2]
+
+
+async def test_pending_round_trips_are_bounded_per_principal_across_profiles(tmp_path: Path) -> None:
+    """``max_round_trips`` is the principal's, whichever profile's endpoint its calls wait at: a
+    principal has a state per profile (its activation is each profile's own), and the bound was
+    counted per state, so each profile served gave the principal ``max_round_trips`` more."""
+    config = write_config(
+        tmp_path,
+        {"r": {**demo("--tools", 0, "--rich", "--interactive", "--name", "r"), "protocol": "legacy"}},
+        gateway={"max_round_trips": 2},
+        profiles={"codex": {}},
+    )
+    with http_gateway(config) as (url, _):
+        async with sdk_client(url, "auto", **CALLBACKS) as one, sdk_client(url + "/codex", "auto", **CALLBACKS) as two:
+            with anyio.fail_after(60):
+                for client in (one, two):
+                    pending = await client.session.call_tool("r__ask", {}, allow_input_required=True)
+                    assert isinstance(pending, types.InputRequiredResult)
+                refused = await two.session.call_tool("r__ask", {}, allow_input_required=True)
+                assert refused.is_error and "already has 2 calls waiting for its input" in text(refused)

@@ -53,6 +53,7 @@ from mcp_types.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
 from gateway.downstream.related import CALLER
 from gateway.engine.capabilities import require
 from gateway.plaintasks import cancel_all
+from gateway.state.session import principal_key
 
 log = logging.getLogger("prefixgate.roundtrip")
 
@@ -197,8 +198,9 @@ class RoundTrips:
         self._boot = secrets.token_urlsafe(6)
         """Names this process in its states, so a state from before a restart is told apart."""
         self._trips: dict[str, RoundTrip] = {}
-        self._waiting: dict[int, int] = {}
-        """Per principal (its state object's id; a pending trip holds that object): calls waiting for input."""
+        self._waiting: dict[object, int] = {}
+        """Per principal (``principal_key``: an HTTP principal's name, the same at every profile's
+        endpoint, where it has a state each; a stdio client's state): calls waiting for input."""
         self.tasks: anyio.abc.TaskGroup | None = None
         self._running: set[asyncio.Task[None]] = set()
         self._order = itertools.count(1)
@@ -225,14 +227,14 @@ class RoundTrips:
 
     def waiting(self, owner: object) -> int:
         """How many calls of ``owner`` wait for its input (O(1): counted as they start and end)."""
-        return self._waiting.get(id(owner), 0)
+        return self._waiting.get(principal_key(owner), 0)
 
     async def ask(self, trip: RoundTrip, method: str, params: dict[str, Any]) -> dict[str, Any]:
         """A server's request during ``trip``: the call now waits for its client, and takes
         one of the principal's ``per_owner`` slots for as long as it is pending. Calls that
         never ask take none; over the limit the server's request is refused (the call goes on)."""
         if not trip.waiting and not trip.finished:
-            key = id(trip.owner)
+            key = principal_key(trip.owner)
             held = self._waiting.get(key, 0)
             if held >= self.per_owner:
                 log.warning(
@@ -256,7 +258,7 @@ class RoundTrips:
         """The call is over or abandoned: out of the books, its slot (if it held one) freed."""
         if self._trips.pop(trip.id, None) is not None and trip.waiting:
             trip.waiting = False
-            key = id(trip.owner)
+            key = principal_key(trip.owner)
             left = self._waiting[key] - 1
             if left:
                 self._waiting[key] = left
