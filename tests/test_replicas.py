@@ -405,6 +405,54 @@ async def test_a_hung_store_holds_only_the_spilling_principals_threads(
             assert len(spilled) == 60
 
 
+async def test_a_hung_store_holds_the_spilling_principals_threads_whichever_profile_it_uses(
+    tmp_path: Path, redis: RedisServer
+) -> None:
+    """The same across profiles: a principal's 8 threads are its own in every profile's
+    endpoint together. They were counted per profile (each has its catalog, its gate, its
+    own count of threads), so one principal spilling at five profiles' endpoints took 40
+    threads, anyio's every one, and another principal's result waited for the store."""
+    import signal
+
+    tokens = tmp_path / "tokens"
+    tokens.write_text("tok-alice\ntok-bob\n")
+    paths = ["", "/p1", "/p2", "/p3", "/p4"]
+    directory = tmp_path / "a"
+    directory.mkdir()
+    config = write_config(
+        directory,
+        {"e": demo("--tools", 1)},
+        gateway={"store": redis.url},
+        profiles={path[1:]: {} for path in paths if path},
+    )
+    assert redis.proc is not None
+    with http_gateway(config, "--token-file", str(tokens)) as (url, _):
+        async with AsyncExitStack() as stack:
+            bob = await stack.enter_async_context(client(url, "auto", "tok-bob"))
+            alices = [await stack.enter_async_context(client(url + path, "auto", "tok-alice")) for path in paths]
+            for each in (bob, *alices):  # (each principal's state read while the store answers)
+                assert text(await each.call_tool("e__echo", {"text": "up"})) == "up"
+            spilled: list[str] = []
+
+            async def spill(alice: Any) -> None:
+                spilled.append(text(await alice.call_tool("e__payload", {"bytes": SIZE})))
+
+            os.kill(redis.proc.pid, signal.SIGSTOP)
+            try:
+                async with anyio.create_task_group() as tg:
+                    for n in range(50):
+                        tg.start_soon(spill, alices[n % len(paths)])
+                    await anyio.sleep(1)  # every spill is in its thread, waiting for the store
+                    with anyio.fail_after(20):  # (the store's timeouts: ~30 s)
+                        small = await bob.call_tool("e__payload", {"bytes": 20_000})
+                    assert not small.is_error and len(text(small)) == 20_000
+                    assert spilled == [], "answered while alice's spills still wait for the store"
+                    os.kill(redis.proc.pid, signal.SIGCONT)
+            finally:
+                os.kill(redis.proc.pid, signal.SIGCONT)
+            assert len(spilled) == 50
+
+
 async def test_replicas_agree_on_the_key_again_after_a_redis_restart(tmp_path: Path, redis: RedisServer) -> None:
     """Redis restarted without persistence, then a replica started before any grant put the
     running replicas' key back: it set a key of its own (set here as it would), and every 2026-07-28 round trip begun

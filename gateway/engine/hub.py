@@ -108,6 +108,9 @@ class Hub:
             self.clients.instances = self.instances.running
         else:
             self.relists, self.relay, self.instances = shared.relists, shared.relay, shared.instances
+            # A principal's worker threads are its own across profiles (a profile's count of its
+            # own let one principal at five endpoints take every thread of anyio's 40).
+            self.router.threads = shared.router.threads
             self.relists.publishers.append(self.publisher)
             self.clients.join(shared.clients)
         self.router.instances = self.instances
