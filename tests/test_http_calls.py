@@ -394,16 +394,16 @@ async def test_the_call_a_server_refused_for_its_ended_session_goes_again_withou
 ) -> None:
     """The call that met the 404 waits for the new session, which is opened at once; but the
     wait looked for a scheduled retry every 10 ms, and a retry at once is scheduled and begun
-    in between: it missed it and waited out its 3 s fallback, each time (3.0 s against 0.05 s
-    here). Three rounds must take far less than the 9 s those fallbacks add up to."""
+    in between: it missed it and waited out its 3 s fallback, each time (3.0 s against 0.05 s).
+    The fallback is set to 10 minutes here: a wait that misses the retry is a hang."""
     from tests.helpers import sdk_client, text
 
     with url_process([PYTHON, "-m", "tests.classic_server", "--http", "--expiring"]) as (url, _):
         config = write_config(tmp_path, {"c": {"url": url, "protocol": "legacy"}})
-        env = {"PREFIXGATE_LIVENESS_INTERVAL": "600"}
+        env = {"PREFIXGATE_LIVENESS_INTERVAL": "600", "PREFIXGATE_RETRY_SCHEDULED_WAIT": "600"}
         async with sdk_client(config, mode, env=env) as client:
             assert text(await client.call_tool("c__echo", {"text": "first"})) == "classic:first"
-            with anyio.fail_after(6):
+            with anyio.fail_after(120):  # (a hang, not a speed: each round takes well under a second)
                 for round in range(3):
                     assert text(await client.call_tool("c__expire_session", {})) == "expired"
                     met = await client.call_tool("c__echo", {"text": f"lost {round}"})
