@@ -233,6 +233,24 @@ async def test_a_call_the_catalog_lock_refuses_is_counted_and_audited_as_lock(tm
     assert line["reason"].startswith(f"Tool {new!r} is new since the lock")
 
 
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_refused_tool_call_is_audited_without_the_argument_names_the_client_made_up(
+    tmp_path: Path, mode: str
+) -> None:
+    """``tool_call`` with a key it does not take is refused naming the key, for the model; the
+    audit line keeps the gate's words without it (a client's made-up names went to the audit)."""
+    config = write_config(
+        tmp_path, {"d": demo("--tools", 60)}, client={"declarations": "on-demand"}, telemetry={"audit": True}
+    )
+    async with sdk_client(config, mode) as client:
+        result = await client.call_tool("tool_call", {"name": "d__echo", "arguments": {}, SECRET_ARGUMENT: 1})
+    assert result.is_error and SECRET_ARGUMENT in result.content[0].text  # the model sees which key
+    (line,) = [json.loads(x) for x in (tmp_path / "state" / "audit" / "calls.jsonl").read_text().splitlines()]
+    assert (line["tool"], line["decision"], line["outcome"]) == ("tool_call", "invalid", "refused")
+    assert line["reason"] == "tool_call: unknown argument(s)."
+
+
 def test_tool_call_series_stay_bounded_when_tool_names_churn() -> None:
     """A server that renames its tools at every change: each name called once, a series each,
     for as long as the process lives. Past the bound, new names count as ``(other)``, and

@@ -80,6 +80,8 @@ class Call:
     """The downstream server of a catalog tool; None for a meta tool or an unknown name."""
     problem: str | None = None
     """Why ``tool_call``'s own arguments cannot run anything."""
+    noted: str | None = None
+    """What telemetry keeps of ``problem`` when it quotes the client's own text (argument names)."""
 
 
 MAX_REMOVED = 10_000
@@ -155,7 +157,7 @@ class Router:
             unknown = sorted(set(arguments or {}) - {"name", "arguments"})
             if unknown:  # ("argument" for "arguments": the tool would run without them)
                 problem = f"tool_call: unknown argument(s): {_line(', '.join(map(quote, unknown)))}."
-                return Call(epoch, name, arguments, problem=problem)
+                return Call(epoch, name, arguments, problem=problem, noted="tool_call: unknown argument(s).")
             if inner is None:
                 inner = {}
             if not isinstance(inner, dict):
@@ -209,7 +211,7 @@ class Router:
         reserve: int,
     ) -> dict[str, Any]:
         if call.problem is not None:
-            return _refused(note, "invalid", call.problem)
+            return _refused(note, "invalid", call.problem, call.noted)
         epoch, name, arguments = call.epoch, call.name, call.arguments
         if call.server is None and epoch.declares(name):
             if name == "tool_search":
@@ -493,10 +495,11 @@ _UNAVAILABLE = {"failed": "failed", "exited": "down", "restarting": "restarting"
 """The statuses a ``tool_search`` result names, in the words it uses."""
 
 
-def _refused(note: CallNote | None, decision: Decision, text: str) -> dict[str, Any]:
-    """The gate's refusal, noted for telemetry (``gateway.engine.telemetry``)."""
+def _refused(note: CallNote | None, decision: Decision, text: str, noted: str | None = None) -> dict[str, Any]:
+    """The gate's refusal, noted for telemetry (``gateway.engine.telemetry``) as ``noted`` when
+    the client's text is quoted in it (no audit field carries a name a peer made up)."""
     if note is not None:
-        note.refuse(decision, text)
+        note.refuse(decision, noted if noted is not None else text)
     return error_result(text)
 
 
