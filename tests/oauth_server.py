@@ -341,6 +341,7 @@ def main() -> None:
     p.add_argument("--huge-metadata", action="store_true", help="answer metadata discovery with 5 MB, chunked")
     p.add_argument("--gzip-metadata", action="store_true", help="the same 5 MB, gzip-encoded (5 KB on the wire)")
     p.add_argument("--outages", action="store_true", help="tool 'token_outage' makes /token answer 503 a while")
+    p.add_argument("--json-response", action="store_true", help="answer each POST with JSON, once its result is ready")
     p.add_argument(
         "--front",
         action="store_true",
@@ -388,6 +389,20 @@ def main() -> None:
         """A tool that may need a wider grant (--step-up)."""
         return "admin done"
 
+    released = anyio.Event()
+
+    @server.tool()
+    async def hold() -> str:
+        """Answer once ``release`` is called (a call that lasts until another one comes)."""
+        await released.wait()
+        return "released"
+
+    @server.tool()
+    def release() -> str:
+        """Let every ``hold`` call answer."""
+        released.set()
+        return "done"
+
     if args.revocable:
 
         @server.tool()
@@ -409,7 +424,7 @@ def main() -> None:
             OUTAGE_UNTIL[0] = time.monotonic() + seconds
             return "down"
 
-    app = server.streamable_http_app() if args.transport == "http" else server.sse_app()
+    app = server.streamable_http_app(json_response=args.json_response) if args.transport == "http" else server.sse_app()
     if args.step_up:
         app = with_step_up(app, provider, "admin", args.step_up)
     if args.client_credentials:

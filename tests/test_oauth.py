@@ -178,7 +178,7 @@ def test_sse_server_logs_in_and_lists(tmp_path: Path) -> None:
         login(tmp_path, config)
         report = catalog_json(config)
     assert report["servers"][0]["status"] == "ready", report["servers"]
-    assert {t["original"] for t in report["tools"]} == {"admin", "echo", "whoami"}
+    assert {t["original"] for t in report["tools"]} == {"admin", "echo", "hold", "release", "whoami"}
 
 
 def test_login_asks_for_configured_and_extra_scopes(tmp_path: Path) -> None:
@@ -448,6 +448,33 @@ async def test_an_http_gateway_refreshes_behind_both_eras(tmp_path: Path, mode: 
                     assert not result.is_error and text(result) == f"http {round_}", text(result)
                     await anyio.sleep(1.5)
             assert_no_secret(tmp_path, stderr.read_text())
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_call_held_by_a_json_answering_server_holds_up_no_other_call(tmp_path: Path, mode: str) -> None:
+    """A server that answers each POST with JSON sends nothing until the call's result: the
+    SDK's OAuth flow held its lock that long, so one agent's slow call held up every other
+    call to that server, another agent's too (here the call that would end the first)."""
+    from tests.helpers import http_gateway
+
+    with oauth_server(tmp_path, "--json-response") as url:
+        config = write_config(tmp_path, {"remote": {"url": url, "auth": "oauth"}})
+        login(tmp_path, config)
+        with http_gateway(config) as (gateway_url, _stderr):
+            async with sdk_client(gateway_url, mode) as first, sdk_client(gateway_url, mode) as second:
+                import anyio
+
+                held: list[str] = []
+
+                async def hold() -> None:
+                    held.append(text(await first.call_tool("remote__hold", {})))
+
+                with anyio.fail_after(30):  # (a guard against the hang, not a timing)
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(hold)
+                        await anyio.sleep(0.5)  # the hold is on its way first
+                        assert text(await second.call_tool("remote__release", {})) == "done"
+                assert held == ["released"]
 
 
 def test_a_token_that_is_not_a_header_value_is_refused_and_never_printed(tmp_path: Path) -> None:

@@ -188,13 +188,29 @@ class _Guarded(httpx2.Auth):
     async def async_auth_flow(self, request: httpx2.Request) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
         await self._follow_the_file()
         self.bound.refresh_status = None
+        early: httpx2.Response | None = None
+        sent_with: str | None = None
+        held = self.inner.context.current_tokens
+        if held is not None and self.inner.context.is_token_valid():
+            # A token held valid goes out without the SDK's flow: that flow holds its lock
+            # until the answer's head arrives, which from a server answering JSON is the end
+            # of the call, so every other request to the server (any principal's) would wait
+            # behind a slow one. Only a refusal takes the flow (and its lock: one refresh).
+            sent_with = request.headers["Authorization"] = f"Bearer {held.access_token}"  # (as the SDK's flow)
+            early = yield request
+            if early.status_code not in (401, 403):
+                return
         flow = self.inner.async_auth_flow(request)
         followed = False
         try:
             outgoing = await flow.__anext__()
             refreshed = outgoing is not request  # the flow refreshed before sending
             while True:
-                response = yield outgoing
+                if early is not None and outgoing is request and request.headers.get("authorization") == sent_with:
+                    response = early  # the refusal of this very request with this very token: not sent again
+                else:
+                    response = yield outgoing
+                early = None
                 if _is_refresh(outgoing):
                     self.bound.refresh_status = response.status_code
                 if response.status_code == 401 and outgoing is request and not refreshed and self._may_refresh():
