@@ -235,6 +235,44 @@ def test_a_planted_symlink_or_group_writable_token_file_is_refused(tmp_path: Pat
         assert "is a symlink" in report["servers"][0]["error"]
 
 
+@pytest.mark.parametrize("mode", ERAS)
+@pytest.mark.parametrize("damage", ["garbage", "symlink"])
+async def test_a_token_file_damaged_under_a_running_gateway_costs_no_call(
+    tmp_path: Path, mode: str, damage: str
+) -> None:
+    """The token file edited badly (or replaced by a symlink) while a gateway uses it: the
+    tokens read from it before stay in use, one line says why the file was refused, and the
+    next refresh writes it whole again. It was an exception inside the HTTP client: the
+    connection died, with every call in flight on it, each answered "connection closed"."""
+    with oauth_server(tmp_path, "--lifetime", "2") as url:
+        config = write_config(tmp_path, {"remote": {"url": url, "auth": "oauth"}})
+        login(tmp_path, config)
+        (token_file,) = token_files(config)
+        errlog = tmp_path / "gateway.log"
+        async with sdk_client(config, mode, errlog=errlog) as client:
+            assert not (await client.call_tool("remote__echo", {"text": "before"})).is_error
+            if damage == "garbage":
+                token_file.write_text("{not json")
+            else:
+                decoy = tmp_path / "decoy.json"
+                decoy.write_bytes(token_file.read_bytes())
+                decoy.chmod(0o600)
+                token_file.unlink()
+                token_file.symlink_to(decoy)
+            result = await client.call_tool("remote__echo", {"text": "damaged"})
+            assert not result.is_error and text(result) == "damaged", text(result)
+            import anyio
+
+            await anyio.sleep(1.5)  # past the early expiry (half the 2 s lifetime): a refresh
+            result = await client.call_tool("remote__echo", {"text": "refreshed"})
+            assert not result.is_error and text(result) == "refreshed", text(result)
+        assert json.loads(token_file.read_text())["tokens"]["access_token"] == secrets(tmp_path)[-2]
+        assert not token_file.is_symlink() and stat.S_IMODE(token_file.stat().st_mode) == 0o600
+        refused = [line for line in errlog.read_text().splitlines() if str(token_file) in line]
+        assert len(refused) == 1 and "stay in use" in refused[0], refused
+        assert_no_secret(tmp_path, errlog.read_text())
+
+
 def test_a_changed_url_never_reuses_tokens(tmp_path: Path) -> None:
     with oauth_server(tmp_path) as url:
         config = write_config(tmp_path, {"remote": {"url": url, "auth": "oauth"}})

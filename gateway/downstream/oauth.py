@@ -172,8 +172,7 @@ class _Guarded(httpx2.Auth):
         if now == self.seen:
             return
         self.seen = now
-        await self.bound.store.load()
-        tokens = await self.bound.store.get_tokens()
+        tokens = await self.bound.store.get_tokens()  # (read again, or kept when the file is refused)
         context = self.inner.context
         if tokens is None:
             context.clear_tokens()

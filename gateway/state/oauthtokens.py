@@ -204,8 +204,16 @@ class TokenStore:
         """The record, re-read when another process wrote the file since (a gateway and a
         ``catalog`` refreshing at once: with rotating refresh tokens the one refused takes
         the other's fresh tokens from the file instead of asking for a login)."""
-        if self._record is None or self.file.fingerprint() != self._seen:
+        if self._record is None:
             return await self.load()
+        if self.file.fingerprint() != self._seen:
+            try:
+                return await self.load()
+            except TokenFileError as exc:
+                # Edited badly or replaced under a running gateway: what was read from it
+                # before stays in use (raising here would end the connection, and every call
+                # on it); the next tokens stored write the file whole again.
+                log.warning("%s; the tokens read from it before stay in use", exc)
         return self._record
 
     async def _update(self, **changes: Any) -> None:
