@@ -326,6 +326,30 @@ def test_doctor_shows_the_auth_state_and_the_fix_never_a_token(tmp_path: Path) -
     assert_no_secret(tmp_path, after.stdout, after.stderr, as_json.stdout, as_json.stderr)
 
 
+@pytest.mark.parametrize("edit", ["not-a-header", "not-a-token"])
+def test_doctor_never_calls_logged_in_what_the_gateway_will_not_use(tmp_path: Path, edit: str) -> None:
+    """Stored tokens the gateway ignores (as logged out: an access token with a newline, a
+    record that is no token) were shown by ``doctor`` as "logged in ... valid until", beside
+    the server's own "not logged in" failure."""
+    with oauth_server(tmp_path) as url:
+        config = write_config(tmp_path, {"remote": {"url": url, "auth": "oauth"}})
+        login(tmp_path, config)
+        (token_file,) = token_files(config)
+        record = json.loads(token_file.read_text())
+        access = record["tokens"]["access_token"]
+        record["tokens"]["access_token"] = access + "\n" if edit == "not-a-header" else 5
+        token_file.write_text(json.dumps(record))
+        doctor = run_cli("doctor", "--config", str(config))
+        as_json = run_cli("doctor", "--config", str(config), "--json")
+    lines = [line for line in doctor.stdout.splitlines() if "remote:" in line and "logged" in line]
+    assert not any("logged in (" in line for line in lines), lines
+    why = "not a valid HTTP header value" if edit == "not-a-header" else "not a valid token record"
+    assert any(line.split()[0] == "FAIL" and why in line and command(config) in line for line in lines), lines
+    (entry,) = json.loads(as_json.stdout)["auth"]
+    assert entry["logged_in"] is False and why in entry["error"]
+    assert_no_secret(tmp_path, doctor.stdout, doctor.stderr, as_json.stdout, as_json.stderr)
+
+
 def test_a_server_that_asks_for_no_login_works_without_one(tmp_path: Path) -> None:
     from tests.helpers import GATEWAY
 

@@ -62,7 +62,7 @@ from gateway.engine.lockfile import lock_path, read_lock
 from gateway.engine.oauth import login_command, token_file
 from gateway.redact import redact
 from gateway.state.backend import state_store
-from gateway.state.oauthtokens import TokenFileError
+from gateway.state.oauthtokens import TokenFileError, usable_tokens
 
 STDERR_LINES = 5
 """How many of a failed server's last stderr lines are shown."""
@@ -469,7 +469,11 @@ def check_auth(report: Report, config: Config, first: Round) -> None:
             entry["error"] = str(exc)
             report.add("auth", "FAIL", f"{server.id}: {exc}; remove it and run {fix or 'the gateway again'}")
             continue
-        tokens = record.get("tokens") if isinstance(record.get("tokens"), dict) else None
+        tokens, problem = usable_tokens(record.get("tokens"))
+        if problem is not None and server.auth == "oauth":
+            entry["error"] = problem
+            report.add("auth", "FAIL", f"{server.id}: {problem}; they are not used: run {fix}")
+            continue
         if server.auth == "client_credentials":
             how = f"client_credentials as client {server.client_id!r}: tokens are fetched without a browser"
             report.add("auth", "ok", f"{server.id}: {how}" + ("" if tokens else " (none fetched yet)"))
@@ -482,8 +486,8 @@ def check_auth(report: Report, config: Config, first: Round) -> None:
                 report.add("auth", "warn", f"{server.id}: not logged in: run {fix}")
             continue
         expires = record.get("expires_at")
-        scopes = tokens.get("scope") if isinstance(tokens.get("scope"), str) else None
-        refreshable = bool(tokens.get("refresh_token"))
+        scopes = tokens.scope
+        refreshable = bool(tokens.refresh_token)
         entry.update(logged_in=True, expires_at=expires, scopes=scopes, refreshable=refreshable)
         granted = f"scopes {scopes}" if scopes else "no scopes named"
         if not isinstance(expires, int | float) or isinstance(expires, bool):

@@ -181,6 +181,21 @@ def unsendable(tokens: OAuthToken) -> str | None:
     return None
 
 
+def usable_tokens(raw: object) -> tuple[OAuthToken | None, str | None]:
+    """A record's ``tokens`` as the gateway uses them: ``(tokens, None)``, or ``(None, why)``
+    when some are stored but not used (as logged out), or ``(None, None)`` when none are.
+    One answer for the store and for ``doctor``, which must not call "logged in" what the
+    gateway will not send."""
+    if not raw:
+        return None, None
+    try:
+        tokens = OAuthToken.model_validate(raw)
+    except ValidationError:
+        return None, "the stored tokens are not a valid token record"
+    problem = unsendable(tokens)
+    return (None, problem) if problem is not None else (tokens, None)
+
+
 class TokenStore:
     """The mcp SDK's ``TokenStorage`` for one server, backed by its :class:`TokenFile`.
 
@@ -231,10 +246,9 @@ class TokenStore:
             return None
 
     async def get_tokens(self) -> OAuthToken | None:
-        tokens = await self._stored("tokens", OAuthToken)
-        if tokens is not None and unsendable(tokens) is not None:
-            log.warning("stored tokens ignored: %s", unsendable(tokens))
-            return None  # as if logged out: a login or refresh replaces them
+        tokens, problem = usable_tokens((await self._current()).get("tokens"))
+        if problem is not None:
+            log.warning("stored tokens ignored: %s", problem)  # as if logged out: a login or refresh replaces them
         return tokens
 
     async def set_tokens(self, tokens: OAuthToken, discovery: dict[str, Any] | None = None) -> None:
