@@ -699,6 +699,41 @@ async def test_a_token_endpoint_outage_is_named_as_one_and_the_next_call_refresh
             assert not again.is_error and text(again) == "later", text(again)
 
 
+@pytest.mark.parametrize("mode", ERAS)
+async def test_an_authorization_server_out_of_reach_costs_the_call_not_the_connection(
+    tmp_path: Path, mode: str
+) -> None:
+    """The authorization server (on a host of its own, as most are) cannot be reached when a
+    refresh is due, while the MCP server is up: the connect error was raised inside the HTTP
+    client, so the connection ended with every call in flight on it, and the server was
+    reported down ("ConnectError") though it was not. Now that call fails naming the
+    authorization server, and the next call, the server in reach again, refreshes."""
+    import anyio
+
+    from tests.helpers import free_port
+
+    with oauth_server(tmp_path, "--lifetime", "4") as url:
+        config = write_config(tmp_path, {"remote": {"url": url, "auth": "oauth"}})
+        login(tmp_path, config)
+        (token_file,) = token_files(config)
+        errlog = tmp_path / "gateway.log"
+        async with sdk_client(config, mode, errlog=errlog) as client:
+            assert not (await client.call_tool("remote__echo", {"text": "in reach"})).is_error
+            record = json.loads(token_file.read_text())
+            metadata = record["discovery"]["authorization_server"]
+            kept, metadata["token_endpoint"] = metadata["token_endpoint"], f"http://127.0.0.1:{free_port()}/token"
+            token_file.write_text(json.dumps(record))  # (a new file: the gateway reads it again)
+            await anyio.sleep(max(0.0, record["expires_at"] - 2 - time.time()) + 0.3)  # early expiry: 2 s before
+            down = await client.call_tool("remote__echo", {"text": "out of reach"})
+            assert down.is_error and "authorization server" in text(down) and "could not be reached" in text(down)
+            assert "new login" not in text(down), text(down)
+            metadata["token_endpoint"] = kept
+            token_file.write_text(json.dumps(record))
+            again = await client.call_tool("remote__echo", {"text": "again"})
+            assert not again.is_error and text(again) == "again", text(again)
+        assert "exited" not in errlog.read_text() and "connection lost" not in errlog.read_text()
+
+
 async def test_two_gateways_on_one_token_store_share_rotating_refreshes(tmp_path: Path) -> None:
     """Two gateways (or a gateway and a catalog run) on the same state, the server rotating
     refresh tokens: when both refresh at once one is refused, and its call failed with "needs a

@@ -53,6 +53,9 @@ MAX_EARLY = 60.0
 """At most this many seconds before its expiry is a token refreshed."""
 FOLLOW_WAIT = 2.0
 """Seconds a refused refresh waits for another process's fresh tokens in the file."""
+OWN_REQUEST = "prefixgate_oauth_own"
+"""The extension marking a request serve's own flow makes (a refresh, discovery): one that
+cannot reach its server is answered 503 by ``CappedAuthAnswers``, which says why in it."""
 
 
 class LoginNeeded(Exception):
@@ -186,7 +189,7 @@ class _Guarded(httpx2.Auth):
 
     async def async_auth_flow(self, request: httpx2.Request) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
         await self._follow_the_file()
-        self.bound.refresh_status = None
+        self.bound.refresh_status = self.bound.unreached = None
         early: httpx2.Response | None = None
         sent_with: str | None = None
         held = self.inner.context.current_tokens
@@ -208,7 +211,12 @@ class _Guarded(httpx2.Auth):
                 if early is not None and outgoing is request and request.headers.get("authorization") == sent_with:
                     response = early  # the refusal of this very request with this very token: not sent again
                 else:
+                    own: dict[str, str] = {}
+                    if outgoing is not request:
+                        outgoing.extensions[OWN_REQUEST] = own
                     response = yield outgoing
+                    if "unreached" in own:
+                        self.bound.unreached = own["unreached"]
                 early = None
                 if _is_refresh(outgoing):
                     self.bound.refresh_status = response.status_code
@@ -293,6 +301,8 @@ class _Bound:
         self.provider: OAuthClientProvider | None = None
         self.refresh_status: int | None = None
         """The HTTP status of the latest refresh's answer (a refusal is not an outage)."""
+        self.unreached: str | None = None
+        """Which server of the latest flow's own requests could not be reached, and why."""
 
     async def get_tokens(self) -> OAuthToken | None:
         return None if self.fresh else await self.store.get_tokens()
@@ -369,6 +379,9 @@ async def provider(config: ServerConfig, setup: OAuthSetup) -> httpx2.Auth:
             reason = (
                 f'needs a wider grant (scope {" ".join(extra)}; step-up): run {command} --scope "{" ".join(extra)}"'
             )
+        elif bound.unreached is not None:
+            # The authorization server is out of reach (down, or the network): no login would help.
+            reason = f"its authorization server could not be reached ({bound.unreached}); the next call tries again"
         elif (status := bound.refresh_status) is not None and (status >= 500 or status == 429):
             # The token endpoint is down or busy, not refusing: no new login would help.
             reason = f"its authorization server's token endpoint answered HTTP {status}; the next call tries again"
@@ -478,7 +491,8 @@ class _Capped(httpx2.AsyncByteStream):
 class CappedAuthAnswers(httpx2.AsyncBaseTransport):
     """The HTTP transport of an OAuth connection: answers from anywhere but the server's own
     MCP endpoint are read up to ``cap`` bytes and refused beyond it (the MCP endpoint's own
-    answers are bounded by ``max_message_bytes``, as without OAuth: bounded.py)."""
+    answers are bounded by ``max_message_bytes``, as without OAuth: bounded.py); a request
+    of serve's own flow (``OWN_REQUEST``) that cannot reach its server is answered 503."""
 
     def __init__(self, endpoint: str, inner: httpx2.AsyncBaseTransport | None = None, cap: int = MAX_AUTH_ANSWER):
         self.endpoint = httpx2.URL(endpoint)
@@ -486,8 +500,20 @@ class CappedAuthAnswers(httpx2.AsyncBaseTransport):
         self.cap = cap
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        response = await self.inner.handle_async_request(request)
         url = request.url
+        try:
+            response = await self.inner.handle_async_request(request)
+        except httpx2.TransportError as exc:
+            own = request.extensions.get(OWN_REQUEST)
+            if not isinstance(own, dict):
+                raise
+            # Serve's own flow (a refresh, discovery): raised, this would end the connection
+            # and every call on it, for the one call that needed the authorization server.
+            # Answered as the outage it is; the flow then says so (``_Guarded``).
+            detail = " ".join(str(exc).split())[:200] or "no detail"
+            own["unreached"] = f"{url.scheme}://{url.host}{'' if url.port is None else f':{url.port}'}{url.path}: "
+            own["unreached"] += f"{type(exc).__name__}: {detail}"
+            return httpx2.Response(503, request=request)
         if (url.scheme, url.host, url.port, url.path) == (
             self.endpoint.scheme, self.endpoint.host, self.endpoint.port, self.endpoint.path
         ):
