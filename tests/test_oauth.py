@@ -734,6 +734,36 @@ async def test_an_authorization_server_out_of_reach_costs_the_call_not_the_conne
         assert "exited" not in errlog.read_text() and "connection lost" not in errlog.read_text()
 
 
+@pytest.mark.parametrize("mode", ERAS)
+async def test_an_authorization_server_that_never_answers_costs_seconds_not_minutes(tmp_path: Path, mode: str) -> None:
+    """A token endpoint that takes the request and never answers: the refresh waited for the
+    connection's read timeout (300 s, meant for event streams), holding every call that needed
+    a token, each ending at its call_timeout with "timed out" and no word of why. Serve's own
+    OAuth requests have a timeout of their own ($PREFIXGATE_OAUTH_TIMEOUT, 30 s; 1 s here)."""
+    import socket
+
+    with oauth_server(tmp_path, "--lifetime", "4") as url, socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)  # connections are taken (the kernel's backlog), never answered
+        table = {"url": url, "auth": "oauth", "call_timeout": 15}
+        config = write_config(tmp_path, {"remote": table})
+        login(tmp_path, config)
+        (token_file,) = token_files(config)
+        env = {"PREFIXGATE_OAUTH_TIMEOUT": "1"}
+        async with sdk_client(config, mode, env=env) as client:
+            assert not (await client.call_tool("remote__echo", {"text": "in reach"})).is_error
+            record = json.loads(token_file.read_text())
+            metadata = record["discovery"]["authorization_server"]
+            metadata["token_endpoint"] = f"http://127.0.0.1:{silent.getsockname()[1]}/token"
+            token_file.write_text(json.dumps(record))
+            import anyio
+
+            await anyio.sleep(max(0.0, record["expires_at"] - 2 - time.time()) + 0.3)  # early expiry: 2 s before
+            down = await client.call_tool("remote__echo", {"text": "silence"})
+            assert down.is_error and "authorization server could not be reached" in text(down), text(down)
+            assert "no answer within 1 s" in text(down), text(down)
+
+
 async def test_two_gateways_on_one_token_store_share_rotating_refreshes(tmp_path: Path) -> None:
     """Two gateways (or a gateway and a catalog run) on the same state, the server rotating
     refresh tokens: when both refresh at once one is refused, and its call failed with "needs a

@@ -22,6 +22,7 @@ adds only what a gateway needs around them:
 from __future__ import annotations
 
 import logging
+import os
 import time
 import warnings
 from collections.abc import AsyncGenerator, Awaitable, Callable
@@ -53,6 +54,10 @@ MAX_EARLY = 60.0
 """At most this many seconds before its expiry is a token refreshed."""
 FOLLOW_WAIT = 2.0
 """Seconds a refused refresh waits for another process's fresh tokens in the file."""
+OWN_TIMEOUT = float(os.environ.get("PREFIXGATE_OAUTH_TIMEOUT") or 30.0)
+"""Seconds a request of serve's own flow may wait for each step (connect, send, each read):
+its answer is a few KiB, and every call that needs a token waits behind a refresh (the
+connection's own read timeout, 300 s, is meant for event streams)."""
 OWN_REQUEST = "prefixgate_oauth_own"
 """The extension marking a request serve's own flow makes (a refresh, discovery): one that
 cannot reach its server is answered 503 by ``CappedAuthAnswers``, which says why in it."""
@@ -501,18 +506,22 @@ class CappedAuthAnswers(httpx2.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         url = request.url
+        own = request.extensions.get(OWN_REQUEST)
+        if isinstance(own, dict):
+            request.extensions["timeout"] = httpx2.Timeout(OWN_TIMEOUT).as_dict()
         try:
             response = await self.inner.handle_async_request(request)
         except httpx2.TransportError as exc:
-            own = request.extensions.get(OWN_REQUEST)
             if not isinstance(own, dict):
                 raise
             # Serve's own flow (a refresh, discovery): raised, this would end the connection
             # and every call on it, for the one call that needed the authorization server.
             # Answered as the outage it is; the flow then says so (``_Guarded``).
-            detail = " ".join(str(exc).split())[:200] or "no detail"
-            own["unreached"] = f"{url.scheme}://{url.host}{'' if url.port is None else f':{url.port}'}{url.path}: "
-            own["unreached"] += f"{type(exc).__name__}: {detail}"
+            where = f"{url.scheme}://{url.host}{'' if url.port is None else f':{url.port}'}{url.path}"
+            if isinstance(exc, httpx2.TimeoutException):
+                own["unreached"] = f"{where}: no answer within {OWN_TIMEOUT:g} s"
+            else:
+                own["unreached"] = f"{where}: {type(exc).__name__}: {' '.join(str(exc).split())[:200] or 'no detail'}"
             return httpx2.Response(503, request=request)
         if (url.scheme, url.host, url.port, url.path) == (
             self.endpoint.scheme, self.endpoint.host, self.endpoint.port, self.endpoint.path
