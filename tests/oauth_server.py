@@ -336,6 +336,7 @@ def main() -> None:
     p.add_argument("--client-credentials", metavar="ID:SECRET", help="also answer the client_credentials grant")
     p.add_argument("--step-up", metavar="SCOPE", help="tool 'admin' needs this scope too (403 insufficient_scope)")
     p.add_argument("--sloppy", action="store_true", help="issue access tokens with a trailing newline")
+    p.add_argument("--sloppy-later", action="store_true", help="tool 'go_sloppy' makes the next tokens sloppy")
     p.add_argument("--huge-token", action="store_true", help="issue 200 KB access tokens (under the 1 MiB answer cap)")
     p.add_argument("--revocable", action="store_true", help="tool 'revoke' drops tokens server-side")
     p.add_argument("--huge-metadata", action="store_true", help="answer metadata discovery with 5 MB, chunked")
@@ -415,6 +416,14 @@ def main() -> None:
             if everything:
                 provider.refresh.clear()
             return "revoked"
+
+    if args.sloppy_later:
+
+        @server.tool()
+        def go_sloppy(tail: str = "\n") -> str:
+            """From now on, issue access tokens with this appended (a newline: not a header value)."""
+            provider.tail = tail
+            return "sloppy"
 
     if args.outages:
 

@@ -764,6 +764,35 @@ async def test_an_authorization_server_that_never_answers_costs_seconds_not_minu
             assert "no answer within 1 s" in text(down), text(down)
 
 
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_refresh_answered_with_tokens_that_cannot_be_sent_costs_the_call_not_the_connection(
+    tmp_path: Path, mode: str
+) -> None:
+    """The authorization server answers a refresh with an access token that cannot go into a
+    header (a newline): it is refused before it is stored, as at login, but the refusal was
+    raised inside the HTTP client, so the connection ended with every call in flight on it
+    ("connection closed") and the reason was left in the log. Now that call fails with the
+    reason; the refused token is never sent, and the connection stays."""
+    import anyio
+
+    with oauth_server(tmp_path, "--lifetime", "4", "--sloppy-later") as url:
+        config = write_config(tmp_path, {"remote": {"url": url, "auth": "oauth"}})
+        login(tmp_path, config)
+        (token_file,) = token_files(config)
+        errlog = tmp_path / "gateway.log"
+        async with sdk_client(config, mode, errlog=errlog) as client:
+            assert text(await client.call_tool("remote__go_sloppy", {})) == "sloppy"
+            expires_at = json.loads(token_file.read_text())["expires_at"]
+            await anyio.sleep(max(0.0, expires_at - 2 - time.time()) + 0.3)  # early expiry: 2 s before
+            refused = await client.call_tool("remote__echo", {"text": "sloppy"})
+            assert refused.is_error and "not a valid HTTP header value" in text(refused), text(refused)
+            again = await client.call_tool("remote__echo", {"text": "again"})
+            assert again.is_error and command(config) in text(again), text(again)  # (its refresh token was used)
+        log = errlog.read_text()
+        assert "exited" not in log and "connection lost" not in log, log
+        assert_no_secret(tmp_path, log, text(refused), text(again))
+
+
 async def test_two_gateways_on_one_token_store_share_rotating_refreshes(tmp_path: Path) -> None:
     """Two gateways (or a gateway and a catalog run) on the same state, the server rotating
     refresh tokens: when both refresh at once one is refused, and its call failed with "needs a

@@ -114,6 +114,9 @@ class OAuthSetup:
     interactive: Interactive | None = None
     problems: Problems = field(default_factory=lambda: Problems())
     """Why a server's requests need a login (set where the SDK would open a browser)."""
+    refusals: tuple[type[Exception], ...] = ()
+    """The store's errors for tokens it will not keep (their text never quotes them): a call
+    whose refresh meets one fails with that text, the connection stays."""
 
 
 class Problems:
@@ -168,10 +171,13 @@ class _Guarded(httpx2.Auth):
 
     requires_response_body = True
 
-    def __init__(self, inner: OAuthClientProvider, bound: _Bound) -> None:
+    def __init__(self, inner: OAuthClientProvider, bound: _Bound, setup: OAuthSetup, server_id: str) -> None:
         self.inner = inner
         self.bound = bound
+        self.setup = setup
+        self.server_id = server_id
         self.seen = bound.store.fingerprint()
+        self.refusals: tuple[type[Exception], ...] = (AnswerTooLarge, *setup.refusals)
 
     async def _follow_the_file(self) -> None:
         """Another process changed the token file (``login`` with a wider scope, ``logout``):
@@ -250,10 +256,25 @@ class _Guarded(httpx2.Auth):
                         continue
                     yield request  # as sent: refused again, and that refusal is the answer
                     return
+                except self.refusals as exc:
+                    # An answer of the authorization server refused (tokens that cannot be sent,
+                    # an answer over the cap), named without quoting it. Raised, it would end the
+                    # connection and every call on it; this call fails with why instead.
+                    self.setup.problems.note(self.server_id, f"its authorization server's answer was refused: {exc}")
+                    await self._back_to_the_store()
+                    yield request  # (without a token: refused, and that refusal is the answer)
+                    return
         except StopAsyncIteration:
             return
         finally:
             await flow.aclose()
+
+    async def _back_to_the_store(self) -> None:
+        """The SDK holds refused tokens in memory once it has parsed them (it stores them after):
+        take the stored ones again, with their expiry, so the refused ones are never sent."""
+        self.inner.context.clear_tokens()
+        self.inner.context.current_tokens = await self.bound.store.get_tokens()
+        await _keep_early(self.inner, self.bound)
 
     def _refresh_refused(self) -> bool:
         """This flow's refresh was refused (4xx, not 429): the case another process's refresh
@@ -353,7 +374,7 @@ async def provider(config: ServerConfig, setup: OAuthSetup) -> httpx2.Auth:
                 issuer=config.issuer,
             )
         await _keep_early(headless, bound)
-        return _Guarded(headless, bound)
+        return _Guarded(headless, bound, setup, config.id)
     interactive = setup.interactive
     if interactive is None and await store.get_tokens() is None:
         return _Unauthenticated(config.id, setup)
@@ -414,7 +435,7 @@ async def provider(config: ServerConfig, setup: OAuthSetup) -> httpx2.Auth:
         client_metadata_url=config.client_metadata_url,
     )
     await _keep_early(auth, bound)
-    return auth if interactive is not None else _Guarded(auth, bound)
+    return auth if interactive is not None else _Guarded(auth, bound, setup, config.id)
 
 
 def _discovered(auth: OAuthClientProvider) -> dict[str, Any] | None:
