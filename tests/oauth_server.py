@@ -254,6 +254,17 @@ def with_step_up(app: Any, provider: ApprovingProvider, tool: str, scope: str) -
     return wrapped
 
 
+def with_slow_discovery(app: Any, seconds: float) -> Any:
+    """The app, its ``/.well-known/...`` answers each ``seconds`` late."""
+
+    async def wrapped(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"].startswith("/.well-known/"):
+            await anyio.sleep(seconds)
+        await app(scope, receive, send)
+
+    return wrapped
+
+
 def with_huge_metadata(app: Any, compressed: bool = False) -> Any:
     """Every ``/.well-known/...`` answer is 5 MB of JSON, sent in chunks without a length;
     ``compressed``: gzip-encoded, 5 KB on the wire."""
@@ -342,6 +353,7 @@ def main() -> None:
     p.add_argument("--huge-metadata", action="store_true", help="answer metadata discovery with 5 MB, chunked")
     p.add_argument("--gzip-metadata", action="store_true", help="the same 5 MB, gzip-encoded (5 KB on the wire)")
     p.add_argument("--outages", action="store_true", help="tool 'token_outage' makes /token answer 503 a while")
+    p.add_argument("--slow-discovery", type=float, default=0.0, help="answer metadata discovery this many s late")
     p.add_argument("--json-response", action="store_true", help="answer each POST with JSON, once its result is ready")
     p.add_argument(
         "--front",
@@ -443,6 +455,8 @@ def main() -> None:
         app = with_huge_metadata(app, compressed=args.gzip_metadata)
     if args.outages:
         app = with_token_outages(app)
+    if args.slow_discovery:
+        app = with_slow_discovery(app, args.slow_discovery)
     servers = [(uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on")), sock)]
     printed = base + path
     if args.front:

@@ -793,6 +793,32 @@ async def test_a_refresh_answered_with_tokens_that_cannot_be_sent_costs_the_call
         assert_no_secret(tmp_path, log, text(refused), text(again))
 
 
+async def test_a_call_arriving_during_another_calls_outage_does_not_change_its_reason(tmp_path: Path) -> None:
+    """Each call's OAuth flow kept what its refresh met (503, out of reach) on the connection,
+    and every new request cleared it: a call made while another's flow was still discovering
+    turned that one's "token endpoint answered HTTP 503" into "needs a new login"."""
+    import anyio
+
+    with oauth_server(tmp_path, "--lifetime", "2", "--outages", "--slow-discovery", "0.6") as url:
+        config = write_config(tmp_path, {"remote": {"url": url, "auth": "oauth"}})
+        login(tmp_path, config)
+        async with sdk_client(config, "legacy") as client:
+            assert text(await client.call_tool("remote__token_outage", {"seconds": 30})) == "down"
+            await anyio.sleep(2.5)  # expired: the next call refreshes, and the endpoint is down
+            answers: list[str] = []
+
+            async def call(label: str) -> None:
+                answers.append(text(await client.call_tool("remote__echo", {"text": label})))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(call, "first")
+                await anyio.sleep(0.3)  # the first is discovering (0.6 s) after its refused refresh
+                tg.start_soon(call, "second")
+    assert len(answers) == 2
+    for answer in answers:
+        assert "token endpoint answered HTTP 503" in answer and "new login" not in answer, answers
+
+
 async def test_two_gateways_on_one_token_store_share_rotating_refreshes(tmp_path: Path) -> None:
     """Two gateways (or a gateway and a catalog run) on the same state, the server rotating
     refresh tokens: when both refresh at once one is refused, and its call failed with "needs a

@@ -26,6 +26,7 @@ import os
 import time
 import warnings
 from collections.abc import AsyncGenerator, Awaitable, Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import parse_qs, urlparse
@@ -200,7 +201,8 @@ class _Guarded(httpx2.Auth):
 
     async def async_auth_flow(self, request: httpx2.Request) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
         await self._follow_the_file()
-        self.bound.refresh_status = self.bound.unreached = None
+        met = _Met()
+        _MET.set(met)  # (this request's task: another's flow, in another task, keeps its own)
         early: httpx2.Response | None = None
         sent_with: str | None = None
         held = self.inner.context.current_tokens
@@ -227,10 +229,10 @@ class _Guarded(httpx2.Auth):
                         outgoing.extensions[OWN_REQUEST] = own
                     response = yield outgoing
                     if "unreached" in own:
-                        self.bound.unreached = own["unreached"]
+                        met.unreached = own["unreached"]
                 early = None
                 if _is_refresh(outgoing):
-                    self.bound.refresh_status = response.status_code
+                    met.refresh_status = response.status_code
                 if response.status_code == 401 and outgoing is request and not refreshed and self._may_refresh():
                     # A token we held valid was refused: the server's clock runs ahead, or it
                     # dropped the token (a restart, a revocation). The refresh token may still
@@ -279,7 +281,7 @@ class _Guarded(httpx2.Auth):
     def _refresh_refused(self) -> bool:
         """This flow's refresh was refused (4xx, not 429): the case another process's refresh
         explains. (No refresh tried, a step-up, an outage: nothing to wait for.)"""
-        status = self.bound.refresh_status
+        status = _met().refresh_status
         return status is not None and 400 <= status < 500 and status != 429
 
     async def _written_meanwhile(self) -> bool:
@@ -295,6 +297,25 @@ class _Guarded(httpx2.Auth):
         """A refresh token to try: the interactive grant's (the headless grant has none; it
         asks again by itself)."""
         return not isinstance(self.inner, ClientCredentialsOAuthProvider) and self.inner.context.can_refresh_token()
+
+
+@dataclass
+class _Met:
+    """What one request's OAuth flow met on its way, for the reason it fails with."""
+
+    refresh_status: int | None = None
+    """The HTTP status of its refresh's answer (a refusal is not an outage)."""
+    unreached: str | None = None
+    """Which server of its own requests could not be reached, and why."""
+
+
+_MET: ContextVar[_Met] = ContextVar("prefixgate_oauth_met")
+"""Per request (its task): on the connection, a request made meanwhile cleared what another's
+flow had met, and that one then asked for a new login during an outage."""
+
+
+def _met() -> _Met:
+    return _MET.get(None) or _Met()
 
 
 def _is_refresh(request: httpx2.Request) -> bool:
@@ -325,10 +346,6 @@ class _Bound:
         self.fixed = fixed
         self.fresh = fresh
         self.provider: OAuthClientProvider | None = None
-        self.refresh_status: int | None = None
-        """The HTTP status of the latest refresh's answer (a refusal is not an outage)."""
-        self.unreached: str | None = None
-        """Which server of the latest flow's own requests could not be reached, and why."""
 
     async def get_tokens(self) -> OAuthToken | None:
         return None if self.fresh else await self.store.get_tokens()
@@ -405,10 +422,10 @@ async def provider(config: ServerConfig, setup: OAuthSetup) -> httpx2.Auth:
             reason = (
                 f'needs a wider grant (scope {" ".join(extra)}; step-up): run {command} --scope "{" ".join(extra)}"'
             )
-        elif bound.unreached is not None:
+        elif (met := _met()).unreached is not None:
             # The authorization server is out of reach (down, or the network): no login would help.
-            reason = f"its authorization server could not be reached ({bound.unreached}); the next call tries again"
-        elif (status := bound.refresh_status) is not None and (status >= 500 or status == 429):
+            reason = f"its authorization server could not be reached ({met.unreached}); the next call tries again"
+        elif (status := met.refresh_status) is not None and (status >= 500 or status == 429):
             # The token endpoint is down or busy, not refusing: no new login would help.
             reason = f"its authorization server's token endpoint answered HTTP {status}; the next call tries again"
         else:
