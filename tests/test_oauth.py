@@ -273,6 +273,33 @@ async def test_a_token_file_damaged_under_a_running_gateway_costs_no_call(
         assert_no_secret(tmp_path, errlog.read_text())
 
 
+@pytest.mark.parametrize("mode", ERAS)
+async def test_refreshed_tokens_that_cannot_be_stored_are_used_from_memory(tmp_path: Path, mode: str) -> None:
+    """The token directory cannot be written when a refresh comes back (here replaced by a
+    symlink; a full disk is the same error): the refresh was done at the authorization server
+    (its refresh token used), but the store's error was raised inside the HTTP client, which
+    ended the connection with every call on it, and the next one asked for a new login."""
+    import anyio
+
+    with oauth_server(tmp_path, "--lifetime", "2") as url:
+        config = write_config(tmp_path, {"remote": {"url": url, "auth": "oauth"}})
+        login(tmp_path, config)
+        (token_file,) = token_files(config)
+        errlog = tmp_path / "gateway.log"
+        async with sdk_client(config, mode, errlog=errlog) as client:
+            assert not (await client.call_tool("remote__echo", {"text": "before"})).is_error
+            moved = token_file.parent.rename(tmp_path / "elsewhere")
+            token_file.parent.symlink_to(moved)
+            for round_ in range(2):  # each past the early expiry (1 s): refreshed, never stored
+                await anyio.sleep(1.3)
+                result = await client.call_tool("remote__echo", {"text": f"round {round_}"})
+                assert not result.is_error and text(result) == f"round {round_}", text(result)
+        log = errlog.read_text()
+        assert "exited" not in log and "connection lost" not in log, log
+        assert "used from memory" in log, log
+        assert_no_secret(tmp_path, log)
+
+
 def test_a_changed_url_never_reuses_tokens(tmp_path: Path) -> None:
     with oauth_server(tmp_path) as url:
         config = write_config(tmp_path, {"remote": {"url": url, "auth": "oauth"}})

@@ -77,6 +77,8 @@ class _ExpectedStop(logging.Filter):
         return exc is None or not isinstance(leaf(exc), LoginNeeded)
 
 
+log = logging.getLogger("prefixgate.oauth")
+
 for _name in ("mcp.client.auth.oauth2", "mcp.client.streamable_http", "mcp.client.sse"):
     logging.getLogger(_name).addFilter(_ExpectedStop())
 
@@ -341,10 +343,12 @@ def _scopes(url: str) -> list[str]:
 class _Bound:
     """The store as the provider sees it: the pre-registered client presented, expiry kept early."""
 
-    def __init__(self, store: Store, fixed: OAuthClientInformationFull | None, fresh: bool) -> None:
+    def __init__(self, store: Store, fixed: OAuthClientInformationFull | None, fresh: bool, serving: bool) -> None:
         self.store = store
         self.fixed = fixed
         self.fresh = fresh
+        self.serving = serving
+        """A gateway's connection (not ``login``): tokens it cannot store are used from memory."""
         self.provider: OAuthClientProvider | None = None
 
     async def get_tokens(self) -> OAuthToken | None:
@@ -352,7 +356,14 @@ class _Bound:
 
     async def set_tokens(self, tokens: OAuthToken) -> None:
         self.fresh = False
-        await self.store.set_tokens(tokens, _discovered(self.provider) if self.provider is not None else None)
+        try:
+            await self.store.set_tokens(tokens, _discovered(self.provider) if self.provider is not None else None)
+        except OSError as exc:  # (TokenFileError: the file or its directory refused; a full disk)
+            if not self.serving:
+                raise  # a login that stores nothing has not worked
+            # The authorization server has issued them (a rotating one has retired the refresh
+            # token they replace): raised, this ended the connection and every call on it.
+            log.warning("%s; the refreshed tokens are used from memory until they can be stored", exc)
         if self.provider is not None and tokens.expires_in is not None:
             # The SDK has just set the exact expiry; take it a little earlier.
             self.provider.context.token_expiry_time = early_expiry(tokens.expires_in, time.time())
@@ -377,7 +388,7 @@ async def provider(config: ServerConfig, setup: OAuthSetup) -> httpx2.Auth:
     scope = " ".join(config.scopes) or None
     if config.auth == "client_credentials":
         assert config.client_id is not None and config.client_secret is not None
-        bound = _Bound(store, None, fresh=False)
+        bound = _Bound(store, None, fresh=False, serving=True)
         with warnings.catch_warnings():
             # Without ``issuer`` the SDK warns that discovery decides where the secret goes;
             # that is the documented choice of a config that names none.
@@ -406,7 +417,7 @@ async def provider(config: ServerConfig, setup: OAuthSetup) -> httpx2.Auth:
             grant_types=["authorization_code", "refresh_token"],
             scope=scope,
         )
-    bound = _Bound(store, fixed, fresh=interactive is not None and interactive.fresh)
+    bound = _Bound(store, fixed, fresh=interactive is not None and interactive.fresh, serving=interactive is None)
 
     async def no_browser(url: str) -> None:
         granted = await store.get_tokens()
