@@ -265,6 +265,24 @@ def with_slow_discovery(app: Any, seconds: float) -> Any:
     return wrapped
 
 
+HUGE_TOKEN_ANSWERS = [False]
+"""``--sloppy-later``: the tool ``huge_token_answers`` makes ``/token`` declare a 10 MB answer."""
+
+
+def with_huge_token_answers(app: Any) -> Any:
+    """The app, its token endpoint declaring (``content-length``) a 10 MB answer once asked to."""
+
+    async def wrapped(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["path"] != "/token" or not HUGE_TOKEN_ANSWERS[0]:
+            await app(scope, receive, send)
+            return
+        headers = [(b"content-type", b"application/json"), (b"content-length", b"10485760")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": b"{", "more_body": True})  # (and no more)
+
+    return wrapped
+
+
 def with_huge_metadata(app: Any, compressed: bool = False) -> Any:
     """Every ``/.well-known/...`` answer is 5 MB of JSON, sent in chunks without a length;
     ``compressed``: gzip-encoded, 5 KB on the wire."""
@@ -437,6 +455,12 @@ def main() -> None:
             provider.tail = tail
             return "sloppy"
 
+        @server.tool()
+        def huge_token_answers() -> str:
+            """From now on, the token endpoint declares a 10 MB answer."""
+            HUGE_TOKEN_ANSWERS[0] = True
+            return "huge"
+
     if args.outages:
 
         @server.tool()
@@ -455,6 +479,8 @@ def main() -> None:
         app = with_huge_metadata(app, compressed=args.gzip_metadata)
     if args.outages:
         app = with_token_outages(app)
+    if args.sloppy_later:
+        app = with_huge_token_answers(app)
     if args.slow_discovery:
         app = with_slow_discovery(app, args.slow_discovery)
     servers = [(uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on")), sock)]

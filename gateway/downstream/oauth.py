@@ -223,6 +223,7 @@ class _Guarded(httpx2.Auth):
             outgoing = await flow.__anext__()
             refreshed = outgoing is not request  # the flow refreshed before sending
             while True:
+                too_large: str | None = None
                 if early is not None and outgoing is request and request.headers.get("authorization") == sent_with:
                     response = early  # the refusal of this very request with this very token: not sent again
                 else:
@@ -232,6 +233,7 @@ class _Guarded(httpx2.Auth):
                     response = yield outgoing
                     if "unreached" in own:
                         met.unreached = own["unreached"]
+                    too_large = own.get("too large")
                 early = None
                 if _is_refresh(outgoing):
                     met.refresh_status = response.status_code
@@ -246,6 +248,8 @@ class _Guarded(httpx2.Auth):
                     outgoing = await flow.__anext__()
                     continue
                 try:
+                    if too_large is not None:
+                        raise AnswerTooLarge(too_large)  # (refused by its declared length, unread)
                     outgoing = await flow.asend(response)
                 except LoginNeeded:
                     if not followed and self._refresh_refused() and await self._written_meanwhile():
@@ -580,7 +584,11 @@ class CappedAuthAnswers(httpx2.AsyncBaseTransport):
         declared = response.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > self.cap:
             await response.aclose()
-            raise AnswerTooLarge(f"the answer of {where} is {int(declared)} bytes, over {self.cap >> 10} KiB; refused")
+            refused = f"the answer of {where} is {int(declared)} bytes, over {self.cap >> 10} KiB; refused"
+            if isinstance(own, dict):  # (serve's own flow: raised here, it would end the connection)
+                own["too large"] = refused
+                return httpx2.Response(503, request=request)
+            raise AnswerTooLarge(refused)
         assert isinstance(response.stream, httpx2.AsyncByteStream)
         response.stream = _Capped(response.stream, where, self.cap, encodings_taken(response))
         return response
