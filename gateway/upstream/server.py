@@ -466,16 +466,36 @@ class Handlers:
         if method not in _INPUT_METHODS:
             return _result(ctx, await run())
         client = await self.client_of(ctx)
+        try:
+            result = await self._attributed(ctx, client, server_id, method, params, run, progress)
+        except MCPError:  # what its server logged before the error goes out first, as for a tool call
+            await _sent_first(client, ctx.request_id)
+            raise
+        await _sent_first(client, ctx.request_id)
+        return _result(ctx, result)
+
+    async def _attributed(
+        self,
+        ctx: Context,
+        client: ClientConnection,
+        server_id: str,
+        method: str,
+        params: dict[str, Any],
+        run: RunWith,
+        progress: ProgressFn | None,
+    ) -> dict[str, Any]:
+        """A ``prompts/get`` or ``resources/read`` in flight as a tool call is: what its server
+        logs or asks meanwhile finds this request (``_Attributed``), in either era."""
         if ctx.protocol_version not in HANDSHAKE_PROTOCOL_VERSIONS:
             target = str(params.get("uri") if method == "resources/read" else params.get("name"))
             bound = {k: v for k, v in params.items() if k != "_meta"}  # (a trace context differs on the retry)
-            answer = await self.with_input(ctx, client, method, target, _Digest(bound), server_id, run, progress)
-            return _result(ctx, answer)
+            with _Attributed(client, ctx, server_id, None, self.hub.relay):
+                return await self.with_input(ctx, client, method, target, _Digest(bound), server_id, run, progress)
         with _Attributed(client, ctx, server_id, self.hub.round_trips.order(), self.hub.relay):
-            result = await run()
+            result = await run(None)
             if is_input_required(result):
                 result = await self.over_back_channel(result, server_id, run, client.state)
-        return _result(ctx, result)
+            return result
 
     async def list_resources(self, ctx: Context, params: Any) -> Any:
         await self.router.current()
