@@ -177,3 +177,24 @@ async def test_one_principal_s_many_elicitations_do_not_cost_another_its_notice(
                     )
                 assert await _until_completed(alice, "alice-1") == ["alice-1"]
                 assert await _until_completed(bob, "bob-299") == ["bob-299"]
+
+
+@pytest.mark.parametrize("front", ["stdio", "http"])
+async def test_the_notice_after_a_prompt_or_resource_read_s_error_reaches_its_client(
+    tmp_path: Path, front: str
+) -> None:
+    """``-32042`` from ``prompts/get`` and ``resources/read`` (tests/told_server.py): the
+    completion notice that follows on the server's session reaches the client given the error,
+    as it does directly. It was dropped: only a tool call's error was remembered."""
+    told = {"command": sys.executable, "args": ["-m", "tests.told_server"], "cwd": str(ROOT)}
+    config = write_config(tmp_path, {"t": told})
+    notes = Notifications()
+    async with _front(config, front, "legacy", {"message_handler": notes}) as client:
+        with pytest.raises(MCPError) as failed:
+            await client.get_prompt("t__sign_in")
+        assert failed.value.error.code == types.URL_ELICITATION_REQUIRED
+        assert "sign-in-prompt" in await _until_completed(notes, "sign-in-prompt")
+        with pytest.raises(MCPError) as failed:
+            await client.read_resource("signin://doc")
+        assert failed.value.error.code == types.URL_ELICITATION_REQUIRED
+        assert "sign-in-doc" in await _until_completed(notes, "sign-in-doc")

@@ -1,20 +1,29 @@
-"""A dual-era server, on the SDK's ``MCPServer``, that logs while it answers a prompt or a
-resource read, as a tool call may (``ctx.info``, on the request's own stream).
+"""A dual-era server, on the SDK's ``MCPServer``, that tells its client things while it
+answers a prompt or a resource read, as it may during a tool call.
 
 ``python -m tests.told_server`` (stdio): prompt ``told`` and resource template ``told://{topic}``
-each log one info line naming themselves, then answer; tool ``echo(text)``.
+each log one info line naming themselves (``ctx.info``, on the request's own stream), then
+answer; prompt ``sign_in`` and resource template ``signin://{topic}`` fail with ``-32042``
+(a URL-mode elicitation, ``sign-in-prompt`` or ``sign-in-<topic>``, to complete first) and
+send its completion notice on the session a moment later; tool ``echo(text)``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import warnings
+from typing import Any
 
+import anyio
+import mcp_types as types
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.shared.exceptions import MCPDeprecationWarning
+from mcp.shared.exceptions import MCPDeprecationWarning, UrlElicitationRequiredError
 
 warnings.filterwarnings("ignore", category=MCPDeprecationWarning)  # logging: deprecated as of 2026-07-28
 
 server = MCPServer("told", version="1.0", log_level="WARNING")
+background: set[asyncio.Task[None]] = set()
+"""Completion notices still to be sent, held until done."""
 
 
 @server.tool()
@@ -35,6 +44,34 @@ async def told_resource(topic: str, ctx: Context) -> str:
     """Log a line naming the topic, then answer."""
     await ctx.info(f"told: resource {topic}")
     return f"resource {topic}"
+
+
+def _sign_in_first(session: Any, elicitation_id: str) -> UrlElicitationRequiredError:
+    """The ``-32042`` error naming ``elicitation_id``; its completion notice follows in 0.2 s."""
+
+    async def complete() -> None:
+        await anyio.sleep(0.2)
+        await session.send_elicit_complete(elicitation_id)
+
+    task = asyncio.get_running_loop().create_task(complete())
+    background.add(task)
+    task.add_done_callback(background.discard)
+    link = types.ElicitRequestURLParams(
+        message="Sign in first.", url="https://example.com/login", elicitation_id=elicitation_id
+    )
+    return UrlElicitationRequiredError([link])
+
+
+@server.prompt()
+async def sign_in(ctx: Context) -> str:
+    """Fail with -32042: sign in first."""
+    raise _sign_in_first(ctx.session, "sign-in-prompt")
+
+
+@server.resource("signin://{topic}")
+async def sign_in_resource(topic: str, ctx: Context) -> str:
+    """Fail with -32042: sign in first."""
+    raise _sign_in_first(ctx.session, f"sign-in-{topic}")
 
 
 if __name__ == "__main__":

@@ -308,10 +308,8 @@ class Handlers:
             try:
                 result = await run(None)
             except MCPError as exc:
-                if exc.code == URL_ELICITATION_REQUIRED and target is not None and isinstance(exc.error.data, dict):
-                    # Its completion notice comes later, on the server's session: for this client.
-                    owner = hub.instances.owner(hub.by_id.get(target), client.state)
-                    hub.relay.sent_urls(target, exc.error.data.get("elicitations"), client, None, owner)
+                if target is not None:
+                    self._urls_required(exc, target, client)
                 raise
             if target is not None and is_input_required(result):
                 try:
@@ -319,6 +317,13 @@ class Handlers:
                 except MCPError as exc:
                     return error_result(f"{target}: tool {name!r}: {exc.error.message}")
             return result
+
+    def _urls_required(self, exc: MCPError, target: str, client: ClientConnection) -> None:
+        """A ``-32042`` error a handshake-era client is given: the completion notice of each
+        URL-mode elicitation in its data comes later, on the server's session, for this client."""
+        if exc.code == URL_ELICITATION_REQUIRED and isinstance(exc.error.data, dict):
+            owner = self.hub.instances.owner(self.hub.by_id.get(target), client.state)
+            self.hub.relay.sent_urls(target, exc.error.data.get("elicitations"), client, None, owner)
 
     async def over_back_channel(
         self, first: dict[str, Any], server_id: str, retry: RunWith, state: ClientState
@@ -492,7 +497,11 @@ class Handlers:
             with _Attributed(client, ctx, server_id, None, self.hub.relay):
                 return await self.with_input(ctx, client, method, target, _Digest(bound), server_id, run, progress)
         with _Attributed(client, ctx, server_id, self.hub.round_trips.order(), self.hub.relay):
-            result = await run(None)
+            try:
+                result = await run(None)
+            except MCPError as exc:
+                self._urls_required(exc, server_id, client)
+                raise
             if is_input_required(result):
                 result = await self.over_back_channel(result, server_id, run, client.state)
             return result
