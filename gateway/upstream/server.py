@@ -27,7 +27,7 @@ from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
 from mcp.server.subscriptions import ListenHandler
 from mcp.shared.exceptions import MCPError
-from mcp_types import CLIENT_CAPABILITIES_META_KEY, SERVER_INFO_META_KEY, URL_ELICITATION_REQUIRED
+from mcp_types import CLIENT_CAPABILITIES_META_KEY, LOG_LEVEL_META_KEY, SERVER_INFO_META_KEY, URL_ELICITATION_REQUIRED
 from mcp_types.jsonrpc import CONNECTION_CLOSED, INVALID_PARAMS, INVALID_REQUEST, REQUEST_TIMEOUT
 from mcp_types.methods import is_input_required, validate_client_request
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
@@ -439,6 +439,10 @@ class Handlers:
         progress = _progress_to(ctx)
         instances = self.hub.instances
         state = self.new_state(ctx) if instances.serves(downstream) else None
+        # A 2026-07-28 client's log opt-in on this request holds for its hop too, as a tool call's does.
+        meta = (ctx.params or {}).get("_meta")
+        wanted = meta.get(LOG_LEVEL_META_KEY) if isinstance(meta, dict) else None
+        level = wanted if isinstance(wanted, str) else None
 
         async def request(target: Downstream, answers: Mapping[str, Any] | None) -> dict[str, Any]:
             try:  # timed as a tool call: held while the server's question is with the user
@@ -447,6 +451,7 @@ class Handlers:
                     {**params, **(answers or {})},
                     timeout=target.config.call_timeout,
                     on_progress=progress,
+                    log_level=level,
                     capabilities=relayable(_declared(ctx)),
                     max_time=target.config.max_call_time,
                 )
