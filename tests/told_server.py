@@ -5,7 +5,9 @@ answers a prompt or a resource read, as it may during a tool call.
 each log one info line naming themselves (``ctx.info``, on the request's own stream), then
 answer; prompt ``sign_in`` and resource template ``signin://{topic}`` fail with ``-32042``
 (a URL-mode elicitation, ``sign-in-prompt`` or ``sign-in-<topic>``, to complete first) and
-send its completion notice on the session a moment later; tool ``echo(text)``.
+send its completion notice on the session a moment later; tool ``echo(text)``; tool
+``hide(topic)`` adds a resource ``hidden://<topic>`` that it serves but does not list (nor
+say its list changed) and answers with a ``resource_link`` to it, as the spec allows.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 import anyio
 import mcp_types as types
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.resources import TextResource
 from mcp.shared.exceptions import MCPDeprecationWarning, UrlElicitationRequiredError
 
 warnings.filterwarnings("ignore", category=MCPDeprecationWarning)  # logging: deprecated as of 2026-07-28
@@ -30,6 +33,14 @@ background: set[asyncio.Task[None]] = set()
 def echo(text: str) -> str:
     """Echo text back."""
     return text
+
+
+@server.tool()
+def hide(topic: str) -> list[types.ResourceLink]:
+    """Serve ``hidden://<topic>`` without listing it; link to it."""
+    uri = f"hidden://{topic}"
+    server.add_resource(TextResource(uri=uri, name=topic, text=f"hidden {topic}"))
+    return [types.ResourceLink(type="resource_link", uri=uri, name=topic)]
 
 
 @server.prompt()

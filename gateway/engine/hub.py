@@ -34,6 +34,7 @@ from gateway.downstream.tasks import task_status
 from gateway.engine.checks import CheckCache
 from gateway.engine.clients import Clients
 from gateway.engine.instances import Instances
+from gateway.engine.links import Links
 from gateway.engine.lockfile import ServedLock, lock_path
 from gateway.engine.oauth import oauth_setup
 from gateway.engine.publishing import Publisher
@@ -86,6 +87,8 @@ class Hub:
         """The warm-start record: seeded from by a warm start, written after each verified build."""
         self.watches: Watches = shared.watches if shared else Watches(self.resource_owner)
         """Resources clients watch (resources/subscribe, listen streams), counted per URI."""
+        self.links = Links()
+        """Which server linked each principal to a resource no server lists."""
         self.round_trips: RoundTrips = (
             shared.round_trips
             if shared
@@ -168,9 +171,12 @@ class Hub:
         """The union of what the servers in the catalog offer (tools are always served)."""
         return capability_union(self.downstreams)
 
-    def resource_owner(self, uri: str) -> Downstream | None:
-        """The owner of a URI; else the first ready server (code-unit id order) offering resources."""
+    def resource_owner(self, uri: str, principal: object = None) -> Downstream | None:
+        """The owner of a URI; else the server whose result linked ``principal`` to it
+        (``links.py``); else the first ready server (code-unit id order) offering resources."""
         owner = self.surface.owner_of_uri(uri)
+        if owner is None and principal is not None:
+            owner = self.links.owner(principal, uri)
         if owner is None:
             candidates = sorted(
                 (d for d in self.downstreams if d.status == "ready" and "resources" in d.capabilities),

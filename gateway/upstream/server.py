@@ -301,22 +301,25 @@ class Handlers:
             # Its logs go to this request while it waits (no place in the back-channel order).
             with _Attributed(client, ctx, target, None, hub.relay):
                 binding = _Digest(arguments)
-                return await self.with_input(ctx, client, "tools/call", name, binding, target, run, progress)
-        with _Attributed(client, ctx, target, hub.round_trips.order(), hub.relay):
-            if target is not None and hub.relay.waits_for(target):
-                await hub.relay.ask_waiting_over_back_channel(client, target, ctx.request_id)
-            try:
-                result = await run(None)
-            except MCPError as exc:
-                if target is not None:
-                    self._urls_required(exc, target, client)
-                raise
-            if target is not None and is_input_required(result):
+                result = await self.with_input(ctx, client, "tools/call", name, binding, target, run, progress)
+        else:
+            with _Attributed(client, ctx, target, hub.round_trips.order(), hub.relay):
+                if target is not None and hub.relay.waits_for(target):
+                    await hub.relay.ask_waiting_over_back_channel(client, target, ctx.request_id)
                 try:
-                    return await self.over_back_channel(result, target, run, client.state)
+                    result = await run(None)
                 except MCPError as exc:
-                    return error_result(f"{target}: tool {name!r}: {exc.error.message}")
-            return result
+                    if target is not None:
+                        self._urls_required(exc, target, client)
+                    raise
+                if target is not None and is_input_required(result):
+                    try:
+                        result = await self.over_back_channel(result, target, run, client.state)
+                    except MCPError as exc:
+                        return error_result(f"{target}: tool {name!r}: {exc.error.message}")
+        if target is not None:  # a resource it links to is read from it (gateway/engine/links.py)
+            hub.links.note(principal_key(client.state), target, result)
+        return result
 
     def _urls_required(self, exc: MCPError, target: str, client: ClientConnection) -> None:
         """A ``-32042`` error a handshake-era client is given: the completion notice of each
@@ -522,7 +525,7 @@ class Handlers:
     async def read_resource(self, ctx: Context, params: types.ReadResourceRequestParams) -> Any:
         await self.router.current()
         uri = str(params.uri)
-        owner = self.hub.resource_owner(uri)
+        owner = self.hub.resource_owner(uri, principal_key((await self.client_of(ctx)).state))
         server_id = owner.id if owner is not None else None
         return await self.routed(ctx, server_id, f"resource {uri!r}", "resources/read", _relayed_params(ctx))
 
