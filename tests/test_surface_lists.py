@@ -204,3 +204,43 @@ async def test_a_cursor_the_gateway_never_issued_is_refused(tmp_path: Path, mode
                 await listing(cursor="page-2")
             assert refused.value.error.code == -32602, listing
             assert refused.value.error.message == "Invalid cursor: prefixgate issues none (every list is one page)"
+
+
+def reads_as(text: str, *templates: str) -> dict[str, Any]:
+    """A server with these templates whose every ``resources/read`` answers ``text``."""
+    answer = {"result": {"contents": [{"uri": "any://", "text": text}]}}
+    return surface(templates=list(templates), overrides={"resources/read": answer})
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_template_the_sdk_cannot_match_still_routes_its_uris(tmp_path: Path, mode: str) -> None:
+    """RFC 6570's explode (``{q*}``) and prefix (``{v:3}``) modifiers, which the SDK's parser
+    refuses: such a template's URIs went to the first server offering resources, in id order,
+    not to the server that offers the template. A template the SDK matches comes first."""
+    servers = {
+        "a": reads_as("from a", "a://{x}", "x://{p}/{q*}"),
+        "b": reads_as("from b", "b://{p}/{q*}", "x://{p}/z"),
+        "c": reads_as("from c", "c://{v:3}"),
+    }
+    config = write_config(tmp_path, servers)
+    async with sdk_client(config, mode) as client:
+        for uri, owner in [
+            ("a://1", "a"),
+            ("b://1/2", "b"),
+            ("b://1/2,3", "b"),
+            ("c://abc", "c"),
+            ("x://1/z", "b"),  # b's template the SDK matches, before a's it cannot
+            ("x://1/y", "a"),
+        ]:
+            read = await client.read_resource(uri)
+            assert read.contents[0].text == f"from {owner}", uri  # type: ignore[union-attr]
+
+
+def test_a_loose_template_matches_in_linear_time() -> None:
+    from gateway.engine.surface import _fits
+
+    pieces = ("x://", *["-"] * 30, "!")
+    assert not _fits(pieces, "x://" + "-" * 100_000)  # at once (a regular expression backtracked)
+    assert _fits(pieces, "x://" + "-" * 100_000 + "!")
+    assert _fits(("b://", "/", ""), "b://1/2")
+    assert not _fits(("ab", "ba"), "aba")  # the first and last pieces may not overlap

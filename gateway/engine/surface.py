@@ -2,13 +2,17 @@
 capabilities the gateway advertises for them.
 
 Resource URIs pass through unchanged; a URI offered by two servers goes to the first
-in code-unit id order (and a warning says so). Prompt names are qualified and
+in code-unit id order (and a warning says so). A template the SDK cannot match (an explode
+``{q*}`` or a prefix ``{v:3}`` modifier, which RFC 6570 has and its parser refuses) still
+routes its URIs: its literal text in order, anything where its expressions are, after every
+template the SDK can match. Prompt names are qualified and
 sanitised exactly like tool names. Every list is sorted in code-unit order, so its
 bytes depend only on what the servers offer.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +32,8 @@ class Surface:
     resource_owner: dict[str, str] = field(default_factory=dict)
     template_owner: list[tuple[UriTemplate | None, str, str]] = field(default_factory=list)
     """(parsed template or None, template string, server) in code-unit order of server id."""
+    loose_owner: list[tuple[tuple[str, ...], str]] = field(default_factory=list)
+    """(literal pieces, server) of the templates the SDK cannot parse, in the same order."""
     prompt_route: dict[str, tuple[str, str]] = field(default_factory=dict)
     """qualified prompt name -> (server, original name)."""
     warnings: list[str] = field(default_factory=list)
@@ -39,6 +45,9 @@ class Surface:
             return owner
         for template, _, server in self.template_owner:
             if template is not None and template.match(uri) is not None:
+                return server
+        for pieces, server in self.loose_owner:
+            if _fits(pieces, uri):
                 return server
         return None
 
@@ -82,7 +91,10 @@ def build_surface(downstreams: Sequence[Downstream], profile: Profile, separator
     for d in listed:  # matching order: the first server in code-unit id order wins
         for text, server in template_owner.items():
             if server == d.id:
-                surface.template_owner.append((_parse(text), text, server))
+                parsed = _parse(text)
+                surface.template_owner.append((parsed, text, server))
+                if parsed is None:
+                    surface.loose_owner.append((tuple(_EXPRESSION.split(text)), server))
 
     raw_prompts = [(d, p) for d in listed for p in d.prompts if isinstance(p, dict) and isinstance(p.get("name"), str)]
     names, renames = assign_names([(d.id, d.config.prefix, p["name"]) for d, p in raw_prompts], profile, separator)
@@ -117,6 +129,26 @@ def capability_union(downstreams: Sequence[Downstream]) -> dict[str, Any]:
         if "logging" in offered:
             caps["logging"] = {}
     return caps
+
+
+_EXPRESSION = re.compile(r"\{[^{}]*\}")
+"""An RFC 6570 expression in a URI template."""
+
+
+def _fits(pieces: tuple[str, ...], uri: str) -> bool:
+    """Whether ``uri`` is ``pieces`` (a template's literal text) in order with any text between
+    them: a glob with a wildcard per expression, matched left to right in linear time (a
+    regular expression of many wildcards backtracks for long on a long URI that does not fit)."""
+    first, last = pieces[0], pieces[-1]
+    if len(pieces) < 2 or len(uri) < len(first) + len(last) or not uri.startswith(first) or not uri.endswith(last):
+        return False
+    at, end = len(first), len(uri) - len(last)
+    for piece in pieces[1:-1]:
+        found = uri.find(piece, at, end)
+        if found < 0:
+            return False
+        at = found + len(piece)
+    return True
 
 
 def _parse(template: str) -> UriTemplate | None:
