@@ -3,24 +3,27 @@
 The spec lets a ``resource_link`` name a URI that is not in ``resources/list`` (nor matches a
 template). Directly, the client reads it from the server that gave it. Through the gateway a
 URI no listed resource or template owns went to the first server offering resources, in id
-order: with two such servers the other one's link was "Unknown resource" (gateway/engine/links.py).
-Two tests/told_server.py behind one gateway, the real SDK client in both eras.
+order: with two such servers the other one's link was "Unknown resource", and a watch of it
+went to the wrong server (gateway/engine/links.py). Two tests/told_server.py, or two
+tests/surface_server.py, behind one gateway, the real SDK client in both eras.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import mcp_types as types
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from tests.helpers import ERAS, PYTHON, sdk_client, write_config
+from tests.helpers import ERAS, PYTHON, sdk_client, wait_for, write_config
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")]
 
 ROOT = Path(__file__).resolve().parent.parent
 TOLD = {"command": PYTHON, "args": ["-m", "tests.told_server"], "cwd": str(ROOT)}
+SURFACE = str(ROOT / "tests" / "surface_server.py")
 
 
 @pytest.mark.parametrize("mode", ERAS)
@@ -37,3 +40,45 @@ async def test_a_linked_resource_no_server_lists_is_read_from_the_server_that_li
         # A URI nothing links to or lists still goes where it went: the first server, which refuses it.
         with pytest.raises(MCPError, match="Unknown resource"):
             await client.read_resource("hidden://elsewhere")
+
+
+def logged(path: Path, method: str) -> list[str]:
+    """The URIs of the ``method`` requests a surface server logged."""
+    if not path.exists():
+        return []
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    return [line["params"]["uri"] for line in lines if line["method"] == method]
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_linked_resource_no_server_lists_is_watched_at_the_server_that_linked_it(
+    tmp_path: Path, mode: str
+) -> None:
+    """Watched (``resources/subscribe``; a 2026-07-28 client's listen stream) at the server
+    that linked it, and told to stop there: it went to the first server offering resources."""
+    link = {"type": "resource_link", "uri": "hidden://b", "name": "b"}
+    logs = {name: tmp_path / f"{name}.log" for name in ("a", "b")}
+    servers = {
+        "a": {"command": PYTHON, "args": [SURFACE, json.dumps({"log": str(logs["a"])})]},
+        "b": {
+            "command": PYTHON,
+            "args": [
+                SURFACE,
+                json.dumps({"log": str(logs["b"]), "overrides": {"tools/call": {"result": {"content": [link]}}}}),
+            ],
+        },
+    }
+    config = write_config(tmp_path, servers)
+    async with sdk_client(config, mode) as client:
+        linked = await client.call_tool("b__emit", {})
+        assert linked.content[0].uri == "hidden://b", linked  # type: ignore[union-attr]
+        if mode == "legacy":
+            await client.subscribe_resource("hidden://b")
+            await client.unsubscribe_resource("hidden://b")
+        else:
+            async with client.listen(resource_subscriptions=["hidden://b"]) as events:
+                assert events.honored.resource_subscriptions == ["hidden://b"]
+        await wait_for(lambda: logged(logs["b"], "resources/unsubscribe"), 10)
+    assert logged(logs["b"], "resources/subscribe") == ["hidden://b"]
+    assert logged(logs["b"], "resources/unsubscribe") == ["hidden://b"]
+    assert logged(logs["a"], "resources/subscribe") == []

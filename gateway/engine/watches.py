@@ -36,8 +36,12 @@ STOP_TIMEOUT = 10.0
 
 
 class Watches:
-    def __init__(self, owner_of: Callable[[str], Downstream | None]) -> None:
+    def __init__(self, owner_of: Callable[[str, object], Downstream | None]) -> None:
+        """``owner_of(uri, principal)``: the server a URI is read from for that principal
+        (``Hub.resource_owner``: a listed owner, else the server that linked it to the principal)."""
         self._owner_of = owner_of
+        self._told: dict[str, Downstream] = {}
+        """URI -> the server told to report it (stopped and resumed there, whoever watches)."""
         self._count: dict[str, int] = {}
         self._held: dict[object, dict[str, int]] = {}
         """Principal -> the URIs it watches, each with how many of its clients or streams do."""
@@ -63,7 +67,7 @@ class Watches:
             async with self._lock(uri):
                 count = self._count.get(uri, 0)
                 if count == 0:
-                    await self._tell(uri, True)
+                    await self._tell(uri, True, self._owner_of(uri, who))
                 self._count[uri] = count + 1
         except BaseException:
             self._release(uri, who)
@@ -91,7 +95,8 @@ class Watches:
                 self._count[uri] = count - 1
             elif count == 1:
                 del self._count[uri]
-                await self._tell_at_most(uri, False, logging.INFO, "was not told to stop reporting")
+                told = self._told.pop(uri, None) or self._owner_of(uri, who)
+                await self._tell_at_most(uri, False, told, logging.INFO, "was not told to stop reporting")
         self._forget_lock(uri)
 
     async def resume(self, downstream: Downstream) -> None:
@@ -102,19 +107,21 @@ class Watches:
         if downstream.modern:
             return
         for uri in sorted(self._count):
-            if self._owner_of(uri) is not downstream:
+            if self._told.get(uri) is not downstream:
                 continue
             async with self._lock(uri):
                 if uri in self._count:  # (not unwatched meanwhile)
-                    await self._tell_at_most(uri, True, logging.WARNING, "back, was not subscribed again")
+                    await self._tell_at_most(uri, True, downstream, logging.WARNING, "back, was not subscribed again")
             self._forget_lock(uri)
 
-    async def _tell_at_most(self, uri: str, start: bool, level: int, failed: str) -> None:
+    async def _tell_at_most(
+        self, uri: str, start: bool, downstream: Downstream | None, level: int, failed: str
+    ) -> None:
         """``_tell``, best effort: within ``STOP_TIMEOUT``, a refusal logged (``failed``: what
         did not happen, after "resource URI: its server")."""
         with anyio.move_on_after(STOP_TIMEOUT):
             try:
-                await self._tell(uri, start)
+                await self._tell(uri, start, downstream)
             except (MCPError, DownstreamUnavailable) as exc:
                 log.log(level, "resource %r: its server %s: %s", uri, failed, exc)
 
@@ -129,15 +136,17 @@ class Watches:
         if lock is not None and uri not in self._count and not lock.locked() and not lock.statistics().tasks_waiting:
             del self._locks[uri]
 
-    async def _tell(self, uri: str, start: bool) -> None:
-        downstream = self._owner_of(uri)
+    async def _tell(self, uri: str, start: bool, downstream: Downstream | None) -> None:
+        """Have ``downstream`` (the URI's server) start or stop reporting the URI."""
         if downstream is None:
             raise MCPError(code=INVALID_PARAMS, message=f"prefixgate: no server offers resource {uri!r}")
         if downstream.modern:
             await downstream.watch_resource(uri, start)
-            return
-        method = "resources/subscribe" if start else "resources/unsubscribe"
-        try:
-            await downstream.request(method, {"uri": uri}, timeout=downstream.config.call_timeout)
-        except DownstreamUnavailable as exc:
-            raise MCPError(code=INVALID_PARAMS, message=str(exc)) from None
+        else:
+            method = "resources/subscribe" if start else "resources/unsubscribe"
+            try:
+                await downstream.request(method, {"uri": uri}, timeout=downstream.config.call_timeout)
+            except DownstreamUnavailable as exc:
+                raise MCPError(code=INVALID_PARAMS, message=str(exc)) from None
+        if start:  # (only once it reports: a refused watch leaves nothing behind)
+            self._told[uri] = downstream
