@@ -82,3 +82,19 @@ async def test_a_linked_resource_no_server_lists_is_watched_at_the_server_that_l
     assert logged(logs["b"], "resources/subscribe") == ["hidden://b"]
     assert logged(logs["b"], "resources/unsubscribe") == ["hidden://b"]
     assert logged(logs["a"], "resources/subscribe") == []
+
+
+def test_the_links_remembered_are_bounded_per_principal() -> None:
+    from gateway.engine.links import MAX_BLOCKS, MAX_LINKS, Links
+
+    links = Links()
+    links.note("b", "s2", {"content": [{"type": "resource_link", "uri": "x://b"}]})
+    for n in range(MAX_LINKS + 50):
+        links.note("a", "s1", {"content": [{"type": "resource", "resource": {"uri": f"x://{n}"}}]})
+    assert links.owner("a", "x://0") is None  # its oldest forgotten
+    assert links.owner("a", f"x://{MAX_LINKS + 49}") == "s1"
+    assert links.owner("b", "x://b") == "s2"  # another principal's kept
+    many = [{"type": "resource_link", "uri": f"y://{n}"} for n in range(MAX_BLOCKS + 10)]
+    links.note("c", "s3", {"content": many})
+    assert links.owner("c", f"y://{MAX_BLOCKS - 1}") == "s3"
+    assert links.owner("c", f"y://{MAX_BLOCKS}") is None  # only a result's first blocks are looked at
