@@ -37,6 +37,10 @@ async def test_a_linked_resource_no_server_lists_is_read_from_the_server_that_li
         assert isinstance(link, types.ResourceLink) and link.uri == "hidden://plan", linked
         read = await client.read_resource(link.uri)
         assert read.contents[0].text == "hidden plan"  # type: ignore[union-attr]
+        prompt = await client.get_prompt("b__hidden", {"topic": "brief"})  # a prompt's link too
+        assert prompt.messages[0].content.uri == "hidden://brief", prompt  # type: ignore[union-attr]
+        read = await client.read_resource("hidden://brief")
+        assert read.contents[0].text == "hidden brief"  # type: ignore[union-attr]
         # A URI nothing links to or lists still goes where it went: the first server, which refuses it.
         with pytest.raises(MCPError, match="Unknown resource"):
             await client.read_resource("hidden://elsewhere")

@@ -7,7 +7,8 @@ answer; prompt ``sign_in`` and resource template ``signin://{topic}`` fail with 
 (a URL-mode elicitation, ``sign-in-prompt`` or ``sign-in-<topic>``, to complete first) and
 send its completion notice on the session a moment later; tool ``echo(text)``; tool
 ``hide(topic)`` adds a resource ``hidden://<topic>`` that it serves but does not list (nor
-say its list changed) and answers with a ``resource_link`` to it, as the spec allows.
+say its list changed) and answers with a ``resource_link`` to it, as the spec allows; prompt
+``hidden(topic)`` does the same, the link in its message.
 """
 
 from __future__ import annotations
@@ -41,6 +42,12 @@ def hide(topic: str) -> list[types.ResourceLink]:
     uri = f"hidden://{topic}"
     server.add_resource(TextResource(uri=uri, name=topic, text=f"hidden {topic}"))
     return [types.ResourceLink(type="resource_link", uri=uri, name=topic)]
+
+
+@server.prompt()
+def hidden(topic: str) -> list[types.ResourceLink]:
+    """Serve ``hidden://<topic>`` without listing it; link to it in the message."""
+    return hide(topic)
 
 
 @server.prompt()

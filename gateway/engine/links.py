@@ -1,7 +1,8 @@
 """Which server gave a principal a link to a resource that no server lists.
 
-A tool result's ``resource_link`` (or embedded ``resource``) names a URI its client may read
-next, and the spec does not promise that URI is in ``resources/list`` or matches a template.
+A tool result's ``resource_link`` (or embedded ``resource``; a prompt's message's too) names a
+URI its client may read next, and the spec does not promise that URI is in ``resources/list``
+or matches a template.
 Directly, the client reads it from the server that gave it; through the gateway a URI that no
 listed resource or template owns went to the first server offering resources, which need not
 be that one ("Unknown resource"). So the URIs of each principal's results are remembered with
@@ -30,9 +31,18 @@ class Links:
     def note(self, principal: object, server_id: str, result: Mapping[str, Any]) -> None:
         """Remember the URIs ``result`` (a tool result of ``server_id``) links to, for ``principal``."""
         content = result.get("content")
-        if not isinstance(content, list):
-            return
-        for block in content[:MAX_BLOCKS]:
+        if isinstance(content, list):
+            self._note(principal, server_id, content[:MAX_BLOCKS])
+
+    def note_prompt(self, principal: object, server_id: str, result: Mapping[str, Any]) -> None:
+        """The same for a ``prompts/get`` result: a message's content may link to a resource too."""
+        messages = result.get("messages")
+        if isinstance(messages, list):
+            blocks = [m.get("content") for m in messages[:MAX_BLOCKS] if isinstance(m, dict)]
+            self._note(principal, server_id, blocks)
+
+    def _note(self, principal: object, server_id: str, blocks: list[Any]) -> None:
+        for block in blocks:
             if not isinstance(block, dict):
                 continue
             kind = block.get("type")

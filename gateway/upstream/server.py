@@ -485,6 +485,8 @@ class Handlers:
             await _sent_first(client, ctx.request_id)
             raise
         await _sent_first(client, ctx.request_id)
+        if method == "prompts/get":  # a resource its messages link to is read from it (gateway/engine/links.py)
+            self.hub.links.note_prompt(principal_key(client.state), server_id, result)
         return _result(ctx, result)
 
     async def _attributed(
