@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import mcp_types as types
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from tests.helpers import ERAS, PYTHON, sdk_client, wait_for, write_config
+from tests.helpers import ERAS, PYTHON, http_gateway, sdk_client, wait_for, write_config
 
 pytestmark = [pytest.mark.anyio, pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")]
 
@@ -54,12 +55,14 @@ def logged(path: Path, method: str) -> list[str]:
     return [line["params"]["uri"] for line in lines if line["method"] == method]
 
 
+@pytest.mark.parametrize("profile", [None, "other"])
 @pytest.mark.parametrize("mode", ERAS)
 async def test_a_linked_resource_no_server_lists_is_watched_at_the_server_that_linked_it(
-    tmp_path: Path, mode: str
+    tmp_path: Path, mode: str, profile: str | None
 ) -> None:
     """Watched (``resources/subscribe``; a 2026-07-28 client's listen stream) at the server
-    that linked it, and told to stop there: it went to the first server offering resources."""
+    that linked it, and told to stop there: it went to the first server offering resources.
+    Also from a profile's endpoint of ``serve --http`` (the watches are every profile's)."""
     link = {"type": "resource_link", "uri": "hidden://b", "name": "b"}
     logs = {name: tmp_path / f"{name}.log" for name in ("a", "b")}
     servers = {
@@ -72,20 +75,31 @@ async def test_a_linked_resource_no_server_lists_is_watched_at_the_server_that_l
             ],
         },
     }
-    config = write_config(tmp_path, servers)
-    async with sdk_client(config, mode) as client:
-        linked = await client.call_tool("b__emit", {})
-        assert linked.content[0].uri == "hidden://b", linked  # type: ignore[union-attr]
-        if mode == "legacy":
-            await client.subscribe_resource("hidden://b")
-            await client.unsubscribe_resource("hidden://b")
-        else:
-            async with client.listen(resource_subscriptions=["hidden://b"]) as events:
-                assert events.honored.resource_subscriptions == ["hidden://b"]
-        await wait_for(lambda: logged(logs["b"], "resources/unsubscribe"), 10)
+    if profile is None:
+        config = write_config(tmp_path, servers)
+        async with sdk_client(config, mode) as client:
+            await _watch_the_link(client, mode, logs["b"])
+    else:
+        config = write_config(tmp_path, servers, profiles={profile: {}})
+        with http_gateway(config) as (url, _):
+            async with sdk_client(f"{url}/{profile}", mode) as client:
+                await _watch_the_link(client, mode, logs["b"])
     assert logged(logs["b"], "resources/subscribe") == ["hidden://b"]
     assert logged(logs["b"], "resources/unsubscribe") == ["hidden://b"]
     assert logged(logs["a"], "resources/subscribe") == []
+
+
+async def _watch_the_link(client: Any, mode: str, log: Path) -> None:
+    """Call b's tool (its result links to ``hidden://b``), watch the link, stop watching it."""
+    linked = await client.call_tool("b__emit", {})
+    assert linked.content[0].uri == "hidden://b", linked
+    if mode == "legacy":
+        await client.subscribe_resource("hidden://b")
+        await client.unsubscribe_resource("hidden://b")
+    else:
+        async with client.listen(resource_subscriptions=["hidden://b"]) as events:
+            assert events.honored.resource_subscriptions == ["hidden://b"]
+    await wait_for(lambda: logged(log, "resources/unsubscribe"), 10)
 
 
 def test_the_links_remembered_are_bounded_per_principal() -> None:

@@ -87,8 +87,9 @@ class Hub:
         """The warm-start record: seeded from by a warm start, written after each verified build."""
         self.watches: Watches = shared.watches if shared else Watches(self.resource_owner)
         """Resources clients watch (resources/subscribe, listen streams), counted per URI."""
-        self.links = Links()
-        """Which server linked each principal to a resource no server lists."""
+        self.links: Links = shared.links if shared else Links()
+        """Which server linked each principal to a resource no server lists (every profile's,
+        as the watches that ask it are)."""
         self.round_trips: RoundTrips = (
             shared.round_trips
             if shared
@@ -175,8 +176,8 @@ class Hub:
         """The owner of a URI; else the server whose result linked ``principal`` to it
         (``links.py``); else the first ready server (code-unit id order) offering resources."""
         owner = self.surface.owner_of_uri(uri)
-        if owner is None and principal is not None:
-            owner = self.links.owner(principal, uri)
+        if owner is None and principal is not None and (linked := self.links.owner(principal, uri)) in self.by_id:
+            owner = linked  # (a server this profile serves)
         if owner is None:
             candidates = sorted(
                 (d for d in self.downstreams if d.status == "ready" and "resources" in d.capabilities),
