@@ -39,6 +39,7 @@ calls ``echo`` with the text ``refuse me`` is answered 503 with an HTML page (a 
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 import time
 import warnings
@@ -410,6 +411,61 @@ def expiring_sessions(app: Any) -> Any:
     return expiring
 
 
+STALLED: set[str] = set()
+"""``--stalling``: the session ids ``stall_session`` stalled."""
+
+
+@server.tool()
+def stall_session(ctx: Context) -> str:
+    """Stall this call's session (``--stalling``): its pings fail from now on, and its DELETE
+    is never answered, as from a server behind a network that stopped passing its answers."""
+    request = ctx.request_context.request
+    if request is not None and (session := request.headers.get("mcp-session-id")):
+        STALLED.add(session)
+    return "stalled"
+
+
+def stalling_sessions(app: Any) -> Any:
+    """``--stalling``: in a session ``stall_session`` stalled, a ping is answered with an error
+    and a DELETE never (the gateway's liveness check then ends the connection and deletes it)."""
+
+    async def stalling(scope: Any, receive: Any, send: Any) -> None:
+        session = dict(scope.get("headers") or []).get(b"mcp-session-id", b"").decode()
+        if scope["type"] != "http" or session not in STALLED:
+            await app(scope, receive, send)
+            return
+        if scope["method"] == "DELETE":
+            await anyio.sleep_forever()
+        if scope["method"] != "POST":
+            await app(scope, receive, send)
+            return
+        chunks, more = [], True
+        while more:
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            more = message.get("more_body", False)
+        raw = b"".join(chunks)
+        body = json.loads(raw)
+        if isinstance(body, dict) and body.get("method") == "ping":
+            error = {"jsonrpc": "2.0", "id": body.get("id"), "error": {"code": -32603, "message": "stalled"}}
+            start = {"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]}
+            await send(start)
+            await send({"type": "http.response.body", "body": json.dumps(error).encode()})
+            return
+        replayed = False
+
+        async def replay() -> Any:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": raw, "more_body": False}
+
+        await app(scope, replay, send)
+
+    return stalling
+
+
 def basic_auth_only(app: Any, credentials: str) -> Any:
     """``--basic USER:PASS``: every HTTP request needs those credentials (401 otherwise)."""
     import base64
@@ -473,6 +529,8 @@ async def serve_http() -> None:
         app = behind_a_sticky_balancer(app)
     if "--expiring" in sys.argv[1:]:
         app = expiring_sessions(app)
+    if "--stalling" in sys.argv[1:]:
+        app = stalling_sessions(app)
     if "--basic" in sys.argv[1:]:
         app = basic_auth_only(app, sys.argv[sys.argv.index("--basic") + 1])
     sys.stdout.write(f"http://127.0.0.1:{sock.getsockname()[1]}{path}\n")

@@ -408,3 +408,23 @@ async def test_the_call_a_server_refused_for_its_ended_session_goes_again_withou
                     assert text(await client.call_tool("c__expire_session", {})) == "expired"
                     met = await client.call_tool("c__echo", {"text": f"lost {round}"})
                     assert not met.is_error and text(met) == f"classic:lost {round}", text(met)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_lost_session_whose_delete_is_never_answered_holds_up_no_reconnect(tmp_path: Path, mode: str) -> None:
+    """The liveness check finds a session lost (its ping fails) and the gateway deletes it, as
+    a courtesy: a server that no longer answers (a network black hole) held that DELETE, and
+    the reconnect behind it, for the HTTP client's read timeout (300 s). It gives up after 5 s."""
+    from tests.helpers import sdk_client, text, wait_for
+
+    with url_process([PYTHON, "-m", "tests.classic_server", "--http", "--stalling"]) as (url, _):
+        config = write_config(tmp_path, {"c": {"url": url, "protocol": "legacy"}})
+        env = {"PREFIXGATE_LIVENESS_INTERVAL": "1", "PREFIXGATE_RETRY_SCHEDULED_WAIT": "600"}
+        errlog = tmp_path / "gateway.log"
+        async with sdk_client(config, mode, env=env, errlog=errlog) as client:
+            assert text(await client.call_tool("c__stall_session", {})) == "stalled"
+            await wait_for(lambda: "connection lost" in errlog.read_text(), 60)
+            with anyio.fail_after(120):  # (a hang: without the bound the reconnect waits 300 s)
+                back = await client.call_tool("c__echo", {"text": "back"})
+            assert not back.is_error and text(back) == "classic:back", text(back)

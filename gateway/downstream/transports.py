@@ -142,6 +142,9 @@ class StreamableHttpTransport(_Remote):
 
 
 PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy")
+TERMINATE_TIMEOUT = 5.0
+"""Seconds the DELETE that ends a lost session may take: a server that stopped answering (a
+network black hole) held the reconnect for the HTTP client's read timeout, 300 s."""
 
 
 def plain_http(url: str, environ: Mapping[str, str] = os.environ) -> bool:
@@ -191,7 +194,8 @@ async def _streamable_http(
         finally:
             calls.close()
             if sdk.session_id:
-                await sdk.terminate_session(http)
+                with anyio.move_on_after(TERMINATE_TIMEOUT):  # (a courtesy: the next session does not wait on it)
+                    await sdk.terminate_session(http)
             tg.cancel_scope.cancel()
 
 
