@@ -221,6 +221,54 @@ async def test_one_principal_s_slow_validations_leave_the_others_a_worker(tmp_pa
                 assert all(text(r).startswith("Validation of arguments for r__blowup took longer") for r in done)
 
 
+def validation_workers(config: Path) -> int:
+    """The validation workers of the gateway serving ``config`` (children of that process)."""
+    parents = set()
+    found = []
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            if not entry.name.isdigit():
+                continue
+            command = (entry / "cmdline").read_bytes()
+            if str(config).encode() in command and b"serve" in command:
+                parents.add(entry.name)
+            elif b"gateway.engine.validation_worker" in command:
+                found.append((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])  # its parent
+    return sum(parent in parents for parent in found)
+
+
+@pytest.mark.real_processes
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_principal_s_validations_at_every_profile_share_one_pool(tmp_path: Path, mode: str) -> None:
+    """Each profile's endpoint had a pool of its own (four workers each, two a principal): one
+    token calling at three endpoints ran six workers where one endpoint allows it two, and a
+    gateway of N profiles four times N. One pool now serves every profile."""
+    from tests.test_principals import tokens_file
+
+    tools = [tool("blowup", exponential(48))]
+    profiles = {name: {"servers": ["r"]} for name in ("one", "two")}
+    config = write_config(tmp_path, {"r": rogue(tools=tools)}, profiles=profiles)
+    with tokens_file(tmp_path, "token-of-alice") as tokens:
+        with http_gateway(config, "--token-file", str(tokens)) as (url, log):
+            headers = {"Authorization": "Bearer token-of-alice"}
+            seen = 0
+            with anyio.fail_after(60):
+                async with contextlib.AsyncExitStack() as stack:
+                    clients = [
+                        await stack.enter_async_context(sdk_client(url + path, mode, headers=headers))
+                        for path in ("", "/one", "/two")
+                    ]
+                    async with anyio.create_task_group() as tg:
+                        for client in clients:
+                            for _ in range(3):
+                                tg.start_soon(client.call_tool, "r__blowup", {"x": 1})
+                        while log.read_text().count("argument validation took longer than 2 s") < 2:
+                            seen = max(seen, validation_workers(config))
+                            await anyio.sleep(0.05)
+                        tg.cancel_scope.cancel()
+    assert 1 <= seen <= 2, seen  # (her share of the one pool: two workers)
+
+
 @pytest.mark.parametrize("mode", ERAS)
 async def test_ref_cycle_is_an_is_error_result(tmp_path: Path, mode: str) -> None:
     config = write_config(tmp_path, {"r": rogue(tools=[tool("cycle", CYCLE)])})

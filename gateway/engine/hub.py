@@ -115,6 +115,9 @@ class Hub:
             # A principal's worker threads are its own across profiles (a profile's count of its
             # own let one principal at five endpoints take every thread of anyio's 40).
             self.router.threads = shared.router.threads
+            # So are its schema validation workers: one pool for every profile (each profile's own
+            # gave a token calling at three endpoints three shares, and N profiles 4 x N workers).
+            self.router.validation = shared.router.validation
             self.relists.publishers.append(self.publisher)
             self.clients.join(shared.clients)
         self.router.instances = self.instances
