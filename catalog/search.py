@@ -115,8 +115,11 @@ def tokens(text: str) -> list[str]:
 
 
 def _compound(name: str) -> str:
-    """``read_file`` -> ``readfile``: a query written without separators still finds it."""
-    return "".join(_ALNUM.findall(name)).casefold()
+    """``read_file`` -> ``readfile``: a query written without separators still finds it.
+
+    Plural-stripped as a query's word is (``listissues`` is searched as ``listissue``), or
+    ``list_issues`` would never be found by its own name written together."""
+    return _plural("".join(_ALNUM.findall(name)).casefold())
 
 
 def _schema_words(schema: dict[str, JSON]) -> tuple[list[str], list[str]]:

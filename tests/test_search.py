@@ -94,6 +94,15 @@ def test_camel_case_name_is_found_by_words() -> None:
     assert names(INDEX.query("readfile"))[0] == "fs__read_file"  # compound of the name
 
 
+def test_a_plural_name_is_found_by_its_words_written_together() -> None:
+    """The query's word is plural-stripped (``listissues`` -> ``listissue``), so the name's
+    compound must be too: ``list_issues`` written together found nothing at all."""
+    index = SearchIndex([*ENTRIES, tool("fs__read_files", "Read several at once.")])
+    assert names(index.query("listissues"))[0] == "github__list_issues"
+    assert names(index.query("ListIssues"))[0] == "github__list_issues"
+    assert "fs__read_files" in names(index.query("readfiles"))
+
+
 def test_description_and_parameter_matches() -> None:
     assert names(INDEX.query("database statement"))[0] == "pg__query"
     assert names(INDEX.query("sql"))[0] == "pg__query"  # parameter name
