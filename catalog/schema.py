@@ -19,7 +19,7 @@ from catalog.keywords import STRING_SET, SUBSCHEMA, SUBSCHEMA_LIST, SUBSCHEMA_MA
 from catalog.metaschema import certified, format_checker
 from catalog.model import JSON
 from catalog.text import quote
-from catalog.validation import REMOTE_REFUSED, compile_validator, references
+from catalog.validation import REMOTE_REFUSED, as_uri, compile_validator, references
 
 # Sets sort by code point (plain ``sorted``), the same order canonicaljson uses for keys.
 
@@ -176,9 +176,10 @@ def reference_problem(schema: JSON, where: str = "inputSchema") -> str | None:
         target = remote.group(1) if remote is not None else "#" + (pointer.group(1) if pointer else "")
         why = REMOTE_REFUSED if remote is not None else "no such location in the schema"
         holder: tuple[str | int, ...] = ()
-        for at, ref in references(schema):
+        for at, written in references(schema):
+            ref = as_uri(written)  # as compiled; named as its server wrote it
             if ref == target or ref.split("#")[0] == target.split("#")[0] != "" or ref.endswith(target):
-                holder = at
+                holder, target = at, (written if ref == target else target)
                 break
         return f"{json_path(where, holder)}: $ref {_quote(target)} cannot be resolved: {why}"
     except (RecursionError, ValueError, TypeError, OverflowError) as err:

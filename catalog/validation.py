@@ -17,8 +17,11 @@ import math
 import re
 from collections.abc import Iterator
 from typing import Any, NoReturn
+from urllib.parse import quote
 
 import jsonschema_rs
+
+from catalog.keywords import SUBSCHEMA, SUBSCHEMA_LIST, SUBSCHEMA_MAP
 
 JSON = Any
 
@@ -38,13 +41,65 @@ def _refuse(uri: str) -> NoReturn:
 _UNKNOWN_DIALECT = "Unknown meta-schema"
 
 
+_URI_CHARACTERS = re.compile(r"[A-Za-z0-9\-._~!$&'()*+,;=:@/?]*(?:#[A-Za-z0-9\-._~!$&'()*+,;=:@/?%]*)?")
+"""A reference jsonschema-rs takes as it is (a stray ``%`` aside): RFC 3986 characters, one ``#``."""
+_URI_SAFE = "!$&'()*+,;=:@/?"
+"""What ``quote`` keeps besides letters, digits and ``_.-~``: the rest is percent-encoded."""
+_LONE_PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")
+
+
+def as_uri(reference: str) -> str:
+    """``reference`` as the URI-reference jsonschema-rs requires, naming the same place.
+
+    A ``$ref`` may hold what a URI may not: zod-to-json-schema refers to a reused subschema by
+    its path, so a property called ``first name`` or ``名前`` gives ``#/properties/first name``.
+    python-jsonschema resolves it (and the server's own validation with it); jsonschema-rs
+    refused to compile, and the tool was quarantined, though it works directly. As RFC 3987
+    maps an IRI to a URI: each other character percent-encoded (UTF-8), a ``#`` after the
+    first too, and a ``%`` that starts no escape, which python-jsonschema reads literally.
+    """
+    if _URI_CHARACTERS.fullmatch(reference) and not _LONE_PERCENT.search(reference):
+        return reference
+    base, hash_, fragment = reference.partition("#")
+    try:
+        parts = [quote(_LONE_PERCENT.sub("%25", part), safe=_URI_SAFE + "%") for part in (base, fragment)]
+    except UnicodeEncodeError:  # a lone surrogate: jsonschema-rs words the refusal
+        return reference
+    return parts[0] + hash_ + parts[1]
+
+
+def _uri_references(schema: JSON) -> JSON:
+    """A copy of ``schema`` whose references are URI-references (:func:`as_uri`), keyword by
+    keyword: a literal (``const``, ``enum``, ``default``) is never rewritten."""
+    if not isinstance(schema, dict):
+        return schema
+    out = dict(schema)
+    for key, value in schema.items():
+        if key in REFERENCE_KEYS and isinstance(value, str):
+            out[key] = as_uri(value)
+        elif isinstance(value, dict) and (key in SUBSCHEMA or key == "items"):
+            out[key] = _uri_references(value)
+        elif isinstance(value, list) and (key in SUBSCHEMA_LIST or key == "items"):
+            out[key] = [_uri_references(v) for v in value]
+        elif isinstance(value, dict) and (key in SUBSCHEMA_MAP or key == "dependencies"):
+            out[key] = {name: _uri_references(v) for name, v in value.items()}
+    return out
+
+
+def _needs_uri_references(schema: JSON) -> bool:
+    return any(as_uri(ref) != ref for _, ref in references(schema))
+
+
 def compile_validator(schema: JSON) -> jsonschema_rs.Validator:
     """The argument validator of a (canonical) schema; raises ``jsonschema_rs.ValidationError``.
 
     Formats are not asserted (python-jsonschema's default, kept so no call changes meaning).
     An unknown ``$schema`` falls back to 2020-12, as python-jsonschema's ``validator_for``
-    does, instead of failing.
+    does, instead of failing. A reference that is no URI-reference is compiled as one
+    (:func:`as_uri`); the published schema is left as its server wrote it.
     """
+    if _needs_uri_references(schema):
+        schema = _uri_references(schema)
     try:
         return jsonschema_rs.validator_for(schema, retriever=_refuse, validate_formats=False)
     except jsonschema_rs.ValidationError as err:

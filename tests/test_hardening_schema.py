@@ -647,6 +647,43 @@ async def test_an_ecma_262_pattern_python_cannot_compile_is_published_and_valida
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("mode", ERAS)
+async def test_a_ref_that_is_no_uri_is_published_and_validated(tmp_path: Path, mode: str) -> None:
+    """zod-to-json-schema refers to a reused subschema by its path, as written: a property
+    called ``home address`` or ``住所`` gives ``{"$ref": "#/properties/home address"}``.
+    python-jsonschema resolves it, a direct client lists the tool; jsonschema-rs refused it
+    (not a URI-reference) and the tool was quarantined. Now it is published as its server
+    wrote it, and the reference still gates calls."""
+    address = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    tools = [
+        {
+            "name": name,
+            "inputSchema": {
+                "$schema": "http://json-schema.org/draft-07/schema#",
+                "type": "object",
+                "properties": {home: address, "work": {"$ref": f"#/properties/{home}"}},
+            },
+        }
+        for name, home in (("spaced", "home address"), ("kanji", "住所"))
+    ]
+    listing = tmp_path / "tools.json"
+    listing.write_text(json.dumps(tools), encoding="utf-8")
+    root = str(Path(__file__).resolve().parent.parent)
+    server = {"command": PYTHON, "args": ["-m", "tests.schemas_server", str(listing)], "cwd": root}
+    config = write_config(tmp_path, {"s": server})
+    async with sdk_client(config, mode) as client:
+        with anyio.fail_after(60):
+            listed = {t.name: t.input_schema for t in (await client.list_tools()).tools}
+            assert {"s__spaced", "s__kanji"} <= set(listed), listed
+            assert listed["s__kanji"]["properties"]["work"] == {"$ref": "#/properties/住所"}
+            for name in ("s__spaced", "s__kanji"):
+                passed = await client.call_tool(name, {"work": {"city": "Oslo"}})
+                assert text(passed) == '{"work": {"city": "Oslo"}}', text(passed)
+                refused = await client.call_tool(name, {"work": {"city": 5}})
+                assert refused.is_error and "arguments.work.city" in text(refused), text(refused)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ERAS)
 async def test_a_token_a_server_quotes_in_its_error_is_masked_in_what_the_client_gets(
     tmp_path: Path, mode: str
 ) -> None:
