@@ -294,3 +294,17 @@ async def test_tool_search_and_tool_call_refuse_arguments_they_would_misread(tmp
         name = quoted.split("\n\n")[1].split("\n")[0].split(". ", 1)[1]
         typo = await client.call_tool("tool_call", {"name": name, "argument": GOOD_ARGS})
         assert typo.is_error and text(typo) == "tool_call: unknown argument(s): 'argument'."
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_tool_search_reads_a_null_page_argument_as_left_out(tmp_path: Path, mode: str) -> None:
+    """Models send ``null`` for an optional field they leave out (strict structured-output
+    modes make every optional field nullable); the gate takes such a null out of a catalog
+    tool's arguments, tool_call and artifact_read read it as left out, but tool_search
+    refused ``"limit": null`` (``must be an integer``): a model in such a mode could not search."""
+    config = write_config(tmp_path, {"d": demo("--tools", 60)}, client={"declarations": "on-demand"})
+    async with sdk_client(config, mode) as client:
+        plain = await client.call_tool("tool_search", {"query": "owner repo"})
+        nulls = await client.call_tool("tool_search", {"query": "owner repo", "limit": None, "offset": None})
+        assert (nulls.is_error, text(nulls)) == (False, text(plain)), text(nulls)
+        assert "Showing 1-5 of " in text(plain)

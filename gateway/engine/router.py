@@ -416,7 +416,8 @@ class Router:
             return error_result(f"tool_search: unknown argument(s): {_line(', '.join(map(quote, unknown)))}.")
         page: dict[str, int] = {}
         for key, default in (("limit", DEFAULT_LIMIT), ("offset", 0)):
-            value = whole_number(arguments.get(key, default))
+            given = arguments.get(key)  # null: left out, as the gate reads a catalog tool's
+            value = default if given is None else whole_number(given)
             if value is None or (key == "offset" and value < 0):  # (a limit out of 1-50 is clamped)
                 least = " of at least 0" if key == "offset" else ""
                 return error_result(f"tool_search: arguments.{key} must be an integer{least}.")
