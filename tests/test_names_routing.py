@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import catalog_json, demo, gateway, write_config
+from tests.helpers import PYTHON, catalog_json, demo, gateway, run_cli, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -56,3 +57,23 @@ async def test_hard_names_are_valid_unique_deterministic_and_route_back(tmp_path
             result = await gw.session.call_tool(name, {})
             assert not result.is_error, (name, result)
             assert result.content[0].text == f"{server}:{original}"
+
+
+def test_a_server_whose_names_all_sanitise_alike_costs_a_bounded_report(tmp_path: Path) -> None:
+    """1,000 tools named with two CJK characters each are all ``s____`` once sanitised. Each
+    rename's reason named every other member of the group: ``catalog --json`` printed 50 MB
+    (1,500 tools: 117 MB, 17 s, 770 MB of memory) and logged as much. Now each names 3 others
+    and counts the rest; every tool is still published under its own name."""
+    listing = tmp_path / "tools.json"
+    listing.write_text(
+        json.dumps([{"name": chr(0x4E00 + i) * 2, "inputSchema": {"type": "object"}} for i in range(1000)])
+    )
+    root = str(Path(__file__).resolve().parent.parent)
+    server = {"command": PYTHON, "args": ["-m", "tests.schemas_server", str(listing)], "cwd": root}
+    proc = run_cli("catalog", "--config", str(write_config(tmp_path, {"s": server})), "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert len(proc.stdout) < 1_000_000 and len(proc.stderr) < 500_000, (len(proc.stdout), len(proc.stderr))
+    report = json.loads(proc.stdout)
+    names = [t["name"] for t in report["tools"]]
+    assert len(set(names)) == 1000 and all(re.fullmatch(r"s_____[0-9a-f]{8}", n) for n in names)
+    assert all(w["detail"].endswith("and 996 more)") for w in report["warnings"] if w["kind"] == "renamed")
