@@ -254,6 +254,18 @@ async def test_tool_search_names_the_servers_that_are_not_available(tmp_path: Pa
 
 
 @pytest.mark.parametrize("mode", ERAS)
+async def test_the_instructions_name_the_configured_separator(tmp_path: Path, mode: str) -> None:
+    """The instructions said tool names are '<server prefix>__<tool>' whatever ``[gateway]
+    separator`` made them: with ``-`` the model read ``d__echo`` for ``d-echo``."""
+    config = write_config(tmp_path, {"d": demo("--tools", 1)}, gateway={"separator": "-"})
+    async with sdk_client(config, mode) as client:
+        names = [t.name for t in (await client.list_tools()).tools]
+        said = client.instructions
+    assert "d-echo" in names, names
+    assert said == INSTRUCTIONS.replace("'<server prefix>__<tool>'", "'<server prefix>-<tool>'"), said
+
+
+@pytest.mark.parametrize("mode", ERAS)
 async def test_the_first_call_of_a_cold_start_runs_what_the_session_activated(tmp_path: Path, mode: str) -> None:
     """No warm start: the epoch is published by the barrier while the call waits for it, and the
     session's activation is restored as it is published; the call is gated after that, not

@@ -56,12 +56,22 @@ from spill import json_size
 
 log = logging.getLogger("prefixgate.server")
 
-INSTRUCTIONS = (
-    "prefixgate aggregates several MCP servers; tool names are '<server prefix>__<tool>'. "
-    "When tool_search is offered, some tools are deferred: find them with tool_search, "
-    "which activates the tools it returns, then call them (with tool_call when offered). "
-    "Large results are cut to a preview; read the full output with artifact_read."
-)
+
+def instructions(separator: str = "__") -> str:
+    """What ``initialize`` and ``server/discover`` tell the model, naming the configured
+    separator (``[gateway] separator``): with ``-`` the names are ``github-create_issue``,
+    and the model read that they were ``github__create_issue``. A function of the config
+    only, so answered at once, before any server is up, the same whatever is down."""
+    return (
+        f"prefixgate aggregates several MCP servers; tool names are '<server prefix>{separator}<tool>'. "
+        "When tool_search is offered, some tools are deferred: find them with tool_search, "
+        "which activates the tools it returns, then call them (with tool_call when offered). "
+        "Large results are cut to a preview; read the full output with artifact_read."
+    )
+
+
+INSTRUCTIONS = instructions()
+"""The instructions with the default separator."""
 UNKNOWN_PROMPT = "Unknown prompt: not among the prompts prefixgate lists"
 """prompts/get's and completion's refusal of a prompt name: the name is not repeated (a client's
 own text, which the SDK's trace span would record in its status)."""
@@ -208,6 +218,8 @@ class Handlers:
             caps = hub.capabilities() if hub.capabilities_known else _everything()
             kept = {k: v for k, v in result["capabilities"].items() if k not in _EVERYTHING}
             result["capabilities"] = {**kept, **caps}
+            if "instructions" in result:
+                result["instructions"] = instructions(hub.config.gateway.separator)
         return result
 
     def finish(self, ctx: Context, result: dict[str, Any]) -> dict[str, Any]:
