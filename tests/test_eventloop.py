@@ -4,11 +4,15 @@ HTTP, including a classic server's request to the client during a call."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import socket
 import subprocess
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from gateway.commands.eventloop import UVLOOP_ENV, backend_options
@@ -122,3 +126,66 @@ def test_a_start_that_exits_2_stops_its_early_servers_quietly(tmp_path: Path, lo
     assert proc.returncode == 2, proc.stderr
     assert "lock file not found" in proc.stderr.strip().splitlines()[-1], proc.stderr
     assert "retrying" not in proc.stderr and "cannot start" not in proc.stderr, proc.stderr
+
+
+def _closed_stdout() -> None:
+    os.close(1)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.mark.real_processes
+@pytest.mark.parametrize("mode", ERAS)
+async def test_serve_http_with_its_stdout_closed(tmp_path: Path, mode: str) -> None:
+    """Started with file descriptor 1 closed (a daemon manager that closes it), Python leaves
+    ``sys.stdout`` None: printing the URL stopped ``serve --http`` with a traceback (exit 1)
+    before it served anything. Now stdout is /dev/null there and the gateway serves."""
+    config = write_config(tmp_path, {"demo": demo("--tools", 1)})
+    port = _free_port()
+    stderr = tmp_path / "serve.log"
+    command = [*GATEWAY, "serve", "--config", str(config), "--http", f"127.0.0.1:{port}"]
+    with stderr.open("w") as errlog:
+        proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stderr=errlog, preexec_fn=_closed_stdout)
+    try:
+        for _ in range(300):
+            assert proc.poll() is None, stderr.read_text()
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+                break
+            await anyio.sleep(0.1)
+        async with sdk_client(f"http://127.0.0.1:{port}/mcp", mode) as client:
+            assert text(await client.call_tool("demo__echo", {"text": "hi"})) == "hi"
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=30) == 143, stderr.read_text()
+    assert "Traceback" not in stderr.read_text()
+
+
+@pytest.mark.real_processes
+def test_commands_with_their_stdout_closed(tmp_path: Path) -> None:
+    """``catalog``, ``catalog diff`` and ``import`` with stdout closed (``>&-``) did their work
+    and then stopped on a traceback writing it (exit 1): now the output goes to /dev/null and
+    each exits with its own status."""
+    config = write_config(tmp_path, {"demo": demo("--tools", 1)})
+    report = tmp_path / "report.json"
+    report.write_text(json.dumps({"declarations": [], "fingerprint": "f"}))
+    claude = tmp_path / "claude_desktop_config.json"
+    claude.write_text(json.dumps({"mcpServers": {"time": {"command": "uvx", "args": ["mcp-server-time"]}}}))
+    for args in (
+        ["catalog", "--config", str(config), "--json"],
+        ["catalog", "diff", str(report), str(report)],
+        ["import", str(claude)],
+    ):
+        proc = subprocess.run(
+            [*GATEWAY, *args],
+            stdin=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=_closed_stdout,
+            timeout=60,
+        )
+        assert proc.returncode == 0, (args, proc.stderr)
+        assert "Traceback" not in proc.stderr, (args, proc.stderr)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -35,9 +36,19 @@ def standard_fds_open() -> None:
     it, and a child would inherit it as its own standard stream. Opening returns the
     lowest free descriptor, so each ``open`` lands on the one that was closed (those below it
     are open by then).
+
+    Python itself sets ``sys.stdin``, ``sys.stdout`` or ``sys.stderr`` to None for a descriptor
+    closed at its start: each such one is opened on the ``/dev/null`` now there, so a command
+    whose stdout is closed (``serve --http >&-``, printing its URL; ``catalog >&-``) runs to its
+    own exit status instead of stopping on a traceback.
     """
     for fd in (0, 1, 2):
         try:
             os.fstat(fd)
         except OSError:
             os.open(os.devnull, os.O_RDWR)
+    for fd, name in enumerate(("stdin", "stdout", "stderr")):
+        if getattr(sys, name) is None:
+            stream = open(fd, "r" if fd == 0 else "w", closefd=False, errors="backslashreplace" if fd == 2 else None)
+            setattr(sys, name, stream)
+            setattr(sys, f"__{name}__", stream)
