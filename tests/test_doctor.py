@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from gateway.config import DEFAULT_MAX_CALL_TIME
-from tests.helpers import PYTHON, demo, write_config
+from tests.helpers import GATEWAY, PYTHON, demo, write_config
 
 DOCTOR = [PYTHON, "-m", "gateway.commands.doctor"]
 
@@ -260,8 +260,8 @@ def check_snippet(
     call_time: float | None = None,
 ) -> None:
     """The snippet registers ``command`` and ``args``, and passes each of ``variables`` (name ->
-    the value the environment holds) on in the client's own way; Gemini CLI's clock on a call is
-    set past ``call_time`` (the longest ``max_call_time``), when given."""
+    the value the environment holds) on in the client's own way; Gemini CLI's and Codex's clock
+    on a call is set past ``call_time`` (the longest ``max_call_time``), when given."""
     variables = variables or {}
     text, command, args = register["snippet"], register["command"], register["args"]
     assert register["client"] == client and register["variables"] == sorted(variables)
@@ -307,6 +307,8 @@ def check_snippet(
         assert json.loads(text) == {"servers": {"prefixgate": {"type": "stdio", **table}}}
     else:
         codex = {"command": command, "args": args, **({"env_vars": sorted(variables)} if variables else {})}
+        if call_time is not None:
+            codex["tool_timeout_sec"] = call_time + 30
         assert tomllib.loads(text) == {"mcp_servers": {"prefixgate": codex}}
 
 
@@ -378,6 +380,21 @@ def test_gemini_waits_for_a_call_as_long_as_prefixgate_does(tmp_path: Path) -> N
     config = write_config(tmp_path, servers)
     register = json.loads(doctor(config, "--client", "gemini", "--json").stdout)["register"]
     check_snippet(register, "gemini", config, call_time=7200)
+
+
+def test_codex_waits_for_a_call_as_long_as_prefixgate_does(tmp_path: Path) -> None:
+    """Codex gives up on a call after the entry's ``tool_timeout_sec`` (300 s by default) whatever
+    progress it hears: a server imported from Codex with ``tool_timeout_sec = 900`` (its
+    ``call_timeout``) had its 10-minute calls cut off at 300 s behind prefixgate, where Codex
+    waited for them directly. The snippet sets Codex's past the longest ``max_call_time``."""
+    source = tmp_path / "codex.toml"
+    source.write_text('[mcp_servers.build]\ncommand = "/nonexistent/build-server"\ntool_timeout_sec = 900\n')
+    config = tmp_path / "prefixgate.toml"
+    imported = subprocess.run([*GATEWAY, "import", str(source), "--out", str(config)], capture_output=True, text=True)
+    assert imported.returncode == 0, imported.stderr
+    register = json.loads(doctor(config, "--client", "codex", "--json").stdout)["register"]
+    assert tomllib.loads(register["snippet"])["mcp_servers"]["prefixgate"]["tool_timeout_sec"] >= 900
+    check_snippet(register, "codex", config, call_time=DEFAULT_MAX_CALL_TIME)
 
 
 NPM_404 = """npm error code E404

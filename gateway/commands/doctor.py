@@ -630,8 +630,9 @@ def launcher() -> list[str]:
     return [exe, "-m", "gateway"]
 
 
-GEMINI_TIMEOUT_MARGIN = 30.0
-"""Seconds Gemini CLI's clock on a call runs past prefixgate's longest ``max_call_time``."""
+CLIENT_TIMEOUT_MARGIN = 30.0
+"""Seconds a client's own clock on a call (Gemini CLI's ``timeout``, Codex's ``tool_timeout_sec``)
+runs past prefixgate's longest ``max_call_time``."""
 
 _WHERE = {
     "claude-code": "Claude Code: run once (user scope: every project)",
@@ -663,7 +664,7 @@ def snippet(
     ``profile``: the profile it serves (``serve --profile``); ``warm``: the warm-start record
     is in place (what a client that waits about a second for a server depends on);
     ``call_time``: the longest ``max_call_time`` of the enabled servers, for a client that
-    stops waiting for a call on its own clock (Gemini CLI); ``optional``: those of
+    stops waiting for a call on its own clock (Gemini CLI, Codex); ``optional``: those of
     ``variables`` that have a default wherever they are referenced (passed on all the same)."""
     head = launcher()
     command, args = head[0], [*head[1:], "serve", "--config", os.path.abspath(config_path)]
@@ -694,7 +695,7 @@ def snippet(
         if call_time is not None:
             # Its clock on a call is absolute (10 minutes by default), progress or not: past
             # prefixgate's own limit, so that prefixgate's answer, which says why, comes first.
-            table["timeout"] = math.ceil(call_time + GEMINI_TIMEOUT_MARGIN) * 1000
+            table["timeout"] = math.ceil(call_time + CLIENT_TIMEOUT_MARGIN) * 1000
         text = json.dumps({"mcpServers": {entry: table}}, indent=2)
     elif client == "codex":
         lines = [
@@ -704,6 +705,10 @@ def snippet(
         ]
         if names:  # forwarded from the environment Codex runs in, under their own names
             lines.append("env_vars = [" + ", ".join(toml_string(n) for n in names) + "]")
+        if call_time is not None:
+            # Its clock on a call is absolute too (300 s by default) and per entry: a server
+            # imported with a longer tool_timeout_sec would otherwise be cut off behind prefixgate.
+            lines.append(f"tool_timeout_sec = {math.ceil(call_time + CLIENT_TIMEOUT_MARGIN)}")
         text = "\n".join(lines)
     else:
         raise ValueError(f"unknown client {client!r}")
