@@ -489,6 +489,40 @@ def _str_table(path: str, value: Any) -> dict[str, str]:
     return dict(value)
 
 
+def _no_nul(path: str, text: str) -> str:
+    """A process's command, arguments, environment and directory cannot hold NUL: refused here,
+    naming the key, where starting the server would fail with ``embedded null byte``."""
+    if "\0" in text:
+        raise ConfigError(
+            path, "contains a NUL character, which a process's command line, environment and directory cannot hold"
+        )
+    return text
+
+
+def _process_str(path: str, value: Any) -> str:
+    return _no_nul(path, _nonempty_str(path, value))
+
+
+def _args(path: str, value: Any) -> tuple[str, ...]:
+    items = _str_list(path, value)
+    for i, item in enumerate(items):
+        _no_nul(f"{path}[{i}]", item)
+    return items
+
+
+def _env(path: str, value: Any) -> dict[str, str]:
+    """An environment: a name that is empty or holds ``=`` or NUL cannot be set (starting the
+    server would fail with ``illegal environment variable name``, naming no key)."""
+    table = _str_table(path, value)
+    for name, text in table.items():
+        where = f"{path}.{escape(name)}"
+        if not name or "=" in name:
+            raise ConfigError(where, "not a valid environment variable name (empty, or holds '=')")
+        _no_nul(where, name)
+        _no_nul(where, text)
+    return table
+
+
 def _entry(path: str, value: Any) -> str:
     text = _nonempty_str(path, value)
     if not SERVER_ID.fullmatch(text):
@@ -608,10 +642,10 @@ _CLIENT_KEYS: dict[str, Check] = {
 }
 
 _SERVER_KEYS: dict[str, Check] = {
-    "command": _nonempty_str,
-    "args": _str_list,
-    "env": _str_table,
-    "cwd": _nonempty_str,
+    "command": _process_str,
+    "args": _args,
+    "env": _env,
+    "cwd": _process_str,
     "url": _nonempty_str,
     "transport": _one_of("http", "sse"),
     "headers": _str_table,

@@ -98,6 +98,17 @@ def test_client_defaults_are_the_policy_defaults() -> None:
          'servers.git.max_instances: only with instances = "per-principal"'),
         ({"servers": {"git": {"command": "x", "instances": "per-principal", "max_instances": 0}}},
          "servers.git.max_instances: expected an integer >= 1"),
+        # What no process can be started with: named here, not "embedded null byte" at its start.
+        ({"servers": {"git": {"command": "x", "env": {"A=B": "1"}}}},
+         "servers.git.env.A=B: not a valid environment variable name (empty, or holds '=')"),
+        ({"servers": {"git": {"command": "x", "env": {"": "1"}}}}, "servers.git.env.: not a valid environment"),
+        ({"servers": {"git": {"command": "x", "env": {"K\0": "1"}}}}, "servers.git.env.K\\u0000: contains a NUL"),
+        ({"servers": {"git": {"command": "x", "env": {"K": "a\0b"}}}}, "servers.git.env.K: contains a NUL"),
+        ({"servers": {"git": {"command": "x\0"}}}, "servers.git.command: contains a NUL"),
+        ({"servers": {"git": {"command": "x", "args": ["a", "b\0"]}}}, "servers.git.args[1]: contains a NUL"),
+        ({"servers": {"git": {"command": "x", "cwd": "/tmp\0"}}}, "servers.git.cwd: contains a NUL"),
+        ({"servers": {"git": {"command": "x", "enabled": False, "env": {"A=B": "1"}}, "ok": {"command": "y"}}},
+         "servers.git.env.A=B: not a valid environment variable name"),
     ],
 )
 def test_errors_name_the_key(data: dict, message: str) -> None:  # type: ignore[type-arg]
@@ -235,6 +246,8 @@ def test_example_config_is_valid_and_runs_on_this_machine() -> None:
         ('[servers.web]\nurl = "https://h/mcp"\ninstances = "per-principal"\n',
          "servers.web.instances: not valid for a remote server (url)"),
         ("[servers.git\n", "config"),
+        ('[servers.git]\ncommand = "x"\nenv = { "A=B" = "1" }\n', "servers.git.env.A=B: not a valid environment"),
+        ('[servers.git]\ncommand = "x"\nargs = ["\\u0000"]\n', "servers.git.args[0]: contains a NUL"),
     ],
 )
 @pytest.mark.parametrize("command", ["serve", "catalog"])
