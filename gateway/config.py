@@ -1027,6 +1027,10 @@ def _server(
     if not refs.unset:
         if not re.match(r"^https?://", url):
             raise ConfigError(f"{where}.url", "expected an http:// or https:// URL")
+        # The config's own text only: a variable's value (Gemini CLI passes a missing one on
+        # empty) is the environment's, and fails this server alone when it connects.
+        if not _references_in(s["url"]) and (problem := _url_problem(url)) is not None:
+            raise ConfigError(f"{where}.url", problem)
         for name, value in headers.items():
             try:
                 header_problem(f"{where}.headers", name, value)
@@ -1048,6 +1052,25 @@ def _server(
         unusable=tuple(unusable),
         **common,
     )
+
+
+def _url_problem(url: str) -> str | None:
+    """What makes an http(s) URL one no connection can be made to (no host, a port out of range,
+    a broken IPv6 literal, a space in the host), without showing the URL (it may hold a password):
+    the config's error, where connecting would fail with an error naming no key."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        return f"not a valid URL: {str(exc).split(' as ')[0]}"
+    host = parts.hostname
+    if not host:
+        return "not a valid URL: it names no host"
+    if any(ch.isspace() or ord(ch) < 0x20 or ord(ch) == 0x7F for ch in host):
+        return "not a valid URL: its host holds a space or a control character"
+    if port == 0:
+        return "not a valid URL: port 0"
+    return None
 
 
 def _references_in(text: str) -> list[str]:

@@ -109,12 +109,25 @@ def test_client_defaults_are_the_policy_defaults() -> None:
         ({"servers": {"git": {"command": "x", "cwd": "/tmp\0"}}}, "servers.git.cwd: contains a NUL"),
         ({"servers": {"git": {"command": "x", "enabled": False, "env": {"A=B": "1"}}, "ok": {"command": "y"}}},
          "servers.git.env.A=B: not a valid environment variable name"),
+        # A URL no connection can be made to: named here, not "ConnectError"/"OverflowError" at the start.
+        ({"servers": {"web": {"url": "https://"}}}, "servers.web.url: not a valid URL: it names no host"),
+        ({"servers": {"web": {"url": "http://h:99999/mcp"}}}, "servers.web.url: not a valid URL: Port out of range"),
+        ({"servers": {"web": {"url": "http://[::1/mcp"}}}, "servers.web.url: not a valid URL: Invalid IPv6 URL"),
+        ({"servers": {"web": {"url": "https://exa mple.com/mcp"}}}, "servers.web.url: not a valid URL: its host holds"),
+        ({"servers": {"web": {"url": "http://h:0/mcp"}}}, "servers.web.url: not a valid URL: port 0"),
     ],
 )
 def test_errors_name_the_key(data: dict, message: str) -> None:  # type: ignore[type-arg]
     text = error(data)
     assert text.startswith(message), text
     assert "\n" not in text
+
+
+def test_a_url_a_variable_leaves_hostless_is_the_environments_not_the_configs() -> None:
+    """Gemini CLI passes a variable it lacks on empty: ``https://${HOST}/mcp`` is then hostless,
+    which fails that server when it connects; the other servers still start."""
+    data = {"servers": {"web": {"url": "https://${HOST}/mcp"}, "git": {"command": "x"}}}
+    assert {s.id for s in parse(data, {"HOST": ""}).servers} == {"web", "git"}
 
 
 def test_variable_expansion_and_unset_variable() -> None:
@@ -248,6 +261,7 @@ def test_example_config_is_valid_and_runs_on_this_machine() -> None:
         ("[servers.git\n", "config"),
         ('[servers.git]\ncommand = "x"\nenv = { "A=B" = "1" }\n', "servers.git.env.A=B: not a valid environment"),
         ('[servers.git]\ncommand = "x"\nargs = ["\\u0000"]\n', "servers.git.args[0]: contains a NUL"),
+        ('[servers.web]\nurl = "http://127.0.0.1:99999/mcp"\n', "servers.web.url: not a valid URL: Port out of range"),
     ],
 )
 @pytest.mark.parametrize("command", ["serve", "catalog"])
