@@ -654,6 +654,24 @@ def test_out_refuses_to_overwrite_without_force(tmp_path: Path, capsys: pytest.C
     assert "(Codex CLI)" in target.read_text()
 
 
+def test_out_with_force_writes_through_a_symlink(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A config kept in a dotfiles repository and linked into place: ``--force`` replaced the
+    link with a file of its own, leaving the repository's copy as it was (and the link gone)."""
+    (tmp_path / "dotfiles").mkdir()
+    real = tmp_path / "dotfiles" / "prefixgate.toml"
+    real.write_text("# mine\n")
+    (tmp_path / "conf").mkdir()
+    link = tmp_path / "conf" / "prefixgate.toml"
+    link.symlink_to(real)
+    code, out, err = do_import(capsys, CODEX, "--out", link)
+    assert code == 2 and real.read_text() == "# mine\n"
+    code, _, err = do_import(capsys, CODEX, "--out", link, "--force")
+    assert code == 0, err
+    assert link.is_symlink() and link.resolve() == real.resolve()
+    assert "(Codex CLI)" in real.read_text()
+    assert [p.name for p in link.parent.iterdir()] == [p.name for p in real.parent.iterdir()] == ["prefixgate.toml"]
+
+
 def _limited_to(size: int) -> None:
     """In the child: files it writes may not grow past ``size`` bytes (a write past it fails
     with EFBIG, as on a full disk, instead of killing it)."""

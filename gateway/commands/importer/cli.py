@@ -40,7 +40,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _write_out(path: str, text: str, force: bool) -> None:
     """Write the config whole or not at all: into a temporary file beside ``path`` first
     (a full disk fails there, leaving nothing), then renamed over it (``force``) or linked
-    to it, which fails if it exists (no overwrite, even by a file made meanwhile)."""
+    to it, which fails if it exists (no overwrite, even by a file made meanwhile). A symbolic
+    link (a config kept in a dotfiles repository) is written through: the file it names is
+    replaced, the link stays."""
+    if force and os.path.islink(path):
+        path = os.path.realpath(path)
     directory = os.path.dirname(os.path.abspath(path))
     try:
         fd, tmp = tempfile.mkstemp(prefix=".prefixgate-import-", dir=directory)
