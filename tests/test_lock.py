@@ -252,6 +252,25 @@ def test_diff_and_approve_show_the_json_path_of_each_difference(tmp_path: Path) 
     assert cli("catalog", "diff", "--lock", "--config", str(config)).returncode == 0
 
 
+def test_approving_writes_through_a_symlinked_lock(tmp_path: Path) -> None:
+    """A lock linked into place (one reviewed copy shared by several configs): approving renamed
+    the new lock over the link, so the link was gone and the shared copy never approved."""
+    state = tmp_path / "m.json"
+    config = write_config(tmp_path, {"m": mutating(state)})
+    first = lock(config)
+    shared = tmp_path / "shared" / "team.lock"
+    shared.parent.mkdir()
+    shared.write_bytes(first)
+    placed = tmp_path / "prefixgate.lock"
+    placed.unlink()
+    placed.symlink_to(shared)
+    state.write_text(json.dumps(["reword"]))
+    assert cli("catalog", "approve", "--all", "--yes", "--config", str(config)).returncode == 0
+    assert placed.is_symlink() and shared.read_bytes() != first
+    assert cli("catalog", "diff", "--lock", "--config", str(config)).returncode == 0
+    assert [p.name for p in shared.parent.iterdir()] == ["team.lock"]
+
+
 async def test_lock_new_allow_publishes_a_new_tool_as_a_new_epoch(tmp_path: Path) -> None:
     config = write_config(tmp_path, {"m": mutating(tmp_path / "m.json")}, gateway={"lock_new": "allow"})
     lock(config)

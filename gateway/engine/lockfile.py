@@ -70,7 +70,9 @@ def read_lock_and_bytes(path: Path) -> tuple[Lock, bytes]:
 def stage_lock(path: Path, lock: Lock) -> str | None:
     """The lock's bytes written and synced to a temporary file beside ``path`` (its name), for
     ``commit_lock``; None when those bytes are already there. ``OSError`` (a full disk) leaves
-    nothing behind: a set of locks is staged whole before any is renamed into place."""
+    nothing behind: a set of locks is staged whole before any is renamed into place. A lock that
+    is a symbolic link is written through it (``commit_lock`` replaces the file it names)."""
+    path = Path(os.path.realpath(path))
     data = dumps(lock).encode("utf-8")
     try:
         if path.read_bytes() == data:
@@ -92,6 +94,7 @@ def stage_lock(path: Path, lock: Lock) -> str | None:
 
 def commit_lock(temp: str, path: Path) -> None:
     """Rename a staged lock into place, then sync the directory (the rename survives a crash)."""
+    path = Path(os.path.realpath(path))
     os.replace(temp, path)
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
