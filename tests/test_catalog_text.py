@@ -5,11 +5,17 @@ and the listed-versus-catalog difference explained (in the table and in the log)
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
 from pathlib import Path
 from typing import Any
 
-from tests.helpers import demo, run_cli, write_config
+import pytest
+
+from tests.helpers import GATEWAY, PYTHON, demo, run_cli, write_config
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def catalog(config: Path) -> tuple[str, str, dict[str, Any]]:
@@ -93,3 +99,28 @@ def test_a_count_of_one_reads_in_the_singular(tmp_path: Path) -> None:
     assert "\ncatalog: 1 tool from 1 of 1 server\n" in out
     lock = run_cli("catalog", "lock", "--config", str(tmp_path / "prefixgate.toml"), "--log-level", "info")
     assert lock.returncode == 0 and ": 1 tool, fingerprint " in lock.stdout, lock.stderr
+
+
+@pytest.mark.parametrize("command", [["catalog"], ["catalog", "--json"], ["doctor"], ["doctor", "--json"]])
+def test_a_stdout_that_is_not_utf8_gets_the_text_whole(tmp_path: Path, command: list[str]) -> None:
+    """A description or name outside its code page (a Windows pipe's cp1252; here
+    ``PYTHONIOENCODING=ascii``) stopped these commands on a traceback: redirected, the output is
+    now UTF-8 (``--json`` the same object as anywhere else)."""
+    tools = [{"name": "café", "description": "Brews ☕ 😀", "inputSchema": {"type": "object"}}]
+    rogue = {"command": PYTHON, "args": [str(ROOT / "tests" / "rogue_schema.py"), json.dumps({"tools": tools})]}
+    config = write_config(tmp_path, {"r": rogue})
+    proc = subprocess.run(
+        [*GATEWAY, *command, "--config", str(config), "--log-level", "error"],
+        capture_output=True,
+        env={**os.environ, "PYTHONIOENCODING": "ascii"},
+        timeout=60,
+    )
+    assert proc.returncode in ((0, 1) if command[0] == "doctor" else (0,)), proc.stderr.decode()
+    assert b"Traceback" not in proc.stderr
+    out = proc.stdout.decode("utf-8")
+    if command == ["catalog", "--json"]:
+        assert "Brews ☕ 😀" in {d.get("description") for d in json.loads(out)["declarations"]}
+    elif command == ["doctor", "--json"]:
+        assert json.loads(out)["version"]
+    else:
+        assert "café" in out

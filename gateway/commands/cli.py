@@ -264,6 +264,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = parser()
     args = p.parse_args(argv)
     logs.setup(getattr(args, "log_level", "info"))
+    _unicode_stdout()
 
     if args.command == "import":
         from gateway.commands import importer
@@ -281,6 +282,22 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return diff.run(args)
     return _exiting(lambda: _with_config(args))
+
+
+def _unicode_stdout() -> None:
+    """Let the commands print any text, whatever encoding stdout was given: a description with
+    an emoji stopped ``catalog``, ``doctor`` and their ``--json`` on a traceback when stdout
+    was not UTF-8 (a Windows pipe's code page, ``PYTHONIOENCODING=ascii``). Piped or redirected,
+    the output is UTF-8 (what ``--json`` must be, and what ``import`` writes); on a terminal
+    that cannot show a character, it is printed as a backslash escape."""
+    stream = sys.stdout
+    encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "").replace("_", "")
+    if encoding == "utf8" or not hasattr(stream, "reconfigure"):
+        return
+    if stream.isatty():
+        stream.reconfigure(errors="backslashreplace")
+    else:
+        stream.reconfigure(encoding="utf-8")
 
 
 def _exiting(command: Callable[[], int]) -> int:
