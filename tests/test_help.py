@@ -83,3 +83,16 @@ def test_commands_that_speak_no_mcp_never_import_the_sdk(argv: tuple[str, ...], 
     bad.write_text("[servers.x]\ncommand = 3\n", encoding="utf-8")
     args = [a.format(config=config, bad=bad, missing=tmp_path / "missing.json") for a in argv]
     assert sdk_imports(*args, timeout=60) == []
+
+
+@pytest.mark.parametrize("timeout", ["nan", "inf", "-1", "0", "soon"])
+def test_login_refuses_a_timeout_it_cannot_wait(timeout: str, tmp_path: Path) -> None:
+    """``login --timeout nan`` started the flow and then stopped on a traceback from deep in its
+    wait (``-1`` and ``0`` gave up at once): a usage error now, one line, exit 2."""
+    config = tmp_path / "prefixgate.toml"
+    config.write_text('[servers.r]\nurl = "http://127.0.0.1:9/mcp"\nauth = "oauth"\n')
+    proc = run_cli("login", "r", "--config", str(config), "--timeout", timeout, "--no-browser")
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"prefixgate login: error: argument --timeout: expected a number of seconds greater than 0, got {timeout!r}"
+    )

@@ -8,11 +8,24 @@ CPU), which only the command that runs then imports (gateway/commands/cli.py).
 from __future__ import annotations
 
 import argparse
+import math
 
 CLIENTS = ("claude-code", "claude-desktop", "cursor", "vscode", "codex", "gemini")
 """The clients ``doctor`` checks names for and prints a registration snippet for."""
 LOGIN_TIMEOUT = 300.0
 """Seconds ``login`` waits for the browser to come back, unless ``--timeout`` says otherwise."""
+
+
+def _seconds(text: str) -> float:
+    """A positive, finite number of seconds (``nan``, ``inf`` or ``-1`` stopped ``login`` on a
+    traceback from deep in its wait, after it had started the flow)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds greater than 0, got {text!r}")
+    return value
 
 
 def doctor_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,7 +46,7 @@ def login_arguments(login: argparse.ArgumentParser, logout: argparse.ArgumentPar
     login.add_argument("server", metavar="SERVER", help="the id of a [servers.SERVER] table with auth = \"oauth\"")
     login.add_argument(
         "--timeout",
-        type=float,
+        type=_seconds,
         default=LOGIN_TIMEOUT,
         metavar="S",
         help=f"seconds to wait for the browser to come back (default {LOGIN_TIMEOUT:g})",
