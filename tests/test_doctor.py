@@ -382,6 +382,21 @@ def test_gemini_waits_for_a_call_as_long_as_prefixgate_does(tmp_path: Path) -> N
     check_snippet(register, "gemini", config, call_time=7200)
 
 
+def test_an_unbounded_max_call_time_gives_the_longest_clock_a_client_holds(tmp_path: Path) -> None:
+    """``max_call_time = inf`` (a config may say so) stopped doctor on an OverflowError traceback
+    writing the snippet; a month-long one set Gemini CLI's ``timeout`` past what Node's timers
+    hold (2**31 - 1 ms), where they fire at once, failing every call. Both are capped there."""
+    for value in ("inf", "2592000"):  # a month
+        config = write_config(tmp_path, {"a": {**MISSING, "call_timeout": 60, "max_call_time": 61}})
+        config.write_text(config.read_text().replace("max_call_time = 61", f"max_call_time = {value}"))
+        gemini, codex = (doctor(config, "--client", c, "--json") for c in ("gemini", "codex"))
+        assert "Traceback" not in gemini.stderr + codex.stderr, gemini.stderr + codex.stderr
+        table = json.loads(json.loads(gemini.stdout)["register"]["snippet"])["mcpServers"]["prefixgate"]
+        assert table["timeout"] == 2**31 - 1
+        entry = tomllib.loads(json.loads(codex.stdout)["register"]["snippet"])["mcp_servers"]["prefixgate"]
+        assert entry["tool_timeout_sec"] == 2147484
+
+
 def test_codex_waits_for_a_call_as_long_as_prefixgate_does(tmp_path: Path) -> None:
     """Codex gives up on a call after the entry's ``tool_timeout_sec`` (300 s by default) whatever
     progress it hears: a server imported from Codex with ``tool_timeout_sec = 900`` (its

@@ -633,6 +633,17 @@ def launcher() -> list[str]:
 CLIENT_TIMEOUT_MARGIN = 30.0
 """Seconds a client's own clock on a call (Gemini CLI's ``timeout``, Codex's ``tool_timeout_sec``)
 runs past prefixgate's longest ``max_call_time``."""
+CLIENT_TIMEOUT_CAP_MS = 2**31 - 1
+"""The longest client clock a snippet sets, about 24.8 days: Node's timers (Gemini CLI's) hold
+no more, and fire at once past it."""
+
+
+def client_timeout_ms(call_time: float) -> int:
+    """Milliseconds a client's own clock on a call runs: ``CLIENT_TIMEOUT_MARGIN`` past
+    ``call_time`` (the longest ``max_call_time``, which may be ``inf``), at most the cap."""
+    total = (call_time + CLIENT_TIMEOUT_MARGIN) * 1000
+    return CLIENT_TIMEOUT_CAP_MS if not math.isfinite(total) or total >= CLIENT_TIMEOUT_CAP_MS else math.ceil(total)
+
 
 _WHERE = {
     "claude-code": "Claude Code: run once (user scope: every project)",
@@ -695,7 +706,7 @@ def snippet(
         if call_time is not None:
             # Its clock on a call is absolute (10 minutes by default), progress or not: past
             # prefixgate's own limit, so that prefixgate's answer, which says why, comes first.
-            table["timeout"] = math.ceil(call_time + CLIENT_TIMEOUT_MARGIN) * 1000
+            table["timeout"] = client_timeout_ms(call_time)
         text = json.dumps({"mcpServers": {entry: table}}, indent=2)
     elif client == "codex":
         lines = [
@@ -708,7 +719,7 @@ def snippet(
         if call_time is not None:
             # Its clock on a call is absolute too (300 s by default) and per entry: a server
             # imported with a longer tool_timeout_sec would otherwise be cut off behind prefixgate.
-            lines.append(f"tool_timeout_sec = {math.ceil(call_time + CLIENT_TIMEOUT_MARGIN)}")
+            lines.append(f"tool_timeout_sec = {-(-client_timeout_ms(call_time) // 1000)}")
         text = "\n".join(lines)
     else:
         raise ValueError(f"unknown client {client!r}")
