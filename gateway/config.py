@@ -40,6 +40,11 @@ SERVER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 PROFILE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
 """A profile's name: short and plain, as it is typed on command lines and in URLs."""
 PROFILE_ENV = "PREFIXGATE_PROFILE"
+
+
+class EnvironmentProfile(str):
+    """A profile name read from ``$PREFIXGATE_PROFILE`` (not ``--profile``): an unknown one is
+    named as the variable's, which a shell may have set long before."""
 LOCK_FILE_NAME = "prefixgate.lock"
 """The catalog lock found beside a config (``[gateway] lock`` names another)."""
 _VAR = re.compile(r"\$\{([^}]*)\}")
@@ -321,7 +326,8 @@ class Config:
         found = self.profiles.get(name)
         if found is None:
             known = ", ".join(sorted(self.profiles)) or "none: add a [profiles.NAME] table"
-            raise ConfigError("profile", f"no profile {name!r} in the config (known: {known})")
+            where = f"${PROFILE_ENV}" if isinstance(name, EnvironmentProfile) else "profile"
+            raise ConfigError(where, f"no profile {str(name)!r} in the config (known: {known})")
         servers = self.servers if found.servers is None else tuple(s for s in self.servers if s.id in found.servers)
         return replace(
             self,

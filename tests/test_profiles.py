@@ -102,8 +102,16 @@ def test_an_unknown_profile_names_the_known_ones(tmp_path: Path) -> None:
     assert proc.stderr.strip().splitlines() == [
         "prefixgate: config error: profile: no profile 'nope' in the config (known: none: add a [profiles.NAME] table)"
     ]
-    proc = run_cli("serve", "--config", str(config), env={"PREFIXGATE_PROFILE": "nope"})
-    assert proc.returncode == 2 and "no profile 'nope'" in proc.stderr
+    # Set in the environment (perhaps long before), the variable is named: it is what to fix.
+    for command in (["serve"], ["catalog"]):
+        proc = run_cli(*command, "--config", str(config), env={"PREFIXGATE_PROFILE": "nope"})
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.strip().splitlines()[-1] == (
+            "prefixgate: config error: $PREFIXGATE_PROFILE: no profile 'nope' in the config "
+            "(known: none: add a [profiles.NAME] table)"
+        )
+    proc = run_cli("doctor", "--config", str(config), env={"PREFIXGATE_PROFILE": "nope"})
+    assert "config error: $PREFIXGATE_PROFILE: no profile 'nope'" in proc.stdout
 
 
 @pytest.mark.anyio

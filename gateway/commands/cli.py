@@ -20,7 +20,7 @@ from gateway import __version__, logs
 from gateway.commands.arguments import doctor_arguments, login_arguments
 from gateway.commands.base import Exit, has_config, load
 from gateway.commands.eventloop import standard_fds_open
-from gateway.config import PROFILE_ENV, default_config
+from gateway.config import PROFILE_ENV, EnvironmentProfile, default_config
 
 
 @contextlib.contextmanager
@@ -61,10 +61,15 @@ def profile_argument(sp: argparse.ArgumentParser, what: str, *, inherited: bool 
     sp.add_argument(
         "--profile",
         metavar="NAME",
-        default=argparse.SUPPRESS if inherited else os.environ.get(PROFILE_ENV) or None,
+        default=argparse.SUPPRESS if inherited else _environment_profile(),
         help=f"{what} as profile NAME ([profiles.NAME]) sees it (default: ${PROFILE_ENV}, else the "
         "top-level [client] and [policy])",
     )
+
+
+def _environment_profile() -> EnvironmentProfile | None:
+    name = os.environ.get(PROFILE_ENV)
+    return EnvironmentProfile(name) if name else None
 
 
 def _at_least_one(text: str) -> int:
