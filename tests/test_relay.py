@@ -4,6 +4,7 @@ and roots round-trip through a real gateway between real demo servers and the SD
 from __future__ import annotations
 
 import base64
+import json
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ import mcp_types as types
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from tests.helpers import ERAS, catalog_json, demo, gateway, sdk_client, write_config
+from tests.helpers import ERAS, PYTHON, catalog_json, demo, gateway, raw_gateway, sdk_client, write_config
 
 # Logging and resources/subscribe are deprecated in the 2026-07-28 era but still part of
 # the handshake era the gateway must pass through.
@@ -178,3 +179,36 @@ async def test_completion_for_a_reference_outside_the_catalog_says_what_it_is(co
             await client.complete(uri, {"name": "id", "value": "1"})
         assert template.value.error.code == -32602
         assert template.value.error.message == "prefixgate: no server offers completion for resource 'demo://nope/{id}'"
+
+
+@pytest.mark.parametrize(
+    ("tool", "answer", "named"),
+    [
+        ("elicit", {"action": "maybe"}, "elicitation/create is not a valid result: action:"),
+        (
+            "sample",
+            {"role": "assistant", "content": {"type": "text", "text": "hi"}},
+            "sampling/createMessage is not a valid result: model:",
+        ),
+        ("roots", {"roots": [{"name": "no uri"}]}, "roots/list is not a valid result: roots.0.uri:"),
+    ],
+)
+def test_a_clients_malformed_answer_is_named_not_blamed_on_the_server(
+    tmp_path: Path, tool: str, answer: dict[str, Any], named: str
+) -> None:
+    """A handshake-era client's answer to a server's request that is no valid result fails
+    the call naming the answer and its first problem. The server was told only "Invalid
+    request parameters", which the caller read as the server's own error. (A 2026-07-28
+    client's answers are checked as its retry arrives, by the SDK, as a server would.)"""
+    config = write_config(tmp_path, {"c": {"command": PYTHON, "args": ["-m", "tests.classic_server"]}})
+    with raw_gateway(config) as gw:
+        gw.handshake({"elicitation": {}, "sampling": {}, "roots": {}})
+        gw.request(1, "tools/call", {"name": f"c__{tool}", "arguments": {}})
+        asked = gw.read()
+        while "id" not in asked or "method" not in asked:  # a log line or a notice first
+            asked = gw.read()
+        gw.send(json.dumps({"jsonrpc": "2.0", "id": asked["id"], "result": answer}).encode())
+        result = gw.answer(1)["result"]
+        assert result["isError"] and f"the client's answer to {named}" in result["content"][0]["text"]
+        gw.request(2, "tools/call", {"name": "c__echo", "arguments": {"text": "fine"}})
+        assert gw.answer(2)["result"]["content"][0]["text"] == "classic:fine"

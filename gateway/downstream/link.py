@@ -24,7 +24,8 @@ from mcp.client.extension import NotificationBinding
 from mcp.client.session import ClientRequestContext, ClientSession, IncomingMessage
 from mcp.shared.exceptions import MCPError
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
-from pydantic import BaseModel, ConfigDict
+from mcp_types.jsonrpc import INVALID_PARAMS
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from gateway import __version__
 from gateway.downstream.calltime import Clock, follow
@@ -338,16 +339,33 @@ class Link:
         if isinstance(result, types.ErrorData):
             return result
         if params.tools is not None or params.tool_choice is not None:  # as the SDK's wants_sampling_tools
-            return types.CreateMessageResultWithTools.model_validate(result)
-        return types.CreateMessageResult.model_validate(result)
+            return _answer("sampling/createMessage", types.CreateMessageResultWithTools, result)
+        return _answer("sampling/createMessage", types.CreateMessageResult, result)
 
     async def _elicitation(self, context: ClientRequestContext, params: types.ElicitRequestParams) -> Any:
         result = await self._forward(context, "elicitation/create", params)
-        return result if isinstance(result, types.ErrorData) else types.ElicitResult.model_validate(result)
+        return (
+            result if isinstance(result, types.ErrorData) else _answer("elicitation/create", types.ElicitResult, result)
+        )
 
     async def _list_roots(self, context: ClientRequestContext) -> Any:
         result = await self._forward(context, "roots/list", None)
-        return result if isinstance(result, types.ErrorData) else types.ListRootsResult.model_validate(result)
+        return result if isinstance(result, types.ErrorData) else _answer("roots/list", types.ListRootsResult, result)
+
+
+def _answer(method: str, model: type[BaseModel], result: Any) -> Any:
+    """The client's answer as the model the server is sent, or an error naming its first
+    problem: the SDK answers a model it refuses with a bare "Invalid request parameters",
+    which reached the caller as the server's own error."""
+    try:
+        return model.model_validate(result)
+    except ValidationError as exc:
+        error = exc.errors(include_url=False, include_input=False)[0]
+        where = ".".join(str(part) for part in error["loc"]) or "result"
+        return types.ErrorData(
+            code=INVALID_PARAMS,
+            message=f"prefixgate: the client's answer to {method} is not a valid result: {where}: {error['msg']}",
+        )
 
 
 async def list_all(
