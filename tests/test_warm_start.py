@@ -564,6 +564,24 @@ async def test_what_the_start_cannot_answer_waits_for_the_gateway_in_order(tmp_p
     assert "answered" not in (tmp_path / "serve.log").read_text()
 
 
+async def test_a_list_in_the_other_eras_envelope_is_refused_as_the_gateway_refuses_it(tmp_path: Path) -> None:
+    """After a handshake, a list whose ``_meta`` carries the 2026-07-28 envelope is refused by
+    the gateway's session (as by a server of both eras directly): the start leaves it to the
+    gateway rather than answering it from the record, which it did (raw pipes)."""
+    config, _ = two_servers(tmp_path)
+    remember(config)
+    envelope = {**_MODERN, "io.modelcontextprotocol/clientCapabilities": {}}
+    with (tmp_path / "serve.log").open("w") as stderr, raw_gateway(config, stderr) as gw:
+        gw.request(1, "initialize", _hello("2025-11-25"))
+        gw.send(b'{"jsonrpc":"2.0","method":"notifications/initialized"}')
+        gw.request(2, "tools/list", {"_meta": envelope})
+        gw.request(3, "prompts/list", {"_meta": {"progressToken": 7, "io.modelcontextprotocol/other": 1}})
+        assert gw.answer(1)["result"]["protocolVersion"] == "2025-11-25"
+        refused = gw.answer(2)
+        assert refused["error"]["code"] == -32600 and "2026-07-28 envelope" in refused["error"]["message"]
+        assert "prompts" in gw.answer(3)["result"]  # the gateway's own answer: only the version key is refused
+
+
 async def test_a_client_that_never_reads_meets_back_pressure_before_the_gateway_is_up(
     tmp_path: Path, slow_with_record: Path
 ) -> None:

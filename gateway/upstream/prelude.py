@@ -178,8 +178,14 @@ def _modern_version(params: Any) -> str | None:
 
 def _list_params(params: Any) -> bool:
     """Whether a handshake-era list request's params are the whole list's: none, or a ``_meta``
-    (Codex sends its progress token) and nothing else (a cursor: the gateway's lists are one page)."""
-    return params is None or (isinstance(params, dict) and set(params) <= {"_meta"} and _fits(params, {"_meta": META}))
+    (Codex sends its progress token) and nothing else (a cursor: the gateway's lists are one page).
+    A ``_meta`` with a reserved key is the gateway's: the 2026-07-28 envelope's version key on a
+    handshake connection is refused there (the SDK's ``_has_modern_envelope``), not listed."""
+    if params is None:
+        return True
+    if not isinstance(params, dict) or set(params) - {"_meta"} or not _fits(params, {"_meta": META}):
+        return False
+    return not any(key.startswith(_RESERVED) for key in params.get("_meta", {}))
 
 
 class Prelude:
