@@ -22,7 +22,8 @@ import pytest
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, PROTOCOL_VERSION_META_KEY
 
 from gateway.commands.eventloop import UVLOOP_ENV
-from tests.helpers import GATEWAY, INIT, catalog_json, demo, raw_gateway, write_config
+from gateway.upstream.stdio import MAX_IN_FLIGHT
+from tests.helpers import GATEWAY, INIT, PYTHON, catalog_json, demo, raw_gateway, write_config
 
 INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
 
@@ -111,6 +112,33 @@ def test_an_open_listen_stream_does_not_hold_the_gateway_after_the_end_of_input(
         assert "result" in gw.read()
         gw.request(2, "subscriptions/listen", {**meta, "notifications": {"toolsListChanged": True}})
         assert gw.read()["method"] == "notifications/subscriptions/acknowledged"
+        assert gw.proc.stdin is not None
+        gw.proc.stdin.close()
+        assert gw.proc.wait(timeout=120) == 0  # (drain_timeout is 600 s)
+    assert "still unanswered" not in (tmp_path / "stderr.log").read_text()
+
+
+@pytest.mark.parametrize("era", ["2025-11-25", "2026-07-28"])
+def test_a_call_cancelled_by_its_id_as_a_string_frees_its_place(tmp_path: Path, era: str) -> None:
+    """A client that names request 7 as "7" in ``notifications/cancelled`` cancels it, as the
+    SDK correlates ids (and a server directly): its place among the 64 requests in flight is
+    freed too. It was kept: 64 such cancels and the gateway read nothing more from its client,
+    and at the end of input it waited ``drain_timeout`` for calls that would never be answered."""
+    classic = {"command": PYTHON, "args": ["-m", "tests.classic_server"]}
+    config = write_config(tmp_path, {"c": classic}, gateway={"drain_timeout": 600})
+    meta = {PROTOCOL_VERSION_META_KEY: era, CLIENT_CAPABILITIES_META_KEY: {}}
+    with (tmp_path / "stderr.log").open("w") as err, raw_gateway(config, err) as gw:
+        if era == "2025-11-25":
+            gw.send(json.dumps(INIT).encode())
+            assert "result" in gw.answer(1)
+            gw.send(json.dumps(INITIALIZED).encode())
+        for n in range(100, 100 + MAX_IN_FLIGHT):
+            params: dict[str, Any] = {"name": "c__sleep", "arguments": {"seconds": 600, "tag": str(n)}}
+            gw.request(n, "tools/call", params if era == "2025-11-25" else {**params, "_meta": meta})
+            cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": str(n)}}
+            gw.send(json.dumps(cancel).encode())
+        gw.request(2, "tools/list", None if era == "2025-11-25" else {"_meta": meta})
+        assert "tools" in gw.answer(2)["result"]
         assert gw.proc.stdin is not None
         gw.proc.stdin.close()
         assert gw.proc.wait(timeout=120) == 0  # (drain_timeout is 600 s)

@@ -29,6 +29,7 @@ from typing import Any, Protocol, cast
 
 import anyio
 import mcp_types as types
+from mcp.shared.dispatcher import coerce_request_id
 from mcp.shared.message import SessionMessage
 from mcp_types.jsonrpc import CONNECTION_CLOSED, INTERNAL_ERROR, INVALID_REQUEST, PARSE_ERROR
 from pydantic import ValidationError
@@ -64,6 +65,10 @@ log = logging.getLogger("prefixgate.stdio")
 
 
 def _key(request_id: Any) -> tuple[str, Any]:
+    """An id as the SDK correlates it (``coerce_request_id``: "7" is 7): a client's cancel
+    naming request 7 as "7" cancels it there and on the fast path, so it frees its place here
+    too (64 such cancels stopped this end reading its client)."""
+    request_id = coerce_request_id(request_id)
     return (type(request_id).__name__, request_id)
 
 
