@@ -145,6 +145,26 @@ def test_a_call_cancelled_by_its_id_as_a_string_frees_its_place(tmp_path: Path, 
     assert "still unanswered" not in (tmp_path / "stderr.log").read_text()
 
 
+@pytest.mark.parametrize("era", ["2025-11-25", "2026-07-28"])
+def test_a_cancel_naming_no_possible_id_is_ignored(tmp_path: Path, era: str) -> None:
+    """``notifications/cancelled`` whose ``requestId`` is an array or an object names no
+    request: ignored, as the SDK ignores it, and the next request is answered. Such an id was
+    taken as a key: unhashable, it ended the gateway."""
+    config = write_config(tmp_path, {"d": demo("--tools", 1)})
+    meta = {PROTOCOL_VERSION_META_KEY: era, CLIENT_CAPABILITIES_META_KEY: {}}
+    with raw_gateway(config) as gw:
+        if era == "2025-11-25":
+            gw.send(json.dumps(INIT).encode())
+            assert "result" in gw.answer(1)
+            gw.send(json.dumps(INITIALIZED).encode())
+        for named in ([1], {"id": 1}):
+            cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": named}}
+            gw.send(json.dumps(cancel).encode())
+        gw.request(2, "tools/list", None if era == "2025-11-25" else {"_meta": meta})
+        assert "tools" in gw.answer(2)["result"]
+        assert gw.proc.poll() is None
+
+
 @pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
 def test_a_client_that_closes_its_end_of_stdout_stops_the_gateway_quietly(tmp_path: Path, loop: str) -> None:
     """A client that stops listening (closes its end of the gateway's stdout) and writes on:

@@ -30,6 +30,7 @@ from typing import Any, Protocol, cast
 import anyio
 import mcp_types as types
 from mcp.shared.dispatcher import coerce_request_id
+from mcp.shared.jsonrpc_dispatcher import cancelled_request_id_from_params
 from mcp.shared.message import SessionMessage
 from mcp_types.jsonrpc import CONNECTION_CLOSED, INTERNAL_ERROR, INVALID_REQUEST, PARSE_ERROR
 from pydantic import ValidationError
@@ -381,7 +382,8 @@ async def stdio_streams(
         elif isinstance(msg, types.JSONRPCResponse | types.JSONRPCError):
             outgoing.discard(_key(msg.id))
         elif isinstance(msg, types.JSONRPCNotification) and msg.method == "notifications/cancelled":
-            cancelled = (msg.params or {}).get("requestId")
+            # Only an id a request can have (an array is unhashable), as the SDK reads it.
+            cancelled = cancelled_request_id_from_params(msg.params)
             if cancelled is not None:
                 unanswered.done(cancelled)
                 if lane is not None:
