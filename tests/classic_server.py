@@ -411,6 +411,30 @@ def expiring_sessions(app: Any) -> Any:
     return expiring
 
 
+async def read_body(receive: Any) -> bytes:
+    """A request's whole body, read from its ASGI ``receive``."""
+    chunks, more = [], True
+    while more:
+        message = await receive()
+        chunks.append(message.get("body", b""))
+        more = message.get("more_body", False)
+    return b"".join(chunks)
+
+
+def replaying(body: bytes, receive: Any) -> Any:
+    """A ``receive`` that gives the app ``body`` (already read), then what the client sends."""
+    replayed = False
+
+    async def replay() -> Any:
+        nonlocal replayed
+        if replayed:
+            return await receive()
+        replayed = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replay
+
+
 STALLED: set[str] = set()
 """``--stalling``: the session ids ``stall_session`` stalled."""
 
@@ -439,12 +463,7 @@ def stalling_sessions(app: Any) -> Any:
         if scope["method"] != "POST":
             await app(scope, receive, send)
             return
-        chunks, more = [], True
-        while more:
-            message = await receive()
-            chunks.append(message.get("body", b""))
-            more = message.get("more_body", False)
-        raw = b"".join(chunks)
+        raw = await read_body(receive)
         body = json.loads(raw)
         if isinstance(body, dict) and body.get("method") == "ping":
             error = {"jsonrpc": "2.0", "id": body.get("id"), "error": {"code": -32603, "message": "stalled"}}
@@ -452,16 +471,7 @@ def stalling_sessions(app: Any) -> Any:
             await send(start)
             await send({"type": "http.response.body", "body": json.dumps(error).encode()})
             return
-        replayed = False
-
-        async def replay() -> Any:
-            nonlocal replayed
-            if replayed:
-                return await receive()
-            replayed = True
-            return {"type": "http.request", "body": raw, "more_body": False}
-
-        await app(scope, replay, send)
+        await app(scope, replaying(raw, receive), send)
 
     return stalling
 
@@ -491,27 +501,13 @@ def refusing_posts(app: Any) -> Any:
         if scope["type"] != "http" or scope["method"] != "POST":
             await app(scope, receive, send)
             return
-        chunks, more = [], True
-        while more:
-            message = await receive()
-            chunks.append(message.get("body", b""))
-            more = message.get("more_body", False)
-        body = b"".join(chunks)
+        body = await read_body(receive)
         if b'"refuse me"' in body:
             start = {"type": "http.response.start", "status": 503, "headers": [(b"content-type", b"text/html")]}
             await send(start)
             await send({"type": "http.response.body", "body": b"<html><body>503 Service Unavailable</body></html>"})
             return
-        replayed = False
-
-        async def replay() -> Any:
-            nonlocal replayed
-            if replayed:
-                return await receive()
-            replayed = True
-            return {"type": "http.request", "body": body, "more_body": False}
-
-        await app(scope, replay, send)
+        await app(scope, replaying(body, receive), send)
 
     return refusing
 
