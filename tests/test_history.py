@@ -139,3 +139,22 @@ def test_history_reads_the_profile_given_before_or_after_the_action(tmp_path: Pa
     args = [*option, "history"] if where == "before" else ["history", *option]
     proc = run_cli("catalog", *args, "--config", str(config))
     assert proc.returncode == 2 and "no profile 'nope' in the config" in proc.stderr, proc.stderr
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_new_epoch_logs_only_the_catalog_warnings_it_did_not_have(tmp_path: Path, mode: str) -> None:
+    """Each new epoch logged every warning of its catalog again: a server with 1,000 renamed
+    tools logged 1,000 lines at each of its changes. A warning the last epoch had is not
+    logged again."""
+    config = write_config(tmp_path, {"m": {**mutating(tmp_path / "m.json"), "exclude": ["beta"]}})
+    history = EpochHistory(tmp_path / "state", None)
+    errlog = tmp_path / "gateway.log"
+    async with sdk_client(config, mode, log_level="warning", errlog=errlog) as client:
+        await client.list_tools()
+        await wait_for(lambda: len(history.read()) == 1)
+        for kind, count in (("reword", 2), ("add", 3)):
+            assert text(await client.call_tool("m__mutate", {"kind": kind})) == f"mutated:{kind}"
+            await wait_for(lambda count=count: len(history.read()) == count)  # type: ignore[misc]
+    lines = errlog.read_text().splitlines()
+    assert len([line for line in lines if "beta" in line and "exclude" in line]) == 1, lines

@@ -77,6 +77,9 @@ class Publisher:
         """Why a rebuild was asked for before the barrier's epoch was out (run once it is)."""
         self._barrier_built = False
         """The barrier's epoch is built: a server up from now on is not in it."""
+        self._warned: frozenset[str] = frozenset()
+        """The catalog warnings of the last epoch logged: a new epoch logs only the others (a
+        server with 1,000 renamed tools logged 1,000 lines again at each of its changes)."""
 
     def configure(self, config: Config) -> None:
         """A reloaded config (its view for this profile): the next build is made with it."""
@@ -136,6 +139,7 @@ class Publisher:
         what follows the publication (the epoch history, the warm-start record) is what the
         next start needs. Cancelled at the first await after the answer, neither was kept."""
         self._barrier_built = True
+        self._warned = frozenset(w.line() for w in epoch.catalog.warnings)  # (``discover`` logged them)
         with anyio.CancelScope(shield=True, deadline=anyio.current_time() + SAVE_TIMEOUT):
             await self._first_epoch(epoch)
 
@@ -291,8 +295,11 @@ class Publisher:
             # its tools' routes and identities from its own listing).
             await self._router.publish(epoch)
             return True
-        for warning in epoch.catalog.warnings:
-            log.warning("%s", warning.line())
+        lines = [w.line() for w in epoch.catalog.warnings]
+        for line in lines:
+            if line not in self._warned:
+                log.warning("%s", line)
+        self._warned = frozenset(lines)
         log.warning(
             "new epoch (%s): fingerprint %s -> %s; %s",
             why,
