@@ -493,15 +493,27 @@ def basic_auth_only(app: Any, credentials: str) -> Any:
     return guarded
 
 
+FORGOTTEN: set[bytes] = set()
+"""``--sse``: the query strings (session ids) of the connections ``forget me`` ended."""
+
+
 def refusing_posts(app: Any) -> Any:
     """``--sse``: a message calling ``echo`` with ``refuse me`` is answered 503 (a proxy's HTML
-    error page, as in a burst of them), and never reaches the server."""
+    error page, as in a burst of them), and never reaches the server; with ``forget me`` it is
+    answered 404, and so is every later message of its session (its event stream stays open,
+    as behind a balancer that sent the messages to a backend that does not know the session)."""
 
     async def refusing(scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http" or scope["method"] != "POST":
             await app(scope, receive, send)
             return
         body = await read_body(receive)
+        if b'"forget me"' in body:
+            FORGOTTEN.add(scope.get("query_string", b""))
+        if scope.get("query_string", b"") in FORGOTTEN:
+            await send({"type": "http.response.start", "status": 404, "headers": [(b"content-type", b"text/plain")]})
+            await send({"type": "http.response.body", "body": b"Could not find session"})
+            return
         if b'"refuse me"' in body:
             start = {"type": "http.response.start", "status": 503, "headers": [(b"content-type", b"text/html")]}
             await send(start)

@@ -127,6 +127,26 @@ async def test_an_sse_servers_refused_message_costs_only_its_call(tmp_path: Path
 
 
 @pytest.mark.parametrize("mode", ERAS)
+async def test_an_sse_server_that_no_longer_knows_the_session_is_reconnected_at_once(tmp_path: Path, mode: str) -> None:
+    """A message answered 404: the server no longer knows the session (its stream still open,
+    behind a balancer that sent the message elsewhere). Every later message met the same until
+    the liveness check (15 s) found the connection dead; now the connection ends at once and
+    the next call goes through a new one (the check is pushed out of the way here)."""
+    command = [PYTHON, "-m", "tests.classic_server", "--http", "--sse"]
+    with url_process(command) as (url, _proc):
+        config = write_config(tmp_path, {"old": {"url": url, "transport": "sse", "call_timeout": 30}})
+        env = {"PREFIXGATE_LIVENESS_INTERVAL": "600"}
+        log = tmp_path / "gw.log"
+        async with sdk_client(config, mode, env=env, errlog=log) as client:
+            forgotten = await client.call_tool("old__echo", {"text": "forget me"})
+            assert forgotten.is_error, text(forgotten)
+            await wait_for(lambda: "no longer knows its session (HTTP 404 to a message)" in log.read_text())
+            with anyio.fail_after(60):  # (a hang: the new connection is opened at once)
+                back = await client.call_tool("old__echo", {"text": "back"})
+            assert not back.is_error and text(back) == "classic:back", text(back)
+
+
+@pytest.mark.parametrize("mode", ERAS)
 async def test_an_sse_servers_lost_stream_is_a_lost_connection_at_once(tmp_path: Path, mode: str) -> None:
     """The SSE server restarts: its event stream, which is the connection, ends. That was seen
     only at the next liveness check (15 s), every call failing meanwhile as "closed during the

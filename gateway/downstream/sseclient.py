@@ -102,6 +102,7 @@ async def sse_connection(
         async def post(endpoint: str, session_message: SessionMessage) -> None:
             message = session_message.message
             body = message.model_dump(by_alias=True, mode="json", exclude_unset=True)
+            forgotten = False
             try:
                 async with post_on_origin(client, endpoint, json=body) as response:
                     answer = await _bounded_body(response)
@@ -109,12 +110,19 @@ async def sse_connection(
                         return
                     error = _error_of(response, answer)
                 log.warning("%s answered a message with HTTP %d", where, response.status_code)
+                forgotten = response.status_code == 404
             except Exception as exc:  # noqa: BLE001 - not sent (the server gone, a URL httpx refuses): said to its caller
                 log.warning("%s: a message could not be posted: %s", where, short(exc))
                 error = types.ErrorData(code=CONNECTION_CLOSED, message=f"message not delivered: {short(exc)}")
             if isinstance(message, types.JSONRPCRequest):  # its caller hears why, now
                 reply = types.JSONRPCError(jsonrpc="2.0", id=message.id, error=error)
                 await read_writer.send(SessionMessage(reply))
+            if forgotten:
+                # The server no longer knows this connection's session (restarted behind a stream
+                # still open, a balancer's other backend): every later message would meet the
+                # same, so the connection ends now (its caller answered first), not at the next
+                # liveness check.
+                ended.set("the server no longer knows its session (HTTP 404 to a message)")
 
         async def writer(endpoint: str) -> None:
             async with write_reader:
