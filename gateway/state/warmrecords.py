@@ -24,9 +24,9 @@ from gateway.state.journal import JournalError, check_private_file, open_private
 DIRECTORY = "warm"
 SUFFIX = ".rec"
 MAX_RECORDS = 32
+"""Records kept per state directory; older ones (by modification time) are removed on write."""
 STALE_TEMPORARY = 600
 """Seconds after which a record's temporary file is a write that never finished."""
-"""Records kept per state directory; older ones (by modification time) are removed on write."""
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 log = logging.getLogger("prefixgate.warm")

@@ -28,7 +28,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 from mcp.server.transport_security import (
@@ -564,6 +564,17 @@ def server_tls(cert: str, key: str) -> ssl.SSLContext:
     return context
 
 
+class TokenSource(Protocol):
+    """Where the tokens come from while serving (gateway/commands/tokenfile.py's ``TokenFile``,
+    which upstream may not import): the tokens read last, and the slot the front fills with
+    what puts new ones in force."""
+
+    @property
+    def tokens(self) -> Sequence[BearerToken]: ...
+
+    apply: Callable[[Sequence[BearerToken]], None] | None
+
+
 async def serve_http(
     served: Sequence[Any],
     listen: str,
@@ -573,7 +584,7 @@ async def serve_http(
     drain_timeout: Callable[[], float] = lambda: 25.0,
     tls: ssl.SSLContext | None = None,
     sock: socket.socket | None = None,
-    token_file: Any = None,  # gateway/commands/tokenfile.py's TokenFile (upstream imports no command)
+    token_file: TokenSource | None = None,
 ) -> None:
     """Serve each of ``served`` (one ``Handlers`` per profile, the one started with first: at
     ``/mcp``, the others at ``/mcp/NAME``) until cancelled; over HTTPS with ``tls``; on
