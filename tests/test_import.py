@@ -24,6 +24,9 @@ from gateway.config import Config, ServerConfig, expand, parse_config
 FIXTURES = Path(__file__).parent / "fixtures" / "import"
 DESKTOP = FIXTURES / "claude-desktop" / "claude_desktop_config.json"
 CODE_PROJECT = FIXTURES / "claude-code" / "project" / ".mcp.json"
+APPROVE = "--approve-project-servers"
+"""A project .mcp.json's servers imported enabled, as where Claude Code approved them: what most
+tests here read is the translation, not the approval."""
 CODE_USER = FIXTURES / "claude-code" / "home" / ".claude.json"
 CURSOR = FIXTURES / "cursor" / ".cursor" / "mcp.json"
 VSCODE = FIXTURES / "vscode" / ".vscode" / "mcp.json"
@@ -94,7 +97,7 @@ def test_claude_desktop(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_claude_code_project_file(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = do_import(capsys, CODE_PROJECT)
+    code, out, err = do_import(capsys, CODE_PROJECT, APPROVE)
     assert code == 0, err
     assert "(Claude Code)" in out
     # Names are counted with Claude Code's mcp__prefixgate__ wrapper (issue 31).
@@ -162,7 +165,7 @@ def test_relative_paths_without_a_dot_run_in_the_project(capsys: pytest.CaptureF
         "ref": {"command": "srv", "cwd": "${HOME}/srv"},
     }
     (project / ".mcp.json").write_text(json.dumps({"mcpServers": servers_json}))
-    code, out, err = do_import(capsys, project / ".mcp.json")
+    code, out, err = do_import(capsys, project / ".mcp.json", APPROVE)
     assert code == 0, err
     s = servers(parsed(out))
     assert {name for name, server in s.items() if server.cwd == str(project)} == {"node", "venv", "uv", "dot"}
@@ -199,6 +202,41 @@ def test_a_project_server_rejected_in_claude_code_is_imported_disabled(
     assert (s["asked"].enabled, s["local"].enabled, s["kept"].enabled) == (False, False, True)
     assert f"rejected this project server ({_home / '.claude.json'}: projects[{json.dumps(str(project))}]" in err
     assert f"({project / '.claude' / 'settings.local.json'}: disabledMcpjsonServers)" in err
+
+
+@pytest.mark.parametrize("approved_by", ["enabledMcpjsonServers", "enableAllProjectMcpServers", "flag"])
+def test_a_project_server_claude_code_never_approved_is_imported_disabled(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, _home: Path, approved_by: str
+) -> None:
+    """Claude Code runs a project .mcp.json's server only once the user approved it (a cloned
+    repository can name any command). One never approved was imported enabled: serve started
+    what Claude Code itself would have asked about first. It is imported disabled, saying why
+    on stderr and in the file, unless approved there or with --approve-project-servers; a
+    rejection stays a rejection whatever approves."""
+    project = tmp_path / "repo"
+    (project / ".claude").mkdir(parents=True)
+    (project / ".mcp.json").write_text(
+        json.dumps({"mcpServers": {n: {"command": f"{n}-server"} for n in ("pending", "kept", "refused")}})
+    )
+    choices: dict[str, Any] = {"disabledMcpjsonServers": ["refused"]}
+    flags: list[str] = []
+    if approved_by == "enabledMcpjsonServers":
+        choices["enabledMcpjsonServers"] = ["kept", "refused"]
+    elif approved_by == "enableAllProjectMcpServers":
+        (project / ".claude" / "settings.json").write_text(json.dumps({"enableAllProjectMcpServers": True}))
+    else:
+        flags = [APPROVE]
+    (_home / ".claude.json").write_text(json.dumps({"projects": {str(project): choices}}))
+    code, out, err = do_import(capsys, project / ".mcp.json", *flags)
+    assert code == 0, err
+    s = servers(parsed(out))
+    pending_enabled = approved_by != "enabledMcpjsonServers"
+    assert (s["pending"].enabled, s["kept"].enabled, s["refused"].enabled) == (pending_enabled, True, False)
+    not_approved = "Claude Code has not approved this project server"
+    assert (f"servers.pending.enabled: false: {not_approved}" in err) is not pending_enabled
+    assert (f"# enabled: {not_approved}" in out) is not pending_enabled
+    assert f"# enabled: Claude Code rejected this project server ({_home / '.claude.json'}" in out
+    assert "servers.kept.enabled" not in err
 
 
 def test_gemini_cli(capsys: pytest.CaptureFixture[str], _home: Path) -> None:
@@ -480,7 +518,7 @@ def test_duplicates_across_two_files(tmp_path: Path, capsys: pytest.CaptureFixtu
         "git hub": {"url": "https://c/mcp"},
         "github-2": {"url": "https://d/mcp"},
     }}))  # fmt: skip
-    code, out, err = do_import(capsys, a, b)
+    code, out, err = do_import(capsys, a, b, APPROVE)
     assert code == 0, err
     s = servers(parsed(out))
     assert {k: v.url or v.command for k, v in s.items()} == {
@@ -498,7 +536,7 @@ def test_duplicates_across_two_files(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert "imported as servers.github-3" in err
     assert f'# from {a}: mcpServers["memory"]\n# from {b}: mcpServers["memory"]' in out
     # The other order gives the other numbering: input order decides, deterministically.
-    code, reverse, _ = do_import(capsys, b, a)
+    code, reverse, _ = do_import(capsys, b, a, APPROVE)
     assert code == 0
     assert {k: v.url for k, v in servers(parsed(reverse)).items() if v.url}["github-3"] == "https://a/mcp"
 
@@ -582,7 +620,7 @@ def test_toml_string_is_valid_and_exact(value: str) -> None:
 def test_dollar_before_a_reference_cannot_be_written(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / ".mcp.json"
     path.write_text(json.dumps({"mcpServers": {"a": {"command": "x", "args": ["$${HOME}"]}, "b": {"command": "y"}}}))
-    code, out, err = do_import(capsys, path)
+    code, out, err = do_import(capsys, path, APPROVE)
     assert code == 0
     assert 'skipped: "a"' in err and "a '$' right before a variable reference" in err
     assert set(servers(parsed(out))) == {"b"}
@@ -594,7 +632,7 @@ def test_claude_code_defaults_carry_over_but_a_nested_one_is_named(
     path = tmp_path / ".mcp.json"
     args = ["--port", "${PORT:-8080}", "--dir", "${DATA:-}", "--home", "${BASE:-${HOME}}"]
     path.write_text(json.dumps({"mcpServers": {"a": {"command": "srv", "args": args}}}))
-    code, out, err = do_import(capsys, path)
+    code, out, err = do_import(capsys, path, APPROVE)
     assert code == 0, err
     # ${BASE:-${HOME}} reads as Claude Code reads it: ${BASE:-${HOME} (the default dropped), then "}".
     assert 'args = ["--port", "${PORT:-8080}", "--dir", "${DATA:-}", "--home", "${BASE}}"]' in out
@@ -623,7 +661,7 @@ def test_an_entry_prefixgate_would_refuse_is_skipped_with_the_reason(
             }
         )
     )
-    code, out, err = do_import(capsys, path)
+    code, out, err = do_import(capsys, path, APPROVE)
     assert code == 0
     assert (
         f'skipped: "docs" ({path}: mcpServers["docs"]): prefixgate would refuse it: headers.X-Team: invalid header '
@@ -798,7 +836,7 @@ def test_untranslatable_entries_are_listed_never_dropped(tmp_path: Path, capsys:
         "ftp": {"type": "http", "url": "ftp://x/"},
         "nocmd": {"type": "stdio", "url": "https://x/mcp"},
     }}))  # fmt: skip
-    code, out, err = do_import(capsys, path)
+    code, out, err = do_import(capsys, path, APPROVE)
     assert code == 0, err
     assert set(servers(parsed(out))) == {"ok"}
     skipped = [line for line in err.splitlines() if ": skipped: " in line]
@@ -849,7 +887,7 @@ def test_imported_config_runs_catalog(tmp_path: Path) -> None:
     out_file = tmp_path / "prefixgate.toml"
     env = {**os.environ, "HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path / "state"), "GITHUB_TOKEN": "t"}
     imported = subprocess.run(
-        [sys.executable, "-m", "gateway.commands.importer", str(project / ".mcp.json"), "--out", str(out_file)],
+        [sys.executable, "-m", "gateway.commands.importer", str(project), APPROVE, "--out", str(out_file)],
         check=False, capture_output=True, text=True, env=env, timeout=60, cwd=Path(__file__).parent.parent,
     )  # fmt: skip
     assert imported.returncode == 0, imported.stderr
@@ -959,7 +997,7 @@ def test_oauth_entries_become_auth_oauth(
 ) -> None:
     source = tmp_path / name
     source.write_text(text if isinstance(text, str) else json.dumps(text))
-    code, out, err = do_import(capsys, source, "--from", fmt)
+    code, out, err = do_import(capsys, source, "--from", fmt, APPROVE)
     assert code == 0, err
     notion = servers(parsed(out, env={**ENV, "NOTION_CLIENT_SECRET": "s"}))["notion"]
     assert notion.auth == "oauth"

@@ -14,11 +14,11 @@ from pathlib import Path
 
 from gateway.commands.arguments import CLIENTS
 from gateway.commands.importer.merge import import_sources
-from gateway.commands.importer.sources import FORMATS, PROG, InputError, Source, collect_sources
+from gateway.commands.importer.sources import FORMATS, NOT_APPROVED, PROG, InputError, Source, collect_sources
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of ``prefixgate import`` (dests: paths, source, out, force)."""
+    """The options of ``prefixgate import`` (dests: paths, source, out, force, approve_project_servers)."""
     parser.add_argument(
         "paths",
         nargs="*",
@@ -35,6 +35,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--out", metavar="FILE", help="write the config to FILE (mode 0600) instead of stdout")
     parser.add_argument("--force", action="store_true", help="let --out overwrite an existing file")
+    parser.add_argument(
+        "--approve-project-servers",
+        action="store_true",
+        help="import a project .mcp.json's servers enabled though Claude Code has not approved them "
+        "(those it rejected stay disabled)",
+    )
 
 
 def _write_out(path: str, text: str, force: bool) -> None:
@@ -98,6 +104,10 @@ def run(args: argparse.Namespace, *, env: Mapping[str, str] | None = None, cwd: 
         if to_file and not args.force and os.path.lexists(args.out):
             raise InputError(f"{args.out} already exists; pass --force to overwrite it")
         sources, notes = collect_sources(args.paths, args.source, env=env, cwd=cwd)
+        if args.approve_project_servers:
+            for entry in (entry for source in sources for entry in source.entries):
+                if entry.scope_disabled == NOT_APPROVED:
+                    entry.scope_disabled = None
         result = import_sources(sources)
         if result.servers == 0:
             for line in [*notes, *result.messages[:-1]]:

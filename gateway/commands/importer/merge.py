@@ -59,7 +59,7 @@ def import_sources(sources: Sequence[Source]) -> Result:
     placed: dict[str, Placed] = {}
     families: dict[str, list[str]] = {}
     skipped: list[str] = []
-    secret_comments: dict[tuple[str, str], str] = {}
+    comments: dict[tuple[str, str], str] = {}
     total_entries = 0
     renamed = merged = suffixed = secrets = 0
     # Names already valid as ids, of entries not yet placed: each is that entry's own id, so a
@@ -119,6 +119,8 @@ def import_sources(sources: Sequence[Source]) -> Result:
                 )
             for kind, where, text in translated.notes:
                 say(kind, f"servers.{server_id}{'.' + where if where else ''}: {text}")
+            if entry.scope_disabled:  # why, in the file too, above the line to change
+                comments[(server_id, "enabled")] = entry.scope_disabled
             for where, var, write in find_secrets(server_id, translated.fields):
                 secrets += 1
                 say(
@@ -126,10 +128,10 @@ def import_sources(sources: Sequence[Source]) -> Result:
                     f"servers.{server_id}.{where} holds a literal secret; set {var} in your environment "
                     f"(export {var}=...) and write {write}",
                 )
-                secret_comments[(server_id, where)] = f"literal secret: set {var} in the environment and write {write}"
+                comments[(server_id, where)] = f"literal secret: set {var} in the environment and write {write}"
 
     enabled = sum(1 for p in placed.values() if p.fields.get("enabled", True))
-    text = _render(sources, placed, skipped, secret_comments)
+    text = _render(sources, placed, skipped, comments)
     if placed and not enabled:
         say(
             "warning",
@@ -192,7 +194,7 @@ def _render(
     sources: Sequence[Source],
     placed: Mapping[str, Placed],
     skipped: Sequence[str],
-    secret_comments: Mapping[tuple[str, str], str],
+    comments: Mapping[tuple[str, str], str],
 ) -> str:
     lines = ["# prefixgate configuration written by `prefixgate import` from:"]
     for source in sources:
@@ -214,7 +216,7 @@ def _render(
             if isinstance(value, dict):
                 tables.append((key, value))
                 continue
-            for (sid, where), comment in secret_comments.items():
+            for (sid, where), comment in comments.items():
                 if sid == server_id and (where == key or where.startswith(key + "[")):
                     lines.append(toml_comment(f"# {where}: {comment}"))
             lines.append(f"{toml_key(key)} = {toml_value(value)}")
@@ -222,7 +224,7 @@ def _render(
             lines.append("")
             lines.append(f"[servers.{toml_key(server_id)}.{table}]")
             for key, value in values.items():
-                hint = secret_comments.get((server_id, f"{table}.{key}"))
+                hint = comments.get((server_id, f"{table}.{key}"))
                 if hint:
                     lines.append(toml_comment(f"# {hint}"))
                 lines.append(f"{toml_key(key)} = {toml_value(value)}")

@@ -57,7 +57,8 @@ class Entry:
     source: Source
     project_dir: str | None = None
     scope_disabled: str | None = None
-    """Why the source's own scope disables it (Claude Code ``disabledMcpServers``)."""
+    """Why the source's own scope disables it (Claude Code ``disabledMcpServers``, a project
+    server Claude Code has not approved: ``NOT_APPROVED``)."""
 
 
 def _key_path(*parts: str) -> str:
@@ -234,15 +235,41 @@ def _project_dir(fmt: str, path: Path, env: Mapping[str, str]) -> str | None:
     return None
 
 
-def _rejected_project_servers(project_dir: str, env: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
-    """The servers of ``project_dir``'s ``.mcp.json`` the user rejected in Claude Code, each with
-    where it is rejected, and notes on settings that could not be read.
+@dataclass
+class ProjectChoices:
+    """What the user told Claude Code about the servers of one project's ``.mcp.json``."""
+
+    rejected: dict[str, str] = field(default_factory=dict)
+    """Each rejected server, with where it is rejected."""
+    approved: set[str] = field(default_factory=set)
+    approve_all: bool = False
+    notes: list[str] = field(default_factory=list)
+    """Settings files that could not be read."""
+
+    def reason_disabled(self, name: str) -> str | None:
+        """Why an import must not enable ``name``, or None when Claude Code would run it."""
+        if name in self.rejected:
+            return f"Claude Code rejected this project server ({self.rejected[name]})"
+        if self.approve_all or name in self.approved:
+            return None
+        return NOT_APPROVED
+
+
+NOT_APPROVED = (
+    "Claude Code has not approved this project server (enabledMcpjsonServers, enableAllProjectMcpServers); "
+    "review its command, then set enabled = true, or import with --approve-project-servers"
+)
+
+
+def _project_choices(project_dir: str, env: Mapping[str, str]) -> ProjectChoices:
+    """The user's choices in Claude Code about the servers of ``project_dir``'s ``.mcp.json``.
 
     Claude Code asks before it runs a server a project's ``.mcp.json`` brings (a cloned repository
-    can name any command) and keeps a refusal as ``disabledMcpjsonServers``, which rejects the
-    server in any settings file: ``~/.claude.json``'s ``projects.<dir>``, ``~/.claude/settings.json``,
-    the project's ``.claude/settings.json`` and ``.claude/settings.local.json``. An import must not
-    start what the user refused there."""
+    can name any command). It keeps an approval as ``enabledMcpjsonServers`` (or every server's,
+    ``enableAllProjectMcpServers``) and a refusal as ``disabledMcpjsonServers``, which wins, in any
+    settings file: ``~/.claude.json``'s ``projects.<dir>``, ``~/.claude/settings.json``, the
+    project's ``.claude/settings.json`` and ``.claude/settings.local.json``. An import must not
+    start what the user refused there, nor what nobody approved yet."""
     home = Path(env.get("HOME") or str(Path.home()))
     config_dir = Path(env["CLAUDE_CONFIG_DIR"]) if env.get("CLAUDE_CONFIG_DIR") else None
     project = Path(project_dir)
@@ -252,15 +279,14 @@ def _rejected_project_servers(project_dir: str, env: Mapping[str, str]) -> tuple
         project / ".claude" / "settings.json",
         project / ".claude" / "settings.local.json",
     ]
-    rejected: dict[str, str] = {}
-    notes: list[str] = []
+    choices = ProjectChoices()
     for file in files:
         if not file.is_file():
             continue
         try:
             data = _parse_json(_read_text(file, str(file)), str(file))
         except InputError as exc:
-            notes.append(f"{exc}; its disabledMcpjsonServers are not applied")
+            choices.notes.append(f"{exc}; its choices about project servers are not applied")
             continue
         if not isinstance(data, dict):
             continue
@@ -273,11 +299,17 @@ def _rejected_project_servers(project_dir: str, env: Mapping[str, str]) -> tuple
                 if os.path.realpath(key) == real
             ]
         for prefix, scope in scopes:
-            names = scope.get("disabledMcpjsonServers") if isinstance(scope, dict) else None
+            if not isinstance(scope, dict):
+                continue
+            if scope.get("enableAllProjectMcpServers") is True:
+                choices.approve_all = True
+            names = scope.get("enabledMcpjsonServers")
+            choices.approved.update(n for n in (names if isinstance(names, list) else ()) if isinstance(n, str))
+            names = scope.get("disabledMcpjsonServers")
             for name in names if isinstance(names, list) else ():
                 if isinstance(name, str):
-                    rejected.setdefault(name, f"{file}: {prefix}disabledMcpjsonServers")
-    return rejected, notes
+                    choices.rejected.setdefault(name, f"{file}: {prefix}disabledMcpjsonServers")
+    return choices
 
 
 def read_source(path: Path, shown: str, fmt: str | None, env: Mapping[str, str]) -> Source:
@@ -326,11 +358,10 @@ def read_source(path: Path, shown: str, fmt: str | None, env: Mapping[str, str])
         servers = _servers_object(data, "mcpServers", shown, "mcpServers")
         add(servers, "mcpServers", project=source.project_dir)
         if source.project_dir is not None and servers:
-            rejected, notes = _rejected_project_servers(source.project_dir, env)
-            source.notes += notes
+            choices = _project_choices(source.project_dir, env)
+            source.notes += choices.notes
             for entry in source.entries:
-                if entry.name in rejected:
-                    entry.scope_disabled = f"Claude Code rejected this project server ({rejected[entry.name]})"
+                entry.scope_disabled = choices.reason_disabled(entry.name)
         projects = data.get("projects", {})
         if not isinstance(projects, dict):
             raise InputError(f"{shown}: projects: expected an object, found {type_name(projects)}")
