@@ -858,6 +858,9 @@ def parse_config(
     profiles = {
         name: _profile(name, profiles_table[name], client, policy, gateway, tables) for name in sorted(profiles_table)
     }
+    _function_room("client", client, spill)
+    for name, profile in profiles.items():
+        _function_room(f"profiles.{name}.client", profile.client, spill)
     return Config(
         path=path,
         gateway=gateway,
@@ -892,6 +895,23 @@ def _client_names(where: str, client: ClientConfig, gateway: GatewayConfig) -> N
                 f"({client.reserve_tokens}), keep_recent_tokens ({client.keep_recent_tokens}) and "
                 f"system_prompt_tokens ({client.system_prompt_tokens}) are taken: raise it or lower those",
             )
+
+
+def _function_room(where: str, client: ClientConfig, spill: SpillConfig) -> None:
+    """``max_functions`` leaves room for the gateway's own tools: on-demand declarations (what
+    ``auto`` falls back to) are ``tool_search`` and ``tool_call``, and ``artifact_read`` while
+    spilling, before any catalog tool. Below that no plan fits once the fallback is needed, and
+    whether it is depends on the servers' lists: found at load, not once every server has started.
+    (``declarations = "fixed"`` never falls back: its limit is the catalog's, checked at each build.)"""
+    limit = client.max_functions
+    if limit is None or client.declarations == "fixed":
+        return
+    meta = ["tool_search", "tool_call", *(["artifact_read"] if spill.enabled else [])]
+    if limit < len(meta):
+        raise ConfigError(
+            f"{where}.max_functions",
+            f"{limit} is below the gateway's own tools ({', '.join(meta)}): at least {len(meta)}",
+        )
 
 
 def _not_allowed(text: str, naming: str) -> str | None:

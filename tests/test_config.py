@@ -40,6 +40,13 @@ def test_defaults() -> None:
 
 
 
+def test_max_functions_may_be_as_low_as_the_gateways_own_tools() -> None:
+    assert parse({**BASE, "client": {"max_functions": 3}}).client.function_limit == 3
+    assert parse({**BASE, "client": {"max_functions": 2}, "spill": {"enabled": False}}).client.function_limit == 2
+    # declarations = "fixed" never falls back to the meta tools: its limit is the catalog's (checked at each build).
+    assert parse({**BASE, "client": {"max_functions": 1, "declarations": "fixed"}}).client.function_limit == 1
+
+
 def test_client_defaults_are_the_policy_defaults() -> None:
     """An empty [client] table decides exactly like the catalog's default policy."""
     policy = client_policy(parse(BASE))
@@ -75,6 +82,15 @@ def test_client_defaults_are_the_policy_defaults() -> None:
         ({**BASE, "policy": {"allow": []}}, "policy.allow: unknown key"),
         ({**BASE, "client": {"max_functions": 0}}, "client.max_functions: expected an integer >= 1"),
         ({**BASE, "client": {"max_functions": -5}}, "client.max_functions: expected an integer >= 1"),
+        # Below the gateway's own tools no plan fits once auto falls back: at load, not after the start.
+        ({**BASE, "client": {"max_functions": 2}},
+         "client.max_functions: 2 is below the gateway's own tools (tool_search, tool_call, artifact_read): "
+         "at least 3"),
+        ({**BASE, "client": {"max_functions": 1, "declarations": "on-demand"}, "spill": {"enabled": False}},
+         "client.max_functions: 1 is below the gateway's own tools (tool_search, tool_call): at least 2"),
+        ({**BASE, "profiles": {"p": {"client": {"max_functions": 1}}}},
+         "profiles.p.client.max_functions: 1 is below the gateway's own tools (tool_search, tool_call, artifact_read): "
+         "at least 3"),
         ({**BASE, "client": {"context_window": 30000}},
          "client.context_window: 30000 leaves -6384 tokens for declarations once reserve_tokens (16384), "
          "keep_recent_tokens (20000) and system_prompt_tokens (0) are taken: raise it or lower those"),
@@ -262,6 +278,7 @@ def test_example_config_is_valid_and_runs_on_this_machine() -> None:
         ('[servers.git]\ncommand = "x"\nenv = { "A=B" = "1" }\n', "servers.git.env.A=B: not a valid environment"),
         ('[servers.git]\ncommand = "x"\nargs = ["\\u0000"]\n', "servers.git.args[0]: contains a NUL"),
         ('[servers.web]\nurl = "http://127.0.0.1:99999/mcp"\n', "servers.web.url: not a valid URL: Port out of range"),
+        ('[client]\nmax_functions = 2\n[servers.git]\ncommand = "x"\n', "client.max_functions: 2 is below"),
     ],
 )
 @pytest.mark.parametrize("command", ["serve", "catalog"])

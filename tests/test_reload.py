@@ -500,6 +500,26 @@ async def test_a_reloaded_max_age_days_sets_the_expiry_of_the_next_artifacts_in_
 
 
 @pytest.mark.anyio
+async def test_a_max_functions_below_the_gateways_own_tools_is_refused_as_a_config_error(tmp_path: Path) -> None:
+    """A limit below the meta tools is the config's error, the line ``serve`` exits 2 with; a
+    reload to it is refused with that line. It was found only once a catalog was built from
+    the servers' lists (exit 1 after the start; a reload refused naming the plan, not the key)."""
+    line = (
+        "client.max_functions: 2 is below the gateway's own tools (tool_search, tool_call, artifact_read): at least 3"
+    )
+    config = write_config(tmp_path, servers("a"))
+    with http_serving(config) as (url, _, log):
+        async with sdk_client(url, "auto") as client:
+            await wait_for(lambda: "catalog: " in log.read_text())
+            write_config(tmp_path, servers("a"), client={"max_functions": 2}, policy={"deny": ["a__*"]})
+            refusal = f"config reload (the file changed) refused: {line}; the running config keeps serving"
+            await wait_for(lambda: refusal in log.read_text())
+            assert text(await client.call_tool("a__echo", {"text": "still"})) == "still"  # its deny is not taken
+    proc = run_cli("serve", "--config", str(config))
+    assert proc.returncode == 2 and proc.stderr.splitlines() == [f"prefixgate: config error: {line}"]
+
+
+@pytest.mark.anyio
 async def test_a_file_whose_catalog_cannot_be_declared_is_refused_whole(tmp_path: Path) -> None:
     """``declarations = "fixed"`` over the client's function limit exits 1 at start; a reload
     to it is refused whole, one line, as a file that does not parse. It was half applied: its
