@@ -97,12 +97,14 @@ async def discover(config: Config, hub: Hub) -> Epoch:
     why = ", ".join(f"{held[kind]} {kind}" for kind in ("excluded", "quarantined", "duplicate") if held[kind])
     # Each server's "ready: N tools" line counts what it listed; say what became of the rest.
     listing = "" if listed == len(epoch.catalog.entries) else f" ({listed} listed" + (f": {why}" if why else "") + ")"
+    # Counted against the config in force (``hub.config``): the servers ready are the hub's, which
+    # a reload during the barrier changed too (it said "from 3 of 2 servers" after adding one).
     log.info(
         "%scatalog: %s from %d of %s%s; %s, %d declared, %d deferred; fingerprint %s",
         f"profile {config.profile}: " if config.profile else "",
         plural(len(epoch.catalog.entries), "tool"),
         len(ready),
-        plural(len(config.enabled_servers), "server"),
+        plural(len(hub.config.enabled_servers), "server"),
         listing,
         decision.mode,
         decision.function_count,
