@@ -17,7 +17,7 @@ import httpx2
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.helpers import ERAS, demo, http_gateway, run_cli, sdk_client, write_config
+from tests.helpers import ERAS, demo, http_gateway, run_cli, sdk_client, text, wait_for, write_config
 
 SECRET_ARGUMENT = "an-argument-nobody-may-log"
 TOKEN = "token-nobody-may-log"
@@ -249,6 +249,39 @@ async def test_a_refused_tool_call_is_audited_without_the_argument_names_the_cli
     (line,) = [json.loads(x) for x in (tmp_path / "state" / "audit" / "calls.jsonl").read_text().splitlines()]
     assert (line["tool"], line["decision"], line["outcome"]) == ("tool_call", "invalid", "refused")
     assert line["reason"] == "tool_call: unknown argument(s)."
+
+
+@pytest.mark.anyio
+async def test_a_servers_restarts_count_on_across_reloads(tmp_path: Path) -> None:
+    """``prefixgate_server_restarts_total`` is a counter: only the gateway's own restart resets
+    it. A reload that replaced a server's process (its table changed) began its count at 0
+    again, which ``rate()`` reads as a reset; a server removed and added again by reloads
+    counts on from its last count as well (no series while it is gone)."""
+
+    def config(**servers: dict[str, Any]) -> Path:
+        return write_config(tmp_path, servers)
+
+    def restarts(body: str) -> float | None:
+        return scraped(body).get(("prefixgate_server_restarts_total", (("server", "a"),)))
+
+    a, b = demo("--tools", 1, "--name", "a"), demo("--tools", 1, "--name", "b")
+    with http_gateway(config(a=a, b=b)) as (url, log):
+        metrics_url = url.removesuffix("/mcp") + "/metrics"
+
+        async def reloaded(summary: str) -> str:
+            await wait_for(lambda: f"config reloaded (the file changed): {summary}" in log.read_text())
+            return (await http.get(metrics_url)).text
+
+        async with httpx2.AsyncClient() as http, sdk_client(url, "auto") as client:
+            assert (await client.call_tool("a__crash", {"status": 9})).is_error
+            assert text(await client.call_tool("a__echo", {"text": "back"})) == "back"  # (after its restart)
+            assert restarts((await http.get(metrics_url)).text) == 1
+            config(a=demo("--tools", 2, "--name", "a"), b=b)
+            assert restarts(await reloaded("restarted 'a'")) == 1
+            config(b=b)
+            assert restarts(await reloaded("removed 'a'")) is None
+            config(a=a, b=b)
+            assert restarts(await reloaded("added 'a'")) == 1
 
 
 def test_tool_call_series_stay_bounded_when_tool_names_churn() -> None:

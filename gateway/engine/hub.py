@@ -79,6 +79,9 @@ class Hub:
         else:
             self.downstreams = [shared.by_id[s.id] for s in config.servers]
         self.by_id: dict[str, Downstream] = {d.id: d for d in self.downstreams}
+        self.restarts_before: dict[str, int] = {}
+        """Restarts of the servers a reload stopped, by id: the one that replaces a server (or adds
+        it again) counts on from there (``gateway.engine.reload``), as a Prometheus counter must."""
         self.router = Router(self.by_id, config.policy, config.spill)
         self.checks: CheckCache = shared.checks if shared else CheckCache(config.gateway.state_dir, persist=persist)
         self.store: StateStore = shared.store if shared else CountedStore(state_store(config))

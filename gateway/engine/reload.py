@@ -121,6 +121,7 @@ async def apply(hub: Hub, new: Config) -> Plan:
     listed = {s.id: contribution(hub.by_id[s.id]) for s in changes.changed if hub.by_id[s.id].listed}
     # 1. Servers that go are stopped now (their in-flight calls end as isError naming the reload).
     for server_id in sorted(going):
+        hub.restarts_before[server_id] = hub.by_id[server_id].restarts
         hub.by_id[server_id].stop(REASON)
         hub.instances.stop_server(server_id, REASON)  # its per-principal processes go with it
     # 2. Every hub takes its view: the servers it sees, its client, policy and spill settings.
@@ -128,6 +129,9 @@ async def apply(hub: Hub, new: Config) -> Plan:
     oauth = oauth_setup(first)
     started = [Downstream(server, hub, oauth=oauth) for server in (*changes.added, *changes.changed)]
     for downstream in started:
+        # ``prefixgate_server_restarts_total`` only a process restart may reset: a server's new
+        # process (a changed table, or a server removed and added again) counts on from its last.
+        downstream.restarts = hub.restarts_before.pop(downstream.id, 0)
         if downstream.id in listed and downstream.config.enabled:
             # A restarted server's lists stand for it until it lists its own, as at a warm start
             # (its calls wait for it): the same tools are the same bytes, so no prompt cache
