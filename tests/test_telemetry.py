@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 from pathlib import Path
 from typing import Any
 
+import anyio
+import anyio.from_thread
 import httpx2
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -282,6 +285,58 @@ async def test_a_servers_restarts_count_on_across_reloads(tmp_path: Path) -> Non
             assert restarts(await reloaded("removed 'a'")) is None
             config(a=a, b=b)
             assert restarts(await reloaded("added 'a'")) == 1
+
+
+@pytest.mark.anyio
+async def test_a_scrape_reads_the_running_gateway_on_its_event_loop() -> None:
+    """A scrape is rendered in a thread (``serve --http``'s ``/metrics`` in a worker, the metrics
+    listener in its own), beside the event loop, which changes what the scrape reads at any step:
+    a per-principal server's instances start and stop, a reload replaces the servers' list. Read
+    from the thread, the instances' ``OrderedDict`` could change mid-iteration: the scrape failed
+    (``OrderedDict mutated during iteration``) or counted a half-changed state. Here the loop
+    starts an instance whenever the thread is between two steps of that iteration."""
+    from collections import OrderedDict
+    from types import SimpleNamespace
+
+    from gateway.engine.instances import Instances
+    from gateway.engine.metrics import Metrics
+
+    loop = threading.get_ident()
+
+    class Changing(OrderedDict[object, Any]):
+        def values(self) -> Any:
+            for value in super().values():
+                if threading.get_ident() != loop:  # the loop runs on meanwhile: an instance starts
+                    anyio.from_thread.run_sync(self.__setitem__, object(), value)
+                yield value
+
+    server = SimpleNamespace(id="s", status="ready", restarts=0, config=SimpleNamespace(instances="per-principal"))
+    instances = Instances(events=None)  # type: ignore[arg-type]  # (no instance is started here)
+    instance = SimpleNamespace(downstream=server)
+    instances._servers["s"] = Changing({"alice": instance, "bob": instance})
+    hub = SimpleNamespace(
+        downstreams=[server],
+        instances=instances,
+        router=SimpleNamespace(epoch=None),
+        config=SimpleNamespace(profile=None),
+        round_trips=[],
+        clients=SimpleNamespace(connected=[]),
+        store=SimpleNamespace(),
+    )
+    metrics = Metrics()
+    metrics.watch(lambda: [hub], None, None)
+
+    def listener() -> bytes:  # the metrics listener's own thread (not one of anyio's workers)
+        found: list[bytes] = []
+        thread = threading.Thread(target=lambda: found.append(metrics.text()))
+        thread.start()
+        thread.join()
+        return found[0] if found else b""
+
+    with anyio.fail_after(60):
+        for scrape in (metrics.text, listener):
+            body = (await anyio.to_thread.run_sync(scrape)).decode()
+            assert scraped(body)[("prefixgate_server_instances", (("server", "s"),))] == 2
 
 
 def test_tool_call_series_stay_bounded_when_tool_names_churn() -> None:

@@ -10,11 +10,15 @@ accepts. Never an argument, a token or an id a peer chose.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import anyio
+import anyio.from_thread
+import anyio.lowlevel
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -116,7 +120,8 @@ class Metrics:
 
     def watch(self, hubs: Hubs, audit: AuditLog | None, artifacts: Path | None) -> None:
         """Read the running gateway at each scrape (``hubs``: every profile's hub, the first one
-        first; ``artifacts``: the file store's artifact directory, None for another store)."""
+        first; ``artifacts``: the file store's artifact directory, None for another store).
+        Called on the gateway's event loop: the scrapes read the hubs there."""
         self.registry.register(Gauges(hubs, audit, artifacts))
 
     def text(self) -> bytes:
@@ -154,6 +159,12 @@ class Gauges(Collector):
         self._artifacts = artifacts
         self._disk: tuple[float, int, int] | None = None
         """When the artifact directory was last read, its artifacts and their bytes."""
+        try:
+            self._loop: anyio.lowlevel.EventLoopToken | None = anyio.lowlevel.current_token()
+        except RuntimeError:  # (made outside an event loop: nothing runs beside the scrape)
+            self._loop = None
+        self._loop_thread = threading.get_ident()
+        """The event loop the hubs belong to, and its thread."""
 
     def _on_disk(self) -> tuple[int, int] | None:
         if self._artifacts is None:
@@ -171,10 +182,44 @@ class Gauges(Collector):
         return []  # collected on each scrape only (the registry must not call collect at registration)
 
     def collect(self) -> Iterable[Metric]:
+        live = self._on_loop()
+        if live is None:
+            return
+        yield from live
+        disk = self._on_disk()
+        if disk is not None:
+            yield GaugeMetricFamily("prefixgate_artifacts", "Artifacts kept on disk.", value=float(disk[0]))
+            yield GaugeMetricFamily(
+                "prefixgate_artifact_bytes", "Bytes of the artifacts on disk.", value=float(disk[1])
+            )
+        if self._audit is not None:
+            lost = CounterMetricFamily(
+                "prefixgate_audit_lines_lost", "Audit lines not written, by why.", labels=("why",)
+            )
+            lost.add_metric(("queue_full",), float(self._audit.dropped))
+            lost.add_metric(("write_failed",), float(self._audit.failed))
+            yield lost
+
+    def _on_loop(self) -> list[Metric] | None:
+        """``_live``, run on the event loop. A scrape is rendered in a thread (``/metrics`` of
+        ``serve --http`` in a worker, the metrics listener in its own), but the hubs change on
+        the loop between any two of the thread's steps: a server's instances start and stop
+        (``OrderedDict mutated during iteration``), a reload replaces the servers' list in place
+        (a snapshot half old, half new). On the loop, the read is one consistent snapshot."""
+        if self._loop is None or threading.get_ident() == self._loop_thread:
+            return self._live()
+        try:
+            return anyio.from_thread.run_sync(self._live, token=self._loop)
+        except anyio.RunFinishedError:  # (the gateway is exiting: nothing left to read)
+            return None
+
+    def _live(self) -> list[Metric] | None:
+        """What the hubs hold now (None: no hub)."""
         hubs = self._hubs()
         if not hubs:
-            return
+            return None
         first = hubs[0]
+        found: list[Metric] = []
         status = GaugeMetricFamily(
             "prefixgate_server_status", "1 for each server's current status.", labels=("server", "status")
         )
@@ -183,8 +228,7 @@ class Gauges(Collector):
             for name in STATUSES:
                 status.add_metric((d.id, name), 1.0 if d.status == name else 0.0)
             restarts.add_metric((d.id,), float(d.restarts))
-        yield status
-        yield restarts
+        found += (status, restarts)
         instances = GaugeMetricFamily(
             "prefixgate_server_instances",
             'Processes running for one principal each, per server with instances = "per-principal".',
@@ -193,7 +237,7 @@ class Gauges(Collector):
         for d in first.downstreams:
             if d.config.instances == "per-principal":
                 instances.add_metric((d.id,), float(len(first.instances.running(d.id))))
-        yield instances
+        found.append(instances)
         info = InfoMetricFamily("prefixgate_catalog", "The catalog each profile publishes.", labels=("profile",))
         tools = GaugeMetricFamily(
             "prefixgate_catalog_tools",
@@ -209,19 +253,20 @@ class Gauges(Collector):
             deferred = len(epoch.decision.deferred_names)
             tools.add_metric((profile, "deferred"), float(deferred))
             tools.add_metric((profile, "declared"), float(len(epoch.catalog.entries) - deferred))
-        yield info
-        yield tools
-        yield GaugeMetricFamily(
-            "prefixgate_round_trips_waiting",
-            "Calls of 2026-07-28 clients waiting for the client's input.",
-            value=float(len(first.round_trips)),
+        found += (info, tools)
+        found.append(
+            GaugeMetricFamily(
+                "prefixgate_round_trips_waiting",
+                "Calls of 2026-07-28 clients waiting for the client's input.",
+                value=float(len(first.round_trips)),
+            )
         )
         clients = GaugeMetricFamily(
             "prefixgate_client_sessions", "Handshake-era client sessions connected, by profile.", labels=("profile",)
         )
         for hub in hubs:
             clients.add_metric((hub.config.profile or "default",), float(len(hub.clients.connected)))
-        yield clients
+        found.append(clients)
         counts = getattr(first.store, "counts", None)
         if counts is not None:
             operations = CounterMetricFamily(
@@ -232,17 +277,5 @@ class Gauges(Collector):
             )
             for (operation, outcome), count in sorted(counts.items()):
                 operations.add_metric((first.store.kind, operation, outcome), float(count))
-            yield operations
-        disk = self._on_disk()
-        if disk is not None:
-            yield GaugeMetricFamily("prefixgate_artifacts", "Artifacts kept on disk.", value=float(disk[0]))
-            yield GaugeMetricFamily(
-                "prefixgate_artifact_bytes", "Bytes of the artifacts on disk.", value=float(disk[1])
-            )
-        if self._audit is not None:
-            lost = CounterMetricFamily(
-                "prefixgate_audit_lines_lost", "Audit lines not written, by why.", labels=("why",)
-            )
-            lost.add_metric(("queue_full",), float(self._audit.dropped))
-            lost.add_metric(("write_failed",), float(self._audit.failed))
-            yield lost
+            found.append(operations)
+        return found
