@@ -617,6 +617,27 @@ def test_toml_string_is_valid_and_exact(value: str) -> None:
     assert expand("x", escape_literal(value), {}) == value
 
 
+def test_names_from_the_files_are_printed_with_c1_controls_escaped_as_c0_ones(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A server name or key holding U+009B (a terminal's CSI) or U+0085 was printed raw in the
+    import's messages, and in the config's comments, where ESC (C0) was escaped: now both are
+    written as ``\\u009b``, as ESC is (``\\u001b``)."""
+    config = {
+        "mcpServers": {
+            "bad\x9b31m name\x1b": {"command": "x"},
+            "s\x85": {"url": "ftp://example.com"},
+        }
+    }
+    path = tmp_path / "claude_desktop_config.json"
+    path.write_text(json.dumps(config), encoding="utf-8")
+    code, out, err = do_import(capsys, path)
+    assert code == 0, err
+    assert '"bad\\u009b31m name\\u001b"' in err and '"s\\u0085"' in err, err
+    assert not any(0x80 <= ord(c) <= 0x9F or ord(c) < 0x20 and c != "\n" for c in err + out), (err, out)
+    assert "\\u0085" in out
+
+
 def test_dollar_before_a_reference_cannot_be_written(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / ".mcp.json"
     path.write_text(json.dumps({"mcpServers": {"a": {"command": "x", "args": ["$${HOME}"]}, "b": {"command": "y"}}}))

@@ -57,11 +57,12 @@ def toml_value(value: Any) -> str:
 
 
 def toml_comment(text: str) -> str:
-    """One comment line's text: control characters and surrogates escaped."""
+    """One comment line's text: control characters (C0, DEL and C1: U+009B is a terminal's CSI
+    where the config is printed) and surrogates escaped."""
     out = []
     for ch in text:
         code = ord(ch)
-        if code < 0x20 or code == 0x7F or 0xD800 <= code <= 0xDFFF:
+        if code < 0x20 or 0x7F <= code <= 0x9F or 0xD800 <= code <= 0xDFFF:
             out.append(f"\\u{code:04X}")
         else:
             out.append(ch)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -10,7 +9,7 @@ from typing import Any
 
 from gateway.commands.importer.credentials import find_secrets
 from gateway.commands.importer.names import sanitize_id
-from gateway.commands.importer.sources import CLIENT_NAMES, PROG, Entry, Source
+from gateway.commands.importer.sources import CLIENT_NAMES, PROG, Entry, Source, quoted
 from gateway.commands.importer.translate import Skip, translate
 from gateway.commands.toml_writer import toml_comment, toml_key, toml_value
 from gateway.config import ConfigError, parse_config
@@ -74,7 +73,7 @@ def import_sources(sources: Sequence[Source]) -> Result:
             total_entries += 1
             if ahead[entry.name] > 0:
                 ahead[entry.name] -= 1
-            label = json.dumps(entry.name, ensure_ascii=False)
+            label = quoted(entry.name)
             try:
                 translated = translate(entry)
                 refused_by_prefixgate(translated.fields)

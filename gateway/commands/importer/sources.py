@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from catalog.text import escape
+
 FORMATS = ("claude-desktop", "claude-code", "cursor", "vscode", "codex", "gemini")
 CLIENT_NAMES = {
     "claude-desktop": "Claude Desktop",
@@ -61,10 +63,17 @@ class Entry:
     server Claude Code has not approved: ``NOT_APPROVED``)."""
 
 
+def quoted(text: str) -> str:
+    """A name or key from a file as a message shows it: a JSON string whose every character
+    that is not printable is escaped (``json.dumps`` leaves C1 controls raw, U+009B a
+    terminal's CSI among them, as it does U+2028 and the bidi overrides)."""
+    return escape(json.dumps(text, ensure_ascii=False))
+
+
 def _key_path(*parts: str) -> str:
     out = parts[0]
     for part in parts[1:]:
-        out += "[" + json.dumps(part, ensure_ascii=False) + "]"
+        out += "[" + quoted(part) + "]"
     return out
 
 

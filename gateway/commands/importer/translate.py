@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -10,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.commands.importer.names import VAR_NAME, env_var_name, input_var_name
-from gateway.commands.importer.sources import CLIENT_NAMES, Entry, type_name
+from gateway.commands.importer.sources import CLIENT_NAMES, Entry, quoted, type_name
 from gateway.config import DEFAULT_MAX_CALL_TIME
 
 _PLACEHOLDER = re.compile(r"\$\{([^}]*)\}")
@@ -186,7 +185,7 @@ class _Translator:
                 desc = spec.get("description")
                 extra = []
                 if isinstance(desc, str) and desc:
-                    extra.append(json.dumps(desc, ensure_ascii=False))
+                    extra.append(quoted(desc))
                 if spec.get("password"):
                     extra.append("password")
                 what = f'VS Code input "{input_id}"' + (f" ({', '.join(extra)})" if extra else "")
