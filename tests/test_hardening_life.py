@@ -141,6 +141,34 @@ async def test_a_loopback_name_in_capitals_is_the_same_host(tmp_path: Path, mode
             assert text(await client.call_tool("d__echo", {"text": mode})) == mode
 
 
+@pytest.mark.parametrize("mode", ERAS)
+async def test_an_origin_in_capitals_is_the_same_origin(tmp_path: Path, mode: str) -> None:
+    """An origin's scheme and host are case-insensitive (RFC 6454, 3986), but the Origin was
+    compared as sent: ``Origin: HTTP://LOCALHOST:PORT`` was refused 403 on every path of a
+    loopback bind. Now it is the origin it names, on ``/mcp`` (the real SDK client) and the
+    gateway's own paths; a foreign origin in capitals is still refused."""
+    config = write_config(tmp_path, {"d": demo("--tools", 1)})
+    with http_gateway(config) as (url, _):
+        port = urlsplit(url).port
+        base = url.removesuffix("/mcp")
+        async with httpx2.AsyncClient() as plain:
+
+            async def ready() -> bool:
+                return (await plain.get(base + "/readyz")).status_code == 200
+
+            await wait_for(ready)
+            for origin, status in (
+                (f"HTTP://LOCALHOST:{port}", 200),
+                (f"Http://127.0.0.1:{port}", 200),
+                (f"HTTP://EVIL.example:{port}", 403),
+            ):
+                for path in ("/readyz", "/metrics"):
+                    answered = await plain.get(base + path, headers={"origin": origin})
+                    assert answered.status_code == status, (origin, path, answered.text)
+        async with sdk_client(url, mode, headers={"origin": f"HTTP://LocalHost:{port}"}) as client:
+            assert text(await client.call_tool("d__echo", {"text": mode})) == mode
+
+
 # --- item 12: whitespace-only token; slow request bodies -----------------------------------
 
 

@@ -190,11 +190,16 @@ async def test_a_metrics_listener_refuses_a_foreign_host_or_origin(tmp_path: Pat
         await client.call_tool("d__echo", {"text": "x"})
         async with httpx2.AsyncClient() as http:
             url = f"http://127.0.0.1:{port}/metrics"
-            for evil, refusal in (({"host": f"evil.example:{port}"}, 421), ({"origin": "http://evil.example"}, 403)):
+            for evil, refusal in (
+                ({"host": f"evil.example:{port}"}, 421),
+                ({"origin": "http://evil.example"}, 403),
+                ({"origin": f"HTTP://EVIL.example:{port}"}, 403),
+            ):
                 refused = await http.get(url, headers=evil)
                 assert refused.status_code == refusal and "d__echo" not in refused.text, (evil, refused.text)
             local = await http.get(url, headers={"host": f"localhost:{port}", "origin": f"http://127.0.0.1:{port}"})
-            capitals = await http.get(url, headers={"host": f"LOCALHOST:{port}"})  # (a host name in any case)
+            # (a host name in any case, and an origin's scheme and host)
+            capitals = await http.get(url, headers={"host": f"LOCALHOST:{port}", "origin": f"HTTP://LocalHost:{port}"})
     assert local.status_code == 200 and "d__echo" in local.text, local.text
     assert capitals.status_code == 200, capitals.text
 

@@ -103,7 +103,7 @@ _WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 def _same_host(app: _WSGIApp, security: TransportSecuritySettings) -> _WSGIApp:
     """``app`` behind the SDK's Host/Origin check (``TransportSecurityMiddleware``'s own rules;
-    its ``validate_request`` is async and reads a Starlette request), the Host in any case: a
+    its ``validate_request`` is async and reads a Starlette request), Host and Origin in any case: a
     DNS-rebinding page gets 421 or 403, as from ``/mcp``."""
     from http import HTTPStatus
 
@@ -114,8 +114,9 @@ def _same_host(app: _WSGIApp, security: TransportSecuritySettings) -> _WSGIApp:
     check = TransportSecurityMiddleware(security)
 
     def guarded(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        host = environ.get("HTTP_HOST")  # lower-cased, as the HTTP front does (``host_in_lower_case``)
-        refused = rebinding_refusal(check, host and host.lower(), environ.get("HTTP_ORIGIN"))
+        # Both lower-cased, as the HTTP front does (``host_in_lower_case``).
+        host, origin = environ.get("HTTP_HOST"), environ.get("HTTP_ORIGIN")
+        refused = rebinding_refusal(check, host and host.lower(), origin and origin.lower())
         if refused is None:
             return app(environ, start_response)
         status, text = refused[0], refused[1].encode()

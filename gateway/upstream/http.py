@@ -160,18 +160,18 @@ def transport_security(host: str, port: int) -> TransportSecuritySettings:
 
 
 def host_in_lower_case(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
-    """``headers`` with the ``Host`` value lower-cased (a new list only when that changes it).
+    """``headers`` with the ``Host`` and ``Origin`` values lower-cased (a new list only when
+    that changes them).
 
-    Host names are case-insensitive (RFC 9110 7.2, RFC 3986 3.2.2), but the SDK's
-    ``TransportSecurityMiddleware`` compares the header with its allowed hosts exactly, so
-    ``Host: LOCALHOST:PORT`` was refused 421 on a loopback bind. Only ASCII letters change,
-    and a port is digits: the name part is what is normalised. ``Origin`` is left as sent
-    (a browser serialises it in lower case), so its check keeps its meaning."""
+    Host names are case-insensitive (RFC 9110 7.2, RFC 3986 3.2.2), and so are an origin's
+    scheme and host (RFC 6454 4, RFC 3986 3.1), but the SDK's ``TransportSecurityMiddleware``
+    compares both headers with its allowed values exactly, so ``Host: LOCALHOST:PORT`` was
+    refused 421, and ``Origin: HTTP://LOCALHOST:PORT`` 403, on a loopback bind. Only ASCII
+    letters change, and a port is digits (an origin has no path): the scheme and the name
+    are what is normalised, so a foreign host is as foreign in any case."""
     for i, (name, value) in enumerate(headers):
-        if name == b"host":
-            if (lowered := value.lower()) != value:
-                headers = [*headers[:i], (name, lowered), *headers[i + 1 :]]
-            break
+        if name in (b"host", b"origin") and (lowered := value.lower()) != value:
+            headers = [*headers[:i], (name, lowered), *headers[i + 1 :]]
     return headers
 
 
@@ -186,7 +186,8 @@ class Front:
     Every HTTP request passes here once (three wrappers and Starlette's routing cost more
     than the call itself):
 
-    - the ``Host`` header is lower-cased for every check after this one (``host_in_lower_case``);
+    - the ``Host`` and ``Origin`` headers are lower-cased for every check after this one
+      (``host_in_lower_case``);
     - on a loopback bind, a path the gateway answers itself (health, ``/metrics``, 404) gets
       the Host/Origin check ``/mcp`` gets from the SDK, first (421/403, as there): a
       DNS-rebinding page may read none of them (a health probe on loopback names the bound
