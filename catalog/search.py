@@ -42,10 +42,52 @@ _MAX_SCHEMA_DEPTH = 64
 _ALNUM = re.compile(r"[^\W_]+")
 _EDGE_PUNCTUATION = "\"'()[]{}<>,.;:!?`*"
 _WORD = re.compile(r"[A-Z]{2,}s(?![^\W\d_A-Z])|[A-Z]+(?![^\W\d_A-Z])|[A-Z]?[^\W\d_A-Z]+|\d+")
-"""Identifier parts: ``HTTPServer`` -> HTTP, Server; ``getV2Url`` -> get, V, 2, Url; ``URLs``.
+"""Identifier parts of an ASCII word: ``HTTPServer`` -> HTTP, Server; ``getV2Url`` -> get, V,
+2, Url; ``URLs``. A word with any other character is split by ``_parts``, the same rules with
+every capital a capital (``re`` has no class for them)."""
 
-Any letter but an ASCII capital counts as lower case, so non-ASCII words stay whole.
-"""
+
+def _upper(ch: str) -> bool:
+    return ch.isupper() and ch.isalpha()
+
+
+def _lower(ch: str) -> bool:
+    """Any other letter (``[^\\W\\d_A-Z]``: word characters but digits, ``_`` and capitals)."""
+    return ch.isalnum() and not ch.isdecimal() and not ch.isupper()
+
+
+def _parts(word: str) -> list[str]:
+    """``_WORD.findall(word)`` with ``str.isupper`` for ``[A-Z]``: ``getÜbersicht`` -> get,
+    Übersicht and ``ÉTAT`` -> ÉTAT, as ``getUbersicht`` and ``ETAT`` are split (an ASCII
+    capital alone was one, so Ü began no part and É ended one). Each alternative in order,
+    as the pattern tries them; a character in no part is skipped, as by ``findall``."""
+    parts: list[str] = []
+    i, n = 0, len(word)
+    while i < n:
+        start, ch = i, word[i]
+        if _upper(ch):
+            while i < n and _upper(word[i]):
+                i += 1
+            run = i - start
+            before_lower = i < n and _lower(word[i])
+            if run >= 2 and i < n and word[i] == "s" and not (i + 1 < n and _lower(word[i + 1])):
+                i += 1  # ``URLs``: the capitals and their plural s
+            elif before_lower and run >= 2:
+                i -= 1  # ``HTTPServer``: the last capital begins the next part
+            elif before_lower:
+                while i < n and _lower(word[i]):
+                    i += 1
+        elif _lower(ch):
+            while i < n and _lower(word[i]):
+                i += 1
+        elif ch.isdecimal():
+            while i < n and word[i].isdecimal():
+                i += 1
+        else:
+            i += 1
+            continue
+        parts.append(word[start:i])
+    return parts
 
 
 def _is_ideographic(ch: str) -> bool:
@@ -67,7 +109,7 @@ def _analyse(word: str) -> tuple[str, ...]:
     if core.isascii() and core.isalpha() and (core.islower() or core[1:].islower()):
         return (_plural(core.lower()),)  # the common case: a plain word, no regex needed
     out: list[str] = []
-    for part in _WORD.findall(word):
+    for part in _WORD.findall(word) if word.isascii() else _parts(word):
         part = part.casefold()
         if part.isascii() or not any(_is_ideographic(c) for c in part):
             out.append(_plural(part))

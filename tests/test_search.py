@@ -65,6 +65,23 @@ def test_tokens_split_separators_camel_case_and_digits() -> None:
     assert tokens("搜索代码 Größe") == ["搜", "索", "代", "码", "grösse"]
 
 
+def test_a_non_ascii_capital_splits_as_an_ascii_one_does() -> None:
+    """``[A-Z]`` alone was a capital: ``getÜbersicht`` was one word (its Ü began no part) and
+    ``ÉTAT`` two (its É ended one), where ``getUbersicht`` and ``ETAT`` split as camelCase."""
+    unicode = tokens("getÜbersicht HTTPÜber ÉTAT ÉcoleNormale")
+    assert unicode == ["get", "übersicht", "http", "über", "état", "école", "normale"]
+    ascii_ = tokens("getUbersicht HTTPUber ETAT EcoleNormale")
+    assert ascii_ == ["get", "ubersicht", "http", "uber", "etat", "ecole", "normale"]
+    index = SearchIndex([
+        *ENTRIES,
+        tool("de__getÜbersicht", "Zeigt die Übersicht."),
+        tool("fr__lireFichier", "Lit l'ÉTAT du fichier."),
+    ])
+    assert names(index.query("übersicht"))[0] == "de__getÜbersicht"
+    assert names(index.query("get übersicht"))[0] == "de__getÜbersicht"
+    assert names(index.query("état"))[0] == "fr__lireFichier"
+
+
 # -- ranking --------------------------------------------------------------------------
 
 
