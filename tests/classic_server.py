@@ -32,7 +32,9 @@ Usage: ``python -m tests.classic_server`` (stdio) or ``python -m tests.classic_s
 server-filesystem does (``startup_roots_listed()`` says what came back); ``roots_later(n)``
 asks ``n`` times, outside any call, once it has returned (``roots_later_results()``).
 ``--http --sse``: the SSE transport (2024-11-05) at ``/sse`` instead, where a message that
-calls ``echo`` with the text ``refuse me`` is answered 503 with an HTML page (a proxy's);
+calls ``echo`` with the text ``refuse me`` is answered 503 with an HTML page (a proxy's),
+with ``forget me`` 404 (and every later message of its session), with ``forget me once``
+404 the first time only;
 ``--port N``: that port rather than a free one (a server restarted where it was).
 """
 
@@ -496,20 +498,25 @@ def basic_auth_only(app: Any, credentials: str) -> Any:
 FORGOTTEN: set[bytes] = set()
 """``--sse``: the query strings (session ids) of the connections ``forget me`` ended."""
 
+FORGOT_ONCE: list[bytes] = []
+"""``--sse``: the session whose ``forget me once`` was answered 404 (the first only)."""
+
 
 def refusing_posts(app: Any) -> Any:
     """``--sse``: a message calling ``echo`` with ``refuse me`` is answered 503 (a proxy's HTML
     error page, as in a burst of them), and never reaches the server; with ``forget me`` it is
     answered 404, and so is every later message of its session (its event stream stays open,
-    as behind a balancer that sent the messages to a backend that does not know the session)."""
+    as behind a balancer that sent the messages to a backend that does not know the session);
+    with ``forget me once`` the same, the first time only: on the next session it is echoed."""
 
     async def refusing(scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http" or scope["method"] != "POST":
             await app(scope, receive, send)
             return
         body = await read_body(receive)
-        if b'"forget me"' in body:
+        if b'"forget me"' in body or (b'"forget me once"' in body and not FORGOT_ONCE):
             FORGOTTEN.add(scope.get("query_string", b""))
+            FORGOT_ONCE.append(scope.get("query_string", b""))
         if scope.get("query_string", b"") in FORGOTTEN:
             await send({"type": "http.response.start", "status": 404, "headers": [(b"content-type", b"text/plain")]})
             await send({"type": "http.response.body", "body": b"Could not find session"})

@@ -147,6 +147,28 @@ async def test_an_sse_server_that_no_longer_knows_the_session_is_reconnected_at_
 
 
 @pytest.mark.parametrize("mode", ERAS)
+async def test_the_call_an_sse_server_refused_for_a_forgotten_session_goes_again_on_the_next(
+    tmp_path: Path, mode: str
+) -> None:
+    """A message answered 404 was not taken (the server no longer knows the session): the call
+    that met it failed, though a streamable-HTTP server's 404 has its call sent again. It goes
+    once more on the new connection now, and the model sees its answer. The wait for a retry
+    that is scheduled is set to 10 minutes here: a wait that misses the reconnect is a hang."""
+    command = [PYTHON, "-m", "tests.classic_server", "--http", "--sse"]
+    with url_process(command) as (url, _proc):
+        config = write_config(tmp_path, {"old": {"url": url, "transport": "sse", "call_timeout": 30}})
+        env = {"PREFIXGATE_LIVENESS_INTERVAL": "600", "PREFIXGATE_RETRY_SCHEDULED_WAIT": "600"}
+        log = tmp_path / "gw.log"
+        async with sdk_client(config, mode, env=env, errlog=log) as client:
+            with anyio.fail_after(60):  # (a hang: the new connection is opened at once)
+                again = await client.call_tool("old__echo", {"text": "forget me once"})
+                assert not again.is_error and text(again) == "classic:forget me once", text(again)
+                after = await client.call_tool("old__echo", {"text": "after"})
+            assert not after.is_error and text(after) == "classic:after", text(after)
+        assert "no longer knows its session (HTTP 404 to a message)" in log.read_text()
+
+
+@pytest.mark.parametrize("mode", ERAS)
 async def test_an_sse_servers_lost_stream_is_a_lost_connection_at_once(tmp_path: Path, mode: str) -> None:
     """The SSE server restarts: its event stream, which is the connection, ends. That was seen
     only at the next liveness check (15 s), every call failing meanwhile as "closed during the

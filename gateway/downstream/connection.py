@@ -32,6 +32,7 @@ from gateway.downstream.link import Link, ProgressFn, list_all
 from gateway.downstream.listening import ListenStream
 from gateway.downstream.oauth import LoginNeeded, OAuthSetup
 from gateway.downstream.spawn import Spawned
+from gateway.downstream.sseclient import untaken
 from gateway.downstream.stderrtail import informative
 from gateway.downstream.transports import Transport, transport_for
 from gateway.logs import ServerLog
@@ -346,12 +347,19 @@ async def _request(
     d: Downstream, method: str, params: Mapping[str, Any] | None, options: dict[str, Any]
 ) -> dict[str, Any]:
     """``Link.request`` on the connection there is; a call the server refused for its session
-    (HTTP 404: it was not run) goes once more, on the next one (``httpcalls.SessionRefused``),
-    as the spec has a client start a new session and a client directly would send it again."""
-    try:
-        return await (await _usable_link(d)).request(method, params, **options)
-    except SessionRefused:  # (the supervisor opens the next session at once: waited for here)
-        return await (await _usable_link(d)).request(method, params, **options)
+    (HTTP 404: it was not run) goes once more, on the next one (``httpcalls.SessionRefused``;
+    over SSE, ``sseclient.untaken``), as the spec has a client start a new session and a
+    client directly would send it again."""
+    with untaken() as refused:
+        try:
+            return await (await _usable_link(d)).request(method, params, **options)
+        except SessionRefused:
+            pass
+        except MCPError:
+            if not refused:
+                raise
+    # (the supervisor opens the next session at once: waited for here)
+    return await (await _usable_link(d)).request(method, params, **options)
 
 
 async def _usable_link(d: Downstream) -> Link:

@@ -174,11 +174,14 @@ class Link:
 
     @property
     def gone(self) -> bool:
-        """Nothing more will be answered here: a stdio server's process closed its stdout, or a
-        streamable-HTTP server ended the session (a 404; the supervisor opens the next one)."""
+        """Nothing more will be answered here: a stdio server's process closed its stdout, a
+        streamable-HTTP server ended the session (a 404; the supervisor opens the next one), or
+        an SSE connection ended (its event stream over, or a 404 to a message)."""
         child = self.transport.child
         if child is not None:
             return child.stdout_closed.is_set()
+        if (ended := self.transport.ended) is not None:
+            return ended.forgotten or ended.event.is_set()
         calls = self.transport.http_calls
         return calls is not None and calls.session_ended
 

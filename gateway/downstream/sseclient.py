@@ -8,6 +8,10 @@ liveness check (15 s) found the connection dead. Here that POST answers its own 
 with the error, as the SDK's streamable-HTTP transport answers one (the JSON-RPC error in
 the body, else "Server returned an error response"), and the connection goes on.
 
+A message answered 404 was not taken (the server no longer knows the session): the connection
+ends, and the request goes once more on the next one (``untaken``), as a streamable-HTTP
+server's 404 for the session has its call sent again.
+
 The end of the event stream (the server gone, restarted, its proxy's idle timeout) was seen
 only by that check too, every call failing meanwhile, with the SDK's traceback in the log.
 The stream is the connection: its end is ``ended`` here, which the supervisor waits on
@@ -21,8 +25,9 @@ from __future__ import annotations
 
 import logging
 import urllib.parse
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import anyio
@@ -49,11 +54,31 @@ class Ended:
     def __init__(self) -> None:
         self.event = anyio.Event()
         self.reason = "the server ended its event stream"
+        self.forgotten = False
+        """The server no longer knows the session (a message answered 404): the link is gone (a
+        new request waits for the next connection), and the next connection is opened at once,
+        as after a streamable-HTTP server's 404 for its session."""
 
     def set(self, reason: str | None = None) -> None:
         if not self.event.is_set():
             self.reason = reason or self.reason
             self.event.set()
+
+
+_UNTAKEN: ContextVar[list[object] | None] = ContextVar("prefixgate_sse_untaken", default=None)
+
+
+@contextmanager
+def untaken() -> Iterator[list[object]]:
+    """The ids of the requests sent within that an SSE server answered 404: it no longer knows
+    the session, so it did not take them, and each may go again on the next connection. Each
+    message is posted in its sender's context (``sse_connection``'s writer), where the list is."""
+    found: list[object] = []
+    token = _UNTAKEN.set(found)
+    try:
+        yield found
+    finally:
+        _UNTAKEN.reset(token)
 
 
 @asynccontextmanager
@@ -114,6 +139,12 @@ async def sse_connection(
             except Exception as exc:  # noqa: BLE001 - not sent (the server gone, a URL httpx refuses): said to its caller
                 log.warning("%s: a message could not be posted: %s", where, short(exc))
                 error = types.ErrorData(code=CONNECTION_CLOSED, message=f"message not delivered: {short(exc)}")
+            if forgotten:
+                # Said before its caller hears: a request that was not taken goes again on the
+                # next connection (``untaken``), and the link is gone from now (``forgotten``).
+                if isinstance(message, types.JSONRPCRequest) and (found := _UNTAKEN.get()) is not None:
+                    found.append(message.id)
+                ended.forgotten = True
             if isinstance(message, types.JSONRPCRequest):  # its caller hears why, now
                 reply = types.JSONRPCError(jsonrpc="2.0", id=message.id, error=error)
                 await read_writer.send(SessionMessage(reply))

@@ -80,10 +80,12 @@ class Supervisor:
                         d.log.warning("[%s] %s; not retried in the background", d.id, ended)
                         return
                     healthy = None if self._ready_at is None else anyio.current_time() - self._ready_at
-                    # A server that ended the session it served (HTTP 404) asks for a new one, at
-                    # once (the spec's next step, no failure to back off from); else the backoff.
-                    calls = d.transport.http_calls
-                    session_ended = healthy is not None and calls is not None and calls.session_ended
+                    # A server that ended the session it served (HTTP 404; over SSE, to a message)
+                    # asks for a new one, at once (the spec's next step, no failure to back off
+                    # from); else the backoff.
+                    calls, sse = d.transport.http_calls, d.transport.ended
+                    forgot = (calls is not None and calls.session_ended) or (sse is not None and sse.forgotten)
+                    session_ended = healthy is not None and forgot
                     wait = 0.0 if session_ended else policy.delay(healthy)
                     d.retry_at = anyio.current_time() + wait
                     if d.status in ("exited", "ready"):
