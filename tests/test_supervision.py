@@ -5,9 +5,10 @@ failed liveness check (ping on the handshake, ``server/discover`` on 2026-07-28)
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -83,6 +84,46 @@ async def test_a_call_after_a_crash_whose_restart_fails_says_so(tmp_path: Path, 
             assert down.is_error, text(down)
             assert text(down).startswith("Server 'd' is down (exited during start-up (exit status 3)"), text(down)
             assert text(down).endswith("it will be retried in 2 s."), text(down)
+
+
+@pytest.mark.parametrize("mode", ERAS)
+@pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")  # (resources/subscribe)
+async def test_a_prompt_or_resource_of_a_server_that_is_down_is_an_internal_error(tmp_path: Path, mode: str) -> None:
+    """A tool of a server that is down answers an isError naming it (above); ``prompts/get``,
+    ``resources/read``, ``completion/complete`` and ``resources/subscribe`` have no such result,
+    and were answered -32602 (invalid params), which says the client's arguments were wrong:
+    they were not. Now -32603, in the same words."""
+    import mcp_types as types
+
+    once = (
+        "import sys; from pathlib import Path; m = Path(sys.argv[1]); m.exists() and sys.exit(3); m.touch(); "
+        "from gateway.commands.demo import main; sys.exit(main(['--tools', '1', '--name', 'd', '--rich']))"
+    )
+    config = write_config(tmp_path, {"d": {"command": PYTHON, "args": ["-c", once, str(tmp_path / "started")]}})
+    async with sdk_client(config, mode) as client:
+        with anyio.fail_after(60):
+            uri = (await client.list_resources()).resources[0].uri
+            assert (await client.call_tool("d__crash", {"status": 9})).is_error
+            greet = types.PromptReference(type="ref/prompt", name="d__greet")
+            errors = [
+                await _refused(client.get_prompt("d__greet", {"who": "x"})),
+                await _refused(client.read_resource(uri)),
+                await _refused(client.complete(greet, {"name": "who", "value": "a"})),
+            ]
+            if mode == "legacy":  # (a 2026-07-28 client watches over a listen stream: no request to refuse)
+                errors.append(await _refused(client.subscribe_resource(uri)))
+    for error in errors:
+        assert error.code == -32603, error
+        assert error.message.startswith("Server 'd' is down (exited during start-up"), error
+
+
+async def _refused(request: Awaitable[Any]) -> Any:
+    """The error a request is answered with (it must be one)."""
+    from mcp.shared.exceptions import MCPError
+
+    with pytest.raises(MCPError) as refused:
+        await request
+    return refused.value.error
 
 
 @pytest.mark.parametrize("mode", ERAS)

@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 import anyio
 from mcp.shared.exceptions import MCPError
-from mcp_types.jsonrpc import INVALID_PARAMS, INVALID_REQUEST
+from mcp_types.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
 
 from gateway.downstream.connection import Downstream
 from gateway.downstream.errors import DownstreamUnavailable
@@ -146,7 +146,7 @@ class Watches:
             method = "resources/subscribe" if start else "resources/unsubscribe"
             try:
                 await downstream.request(method, {"uri": uri}, timeout=downstream.config.call_timeout)
-            except DownstreamUnavailable as exc:
-                raise MCPError(code=INVALID_PARAMS, message=str(exc)) from None
+            except DownstreamUnavailable as exc:  # (its server is down: the params were not wrong)
+                raise MCPError(code=INTERNAL_ERROR, message=str(exc)) from None
         if start:  # (only once it reports: a refused watch leaves nothing behind)
             self._told[uri] = downstream

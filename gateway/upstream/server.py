@@ -28,7 +28,7 @@ from mcp.server.models import InitializationOptions
 from mcp.server.subscriptions import ListenHandler
 from mcp.shared.exceptions import MCPError
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, LOG_LEVEL_META_KEY, SERVER_INFO_META_KEY, URL_ELICITATION_REQUIRED
-from mcp_types.jsonrpc import CONNECTION_CLOSED, INVALID_PARAMS, INVALID_REQUEST, REQUEST_TIMEOUT
+from mcp_types.jsonrpc import CONNECTION_CLOSED, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, REQUEST_TIMEOUT
 from mcp_types.methods import is_input_required, validate_client_request
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, ValidationError
@@ -485,8 +485,8 @@ class Handlers:
                     return await request(downstream, answers)
                 async with instances.held(downstream, principal_key(state)) as instance:  # the caller's own process
                     return await request(instance, answers)
-            except DownstreamUnavailable as exc:
-                raise MCPError(code=INVALID_PARAMS, message=str(exc)) from None
+            except DownstreamUnavailable as exc:  # (its server is down: the params were not wrong)
+                raise MCPError(code=INTERNAL_ERROR, message=str(exc)) from None
 
         if method not in _INPUT_METHODS:
             return _result(ctx, await run())
