@@ -218,6 +218,23 @@ def with_token_outages(app: Any) -> Any:
     return wrapped
 
 
+def with_metadata_outage(app: Any, flag: str) -> Any:
+    """The app, its protected-resource metadata answering 503 while the file ``flag`` exists."""
+
+    async def wrapped(scope: Any, receive: Any, send: Any) -> None:
+        if (
+            scope["type"] == "http"
+            and scope["path"].startswith("/.well-known/oauth-protected-resource")
+            and os.path.exists(flag)
+        ):
+            await send({"type": "http.response.start", "status": 503, "headers": [(b"retry-after", b"1")]})
+            await send({"type": "http.response.body", "body": b"metadata unavailable"})
+            return
+        await app(scope, receive, send)
+
+    return wrapped
+
+
 def with_step_up(app: Any, provider: ApprovingProvider, tool: str, scope: str) -> Any:
     """The app, answering a ``tools/call`` of ``tool`` with 403 ``insufficient_scope`` (naming
     ``scope``) when the presented token lacks that scope: a step-up challenge."""
@@ -371,6 +388,7 @@ def main() -> None:
     p.add_argument("--huge-metadata", action="store_true", help="answer metadata discovery with 5 MB, chunked")
     p.add_argument("--gzip-metadata", action="store_true", help="the same 5 MB, gzip-encoded (5 KB on the wire)")
     p.add_argument("--outages", action="store_true", help="tool 'token_outage' makes /token answer 503 a while")
+    p.add_argument("--metadata-outage", metavar="FILE", help="resource metadata answers 503 while FILE exists")
     p.add_argument("--slow-discovery", type=float, default=0.0, help="answer metadata discovery this many s late")
     p.add_argument("--json-response", action="store_true", help="answer each POST with JSON, once its result is ready")
     p.add_argument(
@@ -483,6 +501,8 @@ def main() -> None:
         app = with_huge_token_answers(app)
     if args.slow_discovery:
         app = with_slow_discovery(app, args.slow_discovery)
+    if args.metadata_outage:
+        app = with_metadata_outage(app, args.metadata_outage)
     servers = [(uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on")), sock)]
     printed = base + path
     if args.front:

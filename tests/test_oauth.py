@@ -875,3 +875,36 @@ async def test_two_gateways_on_one_token_store_share_rotating_refreshes(tmp_path
                         tg.start_soon(call, one, f"one {round_}")
                         tg.start_soon(call, two, f"two {round_}")
         assert failed == []
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_resource_metadata_answering_5xx_during_a_run_costs_the_call_not_the_connection(
+    tmp_path: Path, mode: str
+) -> None:
+    """A 401 the refresh cannot answer (every token dropped at the server) sends the flow to
+    discover again, and the MCP server's own protected-resource metadata answered 503: the
+    SDK raised inside the HTTP client, which ended the connection and every call on it. Now
+    that call fails saying so; the next one finds the flow again, and a login made meanwhile
+    is taken without a reconnect."""
+    import anyio
+
+    outage = tmp_path / "metadata-outage"
+    with oauth_server(tmp_path, "--revocable", "--metadata-outage", str(outage)) as url:
+        config = write_config(tmp_path, {"remote": {"url": url, "auth": "oauth"}})
+        login(tmp_path, config)
+        errlog = tmp_path / "gateway.log"
+        async with sdk_client(config, mode, errlog=errlog) as client:
+            outage.touch()
+            assert text(await client.call_tool("remote__revoke", {"everything": True})) == "revoked"
+            down = await client.call_tool("remote__echo", {"text": "down"})
+            said = text(down)
+            assert down.is_error and "Protected resource metadata request failed: HTTP 503" in said, said
+            assert "closed" not in said, said
+            outage.unlink()
+            await anyio.to_thread.run_sync(lambda: login(tmp_path, config))
+            again = await client.call_tool("remote__echo", {"text": "again"})
+            assert not again.is_error and text(again) == "again", text(again)
+        log = errlog.read_text()
+        assert "exited" not in log and "connection lost" not in log, log
+        assert sum("HTTP 503" in line for line in log.splitlines()) == 1, log
+        assert_no_secret(tmp_path, log, said)

@@ -33,7 +33,7 @@ from urllib.parse import parse_qs, urlparse
 
 import anyio
 import httpx2
-from mcp.client.auth import OAuthClientProvider, TokenStorage
+from mcp.client.auth import OAuthClientProvider, OAuthFlowError, TokenStorage
 from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuthProvider
 from mcp.shared.auth import (
     AuthorizationCodeResult,
@@ -47,7 +47,7 @@ from pydantic import ValidationError
 
 from gateway.config import ServerConfig
 from gateway.downstream.bounded import decoded, encodings_taken
-from gateway.downstream.errors import leaf
+from gateway.downstream.errors import leaf, short
 
 PLACEHOLDER_REDIRECT = "http://127.0.0.1/callback"
 """The redirect URI a gateway declares: it never receives a redirect (it never starts a flow)."""
@@ -70,11 +70,15 @@ class LoginNeeded(Exception):
 
 class _ExpectedStop(logging.Filter):
     """Drops the SDK's tracebacks for a flow the gateway stopped on purpose (a login is
-    needed): the server's status says why, once, with the command to run."""
+    needed): the server's status says why, once, with the command to run. So too for a
+    flow error met by a serving connection's call (``_Guarded``), which logs one line."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
-        return exc is None or not isinstance(leaf(exc), LoginNeeded)
+        if exc is None:
+            return True
+        exc = leaf(exc)
+        return not isinstance(exc, LoginNeeded) and not (isinstance(exc, OAuthFlowError) and _MET.get(None) is not None)
 
 
 log = logging.getLogger("prefixgate.oauth")
@@ -262,6 +266,15 @@ class _Guarded(httpx2.Auth):
                         flow = self.inner.async_auth_flow(request)
                         outgoing = await flow.__anext__()
                         continue
+                    yield request  # as sent: refused again, and that refusal is the answer
+                    return
+                except OAuthFlowError as exc:
+                    # The flow met what it cannot go on from (the resource's metadata answering
+                    # 5xx, a registration refused, an issuer not the expected one). Raised, it
+                    # would end the connection and every call on it; this call fails with why.
+                    reason = f"its authorization flow failed ({short(exc)}); the next call tries again"
+                    log.warning("[%s] %s", self.server_id, reason)
+                    self.setup.problems.note(self.server_id, reason)
                     yield request  # as sent: refused again, and that refusal is the answer
                     return
                 except self.refusals as exc:
