@@ -908,3 +908,37 @@ async def test_resource_metadata_answering_5xx_during_a_run_costs_the_call_not_t
         assert "exited" not in log and "connection lost" not in log, log
         assert sum("HTTP 503" in line for line in log.splitlines()) == 1, log
         assert_no_secret(tmp_path, log, said)
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_registration_that_cannot_be_stored_is_kept_in_memory_and_costs_at_most_the_call(
+    tmp_path: Path, mode: str
+) -> None:
+    """The stored tokens have no client beside them (a login with a pre-registered client_id,
+    since removed from the config), so a 401 the gateway cannot refresh sends the flow to
+    register a client; the token directory refuses the write (a full disk is the same error).
+    The store's error was raised inside the HTTP client and ended the connection with every
+    call on it. Now the registration is kept in memory with one warning (the next call uses
+    it, registering nothing), that call fails with the login command, and the connection stays."""
+    with oauth_server(tmp_path, "--revocable") as url:
+        config = write_config(tmp_path, {"remote": {"url": url, "auth": "oauth"}})
+        login(tmp_path, config)
+        (token_file,) = token_files(config)
+        record = json.loads(token_file.read_text())
+        del record["client"]
+        token_file.write_text(json.dumps(record))
+        errlog = tmp_path / "gateway.log"
+        async with sdk_client(config, mode, errlog=errlog) as client:
+            assert not (await client.call_tool("remote__echo", {"text": "before"})).is_error
+            moved = token_file.parent.rename(tmp_path / "elsewhere")
+            token_file.parent.symlink_to(moved)
+            assert text(await client.call_tool("remote__revoke", {})) == "revoked"
+            for said in ("refused", "again"):
+                refused = await client.call_tool("remote__echo", {"text": said})
+                assert refused.is_error and command(config) in text(refused), text(refused)
+                assert "closed" not in text(refused) and "not connected" not in text(refused), text(refused)
+        log = errlog.read_text()
+        assert "exited" not in log and "connection lost" not in log, log
+        kept = [line for line in log.splitlines() if "client registration" in line]
+        assert len(kept) == 1 and "used from memory" in kept[0], log
+        assert_no_secret(tmp_path, log, text(refused))

@@ -390,7 +390,14 @@ class _Bound:
 
     async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
         if self.fixed is None:
-            await self.store.set_client_info(client_info)
+            try:
+                await self.store.set_client_info(client_info)
+            except OSError as exc:  # (TokenFileError: the file or its directory refused; a full disk)
+                if not self.serving:
+                    raise  # a login that stores nothing has not worked
+                # The authorization server has registered it (the SDK holds it already): raised,
+                # this ended the connection and every call on it.
+                log.warning("%s; the client registration is used from memory until it can be stored", exc)
 
 
 async def provider(config: ServerConfig, setup: OAuthSetup) -> httpx2.Auth:
