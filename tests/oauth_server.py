@@ -235,6 +235,21 @@ def with_metadata_outage(app: Any, flag: str) -> Any:
     return wrapped
 
 
+def with_token_redirect(app: Any, flag: str) -> Any:
+    """The app, its token endpoint answering 307 to the URL in the file ``flag`` while it exists."""
+
+    async def wrapped(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"] == "/token" and os.path.exists(flag):
+            with open(flag, encoding="utf-8") as f:
+                location = f.read().strip()
+            await send({"type": "http.response.start", "status": 307, "headers": [(b"location", location.encode())]})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        await app(scope, receive, send)
+
+    return wrapped
+
+
 def with_step_up(app: Any, provider: ApprovingProvider, tool: str, scope: str) -> Any:
     """The app, answering a ``tools/call`` of ``tool`` with 403 ``insufficient_scope`` (naming
     ``scope``) when the presented token lacks that scope: a step-up challenge."""
@@ -389,6 +404,7 @@ def main() -> None:
     p.add_argument("--gzip-metadata", action="store_true", help="the same 5 MB, gzip-encoded (5 KB on the wire)")
     p.add_argument("--outages", action="store_true", help="tool 'token_outage' makes /token answer 503 a while")
     p.add_argument("--metadata-outage", metavar="FILE", help="resource metadata answers 503 while FILE exists")
+    p.add_argument("--token-redirect", metavar="FILE", help="/token answers 307 to the URL in FILE while it exists")
     p.add_argument("--slow-discovery", type=float, default=0.0, help="answer metadata discovery this many s late")
     p.add_argument("--json-response", action="store_true", help="answer each POST with JSON, once its result is ready")
     p.add_argument(
@@ -503,6 +519,8 @@ def main() -> None:
         app = with_slow_discovery(app, args.slow_discovery)
     if args.metadata_outage:
         app = with_metadata_outage(app, args.metadata_outage)
+    if args.token_redirect:
+        app = with_token_redirect(app, args.token_redirect)
     servers = [(uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on")), sock)]
     printed = base + path
     if args.front:

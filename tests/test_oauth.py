@@ -942,3 +942,50 @@ async def test_a_registration_that_cannot_be_stored_is_kept_in_memory_and_costs_
         kept = [line for line in log.splitlines() if "client registration" in line]
         assert len(kept) == 1 and "used from memory" in kept[0], log
         assert_no_secret(tmp_path, log, text(refused))
+
+
+@pytest.mark.parametrize("mode", ERAS)
+@pytest.mark.parametrize("grant", ["oauth", "client_credentials"])
+async def test_a_token_endpoint_redirecting_to_another_origin_costs_the_call_and_is_not_followed(
+    tmp_path: Path, mode: str, grant: str
+) -> None:
+    """The token endpoint answers a refresh with a redirect to another origin (here the MCP
+    server's own, which logs whatever reaches it): the connection ended with every call on it.
+    Now that call fails saying so, nothing (no refresh token, no client secret) is sent to the
+    other origin, and the next call, the redirect gone, refreshes."""
+    import anyio
+
+    redirect = tmp_path / "token-redirect"
+    front_log = tmp_path / "front.log"
+    secret = "svc-secret-" + os.urandom(8).hex()
+    args = ["--lifetime", "4", "--front", "--token-redirect", str(redirect), "--client-credentials", f"svc:{secret}"]
+    with url_process(
+        [PYTHON, SERVER, *args],
+        env={"OAUTH_SERVER_LOG": str(tmp_path / "secrets.log"), "OAUTH_FRONT_LOG": str(front_log)},
+    ) as (url, _):
+        table: dict[str, object] = {"url": url, "auth": grant}
+        if grant == "client_credentials":
+            table |= {"client_id": "svc", "client_secret": "${SVC_SECRET}"}
+        config = write_config(tmp_path, {"remote": table})
+        env = {"SVC_SECRET": secret}
+        if grant == "oauth":
+            login(tmp_path, config)
+        errlog = tmp_path / "gateway.log"
+        async with sdk_client(config, mode, env=env, errlog=errlog) as client:
+            assert not (await client.call_tool("remote__echo", {"text": "before"})).is_error
+            front = url.rsplit("/", 1)[0]
+            redirect.write_text(front + "/token")
+            (token_file,) = token_files(config)
+            expires_at = json.loads(token_file.read_text())["expires_at"]
+            await anyio.sleep(max(0.0, expires_at - 2 - time.time()) + 0.3)  # early expiry: 2 s before
+            refused = await client.call_tool("remote__echo", {"text": "redirected"})
+            said = text(refused)
+            assert refused.is_error and "307" in said and f"{front}/token" in said and "not followed" in said, said
+            assert "new login" not in said and "closed" not in said, said
+            assert not front_log.exists(), front_log.read_text()
+            redirect.unlink()
+            again = await client.call_tool("remote__echo", {"text": "again"})
+            assert not again.is_error and text(again) == "again", text(again)
+        log = errlog.read_text()
+        assert "exited" not in log and "connection lost" not in log, log
+        assert_no_secret(tmp_path, log, said)

@@ -45,6 +45,7 @@ from mcp.shared.auth import (
 )
 from pydantic import ValidationError
 
+from catalog.text import escape
 from gateway.config import ServerConfig
 from gateway.downstream.bounded import decoded, encodings_taken
 from gateway.downstream.errors import leaf, short
@@ -241,6 +242,8 @@ class _Guarded(httpx2.Auth):
                 early = None
                 if _is_refresh(outgoing):
                     met.refresh_status = response.status_code
+                    follow = response.next_request  # (the SDK's flow follows one only within the origin)
+                    met.redirected = _where(follow.url) if follow is not None else None
                 if response.status_code == 401 and outgoing is request and not refreshed and self._may_refresh():
                     # A token we held valid was refused: the server's clock runs ahead, or it
                     # dropped the token (a restart, a revocation). The refresh token may still
@@ -326,6 +329,8 @@ class _Met:
     """The HTTP status of its refresh's answer (a refusal is not an outage)."""
     unreached: str | None = None
     """Which server of its own requests could not be reached, and why."""
+    redirected: str | None = None
+    """Where its refresh's answer redirected to, not followed (another origin, or a POST made a GET)."""
 
 
 _MET: ContextVar[_Met] = ContextVar("prefixgate_oauth_met")
@@ -460,6 +465,13 @@ async def provider(config: ServerConfig, setup: OAuthSetup) -> httpx2.Auth:
         elif (met := _met()).unreached is not None:
             # The authorization server is out of reach (down, or the network): no login would help.
             reason = f"its authorization server could not be reached ({met.unreached}); the next call tries again"
+        elif met.redirected is not None:
+            # The SDK's flow follows a redirect only within the origin: the refresh token and
+            # client secret never go elsewhere. Not a refusal: no new login would help.
+            reason = (
+                f"its authorization server's token endpoint answered HTTP {met.refresh_status}, a redirect to"
+                f" {met.redirected}, not followed; the next call tries again"
+            )
         elif (status := met.refresh_status) is not None and (status >= 500 or status == 429):
             # The token endpoint is down or busy, not refusing: no new login would help.
             reason = f"its authorization server's token endpoint answered HTTP {status}; the next call tries again"
@@ -566,6 +578,11 @@ class _Capped(httpx2.AsyncByteStream):
         await self.inner.aclose()
 
 
+def _where(url: httpx2.URL) -> str:
+    """A URL as named in a reason: scheme, host, port and path, never its query (a credential)."""
+    return escape(f"{url.scheme}://{url.host}{'' if url.port is None else f':{url.port}'}{url.path}")
+
+
 class CappedAuthAnswers(httpx2.AsyncBaseTransport):
     """The HTTP transport of an OAuth connection: answers from anywhere but the server's own
     MCP endpoint are read up to ``cap`` bytes and refused beyond it (the MCP endpoint's own
@@ -590,7 +607,7 @@ class CappedAuthAnswers(httpx2.AsyncBaseTransport):
             # Serve's own flow (a refresh, discovery): raised, this would end the connection
             # and every call on it, for the one call that needed the authorization server.
             # Answered as the outage it is; the flow then says so (``_Guarded``).
-            where = f"{url.scheme}://{url.host}{'' if url.port is None else f':{url.port}'}{url.path}"
+            where = _where(url)
             if isinstance(exc, httpx2.TimeoutException):
                 own["unreached"] = f"{where}: no answer within {OWN_TIMEOUT:g} s"
             else:
@@ -600,7 +617,7 @@ class CappedAuthAnswers(httpx2.AsyncBaseTransport):
             self.endpoint.scheme, self.endpoint.host, self.endpoint.port, self.endpoint.path
         ):
             return response
-        where = f"{url.scheme}://{url.host}{'' if url.port is None else f':{url.port}'}{url.path}"
+        where = _where(url)
         declared = response.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > self.cap:
             await response.aclose()
