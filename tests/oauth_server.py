@@ -250,6 +250,21 @@ def with_token_redirect(app: Any, flag: str) -> Any:
     return wrapped
 
 
+def with_token_hold(app: Any, flag: str) -> Any:
+    """The app, a request to its token endpoint held while the file ``flag`` exists (``flag``
+    + ``.held`` is created once one is held), then answered as usual."""
+
+    async def wrapped(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"] == "/token" and os.path.exists(flag):
+            with open(flag + ".held", "w"):
+                pass
+            while os.path.exists(flag):
+                await anyio.sleep(0.05)
+        await app(scope, receive, send)
+
+    return wrapped
+
+
 def with_step_up(app: Any, provider: ApprovingProvider, tool: str, scope: str) -> Any:
     """The app, answering a ``tools/call`` of ``tool`` with 403 ``insufficient_scope`` (naming
     ``scope``) when the presented token lacks that scope: a step-up challenge."""
@@ -405,6 +420,7 @@ def main() -> None:
     p.add_argument("--outages", action="store_true", help="tool 'token_outage' makes /token answer 503 a while")
     p.add_argument("--metadata-outage", metavar="FILE", help="resource metadata answers 503 while FILE exists")
     p.add_argument("--token-redirect", metavar="FILE", help="/token answers 307 to the URL in FILE while it exists")
+    p.add_argument("--hold-token", metavar="FILE", help="/token requests wait while FILE exists")
     p.add_argument("--slow-discovery", type=float, default=0.0, help="answer metadata discovery this many s late")
     p.add_argument("--json-response", action="store_true", help="answer each POST with JSON, once its result is ready")
     p.add_argument(
@@ -521,6 +537,8 @@ def main() -> None:
         app = with_metadata_outage(app, args.metadata_outage)
     if args.token_redirect:
         app = with_token_redirect(app, args.token_redirect)
+    if args.hold_token:
+        app = with_token_hold(app, args.hold_token)
     servers = [(uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on")), sock)]
     printed = base + path
     if args.front:

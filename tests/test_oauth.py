@@ -989,3 +989,42 @@ async def test_a_token_endpoint_redirecting_to_another_origin_costs_the_call_and
         log = errlog.read_text()
         assert "exited" not in log and "connection lost" not in log, log
         assert_no_secret(tmp_path, log, said)
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_logout_during_a_refresh_is_not_undone_by_it(tmp_path: Path, mode: str) -> None:
+    """``prefixgate logout`` removes the token file while a running gateway's refresh is on its
+    way: the refreshed tokens were written back (the logout undone, the gateway going on with
+    them). They are now neither stored nor used: that call and the next say "not logged in"."""
+    import anyio
+
+    hold = tmp_path / "hold-token"
+    with oauth_server(tmp_path, "--lifetime", "4", "--hold-token", str(hold)) as url:
+        config = write_config(tmp_path, {"remote": {"url": url, "auth": "oauth"}})
+        login(tmp_path, config)
+        (token_file,) = token_files(config)
+        errlog = tmp_path / "gateway.log"
+        async with sdk_client(config, mode, errlog=errlog) as client:
+            assert not (await client.call_tool("remote__echo", {"text": "before"})).is_error
+            hold.touch()
+            expires_at = json.loads(token_file.read_text())["expires_at"]
+            await anyio.sleep(max(0.0, expires_at - 2 - time.time()) + 0.3)  # early expiry: 2 s before
+            answers: list[Any] = []
+
+            async def call() -> None:
+                answers.append(await client.call_tool("remote__echo", {"text": "during"}))
+
+            with anyio.fail_after(60):  # (a guard against a hang, not a timing)
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(call)
+                    await wait_for(lambda: Path(str(hold) + ".held").exists(), 30)  # the refresh is held
+                    out = await anyio.to_thread.run_sync(lambda: run_cli("logout", "remote", "--config", str(config)))
+                    assert out.returncode == 0 and "stored tokens are removed" in out.stdout, out.stdout + out.stderr
+                    hold.unlink()
+            assert token_files(config) == [], "the refresh wrote the tokens back"
+            (during,) = answers
+            assert during.is_error and f"not logged in: run {command(config)}" in text(during), text(during)
+            after = await client.call_tool("remote__echo", {"text": "after"})
+            assert after.is_error and f"not logged in: run {command(config)}" in text(after), text(after)
+        assert token_files(config) == []
+        assert_no_secret(tmp_path, errlog.read_text())

@@ -95,7 +95,9 @@ class Store(TokenStorage, Protocol):
 
     async def expires_at(self) -> float | None: ...
 
-    async def set_tokens(self, tokens: OAuthToken, discovery: dict[str, Any] | None = None) -> None: ...
+    async def set_tokens(
+        self, tokens: OAuthToken, discovery: dict[str, Any] | None = None, *, refreshed: bool = False
+    ) -> None: ...
 
     async def get_discovery(self) -> dict[str, Any] | None: ...
 
@@ -125,6 +127,9 @@ class OAuthSetup:
     refusals: tuple[type[Exception], ...] = ()
     """The store's errors for tokens it will not keep (their text never quotes them): a call
     whose refresh meets one fails with that text, the connection stays."""
+    removed: tuple[type[Exception], ...] = ()
+    """The store's error for refreshed tokens it did not write, the file having been removed
+    (a logout) while the refresh was on its way: they are not used either."""
 
 
 class Problems:
@@ -365,12 +370,21 @@ def _scopes(url: str) -> list[str]:
 class _Bound:
     """The store as the provider sees it: the pre-registered client presented, expiry kept early."""
 
-    def __init__(self, store: Store, fixed: OAuthClientInformationFull | None, fresh: bool, serving: bool) -> None:
+    def __init__(
+        self,
+        store: Store,
+        fixed: OAuthClientInformationFull | None,
+        fresh: bool,
+        serving: bool,
+        removed: tuple[type[Exception], ...] = (),
+    ) -> None:
         self.store = store
         self.fixed = fixed
         self.fresh = fresh
         self.serving = serving
         """A gateway's connection (not ``login``): tokens it cannot store are used from memory."""
+        self.removed = removed
+        """``OAuthSetup.removed``."""
         self.provider: OAuthClientProvider | None = None
 
     async def get_tokens(self) -> OAuthToken | None:
@@ -378,8 +392,19 @@ class _Bound:
 
     async def set_tokens(self, tokens: OAuthToken) -> None:
         self.fresh = False
+        # A gateway's interactive grant stores only refreshed tokens (it never logs in); the
+        # headless grant's are new ones, from the configured secret, which a logout does not undo.
+        refreshed = self.serving and not isinstance(self.provider, ClientCredentialsOAuthProvider)
         try:
-            await self.store.set_tokens(tokens, _discovered(self.provider) if self.provider is not None else None)
+            await self.store.set_tokens(
+                tokens, _discovered(self.provider) if self.provider is not None else None, refreshed=refreshed
+            )
+        except self.removed as exc:
+            # Written back, they undid the logout, and the gateway went on with them.
+            log.warning("%s; the refreshed tokens are neither stored nor used", exc)
+            if self.provider is not None:
+                self.provider.context.clear_tokens()
+            return
         except OSError as exc:  # (TokenFileError: the file or its directory refused; a full disk)
             if not self.serving:
                 raise  # a login that stores nothing has not worked
@@ -417,7 +442,7 @@ async def provider(config: ServerConfig, setup: OAuthSetup) -> httpx2.Auth:
     scope = " ".join(config.scopes) or None
     if config.auth == "client_credentials":
         assert config.client_id is not None and config.client_secret is not None
-        bound = _Bound(store, None, fresh=False, serving=True)
+        bound = _Bound(store, None, fresh=False, serving=True, removed=setup.removed)
         with warnings.catch_warnings():
             # Without ``issuer`` the SDK warns that discovery decides where the secret goes;
             # that is the documented choice of a config that names none.
@@ -446,7 +471,8 @@ async def provider(config: ServerConfig, setup: OAuthSetup) -> httpx2.Auth:
             grant_types=["authorization_code", "refresh_token"],
             scope=scope,
         )
-    bound = _Bound(store, fixed, fresh=interactive is not None and interactive.fresh, serving=interactive is None)
+    serving = interactive is None
+    bound = _Bound(store, fixed, interactive is not None and interactive.fresh, serving, setup.removed)
 
     async def no_browser(url: str) -> None:
         granted = await store.get_tokens()

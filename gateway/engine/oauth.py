@@ -8,7 +8,7 @@ import shlex
 
 from gateway.config import Config, ServerConfig
 from gateway.downstream.oauth import Interactive, OAuthSetup
-from gateway.state.oauthtokens import TokenFile, TokenRefused, TokenStore
+from gateway.state.oauthtokens import TokenFile, TokenRefused, TokensRemoved, TokenStore
 
 
 def token_file(config: Config, server: ServerConfig) -> TokenFile:
@@ -30,4 +30,5 @@ def oauth_setup(config: Config, interactive: Interactive | None = None) -> OAuth
         login_command=lambda server_id: login_command(config, server_id),
         interactive=interactive,
         refusals=(TokenRefused,),
+        removed=(TokensRemoved,),
     )

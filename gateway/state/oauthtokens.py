@@ -50,6 +50,11 @@ class TokenFileError(OSError):
     """A token file or its directory failed verification; ``str()`` says which and why."""
 
 
+class TokensRemoved(TokenFileError):
+    """The token file this store read is gone (``logout``): a refresh that was on its way is
+    not written back; ``str()`` says so."""
+
+
 def file_key(server_id: str, url: str) -> str:
     """The file's name: the server id and URL it was issued for, hashed (neither is shown)."""
     return hashlib.sha256(f"{server_id}\0{url}".encode("utf-8", "surrogatepass")).hexdigest()
@@ -142,6 +147,16 @@ class TokenFile:
         finally:
             os.close(dir_fd)
 
+    def gone(self) -> bool:
+        """Whether the file (or its directory) no longer exists: removed, not merely unreadable."""
+        try:
+            os.stat(self.path, follow_symlinks=False)
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False
+        return False
+
     def fingerprint(self) -> tuple[int, int, int] | None:
         """Changes when another process writes the file (a ``login`` in another terminal)."""
         try:
@@ -208,11 +223,15 @@ class TokenStore:
         self.file = file
         self._record: dict[str, Any] | None = None
         self._seen: object = None
+        self._had_file = False
+        """Whether this store has read or written the file: gone since, it was removed (a logout)."""
 
     async def load(self) -> dict[str, Any]:
         """(Re-)read the file; raises TokenFileError when it is refused."""
         self._seen = self.file.fingerprint()
-        self._record = await anyio.to_thread.run_sync(self.file.read) or {}
+        found = await anyio.to_thread.run_sync(self.file.read)
+        self._had_file = self._had_file or found is not None
+        self._record = found or {}
         return self._record
 
     async def _current(self) -> dict[str, Any]:
@@ -236,6 +255,7 @@ class TokenStore:
         await anyio.to_thread.run_sync(self.file.write, record)
         self._record = record
         self._seen = self.file.fingerprint()
+        self._had_file = True
 
     async def _stored(self, key: str, model: type[_Model]) -> _Model | None:
         """The record's ``key`` as ``model``; None when absent or not valid (treated as logged out)."""
@@ -251,11 +271,20 @@ class TokenStore:
             log.warning("stored tokens ignored: %s", problem)  # as if logged out: a login or refresh replaces them
         return tokens
 
-    async def set_tokens(self, tokens: OAuthToken, discovery: dict[str, Any] | None = None) -> None:
-        """Store ``tokens``, and ``discovery`` (where they came from: ``get_discovery``) when given."""
+    async def set_tokens(
+        self, tokens: OAuthToken, discovery: dict[str, Any] | None = None, *, refreshed: bool = False
+    ) -> None:
+        """Store ``tokens``, and ``discovery`` (where they came from: ``get_discovery``) when given.
+
+        ``refreshed``: raises TokensRemoved, writing nothing, when the file this store read is
+        gone: a ``logout`` while the refresh was on its way, which writing would undo.
+        """
         problem = unsendable(tokens)
         if problem is not None:
             raise TokenRefused(f"{problem}; not stored (log in again, or ask the server's operator)")
+        if refreshed and self._had_file and self.file.gone():
+            self._record, self._seen = {}, None  # (logged out, as the file says)
+            raise TokensRemoved(f"{self.file.label} was removed (a logout) while its tokens were being refreshed")
         expires_at = time.time() + tokens.expires_in if tokens.expires_in is not None else None
         changes: dict[str, Any] = {
             "tokens": tokens.model_dump(mode="json", exclude_none=True),
