@@ -159,6 +159,13 @@ def unfollowed_redirect(response: Any) -> str | None:
     return _unfollowed_redirect(response)
 
 
+def choose_authorization_server(provider: Any, choose: Any) -> None:
+    """Have an ``OAuthClientProvider`` pick among the authorization servers a resource's
+    metadata lists with ``choose(advertised) -> str`` (raising refuses them all): its hook is
+    the private ``_select_authorization_server`` method (mcp 2.3.0), which takes the first."""
+    provider._select_authorization_server = choose  # noqa: SLF001
+
+
 def post_on_origin(client: Any, url: str, **kwargs: Any) -> Any:
     """``client.stream("POST", ...)`` following redirects only on the endpoint's origin, as the
     SDK's transport posts (``mcp.shared._httpx_utils.stream_within_origin``, mcp 2.3.0)."""

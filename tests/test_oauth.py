@@ -1028,3 +1028,50 @@ async def test_a_logout_during_a_refresh_is_not_undone_by_it(tmp_path: Path, mod
             assert after.is_error and f"not logged in: run {command(config)}" in text(after), text(after)
         assert token_files(config) == []
         assert_no_secret(tmp_path, errlog.read_text())
+
+
+@pytest.mark.parametrize("mode", ERAS)
+@pytest.mark.parametrize("client", ["bound", "unbound"])
+async def test_a_resource_naming_another_authorization_server_gets_none_of_its_credentials(
+    tmp_path: Path, mode: str, client: str
+) -> None:
+    """A hostile (or taken over) MCP server answers 401 and names, in its protected-resource
+    metadata, an authorization server on another origin. The SDK's flow registered a client
+    there (dropping the stored one, bound to its own issuer) and, reloading the stored tokens,
+    sent it the refresh token at the next refresh. A gateway, which never logs in, now sends
+    nothing there, for a client bound to no issuer either (stored before binding, or
+    pre-registered): the call fails naming it, and the next refresh goes where the tokens
+    came from."""
+    import anyio
+
+    hostile = tmp_path / "hostile"
+    evil_log = tmp_path / "evil.log"
+    with url_process(
+        [PYTHON, SERVER, "--lifetime", "4", "--hostile", str(hostile)],
+        env={"OAUTH_SERVER_LOG": str(tmp_path / "secrets.log"), "OAUTH_EVIL_LOG": str(evil_log)},
+    ) as (url, _):
+        config = write_config(tmp_path, {"remote": {"url": url, "auth": "oauth"}})
+        login(tmp_path, config)
+        (token_file,) = token_files(config)
+        record = json.loads(token_file.read_text())
+        if client == "unbound":  # stored before issuer binding (or pre-registered): bound to no issuer
+            record["client"].pop("issuer", None)
+            token_file.write_text(json.dumps(record))
+        errlog = tmp_path / "gateway.log"
+        async with sdk_client(config, mode, errlog=errlog) as gw:
+            assert not (await gw.call_tool("remote__echo", {"text": "before"})).is_error
+            hostile.touch()
+            refused = await gw.call_tool("remote__echo", {"text": "hostile"})
+            hostile.unlink()
+            expires_at = json.loads(token_file.read_text())["expires_at"]
+            await anyio.sleep(max(0.0, expires_at - 2 - time.time()) + 0.3)  # early expiry: 2 s before
+            later = await gw.call_tool("remote__echo", {"text": "later"})
+        assert not evil_log.exists(), evil_log.read_text()
+        said = text(refused)
+        assert refused.is_error and "names another authorization server" in said, said
+        assert "nothing was sent there" in said and command(config) in said, said
+        assert not later.is_error and text(later) == "later", text(later)
+        assert json.loads(token_file.read_text())["client"]["client_id"] == record["client"]["client_id"]
+        log = errlog.read_text()
+        assert sum("names another authorization server" in line for line in log.splitlines()) == 1, log
+        assert "exited" not in log and "connection lost" not in log, log

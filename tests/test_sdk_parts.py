@@ -25,3 +25,21 @@ def test_a_connection_like_a_model_is_what_from_envelope_builds() -> None:
     assert copy.exit_stack is not model.exit_stack
     model.state["x"] = 1
     assert "x" not in copy.state
+
+
+def test_the_oauth_provider_picks_its_authorization_server_through_the_hook_gateway_sdk_sets() -> None:
+    """``choose_authorization_server`` replaces the provider's ``_select_authorization_server``,
+    which its flow calls with the protected-resource metadata's list (strings) for the server
+    whose metadata it fetches next: an SDK release that renames or stops calling it fails here."""
+    import inspect
+
+    from mcp.client.auth import OAuthClientProvider
+
+    from gateway.sdk import choose_authorization_server
+
+    flow = inspect.getsource(OAuthClientProvider)
+    assert "self.context.auth_server_url = self._select_authorization_server(" in flow
+    assert "[str(url) for url in prm.authorization_servers]" in flow
+    provider = object.__new__(OAuthClientProvider)
+    choose_authorization_server(provider, lambda advertised: advertised[-1])
+    assert provider._select_authorization_server(["a", "b"]) == "b"  # noqa: SLF001

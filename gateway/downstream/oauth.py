@@ -49,6 +49,7 @@ from catalog.text import escape
 from gateway.config import ServerConfig
 from gateway.downstream.bounded import decoded, encodings_taken
 from gateway.downstream.errors import leaf, short
+from gateway.sdk import choose_authorization_server
 
 PLACEHOLDER_REDIRECT = "http://127.0.0.1/callback"
 """The redirect URI a gateway declares: it never receives a redirect (it never starts a flow)."""
@@ -524,8 +525,39 @@ async def provider(config: ServerConfig, setup: OAuthSetup) -> httpx2.Auth:
         callback_handler=interactive.callback if interactive else no_callback,
         client_metadata_url=config.client_metadata_url,
     )
+    if serving:
+        choose_authorization_server(auth, _pinned(auth, config.id, setup))
     await _keep_early(auth, bound)
     return auth if interactive is not None else _Guarded(auth, bound, setup, config.id)
+
+
+def _pinned(auth: OAuthClientProvider, server_id: str, setup: OAuthSetup) -> Callable[[list[str]], str]:
+    """Which of the authorization servers a resource's metadata lists a gateway's flow takes:
+    the one its tokens and client came from. It never logs in, so another one (named by a
+    hostile or taken-over server) would only have been registered with and then sent the
+    refresh token at the next refresh. Nothing known (a record stored before discovery was):
+    the SDK's choice, the first."""
+
+    def choose(advertised: list[str]) -> str:
+        context = auth.context
+        held = context.auth_server_url or (str(context.oauth_metadata.issuer) if context.oauth_metadata else None)
+        held = held or (context.client_info.issuer if context.client_info else None)
+        if held is None:
+            return advertised[0]
+        for candidate in advertised:
+            if candidate.rstrip("/") == held.rstrip("/"):  # (a root issuer with or without its slash)
+                return candidate
+        named = escape(advertised[0][:200])
+        reason = (
+            f"its protected-resource metadata names another authorization server ({named}) than the one its"
+            f" tokens came from ({escape(held)}); nothing was sent there: if the server has moved,"
+            f" run {setup.login_command(server_id)}"
+        )
+        log.warning("[%s] %s", server_id, reason)
+        setup.problems.note(server_id, reason)
+        raise LoginNeeded(reason)
+
+    return choose
 
 
 def _discovered(auth: OAuthClientProvider) -> dict[str, Any] | None:
