@@ -1075,3 +1075,25 @@ async def test_a_resource_naming_another_authorization_server_gets_none_of_its_c
         log = errlog.read_text()
         assert sum("names another authorization server" in line for line in log.splitlines()) == 1, log
         assert "exited" not in log and "connection lost" not in log, log
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_login_after_a_logout_under_a_running_gateway_takes_the_next_call(tmp_path: Path, mode: str) -> None:
+    """``logout`` then ``login`` while a gateway runs: the login registers a new client, and the
+    server refuses the session made with the old one (404), which the gateway replaces. The
+    call that met it failed with the reason an earlier call had met ("not logged in"), though
+    the login was done."""
+    with oauth_server(tmp_path) as url:
+        config = write_config(tmp_path, {"remote": {"url": url, "auth": "oauth"}})
+        login(tmp_path, config)
+        errlog = tmp_path / "gateway.log"
+        async with sdk_client(config, mode, errlog=errlog) as client:
+            assert not (await client.call_tool("remote__echo", {"text": "in"})).is_error
+            assert run_cli("logout", "remote", "--config", str(config)).returncode == 0
+            gone = await client.call_tool("remote__echo", {"text": "out"})
+            assert gone.is_error and f"not logged in: run {command(config)}" in text(gone), text(gone)
+            import anyio
+
+            await anyio.to_thread.run_sync(lambda: login(tmp_path, config))
+            back = await client.call_tool("remote__echo", {"text": "back"})
+            assert not back.is_error and text(back) == "back", text(back)

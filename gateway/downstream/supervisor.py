@@ -189,9 +189,13 @@ class Supervisor:
                         d.set_status("failed", short(cause) + d.stderr_hint())
                 finally:
                     d.link = None
-                    if (problem := d.login_problem()) is not None and d.status in ("failed", "exited"):
+                    explains = not ready.is_set() or d.config.transport == "sse"
+                    if explains and (problem := d.login_problem()) is not None and d.status in ("failed", "exited"):
                         # The SDK's transport reports a failed auth flow only as a closed
-                        # connection; the redirect handler said why (and what to run).
+                        # connection; the redirect handler said why (and what to run). Over
+                        # streamable HTTP a flow failing once the connection serves costs only
+                        # its call (``oauth._Guarded``): what a call met then does not explain
+                        # the end (a session the server ended after a login with a new client).
                         d.set_status("failed", problem)
             tg.cancel_scope.cancel()
 
