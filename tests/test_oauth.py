@@ -1097,3 +1097,38 @@ async def test_a_login_after_a_logout_under_a_running_gateway_takes_the_next_cal
             await anyio.to_thread.run_sync(lambda: login(tmp_path, config))
             back = await client.call_tool("remote__echo", {"text": "back"})
             assert not back.is_error and text(back) == "back", text(back)
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_resource_naming_another_authorization_server_never_gets_the_client_secret(
+    tmp_path: Path, mode: str
+) -> None:
+    """The headless grant (``client_credentials``, no ``issuer`` configured) under a running
+    gateway, its server turning hostile as above: the SDK's flow fetched the other server's
+    metadata and sent it the configured client secret for a token. Once a token has come
+    from one authorization server, the gateway sends the secret nowhere else."""
+    secret = "svc-secret-" + os.urandom(8).hex()
+    hostile = tmp_path / "hostile"
+    evil_log = tmp_path / "evil.log"
+    args = ["--hostile", str(hostile), "--client-credentials", f"svc:{secret}"]
+    with url_process(
+        [PYTHON, SERVER, *args],
+        env={"OAUTH_SERVER_LOG": str(tmp_path / "secrets.log"), "OAUTH_EVIL_LOG": str(evil_log)},
+    ) as (url, _):
+        table = {"url": url, "auth": "client_credentials", "client_id": "svc", "client_secret": "${SVC_SECRET}"}
+        config = write_config(tmp_path, {"remote": table})
+        errlog = tmp_path / "gateway.log"
+        async with sdk_client(config, mode, env={"SVC_SECRET": secret}, errlog=errlog) as gw:
+            assert not (await gw.call_tool("remote__echo", {"text": "before"})).is_error
+            hostile.touch()
+            refused = await gw.call_tool("remote__echo", {"text": "hostile"})
+            hostile.unlink()
+            later = await gw.call_tool("remote__echo", {"text": "later"})
+        assert not evil_log.exists(), evil_log.read_text()
+        said = text(refused)
+        assert refused.is_error and "names another authorization server" in said, said
+        assert f"set its issuer, or run prefixgate logout remote --config {config.resolve()}" in said, said
+        assert not later.is_error and text(later) == "later", text(later)
+        log = errlog.read_text()
+        assert secret not in log and secret not in said
+        assert "exited" not in log and "connection lost" not in log, log

@@ -456,6 +456,10 @@ async def provider(config: ServerConfig, setup: OAuthSetup) -> httpx2.Auth:
                 scope=scope,
                 issuer=config.issuer,
             )
+        if config.issuer is None:  # (with one, the SDK sends the secret only there)
+            logout = setup.login_command(config.id).replace("prefixgate login ", "prefixgate logout ", 1)
+            fix = f"set its issuer, or run {logout} (which forgets the token)"
+            choose_authorization_server(headless, _pinned(headless, config.id, setup, fix))
         await _keep_early(headless, bound)
         return _Guarded(headless, bound, setup, config.id)
     interactive = setup.interactive
@@ -526,17 +530,18 @@ async def provider(config: ServerConfig, setup: OAuthSetup) -> httpx2.Auth:
         client_metadata_url=config.client_metadata_url,
     )
     if serving:
-        choose_authorization_server(auth, _pinned(auth, config.id, setup))
+        choose_authorization_server(auth, _pinned(auth, config.id, setup, f"run {setup.login_command(config.id)}"))
     await _keep_early(auth, bound)
     return auth if interactive is not None else _Guarded(auth, bound, setup, config.id)
 
 
-def _pinned(auth: OAuthClientProvider, server_id: str, setup: OAuthSetup) -> Callable[[list[str]], str]:
+def _pinned(auth: OAuthClientProvider, server_id: str, setup: OAuthSetup, fix: str) -> Callable[[list[str]], str]:
     """Which of the authorization servers a resource's metadata lists a gateway's flow takes:
     the one its tokens and client came from. It never logs in, so another one (named by a
     hostile or taken-over server) would only have been registered with and then sent the
-    refresh token at the next refresh. Nothing known (a record stored before discovery was):
-    the SDK's choice, the first."""
+    refresh token at the next refresh (the headless grant: its client secret at once).
+    Nothing known (a record stored before discovery was, a first token): the SDK's choice,
+    the first. ``fix`` says what to run when the server has really moved."""
 
     def choose(advertised: list[str]) -> str:
         context = auth.context
@@ -550,8 +555,7 @@ def _pinned(auth: OAuthClientProvider, server_id: str, setup: OAuthSetup) -> Cal
         named = escape(advertised[0][:200])
         reason = (
             f"its protected-resource metadata names another authorization server ({named}) than the one its"
-            f" tokens came from ({escape(held)}); nothing was sent there: if the server has moved,"
-            f" run {setup.login_command(server_id)}"
+            f" tokens came from ({escape(held)}); nothing was sent there: if the server has moved, {fix}"
         )
         log.warning("[%s] %s", server_id, reason)
         setup.problems.note(server_id, reason)
