@@ -350,14 +350,18 @@ async def _request(
     (HTTP 404: it was not run) goes once more, on the next one (``httpcalls.SessionRefused``;
     over SSE, ``sseclient.untaken``), as the spec has a client start a new session and a
     client directly would send it again."""
-    with untaken() as refused:
+    if d.transport.ended is None:  # (not SSE: every stdio call passes here, and pays no context variable)
         try:
             return await (await _usable_link(d)).request(method, params, **options)
         except SessionRefused:
             pass
-        except MCPError:
-            if not refused:
-                raise
+    else:
+        with untaken() as refused:
+            try:
+                return await (await _usable_link(d)).request(method, params, **options)
+            except MCPError:
+                if not refused:
+                    raise
     # (the supervisor opens the next session at once: waited for here)
     return await (await _usable_link(d)).request(method, params, **options)
 
