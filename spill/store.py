@@ -206,8 +206,13 @@ def _open_root(root: Path, *, create: bool) -> int | None:
 
 
 def _open_session(root_fd: int, session: str, *, create: bool) -> int | None:
-    """Verified fd of a session directory (relative to root_fd, never following a symlink)."""
-    return open_private_dir(session, f"session directory {session!r}", create=create, dir_fd=root_fd)
+    """Verified fd of a session directory (relative to root_fd, never following a symlink).
+    Its refusal names the directory for the log, never in ``StoreError.shown``: a process's
+    own session key is random, and what a model is shown is deterministic."""
+    try:
+        return open_private_dir(session, "session directory", create=create, dir_fd=root_fd)
+    except StoreError as exc:
+        raise StoreError(f"{exc} ({session!r})", shown=exc.shown) from None
 
 
 @contextmanager

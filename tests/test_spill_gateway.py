@@ -305,3 +305,26 @@ async def test_unusable_store_still_bounds_with_a_warning(tmp_path: Path) -> Non
         assert str(tmp_path) not in json.dumps(result), last
         assert await gw.saw(f"is a symlink; refusing to use it ({str(tmp_path / 'state' / 'artifacts')!r})")
     assert list((tmp_path / "real").iterdir()) == []
+
+
+async def test_a_session_directory_broken_mid_run_is_not_named_to_the_model(tmp_path: Path) -> None:
+    # Without --session the owner's directory is named by a key random per process: the model
+    # is told what is wrong with "the session directory", deterministically.
+    config = write_config(tmp_path, {"d": demo("--tools", 1)})
+    async with gateway(config) as gw:
+        first = await gw.raw("tools/call", {"name": "d__payload", "arguments": {"bytes": 100_000}})
+        assert ARTIFACT.search(first["content"][0]["text"])
+        (session,) = (tmp_path / "state" / "artifacts").iterdir()
+        for artifact in session.iterdir():
+            artifact.unlink()
+        session.rmdir()
+        (tmp_path / "elsewhere").mkdir(mode=0o700)
+        session.symlink_to(tmp_path / "elsewhere")
+        result = await gw.raw("tools/call", {"name": "d__payload", "arguments": {"bytes": 100_000}})
+        assert not result.get("isError")
+        last = result["content"][0]["text"].rsplit("\n", 1)[-1]
+        assert last == (
+            "full output (100000 bytes of text) not retained: session directory is a symlink; refusing to use it"
+        )
+        assert session.name not in json.dumps(result)
+    assert list((tmp_path / "elsewhere").iterdir()) == []
