@@ -75,6 +75,7 @@ for JSON ones.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -84,6 +85,8 @@ from typing import Any
 import canonicaljson
 
 from .store import Artifacts, StoreError
+
+log = logging.getLogger("prefixgate.spill")
 
 __all__ = [
     "DEFAULT_MAX_ARTIFACT_BYTES",
@@ -434,10 +437,14 @@ def retain(
     try:
         return store.put_chunks(chunks), None
     except StoreError as e:
-        return None, _one_line(e.shown)  # (its message may name the host's path: ids only, never paths)
+        # The log names what is broken (a path, a session's key); the model, ids only, never paths.
+        log.warning("an output of %d bytes was not retained: %s", size, e)
+        return None, _one_line(e.shown)
     except OSError as e:
+        log.warning("an output of %d bytes was not retained: cannot write artifact: %s", size, e)
         return None, _one_line(f"cannot write artifact: {e.strerror or type(e).__name__}")
     except Exception as e:  # noqa: BLE001 - any other failure of a store costs the artifact, never the call
+        log.warning("an output of %d bytes was not retained: cannot write artifact: %r", size, e)
         return None, f"cannot write artifact: {type(e).__name__}"
 
 

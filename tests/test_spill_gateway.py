@@ -328,3 +328,21 @@ async def test_a_session_directory_broken_mid_run_is_not_named_to_the_model(tmp_
         )
         assert session.name not in json.dumps(result)
     assert list((tmp_path / "elsewhere").iterdir()) == []
+
+
+async def test_a_store_broken_mid_run_is_logged_naming_the_directory(tmp_path: Path) -> None:
+    # At start an unusable store is logged; one that breaks later was only told to the model:
+    # the operator learns it from the log too, which names the directory (the model: no path).
+    config = write_config(tmp_path, {"d": demo("--tools", 1)})
+    async with gateway(config) as gw:
+        first = await gw.raw("tools/call", {"name": "d__payload", "arguments": {"bytes": 100_000}})
+        assert ARTIFACT.search(first["content"][0]["text"])
+        root = tmp_path / "state" / "artifacts"
+        root.rename(tmp_path / "state" / "moved")
+        root.write_text("not a directory")
+        result = await gw.raw("tools/call", {"name": "d__payload", "arguments": {"bytes": 100_000}})
+        last = result["content"][0]["text"].rsplit("\n", 1)[-1]
+        assert last == "full output (100000 bytes of text) not retained: artifact directory is not a directory"
+        assert await gw.saw(
+            f"an output of 100000 bytes was not retained: artifact directory is not a directory ({str(root)!r})"
+        )
