@@ -23,7 +23,7 @@ import re
 import secrets
 import stat
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -305,11 +305,15 @@ class ArtifactStore:
     symlink after start-up is still refused.
     """
 
-    def __init__(self, root: Path, session_key: str) -> None:
+    def __init__(self, root: Path, session_key: str, *, max_age: Callable[[], float] | None = None) -> None:
+        """``max_age``: seconds past which an artifact is expired (read at each open, so a
+        reload's age applies): it is then refused like an unknown id, though retention (at
+        start, after a spill) has not removed its file yet. None: never (the owner's CLI)."""
         if _SESSION_RE.fullmatch(session_key) is None:
             raise ValueError("session_key must match [A-Za-z0-9_-]{1,128}")
         self.root = Path(root)
         self.session_key = session_key
+        self.max_age = max_age
 
     def __repr__(self) -> str:
         return f"ArtifactStore({str(self.root)!r}, {self.session_key!r})"
@@ -353,8 +357,11 @@ class ArtifactStore:
             raise artifact_not_found(artifact_id) from None
         f = os.fdopen(fd, "rb")
         try:
-            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode):
                 raise artifact_not_found(artifact_id)
+            if self.max_age is not None and time.time() - st.st_mtime > self.max_age():
+                raise artifact_not_found(artifact_id)  # expired, as retention judges it (``gc``)
             yield f
         finally:
             f.close()

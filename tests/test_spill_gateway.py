@@ -346,3 +346,20 @@ async def test_a_store_broken_mid_run_is_logged_naming_the_directory(tmp_path: P
         assert await gw.saw(
             f"an output of 100000 bytes was not retained: artifact directory is not a directory ({str(root)!r})"
         )
+
+
+async def test_an_artifact_past_max_age_days_is_refused_before_retention_removes_it(tmp_path: Path) -> None:
+    # Retention runs at start and after a spill; a gateway that spills nothing for days still
+    # refuses an expired id, as it refuses an unknown one (the Redis store's keys expire).
+    config = write_config(tmp_path, {"d": demo("--tools", 1)}, spill={"max_age_days": 1})
+    async with gateway(config) as gw:
+        result = await gw.raw("tools/call", {"name": "d__payload", "arguments": {"bytes": 100_000}})
+        artifact_id = ARTIFACT.search(result["content"][0]["text"]).group(1)  # type: ignore[union-attr]
+        young = await gw.session.call_tool("artifact_read", {"id": artifact_id, "limit": 10})
+        assert not young.is_error and young.content[0].text.endswith("\n0123456789")
+        (file,) = artifact_files(tmp_path)
+        old = file.stat().st_mtime - 2 * 86400
+        os.utime(file, (old, old))
+        expired = await gw.session.call_tool("artifact_read", {"id": artifact_id, "limit": 10})
+        assert expired.is_error
+        assert expired.content[0].text == f"artifact_read: no artifact with id '{artifact_id}' in this session"

@@ -9,6 +9,7 @@ process, as before: a file store serves one process.
 
 from __future__ import annotations
 
+import math
 import os
 import secrets
 from pathlib import Path
@@ -34,11 +35,12 @@ class FileStore:
     kind = "file"
     shared = False
 
-    def __init__(self, state_dir: Path) -> None:
+    def __init__(self, state_dir: Path, *, max_age_seconds: float = math.inf) -> None:
         self.state_dir = Path(state_dir)
         self.where = str(self.state_dir)
         self.root = self.state_dir / "artifacts"
         self._key = secrets.token_bytes(32)
+        self.max_age = max_age_seconds
 
     async def open(self) -> None:
         """Nothing to connect: a broken directory is reported by the operation that needs it."""
@@ -57,7 +59,7 @@ class FileStore:
         return True
 
     def artifacts(self, owner: str) -> Artifacts:
-        return ArtifactStore(self.root, owner)
+        return ArtifactStore(self.root, owner, max_age=lambda: self.max_age)
 
     async def list_artifacts(self) -> list[ArtifactInfo]:
         return await anyio.to_thread.run_sync(list_artifacts, self.root)
@@ -71,7 +73,8 @@ class FileStore:
         )
 
     def keep_for(self, max_age_seconds: float) -> None:
-        return None  # (no expiry of its own: ``collect`` is given the age each time)
+        # (``collect`` is given the age each time; reads refuse what it would remove)
+        self.max_age = max_age_seconds
 
     async def warm_record(self, key: str) -> bytes | None:
         return await anyio.to_thread.run_sync(read_record, self.state_dir, key)
