@@ -363,3 +363,22 @@ async def test_an_artifact_past_max_age_days_is_refused_before_retention_removes
         expired = await gw.session.call_tool("artifact_read", {"id": artifact_id, "limit": 10})
         assert expired.is_error
         assert expired.content[0].text == f"artifact_read: no artifact with id '{artifact_id}' in this session"
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_big_structured_result_through_tool_call_stays_a_success(tmp_path: Path, mode: str) -> None:
+    # With output_schemas = "publish" a bounded result without its structuredContent is made an
+    # error for a client that checks it against the tool's outputSchema; through tool_call the
+    # client checks tool_call's result, which has none: the model reads it as the success it is.
+    server = {**demo("--tools", 1), "deferred": True}
+    config = write_config(
+        tmp_path, {"d": server}, spill={"output_schemas": "publish"}, client={"declarations": "on-demand"}
+    )
+    async with sdk_client(config, mode) as client:
+        assert "tool_call" in [t.name for t in (await client.list_tools()).tools]
+        await client.call_tool("tool_search", {"query": "structured", "limit": 1})
+        result = await client.call_tool("tool_call", {"name": "d__structured", "arguments": {"count": 20000}})
+        assert not result.is_error and result.structured_content is None
+        text = answer(result)
+        assert "structuredContent (" in text and "not shown." in text and "isError" not in text
+        assert STRUCTURED.search(text)

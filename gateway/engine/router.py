@@ -82,6 +82,8 @@ class Call:
     """Why ``tool_call``'s own arguments cannot run anything."""
     noted: str | None = None
     """What telemetry keeps of ``problem`` when it quotes the client's own text (argument names)."""
+    wrapped: bool = False
+    """Called through ``tool_call``: the client checks its result against no tool's ``outputSchema``."""
 
 
 MAX_REMOVED = 10_000
@@ -164,7 +166,8 @@ class Router:
                 return Call(epoch, name, arguments, problem="tool_call: arguments.arguments must be an object.")
             if target in META_TOOLS:
                 return Call(epoch, name, arguments, problem=f"tool_call runs catalog tools; call {target} directly.")
-            name, arguments = target, inner
+            entry = epoch.catalog.get(target)
+            return Call(epoch, target, inner, server=entry.server if entry is not None else None, wrapped=True)
         entry = epoch.catalog.get(name)
         return Call(epoch, name, arguments, server=entry.server if entry is not None else None)
 
@@ -220,7 +223,9 @@ class Router:
                 return await self.tool_search(epoch, arguments or {}, state, note, reserve)
             if name == "artifact_read":
                 return await self.artifact_read(arguments or {}, state, reserve)
-        return await self._gated(epoch, name, arguments, state, meta, on_progress, version, answers, note, reserve)
+        return await self._gated(
+            epoch, name, arguments, state, meta, on_progress, version, answers, note, reserve, call.wrapped
+        )
 
     async def _gated(
         self,
@@ -234,6 +239,7 @@ class Router:
         answers: Mapping[str, Any] | None = None,
         note: CallNote | None = None,
         reserve: int = 0,
+        wrapped: bool = False,
     ) -> dict[str, Any]:
         entry = epoch.catalog.get(name)
         if entry is not None and self.downstreams[entry.server].joining():
@@ -315,9 +321,11 @@ class Router:
             return result  # not a result yet: the caller answers it (gateway/upstream/inputs.py)
         if self.spill.enabled:
             # Bound first: a huge result is then checked in its small, model-visible form.
-            # The outputSchema as published: none with [spill] output_schemas = "omit".
+            # The outputSchema as published: none with [spill] output_schemas = "omit", nor
+            # through tool_call (the client checks tool_call's result against no schema).
+            schema = None if wrapped else entry.declaration.get("outputSchema")
             try:
-                bounded = await self.bound(result, state, entry.declaration.get("outputSchema"), reserve)
+                bounded = await self.bound(result, state, schema, reserve)
                 if note is not None and bounded is not result:
                     note.spilled, note.spilled_bytes = True, spilled_size(bounded)
                 result = bounded
