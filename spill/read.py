@@ -275,6 +275,10 @@ def _line_start(buf: Buffer, line: int) -> int | None:
     return 0
 
 
+def _lines(count: int) -> str:
+    return f"{count} line{'' if count == 1 else 's'}"
+
+
 def _count_lines(buf: Buffer) -> int:
     newlines = sum(buf[p : p + _SCAN_CHUNK].count(b"\n") for p in range(0, len(buf), _SCAN_CHUNK))
     return newlines + (1 if len(buf) and buf[len(buf) - 1] != 0x0A else 0)
@@ -329,7 +333,7 @@ def read_lines(
         size = len(buf)
         start = _line_start(buf, line)
         if start is None or (start >= size and line > 1):
-            raise ValueError(f"line {line} is past the end (the artifact has {_count_lines(buf)} lines)")
+            raise ValueError(f"line {line} is past the end (the artifact has {_lines(_count_lines(buf))})")
         if start >= size:
             return f"[artifact {artifact_id}] no lines: the artifact is empty; end reached\n"
         n = _nines(max(size, line + lines))
@@ -391,7 +395,7 @@ def find_text(
         size = len(buf)
         start = _line_start(buf, line)
         if start is None or (start >= size and line > 1):
-            raise ValueError(f"line {line} is past the end (the artifact has {_count_lines(buf)} lines)")
+            raise ValueError(f"line {line} is past the end (the artifact has {_lines(_count_lines(buf))})")
         n = _nines(max(size, line))
         budget = _budget(max_visible_bytes, reserve, _find_header(artifact_id, MAX_MATCHES, find, n, _beyond(n), n))
         entries, next_line = _scan(buf, pat, start, line, max_matches, budget - _WRAPPER)

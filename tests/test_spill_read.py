@@ -156,6 +156,15 @@ def test_offset_past_end_is_an_error(store: ArtifactStore) -> None:
         artifact_read(store, {"id": aid, "offset": -1})
 
 
+def test_a_line_past_the_end_counts_the_lines_in_words_the_model_reads(store: ArtifactStore) -> None:
+    """It said "the artifact has 1 lines"."""
+    one = store.put(b"only line")
+    with pytest.raises(ValueError, match=r"^line 2 is past the end \(the artifact has 1 line\)$"):
+        artifact_read(store, {"id": one, "line": 2})
+    with pytest.raises(ValueError, match=r"^line 9 is past the end \(the artifact has 2 lines\)$"):
+        artifact_read(store, {"id": store.put(b"a\nb"), "line": 9, "find": "a"})
+
+
 def test_empty_artifact(store: ArtifactStore) -> None:
     aid = store.put(b"")
     assert split(artifact_read(store, {"id": aid}))[0].endswith("bytes 0 to 0 of 0; end reached")
