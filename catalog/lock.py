@@ -295,7 +295,13 @@ def apply(
         if entry is None and (tool.server, tool.original) in excluded:
             continue
         deferred = entry.deferred if entry is not None else tool.server in deferred_servers
-        aliases = entry.aliases if entry is not None else _aliases(tool, prefixes or {}, separator)
+        # (A live tool renamed back from its locked, suffixed name has that unrenamed name as
+        # its own, not as an alias: it is one of its identities all the same.)
+        aliases = (
+            tuple(sorted(set(entry.identities) - {tool.name}, key=code_unit_key))
+            if entry is not None
+            else _aliases(tool, prefixes or {}, separator)
+        )
         entries.append(Entry(tool.name, tool.server, tool.original, tool.declaration, deferred, aliases))
         if entry is not None and declaration_sha(entry.declaration) != tool.sha256 and not _renamed_only(tool, entry):
             live_decl = entry.declaration

@@ -478,6 +478,36 @@ def test_a_tool_renamed_only_by_another_tools_name_stays_approved(tmp_path: Path
     assert ("changed", "good") in [(p["kind"], p["server"]) for p in moved["lock"]["pending"]]
 
 
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_deny_rule_for_the_unrenamed_name_holds_for_a_tool_the_lock_keeps_suffixed(
+    tmp_path: Path, mode: str
+) -> None:
+    """Locked while another server's tool collided with it (both suffixed), then the other
+    one went: the tool keeps its locked name ``fs__get_file_<hash>``, but its live name is
+    ``fs__get_file`` again, and that name was not among its identities under the lock, so
+    ``deny = ["fs__get_file"]`` (which refuses it without a lock, and with the collision)
+    let it run."""
+    from tests.test_hardening_schema import rogue, tool
+
+    def config(evil_tools: list[str]) -> Path:
+        good = {**rogue(tools=[tool("get_file")]), "prefix": "fs"}
+        evil = {**rogue(tools=[tool(name) for name in evil_tools]), "prefix": "fs"}
+        return write_config(tmp_path, {"good": good, "evil": evil}, policy={"deny": ["fs__get_file"]})
+
+    lock(config(["other", "get.file"]))  # both locked, both suffixed
+    config_path = config(["other"])  # then the colliding one goes
+    report = catalog_json(config_path)
+    (kept,) = [t for t in report["tools"] if t["server"] == "good"]
+    assert kept["name"].startswith("fs__get_file_") and kept["lock"] is None, kept
+    assert kept["policy"] == "denied by 'fs__get_file' (matches fs__get_file)", kept
+    async with sdk_client(config_path, mode) as client:
+        result = await client.call_tool(kept["name"], {})
+    assert result.is_error, text(result)
+    assert text(result) == (
+        f"Tool {kept['name']} is denied by policy (deny pattern 'fs__get_file' matches its identity 'fs__get_file')."
+    )
+
+
 def test_a_lock_written_while_a_server_is_disabled_keeps_its_tools(tmp_path: Path) -> None:
     """``catalog diff --lock`` said the catalog matched and ``serve`` still published the
     disabled server's locked tools, yet ``catalog lock`` rewrote the lock without them: enabled
