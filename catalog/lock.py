@@ -272,6 +272,8 @@ def apply(
     prefixes: Mapping[str, str] | None = None,
     separator: str = "__",
     approve: str = "prefixgate catalog approve",
+    *,
+    servers: frozenset[str] | None = None,
 ) -> Applied:
     """The catalog under ``lock``: locked declarations only, whatever the servers list now.
 
@@ -285,6 +287,9 @@ def apply(
     ``live``) is not published and not pending: the config decides what is offered, the lock
     only what a tool offered may declare (it was published, and said "no longer listed").
     ``approve``: the command a refusal tells the user to run (the served profile's).
+    ``servers``: the ids of the servers the config has (None: every one a locked tool names);
+    a locked tool of any other server (removed from the config, or from the profile's
+    ``servers``) is likewise not published and not pending: no call could reach it.
     """
     live_by_route = {(e.server, e.original): e for e in live.entries}
     excluded = {(w.server, w.tool) for w in live.warnings if w.kind == "excluded"}
@@ -293,6 +298,8 @@ def apply(
     for tool in lock.tools:
         entry = live_by_route.pop((tool.server, tool.original), None)
         if entry is None and (tool.server, tool.original) in excluded:
+            continue
+        if servers is not None and tool.server not in servers:
             continue
         deferred = entry.deferred if entry is not None else tool.server in deferred_servers
         # (A live tool renamed back from its locked, suffixed name has that unrenamed name as

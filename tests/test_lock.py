@@ -508,6 +508,29 @@ async def test_a_deny_rule_for_the_unrenamed_name_holds_for_a_tool_the_lock_keep
     )
 
 
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_locked_servers_tools_go_with_the_server_removed_from_the_config(tmp_path: Path, mode: str) -> None:
+    """A server removed from the config (or from a profile's ``servers``) after locking kept its
+    locked tools published, unflagged ("the live catalog matches the lock"), and a call to one
+    failed with the JSON-RPC error ``'b'`` (a KeyError: the router has no such server). The
+    config decides what is offered, as for an excluded tool: not published, not pending."""
+    servers = {"a": demo("--tools", 1, "--name", "a"), "b": demo("--tools", 1, "--name", "b")}
+    lock(write_config(tmp_path, servers, profiles={"p": {}}))
+    config = write_config(tmp_path, {"a": servers["a"]}, profiles={"p": {}})
+    proc = cli("catalog", "diff", "--lock", "--config", str(config))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert not [d for d in catalog_json(config)["declarations"] if d["name"].startswith("b__")]
+    config = write_config(tmp_path, servers, profiles={"p": {"servers": ["a"]}})
+    seen = cli("catalog", "--json", "--profile", "p", "--config", str(config))
+    assert not [d for d in json.loads(seen.stdout)["declarations"] if d["name"].startswith("b__")], seen.stderr
+    config = write_config(tmp_path, {"a": servers["a"]}, profiles={"p": {}})
+    async with sdk_client(config, mode) as client:
+        assert "b__echo" not in [t.name for t in (await client.list_tools()).tools]
+        result = await client.call_tool("b__echo", {"text": "x"})
+        assert result.is_error and text(result) == "Unknown tool 'b__echo': it is not in this gateway's catalog."
+        assert text(await client.call_tool("a__echo", {"text": "x"})) == "x"
+
+
 def test_a_lock_written_while_a_server_is_disabled_keeps_its_tools(tmp_path: Path) -> None:
     """``catalog diff --lock`` said the catalog matched and ``serve`` still published the
     disabled server's locked tools, yet ``catalog lock`` rewrote the lock without them: enabled

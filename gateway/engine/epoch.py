@@ -253,7 +253,8 @@ def build_epoch(
         allow_new = config.gateway.lock_new == "allow"
         # Each profile has its own lock: the command a refusal names approves in this one.
         approve = "prefixgate catalog approve" + (f" --profile {config.profile}" if config.profile else "")
-        applied = apply(catalog, lock, ready, deferred, allow_new, prefixes, config.gateway.separator, approve)
+        separator, configured = config.gateway.separator, frozenset(prefixes)
+        applied = apply(catalog, lock, ready, deferred, allow_new, prefixes, separator, approve, servers=configured)
         catalog, pending, refusals = applied.catalog, applied.pending, applied.refusals
     decision = decide(catalog, client_policy(config), meta_declarations(config.spill.enabled))
     return Epoch(catalog=catalog, decision=decision, pending=pending, lock_refusals=refusals)
