@@ -107,6 +107,19 @@ async def test_another_epoch_restores_nothing_and_records_the_fresh_start(store:
     assert await store.last_record(ALICE) == encode_record(OTHER_EPOCH, ())
 
 
+async def test_a_search_of_an_epoch_that_ended_grants_nothing_in_the_next(store: StateStore) -> None:
+    """A ``tool_search`` runs against one epoch; one published while it ran (a server changed
+    a tool, a reload) re-binds the session first. Its grant went into the new epoch, where the
+    tools it had shown may read otherwise: it grants nothing now, and records nothing."""
+    state = await entered(store, ALICE)
+    await state.enter(OTHER_EPOCH)
+    assert await state.activate(["s__a"], EPOCH) is False
+    assert not state.allows("s__a")
+    assert await store.last_record(ALICE) in (b"", encode_record(EPOCH, ()))
+    assert await state.activate(["s__a"], OTHER_EPOCH) is True
+    assert state.allows("s__a") and await store.last_record(ALICE) == encode_record(OTHER_EPOCH, ["s__a"])
+
+
 async def test_a_malformed_record_grants_nothing(store: StateStore) -> None:
     await store.write_record(ALICE, b'{"active":["s__a"],"snapshot":"' + EPOCH.encode() + b'"}\n', b"")
     state = await entered(store, ALICE)

@@ -446,12 +446,16 @@ class Router:
             )
         grant = [n for n in rendered.shown_names if n in set(candidates)]
         try:
-            await state.activate(grant)
+            granted = await state.activate(grant, epoch.identity)
         except OSError as exc:
             log.error("activation journal write failed: %s", exc.strerror or exc)
             return error_result(
                 f"tool_search could not record the activation ({exc.strerror or 'write failed'}); "
                 "nothing was activated."
+            )
+        if not granted:
+            return error_result(
+                "tool_search: the tool catalog changed during the search; nothing was activated, search again."
             )
         if note is not None:
             note.granted = len(grant)

@@ -121,21 +121,26 @@ class ClientState:
                 return str(exc.strerror or exc)
         return None
 
-    async def activate(self, names: Iterable[str]) -> None:
-        """Grant ``names``; raise OSError (granting nothing) if the store write fails."""
+    async def activate(self, names: Iterable[str], snapshot: str | None = None) -> bool:
+        """Grant ``names``, found by a search of epoch ``snapshot`` (None: the state's own);
+        raise OSError (granting nothing) if the store write fails. False (nothing granted) when
+        the state is bound to another epoch by now: a search of an epoch that ended (one
+        published while it ran) grants nothing in the next, where those tools may read otherwise."""
         names = frozenset(names)
         if not names:
-            return
+            return True
         async with self._lock:
             assert self.state is not None
-            snapshot = self.state.snapshot
+            if snapshot is None:
+                snapshot = self.state.snapshot
+            elif snapshot != self.state.snapshot:
+                return False
             records = self.records
             for _ in range(CAS_ATTEMPTS):
                 previous = await self._merge(records) if records is not None and records.shared else b""
                 new, record = self.state.activate(names)
                 if new == self.state.active:
-                    return
+                    return True
                 if records is None or await records.write_record(self.owner or "", record, previous):
-                    self.state.commit(new, snapshot)
-                    return
+                    return self.state.commit(new, snapshot)
             raise StoreUnavailable(f"the activation record kept changing ({CAS_ATTEMPTS} attempts)")
