@@ -7,6 +7,7 @@ warm start's key computed, before anything heavier than the standard library is 
 from __future__ import annotations
 
 import fnmatch
+import unicodedata
 from dataclasses import dataclass
 from typing import Literal
 
@@ -16,7 +17,14 @@ Mode = Literal["auto", "fixed", "on-demand"]
 def matches(name: str, pattern: str) -> bool:
     """Whether a config pattern (deny, defer, include, exclude) names ``name``: a glob
     (``fnmatchcase``), or the name itself, written out. A name with ``[`` in it (``db__drop[all]``)
-    is a character class to ``fnmatch``: the name written as its own pattern did not match it."""
+    is a character class to ``fnmatch``: the name written as its own pattern did not match it.
+    Both are compared in Unicode NFC: ``löschen`` typed in a config is one code point where a
+    server may list it decomposed (``o`` and a combining diaeresis), and reads the same."""
+    if name == pattern or fnmatch.fnmatchcase(name, pattern):
+        return True
+    if unicodedata.is_normalized("NFC", name) and unicodedata.is_normalized("NFC", pattern):
+        return False
+    name, pattern = unicodedata.normalize("NFC", name), unicodedata.normalize("NFC", pattern)
     return name == pattern or fnmatch.fnmatchcase(name, pattern)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import unicodedata
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler
@@ -306,6 +307,19 @@ async def test_deny_rule_survives_a_name_collision(tmp_path: Path, mode: str) ->
             assert "denied by policy (deny pattern 'demo__crash'" in text(refused)
         alive = await client.call_tool("demo__echo", {"text": "still here"})
     assert text(alive) == "still here"
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_deny_pattern_typed_composed_denies_a_tool_listed_decomposed(tmp_path: Path, mode: str) -> None:
+    """``deny = ["r__löschen"]`` as typed (``ö`` one code point, NFC) and a server listing
+    ``löschen`` decomposed (``o`` + U+0308, NFD): the same text, but compared code point by
+    code point the rule matched nothing, and the tool (published ``r__lo_schen``) ran."""
+    decomposed = unicodedata.normalize("NFD", "löschen")
+    config = write_config(tmp_path, {"r": rogue(tools=[tool(decomposed)])}, policy={"deny": ["r__löschen"]})
+    async with sdk_client(config, mode) as client:
+        (name,) = [t.name for t in (await client.list_tools()).tools if t.name.startswith("r__l")]
+        refused = await client.call_tool(name, {})
+    assert refused.is_error and "denied by policy (deny pattern 'r__löschen'" in text(refused), text(refused)
 
 
 @pytest.mark.parametrize("mode", ERAS)
