@@ -225,6 +225,21 @@ async def test_torn_journal_restores_nothing_and_serves(tmp_path: Path) -> None:
         assert await gw.saw("last record is invalid"), gw.stderr()
 
 
+async def test_a_journal_whose_last_record_is_too_long_is_named_in_the_log(tmp_path: Path) -> None:
+    """A last record past the 4 MiB read from the end restores nothing, and the log line said
+    only "the last record is longer than 4194304 bytes": not which file."""
+    config = write_config(tmp_path, {"d": {**demo("--tools", 3), "deferred": True}})
+    async with gateway(config, "--session", "s") as gw:
+        await gw.session.call_tool("tool_search", {"query": "d__echo", "limit": 1})
+    (journal,) = (tmp_path / "state" / "activation").iterdir()
+    with journal.open("ab") as handle:
+        handle.write(b"x" * (5 << 20))
+    async with gateway(config, "--session", "s") as gw:
+        assert (await gw.session.call_tool("d__echo", {"text": "x"})).is_error
+        line = f"activation journal {str(journal)!r}: the last record is longer than 4194304 bytes; nothing restored"
+        assert await gw.saw(line), gw.stderr()
+
+
 async def test_journal_write_failure_fails_the_search_and_grants_nothing(tmp_path: Path) -> None:
     config = write_config(tmp_path, {"d": {**demo("--tools", 3), "deferred": True}})
     (tmp_path / "state").mkdir()

@@ -136,6 +136,8 @@ def read_private(dir_fd: int, name: str, label: str, read: Callable[[int, int], 
         raise JournalError(why_not_opened(label, exc)) from None
     try:
         return read(fd, check_private_file(fd, label).st_size)
+    except JournalError as exc:  # (what ``read`` refuses in the file: named with the file)
+        raise JournalError(f"{label}: {exc}") from None
     finally:
         os.close(fd)
 
