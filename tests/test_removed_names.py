@@ -31,3 +31,17 @@ async def test_removed_names_are_remembered_oldest_first_and_bounded(monkeypatch
     assert list(r.removed) == ["a2", "a3", "a4", "a6"]
     await r.publish(epoch("a7", "a5"))
     assert list(r.removed) == ["a2", "a3", "a4", "a6", "keep"]
+
+
+async def test_a_call_resolved_in_an_epoch_whose_server_a_reload_removed_is_refused() -> None:
+    """A reload swaps the router's servers first and publishes the next epoch after its rebuild
+    (in a thread): a call resolved against the epoch before, to a server just removed, failed on
+    the server lookup (``KeyError``, a JSON-RPC error naming the id). It is an isError now."""
+    r = Router({})
+    entry = SimpleNamespace(server="gone", original="t", declaration={})
+    old = SimpleNamespace(catalog=SimpleNamespace(get={"gone__t": entry}.get), lock_refusals={})
+    result = await r._gated(old, "gone__t", {}, None, None, None, "2025-11-25")  # type: ignore[arg-type]
+    assert result["isError"] is True
+    assert result["content"][0]["text"] == (
+        "Tool 'gone__t' is no longer available: its server 'gone' was removed from the config."
+    )

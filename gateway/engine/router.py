@@ -242,6 +242,11 @@ class Router:
         wrapped: bool = False,
     ) -> dict[str, Any]:
         entry = epoch.catalog.get(name)
+        if entry is not None and entry.server not in self.downstreams:
+            # An epoch published before a reload removed its server (the reload swaps the
+            # servers first and publishes the next epoch after a rebuild): no server to run it.
+            why = f"Tool {name!r} is no longer available: its server {entry.server!r} was removed from the config."
+            return _refused(note, "unknown", why)
         if entry is not None and self.downstreams[entry.server].joining():
             # A warm start's catalog, its server not up yet, or up but not yet taken in: wait
             # for it, then gate the call with what the gateway knows once it is (under a lock,
