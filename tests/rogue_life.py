@@ -16,6 +16,8 @@ Options:
   --vary            each tools/list answered lists one more tool, v<answers so far>, instead of the one before
   --hang-list K     leave the K-th tools/list unanswered
   --endless N       answer every tools/list page with N new tools and a fresh nextCursor
+  --fat-cursor N    from the second listing on, end it only after --fat-pages empty pages,
+                    each with a fresh nextCursor of N bytes
 
 Tools: storm; log {level, data} logs during the call; log_later {level, data} answers, then logs;
 mute closes its stdout and runs on (until its stdin ends); hang never answers (a line "hang" in --count).
@@ -92,6 +94,8 @@ def main() -> None:
     p.add_argument("--vary", action="store_true")
     p.add_argument("--hang-list", type=int, default=0)
     p.add_argument("--endless", type=int, default=0)
+    p.add_argument("--fat-cursor", type=int, default=0)
+    p.add_argument("--fat-pages", type=int, default=0)
     args = p.parse_args()
     while args.start_after and not os.path.exists(args.start_after):
         time.sleep(0.02)
@@ -133,6 +137,10 @@ def main() -> None:
                 page = int(params.get("cursor") or 0)
                 result = {"tools": [{**t, "name": f"p{page}_{i}"} for i, t in enumerate(tools(args.endless))]}
                 result["nextCursor"] = str(page + 1)
+            if args.fat_cursor and answered > 1:
+                page = int(str(params.get("cursor") or "0:").split(":")[0])
+                if page < args.fat_pages:
+                    result = {"tools": [], "nextCursor": f"{page + 1}:" + "c" * args.fat_cursor}
         elif method == "logging/setLevel":
             append(args.levels, str(params.get("level")))
             if args.hold_levels:

@@ -544,6 +544,26 @@ def test_a_tool_list_that_never_ends_fails_its_server_at_the_bound(tmp_path: Pat
     assert by_id["r"]["error"] == "ValueError: tools/list listed more than 100,000 items, the most one listing may hold"
 
 
+@pytest.mark.real_processes  # the gateway's own pid: its memory
+async def test_a_listing_s_fat_cursors_are_not_all_kept(tmp_path: Path) -> None:
+    """A relisting pages through 60 empty pages, each with a fresh 4 MB nextCursor: the
+    gateway remembers cursors to refuse one repeated, and kept every one whole (~240 MB)."""
+    count = tmp_path / "lists.txt"
+    server = rogue("--storm", 1, "--count", count, "--fat-cursor", 4 << 20, "--fat-pages", 60)
+    config = write_config(tmp_path, {"r": server, "d": demo("--tools", 1)}, client={"profile": "mcp"})
+    async with gateway(config) as gw:
+        await gw.session.list_tools()  # behind the barrier: the first listing is a plain one
+        pid = _gateway_pid(config)
+        idle = _peak_rss_kib(pid)
+        assert text(await gw.session.call_tool("r__storm", {})) == "storm done"  # list_changed
+        with anyio.fail_after(120):
+            while len(count.read_text().splitlines()) < 62:  # the first listing, 61 pages
+                await anyio.sleep(0.1)
+            assert await gw.saw("server 'r' changed its tools: catalog unchanged")
+        assert text(await gw.session.call_tool("d__echo", {"text": "after"})) == "after"
+        assert _peak_rss_kib(pid) - idle < 120 * 1024, (idle, _peak_rss_kib(pid))
+
+
 # --- item 12: server logs go to the client that caused them, at each client's own level ----
 
 

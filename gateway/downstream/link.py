@@ -14,6 +14,7 @@ when one tool's schema is invalid, and a call's ``content``, ``structuredContent
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
 from typing import Any
@@ -374,10 +375,13 @@ def _answer(method: str, model: type[BaseModel], result: Any) -> Any:
 async def list_all(
     request: Callable[[str, dict[str, Any] | None], Awaitable[dict[str, Any]]], method: str, key: str
 ) -> tuple[Any, ...]:
-    """Every item of every page, following ``nextCursor`` to the end (``MAX_LISTED`` at most)."""
+    """Every item of every page, following ``nextCursor`` to the end (``MAX_LISTED`` at most).
+
+    A repeated cursor is found by its digest: a cursor is as long as a message may be, and
+    kept whole, the cursors of ``_MAX_PAGES`` empty pages were the gateway's memory."""
     items: list[Any] = []
     cursor: str | None = None
-    seen: set[str] = set()
+    seen: set[bytes] = set()
     for _ in range(_MAX_PAGES):
         page = await request(method, {"cursor": cursor} if cursor is not None else None)
         batch = page.get(key)
@@ -389,9 +393,10 @@ async def list_all(
         cursor = page.get("nextCursor")
         if not isinstance(cursor, str) or not cursor:
             return tuple(items)
-        if cursor in seen:
+        digest = hashlib.sha256(cursor.encode("utf-8", "surrogatepass")).digest()
+        if digest in seen:
             raise ValueError(f"{method} repeated cursor {cursor!r}")
-        seen.add(cursor)
+        seen.add(digest)
     raise ValueError(f"{method} returned more than {_MAX_PAGES} pages")
 
 
