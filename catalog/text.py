@@ -8,11 +8,8 @@ surrogate make the UTF-8 writer raise. These helpers make such text one printabl
 from __future__ import annotations
 
 import json
-import re
 
 __all__ = ["escape", "json_text", "plural", "printable", "quote"]
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def plural(count: int, noun: str) -> str:
@@ -50,7 +47,22 @@ def printable(text: str) -> str:
 
 
 def json_text(value: object, indent: int | None = 2) -> str:
-    """JSON text for stdout: non-ASCII stays readable, a lone surrogate (which UTF-8 cannot
-    encode) becomes its ``\\uXXXX`` escape, so the value parses back exactly."""
+    """JSON text for stdout: printable non-ASCII stays readable; a character that is not
+    printable (a lone surrogate, which UTF-8 cannot encode; a C1 control such as U+009B, a
+    terminal's CSI; a bidi override, which reorders what the terminal shows) becomes its
+    ``\\uXXXX`` escape (a pair of them beyond the BMP), so the value parses back exactly.
+    JSON itself escapes C0 controls inside strings; a newline outside them is layout."""
     text = json.dumps(value, ensure_ascii=False, indent=indent)
-    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    return "\n".join(line if line.isprintable() else _json_escaped(line) for line in text.split("\n"))
+
+
+def _json_escaped(line: str) -> str:
+    return "".join(ch if ch.isprintable() else _json_escape(ch) for ch in line)
+
+
+def _json_escape(ch: str) -> str:
+    code = ord(ch)
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    code -= 0x10000
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"

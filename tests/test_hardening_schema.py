@@ -448,12 +448,15 @@ async def test_padded_results_are_bounded_through_the_gateway(tmp_path: Path, mo
 # --------------------------------------------------------------------------- item 10: names printed
 
 FORGED = "2026-12-01 prefixgate WARNING forged line"
-HOSTILE_NAMES = ["\ud800x", f"evil\n{FORGED}", "\x1b[31mred", "bell\x07"]
+HOSTILE_NAMES = ["\ud800x", f"evil\n{FORGED}", "\x1b[31mred", "bell\x07", "csi\x9b2J", "rev\u202eesrever\u2066x"]
+"""A lone surrogate, a forged log line, ESC and BEL, a C1 CSI (a terminal's ESC [), bidi
+controls (an override and an isolate, which reorder what a terminal shows)."""
 
 
 def assert_clean(output: str) -> None:
     assert "Traceback" not in output
-    assert "\x1b" not in output and "\x07" not in output
+    unprintable = {ch for ch in output if not ch.isprintable() and ch != "\n"}
+    assert not unprintable, sorted(unprintable)
     assert not any(line.startswith(FORGED) for line in output.splitlines())
 
 
