@@ -7,8 +7,10 @@ prompt descriptions; results over any sane size, with the id first (Python) or l
 (TypeScript); floods of log notifications (``n`` of ``size`` bytes) and of stderr without a
 newline; a schema nested far too deeply; and, after ``stop_reading``, a server that never
 reads its input again. ``add_tool`` lists one more tool from then on and sends
-``tools/list_changed``. Options: ``--deep-schema N`` (list a tool nested N levels);
-``--http`` (serve the same over plain JSON-response HTTP on loopback, print the URL).
+``tools/list_changed``. ``ask_flood`` sends ``n`` ``roots/list`` requests before it answers;
+``answers`` tells how many answers to them came back, and how many were errors.
+Options: ``--deep-schema N`` (list a tool nested N levels); ``--http`` (serve the same
+over plain JSON-response HTTP on loopback, print the URL).
 """
 
 from __future__ import annotations
@@ -70,9 +72,13 @@ TOOLS = [
         "huge_number",
         "stop_reading",
         "add_tool",
+        "ask_flood",
+        "answers",
         "ok",
     )
 ]
+ANSWERS = {"result": 0, "error": 0}
+"""The answers to its own requests (``ask_flood``) received so far, by kind."""
 
 
 def call(request_id: Any, name: str, args: dict[str, Any], token: Any = None) -> None:
@@ -182,6 +188,18 @@ def call(request_id: Any, name: str, args: dict[str, Any], token: Any = None) ->
         TOOLS.append({"name": f"added_{len(TOOLS)}", "description": "added", "inputSchema": {"type": "object"}})
         send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
         send({"jsonrpc": "2.0", "id": request_id, "result": text(TOOLS[-1]["name"])})
+    elif name == "ask_flood":  # n requests of its own during the call, none waited for
+        for i in range(n):
+            send({"jsonrpc": "2.0", "id": f"ask-{i}", "method": "roots/list"})
+        send({"jsonrpc": "2.0", "id": request_id, "result": text(f"asked {n} times")})
+    elif name == "answers":
+        send(
+            {
+                "jsonrpc": "2.0",
+                "id": request_id,
+                "result": text(f"{ANSWERS['result']} results, {ANSWERS['error']} errors"),
+            }
+        )
     elif name == "not_json":
         OUT.write(b'{"jsonrpc":"2.0","id":' + json.dumps(request_id).encode() + b',"result":{oops}}\n')
         OUT.flush()
@@ -279,6 +297,8 @@ def main() -> None:
         msg = json.loads(raw)
         if msg.get("id") is not None and msg.get("method") is not None:
             answer(msg, deep)  # notifications and responses get no answer
+        elif msg.get("method") is None:
+            ANSWERS["error" if "error" in msg else "result"] += 1
 
 
 if __name__ == "__main__":

@@ -417,6 +417,35 @@ async def test_a_client_that_never_reads_meets_back_pressure(tmp_path: Path, met
                 waiting.remove(message["id"])
 
 
+async def test_a_servers_requests_no_client_answers_are_bounded(tmp_path: Path) -> None:
+    """A server sends 200 ``roots/list`` during one call and the (handshake-era) client never
+    answers them: each held a task and a request to the client for as long as the client took
+    (20,000 held ~400 MB). At most ``MAX_ASKING`` reach the client; the others are refused at
+    once. (A 2026-07-28 client has no back-channel: the gateway holds its server's requests
+    for its ``input_required`` rounds, bounded per call and per server in roundtrip.py and relay.py.)"""
+    from gateway.downstream.link import MAX_ASKING
+
+    config = write_config(tmp_path, {"rogue": rogue()}, client={"profile": "mcp"})
+    asked: list[object] = []
+
+    async def roots(context: Any) -> Any:
+        asked.append(context)
+        await anyio.sleep_forever()
+
+    async with sdk_client(config, "legacy", list_roots_callback=roots) as client:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(client.call_tool, "rogue__ask_flood", {"n": 200})
+            with anyio.fail_after(60):
+                while True:
+                    results, errors = map(int, text(await client.call_tool("rogue__answers", {})).split()[::2])
+                    if errors + len(asked) >= 200:
+                        break
+                    await anyio.sleep(0.05)
+            assert results == 0 and errors == 200 - len(asked) and len(asked) <= MAX_ASKING, (results, errors)
+            assert text(await client.call_tool("rogue__ok", {})) == "ok"
+            tg.cancel_scope.cancel()
+
+
 async def test_inbox_drops_logs_beyond_its_bound_but_never_list_changed(caplog: pytest.LogCaptureFixture) -> None:
     """The per-downstream notification queue, with its consumer held up by a slow client."""
     import anyio

@@ -25,7 +25,7 @@ from mcp.client.extension import NotificationBinding
 from mcp.client.session import ClientRequestContext, ClientSession, IncomingMessage
 from mcp.shared.exceptions import MCPError
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
-from mcp_types.jsonrpc import INVALID_PARAMS
+from mcp_types.jsonrpc import INVALID_PARAMS, INVALID_REQUEST
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from gateway import __version__
@@ -55,6 +55,11 @@ MAX_LISTED = 100_000
 """Items one listing may gather over all its pages: 20 times the largest servers' (~5,000
 tools). A server whose pages never end (a fresh ``nextCursor`` on each) fails its listing
 here instead of filling the gateway's memory (a page itself is bounded by the message limit)."""
+MAX_ASKING = 64
+"""A server's requests (sampling, elicitation, roots) one connection may have waiting for a
+client at once; more are refused to the server at once. Each waiting one holds a task here and
+a request to the client (20,000 a client left unanswered held ~400 MB), and what a server
+may ask should not be what it may make the gateway hold."""
 TASK_STATUS = "notifications/tasks/status"
 """A task's status (SEP-1686), which the SDK's session only passes on to a binding."""
 
@@ -93,6 +98,10 @@ class Link:
         """The back-channel hint (below) was logged for this connection."""
         self._stray = 0
         """Lines it wrote that are not JSON-RPC (``NotJsonRpc``), so far."""
+        self._asking = 0
+        """Its requests waiting for a client's answer now (``MAX_ASKING`` at most)."""
+        self._refusing = False
+        """Its requests are refused for ``MAX_ASKING`` (logged once until one is taken again)."""
         self.clocks: dict[Clock, object | None] = {}
         """The clocks of its tool calls in flight, with the upstream call each is made for
         (``CALLER``): held while the server waits for the client."""
@@ -321,6 +330,27 @@ class Link:
         self.inbox.put(data["method"], params, related.take_log(params) if related is not None else None)
 
     async def _forward(self, context: ClientRequestContext, method: str, params: Any) -> Any:
+        if self._asking >= MAX_ASKING:
+            if not self._refusing:
+                self._refusing = True
+                self._log.warning(
+                    "[%s] %s refused: %d of its requests already wait for a client (further ones are not logged)",
+                    self.server_id,
+                    method,
+                    MAX_ASKING,
+                )
+            return types.ErrorData(
+                code=INVALID_REQUEST,
+                message=f"prefixgate: {MAX_ASKING} requests of this server already wait for a client's answer",
+            )
+        self._refusing = False
+        self._asking += 1
+        try:
+            return await self._forward_one(context, method, params)
+        finally:
+            self._asking -= 1
+
+    async def _forward_one(self, context: ClientRequestContext, method: str, params: Any) -> Any:
         raw = params.model_dump(by_alias=True, mode="json", exclude_none=True) if params is not None else {}
         related = self.transport.related
         caller = related.take(context.request_id) if related is not None else None
