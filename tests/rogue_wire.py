@@ -9,6 +9,7 @@ newline; a schema nested far too deeply; and, after ``stop_reading``, a server t
 reads its input again. ``add_tool`` lists one more tool from then on and sends
 ``tools/list_changed``. ``ask_flood`` sends ``n`` ``roots/list`` requests before it answers;
 ``answers`` tells how many answers to them came back, and how many were errors.
+``ping_flood`` sends ``n`` pings (ids padded to ``size`` bytes), answers, and reads no more.
 Options: ``--deep-schema N`` (list a tool nested N levels); ``--http`` (serve the same
 over plain JSON-response HTTP on loopback, print the URL).
 """
@@ -74,6 +75,7 @@ TOOLS = [
         "add_tool",
         "ask_flood",
         "answers",
+        "ping_flood",
         "ok",
     )
 ]
@@ -192,6 +194,13 @@ def call(request_id: Any, name: str, args: dict[str, Any], token: Any = None) ->
         for i in range(n):
             send({"jsonrpc": "2.0", "id": f"ask-{i}", "method": "roots/list"})
         send({"jsonrpc": "2.0", "id": request_id, "result": text(f"asked {n} times")})
+    elif name == "ping_flood":  # a server that asks and asks, and takes in nothing any more
+        pad = "x" * int(args.get("size", 0))
+        for i in range(n):
+            OUT.write(json.dumps({"jsonrpc": "2.0", "id": f"ping-{i}-{pad}", "method": "ping"}).encode() + b"\n")
+        send({"jsonrpc": "2.0", "id": request_id, "result": text(f"pinged {n} times")})
+        while True:
+            time.sleep(3600)
     elif name == "answers":
         send(
             {

@@ -27,6 +27,7 @@ from tests.helpers import (
     PYTHON,
     RawGateway,
     catalog_json,
+    demo,
     http_gateway,
     raw_gateway,
     read_artifact,
@@ -337,6 +338,23 @@ async def test_progress_flood_while_the_client_is_slow_stays_bounded(tmp_path: P
         assert peak - idle < 60, (idle, peak)
         call(gw, 3, "rogue__ok")
         assert gw.answer(3)["result"]["content"][0]["text"] == "ok"
+
+
+@pytest.mark.real_processes  # measures the gateway process's own memory
+async def test_requests_from_a_server_that_reads_nothing_stay_bounded(tmp_path: Path) -> None:
+    """A server sends 40,000 pings (ids of 1 KB) and reads its input no more: each answer
+    waited for its stdin in a task of its own (~12 KB each, ~480 MB in all). Past
+    ``MAX_UNWRITTEN`` its requests are dropped unanswered; the other server goes on."""
+    config = write_config(tmp_path, {"rogue": rogue(), "d": demo("--tools", 1)})
+    with raw_gateway(config) as gw:
+        gw.handshake()
+        idle = peak_rss_mib(gw.proc.pid)
+        call(gw, 2, "rogue__ping_flood", n=40_000, size=1000)
+        assert gw.answer(2)["result"]["content"][0]["text"] == "pinged 40000 times"
+        call(gw, 3, "d__echo", text="still")
+        assert gw.answer(3)["result"]["content"][0]["text"] == "still"
+        peak = peak_rss_mib(gw.proc.pid)
+        assert peak - idle < 60, (idle, peak)
 
 
 @pytest.mark.real_processes  # measures the gateway process's own memory

@@ -8,8 +8,9 @@ time, drains stderr line by line into the gateway's log, and exposes the process
 
 Every peer is untrusted: a line over ``max_message_bytes`` is dropped as it arrives (its
 request fails at once, by the id found at either end), a stderr line is cut at
-``STDERR_LINE_BYTES`` and only a few are kept, and a message that cannot be written costs
-only its own request.
+``STDERR_LINE_BYTES`` and only a few are kept, a message that cannot be written costs
+only its own request, and a server that reads nothing more cannot make answers to its
+requests pile up (``MAX_UNWRITTEN``).
 """
 
 from __future__ import annotations
@@ -63,6 +64,10 @@ MESSAGE_TOO_LARGE = -32099
 """JSON-RPC error code (implementation-defined range) of a reply the gateway refused for size."""
 UNPARSABLE_REPLY = -32098
 """JSON-RPC error code of a reply the gateway could not parse (not JSON, too deep, not JSON-RPC)."""
+MAX_UNWRITTEN = 256
+"""Messages to a server (answers to its requests, mostly) that may wait for its stdin at once;
+past it, its further requests are dropped unanswered, as it takes in nothing: each answer
+waiting holds a task (100,000 pings from a server that read none held 1.2 GB)."""
 
 
 class ChildStdin(anyio.abc.ByteSendStream):
@@ -424,6 +429,7 @@ async def stdio_transport(
 
     async def forward_stdout(out: ChildStdout) -> None:
         """Hand the session what the reader queued for it, in order."""
+        dropped = 0  # requests dropped in a row (``_unanswerable``)
         try:
             async with read_send:
                 with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
@@ -434,6 +440,17 @@ async def stdio_transport(
                                 message.run()
                             else:
                                 ready = await out.parsed(message) if isinstance(message, Aside) else message
+                                if ready is not None and _unanswerable(ready, write_send):
+                                    if not dropped:
+                                        log.warning(
+                                            "%s: dropping its requests: %d messages to it wait for it to read "
+                                            "its input (further ones are not logged)",
+                                            command,
+                                            MAX_UNWRITTEN,
+                                        )
+                                    dropped, ready = dropped + 1, None
+                                elif dropped and write_send.statistics().tasks_waiting_send < MAX_UNWRITTEN:
+                                    dropped = 0  # it reads again: a new backlog is logged anew
                                 if ready is not None:
                                     await read_send.send(ready)
                                     calls.forwarded += 1
@@ -498,6 +515,16 @@ async def stdio_transport(
                 for transport in transports:
                     transport.close()
             tg.cancel_scope.cancel()
+
+
+def _unanswerable(message: SessionMessage | Exception, writes: MemoryObjectSendStream[SessionMessage]) -> bool:
+    """A server's request while ``MAX_UNWRITTEN`` messages already wait for its stdin: it is
+    dropped instead of given a task that waits to answer it."""
+    return (
+        isinstance(message, SessionMessage)
+        and isinstance(message.message, types.JSONRPCRequest)
+        and writes.statistics().tasks_waiting_send >= MAX_UNWRITTEN
+    )
 
 
 async def _stop(child: ChildProcess) -> None:
