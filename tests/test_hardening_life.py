@@ -117,12 +117,23 @@ async def test_every_path_of_a_loopback_bind_checks_host_and_origin(tmp_path: Pa
             assert 'server="d"' in (await plain.get(base + "/metrics")).text
 
 
+HOST_CASES = ("host", [("LocalHost:{port}", 200), ("127.0.0.1:{port}", 200), ("EVIL.example:{port}", 421)])
+ORIGIN_CASES = (
+    "origin",
+    [("HTTP://LOCALHOST:{port}", 200), ("Http://127.0.0.1:{port}", 200), ("HTTP://EVIL.example:{port}", 403)],
+)
+
+
+@pytest.mark.parametrize("header,cases", [HOST_CASES, ORIGIN_CASES], ids=["host", "origin"])
 @pytest.mark.parametrize("mode", ERAS)
-async def test_a_loopback_name_in_capitals_is_the_same_host(tmp_path: Path, mode: str) -> None:
-    """Host names are case-insensitive (RFC 9110, 3986), but the SDK's check compares the
-    header exactly: ``Host: LOCALHOST:PORT`` was refused 421 on every path of a loopback
-    bind. Now it is the host it names, on ``/mcp`` (the real SDK client) and the gateway's
-    own paths; a foreign name in capitals is still refused."""
+async def test_a_loopback_name_in_capitals_is_the_same_host(
+    tmp_path: Path, mode: str, header: str, cases: list[tuple[str, int]]
+) -> None:
+    """Host names are case-insensitive (RFC 9110, 3986), and so are an origin's scheme and host
+    (RFC 6454), but the SDK's check compares the headers exactly: ``Host: LOCALHOST:PORT`` was
+    refused 421, ``Origin: HTTP://LOCALHOST:PORT`` 403, on every path of a loopback bind. Now
+    each is the host it names, on ``/mcp`` (the real SDK client) and the gateway's own paths;
+    a foreign name in capitals is still refused."""
     config = write_config(tmp_path, {"d": demo("--tools", 1)})
     with http_gateway(config) as (url, _):
         port = urlsplit(url).port
@@ -133,39 +144,11 @@ async def test_a_loopback_name_in_capitals_is_the_same_host(tmp_path: Path, mode
                 return (await plain.get(base + "/readyz")).status_code == 200
 
             await wait_for(ready)
-            for host, status in ((f"LocalHost:{port}", 200), (f"127.0.0.1:{port}", 200), (f"EVIL.example:{port}", 421)):
+            for value, status in cases:
                 for path in ("/readyz", "/metrics"):
-                    answered = await plain.get(base + path, headers={"host": host})
-                    assert answered.status_code == status, (host, path, answered.text)
-        async with sdk_client(url, mode, headers={"host": f"LOCALHOST:{port}"}) as client:
-            assert text(await client.call_tool("d__echo", {"text": mode})) == mode
-
-
-@pytest.mark.parametrize("mode", ERAS)
-async def test_an_origin_in_capitals_is_the_same_origin(tmp_path: Path, mode: str) -> None:
-    """An origin's scheme and host are case-insensitive (RFC 6454, 3986), but the Origin was
-    compared as sent: ``Origin: HTTP://LOCALHOST:PORT`` was refused 403 on every path of a
-    loopback bind. Now it is the origin it names, on ``/mcp`` (the real SDK client) and the
-    gateway's own paths; a foreign origin in capitals is still refused."""
-    config = write_config(tmp_path, {"d": demo("--tools", 1)})
-    with http_gateway(config) as (url, _):
-        port = urlsplit(url).port
-        base = url.removesuffix("/mcp")
-        async with httpx2.AsyncClient() as plain:
-
-            async def ready() -> bool:
-                return (await plain.get(base + "/readyz")).status_code == 200
-
-            await wait_for(ready)
-            for origin, status in (
-                (f"HTTP://LOCALHOST:{port}", 200),
-                (f"Http://127.0.0.1:{port}", 200),
-                (f"HTTP://EVIL.example:{port}", 403),
-            ):
-                for path in ("/readyz", "/metrics"):
-                    answered = await plain.get(base + path, headers={"origin": origin})
-                    assert answered.status_code == status, (origin, path, answered.text)
-        async with sdk_client(url, mode, headers={"origin": f"HTTP://LocalHost:{port}"}) as client:
+                    answered = await plain.get(base + path, headers={header: value.format(port=port)})
+                    assert answered.status_code == status, (value, path, answered.text)
+        async with sdk_client(url, mode, headers={header: cases[0][0].format(port=port)}) as client:
             assert text(await client.call_tool("d__echo", {"text": mode})) == mode
 
 
