@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import fnmatch
 import unicodedata
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -26,6 +27,14 @@ def matches(name: str, pattern: str) -> bool:
         return False
     name, pattern = unicodedata.normalize("NFC", name), unicodedata.normalize("NFC", pattern)
     return name == pattern or fnmatch.fnmatchcase(name, pattern)
+
+
+def unmatched(patterns: Iterable[str], identities: Iterable[Iterable[str]]) -> list[str]:
+    """The ``patterns`` (a ``[policy] deny``'s) that name none of ``identities`` (each tool's
+    names, ``Entry.identities``), in config order: a typo there (``DEMO__ECHO``; matching is
+    case-sensitive) denies nothing, and nothing else says so."""
+    names = [name for tool in identities for name in tool]
+    return [p for p in dict.fromkeys(patterns) if not any(matches(name, p) for name in names)]
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ def test_counts_agree_and_say_why(tmp_path: Path) -> None:
     config = write_config(
         tmp_path,
         {"d": {**demo("--tools", 3, "--rich", "--name", "d"), "exclude": ["echo"]}, "e": demo("--tools", 1)},
-        policy={"deny": ["d__fail"]},
+        policy={"deny": ["d__fail", "D__FAIL"]},
     )
     out, log, report = catalog(config)
     d = next(s for s in report["servers"] if s["id"] == "d")
@@ -54,6 +54,9 @@ def test_counts_agree_and_say_why(tmp_path: Path) -> None:
     (line,) = [ln for ln in out.splitlines() if "<- d/fail" in ln]
     assert line.startswith(" !") and line.endswith("denied by 'd__fail'")
     assert "1 tool refused at call time, marked !" in out
+    # a pattern that names no tool (a typo: matching is case-sensitive) denies nothing: said
+    assert report["policy_unmatched"] == ["D__FAIL"]
+    assert "  policy: deny pattern 'D__FAIL' matches no tool (patterns are case-sensitive globs" in out
     # every number once: the decision's numbers are not repeated by its detail line
     fn, tok = report["functions"], report["tokens"]
     assert out.count(f"~{tok['declared']} tokens") == 1

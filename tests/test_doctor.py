@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from gateway.config import DEFAULT_MAX_CALL_TIME
-from tests.helpers import GATEWAY, PYTHON, demo, write_config
+from tests.helpers import GATEWAY, PYTHON, demo, run_cli, write_config
 
 DOCTOR = [PYTHON, "-m", "gateway.commands.doctor"]
 
@@ -185,6 +185,27 @@ def test_healthy_config_is_all_well_and_deterministic(tmp_path: Path) -> None:
     assert out.rstrip().endswith("all is well")
     # the same report twice, timings aside
     assert re.sub(r"\d+ ms", "N ms", out) == re.sub(r"\d+ ms", "N ms", again.stdout)
+
+
+def test_a_deny_pattern_that_names_no_tool_needs_attention(tmp_path: Path) -> None:
+    """``deny = ["D__FAIL"]`` for ``d__fail`` (matching is case-sensitive) denied nothing, and
+    nothing said so: the tool ran. Doctor warns of a pattern no tool's name matches, naming
+    the servers whose tools are not known (not listed); ``catalog`` says it too."""
+    typo, fine = tmp_path / "typo", tmp_path / "fine"
+    typo.mkdir()
+    fine.mkdir()
+    down = {"command": PYTHON, "args": FAILING}
+    typo_config = write_config(typo, {"d": demo("--tools", 1), "gone": down}, policy={"deny": ["d__fail", "D__FAIL"]})
+    fine_config = write_config(fine, {"d": demo("--tools", 1)}, policy={"deny": ["d__fail", "d__*_issue"]})
+    flagged, clean = doctors((typo_config, ()), (fine_config, ()))
+    assert flagged.returncode == 1, flagged.stdout + flagged.stderr
+    (line,) = lines_with(flagged.stdout, "deny pattern")
+    assert line.split()[0] == "warn" and "[policy] deny pattern 'D__FAIL' matches no tool" in line, line
+    assert line.endswith("it denies nothing (not listed: gone, whose tools are not known)"), line
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    assert verdict(clean.stdout, "every [policy] deny pattern matches a tool (2)") == "ok"
+    listed = run_cli("catalog", "--config", str(fine_config), "--json", "--log-level", "warning")
+    assert json.loads(listed.stdout)["policy_unmatched"] == []
 
 
 def test_renames_alone_are_informational(tmp_path: Path) -> None:

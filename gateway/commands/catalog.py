@@ -12,7 +12,7 @@ from catalog.budget import DecisionError
 from catalog.history import summary
 from catalog.lock import LockError
 from catalog.model import CatalogWarning, Entry
-from catalog.policy import matches
+from catalog.policy import matches, unmatched
 from catalog.text import escape, json_text, plural, printable
 from gateway import __version__
 from gateway.commands.startup import discover, running
@@ -28,6 +28,8 @@ from gateway.state.history import EpochHistory
 log = logging.getLogger("prefixgate")
 
 
+UNMATCHED = "matches no tool (patterns are case-sensitive globs on tool names): it denies nothing"
+"""What ``catalog`` and ``doctor`` say of a ``[policy] deny`` pattern no tool's name matches."""
 HELD = ("excluded", "quarantined", "duplicate")
 """Warning kinds that keep a listed tool out of the catalog (a rename keeps it in)."""
 
@@ -103,6 +105,7 @@ def catalog_report(config: Config, downstreams: Sequence[Downstream], epoch: Epo
             }
             for e in catalog.entries
         ],
+        "policy_unmatched": unmatched(config.policy.deny, (e.identities for e in catalog.entries)),
         "declarations": epoch.published(),
         "warnings": [
             {"kind": w.kind, "server": w.server, "tool": w.tool, "detail": w.detail, "message": w.line()}
@@ -167,6 +170,8 @@ def render_text(report: dict[str, Any], config: Config) -> str:
     refused = [t for t in tools if t.get("policy")]
     if refused:
         lines.append(f"  policy: {plural(len(refused), 'tool')} refused at call time, marked !")
+    for pattern in report.get("policy_unmatched", ()):
+        lines.append(f"  policy: deny pattern {escape(repr(pattern))} {UNMATCHED}")
 
     lines += ["", "tools, in published order:"]
     name_width = min(max((len(t["name"]) for t in tools), default=0), 48)

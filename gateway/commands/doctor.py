@@ -49,10 +49,11 @@ import anyio
 from catalog.diff import name_changes
 from catalog.lock import LockError
 from catalog.names import DEFAULT_ENTRY, PROFILES
+from catalog.policy import unmatched
 from catalog.text import escape, json_text, plural, printable
 from gateway import __version__, logs
 from gateway.commands.arguments import doctor_arguments
-from gateway.commands.catalog import profile_reports, profile_summary
+from gateway.commands.catalog import UNMATCHED, profile_reports, profile_summary
 from gateway.commands.startup import Exit, discover, running
 from gateway.commands.toml_writer import toml_string
 from gateway.config import Config, ConfigError, GatewayConfig, ServerConfig, find_config, load_config
@@ -247,6 +248,20 @@ def check_tools(report: Report, first: Round) -> None:
         report.add(
             "tools", "ok", f"{plural(len(first.epoch.catalog.entries), 'tool')}, none renamed, quarantined or excluded"
         )
+
+
+def check_policy(report: Report, config: Config, first: Round) -> None:
+    """A ``[policy] deny`` pattern that names no tool denies nothing: said, as a typo in it
+    (``DEMO__ECHO`` for ``demo__echo``) would otherwise let the tool run unremarked."""
+    if first.epoch is None or not config.policy.deny:
+        return
+    missing = unmatched(config.policy.deny, (e.identities for e in first.epoch.catalog.entries))
+    unlisted = [s.id for s in first.servers if s.status != "ready"]
+    hint = f" (not listed: {', '.join(unlisted)}, whose tools are not known)" if unlisted else ""
+    for pattern in missing:
+        report.add("tools", "warn", f"[policy] deny pattern {pattern!r} {UNMATCHED}{hint}")
+    if not missing:
+        report.add("tools", "ok", f"every [policy] deny pattern matches a tool ({len(config.policy.deny)})")
 
 
 def check_wrapped_names(report: Report, config: Config, first: Round) -> None:
@@ -850,6 +865,7 @@ async def diagnose(config: Config, report: Report) -> None:
     check_servers(report, first)
     check_auth(report, config, first)
     check_tools(report, first)
+    check_policy(report, config, first)
     check_wrapped_names(report, config, first)
     check_declarations(report, config, first)
     report.checks += directories.checks
