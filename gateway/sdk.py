@@ -15,7 +15,7 @@ import contextvars
 import functools
 import logging
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AsyncExitStack, contextmanager
 from typing import Any
 
@@ -192,14 +192,28 @@ def sse_parser(max_event_size: int | None) -> Any:
     return _SSEParser(max_event_size)
 
 
-def context_streams(buffer: float = 0) -> tuple[Any, Any, MemoryObjectSendStream[Any]]:
+def context_streams(
+    buffer: float = 0, admit: Callable[[Any], bool] | None = None
+) -> tuple[Any, Any, MemoryObjectSendStream[Any]]:
     """A message-stream pair of the kind the SDK's transports hand its session (each send
     carries the sender's context; ``mcp.shared._context_streams``, mcp 2.3.0), and the memory
-    stream beneath its send end (its statistics say whether the reader waits)."""
+    stream beneath its send end (its statistics say whether the reader waits). ``admit``: a
+    message sent for which it answers False is dropped, whoever sends it."""
     from mcp.shared._context_streams import ContextReceiveStream, ContextSendStream
 
     send, receive = anyio.create_memory_object_stream[Any](buffer)
-    return ContextSendStream(send), ContextReceiveStream(receive), send
+    if admit is None:
+        return ContextSendStream(send), ContextReceiveStream(receive), send
+    admits = admit
+
+    class Admitting(ContextSendStream[Any]):
+        __slots__ = ()
+
+        async def send(self, item: Any) -> None:
+            if admits(item):
+                await super().send(item)
+
+    return Admitting(send), ContextReceiveStream(receive), send
 
 
 # --- a handshake-era session's transport and dispatcher (gateway/upstream/sessionlane.py) ---

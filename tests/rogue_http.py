@@ -5,7 +5,8 @@ way a real server might: an event stream with a log before the reply, cut before
 an event id to resume from, or without), an event that is not JSON, a reply with someone
 else's id, a lone surrogate, a body that is not JSON, an error status with and without a
 JSON-RPC error in it, 202 for a request, a redirect off the origin, an unexpected content
-type, a gzip-compressed JSON body (one that decodes to 4 MiB: ``gzip_bomb``); and at
+type, a gzip-compressed JSON body (one that decodes to 4 MiB: ``gzip_bomb``); with
+``--ping-flood``, 20,000 pings on a call's stream whose answers it never takes; and at
 ``/sse-elsewhere`` an SSE server's stream naming an endpoint on another origin. Standard
 library only: it starts in a few milliseconds. Prints its URL first.
 """
@@ -76,7 +77,9 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802
         msg = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))))
         method, request_id = msg.get("method"), msg.get("id")
-        if request_id is None or method is None:
+        if method is None and str(request_id).startswith("flood-"):  # (``--ping-flood``: never answered)
+            self.rfile.read(1)  # held open until the client goes
+        elif request_id is None or method is None:
             self.respond(202, "text/plain", b"")
         elif method == "initialize":
             result = {
@@ -131,6 +134,11 @@ class Handler(BaseHTTPRequestHandler):
         elif name == "status_500_rpc_error":
             error = {"jsonrpc": "2.0", "id": None, "error": {"code": -32603, "message": "the backend is down"}}
             self.respond(500, "application/json", json.dumps(error).encode())
+        elif name == "ping_flood":  # 20,000 pings (ids of 1 KB), whose answers it never takes, then the reply
+            pings = b"".join(
+                event({"jsonrpc": "2.0", "id": f"flood-{i}-" + "x" * 1000, "method": "ping"}) for i in range(20_000)
+            )
+            self.sse(pings + event(reply(request_id, "pinged 20000 times")))
         elif name == "status_404":
             self.respond(404, "text/plain", b"no such session")
         elif name == "accepted":
@@ -217,6 +225,8 @@ class Handler(BaseHTTPRequestHandler):
 
 
 def main() -> None:
+    if "--ping-flood" in sys.argv[1:]:
+        TOOLS.append("ping_flood")
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     sys.stdout.write(f"http://127.0.0.1:{server.server_address[1]}/mcp\n")
     sys.stdout.flush()

@@ -33,6 +33,7 @@ from tests.helpers import (
     read_artifact,
     sdk_client,
     text,
+    url_process,
     write_config,
 )
 
@@ -355,6 +356,25 @@ async def test_requests_from_a_server_that_reads_nothing_stay_bounded(tmp_path: 
         assert gw.answer(3)["result"]["content"][0]["text"] == "still"
         peak = peak_rss_mib(gw.proc.pid)
         assert peak - idle < 60, (idle, peak)
+
+
+@pytest.mark.real_processes  # measures the gateway process's own memory
+async def test_requests_from_an_http_server_that_takes_no_answer_stay_bounded(tmp_path: Path) -> None:
+    """The same over streamable HTTP: a server's call stream carries 20,000 pings (ids of
+    1 KB) and the server never takes the POST of an answer. Each answer waited to be posted
+    in a task of its own (~300 MB in all); past ``MAX_UNWRITTEN`` its requests are dropped
+    unanswered, the call is answered, and the other server goes on."""
+    with url_process([PYTHON, "-m", "tests.rogue_http", "--ping-flood"]) as (url, _):
+        config = write_config(tmp_path, {"rogue": {"url": url, "protocol": "legacy"}, "d": demo("--tools", 1)})
+        with raw_gateway(config) as gw:
+            gw.handshake()
+            idle = peak_rss_mib(gw.proc.pid)
+            call(gw, 2, "rogue__ping_flood")
+            assert gw.answer(2)["result"]["content"][0]["text"] == "pinged 20000 times"
+            call(gw, 3, "d__echo", text="still")
+            assert gw.answer(3)["result"]["content"][0]["text"] == "still"
+            peak = peak_rss_mib(gw.proc.pid)
+            assert peak - idle < 60, (idle, peak)
 
 
 @pytest.mark.real_processes  # measures the gateway process's own memory

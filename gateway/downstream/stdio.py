@@ -429,7 +429,7 @@ async def stdio_transport(
 
     async def forward_stdout(out: ChildStdout) -> None:
         """Hand the session what the reader queued for it, in order."""
-        dropped = 0  # requests dropped in a row (``_unanswerable``)
+        shedding = Shedding(write_send, command, "to read its input")
         try:
             async with read_send:
                 with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
@@ -440,17 +440,8 @@ async def stdio_transport(
                                 message.run()
                             else:
                                 ready = await out.parsed(message) if isinstance(message, Aside) else message
-                                if ready is not None and _unanswerable(ready, write_send):
-                                    if not dropped:
-                                        log.warning(
-                                            "%s: dropping its requests: %d messages to it wait for it to read "
-                                            "its input (further ones are not logged)",
-                                            command,
-                                            MAX_UNWRITTEN,
-                                        )
-                                    dropped, ready = dropped + 1, None
-                                elif dropped and write_send.statistics().tasks_waiting_send < MAX_UNWRITTEN:
-                                    dropped = 0  # it reads again: a new backlog is logged anew
+                                if ready is not None and not shedding.admit(ready):
+                                    ready = None
                                 if ready is not None:
                                     await read_send.send(ready)
                                     calls.forwarded += 1
@@ -517,14 +508,33 @@ async def stdio_transport(
             tg.cancel_scope.cancel()
 
 
-def _unanswerable(message: SessionMessage | Exception, writes: MemoryObjectSendStream[SessionMessage]) -> bool:
-    """A server's request while ``MAX_UNWRITTEN`` messages already wait for its stdin: it is
-    dropped instead of given a task that waits to answer it."""
-    return (
-        isinstance(message, SessionMessage)
-        and isinstance(message.message, types.JSONRPCRequest)
-        and writes.statistics().tasks_waiting_send >= MAX_UNWRITTEN
-    )
+class Shedding:
+    """A server's requests while ``MAX_UNWRITTEN`` messages to it already wait (``writes``: the
+    stream beneath what the session sends it): each is dropped instead of given a task that
+    waits to answer it, logged once per backlog. Over stdio they wait for the server to read its
+    input; over streamable HTTP, for it to take the POST before them."""
+
+    def __init__(self, writes: MemoryObjectSendStream[Any], server: str, waiting: str) -> None:
+        self.writes, self.server, self.waiting = writes, server, waiting
+        self.dropped = 0
+        """Requests dropped since the backlog began."""
+
+    def admit(self, message: object) -> bool:
+        """False: drop ``message`` (a request of the server's, while its backlog lasts)."""
+        if isinstance(message, SessionMessage) and isinstance(message.message, types.JSONRPCRequest):
+            if self.writes.statistics().tasks_waiting_send >= MAX_UNWRITTEN:
+                if not self.dropped:
+                    log.warning(
+                        "%s: dropping its requests: %d messages to it wait for it %s (further ones are not logged)",
+                        self.server,
+                        MAX_UNWRITTEN,
+                        self.waiting,
+                    )
+                self.dropped += 1
+                return False
+        if self.dropped and self.writes.statistics().tasks_waiting_send < MAX_UNWRITTEN:
+            self.dropped = 0  # it takes them again: a new backlog is logged anew
+        return True
 
 
 async def _stop(child: ChildProcess) -> None:

@@ -26,7 +26,7 @@ from gateway.downstream.rawhttp import Pool
 from gateway.downstream.related import Related
 from gateway.downstream.spawn import Spawned
 from gateway.downstream.sseclient import Ended
-from gateway.downstream.stdio import ChildProcess, stdio_transport
+from gateway.downstream.stdio import ChildProcess, Shedding, stdio_transport
 
 Auth = Callable[[], Awaitable[Any]]
 """A connection's OAuth provider, built anew for each connection (None without ``auth``)."""
@@ -133,7 +133,8 @@ class StreamableHttpTransport(_Remote):
         raw = Pool(self.url, headers) if auth is None and plain_http(self.url) else None
         try:
             async with httpx2.AsyncClient(headers=headers, timeout=timeout, auth=auth, transport=pool) as http:
-                async with _streamable_http(self.url, http, raw, self.related, limit) as (read, write, calls):
+                streams = _streamable_http(self.url, http, raw, self.related, limit, self.config.id)
+                async with streams as (read, write, calls):
                     self.http_calls = watch.calls = calls
                     yield read, write
         finally:
@@ -157,7 +158,7 @@ def plain_http(url: str, environ: Mapping[str, str] = os.environ) -> bool:
 
 @asynccontextmanager
 async def _streamable_http(
-    url: str, http: Any, raw: Pool | None, related: Related | None, limit: int
+    url: str, http: Any, raw: Pool | None, related: Related | None, limit: int, server_id: str
 ) -> AsyncIterator[tuple[Any, Any, HttpCalls]]:
     """The SDK's ``streamable_http_client``, its parts held here: the raw calls of
     ``httpcalls.py`` read the session id and version its transport learns, hand the session
@@ -169,8 +170,9 @@ async def _streamable_http(
     from gateway.sdk import context_streams
 
     sdk = StreamableHTTPTransport(url, max_sse_event_size=limit)
-    read_writer, read, to_session = context_streams()
-    write, write_reader, _ = context_streams()
+    write, write_reader, writes = context_streams()
+    # A server's requests while its answers pile up untaken are dropped (``Shedding``).
+    read_writer, read, to_session = context_streams(admit=Shedding(writes, f"[{server_id}]", "to take its POSTs").admit)
     async with read_writer, read, write, write_reader, anyio.create_task_group() as tg:
 
         def start_get_stream() -> None:
