@@ -76,6 +76,15 @@ def demo(*args: str | int | float) -> dict[str, Any]:
     return {"command": PYTHON, "args": ["-m", "gateway", "demo-server", *map(str, args)]}
 
 
+def schemas_server(tmp_path: Path, tools: list[dict[str, Any]]) -> dict[str, Any]:
+    """A server table for tests/schemas_server.py listing ``tools`` as given (a real stdio
+    server whose tool list a test writes: odd names, schemas no fixture has)."""
+    listing = tmp_path / "tools.json"
+    listing.write_text(json.dumps(tools), encoding="utf-8")
+    root = str(Path(__file__).resolve().parent.parent)
+    return {"command": PYTHON, "args": ["-m", "tests.schemas_server", str(listing)], "cwd": root}
+
+
 def write_config(
     directory: Path,
     servers: Mapping[str, Mapping[str, Any]],

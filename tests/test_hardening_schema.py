@@ -30,6 +30,7 @@ from tests.helpers import (
     demo,
     http_gateway,
     run_cli,
+    schemas_server,
     sdk_client,
     text,
     url_process,
@@ -647,11 +648,7 @@ async def test_an_ecma_262_pattern_python_cannot_compile_is_published_and_valida
         {"name": name, "inputSchema": {"type": "object", "properties": {"x": {"type": "string", "pattern": pattern}}}}
         for name, pattern in patterns.items()
     ]
-    listing = tmp_path / "tools.json"
-    listing.write_text(json.dumps(tools), encoding="utf-8")
-    root = str(Path(__file__).resolve().parent.parent)
-    server = {"command": PYTHON, "args": ["-m", "tests.schemas_server", str(listing)], "cwd": root}
-    config = write_config(tmp_path, {"s": server})
+    config = write_config(tmp_path, {"s": schemas_server(tmp_path, tools)})
     async with sdk_client(config, mode) as client:
         with anyio.fail_after(60):
             names = {t.name for t in (await client.list_tools()).tools}
@@ -682,11 +679,7 @@ async def test_a_ref_that_is_no_uri_is_published_and_validated(tmp_path: Path, m
         }
         for name, home in (("spaced", "home address"), ("kanji", "住所"))
     ]
-    listing = tmp_path / "tools.json"
-    listing.write_text(json.dumps(tools), encoding="utf-8")
-    root = str(Path(__file__).resolve().parent.parent)
-    server = {"command": PYTHON, "args": ["-m", "tests.schemas_server", str(listing)], "cwd": root}
-    config = write_config(tmp_path, {"s": server})
+    config = write_config(tmp_path, {"s": schemas_server(tmp_path, tools)})
     async with sdk_client(config, mode) as client:
         with anyio.fail_after(60):
             listed = {t.name: t.input_schema for t in (await client.list_tools()).tools}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import PYTHON, catalog_json, demo, gateway, run_cli, write_config
+from tests.helpers import catalog_json, demo, gateway, run_cli, schemas_server, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -64,12 +64,8 @@ def test_a_server_whose_names_all_sanitise_alike_costs_a_bounded_report(tmp_path
     rename's reason named every other member of the group: ``catalog --json`` printed 50 MB
     (1,500 tools: 117 MB, 17 s, 770 MB of memory) and logged as much. Now each names 3 others
     and counts the rest; every tool is still published under its own name."""
-    listing = tmp_path / "tools.json"
-    listing.write_text(
-        json.dumps([{"name": chr(0x4E00 + i) * 2, "inputSchema": {"type": "object"}} for i in range(1000)])
-    )
-    root = str(Path(__file__).resolve().parent.parent)
-    server = {"command": PYTHON, "args": ["-m", "tests.schemas_server", str(listing)], "cwd": root}
+    tools = [{"name": chr(0x4E00 + i) * 2, "inputSchema": {"type": "object"}} for i in range(1000)]
+    server = schemas_server(tmp_path, tools)
     proc = run_cli("catalog", "--config", str(write_config(tmp_path, {"s": server})), "--json")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert len(proc.stdout) < 1_000_000 and len(proc.stderr) < 500_000, (len(proc.stdout), len(proc.stderr))
