@@ -57,12 +57,5 @@ def json_text(value: object, indent: int | None = 2) -> str:
 
 
 def _json_escaped(line: str) -> str:
-    return "".join(ch if ch.isprintable() else _json_escape(ch) for ch in line)
-
-
-def _json_escape(ch: str) -> str:
-    code = ord(ch)
-    if code <= 0xFFFF:
-        return f"\\u{code:04x}"
-    code -= 0x10000
-    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+    # (``json.dumps`` with ``ensure_ascii`` writes a character as JSON escapes it: a pair beyond the BMP)
+    return "".join(ch if ch.isprintable() else json.dumps(ch)[1:-1] for ch in line)
