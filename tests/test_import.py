@@ -9,6 +9,7 @@ import stat
 import subprocess
 import sys
 import tomllib
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -579,6 +580,7 @@ TRICKY = [
     "line\nbreak\tand tab\rcarriage",
     "bell\x07 null\x00 escape\x1b del\x7f",
     "unicode é 数据 😀 \u2028",
+    "c1 \x85 csi \x9b[31m bidi \u202e reversed \u2066 isolate \u200f mark \u200b zero-width \U000e0041 tag",
     "literal ${HOME} and ${",
     "already $${escaped} and $$ and $",
     "${}${x${y}}",
@@ -613,7 +615,11 @@ def test_strings_round_trip_through_toml_and_expansion(tmp_path: Path, capsys: p
 
 @pytest.mark.parametrize("value", TRICKY)
 def test_toml_string_is_valid_and_exact(value: str) -> None:
-    assert tomllib.loads(f"v = {toml_string(value)}")["v"] == value
+    written = toml_string(value)
+    assert tomllib.loads(f"v = {written}")["v"] == value
+    # what a terminal or an editor would act on (a C1 CSI, a bidi override, a line separator) is escaped
+    unseen = [ch for ch in written if unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp")]
+    assert not unseen, unseen
     assert expand("x", escape_literal(value), {}) == value
 
 

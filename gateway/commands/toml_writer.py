@@ -8,13 +8,33 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from typing import Any
 
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
+def _hidden(code: int) -> bool:
+    """Whether a character is written as ``\\uXXXX``: the control characters (C0, DEL and C1:
+    U+009B is a terminal's CSI where the config is printed), the format characters (bidi
+    overrides, zero-width ones) and the line and paragraph separators, which TOML allows raw
+    in a string but which reorder, hide or break what a terminal or an editor shows."""
+    if code < 0x80:
+        return code < 0x20 or code == 0x7F
+    return unicodedata.category(chr(code)) in _UNSEEN_CATEGORIES
+
+
+_UNSEEN_CATEGORIES = frozenset(("Cc", "Cf", "Zl", "Zp"))
+
+
+def _escaped(code: int) -> str:
+    """TOML's escape of a character: ``\\uXXXX``, or ``\\UXXXXXXXX`` beyond the BMP (a tag
+    character, U+E0001, is a format character too)."""
+    return f"\\u{code:04X}" if code <= 0xFFFF else f"\\U{code:08X}"
+
+
 def toml_string(text: str) -> str:
-    """A TOML basic string: \\\\ \\" \\n \\t escaped, other control characters as \\uXXXX."""
+    """A TOML basic string: \\\\ \\" \\n \\t escaped, the characters ``_hidden`` names as \\uXXXX."""
     out = ['"']
     for ch in text:
         code = ord(ch)
@@ -26,8 +46,8 @@ def toml_string(text: str) -> str:
             out.append("\\n")
         elif ch == "\t":
             out.append("\\t")
-        elif code < 0x20 or code == 0x7F:
-            out.append(f"\\u{code:04X}")
+        elif _hidden(code):
+            out.append(_escaped(code))
         elif 0xD800 <= code <= 0xDFFF:
             raise ValueError("lone surrogate")
         else:
@@ -57,13 +77,12 @@ def toml_value(value: Any) -> str:
 
 
 def toml_comment(text: str) -> str:
-    """One comment line's text: control characters (C0, DEL and C1: U+009B is a terminal's CSI
-    where the config is printed) and surrogates escaped."""
+    """One comment line's text: the characters ``_hidden`` names and surrogates escaped."""
     out = []
     for ch in text:
         code = ord(ch)
-        if code < 0x20 or 0x7F <= code <= 0x9F or 0xD800 <= code <= 0xDFFF:
-            out.append(f"\\u{code:04X}")
+        if _hidden(code) or 0xD800 <= code <= 0xDFFF:
+            out.append(_escaped(code))
         else:
             out.append(ch)
     return "".join(out)
