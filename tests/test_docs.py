@@ -40,3 +40,29 @@ def test_links_between_the_docs_resolve() -> None:
             elif anchor and linked.suffix == ".md" and anchor not in _anchors(linked):
                 broken.append(f"{doc.relative_to(ROOT)}: {target} (no such heading)")
     assert not broken
+
+
+# --- metrics ----------------------------------------------------------------------------
+
+
+def _table(text: str, heading: str) -> list[list[str]]:
+    """The rows (cells stripped) of the first table under ``heading``."""
+    section = text.split(f"\n{heading}\n", 1)[1]
+    rows = []
+    for line in section.splitlines():
+        if line.startswith("#"):
+            break
+        if line.startswith("|") and not line.startswith("| ---"):
+            rows.append([c.strip() for c in line.strip().strip("|").split("|")])
+    return rows[1:]
+
+
+def test_every_metric_served_is_documented() -> None:
+    source = (ROOT / "gateway" / "engine" / "metrics.py").read_text(encoding="utf-8")
+    served = set()
+    for kind, name in re.findall(r'\b(\w+)\(\s*"(prefixgate_\w+)"', source):
+        suffix = {"Counter": "_total", "CounterMetricFamily": "_total", "InfoMetricFamily": "_info"}.get(kind, "")
+        served.add(name + suffix)
+    rows = _table((ROOT / "docs" / "telemetry.md").read_text(encoding="utf-8"), "## Metrics")
+    documented = {name for row in rows for name in re.findall(r"`(prefixgate_\w+)`", row[0])}
+    assert served == documented
