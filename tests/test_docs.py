@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from gateway import config
+
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "bench" / "README.md")
 
@@ -66,3 +68,43 @@ def test_every_metric_served_is_documented() -> None:
     rows = _table((ROOT / "docs" / "telemetry.md").read_text(encoding="utf-8"), "## Metrics")
     documented = {name for row in rows for name in re.findall(r"`(prefixgate_\w+)`", row[0])}
     assert served == documented
+
+
+# --- the config -------------------------------------------------------------------------
+
+_TABLES = {
+    "gateway": config._GATEWAY_KEYS,
+    "client": config._CLIENT_KEYS,
+    "servers": config._SERVER_KEYS,
+    "policy": config._POLICY_KEYS,
+    "spill": config._SPILL_KEYS,
+    "telemetry": config._TELEMETRY_KEYS,
+    "profiles": config._PROFILE_KEYS,
+}
+
+
+def _example_keys() -> dict[str, set[str]]:
+    """Per top-level table, the keys config.example.toml shows, set or commented out."""
+    found: dict[str, set[str]] = {}
+    table = ""
+    for line in (ROOT / "config.example.toml").read_text(encoding="utf-8").splitlines():
+        line = line.lstrip("# ")
+        if header := re.match(r"\[(\w+)", line):
+            table = header[1]
+        elif key := re.match(r"(\w+) = ", line):
+            found.setdefault(table, set()).add(key[1])
+            if table == "profiles":  # its inline tables: ``client = { profile = "openai" }``
+                found[table].update(re.findall(r"[{,] (\w+) = ", line))
+    return found
+
+
+def test_every_config_key_is_explained_and_shown_in_the_example() -> None:
+    prose = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
+    example = _example_keys()
+    for table, keys in _TABLES.items():
+        assert f"[{table}" in prose, table
+        for key in keys:
+            assert re.search(f"`{key}[` ]", prose), f"[{table}] {key} is not in docs/configuration.md"
+            assert key in example.get(table, ()), f"[{table}] {key} is not shown in config.example.toml"
+        unknown = example.get(table, set()) - set(keys) - (set(config._CLIENT_KEYS) | set(config._POLICY_KEYS))
+        assert not unknown, f"config.example.toml shows [{table}] keys the loader refuses: {sorted(unknown)}"
