@@ -7,6 +7,7 @@ renamed, a heading retitled, without a word in the docs.
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -108,3 +109,32 @@ def test_every_config_key_is_explained_and_shown_in_the_example() -> None:
             assert key in example.get(table, ()), f"[{table}] {key} is not shown in config.example.toml"
         unknown = example.get(table, set()) - set(keys) - (set(config._CLIENT_KEYS) | set(config._POLICY_KEYS))
         assert not unknown, f"config.example.toml shows [{table}] keys the loader refuses: {sorted(unknown)}"
+
+
+# --- environment variables --------------------------------------------------------------
+CODE = ("gateway", "catalog", "spill")
+
+
+def _sources() -> dict[Path, str]:
+    return {p: p.read_text(encoding="utf-8") for package in CODE for p in sorted((ROOT / package).rglob("*.py"))}
+
+
+_ENV_DEFAULT = re.compile(r'os\.environ\.get\("(PREFIXGATE_\w+)"\)\s*or\s*([^)\n]+)\)')
+
+
+def test_every_environment_variable_the_code_reads_is_documented_with_its_default() -> None:
+    read: dict[str, str | None] = {}
+    for text in _sources().values():
+        for name in re.findall(r'"(PREFIXGATE_[A-Z0-9_]+)"', text):
+            read.setdefault(name, None)
+        for name, default in _ENV_DEFAULT.findall(text):
+            read[name] = default
+    rows = _table((ROOT / "docs" / "commands.md").read_text(encoding="utf-8"), "## Environment variables")
+    documented = {row[0].strip("`$"): row[1] for row in rows}
+    assert sorted(read) == sorted(documented), "docs/commands.md#environment-variables lists what the code reads"
+    for name, expression in read.items():
+        if expression is None:
+            continue
+        value = math.prod(float(factor) for factor in expression.split("*"))  # ``30 * 60``
+        shown = documented[name].strip("`").split()[0].replace(",", "")
+        assert float(shown) == float(value), f"{name}: documented {documented[name]!r}, the code's default {value}"
