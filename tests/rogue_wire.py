@@ -71,6 +71,7 @@ TOOLS = [
         "later_fields",
         "malformed",
         "huge_number",
+        "deep_result",
         "stop_reading",
         "add_tool",
         "ask_flood",
@@ -178,6 +179,15 @@ def call(request_id: Any, name: str, args: dict[str, Any], token: Any = None) ->
     elif name == "huge_number":  # 1e400: valid JSON, too large for a double; an image of n base64 characters
         image = '{"type":"image","data":"' + "A" * n + '","mimeType":"image/png"}'
         result = '{"content":[' + image + '],"structuredContent":{"v":1e400,"w":2.5}}'
+        OUT.write(
+            b'{"jsonrpc":"2.0","id":' + json.dumps(request_id).encode() + b',"result":' + result.encode() + b"}\n"
+        )
+        OUT.flush()
+    elif name == "deep_result":  # structuredContent nested n levels around `size` bytes, as JSON text
+        node = '"' + "d" * int(args.get("size", 0)) + '"'
+        result = (
+            '{"content":[{"type":"text","text":"deep"}],"structuredContent":{"a":' + "[" * n + node + "]" * n + "}}"
+        )
         OUT.write(
             b'{"jsonrpc":"2.0","id":' + json.dumps(request_id).encode() + b',"result":' + result.encode() + b"}\n"
         )

@@ -215,6 +215,24 @@ async def test_a_number_too_large_for_a_double_is_null_and_its_artifact_is_json(
 
 
 @pytest.mark.parametrize("mode", ERAS)
+async def test_a_result_too_deep_to_bound_is_an_error_naming_its_server(tmp_path: Path, mode: str) -> None:
+    # structuredContent nested 3,000 levels (the line parser takes 10,000) around 100 KB: bounding
+    # it writes JSON, which recursed past Python's limit. The RecursionError escaped the
+    # fail-closed path: a JSON-RPC error quoting the interpreter (an "Internal server error" at
+    # 2026-07-28) and a traceback in the log. Now the call is an isError, the next call works.
+    config = write_config(tmp_path, {"rogue": rogue()})
+    async with sdk_client(config, mode) as client:
+        with anyio.fail_after(60):
+            result = await client.call_tool("rogue__deep_result", {"n": 3000, "size": 100_000})
+            assert result.is_error, result
+            assert text(result) == (
+                "Server 'rogue' answered tool 'deep_result', but the result could not be bounded for the model "
+                "(RecursionError); it is not shown."
+            )
+            assert text(await client.call_tool("rogue__ok", {})) == "ok"
+
+
+@pytest.mark.parametrize("mode", ERAS)
 async def test_lone_surrogate_from_a_remote_server_fails_only_that_call(tmp_path: Path, mode: str) -> None:
     # The SDK's HTTP client parses with jiter, which rejects "\ud800" outright: nothing to
     # scrub, but the call must end at once as an isError result, and the next one work.

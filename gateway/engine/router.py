@@ -334,7 +334,8 @@ class Router:
                 if note is not None and bounded is not result:
                     note.spilled, note.spilled_bytes = True, spilled_size(bounded)
                 result = bounded
-            except (TypeError, ValueError, AttributeError, KeyError) as exc:
+            except (TypeError, ValueError, AttributeError, KeyError, RecursionError) as exc:
+                # RecursionError: a result nested past what ``json`` writes (its parser took it).
                 checked = _checked(result, version, entry.server, entry.original)
                 if checked is not result:
                     return checked  # malformed: the check names the server
