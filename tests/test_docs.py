@@ -138,3 +138,51 @@ def test_every_environment_variable_the_code_reads_is_documented_with_its_defaul
         value = math.prod(float(factor) for factor in expression.split("*"))  # ``30 * 60``
         shown = documented[name].strip("`").split()[0].replace(",", "")
         assert float(shown) == float(value), f"{name}: documented {documented[name]!r}, the code's default {value}"
+
+
+# --- the fault matrix -------------------------------------------------------------------
+
+
+def _defined() -> dict[str, set[str]]:
+    return {
+        str(p.relative_to(ROOT)): set(re.findall(r"^\s*(?:async\s+)?def\s+(\w+)", p.read_text(encoding="utf-8"), re.M))
+        for p in (ROOT / "tests").rglob("*.py")
+    }
+
+
+def test_every_fault_matrix_row_names_a_test_that_exists() -> None:
+    defined = _defined()
+    everywhere = set().union(*defined.values())
+    text = (ROOT / "docs" / "fault-matrix.md").read_text(encoding="utf-8")
+    paragraphs = text.split("\n\n")
+    shared: dict[str, str] = {}
+    letters: dict[str, str] = {}
+    problems = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.startswith("## "):
+            letters = dict(shared)
+        if line.startswith("Test file"):  # the legend: `W` = `tests/test_hardening_wire.py`, ...
+            legend = next(p for p in paragraphs if line in p)
+            letters.update(re.findall(r"`([A-Z]{1,2})` =\s*`(tests/[\w/.]+)`", legend))
+            shared = shared or dict(letters)
+        if not line.startswith("| ") or line.startswith(("| ---", "| fault ")):
+            continue
+        cell = line.strip().strip("|").rsplit("|", 1)[-1]
+        if not re.search(r"test_|tests/|same test|(?<![`\w])[A-Z]{1,2} ", cell):  # a letter: its legend's file
+            problems.append(f"line {number}: names no test")
+        current = None
+        for match in re.finditer(r"(?<![`\w])([A-Z]{1,2})(?= `)|`([^`]+)`", cell):
+            if match[1]:
+                current = letters.get(match[1])
+                if current is None:
+                    problems.append(f"line {number}: no legend for {match[1]}")
+                continue
+            if match[2].startswith("tests/"):
+                current = match[2]
+                if current not in defined:
+                    problems.append(f"line {number}: no file {current}")
+                continue
+            for name in re.findall(r"\btest_\w+", match[2]):
+                if name not in (defined.get(current, ()) if current else everywhere):
+                    problems.append(f"line {number}: no {name} in {current or 'tests/'}")
+    assert not problems

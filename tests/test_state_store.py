@@ -19,12 +19,13 @@ import anyio.to_thread
 import pytest
 
 from catalog.activation import encode_record
+from catalog.warm import MAX_RECORD_BYTES
 from gateway.state import journal
 from gateway.state.filestore import FileStore
 from gateway.state.journal import session_key
 from gateway.state.redisstore import RedisStore
 from gateway.state.session import ClientState
-from gateway.state.store import StateStore
+from gateway.state.store import StateStore, StoreUnavailable
 from spill import ArtifactNotFound, StoreError
 from tests.helpers import RedisServer, redis_server
 
@@ -413,6 +414,27 @@ async def test_a_full_redis_says_so(redis: RedisServer) -> None:
             await anyio.to_thread.run_sync(store.artifacts(ALICE).put_chunks, [b"x" * (16 << 20)])
         assert str(caught.value).startswith("store full: Redis refused the write (out of memory")
         assert await store.list_artifacts() == []
+    finally:
+        await store.aclose()
+
+
+async def test_a_warm_record_in_redis_over_the_limit_is_refused_unread(redis: RedisServer) -> None:
+    """docs/fault-matrix.md: a record in Redis larger than ``MAX_RECORD_BYTES`` (64 MiB) is
+    refused, and only one byte past the limit is fetched (``GETRANGE``); one at the limit is read."""
+    import redis as redis_client
+
+    store = RedisStore(redis.url, max_age_seconds=86400)
+    await store.open()
+    try:
+        await store.put_warm_record("at", b"r" * MAX_RECORD_BYTES)
+        assert await store.warm_record("at") == b"r" * MAX_RECORD_BYTES
+        await store.put_warm_record("over", b"r" * (2 * MAX_RECORD_BYTES))
+        with redis_client.Redis.from_url(redis.url) as direct:
+            before = direct.info("stats")["total_net_output_bytes"]
+            with pytest.raises(StoreUnavailable, match=f"is over {MAX_RECORD_BYTES} bytes"):
+                await store.warm_record("over")
+            sent = direct.info("stats")["total_net_output_bytes"] - before
+        assert MAX_RECORD_BYTES < sent < MAX_RECORD_BYTES + (1 << 20)  # not the record's 128 MiB
     finally:
         await store.aclose()
 
