@@ -63,6 +63,25 @@ def test_catalog_and_doctor_say_they_read_what_the_next_reload_publishes() -> No
     assert "A changed config file is taken without a restart" in serve
 
 
+def test_import_and_doctor_name_every_client_they_take() -> None:
+    """``import --help`` named five of the six clients ``--from`` takes (not Gemini CLI), and
+    ``doctor --help`` only Claude's wrapping of tool names, though ``--client gemini`` checks its own."""
+    from gateway.commands.importer.sources import FORMATS
+
+    names = {
+        "claude-desktop": "Claude Desktop",
+        "claude-code": "Claude Code",
+        "vscode": "VS Code",
+        "gemini": "Gemini CLI",
+    }
+    text = run_cli("import", "--help").stdout
+    description = " ".join(text.split("positional arguments:")[0].split("\n\n", 1)[1].split())
+    for client in FORMATS:
+        assert names.get(client, client.capitalize()) in description, (client, description)
+    doctor = " ".join(run_cli("doctor", "--help").stdout.split("options:")[0].split())
+    assert "mcp_<entry>_<name>" in doctor, doctor
+
+
 LIGHT = (
     ("--version",),
     ("--help",),

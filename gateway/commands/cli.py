@@ -140,7 +140,8 @@ def parser() -> argparse.ArgumentParser:
         description="One MCP server entry for many downstream MCP servers, with one deterministic catalog.",
         epilog="The commands that read a config (all but import and demo-server) take --config PATH (default: "
         "$PREFIXGATE_CONFIG, ./prefixgate.toml, $XDG_CONFIG_HOME/prefixgate/config.toml) and --log-level LEVEL "
-        f"(stderr log level: {', '.join(logs.LEVELS)}; default info). 'prefixgate COMMAND --help' says more.",
+        f"(stderr log level: {', '.join(logs.LEVELS)}; default info, doctor's warning). 'prefixgate COMMAND --help' "
+        "says more.",
     )
     p.add_argument("--version", action="version", version=f"prefixgate {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -204,7 +205,7 @@ def parser() -> argparse.ArgumentParser:
     imp = sub.add_parser(
         "import",
         help="turn the MCP servers another client has configured into a prefixgate config",
-        description="Read Claude Desktop, Claude Code, Cursor, VS Code or Codex MCP server "
+        description="Read Claude Desktop, Claude Code, Cursor, VS Code, Codex or Gemini CLI MCP server "
         "configurations and print a complete prefixgate config.",
     )
     importer.add_arguments(imp)
@@ -213,11 +214,11 @@ def parser() -> argparse.ArgumentParser:
         help="check the config, every server, the catalog's stability and the directories",
         description="Check, in one run: the config parses; each server starts; renamed, quarantined and "
         "excluded tools, and for Claude Code and Claude Desktop whether every tool name fits once they show "
-        "it as mcp__<entry>__<name>; the declaration decision with its numbers; state and artifact "
-        "directory ownership and modes; whether the published catalog is byte-stable across two "
-        "discoveries. Ends with the snippet to register prefixgate in the chosen client. It reads the config "
-        "file as it is now: what a running gateway publishes after its next reload. Exit 0 when all is well, "
-        "1 otherwise.",
+        "it as mcp__<entry>__<name> (Gemini CLI: mcp_<entry>_<name>); the declaration decision with its "
+        "numbers; state and artifact directory ownership and modes; whether the published catalog is "
+        "byte-stable across two discoveries. Ends with the snippet to register prefixgate in the chosen "
+        "client. It reads the config file as it is now: what a running gateway publishes after its next "
+        "reload. Exit 0 when all is well, 1 otherwise.",
     )
     doc.add_argument("--config", metavar="PATH", help="config file (same discovery as the other commands)")
     doc.add_argument("--log-level", choices=logs.LEVELS, default="warning", help="stderr log level (default warning)")
