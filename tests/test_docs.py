@@ -111,6 +111,17 @@ def test_every_config_key_is_explained_and_shown_in_the_example() -> None:
         assert not unknown, f"config.example.toml shows [{table}] keys the loader refuses: {sorted(unknown)}"
 
 
+def test_the_rules_for_ids_and_profile_names_are_the_loaders() -> None:
+    """Both must begin with a letter or digit (``_a`` is refused), which the docs left out."""
+    prose = " ".join((ROOT / "docs" / "configuration.md").read_text(encoding="utf-8").split())
+    assert config.SERVER_ID.pattern.startswith("^[A-Za-z0-9]") and config.PROFILE_NAME.pattern.startswith("^[a-z0-9]")
+    assert "`[servers.<id>]` (id: letters, digits, `_`, `-`, the first a letter or digit)" in prose
+    assert (
+        "`[profiles.NAME]` (NAME: lowercase letters, digits, `_`, `-`, the first a letter or digit, at most 32;"
+        in prose
+    )
+
+
 # --- environment variables --------------------------------------------------------------
 CODE = ("gateway", "catalog", "spill")
 
