@@ -122,6 +122,16 @@ def test_the_rules_for_ids_and_profile_names_are_the_loaders() -> None:
     )
 
 
+# --- the benchmarks' how-to-run ------------------------------------------------------------
+
+
+def test_the_benchmarks_how_to_run_names_every_benchmark() -> None:
+    from bench.run import BENCHMARKS
+
+    how = " ".join((ROOT / "bench" / "README.md").read_text(encoding="utf-8").split("## Method")[0].split())
+    assert f"`--only {','.join(BENCHMARKS)}`" in how
+
+
 # --- environment variables --------------------------------------------------------------
 CODE = ("gateway", "catalog", "spill")
 
