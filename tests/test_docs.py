@@ -7,6 +7,7 @@ renamed, a heading retitled, without a word in the docs.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from pathlib import Path
@@ -17,7 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCS = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "bench" / "README.md")
 
 
-# --- links ------------------------------------------------------------------------------
+# --- links --------------------------------------------------------------------------------
 
 
 def _anchors(path: Path) -> set[str]:
@@ -45,7 +46,7 @@ def test_links_between_the_docs_resolve() -> None:
     assert not broken
 
 
-# --- metrics ----------------------------------------------------------------------------
+# --- metrics ------------------------------------------------------------------------------
 
 
 def _table(text: str, heading: str) -> list[list[str]]:
@@ -71,7 +72,7 @@ def test_every_metric_served_is_documented() -> None:
     assert served == documented
 
 
-# --- the config -------------------------------------------------------------------------
+# --- the config ---------------------------------------------------------------------------
 
 _TABLES = {
     "gateway": config._GATEWAY_KEYS,
@@ -122,7 +123,7 @@ def test_the_rules_for_ids_and_profile_names_are_the_loaders() -> None:
     )
 
 
-# --- the benchmarks' how-to-run ------------------------------------------------------------
+# --- how to run the benchmarks and the tests ----------------------------------------------
 
 
 def test_the_benchmarks_how_to_run_names_every_benchmark() -> None:
@@ -132,7 +133,16 @@ def test_the_benchmarks_how_to_run_names_every_benchmark() -> None:
     assert f"`--only {','.join(BENCHMARKS)}`" in how
 
 
-# --- environment variables --------------------------------------------------------------
+def test_the_readme_names_the_npm_packages_the_tests_install() -> None:
+    """It named the Inspector too, which no test installs (tests/conformance/npm pins what they do)."""
+    pinned = json.loads((ROOT / "tests" / "conformance" / "npm" / "package.json").read_text(encoding="utf-8"))
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    bullet = readme.split("- **npm and the npm registry.**", 1)[1].split("\n- ", 1)[0]
+    assert set(re.findall(r"`(@[\w-]+/[\w-]+)`", bullet)) == set(pinned["dependencies"])
+    assert "Inspector" not in bullet
+
+
+# --- environment variables ----------------------------------------------------------------
 CODE = ("gateway", "catalog", "spill")
 
 
@@ -161,7 +171,7 @@ def test_every_environment_variable_the_code_reads_is_documented_with_its_defaul
         assert float(shown) == float(value), f"{name}: documented {documented[name]!r}, the code's default {value}"
 
 
-# --- the fault matrix -------------------------------------------------------------------
+# --- the fault matrix ---------------------------------------------------------------------
 
 
 def _defined() -> dict[str, set[str]]:
