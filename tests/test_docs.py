@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 from gateway import config
+from tests.helpers import catalog_json, demo, run_cli, write_config
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "bench" / "README.md")
@@ -140,6 +141,22 @@ def test_the_readme_names_the_npm_packages_the_tests_install() -> None:
     bullet = readme.split("- **npm and the npm registry.**", 1)[1].split("\n- ", 1)[0]
     assert set(re.findall(r"`(@[\w-]+/[\w-]+)`", bullet)) == set(pinned["dependencies"])
     assert "Inspector" not in bullet
+
+
+# --- catalog --json ---------------------------------------------------------------------
+
+
+def test_every_field_catalog_json_prints_is_documented(tmp_path: Path) -> None:
+    """docs/commands.md lists ``catalog --json``'s fields: a server's ``transport`` and
+    ``required``, ``policy_unmatched`` and a tool's ``lock`` (printed without a lock too) were not."""
+    config = write_config(tmp_path, {"demo": demo("--tools", "2")}, policy={"deny": ["nothing"]})
+    assert run_cli("catalog", "lock", "--config", str(config)).returncode == 0
+    report = catalog_json(config)
+    text = (ROOT / "docs" / "commands.md").read_text(encoding="utf-8")
+    paragraph = " ".join(text.split("`catalog --json` prints one object", 1)[1].split("\n\n", 1)[0].split())
+    named = set(re.findall(r"\w+", " ".join(re.findall(r"`([^`]+)`", paragraph))))
+    printed = set(report) | set(report["servers"][0]) | set(report["tools"][0]) | set(report["lock"])
+    assert printed - named == set()
 
 
 # --- environment variables ----------------------------------------------------------------
