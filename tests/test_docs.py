@@ -47,7 +47,7 @@ def test_links_between_the_docs_resolve() -> None:
     assert not broken
 
 
-# --- the code's layout -------------------------------------------------------------------
+# --- the code's layout --------------------------------------------------------------------
 
 
 def test_how_it_works_names_every_module_of_the_gateway() -> None:
@@ -155,15 +155,15 @@ def test_the_readme_names_the_npm_packages_the_tests_install() -> None:
     assert "Inspector" not in bullet
 
 
-# --- catalog --json ---------------------------------------------------------------------
+# --- catalog --json -----------------------------------------------------------------------
 
 
 def test_every_field_catalog_json_prints_is_documented(tmp_path: Path) -> None:
     """docs/commands.md lists ``catalog --json``'s fields: a server's ``transport`` and
     ``required``, ``policy_unmatched`` and a tool's ``lock`` (printed without a lock too) were not."""
-    config = write_config(tmp_path, {"demo": demo("--tools", "2")}, policy={"deny": ["nothing"]})
-    assert run_cli("catalog", "lock", "--config", str(config)).returncode == 0
-    report = catalog_json(config)
+    path = write_config(tmp_path, {"demo": demo("--tools", "2")}, policy={"deny": ["nothing"]})
+    assert run_cli("catalog", "lock", "--config", str(path)).returncode == 0
+    report = catalog_json(path)
     text = (ROOT / "docs" / "commands.md").read_text(encoding="utf-8")
     paragraph = " ".join(text.split("`catalog --json` prints one object", 1)[1].split("\n\n", 1)[0].split())
     named = set(re.findall(r"\w+", " ".join(re.findall(r"`([^`]+)`", paragraph))))
@@ -172,6 +172,7 @@ def test_every_field_catalog_json_prints_is_documented(tmp_path: Path) -> None:
 
 
 # --- environment variables ----------------------------------------------------------------
+
 CODE = ("gateway", "catalog", "spill")
 
 
