@@ -17,6 +17,7 @@ over plain JSON-response HTTP on loopback, print the URL).
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from typing import Any
@@ -82,6 +83,15 @@ TOOLS = [
 ]
 ANSWERS = {"result": 0, "error": 0}
 """The answers to its own requests (``ask_flood``) received so far, by kind."""
+
+
+def stay_up() -> None:
+    """Stay up, reading nothing, until the gateway that started it is gone: a test that kills
+    the gateway with SIGKILL (which stops nothing behind it) leaves no orphan sleeping on."""
+    parent = os.getppid()
+    while os.getppid() == parent:
+        time.sleep(1)
+    sys.exit(0)
 
 
 def call(request_id: Any, name: str, args: dict[str, Any], token: Any = None) -> None:
@@ -194,8 +204,7 @@ def call(request_id: Any, name: str, args: dict[str, Any], token: Any = None) ->
         OUT.flush()
     elif name == "stop_reading":  # answers, then never reads its input again (and stays up)
         send({"jsonrpc": "2.0", "id": request_id, "result": text("no longer reading")})
-        while True:
-            time.sleep(3600)
+        stay_up()
     elif name == "add_tool":  # lists one more tool from now on, and says so
         TOOLS.append({"name": f"added_{len(TOOLS)}", "description": "added", "inputSchema": {"type": "object"}})
         send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
@@ -209,8 +218,7 @@ def call(request_id: Any, name: str, args: dict[str, Any], token: Any = None) ->
         for i in range(n):
             OUT.write(json.dumps({"jsonrpc": "2.0", "id": f"ping-{i}-{pad}", "method": "ping"}).encode() + b"\n")
         send({"jsonrpc": "2.0", "id": request_id, "result": text(f"pinged {n} times")})
-        while True:
-            time.sleep(3600)
+        stay_up()
     elif name == "answers":
         send(
             {
