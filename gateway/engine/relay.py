@@ -413,10 +413,10 @@ class Relay:
             return None
         return target, related
 
-    def answers_to(self, server_id: str, state: object) -> bool:
+    def answers_to(self, server_id: str, principal: object) -> bool:
         """Whether a request the server sends outside any call (``roots/list`` once told the
-        roots changed, say) would be put to this client's principal (``state``: its state)."""
-        return self._principal_for(server_id) == principal_key(state)
+        roots changed, say) would be put to this principal (its ``principal_key``)."""
+        return self._principal_for(server_id) == principal
 
     def called(self, server_id: str, principal: object) -> None:
         """A call of ``principal`` to the server begins (``_principal_for``'s memory)."""

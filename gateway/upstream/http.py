@@ -100,6 +100,8 @@ class Endpoint:
     """The handshake-era session lane (gateway/upstream/sessionlane.py), None when off."""
     barred: Mapping[str, str] = field(default_factory=dict)
     """Principals whose token may not use this profile (403) -> the profiles it may use."""
+    handlers: Any = None
+    """The profile's ``Handlers`` (gateway/upstream/server.py), told of a 2026-07-28 roots notice."""
 
 
 def principal_of_token(token: str) -> str:
@@ -111,6 +113,28 @@ def principal_of_scope(scope: Any) -> str:
     """The principal ``Front`` recorded for a request (``LOCAL`` when there is none)."""
     found = scope.get(PRINCIPAL) if isinstance(scope, dict) else None
     return found if isinstance(found, str) else LOCAL
+
+
+_ROOTS_CHANGED = "notifications/roots/list_changed"
+_ROOTS_NOTICE = f'"{_ROOTS_CHANGED}"'.encode()
+
+
+async def _roots_notice(endpoint: Endpoint, scope: Scope, body: bytes) -> None:
+    """A 2026-07-28 client's ``notifications/roots/list_changed``, which the SDK acknowledges and
+    drops (that era defines none: its server asks for roots with each request): the
+    handshake-era servers that keep the roots they listed (server-filesystem) are told, as the
+    SDK's client would tell them directly (the servers' own era has the notice). Told beside
+    the ``202``, which waits for no server."""
+    version = next((v for k, v in scope["headers"] if k == _VERSION_HEADER), b"").decode("latin-1")
+    handlers = endpoint.handlers
+    if handlers is None or handlers.hub.tasks is None or version in HANDSHAKE_PROTOCOL_VERSIONS:
+        return
+    try:
+        decoded = await parsed_aside(body, "a 2026-07-28 notification")
+    except (ValueError, RecursionError):
+        return
+    if type(decoded) is dict and decoded.get("method") == _ROOTS_CHANGED and "id" not in decoded:
+        handlers.hub.tasks.start_soon(handlers.tell_roots_changed, principal_of_scope(scope))
 
 
 BODY_TIMEOUT = float(os.environ.get("PREFIXGATE_HTTP_BODY_TIMEOUT") or 30.0)
@@ -370,6 +394,8 @@ class Front:
                     issued = next((v for k, v in message.get("headers", ()) if k.lower() == SESSION_HEADER), None)
                     if issued is not None:
                         owner.session_id = issued.decode("latin-1")
+                    elif message.get("status") == 202 and _ROOTS_NOTICE in body:  # (accepted: every check passed)
+                        await _roots_notice(endpoint, scope, body)
                 await send(message)
 
             await endpoint.manager.handle_request(scope, replay, send_marked)
@@ -621,7 +647,7 @@ async def serve_http(
             lane = ModernLane(handlers, security)
             sessions = SessionLane(handlers, manager, security)
         profile = handlers.hub.config.profile
-        endpoints[endpoint_path(profile, first)] = Endpoint(manager, profile, lane, sessions)
+        endpoints[endpoint_path(profile, first)] = Endpoint(manager, profile, lane, sessions, handlers=handlers)
     hubs = [handlers.hub for handlers in served]
     readiness = Readiness(lambda: all(hub.router.epoch is not None for hub in hubs), hubs[0].store)
     if token_file is not None:  # (gateway/commands/tokenfile.py: read again while serving)

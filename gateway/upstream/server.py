@@ -76,6 +76,7 @@ UNKNOWN_PROMPT = "Unknown prompt: not among the prompts prefixgate lists"
 """prompts/get's and completion's refusal of a prompt name: the name is not repeated (a client's
 own text, which the SDK's trace span would record in its status)."""
 _STATE_KEY = "prefixgate.upstream"
+_ROOTS_CHANGED = "notifications/roots/list_changed"
 
 StateFactory = Callable[[ServerRequestContext[Any, Any]], ClientState]
 """The state (activation, artifacts) a new client connection belongs to."""
@@ -107,8 +108,8 @@ class Handlers:
         self.router = hub.router
         self.new_state = new_state
         self.detached = detached
-        self._roots_told: set[ClientConnection] = set()
-        """Clients whose roots changed since the servers were last told (``roots_changed``)."""
+        self._roots_told: set[object] = set()
+        """Principals (``principal_key``) whose roots changed since the servers were last told."""
         self._telling_roots = False
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # logging/setLevel, roots: deprecated in 2026-07-28; still served
@@ -190,6 +191,12 @@ class Handlers:
         if ctx.method in ("initialize", "server/discover"):
             return await self.discover(ctx, call_next)
         if ctx.request_id is None:
+            if ctx.method == _ROOTS_CHANGED and ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+                # 2026-07-28 defines no such notice (its server asks for roots with each
+                # request), so the SDK would drop it; but a handshake-era server behind the
+                # gateway keeps the roots it listed (server-filesystem does), and the SDK's
+                # client still sends the notice, which directly would reach that server.
+                return await self.roots_changed(ctx, None)
             return await call_next(ctx)
         client = await self.client_of(ctx)
         if ctx.method == "tools/list":
@@ -597,25 +604,27 @@ class Handlers:
         return await self.routed(ctx, server_id, what, "completion/complete", {**request, "ref": ref})
 
     async def roots_changed(self, ctx: Context, params: Any) -> None:
-        """A client says its roots changed: each handshake-era server whose ``roots/list``
-        would be put to that client's principal is told so, as the client would tell it
-        directly (the gateway declared ``roots.listChanged`` to the servers). Passed on one
-        round at a time, each client once a round: a flood of notices costs the servers at
-        most one more."""
-        self._roots_told.add(await self.client_of(ctx))
+        """A client says its roots changed (``tell_roots_changed``)."""
+        await self.tell_roots_changed(principal_key((await self.client_of(ctx)).state))
+
+    async def tell_roots_changed(self, principal: object) -> None:
+        """Each handshake-era server whose ``roots/list`` would be put to ``principal`` is told
+        its roots changed, as its client would tell it directly (the gateway declared
+        ``roots.listChanged`` to the servers). Passed on one round at a time, each principal
+        once a round: a flood of notices costs the servers at most one more."""
+        self._roots_told.add(principal)
         if self._telling_roots:
             return
         self._telling_roots = True
         try:
             while self._roots_told:
-                clients, self._roots_told = self._roots_told, set()
+                principals, self._roots_told = self._roots_told, set()
                 relay = self.hub.relay
-                told = {d.id: d for c in clients for d in self.hub.downstreams if relay.answers_to(d.id, c.state)}
+                told = [d for d in self.hub.downstreams if any(relay.answers_to(d.id, p) for p in principals)]
                 # and each of their principals' own instances (gateway/engine/instances.py)
-                principals = {principal_key(c.state) for c in clients}
                 theirs = [i for i in self.hub.instances.running() if i.principal in principals]
                 async with anyio.create_task_group() as tg:
-                    for downstream in [*told.values(), *theirs]:
+                    for downstream in [*told, *theirs]:
                         tg.start_soon(downstream.roots_changed)
         finally:
             self._telling_roots = False
