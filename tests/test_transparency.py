@@ -325,8 +325,8 @@ async def run_op(probe: Probe, style: str, op: str, tag: str) -> str:
 
 def progressed(seen: list[float]) -> str:
     """Progress is a level, not a log: what counts is that it arrives, in order. (The gateway
-    forwards the newest while one is on its way, gateway/downstream/link.py
-    ``LatestOnly``, so against a slow client it may skip a step; the server's own last
+    forwards them in order, gateway/downstream/link.py ``ProgressInOrder``, but against a
+    client too slow for 64 of them it may skip steps; the server's own last
     report may come after the result, which a client then drops.)"""
     if not seen:
         return "no progress"

@@ -15,6 +15,7 @@ when one tool's schema is invalid, and a call's ``content``, ``structuredContent
 from __future__ import annotations
 
 import hashlib
+from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
 from typing import Any
@@ -250,7 +251,7 @@ class Link:
         opts: dict[str, Any] = {"headers": headers}
         progress = None
         if on_progress is not None:
-            opts["on_progress"] = progress = LatestOnly(on_progress)
+            opts["on_progress"] = progress = ProgressInOrder(on_progress)
         clock = None
         if max_time is not None:  # timed by the clock (below), not by the SDK's timeout
             clock = Clock(timeout, max_time)
@@ -460,43 +461,48 @@ def _restarting(clock: Clock, forward: ProgressFn) -> ProgressFn:
     return progressed
 
 
-class LatestOnly:
-    """Progress forwarded one at a time; while one is on its way only the newest waits.
+class ProgressInOrder:
+    """Progress forwarded one at a time, in order; while one is on its way up to
+    ``MAX_WAITING`` more wait, and beyond that the oldest waiting is dropped.
 
     The SDK runs a task per progress notification: against a slow client a flood would
-    pile them up without bound. Progress is a level, not a log, so the newest is enough;
-    and the newest is the one the call's answer must not overtake (``flush``): a
-    handshake-era client over HTTP, where each forward takes a while, got the first
-    progress of a burst and never the last (it was dropped once the call was answered).
+    pile them up without bound. Progress is a level, not a log, so against such a client the
+    newest are enough; but a burst a client keeps up with arrives whole, each step's message
+    with it, as directly (only the newest waited once: "step 2 of 3" was lost when steps 2
+    and 3 came while step 1 was on its way). The newest is also the one the call's answer
+    must not overtake (``flush``): a handshake-era client over HTTP, where each forward takes
+    a while, got the first progress of a burst and never the last (it was dropped once the
+    call was answered).
     """
 
     def __init__(self, forward: ProgressFn) -> None:
         self._forward = forward
-        self._waiting: tuple[float, float | None, str | None] | None = None
+        self._waiting: deque[tuple[float, float | None, str | None]] = deque(maxlen=MAX_WAITING)
         self._idle: anyio.Event | None = None
         """Set when nothing is on its way (None: nothing ever was, or it was set)."""
 
     async def __call__(self, progress: float, total: float | None, message: str | None) -> None:
         if self._idle is not None:
-            self._waiting = (progress, total, message)
+            self._waiting.append((progress, total, message))  # (full: the oldest waiting goes)
             return
         self._idle = idle = anyio.Event()
         try:
             await self._forward(progress, total, message)
-            while self._waiting is not None:
-                args, self._waiting = self._waiting, None
-                await self._forward(*args)
+            while self._waiting:
+                await self._forward(*self._waiting.popleft())
         finally:
             self._idle = None
             idle.set()
 
     async def flush(self) -> None:
-        """Wait (``FLUSH_WAIT`` at most) until the progress on its way, and the newest waiting,
+        """Wait (``FLUSH_WAIT`` at most) until the progress on its way, and those waiting,
         are forwarded: the call's answer then comes after the last progress, as directly."""
         if (idle := self._idle) is not None:
             with anyio.move_on_after(FLUSH_WAIT):
                 await idle.wait()
 
 
+MAX_WAITING = 64
+"""Progress notifications of one call held while one is being forwarded (``ProgressInOrder``)."""
 FLUSH_WAIT = 5.0
 """Seconds a call's answer waits for its last progress to be forwarded (a client not reading)."""
