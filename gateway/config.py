@@ -64,10 +64,14 @@ _POLICY = ClientPolicy()
 
 
 class ConfigError(Exception):
-    """A config problem: ``str()`` is the one line shown to the user (exit status 2)."""
+    """A config problem: ``str()`` is the one line shown to the user (exit status 2).
+
+    Escaped (``catalog.text.escape``): a key or value quoted in it is the file's own text, and
+    a newline there would split the line (or forge a log line on reload), a bidi override
+    reorder what the terminal shows."""
 
     def __init__(self, path: str, message: str) -> None:
-        super().__init__(f"{path}: {message}" if path else message)
+        super().__init__(escape(f"{path}: {message}" if path else message))
         self.path = path
 
 

@@ -131,6 +131,13 @@ def test_client_defaults_are_the_policy_defaults() -> None:
         ({"servers": {"web": {"url": "http://[::1/mcp"}}}, "servers.web.url: not a valid URL: Invalid IPv6 URL"),
         ({"servers": {"web": {"url": "https://exa mple.com/mcp"}}}, "servers.web.url: not a valid URL: its host holds"),
         ({"servers": {"web": {"url": "http://h:0/mcp"}}}, "servers.web.url: not a valid URL: port 0"),
+        # The file's own text quoted in the line stays on it (escaped), whatever it holds.
+        ({"servers": {"a\nb": {"command": "x"}}}, "servers.a\\u000ab: invalid server id"),
+        ({"servers": {"git": {"command": "x", "bo\ngus": 1}}}, "servers.git.bo\\u000agus: unknown key"),
+        ({"servers": {"git": {"command": "x", "x\u202ey": 1}}}, "servers.git.x\\u202ey: unknown key"),
+        ({"servers": {"git": {"command": "${NO\nPE}"}}},
+         "servers.git.command: invalid variable reference ${NO\\u000aPE}"),
+        ({**BASE, "profiles": {"a\nb": {}}}, "profiles.a\\u000ab: invalid profile name"),
     ],
 )
 def test_errors_name_the_key(data: dict, message: str) -> None:  # type: ignore[type-arg]
@@ -275,6 +282,7 @@ def test_example_config_is_valid_and_runs_on_this_machine() -> None:
         ('[servers.web]\nurl = "https://h/mcp"\ninstances = "per-principal"\n',
          "servers.web.instances: not valid for a remote server (url)"),
         ("[servers.git\n", "config"),
+        ('[servers."a\\nb"]\ncommand = "x"\n', "servers.a\\u000ab: invalid server id"),
         ('[servers.git]\ncommand = "x"\nenv = { "A=B" = "1" }\n', "servers.git.env.A=B: not a valid environment"),
         ('[servers.git]\ncommand = "x"\nargs = ["\\u0000"]\n', "servers.git.args[0]: contains a NUL"),
         ('[servers.web]\nurl = "http://127.0.0.1:99999/mcp"\n', "servers.web.url: not a valid URL: Port out of range"),
