@@ -86,6 +86,13 @@ async def test_argument_and_name_errors_through_tool_call(tmp_path: Path, mode: 
             True,
             "Unknown tool 'm__nope': it is not in this gateway's catalog.",
         )
+        # A made-up name is quoted back cut short, through tool_call and called directly.
+        for long in (
+            await client.call_tool("tool_call", {"name": "m__" + "x" * 100_000, "arguments": {}}),
+            await client.call_tool("m__" + "x" * 100_000, {}),
+        ):
+            assert long.is_error and len(text(long)) < 300, len(text(long))
+            assert text(long).startswith("Unknown tool 'm__xxx") and "…': it is not in" in text(long)
         good = await client.call_tool("tool_call", {"name": "m__alpha", "arguments": {"text": "fine"}})
         assert (good.is_error, text(good)) == (False, "fine")
 

@@ -275,7 +275,7 @@ class Router:
                 return _refused(
                     note, "unknown", f"Tool {name!r} is no longer available: the catalog changed and it was removed."
                 )
-            why = f"Unknown tool {name!r}: it is not in this gateway's catalog."
+            why = f"Unknown tool {_as_given(name)!r}: it is not in this gateway's catalog."
             return _refused(note, "unknown", why + down_hint(self, name))
         refusal = self.why_refused(epoch, name)
         if refusal is not None:
@@ -556,6 +556,15 @@ async def argument_problem(
 
 
 _MAX_MESSAGE = 300
+_MAX_NAME_SHOWN = 200
+"""Characters of an unknown tool name quoted back: every profile's names fit (at most 128)."""
+
+
+def _as_given(name: str) -> str:
+    """A name the client made up, cut to ``_MAX_NAME_SHOWN``: the refusal stays one short line
+    however long the name sent."""
+    return name if len(name) <= _MAX_NAME_SHOWN else name[: _MAX_NAME_SHOWN - 1] + "…"
+
 
 
 def _line(text: str) -> str:
