@@ -483,7 +483,7 @@ def artifact_read(
     args = {k: v for k, v in arguments.items() if v is not None}
     unknown = sorted(set(args) - set(ARTIFACT_READ_SCHEMA["properties"]))
     if unknown:
-        listed = ", ".join(unknown)
+        listed = ", ".join(map(repr, unknown))  # (quoted: a name may hold a newline)
         raise ValueError(f"unknown argument(s): {listed if len(listed) <= 200 else listed[:199] + '…'}")
     artifact_id = args.get("id")
     if not isinstance(artifact_id, str):

@@ -205,7 +205,9 @@ def test_other_session_and_expired_ids_are_not_found(tmp_path: Path) -> None:
     ({"id": "x" * 32, "limit": "ten"}, "^arguments.limit must be an integer$"),
     ({"id": "x" * 32, "limit": 2.5}, "^arguments.limit must be an integer$"),
     ({"id": "x" * 32, "offset": True}, "^arguments.offset must be an integer$"),
-    ({"id": "x" * 32, "p" * 100_000: 1}, "^unknown argument\\(s\\): p{199}…$"),
+    ({"id": "x" * 32, "p" * 100_000: 1}, "^unknown argument\\(s\\): 'p{198}…$"),
+    # One line whatever the names hold: each quoted, its newline escaped.
+    ({"id": "x" * 32, "a\nb": 1, "c": 2}, "^unknown argument\\(s\\): 'a\\\\nb', 'c'$"),
     ({"id": "x" * 32, "max_matches": 3}, "find is required"),
 ])
 def test_bad_arguments(store: ArtifactStore, args: dict[str, Any], message: str) -> None:
