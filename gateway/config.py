@@ -409,11 +409,13 @@ def load_config(path: Path, env: Mapping[str, str] | None = None) -> Config:
     """Read and validate ``path``; raise ConfigError with a one-line, key-naming message."""
     read = stamp(path)
     try:
-        text = path.read_bytes().decode("utf-8")
+        # A byte order mark (Windows Notepad writes one) is not TOML, but says nothing: skipped,
+        # as `prefixgate import` skips it in the file it reads.
+        text = path.read_bytes().decode("utf-8-sig")
     except OSError as exc:
         raise ConfigError("", f"cannot read config {path}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise ConfigError("", f"config {path} is not valid UTF-8") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError("", f"config {path} is not valid UTF-8 (byte {exc.start})") from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -357,6 +357,21 @@ def test_an_agents_own_config_points_to_import(tmp_path: Path, name: str, body: 
     assert pointer.format(path=path) in str(caught.value), str(caught.value)
 
 
+def test_a_byte_order_mark_and_crlf_line_ends_are_read(tmp_path: Path) -> None:
+    """What Windows editors write loads as the same config (tomllib alone refuses the BOM)."""
+    path = tmp_path / "bom.toml"
+    path.write_bytes(b'\xef\xbb\xbf[servers.git]\r\ncommand = "mcp-server-git"\r\n')
+    assert [s.id for s in load_config(path).enabled_servers] == ["git"]
+
+
+def test_a_config_that_is_not_utf8_names_the_byte(tmp_path: Path) -> None:
+    path = tmp_path / "latin1.toml"
+    path.write_bytes(b'[servers.git]\ncommand = "caf\xe9"\n')
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert str(caught.value) == f"config {path} is not valid UTF-8 (byte 28)"
+
+
 def test_a_redis_store_without_the_redis_package_is_a_config_error(tmp_path: Path) -> None:
     """The Redis client is an extra (``prefixgate[redis]``): without it, a config that names a
     Redis store exits 2 before anything starts, with the install command (issue 27)."""
