@@ -170,3 +170,21 @@ def test_token_file_with_a_spaced_token_is_refused(tmp_path: Path, config: Path)
         f"prefixgate: --token-file: {bad} line 2: a token cannot contain spaces; "
         "after it only profiles=NAME,... may follow"
     )
+
+
+async def test_a_token_file_with_a_byte_order_mark_and_crlf_line_ends_serves_its_first_token(
+    tmp_path: Path, config: Path
+) -> None:
+    """What a Windows editor writes: the byte order mark is no part of the first token (kept, it
+    made that token one no client sends, refused 401 with nothing said)."""
+    import httpx2
+
+    from tests.helpers import ACCEPT, INIT
+
+    tokens = tmp_path / "tokens"
+    tokens.write_bytes(b"\xef\xbb\xbffirst-token\r\nsecond-token\r\n")
+    with http_gateway(config, "--token-file", str(tokens)) as (url, _):
+        async with httpx2.AsyncClient(timeout=30) as http:
+            for token in ("first-token", "second-token"):
+                answer = await http.post(url, json=INIT, headers={**ACCEPT, "authorization": f"Bearer {token}"})
+                assert answer.status_code == 200, (token, answer.status_code, answer.text[:300])

@@ -34,7 +34,7 @@ def read_token_file(path: Path, profiles: Collection[str]) -> list[BearerToken]:
     followed by ``profiles=NAME,...``: the profiles it may use (``default`` for the top-level
     one; without the field, every one). ``profiles``: the config's profile names."""
     try:
-        with open(path, encoding="utf-8") as handle:
+        with open(path, encoding="utf-8-sig") as handle:  # (a byte order mark is no part of a token)
             lines = [line.strip() for line in handle]
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
