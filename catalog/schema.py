@@ -104,8 +104,15 @@ _IDENT = re.compile(r"[A-Za-z_$][A-Za-z0-9_$-]*")
 _MAX_MESSAGE = 200
 
 
+_MAX_PATH = 200
+
+
 def json_path(root: str, parts: Iterable[str | int]) -> str:
-    """``root.properties.x.items[0]`` style path; odd names are quoted as JSON strings."""
+    """``root.properties.x.items[0]`` style path; odd names are quoted as JSON strings.
+
+    At most ``_MAX_PATH`` characters: the names and the depth are a peer's (a schema's, a
+    call's arguments), and the path is quoted in one-line reasons and ``isError`` texts. A
+    longer one keeps its start and its end (where the problem is) around an ellipsis."""
     out = root
     for part in parts:
         if isinstance(part, int):
@@ -114,6 +121,9 @@ def json_path(root: str, parts: Iterable[str | int]) -> str:
             out += "." + part
         else:
             out += "[" + _one_line(repr(part)) + "]"
+    if len(out) > _MAX_PATH:
+        half = (_MAX_PATH - 1) // 2
+        out = out[:half] + "…" + out[-half:]
     return out
 
 

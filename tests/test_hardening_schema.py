@@ -694,6 +694,41 @@ async def test_a_ref_that_is_no_uri_is_published_and_validated(tmp_path: Path, m
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("mode", ERAS)
+async def test_the_path_of_a_bad_argument_is_bounded_however_long_or_deep(tmp_path: Path, mode: str) -> None:
+    """The refusal names the argument's path, and stays one short line when the call's own
+    names are long (an identifier-like key was quoted whole: a 100 KB isError text) or its
+    nesting deep (a schema that refers to itself): the path's start and end are kept."""
+    strings = {"type": "object", "additionalProperties": {"type": "string"}}
+    nested = {"type": "array", "maxItems": 1, "items": {"$ref": "#/$defs/nested"}}
+    tools = [
+        {"name": "long", "inputSchema": {"type": "object", "additionalProperties": strings}},
+        {
+            "name": "deep",
+            "inputSchema": {
+                "type": "object",
+                "properties": {"a": {"$ref": "#/$defs/nested"}},
+                "$defs": {"nested": nested},
+            },
+        },
+    ]
+    deep: list[Any] = [[], []]
+    for _ in range(100):  # (the SDK client serialises 255 levels at most)
+        deep = [deep]
+    config = write_config(tmp_path, {"s": schemas_server(tmp_path, tools)})
+    async with sdk_client(config, mode) as client:
+        with anyio.fail_after(120):
+            long = await client.call_tool("s__long", {"k" * 50_000: {"v" * 50_000: 1}})
+            assert long.is_error and len(text(long)) < 400, len(text(long))
+            assert text(long).startswith("Invalid arguments for s__long: arguments.kkkk"), text(long)[:100]
+            assert text(long).endswith('vvvv: 1 is not of type "string"'), text(long)[-100:]
+            refused = await client.call_tool("s__deep", {"a": deep})
+            assert refused.is_error and len(text(refused)) < 400, len(text(refused))
+            assert text(refused).startswith("Invalid arguments for s__deep: arguments.a[0][0]"), text(refused)[:100]
+            assert "…[0][0]" in text(refused) and text(refused).endswith("has more than 1 item"), text(refused)[-100:]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ERAS)
 async def test_a_token_a_server_quotes_in_its_error_is_masked_in_what_the_client_gets(
     tmp_path: Path, mode: str
 ) -> None:
