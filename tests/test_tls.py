@@ -99,6 +99,7 @@ def test_unusable_tls_options_exit_2_before_anything_starts(tmp_path: Path, file
     cases = {
         ("--tls-cert", str(cert), "--tls-key", str(key)): "they need --http",
         ("--token-file", str(cert)): "--token-file holds the tokens of HTTP clients: it needs --http",
+        ("--http", "127.0.0.1:0", "--session", "s"): "--session names a stdio client's state",
         ("--http", "127.0.0.1:0", "--tls-cert", str(cert)): "--tls-cert needs --tls-key too",
         ("--http", "127.0.0.1:0", "--tls-cert", str(tmp_path / "none.pem"), "--tls-key", str(key)): "No such file",
         ("--http", "127.0.0.1:0", "--tls-cert", str(cert), "--tls-key", str(other_key)): "KEY_VALUES_MISMATCH",

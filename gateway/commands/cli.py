@@ -115,7 +115,6 @@ def serve_arguments(serve: argparse.ArgumentParser) -> None:
     serve.add_argument(
         "--session",
         metavar="ID",
-        default=os.environ.get("PREFIXGATE_SESSION") or None,
         help="persist tool activation for this session id across restarts (default: $PREFIXGATE_SESSION)",
     )
     profile_argument(serve, "serve the catalog")
@@ -369,6 +368,9 @@ def _serve(args: argparse.Namespace) -> int:
         raise Exit(2, "prefixgate: --tls-cert and --tls-key serve HTTPS: they need --http HOST:PORT")
     if not args.http and args.token_file:  # (a stdio client is the process that started it: no token)
         raise Exit(2, "prefixgate: --token-file holds the tokens of HTTP clients: it needs --http HOST:PORT")
+    if args.http and args.session:  # (given, not $PREFIXGATE_SESSION: that one is set for every entry alike)
+        raise Exit(2, "prefixgate: --session names a stdio client's state: over --http each token is a principal")
+    session = args.session or os.environ.get("PREFIXGATE_SESSION") or None
     if not args.http:
         from gateway.upstream.prelude import Prelude
 
@@ -382,7 +384,7 @@ def _serve(args: argparse.Namespace) -> int:
         options = backend_options()
     tokens, token_file = serve.http_tokens(args, config) if args.http else ([], None)
     tls = serve.http_tls(args)
-    anyio.run(serve.serve, config, args.session, args.http, tokens, prelude, tls, token_file, backend_options=options)
+    anyio.run(serve.serve, config, session, args.http, tokens, prelude, tls, token_file, backend_options=options)
     observe.flush()  # the audit lines and spans still queued
     # Every server has stopped and every answer is out: leave now. The interpreter's own
     # teardown would hand the stop signals back to their default action first, so a client's
