@@ -13,6 +13,7 @@ in itself (``${1X}``) and an unset variable in ``[gateway]`` still stop everythi
 
 from __future__ import annotations
 
+import codecs
 import importlib.util
 import ipaddress
 import os
@@ -405,17 +406,29 @@ def stamp(path: Path) -> Stamp | None:
     return (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino)
 
 
+def text_of(data: bytes) -> str:
+    """A text file the user wrote (the config, the token file): UTF-8, or UTF-16 after its byte
+    order mark, which Windows PowerShell 5's ``>`` writes (``prefixgate import > prefixgate.toml``);
+    a UTF-8 byte order mark (Windows Notepad's) is skipped. Raises ``UnicodeDecodeError``."""
+    bom, encoding = next(((b, e) for b, e in _BOMS if data.startswith(b)), (b"", "utf-8"))
+    try:
+        return data[len(bom) :].decode(encoding)
+    except UnicodeDecodeError as exc:  # (its offsets in the file, the mark counted)
+        raise UnicodeDecodeError(exc.encoding, data, exc.start + len(bom), exc.end + len(bom), exc.reason) from None
+
+
+_BOMS = ((codecs.BOM_UTF8, "utf-8"), (codecs.BOM_UTF16_LE, "utf-16-le"), (codecs.BOM_UTF16_BE, "utf-16-be"))
+
+
 def load_config(path: Path, env: Mapping[str, str] | None = None) -> Config:
     """Read and validate ``path``; raise ConfigError with a one-line, key-naming message."""
     read = stamp(path)
     try:
-        # A byte order mark (Windows Notepad writes one) is not TOML, but says nothing: skipped,
-        # as `prefixgate import` skips it in the file it reads.
-        text = path.read_bytes().decode("utf-8-sig")
+        text = text_of(path.read_bytes())
     except OSError as exc:
         raise ConfigError("", f"cannot read config {path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
-        raise ConfigError("", f"config {path} is not valid UTF-8 (byte {exc.start})") from None
+        raise ConfigError("", f"config {path} is not valid {exc.encoding.upper()} (byte {exc.start})") from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -357,19 +357,30 @@ def test_an_agents_own_config_points_to_import(tmp_path: Path, name: str, body: 
     assert pointer.format(path=path) in str(caught.value), str(caught.value)
 
 
-def test_a_byte_order_mark_and_crlf_line_ends_are_read(tmp_path: Path) -> None:
-    """What Windows editors write loads as the same config (tomllib alone refuses the BOM)."""
-    path = tmp_path / "bom.toml"
-    path.write_bytes(b'\xef\xbb\xbf[servers.git]\r\ncommand = "mcp-server-git"\r\n')
+@pytest.mark.parametrize("encoding", ["utf-8", "utf-16-le", "utf-16-be"])
+def test_a_byte_order_mark_and_crlf_line_ends_are_read(tmp_path: Path, encoding: str) -> None:
+    """What Windows writes loads as the same config: Notepad's UTF-8 byte order mark (tomllib
+    alone refuses it), and the UTF-16 of a PowerShell 5 redirect (``prefixgate import >``)."""
+    path = tmp_path / "windows.toml"
+    body = '[servers.git]\r\ncommand = "mcp-server-git"\r\n'
+    path.write_bytes(("\ufeff" + body).encode(encoding))  # (each with its byte order mark)
     assert [s.id for s in load_config(path).enabled_servers] == ["git"]
 
 
-def test_a_config_that_is_not_utf8_names_the_byte(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("data", "problem"),
+    [
+        (b'[servers.git]\ncommand = "caf\xe9"\n', "not valid UTF-8 (byte 28)"),
+        (b'\xef\xbb\xbf[servers.git]\ncommand = "caf\xe9"\n', "not valid UTF-8 (byte 31)"),  # (the mark counted)
+        (b"\xff\xfe[\x00s", "not valid UTF-16-LE (byte 4)"),  # (cut mid-character)
+    ],
+)
+def test_a_config_that_does_not_decode_names_the_byte(tmp_path: Path, data: bytes, problem: str) -> None:
     path = tmp_path / "latin1.toml"
-    path.write_bytes(b'[servers.git]\ncommand = "caf\xe9"\n')
+    path.write_bytes(data)
     with pytest.raises(ConfigError) as caught:
         load_config(path)
-    assert str(caught.value) == f"config {path} is not valid UTF-8 (byte 28)"
+    assert str(caught.value) == f"config {path} is {problem}"
 
 
 def test_a_redis_store_without_the_redis_package_is_a_config_error(tmp_path: Path) -> None:

@@ -172,17 +172,19 @@ def test_token_file_with_a_spaced_token_is_refused(tmp_path: Path, config: Path)
     )
 
 
+@pytest.mark.parametrize("encoding", ["utf-8", "utf-16-le"])
 async def test_a_token_file_with_a_byte_order_mark_and_crlf_line_ends_serves_its_first_token(
-    tmp_path: Path, config: Path
+    tmp_path: Path, config: Path, encoding: str
 ) -> None:
-    """What a Windows editor writes: the byte order mark is no part of the first token (kept, it
-    made that token one no client sends, refused 401 with nothing said)."""
+    """What Windows writes (Notepad, a PowerShell 5 redirect: UTF-16): the byte order mark is no
+    part of the first token (kept, it made that token one no client sends, refused 401 with
+    nothing said; UTF-16 was not read at all)."""
     import httpx2
 
     from tests.helpers import ACCEPT, INIT
 
     tokens = tmp_path / "tokens"
-    tokens.write_bytes(b"\xef\xbb\xbffirst-token\r\nsecond-token\r\n")
+    tokens.write_bytes("\ufefffirst-token\r\nsecond-token\r\n".encode(encoding))
     with http_gateway(config, "--token-file", str(tokens)) as (url, _):
         async with httpx2.AsyncClient(timeout=30) as http:
             for token in ("first-token", "second-token"):
