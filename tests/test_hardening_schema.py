@@ -702,6 +702,10 @@ async def test_the_path_of_a_bad_argument_is_bounded_however_long_or_deep(tmp_pa
     nested = {"type": "array", "maxItems": 1, "items": {"$ref": "#/$defs/nested"}}
     tools = [
         {"name": "long", "inputSchema": {"type": "object", "additionalProperties": strings}},
+        {  # validated in a worker process, whose answer names the path too
+            "name": "longref",
+            "inputSchema": {"type": "object", "additionalProperties": {"$ref": "#/$defs/s"}, "$defs": {"s": strings}},
+        },
         {
             "name": "deep",
             "inputSchema": {
@@ -721,6 +725,11 @@ async def test_the_path_of_a_bad_argument_is_bounded_however_long_or_deep(tmp_pa
             assert long.is_error and len(text(long)) < 400, len(text(long))
             assert text(long).startswith("Invalid arguments for s__long: arguments.kkkk"), text(long)[:100]
             assert text(long).endswith('vvvv: 1 is not of type "string"'), text(long)[-100:]
+            longer = "k" * 600_000  # (a path of two such names: more than the worker's answer line may hold)
+            referring = await client.call_tool("s__longref", {longer: {longer: 1}})
+            assert referring.is_error and len(text(referring)) < 400, len(text(referring))
+            assert text(referring).startswith("Invalid arguments for s__longref: arguments.kkkk"), text(referring)[:200]
+            assert text(referring).endswith('kkkk: 1 is not of type "string"'), text(referring)[-100:]
             refused = await client.call_tool("s__deep", {"a": deep})
             assert refused.is_error and len(text(refused)) < 400, len(text(refused))
             assert text(refused).startswith("Invalid arguments for s__deep: arguments.a[0][0]"), text(refused)[:100]

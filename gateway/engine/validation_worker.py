@@ -22,6 +22,8 @@ MEMORY_LIMIT = 1 << 30
 """Address-space cap: a validation that would need more fails here, not in the gateway."""
 CACHE = 256
 """Compiled validators kept, by schema key."""
+NAME_KEPT = 1000
+"""Characters of each name on a violation's path sent back."""
 
 
 def answer(request: dict[str, Any], cache: dict[str, Any]) -> dict[str, Any]:
@@ -35,6 +37,9 @@ def answer(request: dict[str, Any], cache: dict[str, Any]) -> dict[str, Any]:
     if found is None:
         return {"valid": True}
     path, message = found
+    # Each name cut (the gateway shows 200 characters of the whole path): a call's own keys
+    # may be megabytes long, and the reply line is read within gateway.engine.validation._MAX_LINE.
+    path = [part if isinstance(part, int) else part[:NAME_KEPT] for part in path]
     return {"path": path, "message": message[:2000]}
 
 
