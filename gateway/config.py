@@ -374,18 +374,25 @@ def lock_path(config: Config) -> Path | None:
 
 
 def find_config(explicit: str | None, env: Mapping[str, str] | None = None) -> Path:
-    """``--config``, then ``$PREFIXGATE_CONFIG``, ``./prefixgate.toml``, the XDG config file."""
+    """``--config``, then ``$PREFIXGATE_CONFIG``, ``./prefixgate.toml``, the XDG config file.
+
+    A file that is there but cannot be read (a directory, a broken or looping link) is the one
+    found, so reading it names it: passed over, a config from further down the list was used
+    instead, or the error said to create the file that is there. ``--config ""`` (a script's
+    unset variable) is refused, not read as "not given"."""
     env = os.environ if env is None else env
-    if explicit:
+    if explicit is not None:
+        if not explicit:
+            raise ConfigError("--config", "an empty path: name the config file")
         return Path(explicit)
     if env.get("PREFIXGATE_CONFIG"):
         return Path(env["PREFIXGATE_CONFIG"])
     local = Path("prefixgate.toml")
-    if local.is_file():
+    if os.path.lexists(local):
         return local
     xdg = env.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
     candidate = Path(xdg) / "prefixgate" / "config.toml"
-    if candidate.is_file():
+    if os.path.lexists(candidate):
         return candidate
     raise ConfigError(
         "",

@@ -262,6 +262,34 @@ def test_discovery_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
         find_config(None, {"XDG_CONFIG_HOME": str(tmp_path / "none")})
 
 
+@pytest.mark.parametrize("kind", ["directory", "broken link", "link loop"])
+def test_a_config_found_that_cannot_be_read_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """A ./prefixgate.toml that is there but unreadable is the config found, and its read says
+    why: passed over, the XDG config was used instead (or the error said to create it)."""
+    monkeypatch.chdir(tmp_path)
+    xdg = tmp_path / "xdg"
+    (xdg / "prefixgate").mkdir(parents=True)
+    (xdg / "prefixgate" / "config.toml").write_text('[servers.git]\ncommand = "x"\n')
+    local = tmp_path / "prefixgate.toml"
+    if kind == "directory":
+        local.mkdir()
+    else:
+        local.symlink_to(tmp_path / ("gone.toml" if kind == "broken link" else "prefixgate.toml"))
+    assert find_config(None, {"XDG_CONFIG_HOME": str(xdg)}) == Path("prefixgate.toml")
+    with pytest.raises(ConfigError, match="^cannot read config prefixgate.toml: "):
+        load_config(find_config(None, {"XDG_CONFIG_HOME": str(xdg)}))
+
+
+def test_an_empty_config_path_is_refused(tmp_path: Path) -> None:
+    """``--config "$CONFIG"`` with the variable unset: not read as "no --config given"."""
+    for command in ("serve", "catalog"):
+        proc = run_cli(command, "--config", "", env={"PREFIXGATE_CONFIG": str(tmp_path / "other.toml")})
+        assert proc.returncode == 2
+        assert proc.stderr.strip() == "prefixgate: config error: --config: an empty path: name the config file"
+
+
 def test_example_config_is_valid_and_runs_on_this_machine() -> None:
     example = Path(__file__).resolve().parent.parent / "config.example.toml"
     config = load_config(example, env={"HOME": "/home/u"})
