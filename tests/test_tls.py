@@ -100,6 +100,11 @@ def test_unusable_tls_options_exit_2_before_anything_starts(tmp_path: Path, file
         ("--tls-cert", str(cert), "--tls-key", str(key)): "they need --http",
         ("--token-file", str(cert)): "--token-file holds the tokens of HTTP clients: it needs --http",
         ("--http", "127.0.0.1:0", "--session", "s"): "--session names a stdio client's state",
+        # An empty value (a script's unset variable) is no value: not "not given" (served without
+        # the tokens meant), nor a traceback.
+        ("--http", ""): "--http: an empty value",
+        ("--http", "127.0.0.1:0", "--token-file", ""): "--token-file: an empty value",
+        ("--session", " "): "--session: an empty value",
         ("--http", "127.0.0.1:0", "--tls-cert", str(cert)): "--tls-cert needs --tls-key too",
         ("--http", "127.0.0.1:0", "--tls-cert", str(tmp_path / "none.pem"), "--tls-key", str(key)): "No such file",
         ("--http", "127.0.0.1:0", "--tls-cert", str(cert), "--tls-key", str(other_key)): "KEY_VALUES_MISMATCH",

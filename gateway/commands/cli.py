@@ -364,6 +364,10 @@ def _serve(args: argparse.Namespace) -> int:
     gateway is imported (gateway/upstream/prelude.py); then the gateway takes over."""
     config = load(args.config, args.profile)
     prelude = None
+    given = {"--http": args.http, "--token-file": args.token_file, "--session": args.session}
+    for flag, value in {**given, "--tls-cert": args.tls_cert, "--tls-key": args.tls_key}.items():
+        if value is not None and not value.strip():  # (`--token-file "$TOKENS"` unset: never "not given")
+            raise Exit(2, f"prefixgate: {flag}: an empty value")
     if not args.http and (args.tls_cert or args.tls_key):  # (before the stdio start spawns anything)
         raise Exit(2, "prefixgate: --tls-cert and --tls-key serve HTTPS: they need --http HOST:PORT")
     if not args.http and args.token_file:  # (a stdio client is the process that started it: no token)
