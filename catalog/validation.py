@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, NoReturn
 from urllib.parse import quote
 
@@ -148,7 +148,30 @@ def violation(validator: jsonschema_rs.Validator, instance: JSON) -> tuple[list[
     if not errors:
         return None
     best = min(errors, key=lambda e: (len(e.instance_path), e.kind.name in ("anyOf", "oneOf")))
-    return list(best.instance_path), best.message
+    return list(best.instance_path), best.message + _condition(best.schema_path)
+
+
+_CONDITIONS = {
+    "dependentRequired": "dependentRequired",
+    "dependencies": "dependencies",
+    "dependentSchemas": "dependentSchemas",
+    "then": "if/then",
+    "else": "if/else",
+}
+"""Keywords that make a rule hold only for some arguments: a violation under one says so."""
+
+
+def _condition(schema_path: Iterable[str | int]) -> str:
+    """`` (under the schema's KEYWORD)`` for the deepest conditional keyword on the violated
+    rule's schema path, else "": '"b" is a required property' where the schema's ``required``
+    lists no ``b`` (``dependentRequired`` asked for it) names no rule the caller can find."""
+    found = ""
+    before: str | int | None = None
+    for part in schema_path:
+        if isinstance(part, str) and part in _CONDITIONS and before not in SUBSCHEMA_MAP:
+            found = f" (under the schema's {_CONDITIONS[part]})"
+        before = part
+    return found
 
 
 def unset_nulls(schema: JSON, arguments: dict[str, JSON]) -> list[str]:

@@ -738,6 +738,40 @@ async def test_the_path_of_a_bad_argument_is_bounded_however_long_or_deep(tmp_pa
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("mode", ERAS)
+async def test_a_conditional_rule_a_call_breaks_is_named(tmp_path: Path, mode: str) -> None:
+    """'"b" is a required property' where the schema's ``required`` lists no ``b`` named no rule
+    the model could find: a violation under dependentRequired, dependencies or if/then/else
+    says which (in the gateway and in the worker that validates referencing schemas)."""
+    conditional = {
+        "type": "object",
+        "properties": {"a": {"type": "string"}, "b": {"type": "string"}, "then": {"type": "string"}},
+        "dependentRequired": {"a": ["b"]},
+        "if": {"properties": {"a": {"const": "x"}}, "required": ["a"]},
+        "then": {"required": ["then"]},
+    }
+    referring = {"type": "object", "properties": {"o": {"$ref": "#/$defs/c"}}, "$defs": {"c": conditional}}
+    tools = [{"name": "plain", "inputSchema": conditional}, {"name": "referring", "inputSchema": referring}]
+    config = write_config(tmp_path, {"s": schemas_server(tmp_path, tools)})
+    async with sdk_client(config, mode) as client:
+        with anyio.fail_after(60):
+            for name, wrap in (("s__plain", dict), ("s__referring", lambda **a: {"o": a})):
+                where = "arguments" if name == "s__plain" else "arguments.o"
+                needs_b = await client.call_tool(name, wrap(a="y"))
+                assert text(needs_b) == (
+                    f'Invalid arguments for {name}: {where}: "b" is a required property '
+                    "(under the schema's dependentRequired)"
+                ), text(needs_b)
+                needs_then = await client.call_tool(name, wrap(a="x", b="z"))
+                assert text(needs_then) == (
+                    f'Invalid arguments for {name}: {where}: "then" is a required property '
+                    "(under the schema's if/then)"
+                ), text(needs_then)
+                wrong_then = await client.call_tool(name, wrap(a="x", b="z", then=5))  # (a property called then)
+                assert text(wrong_then) == f'Invalid arguments for {name}: {where}.then: 5 is not of type "string"'
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ERAS)
 async def test_a_token_a_server_quotes_in_its_error_is_masked_in_what_the_client_gets(
     tmp_path: Path, mode: str
 ) -> None:
