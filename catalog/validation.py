@@ -147,8 +147,43 @@ def violation(validator: jsonschema_rs.Validator, instance: JSON) -> tuple[list[
             break
     if not errors:
         return None
-    best = min(errors, key=lambda e: (len(e.instance_path), e.kind.name in ("anyOf", "oneOf")))
+    best = min(errors, key=lambda e: (len(e.instance_path), e.kind.name in _UNIONS))
+    nearest = _nearest(best)
+    if nearest is not None:
+        inner, said = nearest
+        return list(inner.instance_path), inner.message + _condition(inner.schema_path) + said
     return list(best.instance_path), best.message + _condition(best.schema_path)
+
+
+_UNIONS = ("anyOf", "oneOf")
+
+
+def _nearest(error: Any, depth: int = 0) -> tuple[Any, str] | None:
+    """For an ``anyOf``/``oneOf`` no branch of which matched: the shallowest error of the one
+    branch nearest to the value, and the words that say so; None when no branch is nearest.
+
+    '{...} is not valid under any of the schemas listed' names neither the argument inside
+    nor the rule (a discriminated union of objects: zod, pydantic). A branch is farther the
+    more it disagrees at the union's own level: a ``const``/``enum`` of a direct property
+    (the discriminator), then a ``type`` of the value itself; then the more errors it has.
+    Two branches equally near: the union's own message stands (nothing is guessed)."""
+    context = getattr(error.kind, "context", None)
+    if error.kind.name not in _UNIONS or not context or depth >= 8:
+        return None
+    level = len(error.instance_path)
+
+    def distance(branch: list[Any]) -> tuple[bool, bool, int]:
+        tag = any(e.kind.name in ("const", "enum") and len(e.instance_path) == level + 1 for e in branch)
+        kind = any(e.kind.name == "type" and len(e.instance_path) == level for e in branch)
+        return tag, kind, len(branch)
+
+    ranked = sorted((distance(branch), index) for index, branch in enumerate(context) if branch)
+    if not ranked or (len(ranked) > 1 and ranked[0][0] == ranked[1][0]):
+        return None
+    index = ranked[0][1]
+    inner = min(context[index], key=lambda e: (len(e.instance_path), e.kind.name in _UNIONS))
+    said = f" (no {error.kind.name} branch matched; nearest: branch {index + 1} of {len(context)})"
+    return _nearest(inner, depth + 1) or (inner, said)
 
 
 _CONDITIONS = {

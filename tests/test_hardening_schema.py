@@ -772,6 +772,50 @@ async def test_a_conditional_rule_a_call_breaks_is_named(tmp_path: Path, mode: s
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("mode", ERAS)
+async def test_a_union_no_branch_of_which_matched_names_the_argument_inside(tmp_path: Path, mode: str) -> None:
+    """A discriminated union of objects in an array (zod's, pydantic's): the refusal named only
+    the element and quoted it whole ('{...} is not valid under any of the schemas listed in
+    the anyOf keyword'); it names the argument inside the branch nearest to the value (its
+    discriminator matched) and the rule. Two branches equally near keep the union's message."""
+    union = {
+        "anyOf": [
+            {
+                "type": "object",
+                "properties": {"kind": {"const": "text"}, "body": {"type": "string"}},
+                "required": ["kind", "body"],
+            },
+            {
+                "type": "object",
+                "properties": {"kind": {"const": "image"}, "width": {"type": "integer"}},
+                "required": ["kind", "width"],
+            },
+        ]
+    }
+    plain = {"type": "object", "properties": {"items": {"type": "array", "items": union}}}
+    referring = {"type": "object", "properties": {"items": {"type": "array", "items": {"$ref": "#/$defs/u"}}}}
+    tools = [
+        {"name": "plain", "inputSchema": plain},
+        {"name": "referring", "inputSchema": {**referring, "$defs": {"u": union}}},
+    ]
+    config = write_config(tmp_path, {"s": schemas_server(tmp_path, tools)})
+    items = [{"kind": "text", "body": "a"}, {"kind": "text", "body": "b"}, {"kind": "image", "width": "wide"}]
+    async with sdk_client(config, mode) as client:
+        with anyio.fail_after(60):
+            for name in ("s__plain", "s__referring"):
+                refused = await client.call_tool(name, {"items": items})
+                assert text(refused) == (
+                    f'Invalid arguments for {name}: arguments.items[2].width: "wide" is not of type "integer" '
+                    "(no anyOf branch matched; nearest: branch 2 of 2)"
+                ), text(refused)
+                unknown = await client.call_tool(name, {"items": [{"kind": "video"}]})
+                assert text(unknown) == (
+                    f'Invalid arguments for {name}: arguments.items[0]: {{"kind":"video"}} is not valid under any '
+                    "of the schemas listed in the 'anyOf' keyword"
+                ), text(unknown)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ERAS)
 async def test_a_token_a_server_quotes_in_its_error_is_masked_in_what_the_client_gets(
     tmp_path: Path, mode: str
 ) -> None:
