@@ -14,6 +14,7 @@ from typing import Any, Generic, TypeVar, cast
 import mcp_types as types
 import pydantic_core
 from mcp.shared.message import SessionMessage
+from mcp_types.jsonrpc import INVALID_REQUEST
 
 from catalog.pieces import encode_in_pieces
 
@@ -133,6 +134,15 @@ def reply_id(message: SessionMessage) -> types.RequestId | None:
 
 def jsonrpc_error(request_id: types.RequestId | None, code: int, text: str) -> types.JSONRPCError:
     return types.JSONRPCError(jsonrpc="2.0", id=request_id, error=types.ErrorData(code=code, message=text))
+
+
+def not_a_message(data: Any) -> types.JSONRPCError:
+    """The answer to JSON that is no JSON-RPC message, on either end: one line, with the
+    request's id when it has one a client can match."""
+    request_id = data.get("id") if isinstance(data, dict) else None
+    if isinstance(request_id, bool) or not isinstance(request_id, str | int):
+        request_id = None
+    return jsonrpc_error(request_id, INVALID_REQUEST, "Invalid Request: not a JSON-RPC 2.0 message")
 
 
 def error_message(request_id: types.RequestId | None, code: int, text: str) -> SessionMessage:

@@ -33,10 +33,52 @@ from mcp.server.transport_security import TransportSecurityMiddleware
 from mcp_types import ErrorData
 from sse_starlette import EventSourceResponse
 
+from gateway.jsontext import parsed_aside
+from gateway.lines import not_a_message
+
 log = logging.getLogger("prefixgate.http")
 
 CHECKED = "2.3"
 """The mcp minor release this module was checked against (``mcp>=2.3,<2.4``)."""
+
+
+_ENVELOPE_REFUSAL = b'"message":"Validation error: '
+"""How the SDK's streamable HTTP transport (``StreamableHTTPServerTransport``, mcp 2.3.0)
+answers a POST whose body is JSON but no JSON-RPC message: 400, ``INVALID_PARAMS``, and
+pydantic's whole report as the message (many lines, the union's model names)."""
+
+
+def envelope_refused_in_one_line(send: Any, body: bytes) -> Any:
+    """``send`` for a POST the SDK answers, with that one refusal given the stdio end's answer
+    (``gateway.lines.not_a_message``: ``INVALID_REQUEST``, one line, the request's id). Costs
+    one comparison per message unless the SDK refuses the request with 400."""
+    held: dict[str, Any] | None = None
+
+    async def sending(message: dict[str, Any]) -> None:
+        nonlocal held
+        if held is None and message["type"] == "http.response.start" and message.get("status") == 400:
+            held = message  # (until its body shows which refusal it is)
+            return
+        if held is not None:
+            start, held = held, None
+            payload = message.get("body", b"")
+            if (
+                message["type"] == "http.response.body"
+                and not message.get("more_body")
+                and _ENVELOPE_REFUSAL in payload
+            ):
+                try:
+                    data = await parsed_aside(body, "a refused POST body read for its id")
+                except (ValueError, RecursionError):
+                    data = None
+                payload = not_a_message(data).model_dump_json(by_alias=True, exclude_unset=True).encode()
+                kept = [(k, v) for k, v in start.get("headers", ()) if k.lower() != b"content-length"]
+                start = {**start, "headers": [*kept, (b"content-length", str(len(payload)).encode())]}
+                message = {**message, "body": payload}
+            await send(start)
+        await send(message)
+
+    return sending
 
 
 def connection_of(ctx: ServerRequestContext[Any, Any]) -> Connection:

@@ -124,3 +124,39 @@ def test_a_port_in_use_is_one_line_and_starts_no_server(tmp_path: Path) -> None:
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip() == f"prefixgate: --http {listen}: cannot listen there: Address already in use"
     assert not started.exists()
+
+
+async def test_a_body_that_is_no_json_rpc_message_is_refused_as_the_stdio_end_refuses_it(config: Path) -> None:
+    """JSON that is no JSON-RPC message: the stdio end answers INVALID_REQUEST in one line with
+    the request's id; the SDK's HTTP transport answered INVALID_PARAMS with pydantic's whole
+    report (many lines, its union's model names) and no id. Now both ends answer alike."""
+    from tests.helpers import raw_gateway
+
+    bodies = [
+        {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": [1]},
+        {"jsonrpc": "2.0", "id": "x", "method": 5},
+        {"jsonrpc": "1.0", "id": 8, "method": "tools/list"},
+        [1],
+    ]
+    with raw_gateway(config) as stdio:
+        stdio.handshake()
+        expected = []
+        for body in bodies:
+            stdio.send(json.dumps(body).encode())
+            expected.append(stdio.read())
+    assert expected[0] == {
+        "jsonrpc": "2.0",
+        "id": 7,
+        "error": {"code": -32600, "message": "Invalid Request: not a JSON-RPC 2.0 message"},
+    }
+    with http_gateway(config) as (url, _):
+        async with httpx2.AsyncClient(timeout=30) as http:
+            opened = await http.post(url, json=INIT, headers=ACCEPT)
+            headers = {
+                **ACCEPT,
+                "mcp-session-id": opened.headers["mcp-session-id"],
+                "mcp-protocol-version": "2025-11-25",
+            }
+            for body, answer in zip(bodies, expected, strict=True):
+                refused = await http.post(url, json=body, headers=headers)
+                assert refused.status_code == 400 and refused.json() == answer, (body, refused.text[:300])

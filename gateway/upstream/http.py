@@ -46,7 +46,7 @@ from gateway.config import is_loopback as is_loopback
 from gateway.config import parse_listen as parse_listen
 from gateway.engine.shares import Shares
 from gateway.jsontext import parsed_aside, scrub_escapes
-from gateway.sdk import lifespan_state
+from gateway.sdk import envelope_refused_in_one_line, lifespan_state
 from gateway.upstream.coalesce import coalescing_protocol, send_whole
 from gateway.upstream.events import RETRY_MS, SESSION_HEADER, BoundedEventStore, marked
 from gateway.upstream.heads import parser_name
@@ -373,8 +373,10 @@ class Front:
         self, endpoint: Endpoint, scope: Scope, body: bytes, headers: Any, receive: Receive, send: Send
     ) -> None:
         session = next((v for k, v in headers if k == SESSION_HEADER), None)
-        if scope["method"] == "POST" and await self._lanes(endpoint, scope, body, session, receive, send):
-            return
+        if scope["method"] == "POST":
+            if await self._lanes(endpoint, scope, body, session, receive, send):
+                return
+            send = envelope_refused_in_one_line(send, body)  # (as the stdio end refuses it)
         replayed = False
 
         async def replay() -> Message:

@@ -47,6 +47,7 @@ from gateway.lines import (
     error_message,
     is_blank,
     jsonrpc_error,
+    not_a_message,
     reply_id,
 )
 from gateway.plaintasks import cancel_all
@@ -139,10 +140,7 @@ def _validate_client(data: Any) -> SessionMessage | types.JSONRPCError | None:
         log.warning("invalid client message: %s", _first_line(exc))
         if isinstance(data, dict) and ("result" in data or "error" in data or "id" not in data):
             return None  # a malformed response or notification: JSON-RPC answers neither
-        request_id = data.get("id") if isinstance(data, dict) else None
-        if isinstance(request_id, bool) or not isinstance(request_id, str | int):
-            request_id = None
-        return jsonrpc_error(request_id, INVALID_REQUEST, "Invalid Request: not a JSON-RPC 2.0 message")
+        return not_a_message(data)
 
 
 def _parse_client(line: bytes | bytearray) -> SessionMessage | types.JSONRPCError | None:
