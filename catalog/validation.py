@@ -148,11 +148,29 @@ def violation(validator: jsonschema_rs.Validator, instance: JSON) -> tuple[list[
     if not errors:
         return None
     best = min(errors, key=lambda e: (len(e.instance_path), e.kind.name in _UNIONS))
+    said = ""
     nearest = _nearest(best)
     if nearest is not None:
-        inner, said = nearest
-        return list(inner.instance_path), inner.message + _condition(inner.schema_path) + said
-    return list(best.instance_path), best.message + _condition(best.schema_path)
+        best, said = nearest
+    return list(best.instance_path), _infinite(instance, best.instance_path) + best.message + _condition(
+        best.schema_path
+    ) + said
+
+
+def _infinite(instance: JSON, path: Iterable[str | int]) -> str:
+    """What to say first when the value refused is a number no double holds (``1e400`` reads
+    as infinity; a peer's ``NaN``): the validator sees it as ``null``, as the server would be
+    sent it, and '"null" is not of type "number"' named a value the caller never sent."""
+    value = instance
+    for part in path:
+        try:
+            value = value[part]
+        except (KeyError, IndexError, TypeError):
+            return ""
+    if isinstance(value, float) and not math.isfinite(value):
+        shown = "NaN" if math.isnan(value) else "-infinity" if value < 0 else "infinity"
+        return f"{shown}, a number no double holds, reads as null: "
+    return ""
 
 
 _UNIONS = ("anyOf", "oneOf")

@@ -214,6 +214,48 @@ async def test_a_number_too_large_for_a_double_is_null_and_its_artifact_is_json(
         assert len(whole["content"][0]["data"]) == 70_000
 
 
+async def test_an_argument_no_double_holds_is_named_as_sent_when_it_is_refused(tmp_path: Path) -> None:
+    """A client's ``1e400`` (or a non-standard ``NaN``) reads as a number no double holds and is
+    validated as the ``null`` the server would be sent: the refusal said 'null is not of type
+    "number"', naming a value the client never sent. It says what became of the number, on
+    both ends (the SDK's own client cannot send one: it writes null itself)."""
+    import httpx2
+
+    from tests.helpers import ACCEPT, INIT, schemas_server
+
+    tools = [{"name": "num", "inputSchema": {"type": "object", "properties": {"n": {"type": "number"}}}}]
+    config = write_config(tmp_path, {"s": schemas_server(tmp_path, tools)})
+    call = b'{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"s__num","arguments":{"n":%s}}}'
+    expected = {
+        b"1e400": "Invalid arguments for s__num: arguments.n: infinity, a number no double holds, reads as null: "
+        'null is not of type "number"',
+        b"-1e400": "Invalid arguments for s__num: arguments.n: -infinity, a number no double holds, reads as null: "
+        'null is not of type "number"',
+    }
+    with raw_gateway(config) as stdio:
+        stdio.handshake()
+        for number, (literal, said) in enumerate(expected.items(), 10):
+            stdio.send(call % (number, literal))
+            answer = stdio.answer(number)["result"]
+            assert answer["isError"] and answer["content"][0]["text"] == said, answer
+    with http_gateway(config) as (url, _):
+        async with httpx2.AsyncClient(timeout=30) as http:
+            opened = await http.post(url, json=INIT, headers=ACCEPT)
+            headers = {
+                **ACCEPT,
+                "mcp-session-id": opened.headers["mcp-session-id"],
+                "mcp-protocol-version": "2025-11-25",
+            }
+            await http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers)
+            for number, (literal, said) in enumerate(expected.items(), 10):
+                answered = await http.post(url, content=call % (number, literal), headers=headers)
+                data = [
+                    line[5:] for line in answered.text.splitlines() if line.startswith("data:") and line[5:].strip()
+                ]
+                result = json.loads(data[-1] if data else answered.text)["result"]
+                assert result["isError"] and result["content"][0]["text"] == said, result
+
+
 @pytest.mark.parametrize("mode", ERAS)
 async def test_a_result_too_deep_to_bound_is_an_error_naming_its_server(tmp_path: Path, mode: str) -> None:
     # structuredContent nested 3,000 levels (the line parser takes 10,000) around 100 KB: bounding
