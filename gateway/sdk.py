@@ -208,6 +208,14 @@ def choose_authorization_server(provider: Any, choose: Any) -> None:
     provider._select_authorization_server = choose  # noqa: SLF001
 
 
+def select_authorization_server(provider: Any, advertised: list[str]) -> str:
+    """Which of the authorization servers a resource's metadata lists ``provider`` takes, as
+    its own flow decides (``choose_authorization_server``'s choice when one was set): the
+    private ``_select_authorization_server`` method (mcp 2.3.0)."""
+    chosen: str = provider._select_authorization_server(advertised)  # noqa: SLF001
+    return chosen
+
+
 def post_on_origin(client: Any, url: str, **kwargs: Any) -> Any:
     """``client.stream("POST", ...)`` following redirects only on the endpoint's origin, as the
     SDK's transport posts (``mcp.shared._httpx_utils.stream_within_origin``, mcp 2.3.0)."""

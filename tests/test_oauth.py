@@ -1132,3 +1132,61 @@ async def test_a_resource_naming_another_authorization_server_never_gets_the_cli
         log = errlog.read_text()
         assert secret not in log and secret not in said
         assert "exited" not in log and "connection lost" not in log, log
+
+
+@pytest.mark.parametrize("grant", ["oauth", "client_credentials"])
+async def test_a_token_file_from_before_discovery_was_stored_refreshes_at_the_authorization_server(
+    tmp_path: Path, grant: str
+) -> None:
+    """A token file written before the discovery was stored beside the tokens (the same record
+    without ``discovery``: a login or run of a prefixgate before 2026-12-06), read after an upgrade
+    with its access token expired. The new process refreshed at the resource's own origin, sending
+    the refresh token (and the client secret) there; it now discovers first, as after a 401."""
+    import anyio
+
+    secret = "svc-secret-" + os.urandom(8).hex()
+    front_log = tmp_path / "front.log"
+    args = ["--lifetime", "2", "--front", "--client-credentials", f"svc:{secret}"]
+    with url_process(
+        [PYTHON, SERVER, *args],
+        env={"OAUTH_SERVER_LOG": str(tmp_path / "secrets.log"), "OAUTH_FRONT_LOG": str(front_log)},
+    ) as (url, _):
+        table: dict[str, object] = {"url": url, "auth": grant}
+        env = {"SVC_SECRET": secret}
+        if grant == "client_credentials":
+            table |= {"client_id": "svc", "client_secret": "${SVC_SECRET}"}
+        config = write_config(tmp_path, {"remote": table})
+        if grant == "oauth":
+            login(tmp_path, config)
+        else:
+            assert catalog_json_env(config, env)["servers"][0]["status"] == "ready"
+        (path,) = token_files(config)
+        record = json.loads(path.read_text())
+        del record["discovery"]
+        path.write_text(json.dumps(record, sort_keys=True))
+        await anyio.sleep(2.5)  # expired: the next process refreshes before its first request
+        async with sdk_client(config, "auto", env=env) as client:
+            result = await client.call_tool("remote__echo", {"text": "hi"})
+            assert not result.is_error and text(result) == "hi", text(result)
+        assert not front_log.exists(), front_log.read_text()  # nothing but the MCP endpoint was asked there
+        assert "discovery" in json.loads(path.read_text())  # stored with the refreshed tokens
+
+
+async def test_a_token_file_from_before_discovery_was_stored_refreshes_there_after_a_refusal(tmp_path: Path) -> None:
+    """The same file with its access token still good by its expiry but dropped by the server
+    (a restart, a revocation): the refresh once after the 401 went to the resource's origin too."""
+    front_log = tmp_path / "front.log"
+    args = ["--front", "--revocable"]
+    env = {"OAUTH_SERVER_LOG": str(tmp_path / "secrets.log"), "OAUTH_FRONT_LOG": str(front_log)}
+    with url_process([PYTHON, SERVER, *args], env=env) as (url, _):
+        config = write_config(tmp_path, {"remote": {"url": url, "auth": "oauth"}})
+        login(tmp_path, config)
+        (path,) = token_files(config)
+        record = json.loads(path.read_text())
+        del record["discovery"]
+        path.write_text(json.dumps(record, sort_keys=True))
+        async with sdk_client(config, "auto") as client:
+            assert text(await client.call_tool("remote__revoke", {})) == "revoked"
+            result = await client.call_tool("remote__echo", {"text": "hi"})
+            assert not result.is_error and text(result) == "hi", text(result)
+        assert not front_log.exists(), front_log.read_text()  # nothing but the MCP endpoint was asked there

@@ -49,6 +49,7 @@ from catalog.text import escape
 from gateway.config import ServerConfig
 from gateway.downstream.bounded import decoded, encodings_taken
 from gateway.downstream.errors import leaf, short
+from gateway.downstream.oauthdiscovery import OriginDiscovery, undiscovered
 from gateway.sdk import choose_authorization_server
 
 PLACEHOLDER_REDIRECT = "http://127.0.0.1/callback"
@@ -214,6 +215,19 @@ class _Guarded(httpx2.Auth):
 
     async def async_auth_flow(self, request: httpx2.Request) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
         await self._follow_the_file()
+        if undiscovered(self.inner, self.inner.context.current_tokens or await self.bound.get_tokens()):
+            # Tokens from a file that does not say where they came from: the SDK would refresh
+            # at the MCP server's origin. Discovered first, as its own flow does after a 401.
+            steps = self._discover()
+            ask = await anext(steps, None)
+            while isinstance(ask, httpx2.Request):
+                try:
+                    ask = await steps.asend((yield ask))
+                except StopAsyncIteration:
+                    ask = None
+            if ask is not None:
+                yield request  # (without a token: refused, and that refusal is the answer)
+                return
         met = _Met()
         _MET.set(met)  # (this request's task: another's flow, in another task, keeps its own)
         early: httpx2.Response | None = None
@@ -257,6 +271,17 @@ class _Guarded(httpx2.Auth):
                     refreshed = True
                     await flow.aclose()
                     self.inner.context.token_expiry_time = 1.0  # long past: the next flow refreshes first
+                    if undiscovered(self.inner, self.inner.context.current_tokens):
+                        steps = self._discover()
+                        ask = await anext(steps, None)
+                        while isinstance(ask, httpx2.Request):
+                            try:
+                                ask = await steps.asend((yield ask))
+                            except StopAsyncIteration:
+                                ask = None
+                        if ask is not None:
+                            yield request  # as sent: refused again, and that refusal is the answer
+                            return
                     flow = self.inner.async_auth_flow(request)
                     outgoing = await flow.__anext__()
                     continue
@@ -298,6 +323,21 @@ class _Guarded(httpx2.Auth):
             return
         finally:
             await flow.aclose()
+
+    async def _discover(self) -> AsyncGenerator[httpx2.Request | str, httpx2.Response]:
+        """The requests of an ``OriginDiscovery`` (each answer sent back in), then, if it failed,
+        why (noted as the server's problem): the caller's request is refused then, not refreshed."""
+        discovery = OriginDiscovery(self.inner)
+        try:
+            while (ask := discovery.ask()) is not None:
+                ask.extensions[OWN_REQUEST] = {}
+                await discovery.take((yield ask))
+        except (OAuthFlowError, LoginNeeded, AnswerTooLarge) as exc:
+            reason = f"its authorization flow failed ({short(exc)}); the next call tries again"
+            if not isinstance(exc, LoginNeeded):  # (that one is noted where it is raised)
+                log.warning("[%s] %s", self.server_id, reason)
+                self.setup.problems.note(self.server_id, reason)
+            yield reason
 
     async def _back_to_the_store(self) -> None:
         """The SDK holds refused tokens in memory once it has parsed them (it stores them after):
