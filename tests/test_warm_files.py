@@ -164,6 +164,11 @@ def _another_key(path: Path) -> None:
     path.write_bytes(other.read_bytes())
 
 
+def _newer(path: Path) -> None:
+    """A record of a later version (its magic line says which): a rollback reads it."""
+    path.write_bytes(b"prefixgate warm-start record 2\n" + path.read_bytes().split(b"\n", 1)[1])
+
+
 def _oversize(path: Path) -> None:
     path.write_bytes(path.read_bytes() + b"\0" * 4096)
 
@@ -180,9 +185,10 @@ def _oversize(path: Path) -> None:
         (_not_a_record, "not a prefixgate warm-start record"),
         (_nested, "header is not JSON (maximum recursion depth exceeded"),
         (_another_key, "belongs to another config"),
+        (_newer, "another version of one"),
         (_oversize, "over the"),
     ],
-    ids=["mode", "owner", "symlink", "fifo", "blob", "truncated", "magic", "nested", "foreign", "size"],
+    ids=["mode", "owner", "symlink", "fifo", "blob", "truncated", "magic", "nested", "foreign", "newer", "size"],
 )
 def test_a_record_file_that_is_not_right_is_ignored_with_one_log_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, damage: Any, reason: str
@@ -194,6 +200,7 @@ def test_a_record_file_that_is_not_right_is_ignored_with_one_log_line(
         assert load_record(tmp_path / "state", "a" * 64) is None
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 1 and "warm-start record" in lines[0] and reason in lines[0], lines
+    assert repr(str(path)) in lines[0], lines  # the file, for whoever reads the log to find
 
 
 def test_old_records_are_pruned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

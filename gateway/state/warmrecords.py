@@ -136,11 +136,13 @@ def load_record(state_dir: Path, key: str) -> Record | None:
     except OSError as exc:
         log.warning("warm-start record ignored: cannot read it: %s", exc.strerror or exc)
         return None
-    return None if data is None else decoded(data, key, FILES)
+    label = f"warm-start record {str(state_dir / DIRECTORY / record_name(key))!r}"
+    return None if data is None else decoded(data, key, FILES, label)
 
 
-def decoded(data: bytes, key: str, where: str) -> Record | None:
-    """``data`` as the record of ``key``, every part checked now; None (and one log line) if it is not."""
+def decoded(data: bytes, key: str, where: str, label: str | None = None) -> Record | None:
+    """``data`` as the record of ``key``, every part checked now; None (and one log line, naming
+    it by ``label``: its file) if it is not."""
     try:
         record = Record(data)
         record.where = where
@@ -150,6 +152,6 @@ def decoded(data: bytes, key: str, where: str) -> Record | None:
         for method, version in record.answered():
             record.answer(method, version)
     except RecordError as exc:
-        log.warning("warm-start record from %s ignored: %s", where, exc)
+        log.warning("%s ignored: %s", label or f"warm-start record from {where}", exc)
         return None
     return record
