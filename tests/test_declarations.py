@@ -240,6 +240,24 @@ async def test_a_journal_whose_last_record_is_too_long_is_named_in_the_log(tmp_p
         assert await gw.saw(line), gw.stderr()
 
 
+async def test_a_record_of_another_version_restores_nothing_and_the_log_names_its_file(tmp_path: Path) -> None:
+    """A journal whose last record another version wrote (a later prefixgate's, read after a
+    rollback) restored nothing with a line that said "activation record: ...", not which file;
+    the record stays where it was, the fresh start appended after it."""
+    config = write_config(tmp_path, {"d": {**demo("--tools", 3), "deferred": True}})
+    async with gateway(config, "--session", "s") as gw:
+        await gw.session.call_tool("tool_search", {"query": "d__echo", "limit": 1})
+    (journal,) = (tmp_path / "state" / "activation").iterdir()
+    last = json.loads(journal.read_text().splitlines()[-1])
+    later = json.dumps({**last, "version": 2, "since": "a later version"}, sort_keys=True).encode() + b"\n"
+    with journal.open("ab") as handle:
+        handle.write(later)
+    async with gateway(config, "--session", "s") as gw:
+        assert (await gw.session.call_tool("d__echo", {"text": "x"})).is_error
+        assert await gw.saw(f"activation journal {str(journal)!r}: last record is invalid"), gw.stderr()
+    assert later in journal.read_bytes()
+
+
 async def test_journal_write_failure_fails_the_search_and_grants_nothing(tmp_path: Path) -> None:
     config = write_config(tmp_path, {"d": {**demo("--tools", 3), "deferred": True}})
     (tmp_path / "state").mkdir()

@@ -47,6 +47,9 @@ class CountedStore:
     async def last_record(self, owner: str) -> bytes:
         return await self._count("last_record", self.inner.last_record(owner))
 
+    def record_label(self, owner: str) -> str:
+        return self.inner.record_label(owner)
+
     async def write_record(self, owner: str, record: bytes, previous: bytes) -> bool:
         return await self._count("write_record", self.inner.write_record(owner, record, previous))
 

@@ -54,6 +54,9 @@ class FileStore:
     async def last_record(self, owner: str) -> bytes:
         return await anyio.to_thread.run_sync(self._journal(owner).read)
 
+    def record_label(self, owner: str) -> str:
+        return self._journal(owner).label
+
     async def write_record(self, owner: str, record: bytes, previous: bytes) -> bool:
         await anyio.to_thread.run_sync(self._journal(owner).append, record)
         return True

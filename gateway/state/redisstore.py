@@ -450,6 +450,9 @@ class RedisStore:
             raise self._error(exc) from None
         return _bytes(value) if value is not None else b""
 
+    def record_label(self, owner: str) -> str:
+        return f"activation record {_record_key(owner)!r} in {self.where}"
+
     async def write_record(self, owner: str, record: bytes, previous: bytes) -> bool:
         try:
             key = await self.integrity_key()

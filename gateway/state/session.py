@@ -85,7 +85,7 @@ class ClientState:
             if active:
                 log.info("restored %s for epoch %s", plural(len(active), "activated tool"), identity[:12])
             return active
-        log.warning("activation record: %s; nothing restored", reason)
+        log.warning("%s: %s; nothing restored", records.record_label(self.owner), reason)
         # Record the fresh start, first ending a torn line so the new record stands alone.
         record = (b"\n" if data and not data.endswith(b"\n") else b"") + encode_record(identity, ())
         try:

@@ -71,6 +71,10 @@ class StateStore(Protocol):
         """The owner's last activation record (empty when none); raise OSError when unreadable."""
         ...
 
+    def record_label(self, owner: str) -> str:
+        """The owner's activation record as a log line names it: its file, or its key and store."""
+        ...
+
     async def write_record(self, owner: str, record: bytes, previous: bytes) -> bool:
         """Make ``record`` the owner's last record, durably; raise OSError if it is not written.
 
