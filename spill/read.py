@@ -453,7 +453,13 @@ def _int_arg(args: Mapping[str, Any], name: str, default: int) -> int:
     number = whole_number(value)
     if number is None:
         raise ValueError(f"arguments.{name} must be an integer")
+    if abs(number) >= _MAX_ARG:  # (a 4,300-digit line number was quoted back whole as past the end)
+        raise ValueError(f"arguments.{name} must be an integer of at most 18 digits")
     return number
+
+
+_MAX_ARG = 10**18
+"""Bound of an offset, a line or a count: beyond any artifact, and short to quote in an error."""
 
 
 def _mode(args: Mapping[str, Any]) -> str:

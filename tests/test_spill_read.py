@@ -205,6 +205,8 @@ def test_other_session_and_expired_ids_are_not_found(tmp_path: Path) -> None:
     ({"id": "x" * 32, "limit": "ten"}, "^arguments.limit must be an integer$"),
     ({"id": "x" * 32, "limit": 2.5}, "^arguments.limit must be an integer$"),
     ({"id": "x" * 32, "offset": True}, "^arguments.offset must be an integer$"),
+    ({"id": "x" * 32, "line": 10**4000}, "^arguments.line must be an integer of at most 18 digits$"),
+    ({"id": "x" * 32, "offset": -(10**18)}, "^arguments.offset must be an integer of at most 18 digits$"),
     ({"id": "x" * 32, "p" * 100_000: 1}, "^unknown argument\\(s\\): 'p{198}…$"),
     # One line whatever the names hold: each quoted, its newline escaped.
     ({"id": "x" * 32, "a\nb": 1, "c": 2}, "^unknown argument\\(s\\): 'a\\\\nb', 'c'$"),
