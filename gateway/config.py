@@ -14,6 +14,7 @@ in itself (``${1X}``) and an unset variable in ``[gateway]`` still stop everythi
 from __future__ import annotations
 
 import codecs
+import errno
 import importlib.util
 import ipaddress
 import os
@@ -413,6 +414,20 @@ def stamp(path: Path) -> Stamp | None:
     return (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino)
 
 
+MAX_FILE_BYTES = 16 * 1024 * 1024
+"""The most of a config or token file read: far more than any holds, and ``--config /dev/zero``
+(or a log file named by mistake) is refused at once instead of read without end."""
+
+
+def read_user_file(path: Path) -> bytes:
+    """``path``'s bytes, read up to ``MAX_FILE_BYTES``; raises ``OSError`` (``EFBIG`` beyond)."""
+    with open(path, "rb") as file:
+        data = file.read(MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:
+        raise OSError(errno.EFBIG, f"larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB")
+    return data
+
+
 def text_of(data: bytes) -> str:
     """A text file the user wrote (the config, the token file): UTF-8, or UTF-16 after its byte
     order mark, which Windows PowerShell 5's ``>`` writes (``prefixgate import > prefixgate.toml``);
@@ -431,7 +446,7 @@ def load_config(path: Path, env: Mapping[str, str] | None = None) -> Config:
     """Read and validate ``path``; raise ConfigError with a one-line, key-naming message."""
     read = stamp(path)
     try:
-        text = text_of(path.read_bytes())
+        text = text_of(read_user_file(path))
     except OSError as exc:
         raise ConfigError("", f"cannot read config {path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:

@@ -411,6 +411,13 @@ def test_a_config_that_does_not_decode_names_the_byte(tmp_path: Path, data: byte
     assert str(caught.value) == f"config {path} is {problem}"
 
 
+def test_a_config_named_by_mistake_is_not_read_without_end() -> None:
+    """``--config /dev/zero`` was read until memory ran out: refused once past 16 MiB."""
+    with pytest.raises(ConfigError) as caught:
+        load_config(Path("/dev/zero"))
+    assert str(caught.value) == "cannot read config /dev/zero: larger than 16 MiB"
+
+
 def test_a_redis_store_without_the_redis_package_is_a_config_error(tmp_path: Path) -> None:
     """The Redis client is an extra (``prefixgate[redis]``): without it, a config that names a
     Redis store exits 2 before anything starts, with the install command (issue 27)."""

@@ -172,6 +172,16 @@ def test_token_file_with_a_spaced_token_is_refused(tmp_path: Path, config: Path)
     )
 
 
+def test_a_token_file_named_by_mistake_is_not_read_without_end(tmp_path: Path, config: Path) -> None:
+    """``--token-file /dev/zero`` (or a log file named by mistake) was read whole before
+    anything was said: it is refused once past 16 MiB."""
+    from tests.helpers import run_cli
+
+    proc = run_cli("serve", "--config", str(config), "--http", "127.0.0.1:0", "--token-file", "/dev/zero", timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "prefixgate: --token-file: cannot read /dev/zero: larger than 16 MiB"
+
+
 @pytest.mark.parametrize("encoding", ["utf-8", "utf-16-le"])
 async def test_a_token_file_with_a_byte_order_mark_and_crlf_line_ends_serves_its_first_token(
     tmp_path: Path, config: Path, encoding: str

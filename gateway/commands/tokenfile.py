@@ -19,7 +19,7 @@ from pathlib import Path
 
 import anyio.to_thread
 
-from gateway.config import Stamp, stamp, text_of
+from gateway.config import Stamp, read_user_file, stamp, text_of
 from gateway.upstream.http import DEFAULT_PROFILE, BearerToken, principal_of_token
 
 log = logging.getLogger("prefixgate")
@@ -34,7 +34,7 @@ def read_token_file(path: Path, profiles: Collection[str]) -> list[BearerToken]:
     followed by ``profiles=NAME,...``: the profiles it may use (``default`` for the top-level
     one; without the field, every one). ``profiles``: the config's profile names."""
     try:
-        text = text_of(path.read_bytes())  # (a byte order mark is no part of a token)
+        text = text_of(read_user_file(path))  # (a byte order mark is no part of a token)
         lines = [line.strip() for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n")]
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) else f"not valid {exc.encoding.upper()} (byte {exc.start})"
