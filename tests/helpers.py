@@ -57,6 +57,15 @@ ACCEPT = {"accept": "application/json, text/event-stream", "content-type": "appl
 """The headers a streamable HTTP POST needs."""
 
 
+async def opened_session(http: Any, url: str) -> dict[str, str]:
+    """A handshake-era session opened with raw POSTs (``initialize``, then ``initialized``) on
+    the ``httpx`` client ``http``: the headers every later POST of the session carries."""
+    opened = await http.post(url, json=INIT, headers=ACCEPT)
+    headers = {**ACCEPT, "mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
+    await http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers)
+    return headers
+
+
 def toml_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"

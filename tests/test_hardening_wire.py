@@ -221,7 +221,7 @@ async def test_an_argument_no_double_holds_is_named_as_sent_when_it_is_refused(t
     both ends (the SDK's own client cannot send one: it writes null itself)."""
     import httpx2
 
-    from tests.helpers import ACCEPT, INIT, schemas_server
+    from tests.helpers import opened_session, schemas_server
 
     tools = [{"name": "num", "inputSchema": {"type": "object", "properties": {"n": {"type": "number"}}}}]
     config = write_config(tmp_path, {"s": schemas_server(tmp_path, tools)})
@@ -240,13 +240,7 @@ async def test_an_argument_no_double_holds_is_named_as_sent_when_it_is_refused(t
             assert answer["isError"] and answer["content"][0]["text"] == said, answer
     with http_gateway(config) as (url, _):
         async with httpx2.AsyncClient(timeout=30) as http:
-            opened = await http.post(url, json=INIT, headers=ACCEPT)
-            headers = {
-                **ACCEPT,
-                "mcp-session-id": opened.headers["mcp-session-id"],
-                "mcp-protocol-version": "2025-11-25",
-            }
-            await http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers)
+            headers = await opened_session(http, url)
             for number, (literal, said) in enumerate(expected.items(), 10):
                 answered = await http.post(url, content=call % (number, literal), headers=headers)
                 data = [

@@ -10,7 +10,17 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from tests.helpers import ACCEPT, GATEWAY, INIT, PYTHON, demo, http_client, http_gateway, write_config
+from tests.helpers import (
+    ACCEPT,
+    GATEWAY,
+    INIT,
+    PYTHON,
+    demo,
+    http_client,
+    http_gateway,
+    opened_session,
+    write_config,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -151,12 +161,7 @@ async def test_a_body_that_is_no_json_rpc_message_is_refused_as_the_stdio_end_re
     }
     with http_gateway(config) as (url, _):
         async with httpx2.AsyncClient(timeout=30) as http:
-            opened = await http.post(url, json=INIT, headers=ACCEPT)
-            headers = {
-                **ACCEPT,
-                "mcp-session-id": opened.headers["mcp-session-id"],
-                "mcp-protocol-version": "2025-11-25",
-            }
+            headers = await opened_session(http, url)
             for body, answer in zip(bodies, expected, strict=True):
                 refused = await http.post(url, json=body, headers=headers)
                 assert refused.status_code == 400 and refused.json() == answer, (body, refused.text[:300])
