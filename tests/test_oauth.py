@@ -672,6 +672,25 @@ async def test_a_new_process_refreshes_at_the_authorization_server_not_the_resou
     the tokens came from is now stored with them."""
     import anyio
 
+    with fronted_with_tokens(tmp_path, grant) as (config, env, front_log):
+        await anyio.sleep(2.5)  # expired: the next process refreshes before its first request
+        for _ in range(2):  # two processes, each refreshing first
+            async with sdk_client(config, "auto", env=env) as client:
+                for _ in range(2):
+                    result = await client.call_tool("remote__echo", {"text": "hi"})
+                    assert not result.is_error and text(result) == "hi", text(result)
+                    await anyio.sleep(1.5)
+        assert not front_log.exists(), front_log.read_text()  # nothing but the MCP endpoint was asked there
+    refreshed = [json.loads(line) for line in (tmp_path / "secrets.log").read_text().splitlines()]
+    assert sum(entry["kind"] == "access_token" for entry in refreshed) >= 3
+
+
+@contextmanager
+def fronted_with_tokens(tmp_path: Path, grant: str) -> Iterator[tuple[Path, dict[str, str], Path]]:
+    """The test server as a resource on its own origin (``--front``) with its authorization
+    server on another, tokens lasting 2 s, and a config whose ``grant`` has stored tokens (a
+    login, or a first run of the headless grant): yields the config, the environment its
+    processes need, and the front's log of anything asked there but the MCP endpoint."""
     secret = "svc-secret-" + os.urandom(8).hex()
     front_log = tmp_path / "front.log"
     args = ["--lifetime", "2", "--front", "--client-credentials", f"svc:{secret}"]
@@ -688,16 +707,7 @@ async def test_a_new_process_refreshes_at_the_authorization_server_not_the_resou
             login(tmp_path, config)
         else:  # a first run stores a token (and its refresh token)
             assert catalog_json_env(config, env)["servers"][0]["status"] == "ready"
-        await anyio.sleep(2.5)  # expired: the next process refreshes before its first request
-        for _ in range(2):  # two processes, each refreshing first
-            async with sdk_client(config, "auto", env=env) as client:
-                for _ in range(2):
-                    result = await client.call_tool("remote__echo", {"text": "hi"})
-                    assert not result.is_error and text(result) == "hi", text(result)
-                    await anyio.sleep(1.5)
-        assert not front_log.exists(), front_log.read_text()  # nothing but the MCP endpoint was asked there
-    refreshed = [json.loads(line) for line in (tmp_path / "secrets.log").read_text().splitlines()]
-    assert sum(entry["kind"] == "access_token" for entry in refreshed) >= 3
+        yield config, env, front_log
 
 
 def catalog_json_env(config: Path, env: dict[str, str]) -> dict[str, Any]:
@@ -1144,22 +1154,7 @@ async def test_a_token_file_from_before_discovery_was_stored_refreshes_at_the_au
     the refresh token (and the client secret) there; it now discovers first, as after a 401."""
     import anyio
 
-    secret = "svc-secret-" + os.urandom(8).hex()
-    front_log = tmp_path / "front.log"
-    args = ["--lifetime", "2", "--front", "--client-credentials", f"svc:{secret}"]
-    with url_process(
-        [PYTHON, SERVER, *args],
-        env={"OAUTH_SERVER_LOG": str(tmp_path / "secrets.log"), "OAUTH_FRONT_LOG": str(front_log)},
-    ) as (url, _):
-        table: dict[str, object] = {"url": url, "auth": grant}
-        env = {"SVC_SECRET": secret}
-        if grant == "client_credentials":
-            table |= {"client_id": "svc", "client_secret": "${SVC_SECRET}"}
-        config = write_config(tmp_path, {"remote": table})
-        if grant == "oauth":
-            login(tmp_path, config)
-        else:
-            assert catalog_json_env(config, env)["servers"][0]["status"] == "ready"
+    with fronted_with_tokens(tmp_path, grant) as (config, env, front_log):
         (path,) = token_files(config)
         record = json.loads(path.read_text())
         del record["discovery"]
