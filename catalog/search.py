@@ -257,7 +257,9 @@ class SearchIndex:
         self._docs: dict[str, list[int]] = dict(postings)
         """term -> the tools containing it, in code-unit order of their names."""
         self._scored: dict[str, tuple[tuple[int, float], ...]] = {}
-        """term -> (doc, BM25 contribution): computed on first use, then reused."""
+        """term -> (doc, BM25 contribution): computed on first use, then reused; only the
+        catalog's own terms (a query's other words match nothing and are not kept: the index
+        lives as long as its epoch, and what clients ask must not grow it)."""
         self._folded = [(e.name.casefold(), e.original.casefold()) for e in self._entries]
         self._exact: dict[str, list[int]] = {}
         for doc, (name, original) in enumerate(self._folded):
@@ -269,7 +271,9 @@ class SearchIndex:
         """The term's postings with finished contributions (idf, tf, length norm)."""
         scored = self._scored.get(term)
         if scored is None:
-            docs = self._docs.get(term, [])
+            docs = self._docs.get(term)
+            if docs is None:
+                return ()
             df = len(docs)
             idf = math.log(1.0 + (self._n - df + 0.5) / (df + 0.5))
             bags, norms, k = self._bags, self._norms, idf * (K1 + 1.0)

@@ -92,6 +92,18 @@ def test_exact_name_match_ranks_first_case_insensitively() -> None:
     assert names(INDEX.query("github__create_issue"))[0] == "github__create_issue"
 
 
+def test_words_no_tool_has_are_not_kept_by_the_index() -> None:
+    """One index serves its epoch's every tool_search, for days: a query word no tool has
+    matches nothing and is not kept (every such word was cached, one entry each, so what
+    clients asked grew the gateway without bound). The catalog's own terms still are."""
+    index = SearchIndex(ENTRIES)
+    unheard = ["qz" + "".join(chr(ord("a") + int(d)) for d in str(i)) for i in range(2000)]  # qza, qzb, ...
+    for word in unheard:
+        assert index.query(word).total == 0
+    assert names(index.query("issue")) == names(index.query("issue qzb"))
+    assert index._scored and set(index._scored) <= set(index._docs)  # noqa: SLF001 - the cache is what is bounded
+
+
 def test_exact_match_beats_a_higher_bm25_score() -> None:
     idx = SearchIndex([
         tool("s__list", "Shows every entry of the inventory with all of its fields and history."),
