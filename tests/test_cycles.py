@@ -12,6 +12,7 @@ not one cycle a call.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -28,12 +29,13 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from tests.helpers import ERAS, demo, sdk_client, url_process, write_config
+from tests.helpers import ERAS, demo, sdk_client, url_process, wait_for, write_config
 
 pytestmark = pytest.mark.real_processes  # the count is the gateway process's own
 
 PROBE = str(Path(__file__).with_name("gc_probe.py"))
 CALLS = 60
+ROTATIONS = 12
 
 
 def _wait_for(report: Path, armed: bool) -> Any:
@@ -115,6 +117,41 @@ async def test_an_http_call_leaves_no_cycle(tmp_path: Path, mode: str) -> None:
         async with sdk_client(url, mode) as client:
             found = await _counted(proc.pid, report, _echo(client))
     assert found["garbage"] < CALLS, found
+
+
+def _reloaded(log: Path, times: int) -> bool:
+    """Whether the gateway logging to ``log`` has read its token file again ``times`` times (SIGHUP)."""
+    return log.read_text(encoding="utf-8").count("token file reloaded (SIGHUP)") >= times
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ERAS)
+async def test_rotated_tokens_leave_no_principal_state_behind(tmp_path: Path, mode: str) -> None:
+    """A token file rotated while serving (a new token in, the old one out, SIGHUP), each
+    token making one call: the state of every principal ever admitted stayed, about 3 KB
+    each, for as long as the gateway ran. Now a revoked principal's state goes with its token
+    once no client holds it; the gateway's live ``ClientState`` objects are counted."""
+    report, tokens, log = tmp_path / "gc.json", tmp_path / "tokens", tmp_path / "gateway.log"
+    tokens.write_text("rotated-token-0\n", encoding="utf-8")
+    config = write_config(tmp_path, {"d": demo("--tools", 2)}, gateway={"warm_start": False, "reload": "signal"})
+    serve = ["gateway", "serve", "--config", str(config), "--http", "127.0.0.1:0", "--token-file", str(tokens)]
+    with (
+        log.open("w") as errlog,
+        url_process([sys.executable, PROBE, str(report), *serve], stderr=errlog) as (url, proc),
+    ):
+        for i in range(ROTATIONS):
+            if i:
+                tokens.write_text(f"rotated-token-{i}\n", encoding="utf-8")
+                os.kill(proc.pid, signal.SIGHUP)
+                await wait_for(functools.partial(_reloaded, log, i))
+            async with sdk_client(url, mode, headers={"Authorization": f"Bearer rotated-token-{i}"}) as client:
+                await _echo(client)()
+        os.kill(proc.pid, signal.SIGUSR1)
+        await anyio.to_thread.run_sync(_wait_for, report, True)
+        report.unlink()
+        os.kill(proc.pid, signal.SIGUSR1)
+        found: dict[str, Any] = await anyio.to_thread.run_sync(_wait_for, report, False)
+    assert found["live"].get("gateway.state.session.ClientState", 0) <= 2, found["live"]
 
 
 def test_the_probe_counts_cycles(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ shares its activation and artifacts; another principal's are out of reach.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import ipaddress
@@ -266,7 +267,7 @@ class Front:
     def set_tokens(self, tokens: Sequence[BearerToken]) -> None:
         """The tokens in force, from the next request on (at start, and when the token file
         is read again: gateway/commands/tokenfile.py). A principal whose token is gone is
-        refused; its sessions and state stay until idle, as after a restart."""
+        refused; its sessions stay until idle, and its state in the store (``_put_in_force``)."""
         self._told_barred: set[tuple[str, str]] = set()
         """(principal, profile) pairs refused with 403 that the log has named."""
         for endpoint in self.routes.values():
@@ -604,6 +605,15 @@ class TokenSource(Protocol):
     apply: Callable[[Sequence[BearerToken]], None] | None
 
 
+def _put_in_force(app: Front, hubs: Sequence[Any], tokens: Sequence[BearerToken]) -> None:
+    """The token file's new tokens, from the next request on; the in-memory states of the
+    principals whose tokens went are let go (``Clients.forget_principals``)."""
+    app.set_tokens(tokens)
+    kept = {principal_of_token(t.value) for t in tokens} | {LOCAL}
+    for hub in hubs:
+        hub.clients.forget_principals(kept)
+
+
 async def serve_http(
     served: Sequence[Any],
     listen: str,
@@ -656,7 +666,7 @@ async def serve_http(
         tokens = token_file.tokens
     app = Front(endpoints, tokens, readiness=readiness, metrics=metrics, security=security)
     if token_file is not None:
-        token_file.apply = app.set_tokens
+        token_file.apply = functools.partial(_put_in_force, app, hubs)
     scheme = "https" if tls is not None else "http"
     sys.stdout.write(f"{scheme}://{_host_literal(host)}:{bound}{MCP_PATH}\n")
     sys.stdout.flush()
