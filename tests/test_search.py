@@ -104,6 +104,21 @@ def test_words_no_tool_has_are_not_kept_by_the_index() -> None:
     assert index._scored and set(index._scored) <= set(index._docs)  # noqa: SLF001 - the cache is what is bounded
 
 
+def test_the_word_cache_keeps_no_long_word_and_stays_bounded() -> None:
+    """Every word a query holds is analysed through one process-wide cache: 131,072 words of
+    500 characters (a client's queries) held some 150 MB. A long word is analysed but never
+    kept, and the cache is cleared at its limit; results are the same either way."""
+    from catalog.search import _WORDS  # noqa: PLC0415 - the cache is what is bounded
+
+    index = SearchIndex(ENTRIES)
+    long_word = "q" * 400
+    assert index.query(f"issue {long_word}").total == index.query("issue").total
+    assert long_word not in _WORDS
+    for i in range(_WORDS.LIMIT + 10):
+        _WORDS[f"w{i}"]
+    assert len(_WORDS) <= _WORDS.LIMIT
+
+
 def test_exact_match_beats_a_higher_bm25_score() -> None:
     idx = SearchIndex([
         tool("s__list", "Shows every entry of the inventory with all of its fields and history."),
