@@ -116,3 +116,17 @@ def test_the_links_remembered_are_bounded_per_principal() -> None:
     links.note("c", "s3", {"content": many})
     assert links.owner("c", f"y://{MAX_BLOCKS - 1}") == "s3"
     assert links.owner("c", f"y://{MAX_BLOCKS}") is None  # only a result's first blocks are looked at
+
+
+def test_a_principal_gone_for_good_takes_its_links_with_it() -> None:
+    """A revoked token's principal kept its 256 links for as long as the gateway ran (a token
+    file rotated while serving: 256 more with each); ``forget`` lets them go."""
+    from gateway.engine.links import Links
+
+    links = Links()
+    for principal in ("gone", "kept"):
+        links.note(principal, "s1", {"content": [{"type": "resource_link", "uri": "x://a"}]})
+    links.forget("gone")
+    assert links.owner("gone", "x://a") is None
+    assert links.owner("kept", "x://a") == "s1"
+    assert list(links._by) == ["kept"]  # noqa: SLF001 - what is bounded

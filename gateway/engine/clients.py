@@ -169,15 +169,17 @@ class Clients:
             state = self._principals[principal] = ClientState(self._store, owner, artifacts, principal=principal)
         return state
 
-    def forget_principals(self, kept: AbstractSet[str]) -> None:
+    def forget_principals(self, kept: AbstractSet[str]) -> list[str]:
         """Let go of the states of principals not in ``kept`` (their tokens were revoked) that no
-        connected client holds. Each state was kept for as long as the gateway ran, so a token
-        file rotated while serving grew it with every token it ever admitted. A principal whose
-        token comes back restores its activation and artifacts from the store, as after a restart."""
+        connected client holds; the principals let go. Each state was kept for as long as the
+        gateway ran, so a token file rotated while serving grew it with every token it ever
+        admitted. A principal whose token comes back restores its activation and artifacts
+        from the store, as after a restart."""
         held = {id(client.state) for client in self.connected}
-        for principal, state in list(self._principals.items()):
-            if principal not in kept and id(state) not in held:
-                del self._principals[principal]
+        gone = [p for p, state in self._principals.items() if p not in kept and id(state) not in held]
+        for principal in gone:
+            del self._principals[principal]
+        return gone
 
     async def enter(self, identity: str) -> None:
         """Every connected client's state binds to a newly published epoch."""

@@ -59,6 +59,10 @@ class Links:
                 if len(links) > MAX_LINKS:
                     links.popitem(last=False)
 
+    def forget(self, principal: object) -> None:
+        """A principal gone for good (its token revoked): its links with it."""
+        self._by.pop(principal, None)
+
     def owner(self, principal: object, uri: str) -> str | None:
         """The server whose result last linked ``principal`` to ``uri``, if one did."""
         links = self._by.get(principal)

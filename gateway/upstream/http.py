@@ -611,7 +611,8 @@ def _put_in_force(app: Front, hubs: Sequence[Any], tokens: Sequence[BearerToken]
     app.set_tokens(tokens)
     kept = {principal_of_token(t.value) for t in tokens} | {LOCAL}
     for hub in hubs:
-        hub.clients.forget_principals(kept)
+        for principal in hub.clients.forget_principals(kept):
+            hub.links.forget(principal)
 
 
 async def serve_http(
