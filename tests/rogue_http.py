@@ -7,7 +7,9 @@ else's id, a lone surrogate, a body that is not JSON, an error status with and w
 JSON-RPC error in it, 202 for a request, a redirect off the origin, an unexpected content
 type, a gzip-compressed JSON body (one that decodes to 4 MiB: ``gzip_bomb``); with
 ``--ping-flood``, 20,000 pings on a call's stream whose answers it never takes; and at
-``/sse-elsewhere`` an SSE server's stream naming an endpoint on another origin. Standard
+``/sse-elsewhere`` an SSE server's stream naming an endpoint on another origin; at ``/sse`` an
+SSE server whose one tool, ``ping_flood``, sends 20,000 pings on its stream and never takes the
+POST of an answer. Standard
 library only: it starts in a few milliseconds. Prints its URL first.
 """
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 import gzip
 import itertools
 import json
+import queue
 import socket
 import sys
 import threading
@@ -54,6 +57,10 @@ TOOLS = [
 ]
 ELSEWHERE = "/sse-elsewhere"
 """The path of an SSE stream whose ``endpoint`` event names another origin."""
+SSE = "/sse"
+"""The path of an SSE (2024-11-05) server's stream; its messages are posted to ``/messages``."""
+_sse_out: queue.Queue[bytes] = queue.Queue()
+"""What the SSE server sends next on its stream (one stream at a time)."""
 _resumable: dict[str, bytes] = {}
 """Event id -> the event a ``GET`` with that ``Last-Event-ID`` is sent."""
 _lock = threading.Lock()
@@ -77,7 +84,9 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802
         msg = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))))
         method, request_id = msg.get("method"), msg.get("id")
-        if method is None and str(request_id).startswith("flood-"):  # (``--ping-flood``: never answered)
+        if self.path.startswith("/messages"):
+            self.sse_message(method, request_id)
+        elif method is None and str(request_id).startswith("flood-"):  # (``--ping-flood``: never answered)
             self.rfile.read(1)  # held open until the client goes
         elif request_id is None or method is None:
             self.respond(202, "text/plain", b"")
@@ -99,6 +108,32 @@ class Handler(BaseHTTPRequestHandler):
             self.json({"jsonrpc": "2.0", "id": request_id, "result": {}})
         else:
             self.json({"jsonrpc": "2.0", "id": request_id, "error": {"code": -32601, "message": f"no {method}"}})
+
+    def sse_message(self, method: Any, request_id: Any) -> None:
+        """A message to the SSE server: accepted (202), and answered on its stream (``_sse_out``)."""
+        if method is None and str(request_id).startswith("flood-"):  # (an answer to a ping: never taken)
+            self.rfile.read(1)  # held open until the client goes
+            return
+        self.respond(202, "text/plain", b"")
+        if request_id is None or method is None:
+            return
+        if method == "initialize":
+            result: dict[str, Any] = {
+                "protocolVersion": "2024-11-05",
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "rogue-sse", "version": "0"},
+            }
+            _sse_out.put(event({"jsonrpc": "2.0", "id": request_id, "result": result}))
+        elif method == "tools/list":
+            tools = [{"name": "ping_flood", "inputSchema": {"type": "object"}}]
+            _sse_out.put(event({"jsonrpc": "2.0", "id": request_id, "result": {"tools": tools}}))
+        elif method == "tools/call":  # 20,000 pings (ids of 1 KB), whose answers it never takes, then the reply
+            pings = b"".join(
+                event({"jsonrpc": "2.0", "id": f"flood-{i}-" + "x" * 1000, "method": "ping"}) for i in range(20_000)
+            )
+            _sse_out.put(pings + event(reply(request_id, "pinged 20000 times")))
+        else:
+            _sse_out.put(event({"jsonrpc": "2.0", "id": request_id, "result": {}}))
 
     def call(self, request_id: Any, name: str) -> None:
         log = {"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "error", "data": name}}
@@ -176,6 +211,17 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
             self.rfile.read(1)  # held open until the client goes
             return
+        if self.path == SSE:
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.end_headers()
+            try:
+                self.wfile.write(b"event: endpoint\ndata: /messages\n\n")
+                while True:
+                    self.wfile.flush()
+                    self.wfile.write(_sse_out.get())
+            except OSError:  # the client went
+                return
         with _lock:
             resumed = _resumable.pop(self.headers.get("last-event-id", ""), None)
         if resumed is None:

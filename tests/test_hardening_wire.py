@@ -430,6 +430,18 @@ async def test_requests_from_an_http_server_that_takes_no_answer_stay_bounded(tm
 
 
 @pytest.mark.real_processes  # measures the gateway process's own memory
+async def test_requests_from_an_sse_server_that_takes_no_answer_stay_bounded(tmp_path: Path) -> None:
+    """The same over SSE (2024-11-05): the event stream carries 20,000 pings (ids of 1 KB) and
+    the server never takes the POST of an answer. Each answer waited to be posted in a task of
+    its own; past ``MAX_UNWRITTEN`` its requests are dropped unanswered, as over stdio and
+    streamable HTTP."""
+    with url_process([PYTHON, "-m", "tests.rogue_http"]) as (url, _):
+        sse = url.removesuffix("/mcp") + "/sse"
+        config = write_config(tmp_path, {"rogue": {"url": sse, "transport": "sse"}, "d": demo("--tools", 1)})
+        flood_stays_bounded(config, "pinged 20000 times")
+
+
+@pytest.mark.real_processes  # measures the gateway process's own memory
 async def test_stderr_without_newline_is_not_held(tmp_path: Path) -> None:
     config = write_config(tmp_path, {"rogue": rogue()})
     with raw_gateway(config) as gw:

@@ -18,7 +18,9 @@ The stream is the connection: its end is ``ended`` here, which the supervisor wa
 beside its liveness check, so the next connection is opened at once.
 
 Its events are bounded by the server's ``max_message_bytes``, as a streamable-HTTP
-server's are, rather than the SDK client's 1 MiB.
+server's are, rather than the SDK client's 1 MiB; and its requests are dropped while the answers
+to earlier ones wait for it to take their POSTs (``stdio.Shedding``): each answer waiting held a
+task (20,000 pings from a server that took no answer held ~240 MB).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from pydantic import ValidationError
 
 from gateway.downstream.endpoint import foreign_endpoint
 from gateway.downstream.errors import short
+from gateway.downstream.stdio import Shedding
 from gateway.sdk import context_streams, events_on_origin, post_on_origin
 
 log = logging.getLogger("prefixgate.http")
@@ -92,8 +95,9 @@ async def sse_connection(
     where = parts._replace(netloc=parts.netloc.rpartition("@")[2], query="", fragment="").geturl()
     async with events_on_origin(client, url, headers={}, max_event_size=max_event_size) as source:
         source.response.raise_for_status()
-        read_writer, read, _ = context_streams()
-        write, write_reader, _ = context_streams()
+        write, write_reader, writes = context_streams()
+        # A server's requests while its answers pile up untaken are dropped (``Shedding``).
+        read_writer, read, _ = context_streams(admit=Shedding(writes, where, "to take its POSTs").admit)
 
         async def reader(task_status: TaskStatus[str] = anyio.TASK_STATUS_IGNORED) -> None:
             started = False

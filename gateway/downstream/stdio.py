@@ -512,7 +512,7 @@ class Shedding:
     """A server's requests while ``MAX_UNWRITTEN`` messages to it already wait (``writes``: the
     stream beneath what the session sends it): each is dropped instead of given a task that
     waits to answer it, logged once per backlog. Over stdio they wait for the server to read its
-    input; over streamable HTTP, for it to take the POST before them."""
+    input; over streamable HTTP and SSE, for it to take the POST before them."""
 
     def __init__(self, writes: MemoryObjectSendStream[Any], server: str, waiting: str) -> None:
         self.writes, self.server, self.waiting = writes, server, waiting
