@@ -525,7 +525,7 @@ async def test_a_servers_requests_no_client_answers_are_bounded(tmp_path: Path) 
     (20,000 held ~400 MB). At most ``MAX_ASKING`` reach the client; the others are refused at
     once. (A 2026-07-28 client has no back-channel: the gateway holds its server's requests
     for its ``input_required`` rounds, bounded per call and per server in roundtrip.py and relay.py.)"""
-    from gateway.downstream.link import MAX_ASKING
+    from gateway.engine.relay import MAX_ASKING
 
     config = write_config(tmp_path, {"rogue": rogue()}, client={"profile": "mcp"})
     asked: list[object] = []

@@ -222,11 +222,12 @@ class Confidant:
 
 
 @contextmanager
-def classic_http_gateway(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+def classic_http_gateway(tmp_path: Path, **gateway: Any) -> Iterator[tuple[str, Path]]:
     """A gateway over HTTP with Alice's and Bob's tokens, in front of the classic server over
-    streamable HTTP (each request and log line on its call's stream): the URL and the log."""
+    streamable HTTP (each request and log line on its call's stream): the URL and the log.
+    ``gateway``: more of its ``[gateway]`` table."""
     with url_process([PYTHON, "-m", "tests.classic_server", "--http"]) as (server_url, _):
-        config = write_config(tmp_path, {"c": {"url": server_url}})
+        config = write_config(tmp_path, {"c": {"url": server_url}}, gateway=gateway)
         with tokens_file(tmp_path, "token-of-alice", "token-of-bob") as tokens:
             with http_gateway(config, "--token-file", str(tokens)) as found:
                 yield found
@@ -327,3 +328,41 @@ async def test_a_session_is_served_only_to_the_principal_that_created_it(tmp_pat
                     assert ("hers" in response.text) == (status == 200), response.text[:300]
                 # (written by the log thread: a moment after the answer, on a busy machine)
                 await wait_for(lambda: "on the HTTP session lane" in stderr.read_text(), 10)
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_one_principal_leaving_a_servers_questions_unanswered_costs_another_none(
+    tmp_path: Path, mode: str
+) -> None:
+    """Alice leaves 64 questions of one streamable-HTTP server unanswered (a call
+    each, in flight); Bob's own question of that server still reaches Bob, and his call
+    completes with his answer. The server's questions waiting for a client were counted for
+    the connection: Alice's filled it, and Bob's was refused at once."""
+    asking = 64  # (``relay.MAX_ASKING``: one principal's; the count was once the connection's)
+    asked, answer = anyio.Event(), anyio.Event()
+    alices: list[str] = []
+
+    async def silent(context: Any, params: Any) -> types.ElicitResult:
+        alices.append(params.message)
+        if len(alices) >= asking:
+            asked.set()
+        await answer.wait()  # (until Bob's call is done)
+        return types.ElicitResult(action="decline")
+
+    bob = Principal("Bob")
+    # (a 2026-07-28 client's calls waiting for its input are 16 a principal unless configured)
+    with classic_http_gateway(tmp_path, max_round_trips=asking) as (url, _):
+        async with (
+            sdk_client(url, mode, headers=ALICE, elicitation_callback=silent) as a,
+            sdk_client(url, mode, headers=BOB, **bob.options()) as b,
+        ):
+            with anyio.fail_after(60):
+                async with anyio.create_task_group() as tg:
+                    for i in range(asking):
+                        tg.start_soon(partial(a.call_tool, "c__confide", {"secret": f"alice-{i}"}))
+                    await asked.wait()
+                    answered = await _outcome(b.call_tool("c__confide", {"secret": "bob-secret"}))
+                    assert answered == "bob-secret:accept:{'name': 'Bob'}", answered
+                    assert bob.asked == ["Is bob-secret yours?"]
+                    answer.set()
+            assert len(alices) == asking

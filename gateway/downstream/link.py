@@ -56,11 +56,13 @@ MAX_LISTED = 100_000
 """Items one listing may gather over all its pages: 20 times the largest servers' (~5,000
 tools). A server whose pages never end (a fresh ``nextCursor`` on each) fails its listing
 here instead of filling the gateway's memory (a page itself is bounded by the message limit)."""
-MAX_ASKING = 64
-"""A server's requests (sampling, elicitation, roots) one connection may have waiting for a
-client at once; more are refused to the server at once. Each waiting one holds a task here and
-a request to the client (20,000 a client left unanswered held ~400 MB), and what a server
-may ask should not be what it may make the gateway hold."""
+MAX_ASKING = 1024
+"""A server's requests (sampling, elicitation, roots) one connection may have waiting for
+clients at once, every principal's together; more are refused to the server at once. Each
+waiting one holds a task here and a request to a client (20,000 a client left unanswered held
+~400 MB), and what a server may ask should not be what it may make the gateway hold. One
+principal's are bounded lower, by ``relay.MAX_ASKING`` (64), so that one leaving them
+unanswered leaves room for the others' (64 here had one principal's refuse everyone's)."""
 TASK_STATUS = "notifications/tasks/status"
 """A task's status (SEP-1686), which the SDK's session only passes on to a binding."""
 

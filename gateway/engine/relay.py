@@ -27,7 +27,8 @@ import functools
 import logging
 import warnings
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,6 +51,11 @@ MAX_URL_ELICITATIONS = 256
 """URL-mode elicitations remembered for their completion notice, per principal (its oldest
 forgotten first): what servers' ids can make the gateway keep is bounded, and one principal's
 many elicitations do not cost another's completion notices."""
+MAX_ASKING = 64
+"""A server's requests (sampling, elicitation, roots) one principal may have waiting for its
+answer at once; more are refused to the server at once. A principal that leaves them unanswered
+holds up its own, never another's: counted per connection (``link.MAX_ASKING``), one principal's
+64 unanswered questions had every other principal's refused."""
 MAX_WAITING = 4
 """A server's requests outside any call that may wait for a call to ask them; more are refused."""
 WAITS = "roots/list"
@@ -83,6 +89,10 @@ class Relay:
         """Per server: its requests outside any call that wait for a call to ask them."""
         self._callers: dict[str, object] = {}
         """Per server: the one principal that has called it, or ``_MANY`` once another has."""
+        self._asking: dict[tuple[str, object], int] = {}
+        """Per server and principal: its requests waiting for that principal's answer (``MAX_ASKING``)."""
+        self._refusing: set[tuple[str, object]] = set()
+        """Those refused for ``MAX_ASKING`` (logged once until one is taken again)."""
 
     async def request(
         self, downstream: Downstream, method: str, params: dict[str, Any], caller: object | None = None
@@ -103,6 +113,20 @@ class Relay:
             if method != WAITS:
                 raise MCPError(code=INVALID_REQUEST, message=f"prefixgate: no client is connected to answer {method}")
             return await self._wait_for_a_call(downstream.id, method, params, only, own=only is not None)
+        whose = principal_key(to.owner if isinstance(to, RoundTrip) else to[0].state)
+        with self._counted(downstream.id, whose, method):
+            return await self._put(downstream, method, params, caller, to)
+
+    async def _put(
+        self,
+        downstream: Downstream,
+        method: str,
+        params: dict[str, Any],
+        caller: object | None,
+        to: RoundTrip | tuple[ClientConnection, Any],
+    ) -> dict[str, Any]:
+        """``request``'s question put to the client it found, ``to``."""
+        only = downstream.principal
         if isinstance(to, RoundTrip):
             require(method, to.capabilities, params)
             try:
@@ -141,6 +165,35 @@ class Relay:
             call_session or client.server_session, method, params, related=call_session is not None
         )
         return result
+
+    @contextmanager
+    def _counted(self, server_id: str, principal: object, method: str) -> Iterator[None]:
+        """One more of ``server_id``'s requests waiting for ``principal``'s answer, or MCPError
+        when ``MAX_ASKING`` already do."""
+        key = (server_id, principal)
+        asking = self._asking.get(key, 0)
+        if asking >= MAX_ASKING:
+            if key not in self._refusing:
+                self._refusing.add(key)
+                log.warning(
+                    "[%s] %s refused: %d of its requests already wait for one principal (further ones are not logged)",
+                    server_id,
+                    method,
+                    MAX_ASKING,
+                )
+            raise MCPError(
+                code=INVALID_REQUEST,
+                message=f"prefixgate: {MAX_ASKING} requests of this server already wait for this client's answer",
+            )
+        self._refusing.discard(key)
+        self._asking[key] = asking + 1
+        try:
+            yield
+        finally:
+            if (left := self._asking[key] - 1) > 0:
+                self._asking[key] = left
+            else:
+                del self._asking[key]
 
     async def _wait_for_a_call(
         self,
