@@ -9,7 +9,8 @@ type, a gzip-compressed JSON body (one that decodes to 4 MiB: ``gzip_bomb``); wi
 ``--ping-flood``, 20,000 pings on a call's stream whose answers it never takes; and at
 ``/sse-elsewhere`` an SSE server's stream naming an endpoint on another origin; at ``/sse`` an
 SSE server whose one tool, ``ping_flood``, sends 20,000 pings on its stream and never takes the
-POST of an answer. Standard
+POST of an answer (at ``/sse-forgetful``, one that answers ``logging/setLevel`` 404, as if it no
+longer knew the session). Standard
 library only: it starts in a few milliseconds. Prints its URL first.
 """
 
@@ -59,8 +60,10 @@ ELSEWHERE = "/sse-elsewhere"
 """The path of an SSE stream whose ``endpoint`` event names another origin."""
 SSE = "/sse"
 """The path of an SSE (2024-11-05) server's stream; its messages are posted to ``/messages``."""
+FORGETFUL = "/sse-forgetful"
+"""The same server, but a ``logging/setLevel`` posted is answered 404 (the session unknown)."""
 _sse_out: queue.Queue[bytes] = queue.Queue()
-"""What the SSE server sends next on its stream (one stream at a time)."""
+"""What the SSE server sends next on its stream (the newest stream's: each has its own)."""
 _resumable: dict[str, bytes] = {}
 """Event id -> the event a ``GET`` with that ``Last-Event-ID`` is sent."""
 _lock = threading.Lock()
@@ -85,7 +88,10 @@ class Handler(BaseHTTPRequestHandler):
         msg = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))))
         method, request_id = msg.get("method"), msg.get("id")
         if self.path.startswith("/messages"):
-            self.sse_message(method, request_id)
+            if method == "logging/setLevel" and "forgetful" in self.path:
+                self.respond(404, "text/plain", b"no such session")
+            else:
+                self.sse_message(method, request_id)
         elif method is None and str(request_id).startswith("flood-"):  # (``--ping-flood``: never answered)
             self.rfile.read(1)  # held open until the client goes
         elif request_id is None or method is None:
@@ -120,7 +126,7 @@ class Handler(BaseHTTPRequestHandler):
         if method == "initialize":
             result: dict[str, Any] = {
                 "protocolVersion": "2024-11-05",
-                "capabilities": {"tools": {}},
+                "capabilities": {"tools": {}, "logging": {}},
                 "serverInfo": {"name": "rogue-sse", "version": "0"},
             }
             _sse_out.put(event({"jsonrpc": "2.0", "id": request_id, "result": result}))
@@ -211,15 +217,18 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
             self.rfile.read(1)  # held open until the client goes
             return
-        if self.path == SSE:
+        if self.path in (SSE, FORGETFUL):
             self.send_response(200)
             self.send_header("content-type", "text/event-stream")
             self.end_headers()
+            endpoint = "/messages?forgetful=1" if self.path == FORGETFUL else "/messages"
+            global _sse_out
+            _sse_out = out = queue.Queue()  # (a stream the client left holds its own, unread)
             try:
-                self.wfile.write(b"event: endpoint\ndata: /messages\n\n")
+                self.wfile.write(f"event: endpoint\ndata: {endpoint}\n\n".encode())
                 while True:
                     self.wfile.flush()
-                    self.wfile.write(_sse_out.get())
+                    self.wfile.write(out.get())
             except OSError:  # the client went
                 return
         with _lock:

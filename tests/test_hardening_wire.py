@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import select
 import subprocess
 import time
@@ -439,6 +440,27 @@ async def test_requests_from_an_sse_server_that_takes_no_answer_stay_bounded(tmp
         sse = url.removesuffix("/mcp") + "/sse"
         config = write_config(tmp_path, {"rogue": {"url": sse, "transport": "sse"}, "d": demo("--tools", 1)})
         flood_stays_bounded(config, "pinged 20000 times")
+
+
+async def test_a_server_that_forgets_each_new_session_at_once_is_retried_with_backoff(tmp_path: Path) -> None:
+    """An SSE server answers ``logging/setLevel`` 404 (the session unknown), which the gateway
+    sends each new connection once it is ready (a client asked for a level). A server that
+    forgot its session is asked for a new one at once; but this one forgets every new one at
+    once, and the gateway reconnected at once each time, without end (a reconnect every few
+    seconds, four log lines each). Now one that ended before it served (answered a request once
+    ready) is followed at once once only until a connection serves: the next waits the backoff."""
+    with url_process([PYTHON, "-m", "tests.rogue_http"]) as (url, _):
+        sse = url.removesuffix("/mcp") + "/sse-forgetful"
+        config = write_config(tmp_path, {"rogue": {"url": sse, "transport": "sse"}})
+        log = tmp_path / "gateway.log"
+        with log.open("wb") as stderr, raw_gateway(config, stderr) as gw:
+            gw.handshake()
+            gw.request(2, "logging/setLevel", {"level": "debug"})
+            gw.answer(2)
+            with anyio.fail_after(60):  # a hang guard
+                while len(retries := re.findall(r"\[rogue\] .*; retrying in (\S+) s", log.read_text())) < 3:
+                    await anyio.sleep(0.1)
+        assert retries[:3] == ["0", "1", "2"], retries
 
 
 @pytest.mark.real_processes  # measures the gateway process's own memory

@@ -101,6 +101,8 @@ class Link:
         """The back-channel hint (below) was logged for this connection."""
         self._stray = 0
         """Lines it wrote that are not JSON-RPC (``NotJsonRpc``), so far."""
+        self.answered = 0
+        """Requests of the gateway's it has answered, so far (the supervisor's ``served``)."""
         self._asking = 0
         """Its requests waiting for a client's answer now (``MAX_ASKING`` at most)."""
         self._refusing = False
@@ -300,6 +302,7 @@ class Link:
             # A handshake-era server's result read in its era, as the SDK's client reads it:
             # ``resultType: input_required`` means nothing there, so it asks for no input.
             result = {key: value for key, value in result.items() if key not in later}
+        self.answered += 1
         await self.inbox.settle()  # what the server said before its reply goes out first
         if progress is not None:
             await progress.flush()

@@ -44,6 +44,12 @@ class Supervisor:
         self.d = downstream
         self._ready_at: float | None = None
         """When the current connection became ready: how long it stayed healthy decides the backoff."""
+        self._at_ready: tuple[Link, int] | None = None
+        """The current connection, once ready, and the requests it had answered then: whether it
+        served (answered more) before it ended."""
+        self._unserved_at_once = False
+        """A connection that ended by a 404 before it served was followed at once, and none has
+        served since: the next such end waits the backoff."""
         self._handshake_refused = False
         """The server refused the handshake once: its reconnects go straight to ``server/discover``."""
 
@@ -67,7 +73,7 @@ class Supervisor:
             with anyio.CancelScope() as scope:
                 d.scope = scope
                 while True:
-                    self._ready_at = None
+                    self._ready_at, self._at_ready = None, None
                     await self._attempt(supervise)
                     if not supervise or d.stopping:
                         return
@@ -83,9 +89,15 @@ class Supervisor:
                     # A server that ended the session it served (HTTP 404; over SSE, to a message)
                     # asks for a new one, at once (the spec's next step, no failure to back off
                     # from); else the backoff.
+                    # But one that ended before it served (answered a request once ready) once only
+                    # until a connection serves: a server that forgets each new session at the first
+                    # message after the handshake (the ``logging/setLevel`` a ready server is sent)
+                    # was reconnected at once, without end.
                     calls, sse = d.transport.http_calls, d.transport.ended
                     forgot = (calls is not None and calls.session_ended) or (sse is not None and sse.forgotten)
-                    session_ended = healthy is not None and forgot
+                    served = self._at_ready is not None and self._at_ready[0].answered > self._at_ready[1]
+                    session_ended = healthy is not None and forgot and (served or not self._unserved_at_once)
+                    self._unserved_at_once = (self._unserved_at_once or session_ended) and not served
                     wait = 0.0 if session_ended else policy.delay(healthy)
                     d.retry_at = anyio.current_time() + wait
                     if d.status in ("exited", "ready"):
@@ -157,6 +169,7 @@ class Supervisor:
                         d.source = "live"
                         d.startup_ms = round((anyio.current_time() - started) * 1000)
                         self._ready_at = anyio.current_time()
+                        self._at_ready = (link, link.answered)
                         ready.set()
                         d.set_status("ready", None)
                         try:
