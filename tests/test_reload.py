@@ -18,6 +18,7 @@ from typing import Any
 
 import anyio
 import pytest
+from mcp.shared.exceptions import MCPError
 
 from bench.common import url_process
 from tests.helpers import (
@@ -328,6 +329,48 @@ async def test_sighup_reloads_an_http_gateway_and_replicas_reloading_one_file_pu
         assert published[0] == published[1]
         assert alive(one_pid) and alive(two_pid)
     assert "config reloaded (SIGHUP): added 'b'" in log.read_text()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ERAS)
+async def test_calls_that_race_a_reload_removing_their_server_end_as_is_error(tmp_path: Path, mode: str) -> None:
+    """A reload stops and swaps out a removed server first and publishes the next epoch after
+    its rebuild: a 2026-07-28 client's call resolved in the epoch before, to the server just
+    removed, failed on the server lookup (``KeyError``: "Internal server error" and a traceback
+    on stderr). A catalog of many tools makes the rebuild long; calls go on until one is refused."""
+    kept = {"big": demo("--tools", 800, "--name", "big")}
+    config = write_config(tmp_path, {**kept, **servers("a")}, client={"max_functions": 4096})
+    with http_serving(config) as (url, _pid, log):
+        async with sdk_client(url, mode) as client:
+            assert text(await client.call_tool("a__echo", {"text": "x"})) == "x"
+            write_config(tmp_path, kept, client={"max_functions": 4096})
+            with anyio.fail_after(120):
+                while not (result := await client.call_tool("a__echo", {"text": "x"})).is_error:
+                    pass
+            assert "no longer available" in text(result) or "stopped by a config reload" in text(result)
+            assert not (await client.call_tool("big__echo", {"text": "y"})).is_error
+    assert "Traceback" not in log.read_text()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ERAS)
+async def test_prompts_got_while_a_reload_removes_their_server_are_refused_naming_it(tmp_path: Path, mode: str) -> None:
+    """As tool calls above: a ``prompts/get`` routed by the prompts listed before the reload
+    removed their server failed on the server lookup ("Internal server error")."""
+    kept = {"big": demo("--tools", 800, "--name", "big")}
+    config = write_config(tmp_path, {**kept, "a": demo("--tools", 1, "--name", "a", "--rich")})
+    with http_serving(config) as (url, _pid, log):
+        async with sdk_client(url, mode) as client:
+            assert (await client.get_prompt("a__greet", {"who": "x"})).messages
+            write_config(tmp_path, kept)
+            with anyio.fail_after(120), pytest.raises(MCPError) as refused:
+                while True:
+                    await client.get_prompt("a__greet", {"who": "x"})
+            message = refused.value.error.message  # (one in flight as 'a' stops: that it closed)
+            assert message == "Unknown prompt: not among the prompts prefixgate lists" or "server 'a'" in message, (
+                message
+            )
+    assert "Traceback" not in log.read_text()
 
 
 @pytest.mark.anyio

@@ -421,7 +421,9 @@ class Handlers:
         if state is not None:
             responses = params.get("inputResponses")
             trip = trips.resume(state, owner, method, target, binding, capabilities, responses)
-        elif server_id is None:
+        elif server_id is None or server_id not in self.hub.by_id:
+            # (Not in it: resolved in an epoch published before a reload removed its server,
+            # which the router refuses as an isError, as it does a handshake-era client's call.)
             return await run(None)
         else:
             if self.hub.by_id[server_id].modern:
@@ -457,7 +459,11 @@ class Handlers:
         """A request one server answers, relayed with the round trips its era needs."""
         if server_id is None:
             raise MCPError(code=INVALID_PARAMS, message=f"prefixgate: no server offers {what}")
-        downstream = self.hub.by_id[server_id]
+        downstream = self.hub.by_id.get(server_id)
+        if downstream is None:  # named by lists published before a reload removed its server
+            raise MCPError(
+                code=INVALID_PARAMS, message=f"prefixgate: {what}: its server {server_id!r} was removed from the config"
+            )
         progress = _progress_to(ctx)
         instances = self.hub.instances
         state = self.new_state(ctx) if instances.serves(downstream) else None
