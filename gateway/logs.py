@@ -89,6 +89,14 @@ class _OneLine(logging.Formatter):
         return super().formatMessage(record)
 
 
+_CLOSED_AFTER_ACCEPTING = "Error handling POST request"
+"""What the SDK logs, with a traceback, when a handshake-era session's stream is closed as a
+message POSTed to it is passed on (gateway/sdk.py ``handled_post``; mcp 2.3.0)."""
+_CLOSED_STREAM = ("ClosedResourceError", "BrokenResourceError")
+"""anyio's closed stream errors, by name: this module is imported before anyio is."""
+_CLOSED_NOTE = "a message POSTed to a handshake-era session as it closed was dropped"
+
+
 def _without_auth_tracebacks(record: logging.LogRecord) -> bool:
     """The SDK's OAuth client logs its failures with their tracebacks, which can hold what an
     authorization server sent (a refresh answer that did not parse, a token it refused): the
@@ -98,6 +106,16 @@ def _without_auth_tracebacks(record: logging.LogRecord) -> bool:
         record.args = None
         record.exc_info = None
         record.exc_text = None
+    elif (
+        record.name == "mcp.server.streamable_http"
+        and record.msg == _CLOSED_AFTER_ACCEPTING
+        and record.exc_info
+        and record.exc_info[0] is not None
+        and record.exc_info[0].__name__ in _CLOSED_STREAM
+    ):  # (gateway/sdk.py ``handled_post``)
+        record.msg, record.args, record.exc_info, record.exc_text = _CLOSED_NOTE, None, None, None
+        record.levelno, record.levelname = logging.INFO, "INFO"
+        return logging.getLogger("prefixgate").isEnabledFor(logging.INFO)  # (the SDK's logs pass at WARNING)
     return True
 
 

@@ -48,6 +48,30 @@ answers a POST whose body is JSON but no JSON-RPC message: 400, ``INVALID_PARAMS
 pydantic's whole report as the message (many lines, the union's model names)."""
 
 
+async def handled_post(handle: Any, scope: Any, receive: Any, send: Any) -> None:
+    """``StreamableHTTPSessionManager.handle_request`` for a POST, where a client's notification
+    races its own DELETE (a cancellation as it closes): the SDK answers 202, finds the session's
+    stream closed, then sends a 500 after the complete response (uvicorn's RuntimeError and a
+    traceback, the keep-alive connection dropped) and raises the closed stream (mcp 2.3.0
+    ``StreamableHTTPServerTransport._handle_post_request``). The 202 stands here: what comes
+    after the complete response is dropped, and the closed stream ends the request (the SDK's
+    log of it, with a traceback, gateway/logs.py makes one line)."""
+    complete = False
+
+    async def sending(message: dict[str, Any]) -> None:
+        nonlocal complete
+        if complete:
+            return
+        complete = message["type"] == "http.response.body" and not message.get("more_body")
+        await send(message)
+
+    try:
+        await handle(scope, receive, sending)
+    except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+        if not complete:
+            raise
+
+
 def envelope_refused_in_one_line(send: Any, body: bytes) -> Any:
     """``send`` for a POST the SDK answers, with that one refusal given the stdio end's answer
     (``gateway.lines.not_a_message``: ``INVALID_REQUEST``, one line, the request's id). Costs

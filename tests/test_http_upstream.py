@@ -165,3 +165,39 @@ async def test_a_body_that_is_no_json_rpc_message_is_refused_as_the_stdio_end_re
             for body, answer in zip(bodies, expected, strict=True):
                 refused = await http.post(url, json=body, headers=headers)
                 assert refused.status_code == 400 and refused.json() == answer, (body, refused.text[:300])
+
+
+@pytest.mark.anyio
+async def test_notifications_that_race_their_sessions_delete_leave_no_traceback(tmp_path: Path) -> None:
+    """A client's last notifications (a cancellation as it closes) race its DELETE: the SDK had
+    answered 202 when it found the session's stream closed, then sent a 500 after the response
+    (uvicorn: "Exception in ASGI application", a traceback, the keep-alive connection dropped, so
+    the client's next request on it failed). The 202 stands now; the next request is answered."""
+    import anyio
+
+    config = write_config(tmp_path, {"a": demo("--tools", 1, "--name", "a")})
+    cancelled = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 9}}
+    with http_gateway(config) as (url, log):
+        async with httpx2.AsyncClient(timeout=60) as http:
+            for _ in range(40):
+                reply = await http.post(url, json=INIT, headers=ACCEPT)
+                headers = {**ACCEPT, "mcp-session-id": reply.headers["mcp-session-id"]}
+                headers["mcp-protocol-version"] = "2025-11-25"
+                initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+                assert (await http.post(url, json=initialized, headers=headers)).status_code == 202
+                statuses: list[int] = []
+
+                async def post(message: dict[str, object], headers: dict[str, str], into: list[int]) -> None:
+                    into.append((await http.post(url, json=message, headers=headers)).status_code)
+
+                async def delete(headers: dict[str, str], into: list[int]) -> None:
+                    into.append((await http.delete(url, headers=headers)).status_code)
+
+                with anyio.fail_after(60):
+                    async with anyio.create_task_group() as tg:
+                        for _ in range(4):
+                            tg.start_soon(post, cancelled, headers, statuses)
+                        tg.start_soon(delete, headers, statuses)
+                assert set(statuses) <= {200, 202, 404}, statuses
+    text = log.read_text()
+    assert "Traceback" not in text and "Exception in ASGI" not in text, text[-3000:]

@@ -47,7 +47,7 @@ from gateway.config import is_loopback as is_loopback
 from gateway.config import parse_listen as parse_listen
 from gateway.engine.shares import Shares
 from gateway.jsontext import parsed_aside, scrub_escapes
-from gateway.sdk import envelope_refused_in_one_line, lifespan_state
+from gateway.sdk import envelope_refused_in_one_line, handled_post, lifespan_state
 from gateway.upstream.coalesce import coalescing_protocol, send_whole
 from gateway.upstream.events import RETRY_MS, SESSION_HEADER, BoundedEventStore, marked
 from gateway.upstream.heads import parser_name
@@ -389,7 +389,7 @@ class Front:
 
         with marked(session, principal_of_scope(scope)) as owner:
             if owner.session_id is not None:
-                await endpoint.manager.handle_request(scope, replay, send)
+                await handled_post(endpoint.manager.handle_request, scope, replay, send)
                 return
 
             async def send_marked(message: Message) -> None:
@@ -401,7 +401,7 @@ class Front:
                         await _roots_notice(endpoint, scope, body)
                 await send(message)
 
-            await endpoint.manager.handle_request(scope, replay, send_marked)
+            await handled_post(endpoint.manager.handle_request, scope, replay, send_marked)
 
     @staticmethod
     async def _lanes(
