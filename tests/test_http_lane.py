@@ -296,3 +296,30 @@ def test_the_http_lane_checks_param_headers_as_the_sdk_entry(tmp_path: Path) -> 
     for refused in ("differs", "missing", "without its argument"):
         assert steps[refused][0] == 400 and b"Mcp-Param-Region header" in steps[refused][2], refused
     assert steps["unannotated"][0] == 200 and b"modern:hi" in steps["unannotated"][2]
+
+
+def method_conversation(config: Path, lane: bool) -> tuple[list[tuple[str, Response]], str]:
+    accept = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+    with gateway(config, lane) as (url, stderr), httpx.Client(headers=accept, timeout=60) as http:
+        s = Script(http, url)
+        for label, method in (("list method", ["tools/call"]), ("object method", {"tools/call": 1})):
+            params = {"name": "demo__echo", "arguments": {"text": "hi"}, "_meta": envelope()}
+            s.post(label, {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}, routing("tools/call"))
+        s.call("after", 2, "demo__echo", {"text": "still here"})
+        return s.out, stderr.read_text(encoding="utf-8", errors="replace")
+
+
+def test_an_unhashable_method_is_refused_as_by_the_sdk_entry(tmp_path: Path) -> None:
+    """A 2026-07-28 POST whose ``method`` is a list or an object (found by fuzzing) is the
+    SDK's to refuse: the lane's membership test once raised on it, a traceback in the log
+    and a bare 500 for the client."""
+    config = fast_config(tmp_path)
+    lane, lane_log = method_conversation(config, True)
+    sdk, sdk_log = method_conversation(config, False)
+    assert_same(lane, sdk)
+    steps = dict(lane)
+    for refused in ("list method", "object method"):
+        assert steps[refused][0] == 400 and b'"code":-32600' in steps[refused][2], steps[refused]
+    assert b"still here" in steps["after"][2]
+    for log in (lane_log, sdk_log):
+        assert "Traceback" not in log, log[-3000:]

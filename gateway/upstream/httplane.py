@@ -269,7 +269,9 @@ class ModernLane:
         if type(decoded) is not dict or not decoded.keys() <= _ENVELOPE or decoded.get("jsonrpc") != "2.0":
             return None
         method, request_id, params = decoded.get("method"), decoded.get("id"), decoded.get("params")
-        if method not in METHODS or isinstance(request_id, bool) or not isinstance(request_id, int | str):
+        if type(method) is not str or method not in METHODS:
+            return None  # an unhashable method (a list, an object) is the SDK's to refuse
+        if isinstance(request_id, bool) or not isinstance(request_id, int | str):
             return None
         if type(params) is not dict:
             return None
