@@ -117,6 +117,25 @@ async def test_a_prompt_or_resource_of_a_server_that_is_down_is_an_internal_erro
         assert error.message.startswith("Server 'd' is down (exited during start-up"), error
 
 
+@pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")  # (resources/subscribe)
+async def test_a_server_that_exits_on_subscribe_is_named_in_the_error(tmp_path: Path) -> None:
+    """``resources/subscribe`` to a server that exits before answering (found by fuzzing) was
+    answered with the SDK's bare "Connection closed", naming neither the server nor the URI,
+    where ``resources/read`` names both. Handshake era only: a 2026-07-28 client watches over a
+    listen stream, with no request to answer."""
+    import json
+
+    surface = str(Path(__file__).resolve().parent / "surface_server.py")
+    spec = json.dumps({"resources": ["x://1"], "overrides": {"resources/subscribe": "exit"}})
+    config = write_config(tmp_path, {"s": {"command": PYTHON, "args": [surface, spec]}, "demo": demo("--tools", 1)})
+    async with sdk_client(config, "legacy") as client:
+        with anyio.fail_after(60):
+            error = await _refused(client.subscribe_resource("x://1"))
+            assert error.code == -32000, error
+            assert error.message == "prefixgate: connection to server 's' closed during resources/subscribe 'x://1'"
+            assert text(await client.call_tool("demo__echo", {"text": "still here"})) == "still here"
+
+
 async def _refused(request: Awaitable[Any]) -> Any:
     """The error a request is answered with (it must be one)."""
     from mcp.shared.exceptions import MCPError

@@ -22,10 +22,11 @@ from collections.abc import Callable
 
 import anyio
 from mcp.shared.exceptions import MCPError
-from mcp_types.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
+from mcp_types.jsonrpc import CONNECTION_CLOSED, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
 
 from gateway.downstream.connection import Downstream
 from gateway.downstream.errors import DownstreamUnavailable
+from gateway.downstream.toolcall import connection_gone
 
 log = logging.getLogger("prefixgate")
 
@@ -148,5 +149,11 @@ class Watches:
                 await downstream.request(method, {"uri": uri}, timeout=downstream.config.call_timeout)
             except DownstreamUnavailable as exc:  # (its server is down: the params were not wrong)
                 raise MCPError(code=INTERNAL_ERROR, message=str(exc)) from None
+            except MCPError as exc:
+                if exc.code == CONNECTION_CLOSED and connection_gone(downstream, exc):
+                    # The SDK's bare words named no one: which server went, during what.
+                    message = f"prefixgate: connection to server {downstream.id!r} closed during {method} {uri!r}"
+                    raise MCPError(code=CONNECTION_CLOSED, message=message) from None
+                raise
         if start:  # (only once it reports: a refused watch leaves nothing behind)
             self._told[uri] = downstream
