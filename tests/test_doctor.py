@@ -354,6 +354,16 @@ def test_the_snippet_passes_the_servers_variables_on(tmp_path: Path, client: str
     check_snippet(snippet(client, str(config), variables=["PG_TOKEN", "PG_MY_TZ"]), client, config, variables)
 
 
+def test_the_codex_note_says_how_to_keep_results_whole(tmp_path: Path) -> None:
+    """Codex 0.171.0 cut every tool result to about 12,000 bytes (a model it has no metadata for),
+    head and tail kept: the middle of a 64 KiB preview or of a default 16384-byte artifact_read
+    page never reached the model (measured with the real agent against a scripted stand-in)."""
+    from gateway.commands.doctor import snippet
+
+    note = snippet("codex", str(tmp_path / "prefixgate.toml"))["note"]
+    assert "tool_output_token_limit = 20000" in note and "max_visible_bytes = 8192" in note
+
+
 def test_doctor_prints_the_snippet_for_each_client(tmp_path: Path) -> None:
     config = quick_config(tmp_path)
     runs = doctors(*[(config, ("--client", c, "--json")) for c in CLIENTS], (config, ("--client", "vscode")))

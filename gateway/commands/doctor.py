@@ -766,7 +766,11 @@ _NOTES = {
     "codex": "Codex starts its session without an optional server that has not listed its tools after "
     "about a second. {warm} "
     "(required = true would make Codex wait, but fail to start when "
-    "the first-ever discovery takes longer than its startup_timeout_sec, 10 s by default.)",
+    "the first-ever discovery takes longer than its startup_timeout_sec, 10 s by default.) "
+    "Codex cuts each tool result to its own limit (about 12,000 bytes for a model it has no metadata for), "
+    "keeping head and tail: the middle of a larger preview or artifact_read page never reaches the model. "
+    "Set tool_output_token_limit = 20000 at the top of ~/.codex/config.toml (before any table), or "
+    "[spill] max_visible_bytes = 8192 in prefixgate.toml.",
 }
 """What a client's own timing asks of a registration (measured: bench/agents.py; bench/README.md, "Real agents")."""
 _WARM = {
