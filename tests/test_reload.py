@@ -28,6 +28,7 @@ from tests.helpers import (
     alive,
     demo,
     run_cli,
+    schemas_server,
     sdk_client,
     text,
     wait_for,
@@ -585,3 +586,54 @@ async def test_a_file_whose_catalog_cannot_be_declared_is_refused_whole(tmp_path
             await wait_for(lambda: "config reloaded (the file changed)" in log.read_text())
             assert (await client.call_tool("a__echo", {"text": "now"})).is_error
     assert "catalog change refused" not in log.read_text()
+
+
+_HELD_WORKER = """
+import os, pathlib, sys, time
+if "gateway.engine.validation_worker" in sys.orig_argv:  # held until the test lets it start
+    held = pathlib.Path(os.environ["PREFIXGATE_TEST_HOLD"])
+    (held / "started").touch()
+    for _ in range(500):
+        if (held / "go").exists():
+            break
+        time.sleep(0.05)
+"""
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_call_validating_while_a_reload_removes_its_server_ends_as_is_error(
+    tmp_path: Path, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A call past the router's check that its server is still configured, its arguments in a
+    validation worker (a referencing schema) as a reload removed the server, failed on the
+    server lookup after: "Internal server error" (a traceback on stderr). The worker is held
+    (a ``sitecustomize`` on its path) until the reload is in."""
+    held = tmp_path / "held"
+    held.mkdir()
+    (held / "sitecustomize.py").write_text(_HELD_WORKER, encoding="utf-8")
+    monkeypatch.setenv("PYTHONPATH", str(held))
+    monkeypatch.setenv("PREFIXGATE_TEST_HOLD", str(held))
+    schema = {"type": "object", "$defs": {"s": {"type": "string"}}, "properties": {"x": {"$ref": "#/$defs/s"}}}
+    refs = schemas_server(tmp_path, [{"name": "refs", "description": "d", "inputSchema": schema}])
+    kept = servers("b")
+    config = write_config(tmp_path, {**kept, "r": refs}, gateway={"reload": "signal"})
+    results: list[Any] = []
+    with http_serving(config) as (url, pid, log):
+        async with sdk_client(url, mode) as client:
+            with anyio.fail_after(60):
+                async with anyio.create_task_group() as tg:
+
+                    async def call() -> None:
+                        results.append(await client.call_tool("r__refs", {"x": "y"}))
+
+                    tg.start_soon(call)
+                    await wait_for(lambda: (held / "started").exists())
+                    write_config(tmp_path, kept, gateway={"reload": "signal"})
+                    os.kill(pid, signal.SIGHUP)
+                    await wait_for(lambda: "config reloaded (SIGHUP)" in log.read_text())
+                    (held / "go").touch()
+                assert not (await client.call_tool("b__echo", {"text": "y"})).is_error
+    (result,) = results
+    assert result.is_error and "server 'r' was removed from the config" in text(result), result
+    assert "Traceback" not in log.read_text()

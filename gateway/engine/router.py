@@ -245,8 +245,7 @@ class Router:
         if entry is not None and entry.server not in self.downstreams:
             # An epoch published before a reload removed its server (the reload swaps the
             # servers first and publishes the next epoch after a rebuild): no server to run it.
-            why = f"Tool {name!r} is no longer available: its server {entry.server!r} was removed from the config."
-            return _refused(note, "unknown", why)
+            return _refused(note, "unknown", _removed(name, entry.server))
         if entry is not None and self.downstreams[entry.server].joining():
             # A warm start's catalog, its server not up yet, or up but not yet taken in: wait
             # for it, then gate the call with what the gateway knows once it is (under a lock,
@@ -308,7 +307,9 @@ class Router:
                     problem, arguments = None, given
         if problem is not None:
             return _refused(note, "arguments", problem)
-        downstream = self.downstreams[entry.server]
+        downstream = self.downstreams.get(entry.server)
+        if downstream is None:  # removed by a reload while its arguments were validated (in a worker)
+            return _refused(note, "unknown", _removed(name, entry.server))
         instances = self.instances
         if instances is not None and instances.serves(downstream):
             try:  # the caller's own process of the server (gateway/engine/instances.py)
@@ -525,6 +526,11 @@ def _refused(note: CallNote | None, decision: Decision, text: str, noted: str | 
 def _message(exc: BaseException) -> str:
     text = exc.args[0] if exc.args and isinstance(exc.args[0], str) else str(exc)
     return text
+
+
+def _removed(name: str, server: str) -> str:
+    """Why a call resolved in an epoch published before a reload removed its server is refused."""
+    return f"Tool {name!r} is no longer available: its server {server!r} was removed from the config."
 
 
 async def argument_problem(
