@@ -637,3 +637,48 @@ async def test_a_call_validating_while_a_reload_removes_its_server_ends_as_is_er
     (result,) = results
     assert result.is_error and "server 'r' was removed from the config" in text(result), result
     assert "Traceback" not in log.read_text()
+
+
+_HELD_SERVER = """
+import os, pathlib, time
+held = pathlib.Path(os.environ["PREFIXGATE_TEST_HOLD"])
+if (held / "hold").exists():  # the server never comes up
+    (held / "started").touch()
+    time.sleep(60)
+"""
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_call_waiting_for_its_server_to_start_as_a_reload_removes_it_ends_as_is_error(
+    tmp_path: Path, mode: str
+) -> None:
+    """A warm start's catalog has the tools of a server not up yet: a call waits for it. A
+    reload that removed it ended the wait, then the call failed on the server lookup
+    ("Internal server error", a traceback on stderr)."""
+    held = tmp_path / "held"
+    held.mkdir()
+    (held / "sitecustomize.py").write_text(_HELD_SERVER, encoding="utf-8")
+    kept = servers("b")
+    a = {**servers("a")["a"], "env": {"PYTHONPATH": str(held), "PREFIXGATE_TEST_HOLD": str(held)}}
+    config = write_config(tmp_path, {**kept, "a": a})
+    assert run_cli("catalog", "--config", str(config)).returncode == 0  # leaves the warm-start record
+    (held / "hold").touch()
+    log = tmp_path / "gateway.log"
+    results: list[Any] = []
+    async with sdk_client(config, mode, errlog=log) as client:
+        with anyio.fail_after(60):
+            await wait_for(lambda: (held / "started").exists())
+            async with anyio.create_task_group() as tg:
+
+                async def call() -> None:
+                    results.append(await client.call_tool("a__echo", {"text": "x"}))
+
+                tg.start_soon(call)
+                assert "b__echo" in await names(client)  # (answered after the call was taken)
+                write_config(tmp_path, kept)
+                await wait_for(lambda: "config reloaded (the file changed): removed 'a'" in log.read_text())
+            assert not (await client.call_tool("b__echo", {"text": "y"})).is_error
+    (result,) = results
+    assert result.is_error and "server 'a' was removed from the config" in text(result), result
+    assert "Traceback" not in log.read_text()

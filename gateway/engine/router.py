@@ -254,6 +254,8 @@ class Router:
             if self.epoch is not None and self.epoch is not epoch:
                 epoch = self.epoch
                 entry = epoch.catalog.get(name)
+        if entry is not None and entry.server not in self.downstreams:  # removed by a reload while it waited
+            return _refused(note, "unknown", _removed(name, entry.server))
         if entry is not None and not self.settled.is_set() and name not in epoch.lock_refusals:
             if not _still_lists(self.downstreams[entry.server], entry.original):
                 # A warm start's catalog has it, but its server, up now, no longer lists it (the
