@@ -244,3 +244,29 @@ def test_a_loose_template_matches_in_linear_time() -> None:
     assert _fits(pieces, "x://" + "-" * 100_000 + "!")
     assert _fits(("b://", "/", ""), "b://1/2")
     assert not _fits(("ab", "ba"), "aba")  # the first and last pieces may not overlap
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_watched_resource_is_subscribed_again_when_a_reload_restarts_its_server(
+    tmp_path: Path, mode: str
+) -> None:
+    """A reload that changed the server's table restarts it as a new server: the watch stayed
+    with the one stopped, so the new process was never told to report the resource a client
+    still watched (as after a crash, above), and updates stopped without a word."""
+    log = tmp_path / "server.log"
+    server = surface(resources=["x://a"], log=str(log))
+    config = write_config(tmp_path, {"s": server})
+
+    def subscribes() -> list[int]:
+        lines = [json.loads(line) for line in log.read_text().splitlines()]
+        return [m["pid"] for m in lines if m["method"] == "resources/subscribe" and m["params"]["uri"] == "x://a"]
+
+    async with sdk_client(config, mode) as client:
+        async with contextlib.AsyncExitStack() as stack:
+            if mode == "legacy":
+                await client.subscribe_resource("x://a")
+            else:
+                await stack.enter_async_context(client.listen(resource_subscriptions=["x://a"]))
+            await wait_for(lambda: len(subscribes()) == 1)
+            write_config(tmp_path, {"s": {**server, "env": {"ROTATED": "1"}}})
+            await wait_for(lambda: len(set(subscribes())) == 2)  # the new process's pid

@@ -104,11 +104,13 @@ class Watches:
         """A handshake-era server is (back) up: a new process knows nothing of what the last
         one was asked to report, so each watched resource it owns is subscribed again (best
         effort, a line each that fails). A 2026-07-28 server's listen stream carries its
-        filter anew each time it is opened (``listening.py``)."""
+        filter anew each time it is opened (``listening.py``). A server a reload restarted
+        (its table changed) is a new one: it takes over what the one stopped was asked to report."""
         if downstream.modern:
             return
         for uri in sorted(self._count):
-            if self._told.get(uri) is not downstream:
+            told = self._told.get(uri)
+            if told is not downstream and not _replaced_by(told, downstream):
                 continue
             async with self._lock(uri):
                 if uri in self._count:  # (not unwatched meanwhile)
@@ -157,3 +159,8 @@ class Watches:
                 raise
         if start:  # (only once it reports: a refused watch leaves nothing behind)
             self._told[uri] = downstream
+
+
+def _replaced_by(told: Downstream | None, downstream: Downstream) -> bool:
+    """Whether ``downstream`` is the server a reload started in place of ``told`` (stopped)."""
+    return told is not None and told.stopping and told.id == downstream.id and downstream.principal is None
