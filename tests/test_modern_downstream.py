@@ -5,6 +5,7 @@ and its ``input_required`` results in both upstream eras."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 from collections.abc import Iterator
@@ -18,7 +19,18 @@ import pytest
 from mcp.shared.exceptions import MCPError
 from mcp_types import SERVER_INFO_META_KEY
 
-from tests.helpers import CALLBACKS, ERAS, PYTHON, catalog_json, demo, sdk_client, text, url_process, write_config
+from tests.helpers import (
+    CALLBACKS,
+    ERAS,
+    PYTHON,
+    catalog_json,
+    demo,
+    sdk_client,
+    text,
+    url_process,
+    wait_for,
+    write_config,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -437,3 +449,35 @@ async def test_a_hostile_input_required_fails_its_call_clearly(tmp_path: Path, m
                 assert huge.is_error and "requestState of 300000 bytes, too big to carry" in text(huge), text(huge)
                 assert asked == []
             assert text(await client.call_tool("m__echo", {"text": "after"})) == "modern:after"
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_subscription_survives_a_reload_that_restarts_its_server(tmp_path: Path, mode: str) -> None:
+    """A reload that changed the server's table restarts it as a new server: its listen
+    stream's filter started empty (the watch stayed with the one stopped), so the updates of
+    a resource the client still watched never came again."""
+    heard: list[Any] = []
+
+    async def on_message(message: Any) -> None:
+        heard.append(message)
+
+    def updates() -> int:
+        return sum(isinstance(m, types.ResourceUpdatedNotification) for m in heard)
+
+    log = tmp_path / "gateway.log"
+    async with (
+        sdk_client(config_for(tmp_path), mode, message_handler=on_message, errlog=log) as client,
+        contextlib.AsyncExitStack() as stack,
+    ):
+        with anyio.fail_after(60):
+            if mode == "legacy":
+                await client.subscribe_resource("modern://roots")
+            else:
+                await stack.enter_async_context(client.listen(resource_subscriptions=["modern://roots"]))
+            assert text(await client.call_tool("m__touch", {})) == "touched"
+            await wait_for(lambda: updates() == 1)
+            config_for(tmp_path, env={"ROTATED": "1"})
+            await wait_for(lambda: "config reloaded (the file changed): restarted 'm'" in log.read_text())
+            await wait_for(lambda: "[m] ready" in log.read_text().split("restarted 'm'", 1)[1])
+            assert text(await client.call_tool("m__touch", {})) == "touched"
+            await wait_for(lambda: updates() == 2, seconds=15)

@@ -105,12 +105,11 @@ class Watches:
         one was asked to report, so each watched resource it owns is subscribed again (best
         effort, a line each that fails). A 2026-07-28 server's listen stream carries its
         filter anew each time it is opened (``listening.py``). A server a reload restarted
-        (its table changed) is a new one: it takes over what the one stopped was asked to report."""
-        if downstream.modern:
-            return
+        (its table changed) is a new one, of either era: it takes over what the one stopped
+        was asked to report (a modern one's filter starts empty)."""
         for uri in sorted(self._count):
             told = self._told.get(uri)
-            if told is not downstream and not _replaced_by(told, downstream):
+            if not (_replaced_by(told, downstream) or (told is downstream and not downstream.modern)):
                 continue
             async with self._lock(uri):
                 if uri in self._count:  # (not unwatched meanwhile)
