@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from collections.abc import MutableMapping
+from contextvars import ContextVar
 from logging.handlers import QueueHandler
 from typing import Any, TextIO, TypeAlias
 
@@ -97,6 +98,27 @@ _CLOSED_STREAM = ("ClosedResourceError", "BrokenResourceError")
 _CLOSED_NOTE = "a message POSTed to a handshake-era session as it closed was dropped"
 
 
+PEER: ContextVar[str | None] = ContextVar("prefixgate_peer", default=None)
+"""The server whose messages the running task reads: set as a downstream session starts
+(its read loop inherits it), so what the SDK logs about that server's messages names it."""
+_UNVALIDATED = "Failed to validate notification: %s"
+"""What the SDK's client session logs, with a traceback, when a server's notification does
+not validate (``mcp/client/session.py`` ``_on_notify``; mcp 2.3.0)."""
+
+
+def _unvalidated_note(record: logging.LogRecord) -> None:
+    """A server's notification that did not validate, in one line: the server, the method
+    and the first problem pydantic found (where and what, never the value sent)."""
+    problem = record.exc_info[1] if record.exc_info else None
+    errors = getattr(problem, "errors", None)
+    first = errors()[0] if callable(errors) and errors() else None
+    what = f"{'.'.join(map(str, first['loc']))}: {first['msg']}" if first else type(problem).__name__
+    server = PEER.get()
+    record.msg = "%signored a %s that did not validate: %s"
+    record.args = (f"[{server}] " if server else "", *(record.args or ("notification",)), what)
+    record.exc_info, record.exc_text = None, None
+
+
 def _without_auth_tracebacks(record: logging.LogRecord) -> bool:
     """The SDK's OAuth client logs its failures with their tracebacks, which can hold what an
     authorization server sent (a refresh answer that did not parse, a token it refused): the
@@ -116,6 +138,8 @@ def _without_auth_tracebacks(record: logging.LogRecord) -> bool:
         record.msg, record.args, record.exc_info, record.exc_text = _CLOSED_NOTE, None, None, None
         record.levelno, record.levelname = logging.INFO, "INFO"
         return logging.getLogger("prefixgate").isEnabledFor(logging.INFO)  # (the SDK's logs pass at WARNING)
+    elif record.name == "client" and record.msg == _UNVALIDATED and record.exc_info:
+        _unvalidated_note(record)
     return True
 
 

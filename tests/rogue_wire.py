@@ -10,8 +10,11 @@ reads its input again. ``add_tool`` lists one more tool from then on and sends
 ``tools/list_changed``. ``ask_flood`` sends ``n`` ``roots/list`` requests before it answers;
 ``answers`` tells how many answers to them came back, and how many were errors.
 ``ping_flood`` sends ``n`` pings (ids padded to ``size`` bytes), answers, and reads no more.
+``bad_notices`` answers, then sends notifications that do not validate (a log level no
+level is, progress that is no number, an update naming no URI) outside any call.
 Options: ``--deep-schema N`` (list a tool nested N levels); ``--http`` (serve the same
-over plain JSON-response HTTP on loopback, print the URL).
+over plain JSON-response HTTP on loopback, print the URL); ``--modern`` (speak 2026-07-28:
+``server/discover``, the handshake refused with -32022).
 """
 
 from __future__ import annotations
@@ -78,9 +81,11 @@ TOOLS = [
         "ask_flood",
         "answers",
         "ping_flood",
+        "bad_notices",
         "ok",
     )
 ]
+MODERN = "--modern" in sys.argv
 ANSWERS = {"result": 0, "error": 0}
 """The answers to its own requests (``ask_flood``) received so far, by kind."""
 
@@ -219,6 +224,14 @@ def call(request_id: Any, name: str, args: dict[str, Any], token: Any = None) ->
             OUT.write(json.dumps({"jsonrpc": "2.0", "id": f"ping-{i}-{pad}", "method": "ping"}).encode() + b"\n")
         send({"jsonrpc": "2.0", "id": request_id, "result": text(f"pinged {n} times")})
         stay_up()
+    elif name == "bad_notices":
+        send({"jsonrpc": "2.0", "id": request_id, "result": text("noticed")})
+        for method, notice in (
+            ("notifications/message", {"level": "bogus", "data": "d"}),
+            ("notifications/progress", {"progressToken": "nobody-gave-it", "progress": "x"}),
+            ("notifications/resources/updated", {}),
+        ):
+            send({"jsonrpc": "2.0", "method": method, "params": notice})
     elif name == "answers":
         send(
             {
@@ -238,7 +251,14 @@ def answer(msg: dict[str, Any], deep: str = "") -> None:
     """Answer one request on stdout (the stdio server)."""
     method, request_id = msg.get("method"), msg.get("id")
     params = msg.get("params") or {}
-    if method == "initialize":
+    if method == "initialize" and MODERN:
+        refusal = {"code": -32022, "message": "2026-07-28 only", "data": {"supported": ["2026-07-28"]}}
+        send({"jsonrpc": "2.0", "id": request_id, "error": refusal})
+    elif method == "server/discover" and MODERN:
+        capabilities = {"tools": {}, "resources": {}, "prompts": {}, "logging": {}}
+        result = {"supportedVersions": ["2026-07-28"], "capabilities": capabilities}
+        send({"jsonrpc": "2.0", "id": request_id, "result": {**result, "resultType": "complete"}})
+    elif method == "initialize":
         result = {
             "protocolVersion": "2025-11-25",
             "capabilities": {"tools": {}, "resources": {}, "prompts": {}, "logging": {}},

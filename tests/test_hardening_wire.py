@@ -193,6 +193,36 @@ async def test_a_malformed_result_is_an_error_naming_its_server_in_both_eras(tmp
         assert text(await client.call_tool("rogue__ok", {})) == "ok"
 
 
+@pytest.mark.parametrize("downstream", ["2025-11-25", "2026-07-28"])
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_notification_that_does_not_validate_is_one_line_naming_its_server(
+    tmp_path: Path, mode: str, downstream: str
+) -> None:
+    # A server sends, on its own, a log of no known level, progress that is no number and an
+    # update naming no URI: each is dropped with one line naming the server and the method,
+    # never the SDK's traceback; the server still serves.
+    modern = downstream == "2026-07-28"
+    config = write_config(tmp_path, {"rogue": rogue(*(["--modern"] if modern else []))})
+    errlog = tmp_path / "gateway.log"
+    async with sdk_client(config, mode, errlog=errlog) as client:
+        with anyio.fail_after(60):
+            assert text(await client.call_tool("rogue__bad_notices", {})) == "noticed"
+            while "notifications/resources/updated" not in errlog.read_text():  # the last one sent
+                await anyio.sleep(0.05)
+            assert text(await client.call_tool("rogue__ok", {})) == "ok"
+    log = errlog.read_text()
+    assert "Traceback" not in log, log
+    dropped = [line for line in log.splitlines() if "did not validate" in line]
+    assert dropped == [
+        "prefixgate WARNING [rogue] ignored a notifications/message that did not validate: params.level: "
+        "Input should be 'alert', 'critical', 'debug', 'emergency', 'error', 'info', 'notice' or 'warning'",
+        "prefixgate WARNING [rogue] ignored a notifications/progress that did not validate: params.progress: "
+        "Input should be a valid number, unable to parse string as a number",
+        "prefixgate WARNING [rogue] ignored a notifications/resources/updated that did not validate: params.uri: "
+        "Field required",
+    ], dropped
+
+
 @pytest.mark.parametrize("mode", ERAS)
 async def test_a_number_too_large_for_a_double_is_null_and_its_artifact_is_json(tmp_path: Path, mode: str) -> None:
     # 1e400 reads as inf, which JSON cannot carry: the client is sent null (as pydantic-core,

@@ -44,7 +44,7 @@ from gateway.downstream.modern import (
 )
 from gateway.downstream.related import CALLER, HEADER, LOG
 from gateway.downstream.transports import Transport
-from gateway.logs import ServerLog
+from gateway.logs import PEER, ServerLog
 from gateway.sdk import later_revision_fields
 
 ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
@@ -170,7 +170,11 @@ class Link:
             # the SDK's bounded queue for such notifications (the oldest dropped past its size).
             notification_bindings=[NotificationBinding(method=TASK_STATUS, params_type=_Status, handler=self._status)],
         )
-        return await stack.enter_async_context(session), dispatcher
+        named = PEER.set(self.server_id)  # (the session's read loop, started here, keeps it)
+        try:
+            return await stack.enter_async_context(session), dispatcher
+        finally:
+            PEER.reset(named)
 
     async def _status(self, params: _Status) -> None:
         self.inbox.put(TASK_STATUS, params.model_dump(mode="json"))
