@@ -69,6 +69,7 @@ def tools() -> list[dict[str, Any]]:
         {"name": "roots", "description": "Roots (input_required).", "inputSchema": OBJ},
         {"name": "many_asks", "description": "Asks for 2,000 inputs in one round.", "inputSchema": OBJ},
         {"name": "huge_state", "description": "Asks with a 300 KB requestState.", "inputSchema": OBJ},
+        {"name": "bad_ask", "description": "Asks for input with params that are no object.", "inputSchema": OBJ},
         {"name": "bad_schema", "description": "Root is not an object.", "inputSchema": {"type": "string"}},
         {
             "name": "bad_header",
@@ -228,6 +229,8 @@ async def call(ctx: ServerRequestContext[Any, Any], params: dict[str, Any]) -> d
         return {"resultType": "input_required", "inputRequests": {f"k{n}": ASKS["roots"] for n in range(2000)}}
     if name == "huge_state":  # hostile: a state no retry can carry back
         return {"resultType": "input_required", "inputRequests": {"k": ASKS["roots"]}, "requestState": "s" * 300_000}
+    if name == "bad_ask":  # hostile: an input request whose params are a list
+        return {"resultType": "input_required", "inputRequests": {"k": {"method": "roots/list", "params": [1]}}}
     if name in ASKS:
         pending, said = with_input(str(name), params)
         return pending if pending is not None else text(str(said))

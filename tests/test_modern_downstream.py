@@ -481,3 +481,26 @@ async def test_a_subscription_survives_a_reload_that_restarts_its_server(tmp_pat
             await wait_for(lambda: "[m] ready" in log.read_text().split("restarted 'm'", 1)[1])
             assert text(await client.call_tool("m__touch", {})) == "touched"
             await wait_for(lambda: updates() == 2, seconds=15)
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_an_input_request_whose_params_are_no_object_fails_its_call_clearly(tmp_path: Path, mode: str) -> None:
+    """An ``input_required`` result asking for roots with params that are a list: the call
+    fails naming the server, nobody is asked, no traceback; the server stays callable. For a
+    handshake-era client the gateway failed making the request (a TypeError's text for
+    the call, a traceback in the log)."""
+    asked: list[str] = []
+
+    async def roots(context: Any) -> types.ListRootsResult:
+        asked.append("roots")
+        return types.ListRootsResult(roots=[])
+
+    errlog = tmp_path / "gateway.log"
+    options = {**CALLBACKS, "list_roots_callback": roots}
+    async with sdk_client(config_for(tmp_path), mode, errlog=errlog, **options) as client:
+        with anyio.fail_after(60):
+            bad = await client.call_tool("m__bad_ask", {})
+            assert bad.is_error and "server 'm' sent malformed inputRequests" in text(bad), text(bad)
+            assert text(await client.call_tool("m__echo", {"text": "after"})) == "modern:after"
+    assert asked == []
+    assert "Traceback" not in errlog.read_text(), errlog.read_text()

@@ -29,10 +29,12 @@ Retry = Callable[[Mapping[str, Any]], Awaitable[dict[str, Any]]]
 
 
 def requests_of(result: Mapping[str, Any], server_id: str) -> dict[str, dict[str, Any]]:
-    """The input requests of an ``input_required`` result, checked for shape."""
+    """The input requests of an ``input_required`` result, checked for shape: each an object
+    naming its method, its params (if any) an object."""
     requests = result.get("inputRequests") or {}
     if not isinstance(requests, dict) or not all(
-        isinstance(r, dict) and isinstance(r.get("method"), str) for r in requests.values()
+        isinstance(r, dict) and isinstance(r.get("method"), str) and isinstance(r.get("params") or {}, dict)
+        for r in requests.values()
     ):
         raise MCPError(code=INVALID_REQUEST, message=f"prefixgate: server {server_id!r} sent malformed inputRequests")
     return requests

@@ -390,13 +390,11 @@ class Handlers:
         def passed_on(result: dict[str, Any]) -> dict[str, Any]:
             if server_id is None or not is_input_required(result):
                 return result
-            lacking = missing_capability(requests_of(result, server_id), capabilities)
-            if lacking is not None:
-                if method == "tools/call":
-                    return error_result(f"{server_id}: tool {target!r}: {refusal(lacking).error.message}")
-                raise refusal(lacking)
-            server_state = result.get("requestState")
             try:
+                lacking = missing_capability(requests_of(result, server_id), capabilities)
+                if lacking is not None:
+                    raise refusal(lacking)
+                server_state = result.get("requestState")
                 wrapped = trips.wrap(
                     owner, method, target, binding, server_id, server_state if isinstance(server_state, str) else None
                 )
