@@ -70,6 +70,7 @@ def tools() -> list[dict[str, Any]]:
         {"name": "many_asks", "description": "Asks for 2,000 inputs in one round.", "inputSchema": OBJ},
         {"name": "huge_state", "description": "Asks with a 300 KB requestState.", "inputSchema": OBJ},
         {"name": "bad_ask", "description": "Asks for input with params that are no object.", "inputSchema": OBJ},
+        {"name": "bad_sample", "description": "Asks for a sample with no messages.", "inputSchema": OBJ},
         {"name": "bad_schema", "description": "Root is not an object.", "inputSchema": {"type": "string"}},
         {
             "name": "bad_header",
@@ -231,6 +232,9 @@ async def call(ctx: ServerRequestContext[Any, Any], params: dict[str, Any]) -> d
         return {"resultType": "input_required", "inputRequests": {"k": ASKS["roots"]}, "requestState": "s" * 300_000}
     if name == "bad_ask":  # hostile: an input request whose params are a list
         return {"resultType": "input_required", "inputRequests": {"k": {"method": "roots/list", "params": [1]}}}
+    if name == "bad_sample":  # hostile: a sampling request no client's SDK can read
+        asks = {"k": {"method": "sampling/createMessage", "params": {"maxTokens": 5}}}
+        return {"resultType": "input_required", "inputRequests": asks}
     if name in ASKS:
         pending, said = with_input(str(name), params)
         return pending if pending is not None else text(str(said))

@@ -504,3 +504,24 @@ async def test_an_input_request_whose_params_are_no_object_fails_its_call_clearl
             assert text(await client.call_tool("m__echo", {"text": "after"})) == "modern:after"
     assert asked == []
     assert "Traceback" not in errlog.read_text(), errlog.read_text()
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_an_input_request_no_sdk_can_read_fails_its_call_naming_what(tmp_path: Path, mode: str) -> None:
+    """A sampling request with no messages: the call fails naming the server and what is
+    wrong, and nobody is asked. A 2026-07-28 client was passed the result, which its SDK
+    could not read (a ValidationError for the call, naming no server)."""
+    sampled: list[Any] = []
+
+    async def sampling(context: Any, params: Any) -> Any:
+        sampled.append(params)
+        raise AssertionError("asked to sample")
+
+    options = {**CALLBACKS, "sampling_callback": sampling}
+    async with sdk_client(config_for(tmp_path), mode, **options) as client:
+        with anyio.fail_after(60):
+            bad = await client.call_tool("m__bad_sample", {})
+            said = "server 'm' sent malformed inputRequests: k.params.messages: Field required"
+            assert bad.is_error and said in text(bad), text(bad)
+            assert text(await client.call_tool("m__echo", {"text": "after"})) == "modern:after"
+    assert sampled == []

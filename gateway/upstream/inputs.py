@@ -15,9 +15,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import anyio
+import mcp_types as types
 from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import INVALID_REQUEST
 from mcp_types.methods import is_input_required
+from pydantic import BaseModel, ValidationError
 
 from gateway.engine.capabilities import lacking
 from gateway.engine.roundtrip import MAX_ASKS
@@ -26,17 +28,36 @@ Ask = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 """Send one input request to the client; its answer."""
 Retry = Callable[[Mapping[str, Any]], Awaitable[dict[str, Any]]]
 """The same request again with ``inputResponses`` and ``requestState``."""
+INPUT_REQUESTS: dict[str, type[BaseModel]] = {
+    "sampling/createMessage": types.CreateMessageRequest,
+    "elicitation/create": types.ElicitRequest,
+    "roots/list": types.ListRootsRequest,
+}
+"""The SDK's type of each input request (``mcp_types.InputRequest``), by method."""
 
 
 def requests_of(result: Mapping[str, Any], server_id: str) -> dict[str, dict[str, Any]]:
     """The input requests of an ``input_required`` result, checked for shape: each an object
-    naming its method, its params (if any) an object."""
+    naming its method, its params (if any) an object, and readable as the SDK's type of that
+    request (a client's SDK could not read it: the call would fail there, naming nothing)."""
     requests = result.get("inputRequests") or {}
     if not isinstance(requests, dict) or not all(
         isinstance(r, dict) and isinstance(r.get("method"), str) and isinstance(r.get("params") or {}, dict)
         for r in requests.values()
     ):
         raise MCPError(code=INVALID_REQUEST, message=f"prefixgate: server {server_id!r} sent malformed inputRequests")
+    for key, request in requests.items():
+        if (model := INPUT_REQUESTS.get(request["method"])) is None:
+            continue  # no client answers it: refused as such (``missing_capability``)
+        try:
+            model.model_validate(request)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(map(str, (key, *first["loc"])))
+            raise MCPError(
+                code=INVALID_REQUEST,
+                message=f"prefixgate: server {server_id!r} sent malformed inputRequests: {where}: {first['msg']}",
+            ) from None
     return requests
 
 
