@@ -224,6 +224,19 @@ async def test_a_notification_that_does_not_validate_is_one_line_naming_its_serv
 
 
 @pytest.mark.parametrize("mode", ERAS)
+async def test_an_unparsable_reply_is_logged_naming_its_server(tmp_path: Path, mode: str) -> None:
+    # A reply that is not JSON fails its call; the log line says which server wrote it.
+    config = write_config(tmp_path, {"rogue": rogue()})
+    errlog = tmp_path / "gateway.log"
+    async with sdk_client(config, mode, errlog=errlog) as client:
+        with anyio.fail_after(60):
+            assert (await client.call_tool("rogue__not_json", {})).is_error
+            assert text(await client.call_tool("rogue__ok", {})) == "ok"
+    said = [line for line in errlog.read_text().splitlines() if "unparsable reply" in line]
+    assert len(said) == 1 and said[0].startswith("prefixgate WARNING [rogue] unparsable reply to request "), said
+
+
+@pytest.mark.parametrize("mode", ERAS)
 async def test_a_number_too_large_for_a_double_is_null_and_its_artifact_is_json(tmp_path: Path, mode: str) -> None:
     # 1e400 reads as inf, which JSON cannot carry: the client is sent null (as pydantic-core,
     # the SDK's own writer, writes it), and a spilled result's artifact says null too, never

@@ -39,7 +39,7 @@ def reading(pipe: Pipe, tg: Any, max_message_bytes: int = 1 << 20) -> tuple[RawC
     and the session's end of what the reader forwards (kept open while the test runs)."""
     to_session, from_reader = anyio.create_memory_object_stream[Any](1)
     calls = RawCalls(pipe, to_session, encode_plain, tg.start_soon, "t")
-    reader = ChildStdout(max_message_bytes)
+    reader = ChildStdout(max_message_bytes, "s")
     reader.calls = calls
     return calls, reader, from_reader
 

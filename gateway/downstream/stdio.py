@@ -235,13 +235,24 @@ def _validate(data: Any) -> SessionMessage | Exception:
         return exc
 
 
-def _too_large(line: Overlong, limit: int) -> SessionMessage | None:
+def _too_large(line: Overlong, limit: int, server: str) -> SessionMessage | None:
     """The error that fails the request an overlong reply answered, or None (nothing to fail)."""
     request_id = jsontext.find_id(line.head, line.tail)
     if request_id is None or jsontext.names_method(line.head):
-        log.warning("dropped a message of %d bytes (over max_message_bytes %d); no request to fail", line.size, limit)
+        log.warning(
+            "[%s] dropped a message of %d bytes (over max_message_bytes %d); no request to fail",
+            server,
+            line.size,
+            limit,
+        )
         return None
-    log.warning("dropped a reply of %d bytes to request %r (over max_message_bytes %d)", line.size, request_id, limit)
+    log.warning(
+        "[%s] dropped a reply of %d bytes to request %r (over max_message_bytes %d)",
+        server,
+        line.size,
+        request_id,
+        limit,
+    )
     return error_message(
         request_id, MESSAGE_TOO_LARGE, f"result of {line.size} bytes exceeds max_message_bytes {limit}"
     )
@@ -252,13 +263,13 @@ def _ends(line: bytes | bytearray) -> tuple[bytes, bytes]:
     return bytes(line[:KEEP]), bytes(line[-KEEP:])
 
 
-def _unparsable(exc: Exception, head: bytes, tail: bytes) -> SessionMessage | None:
+def _unparsable(exc: Exception, head: bytes, tail: bytes, server: str) -> SessionMessage | None:
     """The error that fails the request an unparsable reply answered, or None (none found)."""
     request_id = jsontext.find_id(head, tail)
     if request_id is None or jsontext.names_method(head):
         return None
     text = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
-    log.warning("unparsable reply to request %r: %s", request_id, text)
+    log.warning("[%s] unparsable reply to request %r: %s", server, request_id, text)
     return error_message(request_id, UNPARSABLE_REPLY, f"unparsable reply: {text}")
 
 
@@ -299,8 +310,10 @@ class ChildStdout(LineReader[SessionMessage | Exception | Deferred | Aside]):
     loop's callback, before any model parsing; every other message is queued for the
     session's forwarder, and a reply behind such messages waits its turn there."""
 
-    def __init__(self, max_message_bytes: int) -> None:
+    def __init__(self, max_message_bytes: int, server: str) -> None:
         super().__init__(LineSplitter(max_message_bytes))
+        self.server = server
+        """Its server's id, for the log lines about what it wrote."""
         self.calls: RawCalls | None = None
         """Set once the transport is up. A child may write before (a banner on stdout, or
         anything a server spawned before the gateway was up wrote meanwhile): no raw call
@@ -315,7 +328,7 @@ class ChildStdout(LineReader[SessionMessage | Exception | Deferred | Aside]):
             behind = self.behind  # a reply read behind queued messages is delivered after them
             message: SessionMessage | Exception | None
             if isinstance(lines[-1], Overlong):
-                message = _too_large(cast(Overlong, lines.pop()), self.max_message_bytes)
+                message = _too_large(cast(Overlong, lines.pop()), self.max_message_bytes, self.server)
             elif is_blank(lines[-1]):
                 lines.pop()
                 continue
@@ -339,7 +352,7 @@ class ChildStdout(LineReader[SessionMessage | Exception | Deferred | Aside]):
                 message = loaded if isinstance(loaded, ValueError) else _validate(loaded)
                 del loaded
                 if isinstance(message, Exception):
-                    message = _unparsable(message, *ends) or NotJsonRpc(ends[0])
+                    message = _unparsable(message, *ends, self.server) or NotJsonRpc(ends[0])
             if message is None:
                 continue
             if calls is not None and calls.pending and calls.take_message(message, deliver=not behind):
@@ -360,7 +373,7 @@ class ChildStdout(LineReader[SessionMessage | Exception | Deferred | Aside]):
         message = loaded if isinstance(loaded, ValueError) else await anyio.to_thread.run_sync(_validate, loaded)
         del loaded
         if isinstance(message, Exception):
-            message = _unparsable(message, *ends) or NotJsonRpc(ends[0])
+            message = _unparsable(message, *ends, self.server) or NotJsonRpc(ends[0])
         if message is not None and calls is not None and calls.pending and calls.take_message(message):
             return None
         return message
@@ -396,6 +409,7 @@ async def stdio_transport(
     on_stderr: Callable[[str], None] | None = None,
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     spawned: Spawned | None = None,
+    server: str = "",
 ) -> AsyncIterator[
     tuple[MemoryObjectReceiveStream[SessionMessage | Exception], MemoryObjectSendStream[SessionMessage], ChildProcess]
 ]:
@@ -403,7 +417,7 @@ async def stdio_transport(
     was up, ``gateway.downstream.spawn``), else a child spawned now in its own process group."""
     process = (spawned or spawn(command, args, env, cwd)).take()
     child = ChildProcess(process)
-    out = ChildStdout(max_message_bytes)
+    out = ChildStdout(max_message_bytes, server or command)
     transports: list[asyncio.BaseTransport] = []
     fds = (process.stdin, process.stdout, process.stderr)
     handed = 0  # each wrapper owns (and on failure closes) the descriptor handed to it

@@ -84,6 +84,7 @@ class StdioTransport(Transport):
             on_stderr=self.on_stderr,
             max_message_bytes=cfg.max_message_bytes,
             spawned=early,
+            server=cfg.id,
         ) as (read, write, child):
             self.child = child
             yield read, write
