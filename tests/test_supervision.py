@@ -136,6 +136,28 @@ async def test_a_server_that_exits_on_subscribe_is_named_in_the_error(tmp_path: 
             assert text(await client.call_tool("demo__echo", {"text": "still here"})) == "still here"
 
 
+@pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")  # (resources/subscribe)
+async def test_a_subscribe_to_a_server_that_does_not_offer_it_names_the_server(tmp_path: Path) -> None:
+    """A resource of a server whose capabilities have no ``resources.subscribe`` (the classic
+    FastMCP server; found by chaos: a URI no server lists goes to the first server offering
+    resources) was subscribed there anyway, and its bare "Method not found" reached the client,
+    from a gateway that advertises subscribe. The refusal now names the server and the URI,
+    and the server is not asked. Handshake era only (a 2026-07-28 client has no subscribe)."""
+    root = str(Path(__file__).resolve().parent.parent)
+    classic = {"command": PYTHON, "args": ["-m", "tests.classic_server"], "cwd": root}
+    config = write_config(tmp_path, {"c": classic, "d": demo("--tools", 1, "--rich", "--name", "d")})
+    async with sdk_client(config, "legacy") as client:
+        with anyio.fail_after(60):
+            error = await _refused(client.subscribe_resource("classic://asked/x"))
+            assert error.code == -32602, error
+            assert error.message == (
+                "prefixgate: server 'c' does not offer resources/subscribe (resource 'classic://asked/x')"
+            ), error
+            await client.unsubscribe_resource("classic://asked/x")  # (nothing was watched)
+            await client.subscribe_resource("demo://d/readme")  # a server that offers it still watches
+            assert text(await client.call_tool("d__echo", {"text": "still here"})) == "still here"
+
+
 async def _refused(request: Awaitable[Any]) -> Any:
     """The error a request is answered with (it must be one)."""
     from mcp.shared.exceptions import MCPError

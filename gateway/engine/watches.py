@@ -144,6 +144,13 @@ class Watches:
             raise MCPError(code=INVALID_PARAMS, message=f"prefixgate: no server offers resource {uri!r}")
         if downstream.modern:
             await downstream.watch_resource(uri, start)
+        elif not _subscribes(downstream):
+            # It never offered the method (a direct client would not have asked): its bare
+            # "Method not found" would read as the gateway's, which advertises subscribe.
+            if start:
+                message = f"prefixgate: server {downstream.id!r} does not offer resources/subscribe (resource {uri!r})"
+                raise MCPError(code=INVALID_PARAMS, message=message)
+            return
         else:
             method = "resources/subscribe" if start else "resources/unsubscribe"
             try:
@@ -163,3 +170,12 @@ class Watches:
 def _replaced_by(told: Downstream | None, downstream: Downstream) -> bool:
     """Whether ``downstream`` is the server a reload started in place of ``told`` (stopped)."""
     return told is not None and told.stopping and told.id == downstream.id and downstream.principal is None
+
+
+def _subscribes(downstream: Downstream) -> bool:
+    """Whether a handshake-era server offers ``resources/subscribe`` (its capabilities say so;
+    none known yet, as before its first start, is left to its answer)."""
+    if not downstream.capabilities:
+        return True
+    resources = downstream.capabilities.get("resources")
+    return isinstance(resources, dict) and bool(resources.get("subscribe"))
