@@ -525,3 +525,26 @@ async def test_an_input_request_no_sdk_can_read_fails_its_call_naming_what(tmp_p
             assert bad.is_error and said in text(bad), text(bad)
             assert text(await client.call_tool("m__echo", {"text": "after"})) == "modern:after"
     assert sampled == []
+
+
+@pytest.mark.real_processes  # the server's own process, by its pid
+async def test_a_lost_listen_stream_is_logged_by_its_cause(tmp_path: Path) -> None:
+    """The gateway's listen stream to a modern server that is killed (found by chaos) was
+    logged as ``subscriptions/listen ended: ExceptionGroup: unhandled errors in a TaskGroup
+    (1 sub-exception)``, naming nothing that happened; the line now names the one error inside."""
+    import os
+    import signal
+
+    from tests.helpers import wait_for
+    from tests.test_reload import children, gateway_pid
+
+    config = config_for(tmp_path)
+    errlog = tmp_path / "gateway.err"
+    async with sdk_client(config, "legacy", errlog=errlog) as client:
+        with anyio.fail_after(60):
+            assert text(await client.call_tool("m__echo", {"text": "hi"})) == "modern:hi"
+            (server,) = children(gateway_pid(config))
+            os.kill(server, signal.SIGKILL)
+            await wait_for(lambda: "subscriptions/listen ended" in errlog.read_text(encoding="utf-8"))
+    (line,) = [line for line in errlog.read_text(encoding="utf-8").splitlines() if "listen ended" in line]
+    assert "ExceptionGroup" not in line and "sub-exception" not in line, line

@@ -30,7 +30,10 @@ def leaf(exc: BaseException) -> BaseException:
 
 
 def short(exc: BaseException) -> str:
-    """One line for an error, escaped; a few that would quote what must not be shown are reworded."""
+    """One line for an error, escaped; a few that would quote what must not be shown are reworded.
+    A task group's wrapper around one error is that error: its own words name nothing."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
     text = str(exc).strip()
     if isinstance(exc, UnicodeDecodeError):
         text = f"an answer that is not UTF-8 text (byte {exc.start})"
