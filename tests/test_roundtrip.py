@@ -376,3 +376,16 @@ async def test_pending_round_trips_are_bounded_per_principal_across_profiles(tmp
                     assert isinstance(pending, types.InputRequiredResult)
                 refused = await two.session.call_tool("r__ask", {}, allow_input_required=True)
                 assert refused.is_error and "already has 2 calls waiting for its input" in text(refused)
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_the_demo_asks_for_input_without_warnings_on_its_stderr(tmp_path: Path, mode: str) -> None:
+    """The demo's sampling and roots requests (deprecated on 2026-07-28, served here) printed
+    the SDK's MCPDeprecationWarning to its stderr (found by chaos): the gateway logged it as
+    the server's, and the last line of it, a line of demo.py, became the reason shown for the
+    server being down once it had exited."""
+    errlog = tmp_path / "gateway.err"
+    async with sdk_client(config_for(tmp_path), mode, errlog=errlog, **CALLBACKS) as client:
+        with anyio.fail_after(60):
+            await answers_every_input_request(client)
+    assert "Warning" not in errlog.read_text(encoding="utf-8"), errlog.read_text(encoding="utf-8")

@@ -39,7 +39,7 @@ from mcp.server.subscriptions import (
     ServerEvent,
     ToolsListChanged,
 )
-from mcp.shared.exceptions import MCPError
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, ValidationError
 
@@ -673,6 +673,10 @@ async def _unused(ctx: Any, params: Any) -> types.ListToolsResult:  # pragma: no
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    # It asks for sampling and roots, deprecated on 2026-07-28, on purpose: the SDK's warning
+    # would reach the gateway's log as this server's stderr, and its last line (a line of this
+    # file) would be given as the reason once the server is down.
+    warnings.simplefilter("ignore", MCPDeprecationWarning)
     try:
         anyio.run(serve, args)
     except KeyboardInterrupt:
