@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -158,21 +159,28 @@ async def test_a_watched_resource_is_subscribed_again_when_its_server_is_back(tm
     asked for was passed on again; the subscription not)."""
     log = tmp_path / "server.log"
     config = write_config(tmp_path, {"s": surface(resources=["x://a"], log=str(log))})
+    async with sdk_client(config, mode) as client, _watching(client, mode, "x://a"):
+        await wait_for(lambda: len(_subscribed(log, "x://a")) == 1)
+        crashed = await client.call_tool("s__emit", {"exit": True})
+        assert crashed.is_error
+        await wait_for(lambda: len(set(_subscribed(log, "x://a"))) == 2)  # the new process's pid
 
-    def subscribes() -> list[int]:
-        lines = [json.loads(line) for line in log.read_text().splitlines()]
-        return [m["pid"] for m in lines if m["method"] == "resources/subscribe" and m["params"]["uri"] == "x://a"]
 
-    async with sdk_client(config, mode) as client:
-        async with contextlib.AsyncExitStack() as stack:
-            if mode == "legacy":
-                await client.subscribe_resource("x://a")
-            else:
-                await stack.enter_async_context(client.listen(resource_subscriptions=["x://a"]))
-            await wait_for(lambda: len(subscribes()) == 1)
-            crashed = await client.call_tool("s__emit", {"exit": True})
-            assert crashed.is_error
-            await wait_for(lambda: len(set(subscribes())) == 2)  # the new process's pid
+def _subscribed(log: Path, uri: str) -> list[int]:
+    """The pid of each surface server process asked to report ``uri`` (its log, a line each)."""
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    return [m["pid"] for m in lines if m["method"] == "resources/subscribe" and m["params"]["uri"] == uri]
+
+
+@contextlib.asynccontextmanager
+async def _watching(client: Any, mode: str, uri: str) -> AsyncIterator[None]:
+    """``uri`` watched by ``client`` as its era watches: a subscription, or a listen stream."""
+    async with contextlib.AsyncExitStack() as stack:
+        if mode == "legacy":
+            await client.subscribe_resource(uri)
+        else:
+            await stack.enter_async_context(client.listen(resource_subscriptions=[uri]))
+        yield
 
 
 @pytest.mark.parametrize("mode", ERAS)
@@ -256,17 +264,7 @@ async def test_a_watched_resource_is_subscribed_again_when_a_reload_restarts_its
     log = tmp_path / "server.log"
     server = surface(resources=["x://a"], log=str(log))
     config = write_config(tmp_path, {"s": server})
-
-    def subscribes() -> list[int]:
-        lines = [json.loads(line) for line in log.read_text().splitlines()]
-        return [m["pid"] for m in lines if m["method"] == "resources/subscribe" and m["params"]["uri"] == "x://a"]
-
-    async with sdk_client(config, mode) as client:
-        async with contextlib.AsyncExitStack() as stack:
-            if mode == "legacy":
-                await client.subscribe_resource("x://a")
-            else:
-                await stack.enter_async_context(client.listen(resource_subscriptions=["x://a"]))
-            await wait_for(lambda: len(subscribes()) == 1)
-            write_config(tmp_path, {"s": {**server, "env": {"ROTATED": "1"}}})
-            await wait_for(lambda: len(set(subscribes())) == 2)  # the new process's pid
+    async with sdk_client(config, mode) as client, _watching(client, mode, "x://a"):
+        await wait_for(lambda: len(_subscribed(log, "x://a")) == 1)
+        write_config(tmp_path, {"s": {**server, "env": {"ROTATED": "1"}}})
+        await wait_for(lambda: len(set(_subscribed(log, "x://a"))) == 2)  # the new process's pid
