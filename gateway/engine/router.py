@@ -242,19 +242,19 @@ class Router:
         wrapped: bool = False,
     ) -> dict[str, Any]:
         entry = epoch.catalog.get(name)
-        if entry is not None and entry.server not in self.downstreams:
-            # An epoch published before a reload removed its server (the reload swaps the
-            # servers first and publishes the next epoch after a rebuild): no server to run it.
-            return _refused(note, "unknown", _removed(name, entry.server))
-        if entry is not None and self.downstreams[entry.server].joining():
+        joining = None if entry is None else self.downstreams.get(entry.server)
+        if joining is not None and joining.joining():
             # A warm start's catalog, its server not up yet, or up but not yet taken in: wait
             # for it, then gate the call with what the gateway knows once it is (under a lock,
             # whether the live tool still matches the approved one).
-            await self.downstreams[entry.server].started()
+            await joining.started()
             if self.epoch is not None and self.epoch is not epoch:
                 epoch = self.epoch
                 entry = epoch.catalog.get(name)
-        if entry is not None and entry.server not in self.downstreams:  # removed by a reload while it waited
+        if entry is not None and entry.server not in self.downstreams:
+            # An epoch published before a reload removed its server (the reload swaps the
+            # servers first and publishes the next epoch after a rebuild), before the call or
+            # while it waited for the server: no server to run it.
             return _refused(note, "unknown", _removed(name, entry.server))
         if entry is not None and not self.settled.is_set() and name not in epoch.lock_refusals:
             if not _still_lists(self.downstreams[entry.server], entry.original):
