@@ -111,7 +111,8 @@ def _unvalidated_note(record: logging.LogRecord) -> None:
     and the first problem pydantic found (where and what, never the value sent)."""
     problem = record.exc_info[1] if record.exc_info else None
     errors = getattr(problem, "errors", None)
-    first = errors()[0] if callable(errors) and errors() else None
+    found = errors() if callable(errors) else None
+    first = found[0] if found else None
     what = f"{'.'.join(map(str, first['loc']))}: {first['msg']}" if first else type(problem).__name__
     server = PEER.get()
     record.msg = "%signored a %s that did not validate: %s"
@@ -119,10 +120,13 @@ def _unvalidated_note(record: logging.LogRecord) -> None:
     record.exc_info, record.exc_text = None, None
 
 
-def _without_auth_tracebacks(record: logging.LogRecord) -> bool:
-    """The SDK's OAuth client logs its failures with their tracebacks, which can hold what an
-    authorization server sent (a refresh answer that did not parse, a token it refused): the
-    gateway reports each such failure itself, in one line that quotes none of it."""
+def _sdk_tracebacks_in_one_line(record: logging.LogRecord) -> bool:
+    """Three of the SDK's logs with tracebacks, each made one line (or dropped below info).
+
+    Its OAuth client's failures can hold what an authorization server sent (a refresh answer
+    that did not parse, a token it refused): the gateway reports each such failure itself, in
+    one line that quotes none of it. A POST to a session as it closes, and a server's
+    notification that does not validate, are a peer's doing, not the gateway's."""
     if record.name.startswith("mcp.client.auth") and record.exc_info:
         record.msg = f"{record.getMessage()}: {record.exc_info[0].__name__ if record.exc_info[0] else 'error'}"
         record.args = None
@@ -155,7 +159,7 @@ def setup(level: str) -> None:
     global _writer
     records: queue.Queue[logging.LogRecord | None] = queue.Queue(QUEUE_RECORDS)
     handler = _DroppingQueueHandler(records)
-    handler.addFilter(_without_auth_tracebacks)
+    handler.addFilter(_sdk_tracebacks_in_one_line)
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.WARNING)
