@@ -50,6 +50,7 @@ from gateway.config import ServerConfig
 from gateway.downstream.bounded import decoded, encodings_taken
 from gateway.downstream.errors import leaf, short
 from gateway.downstream.oauthdiscovery import OriginDiscovery, undiscovered
+from gateway.downstream.proxies import EnvironmentRoutes
 from gateway.sdk import choose_authorization_server
 
 PLACEHOLDER_REDIRECT = "http://127.0.0.1/callback"
@@ -693,7 +694,7 @@ class CappedAuthAnswers(httpx2.AsyncBaseTransport):
 
     def __init__(self, endpoint: str, inner: httpx2.AsyncBaseTransport | None = None, cap: int = MAX_AUTH_ANSWER):
         self.endpoint = httpx2.URL(endpoint)
-        self.inner = inner or httpx2.AsyncHTTPTransport()
+        self.inner = inner or EnvironmentRoutes()
         self.cap = cap
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:

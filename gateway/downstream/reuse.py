@@ -17,6 +17,8 @@ from collections.abc import AsyncIterator
 import anyio
 import httpx2
 
+from gateway.downstream.proxies import EnvironmentRoutes
+
 DRAIN_SECONDS = 0.05
 """How long a closed-early response is read for its end."""
 DRAIN_BYTES = 64 << 10
@@ -55,7 +57,7 @@ class ReusedConnections(httpx2.AsyncBaseTransport):
     first (see the module docstring); everything else passes through unchanged."""
 
     def __init__(self, inner: httpx2.AsyncBaseTransport | None = None) -> None:
-        self.inner = inner or httpx2.AsyncHTTPTransport()
+        self.inner = inner or EnvironmentRoutes()
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         response = await self.inner.handle_async_request(request)

@@ -21,6 +21,7 @@ import anyio
 from gateway.config import ServerConfig
 from gateway.downstream.bounded import BoundedAnswers
 from gateway.downstream.httpcalls import HttpCalls, SessionWatch
+from gateway.downstream.proxies import EnvironmentRoutes
 from gateway.downstream.rawcalls import RawCalls
 from gateway.downstream.rawhttp import Pool
 from gateway.downstream.related import Related
@@ -124,7 +125,7 @@ class StreamableHttpTransport(_Remote):
 
             inner: httpx2.AsyncBaseTransport = CappedAuthAnswers(self.url)
         else:
-            inner = httpx2.AsyncHTTPTransport()
+            inner = EnvironmentRoutes()
         limit = self.config.max_message_bytes
         self.related = Related()
         watch = SessionWatch(BoundedAnswers(inner, limit))
@@ -238,7 +239,7 @@ def _client_factory(check: Any, capped: str | None) -> Any:
     from gateway.downstream.oauth import CappedAuthAnswers
 
     def factory(headers: Any = None, timeout: Any = None, auth: Any = None) -> httpx2.AsyncClient:
-        transport = CappedAuthAnswers(capped) if capped is not None else None  # (None: the client's own)
+        transport = CappedAuthAnswers(capped) if capped is not None else EnvironmentRoutes()
         hooks = {"response": [check]}
         return httpx2.AsyncClient(headers=headers, timeout=timeout, auth=auth, transport=transport, event_hooks=hooks)
 
