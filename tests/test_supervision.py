@@ -158,6 +158,29 @@ async def test_a_subscribe_to_a_server_that_does_not_offer_it_names_the_server(t
             assert text(await client.call_tool("d__echo", {"text": "still here"})) == "still here"
 
 
+async def test_a_listen_stream_acknowledges_only_the_resources_it_watches(tmp_path: Path) -> None:
+    """2026-07-28's ``subscriptions/listen`` acknowledges "the subset the server agreed to
+    honor": a resource whose server does not offer subscribe (the classic FastMCP server) is
+    not watched, and was acknowledged all the same, so a client waited for updates that could
+    never come, told nothing. It is now left out of the acknowledgment; the rest is watched.
+    (A handshake-era client's resources/subscribe of it is refused, the test above.)"""
+    from mcp.client.subscriptions import ResourceUpdated
+
+    root = str(Path(__file__).resolve().parent.parent)
+    classic = {"command": PYTHON, "args": ["-m", "tests.classic_server"], "cwd": root}
+    config = write_config(tmp_path, {"c": classic, "d": demo("--tools", 1, "--rich", "--name", "d")})
+    async with sdk_client(config, "auto") as client:
+        with anyio.fail_after(60):
+            wanted = ["classic://asked/x", "demo://d/readme"]
+            async with client.listen(tools_list_changed=True, resource_subscriptions=wanted) as events:
+                assert events.honored.resource_subscriptions == ["demo://d/readme"], events.honored
+                assert events.honored.tools_list_changed is True, events.honored
+                assert text(await client.call_tool("d__touch", {})) == "touched"
+                async for event in events:
+                    assert isinstance(event, ResourceUpdated) and event.uri == "demo://d/readme", event
+                    break
+
+
 async def _refused(request: Awaitable[Any]) -> Any:
     """The error a request is answered with (it must be one)."""
     from mcp.shared.exceptions import MCPError

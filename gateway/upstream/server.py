@@ -836,6 +836,22 @@ LISTEN_STREAMS_PER_PRINCIPAL = int(os.environ.get("PREFIXGATE_LISTEN_STREAMS_PER
 variable exists for tests): the SDK's own bound (1,024) is one for every principal."""
 
 
+def _honoring(
+    params: types.SubscriptionsListenRequestParams, watched: list[str]
+) -> types.SubscriptionsListenRequestParams:
+    """``params`` with only the resources watched: the acknowledgment names "the subset the
+    server agreed to honor" (2026-07-28, subscriptions), and a resource whose server does not
+    report updates (or that was refused) would otherwise be acknowledged and never heard of."""
+    requested = params.notifications.resource_subscriptions
+    if not requested:
+        return params
+    kept = set(watched)
+    honored = [uri for uri in requested if uri in kept] or None
+    return params.model_copy(
+        update={"notifications": params.notifications.model_copy(update={"resource_subscriptions": honored})}
+    )
+
+
 class WatchingListen:
     """``subscriptions/listen`` that also watches the stream's resources downstream.
 
@@ -880,7 +896,7 @@ class WatchingListen:
                     watched.append(uri)
                 except MCPError as exc:  # not offered, or refused: the stream serves the rest
                     log.info("listen stream: not watching %r: %s", uri, exc.message)
-            return await self.inner(ctx, params)
+            return await self.inner(ctx, _honoring(params, watched))
         finally:
             self.open.give(who, stream)
             with anyio.CancelScope(shield=True):
