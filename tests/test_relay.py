@@ -181,6 +181,45 @@ async def test_completion_for_a_reference_outside_the_catalog_says_what_it_is(co
         assert template.value.error.message == "prefixgate: no server offers completion for resource 'demo://nope/{id}'"
 
 
+@pytest.mark.parametrize("mode", ERAS)
+async def test_completion_for_a_server_that_offers_none_names_the_server(tmp_path: Path, mode: str) -> None:
+    """A completion for the prompt or template of a server whose capabilities lack
+    ``completions`` (the classic FastMCP server, a 2026-07-28 server) was sent there anyway,
+    and its bare "Method not found" (HTTP 404 on 2026-07-28: "the server does not implement
+    the method") reached the client from a gateway that advertises completions. The server
+    is no longer asked: -32602 names it and the prompt or URI; a server that offers
+    completions still completes."""
+    root = str(Path(__file__).resolve().parent.parent)
+    servers = {
+        "c": {"command": PYTHON, "args": ["-m", "tests.classic_server"], "cwd": root},
+        "m": {"command": PYTHON, "args": ["-m", "tests.modern_server"], "cwd": root},
+        "r": demo("--tools", 0, "--rich", "--name", "r"),
+    }
+    config = write_config(tmp_path, servers)
+    async with sdk_client(config, mode) as client:
+        with anyio.fail_after(60):
+            await client.list_prompts()  # (the catalog is up: every server's capabilities are known)
+            refs = {
+                "prompt 'c__pause'": ("c", types.PromptReference(type="ref/prompt", name="c__pause")),
+                "prompt 'm__interview'": ("m", types.PromptReference(type="ref/prompt", name="m__interview")),
+                "resource 'classic://asked/{topic}'": (
+                    "c",
+                    types.ResourceTemplateReference(type="ref/resource", uri="classic://asked/{topic}"),
+                ),
+            }
+            for what, (server, ref) in refs.items():
+                with pytest.raises(MCPError) as refused:
+                    await client.complete(ref, {"name": "seconds", "value": "1"})
+                assert (refused.value.error.code, refused.value.error.message) == (
+                    -32602,
+                    f"prefixgate: server {server!r} does not offer completion ({what})",
+                ), what
+            done = await client.complete(
+                types.PromptReference(type="ref/prompt", name="r__greet"), {"name": "who", "value": "a"}
+            )
+            assert done.completion.values == ["alice@r"]
+
+
 @pytest.mark.parametrize(
     ("tool", "answer", "named"),
     [

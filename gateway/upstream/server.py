@@ -591,7 +591,7 @@ class Handlers:
         request = _relayed_params(ctx)
         ref = dict(request.get("ref") or {})
         server_id: str | None = None
-        what = f"completion for {ref.get('type')}"
+        of = str(ref.get("type"))
         if ref.get("type") == "ref/prompt":
             # Refused as prompts/get refuses the name (a down server's prompt is still listed:
             # it gets the routed requests' own "is down" answer).
@@ -600,12 +600,19 @@ class Handlers:
             if route is None:
                 raise MCPError(code=INVALID_PARAMS, message=UNKNOWN_PROMPT)
             server_id, ref["name"] = route
-            what = f"completion for prompt {name!r}"
+            of = f"prompt {name!r}"
         elif ref.get("type") == "ref/resource":
             uri = str(ref.get("uri"))
             server_id = surface.owner_of_template(uri) or surface.owner_of_uri(uri)
-            what = f"completion for resource {uri!r}"  # (as resources/read names its URI)
-        return await self.routed(ctx, server_id, what, "completion/complete", {**request, "ref": ref})
+            of = f"resource {uri!r}"  # (as resources/read names its URI)
+        known = self.hub.by_id.get(server_id) if server_id is not None else None
+        if known is not None and known.capabilities and "completions" not in known.capabilities:
+            # It never offered the method (a direct client would not have asked): its bare
+            # "Method not found" (404 over 2026-07-28 HTTP) would read as the gateway's, which
+            # advertises completions when any of its servers does.
+            message = f"prefixgate: server {server_id!r} does not offer completion ({of})"
+            raise MCPError(code=INVALID_PARAMS, message=message)
+        return await self.routed(ctx, server_id, f"completion for {of}", "completion/complete", {**request, "ref": ref})
 
     async def roots_changed(self, ctx: Context, params: Any) -> None:
         """A client says its roots changed (``tell_roots_changed``)."""
