@@ -317,3 +317,29 @@ async def test_a_call_whose_meta_nests_deeply_is_answered_as_on_the_sdk_path(tmp
     fast, sdk = deep_conversation(config, True, modern), deep_conversation(config, False, modern)
     assert fast == sdk
     assert b"still here" in fast[-1] and b'"id":1' in fast[0]
+
+
+@pytest.mark.parametrize("era", ["handshake", "modern"])
+async def test_a_tools_list_with_malformed_meta_is_refused_as_any_list(tmp_path: Path, era: str) -> None:
+    """A ``tools/list`` whose ``_meta`` the protocol's types refuse (on 2026-07-28 a
+    ``logLevel`` of no level, which the spec says to refuse with -32602; in either era a
+    progress token that is a list) was answered with the catalog: the gateway answers
+    tools/list before the SDK's surface check, which refuses it for every other list."""
+    modern = era == "modern"
+    config = fast_config(tmp_path)
+    malformed: list[dict[str, Any]] = [{"progressToken": []}]
+    if modern:
+        malformed.append({"io.modelcontextprotocol/logLevel": "loud"})
+    with raw_gateway(config, None, {}) as gw:
+        s, _ = opened(gw, modern)
+        base = s.params("x", {}).get("_meta", {})
+        for n, bad in enumerate(malformed):
+            answers = []
+            for method in ("tools/list", "prompts/list"):
+                gw.request(f"{method} {n}", method, {"_meta": {**base, **bad}})
+                answers.append(s.until(method, f"{method} {n}"))
+            refused, reference = answers
+            assert refused.get("error", {}).get("code") == -32602, (bad, refused)
+            assert refused["error"] == reference["error"], bad
+        gw.request("good", "tools/list", {"_meta": base} if base else {})
+        assert "tools" in s.until("good", "good")["result"]

@@ -323,3 +323,40 @@ def test_an_unhashable_method_is_refused_as_by_the_sdk_entry(tmp_path: Path) -> 
     assert b"still here" in steps["after"][2]
     for log in (lane_log, sdk_log):
         assert "Traceback" not in log, log[-3000:]
+
+
+MALFORMED_ENVELOPES: list[tuple[str, dict[str, Any]]] = [
+    ("log level", {"io.modelcontextprotocol/logLevel": "loud"}),
+    ("capabilities", {CLIENT_CAPABILITIES_META_KEY: "all"}),
+    ("client info", {"io.modelcontextprotocol/clientInfo": 5}),
+]
+"""2026-07-28 envelopes whose keys are there but whose values the protocol's types refuse."""
+
+
+def envelope_conversation(config: Path, lane: bool) -> tuple[list[tuple[str, Response]], str]:
+    accept = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+    with gateway(config, lane) as (url, stderr), httpx.Client(headers=accept, timeout=60) as http:
+        s = Script(http, url)
+        for n, (label, bad) in enumerate(MALFORMED_ENVELOPES):
+            for method in ("tools/list", "prompts/list"):
+                params = {"_meta": {**envelope(), **bad}}
+                s.post(f"{method} {label}", request(n, method, params), routing(method))
+        s.post("tools/list", request("l", "tools/list", {"_meta": envelope()}), routing("tools/list"))
+        return s.out, stderr.read_text(encoding="utf-8", errors="replace")
+
+
+def test_a_tools_list_whose_envelope_is_malformed_is_refused_as_any_list(tmp_path: Path) -> None:
+    """A 2026-07-28 ``tools/list`` whose ``_meta`` envelope holds a value the protocol's types
+    refuse (a ``logLevel`` of no level, which the spec says to refuse with -32602) was
+    answered with the catalog, where every other list is refused -32602 (HTTP 400): the
+    gateway answers tools/list itself, before the SDK's surface check. Both paths now refuse it."""
+    config = fast_config(tmp_path)
+    lane, _lane_log = envelope_conversation(config, True)
+    sdk, _sdk_log = envelope_conversation(config, False)
+    assert_same(lane, sdk)
+    steps = dict(lane)
+    for label, _bad in MALFORMED_ENVELOPES:
+        refused, reference = steps[f"tools/list {label}"], steps[f"prompts/list {label}"]
+        assert refused[0] == 400 and b'"code":-32602' in refused[2], (label, refused)
+        assert refused[2] == reference[2], label
+    assert steps["tools/list"][0] == 200 and b'"tools":[' in steps["tools/list"][2]

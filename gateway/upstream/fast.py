@@ -487,6 +487,26 @@ def valid_call(version: str, params: dict[str, Any], meta: str | None) -> bool:
     return True
 
 
+_VALID_LISTS = _Remembered()
+"""``tools/list`` envelopes found valid (see ``valid_list``)."""
+
+
+def valid_list(version: str, params: dict[str, Any], meta: str | None) -> bool:
+    """``validate_client_request("tools/list", version, params)``'s verdict, remembered: a
+    client lists with the same envelope each time, so a list of just ``_meta`` is validated
+    once per distinct ``_meta`` (``meta``, its key). Anything else is validated every time."""
+    key = f"{version}\0{meta}" if meta is not None and params.keys() <= {"_meta"} else None
+    if key is not None and _VALID_LISTS.get(key) is not None:
+        return True
+    try:
+        validate_client_request("tools/list", version, params)
+    except (ValidationError, KeyError):
+        return False
+    if key is not None:
+        _VALID_LISTS.put(key, True)
+    return True
+
+
 async def unwind(connection: Connection) -> None:
     """Close a per-request connection: only the gateway's own synchronous callbacks are on
     its exit stack (the client record's), so closing it never suspends and needs neither

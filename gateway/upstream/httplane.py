@@ -59,6 +59,7 @@ from gateway.upstream.fast import (
     progress_params,
     unwind,
     valid_call,
+    valid_list,
 )
 from gateway.upstream.server import Handlers
 
@@ -287,6 +288,8 @@ class ModernLane:
                 return None
             if not valid_call(route.protocol_version, params, meta):
                 return None  # the SDK refuses it with its own error
+        elif not valid_list(route.protocol_version, params, meta):
+            return None  # (an envelope whose values are malformed, say a logLevel of no level)
         if not self.used:
             self.used = True
             log.info("2026-07-28 tools/call, tools/list answered on the HTTP lane (%s=0 turns it off)", FAST_PATH_ENV)

@@ -199,7 +199,9 @@ class Handlers:
                 return await self.roots_changed(ctx, None)
             return await call_next(ctx)
         client = await self.client_of(ctx)
-        if ctx.method == "tools/list":
+        if ctx.method == "tools/list" and _well_formed(ctx):
+            # Malformed params (an envelope whose logLevel is no level, clientCapabilities
+            # that are no object) go on to the SDK, which refuses them as for any list.
             return await self.list_tools(ctx, None)
         if ctx.method == "tools/call" and _well_formed(ctx):
             # The router checks the name and arguments itself and every result it returns
@@ -714,8 +716,8 @@ class _Progress:
 _INPUT_METHODS = ("prompts/get", "resources/read")
 """Besides tools/call, the requests a server may answer with a request for input."""
 
-_LISTS = frozenset(("prompts/list", "resources/list", "resources/templates/list"))
-"""The lists the SDK hands to ``Handlers`` (tools/list the middleware answers itself)."""
+_LISTS = frozenset(("tools/list", "prompts/list", "resources/list", "resources/templates/list"))
+"""The lists the SDK hands to ``Handlers`` (a well-formed tools/list the middleware answers itself)."""
 
 
 def refuse_cursor(params: Any) -> None:
