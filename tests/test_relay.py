@@ -182,6 +182,30 @@ async def test_completion_for_a_reference_outside_the_catalog_says_what_it_is(co
 
 
 @pytest.mark.parametrize("mode", ERAS)
+async def test_a_resource_not_found_is_told_in_the_client_s_era(tmp_path: Path, mode: str) -> None:
+    """A server's "Resource not found" is -32002 up to 2025-11-25; 2026-07-28 replaced it with
+    -32602 and says its implementations MUST NOT emit -32002. The gateway passed the server's
+    -32002 on to a 2026-07-28 client (from a server of either era); it now tells that client
+    -32602, the message and data kept, and a handshake-era client still gets -32002."""
+    servers = {
+        "r": {**demo("--tools", 0, "--rich", "--name", "r"), "protocol": "legacy"},
+        "s": {**demo("--tools", 0, "--rich", "--name", "s"), "protocol": "modern"},
+    }
+    config = write_config(tmp_path, servers)
+    async with sdk_client(config, mode) as client:
+        with anyio.fail_after(60):
+            for server in servers:
+                with pytest.raises(MCPError) as missing:
+                    await client.read_resource(f"demo://{server}/missing")
+                code = -32602 if mode == "auto" else -32002
+                assert (missing.value.error.code, missing.value.error.message) == (
+                    code,
+                    f"Resource not found: demo://{server}/missing",
+                ), server
+            assert (await client.read_resource("demo://s/readme")).contents[0].text == "s says hello"
+
+
+@pytest.mark.parametrize("mode", ERAS)
 async def test_completion_for_a_server_that_offers_none_names_the_server(tmp_path: Path, mode: str) -> None:
     """A completion for the prompt or template of a server whose capabilities lack
     ``completions`` (the classic FastMCP server, a 2026-07-28 server) was sent there anyway,

@@ -490,6 +490,8 @@ class Handlers:
                     # The SDK's bare words named no one: which server went, during what.
                     message = f"prefixgate: connection to server {server_id!r} closed during the request for {what}"
                     raise MCPError(code=CONNECTION_CLOSED, message=message) from None
+                if exc.code == _RESOURCE_NOT_FOUND and ctx.protocol_version not in HANDSHAKE_PROTOCOL_VERSIONS:
+                    raise MCPError(code=INVALID_PARAMS, message=exc.error.message, data=exc.error.data) from None
                 raise
 
         async def run(answers: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -715,6 +717,10 @@ class _Progress:
 
 _INPUT_METHODS = ("prompts/get", "resources/read")
 """Besides tools/call, the requests a server may answer with a request for input."""
+
+_RESOURCE_NOT_FOUND = -32002
+"""A server's "Resource not found" up to 2025-11-25: 2026-07-28 replaced it with -32602 and
+says its implementations must not send it, so a 2026-07-28 client is told -32602 instead."""
 
 _LISTS = frozenset(("tools/list", "prompts/list", "resources/list", "resources/templates/list"))
 """The lists the SDK hands to ``Handlers`` (a well-formed tools/list the middleware answers itself)."""
