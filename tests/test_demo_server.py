@@ -43,6 +43,13 @@ async def exercise(client: Any) -> None:
     resources = {str(r.uri) for r in (await client.list_resources()).resources}
     assert "demo://d/readme" in resources
     assert (await client.read_resource("demo://d/readme")).contents[0].text == "d says hello"
+    with pytest.raises(MCPError) as missing:  # -32002 up to 2025-11-25; 2026-07-28 retired it for -32602
+        await client.read_resource("demo://d/missing")
+    modern = client.session.protocol_version == "2026-07-28"
+    assert (missing.value.error.code, missing.value.error.message) == (
+        -32602 if modern else -32002,
+        "Resource not found: demo://d/missing",
+    )
     templates = (await client.list_resource_templates()).resource_templates
     assert [t.uri_template for t in templates] == ["demo://d/items/{id}"]
     assert {p.name for p in (await client.list_prompts()).prompts} == {"greet", "summarize"}

@@ -474,7 +474,8 @@ class DemoServer:
             return {"contents": [{"uri": uri, "text": ",".join(str(r.uri) for r in roots.roots)}]}
         if uri.startswith(f"{base}/items/"):
             return {"contents": [{"uri": uri, "text": f"item {uri.rsplit('/', 1)[1]} of {self.args.name}"}]}
-        raise MCPError(code=-32002, message=f"Resource not found: {uri}")
+        # 2026-07-28 retired the handshake era's -32002 for -32602 (its servers must not send it).
+        raise MCPError(code=-32602 if is_modern(ctx) else -32002, message=f"Resource not found: {uri}")
 
     async def subscribe(self, ctx: Any, params: Any) -> Any:
         return {}
