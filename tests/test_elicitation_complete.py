@@ -108,13 +108,50 @@ async def test_the_notices_reach_a_handshake_client_through_the_gateway(
 
 @pytest.mark.parametrize("front", ["stdio", "http"])
 async def test_a_2026_client_s_calls_work_without_the_notice(tmp_path: Path, front: str) -> None:
+    from mcp.client._input_required import InputRequiredRoundsExceededError
+
     notes = Notifications()
     async with _through_gateway(tmp_path, front, "stdio", "auto", notes) as client:
         assert text(await client.call_tool("classic__elicit_url", {})) == "url:accept"
-        with pytest.raises(MCPError) as failed:
+        # It requires its sign-in on every call: asked as input each time (no -32042,
+        # which 2026-07-28 retired), until the client's own bound on rounds.
+        with pytest.raises(InputRequiredRoundsExceededError):
             await client.call_tool("classic__url_required", {})
-        assert failed.value.error.code == types.URL_ELICITATION_REQUIRED
         assert text(await client.call_tool("classic__echo", {"text": "after"})) == "classic:after"
+
+
+@pytest.mark.parametrize("front", ["stdio", "http"])
+async def test_a_url_elicitation_required_reaches_a_2026_client_as_input_required(tmp_path: Path, front: str) -> None:
+    """A handshake-era server's ``-32042`` (URL-mode elicitations to complete first, then the
+    request again; tests/told_server.py's ``once`` prompt, resource and tool) reached a
+    2026-07-28 client as that error, which 2026-07-28 retired and says its implementations
+    must not send. The client is now asked the 2026-07-28 way (``input_required``, an
+    ``elicitation/create`` of mode ``url``), and its retry runs the request anew at the
+    server; one that declines the sign-in is told so."""
+    asked: list[tuple[str, str]] = []
+    declining: list[bool] = []
+
+    async def sign_in(context: Any, params: Any) -> types.ElicitResult:
+        asked.append((params.mode, params.url))
+        return types.ElicitResult(action="decline" if declining else "accept")
+
+    told = {"command": sys.executable, "args": ["-m", "tests.told_server"], "cwd": str(ROOT)}
+    config = write_config(tmp_path, {"t": told})
+    async with _front(config, front, "auto", {"elicitation_callback": sign_in}) as client:
+        with anyio.fail_after(60):
+            assert text(await client.call_tool("t__once_tool", {})) == "signed in: once-tool"
+            prompt = await client.get_prompt("t__once")
+            assert prompt.messages[0].content.text == "signed in: once-prompt"
+            read = await client.read_resource("once://doc")
+            assert read.contents[0].text == "signed in: once-doc"
+            assert asked == [("url", "https://example.com/login")] * 3, asked
+            declining.append(True)
+            with pytest.raises(MCPError) as refused:
+                await client.read_resource("once://no")
+            assert refused.value.error.code == -32600, refused.value.error
+            assert refused.value.error.message == (
+                "prefixgate: resources/read 'once://no': server 't' requires a URL elicitation, declined"
+            )
 
 
 @pytest.mark.parametrize("behind", ["stdio", "http"])

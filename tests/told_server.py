@@ -8,7 +8,9 @@ answer; prompt ``sign_in`` and resource template ``signin://{topic}`` fail with 
 send its completion notice on the session a moment later; tool ``echo(text)``; tool
 ``hide(topic)`` adds a resource ``hidden://<topic>`` that it serves but does not list (nor
 say its list changed) and answers with a ``resource_link`` to it, as the spec allows; prompt
-``hidden(topic)`` does the same, the link in its message.
+``hidden(topic)`` does the same, the link in its message. Prompt ``once``, resource template
+``once://{topic}`` and tool ``once_tool`` fail with ``-32042`` the first time (each its own
+elicitation), then answer ``signed in: <id>``.
 """
 
 from __future__ import annotations
@@ -90,6 +92,39 @@ async def sign_in(ctx: Context) -> str:
 async def sign_in_resource(topic: str, ctx: Context) -> str:
     """Fail with -32042: sign in first."""
     raise _sign_in_first(ctx.session, f"sign-in-{topic}")
+
+
+signed_in: set[str] = set()
+"""The URL-mode elicitations whose sign-in the ``once`` prompt, resource and tool asked for once."""
+
+
+def _once(elicitation_id: str) -> str:
+    """Fail with ``-32042`` the first time ``elicitation_id`` is asked for, then answer."""
+    if elicitation_id not in signed_in:
+        signed_in.add(elicitation_id)
+        link = types.ElicitRequestURLParams(
+            message="Sign in first.", url="https://example.com/login", elicitation_id=elicitation_id
+        )
+        raise UrlElicitationRequiredError([link])
+    return f"signed in: {elicitation_id}"
+
+
+@server.prompt()
+async def once() -> str:
+    """Fail with -32042 the first time (sign in first), then answer."""
+    return _once("once-prompt")
+
+
+@server.resource("once://{topic}")
+async def once_resource(topic: str) -> str:
+    """Fail with -32042 the first time for each topic, then answer."""
+    return _once(f"once-{topic}")
+
+
+@server.tool()
+async def once_tool() -> str:
+    """Fail with -32042 the first time, then answer."""
+    return _once("once-tool")
 
 
 if __name__ == "__main__":

@@ -61,6 +61,33 @@ def requests_of(result: Mapping[str, Any], server_id: str) -> dict[str, dict[str
     return requests
 
 
+def url_elicitations(exc: MCPError, server_id: str) -> dict[str, Any]:
+    """A handshake-era server's ``-32042`` (URL-mode elicitations to complete, then the
+    request again) as the ``input_required`` result a 2026-07-28 server would give: that
+    era retired the code (its implementations must not send it) and asks the same with an
+    ``elicitation/create`` of mode ``url`` per elicitation, without the ``elicitationId`` its
+    URL mode does not have (no completion notice follows there). The retry runs the request anew."""
+    data = exc.error.data
+    listed = data.get("elicitations") if isinstance(data, dict) else None
+    if not isinstance(listed, list) or not listed or not all(isinstance(e, dict) for e in listed):
+        raise MCPError(
+            code=INVALID_REQUEST,
+            message=f"prefixgate: server {server_id!r} required URL elicitations it did not name (-32042)",
+        )
+    asks = {
+        f"url-{n}": {"method": "elicitation/create", "params": {k: v for k, v in e.items() if k != "elicitationId"}}
+        for n, e in enumerate(listed, 1)
+    }
+    return {"resultType": "input_required", "inputRequests": asks}
+
+
+def declined(responses: Any) -> bool:
+    """Whether a retry's ``inputResponses`` decline or cancel one of the elicitations asked."""
+    if not isinstance(responses, dict):
+        return False
+    return any(isinstance(r, dict) and r.get("action") in ("decline", "cancel") for r in responses.values())
+
+
 def missing_capability(requests: Mapping[str, dict[str, Any]], capabilities: Any) -> str | None:
     """The first capability the client lacks for these requests (or the unknown method)."""
     for request in requests.values():

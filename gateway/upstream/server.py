@@ -51,7 +51,13 @@ from gateway.eras import CACHE_HINTS, LIST_CACHE_FIELDS, with_result_type
 from gateway.results import error_result
 from gateway.sdk import connection_of
 from gateway.state.session import ClientState, principal_key
-from gateway.upstream.inputs import answer_over_back_channel, missing_capability, requests_of
+from gateway.upstream.inputs import (
+    answer_over_back_channel,
+    declined,
+    missing_capability,
+    requests_of,
+    url_elicitations,
+)
 from spill import json_size
 
 log = logging.getLogger("prefixgate.server")
@@ -406,6 +412,22 @@ class Handlers:
                 raise
             return {**result, "requestState": wrapped}
 
+        async def fresh() -> dict[str, Any]:
+            """The request run anew at a handshake-era server; its -32042 asked as 2026-07-28 asks."""
+            assert server_id is not None
+            try:
+                return passed_on(await run(None))
+            except MCPError as exc:
+                if exc.code != URL_ELICITATION_REQUIRED:
+                    raise
+                try:
+                    asked = url_elicitations(exc, server_id)
+                except MCPError as malformed:
+                    if method == "tools/call":
+                        return error_result(f"{server_id}: tool {target!r}: {malformed.error.message}")
+                    raise
+                return passed_on(asked)
+
         if trips.is_wrapped(state):
             origin, server_state = trips.unwrap(state, owner, method, target, binding)
             if origin != server_id:
@@ -414,10 +436,20 @@ class Handlers:
                     message=f"prefixgate: {method} {target!r}: requestState belongs to server {origin!r}, "
                     "which no longer serves this request; call again without requestState",
                 )
-            answers: dict[str, Any] = {"inputResponses": params.get("inputResponses") or {}}
-            if server_state is not None:
-                answers["requestState"] = server_state
-            return passed_on(await run(answers))
+            known = self.hub.by_id.get(origin)
+            if known is None or known.modern:
+                answers: dict[str, Any] = {"inputResponses": params.get("inputResponses") or {}}
+                if server_state is not None:
+                    answers["requestState"] = server_state
+                return passed_on(await run(answers))
+            # A handshake-era server's -32042, its URL elicitations answered: the request runs
+            # anew (as a handshake-era client retries it), unless the user would not sign in.
+            if declined(params.get("inputResponses")):
+                message = f"prefixgate: {method} {target!r}: server {origin!r} requires a URL elicitation, declined"
+                if method == "tools/call":
+                    return error_result(message)
+                raise MCPError(code=INVALID_REQUEST, message=message)
+            state = None
         if state is not None:
             responses = params.get("inputResponses")
             trip = trips.resume(state, owner, method, target, binding, capabilities, responses)
@@ -436,7 +468,7 @@ class Handlers:
             async def first() -> dict[str, Any]:
                 if self.hub.relay.waits_for(server_id):  # what its server asked outside any call, first
                     await self.hub.relay.ask_waiting(trip)
-                return passed_on(await run(None))
+                return await fresh()
 
             trip = trips.book(owner, method, target, binding, server_id, capabilities)
             if answers_none(capabilities):
