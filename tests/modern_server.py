@@ -39,6 +39,8 @@ bus = InMemorySubscriptionBus()
 grown: list[str] = []
 shy_done: list[bool] = []
 extra_prompts: list[str] = []
+zones: list[str] = []
+"""The header ``region``'s argument is mirrored to, once ``rezone`` renamed it (without saying so)."""
 
 
 def tools() -> list[dict[str, Any]]:
@@ -53,7 +55,7 @@ def tools() -> list[dict[str, Any]]:
             "description": "Says which region it was asked for (its argument is also an HTTP header).",
             "inputSchema": {
                 "type": "object",
-                "properties": {"region": {"type": "string", "x-mcp-header": "Region"}},
+                "properties": {"region": {"type": "string", "x-mcp-header": zones[-1] if zones else "Region"}},
                 "required": ["region"],
             },
         },
@@ -62,6 +64,7 @@ def tools() -> list[dict[str, Any]]:
         {"name": "mutate", "description": "Adds a tool and says so.", "inputSchema": OBJ},
         {"name": "touch", "description": "Says modern://roots changed.", "inputSchema": OBJ},
         {"name": "add_prompt", "description": "Adds a prompt and says so.", "inputSchema": OBJ},
+        {"name": "rezone", "description": "Renames region's x-mcp-header, and says nothing.", "inputSchema": OBJ},
         {"name": "later", "description": "Not done yet twice (requestState only), then done.", "inputSchema": OBJ},
         {"name": "ask", "description": "Elicitation (input_required).", "inputSchema": OBJ},
         {"name": "sample", "description": "Sampling (input_required).", "inputSchema": OBJ},
@@ -219,6 +222,9 @@ async def call(ctx: ServerRequestContext[Any, Any], params: dict[str, Any]) -> d
         if step < 3:
             return {"resultType": "input_required", "requestState": f"later-{step}"}
         return text("done later")
+    if name == "rezone":
+        zones.append("Zone")
+        return text("rezoned")
     if name == "add_prompt":
         extra_prompts.append(f"extra_{len(extra_prompts) + 1}")
         await bus.publish(PromptsListChanged())

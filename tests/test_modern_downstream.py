@@ -171,6 +171,40 @@ async def test_every_request_carries_the_envelope_and_headers(tmp_path: Path) ->
     assert call["headers"]["mcp-param-region"] == "eu-west"
 
 
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_header_mismatch_at_the_server_is_the_gateway_s_hop_not_the_client_s(tmp_path: Path, mode: str) -> None:
+    """A 2026-07-28 server that renamed a tool's ``x-mcp-header`` without saying so refuses
+    the gateway's call, whose ``Mcp-Param-*`` headers follow the schema it listed, with -32020
+    HeaderMismatch. That error was the client's answer, as if the client's own headers
+    disagreed with its body (over HTTP a 400, which a client answers by listing the
+    gateway's tools again and retrying: the same headers, the same refusal). The call is now
+    an ``isError`` naming the server, and the server's tools are listed again, so the next
+    call sends the header the server now names."""
+    log = tmp_path / "requests.jsonl"
+    with modern_http(log) as url:
+        config = write_config(tmp_path, {"m": {"url": url}})
+        async with sdk_client(config, mode) as client:
+            with anyio.fail_after(60):
+                assert text(await client.call_tool("m__region", {"region": "eu-west"})) == "region:eu-west"
+                assert text(await client.call_tool("m__rezone", {})) == "rezoned"
+                refused = await client.call_tool("m__region", {"region": "eu-west"})
+                assert refused.is_error, refused
+                assert text(refused).startswith("m: tool 'region': the server refused the call's headers (-32020"), (
+                    text(refused)
+                )
+
+                async def zoned() -> bool:
+                    tools = {t.name: t for t in (await client.list_tools()).tools}
+                    region = tools["m__region"].input_schema["properties"]["region"]
+                    return region.get("x-mcp-header") == "Zone"
+
+                while not await zoned():
+                    await anyio.sleep(0.05)
+                assert text(await client.call_tool("m__region", {"region": "us-east"})) == "region:us-east"
+    calls = [r for r in requests_seen(log) if r["method"] == "tools/call" and r["headers"].get("mcp-name") == "region"]
+    assert calls[-1]["headers"].get("mcp-param-zone") == "us-east", calls[-1]
+
+
 async def test_pinning_the_handshake(tmp_path: Path) -> None:
     # A modern-only server pinned to the handshake really gets `initialize` (and refuses it).
     report = catalog_json(config_for(tmp_path, protocol="legacy"))

@@ -14,7 +14,7 @@ from typing import Any
 
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
-from mcp_types.jsonrpc import CONNECTION_CLOSED, PARSE_ERROR, REQUEST_TIMEOUT
+from mcp_types.jsonrpc import CONNECTION_CLOSED, HEADER_MISMATCH, PARSE_ERROR, REQUEST_TIMEOUT
 
 from catalog.text import escape
 from gateway.downstream.calltime import CallTimedOut
@@ -101,6 +101,13 @@ async def call_tool(
             # One line: the SDK's parse errors go on with pydantic's lines quoting the reply's bytes.
             first = exc.message.splitlines()[0] if exc.message else ""
             return error_result(f"{server}: tool {tool!r}: {one_line(first)}")
+        if exc.code == HEADER_MISMATCH and downstream.modern:
+            # Its tools changed without a word (a renamed x-mcp-header): the refused headers
+            # were the gateway's, made from the schema it listed, not the client's. They are
+            # listed again (as the spec asks of a client told -32020), for the next call.
+            await downstream.events.server_notification(downstream, "notifications/tools/list_changed", {})
+            refused = f"the server refused the call's headers ({exc.code}: {one_line(exc.message)})"
+            return error_result(f"{server}: tool {tool!r}: {refused}; its tools are being listed again: call again")
         if SPEC_ERRORS[0] <= exc.code <= SPEC_ERRORS[1]:
             raise
         if (problem := downstream.login_problem(since=mark)) is not None:
