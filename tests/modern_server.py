@@ -8,7 +8,9 @@ Built on the SDK's low-level ``Server`` and its dual-era loop with the handshake
 Usage: ``python tests/modern_server.py [--http]`` (HTTP prints its URL on stdout).
 Every request's ``_meta`` envelope and routing headers are appended, one JSON line per
 request, to ``$MODERN_SERVER_LOG`` when set (what the tests inspect). With
-``$MODERN_SERVER_SHY`` set, the first ``server/discover`` fails as if it had timed out.
+``$MODERN_SERVER_SHY`` set, the first ``server/discover`` fails as if it had timed out; with
+``$MODERN_SERVER_DEAF`` set, it serves no ``subscriptions/listen`` (its capabilities then say
+no ``listChanged`` and no ``resources.subscribe``).
 """
 
 from __future__ import annotations
@@ -277,7 +279,7 @@ def build() -> Server[Any]:
         on_list_resources=list_resources,
         on_list_resource_templates=list_templates,
         on_read_resource=unused,
-        on_subscriptions_listen=ListenHandler(bus),
+        on_subscriptions_listen=None if os.environ.get("MODERN_SERVER_DEAF") else ListenHandler(bus),
     )
     server.middleware.insert(0, middleware)
     return server

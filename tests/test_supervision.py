@@ -181,6 +181,32 @@ async def test_a_listen_stream_acknowledges_only_the_resources_it_watches(tmp_pa
                     break
 
 
+@pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")  # (resources/subscribe)
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_2026_server_that_does_not_offer_subscribe_is_not_watched(tmp_path: Path, mode: str) -> None:
+    """A 2026-07-28 server whose capabilities lack ``resources.subscribe`` (it serves no
+    ``subscriptions/listen``: tests/modern_server.py with ``$MODERN_SERVER_DEAF``) had its
+    resource "watched" all the same, as a filter entry of a listen stream the gateway never
+    opens: after a 10 s wait for that stream, a handshake-era client's subscribe succeeded
+    and a listen stream acknowledged the URI, though no update could ever come. Both now go
+    as for a handshake-era server that does not offer it: refused at once, naming it."""
+    root = str(Path(__file__).resolve().parent.parent)
+    deaf = {"command": PYTHON, "args": ["-m", "tests.modern_server"], "cwd": root, "env": {"MODERN_SERVER_DEAF": "1"}}
+    config = write_config(tmp_path, {"m": deaf, "d": demo("--tools", 1, "--rich", "--name", "d")})
+    async with sdk_client(config, mode) as client:
+        with anyio.fail_after(60):
+            if mode == "legacy":
+                error = await _refused(client.subscribe_resource("modern://roots"))
+                assert (error.code, error.message) == (
+                    -32602,
+                    "prefixgate: server 'm' does not offer resources/subscribe (resource 'modern://roots')",
+                ), error
+                return
+            wanted = ["modern://roots", "demo://d/readme"]
+            async with client.listen(resource_subscriptions=wanted) as events:
+                assert events.honored.resource_subscriptions == ["demo://d/readme"], events.honored
+
+
 async def _refused(request: Awaitable[Any]) -> Any:
     """The error a request is answered with (it must be one)."""
     from mcp.shared.exceptions import MCPError

@@ -142,15 +142,17 @@ class Watches:
         """Have ``downstream`` (the URI's server) start or stop reporting the URI."""
         if downstream is None:
             raise MCPError(code=INVALID_PARAMS, message=f"prefixgate: no server offers resource {uri!r}")
-        if downstream.modern:
-            await downstream.watch_resource(uri, start)
-        elif not _subscribes(downstream):
+        if not _subscribes(downstream):
             # It never offered the method (a direct client would not have asked): its bare
-            # "Method not found" would read as the gateway's, which advertises subscribe.
+            # "Method not found" would read as the gateway's, which advertises subscribe. A
+            # 2026-07-28 server would take the URI into its listen stream's filter and never
+            # report it.
             if start:
                 message = f"prefixgate: server {downstream.id!r} does not offer resources/subscribe (resource {uri!r})"
                 raise MCPError(code=INVALID_PARAMS, message=message)
             return
+        if downstream.modern:
+            await downstream.watch_resource(uri, start)
         else:
             method = "resources/subscribe" if start else "resources/unsubscribe"
             try:
@@ -173,7 +175,7 @@ def _replaced_by(told: Downstream | None, downstream: Downstream) -> bool:
 
 
 def _subscribes(downstream: Downstream) -> bool:
-    """Whether a handshake-era server offers ``resources/subscribe`` (its capabilities say so;
+    """Whether a server offers ``resources/subscribe`` (its capabilities say so;
     none known yet, as before its first start, is left to its answer)."""
     if not downstream.capabilities:
         return True
