@@ -67,6 +67,7 @@ def tools() -> list[dict[str, Any]]:
         {"name": "touch", "description": "Says modern://roots changed.", "inputSchema": OBJ},
         {"name": "add_prompt", "description": "Adds a prompt and says so.", "inputSchema": OBJ},
         {"name": "rezone", "description": "Renames region's x-mcp-header, and says nothing.", "inputSchema": OBJ},
+        {"name": "odd_type", "description": "Answers with a resultType no revision defines.", "inputSchema": OBJ},
         {"name": "later", "description": "Not done yet twice (requestState only), then done.", "inputSchema": OBJ},
         {"name": "ask", "description": "Elicitation (input_required).", "inputSchema": OBJ},
         {"name": "sample", "description": "Sampling (input_required).", "inputSchema": OBJ},
@@ -224,6 +225,8 @@ async def call(ctx: ServerRequestContext[Any, Any], params: dict[str, Any]) -> d
         if step < 3:
             return {"resultType": "input_required", "requestState": f"later-{step}"}
         return text("done later")
+    if name == "odd_type":  # hostile: a result type no revision defines
+        return {"resultType": "pending", "content": [{"type": "text", "text": "not yet"}]}
     if name == "rezone":
         zones.append("Zone")
         return text("rezoned")

@@ -206,6 +206,27 @@ async def test_a_resource_not_found_is_told_in_the_client_s_era(tmp_path: Path, 
 
 
 @pytest.mark.parametrize("mode", ERAS)
+async def test_a_reply_too_large_for_a_resource_read_names_the_server(tmp_path: Path, mode: str) -> None:
+    """A server's reply to ``resources/read`` over ``max_message_bytes`` (or one that does
+    not parse) reached the client as the gateway's internal code, -32099 (-32098), which
+    2026-07-28 reserves for codes it defines itself, and named neither the server nor the
+    resource (a tool call's ``isError`` names both). It is now -32603 naming them."""
+    config = write_config(
+        tmp_path, {"r": demo("--tools", 0, "--rich", "--name", "r")}, gateway={"max_message_bytes": 65536}
+    )
+    uri = "demo://r/items/" + "x" * 40_000  # (the demo's answer names it twice: over 64 KiB)
+    async with sdk_client(config, mode) as client:
+        with anyio.fail_after(60):
+            with pytest.raises(MCPError) as refused:
+                await client.read_resource(uri)
+            assert refused.value.error.code == -32603, refused.value.error
+            message = refused.value.error.message
+            assert message.startswith("prefixgate: server 'r': resource 'demo://r/items/xxx"), message[:200]
+            assert message.endswith("': result of 80094 bytes exceeds max_message_bytes 65536"), message[-200:]
+            assert (await client.read_resource("demo://r/readme")).contents[0].text == "r says hello"
+
+
+@pytest.mark.parametrize("mode", ERAS)
 async def test_completion_for_a_server_that_offers_none_names_the_server(tmp_path: Path, mode: str) -> None:
     """A completion for the prompt or template of a server whose capabilities lack
     ``completions`` (the classic FastMCP server, a 2026-07-28 server) was sent there anyway,

@@ -40,6 +40,7 @@ from gateway.downstream.errors import DownstreamUnavailable
 from gateway.downstream.link import ProgressFn
 from gateway.downstream.modern import relayable, relayed_meta
 from gateway.downstream.related import CALLER
+from gateway.downstream.stdio import MESSAGE_TOO_LARGE, UNPARSABLE_REPLY
 from gateway.downstream.toolcall import connection_gone
 from gateway.engine.capabilities import answers_none, refusal
 from gateway.engine.clients import ClientConnection
@@ -522,6 +523,11 @@ class Handlers:
                     # The SDK's bare words named no one: which server went, during what.
                     message = f"prefixgate: connection to server {server_id!r} closed during the request for {what}"
                     raise MCPError(code=CONNECTION_CLOSED, message=message) from None
+                if exc.code in (MESSAGE_TOO_LARGE, UNPARSABLE_REPLY):
+                    # The gateway's own codes for a reply it could not take, which are in the range
+                    # 2026-07-28 keeps for its own codes: said as a tool call's isError says it.
+                    message = f"prefixgate: server {server_id!r}: {what}: {exc.error.message}"
+                    raise MCPError(code=INTERNAL_ERROR, message=message) from None
                 if exc.code == _RESOURCE_NOT_FOUND and ctx.protocol_version not in HANDSHAKE_PROTOCOL_VERSIONS:
                     raise MCPError(code=INVALID_PARAMS, message=exc.error.message, data=exc.error.data) from None
                 raise
