@@ -205,6 +205,24 @@ async def test_a_header_mismatch_at_the_server_is_the_gateway_s_hop_not_the_clie
     assert calls[-1]["headers"].get("mcp-param-zone") == "us-east", calls[-1]
 
 
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_result_type_no_revision_defines_is_an_invalid_result(tmp_path: Path, mode: str) -> None:
+    """A 2026-07-28 server's result whose ``resultType`` the gateway does not know (``pending``:
+    2026-07-28 defines ``complete`` and ``input_required``, and says a client MUST take any
+    other as invalid) was read as complete: a handshake-era client got its content as the
+    tool's answer, a 2026-07-28 client the unknown type from the gateway itself. The call is
+    now an ``isError`` naming the server and the type, in both eras."""
+    async with sdk_client(config_for(tmp_path), mode) as client:
+        with anyio.fail_after(60):
+            result = await client.call_tool("m__odd_type", {})
+            assert result.is_error and result.result_type == "complete", result
+            assert text(result) == (
+                "m: tool 'odd_type': resultType 'pending', which 2026-07-28 does not define "
+                "(complete, input_required): an invalid result"
+            ), text(result)
+            assert text(await client.call_tool("m__echo", {"text": "after"})) == "modern:after"
+
+
 async def test_pinning_the_handshake(tmp_path: Path) -> None:
     # A modern-only server pinned to the handshake really gets `initialize` (and refuses it).
     report = catalog_json(config_for(tmp_path, protocol="legacy"))

@@ -43,6 +43,7 @@ from gateway.downstream.modern import (
     stamp,
 )
 from gateway.downstream.related import CALLER, HEADER, LOG
+from gateway.downstream.stdio import UNPARSABLE_REPLY
 from gateway.downstream.transports import Transport
 from gateway.logs import PEER, ServerLog
 from gateway.sdk import later_revision_fields
@@ -63,6 +64,9 @@ waiting one holds a task here and a request to a client (20,000 a client left un
 ~400 MB), and what a server may ask should not be what it may make the gateway hold. One
 principal's are bounded lower, by ``relay.MAX_ASKING`` (64), so that one leaving them
 unanswered leaves room for the others' (64 here had one principal's refuse everyone's)."""
+_RESULT_TYPES = frozenset(("input_required", "task"))
+"""The ``resultType`` values a 2026-07-28 server's answer may name besides ``complete`` (which
+``hop_local_removed`` drops): the core's, and the tasks extension's for a call run as a task."""
 TASK_STATUS = "notifications/tasks/status"
 """A task's status (SEP-1686), which the SDK's session only passes on to a binding."""
 
@@ -302,6 +306,14 @@ class Link:
                 del self.clocks[clock]
         if self.modern:
             result = hop_local_removed(result)
+            kind = result.get("resultType") if isinstance(result, dict) else None
+            if kind is not None and kind not in _RESULT_TYPES:
+                # "A resultType of any value unrecognized by the client MUST be considered invalid."
+                raise MCPError(
+                    code=UNPARSABLE_REPLY,
+                    message=f"resultType {kind!r}, which 2026-07-28 does not define (complete, input_required): "
+                    "an invalid result",
+                )
         elif not (later := later_revision_fields(method, self.protocol_version)).isdisjoint(result):
             # A handshake-era server's result read in its era, as the SDK's client reads it:
             # ``resultType: input_required`` means nothing there, so it asks for no input.
