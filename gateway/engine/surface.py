@@ -98,6 +98,14 @@ def _first_owner(
     return kept, owner
 
 
+def surface_inputs(downstreams: Sequence[Downstream], profile: Profile, separator: str) -> tuple[Any, ...]:
+    """Everything ``build_surface`` reads, to compare with the last build's: equal inputs build
+    an equal surface. Each server's lists are tuples replaced whole when it re-lists, so
+    unchanged ones compare by identity, in no time."""
+    listed = sorted((d for d in downstreams if d.listed), key=lambda d: code_unit_key(d.id))
+    return (profile, separator, *((d.id, d.config.prefix, d.resources, d.templates, d.prompts) for d in listed))
+
+
 def build_surface(downstreams: Sequence[Downstream], profile: Profile, separator: str) -> Surface:
     listed = sorted((d for d in downstreams if d.listed), key=lambda d: code_unit_key(d.id))
     surface = Surface()
