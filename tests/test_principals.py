@@ -200,3 +200,53 @@ async def test_a_token_file_with_a_byte_order_mark_and_crlf_line_ends_serves_its
             for token in ("first-token", "second-token"):
                 answer = await http.post(url, json=INIT, headers={**ACCEPT, "authorization": f"Bearer {token}"})
                 assert answer.status_code == 200, (token, answer.status_code, answer.text[:300])
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_thousand_tokens_cost_one_comparison_a_request(
+    tmp_path: Path, config: Path, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each request compared its token with every token of the file, on the event loop
+    (~175 us a request with 1,000 tokens, growing with the file): now it is looked up by its
+    SHA-256 and compared with the one token found. Served alike: the last of 1,000 tokens is
+    its own principal, a token not in the file is refused."""
+    import hmac
+
+    import httpx2
+
+    from gateway.upstream.http import BearerToken, Front, principal_of_token
+    from tests.helpers import ACCEPT, INIT
+
+    values = [f"token-{i:04d}" for i in range(1000)]
+    front = Front({}, [BearerToken(v) for v in values])
+    compared: list[bytes] = []
+    compare = hmac.compare_digest
+
+    def counted(a: bytes, b: bytes) -> bool:
+        compared.append(b)
+        return compare(a, b)
+
+    monkeypatch.setattr(hmac, "compare_digest", counted)
+    for given, principal in [
+        (b"Bearer token-0999", principal_of_token("token-0999")),
+        (b"bearer token-0000", principal_of_token("token-0000")),
+        (b"Bearer token-1000", None),
+        (b"Basic token-0001", None),
+        (b"Bearer ", None),
+        (b"", None),
+    ]:
+        compared.clear()
+        assert front._principal(given) == principal, given  # noqa: SLF001
+        assert len(compared) == 1, (given, len(compared))
+    monkeypatch.undo()
+
+    with tokens_file(tmp_path, *values) as tokens:
+        with http_gateway(config, "--token-file", str(tokens)) as (url, _):
+            async with client_for("http", config, mode, url, "token-0999") as last:
+                await last.call_tool("tool_search", {"query": "echo", "limit": 1})
+                assert text(await last.call_tool("d__echo", {"text": "mine"})) == "mine"
+            async with client_for("http", config, mode, url, "token-0998") as other:
+                assert NOT_ACTIVE in text(await other.call_tool("d__echo", {"text": "theirs"}))
+            async with httpx2.AsyncClient(timeout=30) as http:
+                refused = await http.post(url, json=INIT, headers={**ACCEPT, "authorization": "Bearer token-1000"})
+                assert refused.status_code == 401

@@ -276,20 +276,25 @@ class Front:
                 for t in tokens
                 if not t.may_use(endpoint.profile)
             }
-        self.expected = [(t.value.encode(), principal_of_token(t.value)) for t in tokens]
-        self.users = {principal: _user(principal) for _, principal in self.expected}
+        self.expected = {
+            hashlib.sha256(t.value.encode()).digest(): (t.value.encode(), principal_of_token(t.value)) for t in tokens
+        }
+        """SHA-256 of each token -> (token, principal)."""
+        self.users = {principal: _user(principal) for _, principal in self.expected.values()}
         """What the SDK's session manager binds a session to: the principal that created it."""
 
     def _principal(self, given: bytes) -> str | None:
-        """The principal of ``Authorization: Bearer <token>`` (the scheme in any case, RFC 7235)."""
+        """The principal of ``Authorization: Bearer <token>`` (the scheme in any case, RFC 7235).
+
+        Looked up by the given token's SHA-256, then compared in constant time with the one
+        token found: what the lookup's time depends on is a digest the caller cannot steer
+        towards a token, and one comparison a request whatever the number of tokens (each
+        request compared every token, on the loop: ~175 us a request with 1,000 tokens)."""
         scheme, _, token = given.partition(b" ")
         if scheme.lower() != b"bearer":
-            token = b""  # still compared with every token: the same time either way
-        found = None
-        for expected, principal in self.expected:  # every token compared: no early exit
-            if hmac.compare_digest(token, expected) and token:
-                found = principal
-        return found
+            token = b""  # still hashed and compared: the same time either way
+        expected, principal = self.expected.get(hashlib.sha256(token).digest(), (b"", None))
+        return principal if hmac.compare_digest(token, expected) and token else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
