@@ -483,3 +483,27 @@ async def test_one_principals_long_calls_leave_anothers_calls_whole(tmp_path: Pa
                         assert await read_artifact(alice, artifact) == f"classic:{sent}"
                 assert short == [f"classic:bob {i}" for i in range(20)]
     assert errlog.read_text().count("bytes parsed beside the event loop") >= 2
+
+
+async def test_resources_and_prompts_are_rebuilt_in_a_worker_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server's re-listed resources rebuilt every server's resources, templates and prompts
+    on the loop: with 20,000 of each, a server announcing changes held every client 1-3 s."""
+    import gateway.engine.publishing as publishing
+
+    server = {"command": PYTHON, "args": ["-c", "pass"]}
+    hub = Hub(load_config(write_config(tmp_path, {"a": server})), persist=False, use_lock=False)
+    up(hub, "a", "one")
+    await hub.publisher.first_epoch(epoch_of(hub.config, hub.downstreams, hub.checks))
+    assert hub.publisher.surface.resources == []
+    build = Held(publishing.surface_of)
+    monkeypatch.setattr(publishing, "surface_of", build)
+    hub.by_id["a"].resources = ({"uri": "x://1", "name": "one"},)
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(build.let_go_once_the_loop_ran)
+            await hub.publisher.relisted("resources")
+    assert build.threads and build.threads[0] is not threading.main_thread()
+    assert hub.publisher.surface.resources == [{"name": "one", "uri": "x://1"}]
+    assert hub.publisher.surface.owner_of_uri("x://1") == "a"

@@ -23,6 +23,10 @@ from catalog.names import Profile, assign_names, code_unit_key
 from catalog.schema import sort_keys
 from gateway.downstream.connection import Downstream
 
+SurfaceInputs = tuple[Profile, str, tuple[tuple[str, str, tuple[Any, ...], tuple[Any, ...], tuple[Any, ...]], ...]]
+"""(naming profile, separator, (server id, prefix, resources, templates, prompts) per listed
+server in code-unit id order)."""
+
 
 @dataclass
 class Surface:
@@ -98,41 +102,52 @@ def _first_owner(
     return kept, owner
 
 
-def surface_inputs(downstreams: Sequence[Downstream], profile: Profile, separator: str) -> tuple[Any, ...]:
-    """Everything ``build_surface`` reads, to compare with the last build's: equal inputs build
-    an equal surface. Each server's lists are tuples replaced whole when it re-lists, so
-    unchanged ones compare by identity, in no time."""
+def surface_inputs(downstreams: Sequence[Downstream], profile: Profile, separator: str) -> SurfaceInputs:
+    """Everything a surface is built from (``surface_of``), taken from the servers on the loop:
+    equal inputs build an equal surface. Each server's lists are tuples replaced whole when it
+    re-lists, so unchanged ones compare by identity, in no time, and a build from them may run
+    in a worker thread while the servers change."""
     listed = sorted((d for d in downstreams if d.listed), key=lambda d: code_unit_key(d.id))
-    return (profile, separator, *((d.id, d.config.prefix, d.resources, d.templates, d.prompts) for d in listed))
+    return (profile, separator, tuple((d.id, d.config.prefix, d.resources, d.templates, d.prompts) for d in listed))
 
 
 def build_surface(downstreams: Sequence[Downstream], profile: Profile, separator: str) -> Surface:
-    listed = sorted((d for d in downstreams if d.listed), key=lambda d: code_unit_key(d.id))
+    return surface_of(surface_inputs(downstreams, profile, separator))
+
+
+def surface_of(inputs: SurfaceInputs) -> Surface:
+    """The surface of the servers' lists (``surface_inputs``): pure."""
+    profile, separator, listed = inputs
     surface = Surface()
-    resources = [(d.id, r) for d in listed for r in d.resources if isinstance(r, dict)]
+    resources = [(sid, r) for sid, _, found, _, _ in listed for r in found if isinstance(r, dict)]
     surface.resources, surface.resource_owner = _first_owner(resources, "uri", "resource", surface.warnings)
-    templates = [(d.id, t) for d in listed for t in d.templates if isinstance(t, dict)]
+    templates = [(sid, t) for sid, _, _, found, _ in listed for t in found if isinstance(t, dict)]
     surface.templates, template_owner = _first_owner(templates, "uriTemplate", "resource template", surface.warnings)
     surface.template_server = template_owner
-    for d in listed:  # matching order: the first server in code-unit id order wins
+    for sid, *_ in listed:  # matching order: the first server in code-unit id order wins
         for text, server in template_owner.items():
-            if server == d.id:
+            if server == sid:
                 parsed = _parse(text)
                 surface.template_owner.append((parsed, text, server))
                 if parsed is None:
                     surface.loose_owner.append((tuple(_EXPRESSION.split(text)), server))
     surface.index_templates()
 
-    raw_prompts = [(d, p) for d in listed for p in d.prompts if isinstance(p, dict) and isinstance(p.get("name"), str)]
-    names, renames = assign_names([(d.id, d.config.prefix, p["name"]) for d, p in raw_prompts], profile, separator)
+    raw_prompts = [
+        (sid, prefix, p)
+        for sid, prefix, _, _, found in listed
+        for p in found
+        if isinstance(p, dict) and isinstance(p.get("name"), str)
+    ]
+    names, renames = assign_names([(sid, prefix, p["name"]) for sid, prefix, p in raw_prompts], profile, separator)
     surface.warnings += [f"prompt {w.line()}" for w in renames]
     seen: set[str] = set()
-    for d, prompt in raw_prompts:
-        qualified = names[(d.id, prompt["name"])]
+    for sid, _, prompt in raw_prompts:
+        qualified = names[(sid, prompt["name"])]
         if qualified in seen:
             continue
         seen.add(qualified)
-        surface.prompt_route[qualified] = (d.id, prompt["name"])
+        surface.prompt_route[qualified] = (sid, prompt["name"])
         surface.prompts.append(sort_keys({**prompt, "name": qualified}))
     surface.prompts.sort(key=lambda p: code_unit_key(p["name"]))
     return surface
