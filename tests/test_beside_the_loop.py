@@ -507,3 +507,49 @@ async def test_resources_and_prompts_are_rebuilt_in_a_worker_thread(
     assert build.threads and build.threads[0] is not threading.main_thread()
     assert hub.publisher.surface.resources == [{"name": "one", "uri": "x://1"}]
     assert hub.publisher.surface.owner_of_uri("x://1") == "a"
+
+
+async def test_a_tools_change_captures_the_other_lists_for_the_warm_start_record_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The warm-start record's answers are captured after every rebuild, each list through the
+    SDK's pipeline once a protocol version, on the loop: beside 100,000 resources, templates
+    and prompts a server changing its tools held every client ~3 s at each change. The lists
+    after ``tools/list`` are captured again only when they change; the answers are the same."""
+    import mcp_types.version as versions
+
+    import gateway.upstream.answers as answers
+
+    server = {"command": PYTHON, "args": ["-c", "pass"]}
+    hub = Hub(load_config(write_config(tmp_path, {"a": server})), persist=False, use_lock=False)
+    up(hub, "a", "one")
+    hub.by_id["a"].resources = ({"uri": "x://1", "name": "one"},)
+    await hub.publisher.first_epoch(epoch_of(hub.config, hub.downstreams, hub.checks))
+    asked: list[str] = []
+    exchange = answers._exchange  # noqa: SLF001
+
+    async def noted(hub: Hub, requests: list[Any]) -> list[bytes]:
+        asked.extend(request[0] for request in requests if request is not None)
+        return await exchange(hub, requests)
+
+    monkeypatch.setattr(answers, "_exchange", noted)
+    each = len(versions.HANDSHAKE_PROTOCOL_VERSIONS) + len(versions.MODERN_PROTOCOL_VERSIONS)
+    with anyio.fail_after(60):
+        await answers.capture(hub)
+        assert asked.count("resources/list") == asked.count("prompts/list") == each
+        up(hub, "a", "one", "two")
+        await hub.publisher.rebuild("server 'a' changed its tools")
+        asked.clear()
+        captured = await answers.capture(hub)
+        assert asked.count("tools/list") == each
+        assert asked.count("resources/list") == asked.count("resources/templates/list") == 0
+        answers._surface_answers.clear()  # noqa: SLF001
+        assert await answers.capture(hub) == captured  # what a whole capture gives
+        hub.by_id["a"].resources = ({"uri": "x://2", "name": "two"},)
+        await hub.publisher.relisted("resources")
+        asked.clear()
+        captured = await answers.capture(hub)
+        assert asked.count("resources/list") == each
+        assert any(a.method == "resources/list" and b"x://2" in a.result for a in captured)
+    kept = [line for lines in answers._surface_answers[hub][1].values() for line in lines]  # noqa: SLF001
+    assert len({id(line) for line in kept}) == len(set(kept))  # versions that answer alike share the bytes

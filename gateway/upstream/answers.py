@@ -12,6 +12,7 @@ as it came out.
 from __future__ import annotations
 
 import logging
+import weakref
 from typing import Any
 
 import anyio
@@ -23,6 +24,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSI
 from catalog.warm import LISTS, TOOLS_SHELL, Answer
 from gateway import __version__
 from gateway.engine.hub import Hub
+from gateway.engine.surface import Surface
 from gateway.state.session import ClientState
 from gateway.upstream.server import build_server
 from gateway.upstream.stdio import encode_reply
@@ -34,6 +36,13 @@ CAPTURE_TIMEOUT = 10.0
 _CLIENT = {"name": "prefixgate-warm-start", "version": __version__}
 
 
+_surface_answers: weakref.WeakKeyDictionary[Hub, tuple[Surface, dict[str, list[bytes]]]] = weakref.WeakKeyDictionary()
+"""Each hub's last captured answers to the lists after ``tools/list``, with the surface they
+list: a capture runs after every rebuild, and its lists through the SDK's pipeline, once a
+protocol version, held the loop ~3 s at each tools change beside 100,000 resources, templates
+and prompts (their answers change only with the surface, which is rebuilt only when they do)."""
+
+
 def _prefix(request_id: int) -> bytes:
     return b'{"jsonrpc":"2.0","id":' + str(request_id).encode() + b',"result":'
 
@@ -43,13 +52,21 @@ async def capture(hub: Hub) -> list[Answer]:
     epoch = hub.router.epoch
     if epoch is None:
         return []
+    surface = hub.surface
+    kept = _surface_answers.get(hub)
+    known = kept[1] if kept is not None and kept[0] is surface else {}  # (this surface's, captured before)
+    found: dict[str, list[bytes]] = {}
+    seen: list[bytes] = []
     answers: list[Answer] = []
     try:
         with anyio.fail_after(CAPTURE_TIMEOUT):
             for version in HANDSHAKE_PROTOCOL_VERSIONS:
                 init = {"protocolVersion": version, "capabilities": {}, "clientInfo": _CLIENT}
-                lines = await _exchange(hub, [("initialize", init), None, *((m, None) for m in LISTS)])
-                answers += _answers(version, "initialize", lines, epoch.published(version).encoded())
+                asked = LISTS[:1] if version in known else LISTS
+                lines = await _exchange(hub, [("initialize", init), None, *((m, None) for m in asked)])
+                found[version] = known.get(version) or _shared(lines[2:], seen)
+                published = epoch.published(version).encoded()
+                answers += _answers(version, "initialize", lines[:2] + found[version], published)
             for version in MODERN_PROTOCOL_VERSIONS:
                 envelope = {
                     "_meta": {
@@ -58,14 +75,30 @@ async def capture(hub: Hub) -> list[Answer]:
                         CLIENT_INFO_META_KEY: _CLIENT,
                     }
                 }
-                lines = await _exchange(hub, [("server/discover", envelope), *((m, envelope) for m in LISTS)])
-                answers += _answers(version, "server/discover", lines, epoch.published(version).encoded())
+                asked = LISTS[:1] if version in known else LISTS
+                lines = await _exchange(hub, [("server/discover", envelope), *((m, envelope) for m in asked)])
+                found[version] = known.get(version) or _shared(lines[2:], seen)
+                published = epoch.published(version).encoded()
+                answers += _answers(version, "server/discover", lines[:2] + found[version], published)
     except (TimeoutError, ValueError) as exc:
         log.warning("warm-start answers not captured: %s", exc)
         return []
-    if hub.router.epoch is not epoch:
-        return []  # a new epoch began meanwhile: these answers belong to the old one
+    if hub.router.epoch is not epoch or hub.surface is not surface:
+        return []  # a new epoch (or surface) began meanwhile: these answers belong to the old one
+    _surface_answers[hub] = (surface, found)
     return answers
+
+
+def _shared(lines: list[bytes], seen: list[bytes]) -> list[bytes]:
+    """``lines``, each equal to one in ``seen`` replaced by it (the others added): the versions
+    that answer a list alike keep one copy of its bytes between captures."""
+    shared = []
+    for line in lines:
+        same = next((s for s in seen if s == line), None)
+        if same is None:
+            seen.append(line)
+        shared.append(line if same is None else same)
+    return shared
 
 
 def _answers(version: str, opening: str, lines: list[bytes], tools: bytes) -> list[Answer]:
