@@ -553,3 +553,19 @@ async def test_a_tools_change_captures_the_other_lists_for_the_warm_start_record
         assert any(a.method == "resources/list" and b"x://2" in a.result for a in captured)
     kept = [line for lines in answers._surface_answers[hub][1].values() for line in lines]  # noqa: SLF001
     assert len({id(line) for line in kept}) == len(set(kept))  # versions that answer alike share the bytes
+
+
+async def test_lists_a_server_re_lists_alike_are_not_kept_twice(tmp_path: Path) -> None:
+    """A re-list that brings the same resources changes nothing, and only the newest lists are
+    held (the ones the surface was built from went, not the server's current ones)."""
+    server = {"command": PYTHON, "args": ["-c", "pass"]}
+    hub = Hub(load_config(write_config(tmp_path, {"a": server})), persist=False, use_lock=False)
+    up(hub, "a", "one")
+    hub.by_id["a"].resources = ({"uri": "x://1", "name": "one"},)
+    await hub.publisher.first_epoch(epoch_of(hub.config, hub.downstreams, hub.checks))
+    surface = hub.publisher.surface
+    again = hub.by_id["a"].resources = ({"uri": "x://1", "name": "one"},)
+    await hub.publisher.relisted("resources")
+    assert hub.publisher.surface is surface
+    held = hub.publisher._surfaced  # noqa: SLF001
+    assert held is not None and held[2][0][2] is again

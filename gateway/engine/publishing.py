@@ -388,6 +388,7 @@ class Publisher:
         async with self._surface_lock:
             inputs = self._surface_inputs()
             if inputs == self._surfaced:
+                self._surfaced = inputs  # (the lists a server re-listed alike: the old ones go)
                 return []
             self.surface, kinds = await anyio.to_thread.run_sync(_resurfaced, inputs, self.surface)
             self._surfaced = inputs
