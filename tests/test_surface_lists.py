@@ -343,3 +343,19 @@ async def test_a_watched_resource_is_subscribed_again_when_a_reload_restarts_its
         await wait_for(lambda: len(_subscribed(log, "x://a")) == 1)
         write_config(tmp_path, {"s": {**server, "env": {"ROTATED": "1"}}})
         await wait_for(lambda: len(set(_subscribed(log, "x://a"))) == 2)  # the new process's pid
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_resource_over_max_message_bytes_is_refused_naming_its_server(tmp_path: Path, mode: str) -> None:
+    """A resource (a prompt, a completion) whose answer is over ``max_message_bytes`` was refused
+    as 'result of N bytes exceeds max_message_bytes L': which server, and which request, unsaid."""
+    answer = {"result": {"contents": [{"uri": "x://big", "text": "a" * 70_000}]}}
+    server = surface(resources=["x://big"], overrides={"resources/read": answer})
+    config = write_config(tmp_path, {"s": server}, gateway={"max_message_bytes": 1 << 16})
+    async with sdk_client(config, mode) as client:
+        with anyio.fail_after(60), pytest.raises(MCPError) as refused:
+            await client.read_resource("x://big")
+        assert [str(r.uri) for r in (await client.list_resources()).resources] == ["x://big"]
+    message = refused.value.error.message
+    assert message.startswith("prefixgate: server 's': resource 'x://big': result of "), message
+    assert message.endswith(" bytes exceeds max_message_bytes 65536"), message
