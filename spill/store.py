@@ -5,9 +5,11 @@ secret, and the state directory may sit on a shared machine. So every directory 
 ``lstat``/``fstat`` (a real directory, ours, no group/other bits) before use, files are created
 relative to a directory file descriptor with ``O_EXCL|O_NOFOLLOW`` (no symlink games, never an
 overwrite), and ids are random (>= 128 bits), so knowing one session's id says nothing about
-another's. The gateway reaches artifacts only through an :class:`ArtifactStore` bound to its own
-session; the CLI (the human owner) may look across sessions with :func:`list_artifacts` and
-:func:`find_artifact`.
+another's. An artifact is written under a temporary name no id matches and linked to its id
+only once whole and fsynced: a gateway killed mid-write leaves no id naming half an output
+(the owner's CLI would list and read it as whole), and retention removes what it left. The
+gateway reaches artifacts only through an :class:`ArtifactStore` bound to its own session; the
+CLI (the human owner) may look across sessions with :func:`list_artifacts` and :func:`find_artifact`.
 
 Every ``OSError`` while writing becomes :class:`StoreError` with a one-line, deterministic
 reason (no random names in it), so the caller can show a non-retention warning instead of
@@ -35,6 +37,7 @@ __all__ = [
     "ArtifactInfo",
     "ArtifactNotFound",
     "ArtifactStore",
+    "STALE_PARTIAL",
     "Artifacts",
     "StoreError",
     "artifact_not_found",
@@ -51,6 +54,11 @@ _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOE
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
 _MAX_ID_ATTEMPTS = 16
 _WRITE_CHUNK = 1 << 20
+_PARTIAL = ".partial"
+"""The suffix of an artifact being written (``.<random>.partial``: a name no id matches)."""
+STALE_PARTIAL = 600.0
+"""Seconds after which a partial file is a write that never finished (its gateway was killed)."""
+_NO_HARD_LINKS = frozenset({errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK})
 
 
 class StoreError(Exception):
@@ -253,17 +261,41 @@ def _write_all(fd: int, chunks: Iterable[bytes | memoryview]) -> int:
 
 
 def _create_file(dir_fd: int) -> tuple[str, int]:
-    """Create a fresh 0600 file under a new random id; an existing name is skipped, never reused."""
+    """Create a fresh 0600 partial file (``.<random>.partial``); an existing name is skipped, never reused."""
     for _ in range(_MAX_ID_ATTEMPTS):
-        name = _new_id()
-        if not valid_id(name):
-            raise StoreError("artifact id generator produced a malformed id")
+        name = f".{secrets.token_hex(12)}{_PARTIAL}"
         try:
             return name, os.open(name, _CREATE_FLAGS, 0o600, dir_fd=dir_fd)
         except FileExistsError:
             continue
         except OSError as e:
             raise StoreError(_reason("cannot create artifact", e)) from None
+    raise StoreError("cannot create artifact: no free name after repeated collisions")
+
+
+def _publish(dir_fd: int, partial: str) -> str:
+    """Give the whole, fsynced partial file a new random id (a hard link: an existing name is
+    skipped, never replaced) and remove its partial name; the id."""
+    for _ in range(_MAX_ID_ATTEMPTS):
+        name = _new_id()
+        if not valid_id(name):
+            raise StoreError("artifact id generator produced a malformed id")
+        try:
+            os.link(partial, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
+        except FileExistsError:
+            continue
+        except OSError as e:
+            if e.errno not in _NO_HARD_LINKS:
+                raise
+            # A file system without hard links (some FUSE and SMB mounts): renamed, once the name is free.
+            try:
+                os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+                continue
+            except FileNotFoundError:
+                os.rename(partial, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+                return name
+        os.unlink(partial, dir_fd=dir_fd)
+        return name
     raise StoreError("cannot create artifact: no free id after repeated collisions")
 
 
@@ -275,8 +307,9 @@ def _unlink_quietly(name: str, dir_fd: int) -> None:
 
 
 def _store_chunks(dir_fd: int, chunks: Iterable[bytes | memoryview]) -> str:
-    """Create, fill and fsync one artifact; on any failure the partial file is removed."""
-    name, fd = _create_file(dir_fd)
+    """Create, fill and fsync one artifact, then publish it under its id; on any failure the
+    partial file is removed."""
+    partial, fd = _create_file(dir_fd)
     try:
         try:
             os.fchmod(fd, 0o600)  # exact mode whatever the umask
@@ -284,12 +317,13 @@ def _store_chunks(dir_fd: int, chunks: Iterable[bytes | memoryview]) -> str:
             os.fsync(fd)
         finally:
             os.close(fd)
+        name = _publish(dir_fd, partial)
         os.fsync(dir_fd)
     except OSError as e:
-        _unlink_quietly(name, dir_fd)
+        _unlink_quietly(partial, dir_fd)
         raise StoreError(_reason("cannot write artifact", e)) from None
     except BaseException:
-        _unlink_quietly(name, dir_fd)
+        _unlink_quietly(partial, dir_fd)
         raise
     return name
 
@@ -473,6 +507,29 @@ def _unlink_artifact(root_fd: int, info: ArtifactInfo) -> bool:
         os.close(fd)
 
 
+def _sweep_partials(root_fd: int, session: str, before: float) -> None:
+    """Remove the session's partial files last written before ``before``: writes a killed
+    gateway never finished (no write still in progress is that old). Only our regular files."""
+    try:
+        fd = _open_session(root_fd, session, create=False)
+    except StoreError:
+        return
+    if fd is None:
+        return
+    try:
+        for name in os.listdir(fd):
+            if not (name.startswith(".") and name.endswith(_PARTIAL)):
+                continue
+            try:
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and st.st_mtime < before:
+                    os.unlink(name, dir_fd=fd)
+            except OSError:
+                continue
+    finally:
+        os.close(fd)
+
+
 def gc(
     root: Path,
     *,
@@ -488,7 +545,8 @@ def gc(
     An artifact younger than protect_seconds is never deleted for another session's excess,
     and protect_session's newest never (``spill.retention.doomed``), so the id a model was just
     handed stays readable; without protect_session, nothing is spared. Empty session directories of other sessions are
-    removed. Symlinks and foreign files are never followed or touched.
+    removed, and partial files older than ``STALE_PARTIAL`` seconds (a killed gateway's).
+    Symlinks and foreign files are never followed or touched.
     """
     now = time.time() if now is None else now
     root_fd = _open_root(Path(root), create=False)
@@ -506,6 +564,7 @@ def gc(
         )
         removed = [a for a in chosen if _unlink_artifact(root_fd, a)]
         for session in _session_names(root_fd):
+            _sweep_partials(root_fd, session, now - STALE_PARTIAL)
             if session != protect_session:
                 try:
                     os.rmdir(session, dir_fd=root_fd)  # fails harmlessly unless empty

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +22,7 @@ from spill.store import (
     list_artifacts,
     valid_id,
 )
+from tests.helpers import demo, run_cli, write_config
 
 SESSION = "a" * 64
 OTHER = "b" * 64
@@ -193,6 +197,43 @@ def test_full_disk_leaves_no_partial_file(store: ArtifactStore, root: Path, monk
         store.put(b"z" * 100)
     assert "\n" not in str(info.value)
     assert list((root / SESSION).iterdir()) == []
+
+
+_KILLED_MID_WRITE = """
+import os, signal, sys
+from pathlib import Path
+import spill.store as store_mod
+from spill import ArtifactStore
+store_mod._WRITE_CHUNK = 4096
+real_write, calls = os.write, []
+def write(fd, data):
+    calls.append(fd)
+    if len(calls) > 3:
+        os.kill(os.getpid(), signal.SIGKILL)  # three pages of the output written
+    return real_write(fd, data)
+os.write = write
+ArtifactStore(Path(sys.argv[1]), sys.argv[2]).put(b"x" * 1_000_000)
+"""
+
+
+def test_a_write_killed_midway_is_no_artifact_and_retention_removes_it(tmp_path: Path, root: Path) -> None:
+    # kill -9 while a spill is written: what it left was a file named as an artifact, 12288 of
+    # its 1000000 bytes, listed and read whole by the owner's CLI, and never removed as partial.
+    killed = subprocess.run([sys.executable, "-c", _KILLED_MID_WRITE, str(root), SESSION], timeout=60)
+    assert killed.returncode == -signal.SIGKILL
+    (left,) = (root / SESSION).iterdir()
+    assert left.stat().st_size == 3 * 4096 and not valid_id(left.name)
+    config = write_config(tmp_path, {"d": demo()})  # its state_dir holds root
+    listed = run_cli("artifacts", "list", "--config", str(config))
+    assert (listed.returncode, listed.stdout) == (0, "0 artifacts, 0 bytes\n"), listed
+    assert list_artifacts(root) == []
+    written = left.stat().st_mtime
+    gc(root, max_age_seconds=86400, max_total_bytes=1 << 30, now=written + 60)
+    assert left.exists()  # as young as a write that may still be going on: left alone
+    gc(root, max_age_seconds=86400, max_total_bytes=1 << 30, now=written + 3600)  # past STALE_PARTIAL
+    assert not (root / SESSION).exists()  # the partial went, then its emptied directory
+    store = ArtifactStore(root, SESSION)
+    assert store.read(store.put(b"next"), 0, 10) == b"next"
 
 
 def test_read_only_directory_gives_store_error(
