@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from catalog.names import PROFILES
 from gateway.engine import checks
 from gateway.engine.checks import CheckCache
 from gateway.published import wire_problem
+from tests.helpers import ERAS, demo, text, write_config
 
 GOOD = {"name": "ok", "inputSchema": {"type": "object", "properties": {"a": {"type": "string"}}}}
 BAD = {"name": "bad", "inputSchema": {"type": "object", "properties": {"a": {"type": "strin"}}}}
@@ -99,3 +101,28 @@ def test_the_remembered_passes_stay_bounded_when_every_build_brings_new_schemas(
     counting = Counting(tmp_path)  # (loaded from disk: the last build's four are remembered across processes)
     build([ServerTools("s", "s", tuple(last))], PROFILES["openai"], extra_check=wire_problem, memo=counting)
     assert counting.learnt == 0
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_gateway_whose_files_cannot_grow_serves_and_leaves_no_partial_file(tmp_path: Path, mode: str) -> None:
+    """Every file the gateway writes under ``state_dir`` fails past 512 bytes (a file size
+    limit: EFBIG, as a full disk's ENOSPC). The calls are answered, a spilled output says why
+    it was not kept, and nothing half-written is left: the check cache's temporary file was
+    (``.checks-passed.txt.<pid>``, one more for each start on a full disk)."""
+    from mcp import Client, StdioServerParameters
+
+    config = write_config(tmp_path, {"d": demo("--tools", 1)})
+    limited = 'ulimit -f 1 && exec "$0" -m gateway serve --config "$1" --log-level error'
+    params = StdioServerParameters(command="/bin/sh", args=["-c", limited, sys.executable, str(config)])
+    async with Client(params, mode=mode) as client:  # type: ignore[arg-type]
+        assert text(await client.call_tool("d__echo", {"text": "hi"})) == "hi"
+        spilled = text(await client.call_tool("d__payload", {"bytes": 100_000}))
+        assert spilled.endswith(
+            "full output (100000 bytes of text) not retained: cannot write artifact: File too large"
+        )
+        assert text(await client.call_tool("d__echo", {"text": "still"})) == "still"
+    files = [p for p in (tmp_path / "state").rglob("*") if p.is_file()]
+    left = sorted(str(p.relative_to(tmp_path / "state")) for p in files if p.name.startswith("."))
+    assert left == [], left  # (a temporary file is a write cut short)
+    assert not any(p.is_relative_to(tmp_path / "state" / "artifacts") for p in files)

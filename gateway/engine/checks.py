@@ -12,6 +12,7 @@ Failures are never cached, so a quarantine reason is always computed fresh.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -100,14 +101,18 @@ class CheckCache:
         try:
             dir_fd = open_private_dir(self.directory, create=True)
             assert dir_fd is not None
+            temporary = f".{_FILE}.{os.getpid()}"
             try:
-                temporary = f".{_FILE}.{os.getpid()}"
                 flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
                 fd = os.open(temporary, flags, 0o600, dir_fd=dir_fd)
                 with os.fdopen(fd, "w", encoding="ascii") as handle:
                     check_private_file(fd, temporary)
                     handle.write(self.header + "\n" + "".join(f"{k}\n" for k in sorted(self.passed_keys)))
                 os.replace(temporary, _FILE, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            except OSError:
+                with contextlib.suppress(OSError):  # (a full disk: no half-written file left behind)
+                    os.unlink(temporary, dir_fd=dir_fd)
+                raise
             finally:
                 os.close(dir_fd)
             self._loaded = set(self.passed_keys)
