@@ -141,6 +141,39 @@ async def test_logout_makes_the_server_failed_with_the_login_command(tmp_path: P
             assert_no_secret(tmp_path, gw.stderr())
 
 
+_KILLED_STORING_TOKENS = """
+import os, signal, sys
+from pathlib import Path
+from gateway.config import load_config
+from gateway.engine.oauth import token_file
+config = load_config(Path(sys.argv[1]))
+tokens = token_file(config, config.servers[0])
+record = tokens.read()
+os.replace = lambda *args, **kwargs: os.kill(os.getpid(), signal.SIGKILL)  # killed before its rename
+tokens.write(record)
+"""
+
+
+def test_a_logout_removes_the_copy_of_the_tokens_a_killed_write_left(tmp_path: Path) -> None:
+    """A process killed while it stored tokens (a refresh, a login) left its temporary file,
+    a copy of the tokens beside the token file; ``logout`` removed the file alone, so the
+    refresh token stayed on disk after the logout, for ever."""
+    import subprocess
+    import sys
+
+    with oauth_server(tmp_path) as url:
+        config = write_config(tmp_path, {"remote": {"url": url, "auth": "oauth"}})
+        login(tmp_path, config)
+        killed = subprocess.run([sys.executable, "-c", _KILLED_STORING_TOKENS, str(config)], timeout=60)
+        assert killed.returncode == -9
+        oauth = tmp_path / "state" / "oauth"
+        (copy,) = [p for p in oauth.iterdir() if p not in token_files(config)]
+        assert any(secret in copy.read_text() for secret in secrets(tmp_path))
+        out = run_cli("logout", "remote", "--config", str(config))
+        assert out.returncode == 0 and "stored tokens are removed" in out.stdout
+        assert list(oauth.iterdir()) == []
+
+
 def marker_browser(tmp_path: Path) -> tuple[dict[str, str], Path]:
     """``$BROWSER`` that only records that it was started: serve must never start it."""
     marker = tmp_path / "browser-was-opened"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -209,6 +210,29 @@ async def test_the_file_journal_keeps_only_its_newest_record_past_its_limit(
     with pytest.raises(OSError, match="symlink"):
         await again.activate(["s__more"])
     assert not again.allows("s__more") and os.path.islink(path)
+
+
+async def test_a_replacement_killed_before_its_rename_is_removed_by_a_later_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A gateway killed between writing a journal's replacement and renaming it left the
+    temporary file (up to ``COMPACT_AT`` bytes) for ever; a later replacement removes one
+    older than ``STALE_TEMPORARY``, never a younger one (another process's write in progress)."""
+    monkeypatch.setattr(journal, "COMPACT_AT", 4096)
+    store = FileStore(tmp_path / "state")
+    state = await entered(store, ALICE)
+    await state.activate(["s__first"])
+    path = tmp_path / "state" / "activation" / f"{ALICE}.jsonl"
+    stale, fresh = path.parent / f".{path.name}.0123456789ab.tmp", path.parent / f".{path.name}.ba9876543210.tmp"
+    for left in (stale, fresh):
+        left.write_bytes(b"a killed write's record\n")
+    old = time.time() - 3600  # past STALE_TEMPORARY
+    os.utime(stale, (old, old))
+    before = path.stat().st_ino
+    for i in range(200):
+        await state.activate([f"s__tool{i:03d}"])
+    assert path.stat().st_ino != before  # replaced
+    assert sorted(os.listdir(path.parent)) == sorted([path.name, fresh.name])
 
 
 # --- artifacts ------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ import errno
 import hashlib
 import os
 import stat
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -142,10 +143,29 @@ def read_private(dir_fd: int, name: str, label: str, read: Callable[[int, int], 
         os.close(fd)
 
 
+STALE_TEMPORARY = 600
+"""Seconds after which a temporary file of ``replace_private`` is a write that never finished."""
+
+
+def remove_temporaries(dir_fd: int, name: str, older_than: float | None = None) -> None:
+    """Remove what ``replace_private`` of ``name`` left when its process was killed between
+    creating its temporary file and renaming it (a copy of what it wrote: a token file's
+    tokens): those last modified before ``older_than`` (a time), or all of them when None."""
+    prefix = f".{name}."
+    for entry in os.listdir(dir_fd):
+        if entry.startswith(prefix) and entry.endswith(".tmp"):
+            with contextlib.suppress(OSError):
+                info = os.stat(entry, dir_fd=dir_fd, follow_symlinks=False)
+                if older_than is None or info.st_mtime < older_than:
+                    os.unlink(entry, dir_fd=dir_fd)
+
+
 def replace_private(dir_fd: int, name: str, label: str, data: bytes) -> None:
     """Put ``data`` in place of the private file ``name`` of a verified directory at once: a
     new 0600 file, fsynced, renamed over it, and the directory fsynced. Raise OSError
-    (JournalError naming ``label`` when the new file is refused); the old file is then intact."""
+    (JournalError naming ``label`` when the new file is refused); the old file is then intact.
+    A killed write's temporary file older than ``STALE_TEMPORARY`` seconds is removed first."""
+    remove_temporaries(dir_fd, name, time.time() - STALE_TEMPORARY)
     temporary = f".{name}.{os.urandom(6).hex()}.tmp"
     try:
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _OPEN_FLAGS, 0o600, dir_fd=dir_fd)

@@ -34,6 +34,7 @@ from gateway.state.journal import (
     JournalError,
     check_private_file,
     open_private_dir,
+    remove_temporaries,
     replace_private,
     why_not_opened,
 )
@@ -134,11 +135,13 @@ class TokenFile:
             os.close(dir_fd)
 
     def remove(self) -> bool:
-        """Forget the server's tokens and registration; whether there was a file."""
+        """Forget the server's tokens and registration; whether there was a file. A copy a
+        killed write left (its temporary file) goes too."""
         dir_fd = self._dir(create=False)
         if dir_fd is None:
             return False
         try:
+            remove_temporaries(dir_fd, self.path.name)
             os.unlink(self.path.name, dir_fd=dir_fd)
             os.fsync(dir_fd)
             return True
