@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict, deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import Protocol, TypeVar
 
 
@@ -40,6 +40,7 @@ def doomed(
     protected: Callable[[Info], bool] = lambda a: False,
     spiller: str | None = None,
     fresh_seconds: float = 0.0,
+    handed: Collection[str] = (),
 ) -> list[Info]:
     """Everything past ``max_age_seconds``, then, while the rest is over ``max_total_bytes``,
     the oldest artifact of the owner that holds the most bytes (ties: the smaller owner key).
@@ -47,8 +48,9 @@ def doomed(
 
     An artifact younger than ``fresh_seconds`` (an id a model was just handed) is picked only
     once nothing older is left: ``spiller``'s (the owner whose spill runs this) first, oldest
-    first, then other owners', and never the spiller's newest. A principal that spills a burst
-    pays with its own recent output before another's."""
+    first, then other owners', and never the spiller's newest nor any of its ``handed`` (the ids
+    the answer that runs this hands out: a result's text and structuredContent, a search's
+    schemas). A principal that spills a burst pays with its own recent output before another's."""
     out: list[Info] = []
     total = 0
     held: dict[str, int] = defaultdict(int)
@@ -59,7 +61,7 @@ def doomed(
     newest = next((a for a in reversed(ordered) if a.session == spiller), None)
     for a in ordered:
         fresh = now - a.mtime < fresh_seconds
-        spared = protected(a) or (fresh and a is newest)
+        spared = protected(a) or (fresh and (a is newest or (a.session == spiller and a.id in handed)))
         if not spared and now - a.mtime > max_age_seconds:
             out.append(a)
             continue

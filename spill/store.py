@@ -25,7 +25,7 @@ import re
 import secrets
 import stat
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,7 +100,9 @@ class Artifacts(Protocol):
 
     def read(self, artifact_id: str, offset: int, length: int) -> bytes: ...
 
-    def gc(self, *, max_age_seconds: float, max_total_bytes: int, now: float | None = None) -> list[ArtifactInfo]: ...
+    def gc(
+        self, *, max_age_seconds: float, max_total_bytes: int, now: float | None = None, handed: Collection[str] = ()
+    ) -> list[ArtifactInfo]: ...
 
 
 def new_id() -> str:
@@ -412,14 +414,18 @@ class ArtifactStore:
         with self.open(artifact_id) as f:
             return os.pread(f.fileno(), length, offset) if length else b""
 
-    def gc(self, *, max_age_seconds: float, max_total_bytes: int, now: float | None = None) -> list[ArtifactInfo]:
-        """Retention across all sessions under root, protecting this session's fresh artifacts."""
+    def gc(
+        self, *, max_age_seconds: float, max_total_bytes: int, now: float | None = None, handed: Collection[str] = ()
+    ) -> list[ArtifactInfo]:
+        """Retention across all sessions under root, protecting this session's fresh artifacts:
+        its newest and the ids ``handed`` out by the answer that runs it."""
         return gc(
             self.root,
             max_age_seconds=max_age_seconds,
             max_total_bytes=max_total_bytes,
             now=now,
             protect_session=self.session_key,
+            handed=handed,
         )
 
 
@@ -538,15 +544,17 @@ def gc(
     now: float | None = None,
     protect_session: str | None = None,
     protect_seconds: float = 60.0,
+    handed: Collection[str] = (),
 ) -> list[ArtifactInfo]:
     """Delete expired artifacts, then until under max_total_bytes the oldest of the owner that
     holds the most (``spill.retention``); return the removed.
 
     An artifact younger than protect_seconds is never deleted for another session's excess,
-    and protect_session's newest never (``spill.retention.doomed``), so the id a model was just
-    handed stays readable; without protect_session, nothing is spared. Empty session directories of other sessions are
-    removed, and partial files older than ``STALE_PARTIAL`` seconds (a killed gateway's).
-    Symlinks and foreign files are never followed or touched.
+    and protect_session's newest and ``handed`` never (``spill.retention.doomed``), so the ids a
+    model was just handed stay readable; without protect_session, nothing is spared. Empty
+    session directories of other sessions are removed, and partial files older than
+    ``STALE_PARTIAL`` seconds (a killed gateway's). Symlinks and foreign files are never
+    followed or touched.
     """
     now = time.time() if now is None else now
     root_fd = _open_root(Path(root), create=False)
@@ -561,6 +569,7 @@ def gc(
             now=now,
             spiller=protect_session,
             fresh_seconds=protect_seconds if protect_session is not None else 0.0,
+            handed=handed,
         )
         removed = [a for a in chosen if _unlink_artifact(root_fd, a)]
         for session in _session_names(root_fd):

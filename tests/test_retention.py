@@ -55,3 +55,21 @@ def test_a_burst_of_one_owner_costs_its_own_fresh_output_never_anothers() -> Non
     assert ids(tight)[-1] == "a6" and "b-fresh" in ids(tight) and "a7" not in ids(tight)
     # With no spiller (the artifacts command), freshness spares nothing.
     assert "b-fresh" in ids(doomed([*bob, *alice], max_age_seconds=10**6, max_total_bytes=0, now=NOW))
+
+
+def test_every_id_one_answer_hands_out_is_spared_not_only_the_newest() -> None:
+    """A result saves its text and its structuredContent apart (a search, several schemas): with
+    nothing older left, the text's id, handed out in the same answer, was removed at once."""
+    older = art("alice", "a-old", 300, 30)
+    text, structured = art("alice", "text", 300, 1), art("alice", "structured", 300, 0)
+
+    def removed(found: list[ArtifactInfo], handed: set[str]) -> list[str]:
+        chosen = doomed(
+            found, max_age_seconds=10**6, max_total_bytes=0, now=NOW, spiller="alice", fresh_seconds=60, handed=handed
+        )
+        return ids(chosen)
+
+    assert removed([older, text, structured], set()) == ["a-old", "text"]
+    assert removed([older, text, structured], {"text", "structured"}) == ["a-old"]
+    # Another owner's artifact of the same id is not the spiller's: never spared for it.
+    assert removed([art("bob", "text", 300, 2), structured], {"text"}) == ["text"]

@@ -244,6 +244,27 @@ async def test_big_structured_result_stays_a_success_and_each_part_is_readable(
         assert len(data) == int(size) and json.loads(data) == {"content": body}
 
 
+@pytest.mark.parametrize("mode", ERAS)
+async def test_every_artifact_a_result_hands_out_is_kept_by_the_retention_after_it(tmp_path: Path, mode: str) -> None:
+    """A result whose text and structuredContent are both saved hands out two ids; with the
+    store past ``max_total_bytes`` and nothing older to remove, the retention run after the
+    spill spared only the newest (the structured part): the text's id, in the same answer,
+    named an artifact already gone."""
+    server = {"command": TEXTFILE[0], "args": TEXTFILE[1:]}
+    config = write_config(tmp_path, {"f": server}, spill={"max_total_bytes": 150_000})
+    async with sdk_client(config, mode) as client:
+        text = answer(await client.call_tool("f__read_text_file", {"lines": 4000}))
+        text_id = ARTIFACT.search(text).group(1)  # type: ignore[union-attr]
+        _, structured_id = STRUCTURED.search(text).groups()  # type: ignore[union-attr]
+        for artifact_id in (text_id, structured_id):
+            page = await client.call_tool("artifact_read", {"id": artifact_id, "limit": 10})
+            assert not page.is_error, answer(page)
+        # The next result's retention removes them (oldest first): the bound still holds.
+        again = answer(await client.call_tool("f__read_text_file", {"lines": 4000}))
+        assert ARTIFACT.search(again).group(1) != text_id  # type: ignore[union-attr]
+    assert len(artifact_files(tmp_path)) == 2
+
+
 @pytest.mark.parametrize("output_schemas", ["omit", "publish"])
 async def test_catalog_json_is_what_serve_publishes_for_either_setting(tmp_path: Path, output_schemas: str) -> None:
     config = textfile_config(tmp_path, output_schemas)

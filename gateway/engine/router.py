@@ -41,7 +41,7 @@ from gateway.engine.validation import ValidationFailure, ValidationPool, Validat
 from gateway.eras import DEFAULT_VERSION
 from gateway.results import error_result, text_result
 from gateway.shapes import plain_text_result
-from gateway.state.retention import collect
+from gateway.state.retention import Handing, collect
 from gateway.state.session import ClientState, principal_key
 from spill import (
     DEFAULT_MAX_VISIBLE_BYTES,
@@ -358,16 +358,17 @@ class Router:
         store = state.store
 
         def work() -> dict[str, Any]:
+            handing = Handing(store) if store is not None else None
             bounded = bound_result(
                 result,
                 max_visible_bytes=spill.max_visible_bytes,
                 max_artifact_bytes=spill.max_artifact_bytes,
-                store=store,
+                store=handing,
                 output_schema=output_schema if isinstance(output_schema, dict) else None,
                 reserve=reserve,
             )
-            if bounded is not result and store is not None:
-                collect(store, spill)
+            if bounded is not result and handing is not None:
+                collect(handing.store, spill, handing.handed)
             return bounded
 
         if surely_within(result, spill.max_visible_bytes // 8):
@@ -474,18 +475,20 @@ class Router:
         """Each named tool's input schema as an artifact of the client's (indented JSON, sorted
         keys, as a spilled structuredContent): name -> where the search result says it is."""
         where: dict[str, str] = {}
+        handed: list[str] = []
         store = state.store if self.spill.enabled else None
         for name in names:
             schema = epoch.catalog.by_name[name].declaration.get("inputSchema", {"type": "object"})
             data = json.dumps(schema, indent=2, sort_keys=True, ensure_ascii=False).encode("utf-8")
             kept, reason = retain([data], len(data), store, self.spill.max_artifact_bytes)
+            handed += [kept] if kept is not None else []
             where[name] = (
                 f'saved as artifact {kept}; read it with artifact_read {{"id": "{kept}"}}'
                 if kept is not None
                 else f"not retained: {reason}"
             )
-        if store is not None and any(w.startswith("saved") for w in where.values()):
-            collect(store, self.spill)
+        if store is not None and handed:
+            collect(store, self.spill, handed)
         return where
 
     def unavailable(self) -> str:

@@ -37,7 +37,7 @@ import secrets
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, BinaryIO
 
@@ -281,10 +281,12 @@ class RedisArtifacts:
         with f:
             yield f
 
-    def gc(self, *, max_age_seconds: float, max_total_bytes: int, now: float | None = None) -> list[ArtifactInfo]:
+    def gc(
+        self, *, max_age_seconds: float, max_total_bytes: int, now: float | None = None, handed: Collection[str] = ()
+    ) -> list[ArtifactInfo]:
         """Retention across the whole store, sparing this owner's artifacts of the last minute."""
         try:
-            return collect(self.client, max_age_seconds, max_total_bytes, now, protect=self.owner)
+            return collect(self.client, max_age_seconds, max_total_bytes, now, protect=self.owner, handed=handed)
         except _ERRORS as exc:
             raise StoreError(str(self._failing.error(exc))) from None
 
@@ -374,7 +376,12 @@ def _remove(client: redis.Redis, info: ArtifactInfo) -> None:
 
 
 def collect(
-    client: redis.Redis, max_age_seconds: float, max_total_bytes: int, now: float | None, protect: str | None
+    client: redis.Redis,
+    max_age_seconds: float,
+    max_total_bytes: int,
+    now: float | None,
+    protect: str | None,
+    handed: Collection[str] = (),
 ) -> list[ArtifactInfo]:
     """Past the age first (their keys have expired already: the index catches up), then until
     the whole store fits ``max_total_bytes`` the oldest of the owner that holds the most
@@ -390,6 +397,7 @@ def collect(
             now=now,
             spiller=protect,
             fresh_seconds=PROTECT_SECONDS if protect is not None else 0.0,
+            handed=handed,
         )
 
     removed = due(found)
