@@ -51,7 +51,8 @@ _ID_RE = re.compile(r"[A-Za-z0-9_-]{22,64}")
 _SESSION_RE = re.compile(r"[A-Za-z0-9_-]{1,128}")
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+"""(``O_NONBLOCK``: a FIFO at an artifact's path is refused as not a regular file, never waited on.)"""
 _MAX_ID_ATTEMPTS = 16
 _WRITE_CHUNK = 1 << 20
 _PARTIAL = ".partial"

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
@@ -21,9 +22,11 @@ from tests.helpers import (
     demo,
     gateway,
     raw_gateway,
+    run_cli,
     sdk_client,
     write_config,
 )
+from tests.helpers import text as text_of
 from tests.textfile_server import OUTPUT_SCHEMA, file_text
 
 pytestmark = pytest.mark.anyio
@@ -367,6 +370,28 @@ async def test_a_store_broken_mid_run_is_logged_naming_the_directory(tmp_path: P
         assert await gw.saw(
             f"an output of 100000 bytes was not retained: artifact directory is not a directory ({str(root)!r})"
         )
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_fifo_at_an_artifacts_path_is_no_artifact_and_hangs_nothing(tmp_path: Path, mode: str) -> None:
+    """An artifact's file replaced by a FIFO: artifact_read opened it blocking (the journal, the
+    warm-start record and the check cache are opened non-blocking), so the read waited for a
+    writer for ever, holding one of the principal's worker threads; ``artifacts read`` too."""
+    config = write_config(tmp_path, {"d": demo("--tools", 1)})
+    with anyio.fail_after(120):
+        async with sdk_client(config, mode, "--session", "s") as client:
+            spilled = text_of(await client.call_tool("d__payload", {"bytes": 100_000}))
+            artifact_id = ARTIFACT.search(spilled).group(1)  # type: ignore[union-attr]
+            (file,) = artifact_files(tmp_path)
+            file.unlink()
+            os.mkfifo(file, 0o600)
+            for _ in range(10):  # more than the principal's 8 worker threads
+                refused = await client.call_tool("artifact_read", {"id": artifact_id})
+                assert refused.is_error
+                assert text_of(refused) == f"artifact_read: no artifact with id '{artifact_id}' in this session"
+            assert text_of(await client.call_tool("d__echo", {"text": "still"})) == "still"
+        read = await anyio.to_thread.run_sync(run_cli, "artifacts", "read", artifact_id, "--config", str(config))
+        assert read.returncode == 1 and read.stderr == f"prefixgate: no artifact with id {artifact_id!r}\n"
 
 
 async def test_an_artifact_past_max_age_days_is_refused_before_retention_removes_it(tmp_path: Path) -> None:
