@@ -408,3 +408,44 @@ def test_an_audit_append_cut_short_by_a_full_disk_leaves_no_torn_line(tmp_path: 
     calls = [json.loads(line)["call"] for line in data.splitlines()]
     kept = [n for n in range(8) if n not in failed]
     assert calls == [c for n in kept for c in (n, n + 100)] + [999]
+
+
+
+_SHARED_AUDIT = """
+import json, sys
+from pathlib import Path
+from gateway.state.journal import append_rotating
+
+failed = []
+for n in range(3000):
+    line = json.dumps({"writer": sys.argv[2], "call": n, "pad": "x" * 40}).encode() + b"\\n"
+    try:
+        append_rotating(Path(sys.argv[1]), "calls.jsonl", "audit log", line, 2000)
+    except OSError as exc:
+        failed.append(str(exc))
+print(json.dumps(failed))
+"""
+
+
+def test_two_gateways_rotating_one_audit_log_lose_no_line_to_each_other(tmp_path: Path) -> None:
+    """Two gateways sharing a ``state_dir`` (two agents on one machine) append to one audit log.
+    Each checked the size, then renamed the file to ``.1``: when both saw it full, the second's
+    rename found no file (its lines were lost, 'No such file or directory'), or renamed the
+    other's fresh file over ``.1`` (the lines ``.1`` held were lost). A rotation and its append
+    are now one step under a lock on the directory."""
+    import subprocess
+
+    from tests.helpers import PYTHON
+
+    directory = tmp_path / "audit"
+    writers = [
+        subprocess.Popen([PYTHON, "-c", _SHARED_AUDIT, str(directory), name], stdout=subprocess.PIPE, text=True)
+        for name in ("a", "b", "c")
+    ]
+    outputs = [w.communicate(timeout=120)[0] for w in writers]
+    assert [w.returncode for w in writers] == [0, 0, 0]
+    assert [json.loads(out) for out in outputs] == [[], [], []]
+    for name in ("calls.jsonl", "calls.jsonl.1"):  # each whole lines, within twice the limit
+        data = (directory / name).read_bytes()
+        assert data.endswith(b"\n") and len(data) <= 2000
+        assert all(json.loads(line)["pad"] for line in data.splitlines())

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import hashlib
 import os
 import stat
@@ -230,10 +231,16 @@ def _append_whole(fd: int, data: bytes) -> None:
 def append_rotating(directory: Path, name: str, label: str, data: bytes, max_bytes: int) -> None:
     """Append ``data`` to the private file ``name`` in ``directory`` (created 0700), which
     first becomes ``name.1`` (replacing the one before) when ``data`` would take it past
-    ``max_bytes``: at most about twice that is kept. Not fsynced; raise OSError."""
+    ``max_bytes``: at most about twice that is kept. Not fsynced; raise OSError.
+
+    The size check, the rotation and the append are one step under a lock on the directory:
+    gateways sharing a ``state_dir`` append to one file, and two that both saw it full renamed
+    it twice (the second found no file, or put the other's fresh file in place of ``name.1``)."""
     dir_fd = open_private_dir(directory, create=True)
     assert dir_fd is not None
     try:
+        with contextlib.suppress(OSError):  # (a file system without locks: as before, unlocked)
+            fcntl.flock(dir_fd, fcntl.LOCK_EX)  # released as ``dir_fd`` is closed
         try:
             size = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_size
         except FileNotFoundError:
