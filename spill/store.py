@@ -395,8 +395,8 @@ class ArtifactStore:
         f = os.fdopen(fd, "rb")
         try:
             st = os.fstat(f.fileno())
-            if not stat.S_ISREG(st.st_mode):
-                raise artifact_not_found(artifact_id)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+                raise artifact_not_found(artifact_id)  # (another owner's file is not ours to show: ``_scan_session``)
             if self.max_age is not None and time.time() - st.st_mtime > self.max_age():
                 raise artifact_not_found(artifact_id)  # expired, as retention judges it (``gc``)
             yield f
