@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from mcp import stdio_client
 
 from catalog.build import build
 from catalog.model import ServerTools
@@ -126,3 +127,28 @@ async def test_a_gateway_whose_files_cannot_grow_serves_and_leaves_no_partial_fi
     left = sorted(str(p.relative_to(tmp_path / "state")) for p in files if p.name.startswith("."))
     assert left == [], left  # (a temporary file is a write cut short)
     assert not any(p.is_relative_to(tmp_path / "state" / "artifacts") for p in files)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_huge_check_cache_is_ignored_not_read(tmp_path: Path, mode: str) -> None:
+    """A check cache of gigabytes (a sparse file: no disk, all zeros) was read whole at start:
+    under a 3 GB address-space limit the gateway exited with a MemoryError traceback (without
+    one, it tried to hold it all). More than the cache ever holds is ignored, one log line."""
+    from mcp import Client, StdioServerParameters
+
+    config = write_config(tmp_path, {"d": demo("--tools", 1)})
+    cache = tmp_path / "state" / "cache" / "checks-passed.txt"
+    cache.parent.mkdir(parents=True, mode=0o700)
+    with cache.open("wb") as handle:
+        handle.truncate(6 << 30)
+    cache.chmod(0o600)
+    errlog = tmp_path / "stderr.log"
+    limited = 'ulimit -v 3000000 && exec "$0" -m gateway serve --config "$1" --log-level warning'
+    params = StdioServerParameters(command="/bin/sh", args=["-c", limited, sys.executable, str(config)])
+    with errlog.open("w") as log:
+        async with Client(stdio_client(params, errlog=log), mode=mode) as client:  # type: ignore[arg-type]
+            assert text(await client.call_tool("d__echo", {"text": "hi"})) == "hi"
+    said = errlog.read_text()
+    assert f"check cache ignored: {str(cache)!r} is 6442450944 bytes, more than it ever holds" in said, said
+    assert "Traceback" not in said

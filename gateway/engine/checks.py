@@ -28,6 +28,9 @@ _FILE = "checks-passed.txt"
 MAX_KEYS = 50_000
 """Remembered passes at most: past it, only those the last build used are kept (a server that
 changes its schemas on every change would add passes for ever)."""
+MAX_FILE_BYTES = 8 << 20
+"""The largest cache read: more than ``MAX_KEYS`` passes take (65 bytes each). A bigger file
+is not one a gateway wrote (a sparse file of gigabytes costs no disk) and is ignored unread."""
 
 
 def _versions() -> str:
@@ -79,11 +82,14 @@ class CheckCache:
             return
         with os.fdopen(fd, encoding="ascii", errors="replace") as handle:
             try:
-                check_private_file(fd, str(path))
+                size = check_private_file(fd, str(path)).st_size
             except OSError as exc:
                 log.warning("check cache ignored: %s", exc)
                 return
-            lines = handle.read().splitlines()
+            if size > MAX_FILE_BYTES:
+                log.warning("check cache ignored: %r is %d bytes, more than it ever holds", str(path), size)
+                return
+            lines = handle.read(MAX_FILE_BYTES).splitlines()
         if not lines or lines[0] != self.header:
             return  # another version of a checker: start over
         self._loaded = {line for line in lines[1:] if len(line) == 64}
