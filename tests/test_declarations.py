@@ -264,7 +264,14 @@ async def test_journal_write_failure_fails_the_search_and_grants_nothing(tmp_pat
     (tmp_path / "state" / "activation").write_text("a file where the journal directory should be")
     async with gateway(config, "--session", "s") as gw:
         found = await gw.session.call_tool("tool_search", {"query": "d__echo", "limit": 1})
-        assert found.is_error and "nothing was activated" in text(found)
+        assert found.is_error
+        assert text(found) == (  # what is wrong, not "write failed"; the log names the directory
+            "tool_search could not record the activation (its journal cannot be used; the gateway's log says why); "
+            "nothing was activated."
+        )
+        assert await gw.saw(
+            f"activation journal write failed: directory {str(tmp_path / 'state' / 'activation')!r} is not a directory"
+        )
         assert (await gw.session.call_tool("d__echo", {"text": "x"})).is_error
         assert text(await gw.session.call_tool("d__list_issue", GOOD_ARGS)) == NOT_ACTIVE.format("d__list_issue")
 

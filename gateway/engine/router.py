@@ -459,10 +459,10 @@ class Router:
             granted = await state.activate(grant, epoch.identity)
         except OSError as exc:
             log.error("activation journal write failed: %s", exc.strerror or exc)
-            return error_result(
-                f"tool_search could not record the activation ({exc.strerror or 'write failed'}); "
-                "nothing was activated."
-            )
+            # (a journal refused, as a symlink, another user's or not a directory, has no strerror:
+            # its reason names host paths, said in the log alone)
+            why = exc.strerror or "its journal cannot be used; the gateway's log says why"
+            return error_result(f"tool_search could not record the activation ({why}); nothing was activated.")
         if not granted:
             return error_result(
                 "tool_search: the tool catalog changed during the search; nothing was activated, search again."
