@@ -107,6 +107,27 @@ async def test_serve_records_each_epoch_and_catalog_history_shows_why(tmp_path: 
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_history_whose_last_line_cannot_be_read_is_written_on(tmp_path: Path, mode: str) -> None:
+    """A history ending in a line longer than the 4 MiB read from its end (damaged: the gateway
+    writes short lines) made every start's record fail ("epoch history not written"), for ever,
+    though the write would have rotated the file away; the record is now written, its
+    ``previous`` unknown."""
+    config = write_config(tmp_path, {"d": demo("--tools", 1)})
+    damaged = tmp_path / "state" / "history" / "default.jsonl"
+    damaged.parent.mkdir(parents=True, mode=0o700)
+    damaged.write_bytes(b"x" * (5 << 20))
+    damaged.chmod(0o600)
+    history = EpochHistory(tmp_path / "state", None)
+    async with sdk_client(config, mode, log_level="warning") as client:
+        assert text(await client.call_tool("d__echo", {"text": "hi"})) == "hi"
+        await wait_for(lambda: len(history.read()) == 1)
+    (record,) = history.read()
+    assert record["previous"] is None and record["reason"] == "the discovery barrier"
+    assert damaged.stat().st_size < 4096  # the damaged file rotated away
+
+
+@pytest.mark.anyio
 async def test_configs_sharing_a_state_dir_each_read_their_own_history(tmp_path: Path) -> None:
     """Two configs, one ``state_dir`` (as every config that sets none shares the default one):
     each one's ``catalog history`` is its own gateway's, and its first epoch after the other's

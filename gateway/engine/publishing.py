@@ -337,7 +337,11 @@ class Publisher:
             if old is not None:
                 previous = old.fingerprint
             else:  # this process's first epoch: the one before is the history's last
-                last = history.last()
+                try:
+                    last = history.last()
+                except OSError as exc:  # (damaged: this record is still written, and rotates it away)
+                    log.warning("epoch history: the record before is not known: %s", exc)
+                    last = None
                 previous = last["fingerprint"] if last is not None else None
             history.append(
                 {
