@@ -140,14 +140,15 @@ def _reason(what: str, exc: OSError) -> str:
 # --------------------------------------------------------------------------- directories
 
 
-def _check_dir_fd(fd: int, label: str) -> None:
-    """Refuse a directory we do not own; tighten one we own to exactly 0700, then re-check."""
+def _check_dir_fd(fd: int, label: str, *, tighten: bool = True) -> None:
+    """Refuse a directory we do not own; tighten one we own to exactly 0700 (unless not
+    ``tighten``: a check that writes nothing), then re-check."""
     st = os.fstat(fd)
     if not stat.S_ISDIR(st.st_mode):
         raise StoreError(f"{label} is not a directory")
     if st.st_uid != os.geteuid():
         raise StoreError(f"{label} is owned by uid {st.st_uid}, not by us (uid {os.geteuid()})")
-    if stat.S_IMODE(st.st_mode) != 0o700:
+    if tighten and stat.S_IMODE(st.st_mode) != 0o700:
         os.fchmod(fd, 0o700)
         if stat.S_IMODE(os.fstat(fd).st_mode) != 0o700:
             raise StoreError(f"{label} cannot be made private (mode 0700)")
@@ -180,10 +181,13 @@ def _make_parents(root: Path) -> None:
             pass
 
 
-def open_private_dir(path: str | Path, label: str, *, create: bool, dir_fd: int | None = None) -> int | None:
+def open_private_dir(
+    path: str | Path, label: str, *, create: bool, dir_fd: int | None = None, tighten: bool = True
+) -> int | None:
     """Verified fd of a private directory (created 0700 if asked), never following a symlink.
 
-    None when it is missing and ``create`` is False.
+    None when it is missing and ``create`` is False. ``tighten=False``: its mode is left as
+    it is (``doctor``, which reports modes and changes nothing).
     """
     try:
         if not _lstat_dir(path, label, dir_fd=dir_fd):
@@ -200,7 +204,7 @@ def open_private_dir(path: str | Path, label: str, *, create: bool, dir_fd: int 
     except OSError as e:
         raise StoreError(_reason(f"cannot open {label}", e)) from None
     try:
-        _check_dir_fd(fd, label)
+        _check_dir_fd(fd, label, tighten=tighten)
     except BaseException:
         os.close(fd)
         raise

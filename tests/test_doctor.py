@@ -265,6 +265,10 @@ def test_symlinked_or_open_state_dir_needs_attention(tmp_path: Path) -> None:
     assert proc.returncode == 1, proc.stdout  # the only trouble is the directory modes
     assert verdict(proc.stdout, f"state directory {shared}: mode 0755") == "warn"
     assert verdict(proc.stdout, "artifact directory", "mode 0777") == "warn"
+    # Reported, not changed: doctor writes nothing there but the warm-start record (the state
+    # store's check made the directory 0700, so a second run said it was fine).
+    assert shared.stat().st_mode & 0o777 == 0o755
+    assert (shared / "artifacts").stat().st_mode & 0o777 == 0o777
 
 
 # --- registration snippets ----------------------------------------------------------------

@@ -97,7 +97,7 @@ class FileStore:
     def _health(self) -> StoreHealth:
         """Checked without writing anything (``doctor`` leaves the state directory alone)."""
         try:
-            fd = open_private_dir(self.state_dir, f"state directory {self.where!r}", create=False)
+            fd = open_private_dir(self.state_dir, f"state directory {self.where!r}", create=False, tighten=False)
         except StoreError as exc:
             return StoreHealth(self.kind, self.where, False, False, problems=(str(exc),))
         if fd is None:
