@@ -513,3 +513,51 @@ async def test_a_redis_restarted_mid_write_publishes_nothing(redis: RedisServer)
         assert await store.list_artifacts() == []
     finally:
         await store.aclose()
+
+
+class _BlackHole:
+    """A TCP server that accepts and never answers (what a paused Redis, or a network black
+    hole, looks like to a client): counts the connections it was given."""
+
+    def __init__(self) -> None:
+        import socket
+        import threading
+
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.accepted: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            self.accepted.append(conn)
+
+    def close(self) -> None:
+        self.listener.close()
+        for conn in self.accepted:
+            conn.close()
+
+
+async def test_a_redis_that_does_not_answer_costs_one_timeout_not_two() -> None:
+    """Redis paused (SIGSTOP) or behind a black hole: each command waited for its timeout,
+    then was sent again on a fresh connection and waited as long again (10 s for a grant,
+    a read of a grant, a new principal's first request; a spill 30 s). The retry is for a
+    connection a Redis restart closed, not for a Redis that does not answer."""
+    hole = _BlackHole()
+    store = RedisStore(f"redis://127.0.0.1:{hole.port}/0", max_age_seconds=3600, timeout=0.5)
+    try:
+        with anyio.fail_after(30):
+            with pytest.raises(StoreUnavailable, match=r"^store unavailable: Redis at redis://127\.0\.0\.1:\d+/0: "):
+                await store.last_record(ALICE)
+        assert len(hole.accepted) == 1
+        with anyio.fail_after(30), pytest.raises(StoreError) as caught:
+            await anyio.to_thread.run_sync(store.artifacts(ALICE).put_chunks, [b"data"])
+        assert str(caught.value) == "store unavailable"
+        assert len(hole.accepted) == 2  # (one more for the blocking client: no retry, no clean-up)
+    finally:
+        await store.aclose()
+        hole.close()

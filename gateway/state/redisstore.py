@@ -20,8 +20,9 @@ Keys (``prefixgate:`` then the owner's key, a SHA-256 hex: never a principal or 
 Two clients from one URL: ``redis.asyncio`` on the event loop (activation, the key, health),
 and redis-py's blocking client for artifacts, because spilling and ``artifact_read`` are
 blocking code that already runs in worker threads (as file I/O does). Both have socket and
-connect timeouts, so no call waits forever, and one retry on a fresh connection (a pooled
-connection from before a Redis restart fails once; that retry is the reconnect). Every
+connect timeouts, so no call waits forever, and one retry on a fresh connection when a
+connection was closed (a pooled connection from before a Redis restart fails once; that retry
+is the reconnect), none after a timeout (``_RETRIED``). Every
 write is safe to repeat: pieces go to their offset (``SETRANGE``), the record is a
 compare-and-set, publishing refuses a second run.
 """
@@ -93,12 +94,15 @@ a replica started afterwards adopts the running replicas' key instead of making 
 _PIECE_AT = """
 if redis.call('STRLEN', KEYS[1]) < tonumber(ARGV[1]) then return 0 end
 redis.call('SETRANGE', KEYS[1], ARGV[1], ARGV[2])
+redis.call('EXPIRE', KEYS[1], ARGV[3])
 return 1
 """
-"""Write one piece of a partial at its offset: KEYS partial; ARGV offset, bytes. Only onto every
-byte before it (0: the partial is gone). A plain SETRANGE on a partial that Redis evicted
+"""Write one piece of a partial at its offset: KEYS partial; ARGV offset, bytes, expiry. Only onto
+every byte before it (0: the partial is gone). A plain SETRANGE on a partial that Redis evicted
 mid-write (a ``volatile-*`` policy takes it first: it expires soonest) or lost in a restart
-made a new key padded with NUL bytes, published as the artifact. Safe to repeat, as SETRANGE is."""
+made a new key padded with NUL bytes, published as the artifact. Safe to repeat, as SETRANGE is.
+Each piece sets the expiry: a partial never exists without one, whatever part of a pipeline
+Redis ran before the writer gave up on it."""
 
 _PUBLISH = """
 if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
@@ -158,6 +162,13 @@ def _out_of_memory(exc: BaseException) -> bool:
     )
 
 
+_RETRIED = (redis.exceptions.ConnectionError,)
+"""What one retry on a fresh connection is for: a pooled connection that a Redis restart
+closed. Not a timeout: a Redis that does not answer (paused, hung, a network black hole)
+would not answer the retry either, and retrying one doubled every wait for it (10 s for a
+grant, a read of a grant, a new principal's first request)."""
+
+
 def _options(timeout: float, retry: Any) -> dict[str, Any]:
     return {"socket_timeout": timeout, "socket_connect_timeout": timeout, "retry": retry}
 
@@ -199,7 +210,7 @@ class RedisArtifacts:
                 view = memoryview(chunk).cast("B")
                 for start in range(0, len(view), _PIECE):
                     piece = bytes(view[start : start + _PIECE])
-                    self._piece_at(keys=[partial], args=[size, piece], client=pipe)
+                    self._piece_at(keys=[partial], args=[size, piece, PARTIAL_TTL], client=pipe)
                     size += len(piece)
                     if len(pipe) >= 8:
                         pipe.expire(partial, PARTIAL_TTL)
@@ -219,8 +230,9 @@ class RedisArtifacts:
                 if published == -1:
                     raise StoreError(_VANISHED)
         except _ERRORS as exc:
-            with contextlib.suppress(*_ERRORS):
-                self.client.delete(partial)
+            if not isinstance(exc, redis.exceptions.TimeoutError):  # (a Redis that does not answer
+                with contextlib.suppress(*_ERRORS):  # would not answer this either: it expires)
+                    self.client.delete(partial)
             if _out_of_memory(exc):  # (it answered: not "unavailable")
                 raise StoreError(_FULL) from None
             raise StoreError(_UNAVAILABLE) from None
@@ -430,8 +442,12 @@ class RedisStore:
         self.where = redact_url(url, url)
         self.max_age = max_age_seconds
         self._failing = _Failing(self.where, url)
-        self._async = redis.asyncio.Redis.from_url(url, **_options(timeout, redis.asyncio.retry.Retry(NoBackoff(), 1)))
-        self._blocking = redis.Redis.from_url(url, **_options(timeout, redis.retry.Retry(NoBackoff(), 1)))
+        self._async = redis.asyncio.Redis.from_url(
+            url, **_options(timeout, redis.asyncio.retry.Retry(NoBackoff(), 1, supported_errors=_RETRIED))
+        )
+        self._blocking = redis.Redis.from_url(
+            url, **_options(timeout, redis.retry.Retry(NoBackoff(), 1, supported_errors=_RETRIED))
+        )
         self._set_if = self._async.register_script(_SET_IF)
         self._key: bytes | None = None
         self._copies = _Copies(COPIES_BYTES)
