@@ -487,3 +487,36 @@ async def test_replicas_agree_on_the_key_again_after_a_redis_restart(tmp_path: P
                         state = asked.request_state
                         done = await then.session.call_tool("m__ask", {}, input_responses=answer, request_state=state)
                         assert text(done) == "accept:{'name': 'Bo'}"
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_hung_store_holds_no_request_that_needs_none(tmp_path: Path, redis: RedisServer, mode: str) -> None:
+    """Redis paused (SIGSTOP): a principal new to the replica was bound to its state by
+    reading its activation record first, so its first request (a session's ``initialize``,
+    a 2026-07-28 ``tools/list`` or call) waited for the store's timeout, though it needed no
+    grant. Now the record is read at the first need (a deferred tool, a grant): with the
+    store's timeout made long here, those requests are answered while Redis does not answer,
+    and the grants work again once it does."""
+    import signal
+
+    tokens = tmp_path / "tokens"
+    tokens.write_text("tok-alice\ntok-bob\n")
+    config = replica_config(tmp_path / "a", redis.url)
+    assert redis.proc is not None
+    with http_gateway(config, "--token-file", str(tokens), env={"PREFIXGATE_STORE_TIMEOUT": "600"}) as (url, _):
+        async with client(url, mode, "tok-alice") as alice:
+            assert "d__echo" in text(await alice.call_tool("tool_search", {"query": "echo", "limit": 1}))
+        os.kill(redis.proc.pid, signal.SIGSTOP)
+        try:
+            with anyio.fail_after(60):  # (the store's timeout: 600 s)
+                async with client(url, mode, "tok-bob") as bob:
+                    assert "e__echo" in [t.name for t in (await bob.list_tools()).tools]
+                    assert text(await bob.call_tool("e__echo", {"text": "no store"})) == "no store"
+        finally:
+            os.kill(redis.proc.pid, signal.SIGCONT)
+        async with client(url, mode, "tok-bob") as bob:
+            assert NOT_ACTIVE in text(await bob.call_tool("d__echo", {"text": "not yet"}))  # alice's grant is hers
+            assert "d__echo" in text(await bob.call_tool("tool_search", {"query": "echo", "limit": 1}))
+            assert text(await bob.call_tool("d__echo", {"text": "granted"})) == "granted"
+        async with client(url, mode, "tok-alice") as alice:
+            assert text(await alice.call_tool("d__echo", {"text": "hers"})) == "hers"

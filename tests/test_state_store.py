@@ -88,6 +88,7 @@ async def store(backend: Backend) -> AsyncIterator[StateStore]:
 async def entered(store: StateStore, owner: str, identity: str = EPOCH) -> ClientState:
     state = ClientState(store, owner, store.artifacts(owner))
     await state.enter(identity)
+    await state.refresh()  # (a shared store's record is read at the first need, as here before a refusal)
     return state
 
 

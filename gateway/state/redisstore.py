@@ -60,7 +60,7 @@ PREFIX = "prefixgate:"
 INDEX = PREFIX + "artifacts"
 SIZES = PREFIX + "artifact-sizes"
 KEY = PREFIX + "integrity-key"
-TIMEOUT = 5.0
+TIMEOUT = float(os.environ.get("PREFIXGATE_STORE_TIMEOUT") or 5.0)
 """Seconds any one Redis command (or connecting) may take before it fails."""
 PARTIAL_TTL = 3600
 """Seconds an unfinished artifact write is kept (a replica that died mid-write leaves nothing)."""

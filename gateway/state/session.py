@@ -8,7 +8,9 @@ that cannot be reached) grants nothing and is logged with the reason.
 
 With a shared store (Redis: other replicas write the same owner's record) memory is only
 a cache: a tool not granted here is looked up in the store before it is refused, and a
-grant merges with whatever another replica recorded first (compare-and-set, retried).
+grant merges with whatever another replica recorded first (compare-and-set, retried). So
+binding reads nothing there: the first such look-up is the restore, and a request that
+needs no grant never waits for a store that does not answer.
 """
 
 from __future__ import annotations
@@ -57,6 +59,8 @@ class ClientState:
         """A hash of the stdio ``--session`` it is, for the audit log."""
         self.store = store
         self.state: ActivationState | None = None
+        self._unread = False
+        """Bound without reading the shared store yet: its record is read at the first need."""
         self._lock = anyio.Lock()
 
     async def enter(self, identity: str) -> None:
@@ -69,7 +73,13 @@ class ClientState:
                     log.info("new epoch %s: activation cleared", identity[:12])
                 return
             active: frozenset[str] = frozenset()
-            if self.records is not None:
+            if self.records is not None and self.records.shared:
+                # Read at the first need (``refresh`` before a deferred tool is refused, ``activate``),
+                # never here: every request binds its principal's state, and a shared store that
+                # does not answer held every new principal's first request (a tools/list, a call
+                # of a tool that needs no grant) for the store's timeout.
+                self._unread = True
+            elif self.records is not None:
                 active = await self._restore(self.records, identity)
             self.state = ActivationState(identity, active)
 
@@ -80,6 +90,12 @@ class ClientState:
         except OSError as exc:
             log.warning("activation record not used: %s; nothing restored", exc.strerror or exc)
             return frozenset()
+        return await self._restored(records, identity, data)
+
+    async def _restored(self, records: StateStore, identity: str, data: bytes) -> frozenset[str]:
+        """What the last record ``data`` grants in epoch ``identity``; a record that grants
+        nothing for a reason (another epoch, damaged) is logged and a fresh one recorded."""
+        assert self.owner is not None
         active, reason = restore(data, identity)
         if reason is None:
             if active:
@@ -101,8 +117,13 @@ class ClientState:
         """Take in what the store holds for this epoch (another replica's grants); return it."""
         assert self.state is not None and self.owner is not None
         data = await records.last_record(self.owner)
-        active, reason = restore(data, self.state.snapshot)
-        if reason is None and active:
+        if self._unread:  # (the first read: what a restore says and records, it says and records)
+            self._unread = False
+            active = await self._restored(records, self.state.snapshot, data)
+        else:
+            active, reason = restore(data, self.state.snapshot)
+            active = active if reason is None else frozenset()
+        if active:
             self.state.commit(active, self.state.snapshot)
         return data
 
