@@ -562,3 +562,25 @@ async def test_a_redis_that_does_not_answer_costs_one_timeout_not_two() -> None:
     finally:
         await store.aclose()
         hole.close()
+
+
+async def test_no_retention_pass_waits_for_a_redis_that_just_did_not_answer() -> None:
+    """A spill that Redis did not answer (paused, a black hole) was followed by its retention
+    pass, which waited for the same timeout again: the result came after two timeouts. The
+    pass is skipped, saying why, while a command timed out within the last timeout."""
+    hole = _BlackHole()
+    store = RedisStore(f"redis://127.0.0.1:{hole.port}/0", max_age_seconds=3600, timeout=0.5)
+    artifacts = store.artifacts(ALICE)
+    try:
+        with anyio.fail_after(30), pytest.raises(StoreError):
+            await anyio.to_thread.run_sync(artifacts.put_chunks, [b"data"])
+        store._failing.timeout = 60  # noqa: SLF001 - the spill's wait short, the window after it long (a noisy machine)
+        with anyio.fail_after(30), pytest.raises(StoreError) as caught:
+            await anyio.to_thread.run_sync(lambda: artifacts.gc(max_age_seconds=3600, max_total_bytes=1 << 30))
+        assert str(caught.value) == (
+            f"store unavailable: Redis at redis://127.0.0.1:{hole.port}/0: not answering; retention skipped"
+        )
+        assert len(hole.accepted) == 1  # (the spill's connection: the pass sent nothing)
+    finally:
+        await store.aclose()
+        hole.close()

@@ -176,10 +176,21 @@ def _options(timeout: float, retry: Any) -> dict[str, Any]:
 class _Failing:
     """Turn any client error into StoreUnavailable naming the store (password masked)."""
 
-    def __init__(self, where: str, url: str) -> None:
-        self.where, self.url = where, url
+    def __init__(self, where: str, url: str, timeout: float) -> None:
+        self.where, self.url, self.timeout = where, url, timeout
+        self.timed_out_at = -math.inf
+        """When (monotonic) a command last waited its whole timeout for an answer."""
+
+    def note(self, exc: BaseException) -> None:
+        if isinstance(exc, redis.exceptions.TimeoutError):
+            self.timed_out_at = time.monotonic()
+
+    def unanswered_lately(self) -> bool:
+        """Whether a command timed out within the last timeout: Redis is not answering now."""
+        return time.monotonic() - self.timed_out_at < self.timeout
 
     def error(self, exc: BaseException) -> StoreUnavailable:
+        self.note(exc)
         reason = redact_url(str(exc) or type(exc).__name__, self.url)
         return StoreUnavailable(f"store unavailable: Redis at {self.where}: {' '.join(reason.split())}")
 
@@ -230,6 +241,7 @@ class RedisArtifacts:
                 if published == -1:
                     raise StoreError(_VANISHED)
         except _ERRORS as exc:
+            self._failing.note(exc)
             if not isinstance(exc, redis.exceptions.TimeoutError):  # (a Redis that does not answer
                 with contextlib.suppress(*_ERRORS):  # would not answer this either: it expires)
                     self.client.delete(partial)
@@ -296,7 +308,12 @@ class RedisArtifacts:
     def gc(
         self, *, max_age_seconds: float, max_total_bytes: int, now: float | None = None, handed: Collection[str] = ()
     ) -> list[ArtifactInfo]:
-        """Retention across the whole store, sparing this owner's artifacts of the last minute."""
+        """Retention across the whole store, sparing this owner's artifacts of the last minute.
+
+        Skipped while Redis is not answering (a command timed out within the timeout): the pass
+        after a spill that timed out held the spill's answer for another timeout, for nothing."""
+        if self._failing.unanswered_lately():
+            raise StoreError(f"store unavailable: Redis at {self._failing.where}: not answering; retention skipped")
         try:
             return collect(self.client, max_age_seconds, max_total_bytes, now, protect=self.owner, handed=handed)
         except _ERRORS as exc:
@@ -441,7 +458,7 @@ class RedisStore:
         self.url = url
         self.where = redact_url(url, url)
         self.max_age = max_age_seconds
-        self._failing = _Failing(self.where, url)
+        self._failing = _Failing(self.where, url, timeout)
         self._async = redis.asyncio.Redis.from_url(
             url, **_options(timeout, redis.asyncio.retry.Retry(NoBackoff(), 1, supported_errors=_RETRIED))
         )
