@@ -584,3 +584,39 @@ async def test_no_retention_pass_waits_for_a_redis_that_just_did_not_answer() ->
     finally:
         await store.aclose()
         hole.close()
+
+
+async def test_a_principals_waiting_requests_ask_a_store_that_did_not_answer_once() -> None:
+    """One principal's calls of a tool not granted in memory, and a grant, at once while Redis
+    does not answer: each waited for the one before it (a lock), then asked Redis again and
+    waited its own timeout (the fifth call five timeouts). Those that waited while the store
+    failed are answered with that failure: Redis is asked once."""
+    hole = _BlackHole()
+    store = RedisStore(f"redis://127.0.0.1:{hole.port}/0", max_age_seconds=3600, timeout=0.5)
+    state = ClientState(store, ALICE, None)
+    await state.enter(EPOCH)  # (reads nothing yet)
+    reasons: list[str | None] = []
+    refused: list[str] = []
+
+    async def call() -> None:
+        reasons.append(await state.refresh())
+
+    async def grant() -> None:
+        with pytest.raises(StoreUnavailable) as caught:
+            await state.activate(["s__a"])
+        refused.append(str(caught.value))
+
+    try:
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                for _ in range(4):
+                    tg.start_soon(call)
+                tg.start_soon(grant)
+        unreachable = f"store unavailable: Redis at redis://127.0.0.1:{hole.port}/0: "
+        assert len(reasons) == 4 and all(r is not None and r.startswith(unreachable) for r in reasons), reasons
+        assert len(refused) == 1 and refused[0].startswith(unreachable)
+        assert len(hole.accepted) == 1
+        assert not state.allows("s__a")
+    finally:
+        await store.aclose()
+        hole.close()

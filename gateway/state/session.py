@@ -62,6 +62,10 @@ class ClientState:
         self._unread = False
         """Bound without reading the shared store yet: its record is read at the first need."""
         self._lock = anyio.Lock()
+        self._failures = 0
+        """Store operations under the lock (reads before a refusal, grants) that failed, counted."""
+        self._failed: str | None = None
+        """Why the last store operation under the lock failed; None if it succeeded."""
 
     async def enter(self, identity: str) -> None:
         """Bind to an epoch: restore from the store once, clear on any identity change."""
@@ -134,13 +138,29 @@ class ClientState:
         """
         if self.records is None or not self.records.shared or self.state is None:
             return None
+        arrived = self._failures
         async with self._lock:
+            if (why := self._failed_since(arrived)) is not None:
+                return why
             try:
                 await self._merge(self.records)
             except OSError as exc:
                 log.error("activation record not readable: %s", exc.strerror or exc)
-                return str(exc.strerror or exc)
+                return self._failing(exc)
+            self._failed = None
         return None
+
+    def _failing(self, exc: OSError) -> str:
+        self._failures += 1
+        self._failed = str(exc.strerror or exc)
+        return self._failed
+
+    def _failed_since(self, arrived: int) -> str | None:
+        """Why the store failed the last operation, if it failed while the caller waited for the
+        lock (``arrived``: the failures counted then). It did not answer a moment ago; asking
+        again held each of the principal's waiting requests for one more timeout of a store that
+        does not answer (paused, hung): its fifth call at once waited five timeouts."""
+        return self._failed if self._failures > arrived else None
 
     async def activate(self, names: Iterable[str], snapshot: str | None = None) -> bool:
         """Grant ``names``, found by a search of epoch ``snapshot`` (None: the state's own);
@@ -150,18 +170,34 @@ class ClientState:
         names = frozenset(names)
         if not names:
             return True
+        arrived = self._failures
         async with self._lock:
             assert self.state is not None
             if snapshot is None:
                 snapshot = self.state.snapshot
             elif snapshot != self.state.snapshot:
                 return False
-            records = self.records
-            for _ in range(CAS_ATTEMPTS):
-                previous = await self._merge(records) if records is not None and records.shared else b""
-                new, record = self.state.activate(names)
-                if new == self.state.active:
-                    return True
-                if records is None or await records.write_record(self.owner or "", record, previous):
-                    return self.state.commit(new, snapshot)
-            raise StoreUnavailable(f"the activation record kept changing ({CAS_ATTEMPTS} attempts)")
+            if (why := self._failed_since(arrived)) is not None:
+                raise StoreUnavailable(why)
+            try:
+                granted = await self._grant(names, snapshot)
+            except OSError as exc:
+                self._failing(exc)
+                raise
+            self._failed = None
+            if granted is None:  # (the store answered every time: no failure of the store's)
+                raise StoreUnavailable(f"the activation record kept changing ({CAS_ATTEMPTS} attempts)")
+            return granted
+
+    async def _grant(self, names: frozenset[str], snapshot: str) -> bool | None:
+        """``activate``'s compare-and-set rounds; None when other replicas' writes won every one."""
+        assert self.state is not None
+        records = self.records
+        for _ in range(CAS_ATTEMPTS):
+            previous = await self._merge(records) if records is not None and records.shared else b""
+            new, record = self.state.activate(names)
+            if new == self.state.active:
+                return True
+            if records is None or await records.write_record(self.owner or "", record, previous):
+                return self.state.commit(new, snapshot)
+        return None
