@@ -247,7 +247,8 @@ class RedisArtifacts:
                     self.client.delete(partial)
             if _out_of_memory(exc):  # (it answered: not "unavailable")
                 raise StoreError(_FULL) from None
-            raise StoreError(_UNAVAILABLE) from None
+            # The log's line names Redis and what failed; the model's says only that.
+            raise StoreError(str(self._failing.error(exc)), shown=_UNAVAILABLE) from None
         raise StoreError("cannot create artifact: no free id after repeated collisions")
 
     def _existing(self, artifact_id: str, command: Callable[[Any, str], Any]) -> Any:
