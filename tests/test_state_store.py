@@ -444,6 +444,30 @@ async def test_a_full_redis_says_so(redis: RedisServer) -> None:
         await store.aclose()
 
 
+async def test_a_full_redis_fails_a_grant_saying_so(redis: RedisServer) -> None:
+    """A grant that a full Redis (``noeviction``) refused said "store unavailable" and the
+    script's internals (its SHA, ``@user_script``), though Redis answered: now it says full."""
+    import redis as redis_client
+
+    store = RedisStore(redis.url, max_age_seconds=86400)
+    await store.open()
+    state = ClientState(store, ALICE, None)
+    await state.enter(EPOCH)
+    with redis_client.Redis.from_url(redis.url) as direct:
+        direct.config_set("maxmemory", "1")
+    try:
+        with pytest.raises(StoreUnavailable) as caught:
+            await state.activate(["s__a"])
+        assert str(caught.value) == (
+            f"store full: Redis at {store.where} refused the write (out of memory: its maxmemory, with noeviction)"
+        )
+        assert not state.allows("s__a")
+    finally:
+        with redis_client.Redis.from_url(redis.url) as direct:
+            direct.config_set("maxmemory", "0")
+        await store.aclose()
+
+
 async def test_a_warm_record_in_redis_over_the_limit_is_refused_unread(redis: RedisServer) -> None:
     """docs/fault-matrix.md: a record in Redis larger than ``MAX_RECORD_BYTES`` (64 MiB) is
     refused, and only one byte past the limit is fetched (``GETRANGE``); one at the limit is read."""

@@ -500,6 +500,9 @@ class RedisStore:
             key = await self.integrity_key()
             return bool(await self._set_if(keys=[_record_key(owner), KEY], args=[previous, record, key]))
         except _ERRORS as exc:
+            if _out_of_memory(exc):  # (it answered: not "unavailable", and not the script's internals)
+                why = "refused the write (out of memory: its maxmemory, with noeviction)"
+                raise StoreUnavailable(f"store full: Redis at {self.where} {why}") from None
             raise self._error(exc) from None
 
     def artifacts(self, owner: str) -> Artifacts:
