@@ -520,3 +520,37 @@ async def test_a_hung_store_holds_no_request_that_needs_none(tmp_path: Path, red
             assert text(await bob.call_tool("d__echo", {"text": "granted"})) == "granted"
         async with client(url, mode, "tok-alice") as alice:
             assert text(await alice.call_tool("d__echo", {"text": "hers"})) == "hers"
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_hung_store_holds_no_catalog_change(tmp_path: Path, redis: RedisServer, mode: str) -> None:
+    """Redis paused (SIGSTOP) while the config gains a server: each rebuild shared its
+    warm-start record through Redis before letting the next rebuild run, so the catalog with
+    the new server's tools waited for the store's timeout (up to the record's 10 s), and so
+    did a call of one (it waits for its server to be taken in, which that rebuild is part
+    of). With both made long here, the new tools are listed and called while Redis still
+    does not answer."""
+    import signal
+
+    directory = tmp_path / "a"
+    directory.mkdir()
+    config = write_config(directory, {"e": demo("--tools", 1)}, gateway={"store": redis.url})
+    env = {"PREFIXGATE_STORE_TIMEOUT": "600", "PREFIXGATE_WARM_SAVE_TIMEOUT": "600"}
+    assert redis.proc is not None
+    with http_gateway(config, env=env) as (url, _):
+        async with client(url, mode) as c:
+            assert "f__echo" not in [t.name for t in (await c.list_tools()).tools]
+            os.kill(redis.proc.pid, signal.SIGSTOP)
+            try:
+                write_config(
+                    directory, {"e": demo("--tools", 1), "f": demo("--tools", 1)}, gateway={"store": redis.url}
+                )
+
+                async def listed() -> bool:
+                    return "f__echo" in [t.name for t in (await c.list_tools()).tools]
+
+                with anyio.fail_after(90):  # (the store's timeout and the record's: 600 s)
+                    await wait_for(listed, 90)
+                    assert text(await c.call_tool("f__echo", {"text": "new"})) == "new"
+            finally:
+                os.kill(redis.proc.pid, signal.SIGCONT)

@@ -10,6 +10,7 @@ confirms or replaces (``first_epoch``).
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -35,7 +36,7 @@ from gateway.state.history import EpochHistory
 
 log = logging.getLogger("prefixgate")
 
-SAVE_TIMEOUT = 10.0
+SAVE_TIMEOUT = float(os.environ.get("PREFIXGATE_WARM_SAVE_TIMEOUT") or 10.0)
 """Seconds a warm-start record may take to capture and write, also while the gateway stops."""
 
 
@@ -73,6 +74,9 @@ class Publisher:
         self._lock = lock
         self._rebuild_lock = anyio.Lock()
         self._rebuild_waiting = False
+        self._save_asked = False
+        self._saving = False
+        """A task keeps the warm-start record (``_saves``): one at most, whatever the rebuilds."""
         self._asked_before: str | None = None
         """Why a rebuild was asked for before the barrier's epoch was out (run once it is)."""
         self._barrier_built = False
@@ -255,16 +259,40 @@ class Publisher:
         finally:
             self._rebuild_waiting = False
         try:
-            await self._rebuild(why)
+            rebuilt = await self._rebuild(why)
         finally:
             self._rebuild_lock.release()
+        if rebuilt:
+            # Neither under the lock nor awaited: the record goes to a shared store too, and one
+            # that does not answer (Redis paused) held the next rebuild for its timeout, and a
+            # server that joined (its calls wait for it to be taken in, which this rebuild is part
+            # of). One task saves, the newest epoch each time: a rebuild storm while saves were
+            # slow (Redis paused) queued a task per rebuild, each to save an epoch already gone.
+            self._save_asked = True
+            if self._saving:
+                return
+            if self._clients.tasks is not None:
+                self._saving = True
+                self._clients.tasks.start_soon(self._saves)
+            else:
+                self._save_asked = False
+                await self.save_warm()
 
-    async def _rebuild(self, why: str) -> None:
+    async def _saves(self) -> None:
+        try:
+            while self._save_asked:
+                self._save_asked = False
+                await self.save_warm()
+        finally:
+            self._saving = False
+
+    async def _rebuild(self, why: str) -> bool:
+        """Build and publish; False when the change was refused."""
         try:
             epoch = await self._built(searchable=True)
         except DecisionError as exc:
             log.error("catalog change refused (%s): %s; keeping the current epoch", why, exc)
-            return
+            return False
         kinds = await self._resurface()
         old = self._router.epoch
         if old is None or epoch.pending != old.pending:
@@ -273,7 +301,7 @@ class Publisher:
             log.info("%s: catalog unchanged (fingerprint %s), same epoch", why, epoch.fingerprint[:16])
         for kind in kinds:  # a server that joined (or came back) brings its prompts and resources too
             await self._clients.list_changed(kind)
-        await self.save_warm()
+        return True
 
     async def relisted(self, kind: str) -> None:
         """A server re-listed its resources or prompts: clients hear of it if the list changed
