@@ -229,10 +229,10 @@ async def test_a_replacement_killed_before_its_rename_is_removed_by_a_later_one(
         left.write_bytes(b"a killed write's record\n")
     old = time.time() - 3600  # past STALE_TEMPORARY
     os.utime(stale, (old, old))
-    before = path.stat().st_ino
     for i in range(200):
         await state.activate([f"s__tool{i:03d}"])
-    assert path.stat().st_ino != before  # replaced
+    # Replaced (compacted) meanwhile, which removed the stale file alone. (Not told by the
+    # journal's inode: a second compaction may be given the first one's freed inode again.)
     assert sorted(os.listdir(path.parent)) == sorted([path.name, fresh.name])
 
 
