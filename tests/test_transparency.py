@@ -657,6 +657,96 @@ async def test_a_question_the_server_gives_up_is_withdrawn_from_the_user(tmp_pat
 
 @pytest.mark.parametrize("upstream", ["stdio", "http"])
 @pytest.mark.parametrize("mode", ERAS)
+async def test_a_question_is_withdrawn_from_the_user_when_the_client_cancels_the_call(
+    tmp_path: Path, mode: str, upstream: str
+) -> None:
+    """The user is asked (a classic server's elicitation during a call) and the client cancels
+    the call: directly, the question is withdrawn (the client's elicitation is cancelled) before
+    the call's stream ends. Through ``serve --http`` a handshake-era client's question stayed
+    open: the gateway's withdrawal came after the call's stream had closed and was dropped."""
+    withdrawn: list[str] = []
+    asked = anyio.Event()
+
+    async def patient_user(context: Any, params: Any) -> types.ElicitResult:
+        asked.set()
+        try:
+            await anyio.sleep(60)
+        except anyio.get_cancelled_exc_class():
+            withdrawn.append("withdrawn")
+            raise
+        return types.ElicitResult(action="decline")
+
+    async def ask_then_cancel(client: Any, tool: str) -> None:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(client.call_tool, tool, {})
+            with anyio.fail_after(OP_TIMEOUT):
+                await asked.wait()
+            tasks.cancel_scope.cancel()
+
+    # Directly in the handshake era: a 2026-07-28 client cannot be asked by this server directly.
+    params = StdioServerParameters(command=PYTHON, args=[CLASSIC])
+    async with Client(params, mode="legacy", elicitation_callback=patient_user) as client:
+        await ask_then_cancel(client, "elicit")
+        await wait_for(lambda: withdrawn == ["withdrawn"], 10)
+    asked = anyio.Event()
+    config = write_config(tmp_path, {"classic": {"command": PYTHON, "args": [CLASSIC]}})
+    with ExitStack() as stack:
+        target: Any = config if upstream == "stdio" else stack.enter_context(http_gateway(config))[0]
+        async with sdk_client(target, mode, elicitation_callback=patient_user) as client:
+            await ask_then_cancel(client, "classic__elicit")
+            await wait_for(lambda: withdrawn == ["withdrawn"] * 2, 10)
+            assert text(await client.call_tool("classic__echo", {"text": "after"})) == "classic:after"
+
+
+@pytest.mark.parametrize("upstream", ["stdio", "http"])
+async def test_a_question_a_pipe_does_not_place_outlives_another_call_cancelled(tmp_path: Path, upstream: str) -> None:
+    """One client, two calls to a stdio server: the newer asks the user while the older runs,
+    and the pipe does not say which call the question is for (it goes with the older). The
+    older call is cancelled: the question is not withdrawn with it (it may be the newer's, as
+    here), and the answer reaches the call that asked."""
+    asked, answer = anyio.Event(), anyio.Event()
+    withdrawn: list[str] = []
+
+    async def user(context: Any, params: Any) -> types.ElicitResult:
+        asked.set()
+        try:
+            await answer.wait()
+        except anyio.get_cancelled_exc_class():
+            withdrawn.append("withdrawn")
+            raise
+        return types.ElicitResult(action="accept", content={"name": "Ada"})
+
+    started = anyio.Event()
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        started.set()
+
+    async def sleep(client: Any) -> None:
+        await client.call_tool("classic__sleep", {"seconds": 60}, progress_callback=on_progress)
+
+    config = write_config(tmp_path, {"classic": {"command": PYTHON, "args": [CLASSIC]}})
+    with ExitStack() as stack:
+        target: Any = config if upstream == "stdio" else stack.enter_context(http_gateway(config))[0]
+        async with sdk_client(target, "legacy", elicitation_callback=user) as client:
+            newer: list[str] = []
+
+            async def ask() -> None:
+                newer.append(text(await client.call_tool("classic__elicit", {})))
+
+            async with anyio.create_task_group() as outer:
+                async with anyio.create_task_group() as older:
+                    older.start_soon(sleep, client)
+                    with anyio.fail_after(OP_TIMEOUT):
+                        await started.wait()
+                        outer.start_soon(ask)
+                        await asked.wait()
+                    older.cancel_scope.cancel()
+                answer.set()
+            assert newer == ["accept:{'name': 'Ada'}"] and not withdrawn
+
+
+@pytest.mark.parametrize("upstream", ["stdio", "http"])
+@pytest.mark.parametrize("mode", ERAS)
 async def test_a_server_that_prints_a_banner_on_stdout_works_as_directly(
     tmp_path: Path, mode: str, upstream: str
 ) -> None:

@@ -66,6 +66,9 @@ class ClientConnection:
     """In-flight handshake-era tools/call request id -> when it began (``RoundTrips.order``)."""
     call_sessions: dict[Any, ServerSession] = field(default_factory=dict)
     """In-flight tools/call request id -> that request's session (its stream, its log opt-in)."""
+    asked: dict[Any, dict[anyio.CancelScope, anyio.Event]] = field(default_factory=dict)
+    """In-flight handshake-era call's request id -> its server's requests put to the client on that
+    call's stream, not yet answered (``Relay.withdraw``)."""
     log_level: str | None = None
     """The level this client set with ``logging/setLevel`` (None: never set)."""
     servers: AbstractSet[str] = frozenset()

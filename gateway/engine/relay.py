@@ -56,6 +56,8 @@ MAX_ASKING = 64
 answer at once; more are refused to the server at once. A principal that leaves them unanswered
 holds up its own, never another's: counted per connection (``link.MAX_ASKING``), one principal's
 64 unanswered questions had every other principal's refused."""
+WITHDRAW_TIMEOUT = 2.0
+"""As the SDK's dispatcher's abandon write: withdrawing a call's questions gives up after this."""
 MAX_WAITING = 4
 """A server's requests outside any call that may wait for a call to ask them; more are refused."""
 WAITS = "roots/list"
@@ -107,6 +109,7 @@ class Relay:
         """
         only = downstream.principal
         to = self._in_flight(downstream.id, caller) if caller is not None else None
+        placed = to is not None
         if to is None:
             to = self._newest_call(downstream.id, method, only)
         if to is None:
@@ -115,7 +118,7 @@ class Relay:
             return await self._wait_for_a_call(downstream.id, method, params, only, own=only is not None)
         whose = principal_key(to.owner if isinstance(to, RoundTrip) else to[0].state)
         with self._counted(downstream.id, whose, method):
-            return await self._put(downstream, method, params, caller, to)
+            return await self._put(downstream, method, params, caller, to, placed)
 
     async def _put(
         self,
@@ -124,8 +127,10 @@ class Relay:
         params: dict[str, Any],
         caller: object | None,
         to: RoundTrip | tuple[ClientConnection, Any],
+        placed: bool = False,
     ) -> dict[str, Any]:
-        """``request``'s question put to the client it found, ``to``."""
+        """``request``'s question put to the client it found, ``to`` (``placed``: the server sent
+        it on that call's own stream)."""
         only = downstream.principal
         if isinstance(to, RoundTrip):
             require(method, to.capabilities, params)
@@ -161,10 +166,47 @@ class Relay:
                 at_once=lambda: send_raw_request(session, method, params, related=False),
                 own=only is not None,
             )
-        result: dict[str, Any] = await send_raw_request(
-            call_session or client.server_session, method, params, related=call_session is not None
-        )
-        return result
+        if call_session is None or not (placed or self._only_call(downstream.id, client, request_id)):
+            # A question a pipe does not place, asked while other calls are in flight to its
+            # server, may be theirs: it is not withdrawn with this call.
+            result: dict[str, Any] = await send_raw_request(
+                call_session or client.server_session, method, params, related=call_session is not None
+            )
+            return result
+        asked = client.asked.setdefault(request_id, {})
+        with anyio.CancelScope() as scope:
+            asked[scope] = gone = anyio.Event()
+            try:
+                result = await send_raw_request(call_session, method, params, related=True)
+                return result
+            finally:
+                del asked[scope]
+                if not asked and client.asked.get(request_id) is asked:
+                    del client.asked[request_id]
+                gone.set()
+        raise MCPError(code=INVALID_REQUEST, message=f"prefixgate: {method} withdrawn: the client's call ended")
+
+    def _only_call(self, server_id: str, client: ClientConnection, request_id: Any) -> bool:
+        """Whether that call is the only one in flight to the server: what its server asks
+        now is then that call's, though its pipe does not say so."""
+        if client.calls.get(request_id) != server_id or self._round_trips.calling(server_id):
+            return False
+        return sum(list(c.calls.values()).count(server_id) for c in self._clients.everyone()) == 1
+
+    @staticmethod
+    async def withdraw(client: ClientConnection, request_id: Any) -> None:
+        """The client cancelled its call: the requests its server put to the client on that
+        call's stream, surely for that call, are cancelled toward the client now, while the stream
+        is open, as a server on the SDK withdraws its question before its call ends. Left to the
+        server (which withdraws it once the call's cancellation reaches it), the courtesy cancel
+        would find the call's stream closed, and streamable HTTP drops a notification for a
+        closed stream: the user would be left with a question nobody waits for."""
+        if not (asked := client.asked.get(request_id)):
+            return
+        with anyio.move_on_after(WITHDRAW_TIMEOUT, shield=True):
+            for scope, gone in list(asked.items()):
+                scope.cancel()  # its courtesy cancel goes out before it is gone
+                await gone.wait()
 
     @contextmanager
     def _counted(self, server_id: str, principal: object, method: str) -> Iterator[None]:

@@ -340,6 +340,9 @@ class Handlers:
                     if target is not None:
                         self._urls_required(exc, target, client)
                     raise
+                except anyio.get_cancelled_exc_class():
+                    await hub.relay.withdraw(client, ctx.request_id)
+                    raise
                 if target is not None and is_input_required(result):
                     try:
                         result = await self.over_back_channel(result, target, run, client.state)
@@ -576,6 +579,9 @@ class Handlers:
                 result = await run(None)
             except MCPError as exc:
                 self._urls_required(exc, server_id, client)
+                raise
+            except anyio.get_cancelled_exc_class():
+                await self.hub.relay.withdraw(client, ctx.request_id)
                 raise
             if is_input_required(result):
                 result = await self.over_back_channel(result, server_id, run, client.state)
