@@ -9,7 +9,7 @@ id to go with) — never with ``input_required``. So a 2026-07-28 client talking
 to it directly gets an error from those tools (2026-07-28 has no back-channel), while the
 gateway, which reaches it with the handshake, can relay them to either era.
 
-Tools: ``echo(text)``, ``elicit()``, ``confide(secret)`` (an elicitation naming the secret),
+Tools: ``echo(text)``, ``elicit(after_a_sleep)``, ``confide(secret)`` (an elicitation naming the secret),
 ``give_up(seconds)`` (an elicitation it cancels after ``seconds``),
 ``header_names()`` (the call's HTTP request header names), ``elicit_url()`` (then the completion
 notice), ``url_required()`` (``-32042``, the completion notice on the session after it),
@@ -82,8 +82,11 @@ def echo(text: str) -> str:
 
 
 @server.tool()
-async def elicit(ctx: Context) -> str:
-    """Ask the user for their name (form elicitation over the back-channel)."""
+async def elicit(ctx: Context, after_a_sleep: bool = False) -> str:
+    """Ask the user for their name (form elicitation over the back-channel); ``after_a_sleep``:
+    once a ``sleep`` runs (so the question comes while a newer call is in flight)."""
+    while after_a_sleep and not sleeping["now"]:
+        await anyio.sleep(0.01)
     answer = await ctx.elicit("What is your name?", Name)
     content = answer.data.model_dump() if answer.action == "accept" else None
     return f"{answer.action}:{content}"

@@ -747,6 +747,54 @@ async def test_a_question_a_pipe_does_not_place_outlives_another_call_cancelled(
 
 @pytest.mark.parametrize("upstream", ["stdio", "http"])
 @pytest.mark.parametrize("mode", ERAS)
+async def test_a_question_put_to_a_newer_call_that_is_cancelled_reaches_its_own(
+    tmp_path: Path, mode: str, upstream: str
+) -> None:
+    """One client, two calls to a stdio server: the older asks the user while the newer runs,
+    and the pipe does not say which call the question is for (it goes with the newer). The
+    newer call is cancelled: the question is asked again by the call still in flight (the older,
+    whose it is), and its answer reaches it. A 2026-07-28 client's older call failed ("the call
+    this request belongs to is over") once the newer's round trip ended (``round_trip_timeout``,
+    short here, is when a cancelled call's round trip is known to be abandoned)."""
+    asked, answer = anyio.Event(), anyio.Event()
+
+    async def user(context: Any, params: Any) -> types.ElicitResult:
+        asked.set()
+        await answer.wait()
+        return types.ElicitResult(action="accept", content={"name": "Ada"})
+
+    started = anyio.Event()
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        started.set()
+
+    async def sleep(client: Any) -> None:
+        await client.call_tool("classic__sleep", {"seconds": 60}, progress_callback=on_progress)
+
+    server = {"command": PYTHON, "args": [CLASSIC]}
+    config = write_config(tmp_path, {"classic": server}, gateway={"round_trip_timeout": 1})
+    with ExitStack() as stack:
+        target: Any = config if upstream == "stdio" else stack.enter_context(http_gateway(config))[0]
+        async with sdk_client(target, mode, elicitation_callback=user) as client:
+            older: list[str] = []
+
+            async def ask() -> None:
+                older.append(text(await client.call_tool("classic__elicit", {"after_a_sleep": True})))
+
+            async with anyio.create_task_group() as outer:
+                outer.start_soon(ask)
+                async with anyio.create_task_group() as newer:
+                    newer.start_soon(sleep, client)
+                    with anyio.fail_after(OP_TIMEOUT):
+                        await started.wait()
+                        await asked.wait()
+                    newer.cancel_scope.cancel()
+                answer.set()
+            assert older == ["accept:{'name': 'Ada'}"]
+
+
+@pytest.mark.parametrize("upstream", ["stdio", "http"])
+@pytest.mark.parametrize("mode", ERAS)
 async def test_a_server_that_prints_a_banner_on_stdout_works_as_directly(
     tmp_path: Path, mode: str, upstream: str
 ) -> None:

@@ -138,9 +138,18 @@ class Relay:
                 return await self._round_trips.ask(to, method, params)
             except MCPError:
                 # Put to the newest call only because a pipe does not say which call it is
-                # for, and that call ended before its client was asked: the next call asks it.
-                if caller is not None or method != WAITS or not to.finished:
+                # for, and that call ended (cancelled, say) before its client answered: it may
+                # be another call's. A roots request waits for the next call; another request,
+                # a call still in flight to the server asks it.
+                if caller is not None or not to.finished:
                     raise
+                if method != WAITS:
+                    again = self._newest_call(downstream.id, method, only)
+                    a_call = isinstance(again, RoundTrip) or (again is not None and again[1] is not None)
+                    if not a_call or again is to:
+                        raise
+                    assert again is not None
+                    return await self._put(downstream, method, params, caller, again)
                 return await self._wait_for_a_call(
                     downstream.id, method, params, principal_key(to.owner), own=only is not None
                 )
