@@ -197,6 +197,9 @@ class FastCall:
         self._unlist()
         if self.wire is not None and self.task is not None:
             self.wire.claimed.discard(self.task)
+        # A cancelled task keeps its cancellation, whose traceback holds this call's frames:
+        # holding the task here too would make every cancelled call a reference cycle.
+        self.task = None
 
     def cancel(self) -> None:
         self.cancelled = True
