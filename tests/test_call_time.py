@@ -115,6 +115,34 @@ async def test_a_call_waiting_for_the_users_answer_does_not_time_out(tmp_path: P
                 assert text(quiet) == f"{server}: tool 'sleep' timed out: no answer or progress in 1 s"
 
 
+@pytest.mark.parametrize("upstream", ["stdio", "http"])
+async def test_a_question_of_a_call_past_its_limit_is_withdrawn_from_the_user(tmp_path: Path, upstream: str) -> None:
+    """A classic server asks the user during a call and the user never answers: the call ends at
+    ``max_call_time`` (its server is told) and the question is withdrawn from the user with it.
+    Through ``serve --http`` it stayed open: the withdrawal came after the call's stream had
+    closed, and was dropped. (A 2026-07-28 client answers in its retry: nothing stays open.)"""
+    withdrawn: list[str] = []
+
+    async def absent_user(context: Any, params: Any) -> types.ElicitResult:
+        try:
+            await anyio.sleep(60)
+        except anyio.get_cancelled_exc_class():
+            withdrawn.append("withdrawn")
+            raise
+        return types.ElicitResult(action="decline")
+
+    config = write_config(tmp_path, {"classic": {"command": PYTHON, "args": [CLASSIC], **LIMITS}})
+    with ExitStack() as stack:
+        target: Any = config if upstream == "stdio" else stack.enter_context(http_gateway(config))[0]
+        async with sdk_client(target, "legacy", elicitation_callback=absent_user) as client:
+            result = await client.call_tool("classic__elicit", {})
+            assert text(result) == "classic: tool 'elicit' ran past its 3 s limit (max_call_time)"
+            with anyio.fail_after(10):
+                while not withdrawn:
+                    await anyio.sleep(0.05)
+            assert text(await client.call_tool("classic__echo", {"text": "after"})) == "classic:after"
+
+
 @pytest.mark.parametrize("mode", ERAS)
 async def test_a_prompt_or_resource_waiting_for_the_users_answer_does_not_time_out(tmp_path: Path, mode: str) -> None:
     """As for a tool call: a classic server's prompt and resource ask the user first, and the

@@ -204,12 +204,13 @@ class Relay:
 
     @staticmethod
     async def withdraw(client: ClientConnection, request_id: Any) -> None:
-        """The client cancelled its call: the requests its server put to the client on that
-        call's stream, surely for that call, are cancelled toward the client now, while the stream
-        is open, as a server on the SDK withdraws its question before its call ends. Left to the
-        server (which withdraws it once the call's cancellation reaches it), the courtesy cancel
-        would find the call's stream closed, and streamable HTTP drops a notification for a
-        closed stream: the user would be left with a question nobody waits for."""
+        """The client cancelled its call, or it failed (timed out, say): the requests its server
+        put to the client on that call's stream, surely for that call, are cancelled toward the
+        client now, while the stream is open, as a server on the SDK withdraws its question
+        before its call ends. Left to the server (which withdraws it once the call's
+        cancellation reaches it), the courtesy cancel would find the call's stream closed, and
+        streamable HTTP drops a notification for a closed stream: the user would be left with
+        a question nobody waits for."""
         if not (asked := client.asked.get(request_id)):
             return
         with anyio.move_on_after(WITHDRAW_TIMEOUT, shield=True):

@@ -336,7 +336,10 @@ class Handlers:
                     await hub.relay.ask_waiting_over_back_channel(client, target, ctx.request_id)
                 try:
                     result = await run(None)
+                    if result.get("isError") is True:  # (timed out, say, while its server asked)
+                        await hub.relay.withdraw(client, ctx.request_id)
                 except MCPError as exc:
+                    await hub.relay.withdraw(client, ctx.request_id)
                     if target is not None:
                         self._urls_required(exc, target, client)
                     raise
@@ -578,6 +581,7 @@ class Handlers:
             try:
                 result = await run(None)
             except MCPError as exc:
+                await self.hub.relay.withdraw(client, ctx.request_id)
                 self._urls_required(exc, server_id, client)
                 raise
             except anyio.get_cancelled_exc_class():
