@@ -94,9 +94,9 @@ def _child_running(parent: int, script: str) -> int:
 
 
 @asynccontextmanager
-async def _stdio_gateway(tmp_path: Path, report: Path, mode: str) -> AsyncIterator[tuple[Any, int]]:
+async def _stdio_gateway(tmp_path: Path, report: Path, mode: str, **options: Any) -> AsyncIterator[tuple[Any, int]]:
     params = StdioServerParameters(command=sys.executable, args=_serve(tmp_path, report), env=dict(os.environ))
-    async with Client(stdio_client(params), mode=mode) as client:
+    async with Client(stdio_client(params), mode=mode, **options) as client:
         yield client, _child_running(os.getpid(), PROBE)
 
 
@@ -154,6 +154,28 @@ async def test_an_http_call_leaves_no_cycle(tmp_path: Path, mode: str) -> None:
     with url_process([sys.executable, *_serve(tmp_path, report), "--http", "127.0.0.1:0"]) as (url, proc):
         async with sdk_client(url, mode) as client:
             found = await _counted(proc.pid, report, _echo(client))
+    assert found["garbage"] < CALLS, found
+
+
+async def _never_asked(context: Any, params: Any) -> Any:
+    raise AssertionError("the echo tool asks nothing")
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_call_of_a_client_that_can_be_asked_leaves_no_cycle(tmp_path: Path, mode: str, transport: str) -> None:
+    """A client that declares elicitation: a 2026-07-28 call of it runs in a task of its own
+    (its server may ask), whose context names the call, which held the task: about 17 objects
+    a call, every call."""
+    report = tmp_path / "gc.json"
+    if transport == "stdio":
+        async with _stdio_gateway(tmp_path, report, mode, elicitation_callback=_never_asked) as (client, pid):
+            found = await _counted(pid, report, _echo(client))
+    else:
+        with url_process([sys.executable, *_serve(tmp_path, report), "--http", "127.0.0.1:0"]) as (url, proc):
+            async with sdk_client(url, mode, elicitation_callback=_never_asked) as client:
+                found = await _counted(proc.pid, report, _echo(client))
     assert found["garbage"] < CALLS, found
 
 

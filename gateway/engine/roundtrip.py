@@ -331,6 +331,9 @@ class RoundTrips:
             trip.end("prefixgate: the call this request belongs to is over (or its client did not answer in time)")
         finally:
             self._running.discard(asyncio.current_task())
+            # The task's context holds the trip (``CALLER``): the trip holding the task too
+            # would leave every such call a reference cycle.
+            trip.task = None
 
     async def keep(self) -> None:
         """Run for as long as the gateway serves; then cancel the calls still running, and wait for them."""
