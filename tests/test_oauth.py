@@ -430,11 +430,12 @@ async def test_client_credentials_needs_no_browser_and_renews_itself(tmp_path: P
         async with sdk_client(config, mode, env=env) as client:
             import anyio
 
-            for _ in range(3):
+            for round_ in range(3):
+                if round_:
+                    await anyio.sleep(1.5)  # past the early expiry (half the 2 s lifetime): renewed
                 result = await client.call_tool("remote__whoami", {})
                 assert not result.is_error, text(result)
                 assert "client=svc" in text(result)
-                await anyio.sleep(1.5)
         proc = run_cli("catalog", "--config", str(config), "--json", "--log-level", "debug", env=env)
         assert json.loads(proc.stdout)["servers"][0]["status"] == "ready", proc.stderr
         time.sleep(2.5)  # the token that run stored has expired (--lifetime 2): a new one needs the secret
@@ -566,9 +567,10 @@ async def test_an_http_gateway_refreshes_behind_both_eras(tmp_path: Path, mode: 
                 import anyio
 
                 for round_ in range(3):
+                    if round_:
+                        await anyio.sleep(1.5)  # past the early expiry (half the 2 s lifetime): a refresh
                     result = await client.call_tool("remote__echo", {"text": f"http {round_}"})
                     assert not result.is_error and text(result) == f"http {round_}", text(result)
-                    await anyio.sleep(1.5)
             assert_no_secret(tmp_path, stderr.read_text())
 
 
