@@ -158,15 +158,25 @@ async def test_a_prompt_or_resource_waiting_for_the_users_answer_does_not_time_o
         async with sdk_client(config, mode, elicitation_callback=slow_user) as client:
             prompts = sorted(p.name for p in (await client.list_prompts()).prompts)
             assert prompts == ["h__greeting", "h__pause", "s__greeting", "s__pause"], prompts
-            for name in ("h__greeting", "s__greeting"):
+
+            async def greeted(name: str) -> None:
                 prompt = await client.get_prompt(name)
                 assert prompt.messages[0].content.text == "Greet Ann.", (name, prompt)
-            for server in ("stdio", "http"):
+
+            async def read_alone(server: str) -> None:
                 (tmp_path / server).mkdir()
                 config_path = write_config(tmp_path / server, {server: {**_only(server, url), **LIMITS}})
                 async with sdk_client(config_path, mode, elicitation_callback=slow_user) as alone:
                     read = await alone.read_resource("classic://asked/tea")
                     assert read.contents[0].text == "tea for Ann", (server, read)
+
+            async with anyio.create_task_group() as tg:  # the four held at once: each user answers in 2 s
+                for name in ("h__greeting", "s__greeting"):
+                    tg.start_soon(greeted, name)
+                for server in ("stdio", "http"):
+                    tg.start_soon(read_alone, server)
+
+            # One after the other: while a stdio server's question waits, its other calls are held too.
             with pytest.raises(MCPError, match=r"^stdio: prompt 's__pause' timed out: no answer or progress in 1 s$"):
                 await client.get_prompt("s__pause", {"seconds": "20"})
             with pytest.raises(
