@@ -107,12 +107,17 @@ async def test_a_call_waiting_for_the_users_answer_does_not_time_out(tmp_path: P
 
         env = {"PREFIXGATE_FAST_PATH": "1" if own_path else "0"}
         async with sdk_client(config, mode, env=env, elicitation_callback=slow_user) as client:
-            for server in ("stdio", "http"):
+
+            async def asked_then_quiet(server: str) -> None:
                 result = await client.call_tool(f"{server}__elicit", {})
                 assert text(result) == "accept:{'name': 'Ann'}", (server, text(result))
                 # ... and a call that goes quiet after its answer still times out
                 quiet = await client.call_tool(f"{server}__sleep", {"seconds": 20})
                 assert text(quiet) == f"{server}: tool 'sleep' timed out: no answer or progress in 1 s"
+
+            async with anyio.create_task_group() as tg:  # each server's calls are its own: both at once
+                for server in ("stdio", "http"):
+                    tg.start_soon(asked_then_quiet, server)
 
 
 @pytest.mark.parametrize("upstream", ["stdio", "http"])
