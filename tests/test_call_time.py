@@ -245,7 +245,7 @@ async def test_one_principals_question_holds_only_its_own_call(tmp_path: Path, m
     from tests.test_principals import tokens_file
 
     ended: list[str] = []
-    delays = [2.5, 10]
+    delays = [2.5, 5]  # past call_timeout (1 s); past max_call_time (3 s), by 2 s
 
     async def alices_user(context: Any, params: Any) -> types.ElicitResult:
         await anyio.sleep(delays.pop(0))
