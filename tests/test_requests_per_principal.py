@@ -24,7 +24,7 @@ CLASSIC = str(Path(__file__).with_name("classic_server.py"))
 ALICE = {"Authorization": "Bearer token-of-alice"}
 BOB = {"Authorization": "Bearer token-of-bob"}
 PLACES = 2
-CALLS = 6
+CALLS = 2 * PLACES  # two waves: the second waits behind the first
 SECONDS = 2.0
 """Each of Alice's calls: her first ones are still running when Bob is answered."""
 
