@@ -13,7 +13,6 @@ one the elicitation went to hears the notice.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import AsyncIterator
 from contextlib import ExitStack, asynccontextmanager
 from pathlib import Path
@@ -25,11 +24,11 @@ import pytest
 from mcp.client.stdio import StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
-from tests.helpers import Notifications, http_gateway, sdk_client, text, url_process, write_config
+from tests.helpers import PYTHON, Notifications, http_gateway, sdk_client, text, url_process, write_config
 
 pytestmark = pytest.mark.anyio
 
-CLASSIC = [sys.executable, "-m", "tests.classic_server"]
+CLASSIC = [PYTHON, "-m", "tests.classic_server"]
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -223,7 +222,7 @@ async def test_the_notice_after_a_prompt_or_resource_read_s_error_reaches_its_cl
     """``-32042`` from ``prompts/get`` and ``resources/read`` (tests/told_server.py): the
     completion notice that follows on the server's session reaches the client given the error,
     as it does directly. It was dropped: only a tool call's error was remembered."""
-    told = {"command": sys.executable, "args": ["-m", "tests.told_server"], "cwd": str(ROOT)}
+    told = {"command": PYTHON, "args": ["-m", "tests.told_server"], "cwd": str(ROOT)}
     config = write_config(tmp_path, {"t": told})
     notes = Notifications()
     async with _front(config, front, "legacy", {"message_handler": notes}) as client:

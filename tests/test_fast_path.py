@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ from typing import Any
 import pytest
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, PROTOCOL_VERSION_META_KEY
 
-from tests.helpers import ERAS, RawGateway, demo, elicitation, raw_gateway, sdk_client, text, write_config
+from tests.helpers import ERAS, PYTHON, RawGateway, demo, elicitation, raw_gateway, sdk_client, text, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -231,7 +230,7 @@ async def test_downstream_raw_calls_answer_as_the_sdk_session_does(tmp_path: Pat
     JSON-RPC error, a result that is not an object, a line that is not JSON, replies over
     ``max_message_bytes`` with the id first and last: the same bytes on both paths, for a
     client of either era."""
-    server = {"command": sys.executable, "args": [ROGUE]}
+    server = {"command": PYTHON, "args": [ROGUE]}
     config = write_config(tmp_path, {"rogue": server}, gateway={"max_message_bytes": 1 << 20})
     modern = era == "modern"
     fast, sdk = rogue_conversation(config, True, modern), rogue_conversation(config, False, modern)

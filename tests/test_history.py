@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import stat
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,7 @@ import pytest
 from catalog.history import MAX_PATH_CHARS, MAX_TOOLS, epoch_changes, summary
 from gateway.state import history as history_module
 from gateway.state.history import EpochHistory
-from tests.helpers import ERAS, demo, run_cli, sdk_client, text, wait_for, write_config
+from tests.helpers import ERAS, PYTHON, demo, run_cli, sdk_client, text, wait_for, write_config
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -62,7 +61,7 @@ def test_the_history_is_private_bounded_and_read_oldest_first(tmp_path: Path, mo
 
 
 def mutating(state: Path) -> dict[str, Any]:
-    return {"command": sys.executable, "args": ["-m", "tests.mutating_server", str(state)], "cwd": str(ROOT)}
+    return {"command": PYTHON, "args": ["-m", "tests.mutating_server", str(state)], "cwd": str(ROOT)}
 
 
 @pytest.mark.anyio

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,7 +24,7 @@ from mcp.shared.inbound import MCP_METHOD_HEADER, MCP_NAME_HEADER, MCP_PROTOCOL_
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, PROTOCOL_VERSION_META_KEY
 
 from gateway.jsontext import PARSE_ASIDE_BYTES
-from tests.helpers import http_gateway, write_config
+from tests.helpers import PYTHON, http_gateway, write_config
 from tests.test_fast_path import CALLS, DEEP, fast_config
 
 MODERN = "2026-07-28"
@@ -285,7 +284,7 @@ def test_the_http_lane_checks_param_headers_as_the_sdk_entry(tmp_path: Path) -> 
     """Remembering which schemas name ``x-mcp-header`` changes no answer: a header that
     disagrees with its argument is refused, one no schema names passes, on both paths."""
     server = str(Path(__file__).with_name("modern_server.py"))
-    config = write_config(tmp_path, {"m": {"command": sys.executable, "args": [server]}})
+    config = write_config(tmp_path, {"m": {"command": PYTHON, "args": [server]}})
     lane, lane_log = header_conversation(config, True)
     sdk, sdk_log = header_conversation(config, False)
     assert "on the HTTP lane" in lane_log and "on the HTTP lane" not in sdk_log

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from tests.helpers import (
     ERAS,
     GATEWAY,
     INIT,
+    PYTHON,
     demo,
     run_cli,
     sdk_client,
@@ -167,7 +167,7 @@ async def test_tokens_policy_and_activation_are_each_profiles_own(tmp_path: Path
 @pytest.mark.parametrize("mode", ERAS)
 async def test_a_change_starts_an_epoch_only_in_the_profiles_that_see_it(tmp_path: Path, mode: str) -> None:
     state = tmp_path / "m.json"
-    mutating = {"command": sys.executable, "args": ["-m", "tests.mutating_server", str(state)], "cwd": str(ROOT)}
+    mutating = {"command": PYTHON, "args": ["-m", "tests.mutating_server", str(state)], "cwd": str(ROOT)}
     config = write_config(
         tmp_path,
         {"m": mutating, "d": demo("--tools", 1)},
@@ -201,7 +201,7 @@ async def test_a_classic_servers_question_reaches_the_client_that_caused_it_in_a
 ) -> None:
     """A server that asks the handshake way, seen by two profiles: alice calls it through one
     while bob is connected to the other; the question goes to alice, never to bob."""
-    classic = {"command": sys.executable, "args": ["-m", "tests.backchannel_server"], "cwd": str(ROOT)}
+    classic = {"command": PYTHON, "args": ["-m", "tests.backchannel_server"], "cwd": str(ROOT)}
     config = write_config(tmp_path, {"b": classic}, profiles={"asker": {"client": {"profile": "mcp"}}})
     tokens = tmp_path / "tokens"
     tokens.write_text("alice\nbob\n")

@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from spill import text_result_size
-from tests.helpers import ERAS, sdk_client, text, write_config
+from tests.helpers import ERAS, PYTHON, sdk_client, text, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -43,7 +42,7 @@ def tools_file(tmp_path: Path) -> Path:
 
 def config_for(tmp_path: Path, **spill: Any) -> Path:
     listing = ["-m", "tests.schemas_server", str(tools_file(tmp_path))]
-    schemas = {"command": sys.executable, "args": listing, "cwd": str(ROOT)}
+    schemas = {"command": PYTHON, "args": listing, "cwd": str(ROOT)}
     servers = {"s": schemas, "gone": {"command": "no-such-server"}}
     tables: dict[str, Any] = {"client": {"declarations": "on-demand"}}
     if spill:

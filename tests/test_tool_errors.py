@@ -4,21 +4,20 @@ request-level codes stay JSON-RPC errors. Real gateway, real server, real SDK cl
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import anyio
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from tests.helpers import ERAS, sdk_client, text, write_config
+from tests.helpers import ERAS, PYTHON, sdk_client, text, write_config
 
 pytestmark = pytest.mark.anyio
 
 
 @pytest.mark.parametrize("mode", ERAS)
 async def test_a_servers_json_rpc_error_is_an_is_error_result(tmp_path: Path, mode: str) -> None:
-    server = {"command": sys.executable, "args": ["-m", "tests.error_server"], "cwd": str(Path.cwd())}
+    server = {"command": PYTHON, "args": ["-m", "tests.error_server"], "cwd": str(Path.cwd())}
     config = write_config(tmp_path, {"e": server})
     async with sdk_client(config, mode) as client:
         with anyio.fail_after(60):

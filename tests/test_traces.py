@@ -14,7 +14,6 @@ import http.server
 import json
 import os
 import re
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,7 +29,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from bench.common import loopback_server
-from tests.helpers import ERAS, demo, http_gateway, sdk_client, write_config
+from tests.helpers import ERAS, PYTHON, demo, http_gateway, sdk_client, write_config
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -84,7 +83,7 @@ def traced_env(url: str) -> dict[str, str]:
 
 
 def config_for(tmp_path: Path) -> Path:
-    meta = {"command": sys.executable, "args": ["-m", "tests.meta_server"], "cwd": str(ROOT)}
+    meta = {"command": PYTHON, "args": ["-m", "tests.meta_server"], "cwd": str(ROOT)}
     return write_config(tmp_path, {"m": meta, "d": demo("--tools", 1)})
 
 
@@ -160,7 +159,7 @@ async def test_a_name_outside_the_catalog_never_reaches_a_span(tmp_path: Path, m
     ``gen_ai`` attribute: it is recorded as ``(unknown)``, as metrics and the audit log record it;
     catalog names keep theirs. Nor is it in a span's status, which the SDK copies from the error
     (it was: "Unknown prompt 'made_up...'")."""
-    meta = {"command": sys.executable, "args": ["-m", "tests.meta_server"], "cwd": str(ROOT)}
+    meta = {"command": PYTHON, "args": ["-m", "tests.meta_server"], "cwd": str(ROOT)}
     config = write_config(tmp_path, {"m": meta, "d": demo("--tools", 1, "--rich")})
     made_up = f"made_up_{os.urandom(4).hex()}"
     with receiver() as found, http_gateway(config, env=traced_env(found.url)) as (url, _log):
