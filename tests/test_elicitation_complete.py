@@ -134,7 +134,7 @@ async def test_a_url_elicitation_required_reaches_a_2026_client_as_input_require
         asked.append((params.mode, params.url))
         return types.ElicitResult(action="decline" if declining else "accept")
 
-    told = {"command": sys.executable, "args": ["-m", "tests.told_server"], "cwd": str(ROOT)}
+    told = {"command": PYTHON, "args": ["-m", "tests.told_server"], "cwd": str(ROOT)}
     config = write_config(tmp_path, {"t": told})
     async with _front(config, front, "auto", {"elicitation_callback": sign_in}) as client:
         with anyio.fail_after(60):
