@@ -554,3 +554,43 @@ async def test_a_hung_store_holds_no_catalog_change(tmp_path: Path, redis: Redis
                     assert text(await c.call_tool("f__echo", {"text": "new"})) == "new"
             finally:
                 os.kill(redis.proc.pid, signal.SIGCONT)
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_rebuilds_while_the_store_hangs_leave_one_warm_start_save_waiting(
+    tmp_path: Path, redis: RedisServer, mode: str
+) -> None:
+    """The record is saved beside the rebuilds (above): a task for each rebuild queued one
+    save per rebuild while Redis did not answer, every one to save an epoch already
+    replaced. One task saves, the newest epoch each time: after Redis answers again, the save
+    that waited for it and one more (a third at most, if a save of the start was still
+    waiting when Redis stopped), not one for each of the six rebuilds."""
+    import signal
+
+    directory = tmp_path / "a"
+    directory.mkdir()
+    servers = {"e": demo("--tools", 1)}
+    config = write_config(directory, servers, gateway={"store": redis.url})
+    env = {"PREFIXGATE_STORE_TIMEOUT": "600", "PREFIXGATE_WARM_SAVE_TIMEOUT": "600"}
+    written = "warm-start record written"
+    assert redis.proc is not None
+    with http_gateway(config, env=env) as (url, log):
+        async with client(url, mode) as c:
+            await wait_for(lambda: written in log.read_text())  # the first epoch's
+            os.kill(redis.proc.pid, signal.SIGSTOP)
+            try:
+                for extra in "fghijk":
+                    servers[extra] = demo("--tools", 1)
+                    write_config(directory, servers, gateway={"store": redis.url})
+
+                    async def listed(name: str = f"{extra}__echo") -> bool:
+                        return name in [t.name for t in (await c.list_tools()).tools]
+
+                    with anyio.fail_after(90):
+                        await wait_for(listed, 90)
+                before = log.read_text().count(written)
+            finally:
+                os.kill(redis.proc.pid, signal.SIGCONT)
+            await wait_for(lambda: log.read_text().count(written) >= before + 2)
+            await anyio.sleep(2)  # (any save still queued is written by now)
+            assert log.read_text().count(written) - before <= 3, log.read_text()
