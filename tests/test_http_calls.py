@@ -396,15 +396,19 @@ async def test_the_call_a_server_refused_for_its_ended_session_goes_again_withou
     wait looked for a scheduled retry every 10 ms, and a retry at once is scheduled and begun
     in between: it missed it and waited out its 3 s fallback, each time (3.0 s against 0.05 s).
     The fallback is set to 10 minutes here: a wait that misses the retry is a hang."""
-    from tests.helpers import sdk_client, text
+    from tests.helpers import sdk_client, text, wait_for
 
     with url_process([PYTHON, "-m", "tests.classic_server", "--http", "--expiring"]) as (url, _):
         config = write_config(tmp_path, {"c": {"url": url, "protocol": "legacy"}})
         env = {"PREFIXGATE_LIVENESS_INTERVAL": "600", "PREFIXGATE_RETRY_SCHEDULED_WAIT": "600"}
-        async with sdk_client(config, mode, env=env) as client:
+        errlog = tmp_path / "gateway.log"
+        async with sdk_client(config, mode, env=env, errlog=errlog) as client:
             assert text(await client.call_tool("c__echo", {"text": "first"})) == "classic:first"
             with anyio.fail_after(120):  # (a hang, not a speed: each round takes well under a second)
                 for round in range(3):
+                    # The new session listing still (calls go to it from its handshake on) would meet
+                    # the expiry too: "closed during the call". Each round expires a ready one.
+                    await wait_for(lambda n=round: errlog.read_text().count("[c] ready") > n)
                     assert text(await client.call_tool("c__expire_session", {})) == "expired"
                     met = await client.call_tool("c__echo", {"text": f"lost {round}"})
                     assert not met.is_error and text(met) == f"classic:lost {round}", text(met)

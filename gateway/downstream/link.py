@@ -107,6 +107,8 @@ class Link:
         """Lines it wrote that are not JSON-RPC (``NotJsonRpc``), so far."""
         self.answered = 0
         """Requests of the gateway's it has answered, so far (the supervisor's ``served``)."""
+        self.answered_clients = 0
+        """Of those, the ones made for a client's request (``CALLER``): it served them, ready or not."""
         self._asking = 0
         """Its requests waiting for a client's answer now (``MAX_ASKING`` at most)."""
         self._refusing = False
@@ -319,6 +321,8 @@ class Link:
             # ``resultType: input_required`` means nothing there, so it asks for no input.
             result = {key: value for key, value in result.items() if key not in later}
         self.answered += 1
+        if CALLER.get() is not None:
+            self.answered_clients += 1
         await self.inbox.settle()  # what the server said before its reply goes out first
         if progress is not None:
             await progress.flush()

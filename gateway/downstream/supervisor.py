@@ -28,6 +28,7 @@ from gateway.downstream.inbox import Inbox
 from gateway.downstream.link import Link
 from gateway.downstream.oauth import LoginNeeded
 from gateway.downstream.spawn import start_failure
+from gateway.downstream.sseclient import Ended
 from gateway.downstream.stdio import CommandNotFound
 from gateway.fastpath import fast_path
 
@@ -47,6 +48,8 @@ class Supervisor:
         self._at_ready: tuple[Link, int] | None = None
         """The current connection, once ready, and the requests it had answered then: whether it
         served (answered more) before it ended."""
+        self._adopted: Link | None = None
+        """The current connection once its handshake was answered (calls go to it from then on)."""
         self._unserved_at_once = False
         """A connection that ended by a 404 before it served was followed at once, and none has
         served since: the next such end waits the backoff."""
@@ -73,7 +76,7 @@ class Supervisor:
             with anyio.CancelScope() as scope:
                 d.scope = scope
                 while True:
-                    self._ready_at, self._at_ready = None, None
+                    self._ready_at, self._at_ready, self._adopted = None, None, None
                     await self._attempt(supervise)
                     if not supervise or d.stopping:
                         return
@@ -92,15 +95,20 @@ class Supervisor:
                     # But one that ended before it served (answered a request once ready) once only
                     # until a connection serves: a server that forgets each new session at the first
                     # message after the handshake (the ``logging/setLevel`` a ready server is sent)
-                    # was reconnected at once, without end.
+                    # was reconnected at once, without end. Ready or not: calls go to a connection
+                    # from its handshake on (a call that met the last one's 404 goes again at once),
+                    # so its session can end while it is still listing, and that was backed off.
                     calls, sse = d.transport.http_calls, d.transport.ended
                     forgot = (calls is not None and calls.session_ended) or (sse is not None and sse.forgotten)
-                    served = self._at_ready is not None and self._at_ready[0].answered > self._at_ready[1]
-                    session_ended = healthy is not None and forgot and (served or not self._unserved_at_once)
+                    served = (self._at_ready is not None and self._at_ready[0].answered > self._at_ready[1]) or (
+                        self._adopted is not None and self._adopted.answered_clients > 0
+                    )
+                    session_ended = forgot and (served or not self._unserved_at_once)
                     self._unserved_at_once = (self._unserved_at_once or session_ended) and not served
                     wait = 0.0 if session_ended else policy.delay(healthy)
                     d.retry_at = anyio.current_time() + wait
-                    if d.status in ("exited", "ready"):
+                    if d.status in ("exited", "ready") or (forgot and self._adopted is not None):
+                        # (a session forgotten after its handshake, ready or not, is a connection lost)
                         d.restarted = anyio.Event()  # (before the status: a request then waits on this one)
                         d.status = "restarting"  # it was serving: say so; a start-up failure stays "failed"
                     # One line per end, its reason and its retry (set_status leaves it to this one).
@@ -156,6 +164,9 @@ class Supervisor:
                         )
                         self._handshake_refused = link.handshake_refused
                         d.adopt(link)
+                        self._adopted = link
+                        if (ended := d.transport.ended) is not None:
+                            tg.start_soon(_ends_the_start, d, ended, ready, scope)
                         if link.modern and link.session is not None:
                             # Listening before listing: a change made between the two (a call
                             # from a warm start's catalog can come that early) is never missed.
@@ -259,3 +270,16 @@ class Supervisor:
         if (child := self.d.transport.child) is not None:
             return f"server {child.ending()} ({child.exit_description()})" + self.d.stderr_hint()
         return self.d.error or "connection closed"
+
+
+async def _ends_the_start(d: Downstream, ended: Ended, ready: anyio.Event, start: anyio.CancelScope) -> None:
+    """An SSE connection whose event stream ends, or whose session the server forgets (a 404 to
+    a message), before it is ready fails its start at once, as a streamable-HTTP session's 404
+    does: a call that met the last connection's 404 goes again from the handshake on, and the
+    listing waited out ``startup_timeout`` (30 s) for answers that could no longer come. Its
+    handshake was answered, so it is a connection lost, not a failed start: a request waits for
+    the restart (``connection._restarting_soon``) rather than failing meanwhile."""
+    await ended.event.wait()
+    if not ready.is_set():
+        d.set_status("exited", f"connection lost: {ended.reason}")
+        start.cancel()
