@@ -384,6 +384,25 @@ async def roots(context: Any) -> types.ListRootsResult:
     return types.ListRootsResult(roots=[types.Root(uri="file:///work/project", name="project")])
 
 
+class PatientUser:
+    """An elicitation callback whose user is slow to decline (``seconds``): ``asked`` is set when
+    the question comes, and ``withdrawn`` counts the questions withdrawn before the answer."""
+
+    def __init__(self, seconds: float = 60) -> None:
+        self.seconds = seconds
+        self.asked = anyio.Event()
+        self.withdrawn: list[str] = []
+
+    async def __call__(self, context: Any, params: Any) -> types.ElicitResult:
+        self.asked.set()
+        try:
+            await anyio.sleep(self.seconds)
+        except anyio.get_cancelled_exc_class():
+            self.withdrawn.append("withdrawn")
+            raise
+        return types.ElicitResult(action="decline")
+
+
 CALLBACKS: dict[str, Any] = {
     "sampling_callback": sampling,
     "elicitation_callback": elicitation,

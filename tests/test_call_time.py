@@ -24,7 +24,18 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import REQUEST_TIMEOUT
 
 from bench.common import url_process
-from tests.helpers import ERAS, GATEWAY, PYTHON, demo, http_gateway, sdk_client, text, write_config
+from tests.helpers import (
+    ERAS,
+    GATEWAY,
+    PYTHON,
+    PatientUser,
+    demo,
+    http_gateway,
+    sdk_client,
+    text,
+    wait_for,
+    write_config,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -129,25 +140,14 @@ async def test_a_question_of_a_call_past_its_limit_is_withdrawn_from_the_user(tm
     ``max_call_time`` (its server is told) and the question is withdrawn from the user with it.
     Through ``serve --http`` it stayed open: the withdrawal came after the call's stream had
     closed, and was dropped. (A 2026-07-28 client answers in its retry: nothing stays open.)"""
-    withdrawn: list[str] = []
-
-    async def absent_user(context: Any, params: Any) -> types.ElicitResult:
-        try:
-            await anyio.sleep(60)
-        except anyio.get_cancelled_exc_class():
-            withdrawn.append("withdrawn")
-            raise
-        return types.ElicitResult(action="decline")
-
+    absent_user = PatientUser()
     config = write_config(tmp_path, {"classic": {"command": PYTHON, "args": [CLASSIC], **LIMITS}})
     with ExitStack() as stack:
         target: Any = config if upstream == "stdio" else stack.enter_context(http_gateway(config))[0]
         async with sdk_client(target, "legacy", elicitation_callback=absent_user) as client:
             result = await client.call_tool("classic__elicit", {})
             assert text(result) == "classic: tool 'elicit' ran past its 3 s limit (max_call_time)"
-            with anyio.fail_after(10):
-                while not withdrawn:
-                    await anyio.sleep(0.05)
+            await wait_for(lambda: absent_user.withdrawn, 10)
             assert text(await client.call_tool("classic__echo", {"text": "after"})) == "classic:after"
 
 

@@ -83,11 +83,23 @@ def _proxy_env(proxy: str, no_proxy: str) -> dict[str, str]:
     return {**env, "HTTPS_PROXY": "", "https_proxy": "", "ALL_PROXY": "", "all_proxy": ""}
 
 
-async def _both_answer(client: Any) -> None:
-    with anyio.fail_after(60):
-        for server in ("web", "old"):
-            result = await client.call_tool(f"{server}__echo", {"text": f"via {server}"})
-            assert not result.is_error and text(result) == f"via {server}", text(result)
+async def _through(tmp_path: Path, mode: str, protocol: str, no_proxy: str) -> tuple[dict[str, str], list[str]]:
+    """A gateway whose environment names the proxy (and ``no_proxy``), over a streamable-HTTP
+    and an SSE demo server: both called; their URLs, and the request lines the proxy saw."""
+    with two_remote_demos() as urls:
+        servers = {
+            "web": {"url": urls["web"], "protocol": protocol},
+            "old": {"url": urls["old"], "transport": "sse"},
+        }
+        config = write_config(tmp_path, servers, gateway={"warm_start": False})
+        async with forward_proxy() as (proxy_url, proxy):
+            env = _proxy_env(proxy_url, no_proxy)
+            async with sdk_client(config, mode, env=env, errlog=tmp_path / "gw.log") as client:
+                with anyio.fail_after(60):
+                    for server in ("web", "old"):
+                        result = await client.call_tool(f"{server}__echo", {"text": f"via {server}"})
+                        assert not result.is_error and text(result) == f"via {server}", text(result)
+    return urls, proxy.lines
 
 
 @pytest.mark.parametrize(("mode", "protocol"), PAIRS)
@@ -96,35 +108,17 @@ async def test_remote_servers_are_reached_through_the_proxy_the_environment_name
 ) -> None:
     """As an SDK client honours ``HTTP_PROXY``, so does the gateway: it used to connect
     directly, which behind a proxy reaches nothing."""
-    with two_remote_demos() as urls:
-        servers = {
-            "web": {"url": urls["web"], "protocol": protocol},
-            "old": {"url": urls["old"], "transport": "sse"},
-        }
-        config = write_config(tmp_path, servers, gateway={"warm_start": False})
-        async with forward_proxy() as (proxy_url, proxy):
-            env = _proxy_env(proxy_url, "")
-            async with sdk_client(config, mode, env=env, errlog=tmp_path / "gw.log") as client:
-                await _both_answer(client)
-    targets = {line.split(" ")[1] for line in proxy.lines}
-    assert urls["web"] in targets, proxy.lines  # streamable HTTP, its calls too
-    assert any(t.startswith(urls["old"].removesuffix("/sse")) for t in targets), proxy.lines  # SSE
-    assert {t.split("/")[2] for t in targets} <= {urls[s].split("/")[2] for s in urls}, proxy.lines
+    urls, lines = await _through(tmp_path, mode, protocol, "")
+    targets = {line.split(" ")[1] for line in lines}
+    assert urls["web"] in targets, lines  # streamable HTTP, its calls too
+    assert any(t.startswith(urls["old"].removesuffix("/sse")) for t in targets), lines  # SSE
+    assert {t.split("/")[2] for t in targets} <= {urls[s].split("/")[2] for s in urls}, lines
 
 
 @pytest.mark.parametrize(("mode", "protocol"), PAIRS)
 async def test_no_proxy_hosts_are_reached_directly(tmp_path: Path, mode: str, protocol: str) -> None:
-    with two_remote_demos() as urls:
-        servers = {
-            "web": {"url": urls["web"], "protocol": protocol},
-            "old": {"url": urls["old"], "transport": "sse"},
-        }
-        config = write_config(tmp_path, servers, gateway={"warm_start": False})
-        async with forward_proxy() as (proxy_url, proxy):
-            env = _proxy_env(proxy_url, "127.0.0.1")
-            async with sdk_client(config, mode, env=env, errlog=tmp_path / "gw.log") as client:
-                await _both_answer(client)
-    assert proxy.lines == []
+    _, lines = await _through(tmp_path, mode, protocol, "127.0.0.1")
+    assert lines == []
 
 
 def test_every_transport_toward_a_remote_server_shares_one_tls_context(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -51,7 +51,18 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from bench.common import url_process
 from tests.conformance.runner import node_binary
-from tests.helpers import ERAS, PYTHON, demo, free_port, http_gateway, sdk_client, text, wait_for, write_config
+from tests.helpers import (
+    ERAS,
+    PYTHON,
+    PatientUser,
+    demo,
+    free_port,
+    http_gateway,
+    sdk_client,
+    text,
+    wait_for,
+    write_config,
+)
 
 pytestmark = [pytest.mark.anyio, pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")]
 
@@ -628,16 +639,8 @@ async def test_a_question_the_server_gives_up_is_withdrawn_from_the_user(tmp_pat
     """A classic server asks the user and gives up waiting (its request cancelled): directly,
     the client's elicitation is cancelled; through the gateway too, with the same result.
     (A 2026-07-28 client cannot be asked by such a server directly at all.)"""
-    withdrawn: list[str] = []
-
-    async def patient_user(context: Any, params: Any) -> types.ElicitResult:
-        try:
-            await anyio.sleep(30)
-        except anyio.get_cancelled_exc_class():
-            withdrawn.append("withdrawn")
-            raise
-        return types.ElicitResult(action="decline")
-
+    patient_user = PatientUser(30)
+    withdrawn = patient_user.withdrawn
     with ExitStack() as stack:
         if transport == "stdio":
             server: dict[str, Any] = {"command": PYTHON, "args": [CLASSIC]}
@@ -664,23 +667,14 @@ async def test_a_question_is_withdrawn_from_the_user_when_the_client_cancels_the
     the call: directly, the question is withdrawn (the client's elicitation is cancelled) before
     the call's stream ends. Through ``serve --http`` a handshake-era client's question stayed
     open: the gateway's withdrawal came after the call's stream had closed and was dropped."""
-    withdrawn: list[str] = []
-    asked = anyio.Event()
-
-    async def patient_user(context: Any, params: Any) -> types.ElicitResult:
-        asked.set()
-        try:
-            await anyio.sleep(60)
-        except anyio.get_cancelled_exc_class():
-            withdrawn.append("withdrawn")
-            raise
-        return types.ElicitResult(action="decline")
+    patient_user = PatientUser()
+    withdrawn = patient_user.withdrawn
 
     async def ask_then_cancel(client: Any, tool: str) -> None:
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(client.call_tool, tool, {})
             with anyio.fail_after(OP_TIMEOUT):
-                await asked.wait()
+                await patient_user.asked.wait()
             tasks.cancel_scope.cancel()
 
     # Directly in the handshake era: a 2026-07-28 client cannot be asked by this server directly.
@@ -688,7 +682,7 @@ async def test_a_question_is_withdrawn_from_the_user_when_the_client_cancels_the
     async with Client(params, mode="legacy", elicitation_callback=patient_user) as client:
         await ask_then_cancel(client, "elicit")
         await wait_for(lambda: withdrawn == ["withdrawn"], 10)
-    asked = anyio.Event()
+    patient_user.asked = anyio.Event()
     config = write_config(tmp_path, {"classic": {"command": PYTHON, "args": [CLASSIC]}})
     with ExitStack() as stack:
         target: Any = config if upstream == "stdio" else stack.enter_context(http_gateway(config))[0]
@@ -696,6 +690,19 @@ async def test_a_question_is_withdrawn_from_the_user_when_the_client_cancels_the
             await ask_then_cancel(client, "classic__elicit")
             await wait_for(lambda: withdrawn == ["withdrawn"] * 2, 10)
             assert text(await client.call_tool("classic__echo", {"text": "after"})) == "classic:after"
+
+
+class _Sleeper:
+    """A call of the classic server's ``sleep`` for 60 s; ``started`` once its progress came."""
+
+    def __init__(self) -> None:
+        self.started = anyio.Event()
+
+    async def on_progress(self, progress: float, total: float | None, message: str | None) -> None:
+        self.started.set()
+
+    async def call(self, client: Any) -> None:
+        await client.call_tool("classic__sleep", {"seconds": 60}, progress_callback=self.on_progress)
 
 
 @pytest.mark.parametrize("upstream", ["stdio", "http"])
@@ -716,13 +723,7 @@ async def test_a_question_a_pipe_does_not_place_outlives_another_call_cancelled(
             raise
         return types.ElicitResult(action="accept", content={"name": "Ada"})
 
-    started = anyio.Event()
-
-    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
-        started.set()
-
-    async def sleep(client: Any) -> None:
-        await client.call_tool("classic__sleep", {"seconds": 60}, progress_callback=on_progress)
+    sleeper = _Sleeper()
 
     config = write_config(tmp_path, {"classic": {"command": PYTHON, "args": [CLASSIC]}})
     with ExitStack() as stack:
@@ -735,9 +736,9 @@ async def test_a_question_a_pipe_does_not_place_outlives_another_call_cancelled(
 
             async with anyio.create_task_group() as outer:
                 async with anyio.create_task_group() as older:
-                    older.start_soon(sleep, client)
+                    older.start_soon(sleeper.call, client)
                     with anyio.fail_after(OP_TIMEOUT):
-                        await started.wait()
+                        await sleeper.started.wait()
                         outer.start_soon(ask)
                         await asked.wait()
                     older.cancel_scope.cancel()
@@ -763,13 +764,7 @@ async def test_a_question_put_to_a_newer_call_that_is_cancelled_reaches_its_own(
         await answer.wait()
         return types.ElicitResult(action="accept", content={"name": "Ada"})
 
-    started = anyio.Event()
-
-    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
-        started.set()
-
-    async def sleep(client: Any) -> None:
-        await client.call_tool("classic__sleep", {"seconds": 60}, progress_callback=on_progress)
+    sleeper = _Sleeper()
 
     server = {"command": PYTHON, "args": [CLASSIC]}
     config = write_config(tmp_path, {"classic": server}, gateway={"round_trip_timeout": 1})
@@ -784,9 +779,9 @@ async def test_a_question_put_to_a_newer_call_that_is_cancelled_reaches_its_own(
             async with anyio.create_task_group() as outer:
                 outer.start_soon(ask)
                 async with anyio.create_task_group() as newer:
-                    newer.start_soon(sleep, client)
+                    newer.start_soon(sleeper.call, client)
                     with anyio.fail_after(OP_TIMEOUT):
-                        await started.wait()
+                        await sleeper.started.wait()
                         await asked.wait()
                     newer.cancel_scope.cancel()
                 answer.set()

@@ -479,15 +479,7 @@ def valid_call(version: str, params: dict[str, Any], meta: str | None) -> bool:
     )
     # Neither the version nor a repr holds a NUL (it escapes one), so the name can come last unescaped.
     key = f"{version}\0{meta}\0{name}" if plain else None
-    if key is not None and _VALID_CALLS.get(key) is not None:
-        return True
-    try:
-        validate_client_request("tools/call", version, params)
-    except (ValidationError, KeyError):
-        return False
-    if key is not None:
-        _VALID_CALLS.put(key, True)
-    return True
+    return _remembered_verdict("tools/call", version, params, key, _VALID_CALLS)
 
 
 _VALID_LISTS = _Remembered()
@@ -499,14 +491,19 @@ def valid_list(version: str, params: dict[str, Any], meta: str | None) -> bool:
     client lists with the same envelope each time, so a list of just ``_meta`` is validated
     once per distinct ``_meta`` (``meta``, its key). Anything else is validated every time."""
     key = f"{version}\0{meta}" if meta is not None and params.keys() <= {"_meta"} else None
-    if key is not None and _VALID_LISTS.get(key) is not None:
+    return _remembered_verdict("tools/list", version, params, key, _VALID_LISTS)
+
+
+def _remembered_verdict(method: str, version: str, params: dict[str, Any], key: str | None, valid: _Remembered) -> bool:
+    """``validate_client_request``'s verdict, taken from ``valid`` under ``key`` (None: not kept)."""
+    if key is not None and valid.get(key) is not None:
         return True
     try:
-        validate_client_request("tools/list", version, params)
+        validate_client_request(method, version, params)
     except (ValidationError, KeyError):
         return False
     if key is not None:
-        _VALID_LISTS.put(key, True)
+        valid.put(key, True)
     return True
 
 
