@@ -217,6 +217,16 @@ class Downstream:
         if status != "starting":
             self.settled.set()
 
+    def offers(self, capability: str, feature: str | None = None) -> bool:
+        """Whether its capabilities offer ``capability`` (and its ``feature``, say ``resources``'
+        ``subscribe``). None known yet (before its first start) is left to its answer: True."""
+        if not self.capabilities:
+            return True
+        if feature is None:
+            return capability in self.capabilities
+        offered = self.capabilities.get(capability)
+        return isinstance(offered, dict) and bool(offered.get(feature))
+
     def unavailable(self) -> str:
         """Why calls cannot go to this server now, and when it will be retried."""
         if self.status in ("restarting", "failed", "exited") and self.retry_at is not None:

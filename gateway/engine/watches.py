@@ -142,7 +142,7 @@ class Watches:
         """Have ``downstream`` (the URI's server) start or stop reporting the URI."""
         if downstream is None:
             raise MCPError(code=INVALID_PARAMS, message=f"prefixgate: no server offers resource {uri!r}")
-        if not _subscribes(downstream):
+        if not downstream.offers("resources", "subscribe"):
             # It never offered the method (a direct client would not have asked): its bare
             # "Method not found" would read as the gateway's, which advertises subscribe. A
             # 2026-07-28 server would take the URI into its listen stream's filter and never
@@ -172,12 +172,3 @@ class Watches:
 def _replaced_by(told: Downstream | None, downstream: Downstream) -> bool:
     """Whether ``downstream`` is the server a reload started in place of ``told`` (stopped)."""
     return told is not None and told.stopping and told.id == downstream.id and downstream.principal is None
-
-
-def _subscribes(downstream: Downstream) -> bool:
-    """Whether a server offers ``resources/subscribe`` (its capabilities say so;
-    none known yet, as before its first start, is left to its answer)."""
-    if not downstream.capabilities:
-        return True
-    resources = downstream.capabilities.get("resources")
-    return isinstance(resources, dict) and bool(resources.get("subscribe"))

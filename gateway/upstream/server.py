@@ -658,7 +658,7 @@ class Handlers:
             server_id = surface.owner_of_template(uri) or surface.owner_of_uri(uri)
             of = f"resource {uri!r}"  # (as resources/read names its URI)
         known = self.hub.by_id.get(server_id) if server_id is not None else None
-        if known is not None and known.capabilities and "completions" not in known.capabilities:
+        if known is not None and not known.offers("completions"):
             # It never offered the method (a direct client would not have asked): its bare
             # "Method not found" (404 over 2026-07-28 HTTP) would read as the gateway's, which
             # advertises completions when any of its servers does.
