@@ -223,12 +223,10 @@ class RedisArtifacts:
                     piece = bytes(view[start : start + _PIECE])
                     self._piece_at(keys=[partial], args=[size, piece, PARTIAL_TTL], client=pipe)
                     size += len(piece)
-                    if len(pipe) >= 8:
-                        pipe.expire(partial, PARTIAL_TTL)
+                    if len(pipe) >= 8:  # (each piece sets the partial's expiry: _PIECE_AT)
                         if not all(pipe.execute()):
                             raise StoreError(_VANISHED)
-            pipe.expire(partial, PARTIAL_TTL)
-            if not all(pipe.execute()) and size:  # (an empty artifact has no partial to expire)
+            if not all(pipe.execute()):
                 raise StoreError(_VANISHED)
             ttl = _ttl(self.max_age())
             for _ in range(16):
