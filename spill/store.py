@@ -437,8 +437,10 @@ class ArtifactStore:
 # --------------------------------------------------------------------------- across sessions
 
 
-def _scan_session(root_fd: int, session: str) -> list[ArtifactInfo]:
-    """Artifacts of one session dir; skips anything that is not our regular, id-named file."""
+def _scan_session(root_fd: int, session: str, stale_before: float | None = None) -> list[ArtifactInfo]:
+    """Artifacts of one session dir; skips anything that is not our regular, id-named file.
+    With ``stale_before``, removes the partial files last written before it on the way: writes
+    a killed gateway never finished (no write still in progress is that old)."""
     try:
         fd = _open_session(root_fd, session, create=False)
     except StoreError:
@@ -448,14 +450,19 @@ def _scan_session(root_fd: int, session: str) -> list[ArtifactInfo]:
     try:
         found = []
         for name in os.listdir(fd):
-            if not valid_id(name):
+            partial = name.startswith(".") and name.endswith(_PARTIAL)
+            if not (valid_id(name) or (partial and stale_before is not None)):
                 continue
             try:
                 st = os.stat(name, dir_fd=fd, follow_symlinks=False)
             except OSError:
                 continue
-            if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
+            if not (stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid()):
+                continue
+            if not partial:
                 found.append(ArtifactInfo(session, name, st.st_size, st.st_mtime))
+            elif stale_before is not None and st.st_mtime < stale_before:
+                _unlink_quietly(name, fd)
         return found
     finally:
         os.close(fd)
@@ -475,9 +482,9 @@ def _session_names(root_fd: int) -> list[str]:
     return sorted(names)
 
 
-def _scan(root_fd: int) -> list[ArtifactInfo]:
+def _scan(root_fd: int, stale_before: float | None = None) -> list[ArtifactInfo]:
     """Every artifact under root, oldest first (ties broken by session and id: deterministic)."""
-    found = [a for s in _session_names(root_fd) for a in _scan_session(root_fd, s)]
+    found = [a for s in _session_names(root_fd) for a in _scan_session(root_fd, s, stale_before)]
     return sorted(found, key=lambda a: (a.mtime, a.session, a.id))
 
 
@@ -518,29 +525,6 @@ def _unlink_artifact(root_fd: int, info: ArtifactInfo) -> bool:
         os.close(fd)
 
 
-def _sweep_partials(root_fd: int, session: str, before: float) -> None:
-    """Remove the session's partial files last written before ``before``: writes a killed
-    gateway never finished (no write still in progress is that old). Only our regular files."""
-    try:
-        fd = _open_session(root_fd, session, create=False)
-    except StoreError:
-        return
-    if fd is None:
-        return
-    try:
-        for name in os.listdir(fd):
-            if not (name.startswith(".") and name.endswith(_PARTIAL)):
-                continue
-            try:
-                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
-                if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and st.st_mtime < before:
-                    os.unlink(name, dir_fd=fd)
-            except OSError:
-                continue
-    finally:
-        os.close(fd)
-
-
 def gc(
     root: Path,
     *,
@@ -566,7 +550,7 @@ def gc(
     if root_fd is None:
         return []
     try:
-        artifacts = _scan(root_fd)
+        artifacts = _scan(root_fd, stale_before=now - STALE_PARTIAL)
         chosen = doomed(
             artifacts,
             max_age_seconds=max_age_seconds,
@@ -578,7 +562,6 @@ def gc(
         )
         removed = [a for a in chosen if _unlink_artifact(root_fd, a)]
         for session in _session_names(root_fd):
-            _sweep_partials(root_fd, session, now - STALE_PARTIAL)
             if session != protect_session:
                 try:
                     os.rmdir(session, dir_fd=root_fd)  # fails harmlessly unless empty
