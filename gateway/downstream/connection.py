@@ -217,16 +217,6 @@ class Downstream:
         if status != "starting":
             self.settled.set()
 
-    def offers(self, capability: str, feature: str | None = None) -> bool:
-        """Whether its capabilities offer ``capability`` (and its ``feature``, say ``resources``'
-        ``subscribe``). None known yet (before its first start) is left to its answer: True."""
-        if not self.capabilities:
-            return True
-        if feature is None:
-            return capability in self.capabilities
-        offered = self.capabilities.get(capability)
-        return isinstance(offered, dict) and bool(offered.get(feature))
-
     def unavailable(self) -> str:
         """Why calls cannot go to this server now, and when it will be retried."""
         if self.status in ("restarting", "failed", "exited") and self.retry_at is not None:
@@ -484,3 +474,14 @@ def _accepted(d: Downstream, items: tuple[Any, ...], key: str) -> tuple[Any, ...
             continue
         kept.append(item)
     return tuple(kept)
+
+
+def offers(d: Downstream, capability: str, feature: str | None = None) -> bool:
+    """Whether a server's capabilities offer ``capability`` (and its ``feature``, say
+    ``resources``' ``subscribe``). None known yet (before its first start) is left to its answer: True."""
+    if not d.capabilities:
+        return True
+    if feature is None:
+        return capability in d.capabilities
+    offered = d.capabilities.get(capability)
+    return isinstance(offered, dict) and bool(offered.get(feature))

@@ -24,7 +24,7 @@ import anyio
 from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import CONNECTION_CLOSED, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
 
-from gateway.downstream.connection import Downstream
+from gateway.downstream.connection import Downstream, offers
 from gateway.downstream.errors import DownstreamUnavailable
 from gateway.downstream.toolcall import connection_gone
 
@@ -142,7 +142,7 @@ class Watches:
         """Have ``downstream`` (the URI's server) start or stop reporting the URI."""
         if downstream is None:
             raise MCPError(code=INVALID_PARAMS, message=f"prefixgate: no server offers resource {uri!r}")
-        if not downstream.offers("resources", "subscribe"):
+        if not offers(downstream, "resources", "subscribe"):
             # It never offered the method (a direct client would not have asked): its bare
             # "Method not found" would read as the gateway's, which advertises subscribe. A
             # 2026-07-28 server would take the URI into its listen stream's filter and never

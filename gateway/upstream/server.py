@@ -35,7 +35,7 @@ from pydantic import BaseModel, ValidationError
 
 from gateway import __version__, tracing
 from gateway.downstream.calltime import CallTimedOut
-from gateway.downstream.connection import Downstream
+from gateway.downstream.connection import Downstream, offers
 from gateway.downstream.errors import DownstreamUnavailable
 from gateway.downstream.link import ProgressFn
 from gateway.downstream.modern import relayable, relayed_meta
@@ -658,7 +658,7 @@ class Handlers:
             server_id = surface.owner_of_template(uri) or surface.owner_of_uri(uri)
             of = f"resource {uri!r}"  # (as resources/read names its URI)
         known = self.hub.by_id.get(server_id) if server_id is not None else None
-        if known is not None and not known.offers("completions"):
+        if known is not None and not offers(known, "completions"):
             # It never offered the method (a direct client would not have asked): its bare
             # "Method not found" (404 over 2026-07-28 HTTP) would read as the gateway's, which
             # advertises completions when any of its servers does.
