@@ -10,7 +10,8 @@ Every request's ``_meta`` envelope and routing headers are appended, one JSON li
 request, to ``$MODERN_SERVER_LOG`` when set (what the tests inspect). With
 ``$MODERN_SERVER_SHY`` set, the first ``server/discover`` fails as if it had timed out; with
 ``$MODERN_SERVER_DEAF`` set, it serves no ``subscriptions/listen`` (its capabilities then say
-no ``listChanged`` and no ``resources.subscribe``).
+no ``listChanged`` and no ``resources.subscribe``); with ``$MODERN_SERVER_HOLD`` naming a
+file, it reads nothing while that file exists (a server still starting, as long as a test likes).
 """
 
 from __future__ import annotations
@@ -291,6 +292,9 @@ def build() -> Server[Any]:
 async def main() -> None:
     from mcp.server.lowlevel import NotificationOptions
 
+    hold = os.environ.get("MODERN_SERVER_HOLD")
+    while hold and os.path.exists(hold):
+        await anyio.sleep(0.05)
     server = build()
     if "--http" in sys.argv:
         import uvicorn

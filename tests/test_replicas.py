@@ -290,6 +290,50 @@ async def test_input_round_trips_across_replicas(tmp_path: Path, redis: RedisSer
                 assert text(done) == "accept:{'name': 'Di'}"
 
 
+async def test_an_answer_reaching_a_replica_whose_server_still_starts_waits_for_it(
+    tmp_path: Path, redis: RedisServer
+) -> None:
+    """A replica started from the warm-start record serves its catalog before its servers
+    are up. An answer to a modern server's ``input_required`` reaching it then was taken for
+    one to a handshake-era server (the era is known once the server answers), and its call
+    ran anew: the client was asked the same question again (a fresh-clone CI run failed so).
+    It waits for the server's start, and goes to it with the state."""
+    hold = tmp_path / "hold"
+    modern_server = str(Path(__file__).with_name("modern_server.py"))
+    servers = {"m": {"command": PYTHON, "args": [modern_server], "env": {"MODERN_SERVER_HOLD": str(hold)}}}
+    with ExitStack() as stack:
+        (tmp_path / "a").mkdir()
+        config = write_config(tmp_path / "a", servers, gateway={"store": redis.url})
+        url_a, log_a = stack.enter_context(http_gateway(config))
+        await wait_for(lambda: "warm-start record written" in log_a.read_text())
+        async with sdk_client(url_a, "auto", **CALLBACKS) as on_a:
+            first = await on_a.session.call_tool("m__ask", {}, allow_input_required=True)
+        assert isinstance(first, types.InputRequiredResult)
+        hold.touch()  # replica b's server does not start until the answer has reached b
+        (tmp_path / "b").mkdir()
+        config = write_config(tmp_path / "b", servers, gateway={"store": redis.url})
+        url_b, _ = stack.enter_context(http_gateway(config))
+        async with sdk_client(url_b, "auto", **CALLBACKS) as on_b:
+            assert "m__ask" in [t.name for t in (await on_b.session.list_tools()).tools]  # (the record's)
+            answer = {"ask": types.ElicitResult(action="accept", content={"name": "Bo"})}
+            done: list[Any] = []
+
+            async def answered() -> None:
+                done.append(
+                    await on_b.session.call_tool(
+                        "m__ask", {}, input_responses=answer, request_state=first.request_state
+                    )
+                )
+
+            with anyio.fail_after(60):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(answered)
+                    await anyio.sleep(1)
+                    assert not done  # (its server is held)
+                    hold.unlink()
+            assert text(done[0]) == "accept:{'name': 'Bo'}"
+
+
 @pytest.mark.parametrize("mode", ERAS)
 async def test_stdio_gateways_of_one_session_share_it_through_redis(
     tmp_path: Path, redis: RedisServer, mode: str

@@ -444,6 +444,8 @@ class Handlers:
                     "which no longer serves this request; call again without requestState",
                 )
             known = self.hub.by_id.get(origin)
+            if known is not None and known.link is None:
+                await known.started()  # (its era is known once it answers: a warm start serves before)
             if known is None or known.modern:
                 answers: dict[str, Any] = {"inputResponses": params.get("inputResponses") or {}}
                 if server_state is not None:
@@ -465,7 +467,10 @@ class Handlers:
             # which the router refuses as an isError, as it does a handshake-era client's call.)
             return await run(None)
         else:
-            if self.hub.by_id[server_id].modern:
+            downstream = self.hub.by_id[server_id]
+            if downstream.link is None:
+                await downstream.started()
+            if downstream.modern:
                 # A modern server asks with its own ``input_required``: nothing waits in the
                 # gateway. Answers sent before anything was asked go to it as they are (its
                 # keys; it ignores what it did not ask for); a handshake-era server has no use for them.
