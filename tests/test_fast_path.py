@@ -53,7 +53,7 @@ def fast_config(tmp_path: Path) -> Path:
             "demo": demo("--tools", 2, "--rich"),
             "slowpoke": {**demo("--tools", 1, "--name", "slowpoke"), "call_timeout": 1},
             "crashy": demo("--tools", 1, "--name", "crashy"),
-            "asker": {**demo("--tools", 1, "--rich", "--name", "asker"), "protocol": "legacy"},
+            "asker": {**demo("--tools", 1, "--rich", "--interactive", "--name", "asker"), "protocol": "legacy"},
         },
         policy={"deny": ["demo__touch"]},
         spill={"max_visible_bytes": 2048},

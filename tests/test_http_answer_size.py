@@ -100,3 +100,24 @@ async def test_a_body_without_a_length_is_read_to_the_limit_and_no_further() -> 
     with pytest.raises(MessageTooLarge, match="over 10 bytes exceeds max_message_bytes 10"):
         await answer("application/json", b"12345", b"678901").aread()
     assert await answer("text/event-stream", b"x" * 30).aread() == b"x" * 30
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_gateways_answer_over_a_mebibyte_reaches_an_http_client(tmp_path: Path, mode: str) -> None:
+    """The other way: the gateway's own answers to its HTTP clients. A server that pages its
+    8,000 resources (200 KB a page) or reads a 1.5 MB resource serves the SDK's client
+    directly; through the gateway, whose lists are one page, a handshake-era client was
+    answered on an event stream, and refused any event over 1 MiB ("Server-sent event
+    exceeded the 1048576 byte limit"). An answer with nothing before it is one JSON body."""
+    server = {"command": PYTHON, "args": ["-m", "tests.paged_server", "--items", "8000", "--page", "1000"]}
+    config = write_config(tmp_path, {"p": {**server, "cwd": str(Path.cwd())}})
+    with http_gateway(config) as (url, _):
+        async with sdk_client(url, mode) as client:
+            with anyio.fail_after(60):
+                resources = (await client.list_resources()).resources
+                templates = (await client.list_resource_templates()).resource_templates
+                prompts = (await client.list_prompts()).prompts
+                read = await client.read_resource("paged://big/1500000")
+    assert [str(r.uri) for r in resources] == sorted(f"paged://r/{i}" for i in range(8000))
+    assert len(templates) == len(prompts) == 8000
+    assert read.contents[0].text == "y" * 1_500_000  # type: ignore[union-attr]

@@ -1,17 +1,18 @@
-"""The HTTP session lane for handshake-era ``tools/call`` (issue 25) answers as the SDK's
-session transport does, except that a call answered at once gets one JSON body.
+"""The HTTP session lane for handshake-era requests (issue 25) answers as the SDK's
+session transport does, except that a request answered at once gets one JSON body.
 
 The same raw HTTP conversation goes to two real ``serve --http`` gateways, one with the lane
 and one with ``PREFIXGATE_FAST_PATH=0``, and every response is compared: status, headers
 (all but uvicorn's ``date`` and ``server``) and body bytes. Where the lane answered with
-JSON (the call answered within ``ANSWER_GRACE`` with nothing before its answer), the body is
-the answer the SDK's event stream carries, byte for byte, under the headers of the
-transport's own JSON answers; every other response is byte-identical. It covers plain calls,
-progress and logs on the call's stream, a timeout, a crash, elicitation on the call's
-stream (the gateway's own and a classic server's, answered by POST while the stream is
-open), the client's ``notifications/cancelled``, resumption of a finished call's stream
-with ``Last-Event-ID``, and the requests the lane leaves to the SDK. Masked, because
-genuinely random: session and event ids, ping times, artifact ids.
+JSON (answered within its grace with nothing before its answer), the body is the answer the
+SDK's event stream carries, byte for byte, under the headers of the transport's own JSON
+answers; every other response is byte-identical. It covers plain calls, progress and logs
+on the call's stream, a timeout, a crash, elicitation on the call's stream (the gateway's
+own and a classic server's, answered by POST while the stream is open), the client's
+``notifications/cancelled``, resumption of a finished call's stream with ``Last-Event-ID``,
+requests other than calls (lists, reads, their errors, a classic server's elicitation during
+a ``prompts/get``), and the requests the lane leaves to the SDK. Masked, because genuinely
+random: session and event ids, ping times, artifact ids.
 """
 
 from __future__ import annotations
@@ -118,8 +119,7 @@ def request(request_id: Any, method: str, params: dict[str, Any] | None = None) 
 @contextmanager
 def demo_session(tmp_path: Path, *extra: str, env: dict[str, str] | None = None) -> Iterator[tuple[Session, Path]]:
     """A gateway over HTTP in front of the rich demo server, and a handshake-era session on
-    it that listed its tools (the SDK served that: the lane serves the session's calls from
-    then on); with the gateway's stderr log."""
+    it that listed its tools; with the gateway's stderr log."""
     config = write_config(tmp_path, {"demo": demo("--tools", 2, "--rich")})
     with (
         http_gateway(config, *extra, env=env) as (url, stderr),
@@ -147,15 +147,15 @@ def conversation(config: Path, lane: bool) -> tuple[list[tuple[str, Response]], 
     ):
         s = Session(http, url)
         s.open()
-        s.post("list", request("l", "tools/list"))  # served by the SDK: the lane learns the session here
+        s.post("list", request("l", "tools/list"))  # (the lane learnt the session at its initialize)
         for label, request_id, name, arguments, meta in CALLS:
             s.call(label, request_id, name, arguments, meta)
         s.post("log level", request(11, "logging/setLevel", {"level": "debug"}))
         s.call("log", 12, "demo__log", {"text": "logged line", "level": "warning"})
         s.call("timeout", 14, "slowpoke__slow", {"seconds": 20, "steps": 1})
-        for label, request_id, name in (("ask", 15, "demo__ask"), ("ask legacy server", 16, "asker__ask")):
 
-            def answer(message: dict[str, Any], label: str = label) -> None:
+        def answering(label: str) -> Callable[[dict[str, Any]], None]:
+            def answer(message: dict[str, Any]) -> None:
                 if message.get("method") == "elicitation/create":
                     reply = {
                         "jsonrpc": "2.0",
@@ -164,7 +164,28 @@ def conversation(config: Path, lane: bool) -> tuple[list[tuple[str, Response]], 
                     }
                     s.post(f"{label}: the answer", reply)
 
-            s.streamed(label, request(request_id, "tools/call", {"name": name, "arguments": {}}), answer)
+            return answer
+
+        for label, request_id, name in (("ask", 15, "demo__ask"), ("ask legacy server", 16, "asker__ask")):
+            s.streamed(label, request(request_id, "tools/call", {"name": name, "arguments": {}}), answering(label))
+        # Requests other than calls, on the lane too (the SDK's runner answers them there).
+        s.post("resources", request(30, "resources/list"))
+        s.post("prompts", request(31, "prompts/list", {}))
+        s.post("read", request(32, "resources/read", {"uri": "demo://demo/readme"}))
+        s.post("read unknown", request(33, "resources/read", {"uri": "demo://demo/nope"}))
+        s.post("read without uri", request(34, "resources/read", {}))
+        s.post("no such method", request(35, "tools/nope"))
+        s.post("ping", request(36, "ping"))
+        s.post(
+            "complete",
+            request(
+                37,
+                "completion/complete",
+                {"ref": {"type": "ref/prompt", "name": "demo__greet"}, "argument": {"name": "who", "value": "a"}},
+            ),
+        )
+        interview = request(38, "prompts/get", {"name": "asker__interview"})
+        s.streamed("interview", interview, answering("interview"))
 
         def cancel(message: dict[str, Any]) -> None:
             if message.get("method") == "notifications/progress" and message["params"]["progress"] == 0:
@@ -244,14 +265,20 @@ def test_the_session_lane_answers_as_the_sdk_transport(tmp_path: Path) -> None:
     assert [label for label, _ in lane] == [label for label, _ in sdk]
     at_once = [label for (label, got), (_, want) in zip(lane, sdk, strict=True) if _answered_at_once(got, want)]
     assert_same([step for step in lane if step[0] not in at_once], [step for step in sdk if step[0] not in at_once])
-    # Most plain calls are answered within the grace even on a loaded machine; none that
-    # notified or asked first can be, nor can the SDK's own answers.
-    assert len(at_once) >= 5 and set(at_once) <= {label for label, *_ in CALLS} | {
+    # Most plain calls are answered within the grace even on a loaded machine, and every other
+    # request here within its own; none that notified or asked first can be, nor can the SDK's
+    # own answers.
+    others = {"list", "log level", "resources", "prompts", "read", "read unknown", "read without uri"}
+    others |= {"no such method", "ping", "complete"}
+    assert len(at_once) >= 5 + len(others) and set(at_once) <= {label for label, *_ in CALLS} | others | {
         "crash mid-call",
         "after the crash",
         "long",
     }
-    assert not {"progress", "log", "ask", "ask legacy server", "cancelled", "progress again"} & set(at_once)
+    assert others <= set(at_once), others - set(at_once)
+    assert not {"progress", "log", "ask", "ask legacy server", "cancelled", "progress again", "interview"} & set(
+        at_once
+    )
     steps = dict(lane)
     status, headers, body = steps["progress"]
     assert status == 200 and (b"content-type", b"text/event-stream") in headers
@@ -264,7 +291,10 @@ def test_the_session_lane_answers_as_the_sdk_transport(tmp_path: Path) -> None:
         None,
     ]
     assert b"logged line" in steps["log"][2] and b"exit status 7" in steps["crash mid-call"][2]
-    for asked in ("ask", "ask legacy server"):
+    assert b"demo says hello" in steps["read"][2] and b"Hello Ann from asker" in steps["interview"][2]
+    assert b'"values":["alice@demo"]' in steps["complete"][2], steps["complete"]
+    assert b'"code":-32602' in steps["read without uri"][2] and b'"code":-32601' in steps["no such method"][2]
+    for asked in ("ask", "ask legacy server", "interview"):
         messages = events(steps[asked][2])
         assert messages[0]["method"] == "elicitation/create" and "Ann" in json.dumps(messages[-1]), messages
         assert steps[f"{asked}: the answer"][0] == 202
@@ -384,10 +414,12 @@ def test_a_client_gone_within_the_grace_costs_only_its_own_call(tmp_path: Path) 
 
 
 @pytest.mark.anyio
-async def test_the_keepalive_commits_then_pings_until_cancelled(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A call still running after the grace gets ``_COMMIT`` (its event stream starts), then
-    ``_PING`` at every interval; cancelled with its call, it stops, and nothing of it is left
-    in a cycle (its timer handle lets go of it)."""
+@pytest.mark.parametrize("grace", [0.05, 0.2], ids=["call", "other"])
+async def test_the_keepalive_commits_then_pings_until_cancelled(monkeypatch: pytest.MonkeyPatch, grace: float) -> None:
+    """A request still running after its grace gets ``_COMMIT`` (its event stream starts),
+    then ``_PING`` at every interval (the first, the interval after the start: at once for a
+    grace that long); cancelled with its call, it stops, and nothing of it is left in a cycle
+    (its timer handle lets go of it)."""
     import asyncio
     import gc
     import weakref
@@ -396,14 +428,13 @@ async def test_the_keepalive_commits_then_pings_until_cancelled(monkeypatch: pyt
 
     from gateway.upstream import sessionlane
 
-    monkeypatch.setattr(sessionlane, "ANSWER_GRACE", 0.05)
     monkeypatch.setattr(sessionlane, "PING_INTERVAL", 0.2)
 
     class Watched(sessionlane._Keepalive):  # the same, with room for a weak reference
         pass
 
     feed, events = anyio.create_memory_object_stream[Any](10)
-    keepalive = Watched(asyncio.get_running_loop(), feed)
+    keepalive = Watched(asyncio.get_running_loop(), feed, grace)
     seen = []
     with anyio.fail_after(5):
         for _ in range(3):

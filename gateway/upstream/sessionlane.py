@@ -1,19 +1,21 @@
-"""Handshake-era ``tools/call`` over HTTP, inside a session, without the SDK's per-request layers.
+"""Handshake-era requests over HTTP, inside a session, without the SDK's per-request layers.
 
 In a 2025-11-25 session the SDK's transport turns each POST into a Starlette request, a
 validated message on the session's read stream, a dispatcher task running the runner and
 its middleware, and an ``EventSourceResponse`` (a task group of three) fed through two more
-memory streams. For the request an agent sends most, this lane does the same with less:
+memory streams. This lane does the same with less:
 
 - the same checks first (the session known, live and the caller's; transport security,
-  ``Accept``, content type, the JSON-RPC envelope), and only a well-formed ``tools/call``
-  of a session past ``initialize`` is claimed, once the SDK has served a request of that
-  session (the lane learns the session's connection there): anything else goes to the SDK
-  as before; while the call runs it holds the session's idle countdown, as there;
-- the call is handed to the session's own dispatcher (its in-flight table, its task group),
-  so the client's ``notifications/cancelled``, the session's end and the cancelled call's
-  ``Request cancelled`` answer are the SDK's own; the handler is the gateway's, run as the
-  stdio fast path runs it (``answer_directly``);
+  ``Accept``, content type, the JSON-RPC envelope), and only a well-formed request of a
+  session past ``initialize`` is claimed (a ``tools/call`` whose params the SDK would
+  refuse is not), once the SDK has served the session's ``initialize`` or a request of it
+  (the lane learns the session's connection there): anything else goes to the SDK as
+  before; while the request runs it holds the session's idle countdown, as there;
+- the request is handed to the session's own dispatcher (its in-flight table, its task
+  group), so the client's ``notifications/cancelled``, the session's end and the cancelled
+  request's ``Request cancelled`` answer are the SDK's own; a ``tools/call`` is run as the
+  stdio fast path runs it (``answer_directly``), any other request by the SDK's own runner
+  for the session (its validation, the middleware, the handler);
 - every message of the call (progress, logs, a server's request, the answer) still leaves
   through the session's write stream and message router, so event ids, the event store
   (``Last-Event-ID`` resumption) and their order are the SDK's; this lane only writes the
@@ -25,7 +27,10 @@ memory streams. For the request an agent sends most, this lane does the same wit
   before the stream's end, and httpx then closes the connection: every call cost a new TCP
   connection (answered in JSON, the gateway spends 28-40% less CPU a call). A call still
   running after the grace gets the event stream, priming event first, and is resumable
-  from then on.
+  from then on. Any other request has ``PING_INTERVAL`` as its grace (it starts the stream
+  with a ping, as the SDK's would): the SDK's client refuses an event over 1 MiB, and a
+  list of the gateway's (every server's items in one page) or a resource read through it
+  can be larger, where the server paging it or read directly is fine.
 
 tests/test_session_lane.py sends the same requests down both paths. ``PREFIXGATE_FAST_PATH=0``
 turns the lane off.
@@ -44,6 +49,7 @@ import anyio
 from anyio.streams.memory import MemoryObjectSendStream
 from mcp.server.connection import Connection
 from mcp.server.context import CallNext, ServerRequestContext
+from mcp.server.runner import ServerRunner
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER, EventMessage, check_accept_headers
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from mcp_types import PROTOCOL_VERSION_META_KEY, JSONRPCError, JSONRPCRequest, JSONRPCResponse
@@ -83,18 +89,20 @@ _PING = object()
 _GONE = object()
 _COMMIT = object()
 _HEADERS_KEY = "prefixgate.sse_headers"
+_RUNNER_KEY = "prefixgate.runner"
 
 
 class Claimed:
     """A call the lane answers, and the session parts it found for it."""
 
-    __slots__ = ("request", "request_id", "params", "meta", "version", "transport", "connection")
+    __slots__ = ("request", "request_id", "method", "params", "meta", "version", "transport", "connection")
 
     def __init__(
         self,
         request: Request,
         request_id: int | str,
-        params: dict[str, Any],
+        method: str,
+        params: dict[str, Any] | None,
         meta: str | None,
         version: str,
         transport: Any,
@@ -102,9 +110,10 @@ class Claimed:
     ) -> None:
         self.request = request
         self.request_id = request_id
+        self.method = method
         self.params = params
         self.meta = meta
-        """The request's ``meta_key``."""
+        """A ``tools/call``'s ``meta_key``."""
         self.version = version
         """The request's ``MCP-Protocol-Version`` header (the priming event depends on it)."""
         self.transport = transport
@@ -118,7 +127,7 @@ def _content_type_is_json(request: Request) -> bool:
 
 
 class SessionLane:
-    """Claims the handshake-era ``tools/call`` requests of one profile's sessions."""
+    """Claims the handshake-era requests of one profile's sessions."""
 
     def __init__(self, handlers: Handlers, manager: Any, security: TransportSecuritySettings | None) -> None:
         self.handlers = handlers
@@ -132,10 +141,13 @@ class SessionLane:
         handlers.server.middleware.insert(0, self.observe)
 
     async def observe(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> Any:
-        """Learn a session's connection from a request the SDK serves in it."""
+        """Learn a session's connection from its ``initialize`` (which the session's id is
+        issued to) or from a request the SDK serves in it (which names it)."""
         request = ctx.request
         if isinstance(request, Request) and ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
             session_id = request.headers.get(MCP_SESSION_ID_HEADER)
+            if session_id is None and ctx.method == "initialize":
+                session_id = connection_of(ctx).session_id
             if session_id is not None and session_id not in self.sessions:
                 connection = connection_of(ctx)
                 if connection.session_id == session_id:
@@ -143,7 +155,7 @@ class SessionLane:
         return await call_next(ctx)
 
     async def claim(self, scope: Scope, body: bytes, session_id: str, version: str) -> Claimed | None:
-        """The call, when the SDK's stateful entry and transport would dispatch it unchanged."""
+        """The request, when the SDK's stateful entry and transport would dispatch it unchanged."""
         connection = self.sessions.get(session_id)
         if connection is None or not connection.initialize_accepted:
             return None
@@ -163,21 +175,25 @@ class SessionLane:
             return None
         if type(decoded) is not dict or not decoded.keys() <= _ENVELOPE or decoded.get("jsonrpc") != "2.0":
             return None
-        request_id, params = decoded.get("id"), decoded.get("params")
-        if decoded.get("method") != "tools/call" or isinstance(request_id, bool):
+        request_id, method, params = decoded.get("id"), decoded.get("method"), decoded.get("params")
+        if not isinstance(method, str) or method == "initialize" or isinstance(request_id, bool):
             return None
-        if not isinstance(request_id, int | str) or type(params) is not dict:
+        if not isinstance(request_id, int | str) or not (params is None or type(params) is dict):
             return None
-        meta = params.get("_meta")
+        meta = params.get("_meta") if params is not None else None
         if isinstance(meta, dict) and PROTOCOL_VERSION_META_KEY in meta:
             return None
-        key = meta_key(params)
-        if not plain_call_params(params) and not valid_call(connection.protocol_version, params, key):
-            return None  # the SDK refuses it with its own error
+        key = None
+        if method == "tools/call":
+            if params is None:
+                return None
+            key = meta_key(params)
+            if not plain_call_params(params) and not valid_call(connection.protocol_version, params, key):
+                return None  # the SDK refuses it with its own error
         if not self.used:
             self.used = True
-            log.info("handshake-era tools/call answered on the HTTP session lane (%s=0 turns it off)", FAST_PATH_ENV)
-        return Claimed(request, request_id, params, key, version, transport, connection)
+            log.info("handshake-era requests answered on the HTTP session lane (%s=0 turns it off)", FAST_PATH_ENV)
+        return Claimed(request, request_id, method, params, key, version, transport, connection)
 
     async def answer(self, claimed: Claimed, receive: Receive, send: Send) -> None:
         """Dispatch the call into its session, then write its event stream until its answer
@@ -190,7 +206,7 @@ class SessionLane:
     async def _answer(self, claimed: Claimed, receive: Receive, send: Send) -> None:
         transport, connection = claimed.transport, claimed.connection
         message = JSONRPCRequest.model_construct(
-            jsonrpc="2.0", id=claimed.request_id, method="tools/call", params=claimed.params
+            jsonrpc="2.0", id=claimed.request_id, method=claimed.method, params=claimed.params
         )
         priming, feed, events, metadata = await open_request_stream(
             transport, message, claimed.request, claimed.version
@@ -211,7 +227,8 @@ class SessionLane:
         watcher = loop.create_task(watch())
         try:
             await dispatch_request(connection.outbound, message, metadata, self._on_request(claimed))
-            keepalive = _Keepalive(loop, feed)
+            grace = ANSWER_GRACE if claimed.method == "tools/call" else PING_INTERVAL
+            keepalive = _Keepalive(loop, feed, grace)
             item: Any = None
             try:
                 item = await events.receive()
@@ -260,6 +277,9 @@ class SessionLane:
             await close_request_stream(transport, request_id, feed, events)
 
     def _on_request(self, claimed: Claimed) -> Any:
+        if claimed.method != "tools/call":
+            return self._runner(claimed.connection).on_request
+
         async def on_request(dctx: Any, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
             assert params is not None
             return await answer_directly(
@@ -276,6 +296,14 @@ class SessionLane:
 
         return on_request
 
+    def _runner(self, connection: Connection) -> ServerRunner[Any]:
+        """The SDK's runner for the session, as its serving loop makes it (``serve_connection``;
+        made once per session: it keeps nothing of its own between requests)."""
+        runner = connection.state.get(_RUNNER_KEY)
+        if runner is None:
+            runner = connection.state[_RUNNER_KEY] = ServerRunner(self.handlers.server, connection, self.lifespan)
+        return runner
+
     @staticmethod
     def _headers(connection: Connection) -> list[tuple[bytes, bytes]]:
         """The session's event-stream headers, made once per session."""
@@ -287,17 +315,19 @@ class SessionLane:
 
 
 class _Keepalive:
-    """A call's timer, in the call's stream of messages: ``_COMMIT`` once the answer grace is
-    over, then ``_PING`` every ``PING_INTERVAL``. An object, not closures: a function that
-    re-arms itself names itself, a cycle every call would leave to the collector (its
-    handle drops its callback when cancelled, so ``cancel`` breaks this one)."""
+    """A request's timer, in the request's stream of messages: ``_COMMIT`` once its answer
+    grace is over, then ``_PING`` ``PING_INTERVAL`` after the start, and every
+    ``PING_INTERVAL`` from then on. An object, not closures: a function that re-arms itself
+    names itself, a cycle every call would leave to the collector (its handle drops its
+    callback when cancelled, so ``cancel`` breaks this one)."""
 
-    __slots__ = ("feed", "loop", "timer")
+    __slots__ = ("feed", "grace", "loop", "timer")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, feed: MemoryObjectSendStream[Any]) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, feed: MemoryObjectSendStream[Any], grace: float) -> None:
         self.loop = loop
         self.feed = feed
-        self.timer = loop.call_later(ANSWER_GRACE, self.commit)
+        self.grace = grace
+        self.timer = loop.call_later(grace, self.commit)
 
     def commit(self) -> None:
         with suppress(anyio.WouldBlock):  # messages are waiting: the first of them decides
@@ -305,7 +335,7 @@ class _Keepalive:
                 self.feed.send_nowait(_COMMIT)
             except (anyio.BrokenResourceError, anyio.ClosedResourceError):
                 return
-        self.timer = self.loop.call_later(PING_INTERVAL - ANSWER_GRACE, self.ping)
+        self.timer = self.loop.call_later(PING_INTERVAL - self.grace, self.ping)
 
     def ping(self) -> None:
         try:
