@@ -33,6 +33,7 @@ from mcp.server.subscriptions import (
     ToolsListChanged,
 )
 from mcp.shared.exceptions import MCPError
+from mcp_types import PROTOCOL_VERSION_META_KEY as PROTOCOL_KEY
 from mcp_types import UNSUPPORTED_PROTOCOL_VERSION
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
@@ -193,6 +194,13 @@ async def middleware(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -
             return pending
         # Hints meant for the gateway alone: a gateway must not pass them on as its own.
         return done({"contents": [{"uri": "modern://roots", "text": said}], "ttlMs": 3_600_000, "cacheScope": "public"})
+    if ctx.method == "resources/read" and params.get("uri") == "modern://unsupported":
+        # Mid-session, as a server replaced by a build without the version the gateway chose.
+        raise MCPError(
+            code=UNSUPPORTED_PROTOCOL_VERSION,
+            message="Unsupported protocol version",
+            data={"supported": ["2099-01-01"], "requested": (params.get("_meta") or {}).get(PROTOCOL_KEY)},
+        )
     return await call_next(ctx)
 
 

@@ -363,6 +363,25 @@ async def test_its_hop_local_fields_are_not_passed_on(tmp_path: Path) -> None:
             assert set(read_raw) == {"contents"}, read_raw
 
 
+@pytest.mark.parametrize("mode", ERAS)
+async def test_its_unsupported_version_error_mid_session_is_not_the_gateways(tmp_path: Path, mode: str) -> None:
+    """A server's -32022 ("unsupported protocol version") to a request the gateway relayed
+    refused the version the gateway chose for its hop, not the client's: passed on as it
+    was, it told the client the gateway refused the client's version (a client may then
+    negotiate again, or give up on the gateway). It is the server's failure, named, and the
+    next request is served."""
+    async with sdk_client(config_for(tmp_path), mode, **CALLBACKS) as client:
+        with anyio.fail_after(60):
+            with pytest.raises(MCPError) as refused:
+                await client.read_resource("modern://unsupported")
+            assert refused.value.code == -32603, refused.value.error
+            assert refused.value.error.message == (
+                "prefixgate: server 'm': resource 'modern://unsupported': the server refused the protocol "
+                "version prefixgate speaks with it (-32022 Unsupported protocol version)"
+            )
+            assert text(await client.call_tool("m__echo", {"text": "a"})) == "modern:a"
+
+
 async def test_resource_subscriptions_become_its_listen_filter(tmp_path: Path) -> None:
     """2026-07-28 has no resources/subscribe: a client's subscription to a modern server's
     resource is a filter of the gateway's listen stream to it, and its updates arrive."""

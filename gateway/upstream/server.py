@@ -27,7 +27,13 @@ from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
 from mcp.server.subscriptions import ListenHandler
 from mcp.shared.exceptions import MCPError
-from mcp_types import CLIENT_CAPABILITIES_META_KEY, LOG_LEVEL_META_KEY, SERVER_INFO_META_KEY, URL_ELICITATION_REQUIRED
+from mcp_types import (
+    CLIENT_CAPABILITIES_META_KEY,
+    LOG_LEVEL_META_KEY,
+    SERVER_INFO_META_KEY,
+    UNSUPPORTED_PROTOCOL_VERSION,
+    URL_ELICITATION_REQUIRED,
+)
 from mcp_types.jsonrpc import CONNECTION_CLOSED, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, REQUEST_TIMEOUT
 from mcp_types.methods import is_input_required, validate_client_request
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
@@ -41,7 +47,7 @@ from gateway.downstream.link import ProgressFn
 from gateway.downstream.modern import relayable, relayed_meta
 from gateway.downstream.related import CALLER
 from gateway.downstream.stdio import MESSAGE_TOO_LARGE, UNPARSABLE_REPLY
-from gateway.downstream.toolcall import connection_gone
+from gateway.downstream.toolcall import connection_gone, one_line
 from gateway.engine.capabilities import answers_none, refusal
 from gateway.engine.clients import ClientConnection
 from gateway.engine.hub import Hub
@@ -538,6 +544,14 @@ class Handlers:
                     # The gateway's own codes for a reply it could not take, which are in the range
                     # 2026-07-28 keeps for its own codes: said as a tool call's isError says it.
                     message = f"prefixgate: server {server_id!r}: {what}: {exc.error.message}"
+                    raise MCPError(code=INTERNAL_ERROR, message=message) from None
+                if exc.code == UNSUPPORTED_PROTOCOL_VERSION:
+                    # The version of the gateway's hop, not the client's: passed on, it would tell
+                    # the client that the gateway refused the client's own.
+                    message = (
+                        f"prefixgate: server {server_id!r}: {what}: the server refused the protocol version "
+                        f"prefixgate speaks with it ({exc.code} {one_line(exc.error.message)})"
+                    )
                     raise MCPError(code=INTERNAL_ERROR, message=message) from None
                 if exc.code == _RESOURCE_NOT_FOUND and ctx.protocol_version not in HANDSHAKE_PROTOCOL_VERSIONS:
                     raise MCPError(code=INVALID_PARAMS, message=exc.error.message, data=exc.error.data) from None
