@@ -297,7 +297,7 @@ async def test_an_answer_reaching_a_replica_whose_server_still_starts_waits_for_
     are up. An answer to a modern server's ``input_required`` reaching it then was taken for
     one to a handshake-era server (the era is known once the server answers), and its call
     ran anew: the client was asked the same question again (a fresh-clone CI run failed so).
-    It waits for the server's start, and goes to it with the state."""
+    The wrapped state says which it is: the answer goes to the server, once it is up."""
     hold = tmp_path / "hold"
     modern_server = str(Path(__file__).with_name("modern_server.py"))
     servers = {"m": {"command": PYTHON, "args": [modern_server], "env": {"MODERN_SERVER_HOLD": str(hold)}}}

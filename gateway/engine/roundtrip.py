@@ -488,10 +488,26 @@ class RoundTrips:
     def is_wrapped(state: Any) -> TypeGuard[str]:
         return isinstance(state, str) and state.startswith(_WRAPPED)
 
-    def wrap(self, owner: object, method: str, target: str, binding: object, server_id: str, state: str | None) -> str:
+    def wrap(
+        self,
+        owner: object,
+        method: str,
+        target: str,
+        binding: object,
+        server_id: str,
+        state: str | None,
+        *,
+        rerun: bool = False,
+    ) -> str:
         """The server's ``requestState`` (or none) as a state only this request of this
-        principal can bring back, to this server, within the timeout."""
-        body = json.dumps({"s": server_id, "r": state, "t": int(time.time())}, separators=(",", ":"))
+        principal can bring back, to this server, within the timeout. ``rerun``: the retry
+        runs the request anew (a handshake-era server's -32042 answered), not the answers to
+        the server: said in the state, as the replica the retry reaches may not know the
+        server's era yet (its server still starting, its catalog from the warm-start record)."""
+        fields: dict[str, Any] = {"s": server_id, "r": state, "t": int(time.time())}
+        if rerun:
+            fields["a"] = 1
+        body = json.dumps(fields, separators=(",", ":"))
         payload = base64.urlsafe_b64encode(body.encode("utf-8", "surrogatepass")).decode().rstrip("=")
         mac = self._wrap_mac(self._boot, payload, owner, method, target, binding)
         wrapped = f"{_WRAPPED}{self._boot}.{payload}.{mac}"
@@ -504,8 +520,10 @@ class RoundTrips:
             )
         return wrapped
 
-    def unwrap(self, state: str, owner: object, method: str, target: str, binding: object) -> tuple[str, str | None]:
-        """The server and its own state from a wrapped state, or a clear refusal."""
+    def unwrap(
+        self, state: str, owner: object, method: str, target: str, binding: object
+    ) -> tuple[str, str | None, bool]:
+        """The server, its own state and ``rerun`` from a wrapped state, or a clear refusal."""
         refused = MCPError(
             code=INVALID_PARAMS,
             message=f"prefixgate: {method} {target!r}: requestState refused: not issued by this gateway "
@@ -531,7 +549,7 @@ class RoundTrips:
                 f"{self.timeout:g} s); call again without requestState",
             )
         server_state = body["r"]
-        return str(body["s"]), server_state if isinstance(server_state, str) else None
+        return str(body["s"]), server_state if isinstance(server_state, str) else None, body.get("a") == 1
 
     def _wrap_mac(self, boot: str, payload: str, owner: object, method: str, target: str, binding: object) -> str:
         message = "\0".join((_WRAPPED, boot, payload, _tag(owner), method, target, str(binding)))

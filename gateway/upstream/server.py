@@ -408,7 +408,7 @@ class Handlers:
         trips = self.hub.round_trips
         owner = client.state
 
-        def passed_on(result: dict[str, Any]) -> dict[str, Any]:
+        def passed_on(result: dict[str, Any], rerun: bool = False) -> dict[str, Any]:
             if server_id is None or not is_input_required(result):
                 return result
             try:
@@ -416,9 +416,8 @@ class Handlers:
                 if lacking is not None:
                     raise refusal(lacking)
                 server_state = result.get("requestState")
-                wrapped = trips.wrap(
-                    owner, method, target, binding, server_id, server_state if isinstance(server_state, str) else None
-                )
+                server_state = server_state if isinstance(server_state, str) else None
+                wrapped = trips.wrap(owner, method, target, binding, server_id, server_state, rerun=rerun)
             except MCPError as exc:
                 if method == "tools/call":
                     return error_result(f"{server_id}: tool {target!r}: {exc.error.message}")
@@ -439,20 +438,17 @@ class Handlers:
                     if method == "tools/call":
                         return error_result(f"{server_id}: tool {target!r}: {malformed.error.message}")
                     raise
-                return passed_on(asked)
+                return passed_on(asked, rerun=True)
 
         if trips.is_wrapped(state):
-            origin, server_state = trips.unwrap(state, owner, method, target, binding)
+            origin, server_state, rerun = trips.unwrap(state, owner, method, target, binding)
             if origin != server_id:
                 raise MCPError(
                     code=INVALID_PARAMS,
                     message=f"prefixgate: {method} {target!r}: requestState belongs to server {origin!r}, "
                     "which no longer serves this request; call again without requestState",
                 )
-            known = self.hub.by_id.get(origin)
-            if known is not None and known.link is None:
-                await known.started()  # (its era is known once it answers: a warm start serves before)
-            if known is None or known.modern:
+            if not rerun:  # (the state says so: a replica's server may not have answered yet, its era unknown)
                 answers: dict[str, Any] = {"inputResponses": params.get("inputResponses") or {}}
                 if server_state is not None:
                     answers["requestState"] = server_state
@@ -473,10 +469,7 @@ class Handlers:
             # which the router refuses as an isError, as it does a handshake-era client's call.)
             return await run(None)
         else:
-            downstream = self.hub.by_id[server_id]
-            if downstream.link is None:
-                await downstream.started()
-            if downstream.modern:
+            if self.hub.by_id[server_id].modern:
                 # A modern server asks with its own ``input_required``: nothing waits in the
                 # gateway. Answers sent before anything was asked go to it as they are (its
                 # keys; it ignores what it did not ask for); a handshake-era server has no use for them.
