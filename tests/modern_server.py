@@ -10,8 +10,10 @@ Every request's ``_meta`` envelope and routing headers are appended, one JSON li
 request, to ``$MODERN_SERVER_LOG`` when set (what the tests inspect). With
 ``$MODERN_SERVER_SHY`` set, the first ``server/discover`` fails as if it had timed out; with
 ``$MODERN_SERVER_DEAF`` set, it serves no ``subscriptions/listen`` (its capabilities then say
-no ``listChanged`` and no ``resources.subscribe``); with ``$MODERN_SERVER_HOLD`` naming a
-file, it reads nothing while that file exists (a server still starting, as long as a test likes).
+no ``listChanged`` and no ``resources.subscribe``); with ``$MODERN_SERVER_COMPLETES`` set, it
+offers completions and answers each with ``input_required`` (which that method may not); with
+``$MODERN_SERVER_HOLD`` naming a file, it reads nothing while that file exists (a server still
+starting, as long as a test likes).
 """
 
 from __future__ import annotations
@@ -194,6 +196,8 @@ async def middleware(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -
             return pending
         # Hints meant for the gateway alone: a gateway must not pass them on as its own.
         return done({"contents": [{"uri": "modern://roots", "text": said}], "ttlMs": 3_600_000, "cacheScope": "public"})
+    if ctx.method == "completion/complete":  # hostile: a request for input where none may come
+        return {"resultType": "input_required", "inputRequests": {"ask": ASKS["ask"]}, "requestState": STATE}
     if ctx.method == "resources/read" and params.get("uri") == "modern://unsupported":
         # Mid-session, as a server replaced by a build without the version the gateway chose.
         raise MCPError(
@@ -291,6 +295,7 @@ def build() -> Server[Any]:
         on_list_resources=list_resources,
         on_list_resource_templates=list_templates,
         on_read_resource=unused,
+        on_completion=unused if os.environ.get("MODERN_SERVER_COMPLETES") else None,
         on_subscriptions_listen=None if os.environ.get("MODERN_SERVER_DEAF") else ListenHandler(bus),
     )
     server.middleware.insert(0, middleware)

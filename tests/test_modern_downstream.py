@@ -382,6 +382,26 @@ async def test_its_unsupported_version_error_mid_session_is_not_the_gateways(tmp
             assert text(await client.call_tool("m__echo", {"text": "a"})) == "modern:a"
 
 
+@pytest.mark.parametrize("mode", ERAS)
+async def test_input_required_where_the_method_allows_none_is_the_servers_error(tmp_path: Path, mode: str) -> None:
+    """Only ``tools/call``, ``prompts/get`` and ``resources/read`` may be answered
+    ``input_required``. A server answering ``completion/complete`` so had it passed on: a
+    handshake-era client got a result that is no completion, a 2026-07-28 one a question it
+    could only answer with a retry the gateway sent to the server unchecked. It is the
+    server's failure, named."""
+    config = config_for(tmp_path, env={"MODERN_SERVER_COMPLETES": "1"})
+    async with sdk_client(config, mode, **CALLBACKS) as client:
+        with anyio.fail_after(60):
+            with pytest.raises(MCPError) as refused:
+                await client.complete(types.PromptReference(name="m__interview"), {"name": "who", "value": "a"})
+            assert refused.value.code == -32603, refused.value.error
+            assert refused.value.error.message == (
+                "prefixgate: server 'm': completion for prompt 'm__interview': it answered input_required, "
+                "which completion/complete may not"
+            )
+            assert text(await client.call_tool("m__echo", {"text": "a"})) == "modern:a"
+
+
 async def test_resource_subscriptions_become_its_listen_filter(tmp_path: Path) -> None:
     """2026-07-28 has no resources/subscribe: a client's subscription to a modern server's
     resource is a filter of the gateway's listen stream to it, and its updates arrive."""

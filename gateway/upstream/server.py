@@ -560,7 +560,13 @@ class Handlers:
                 raise MCPError(code=INTERNAL_ERROR, message=str(exc)) from None
 
         if method not in _INPUT_METHODS:
-            return _result(ctx, await run())
+            result = await run()
+            if is_input_required(result):  # (a hostile server's: the SDK would refuse it unnamed, with a traceback)
+                message = (
+                    f"prefixgate: server {server_id!r}: {what}: it answered input_required, which {method} may not"
+                )
+                raise MCPError(code=INTERNAL_ERROR, message=message)
+            return _result(ctx, result)
         client = await self.client_of(ctx)
         try:
             result = await self._attributed(ctx, client, server_id, method, params, run, progress)
