@@ -93,7 +93,7 @@ _RUNNER_KEY = "prefixgate.runner"
 
 
 class Claimed:
-    """A call the lane answers, and the session parts it found for it."""
+    """A request the lane answers, and the session parts it found for it."""
 
     __slots__ = ("request", "request_id", "method", "params", "meta", "version", "transport", "connection")
 
@@ -196,9 +196,9 @@ class SessionLane:
         return Claimed(request, request_id, method, params, key, version, transport, connection)
 
     async def answer(self, claimed: Claimed, receive: Receive, send: Send) -> None:
-        """Dispatch the call into its session, then write its event stream until its answer
+        """Dispatch the request into its session, then write its event stream until its answer
         (or until the session closes the stream: terminated, or the stream closed for polling).
-        A client that goes away ends only the stream, as in the SDK: the call goes on, and
+        A client that goes away ends only the stream, as in the SDK: the request goes on, and
         what it sends is kept for a resumed stream (``Last-Event-ID``)."""
         with holding_session(claimed.transport):
             await self._answer(claimed, receive, send)
