@@ -22,6 +22,7 @@ import re
 import socket
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -411,6 +412,36 @@ def test_a_client_gone_within_the_grace_costs_only_its_own_call(tmp_path: Path) 
         assert "the client left before call 30 was answered" in logged, logged[-3000:]
         answer = s.call("after", 31, "demo__echo", {"text": "still served"})
         assert b"still served" in answer and s.out[-1][1][0] == 200, answer
+
+
+@pytest.mark.parametrize("method", ["ping", "tools/call"])
+def test_a_session_ended_while_a_long_request_is_read_is_not_dispatched(tmp_path: Path, method: str) -> None:
+    """A request long enough to be parsed beside the event loop (``PARSE_ASIDE_BYTES``) whose
+    session ends meanwhile (its client's DELETE, from another connection): the SDK's own answer
+    for an ended session (404), as with the lane off, or the request's answer when the DELETE
+    came after it; never dispatched into the ended session (an AssertionError there, a bare 500
+    and uvicorn's traceback)."""
+    pad = [{}] * ((4 << 20) // 4 - 64)  # (nearly the 4 MiB a body may be: ~0.5 s to parse)
+    params = {"pad": pad} if method == "ping" else {"name": "demo__echo", "arguments": {"text": "x", "pad": pad}}
+    with demo_session(tmp_path, "--log-level", "debug") as (s, stderr), ThreadPoolExecutor(1) as poster:
+        for n in range(3):
+            ended = Session(s.http, s.url)
+            ended.open()
+            body = json.dumps(request(40 + n, method, params)).encode()
+            parsed = stderr.read_text().count("a handshake-era POST body: ")
+            posted = poster.submit(ended.http.post, ended.url, content=body, headers=ended.headers())
+            deadline = time.monotonic() + 30
+            while stderr.read_text().count("a handshake-era POST body: ") == parsed and time.monotonic() < deadline:
+                time.sleep(0.005)
+            with httpx.Client(headers=ACCEPT, timeout=60) as other:
+                assert other.delete(s.url, headers=ended.headers()).status_code == 200
+            answer = posted.result(60)
+            assert answer.status_code in (200, 404), (answer.status_code, answer.content[:200])
+            if answer.status_code == 404:
+                assert answer.json()["error"]["message"] == "Session not found", answer.content
+        logged = stderr.read_text()
+        assert "Traceback" not in logged and "Exception in ASGI" not in logged, logged[-3000:]
+        assert b"still served" in s.call("after", 50, "demo__echo", {"text": "still served"})
 
 
 @pytest.mark.anyio

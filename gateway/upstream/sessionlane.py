@@ -159,9 +159,6 @@ class SessionLane:
         connection = self.sessions.get(session_id)
         if connection is None or not connection.initialize_accepted:
             return None
-        transport = session_transport(self.manager, session_id, scope.get("user"))
-        if transport is None:
-            return None
         request = Request(scope)
         if await self.security.validate_request(request, is_post=True) is not None:
             return None
@@ -190,6 +187,11 @@ class SessionLane:
             key = meta_key(params)
             if not plain_call_params(params) and not valid_call(connection.protocol_version, params, key):
                 return None  # the SDK refuses it with its own error
+        # Looked up last, with nothing awaited after it: a long body's parse yields, and the
+        # session may end meanwhile (its DELETE, its idle timeout), its dispatcher with it.
+        transport = session_transport(self.manager, session_id, scope.get("user"))
+        if transport is None:
+            return None
         if not self.used:
             self.used = True
             log.info("handshake-era requests answered on the HTTP session lane (%s=0 turns it off)", FAST_PATH_ENV)
