@@ -444,6 +444,33 @@ def test_a_session_ended_while_a_long_request_is_read_is_not_dispatched(tmp_path
         assert b"still served" in s.call("after", 50, "demo__echo", {"text": "still served"})
 
 
+def test_a_long_request_holds_its_session_while_it_is_read(tmp_path: Path) -> None:
+    """The session's idle countdown stops while a long request (``PARSE_ASIDE_BYTES``) is read
+    beside the event loop, as the SDK's transport holds its session for a request from the
+    start: here the client's listen stream held the session until the read began, and the idle
+    timeout (0.5 s) ran out before it ended (~0.8 s); the request is answered, as with the lane
+    off. It was answered as if its session had ended long before (404, and a 500 before that)."""
+    config = write_config(tmp_path, {"demo": demo("--tools", 2)})
+    body = json.dumps(request(5, "ping", {"pad": [{}] * ((4 << 20) // 4 - 64)})).encode()
+    env = {"PREFIXGATE_HTTP_SESSION_IDLE_TIMEOUT": "0.5"}
+    with (
+        http_gateway(config, "--log-level", "debug", env=env) as (url, stderr),
+        httpx.Client(headers=ACCEPT, timeout=60) as http,
+        httpx.Client(headers=ACCEPT, timeout=60) as listener,
+        ThreadPoolExecutor(1) as poster,
+    ):
+        s = Session(http, url)
+        s.open()
+        with listener.stream("GET", url, headers=s.headers()) as listening:  # (holds the session)
+            assert listening.status_code == 200
+            posted = poster.submit(http.post, url, content=body, headers=s.headers())
+            wait_for_log(stderr, "a handshake-era POST body: ", 30)
+        answer = posted.result(60)
+        assert answer.status_code == 200 and answer.json() == {"jsonrpc": "2.0", "id": 5, "result": {}}, answer.content
+        logged = stderr.read_text()
+    assert "Traceback" not in logged, logged[-3000:]
+
+
 @pytest.mark.anyio
 @pytest.mark.parametrize("grace", [0.05, 0.2], ids=["call", "other"])
 async def test_the_keepalive_commits_then_pings_until_cancelled(monkeypatch: pytest.MonkeyPatch, grace: float) -> None:

@@ -10,7 +10,7 @@ memory streams. This lane does the same with less:
   session past ``initialize`` is claimed (a ``tools/call`` whose params the SDK would
   refuse is not), once the SDK has served the session's ``initialize`` or a request of it
   (the lane learns the session's connection there): anything else goes to the SDK as
-  before; while the request runs it holds the session's idle countdown, as there;
+  before; while the request is read and runs it holds the session's idle countdown, as there;
 - the request is handed to the session's own dispatcher (its in-flight table, its task
   group), so the client's ``notifications/cancelled``, the session's end and the cancelled
   request's ``Request cancelled`` answer are the SDK's own; a ``tools/call`` is run as the
@@ -159,6 +159,9 @@ class SessionLane:
         connection = self.sessions.get(session_id)
         if connection is None or not connection.initialize_accepted:
             return None
+        transport = session_transport(self.manager, session_id, scope.get("user"))
+        if transport is None:
+            return None
         request = Request(scope)
         if await self.security.validate_request(request, is_post=True) is not None:
             return None
@@ -166,8 +169,10 @@ class SessionLane:
         if not (has_json and has_sse) or not _content_type_is_json(request):
             return None
         try:
-            # The transport's parser, for the same verdicts (a long body: its verdicts, yielding).
-            decoded = await parsed_aside(body, "a handshake-era POST body", sdk_parser=True)
+            # The transport's parser, for the same verdicts (a long body: its verdicts, yielding;
+            # the request holds its session meanwhile, as the transport holds it from the start).
+            with holding_session(transport):
+                decoded = await parsed_aside(body, "a handshake-era POST body", sdk_parser=True)
         except ValueError:
             return None
         if type(decoded) is not dict or not decoded.keys() <= _ENVELOPE or decoded.get("jsonrpc") != "2.0":
@@ -187,11 +192,8 @@ class SessionLane:
             key = meta_key(params)
             if not plain_call_params(params) and not valid_call(connection.protocol_version, params, key):
                 return None  # the SDK refuses it with its own error
-        # Looked up last, with nothing awaited after it: a long body's parse yields, and the
-        # session may end meanwhile (its DELETE, its idle timeout), its dispatcher with it.
-        transport = session_transport(self.manager, session_id, scope.get("user"))
-        if transport is None:
-            return None
+        if transport.is_terminated:
+            return None  # ended (its DELETE) while a long body was read: its dispatcher with it
         if not self.used:
             self.used = True
             log.info("handshake-era requests answered on the HTTP session lane (%s=0 turns it off)", FAST_PATH_ENV)
