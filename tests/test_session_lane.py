@@ -376,7 +376,7 @@ def test_a_client_gone_mid_call_resumes_it_from_the_priming_event(tmp_path: Path
             priming = next(gone.iter_lines())[4:]
         # Resumed while the call runs (once the lane let go of the request's stream): the SDK's
         # replay then stays for what the call sends next.
-        wait_for_log(stderr, "the client closed the event stream of call 28", 3)
+        wait_for_log(stderr, "the client closed the event stream of request 28 (tools/call)", 3)
         resumed: list[dict[str, Any]] = []
         with s.http.stream("GET", s.url, headers=s.headers(**{"last-event-id": priming})) as stream:
             for line in stream.iter_lines():
@@ -408,8 +408,8 @@ def test_a_client_gone_within_the_grace_costs_only_its_own_call(tmp_path: Path) 
         )
         with socket.create_connection(("127.0.0.1", int(host.rsplit(":", 1)[1])), timeout=10) as raw:
             raw.sendall(f"POST /mcp HTTP/1.1\r\n{head}\r\n{body}".encode())
-        logged = wait_for_log(stderr, "the client left before call 30 was answered", 10)
-        assert "the client left before call 30 was answered" in logged, logged[-3000:]
+        logged = wait_for_log(stderr, "the client left before request 30 (tools/call) was answered", 10)
+        assert "the client left before request 30 (tools/call) was answered" in logged, logged[-3000:]
         answer = s.call("after", 31, "demo__echo", {"text": "still served"})
         assert b"still served" in answer and s.out[-1][1][0] == 200, answer
 

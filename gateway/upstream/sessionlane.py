@@ -239,7 +239,7 @@ class SessionLane:
             except (anyio.EndOfStream, anyio.ClosedResourceError):
                 pass  # the stream ended first (closed for polling): resumable from the priming event
             if gone:
-                log.debug("the client left before call %s was answered", request_id)
+                log.debug("the client left before request %s (%s) was answered", request_id, claimed.method)
                 return
             if _is_answer(item):
                 # Answered at once, before anything else: one JSON body, which any client reads
@@ -258,7 +258,7 @@ class SessionLane:
                     except (anyio.EndOfStream, anyio.ClosedResourceError):
                         break
                 if gone:
-                    log.debug("the client closed the event stream of call %s", request_id)
+                    log.debug("the client closed the event stream of request %s (%s)", request_id, claimed.method)
                     return
                 if item is _COMMIT:  # the grace is over: the stream has started already
                     item = None
