@@ -675,6 +675,64 @@ async def test_the_agents_openings_are_answered_from_the_record(
     assert "answered 2 requests from the record" in err.read_text(), err.read_text()
 
 
+CLAUDE_CODE_ENVELOPE = {
+    # Every 2026-07-28 request of Claude Code 2.1.332 over stdio carries this.
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientInfo": {
+        "name": "claude-code",
+        "title": "Claude Code",
+        "version": "2.1.332",
+        "description": "Anthropic's agentic coding tool",
+        "websiteUrl": "https://claude.com/claude-code",
+    },
+    "io.modelcontextprotocol/clientCapabilities": {
+        "roots": {"listChanged": True},
+        "elicitation": {"form": {}, "url": {}},
+    },
+}
+
+
+async def test_claude_codes_listen_stream_is_acknowledged_before_the_gateway_is_up(tmp_path: Path) -> None:
+    """Claude Code 2.1.332 opens with a ``server/discover`` probe, then a listen stream, and sends
+    ``server/discover`` and ``tools/list`` only once the stream is acknowledged: the start
+    acknowledges it and answers both from the record (it left the stream's acknowledgment to
+    the gateway, so the lists waited for the gateway's imports). The gateway, taking over,
+    serves the stream, without a second acknowledgment: a catalog that changed since the
+    record reaches the client on it (raw pipes, as Claude Code sends them)."""
+    gates, state = tmp_path / "gates", tmp_path / "mutations.json"
+    server = {**gated(gates, "tests.mutating_server", str(state)), "startup_timeout": 60}
+    config = write_config(tmp_path, {"m": server})
+    remember(config)
+    state.write_text(json.dumps(["add"]))  # the server now lists one more tool
+    (gates / "delay").write_text("3")  # ... once it is up, well after the gateway
+    meta = {"_meta": CLAUDE_CODE_ENVELOPE}
+    err = tmp_path / "serve.log"
+    with err.open("w") as stderr, raw_gateway(config, stderr) as gw:
+        gw.request("server-discover-probe-1", "server/discover", meta)
+        assert "capabilities" in gw.answer("server-discover-probe-1")["result"]
+        gw.request("listen:0", "subscriptions/listen", {**meta, "notifications": {"toolsListChanged": True}})
+        assert gw.read() == {
+            "jsonrpc": "2.0",
+            "method": "notifications/subscriptions/acknowledged",
+            "params": {
+                "_meta": {"io.modelcontextprotocol/subscriptionId": "listen:0"},
+                "notifications": {"toolsListChanged": True},
+            },
+        }
+        gw.request(0, "server/discover", meta)
+        gw.request(1, "tools/list", meta)
+        assert "capabilities" in gw.answer(0)["result"]
+        assert "m__gamma" not in json.dumps(gw.answer(1)["result"])  # the record's catalog
+        seen = [gw.read()]
+        while seen[-1].get("method") != "notifications/tools/list_changed":
+            seen.append(gw.read())
+        assert seen[-1]["params"]["_meta"] == {"io.modelcontextprotocol/subscriptionId": "listen:0"}
+        assert all("acknowledged" not in message.get("method", "") for message in seen), seen
+        gw.request(2, "tools/list", meta)
+        assert "m__gamma" in json.dumps(gw.answer(2)["result"])
+    assert "answered 3 requests from the record" in err.read_text(), err.read_text()
+
+
 @pytest.mark.parametrize("opening", REFUSED_OPENINGS.values(), ids=list(REFUSED_OPENINGS))
 async def test_an_opening_the_gateway_refuses_is_refused_before_it_is_up(
     tmp_path: Path, slow_with_record: Path, opening: bytes

@@ -8,7 +8,8 @@ exists (``catalog.warm``), answers from it in a thread of its own while the rest
 ``initialize`` (or a 2026-07-28 ``server/discover``) and the lists (tools, prompts,
 resources, templates: Claude Code counts a server connected only once all are answered),
 with the bytes the gateway itself gave last time (``gateway.upstream.answers`` captured
-them). Everything
+them), and a 2026-07-28 ``subscriptions/listen`` for list changes is acknowledged (Claude
+Code lists only once its stream is; the gateway serves the stream). Everything
 else is kept, in order, for the gateway, which takes over the pipe (``stop``) once it is
 up: it reads first the lines kept here, the handshake's opening request among them under
 a private id (so the SDK's session is in the state the client believes it is in, and its
@@ -74,6 +75,8 @@ class Handoff:
     """Answers the client has not taken off the pipe yet: written first."""
     private_ids: frozenset[str]
     """Requests replayed to the gateway's session whose answers the client already has (dropped)."""
+    acknowledged: frozenset[str | int] = frozenset()
+    """The ids of the listen requests acknowledged here: the gateway's own acknowledgment of each is dropped."""
 
 
 def _plain_id(value: Any) -> bytes | None:
@@ -132,6 +135,10 @@ exists for), but one it reads and this does not model (``GATEWAY``; in an envelo
 Not the SDK's models themselves: importing them here put the first answer ~0.7 s later
 (median 125 -> 800 ms, 2 cores, servers starting beside it)."""
 _RESERVED = "io.modelcontextprotocol/"
+LISTEN = "subscriptions/listen"
+LIST_CHANGES = ("toolsListChanged", "promptsListChanged", "resourcesListChanged")
+"""What a listen stream acknowledged here may ask for, in the order the gateway's acknowledgment
+names them (``SubscriptionFilter``); a stream that watches resources is the gateway's to answer."""
 
 
 def _fits(value: Any, shape: Any) -> bool:
@@ -202,6 +209,7 @@ class Prelude:
         self._buffer = bytearray()
         self._out = bytearray()
         self._private: set[str] = set()
+        self._acknowledged: set[str | int] = set()
         self._answered = 0
         self._era: str | None = None
         """None until the first request; "handshake" or "modern" while answering; "gateway" once
@@ -256,7 +264,7 @@ class Prelude:
                 "warm start: answered %s from the record before the gateway was up", plural(self._answered, "request")
             )
         unread = b"".join(self._kept) + bytes(self._buffer)
-        handoff = Handoff(unread, bytes(self._out), frozenset(self._private))
+        handoff = Handoff(unread, bytes(self._out), frozenset(self._private), frozenset(self._acknowledged))
         self._kept, self._buffer, self._out = [], bytearray(), bytearray()
         return handoff
 
@@ -333,6 +341,9 @@ class Prelude:
             if self._era is None and not notification:
                 self._era = "gateway"  # the gateway's session sees it first: everything after is its too
             return
+        if message["method"] == LISTEN and self._acknowledge(message, request_id):
+            self._keep(line)  # the gateway serves the stream, under the client's own id
+            return
         answer = self._answer(message)
         if answer is None:
             self._keep(line)
@@ -372,6 +383,36 @@ class Prelude:
                 self._replay(message)  # the gateway's session opens in the era the client chose
             return answer
         return None
+
+    def _acknowledge(self, message: dict[str, Any], request_id: bytes) -> bool:
+        """Acknowledge a 2026-07-28 listen stream for list changes, as the gateway's session
+        acknowledges it (``WatchingListen``: every kind asked for, true), once this end opened
+        the 2026-07-28 era (Claude Code's ``server/discover`` probe) and if its envelope is one
+        the record answers; one stream (the gateway bounds a principal's)."""
+        params = message.get("params")
+        if self._era != "modern" or self._acknowledged or not isinstance(params, dict):
+            return False
+        wanted = params.get("notifications")
+        if set(params) != {"_meta", "notifications"} or not isinstance(wanted, dict):
+            return False
+        if not set(wanted) <= set(LIST_CHANGES) or not all(type(value) is bool for value in wanted.values()):
+            return False
+        version = _modern_version({"_meta": params["_meta"]})
+        assert self.record is not None
+        if version is None or self.record.answer("server/discover", version) is None:
+            return False
+        honored = ",".join(f'"{key}":true' for key in LIST_CHANGES if wanted.get(key))
+        self._out += (
+            b'{"jsonrpc":"2.0","method":"notifications/subscriptions/acknowledged","params":{"_meta":{"'
+            + f"{_RESERVED}subscriptionId".encode()
+            + b'":'
+            + request_id
+            + b'},"notifications":{'
+            + honored.encode()
+            + b"}}}\n"
+        )
+        self._acknowledged.add(message["id"])
+        return True
 
     def _replay(self, message: dict[str, Any]) -> None:
         """Keep the era's opening request for the gateway's session, under an id only this end

@@ -32,6 +32,7 @@ import mcp_types as types
 from mcp.shared.dispatcher import coerce_request_id
 from mcp.shared.jsonrpc_dispatcher import cancelled_request_id_from_params
 from mcp.shared.message import SessionMessage
+from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY
 from mcp_types.jsonrpc import CONNECTION_CLOSED, INTERNAL_ERROR, INVALID_REQUEST, PARSE_ERROR
 from pydantic import ValidationError
 
@@ -62,6 +63,7 @@ LISTEN = "subscriptions/listen"
 """A 2026-07-28 request whose answer ends its stream: open for as long as the client listens,
 it is not a request in flight (not counted, not waited for at the end of input, as over HTTP);
 each principal holds at most ``LISTEN_STREAMS_PER_PRINCIPAL`` open."""
+ACKNOWLEDGED = "notifications/subscriptions/acknowledged"
 
 log = logging.getLogger("prefixgate.stdio")
 
@@ -336,6 +338,8 @@ async def stdio_streams(
     else:
         read_transport = FileReading(os.dup(wire_in), stdin)
     replayed = handoff.private_ids
+    acknowledged = set(handoff.acknowledged)
+    """Listen streams the prelude acknowledged: the session's own acknowledgment of each is dropped."""
     outgoing: set[Any] = set()
     """Our requests to the client (a server's elicitation, sampling, roots) not yet answered."""
 
@@ -445,6 +449,8 @@ async def stdio_streams(
                             await read_send.send(error_message(request_id, INTERNAL_ERROR, f"request not sent: {exc}"))
                         continue
                     data = encode(error_message(request_id, INTERNAL_ERROR, f"the result could not be sent: {exc}"))
+                if acknowledged and _acknowledged_again(message.message, acknowledged):
+                    continue  # the client has the prelude's acknowledgment of this stream
                 if isinstance(message.message, types.JSONRPCRequest):
                     if stdin.closed:
                         await unanswerable(message.message.id)
@@ -485,6 +491,18 @@ async def stdio_streams(
             with suppress(OSError):
                 os.set_blocking(fd, blocking)
             os.close(fd)
+
+
+def _acknowledged_again(message: Any, acknowledged: set[str | int]) -> bool:
+    """Whether ``message`` is the session's acknowledgment of a listen stream the prelude
+    acknowledged (forgotten then: a stream is acknowledged once)."""
+    if not isinstance(message, types.JSONRPCNotification) or message.method != ACKNOWLEDGED:
+        return False
+    subscription = ((message.params or {}).get("_meta") or {}).get(SUBSCRIPTION_ID_META_KEY)
+    if not isinstance(subscription, str | int) or subscription not in acknowledged:
+        return False
+    acknowledged.discard(subscription)
+    return True
 
 
 SETTLE = 2.0
