@@ -26,8 +26,8 @@ import os
 import socket
 import ssl
 import sys
-from collections.abc import Callable, Mapping, Sequence
-from contextlib import AsyncExitStack
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AsyncExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -527,9 +527,10 @@ async def drain(front: Front, server: Any, timeout: float) -> None:
     open for as long as their clients listen), and for what was written to leave the
     sockets. The caller then stops.
 
-    uvicorn (``server``) shuts down gracefully on the same signal (its own handler): it
-    closes its listening sockets and idle connections, and closes the others once their
-    answers are complete; it would wait for every stream to end, which this does not."""
+    uvicorn (``server``) is told to shut down gracefully too: it closes its listening
+    sockets and idle connections, and closes the others once their answers are complete; it
+    would wait for every stream to end, which this does not."""
+    server.should_exit = True
     for listening in list(getattr(server, "servers", ())):
         listening.close()
     log.info(
@@ -552,6 +553,21 @@ async def answered(front: Front, server: Any, timeout: float) -> None:
     with anyio.move_on_after(timeout):
         await front.quiet()
     await _flushed(server)
+
+
+def _signal_free_server(config: Any) -> Any:
+    """uvicorn's server without handlers of its own for SIGINT and SIGTERM: the gateway's
+    (gateway/commands/serve.py) stop it (``drain``). Beside them, uvicorn's raised the
+    signal again once it had shut down, which the gateway took for a second one: the stop
+    was said twice and done at once, the cut calls' answers not awaited."""
+    import uvicorn
+
+    class SignalFree(uvicorn.Server):
+        @contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield
+
+    return SignalFree(config)
 
 
 async def _flushed(server: Any) -> None:
@@ -698,7 +714,7 @@ async def serve_http(
             for lane in (endpoint.lane, endpoint.sessions):
                 if lane is not None:
                     lane.lifespan = lifespan_state(endpoint.manager)  # as the SDK's entry passes it
-        server = uvicorn.Server(config)
+        server = uvicorn.Server(config) if signals is None else _signal_free_server(config)
         if signals is not None:
             signals.drain = lambda: drain(app, server, drain_timeout())
             signals.settle = lambda: answered(app, server, SETTLE)
