@@ -4,6 +4,7 @@ kept bounded per profile and shown by ``prefixgate catalog history``."""
 from __future__ import annotations
 
 import json
+import os
 import stat
 from pathlib import Path
 from typing import Any
@@ -148,6 +149,26 @@ async def test_configs_sharing_a_state_dir_each_read_their_own_history(tmp_path:
     assert again["previous"] == again["fingerprint"] == first["fingerprint"]
     theirs = json.loads(run_cli("catalog", "history", "--config", str(personal), "--json").stdout)
     assert theirs == [other]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_config_whose_name_the_locale_cannot_decode_is_served_and_its_history_kept(
+    tmp_path: Path, mode: str
+) -> None:
+    """A config named with a byte the locale does not decode (a Latin-1 name here; any non-ASCII
+    name under ``LC_ALL=C PYTHONUTF8=0``) stopped ``serve`` on a traceback at its first epoch: its
+    history record, naming the config, could not be written as UTF-8."""
+    config = write_config(tmp_path, {"d": demo("--tools", 1)}).rename(tmp_path / os.fsdecode(b"caf\xe9 \xff.toml"))
+    history = EpochHistory(tmp_path / "state", None)
+    async with sdk_client(config, mode, log_level="warning") as client:
+        assert text(await client.call_tool("d__echo", {"text": "hi"})) == "hi"
+        await wait_for(lambda: len(history.read()) == 1)
+    (record,) = history.read()
+    assert record["config"] == str(tmp_path.resolve() / "caf\\xe9 \\xff.toml")
+    proc = run_cli("catalog", "history", "--config", str(config), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == [record]
 
 
 @pytest.mark.parametrize("where", ["before", "after"])

@@ -32,7 +32,7 @@ class EpochHistory:
         self.name = f"{profile or 'default'}.jsonl"
         self.path = self.directory / self.name
         self.label = f"epoch history {str(self.path)!r}"
-        self.config = str(config.resolve()) if config is not None else None
+        self.config = path_text(config.resolve()) if config is not None else None
 
     def append(self, record: dict[str, Any]) -> None:
         """Add one record (this config's); raise OSError when it cannot be written."""
@@ -74,6 +74,15 @@ class EpochHistory:
 
 def _whole(fd: int, size: int) -> bytes:
     return os.pread(fd, min(size, 2 * MAX_BYTES), 0)
+
+
+def path_text(path: Path) -> str:
+    """A path as the text a record holds: its bytes read as UTF-8, a byte that is not one written
+    as an escape. Python holds a name its locale cannot decode (any non-ASCII name under
+    ``LC_ALL=C PYTHONUTF8=0``, a Latin-1 name under a UTF-8 locale) with lone surrogates, which
+    no UTF-8 line can carry: the record failed, and publishing with it, so ``serve`` stopped on a
+    traceback at its first epoch. The same file is the same text under every locale."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
 def _records(data: bytes) -> list[dict[str, Any]]:
