@@ -38,6 +38,11 @@ the tests start, through ``$PREFIXGATE_TEST_PYTHON``), else this one."""
 GATEWAY = [PYTHON, "-m", "gateway"]
 
 
+ASCII_LOCALE = {"LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONIOENCODING": ""}
+"""The environment of a process whose Python encodes names and arguments as ASCII: the C locale
+(without it Python would coerce to C.UTF-8) with UTF-8 mode turned off."""
+
+
 def use_interpreter(path: str) -> None:
     """Start every later process with ``path`` (before the test modules import these names),
     also those the tests' own processes start."""

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import GATEWAY, PYTHON, catalog_json, demo, gateway, write_config
+from tests.helpers import ASCII_LOCALE, GATEWAY, PYTHON, catalog_json, demo, gateway, run_cli, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -142,6 +143,30 @@ def test_disabled_and_failed_servers_are_reported(tmp_path: Path) -> None:
         f"command '{PYTHON} -m gateway demo-server' does not exist; '{PYTHON}' is a program: put its arguments "
         f'in args = ["-m", "gateway", "demo-server"] and set command = "{PYTHON}"',
     )
+
+
+def test_non_ascii_args_env_and_cwd_start_a_server_under_an_ascii_locale(tmp_path: Path) -> None:
+    """Under ``LC_ALL=C PYTHONUTF8=0`` (Python's encoding then ASCII) a server whose args, env or
+    cwd held a non-ASCII character failed: ``UnicodeEncodeError: 'ascii' codec can't encode
+    character '\\xe4'``, naming neither the key nor the cause, where a client spawning it itself
+    passes the config's UTF-8. A missing cwd is still named as the cwd."""
+    home = tmp_path / "répertoire"
+    home.mkdir()
+    config = write_config(
+        tmp_path,
+        {
+            "s": {**demo("--tools", 1, "--name", "ünï"), "cwd": str(home), "env": {"X": "välue"}},
+            "nowhere": {**demo(), "cwd": str(tmp_path / "nulle part")},
+        },
+    )
+    proc = run_cli("catalog", "--config", str(config), "--json", "--log-level", "warning", env=ASCII_LOCALE)
+    assert proc.stdout.strip(), proc.stderr
+    report = json.loads(proc.stdout)
+    status = {s["id"]: (s["status"], s["error"]) for s in report["servers"]}
+    assert status["s"] == ("ready", None)
+    nowhere = f"cannot start: its cwd '{tmp_path / 'nulle part'}': No such file or directory"
+    assert status["nowhere"] == ("failed", nowhere)
+    assert any("ünï" in d["description"] for d in report["declarations"] if d["name"].startswith("s__"))
 
 
 def test_a_relative_command_is_found_where_prefixgate_runs_not_in_its_cwd(tmp_path: Path) -> None:

@@ -48,15 +48,30 @@ def resolve_command(command: str) -> str:
     return found
 
 
+def os_bytes(text: str) -> bytes:
+    """A config's text as the bytes the exec takes: the locale's, or UTF-8 where it has none.
+
+    The config is UTF-8 (TOML), and so is what a client that spawns a server itself passes
+    (Node encodes every argument as UTF-8), whatever the locale: under ``LC_ALL=C
+    PYTHONUTF8=0`` Python's own encoding is ASCII, and a server whose args, env or cwd held
+    a non-ASCII character failed to start, naming neither the key nor the cause
+    (``UnicodeEncodeError: 'ascii' codec can't encode character``). Text the locale can
+    encode is encoded as before (a name read from the environment keeps its bytes)."""
+    try:
+        return os.fsencode(text)
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogateescape")
+
+
 def start_failure(exc: OSError, cwd: str | None) -> str:
     """Why the exec failed, naming the path the system named: the command, or its ``cwd``."""
     reason = exc.strerror or str(exc)
     if exc.filename is None:
         return f"cannot start: {reason}"
-    path = os.fsdecode(exc.filename)
-    if cwd is not None and path == cwd:
-        return f"cannot start: its cwd {path!r}: {reason}"
-    return f"cannot start {path!r}: {reason}"
+    named = os.fsencode(exc.filename)
+    if cwd is not None and named == os_bytes(cwd):
+        return f"cannot start: its cwd {cwd!r}: {reason}"
+    return f"cannot start {named.decode('utf-8', 'backslashreplace')!r}: {reason}"
 
 
 def _which(command: str) -> str | None:
@@ -146,12 +161,12 @@ def spawn(command: str, args: Sequence[str], env: Mapping[str, str] | None, cwd:
         for fd in (our_in, our_out, our_err):
             os.set_inheritable(fd, False)
         process = subprocess.Popen(
-            [executable, *args],
+            [os_bytes(word) for word in (executable, *args)],
             stdin=child_in,
             stdout=child_out,
             stderr=child_err,
-            env=default_environment() | dict(env or {}),
-            cwd=cwd,
+            env={os_bytes(k): os_bytes(v) for k, v in (default_environment() | dict(env or {})).items()},
+            cwd=None if cwd is None else os_bytes(cwd),
             start_new_session=True,
             close_fds=True,
         )
