@@ -797,7 +797,7 @@ def _lock_path(gw: Mapping[str, Any], config: Path | None, env: Mapping[str, str
     """``[gateway] lock``, relative to the config's directory (as a team commits both together)."""
     if "lock" not in gw:
         return None
-    lock = Path(expand("gateway.lock", gw["lock"], env)).expanduser()
+    lock = local_path(expand("gateway.lock", gw["lock"], env)).expanduser()
     return lock if lock.is_absolute() or config is None else config.parent / lock
 
 
@@ -836,6 +836,20 @@ def _installed(package: str) -> bool:
         return False
 
 
+def local_path(text: str) -> Path:
+    """A path the config names, as this process can hand it to the system: the config is UTF-8,
+    and under an ASCII locale (``LC_ALL=C PYTHONUTF8=0``) Python encodes names as ASCII, so a
+    non-ASCII ``state_dir`` stopped every command on a traceback
+    (``UnicodeEncodeError: 'ascii' codec can't encode character``) at its first file. Such a
+    name is the file named by its UTF-8 bytes (as ``gateway.downstream.spawn.os_bytes`` passes
+    a server's args), held as Python holds an undecodable name: with lone surrogates."""
+    try:
+        os.fsencode(text)
+    except UnicodeEncodeError:
+        text = os.fsdecode(text.encode("utf-8", "surrogateescape"))
+    return Path(text)
+
+
 def default_state_dir(env: Mapping[str, str]) -> Path:
     base = env.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "prefixgate"
@@ -857,7 +871,7 @@ def parse_config(
 
     gw = _fields("gateway", _table("gateway", data.get("gateway", {})), _GATEWAY_KEYS)
     state_dir = (
-        Path(expand("gateway.state_dir", gw["state_dir"], env)).expanduser()
+        local_path(expand("gateway.state_dir", gw["state_dir"], env)).expanduser()
         if "state_dir" in gw
         else default_state_dir(env)
     )

@@ -1,0 +1,41 @@
+"""The gateway under a locale whose encoding is not UTF-8 (``LC_ALL=C PYTHONUTF8=0``: Python then
+encodes names, arguments and its standard streams as ASCII), with non-ASCII names in the config."""
+
+from __future__ import annotations
+
+import json
+import re
+import stat
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import ASCII_LOCALE, ERAS, demo, read_artifact, run_cli, sdk_client, text, write_config
+
+ARTIFACT = re.compile(r"saved as artifact ([A-Za-z0-9_-]+);")
+
+
+def test_a_non_ascii_state_dir_is_the_directory_of_that_utf8_name(tmp_path: Path) -> None:
+    """Every command stopped on a traceback at its first file (``UnicodeEncodeError: 'ascii'
+    codec can't encode character '\\xe9'``)."""
+    state = tmp_path / "état"
+    config = write_config(tmp_path, {"d": demo("--tools", 1)}, gateway={"state_dir": str(state)})
+    proc = run_cli("catalog", "--config", str(config), "--json", "--log-level", "warning", env=ASCII_LOCALE)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["servers"][0]["status"] == "ready"
+    assert stat.S_IMODE(state.stat().st_mode) == 0o700 and (state / "warm").is_dir()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ERAS)
+async def test_serve_spills_into_a_non_ascii_state_dir(tmp_path: Path, mode: str) -> None:
+    state = tmp_path / "état"
+    config = write_config(tmp_path, {"d": demo("--tools", 1)}, gateway={"state_dir": str(state)})
+    async with sdk_client(config, mode, env=ASCII_LOCALE, log_level="warning") as client:
+        assert text(await client.call_tool("d__echo", {"text": "héllo ✓"})) == "héllo ✓"
+        spilled = text(await client.call_tool("d__payload", {"bytes": 100_000}))
+        found = ARTIFACT.search(spilled)
+        assert found, spilled[-300:]
+        assert len(await read_artifact(client, found.group(1))) == 100_000
+    (artifact,) = (p for p in (state / "artifacts").rglob("*") if p.is_file() and p.stat().st_size == 100_000)
+    assert stat.S_IMODE(artifact.stat().st_mode) == 0o600
