@@ -39,3 +39,13 @@ async def test_serve_spills_into_a_non_ascii_state_dir(tmp_path: Path, mode: str
         assert len(await read_artifact(client, found.group(1))) == 100_000
     (artifact,) = (p for p in (state / "artifacts").rglob("*") if p.is_file() and p.stat().st_size == 100_000)
     assert stat.S_IMODE(artifact.stat().st_mode) == 0o600
+
+
+def test_commands_name_a_non_ascii_state_dir_on_their_output(tmp_path: Path) -> None:
+    """``catalog history`` stopped on a traceback as it printed its file
+    (``'utf-8' codec can't encode characters: surrogates not allowed``): piped, it is its bytes."""
+    state = tmp_path / "état"
+    config = write_config(tmp_path, {"d": demo("--tools", 1)}, gateway={"state_dir": str(state)})
+    proc = run_cli("catalog", "history", "--config", str(config), env=ASCII_LOCALE)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == f"no epoch recorded in {state / 'history' / 'default.jsonl'} yet (serve records them)\n"

@@ -294,15 +294,17 @@ def _unicode_stdout() -> None:
     an emoji stopped ``catalog``, ``doctor`` and their ``--json`` on a traceback when stdout
     was not UTF-8 (a Windows pipe's code page, ``PYTHONIOENCODING=ascii``). Piped or redirected,
     the output is UTF-8 (what ``--json`` must be, and what ``import`` writes); on a terminal
-    that cannot show a character, it is printed as a backslash escape."""
+    that cannot show a character, it is printed as a backslash escape. A path the locale could
+    not decode (any non-ASCII name under ``LC_ALL=C PYTHONUTF8=0``: Python holds it with lone
+    surrogates) stopped ``catalog history`` on a traceback as it named its file;
+    piped, it is written as its own bytes (as ``ls`` writes it), on a terminal escaped."""
     stream = sys.stdout
-    encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "").replace("_", "")
-    if encoding == "utf8" or not hasattr(stream, "reconfigure"):
+    if not hasattr(stream, "reconfigure"):
         return
     if stream.isatty():
         stream.reconfigure(errors="backslashreplace")
     else:
-        stream.reconfigure(encoding="utf-8")
+        stream.reconfigure(encoding="utf-8", errors="surrogateescape")
 
 
 def _exiting(command: Callable[[], int]) -> int:
