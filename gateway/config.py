@@ -391,15 +391,37 @@ def find_config(explicit: str | None, env: Mapping[str, str] | None = None) -> P
     local = Path("prefixgate.toml")
     if os.path.lexists(local):
         return local
-    xdg = env.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    candidate = Path(xdg) / "prefixgate" / "config.toml"
-    if os.path.lexists(candidate):
+    xdg = env.get("XDG_CONFIG_HOME") or (str(home / ".config") if (home := _home()) is not None else None)
+    candidate = Path(xdg) / "prefixgate" / "config.toml" if xdg else None
+    if candidate is not None and os.path.lexists(candidate):
         return candidate
     raise ConfigError(
         "",
         "no config file: pass --config PATH, set PREFIXGATE_CONFIG, or create ./prefixgate.toml "
-        f"or {candidate}",
+        f"or {candidate or f'$XDG_CONFIG_HOME/prefixgate/config.toml ({_NO_HOME})'}",
     )
+
+
+_NO_HOME = "$HOME is not set and this user has no home directory"
+
+
+def _home() -> Path | None:
+    """The user's home, None where there is none to find: ``$HOME`` unset (``env -i``, a
+    systemd unit) for a user the password database does not list (a container's arbitrary
+    uid). ``Path.home()`` raises then, and every command stopped on that traceback."""
+    try:
+        return Path.home()
+    except (RuntimeError, KeyError):
+        return None
+
+
+def _expanded(key: str, path: Path) -> Path:
+    """``path`` with its leading ``~`` expanded; a config error naming ``key`` where there is no home."""
+    try:
+        return path.expanduser()
+    except (RuntimeError, KeyError):
+        why = f"its '~' names no home directory ({_NO_HOME}, or no such user)"
+        raise ConfigError(key, f"{str(path)!r}: {why}") from None
 
 
 Stamp = tuple[int, int, int, int]
@@ -797,7 +819,7 @@ def _lock_path(gw: Mapping[str, Any], config: Path | None, env: Mapping[str, str
     """``[gateway] lock``, relative to the config's directory (as a team commits both together)."""
     if "lock" not in gw:
         return None
-    lock = local_path(expand("gateway.lock", gw["lock"], env)).expanduser()
+    lock = _expanded("gateway.lock", local_path(expand("gateway.lock", gw["lock"], env)))
     return lock if lock.is_absolute() or config is None else config.parent / lock
 
 
@@ -851,7 +873,9 @@ def local_path(text: str) -> Path:
 
 
 def default_state_dir(env: Mapping[str, str]) -> Path:
-    base = env.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    base = env.get("XDG_STATE_HOME") or (str(home / ".local" / "state") if (home := _home()) is not None else None)
+    if not base:
+        raise ConfigError("gateway.state_dir", f"no default: $XDG_STATE_HOME is not set, {_NO_HOME}: set state_dir")
     return Path(base) / "prefixgate"
 
 
@@ -871,7 +895,7 @@ def parse_config(
 
     gw = _fields("gateway", _table("gateway", data.get("gateway", {})), _GATEWAY_KEYS)
     state_dir = (
-        local_path(expand("gateway.state_dir", gw["state_dir"], env)).expanduser()
+        _expanded("gateway.state_dir", local_path(expand("gateway.state_dir", gw["state_dir"], env)))
         if "state_dir" in gw
         else default_state_dir(env)
     )
@@ -1093,7 +1117,7 @@ def _server(
             args=args,
             env=child_env,
             arg_values=tuple(sorted(arg_values)),
-            cwd=str(Path(cwd).expanduser()) if cwd is not None else None,
+            cwd=str(_expanded(f"{where}.cwd", Path(cwd))) if cwd is not None else None,
             variables=tuple(sorted(refs.names)),
             defaulted=refs.defaulted,
             unset=tuple(refs.unset),

@@ -20,7 +20,7 @@ from gateway import __version__, logs
 from gateway.commands.arguments import doctor_arguments, login_arguments
 from gateway.commands.base import Exit, has_config, load
 from gateway.commands.eventloop import standard_fds_open
-from gateway.config import PROFILE_ENV, EnvironmentProfile, default_config
+from gateway.config import PROFILE_ENV, ConfigError, EnvironmentProfile, default_config
 
 
 @contextlib.contextmanager
@@ -331,7 +331,10 @@ def _with_config(args: argparse.Namespace) -> int:
 
         if args.config is None and not has_config():
             # Nothing to read: the owner's view of the default state directory.
-            config = default_config()
+            try:
+                config = default_config()
+            except ConfigError as exc:  # (no default: no $XDG_STATE_HOME, no home)
+                raise Exit(2, f"prefixgate: config error: {exc}") from None
             sys.stderr.write(f"prefixgate: no config file: the artifacts under {config.gateway.state_dir}\n")
             return artifacts.run(config, args)
         return artifacts.run(load(args.config), args)
