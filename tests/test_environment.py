@@ -3,13 +3,16 @@ does not list (``env -i``, a systemd unit, a container run under an arbitrary ui
 
 from __future__ import annotations
 
+import json
 import os
+import resource
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import PYTHON
+from tests.helpers import PYTHON, demo, write_config
 
 NO_HOME = """
 import pwd, sys
@@ -55,3 +58,28 @@ def test_no_home_is_one_line_naming_what_to_set(
     assert proc.returncode == 2, proc.stderr
     (line,) = proc.stderr.splitlines()
     assert line.startswith(f"prefixgate: config error: {expected}"), line
+
+
+def test_a_low_open_file_limit_fails_the_servers_past_it_not_the_gateway(tmp_path: Path) -> None:
+    """Under ``ulimit -n 64`` twenty servers took every descriptor, and ``catalog`` stopped on a
+    traceback at its next file (``OSError: [Errno 24] Too many open files`` importing a codec);
+    the servers past the limit fail, naming it, and the others are served. (The real
+    interpreter: a process the fork server forks has its own limits, not its starter's.)"""
+    config = write_config(tmp_path, {f"s{i:02}": demo("--tools", 1, "--name", f"s{i:02}") for i in range(20)})
+
+    def low_limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "gateway", "catalog", "--config", str(config), "--json", "--log-level", "error"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=low_limit,
+    )
+    assert "Traceback" not in proc.stderr and proc.stdout, proc.stderr
+    status = [(s["status"], s["error"]) for s in json.loads(proc.stdout)["servers"]]
+    assert ("ready", None) in status
+    failed = [error for state, error in status if state == "failed"]
+    limit = "cannot start: the open-file limit (ulimit -n 64) leaves "
+    assert failed and all(error.startswith(limit) for error in failed), status

@@ -10,8 +10,10 @@ a child, or spawns one itself through the same function on a restart.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import resource
 import shlex
 import shutil
 import signal
@@ -147,9 +149,35 @@ class Spawned:
             pass
 
 
+FD_RESERVE = 32
+"""Descriptors a server's start leaves to the gateway itself. Under a low open-file limit
+(``ulimit -n 64``: about 11 servers, each holding 3 pipes and a pidfd) the servers took every
+descriptor, and the gateway then stopped on a traceback at its next file (a module imported
+late, its state): a start that would leave fewer fails that server alone, naming the limit."""
+
+
+def _descriptors_left() -> tuple[int, int] | None:
+    """The open-file limit and how many descriptors are free under it (None: no limit, or not
+    known: no ``/proc``)."""
+    try:
+        limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        if limit == resource.RLIM_INFINITY:
+            return None
+        return limit, limit - len(os.listdir("/proc/self/fd"))
+    except (OSError, ValueError):
+        return None
+
+
 def spawn(command: str, args: Sequence[str], env: Mapping[str, str] | None, cwd: str | None) -> Spawned:
     """Start the server in a new session with fresh pipes (CommandNotFound, or OSError from the exec)."""
     executable = resolve_command(command)
+    if (room := _descriptors_left()) is not None and room[1] < FD_RESERVE + 4:
+        limit, left = room
+        raise OSError(
+            errno.EMFILE,
+            f"the open-file limit (ulimit -n {limit}) leaves {left} descriptors free, and the gateway keeps "
+            f"{FD_RESERVE} of them for itself: raise the limit for more servers",
+        )
     ends: list[int] = []
     try:
         child_in, our_in = os.pipe()
