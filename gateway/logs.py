@@ -165,9 +165,22 @@ def setup(level: str) -> None:
     root.setLevel(logging.WARNING)
     logging.getLogger("prefixgate").setLevel(level.upper())
     first = _writer is None
-    _writer = _Writer(handler, records, sys.stderr)
+    _writer = _Writer(handler, records, _unicode_stderr())
     if first:
         atexit.register(flush)
+
+
+def _unicode_stderr() -> TextIO:
+    """stderr, UTF-8 where it is not a terminal, whatever the locale's encoding: a client or a
+    service manager keeps the lines as UTF-8 text, and under an ASCII locale (``LC_ALL=C
+    PYTHONUTF8=0``) a server's own stderr line, which reaches the client as its UTF-8 when the
+    client starts the server itself, was written ``d\\xe9marrage``. A terminal that cannot show
+    a character still gets its escape (as the commands' stdout)."""
+    stream = sys.stderr
+    encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "").replace("_", "")
+    if encoding != "utf8" and hasattr(stream, "reconfigure") and not stream.isatty():
+        stream.reconfigure(encoding="utf-8", errors="backslashreplace")
+    return stream
 
 
 def flush(timeout: float = EXIT_FLUSH_SECONDS) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ASCII_LOCALE, ERAS, demo, read_artifact, run_cli, sdk_client, text, write_config
+from tests.helpers import ASCII_LOCALE, ERAS, PYTHON, demo, read_artifact, run_cli, sdk_client, text, write_config
 
 ARTIFACT = re.compile(r"saved as artifact ([A-Za-z0-9_-]+);")
 
@@ -49,3 +49,12 @@ def test_commands_name_a_non_ascii_state_dir_on_their_output(tmp_path: Path) -> 
     proc = run_cli("catalog", "history", "--config", str(config), env=ASCII_LOCALE)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == f"no epoch recorded in {state / 'history' / 'default.jsonl'} yet (serve records them)\n"
+
+
+def test_a_servers_stderr_line_is_logged_as_utf8(tmp_path: Path) -> None:
+    """A client starting the server itself keeps its stderr's UTF-8; the gateway's log, not a
+    terminal, wrote it ``d\\xe9marrage \\u2713``."""
+    said = "import sys; sys.stderr.write('démarrage ✓\\n'); sys.exit(3)"
+    config = write_config(tmp_path, {"b": {"command": PYTHON, "args": ["-c", said]}})
+    proc = run_cli("catalog", "--config", str(config), "--log-level", "warning", env=ASCII_LOCALE)
+    assert "[b] failed: exited during start-up (exit status 3); stderr: démarrage ✓\n" in proc.stderr, proc.stderr
