@@ -274,18 +274,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "import":
         from gateway.commands import importer
 
-        return importer.run(args)
+        return _exiting(lambda: importer.run(args))
     if args.command == "doctor":
         with importing():
             from gateway.commands import doctor
 
-        return doctor.run(args.config, args)
+        return _exiting(lambda: doctor.run(args.config, args))
     if args.command == "catalog" and args.catalog_action == "diff" and not args.lock:
         if args.old is None or args.new is None:
             p.error("catalog diff: give OLD and NEW, or --lock")
         from gateway.commands import diff
 
-        return diff.run(args)
+        return _exiting(lambda: diff.run(args))
     return _exiting(lambda: _with_config(args))
 
 
@@ -309,7 +309,7 @@ def _unicode_stdout() -> None:
 
 def _exiting(command: Callable[[], int]) -> int:
     """Run a command; an ``Exit`` (also inside task-group exception groups) becomes its status
-    and its one line on stderr."""
+    and its one line on stderr, Ctrl-C (SIGINT) exit status 130 with no traceback."""
     try:
         return command()
     except (Exit, BaseExceptionGroup) as exc:
