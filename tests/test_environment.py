@@ -6,13 +6,15 @@ from __future__ import annotations
 import json
 import os
 import resource
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import PYTHON, demo, write_config
+from tests.helpers import GATEWAY, PYTHON, alive, demo, write_config
 
 NO_HOME = """
 import pwd, sys
@@ -83,3 +85,39 @@ def test_a_low_open_file_limit_fails_the_servers_past_it_not_the_gateway(tmp_pat
     failed = [error for state, error in status if state == "failed"]
     limit = "cannot start: the open-file limit (ulimit -n 64) leaves "
     assert failed and all(error.startswith(limit) for error in failed), status
+
+
+@pytest.mark.parametrize("command", ["catalog", "doctor"])
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_a_stop_signal_ends_a_command_and_the_servers_it_started(
+    tmp_path: Path, command: str, signum: signal.Signals
+) -> None:
+    """SIGTERM (a CI job's timeout) or SIGHUP (a closed terminal) while ``catalog`` or ``doctor``
+    waited for a slow server killed the command at once and left the server running: it is in
+    a session of its own, so the signal to the terminal's process group does not reach it."""
+    gates = tmp_path / "gates"
+    gates.mkdir()
+    (gates / "delay").write_text("120")
+    root = str(Path(__file__).resolve().parent.parent)
+    slow = {"command": PYTHON, "args": ["-m", "tests.gated_server", str(gates), PYTHON, *demo()["args"]], "cwd": root}
+    config = write_config(tmp_path, {"slow": slow})
+    proc = subprocess.Popen(
+        [*GATEWAY, command, "--config", str(config)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        for _ in range(600):  # (the server started: its pid is written before its delay)
+            if (gates / "pid").exists() or proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        server = int((gates / "pid").read_text())
+        proc.send_signal(signum)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signum, stderr
+    assert stderr.splitlines()[-1] == f"prefixgate: stopped by {signum.name}" and "Traceback" not in stderr, stderr
+    for _ in range(100):
+        if not alive(server):
+            break
+        time.sleep(0.1)
+    assert not alive(server)

@@ -343,22 +343,21 @@ def _with_config(args: argparse.Namespace) -> int:
     viewed = args.command == "catalog" and args.catalog_action in (None, "history")
     config = load(args.config, args.profile if viewed else None)
     with importing():
-        import anyio
-
         from gateway.commands import catalog, lock, login
+        from gateway.commands.eventloop import run_until_stopped
 
     if args.command == "catalog" and args.catalog_action == "history":
         return catalog.history(config, args.json, args.limit)
     if args.command == "catalog" and args.catalog_action == "lock":
-        return anyio.run(lock.lock, config)
+        return run_until_stopped(lock.lock, config)
     if args.command == "catalog" and args.catalog_action == "approve":
-        return anyio.run(lock.approve_command, config, args.names, args.all, args.yes, args.profile)
+        return run_until_stopped(lock.approve_command, config, args.names, args.all, args.yes, args.profile)
     if args.command == "catalog" and args.catalog_action == "diff":
-        return anyio.run(lock.diff, config, args.json)
+        return run_until_stopped(lock.diff, config, args.json)
     if args.command == "catalog":
-        return anyio.run(catalog.run, config, args.json)
+        return run_until_stopped(catalog.run, config, args.json)
     if args.command == "login":
-        return anyio.run(login.login, config, args)
+        return run_until_stopped(login.login, config, args)
     if args.command == "logout":
         return login.logout(config, args)
     return 2

@@ -54,6 +54,7 @@ from catalog.text import escape, json_text, plural, printable
 from gateway import __version__, logs
 from gateway.commands.arguments import doctor_arguments
 from gateway.commands.catalog import UNMATCHED, profile_reports, profile_summary
+from gateway.commands.eventloop import run_until_stopped
 from gateway.commands.startup import Exit, discover, running
 from gateway.commands.toml_writer import toml_string
 from gateway.config import Config, ConfigError, GatewayConfig, ServerConfig, find_config, load_config
@@ -957,7 +958,7 @@ def run(config_path: str | None, args: argparse.Namespace) -> int:
         + f", profile {config.client.profile}, "
         f"declarations {config.client.declarations}, spill {'on' if config.spill.enabled else 'off'}",
     )
-    anyio.run(diagnose, config, report)
+    run_until_stopped(diagnose, config, report)
     call_time = max((s.max_call_time for s in config.enabled_servers), default=None)
     sources: list[GatewayConfig | ServerConfig] = [config.gateway, *config.enabled_servers]
     variables = sorted({name for source in sources for name in source.variables})

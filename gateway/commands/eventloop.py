@@ -12,8 +12,8 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
 
 UVLOOP_ENV = "PREFIXGATE_UVLOOP"
 
@@ -52,3 +52,50 @@ def standard_fds_open() -> None:
             stream = open(fd, "r" if fd == 0 else "w", closefd=False, errors="backslashreplace" if fd == 2 else None)
             setattr(sys, name, stream)
             setattr(sys, f"__{name}__", stream)
+
+
+STOP_SIGNALS = ("SIGTERM", "SIGHUP")
+T = TypeVar("T")
+
+
+def run_until_stopped(func: Callable[..., Awaitable[T]], *args: Any) -> T:
+    """``anyio.run(func, *args)`` for the commands that start servers (``catalog``, ``doctor``,
+    ``catalog lock`` ...), ended by SIGTERM or SIGHUP as by Ctrl-C: the command's task is
+    cancelled, so the servers it started are stopped, and it exits 128 + the signal's number.
+
+    Each server runs in a session of its own (``gateway.downstream.spawn``), out of reach of
+    a signal to the terminal's process group: killed at once by the signal's default action,
+    the command left every server it had started running (a closed terminal's SIGHUP, a CI
+    job's SIGTERM), until each noticed the end of its input, if it ever did."""
+    import signal
+
+    import anyio
+
+    from gateway.commands.base import Exit
+
+    stopped: list[int] = []
+    # (one ignored where the command starts, as nohup leaves SIGHUP, stays ignored)
+    watched = [n for n in (getattr(signal, name) for name in STOP_SIGNALS) if signal.getsignal(n) != signal.SIG_IGN]
+
+    async def main() -> list[T]:
+        async with anyio.create_task_group() as tg:
+
+            async def watch(*, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+                with anyio.open_signal_receiver(*watched) as received:
+                    task_status.started()
+                    async for signum in received:
+                        stopped.append(signum)
+                        tg.cancel_scope.cancel()
+                        return
+
+            await tg.start(watch)
+            result = await func(*args)
+            tg.cancel_scope.cancel()
+            return [result]
+        return []  # (cancelled by a signal)
+
+    result = anyio.run(main)
+    if stopped or not result:
+        signum = stopped[0] if stopped else signal.SIGTERM
+        raise Exit(128 + signum, f"prefixgate: stopped by {signal.Signals(signum).name}")
+    return result[0]
