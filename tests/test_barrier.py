@@ -169,6 +169,27 @@ def test_non_ascii_args_env_and_cwd_start_a_server_under_an_ascii_locale(tmp_pat
     assert any("ünï" in d["description"] for d in report["declarations"] if d["name"].startswith("s__"))
 
 
+def test_a_command_is_looked_up_on_the_path_its_env_sets(tmp_path: Path) -> None:
+    """A server whose ``env`` sets ``PATH`` (a Node install of its own, say) is run from there, as
+    the SDKs' stdio clients and Node's ``spawn`` run it: the gateway looked on its own PATH
+    and said "not found"."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    script = bin_dir / "only-here-pg"
+    script.write_text(f'#!/bin/sh\nexec "{PYTHON}" -m gateway demo-server --tools 1\n')
+    script.chmod(0o755)
+    config = write_config(
+        tmp_path,
+        {
+            "there": {"command": "only-here-pg", "env": {"PATH": f"{bin_dir}:/usr/bin:/bin"}},
+            "elsewhere": {"command": "only-here-pg", "env": {"PATH": "/usr/bin:/bin"}},
+        },
+    )
+    status = {s["id"]: (s["status"], s["error"]) for s in catalog_json(config)["servers"]}
+    assert status["there"] == ("ready", None)
+    assert status["elsewhere"] == ("failed", "command 'only-here-pg' not found on the PATH its env sets")
+
+
 def test_a_relative_command_is_found_where_prefixgate_runs_not_in_its_cwd(tmp_path: Path) -> None:
     """docs/configuration.md: a server's relative ``command`` and ``cwd`` are both relative to
     the directory prefixgate runs in; the exec used to look for the command in ``cwd``."""

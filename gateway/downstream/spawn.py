@@ -31,11 +31,13 @@ class CommandNotFound(OSError):
     pass
 
 
-def resolve_command(command: str) -> str:
+def resolve_command(command: str, path: str | None = None) -> str:
     """Find ``command`` on PATH, then beside the running interpreter.
 
     The second place lets a config say ``command = "prefixgate"`` (the bundled demo
-    server) and work from an un-activated virtual environment.
+    server) and work from an un-activated virtual environment. ``path``: the ``PATH`` the
+    server's own ``env`` sets, searched instead of the gateway's, as the exec searches it
+    (the SDKs' stdio clients, Node's ``spawn``): a command only there was "not found".
     """
     if os.sep in command:
         if not os.path.exists(command) and (hint := _arguments_inside(command)) is not None:
@@ -43,10 +45,11 @@ def resolve_command(command: str) -> str:
         # Relative to the directory prefixgate runs in, as its ``cwd`` is (docs/configuration.md),
         # not to that ``cwd``, where the exec would look for it.
         return os.path.abspath(command)
-    found = _which(command)
+    found = _which(command, path)
     if found is None:
         hint = _arguments_inside(command)
-        raise CommandNotFound(f"command {command!r} not found on PATH" + (f"; {hint}" if hint else ""))
+        where = "PATH" if path is None else "the PATH its env sets"
+        raise CommandNotFound(f"command {command!r} not found on {where}" + (f"; {hint}" if hint else ""))
     return found
 
 
@@ -76,8 +79,9 @@ def start_failure(exc: OSError, cwd: str | None) -> str:
     return f"cannot start {named.decode('utf-8', 'backslashreplace')!r}: {reason}"
 
 
-def _which(command: str) -> str | None:
-    search = os.pathsep.join(p for p in (os.environ.get("PATH", ""), os.path.dirname(sys.executable)) if p)
+def _which(command: str, path: str | None = None) -> str | None:
+    own = os.environ.get("PATH", "") if path is None else path
+    search = os.pathsep.join(p for p in (own, os.path.dirname(sys.executable)) if p)
     return shutil.which(command, path=search)
 
 
@@ -170,7 +174,7 @@ def _descriptors_left() -> tuple[int, int] | None:
 
 def spawn(command: str, args: Sequence[str], env: Mapping[str, str] | None, cwd: str | None) -> Spawned:
     """Start the server in a new session with fresh pipes (CommandNotFound, or OSError from the exec)."""
-    executable = resolve_command(command)
+    executable = resolve_command(command, (env or {}).get("PATH"))
     if (room := _descriptors_left()) is not None and room[1] < FD_RESERVE + 4:
         limit, left = room
         raise OSError(
