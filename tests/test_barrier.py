@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -188,6 +189,24 @@ def test_a_command_is_looked_up_on_the_path_its_env_sets(tmp_path: Path) -> None
     status = {s["id"]: (s["status"], s["error"]) for s in catalog_json(config)["servers"]}
     assert status["there"] == ("ready", None)
     assert status["elsewhere"] == ("failed", "command 'only-here-pg' not found on the PATH its env sets")
+
+
+def test_with_path_unset_a_command_is_looked_up_on_the_default_path(tmp_path: Path) -> None:
+    """Started with no PATH (``env -i``, a minimal service environment), ``command = "sh"`` was
+    not found, where the exec and a shell search the system's default path."""
+    config = write_config(
+        tmp_path, {"s": {"command": "sh", "args": ["-c", f'exec "{PYTHON}" -m gateway demo-server --tools 1']}}
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PATH"}
+    proc = subprocess.run(
+        [*GATEWAY, "catalog", "--config", str(config), "--json", "--log-level", "warning"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert proc.stdout, proc.stderr
+    assert [(s["status"], s["error"]) for s in json.loads(proc.stdout)["servers"]] == [("ready", None)]
 
 
 def test_a_relative_command_is_found_where_prefixgate_runs_not_in_its_cwd(tmp_path: Path) -> None:

@@ -80,7 +80,10 @@ def start_failure(exc: OSError, cwd: str | None) -> str:
 
 
 def _which(command: str, path: str | None = None) -> str | None:
-    own = os.environ.get("PATH", "") if path is None else path
+    """``command`` on ``path`` (else the gateway's PATH) or beside the interpreter. With PATH
+    unset (``env -i``) the system's default path is searched, as the exec and a shell search
+    it: ``command = "sh"`` was not found there."""
+    own = path if path is not None else os.environ.get("PATH", os.defpath)
     search = os.pathsep.join(p for p in (own, os.path.dirname(sys.executable)) if p)
     return shutil.which(command, path=search)
 
