@@ -121,3 +121,19 @@ def test_a_stop_signal_ends_a_command_and_the_servers_it_started(
             break
         time.sleep(0.1)
     assert not alive(server)
+
+
+@pytest.mark.parametrize("command", [["catalog", "--json"], ["doctor"]])
+def test_output_that_cannot_be_written_is_one_line_not_a_traceback(tmp_path: Path, command: list[str]) -> None:
+    """``> /dev/full`` (a full disk) and a pipe whose reader left (``| head``) stopped the command
+    on a traceback (``OSError: [Errno 28] No space left on device``, ``BrokenPipeError``)."""
+    config = write_config(tmp_path, {"d": demo("--tools", 300)})
+    args = [*GATEWAY, *command, "--config", str(config), "--log-level", "error"]
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run(args, stdout=full, stderr=subprocess.PIPE, text=True, timeout=60)
+    assert (proc.returncode, proc.stderr) == (1, "prefixgate: cannot write the output: No space left on device\n")
+    gone = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert gone.stdout is not None
+    gone.stdout.close()  # (before anything is written: the reader left)
+    _, stderr = gone.communicate(timeout=60)
+    assert (gone.returncode, stderr) == (1, "")

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import gc
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TextIO, cast
 
 from gateway import __version__, logs
 from gateway.commands.arguments import doctor_arguments, login_arguments
@@ -305,19 +307,55 @@ def _unicode_stdout() -> None:
         stream.reconfigure(errors="backslashreplace")
     else:
         stream.reconfigure(encoding="utf-8", errors="surrogateescape")
+    sys.stdout = cast(TextIO, _Output(stream))
+
+
+class _Output:
+    """The commands' stdout: a write or flush that fails (``> /dev/full``, a full disk in CI, a
+    pipe whose reader left: ``| head``) ends the command with one line (none for the pipe, as
+    ``ls | head``), where it stopped on a traceback."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except OSError as exc:
+            raise _unwritable(exc) from None
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError as exc:
+            raise _unwritable(exc) from None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def _unwritable(exc: OSError) -> Exit:
+    with contextlib.suppress(OSError):  # what is still buffered goes nowhere: flushed at exit, it would fail again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+    if exc.errno == errno.EPIPE:
+        return Exit(1, "")
+    return Exit(1, f"prefixgate: cannot write the output: {exc.strerror or exc}")
 
 
 def _exiting(command: Callable[[], int]) -> int:
     """Run a command; an ``Exit`` (also inside task-group exception groups) becomes its status
     and its one line on stderr, Ctrl-C (SIGINT) exit status 130 with no traceback."""
     try:
-        return command()
+        code = command()
+        sys.stdout.flush()  # (here, where a failure is the command's end: not at exit, unreported)
+        return code
     except (Exit, BaseExceptionGroup) as exc:
         found = _exit_in(exc)
         if found is None:
             raise
         logs.flush()  # the log lines written before it come first: the reason is the last line
-        sys.stderr.write(f"{found}\n")
+        if str(found):
+            sys.stderr.write(f"{found}\n")
         return found.code
     except KeyboardInterrupt:
         return 130
