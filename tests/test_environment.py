@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import resource
 import signal
 import subprocess
@@ -137,3 +138,29 @@ def test_output_that_cannot_be_written_is_one_line_not_a_traceback(tmp_path: Pat
     gone.stdout.close()  # (before anything is written: the reader left)
     _, stderr = gone.communicate(timeout=60)
     assert (gone.returncode, stderr) == (1, "")
+
+
+def test_serve_http_whose_stdout_cannot_be_written_serves_and_logs_its_url(tmp_path: Path) -> None:
+    """``serve --http > /dev/full`` stopped on a traceback as it printed its URL: it serves, and
+    the log names the URL."""
+    import httpx2
+
+    config = write_config(tmp_path, {"d": demo("--tools", 1)})
+    with open("/dev/full", "w") as full:
+        proc = subprocess.Popen(
+            [*GATEWAY, "serve", "--config", str(config), "--http", "127.0.0.1:0", "--log-level", "warning"],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()
+        found = re.search(r"serving on (http://\S+)/mcp; that URL could not be written to stdout: No space left", line)
+        assert found, line + proc.stderr.read()
+        assert httpx2.get(found.group(1) + "/healthz", timeout=30).status_code == 200
+        proc.send_signal(signal.SIGTERM)
+        rest = proc.stderr.read()
+        assert proc.wait(timeout=60) == 128 + signal.SIGTERM and "Traceback" not in rest, rest
+    finally:
+        proc.kill()

@@ -690,8 +690,13 @@ async def serve_http(
     if token_file is not None:
         token_file.apply = functools.partial(_put_in_force, app, hubs)
     scheme = "https" if tls is not None else "http"
-    sys.stdout.write(f"{scheme}://{_host_literal(host)}:{bound}{MCP_PATH}\n")
-    sys.stdout.flush()
+    url = f"{scheme}://{_host_literal(host)}:{bound}{MCP_PATH}"
+    try:
+        sys.stdout.write(url + "\n")
+        sys.stdout.flush()
+    except OSError as exc:  # (> /dev/full, a reader gone: the gateway serves all the same)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # (the line still buffered goes nowhere at exit)
+        log.warning("serving on %s; that URL could not be written to stdout: %s", url, exc.strerror or exc)
     for path, endpoint in endpoints.items():
         if path != MCP_PATH:
             log.info("profile %s: %s://%s:%d%s", endpoint.profile, scheme, _host_literal(host), bound, path)
