@@ -391,7 +391,7 @@ def find_config(explicit: str | None, env: Mapping[str, str] | None = None) -> P
     local = Path("prefixgate.toml")
     if os.path.lexists(local):
         return local
-    xdg = env.get("XDG_CONFIG_HOME") or (str(home / ".config") if (home := _home()) is not None else None)
+    xdg = _xdg(env, "XDG_CONFIG_HOME") or (str(home / ".config") if (home := _home()) is not None else None)
     candidate = Path(xdg) / "prefixgate" / "config.toml" if xdg else None
     if candidate is not None and os.path.lexists(candidate):
         return candidate
@@ -403,6 +403,14 @@ def find_config(explicit: str | None, env: Mapping[str, str] | None = None) -> P
 
 
 _NO_HOME = "$HOME is not set and this user has no home directory"
+
+
+def _xdg(env: Mapping[str, str], name: str) -> str | None:
+    """An XDG base directory variable, None where unset, empty or relative: the XDG Base
+    Directory spec has a relative one ignored, and taken as set, a gateway an agent starts in
+    each project's directory kept its state (warm start, activation, history) per project."""
+    value = env.get(name)
+    return value if value and os.path.isabs(value) else None
 
 
 def _home() -> Path | None:
@@ -873,7 +881,7 @@ def local_path(text: str) -> Path:
 
 
 def default_state_dir(env: Mapping[str, str]) -> Path:
-    base = env.get("XDG_STATE_HOME") or (str(home / ".local" / "state") if (home := _home()) is not None else None)
+    base = _xdg(env, "XDG_STATE_HOME") or (str(home / ".local" / "state") if (home := _home()) is not None else None)
     if not base:
         raise ConfigError("gateway.state_dir", f"no default: $XDG_STATE_HOME is not set, {_NO_HOME}: set state_dir")
     return Path(base) / "prefixgate"

@@ -164,3 +164,18 @@ def test_serve_http_whose_stdout_cannot_be_written_serves_and_logs_its_url(tmp_p
         assert proc.wait(timeout=60) == 128 + signal.SIGTERM and "Traceback" not in rest, rest
     finally:
         proc.kill()
+
+
+def test_a_relative_xdg_state_home_is_ignored(tmp_path: Path) -> None:
+    """The XDG Base Directory spec: a relative ``$XDG_STATE_HOME`` is invalid and ignored. Taken
+    as set, the default state directory moved with the directory the gateway was started in
+    (an agent starts it in each project's)."""
+    env = {**os.environ, "HOME": str(tmp_path / "home"), "XDG_STATE_HOME": "relative"}
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = subprocess.run(
+        [*GATEWAY, "artifacts", "list"], capture_output=True, text=True, timeout=60, env=env, cwd=work
+    )
+    assert proc.returncode == 0, proc.stderr
+    expected = tmp_path / "home" / ".local" / "state" / "prefixgate"
+    assert proc.stderr == f"prefixgate: no config file: the artifacts under {expected}\n"
