@@ -179,3 +179,16 @@ def test_a_relative_xdg_state_home_is_ignored(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     expected = tmp_path / "home" / ".local" / "state" / "prefixgate"
     assert proc.stderr == f"prefixgate: no config file: the artifacts under {expected}\n"
+
+
+def test_import_without_a_home_says_what_to_give(tmp_path: Path) -> None:
+    """``import --from CLIENT`` (and ``import FILE``, placing the file) stopped on ``RuntimeError:
+    Could not determine home directory.``"""
+    proc = without_home("import", "--from", "claude-code", cwd=tmp_path)
+    assert (proc.returncode, proc.stderr) == (
+        2,
+        "prefixgate import: $HOME is not set and this user has no home directory: give the PATHs of the configs\n",
+    )
+    (tmp_path / ".mcp.json").write_text('{"mcpServers": {"x": {"command": "echo"}}}')
+    proc = without_home("import", ".mcp.json", cwd=tmp_path)
+    assert "Traceback" not in proc.stderr and "no server could be imported from .mcp.json" in proc.stderr, proc.stderr

@@ -225,9 +225,20 @@ def type_name(value: Any) -> str:
     return type(value).__name__
 
 
+def _home(env: Mapping[str, str]) -> Path | None:
+    """The user's home, None where there is none: ``$HOME`` unset for a user the password
+    database does not list (``env -i``, a container's uid), where ``Path.home()`` raises."""
+    if env.get("HOME"):
+        return Path(env["HOME"])
+    try:
+        return Path.home()
+    except (RuntimeError, KeyError):
+        return None
+
+
 def _project_dir(fmt: str, path: Path, env: Mapping[str, str]) -> str | None:
     """The project directory of a project-scoped file, or None for a user-wide one."""
-    home = Path(env.get("HOME") or str(Path.home()))
+    home = _home(env)
     parent = path.parent
     if fmt == "claude-code" and path.name == ".mcp.json":
         return str(parent)
@@ -279,15 +290,14 @@ def _project_choices(project_dir: str, env: Mapping[str, str]) -> ProjectChoices
     settings file: ``~/.claude.json``'s ``projects.<dir>``, ``~/.claude/settings.json``, the
     project's ``.claude/settings.json`` and ``.claude/settings.local.json``. An import must not
     start what the user refused there, nor what nobody approved yet."""
-    home = Path(env.get("HOME") or str(Path.home()))
+    home = _home(env)
     config_dir = Path(env["CLAUDE_CONFIG_DIR"]) if env.get("CLAUDE_CONFIG_DIR") else None
     project = Path(project_dir)
-    files = [
-        (config_dir / ".claude.json") if config_dir else home / ".claude.json",
-        (config_dir or home / ".claude") / "settings.json",
-        project / ".claude" / "settings.json",
-        project / ".claude" / "settings.local.json",
-    ]
+    files = [project / ".claude" / "settings.json", project / ".claude" / "settings.local.json"]
+    if config_dir is not None:
+        files[:0] = [config_dir / ".claude.json", config_dir / "settings.json"]
+    elif home is not None:  # (no home: only the project's own choices are known)
+        files[:0] = [home / ".claude.json", home / ".claude" / "settings.json"]
     choices = ProjectChoices()
     for file in files:
         if not file.is_file():
@@ -411,7 +421,10 @@ def _gemini_allowed(data: Mapping[str, Any], source: Source) -> None:
 
 def default_paths(client: str, env: Mapping[str, str], cwd: Path, platform: str = sys.platform) -> list[Path]:
     """The usual locations of a client's MCP config, user-wide first, then the project in ``cwd``."""
-    home = Path(env.get("HOME") or str(Path.home()))
+    found = _home(env)
+    if found is None:
+        raise InputError("$HOME is not set and this user has no home directory: give the PATHs of the configs")
+    home = found
     xdg = Path(env["XDG_CONFIG_HOME"]) if env.get("XDG_CONFIG_HOME") else home / ".config"
     if platform == "darwin":
         app_config = home / "Library" / "Application Support"
