@@ -475,20 +475,23 @@ _BOMS = ((codecs.BOM_UTF8, "utf-8"), (codecs.BOM_UTF16_LE, "utf-16-le"), (codecs
 def load_config(path: Path, env: Mapping[str, str] | None = None) -> Config:
     """Read and validate ``path``; raise ConfigError with a one-line, key-naming message."""
     read = stamp(path)
+    # (named by its bytes read as UTF-8: a name the locale cannot decode, any non-ASCII one
+    # under LC_ALL=C PYTHONUTF8=0, was shown as Python holds it, 'cfg \udcc3\udcbc.toml')
+    shown = os.fsencode(path).decode("utf-8", "backslashreplace")
     try:
         text = text_of(read_user_file(path))
     except OSError as exc:
-        raise ConfigError("", f"cannot read config {path}: {exc.strerror or exc}") from None
+        raise ConfigError("", f"cannot read config {shown}: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
-        raise ConfigError("", f"config {path} is not valid {exc.encoding.upper()} (byte {exc.start})") from None
+        raise ConfigError("", f"config {shown} is not valid {exc.encoding.upper()} (byte {exc.start})") from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         hint = ""
         if path.suffix.lower() == ".json" or text.lstrip().startswith("{"):
             # An agent's MCP config (.mcp.json, claude_desktop_config.json, mcp.json).
-            hint = f"; it looks like an agent's JSON config: prefixgate import {path} writes a prefixgate one from it"
-        raise ConfigError("", f"config {path} is not valid TOML: {exc}{hint}") from None
+            hint = f"; it looks like an agent's JSON config: prefixgate import {shown} writes a prefixgate one from it"
+        raise ConfigError("", f"config {shown} is not valid TOML: {exc}{hint}") from None
     return replace(parse_config(data, path=path, env=env), read=read)
 
 

@@ -58,3 +58,14 @@ def test_a_servers_stderr_line_is_logged_as_utf8(tmp_path: Path) -> None:
     config = write_config(tmp_path, {"b": {"command": PYTHON, "args": ["-c", said]}})
     proc = run_cli("catalog", "--config", str(config), "--log-level", "warning", env=ASCII_LOCALE)
     assert "[b] failed: exited during start-up (exit status 3); stderr: démarrage ✓\n" in proc.stderr, proc.stderr
+
+
+def test_a_config_error_names_a_non_ascii_config_as_it_is_spelled(tmp_path: Path) -> None:
+    """The name was shown as Python holds a name the locale cannot decode: ``bad \\udcc3\\udcbc.toml``."""
+    config = tmp_path / "bad ü.toml"
+    config.write_text("x = \n")
+    proc = run_cli("catalog", "--config", str(config), env=ASCII_LOCALE)
+    assert (proc.returncode, proc.stderr) == (
+        2,
+        f"prefixgate: config error: config {config} is not valid TOML: Invalid value (at line 1, column 5)\n",
+    )
