@@ -17,6 +17,8 @@ import codecs
 import errno
 import importlib.util
 import ipaddress
+import logging
+import math
 import os
 import re
 import tomllib
@@ -400,6 +402,43 @@ def find_config(explicit: str | None, env: Mapping[str, str] | None = None) -> P
         "no config file: pass --config PATH, set PREFIXGATE_CONFIG, or create ./prefixgate.toml "
         f"or {candidate or f'$XDG_CONFIG_HOME/prefixgate/config.toml ({_NO_HOME})'}",
     )
+
+
+def env_number(name: str, default: float) -> float:
+    """The ``PREFIXGATE_*`` knob ``name`` (seconds), read where its module is imported. A value
+    that is not a positive number (``30s``, ``-1``) is logged and the default used: ``float()``
+    of it stopped ``serve`` on a ValueError traceback as the module was imported."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not value > 0:  # (nan too)
+        _knob_refused(name, raw, "a positive number of seconds", default)
+        return default
+    return value
+
+
+def env_count(name: str, default: int) -> int:
+    """The ``PREFIXGATE_*`` knob ``name`` (a count), as ``env_number``: a whole number >= 1."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        _knob_refused(name, raw, "a whole number >= 1", default)
+        return default
+    return value
+
+
+def _knob_refused(name: str, raw: str, expected: str, default: float) -> None:
+    shown = f"{default:g}" if isinstance(default, float) else str(default)
+    logging.getLogger("prefixgate").warning("%s=%r is not %s: the default %s is used", name, raw, expected, shown)
 
 
 _NO_HOME = "$HOME is not set and this user has no home directory"

@@ -180,7 +180,9 @@ def _sources() -> dict[Path, str]:
     return {p: p.read_text(encoding="utf-8") for package in CODE for p in sorted((ROOT / package).rglob("*.py"))}
 
 
-_ENV_DEFAULT = re.compile(r'os\.environ\.get\("(PREFIXGATE_\w+)"\)\s*or\s*([^)\n]+)\)')
+_ENV_DEFAULT = re.compile(
+    r'(?:os\.environ\.get\(|env_(?:number|count)\()"(PREFIXGATE_\w+)"(?:\)\s*or\s*|,\s*)([^)\n]+)\)'
+)
 
 
 def test_every_environment_variable_the_code_reads_is_documented_with_its_default() -> None:

@@ -192,3 +192,24 @@ def test_import_without_a_home_says_what_to_give(tmp_path: Path) -> None:
     (tmp_path / ".mcp.json").write_text('{"mcpServers": {"x": {"command": "echo"}}}')
     proc = without_home("import", ".mcp.json", cwd=tmp_path)
     assert "Traceback" not in proc.stderr and "no server could be imported from .mcp.json" in proc.stderr, proc.stderr
+
+
+def test_a_knob_that_is_not_a_number_is_named_and_its_default_used(tmp_path: Path) -> None:
+    """``PREFIXGATE_LIVENESS_INTERVAL=15s`` (and every numeric knob) stopped the gateway on a
+    ``ValueError`` traceback as its module was imported."""
+    config = write_config(tmp_path, {"d": demo("--tools", 1)})
+    knobs = {"PREFIXGATE_LIVENESS_INTERVAL": "15s", "PREFIXGATE_WATCHED_URIS_PER_PRINCIPAL": "-3"}
+    proc = subprocess.run(
+        [*GATEWAY, "catalog", "--config", str(config), "--json", "--log-level", "warning"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **knobs},
+    )
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.splitlines() == [
+        "prefixgate WARNING PREFIXGATE_LIVENESS_INTERVAL='15s' is not a positive number of seconds: "
+        "the default 15 is used",
+        "prefixgate WARNING PREFIXGATE_WATCHED_URIS_PER_PRINCIPAL='-3' is not a whole number >= 1: "
+        "the default 4096 is used",
+    ]

@@ -27,7 +27,7 @@ from gateway.commands.observe import flush as flush_telemetry
 from gateway.commands.observe import observe
 from gateway.commands.reloading import Reloader, watch
 from gateway.commands.startup import Exit, discover, running
-from gateway.config import Config, parse_listen
+from gateway.config import Config, env_number, parse_listen
 from gateway.downstream.connection import Downstream
 from gateway.engine.barrier import required_failures
 from gateway.engine.frozen import freeze_the_first_catalog
@@ -212,7 +212,7 @@ async def open_store(hub: Hub) -> None:
         hub.tasks.start_soon(keep_the_key, hub, store.shared_key)
 
 
-KEY_CHECK = float(os.environ.get("PREFIXGATE_KEY_CHECK") or 5.0)
+KEY_CHECK = env_number("PREFIXGATE_KEY_CHECK", 5.0)
 """Seconds between looks at the integrity key a shared store holds."""
 
 

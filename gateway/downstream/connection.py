@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 import logging
 import math
-import os
 from collections.abc import Mapping
 from typing import Any, Literal, Protocol
 
@@ -24,7 +23,7 @@ from mcp_types.jsonrpc import INVALID_REQUEST, METHOD_NOT_FOUND
 
 from catalog.text import escape, plural
 from catalog.warm import Contribution
-from gateway.config import ServerConfig
+from gateway.config import ServerConfig, env_number
 from gateway.downstream import backoff
 from gateway.downstream.errors import DownstreamUnavailable, short
 from gateway.downstream.httpcalls import SessionRefused
@@ -394,7 +393,7 @@ def _restarting_soon(d: Downstream) -> bool:
     return d.retry_at is None or d.retry_at - anyio.current_time() <= backoff.START
 
 
-RETRY_SCHEDULED_WAIT = float(os.environ.get("PREFIXGATE_RETRY_SCHEDULED_WAIT") or 3.0)
+RETRY_SCHEDULED_WAIT = env_number("PREFIXGATE_RETRY_SCHEDULED_WAIT", 3.0)
 """Seconds a request waits at most for the supervisor to schedule a lost server's retry
 (the tests set it long: a wait that misses the retry then shows as a hang, not as a delay)."""
 

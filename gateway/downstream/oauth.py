@@ -22,7 +22,6 @@ adds only what a gateway needs around them:
 from __future__ import annotations
 
 import logging
-import os
 import time
 import warnings
 from collections.abc import AsyncGenerator, Awaitable, Callable
@@ -46,7 +45,7 @@ from mcp.shared.auth import (
 from pydantic import ValidationError
 
 from catalog.text import escape
-from gateway.config import ServerConfig
+from gateway.config import ServerConfig, env_number
 from gateway.downstream.bounded import decoded, encodings_taken
 from gateway.downstream.errors import leaf, short
 from gateway.downstream.oauthdiscovery import OriginDiscovery, undiscovered
@@ -59,7 +58,7 @@ MAX_EARLY = 60.0
 """At most this many seconds before its expiry is a token refreshed."""
 FOLLOW_WAIT = 2.0
 """Seconds a refused refresh waits for another process's fresh tokens in the file."""
-OWN_TIMEOUT = float(os.environ.get("PREFIXGATE_OAUTH_TIMEOUT") or 30.0)
+OWN_TIMEOUT = env_number("PREFIXGATE_OAUTH_TIMEOUT", 30.0)
 """Seconds a request of serve's own flow may wait for each step (connect, send, each read):
 its answer is a few KiB, and every call that needs a token waits behind a refresh (the
 connection's own read timeout, 300 s, is meant for event streams)."""

@@ -12,7 +12,6 @@ connection ends, the end becomes the server's status and error, never an excepti
 from __future__ import annotations
 
 import functools
-import os
 from contextlib import AsyncExitStack
 
 import anyio
@@ -21,6 +20,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import CONNECTION_CLOSED
 
 from catalog.text import escape
+from gateway.config import env_number
 from gateway.downstream import backoff
 from gateway.downstream.connection import Downstream
 from gateway.downstream.errors import DownstreamUnavailable, leaf, short
@@ -32,7 +32,7 @@ from gateway.downstream.sseclient import Ended
 from gateway.downstream.stdio import CommandNotFound
 from gateway.fastpath import fast_path
 
-LIVENESS_INTERVAL = float(os.environ.get("PREFIXGATE_LIVENESS_INTERVAL") or 15.0)
+LIVENESS_INTERVAL = env_number("PREFIXGATE_LIVENESS_INTERVAL", 15.0)
 """Seconds between liveness checks of a remote server (the environment variable exists for tests)."""
 LISTEN_WAIT = 10.0
 """Seconds a modern server's start waits for its listen stream before listing without it."""

@@ -10,7 +10,6 @@ confirms or replaces (``first_epoch``).
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -23,7 +22,7 @@ from catalog.diff import name_changes
 from catalog.history import epoch_changes
 from catalog.text import plural
 from catalog.warm import Record
-from gateway.config import Config
+from gateway.config import Config, env_number
 from gateway.downstream.connection import Downstream
 from gateway.engine.checks import CheckCache
 from gateway.engine.clients import ClientConnection, Clients
@@ -36,7 +35,7 @@ from gateway.state.history import EpochHistory
 
 log = logging.getLogger("prefixgate")
 
-SAVE_TIMEOUT = float(os.environ.get("PREFIXGATE_WARM_SAVE_TIMEOUT") or 10.0)
+SAVE_TIMEOUT = env_number("PREFIXGATE_WARM_SAVE_TIMEOUT", 10.0)
 """Seconds a warm-start record may take to capture and write, also while the gateway stops."""
 
 

@@ -17,20 +17,20 @@ lock, so a slow server delays only the clients watching its resources.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
 
 import anyio
 from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import CONNECTION_CLOSED, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
 
+from gateway.config import env_count
 from gateway.downstream.connection import Downstream, offers
 from gateway.downstream.errors import DownstreamUnavailable
 from gateway.downstream.toolcall import connection_gone
 
 log = logging.getLogger("prefixgate")
 
-MAX_URIS = int(os.environ.get("PREFIXGATE_WATCHED_URIS_PER_PRINCIPAL") or 4096)
+MAX_URIS = env_count("PREFIXGATE_WATCHED_URIS_PER_PRINCIPAL", 4096)
 """Distinct resource URIs one principal may watch at once (the variable exists for tests)."""
 STOP_TIMEOUT = 10.0
 """Seconds telling a server to stop reporting a resource may take (it runs shielded, on cleanup)."""

@@ -51,6 +51,7 @@ import redis.retry
 from redis.backoff import NoBackoff
 
 from catalog.warm import MAX_RECORD_BYTES
+from gateway.config import env_number
 from gateway.redact import redact_url
 from gateway.state.store import StoreHealth, StoreUnavailable
 from spill import ArtifactInfo, ArtifactNotFound, Artifacts, StoreError, artifact_not_found, new_id, valid_id
@@ -60,7 +61,7 @@ PREFIX = "prefixgate:"
 INDEX = PREFIX + "artifacts"
 SIZES = PREFIX + "artifact-sizes"
 KEY = PREFIX + "integrity-key"
-TIMEOUT = float(os.environ.get("PREFIXGATE_STORE_TIMEOUT") or 5.0)
+TIMEOUT = env_number("PREFIXGATE_STORE_TIMEOUT", 5.0)
 """Seconds any one Redis command (or connecting) may take before it fails."""
 PARTIAL_TTL = 3600
 """Seconds an unfinished artifact write is kept (a replica that died mid-write leaves nothing)."""

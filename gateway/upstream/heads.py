@@ -31,12 +31,14 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from gateway.config import env_number
+
 log = logging.getLogger("prefixgate.http")
 
 PARSER_ENV = "PREFIXGATE_HTTP_PARSER"
 MAX_HEAD = 16 * 1024
 """Bytes a request's head may take: h11's own bound (``DEFAULT_MAX_INCOMPLETE_EVENT_SIZE``)."""
-HEAD_TIMEOUT = float(os.environ.get("PREFIXGATE_HTTP_HEAD_TIMEOUT") or 30.0)
+HEAD_TIMEOUT = env_number("PREFIXGATE_HTTP_HEAD_TIMEOUT", 30.0)
 """Seconds a request head may take to arrive in full (the environment variable exists for tests)."""
 _REFUSAL = b"request head over %d bytes (request line and headers)" % MAX_HEAD
 

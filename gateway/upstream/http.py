@@ -43,6 +43,7 @@ from starlette.requests import Request
 from starlette.types import Message, Receive, Scope, Send
 
 from catalog.text import plural
+from gateway.config import env_count, env_number
 from gateway.config import is_loopback as is_loopback
 from gateway.config import parse_listen as parse_listen
 from gateway.engine.shares import Shares
@@ -138,16 +139,16 @@ async def _roots_notice(endpoint: Endpoint, scope: Scope, body: bytes) -> None:
         handlers.hub.tasks.start_soon(handlers.tell_roots_changed, principal_of_scope(scope))
 
 
-BODY_TIMEOUT = float(os.environ.get("PREFIXGATE_HTTP_BODY_TIMEOUT") or 30.0)
+BODY_TIMEOUT = env_number("PREFIXGATE_HTTP_BODY_TIMEOUT", 30.0)
 """Seconds a request body may take to arrive in full (the environment variable exists for tests)."""
-SESSION_IDLE_TIMEOUT = float(os.environ.get("PREFIXGATE_HTTP_SESSION_IDLE_TIMEOUT") or 30 * 60)
+SESSION_IDLE_TIMEOUT = env_number("PREFIXGATE_HTTP_SESSION_IDLE_TIMEOUT", 30 * 60)
 """Seconds a handshake-era session may stay unused: the SDK's default (the variable exists for tests)."""
-REQUESTS_PER_PRINCIPAL = int(os.environ.get("PREFIXGATE_HTTP_REQUESTS_PER_PRINCIPAL") or 64)
+REQUESTS_PER_PRINCIPAL = env_count("PREFIXGATE_HTTP_REQUESTS_PER_PRINCIPAL", 64)
 """Requests (POSTed JSON-RPC requests; listen streams aside) one principal may have answered at
 once, as a stdio client may (gateway/upstream/stdio.py ``MAX_IN_FLIGHT``): more wait, in the
 order they came, for one of its own to end, while another principal's are answered (the
 variable exists for tests)."""
-SESSIONS_PER_PRINCIPAL = int(os.environ.get("PREFIXGATE_HTTP_SESSIONS_PER_PRINCIPAL") or 256)
+SESSIONS_PER_PRINCIPAL = env_count("PREFIXGATE_HTTP_SESSIONS_PER_PRINCIPAL", 256)
 """Handshake-era sessions one principal may hold open at each endpoint: more close its least
 recently used idle one (gateway/sdk.py ``PrincipalSessions``; the variable exists for tests)."""
 _LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")

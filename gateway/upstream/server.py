@@ -15,7 +15,6 @@ import copy
 import functools
 import json
 import logging
-import os
 import warnings
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -40,6 +39,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSI
 from pydantic import BaseModel, ValidationError
 
 from gateway import __version__, tracing
+from gateway.config import env_count
 from gateway.downstream.calltime import CallTimedOut
 from gateway.downstream.connection import Downstream, offers
 from gateway.downstream.errors import DownstreamUnavailable
@@ -912,7 +912,7 @@ def _everything() -> dict[str, Any]:
 
 MAX_LISTEN_URIS = 64
 """Resources one ``subscriptions/listen`` stream may watch."""
-LISTEN_STREAMS_PER_PRINCIPAL = int(os.environ.get("PREFIXGATE_LISTEN_STREAMS_PER_PRINCIPAL") or 256)
+LISTEN_STREAMS_PER_PRINCIPAL = env_count("PREFIXGATE_LISTEN_STREAMS_PER_PRINCIPAL", 256)
 """``subscriptions/listen`` streams one principal may hold open at each endpoint (the
 variable exists for tests): the SDK's own bound (1,024) is one for every principal."""
 
