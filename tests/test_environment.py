@@ -213,3 +213,35 @@ def test_a_knob_that_is_not_a_number_is_named_and_its_default_used(tmp_path: Pat
         "prefixgate WARNING PREFIXGATE_WATCHED_URIS_PER_PRINCIPAL='-3' is not a whole number >= 1: "
         "the default 4096 is used",
     ]
+
+
+def test_serve_keeps_a_sighup_its_starter_ignored(tmp_path: Path) -> None:
+    """Under ``nohup`` (SIGHUP ignored) a closed terminal's SIGHUP stopped the gateway, where a
+    server run directly goes on; it is now ignored, and the end of input still stops it."""
+    config = write_config(tmp_path, {"d": demo("--tools", 1)})
+
+    def nohup() -> None:
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+    proc = subprocess.Popen(
+        [*GATEWAY, "serve", "--config", str(config)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=nohup,
+    )
+    try:
+        assert proc.stderr is not None and proc.stdin is not None
+        seen = []
+        while not any("[d] ready" in line for line in seen):
+            seen.append(proc.stderr.readline())
+            assert seen[-1], "".join(seen)
+        proc.send_signal(signal.SIGHUP)
+        while not any("SIGHUP ignored, as it was where prefixgate started" in line for line in seen):
+            seen.append(proc.stderr.readline())
+            assert seen[-1], "".join(seen)
+        proc.stdin.close()
+        assert proc.wait(timeout=60) == 0, "".join(seen) + proc.stderr.read()
+    finally:
+        proc.kill()

@@ -309,11 +309,17 @@ async def _stop_on_signals(processes: Callable[[], Sequence[Downstream]], signal
     that ignore EOF on stdin running; clients send SIGTERM a second after closing stdin.
     """
     draining = False
+    # SIGHUP ignored where prefixgate started (under nohup) is not a stop: a closed terminal
+    # stopped the gateway where a server run directly goes on. It still reloads ``serve --http``.
+    ignored = {signal.SIGHUP} if signal.getsignal(signal.SIGHUP) == signal.SIG_IGN else set()
     try:
         with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
             async for signum in signals:
                 if signum == signal.SIGHUP and signals_.hup is not None:
                     signals_.tasks.start_soon(signals_.hup)  # a SIGTERM meanwhile still stops at once
+                    continue
+                if signum in ignored:
+                    log.info("%s ignored, as it was where prefixgate started", signal.Signals(signum).name)
                     continue
                 name = signal.Signals(signum).name
                 if signals_.drain is not None and not draining:  # the first one over HTTP; the next stops
@@ -329,7 +335,7 @@ async def _stop_on_signals(processes: Callable[[], Sequence[Downstream]], signal
         # Leaving the receiver restores the default action; until the stop's own handlers
         # are set (after every server has stopped), a signal still exits with 128 + its number.
         for signum in STOP_SIGNALS:
-            signal.signal(signum, _exit_on_signal)
+            signal.signal(signum, signal.SIG_IGN if signum in ignored else _exit_on_signal)
 
 
 async def _drain_then_exit(

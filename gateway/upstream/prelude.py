@@ -449,4 +449,5 @@ def _stop_children_on_signals(children: dict[str, Spawned]) -> None:
         os._exit(128 + signum)
 
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, stop)
+        if signum != signal.SIGHUP or signal.getsignal(signum) != signal.SIG_IGN:  # (nohup's stays ignored)
+            signal.signal(signum, stop)
