@@ -154,6 +154,22 @@ async def test_artifacts_command_lists_reads_and_collects(tmp_path: Path) -> Non
     assert json.loads(run_cli("artifacts", "list", "--config", str(tight), "--json").stdout) == []
 
 
+async def test_artifacts_read_to_an_output_that_cannot_take_it_is_one_line(tmp_path: Path) -> None:
+    """``artifacts read ID > /dev/full`` (a full disk) or ``| head`` stopped on a traceback
+    (``OSError: [Errno 28] No space left on device`` from the copy, ``BrokenPipeError``)."""
+    config = write_config(tmp_path, {"d": demo()}, spill={"max_visible_bytes": 4096})
+    artifact = await _spill(config, "one", 50_000)
+    args = [*GATEWAY, "artifacts", "read", artifact, "--config", str(config)]
+    with open("/dev/full", "wb") as full:
+        proc = subprocess.run(args, stdout=full, stderr=subprocess.PIPE, text=True, timeout=60)
+    assert (proc.returncode, proc.stderr) == (1, "prefixgate: cannot write the output: No space left on device\n")
+    gone = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert gone.stdout is not None
+    gone.stdout.close()  # (before anything is written: the reader left)
+    _, stderr = gone.communicate(timeout=60)
+    assert (gone.returncode, stderr) == (1, "")
+
+
 def subprocess_bytes(*args: str) -> bytes:
     proc = subprocess.run([*GATEWAY, *args], capture_output=True, timeout=60)
     assert proc.returncode == 0, proc.stderr

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import sys
 from collections.abc import Callable
@@ -17,6 +18,7 @@ import anyio
 import anyio.to_thread
 
 from catalog.text import plural
+from gateway.commands.base import unwritable
 from gateway.config import Config
 from gateway.state.backend import state_store
 from gateway.state.store import StateStore, StoreUnavailable
@@ -108,13 +110,22 @@ async def _read(state: StateStore, artifact_id: str, offset: int, limit: int | N
                 chunk = store.read(artifact_id, position, min(length, 1 << 20))
                 if not chunk:
                     break
-                out.write(chunk)
+                _output(functools.partial(out.write, chunk))
                 position += len(chunk)
                 length -= len(chunk)
-            out.flush()
+            _output(out.flush)
         except ArtifactNotFound:
             sys.stderr.write(f"prefixgate: no artifact with id {artifact_id!r}\n")
             return 1
         return 0
 
     return await anyio.to_thread.run_sync(copy)
+
+
+def _output(action: Callable[[], object]) -> None:
+    """A write (or flush) of the artifact to stdout; one that fails (``> /dev/full``, ``| head``)
+    is the command's end in one line, as the text commands' output is (``base.unwritable``)."""
+    try:
+        action()
+    except OSError as exc:
+        raise unwritable(exc) from None

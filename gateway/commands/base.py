@@ -6,6 +6,10 @@ config and starts answering before anything heavy is imported (``gateway.upstrea
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import os
+
 from gateway.config import Config, ConfigError, find_config, load_config
 
 
@@ -15,6 +19,16 @@ class Exit(Exception):
     def __init__(self, code: int, message: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+def unwritable(exc: OSError) -> Exit:
+    """A failed write of the output (``> /dev/full``, a full disk; a pipe whose reader left, as
+    ``| head``): the command's end, one line (none for the pipe), not a traceback."""
+    with contextlib.suppress(OSError):  # what is still buffered goes nowhere: flushed at exit, it would fail again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+    if exc.errno == errno.EPIPE:
+        return Exit(1, "")
+    return Exit(1, f"prefixgate: cannot write the output: {exc.strerror or exc}")
 
 
 def load(path: str | None, profile: str | None = None) -> Config:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import errno
 import gc
 import os
 import sys
@@ -20,7 +19,7 @@ from typing import Any, TextIO, cast
 
 from gateway import __version__, logs
 from gateway.commands.arguments import doctor_arguments, login_arguments
-from gateway.commands.base import Exit, has_config, load
+from gateway.commands.base import Exit, has_config, load, unwritable
 from gateway.commands.eventloop import standard_fds_open
 from gateway.config import PROFILE_ENV, ConfigError, EnvironmentProfile, default_config
 
@@ -322,24 +321,16 @@ class _Output:
         try:
             return self._stream.write(text)
         except OSError as exc:
-            raise _unwritable(exc) from None
+            raise unwritable(exc) from None
 
     def flush(self) -> None:
         try:
             self._stream.flush()
         except OSError as exc:
-            raise _unwritable(exc) from None
+            raise unwritable(exc) from None
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
-
-
-def _unwritable(exc: OSError) -> Exit:
-    with contextlib.suppress(OSError):  # what is still buffered goes nowhere: flushed at exit, it would fail again
-        os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
-    if exc.errno == errno.EPIPE:
-        return Exit(1, "")
-    return Exit(1, f"prefixgate: cannot write the output: {exc.strerror or exc}")
 
 
 def _exiting(command: Callable[[], int]) -> int:
