@@ -48,10 +48,16 @@ def _served(tmp_path: Path, parser: str, *, rich: bool = False) -> Iterator[tupl
         yield served
 
 
-def test_the_parser_is_chosen_from_the_environment() -> None:
+def test_the_parser_is_chosen_from_the_environment(caplog: pytest.LogCaptureFixture) -> None:
     assert parser_name({}) == "httptools"  # a dependency: installed wherever the tests run
     assert parser_name({PARSER_ENV: "httptools"}) == "httptools"
     assert parser_name({PARSER_ENV: " H11 "}) == "h11"
+    assert not caplog.records
+    with caplog.at_level("WARNING", logger="prefixgate.http"):
+        assert parser_name({PARSER_ENV: "h2"}) == "httptools"  # (found by QA: taken unsaid)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{PARSER_ENV}='h2' is neither h11 nor httptools: using the default"
+    ]
     h11, httptools = ([base.__name__ for base in protocol_class(name).__mro__] for name in ("h11", "httptools"))
     assert {"H11Protocol", "HeadDeadline"} <= set(h11) and "BoundedHead" not in h11
     assert {"HttpToolsProtocol", "HeadDeadline", "BoundedHead"} <= set(httptools)

@@ -44,9 +44,13 @@ _REFUSAL = b"request head over %d bytes (request line and headers)" % MAX_HEAD
 
 
 def parser_name(environ: Mapping[str, str] = os.environ) -> str:
-    """``"httptools"`` unless ``PREFIXGATE_HTTP_PARSER=h11`` or it is not installed; else ``"h11"``."""
-    if environ.get(PARSER_ENV, "").strip().lower() == "h11":
+    """``"httptools"`` unless ``PREFIXGATE_HTTP_PARSER=h11`` or it is not installed; else
+    ``"h11"``. Another value is named in a warning (it was taken for httptools unsaid)."""
+    asked = environ.get(PARSER_ENV, "").strip().lower()
+    if asked == "h11":
         return "h11"
+    if asked not in ("", "httptools"):
+        log.warning("%s=%r is neither h11 nor httptools: using the default", PARSER_ENV, environ[PARSER_ENV])
     return "httptools" if importlib.util.find_spec("httptools") is not None else "h11"
 
 
