@@ -495,7 +495,13 @@ def test_ctrl_c_stops_doctor_with_130_and_no_traceback(tmp_path: Path) -> None:
     slow = {"command": PYTHON, "args": ["-m", "tests.gated_server", str(gates), PYTHON, *demo()["args"]], "cwd": root}
     config = write_config(tmp_path, {"slow": slow})
     proc = subprocess.Popen(
-        [*GATEWAY, "doctor", "--config", str(config)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [*GATEWAY, "doctor", "--config", str(config)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        # As at a terminal: a suite run as a background job has SIGINT ignored, and a command
+        # started so keeps ignoring it, as it should (a fresh-clone CI run failed so).
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         for _ in range(600):  # (the server started: its pid is written before its delay)
