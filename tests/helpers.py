@@ -516,3 +516,54 @@ def alive(pid: int) -> bool:
     except (OSError, IndexError):
         return False
     return state not in ("Z", "X")
+
+
+def stopped_while_a_server_starts(tmp_path: Path, command: str, signum: int) -> tuple[int, str]:
+    """``prefixgate COMMAND`` on a config whose one server takes 120 s to start, sent
+    ``signum`` once the server runs (SIGINT at its default, as at a terminal: a suite run as a
+    background job has it ignored, inherited, and the command rightly keeps ignoring it): its
+    exit status and stderr, once the server it started has gone too."""
+    import signal
+
+    gates = tmp_path / "gates"
+    gates.mkdir()
+    (gates / "delay").write_text("120")
+    root = str(Path(__file__).resolve().parent.parent)
+    slow = {"command": PYTHON, "args": ["-m", "tests.gated_server", str(gates), PYTHON, *demo()["args"]], "cwd": root}
+    config = write_config(tmp_path, {"slow": slow})
+    proc = subprocess.Popen(
+        [*GATEWAY, command, "--config", str(config)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        for _ in range(600):  # (the server started: its pid is written before its delay)
+            if (gates / "pid").exists() or proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        server = int((gates / "pid").read_text())
+        proc.send_signal(signum)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    for _ in range(100):
+        if not alive(server):
+            break
+        time.sleep(0.1)
+    assert not alive(server), f"server {server} still runs after {command} stopped"
+    return proc.returncode, stderr
+
+
+def assert_unwritable_output_is_one_line(args: list[str]) -> None:
+    """``args`` (a command) with its output ``> /dev/full`` (a full disk) ends with one line and
+    status 1, and with a pipe whose reader left (``| head``) with status 1 and nothing said."""
+    with open("/dev/full", "wb") as full:
+        proc = subprocess.run(args, stdout=full, stderr=subprocess.PIPE, text=True, timeout=60)
+    assert (proc.returncode, proc.stderr) == (1, "prefixgate: cannot write the output: No space left on device\n")
+    gone = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert gone.stdout is not None
+    gone.stdout.close()  # (before anything is written: the reader left)
+    _, stderr = gone.communicate(timeout=60)
+    assert (gone.returncode, stderr) == (1, "")

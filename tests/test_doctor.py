@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ from typing import Any
 import pytest
 
 from gateway.config import DEFAULT_MAX_CALL_TIME
-from tests.helpers import GATEWAY, PYTHON, alive, demo, run_cli, write_config
+from tests.helpers import GATEWAY, PYTHON, demo, run_cli, stopped_while_a_server_starts, write_config
 
 DOCTOR = [PYTHON, "-m", "gateway.commands.doctor"]
 
@@ -488,34 +487,5 @@ def test_a_failed_server_is_shown_with_its_informative_stderr_line(tmp_path: Pat
 def test_ctrl_c_stops_doctor_with_130_and_no_traceback(tmp_path: Path) -> None:
     """Ctrl-C while ``doctor`` waited for a slow server ended it by the signal with a
     ``KeyboardInterrupt`` traceback (``catalog`` exits 130 with none); the server is stopped too."""
-    gates = tmp_path / "gates"
-    gates.mkdir()
-    (gates / "delay").write_text("120")
-    root = str(Path(__file__).resolve().parent.parent)
-    slow = {"command": PYTHON, "args": ["-m", "tests.gated_server", str(gates), PYTHON, *demo()["args"]], "cwd": root}
-    config = write_config(tmp_path, {"slow": slow})
-    proc = subprocess.Popen(
-        [*GATEWAY, "doctor", "--config", str(config)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        # As at a terminal: a suite run as a background job has SIGINT ignored, and a command
-        # started so keeps ignoring it, as it should (a fresh-clone CI run failed so).
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
-    try:
-        for _ in range(600):  # (the server started: its pid is written before its delay)
-            if (gates / "pid").exists() or proc.poll() is not None:
-                break
-            time.sleep(0.1)
-        server = int((gates / "pid").read_text())
-        proc.send_signal(signal.SIGINT)
-        _, stderr = proc.communicate(timeout=60)
-    finally:
-        proc.kill()
-    assert proc.returncode == 130 and "Traceback" not in stderr, stderr
-    for _ in range(100):
-        if not alive(server):
-            break
-        time.sleep(0.1)
-    assert not alive(server)
+    code, stderr = stopped_while_a_server_starts(tmp_path, "doctor", signal.SIGINT)
+    assert code == 130 and "Traceback" not in stderr, stderr

@@ -10,12 +10,18 @@ import resource
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import GATEWAY, PYTHON, alive, demo, write_config
+from tests.helpers import (
+    GATEWAY,
+    PYTHON,
+    assert_unwritable_output_is_one_line,
+    demo,
+    stopped_while_a_server_starts,
+    write_config,
+)
 
 NO_HOME = """
 import pwd, sys
@@ -96,32 +102,9 @@ def test_a_stop_signal_ends_a_command_and_the_servers_it_started(
     """SIGTERM (a CI job's timeout) or SIGHUP (a closed terminal) while ``catalog`` or ``doctor``
     waited for a slow server killed the command at once and left the server running: it is in
     a session of its own, so the signal to the terminal's process group does not reach it."""
-    gates = tmp_path / "gates"
-    gates.mkdir()
-    (gates / "delay").write_text("120")
-    root = str(Path(__file__).resolve().parent.parent)
-    slow = {"command": PYTHON, "args": ["-m", "tests.gated_server", str(gates), PYTHON, *demo()["args"]], "cwd": root}
-    config = write_config(tmp_path, {"slow": slow})
-    proc = subprocess.Popen(
-        [*GATEWAY, command, "--config", str(config)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    try:
-        for _ in range(600):  # (the server started: its pid is written before its delay)
-            if (gates / "pid").exists() or proc.poll() is not None:
-                break
-            time.sleep(0.1)
-        server = int((gates / "pid").read_text())
-        proc.send_signal(signum)
-        _, stderr = proc.communicate(timeout=60)
-    finally:
-        proc.kill()
-    assert proc.returncode == 128 + signum, stderr
+    code, stderr = stopped_while_a_server_starts(tmp_path, command, signum)
+    assert code == 128 + signum, stderr
     assert stderr.splitlines()[-1] == f"prefixgate: stopped by {signum.name}" and "Traceback" not in stderr, stderr
-    for _ in range(100):
-        if not alive(server):
-            break
-        time.sleep(0.1)
-    assert not alive(server)
 
 
 @pytest.mark.parametrize("command", [["catalog", "--json"], ["doctor"]])
@@ -130,14 +113,7 @@ def test_output_that_cannot_be_written_is_one_line_not_a_traceback(tmp_path: Pat
     on a traceback (``OSError: [Errno 28] No space left on device``, ``BrokenPipeError``)."""
     config = write_config(tmp_path, {"d": demo("--tools", 300)})
     args = [*GATEWAY, *command, "--config", str(config), "--log-level", "error"]
-    with open("/dev/full", "w") as full:
-        proc = subprocess.run(args, stdout=full, stderr=subprocess.PIPE, text=True, timeout=60)
-    assert (proc.returncode, proc.stderr) == (1, "prefixgate: cannot write the output: No space left on device\n")
-    gone = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert gone.stdout is not None
-    gone.stdout.close()  # (before anything is written: the reader left)
-    _, stderr = gone.communicate(timeout=60)
-    assert (gone.returncode, stderr) == (1, "")
+    assert_unwritable_output_is_one_line(args)
 
 
 def test_serve_http_whose_stdout_cannot_be_written_serves_and_logs_its_url(tmp_path: Path) -> None:
