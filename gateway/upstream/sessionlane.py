@@ -41,7 +41,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
-from contextlib import suppress
+from contextlib import nullcontext, suppress
 from datetime import UTC, datetime
 from typing import Any
 
@@ -59,7 +59,7 @@ from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
 from gateway.fastpath import FAST_PATH_ENV
-from gateway.jsontext import parsed_aside
+from gateway.jsontext import PARSE_ASIDE_BYTES, parsed_aside
 from gateway.sdk import (
     close_request_stream,
     connection_of,
@@ -170,8 +170,10 @@ class SessionLane:
             return None
         try:
             # The transport's parser, for the same verdicts (a long body: its verdicts, yielding;
-            # the request holds its session meanwhile, as the transport holds it from the start).
-            with holding_session(transport):
+            # the request holds its session meanwhile, as the transport holds it from the start;
+            # a short one is parsed at once, and the call's own hold comes before any await).
+            long = len(body) >= PARSE_ASIDE_BYTES
+            with holding_session(transport) if long else nullcontext():
                 decoded = await parsed_aside(body, "a handshake-era POST body", sdk_parser=True)
         except ValueError:
             return None
