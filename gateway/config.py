@@ -393,7 +393,8 @@ def find_config(explicit: str | None, env: Mapping[str, str] | None = None) -> P
     local = Path("prefixgate.toml")
     if os.path.lexists(local):
         return local
-    xdg = _xdg(env, "XDG_CONFIG_HOME") or (str(home / ".config") if (home := _home()) is not None else None)
+    home = home_directory()
+    xdg = _xdg(env, "XDG_CONFIG_HOME") or (str(home / ".config") if home is not None else None)
     candidate = Path(xdg) / "prefixgate" / "config.toml" if xdg else None
     if candidate is not None and os.path.lexists(candidate):
         return candidate
@@ -452,7 +453,7 @@ def _xdg(env: Mapping[str, str], name: str) -> str | None:
     return value if value and os.path.isabs(value) else None
 
 
-def _home() -> Path | None:
+def home_directory() -> Path | None:
     """The user's home, None where there is none to find: ``$HOME`` unset (``env -i``, a
     systemd unit) for a user the password database does not list (a container's arbitrary
     uid). ``Path.home()`` raises then, and every command stopped on that traceback."""
@@ -516,7 +517,7 @@ def load_config(path: Path, env: Mapping[str, str] | None = None) -> Config:
     read = stamp(path)
     # (named by its bytes read as UTF-8: a name the locale cannot decode, any non-ASCII one
     # under LC_ALL=C PYTHONUTF8=0, was shown as Python holds it, 'cfg \udcc3\udcbc.toml')
-    shown = os.fsencode(path).decode("utf-8", "backslashreplace")
+    shown = path_text(path)
     try:
         text = text_of(read_user_file(path))
     except OSError as exc:
@@ -908,6 +909,15 @@ def _installed(package: str) -> bool:
         return False
 
 
+def path_text(path: Path) -> str:
+    """A path as text to show or record: its bytes read as UTF-8, a byte that is not one written
+    as an escape. Python holds a name its locale cannot decode (any non-ASCII name under
+    ``LC_ALL=C PYTHONUTF8=0``, a Latin-1 name under a UTF-8 locale) with lone surrogates, which
+    no UTF-8 text can carry (a history record with one failed, and ``serve`` with it): the same
+    file is the same text under every locale."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
 def local_path(text: str) -> Path:
     """A path the config names, as this process can hand it to the system: the config is UTF-8,
     and under an ASCII locale (``LC_ALL=C PYTHONUTF8=0``) Python encodes names as ASCII, so a
@@ -923,7 +933,8 @@ def local_path(text: str) -> Path:
 
 
 def default_state_dir(env: Mapping[str, str]) -> Path:
-    base = _xdg(env, "XDG_STATE_HOME") or (str(home / ".local" / "state") if (home := _home()) is not None else None)
+    home = home_directory()
+    base = _xdg(env, "XDG_STATE_HOME") or (str(home / ".local" / "state") if home is not None else None)
     if not base:
         raise ConfigError("gateway.state_dir", f"no default: $XDG_STATE_HOME is not set, {_NO_HOME}: set state_dir")
     return Path(base) / "prefixgate"

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gateway.config import path_text
 from gateway.state.journal import append_rotating, open_private_dir, read_private, tail_record
 
 MAX_BYTES = 256 * 1024
@@ -74,15 +75,6 @@ class EpochHistory:
 
 def _whole(fd: int, size: int) -> bytes:
     return os.pread(fd, min(size, 2 * MAX_BYTES), 0)
-
-
-def path_text(path: Path) -> str:
-    """A path as the text a record holds: its bytes read as UTF-8, a byte that is not one written
-    as an escape. Python holds a name its locale cannot decode (any non-ASCII name under
-    ``LC_ALL=C PYTHONUTF8=0``, a Latin-1 name under a UTF-8 locale) with lone surrogates, which
-    no UTF-8 line can carry: the record failed, and publishing with it, so ``serve`` stopped on a
-    traceback at its first epoch. The same file is the same text under every locale."""
-    return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
 def _records(data: bytes) -> list[dict[str, Any]]:

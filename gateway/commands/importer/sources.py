@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from catalog.text import escape
+from gateway.config import home_directory
 
 FORMATS = ("claude-desktop", "claude-code", "cursor", "vscode", "codex", "gemini")
 CLIENT_NAMES = {
@@ -226,14 +227,8 @@ def type_name(value: Any) -> str:
 
 
 def _home(env: Mapping[str, str]) -> Path | None:
-    """The user's home, None where there is none: ``$HOME`` unset for a user the password
-    database does not list (``env -i``, a container's uid), where ``Path.home()`` raises."""
-    if env.get("HOME"):
-        return Path(env["HOME"])
-    try:
-        return Path.home()
-    except (RuntimeError, KeyError):
-        return None
+    """The user's home: ``env``'s ``$HOME``, else ``home_directory`` (None where there is none)."""
+    return Path(env["HOME"]) if env.get("HOME") else home_directory()
 
 
 def _project_dir(fmt: str, path: Path, env: Mapping[str, str]) -> str | None:
