@@ -372,15 +372,20 @@ async def test_a_session_the_server_ended_is_replaced_at_once(tmp_path: Path, mo
     next liveness check (15 s); then the call that met the 404 failed, either with the 404's
     words or as "closed during the call" (whichever reached it first), and the next started
     a new session. The server did not run that call: it now goes again on the new session.
-    (The liveness check is pushed out of the way: it must not be what heals it.)"""
-    from tests.helpers import sdk_client, text
+    (The liveness check is pushed out of the way: it must not be what heals it.)
+    Calls go to a new connection from its handshake on, before its start has listed the
+    tools: each round waits for that, or the next round's expiry would end the session under
+    the start's own ``tools/list`` (a fresh-clone CI run failed so)."""
+    from tests.helpers import sdk_client, text, wait_for
 
     with url_process([PYTHON, "-m", "tests.classic_server", "--http", "--expiring"]) as (url, _):
         config = write_config(tmp_path, {"c": {"url": url, "protocol": "legacy"}})
         env = {"PREFIXGATE_LIVENESS_INTERVAL": "600"}
-        async with sdk_client(config, mode, env=env) as client:
+        log = tmp_path / "gateway.log"
+        async with sdk_client(config, mode, env=env, errlog=log) as client:
             with anyio.fail_after(60):
                 for round in range(2):
+                    await wait_for(lambda round=round: log.read_text().count("[c] ready:") == round + 1)
                     assert text(await client.call_tool("c__expire_session", {})) == "expired"
                     met = await client.call_tool("c__echo", {"text": f"lost {round}"})
                     assert not met.is_error and text(met) == f"classic:lost {round}", text(met)
