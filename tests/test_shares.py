@@ -4,6 +4,8 @@ tests/test_hardening_schema.py run them for real)."""
 
 from __future__ import annotations
 
+import asyncio
+
 import anyio
 import pytest
 
@@ -47,4 +49,31 @@ async def test_a_principal_with_nothing_held_or_waiting_is_forgotten() -> None:
         await shares.take("alice", object())  # cancelled while waiting
     assert len(shares) == 1
     shares.give("alice", borrower)
+    assert len(shares) == 0
+
+
+async def test_a_waiter_cancelled_as_it_is_handed_a_place_hands_it_on() -> None:
+    """A waiter given a place in the same turn as its cancellation gives it to the next one:
+    no place is lost, and the principal is forgotten once all are back."""
+    shares = Shares(1)
+    first = object()
+    assert shares.take_nowait("alice", first)
+    got: list[str] = []
+
+    async def wait(name: str) -> None:
+        borrower = object()
+        await shares.take("alice", borrower)
+        got.append(name)
+        shares.give("alice", borrower)
+
+    doomed = asyncio.ensure_future(wait("cancelled"))
+    await anyio.wait_all_tasks_blocked()
+    after = asyncio.ensure_future(wait("next"))
+    await anyio.wait_all_tasks_blocked()
+    assert not shares.take_nowait("alice", object())  # the queue is served first
+    shares.give("alice", first)  # handed to the first waiter...
+    doomed.cancel()  # ...cancelled before it runs: it hands the place on
+    await asyncio.wait([doomed, after])
+    assert doomed.cancelled()
+    assert got == ["next"]
     assert len(shares) == 0
