@@ -47,7 +47,9 @@ class Script:
         self.url = url
         self.out: list[tuple[str, Response]] = []
 
-    def post(self, label: str, body: Any, headers: dict[str, str] | None = None) -> dict[str, Any] | None:
+    def post(
+        self, label: str, body: Any, headers: dict[str, str] | list[tuple[str, str]] | None = None
+    ) -> dict[str, Any] | None:
         data = body if isinstance(body, bytes) else json.dumps(body).encode()
         response = self.http.post(self.url, content=data, headers=headers)
         kept = [(k, v) for k, v in response.headers.raw if k.lower() not in _SKIPPED]
@@ -140,6 +142,16 @@ def conversation(config: Path, lane: bool) -> tuple[list[tuple[str, Response]], 
             "JSON only",
             request(23, "tools/list", {"_meta": envelope()}),
             {**routing("tools/list"), "accept": "application/json"},
+        )
+        s.post(
+            "wildcard accept",
+            request(33, "tools/list", {"_meta": envelope()}),
+            {**routing("tools/list"), "accept": "*/*"},
+        )
+        s.post(
+            "routing header twice",
+            request(34, "tools/call", {"name": "demo__echo", "arguments": {"text": "x"}, "_meta": envelope()}),
+            [*routing("tools/call", "demo__echo").items(), (MCP_METHOD_HEADER, "tools/call")],
         )
         s.post("extra member", {**request(24, "tools/list", {"_meta": envelope()}), "x": 1}, routing("tools/list"))
         for request_id, cursor in ((30, None), (31, "page-2"), (32, 5)):  # no cursor is issued: only none is valid

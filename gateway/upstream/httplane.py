@@ -36,11 +36,13 @@ from mcp.shared.dispatcher import CallOptions
 from mcp.shared.exceptions import NoBackChannelError
 from mcp.shared.inbound import (
     ERROR_CODE_HTTP_STATUS,
+    MCP_METHOD_HEADER,
+    MCP_NAME_HEADER,
     MCP_PARAM_HEADER_PREFIX,
+    MCP_PROTOCOL_VERSION_HEADER,
     InboundLadderRejection,
     InboundModernRoute,
     classify_inbound_request,
-    find_duplicated_routing_header,
     validate_mcp_param_headers,
 )
 from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
@@ -113,6 +115,30 @@ def _sse(message: dict[str, Any]) -> bytes:
     return f"event: message\r\ndata: {_json(message)}\r\n\r\n".encode()
 
 
+_ROUTING_HEADERS = frozenset(name.lower() for name in (MCP_PROTOCOL_VERSION_HEADER, MCP_METHOD_HEADER, MCP_NAME_HEADER))
+"""The headers ``find_duplicated_routing_header`` refuses twice (lower case, as ASGI gives them)."""
+_ACCEPTS: dict[str, bool] = {}
+"""``check_accept_headers``' verdict (both JSON and event streams) per ``Accept`` value: a
+client sends the same one with every request."""
+MAX_ACCEPT_KEY = 512
+"""Longest ``Accept`` value remembered (with at most ``MAX_ACCEPTS`` of them): what a client's
+made-up values can make the gateway keep is bounded."""
+MAX_ACCEPTS = 64
+
+
+def _accepts_json_and_events(accept: str) -> bool:
+    """Whether ``check_accept_headers`` finds both JSON and event streams acceptable."""
+    verdict = _ACCEPTS.get(accept)
+    if verdict is None:
+        has_json, has_sse = check_accept_headers(cast(Request, _Headed({"accept": accept})))
+        verdict = has_json and has_sse
+        if len(accept) <= MAX_ACCEPT_KEY:
+            if len(_ACCEPTS) >= MAX_ACCEPTS:
+                _ACCEPTS.clear()
+            _ACCEPTS[accept] = verdict
+    return verdict
+
+
 class _Headed:
     """What the SDK's header checks read of a request (``validate_request``,
     ``check_accept_headers``: ``request.headers.get``), over headers decoded once."""
@@ -166,12 +192,25 @@ class Exchange:
         self._lock: asyncio.Lock | None = None
         self._last = time.monotonic()
         self._cancel_requested: anyio.Event | None = None
-        self.transport = TransportContext(kind="streamable-http", can_send_request=False, headers=request.headers)
-        self.message_metadata = ServerMessageMetadata(request_context=request)
+        self._request = request
+        self._transport: TransportContext | None = None
 
     # --- the DispatchContext contract --------------------------------------------------
 
     can_send_request = False
+
+    @property
+    def transport(self) -> TransportContext:
+        """Made when first read: a plain call never reads it."""
+        if self._transport is None:
+            self._transport = TransportContext(
+                kind="streamable-http", can_send_request=False, headers=self._request.headers
+            )
+        return self._transport
+
+    @property
+    def message_metadata(self) -> ServerMessageMetadata:
+        return ServerMessageMetadata(request_context=self._request)
 
     @property
     def cancel_requested(self) -> anyio.Event:
@@ -253,15 +292,17 @@ class ModernLane:
         The SDK's checks read its headers through starlette's ``Headers``, which decodes
         and scans every header on each lookup; they get the headers decoded once instead
         (``dict(headers)``: lower-case names, the first value of each, as ``Headers.get``)."""
-        pairs = [(key.decode("latin-1"), value.decode("latin-1")) for key, value in scope["headers"]]
         folded: dict[str, str] = {}
-        for key, value in pairs:
-            folded.setdefault(key, value)
+        for raw_key, raw_value in scope["headers"]:  # (ASGI header names are lower case)
+            key = raw_key.decode("latin-1")
+            if key not in folded:
+                folded[key] = raw_value.decode("latin-1")
+            elif key in _ROUTING_HEADERS:
+                return None  # a routing header given twice (``find_duplicated_routing_header``)
         headed = cast(Request, _Headed(folded))
         if await self.security.validate_request(headed, is_post=True) is not None:
             return None
-        has_json, has_sse = check_accept_headers(headed)
-        if not (has_json and has_sse):
+        if not _accepts_json_and_events(folded.get("accept", "")):
             return None
         try:
             decoded = await parsed_aside(body, "a 2026-07-28 POST body")
@@ -275,8 +316,6 @@ class ModernLane:
         if isinstance(request_id, bool) or not isinstance(request_id, int | str):
             return None
         if type(params) is not dict:
-            return None
-        if find_duplicated_routing_header(pairs) is not None:
             return None
         route = classify_inbound_request(decoded, headers=folded)
         if isinstance(route, InboundLadderRejection):
@@ -338,15 +377,16 @@ class ModernLane:
         pinger: asyncio.TimerHandle | asyncio.Task[None] | None = None
 
         def start_watching() -> None:
-            nonlocal watcher
+            nonlocal watcher, pinger
             watcher = loop.create_task(watch())
+            # (armed only now: most calls are answered before, and never pay for this timer)
+            pinger = loop.call_later(max(0.0, exchange.interval - WATCH_AFTER), start_pings)
 
         def start_pings() -> None:
             nonlocal pinger
             pinger = loop.create_task(exchange.pings())
 
         watcher = loop.call_later(WATCH_AFTER, start_watching)
-        pinger = loop.call_later(exchange.interval, start_pings)
         try:
             try:
                 message: dict[str, Any] = {
@@ -357,7 +397,8 @@ class ModernLane:
             except Exception as exc:  # noqa: BLE001 - the SDK's exception-to-wire boundary, mirrored
                 error = modern_error_data(exc).model_dump(by_alias=True, mode="json", exclude_none=True)
                 message = {"jsonrpc": "2.0", "id": claimed.request_id, "error": error}
-            pinger.cancel()
+            if pinger is not None:
+                pinger.cancel()
             await exchange.finish(message)
         except asyncio.CancelledError:
             if not gone:
@@ -365,7 +406,8 @@ class ModernLane:
             task.uncancel()  # the client closed the stream: this request is over, uvicorn's task is not
         finally:
             exchange.closed = True
-            pinger.cancel()
+            if pinger is not None:
+                pinger.cancel()
             watcher.cancel()
 
     async def _run(self, claimed: Claimed, dctx: Exchange) -> dict[str, Any]:
