@@ -248,6 +248,15 @@ def post_on_origin(client: Any, url: str, **kwargs: Any) -> Any:
     return stream_within_origin(client, "POST", url, **kwargs)
 
 
+def redirect_on_origin(response: Any) -> Any:
+    """The request following ``response``'s redirect when the SDK's transports and OAuth flow
+    follow it (same method, within the origin), else None
+    (``mcp.shared._httpx_utils.next_request_within_origin``, mcp 2.3.0)."""
+    from mcp.shared._httpx_utils import next_request_within_origin
+
+    return next_request_within_origin(response)
+
+
 def events_on_origin(client: Any, url: str, *, headers: dict[str, str], max_event_size: int | None) -> Any:
     """The SDK transport's ``GET`` of an event stream, redirects as above
     (``mcp.shared._httpx_utils.sse_within_origin``, mcp 2.3.0)."""

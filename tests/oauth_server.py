@@ -422,12 +422,13 @@ def evil_authorization_server(evil: str) -> Any:
     return app
 
 
-def resource_front(base: str, front: str, path: str) -> Any:
+def resource_front(base: str, front: str, path: str, moved: bool = False) -> Any:
     """The MCP server as most hosted ones are: the resource (``front``) on another origin than
     its authorization server (``base``, this process's own). ``path`` is proxied to the real
     endpoint; its protected-resource metadata names ``base`` as the authorization server; every
     other request (its own ``/token``, which does not exist) gets 404 and is appended, as its
-    path and form keys, to ``$OAUTH_FRONT_LOG`` when set."""
+    path and form keys, to ``$OAUTH_FRONT_LOG`` when set. ``moved``: the metadata's well-known
+    paths answer 307 to ``/moved`` + the path, on the same origin, which serves it."""
     import httpx2
 
     client = httpx2.AsyncClient(timeout=None)
@@ -437,7 +438,12 @@ def resource_front(base: str, front: str, path: str) -> Any:
         if scope["type"] != "http":
             return
         body = await read_body(receive)
-        if scope["path"].startswith("/.well-known/oauth-protected-resource"):
+        if moved and scope["path"].startswith("/.well-known/oauth-protected-resource"):
+            location = ("/moved" + scope["path"]).encode()
+            await send({"type": "http.response.start", "status": 307, "headers": [(b"location", location)]})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        if scope["path"].startswith("/moved" if moved else "/.well-known/oauth-protected-resource"):
             await send(
                 {"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]}
             )
@@ -500,6 +506,7 @@ def main() -> None:
         action="store_true",
         help="serve the MCP endpoint from another origin (printed), this one only its authorization server",
     )
+    p.add_argument("--front-moved", action="store_true", help="the front's metadata redirects (307) within its origin")
     args = p.parse_args()
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -627,7 +634,7 @@ def main() -> None:
         front_sock.bind(("127.0.0.1", 0))
         front_sock.listen(128)
         front = f"http://127.0.0.1:{front_sock.getsockname()[1]}"
-        front_app = resource_front(base, front, path)
+        front_app = resource_front(base, front, path, args.front_moved)
         servers.append((uvicorn.Server(uvicorn.Config(front_app, log_level="warning", lifespan="off")), front_sock))
         printed = front + path
     sys.stdout.write(printed + "\n")

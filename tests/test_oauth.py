@@ -721,14 +721,14 @@ async def test_a_new_process_refreshes_at_the_authorization_server_not_the_resou
 
 
 @contextmanager
-def fronted_with_tokens(tmp_path: Path, grant: str) -> Iterator[tuple[Path, dict[str, str], Path]]:
+def fronted_with_tokens(tmp_path: Path, grant: str, *extra: str) -> Iterator[tuple[Path, dict[str, str], Path]]:
     """The test server as a resource on its own origin (``--front``) with its authorization
     server on another, tokens lasting 2 s, and a config whose ``grant`` has stored tokens (a
     login, or a first run of the headless grant): yields the config, the environment its
     processes need, and the front's log of anything asked there but the MCP endpoint."""
     secret = "svc-secret-" + os.urandom(8).hex()
     front_log = tmp_path / "front.log"
-    args = ["--lifetime", "2", "--front", "--client-credentials", f"svc:{secret}"]
+    args = ["--lifetime", "2", "--front", "--client-credentials", f"svc:{secret}", *extra]
     with url_process(
         [PYTHON, SERVER, *args],
         env={"OAUTH_SERVER_LOG": str(tmp_path / "secrets.log"), "OAUTH_FRONT_LOG": str(front_log)},
@@ -1200,6 +1200,29 @@ async def test_a_token_file_from_before_discovery_was_stored_refreshes_at_the_au
             assert not result.is_error and text(result) == "hi", text(result)
         assert not front_log.exists(), front_log.read_text()  # nothing but the MCP endpoint was asked there
         assert "discovery" in json.loads(path.read_text())  # stored with the refreshed tokens
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_token_file_from_before_discovery_follows_a_metadata_redirect_within_the_origin(
+    tmp_path: Path, mode: str
+) -> None:
+    """The same file, the resource's metadata answering its well-known paths with a redirect
+    within its origin (a 307 to where it moved), which the SDK's own flow follows (the login
+    did): the discovery before the refresh did not, took the resource for a 2025-03-26 server,
+    refreshed at its origin and asked for a new login."""
+    import anyio
+
+    with fronted_with_tokens(tmp_path, "oauth", "--front-moved") as (config, env, front_log):
+        (path,) = token_files(config)
+        record = json.loads(path.read_text())
+        del record["discovery"]
+        path.write_text(json.dumps(record, sort_keys=True))
+        await anyio.sleep(2.5)  # expired: the next process refreshes before its first request
+        async with sdk_client(config, mode, env=env) as client:
+            result = await client.call_tool("remote__echo", {"text": "hi"})
+            assert not result.is_error and text(result) == "hi", text(result)
+        assert not front_log.exists(), front_log.read_text()  # nothing but the MCP endpoint was asked there
+        assert "discovery" in json.loads(path.read_text())
 
 
 async def test_a_token_file_from_before_discovery_was_stored_refreshes_there_after_a_refusal(tmp_path: Path) -> None:

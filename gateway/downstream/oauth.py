@@ -50,7 +50,7 @@ from gateway.downstream.bounded import decoded, encodings_taken
 from gateway.downstream.errors import leaf, short
 from gateway.downstream.oauthdiscovery import OriginDiscovery, undiscovered
 from gateway.downstream.proxies import EnvironmentRoutes
-from gateway.sdk import choose_authorization_server
+from gateway.sdk import choose_authorization_server, redirect_on_origin
 
 PLACEHOLDER_REDIRECT = "http://127.0.0.1/callback"
 """The redirect URI a gateway declares: it never receives a redirect (it never starts a flow)."""
@@ -62,6 +62,8 @@ OWN_TIMEOUT = env_number("PREFIXGATE_OAUTH_TIMEOUT", 30.0)
 """Seconds a request of serve's own flow may wait for each step (connect, send, each read):
 its answer is a few KiB, and every call that needs a token waits behind a refresh (the
 connection's own read timeout, 300 s, is meant for event streams)."""
+REDIRECTS_FOLLOWED = 5
+"""Redirects within its origin a discovery request follows (the SDK's own flow: ``_AUTH_REDIRECT_LIMIT``)."""
 OWN_REQUEST = "prefixgate_oauth_own"
 """The extension marking a request serve's own flow makes (a refresh, discovery): one that
 cannot reach its server is answered 503 by ``CappedAuthAnswers``, which says why in it."""
@@ -331,7 +333,13 @@ class _Guarded(httpx2.Auth):
         try:
             while (ask := discovery.ask()) is not None:
                 ask.extensions[OWN_REQUEST] = {}
-                await discovery.take((yield ask))
+                answer = yield ask
+                for _ in range(REDIRECTS_FOLLOWED):  # (within the origin only, as the SDK's own flow)
+                    if (follow := redirect_on_origin(answer)) is None:
+                        break
+                    follow.extensions[OWN_REQUEST] = {}
+                    answer = yield follow
+                await discovery.take(answer)
         except (OAuthFlowError, LoginNeeded, AnswerTooLarge) as exc:
             reason = f"its authorization flow failed ({short(exc)}); the next call tries again"
             if not isinstance(exc, LoginNeeded):  # (that one is noted where it is raised)
