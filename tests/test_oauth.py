@@ -174,6 +174,22 @@ def test_a_logout_removes_the_copy_of_the_tokens_a_killed_write_left(tmp_path: P
         assert list(oauth.iterdir()) == []
 
 
+def test_a_logout_of_a_token_file_it_cannot_remove_says_so_in_one_line(tmp_path: Path) -> None:
+    """A directory where the token file should be (a bad restore, a mistaken mkdir): logout
+    ended in a traceback (IsADirectoryError); it says what it could not remove, exit 1."""
+    from gateway.state.oauthtokens import TokenFile
+
+    url = "http://127.0.0.1:9/mcp"
+    config = write_config(tmp_path, {"remote": {"url": url, "auth": "oauth"}})
+    file = TokenFile(tmp_path / "state", "remote", url)
+    file.directory.mkdir(parents=True, mode=0o700)
+    file.path.mkdir()
+    proc = run_cli("logout", "remote", "--config", str(config))
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr == f"prefixgate: logout remote: cannot remove {file.label}: Is a directory\n", proc.stderr
+    assert file.path.is_dir()
+
+
 def marker_browser(tmp_path: Path) -> tuple[dict[str, str], Path]:
     """``$BROWSER`` that only records that it was started: serve must never start it."""
     marker = tmp_path / "browser-was-opened"

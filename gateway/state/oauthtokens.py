@@ -147,6 +147,8 @@ class TokenFile:
             return True
         except FileNotFoundError:
             return False
+        except OSError as exc:  # (a directory in its place, say: one line, not a traceback)
+            raise TokenFileError(f"cannot remove {self.label}: {exc.strerror or exc}") from None
         finally:
             os.close(dir_fd)
 
