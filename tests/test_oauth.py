@@ -20,6 +20,7 @@ from tests.helpers import (
     ERAS,
     PYTHON,
     catalog_json,
+    demo,
     gateway,
     run_cli,
     sdk_client,
@@ -282,6 +283,41 @@ def test_a_planted_symlink_or_group_writable_token_file_is_refused(tmp_path: Pat
         report = catalog_json(config)
         assert report["servers"][0]["status"] == "failed"
         assert "is a symlink" in report["servers"][0]["error"]
+
+
+@pytest.mark.parametrize("mode", ERAS)
+@pytest.mark.parametrize("damage", ["garbage", "mode"])
+async def test_a_token_file_refused_at_start_names_the_login_that_replaces_it(
+    tmp_path: Path, mode: str, damage: str
+) -> None:
+    """A token file damaged (or left writable by others) before the gateway starts: the server
+    is reported down with why, and the others serve. That reason named no fix, and the login
+    a user then ran met the same refusal and failed with it; the reason names the login, which
+    replaces the file (one line says so), and the running gateway takes its tokens."""
+    import anyio
+
+    with oauth_server(tmp_path) as url:
+        config = write_config(tmp_path, {"remote": {"url": url, "auth": "oauth"}, "local": demo()})
+        login(tmp_path, config)
+        (token_file,) = token_files(config)
+        if damage == "garbage":
+            token_file.write_text("{not json")
+        else:
+            token_file.chmod(0o666)
+        errlog = tmp_path / "gateway.log"
+        async with sdk_client(config, mode, errlog=errlog) as client:
+            refused = await client.call_tool("remote__echo", {"text": "before"})
+            assert refused.is_error and f"run {command(config)} to replace it" in text(refused), text(refused)
+            assert not (await client.call_tool("local__echo", {"text": "local"})).is_error
+            said = await anyio.to_thread.run_sync(lambda: login(tmp_path, config))
+            assert "; removed, this login replaces it" in said and "logged in to 'remote'" in said, said
+
+            async def served() -> bool:
+                return not (await client.call_tool("remote__echo", {"text": "after"})).is_error
+
+            await wait_for(served, 30)
+        assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+        assert_no_secret(tmp_path, errlog.read_text(), said)
 
 
 @pytest.mark.parametrize("mode", ERAS)

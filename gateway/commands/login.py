@@ -30,7 +30,7 @@ from gateway.downstream.connection import Downstream
 from gateway.downstream.oauth import Interactive, LoginNeeded
 from gateway.downstream.supervisor import Supervisor
 from gateway.engine.oauth import oauth_setup, token_file
-from gateway.state.oauthtokens import MAX_SCOPE_CHARS, TokenFileError, TokenStore
+from gateway.state.oauthtokens import MAX_SCOPE_CHARS, TokenFileError, TokenFileRefused, TokenStore
 
 MAX_REQUEST_BYTES = 16 << 10
 """The most of one redirect request the listener reads (a browser's GET with a code and state)."""
@@ -161,6 +161,23 @@ async def _fit_registration(config: Config, server: ServerConfig, redirect_uri: 
         await store.forget_client()
 
 
+async def _replace_refused(config: Config, server: ServerConfig) -> None:
+    """A token file refused for itself (not JSON, a symlink, writable by others) is removed
+    first, said in one line: this login replaces it (its connection would refuse it too).
+    One that cannot be removed, or a refused directory, fails the login with why."""
+    file = token_file(config, server)
+    try:
+        await TokenStore(file).load()
+    except TokenFileRefused as exc:
+        try:
+            file.remove()
+        except TokenFileError as why:
+            raise LoginFailed(str(why)) from None
+        sys.stderr.write(f"prefixgate: login {server.id}: {exc}; removed, this login replaces it\n")
+    except TokenFileError as exc:
+        raise LoginFailed(str(exc)) from None
+
+
 async def _held_scopes(config: Config, server: ServerConfig) -> str:
     """The scopes of the stored grant ("" when none or unreadable: the login reports that)."""
     try:
@@ -182,6 +199,7 @@ async def login(config: Config, args: argparse.Namespace) -> int:
 
 
 async def _login(config: Config, server: ServerConfig, args: argparse.Namespace) -> int:
+    await _replace_refused(config, server)
     port = server.redirect_port or await _registered_port(config, server)
     try:
         listener = await _listener(port)

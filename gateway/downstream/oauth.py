@@ -134,6 +134,9 @@ class OAuthSetup:
     removed: tuple[type[Exception], ...] = ()
     """The store's error for refreshed tokens it did not write, the file having been removed
     (a logout) while the refresh was on its way: they are not used either."""
+    unreadable: tuple[type[Exception], ...] = ()
+    """The store's error for a token file refused for itself (not JSON, a symlink, writable by
+    others; not its directory): its reason names the login that replaces it."""
 
 
 class Problems:
@@ -487,7 +490,17 @@ async def provider(config: ServerConfig, setup: OAuthSetup) -> httpx2.Auth:
     """
     assert config.url is not None and config.auth is not None
     store = setup.store_for(config)
-    await store.load()
+    try:
+        await store.load()
+    except setup.unreadable as exc:
+        if setup.interactive is not None:
+            raise
+        # The server's reason names what replaces the file: a login (which removes it first). The
+        # headless grant has no login: a logout removes the file, and its tokens come again.
+        fix = f"run {setup.login_command(config.id)} to replace it"
+        if config.auth == "client_credentials":
+            fix = fix.replace("prefixgate login ", "prefixgate logout ", 1).replace(" to replace it", " to remove it")
+        raise type(exc)(f"{exc}: {fix}") from None
     scope = " ".join(config.scopes) or None
     if config.auth == "client_credentials":
         assert config.client_id is not None and config.client_secret is not None

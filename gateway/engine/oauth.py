@@ -8,7 +8,7 @@ import shlex
 
 from gateway.config import Config, ServerConfig
 from gateway.downstream.oauth import Interactive, OAuthSetup
-from gateway.state.oauthtokens import TokenFile, TokenRefused, TokensRemoved, TokenStore
+from gateway.state.oauthtokens import TokenFile, TokenFileRefused, TokenRefused, TokensRemoved, TokenStore
 
 
 def token_file(config: Config, server: ServerConfig) -> TokenFile:
@@ -31,4 +31,5 @@ def oauth_setup(config: Config, interactive: Interactive | None = None) -> OAuth
         interactive=interactive,
         refusals=(TokenRefused,),
         removed=(TokensRemoved,),
+        unreadable=(TokenFileRefused,),
     )

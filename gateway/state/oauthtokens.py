@@ -51,6 +51,11 @@ class TokenFileError(OSError):
     """A token file or its directory failed verification; ``str()`` says which and why."""
 
 
+class TokenFileRefused(TokenFileError):
+    """The token file itself was refused (its content, kind, owner or mode), not its directory:
+    what a new ``login`` replaces; ``str()`` says which and why."""
+
+
 class TokensRemoved(TokenFileError):
     """The token file this store read is gone (``logout``): a refresh that was on its way is
     not written back; ``str()`` says so."""
@@ -78,14 +83,14 @@ class TokenFile:
             raise TokenFileError(str(exc).replace("directory", "token directory", 1)) from None
 
     def _refused(self, exc: OSError) -> TokenFileError:
-        return TokenFileError(why_not_opened(self.label, exc))
+        return TokenFileRefused(why_not_opened(self.label, exc))
 
     def read(self) -> dict[str, Any] | None:
         """The stored record, or None when there is none (or it is for another server/url).
 
         Raises TokenFileError when the directory or file fails verification or the
-        content is not a record of ours: the caller then treats the server as logged out
-        and says why.
+        content is not a record of ours (TokenFileRefused: the file's own fault): the caller
+        then treats the server as logged out and says why.
         """
         dir_fd = self._dir(create=False)
         if dir_fd is None:
@@ -102,18 +107,18 @@ class TokenFile:
             try:
                 info = check_private_file(fd, self.label)
             except JournalError as exc:
-                raise TokenFileError(str(exc)) from None
+                raise TokenFileRefused(str(exc)) from None
             if info.st_size > MAX_FILE_BYTES:
-                raise TokenFileError(f"{self.label} is larger than {MAX_FILE_BYTES} bytes")
+                raise TokenFileRefused(f"{self.label} is larger than {MAX_FILE_BYTES} bytes")
             data = os.pread(fd, MAX_FILE_BYTES + 1, 0)
         finally:
             os.close(fd)
         try:
             record = json.loads(data)
         except (ValueError, RecursionError):
-            raise TokenFileError(f"{self.label} is not valid JSON") from None
+            raise TokenFileRefused(f"{self.label} is not valid JSON") from None
         if not isinstance(record, dict) or record.get("version") != VERSION:
-            raise TokenFileError(f"{self.label} is not a version {VERSION} token record")
+            raise TokenFileRefused(f"{self.label} is not a version {VERSION} token record")
         if record.get("server") != self.server_id or record.get("url") != self.url:
             return None
         return record
