@@ -250,6 +250,22 @@ def with_token_redirect(app: Any, flag: str) -> Any:
     return wrapped
 
 
+def with_token_page(app: Any, flag: str) -> Any:
+    """The app, its token endpoint answering 200 with the content of the file ``flag`` (a
+    proxy's sign-in page, say: no token) while it exists."""
+
+    async def wrapped(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"] == "/token" and os.path.exists(flag):
+            with open(flag, "rb") as f:
+                page = f.read()
+            await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/html")]})
+            await send({"type": "http.response.body", "body": page})
+            return
+        await app(scope, receive, send)
+
+    return wrapped
+
+
 def with_token_hold(app: Any, flag: str) -> Any:
     """The app, a request to its token endpoint held while the file ``flag`` exists (``flag``
     + ``.held`` is created once one is held), then answered as usual."""
@@ -494,6 +510,7 @@ def main() -> None:
     p.add_argument("--metadata-outage", metavar="FILE", help="resource metadata answers 503 while FILE exists")
     p.add_argument("--token-redirect", metavar="FILE", help="/token answers 307 to the URL in FILE while it exists")
     p.add_argument("--hold-token", metavar="FILE", help="/token requests wait while FILE exists")
+    p.add_argument("--token-page", metavar="FILE", help="/token answers 200 with FILE's content while it exists")
     p.add_argument(
         "--hostile",
         metavar="FILE",
@@ -618,6 +635,8 @@ def main() -> None:
         app = with_token_redirect(app, args.token_redirect)
     if args.hold_token:
         app = with_token_hold(app, args.hold_token)
+    if args.token_page:
+        app = with_token_page(app, args.token_page)
     servers = []
     if args.hostile:
         evil_sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

@@ -824,6 +824,37 @@ async def test_a_token_endpoint_outage_is_named_as_one_and_the_next_call_refresh
 
 
 @pytest.mark.parametrize("mode", ERAS)
+async def test_a_refresh_answered_200_without_tokens_is_named_as_such_not_a_login(tmp_path: Path, mode: str) -> None:
+    """The token endpoint answering a refresh with 200 and no tokens (a proxy's sign-in page,
+    a broken JSON): the call read "needs a new login (the stored tokens were refused ...)",
+    though nothing refused them and the next call got through without one."""
+    import anyio
+
+    page = tmp_path / "page.html"
+    with oauth_server(tmp_path, "--lifetime", "2", "--token-page", str(page)) as url:
+        config = write_config(tmp_path, {"remote": {"url": url, "auth": "oauth"}})
+        login(tmp_path, config)
+        errlog = tmp_path / "gateway.log"
+        async with sdk_client(config, mode, errlog=errlog) as client:
+            assert not (await client.call_tool("remote__echo", {"text": "before"})).is_error
+            page.write_text("<html>sign in to the network</html>")
+            await anyio.sleep(2.2)  # expired: the next call refreshes first
+            failed = await client.call_tool("remote__echo", {"text": "page"})
+            said = text(failed)
+            assert failed.is_error and "needs a new login" not in said, said
+            assert said.endswith(
+                "its authorization server's token endpoint answered HTTP 200 without tokens (text/html);"
+                " the next call tries again"
+            ), said
+            page.unlink()
+            later = await client.call_tool("remote__echo", {"text": "later"})
+            assert not later.is_error and text(later) == "later", text(later)
+        log = errlog.read_text()
+        assert "Traceback" not in log and "connection lost" not in log, log
+        assert_no_secret(tmp_path, log, said)
+
+
+@pytest.mark.parametrize("mode", ERAS)
 async def test_an_authorization_server_out_of_reach_costs_the_call_not_the_connection(
     tmp_path: Path, mode: str
 ) -> None:

@@ -265,7 +265,8 @@ class _Guarded(httpx2.Auth):
                         met.unreached = own["unreached"]
                     too_large = own.get("too large")
                 early = None
-                if _is_refresh(outgoing):
+                refresh = _is_refresh(outgoing)
+                if refresh:
                     met.refresh_status = response.status_code
                     follow = response.next_request  # (the SDK's flow follows one only within the origin)
                     met.redirected = _where(follow.url) if follow is not None else None
@@ -294,6 +295,9 @@ class _Guarded(httpx2.Auth):
                     if too_large is not None:
                         raise AnswerTooLarge(too_large)  # (refused by its declared length, unread)
                     outgoing = await flow.asend(response)
+                    if refresh and response.status_code == 200 and self.inner.context.current_tokens is None:
+                        # (the SDK clears its tokens when a refresh's answer holds none it can take)
+                        met.no_tokens_in = response.headers.get("content-type") or "no content type"
                 except LoginNeeded:
                     if not followed and self._refresh_refused() and await self._written_meanwhile():
                         # Another process (a second gateway on the same state) refreshed first,
@@ -388,6 +392,8 @@ class _Met:
     """Which server of its own requests could not be reached, and why."""
     redirected: str | None = None
     """Where its refresh's answer redirected to, not followed (another origin, or a POST made a GET)."""
+    no_tokens_in: str | None = None
+    """The content type of its refresh's 200 answer that held no tokens (a proxy's page, say)."""
 
 
 _MET: ContextVar[_Met] = ContextVar("prefixgate_oauth_met")
@@ -563,6 +569,12 @@ async def provider(config: ServerConfig, setup: OAuthSetup) -> httpx2.Auth:
             reason = (
                 f"its authorization server's token endpoint answered HTTP {met.refresh_status}, a redirect to"
                 f" {met.redirected}, not followed; the next call tries again"
+            )
+        elif met.no_tokens_in is not None:
+            # Not a refusal either (the refresh token was not refused): no new login would help.
+            reason = (
+                "its authorization server's token endpoint answered HTTP 200 without tokens"
+                f" ({escape(met.no_tokens_in[:100])}); the next call tries again"
             )
         elif (status := met.refresh_status) is not None and (status >= 500 or status == 429):
             # The token endpoint is down or busy, not refusing: no new login would help.
