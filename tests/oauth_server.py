@@ -250,6 +250,28 @@ def with_token_redirect(app: Any, flag: str) -> Any:
     return wrapped
 
 
+def with_open_listing(app: Any, provider: ApprovingProvider) -> Any:
+    """The app, every request but a ``tools/call`` served without a token (as if presented one
+    of this server's own): its tools listed to anyone, called only with a login."""
+    listing = "listing-" + secrets.token_urlsafe(8)
+    provider.access[listing] = AccessToken(token=listing, client_id="anyone", scopes=provider.scopes)
+
+    async def wrapped(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or any(k.lower() == b"authorization" for k, _ in scope["headers"]):
+            await app(scope, receive, send)
+            return
+        body = await read_body(receive)
+        try:
+            request = json.loads(body) if body else None
+        except ValueError:
+            request = None
+        if not (isinstance(request, dict) and request.get("method") == "tools/call"):
+            scope = {**scope, "headers": [*scope["headers"], (b"authorization", f"Bearer {listing}".encode())]}
+        await app(scope, replaying(body, receive), send)
+
+    return wrapped
+
+
 def with_token_page(app: Any, flag: str) -> Any:
     """The app, its token endpoint answering 200 with the content of the file ``flag`` (a
     proxy's sign-in page, say: no token) while it exists."""
@@ -510,6 +532,7 @@ def main() -> None:
     p.add_argument("--metadata-outage", metavar="FILE", help="resource metadata answers 503 while FILE exists")
     p.add_argument("--token-redirect", metavar="FILE", help="/token answers 307 to the URL in FILE while it exists")
     p.add_argument("--hold-token", metavar="FILE", help="/token requests wait while FILE exists")
+    p.add_argument("--open-listing", action="store_true", help="only tools/call needs a token")
     p.add_argument("--token-page", metavar="FILE", help="/token answers 200 with FILE's content while it exists")
     p.add_argument(
         "--hostile",
@@ -635,6 +658,8 @@ def main() -> None:
         app = with_token_redirect(app, args.token_redirect)
     if args.hold_token:
         app = with_token_hold(app, args.hold_token)
+    if args.open_listing:
+        app = with_open_listing(app, provider)
     if args.token_page:
         app = with_token_page(app, args.token_page)
     servers = []

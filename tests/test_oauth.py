@@ -597,6 +597,25 @@ def test_the_example_configs_oauth_tables_are_valid(tmp_path: Path) -> None:
     assert (ci.auth, ci.client_id, ci.client_secret) == ("client_credentials", "svc-ci", "s2")
 
 
+@pytest.mark.parametrize("mode", ERAS)
+async def test_login_of_a_server_that_lists_its_tools_to_anyone_asks_for_the_login_its_calls_need(
+    tmp_path: Path, mode: str
+) -> None:
+    """A server that serves initialize and tools/list without a token and refuses a call
+    without one (publishing its protected-resource metadata): the gateway said "not logged in:
+    run prefixgate login ...", and that login, whose connection got through without a 401,
+    said "asked for no login (nothing stored)", so no call of the server could ever be made.
+    The login starts the flow as a call's 401 would."""
+    with oauth_server(tmp_path, "--open-listing") as url:
+        config = write_config(tmp_path, {"remote": {"url": url, "auth": "oauth"}})
+        said = login(tmp_path, config)
+        assert "logged in to 'remote' (scopes: mcp:read)" in said, said
+        async with sdk_client(config, mode) as client:
+            result = await client.call_tool("remote__echo", {"text": "called"})
+            assert not result.is_error and text(result) == "called", text(result)
+        assert_no_secret(tmp_path, said)
+
+
 def test_login_of_a_server_that_asks_for_none_stores_nothing(tmp_path: Path) -> None:
     from tests.helpers import GATEWAY
 

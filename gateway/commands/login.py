@@ -21,13 +21,17 @@ import webbrowser
 from urllib.parse import parse_qs, urlencode, urlparse, urlunparse
 
 import anyio
+import httpx2
 from anyio.abc import SocketStream
+from mcp.client.auth import OAuthFlowError
+from mcp.client.auth.utils import build_protected_resource_metadata_discovery_urls, handle_protected_resource_response
 from mcp.shared.auth import AuthorizationCodeResult
 
 from catalog.text import escape
 from gateway.config import Config, ServerConfig
 from gateway.downstream.connection import Downstream
-from gateway.downstream.oauth import Interactive, LoginNeeded
+from gateway.downstream.errors import short
+from gateway.downstream.oauth import OWN_TIMEOUT, CappedAuthAnswers, Interactive, LoginNeeded, OAuthSetup, provider
 from gateway.downstream.supervisor import Supervisor
 from gateway.engine.oauth import oauth_setup, token_file
 from gateway.state.oauthtokens import MAX_SCOPE_CHARS, TokenFileError, TokenFileRefused, TokenStore
@@ -178,6 +182,30 @@ async def _replace_refused(config: Config, server: ServerConfig) -> None:
         raise LoginFailed(str(exc)) from None
 
 
+async def _login_asked_for(server: ServerConfig, setup: OAuthSetup) -> None:
+    """The flow, started as a 401 would start it, for a server that served the connection
+    without a token (it lists its tools to anyone, and refuses a call without one) but
+    publishes protected-resource metadata (RFC 9728): it does want a login. Nothing else is
+    sent to the server; a server that publishes none is left as it is."""
+    assert server.url is not None
+    async with httpx2.AsyncClient(transport=CappedAuthAnswers(server.url), timeout=OWN_TIMEOUT) as http:
+        for url in build_protected_resource_metadata_discovery_urls(None, server.url):
+            if await handle_protected_resource_response(await http.get(url)) is not None:
+                break
+        else:
+            return
+        auth = await provider(server, setup)  # (interactive: the SDK's provider, this login's handlers)
+        call = httpx2.Request("POST", server.url)
+        flow = auth.async_auth_flow(call)
+        try:
+            sent = await flow.__anext__()
+            answer = httpx2.Response(401, request=sent)  # (not sent: what the server answers a call without a token)
+            while (sent := await flow.asend(answer)) is not call:
+                answer = await http.send(sent)
+        finally:
+            await flow.aclose()
+
+
 async def _held_scopes(config: Config, server: ServerConfig) -> str:
     """The scopes of the stored grant ("" when none or unreadable: the login reports that)."""
     try:
@@ -210,6 +238,7 @@ async def _login(config: Config, server: ServerConfig, args: argparse.Namespace)
     bound = listener.extra(anyio.abc.SocketAttribute.local_port)
     redirect_uri = f"http://127.0.0.1:{bound}/callback"
     callback = Callback()
+    failed: str | None = None
     # A new login never narrows the grant: a step-up asks for what is held plus the wider scope.
     held = await _held_scopes(config, server)
     scopes = [s for group in (held, *server.scopes, *args.scope) for s in group.split()]
@@ -242,7 +271,16 @@ async def _login(config: Config, server: ServerConfig, args: argparse.Namespace)
         tg.start_soon(functools.partial(Supervisor(downstream).run, supervise=False))
         await downstream.settled.wait()
         downstream.stop()
+        if downstream.status == "ready" and await TokenStore(token_file(config, server)).get_tokens() is None:
+            try:
+                await _login_asked_for(patient, setup)
+            except LoginNeeded as exc:
+                failed = callback.error or str(exc)
+            except (OAuthFlowError, ValueError, httpx2.HTTPError) as exc:
+                failed = f"its authorization flow failed ({short(exc)})"
         tg.cancel_scope.cancel()
+    if failed is not None:
+        raise LoginFailed(failed)
     if downstream.status != "ready":
         raise LoginFailed(callback.error or downstream.error or downstream.status)
     tokens = await TokenStore(token_file(config, server)).get_tokens()
