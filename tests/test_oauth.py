@@ -616,6 +616,26 @@ async def test_login_of_a_server_that_lists_its_tools_to_anyone_asks_for_the_log
         assert_no_secret(tmp_path, said)
 
 
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_login_reaches_a_gateway_connected_without_a_token(tmp_path: Path, mode: str) -> None:
+    """The same server under a gateway started before the login: its connection needed no
+    token, so it stayed up and was never made again, and every call kept failing with "not
+    logged in" after the login. The next request after the token file appears takes it."""
+    import anyio
+
+    with oauth_server(tmp_path, "--open-listing") as url:
+        config = write_config(tmp_path, {"remote": {"url": url, "auth": "oauth"}})
+        errlog = tmp_path / "gateway.log"
+        async with sdk_client(config, mode, errlog=errlog) as client:
+            refused = await client.call_tool("remote__echo", {"text": "before"})
+            assert refused.is_error and f"not logged in: run {command(config)}" in text(refused), text(refused)
+            said = await anyio.to_thread.run_sync(lambda: login(tmp_path, config))
+            assert "logged in to 'remote'" in said, said
+            result = await client.call_tool("remote__echo", {"text": "after"})
+            assert not result.is_error and text(result) == "after", text(result)
+        assert_no_secret(tmp_path, errlog.read_text())
+
+
 def test_login_of_a_server_that_asks_for_none_stores_nothing(tmp_path: Path) -> None:
     from tests.helpers import GATEWAY
 

@@ -172,11 +172,36 @@ class _Unauthenticated(httpx2.Auth):
     demand); a 401 fails the connection with the ``prefixgate login`` command. Nothing is
     discovered or registered: that is ``login``'s work, not the gateway's."""
 
-    def __init__(self, server_id: str, setup: OAuthSetup) -> None:
-        self.server_id = server_id
+    def __init__(self, config: ServerConfig, setup: OAuthSetup, store: Store) -> None:
+        self.server_id = config.id
+        self.config = config
         self.setup = setup
+        self.store = store
+        self.seen = store.fingerprint()
+        self.inner: httpx2.Auth | None = None
+        """The provider of a login made since (in another process), once its file is seen: a
+        server that lists its tools without a token stays connected, and would have refused
+        every call for as long as the connection lasted."""
 
     async def async_auth_flow(self, request: httpx2.Request) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
+        if self.inner is None and self.store.fingerprint() != self.seen:
+            self.seen = self.store.fingerprint()
+            try:
+                found = await provider(self.config, self.setup)
+            except OSError as exc:  # (a file refused: as without it, until a login writes it whole)
+                log.warning("[%s] %s", self.server_id, exc)
+            else:
+                self.inner = None if isinstance(found, _Unauthenticated) else found
+        if self.inner is not None:
+            flow = self.inner.async_auth_flow(request)
+            try:
+                outgoing = await flow.__anext__()
+                while True:
+                    outgoing = await flow.asend((yield outgoing))
+            except StopAsyncIteration:
+                return
+            finally:
+                await flow.aclose()
         response = yield request
         if response.status_code == 401:
             self.setup.problems.note(self.server_id, f"not logged in: run {self.setup.login_command(self.server_id)}")
@@ -531,7 +556,7 @@ async def provider(config: ServerConfig, setup: OAuthSetup) -> httpx2.Auth:
         return _Guarded(headless, bound, setup, config.id)
     interactive = setup.interactive
     if interactive is None and await store.get_tokens() is None:
-        return _Unauthenticated(config.id, setup)
+        return _Unauthenticated(config, setup, store)
     redirect_uri = interactive.redirect_uri if interactive else PLACEHOLDER_REDIRECT
     fixed = None
     if config.client_id is not None:
