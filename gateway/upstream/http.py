@@ -345,30 +345,59 @@ class Front:
         counted = scope["method"] == "POST" and not await _opens_a_stream(body)
         if counted:
             self.in_flight += 1
-        place = None
+        place: tuple[str, object] | bool = False
         try:
             if counted:
-                place = await self._place(scope, body)
+                place = await self._place(scope, body, receive)
+                if place is False:
+                    return  # its client went away while it waited its turn: nobody to answer
             await self._serve(endpoint, scope, body, headers, receive, send)
         finally:
-            if place is not None:
+            if isinstance(place, tuple):
                 self.shares.give(*place)
             if counted:
                 self.in_flight -= 1
                 if not self.in_flight and self._quiet is not None:
                     self._quiet.set()
 
-    async def _place(self, scope: Scope, body: bytes) -> tuple[str, object] | None:
-        """One of the request's principal's places (``REQUESTS_PER_PRINCIPAL``), or None for a
+    async def _place(self, scope: Scope, body: bytes, receive: Receive) -> tuple[str, object] | bool:
+        """One of the request's principal's places (``REQUESTS_PER_PRINCIPAL``); True for a
         message that never waits: an answer or a notification, which a call of the same
-        principal may be waiting for (a server's question, a cancellation)."""
+        principal may be waiting for (a server's question, a cancellation); False when the
+        client went away while its request waited.
+
+        A request whose client is gone is not served when its turn comes: nobody is left to
+        read its answer (a 2026-07-28 call would be cancelled as it started, after reaching
+        its server), and the requests behind it would wait for it as well. Its whole body is
+        read, so the next message ``receive`` gives is the disconnect; watched only while waiting."""
         owner, borrower = principal_of_scope(scope), object()
         if self.shares.take_nowait(owner, borrower):
             return owner, borrower
         if not await _is_request(body):
-            return None
+            return True
         log.debug("principal %s has %d requests being answered: the next waits its turn", owner, self.shares.size)
-        await self.shares.take(owner, borrower)
+        task = asyncio.current_task()
+        assert task is not None
+        gone = False
+
+        async def watch() -> None:
+            nonlocal gone
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            gone = True
+            task.cancel()
+
+        watcher = asyncio.get_running_loop().create_task(watch())
+        try:
+            await self.shares.take(owner, borrower)  # (a place handed to it as it is cancelled is handed on)
+        except asyncio.CancelledError:
+            if not gone:
+                raise
+            task.uncancel()
+            log.debug("a client went away while its request waited its turn: not served")
+            return False
+        finally:
+            watcher.cancel()
         return owner, borrower
 
     async def quiet(self) -> None:
