@@ -207,6 +207,31 @@ async def test_a_body_announced_over_the_limit_gets_413_before_it_arrives(tmp_pa
             assert text(await client.call_tool("d__echo", {"text": "up"})) == "up"
 
 
+async def test_a_chunked_body_past_the_limit_gets_413_as_it_passes_it(tmp_path: Path) -> None:
+    """No length announced: refused once what came is over the limit (4 MiB), not at the body
+    deadline, and the connection is freed."""
+    config = write_config(tmp_path, {"d": demo("--tools", 1)})
+    with http_gateway(config, env={"PREFIXGATE_HTTP_BODY_TIMEOUT": "30"}) as (url, _):
+        parts = urlsplit(url)
+        assert parts.hostname is not None and parts.port is not None
+        piece = b"x" * 65536
+        with socket.create_connection((parts.hostname, parts.port), timeout=30) as sock:
+            sock.sendall(
+                f"POST /mcp HTTP/1.1\r\nHost: {parts.netloc}\r\nContent-Type: application/json\r\n"
+                "Accept: application/json, text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n".encode()
+            )
+            with contextlib.suppress(OSError):  # (the gateway may close before all of it is sent)
+                for _ in range(4 * 16 + 1):
+                    sock.sendall(b"%x\r\n%s\r\n" % (len(piece), piece))
+            received = b""
+            while chunk := sock.recv(65536):  # ends when the gateway closes the connection
+                received += chunk
+        assert received.startswith(b"HTTP/1.1 413"), received[:200]
+        assert b"request body too large" in received
+        async with sdk_client(url, "legacy") as client:  # still serving
+            assert text(await client.call_tool("d__echo", {"text": "up"})) == "up"
+
+
 @pytest.mark.parametrize("mode", ERAS)
 async def test_a_client_that_goes_away_mid_body_is_no_error(tmp_path: Path, mode: str) -> None:
     """Its request goes nowhere and the log says so at debug level, once each: no ERROR, no

@@ -523,8 +523,7 @@ class Front:
                 chunk = message.get("body", b"")
                 size += len(chunk)
                 if size > self.max_size:
-                    await _plain(send, 413, "request body too large")
-                    return None
+                    break
                 chunks.append(chunk)
                 if not message.get("more_body", False):
                     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
@@ -534,6 +533,12 @@ class Front:
             task.uncancel()
         finally:
             timer.cancel()
+        # Refused only now, the deadline's timer off: it cannot cut the refusal short, nor a
+        # 408 follow a 413 that was being written.
+        if not expired:
+            del chunks
+            await _plain(send, 413, "request body too large")
+            return None
         log.info("request body not received within %g s: 408", self.timeout)
         await _plain(send, 408, f"request body not received within {self.timeout:g} s")
         return None
