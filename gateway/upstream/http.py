@@ -51,6 +51,7 @@ from gateway.engine.shares import Shares
 from gateway.jsontext import parsed_aside, scrub_escapes
 from gateway.sdk import envelope_refused_in_one_line, handled_post, lifespan_state
 from gateway.upstream.coalesce import coalescing_protocol, send_whole
+from gateway.upstream.departures import Departure
 from gateway.upstream.events import RETRY_MS, SESSION_HEADER, BoundedEventStore, marked
 from gateway.upstream.heads import parser_name
 from gateway.upstream.health import PATHS as HEALTH_PATHS
@@ -376,28 +377,17 @@ class Front:
         if not await _is_request(body):
             return True
         log.debug("principal %s has %d requests being answered: the next waits its turn", owner, self.shares.size)
-        task = asyncio.current_task()
-        assert task is not None
-        gone = False
-
-        async def watch() -> None:
-            nonlocal gone
-            while (await receive())["type"] != "http.disconnect":
-                pass
-            gone = True
-            task.cancel()
-
-        watcher = asyncio.get_running_loop().create_task(watch())
+        departure = Departure(receive)
+        departure.watch()
         try:
             await self.shares.take(owner, borrower)  # (a place handed to it as it is cancelled is handed on)
         except asyncio.CancelledError:
-            if not gone:
+            if not departure.caught():
                 raise
-            task.uncancel()
             log.debug("a client went away while its request waited its turn: not served")
             return False
         finally:
-            watcher.cancel()
+            departure.stop()
         return owner, borrower
 
     async def quiet(self) -> None:

@@ -54,6 +54,7 @@ from starlette.types import Receive, Scope, Send
 from gateway.fastpath import FAST_PATH_ENV
 from gateway.jsontext import parsed_aside
 from gateway.sdk import modern_error_data
+from gateway.upstream.departures import Departure
 from gateway.upstream.fast import (
     answer_directly,
     envelope_connection,
@@ -360,25 +361,13 @@ class ModernLane:
     async def answer(self, claimed: Claimed, scope: Scope, receive: Receive, send: Send) -> None:
         """Run the handler in this task; a disconnect cancels it, as closing the stream does in the SDK."""
         exchange = Exchange(send, claimed.request, claimed.request_id, progress_token_from_params(claimed.params))
-        task = asyncio.current_task()
-        assert task is not None
-        gone = False
-
-        async def watch() -> None:
-            nonlocal gone
-            while (await receive())["type"] != "http.disconnect":
-                pass
-            if not exchange.closed:
-                gone = True
-                task.cancel()
-
+        departure = Departure(receive, lambda: not exchange.closed)
         loop = asyncio.get_running_loop()
-        watcher: asyncio.TimerHandle | asyncio.Task[None]
         pinger: asyncio.TimerHandle | asyncio.Task[None] | None = None
 
         def start_watching() -> None:
-            nonlocal watcher, pinger
-            watcher = loop.create_task(watch())
+            nonlocal pinger
+            departure.watch()
             # (armed only now: most calls are answered before, and never pay for this timer)
             pinger = loop.call_later(max(0.0, exchange.interval - WATCH_AFTER), start_pings)
 
@@ -401,14 +390,14 @@ class ModernLane:
                 pinger.cancel()
             await exchange.finish(message)
         except asyncio.CancelledError:
-            if not gone:
+            if not departure.caught():  # (the client closed the stream: this request is over)
                 raise
-            task.uncancel()  # the client closed the stream: this request is over, uvicorn's task is not
         finally:
             exchange.closed = True
             if pinger is not None:
                 pinger.cancel()
             watcher.cancel()
+            departure.stop()
 
     async def _run(self, claimed: Claimed, dctx: Exchange) -> dict[str, Any]:
         connection = envelope_connection(claimed.route, claimed.meta)

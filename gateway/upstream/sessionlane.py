@@ -71,6 +71,7 @@ from gateway.sdk import (
 )
 from gateway.shapes import plain_call_params
 from gateway.upstream.coalesce import send_whole
+from gateway.upstream.departures import disconnected
 from gateway.upstream.fast import answer_directly, meta_key, valid_call
 from gateway.upstream.server import Handlers
 
@@ -224,8 +225,7 @@ class SessionLane:
 
         async def watch() -> None:
             nonlocal gone
-            while (await receive())["type"] != "http.disconnect":
-                pass
+            await disconnected(receive)
             gone = True
             with suppress(anyio.WouldBlock, anyio.BrokenResourceError, anyio.ClosedResourceError):
                 feed.send_nowait(_GONE)  # else the writer is busy and sees ``gone`` after its event
