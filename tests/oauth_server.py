@@ -235,6 +235,26 @@ def with_metadata_outage(app: Any, flag: str) -> Any:
     return wrapped
 
 
+def with_metadata_too_large(app: Any, flag: str) -> Any:
+    """The app, its protected-resource metadata answering 2 MiB (over the gateway's 1 MiB cap
+    on such answers) while the file ``flag`` exists."""
+
+    async def wrapped(scope: Any, receive: Any, send: Any) -> None:
+        if (
+            scope["type"] == "http"
+            and scope["path"].startswith("/.well-known/oauth-protected-resource")
+            and os.path.exists(flag)
+        ):
+            body = b" " * (2 << 20)
+            headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
+            return
+        await app(scope, receive, send)
+
+    return wrapped
+
+
 def with_token_redirect(app: Any, flag: str) -> Any:
     """The app, its token endpoint answering 307 to the URL in the file ``flag`` while it exists."""
 
@@ -530,6 +550,7 @@ def main() -> None:
     p.add_argument("--gzip-metadata", action="store_true", help="the same 5 MB, gzip-encoded (5 KB on the wire)")
     p.add_argument("--outages", action="store_true", help="tool 'token_outage' makes /token answer 503 a while")
     p.add_argument("--metadata-outage", metavar="FILE", help="resource metadata answers 503 while FILE exists")
+    p.add_argument("--metadata-too-large", metavar="FILE", help="resource metadata answers 2 MiB while FILE exists")
     p.add_argument("--token-redirect", metavar="FILE", help="/token answers 307 to the URL in FILE while it exists")
     p.add_argument("--hold-token", metavar="FILE", help="/token requests wait while FILE exists")
     p.add_argument("--open-listing", action="store_true", help="only tools/call needs a token")
@@ -654,6 +675,8 @@ def main() -> None:
         app = with_slow_discovery(app, args.slow_discovery)
     if args.metadata_outage:
         app = with_metadata_outage(app, args.metadata_outage)
+    if args.metadata_too_large:
+        app = with_metadata_too_large(app, args.metadata_too_large)
     if args.token_redirect:
         app = with_token_redirect(app, args.token_redirect)
     if args.hold_token:

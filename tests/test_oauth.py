@@ -1347,6 +1347,34 @@ async def test_a_token_file_from_before_discovery_follows_a_metadata_redirect_wi
         assert "discovery" in json.loads(path.read_text())
 
 
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_token_file_from_before_discovery_names_why_its_discovery_got_no_answer(
+    tmp_path: Path, mode: str
+) -> None:
+    """The same file, the resource's metadata answering over the 1 MiB cap on such answers
+    when the refresh is due: the call's reason read "Protected resource metadata request
+    failed: HTTP 503", the stand-in for an answer refused, not what the server did."""
+    import anyio
+
+    huge = tmp_path / "metadata-too-large"
+    with oauth_server(tmp_path, "--lifetime", "2", "--metadata-too-large", str(huge)) as url:
+        config = write_config(tmp_path, {"remote": {"url": url, "auth": "oauth"}})
+        login(tmp_path, config)
+        (path,) = token_files(config)
+        record = json.loads(path.read_text())
+        del record["discovery"]
+        path.write_text(json.dumps(record, sort_keys=True))
+        huge.touch()
+        await anyio.sleep(2.5)  # expired: the next process refreshes before its first request
+        errlog = tmp_path / "gateway.log"
+        async with sdk_client(config, mode, errlog=errlog) as client:
+            failed = await client.call_tool("remote__echo", {"text": "hi"})
+            said = text(failed)
+            assert failed.is_error and "Protected resource metadata request failed: the answer of " in said, said
+            assert "bytes, over 1024 KiB; refused" in said and "HTTP 503" not in said, said
+        assert "Traceback" not in errlog.read_text()
+
+
 async def test_a_token_file_from_before_discovery_was_stored_refreshes_there_after_a_refusal(tmp_path: Path) -> None:
     """The same file with its access token still good by its expiry but dropped by the server
     (a restart, a revocation): the refresh once after the 401 went to the resource's origin too."""

@@ -364,14 +364,15 @@ class _Guarded(httpx2.Auth):
         discovery = OriginDiscovery(self.inner)
         try:
             while (ask := discovery.ask()) is not None:
-                ask.extensions[OWN_REQUEST] = {}
+                own: dict[str, str] = {}
+                ask.extensions[OWN_REQUEST] = own
                 answer = yield ask
                 for _ in range(REDIRECTS_FOLLOWED):  # (within the origin only, as the SDK's own flow)
                     if (follow := redirect_on_origin(answer)) is None:
                         break
-                    follow.extensions[OWN_REQUEST] = {}
+                    own = follow.extensions[OWN_REQUEST] = {}
                     answer = yield follow
-                await discovery.take(answer)
+                await discovery.take(answer, own.get("unreached") or own.get("too large"))
         except (OAuthFlowError, LoginNeeded, AnswerTooLarge) as exc:
             reason = f"its authorization flow failed ({short(exc)}); the next call tries again"
             if not isinstance(exc, LoginNeeded):  # (that one is noted where it is raised)

@@ -51,6 +51,8 @@ class OriginDiscovery:
         self._resource_urls = build_protected_resource_metadata_discovery_urls(None, auth.context.server_url)
         self._metadata_urls: list[str] | None = None
         self._failed: int | None = None
+        self._why: str | None = None
+        """Why the failed request failed, when no server said (``take``'s ``unanswered``)."""
 
     def ask(self) -> httpx2.Request | None:
         """The next request to send; None when done (raise OAuthFlowError when the provider
@@ -61,7 +63,8 @@ class OriginDiscovery:
                 return create_oauth_metadata_request(self._resource_urls.pop(0))
             if context.auth_server_url is None:
                 if self._failed is not None:
-                    raise OAuthFlowError(f"Protected resource metadata request failed: HTTP {self._failed}")
+                    why = self._why or f"HTTP {self._failed}"
+                    raise OAuthFlowError(f"Protected resource metadata request failed: {why}")
                 return None  # no metadata published: a 2025-03-26 server, its own authorization server
             self._metadata_urls = build_oauth_authorization_server_metadata_discovery_urls(
                 context.auth_server_url, context.server_url
@@ -70,14 +73,17 @@ class OriginDiscovery:
             return None
         if self._metadata_urls:
             return create_oauth_metadata_request(self._metadata_urls.pop(0))
-        raise OAuthFlowError(f"the metadata of its authorization server {context.auth_server_url} could not be read")
+        why = f" ({self._why})" if self._why else ""
+        server = context.auth_server_url
+        raise OAuthFlowError(f"the metadata of its authorization server {server} could not be read{why}")
 
-    async def take(self, response: httpx2.Response) -> None:
-        """The answer to the last request :meth:`ask` gave."""
+    async def take(self, response: httpx2.Response, unanswered: str | None = None) -> None:
+        """The answer to the last request :meth:`ask` gave; ``unanswered``: why its server gave
+        none (unreachable, or its answer too large), which the 503 standing in for it means."""
         context = self.auth.context
         if self._metadata_urls is None:
             if response.status_code >= 500 or response.status_code == 429:
-                self._failed = response.status_code
+                self._failed, self._why = response.status_code, unanswered
             found = await handle_protected_resource_response(response)
             if found is None:
                 return
@@ -93,6 +99,7 @@ class OriginDiscovery:
         ok, metadata = await handle_auth_metadata_response(response)
         if not ok:
             self._metadata_urls = []
+            self._why = unanswered
         elif metadata is not None:
             assert context.auth_server_url is not None
             validate_metadata_issuer(metadata, context.auth_server_url)
