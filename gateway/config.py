@@ -18,7 +18,6 @@ import errno
 import importlib.util
 import ipaddress
 import logging
-import math
 import os
 import re
 import tomllib
@@ -26,7 +25,7 @@ import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal, TypeVar, get_args
 
 from catalog.names import DEFAULT_ENTRY, PROFILES, Profile
 from catalog.policy import ClientPolicy, Mode
@@ -405,41 +404,36 @@ def find_config(explicit: str | None, env: Mapping[str, str] | None = None) -> P
     )
 
 
+_Knob = TypeVar("_Knob", int, float)
+
+
 def env_number(name: str, default: float) -> float:
     """The ``PREFIXGATE_*`` knob ``name`` (seconds), read where its module is imported. A value
     that is not a positive number (``30s``, ``-1``) is logged and the default used: ``float()``
     of it stopped ``serve`` on a ValueError traceback as the module was imported."""
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not value > 0:  # (nan too)
-        _knob_refused(name, raw, "a positive number of seconds", default)
-        return default
-    return value
+    return _knob(name, default, float, "a positive number of seconds")
 
 
 def env_count(name: str, default: int) -> int:
     """The ``PREFIXGATE_*`` knob ``name`` (a count), as ``env_number``: a whole number >= 1."""
+    return _knob(name, default, int, "a whole number >= 1")
+
+
+def _knob(name: str, default: _Knob, parse: Callable[[str], _Knob], expected: str) -> _Knob:
+    """``parse`` of the variable ``name`` if it gives a value above 0 (not NaN), else ``default``
+    (unset or empty: quietly; anything else: logged as not ``expected``)."""
     raw = os.environ.get(name, "").strip()
     if not raw:
         return default
     try:
-        value = int(raw)
+        value = parse(raw)
     except ValueError:
-        value = 0
-    if value < 1:
-        _knob_refused(name, raw, "a whole number >= 1", default)
+        value = None
+    if value is None or not value > 0:  # (NaN too)
+        shown = f"{default:g}" if isinstance(default, float) else str(default)
+        logging.getLogger("prefixgate").warning("%s=%r is not %s: the default %s is used", name, raw, expected, shown)
         return default
     return value
-
-
-def _knob_refused(name: str, raw: str, expected: str, default: float) -> None:
-    shown = f"{default:g}" if isinstance(default, float) else str(default)
-    logging.getLogger("prefixgate").warning("%s=%r is not %s: the default %s is used", name, raw, expected, shown)
 
 
 _NO_HOME = "$HOME is not set and this user has no home directory"
