@@ -76,6 +76,16 @@ def token_files(config: Path) -> list[Path]:
     return sorted((config.parent / "state" / "oauth").glob("*.json"))
 
 
+def without_discovery(config: Path) -> Path:
+    """The config's one token file made as an older prefixgate wrote it: without the discovery
+    stored beside its tokens (where they came from). Returns its path."""
+    (path,) = token_files(config)
+    record = json.loads(path.read_text())
+    del record["discovery"]
+    path.write_text(json.dumps(record, sort_keys=True))
+    return path
+
+
 def assert_no_secret(tmp_path: Path, *outputs: str) -> None:
     issued = secrets(tmp_path)
     assert issued, "the server issued nothing"
@@ -1312,10 +1322,7 @@ async def test_a_token_file_from_before_discovery_was_stored_refreshes_at_the_au
     import anyio
 
     with fronted_with_tokens(tmp_path, grant) as (config, env, front_log):
-        (path,) = token_files(config)
-        record = json.loads(path.read_text())
-        del record["discovery"]
-        path.write_text(json.dumps(record, sort_keys=True))
+        path = without_discovery(config)
         await anyio.sleep(2.5)  # expired: the next process refreshes before its first request
         async with sdk_client(config, "auto", env=env) as client:
             result = await client.call_tool("remote__echo", {"text": "hi"})
@@ -1335,10 +1342,7 @@ async def test_a_token_file_from_before_discovery_follows_a_metadata_redirect_wi
     import anyio
 
     with fronted_with_tokens(tmp_path, "oauth", "--front-moved") as (config, env, front_log):
-        (path,) = token_files(config)
-        record = json.loads(path.read_text())
-        del record["discovery"]
-        path.write_text(json.dumps(record, sort_keys=True))
+        path = without_discovery(config)
         await anyio.sleep(2.5)  # expired: the next process refreshes before its first request
         async with sdk_client(config, mode, env=env) as client:
             result = await client.call_tool("remote__echo", {"text": "hi"})
@@ -1360,10 +1364,7 @@ async def test_a_token_file_from_before_discovery_names_why_its_discovery_got_no
     with oauth_server(tmp_path, "--lifetime", "2", "--metadata-too-large", str(huge)) as url:
         config = write_config(tmp_path, {"remote": {"url": url, "auth": "oauth"}})
         login(tmp_path, config)
-        (path,) = token_files(config)
-        record = json.loads(path.read_text())
-        del record["discovery"]
-        path.write_text(json.dumps(record, sort_keys=True))
+        without_discovery(config)
         huge.touch()
         await anyio.sleep(2.5)  # expired: the next process refreshes before its first request
         errlog = tmp_path / "gateway.log"
@@ -1384,10 +1385,7 @@ async def test_a_token_file_from_before_discovery_was_stored_refreshes_there_aft
     with url_process([PYTHON, SERVER, *args], env=env) as (url, _):
         config = write_config(tmp_path, {"remote": {"url": url, "auth": "oauth"}})
         login(tmp_path, config)
-        (path,) = token_files(config)
-        record = json.loads(path.read_text())
-        del record["discovery"]
-        path.write_text(json.dumps(record, sort_keys=True))
+        without_discovery(config)
         async with sdk_client(config, "auto") as client:
             assert text(await client.call_tool("remote__revoke", {})) == "revoked"
             result = await client.call_tool("remote__echo", {"text": "hi"})
