@@ -371,3 +371,19 @@ def test_a_tools_list_whose_envelope_is_malformed_is_refused_as_any_list(tmp_pat
         assert refused[0] == 400 and b'"code":-32602' in refused[2], (label, refused)
         assert refused[2] == reference[2], label
     assert steps["tools/list"][0] == 200 and b'"tools":[' in steps["tools/list"][2]
+
+
+def test_the_remembered_accept_verdicts_stay_bounded_whatever_a_client_sends() -> None:
+    """Each client sends one ``Accept`` with every request, so its verdict is remembered; one
+    varying it on every request, or sending a huge one, keeps at most ``MAX_ACCEPTS`` short
+    values, and every verdict is still the SDK's."""
+    from gateway.upstream import httplane
+
+    httplane._ACCEPTS.clear()
+    for n in range(3 * httplane.MAX_ACCEPTS):
+        assert httplane._accepts_json_and_events(f"application/json;q=0.{n}, text/event-stream")
+        assert len(httplane._ACCEPTS) <= httplane.MAX_ACCEPTS
+    huge = "text/event-stream, " + "x/y, " * 200 + "application/json"
+    assert httplane._accepts_json_and_events(huge) and huge not in httplane._ACCEPTS
+    assert not httplane._accepts_json_and_events("application/json")  # (no event streams)
+    assert httplane._accepts_json_and_events("*/*")
