@@ -41,6 +41,9 @@ from mcp.server.auth.settings import AuthSettings, ClientRegistrationOptions
 from mcp.server.mcpserver import MCPServer
 from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 
+PRESENTED = "refresh_token presented"
+"""The log's kind for a refresh token presented at ``/token`` (not a secret issued)."""
+
 
 def _record(kind: str, value: str | None) -> None:
     path = os.environ.get("OAUTH_SERVER_LOG")
@@ -115,6 +118,7 @@ class ApprovingProvider:
         return self._issue(code.client_id, code.scopes, code.resource)
 
     async def load_refresh_token(self, client: OAuthClientInformationFull, refresh_token: str) -> RefreshToken | None:
+        _record(PRESENTED, refresh_token)  # (each refresh, refused or not: tests count them)
         found = self.refresh.get(refresh_token)
         return found if found is not None and found.client_id == client.client_id else None
 

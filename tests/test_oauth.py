@@ -29,6 +29,7 @@ from tests.helpers import (
     wait_for,
     write_config,
 )
+from tests.oauth_server import PRESENTED
 
 pytestmark = pytest.mark.anyio
 
@@ -57,9 +58,19 @@ def browser(tmp_path: Path) -> dict[str, str]:
 
 
 def secrets(tmp_path: Path) -> list[str]:
+    """Every secret the server issued, in order."""
+    return [value for kind, value in _logged(tmp_path) if kind != PRESENTED]
+
+
+def presented(tmp_path: Path) -> list[str]:
+    """Every refresh token presented at the server's ``/token``, in order (refused ones too)."""
+    return [value for kind, value in _logged(tmp_path) if kind == PRESENTED]
+
+
+def _logged(tmp_path: Path) -> list[tuple[str, str]]:
     log = tmp_path / "secrets.log"
     lines = log.read_text().splitlines() if log.exists() else []
-    return [json.loads(line)["value"] for line in lines]
+    return [(entry["kind"], entry["value"]) for entry in map(json.loads, lines)]
 
 
 def login(tmp_path: Path, config: Path, server: str = "remote", *extra: str) -> str:
@@ -590,6 +601,31 @@ async def test_a_token_the_server_dropped_is_refreshed_once_and_the_call_goes_th
             assert refused.is_error and "needs a new login" in text(refused), text(refused)
             assert command(config) in text(refused)
             assert len(secrets(tmp_path)) == issued + 2  # the refused refresh issued nothing
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_refused_refresh_token_is_not_sent_again_until_a_new_login(tmp_path: Path, mode: str) -> None:
+    """A refresh token the authorization server refused (revoked, expired) was sent again by
+    every later call, each of which then waited ``FOLLOW_WAIT`` (2 s) for another process's
+    tokens before failing. The first call still waits once; later ones fail at once with the
+    same reason, the refused token not sent; a new login's tokens are taken as they come."""
+    with oauth_server(tmp_path, "--revocable") as url:
+        config = write_config(tmp_path, {"remote": {"url": url, "auth": "oauth"}})
+        login(tmp_path, config)
+        async with sdk_client(config, mode) as client:
+            assert not (await client.call_tool("remote__whoami", {})).is_error
+            assert text(await client.call_tool("remote__revoke", {"everything": True})) == "revoked"
+            first = await client.call_tool("remote__echo", {"text": "one"})
+            assert first.is_error and "needs a new login" in text(first), text(first)
+            refused = presented(tmp_path)
+            assert len(refused) == 1, refused
+            for attempt in ("two", "three"):
+                again = await client.call_tool("remote__echo", {"text": attempt})
+                assert again.is_error and text(again) == text(first), text(again)
+            assert presented(tmp_path) == refused  # not sent again
+            login(tmp_path, config)
+            result = await client.call_tool("remote__echo", {"text": "after login"})
+            assert not result.is_error and text(result) == "after login", text(result)
 
 
 def test_the_example_configs_oauth_tables_are_valid(tmp_path: Path) -> None:

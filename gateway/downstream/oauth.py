@@ -57,7 +57,8 @@ PLACEHOLDER_REDIRECT = "http://127.0.0.1/callback"
 MAX_EARLY = 60.0
 """At most this many seconds before its expiry is a token refreshed."""
 FOLLOW_WAIT = 2.0
-"""Seconds a refused refresh waits for another process's fresh tokens in the file."""
+"""Seconds a refused refresh waits for another process's fresh tokens in the file (once per
+token file: see ``_Guarded.refused``)."""
 OWN_TIMEOUT = env_number("PREFIXGATE_OAUTH_TIMEOUT", 30.0)
 """Seconds a request of serve's own flow may wait for each step (connect, send, each read):
 its answer is a few KiB, and every call that needs a token waits behind a refresh (the
@@ -71,6 +72,10 @@ cannot reach its server is answered 503 by ``CappedAuthAnswers``, which says why
 
 class LoginNeeded(Exception):
     """The server needs ``prefixgate login`` (again); ``str()`` is the reason with the command."""
+
+
+class RefreshRefused(LoginNeeded):
+    """The stored tokens were refused and so was their refresh: only a new login helps."""
 
 
 class _ExpectedStop(logging.Filter):
@@ -223,6 +228,11 @@ class _Guarded(httpx2.Auth):
         self.server_id = server_id
         self.seen = bound.store.fingerprint()
         self.refusals: tuple[type[Exception], ...] = (AnswerTooLarge, *setup.refusals)
+        self.refused: tuple[object, str] | None = None
+        """The token file's fingerprint when its refresh token was refused and no other process
+        wrote the file within ``FOLLOW_WAIT``, and the reason that call failed with. Until the
+        file changes (a new login), a call that would refresh fails at once with that reason:
+        the refused refresh token is not sent again, and no call waits ``FOLLOW_WAIT`` again."""
 
     async def _follow_the_file(self) -> None:
         """Another process changed the token file (``login`` with a wider scope, ``logout``):
@@ -272,6 +282,13 @@ class _Guarded(httpx2.Auth):
             early = yield request
             if early.status_code not in (401, 403):
                 return
+        if self.refused is not None and (early is None or early.status_code == 401):
+            if self.refused[0] == self.bound.store.fingerprint():
+                self.setup.problems.note(self.server_id, self.refused[1])
+                if early is None:
+                    yield request  # (without a token: refused, and that refusal is the answer)
+                return  # (else the refusal of the token held is the answer)
+            self.refused = None  # a new login (or a logout): its tokens are tried as any
         flow = self.inner.async_auth_flow(request)
         followed = False
         try:
@@ -323,17 +340,20 @@ class _Guarded(httpx2.Auth):
                     if refresh and response.status_code == 200 and self.inner.context.current_tokens is None:
                         # (the SDK clears its tokens when a refresh's answer holds none it can take)
                         met.no_tokens_in = response.headers.get("content-type") or "no content type"
-                except LoginNeeded:
-                    if not followed and self._refresh_refused() and await self._written_meanwhile():
-                        # Another process (a second gateway on the same state) refreshed first,
-                        # and the authorization server, rotating refresh tokens, refused ours:
-                        # its tokens are in the file now. Once, with those.
-                        followed = refreshed = True
-                        await flow.aclose()
-                        await self._follow_the_file()
-                        flow = self.inner.async_auth_flow(request)
-                        outgoing = await flow.__anext__()
-                        continue
+                except LoginNeeded as exc:
+                    if not followed and self._refresh_refused():
+                        if await self._written_meanwhile():
+                            # Another process (a second gateway on the same state) refreshed
+                            # first, and the authorization server, rotating refresh tokens,
+                            # refused ours: its tokens are in the file now. Once, with those.
+                            followed = refreshed = True
+                            await flow.aclose()
+                            await self._follow_the_file()
+                            flow = self.inner.async_auth_flow(request)
+                            outgoing = await flow.__anext__()
+                            continue
+                        if isinstance(exc, RefreshRefused):
+                            self.refused = (self.bound.store.fingerprint(), str(exc))
                     yield request  # as sent: refused again, and that refusal is the answer
                     return
                 except OAuthFlowError as exc:
@@ -582,6 +602,7 @@ async def provider(config: ServerConfig, setup: OAuthSetup) -> httpx2.Auth:
         have = (granted.scope or "").split() if granted else []
         extra = [s for s in wanted if s not in have]
         command = setup.login_command(config.id)
+        needed: type[LoginNeeded] = LoginNeeded
         if extra:
             reason = (
                 f'needs a wider grant (scope {" ".join(extra)}; step-up): run {command} --scope "{" ".join(extra)}"'
@@ -607,8 +628,9 @@ async def provider(config: ServerConfig, setup: OAuthSetup) -> httpx2.Auth:
             reason = f"its authorization server's token endpoint answered HTTP {status}; the next call tries again"
         else:
             reason = f"needs a new login (the stored tokens were refused and could not be refreshed): run {command}"
+            needed = RefreshRefused
         setup.problems.note(config.id, reason)
-        raise LoginNeeded(reason)
+        raise needed(reason)
 
     async def no_callback() -> AuthorizationCodeResult:  # pragma: no cover - no_browser raised first
         raise LoginNeeded(f"run {setup.login_command(config.id)}")
