@@ -682,6 +682,27 @@ async def test_a_login_reaches_a_gateway_connected_without_a_token(tmp_path: Pat
         assert_no_secret(tmp_path, errlog.read_text())
 
 
+def test_doctor_tells_a_server_whose_calls_want_a_login_from_one_that_wants_none(tmp_path: Path) -> None:
+    """``doctor`` said "not logged in, and the server asked for no login" (info) of a server
+    that lists its tools to anyone but refuses a call without a token, whose calls could
+    then never be made. Its protected-resource metadata tells the two apart."""
+    from tests.helpers import GATEWAY
+
+    with (
+        oauth_server(tmp_path, "--open-listing") as url,
+        url_process([*GATEWAY, "demo-server", "--transport", "http", "--tools", "1"]) as (open_url, _proc),
+    ):
+        config = write_config(
+            tmp_path, {"remote": {"url": url, "auth": "oauth"}, "open": {"url": open_url, "auth": "oauth"}}
+        )
+        doctor = run_cli("doctor", "--config", str(config))
+    lines = [line for line in doctor.stdout.splitlines() if "not logged in" in line]
+    wants = "remote: not logged in: the server lists its tools to anyone, but publishes OAuth metadata"
+    assert any(wants in line and f"run {command(config)}" in line for line in lines), doctor.stdout
+    assert any("open: not logged in, and the server asked for no login" in line for line in lines), doctor.stdout
+    assert len(lines) == 2, doctor.stdout
+
+
 def test_login_of_a_server_that_asks_for_none_stores_nothing(tmp_path: Path) -> None:
     from tests.helpers import GATEWAY
 

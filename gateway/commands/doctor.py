@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import anyio
+import httpx2
 
 from catalog.diff import name_changes
 from catalog.lock import LockError
@@ -58,6 +59,7 @@ from gateway.commands.eventloop import run_until_stopped
 from gateway.commands.startup import Exit, discover, running
 from gateway.commands.toml_writer import toml_string
 from gateway.config import Config, ConfigError, GatewayConfig, ServerConfig, find_config, load_config
+from gateway.downstream.oauth import publishes_resource_metadata
 from gateway.downstream.stderrtail import shown
 from gateway.engine.epoch import Epoch
 from gateway.engine.lockfile import lock_path, read_lock
@@ -460,7 +462,7 @@ def _when(epoch: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(epoch))
 
 
-def check_auth(report: Report, config: Config, first: Round) -> None:
+async def check_auth(report: Report, config: Config, first: Round) -> None:
     """Each remote server with ``auth``: logged in or not, until when, which scopes, and the
     command that fixes it. Read from the token file; never a token or secret value."""
     entries = []
@@ -496,10 +498,25 @@ def check_auth(report: Report, config: Config, first: Round) -> None:
             entry["logged_in"] = tokens is not None
             continue
         if not tokens:
-            if server.id in ready:
-                report.add("auth", "info", f"{server.id}: not logged in, and the server asked for no login")
-            else:
+            if server.id not in ready:
                 report.add("auth", "warn", f"{server.id}: not logged in: run {fix}")
+                continue
+            # Served without a token: a server that lists its tools to anyone may still refuse
+            # its calls without one, which its protected-resource metadata tells.
+            try:
+                wanted: bool | None = await publishes_resource_metadata(server.url)
+            except (httpx2.HTTPError, ValueError):
+                wanted = None
+            if wanted:
+                report.add(
+                    "auth",
+                    "warn",
+                    f"{server.id}: not logged in: the server lists its tools to anyone, but publishes OAuth "
+                    f"metadata (its calls need a login): run {fix}",
+                )
+            else:
+                unknown = " (its OAuth metadata could not be read)" if wanted is None else ""
+                report.add("auth", "info", f"{server.id}: not logged in, and the server asked for no login{unknown}")
             continue
         expires = record.get("expires_at")
         scopes = tokens.scope
@@ -868,7 +885,7 @@ async def diagnose(config: Config, report: Report) -> None:
     report.data["discovery_ms"] = [first.discovery_ms, second.discovery_ms]
     report.data["warm_record"] = second.warm
     check_servers(report, first)
-    check_auth(report, config, first)
+    await check_auth(report, config, first)
     check_tools(report, first)
     check_policy(report, config, first)
     check_wrapped_names(report, config, first)

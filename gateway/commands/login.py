@@ -24,14 +24,21 @@ import anyio
 import httpx2
 from anyio.abc import SocketStream
 from mcp.client.auth import OAuthFlowError
-from mcp.client.auth.utils import build_protected_resource_metadata_discovery_urls, handle_protected_resource_response
 from mcp.shared.auth import AuthorizationCodeResult
 
 from catalog.text import escape
 from gateway.config import Config, ServerConfig
 from gateway.downstream.connection import Downstream
 from gateway.downstream.errors import short
-from gateway.downstream.oauth import OWN_TIMEOUT, CappedAuthAnswers, Interactive, LoginNeeded, OAuthSetup, provider
+from gateway.downstream.oauth import (
+    OWN_TIMEOUT,
+    CappedAuthAnswers,
+    Interactive,
+    LoginNeeded,
+    OAuthSetup,
+    provider,
+    publishes_resource_metadata,
+)
 from gateway.downstream.supervisor import Supervisor
 from gateway.engine.oauth import oauth_setup, token_file
 from gateway.state.oauthtokens import MAX_SCOPE_CHARS, TokenFileError, TokenFileRefused, TokenStore
@@ -188,12 +195,9 @@ async def _login_asked_for(server: ServerConfig, setup: OAuthSetup) -> None:
     publishes protected-resource metadata (RFC 9728): it does want a login. Nothing else is
     sent to the server; a server that publishes none is left as it is."""
     assert server.url is not None
+    if not await publishes_resource_metadata(server.url):
+        return
     async with httpx2.AsyncClient(transport=CappedAuthAnswers(server.url), timeout=OWN_TIMEOUT) as http:
-        for url in build_protected_resource_metadata_discovery_urls(None, server.url):
-            if await handle_protected_resource_response(await http.get(url)) is not None:
-                break
-        else:
-            return
         auth = await provider(server, setup)  # (interactive: the SDK's provider, this login's handlers)
         call = httpx2.Request("POST", server.url)
         flow = auth.async_auth_flow(call)

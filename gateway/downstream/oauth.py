@@ -34,6 +34,7 @@ import anyio
 import httpx2
 from mcp.client.auth import OAuthClientProvider, OAuthFlowError, TokenStorage
 from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuthProvider
+from mcp.client.auth.utils import build_protected_resource_metadata_discovery_urls, handle_protected_resource_response
 from mcp.shared.auth import (
     AuthorizationCodeResult,
     OAuthClientInformationFull,
@@ -764,6 +765,19 @@ class _Capped(httpx2.AsyncByteStream):
 def _where(url: httpx2.URL) -> str:
     """A URL as named in a reason: scheme, host, port and path, never its query (a credential)."""
     return escape(f"{url.scheme}://{url.host}{'' if url.port is None else f':{url.port}'}{url.path}")
+
+
+async def publishes_resource_metadata(url: str) -> bool:
+    """Whether the MCP server at ``url`` publishes protected-resource metadata (RFC 9728)
+    where the SDK's flow looks for it: a server that served a connection without a token (it
+    lists its tools to anyone) does want a login for its calls then. Only those GETs are
+    sent. Raises ``httpx2.HTTPError`` when they cannot be sent, ``AnswerTooLarge`` (a
+    ``ValueError``) for an answer over the cap."""
+    async with httpx2.AsyncClient(transport=CappedAuthAnswers(url), timeout=OWN_TIMEOUT) as http:
+        for candidate in build_protected_resource_metadata_discovery_urls(None, url):
+            if await handle_protected_resource_response(await http.get(candidate)) is not None:
+                return True
+    return False
 
 
 class CappedAuthAnswers(httpx2.AsyncBaseTransport):
