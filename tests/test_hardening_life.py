@@ -232,6 +232,32 @@ async def test_a_chunked_body_past_the_limit_gets_413_as_it_passes_it(tmp_path: 
             assert text(await client.call_tool("d__echo", {"text": "up"})) == "up"
 
 
+async def test_a_cancellation_in_the_body_deadlines_turn_is_not_taken_back() -> None:
+    """The body deadline cancels the request's task and takes that cancellation back to
+    answer 408. A cancellation from outside (the server stopping) in the same loop turn was
+    taken back with it: the task answered 408 and ran on. It now ends the task."""
+    import asyncio
+
+    from gateway.upstream.http import Front
+
+    front = Front({}, timeout=0.01)
+    sent: list[Any] = []
+
+    async def receive() -> Any:
+        await asyncio.Event().wait()  # (a body that never comes)
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    task = asyncio.get_running_loop().create_task(front._body([], receive, send))
+    await asyncio.sleep(0)  # waiting for its body, the deadline's timer armed
+    asyncio.get_running_loop().call_soon(task.cancel)
+    time.sleep(0.05)  # (the loop held: the deadline passes, and both run in its next turn)
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert sent == []
+
+
 @pytest.mark.parametrize("mode", ERAS)
 async def test_a_client_that_goes_away_mid_body_is_no_error(tmp_path: Path, mode: str) -> None:
     """Its request goes nowhere and the log says so at debug level, once each: no ERROR, no

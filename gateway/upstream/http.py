@@ -518,9 +518,8 @@ class Front:
                 if not message.get("more_body", False):
                     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
         except asyncio.CancelledError:
-            if not expired:
-                raise
-            task.uncancel()
+            if not expired or task.uncancel():
+                raise  # (cancelled from outside too, in the deadline's turn: that one stands)
         finally:
             timer.cancel()
         # Refused only now, the deadline's timer off: it cannot cut the refusal short, nor a
