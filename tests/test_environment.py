@@ -116,6 +116,13 @@ def test_output_that_cannot_be_written_is_one_line_not_a_traceback(tmp_path: Pat
     assert_unwritable_output_is_one_line(args)
 
 
+@pytest.mark.parametrize("command", [["--help"], ["--version"], ["catalog", "--help"], ["serve", "--help"]])
+def test_help_that_cannot_be_written_is_one_line_not_a_silent_success(command: list[str]) -> None:
+    """``--help`` and ``--version`` ``> /dev/full`` exited 0 having written nothing, and said
+    nothing (argparse drops the write's error)."""
+    assert_unwritable_output_is_one_line([*GATEWAY, *command])
+
+
 def test_serve_http_whose_stdout_cannot_be_written_serves_and_logs_its_url(tmp_path: Path) -> None:
     """``serve --http > /dev/full`` stopped on a traceback as it printed its URL: it serves, and
     the log names the URL."""

@@ -121,10 +121,29 @@ def serve_arguments(serve: argparse.ArgumentParser) -> None:
     profile_argument(serve, "serve the catalog")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, but ``--help`` and ``--version`` that stdout cannot take (``> /dev/full``,
+    a pipe whose reader left) end as any command's output does (``unwritable``: one line,
+    status 1): argparse dropped the error and exited 0, as if they had been printed."""
+
+    def _print_message(self, message: str, file: Any = None) -> None:
+        if not message or file is not sys.stdout:
+            super()._print_message(message, file)  # (stderr: usage and errors, as argparse has them)
+            return
+        try:
+            file.write(message)
+            file.flush()
+        except OSError as exc:
+            failed = unwritable(exc)
+            if str(failed):
+                sys.stderr.write(f"{failed}\n")
+            raise SystemExit(failed.code) from None
+
+
 def serve_parser() -> argparse.ArgumentParser:
     """``prefixgate serve`` alone: parsed without importing the other commands (a stdio start
     answers as soon as it can, gateway/upstream/prelude.py)."""
-    p = argparse.ArgumentParser(prog="prefixgate serve", description=SERVE_DESCRIPTION)
+    p = _Parser(prog="prefixgate serve", description=SERVE_DESCRIPTION)
     serve_arguments(p)
     return p
 
@@ -135,7 +154,7 @@ def parser() -> argparse.ArgumentParser:
     mcp SDK."""
     from gateway.commands import artifacts, diff, importer
 
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="prefixgate",
         description="One MCP server entry for many downstream MCP servers, with one deterministic catalog.",
         epilog="The commands that read a config (all but import and demo-server) take --config PATH (default: "
