@@ -882,6 +882,53 @@ def test_untranslatable_entries_are_listed_never_dropped(tmp_path: Path, capsys:
     assert out.count('#   "') == 7
 
 
+@pytest.mark.parametrize(
+    "words",
+    [
+        ["/opt/venv/bin/prefixgate", "serve", "--config", "/home/alice/prefixgate.toml"],
+        ["/usr/bin/python3", "-m", "gateway", "serve", "--config", "/home/alice/prefixgate.toml", "--profile", "p"],
+        ["uvx", "prefixgate", "serve", "--config", "/home/alice/prefixgate.toml"],
+        ["C:\\Tools\\PrefixGate.exe", "serve"],
+    ],
+)
+@pytest.mark.parametrize("client", ["claude-code", "codex"])
+def test_prefixgate_itself_registered_in_the_client_is_not_imported(
+    _home: Path, capsys: pytest.CaptureFixture[str], words: list[str], client: str
+) -> None:
+    """Once prefixgate is registered as doctor's snippet says, importing from that client again
+    (a server added there later) reads prefixgate's own entry: imported, it would start itself,
+    which starts itself again, without end. It is listed as not imported, the others are."""
+    if client == "claude-code":  # as 'claude mcp add --scope user' writes it
+        registered = {"type": "stdio", "command": words[0], "args": words[1:], "env": {}}
+        time = {"type": "stdio", "command": "mcp-server-time", "args": [], "env": {}}
+        (_home / ".claude.json").write_text(json.dumps({"mcpServers": {"prefixgate": registered, "time": time}}))
+    else:
+        (_home / ".codex").mkdir()
+        (_home / ".codex" / "config.toml").write_text(
+            f"[mcp_servers.prefixgate]\ncommand = {toml_string(words[0])}\n"
+            f"args = [{', '.join(toml_string(w) for w in words[1:])}]\n\n"
+            '[mcp_servers.time]\ncommand = "mcp-server-time"\n'
+        )
+    code, out, err = do_import(capsys, "--from", client)
+    assert code == 0, err
+    assert set(servers(parsed(out))) == {"time"}
+    assert f"it is prefixgate itself, as registered in {CLIENT_NAMES[client]}" in err
+    assert "1 skipped" in err and '#   "prefixgate" (' in out
+
+
+def test_a_server_merely_named_prefixgate_or_serving_is_imported(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "claude_desktop_config.json"
+    path.write_text(json.dumps({"mcpServers": {
+        "prefixgate": {"command": "npx", "args": ["-y", "prefixgate-docs-mcp"]},
+        "web": {"command": "python", "args": ["-m", "http.server", "serve"]},
+    }}))  # fmt: skip
+    code, out, err = do_import(capsys, path)
+    assert code == 0, err
+    assert set(servers(parsed(out))) == {"prefixgate", "web"}
+
+
 def test_nothing_importable_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / ".mcp.json"
     path.write_text(json.dumps({"mcpServers": {"x": {"args": []}}}))

@@ -591,7 +591,27 @@ def _ordered(out: Translated) -> Translated:
     return out
 
 
+def _runs_prefixgate(fields: dict[str, Any]) -> bool:
+    """Whether a stdio server is prefixgate's own ``serve``: the entry ``doctor``'s snippet
+    registers in the client (``/path/to/prefixgate serve``, ``python -m gateway serve``,
+    ``uvx prefixgate serve``). An import run once prefixgate is registered reads it too;
+    imported, prefixgate would start itself, which starts itself again, without end."""
+    words = [*str(fields.get("command", "")).split(), *fields.get("args", [])]
+    if "serve" not in words:
+        return False
+    before = words[: words.index("serve")]
+    for i, word in enumerate(before):
+        name = re.split(r"[\\/]", word)[-1].lower().removesuffix(".exe")
+        if name == "prefixgate" or (word == "gateway" and i > 0 and before[i - 1] == "-m"):
+            return True
+    return False
+
+
 def translate(entry: Entry) -> Translated:
-    if entry.source.fmt == "codex":
-        return _translate_codex(entry)
-    return _translate_json(entry)
+    out = _translate_codex(entry) if entry.source.fmt == "codex" else _translate_json(entry)
+    if _runs_prefixgate(out.fields):
+        raise Skip(
+            f"runs prefixgate serve: it is prefixgate itself, as registered in {CLIENT_NAMES[entry.source.fmt]}; "
+            "imported, prefixgate would start itself over and over"
+        )
+    return out
