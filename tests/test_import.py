@@ -295,6 +295,46 @@ def test_gemini_cli(capsys: pytest.CaptureFixture[str], _home: Path) -> None:
     assert code == 0 and detected == out
 
 
+def test_servers_gemini_cli_does_not_connect_to_are_imported_disabled(
+    capsys: pytest.CaptureFixture[str], _home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Gemini CLI compares mcp.allowed and mcp.excluded with names lower-cased and trimmed, and
+    keeps what 'gemini mcp disable NAME' turned off in ~/.gemini/mcp-server-enablement.json
+    (its ids lower-cased), for the user's servers and a project's alike: each such server was
+    imported enabled, so prefixgate started what the user had told Gemini CLI not to."""
+    gemini = _home / ".gemini"
+    gemini.mkdir()
+    user = {"mcp": {"excluded": ["GitHub "]}, "mcpServers": {
+        "github": {"httpUrl": "https://api.githubcopilot.com/mcp/"},
+        "Time": {"command": "mcp-server-time"},
+        "fetch": {"command": "uvx", "args": ["mcp-server-fetch"]},
+    }}  # fmt: skip
+    (gemini / "settings.json").write_text(json.dumps(user))
+    (gemini / "mcp-server-enablement.json").write_text(
+        json.dumps({"time": {"enabled": False}, "db": {"enabled": False}, "fetch": {"enabled": True}}, indent=2)
+    )
+    project = tmp_path / "project"
+    (project / ".gemini").mkdir(parents=True)
+    (project / ".gemini" / "settings.json").write_text(
+        json.dumps({"mcp": {"allowed": ["DB"]}, "mcpServers": {"db": {"command": "db-mcp"}, "x": {"command": "x"}}})
+    )
+    monkeypatch.chdir(project)
+    code, out, err = do_import(capsys, "--from", "gemini")
+    assert code == 0, err
+    enabled = {sid: s.enabled for sid, s in servers(parsed(out)).items()}
+    assert enabled == {"github": False, "Time": False, "fetch": True, "db": False, "x": False}
+    assert "servers.github.enabled: false: listed in mcp.excluded" in err
+    disabled_in = f"disabled in Gemini CLI ({gemini / 'mcp-server-enablement.json'}:"
+    assert f'servers.Time.enabled: false: {disabled_in} "time".enabled is false)' in err
+    assert f'servers.db.enabled: false: {disabled_in} "db".enabled is false)' in err
+    assert "servers.x.enabled: false: not listed in mcp.allowed" in err
+    # An enablement file that cannot be read is named; the servers are imported as the settings say.
+    (gemini / "mcp-server-enablement.json").write_text("{")
+    code, out, err = do_import(capsys, "--from", "gemini")
+    assert code == 0 and servers(parsed(out))["Time"].enabled is True
+    assert f"{gemini / 'mcp-server-enablement.json'}: not valid JSON" in err
+
+
 def test_cursor(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = do_import(capsys, CURSOR)
     assert code == 0, err

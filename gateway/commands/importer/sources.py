@@ -396,22 +396,54 @@ def read_source(path: Path, shown: str, fmt: str | None, env: Mapping[str, str])
             source.notes.append(f"{shown}: no mcpServers object")
         add(servers, "mcpServers", project=source.project_dir)
         if fmt == "gemini":
-            _gemini_allowed(data, source)
+            _gemini_allowed(data, source, env)
     return source
 
 
-def _gemini_allowed(data: Mapping[str, Any], source: Source) -> None:
-    """Gemini CLI connects only to the servers ``mcp.allowed`` lists (when it is set) and never
-    to those ``mcp.excluded`` lists: the others are imported disabled, saying why."""
+def _gemini_id(name: Any) -> str | None:
+    """A server's name as Gemini CLI compares it (``normalizeServerId``): lower-cased, trimmed."""
+    return name.lower().strip() if isinstance(name, str) else None
+
+
+def _gemini_allowed(data: Mapping[str, Any], source: Source, env: Mapping[str, str]) -> None:
+    """Gemini CLI connects only to the servers ``mcp.allowed`` lists (when it is set), never to
+    those ``mcp.excluded`` lists, nor to those ``gemini mcp disable`` turned off (``{"name":
+    {"enabled": false}}`` in ``mcp-server-enablement.json`` beside the user's settings.json); it
+    compares names lower-cased and trimmed. The others are imported disabled, saying why."""
     mcp = data.get("mcp")
-    if not isinstance(mcp, dict):
-        return
-    allowed, excluded = mcp.get("allowed"), mcp.get("excluded")
+    allowed, excluded = (mcp.get("allowed"), mcp.get("excluded")) if isinstance(mcp, dict) else (None, None)
+    allowed_ids = {_gemini_id(n) for n in allowed} if isinstance(allowed, list) else None
+    excluded_ids = {_gemini_id(n) for n in excluded} if isinstance(excluded, list) else set()
+    off, where = _gemini_disabled(source, env) if source.entries else ({}, "")
     for entry in source.entries:
-        if isinstance(excluded, list) and entry.name in excluded:
-            entry.scope_disabled = "listed in mcp.excluded"
-        elif isinstance(allowed, list) and entry.name not in allowed:
+        name = _gemini_id(entry.name)
+        if allowed_ids is not None and name not in allowed_ids:
             entry.scope_disabled = "not listed in mcp.allowed"
+        elif name in excluded_ids:
+            entry.scope_disabled = "listed in mcp.excluded"
+        elif name in off:
+            entry.scope_disabled = f"disabled in Gemini CLI ({where}: {quoted(off[name])}.enabled is false)"
+
+
+def _gemini_disabled(source: Source, env: Mapping[str, str]) -> tuple[dict[str, str], str]:
+    """The servers ``gemini mcp disable`` turned off (their Gemini ids, each with its key in
+    the file) and the file's path; a file that cannot be read is noted, nothing disabled."""
+    home = Path(env["GEMINI_CLI_HOME"]) if env.get("GEMINI_CLI_HOME") else _home(env)
+    if home is None:
+        return {}, ""
+    path = home / ".gemini" / "mcp-server-enablement.json"
+    if not path.is_file():
+        return {}, ""
+    try:
+        data = _parse_json(_read_text(path, str(path)), str(path))
+    except InputError as exc:
+        source.notes.append(f"{exc}; the servers disabled in Gemini CLI are not known")
+        return {}, str(path)
+    off: dict[str, str] = {}
+    for key, state in data.items() if isinstance(data, dict) else ():
+        if isinstance(state, dict) and state.get("enabled") is False and (name := _gemini_id(key)) is not None:
+            off.setdefault(name, key)
+    return off, str(path)
 
 
 def default_paths(client: str, env: Mapping[str, str], cwd: Path, platform: str = sys.platform) -> list[Path]:
