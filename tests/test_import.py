@@ -969,6 +969,25 @@ def test_a_server_merely_named_prefixgate_or_serving_is_imported(
     assert set(servers(parsed(out))) == {"prefixgate", "web"}
 
 
+def test_a_url_without_a_scheme_is_refused_without_showing_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A URL written without its scheme (as a vendor's page shows it) was named whole as the
+    'scheme' in the reason, on stderr and in the file's comments: with its key in the query."""
+    secret = "sk_live_4eC39HqLyjWDarjtT1zdp7dc"
+    path = tmp_path / "mcp.json"
+    path.write_text(json.dumps({"mcpServers": {
+        "pay": {"url": f"mcp.example.com/mcp?api_key={secret}"},
+        "vault": {"type": "sse", "url": f"{secret}@vault.example.com/sse"},
+        "ok": {"command": "srv"},
+    }}))  # fmt: skip
+    code, out, err = do_import(capsys, path)
+    assert code == 0, err
+    assert secret not in out and secret not in err
+    assert err.count("url: has no scheme; prefixgate connects over http:// and https:// (write one)") == 2
+    assert "2 skipped" in err
+
+
 def test_nothing_importable_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / ".mcp.json"
     path.write_text(json.dumps({"mcpServers": {"x": {"args": []}}}))

@@ -227,8 +227,10 @@ class _Translator:
     def check_url(self, url: str, where: str) -> None:
         if re.match(r"(?i)^https?://", url) or url.startswith("${"):
             return
-        scheme = url.split(":", 1)[0] if ":" in url else url
-        raise Skip(f"{where}: {scheme!r} URLs are not supported (prefixgate connects over http:// and https://)")
+        scheme = re.match(r"[A-Za-z][A-Za-z0-9+.-]*(?=:)", url)
+        if scheme is None:  # the URL is not shown: past its host it may carry a token (?key=...)
+            raise Skip(f"{where}: has no scheme; prefixgate connects over http:// and https:// (write one)")
+        raise Skip(f"{where}: {scheme[0]!r} URLs are not supported (prefixgate connects over http:// and https://)")
 
     def _relative(self, value: str, *, command: bool) -> bool:
         """Whether ``value`` names a path relative to the directory the server starts in: ``./x``
