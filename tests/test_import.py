@@ -68,7 +68,7 @@ def _home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))
-    for var in ("XDG_CONFIG_HOME", "CODEX_HOME", "CLAUDE_CONFIG_DIR"):
+    for var in ("XDG_CONFIG_HOME", "CODEX_HOME", "CLAUDE_CONFIG_DIR", "GEMINI_CLI_HOME"):
         monkeypatch.delenv(var, raising=False)
     return home
 
@@ -857,6 +857,30 @@ def test_default_paths_per_platform(tmp_path: Path) -> None:
         Path("/c/config.toml"), Path("/work/p/.codex/config.toml")
     ]  # fmt: skip
     assert default_paths("cursor", env, Path("/Users/alice"), "linux") == [Path("/Users/alice/.cursor/mcp.json")]
+
+
+def test_gemini_cli_home_is_where_gemini_cli_keeps_its_user_settings(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Gemini CLI keeps its user-wide .gemini in $GEMINI_CLI_HOME when it is set (documented for
+    shared machines): --from gemini looked in $HOME/.gemini, found nothing or another user's file,
+    and read the file there, as a project's, resolving its relative paths from that directory."""
+    assert default_paths("gemini", {"HOME": "/home/a", "GEMINI_CLI_HOME": "/g"}, Path("/w"), "linux") == [
+        Path("/g/.gemini/settings.json"), Path("/w/.gemini/settings.json")
+    ]  # fmt: skip
+    gemini_home = tmp_path / "gemini-home"
+    (gemini_home / ".gemini").mkdir(parents=True)
+    servers_ = {"time": {"command": "mcp-server-time"}, "local": {"command": "python3", "args": ["server.py"]}}
+    (gemini_home / ".gemini" / "settings.json").write_text(json.dumps({"mcpServers": servers_}))
+    (gemini_home / "server.py").write_text("")
+    (gemini_home / ".gemini" / "mcp-server-enablement.json").write_text(json.dumps({"time": {"enabled": False}}))
+    monkeypatch.setenv("GEMINI_CLI_HOME", str(gemini_home))
+    monkeypatch.chdir(tmp_path)
+    code, out, err = do_import(capsys, "--from", "gemini")
+    assert code == 0, err
+    assert f"reading {gemini_home / '.gemini' / 'settings.json'} (Gemini CLI)" in err
+    s = servers(parsed(out))
+    assert s["time"].enabled is False and s["local"].cwd is None  # user-wide: not a project's file
 
 
 @pytest.mark.parametrize(

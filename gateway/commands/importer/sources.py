@@ -231,6 +231,11 @@ def _home(env: Mapping[str, str]) -> Path | None:
     return Path(env["HOME"]) if env.get("HOME") else home_directory()
 
 
+def _gemini_home(env: Mapping[str, str]) -> Path | None:
+    """The directory Gemini CLI keeps its user-wide ``.gemini`` in: ``$GEMINI_CLI_HOME``, else the home."""
+    return Path(env["GEMINI_CLI_HOME"]) if env.get("GEMINI_CLI_HOME") else _home(env)
+
+
 def _project_dir(fmt: str, path: Path, env: Mapping[str, str]) -> str | None:
     """The project directory of a project-scoped file, or None for a user-wide one."""
     home = _home(env)
@@ -239,7 +244,7 @@ def _project_dir(fmt: str, path: Path, env: Mapping[str, str]) -> str | None:
         return str(parent)
     if fmt == "cursor" and parent.name == ".cursor" and parent.parent != home:
         return str(parent.parent)
-    if fmt == "gemini" and parent.name == ".gemini" and parent.parent != home:
+    if fmt == "gemini" and parent.name == ".gemini" and parent.parent not in (home, _gemini_home(env)):
         return str(parent.parent)
     if fmt == "vscode" and parent.name == ".vscode":
         return str(parent.parent)
@@ -428,7 +433,7 @@ def _gemini_allowed(data: Mapping[str, Any], source: Source, env: Mapping[str, s
 def _gemini_disabled(source: Source, env: Mapping[str, str]) -> tuple[dict[str, str], str]:
     """The servers ``gemini mcp disable`` turned off (their Gemini ids, each with its key in
     the file) and the file's path; a file that cannot be read is noted, nothing disabled."""
-    home = Path(env["GEMINI_CLI_HOME"]) if env.get("GEMINI_CLI_HOME") else _home(env)
+    home = _gemini_home(env)
     if home is None:
         return {}, ""
     path = home / ".gemini" / "mcp-server-enablement.json"
@@ -475,7 +480,8 @@ def default_paths(client: str, env: Mapping[str, str], cwd: Path, platform: str 
             cwd / ".vscode" / "mcp.json",
         ]
     elif client == "gemini":
-        paths = [home / ".gemini" / "settings.json", cwd / ".gemini" / "settings.json"]
+        gemini_home = Path(env["GEMINI_CLI_HOME"]) if env.get("GEMINI_CLI_HOME") else home
+        paths = [gemini_home / ".gemini" / "settings.json", cwd / ".gemini" / "settings.json"]
     elif client == "codex":
         codex_home = Path(env["CODEX_HOME"]) if env.get("CODEX_HOME") else home / ".codex"
         paths = [codex_home / "config.toml", cwd / ".codex" / "config.toml"]
