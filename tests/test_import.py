@@ -375,6 +375,29 @@ def test_vscode_inputs_and_types(capsys: pytest.CaptureFixture[str]) -> None:
     assert 'skipped: "local-socket"' in err and "'unix' URLs are not supported" in err
 
 
+def test_a_server_vs_code_runs_sandboxed_is_imported_disabled(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """VS Code runs a stdio server with sandboxEnabled inside its sandbox (writes, reads and hosts
+    limited by the sandbox rules): imported, it ran with the user's every permission, the sandbox
+    dropped with a note. It is imported disabled, saying why, in the file too."""
+    path = tmp_path / ".vscode" / "mcp.json"
+    path.parent.mkdir()
+    sandbox = {"filesystem": {"denyRead": ["${userHome}/.ssh"]}, "network": {"allowedDomains": ["api.example.com"]}}
+    path.write_text(json.dumps({"servers": {
+        "boxed": {"type": "stdio", "command": "npx", "args": ["-y", "@example/mcp-server"],
+                  "sandboxEnabled": True, "sandbox": sandbox},
+        "plain": {"type": "stdio", "command": "mcp-server-time", "sandboxEnabled": False},
+    }}))  # fmt: skip
+    code, out, err = do_import(capsys, path)
+    assert code == 0, err
+    s = servers(parsed(out))
+    assert s["boxed"].enabled is False and s["plain"].enabled is True
+    assert "servers.boxed.enabled: false: VS Code runs this server sandboxed" in err
+    assert "# enabled: VS Code runs this server sandboxed" in out
+    assert "servers.boxed.sandbox: not imported: prefixgate runs servers without VS Code's sandbox" in err
+
+
 def test_distinct_vscode_inputs_stay_distinct_variables(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """``api-key`` and ``api.key`` both read as ``API_KEY``: one service's secret would reach the
     other's server. And an input called ``path`` would have become ``${PATH}``."""

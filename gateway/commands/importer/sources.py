@@ -281,6 +281,12 @@ NOT_APPROVED = (
 )
 
 
+SANDBOXED = (
+    "VS Code runs this server sandboxed (sandboxEnabled: its file system and network access limited by its "
+    "sandbox rules); prefixgate runs it without a sandbox: review it, then set enabled = true"
+)
+
+
 def _project_choices(project_dir: str, env: Mapping[str, str]) -> ProjectChoices:
     """The user's choices in Claude Code about the servers of ``project_dir``'s ``.mcp.json``.
 
@@ -373,6 +379,9 @@ def read_source(path: Path, shown: str, fmt: str | None, env: Mapping[str, str])
             if isinstance(item, dict) and isinstance(item.get("id"), str):
                 source.inputs.setdefault(item["id"], item)
         add(servers, prefix + "servers", project=source.project_dir)
+        for entry in source.entries:
+            if isinstance(entry.raw, dict) and entry.raw.get("sandboxEnabled") is True and "command" in entry.raw:
+                entry.scope_disabled = SANDBOXED
     elif fmt == "claude-code":
         servers = _servers_object(data, "mcpServers", shown, "mcpServers")
         add(servers, "mcpServers", project=source.project_dir)

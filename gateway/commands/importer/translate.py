@@ -34,6 +34,8 @@ _DROPPED_FIELDS: dict[str, tuple[bool, str]] = {
         "prefixgate runs no header helper; set the headers it produces in headers as ${VAR} references",
     ),
     "dev": (False, "VS Code development mode (watch/debug) has no prefixgate equivalent"),
+    "sandboxEnabled": (False, "prefixgate runs servers without VS Code's sandbox"),
+    "sandbox": (False, "prefixgate runs servers without VS Code's sandbox"),
     "autoApprove": (False, "tool approval belongs to the client that runs prefixgate"),
     "alwaysAllow": (False, "tool approval belongs to the client that runs prefixgate"),
     "timeout": (False, "use startup_timeout / call_timeout (seconds) instead"),
