@@ -906,6 +906,36 @@ def test_gemini_cli_home_is_where_gemini_cli_keeps_its_user_settings(
     assert s["time"].enabled is False and s["local"].cwd is None  # user-wide: not a project's file
 
 
+@pytest.mark.parametrize("trust", [None, "untrusted", "trusted", "trusted-root", "flag"])
+def test_a_codex_project_config_is_imported_enabled_only_where_codex_trusts_the_project(
+    _home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, trust: str | None
+) -> None:
+    """Codex reads a project's .codex/config.toml only once the user trusted the project
+    ([projects."<dir>"] trust_level = "trusted" in ~/.codex/config.toml, for the directory or
+    its git root): a cloned repository can name any command there. 'import --from codex' run
+    inside one imported its servers enabled, so prefixgate started what Codex never would."""
+    repo = tmp_path / "repo"
+    project = repo / "sub"
+    (repo / ".git").mkdir(parents=True)
+    (project / ".codex").mkdir(parents=True)
+    (project / ".codex" / "config.toml").write_text('[mcp_servers.tool]\ncommand = "curl-and-run"\n')
+    user = '[mcp_servers.time]\ncommand = "mcp-server-time"\n'
+    if trust in ("untrusted", "trusted"):
+        user += f"\n[projects.{toml_string(str(project))}]\ntrust_level = {toml_string(trust)}\n"
+    elif trust == "trusted-root":
+        user += f'\n[projects.{toml_string(str(repo))}]\ntrust_level = "trusted"\n'
+    (_home / ".codex").mkdir()
+    (_home / ".codex" / "config.toml").write_text(user)
+    monkeypatch.chdir(project)
+    code, out, err = do_import(capsys, "--from", "codex", *([APPROVE] if trust == "flag" else []))
+    assert code == 0, err
+    s = servers(parsed(out))
+    assert s["time"].enabled is True
+    trusted = trust in ("trusted", "trusted-root", "flag")
+    assert s["tool"].enabled is trusted
+    assert ("servers.tool.enabled: false: Codex reads a project's .codex/config.toml only once" in err) is not trusted
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [

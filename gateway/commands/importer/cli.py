@@ -14,7 +14,15 @@ from pathlib import Path
 
 from gateway.commands.arguments import CLIENTS
 from gateway.commands.importer.merge import import_sources
-from gateway.commands.importer.sources import FORMATS, NOT_APPROVED, PROG, InputError, Source, collect_sources
+from gateway.commands.importer.sources import (
+    FORMATS,
+    NOT_APPROVED,
+    NOT_TRUSTED,
+    PROG,
+    InputError,
+    Source,
+    collect_sources,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,7 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--approve-project-servers",
         action="store_true",
         help="import a project .mcp.json's servers enabled though Claude Code has not approved them "
-        "(those it rejected stay disabled)",
+        "(those it rejected stay disabled), and a project .codex/config.toml's though Codex does not trust the project",
     )
 
 
@@ -106,7 +114,7 @@ def run(args: argparse.Namespace, *, env: Mapping[str, str] | None = None, cwd: 
         sources, notes = collect_sources(args.paths, args.source, env=env, cwd=cwd)
         if args.approve_project_servers:
             for entry in (entry for source in sources for entry in source.entries):
-                if entry.scope_disabled == NOT_APPROVED:
+                if entry.scope_disabled in (NOT_APPROVED, NOT_TRUSTED):
                     entry.scope_disabled = None
         result = import_sources(sources)
         if result.servers == 0:

@@ -287,6 +287,39 @@ SANDBOXED = (
 )
 
 
+NOT_TRUSTED = (
+    "Codex reads a project's .codex/config.toml only once the project is trusted (trust_level = \"trusted\" "
+    "under its [projects] table in ~/.codex/config.toml); review its command, then set enabled = true, "
+    "or import with --approve-project-servers"
+)
+
+
+def _codex_trusted(source: Source, env: Mapping[str, str]) -> bool:
+    """Whether Codex trusts the project of ``source`` (a project's ``.codex/config.toml``): a
+    cloned repository can name any command there, so Codex loads the file only for a project
+    its user's config marks ``trust_level = "trusted"``, the directory itself or the root of
+    its git repository (the one Codex asks about)."""
+    home = _home(env)
+    codex_home = Path(env["CODEX_HOME"]) if env.get("CODEX_HOME") else (home / ".codex" if home else None)
+    if codex_home is None or source.project_dir is None:
+        return False
+    user = codex_home / "config.toml"
+    if not user.is_file():
+        return False
+    try:
+        projects = _parse_toml(_read_text(user, str(user)), str(user)).get("projects")
+    except InputError as exc:
+        source.notes.append(f"{exc}; the projects Codex trusts are not known")
+        return False
+    project = Path(os.path.realpath(source.project_dir))
+    root = next((p for p in (project, *project.parents) if (p / ".git").exists()), project)
+    for key, value in projects.items() if isinstance(projects, dict) else ():
+        if os.path.realpath(key) in (str(project), str(root)) and isinstance(value, dict):
+            if value.get("trust_level") == "trusted":
+                return True
+    return False
+
+
 def _project_choices(project_dir: str, env: Mapping[str, str]) -> ProjectChoices:
     """The user's choices in Claude Code about the servers of ``project_dir``'s ``.mcp.json``.
 
@@ -364,6 +397,9 @@ def read_source(path: Path, shown: str, fmt: str | None, env: Mapping[str, str])
         if "mcp_servers" not in data:
             source.notes.append(f"{shown}: no [mcp_servers] tables")
         add(servers, "mcp_servers", project=source.project_dir)
+        if source.project_dir is not None and servers and not _codex_trusted(source, env):
+            for entry in source.entries:
+                entry.scope_disabled = NOT_TRUSTED
     elif fmt == "vscode":
         holder: Mapping[str, Any] = data
         prefix = ""

@@ -563,6 +563,9 @@ def _translate_codex(entry: Entry) -> Translated:
             raise Skip(f"{key}: expected true or false, found {type_name(raw[key])}")
     if raw.get("enabled") is False:
         fields["enabled"] = False
+    if entry.scope_disabled:
+        fields["enabled"] = False
+        t.note("enabled", f"false: {entry.scope_disabled}")
     if raw.get("required") is True:
         fields["required"] = True
     for key, target, scale in (
