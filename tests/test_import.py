@@ -68,7 +68,8 @@ def _home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))
-    for var in ("XDG_CONFIG_HOME", "CODEX_HOME", "CLAUDE_CONFIG_DIR", "GEMINI_CLI_HOME"):
+    for var in ("XDG_CONFIG_HOME", "CODEX_HOME", "CLAUDE_CONFIG_DIR", "GEMINI_CLI_HOME", "GEMINI_CLI_TRUST_WORKSPACE",
+                "GEMINI_CLI_TRUSTED_FOLDERS_PATH"):  # fmt: skip
         monkeypatch.delenv(var, raising=False)
     return home
 
@@ -333,6 +334,56 @@ def test_servers_gemini_cli_does_not_connect_to_are_imported_disabled(
     code, out, err = do_import(capsys, "--from", "gemini")
     assert code == 0 and servers(parsed(out))["Time"].enabled is True
     assert f"{gemini / 'mcp-server-enablement.json'}: not valid JSON" in err
+
+
+@pytest.mark.parametrize(
+    ("case", "trusted"),
+    [
+        ("no rule", False),
+        ("TRUST_FOLDER", True),
+        ("TRUST_PARENT", True),
+        ("DO_NOT_TRUST inside a trusted parent", False),
+        ("folder trust off", True),
+        ("GEMINI_CLI_TRUST_WORKSPACE", True),
+        ("flag", True),
+    ],
+)
+def test_a_gemini_project_settings_file_is_imported_enabled_only_in_a_trusted_folder(
+    _home: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    case: str,
+    trusted: bool,
+) -> None:
+    """Gemini CLI ignores a workspace's .gemini/settings.json, its servers included, unless the
+    folder is trusted (folder trust is on by default; ~/.gemini/trustedFolders.json, the longest
+    rule holding the folder decides): 'import --from gemini' run inside a cloned repository
+    imported its servers enabled, so prefixgate started any command the repository named."""
+    work = tmp_path / "work"
+    project = work / "repo"
+    (project / ".gemini").mkdir(parents=True)
+    (project / ".gemini" / "settings.json").write_text(json.dumps({"mcpServers": {"tool": {"command": "run-me"}}}))
+    user: dict[str, Any] = {"mcpServers": {"time": {"command": "mcp-server-time"}}}
+    rules = {
+        "TRUST_FOLDER": {str(project): "TRUST_FOLDER"},
+        "TRUST_PARENT": {str(project / "src"): "TRUST_PARENT"},
+        "DO_NOT_TRUST inside a trusted parent": {str(work): "TRUST_FOLDER", str(project): "DO_NOT_TRUST"},
+    }.get(case, {})
+    if case == "folder trust off":
+        user["security"] = {"folderTrust": {"enabled": False}}
+    if case == "GEMINI_CLI_TRUST_WORKSPACE":
+        monkeypatch.setenv("GEMINI_CLI_TRUST_WORKSPACE", "true")
+    (_home / ".gemini").mkdir()
+    (_home / ".gemini" / "settings.json").write_text(json.dumps(user))
+    (_home / ".gemini" / "trustedFolders.json").write_text("// written by Gemini CLI\n" + json.dumps(rules))
+    monkeypatch.chdir(project)
+    code, out, err = do_import(capsys, "--from", "gemini", *([APPROVE] if case == "flag" else []))
+    assert code == 0, err
+    s = servers(parsed(out))
+    assert s["time"].enabled is True and s["tool"].enabled is trusted
+    reason = "servers.tool.enabled: false: Gemini CLI reads a project's .gemini/settings.json only in a trusted folder"
+    assert (reason in err) is not trusted
 
 
 def test_cursor(capsys: pytest.CaptureFixture[str]) -> None:

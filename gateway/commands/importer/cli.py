@@ -16,6 +16,7 @@ from gateway.commands.arguments import CLIENTS
 from gateway.commands.importer.merge import import_sources
 from gateway.commands.importer.sources import (
     FORMATS,
+    GEMINI_NOT_TRUSTED,
     NOT_APPROVED,
     NOT_TRUSTED,
     PROG,
@@ -47,7 +48,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--approve-project-servers",
         action="store_true",
         help="import a project .mcp.json's servers enabled though Claude Code has not approved them "
-        "(those it rejected stay disabled), and a project .codex/config.toml's though Codex does not trust the project",
+        "(those it rejected stay disabled), and a project .codex/config.toml's or .gemini/settings.json's though "
+        "Codex or Gemini CLI does not trust the project",
     )
 
 
@@ -114,7 +116,7 @@ def run(args: argparse.Namespace, *, env: Mapping[str, str] | None = None, cwd: 
         sources, notes = collect_sources(args.paths, args.source, env=env, cwd=cwd)
         if args.approve_project_servers:
             for entry in (entry for source in sources for entry in source.entries):
-                if entry.scope_disabled in (NOT_APPROVED, NOT_TRUSTED):
+                if entry.scope_disabled in (NOT_APPROVED, NOT_TRUSTED, GEMINI_NOT_TRUSTED):
                     entry.scope_disabled = None
         result = import_sources(sources)
         if result.servers == 0:

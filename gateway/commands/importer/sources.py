@@ -447,7 +447,51 @@ def read_source(path: Path, shown: str, fmt: str | None, env: Mapping[str, str])
         add(servers, "mcpServers", project=source.project_dir)
         if fmt == "gemini":
             _gemini_allowed(data, source, env)
+            if source.project_dir is not None and servers and not _gemini_trusted(source, env):
+                for entry in source.entries:
+                    entry.scope_disabled = entry.scope_disabled or GEMINI_NOT_TRUSTED
     return source
+
+
+GEMINI_NOT_TRUSTED = (
+    "Gemini CLI reads a project's .gemini/settings.json only in a trusted folder (trustedFolders.json beside "
+    "the user's settings.json); review its command, then set enabled = true, or import with "
+    "--approve-project-servers"
+)
+
+
+def _gemini_trusted(source: Source, env: Mapping[str, str]) -> bool:
+    """Whether Gemini CLI trusts the folder of ``source`` (a project's ``.gemini/settings.json``):
+    with folder trust on (its default, unless the user's ``security.folderTrust.enabled`` is
+    false) it ignores a workspace's settings, servers included, unless ``trustedFolders.json``
+    trusts the folder (the longest rule that holds it decides: ``TRUST_FOLDER``, ``TRUST_PARENT``
+    for the rule's parent, ``DO_NOT_TRUST``) or ``$GEMINI_CLI_TRUST_WORKSPACE`` is ``true``."""
+    if env.get("GEMINI_CLI_TRUST_WORKSPACE") in ("true", "false"):
+        return env["GEMINI_CLI_TRUST_WORKSPACE"] == "true"
+    home = _gemini_home(env)
+    if home is None or source.project_dir is None:
+        return False
+    settings = home / ".gemini" / "settings.json"
+    folders = Path(env.get("GEMINI_CLI_TRUSTED_FOLDERS_PATH") or home / ".gemini" / "trustedFolders.json")
+    try:
+        user = _parse_json(_read_text(settings, str(settings)), str(settings)) if settings.is_file() else {}
+        security = user.get("security") if isinstance(user, dict) else None
+        folder_trust = security.get("folderTrust") if isinstance(security, dict) else None
+        if isinstance(folder_trust, dict) and folder_trust.get("enabled") is False:
+            return True
+        rules = _parse_json(_read_text(folders, str(folders)), str(folders)) if folders.is_file() else {}
+    except InputError as exc:
+        source.notes.append(f"{exc}; the folders Gemini CLI trusts are not known")
+        return False
+    project = os.path.realpath(source.project_dir)
+    longest, verdict = -1, False
+    for rule, level in rules.items() if isinstance(rules, dict) else ():
+        if level not in ("TRUST_FOLDER", "TRUST_PARENT", "DO_NOT_TRUST"):
+            continue
+        holder = os.path.realpath(os.path.dirname(rule) if level == "TRUST_PARENT" else rule)
+        if (project == holder or project.startswith(holder.rstrip(os.sep) + os.sep)) and len(rule) > longest:
+            longest, verdict = len(rule), level != "DO_NOT_TRUST"
+    return verdict
 
 
 def _gemini_id(name: Any) -> str | None:
