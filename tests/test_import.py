@@ -1116,6 +1116,23 @@ def test_a_url_without_a_scheme_is_refused_without_showing_it(
     assert "2 skipped" in err
 
 
+def test_a_number_is_written_as_a_string_without_printing_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A value written as a JSON number (Telegram's API hash, a PIN) was echoed on stderr in the
+    note saying it became a string: a secret printed, which the import never does."""
+    path = tmp_path / "claude_desktop_config.json"
+    secret = 83917264519283746501928
+    path.write_text(json.dumps({"mcpServers": {"bot": {"command": "tg-mcp", "args": ["--pin", 9876543],
+                                                       "env": {"TELEGRAM_API_HASH": secret}}}}))  # fmt: skip
+    code, out, err = do_import(capsys, path)
+    assert code == 0, err
+    s = servers(parsed(out))["bot"]
+    assert s.args == ("--pin", "9876543") and s.env["TELEGRAM_API_HASH"] == str(secret)
+    assert str(secret) not in err and "9876543" not in err
+    assert "servers.bot.env.TELEGRAM_API_HASH: a number: written as a string" in err
+
+
 def test_nothing_importable_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / ".mcp.json"
     path.write_text(json.dumps({"mcpServers": {"x": {"args": []}}}))

@@ -101,7 +101,8 @@ class _Translator:
         if isinstance(value, bool) or not isinstance(value, str | int | float):
             raise Skip(f"{where}: expected a string, found {type_name(value)}")
         if not isinstance(value, str):
-            self.note(where, f"number {value!r} written as the string {str(value)!r}")
+            # The value is not shown: a key or PIN written as a JSON number is still a secret.
+            self.note(where, "a number: written as a string")
             value = str(value)
         if _has_surrogate(value):
             raise Skip(f"{where}: contains text that is not valid Unicode (a lone surrogate)")
