@@ -1019,6 +1019,25 @@ def test_wrong_shapes_are_named(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert code == 2 and err.endswith(f"no MCP servers found in {path}\n")
 
 
+@pytest.mark.parametrize("argv", [[], ["--from", "codex"]])
+def test_a_prefixgate_config_given_is_named_as_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    """The config an import wrote, given back to it (to add a client's new servers to it), was
+    taken for a Codex config and refused as 'no MCP servers found', after a note that it has no
+    [mcp_servers] tables: neither says what the file is."""
+    code, written, _ = do_import(capsys, DESKTOP)
+    assert code == 0
+    path = tmp_path / "prefixgate.toml"
+    path.write_text(written)
+    code, out, err = do_import(capsys, *argv, path)
+    assert code == 2 and out == ""
+    assert err == (
+        f"prefixgate import: {path}: is a prefixgate config ([servers] tables), not a client's: prefixgate reads "
+        "it as it is (check it with prefixgate catalog --config FILE)\n"
+    )
+
+
 def test_untranslatable_entries_are_listed_never_dropped(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / ".mcp.json"
     path.write_text(json.dumps({"mcpServers": {

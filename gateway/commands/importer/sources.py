@@ -394,6 +394,11 @@ def read_source(path: Path, shown: str, fmt: str | None, env: Mapping[str, str])
 
     if fmt == "codex":
         servers = _servers_object(data, "mcp_servers", shown, "mcp_servers")
+        if "mcp_servers" not in data and isinstance(data.get("servers"), dict):
+            raise InputError(
+                f"{shown}: is a prefixgate config ([servers] tables), not a client's: prefixgate reads it "
+                "as it is (check it with prefixgate catalog --config FILE)"
+            )
         if "mcp_servers" not in data:
             source.notes.append(f"{shown}: no [mcp_servers] tables")
         add(servers, "mcp_servers", project=source.project_dir)
