@@ -600,6 +600,27 @@ def test_secret_detection_rules() -> None:
     assert find("s", {"url": "https://h/mcp?api_key=abc&x=1"})[0][:2] == ("url", "S_API_KEY")
 
 
+def test_a_key_in_a_url_path_is_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Some services put the key in the URL's path (Zapier's https://mcp.zapier.com/api/mcp/s/<key>/mcp):
+    only a query's key and a password were looked for, so it was kept without a word."""
+    key = "ZjM2YjYxYTAtNDU4Ny00ZTZmLWI2ZDAtMjNjNjBkZTlhNTUxOjQ4NGQ2MzA3ZjdlOGE3YTZk"
+    assert find_secrets("zapier", {"url": f"https://mcp.zapier.com/api/mcp/s/{key}/mcp"}) == [
+        ("url", "ZAPIER_URL_KEY", "the URL with ${ZAPIER_URL_KEY} in place of the key in its path")
+    ]
+    for url in (
+        "https://api.githubcopilot.com/mcp/",
+        "https://mcp.example.com/v1/2025-06-18/0f8fad5b-d9cb-469f-a165-70867728950e/mcp",
+        f"https://mcp.zapier.com/api/mcp/s/${{ZAPIER_KEY}}/mcp?session={key}x",
+    ):
+        assert [f for f in find_secrets("s", {"url": url}) if "path" in f[2]] == [], url
+    path = tmp_path / ".cursor" / "mcp.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps({"mcpServers": {"zapier": {"url": f"https://mcp.zapier.com/api/mcp/s/{key}/mcp"}}}))
+    code, out, err = do_import(capsys, path)
+    assert code == 0 and "servers.zapier.url holds a literal secret; set ZAPIER_URL_KEY" in err
+    assert key not in err and "# url: literal secret: set ZAPIER_URL_KEY" in out
+
+
 def test_renamed_ids_are_valid_and_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     names = ["Brave Search", "io.github/owner:server", "_private", "数据库", "café-mcp", "ok_id-1"]
     path = tmp_path / "mcp.json"

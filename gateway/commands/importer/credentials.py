@@ -106,6 +106,11 @@ def find_secrets(server_id: str, fields: Mapping[str, Any]) -> list[tuple[str, s
         if userinfo and "${" not in userinfo.group(2):
             var = f"{_id_var(server_id)}_PASSWORD"
             found.append(("url", var, "the URL with :${" + var + "}@ in place of the password"))
+        path = re.sub(r"^[A-Za-z][A-Za-z0-9+.-]*://[^/]*", "", url).split("?", 1)[0].split("#", 1)[0]
+        if any("${" not in part and looks_like_token(part) for part in path.split("/")):
+            # A key as a path segment: https://mcp.zapier.com/api/mcp/s/<key>/mcp.
+            var = f"{_id_var(server_id)}_URL_KEY"
+            found.append(("url", var, f"the URL with ${{{var}}} in place of the key in its path"))
         query = url.split("?", 1)[1] if "?" in url else ""
         for part in query.split("&"):
             if "=" not in part:
