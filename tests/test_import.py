@@ -1331,6 +1331,36 @@ def test_oauth_entries_become_auth_oauth(
         assert notion.scopes == ("read", "write")
 
 
+def test_oauth_settings_prefixgate_has_no_key_for_are_reported(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Gemini CLI's oauth object also names the endpoints (authorizationUrl, tokenUrl) and a
+    redirectUri, which prefixgate's login cannot take: they were dropped without a word, and the
+    login then failed or went elsewhere, unexplained. Each is named; what carries over, does."""
+    path = tmp_path / ".gemini" / "settings.json"
+    path.parent.mkdir()
+    oauth = {
+        "enabled": True,
+        "clientId": "abc",
+        "authorizationUrl": "https://auth.example.com/authorize",
+        "tokenUrl": "https://auth.example.com/token",
+        "redirectUri": "http://localhost:7777/oauth/callback",
+        "scopes": ["read"],
+    }
+    path.write_text(json.dumps({"mcpServers": {"api": {"httpUrl": "https://api.example.com/mcp", "oauth": oauth}}}))
+    code, out, err = do_import(capsys, path, APPROVE)
+    assert code == 0, err
+    s = servers(parsed(out))["api"]
+    assert (s.auth, s.client_id, s.scopes) == ("oauth", "abc", ("read",))
+    reported = [line.split(": ")[2] for line in err.splitlines() if "not imported" in line]
+    assert reported == [
+        "servers.api.oauth.authorizationUrl",
+        "servers.api.oauth.tokenUrl",
+        "servers.api.oauth.redirectUri",
+    ]
+    assert "redirectUri: not imported: prefixgate takes the code on http://127.0.0.1:PORT/callback" in err
+
+
 def test_a_remote_entry_with_its_own_authorization_header_stays_as_it_is(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

@@ -291,6 +291,13 @@ def _scope_list(value: Any) -> list[str] | None:
     return None
 
 
+_OAUTH_KEYS = frozenset(
+    ("clientId", "client_id", "CLIENT_ID", "clientSecret", "client_secret", "CLIENT_SECRET", "callbackPort",
+     "callback_port", "scopes")
+)  # fmt: skip
+"""The keys of a client's OAuth settings object that carry over (the others are reported)."""
+
+
 def _oauth(t: _Translator, raw: dict[str, Any], fields: dict[str, Any]) -> set[str]:
     """The OAuth part of a remote entry: every client read here logs in to a remote server
     that asks for it (OAuth 2.1, on a 401), so a remote entry that sends no Authorization
@@ -343,6 +350,17 @@ def _oauth(t: _Translator, raw: dict[str, Any], fields: dict[str, Any]) -> set[s
             fields["scopes"] = scopes
         if t.fmt == "codex":
             handled.add("scopes")
+    for key in handled:  # the settings object's other keys (Gemini CLI's authorizationUrl, tokenUrl, ...)
+        for name in settings:
+            if name in _OAUTH_KEYS or (name == "enabled" and settings[name] is True):
+                continue
+            why = (
+                "prefixgate takes the code on http://127.0.0.1:PORT/callback (redirect_port sets PORT)"
+                if name.lower() in ("redirecturi", "redirect_uri")
+                else "prefixgate has no such OAuth setting (it finds the authorization server's endpoints "
+                "in the server's metadata)"
+            )
+            t.note(f"{key}.{name}", f"not imported: {why}", "warning")
     t.note("auth", f"oauth: {client} logs in when the server asks; run prefixgate login for it if it does "
               "(tokens are stored under state_dir, never in the config)")
     return handled
