@@ -10,7 +10,8 @@ to it directly gets an error from those tools (2026-07-28 has no back-channel), 
 gateway, which reaches it with the handshake, can relay them to either era.
 
 Tools: ``echo(text)``, ``elicit(after_a_sleep)``, ``confide(secret)`` (an elicitation naming the secret),
-``give_up(seconds)`` (an elicitation it cancels after ``seconds``),
+``give_up(seconds)`` (an elicitation it cancels after ``seconds``), ``keep_asking(times, seconds, done_file)``
+(that ``times`` over, then writes ``done_file`` and asks for a name),
 ``header_names()`` (the call's HTTP request header names), ``elicit_url()`` (then the completion
 notice), ``url_required()`` (``-32042``, the completion notice on the session after it),
 ``url_pending(ids)`` (``-32042`` naming each id) and ``complete_url(elicitation_id)`` (its
@@ -99,6 +100,20 @@ async def give_up(seconds: float, ctx: Context) -> str:
         answer = await ctx.elicit("Still there?", Name)
         return f"answered:{answer.action}"
     return "gave up"
+
+
+@server.tool()
+async def keep_asking(times: int, seconds: float, done_file: str, ctx: Context) -> str:
+    """Ask whether the user is still there ``times`` times, giving up on each after ``seconds``
+    (its request cancelled); then write ``done_file`` and ask the user for their name."""
+    for _ in range(times):
+        with anyio.move_on_after(seconds):
+            await ctx.elicit("Still there?", Name)
+            return "answered"
+    with open(done_file, "w", encoding="utf-8") as done:
+        done.write("gave up")
+    answer = await ctx.elicit("What is your name?", Name)
+    return f"gave up {times}, then {answer.action}"
 
 
 @server.tool()

@@ -660,6 +660,43 @@ async def test_a_question_the_server_gives_up_is_withdrawn_from_the_user(tmp_pat
 
 @pytest.mark.parametrize("upstream", ["stdio", "http"])
 @pytest.mark.parametrize("mode", ERAS)
+async def test_questions_the_server_gives_up_do_not_pile_up_in_the_call(
+    tmp_path: Path, mode: str, upstream: str
+) -> None:
+    """A classic server asks whether the user is still there, gives up (cancels its request)
+    and asks again, more times than one call may have questions open (``roundtrip.MAX_ASKS``),
+    while the user is slow; then it asks a last question. Directly, each question given up is
+    withdrawn and the last one answered. A 2026-07-28 client (asked with ``input_required``)
+    had every question given up kept in its call, each asked in its next round, until the
+    ninth was refused and the call failed ("more than 8 open requests in one call")."""
+    times = 9
+    done_file = tmp_path / "gave-up"
+
+    async def slow_user(context: Any, params: Any) -> types.ElicitResult:
+        if params.message == "Still there?":  # answered once the server has given up on every one
+            with anyio.move_on_after(OP_TIMEOUT / 2):  # (or never will: the call failed)
+                while not done_file.exists():
+                    await anyio.sleep(0.02)
+            return types.ElicitResult(action="decline")
+        return types.ElicitResult(action="accept", content={"name": "Ann"})
+
+    arguments = {"times": times, "seconds": 0.1, "done_file": str(done_file)}
+    expected = f"gave up {times}, then accept"
+    params = StdioServerParameters(command=PYTHON, args=[CLASSIC])
+    async with Client(params, mode="legacy", elicitation_callback=slow_user) as client:
+        with anyio.fail_after(OP_TIMEOUT):
+            assert text(await client.call_tool("keep_asking", arguments)) == expected
+    done_file.unlink()
+    config = write_config(tmp_path, {"classic": {"command": PYTHON, "args": [CLASSIC]}})
+    with ExitStack() as stack:
+        target: Any = config if upstream == "stdio" else stack.enter_context(http_gateway(config))[0]
+        async with sdk_client(target, mode, elicitation_callback=slow_user) as client:
+            with anyio.fail_after(OP_TIMEOUT):
+                assert text(await client.call_tool("classic__keep_asking", arguments)) == expected
+
+
+@pytest.mark.parametrize("upstream", ["stdio", "http"])
+@pytest.mark.parametrize("mode", ERAS)
 async def test_a_question_is_withdrawn_from_the_user_when_the_client_cancels_the_call(
     tmp_path: Path, mode: str, upstream: str
 ) -> None:

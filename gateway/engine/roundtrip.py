@@ -161,9 +161,17 @@ class RoundTrip:
         if len(self.fresh) + len(self.handed) >= MAX_ASKS:
             raise MCPError(code=INVALID_REQUEST, message=f"prefixgate: more than {MAX_ASKS} open requests in one call")
         self._next_key += 1
-        pending = self.fresh[f"{self.server_id}-{self._next_key}"] = _Ask(method, params)
+        key = f"{self.server_id}-{self._next_key}"
+        pending = self.fresh[key] = _Ask(method, params)
         self.poke()
-        await pending.done.wait()
+        try:
+            await pending.done.wait()
+        finally:
+            if not pending.done.is_set():
+                # The server withdrew its request (cancelled it, as a server that gives up
+                # waiting does): it is asked no more, and takes none of the call's places.
+                self.fresh.pop(key, None)
+                self.handed.pop(key, None)
         if pending.error is not None:
             raise pending.error
         assert pending.answer is not None
@@ -397,7 +405,7 @@ class RoundTrips:
                     return trip.result
                 if trip.fresh:
                     await _gather(trip)
-                    if not trip.finished:
+                    if not trip.finished and trip.fresh:  # (none, if the server withdrew them meanwhile)
                         return self._input_required(trip)
                     continue
                 await trip.wait_change()
