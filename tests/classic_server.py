@@ -20,7 +20,8 @@ completion notice, when the test says), ``sample()``, ``roots()``,
 ``progress(steps)``, ``ask_then_progress(steps)`` (an elicitation, then progress),
 ``log()`` (one info line on the call's stream), ``block(seconds)`` (a
 blocking ``time.sleep`` in an async tool: its event loop, so its input, stops meanwhile), ``sleep(seconds, tag)``
-(progress 0 once it runs, then cancellable) and ``cancelled(tag)`` (whether the ``sleep`` with that tag was cancelled:
+(progress 0 once it runs, then cancellable), ``ask_then_sleep(seconds, tag)`` (an elicitation, then that
+``sleep``) and ``cancelled(tag)`` (whether the ``sleep`` with that tag was cancelled:
 what the tests check a cancellation reached the server with). A prompt, ``greeting``, and a
 resource template, ``classic://asked/{topic}``, ask the user for their name the same way
 before they answer (elicitation during ``prompts/get`` and ``resources/read``); a prompt
@@ -334,6 +335,13 @@ async def sleep(seconds: float, ctx: Context, tag: str = "") -> str:
     finally:
         sleeping["now"] -= 1
     return f"slept {seconds:g}"
+
+
+@server.tool()
+async def ask_then_sleep(seconds: float, ctx: Context, tag: str = "") -> str:
+    """Ask the user for their name, then ``sleep`` (a cancelled one remembered under its tag)."""
+    answer = await ctx.elicit("What is your name?", Name)
+    return f"{answer.action}:{await sleep(seconds, ctx, tag)}"
 
 
 @server.tool()

@@ -39,6 +39,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import AsyncExitStack, ExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -727,6 +728,50 @@ async def test_a_question_is_withdrawn_from_the_user_when_the_client_cancels_the
             await ask_then_cancel(client, "classic__elicit")
             await wait_for(lambda: withdrawn == ["withdrawn"] * 2, 10)
             assert text(await client.call_tool("classic__echo", {"text": "after"})) == "classic:after"
+
+
+@pytest.mark.parametrize("upstream", ["stdio", "http"])
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_call_cancelled_after_the_user_answered_is_cancelled_at_the_server(
+    tmp_path: Path, mode: str, upstream: str
+) -> None:
+    """A classic server asks the user, is answered and works on; the client cancels the call:
+    directly, the server's work is cancelled at once. A 2026-07-28 client's call (its retry
+    carried the answer) went on at the server until ``round_trip_timeout`` (long here), as if
+    the client might come back with the same state."""
+    working = anyio.Event()
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        working.set()
+
+    async def cancelled_while_working(client: Any, tool: str, tag: str) -> None:
+        async with anyio.create_task_group() as tasks:
+            arguments = {"seconds": 600, "tag": tag}
+            tasks.start_soon(partial(client.call_tool, tool, arguments, progress_callback=on_progress))
+            with anyio.fail_after(OP_TIMEOUT):
+                await working.wait()
+            tasks.cancel_scope.cancel()
+
+    async def seen_cancelled(client: Any, tool: str, tag: str) -> None:
+        async def cancelled() -> bool:
+            return text(await client.call_tool(tool, {"tag": tag})) == "cancelled:True"
+
+        with anyio.fail_after(OP_TIMEOUT):
+            while not await cancelled():
+                await anyio.sleep(0.05)
+
+    params = StdioServerParameters(command=PYTHON, args=[CLASSIC])
+    async with Client(params, mode="legacy", elicitation_callback=elicitation) as client:
+        await cancelled_while_working(client, "ask_then_sleep", "direct")
+        await seen_cancelled(client, "cancelled", "direct")
+    working = anyio.Event()
+    server = {"command": PYTHON, "args": [CLASSIC]}
+    config = write_config(tmp_path, {"classic": server}, gateway={"round_trip_timeout": 600})
+    with ExitStack() as stack:
+        target: Any = config if upstream == "stdio" else stack.enter_context(http_gateway(config))[0]
+        async with sdk_client(target, mode, elicitation_callback=elicitation) as client:
+            await cancelled_while_working(client, "classic__ask_then_sleep", "gateway")
+            await seen_cancelled(client, "classic__cancelled", "gateway")
 
 
 class _Sleeper:

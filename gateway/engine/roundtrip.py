@@ -389,12 +389,14 @@ class RoundTrips:
         """Wait for the call to finish (its result) or to need input (``input_required``).
 
         While no request of the client waits here, the call is parked: after the
-        timeout it is cancelled downstream and forgotten.
+        timeout it is cancelled downstream and forgotten. A request that ends here without
+        either (the client cancelled it, or went away) ends the call at once.
         """
         if trip.timer is not None:
             trip.timer.cancel()
             trip.timer = None
         trip.attached = True
+        handed = False
         try:
             while True:
                 if trip.finished:
@@ -406,15 +408,17 @@ class RoundTrips:
                 if trip.fresh:
                     await _gather(trip)
                     if not trip.finished and trip.fresh:  # (none, if the server withdrew them meanwhile)
+                        handed = True
                         return self._input_required(trip)
                     continue
                 await trip.wait_change()
         finally:
             trip.attached = False
             if trip.id in self._trips:
-                if trip.round == 0 or self.tasks is None:
-                    # The client gave up before it was handed any state: nothing can resume
-                    # this call, so it ends now, as a cancelled call of the handshake era does.
+                if not handed or self.tasks is None:
+                    # The client gave up on the call (before any state, or on a retry whose
+                    # answers the server already has): it ends now, as a cancelled call of
+                    # the handshake era does, not after ``timeout`` with the server still at it.
                     self._forget(trip)
                     trip.cancel()
                 else:
