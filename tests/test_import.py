@@ -1124,6 +1124,45 @@ def test_prefixgate_itself_registered_in_the_client_is_not_imported(
     assert "1 skipped" in err and '#   "prefixgate" (' in out
 
 
+@pytest.mark.parametrize("url", ["https://gateway.example:8765/mcp", "http://127.0.0.1:8765/mcp/codex/"])
+@pytest.mark.parametrize("client", ["claude-code", "codex"])
+def test_prefixgate_itself_registered_over_http_is_imported_disabled(
+    _home: Path, capsys: pytest.CaptureFixture[str], url: str, client: str
+) -> None:
+    """prefixgate registered over HTTP as docs/registering.md says (the entry prefixgate, at
+    serve --http's /mcp or a profile's /mcp/NAME) was imported enabled: a gateway serving the
+    config fronted itself, its own tools coming back renamed (prefixgate__prefixgate__...) over
+    and over. It may be another gateway to front: it is imported disabled, saying why."""
+    if client == "claude-code":  # as 'claude mcp add --transport http --scope user' writes it
+        registered = {"type": "http", "url": url, "headers": {"Authorization": "Bearer ${PREFIXGATE_TOKEN}"}}
+        time = {"type": "stdio", "command": "mcp-server-time", "args": [], "env": {}}
+        (_home / ".claude.json").write_text(json.dumps({"mcpServers": {"prefixgate": registered, "time": time}}))
+    else:
+        (_home / ".codex").mkdir()
+        (_home / ".codex" / "config.toml").write_text(
+            f'[mcp_servers.prefixgate]\nurl = {toml_string(url)}\nbearer_token_env_var = "PREFIXGATE_TOKEN"\n\n'
+            '[mcp_servers.time]\ncommand = "mcp-server-time"\n'
+        )
+    code, out, err = do_import(capsys, "--from", client)
+    assert code == 0, err
+    imported = servers(parsed(out))
+    assert not imported["prefixgate"].enabled and imported["time"].enabled
+    reason = f"prefixgate's own entry over HTTP, as registered in {CLIENT_NAMES[client]}"
+    assert f"servers.prefixgate.enabled: false: {reason}" in err
+    assert reason in out.split("[servers.prefixgate]")[1].split("enabled = false")[0]  # above the line
+    assert "2 servers (1 enabled)" in err
+
+
+def test_a_remote_server_named_prefixgate_elsewhere_is_imported_enabled(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "mcp.json"
+    path.write_text(json.dumps({"mcpServers": {"prefixgate": {"url": "https://docs.example.com/prefixgate/mcp"}}}))
+    code, out, err = do_import(capsys, path)
+    assert code == 0, err
+    assert servers(parsed(out))["prefixgate"].enabled
+
+
 def test_a_server_merely_named_prefixgate_or_serving_is_imported(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -7,6 +7,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from gateway.commands.importer.names import VAR_NAME, env_var_name, input_var_name
 from gateway.commands.importer.sources import CLIENT_NAMES, Entry, quoted, type_name
@@ -633,6 +634,16 @@ def _runs_prefixgate(fields: dict[str, Any]) -> bool:
     return False
 
 
+def _serves_prefixgate(entry: Entry, fields: dict[str, Any]) -> bool:
+    """Whether a remote entry is prefixgate's own over HTTP, as docs/registering.md registers it:
+    named ``prefixgate``, its URL ``serve --http``'s ``/mcp`` or a profile's ``/mcp/NAME``."""
+    url = fields.get("url")
+    if entry.name.lower() != "prefixgate" or not isinstance(url, str):
+        return False
+    path = urlsplit(url).path.rstrip("/")
+    return re.fullmatch(r"/mcp(/[^/]+)?", path) is not None
+
+
 def translate(entry: Entry) -> Translated:
     out = _translate_codex(entry) if entry.source.fmt == "codex" else _translate_json(entry)
     if _runs_prefixgate(out.fields):
@@ -640,4 +651,14 @@ def translate(entry: Entry) -> Translated:
             f"runs prefixgate serve: it is prefixgate itself, as registered in {CLIENT_NAMES[entry.source.fmt]}; "
             "imported, prefixgate would start itself over and over"
         )
+    if _serves_prefixgate(entry, out.fields) and out.fields.get("enabled", True):
+        # Maybe another gateway this one may front, maybe this one: a gateway serving the
+        # config would then front itself, its own tools coming back to it renamed, over and over.
+        entry.scope_disabled = entry.scope_disabled or (
+            f"prefixgate's own entry over HTTP, as registered in {CLIENT_NAMES[entry.source.fmt]}; a gateway "
+            "serving this config would front itself: set enabled = true only to front another gateway"
+        )
+        out.fields["enabled"] = False
+        out.notes.append(("note", "enabled", f"false: {entry.scope_disabled}"))
+        out = _ordered(out)
     return out
