@@ -28,6 +28,7 @@ from tests.helpers import (
     alive,
     catalog_json,
     demo,
+    free_port,
     gateway,
     http_gateway,
     run_cli,
@@ -230,6 +231,25 @@ async def test_a_chunked_body_past_the_limit_gets_413_as_it_passes_it(tmp_path: 
         assert b"request body too large" in received
         async with sdk_client(url, "legacy") as client:  # still serving
             assert text(await client.call_tool("d__echo", {"text": "up"})) == "up"
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_server_whose_url_is_the_gateway_itself_fails_saying_so(tmp_path: Path, mode: str) -> None:
+    """A server entry whose URL leads back to the gateway serving it (prefixgate registered in
+    an agent over HTTP, then imported under another name) made the gateway front itself: its
+    own tools came back to it renamed one level deeper, over and over. That server now fails
+    at its first request, saying why, and the gateway serves the others."""
+    from gateway.downstream.selfloop import REFUSAL
+
+    port = free_port()
+    config = write_config(tmp_path, {"d": demo("--tools", 1), "me": {"url": f"http://127.0.0.1:{port}/mcp"}})
+    with http_gateway(config, listen=f"127.0.0.1:{port}") as (url, errlog):
+        with anyio.fail_after(60):
+            async with sdk_client(url, mode) as client:
+                names = [tool.name for tool in (await client.list_tools()).tools]
+                assert "d__echo" in names and not any(name.startswith("me__") for name in names), names
+                assert text(await client.call_tool("d__echo", {"text": "served"})) == "served"
+            await wait_for(lambda: f"[me] failed: {REFUSAL}" in errlog.read_text())
 
 
 async def test_a_cancellation_in_the_body_deadlines_turn_is_not_taken_back() -> None:

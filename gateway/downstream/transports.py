@@ -25,6 +25,7 @@ from gateway.downstream.proxies import EnvironmentRoutes
 from gateway.downstream.rawcalls import RawCalls
 from gateway.downstream.rawhttp import Pool
 from gateway.downstream.related import Related
+from gateway.downstream.selfloop import with_instance
 from gateway.downstream.spawn import Spawned
 from gateway.downstream.sseclient import Ended
 from gateway.downstream.stdio import ChildProcess, Shedding, stdio_transport
@@ -130,7 +131,7 @@ class StreamableHttpTransport(_Remote):
         self.related = Related()
         watch = SessionWatch(BoundedAnswers(inner, limit))
         pool = ReusedConnections(RelatedStreams(self.related, watch))
-        headers = dict(self.config.headers)
+        headers = with_instance(dict(self.config.headers))
         self.http_calls = None
         raw = Pool(self.url, headers) if auth is None and plain_http(self.url) else None
         try:
@@ -218,7 +219,7 @@ class SseTransport(_Remote):
         auth = await self.auth()
         check = EndpointCheck(self.url)
         factory = _client_factory(check, self.url if auth is not None else None)
-        headers = dict(self.config.headers)
+        headers = with_instance(dict(self.config.headers))
         self.ended = ended = Ended()
         try:
             # The SDK's SSE client's timeouts: 5 s for a request, 300 s between two events.

@@ -47,6 +47,7 @@ from catalog.text import plural
 from gateway.config import env_count, env_number
 from gateway.config import is_loopback as is_loopback
 from gateway.config import parse_listen as parse_listen
+from gateway.downstream.selfloop import HEADER, INSTANCE, REFUSAL
 from gateway.engine.shares import Shares
 from gateway.jsontext import parsed_aside, scrub_escapes
 from gateway.sdk import envelope_refused_in_one_line, handled_post, lifespan_state
@@ -60,6 +61,9 @@ from gateway.upstream.health import answer as health_answer
 from gateway.upstream.listen import listening_socket
 
 log = logging.getLogger("prefixgate.http")
+_SELF_HEADER, _SELF = HEADER.encode(), INSTANCE.encode()
+"""(gateway/downstream/selfloop.py) As ASGI gives a header: its name in lower case, its value as sent."""
+_SELF_REFUSED = json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": REFUSAL}}).encode()
 
 MCP_PATH = "/mcp"
 METRICS_PATH = "/metrics"
@@ -305,6 +309,10 @@ class Front:
                 await send({"type": "websocket.close", "code": 1000})
             return
         headers = scope["headers"] = host_in_lower_case(scope["headers"])
+        if any(k == _SELF_HEADER and v == _SELF for k, v in headers):
+            # (its server's status says so: the SDK's client reads this error out of the 508)
+            await send_whole(send, 508, [(b"content-type", b"application/json")], _SELF_REFUSED)
+            return
         endpoint = self.routes.get(scope["path"])
         if endpoint is None:  # (an endpoint's session manager and lanes check it themselves)
             refused = await self.security.validate_request(Request(scope))
