@@ -16,6 +16,9 @@ JSON = Any
 """A JSON value: dict, list, str, int, float, bool or None."""
 
 WarningKind = Literal["renamed", "quarantined", "excluded", "duplicate", "task-only"]
+INFORMATIONAL: frozenset[WarningKind] = frozenset(("renamed", "excluded"))
+"""Kinds that are no fault of a server's (a name made provider-safe, a tool the config's
+filters leave out): logged as information, not as warnings, as ``doctor`` rates them."""
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,10 @@ class CatalogWarning:
     server: str
     tool: str
     detail: str
+
+    @property
+    def informational(self) -> bool:
+        return self.kind in INFORMATIONAL
 
     def line(self) -> str:
         """One printable line: tool names and details come from servers, so they are escaped."""

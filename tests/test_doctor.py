@@ -216,6 +216,19 @@ def test_renames_alone_are_informational(tmp_path: Path) -> None:
     assert verdict(proc.stdout, "renamed: dotted/my.tool") == "info"
 
 
+def test_renames_and_exclusions_are_logged_as_information_not_warnings(tmp_path: Path) -> None:
+    """Each tool a server's ``exclude`` left out, and each name made provider-safe, was logged
+    as a warning at every start, one line a tool, though nothing was wrong (doctor rates them
+    as information)."""
+    server = {**demo("--tools", 1, "--extra-tool", "my.tool"), "exclude": ["echo"]}
+    config = write_config(tmp_path, {"dotted": server})
+    proc = run_cli("catalog", "--config", str(config))
+    said = {line.split(" ", 2)[2]: line.split(" ", 2)[1] for line in proc.stderr.splitlines() if line.count(" ") >= 2}
+    assert said.get("excluded: dotted/echo: matches exclude pattern 'echo'") == "INFO", proc.stderr
+    renamed = "renamed: dotted/my.tool: 'dotted__my.tool' -> 'dotted__my_tool' (disallowed characters)"
+    assert said.get(renamed) == "INFO", proc.stderr
+
+
 def test_config_error_is_one_fail_line_and_stops(tmp_path: Path) -> None:
     config = tmp_path / "prefixgate.toml"
     config.write_text('[servers.git]\ncommand = "git-mcp"\nstartup_timeout = "soon"\n', encoding="utf-8")

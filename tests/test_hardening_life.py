@@ -563,6 +563,22 @@ async def test_a_list_changed_storm_is_coalesced_and_other_calls_go_on(tmp_path:
 
 
 @pytest.mark.parametrize("mode", ERAS)
+async def test_a_tool_a_new_list_brings_and_the_config_excludes_is_information_not_a_warning(
+    tmp_path: Path, mode: str
+) -> None:
+    """A server's new tool that its ``exclude`` leaves out was logged as a warning when the
+    list changed, though nothing was wrong (at the start, as information: doctor's rating)."""
+    errlog = tmp_path / "gateway.log"
+    config = write_config(tmp_path, {"d": {**demo("--tools", 1, "--rich"), "exclude": ["grown_1"]}})
+    async with sdk_client(config, mode, errlog=errlog) as client:
+        for _ in range(2):  # (the first only brings the excluded tool: the same catalog, nothing said)
+            assert text(await client.call_tool("d__mutate", {"kind": "grow"})) == "mutated:grow"
+        await wait_for(lambda: "excluded: d/grown_1" in errlog.read_text())
+    (line,) = [line for line in errlog.read_text().splitlines() if "excluded: d/grown_1" in line]
+    assert line.startswith("prefixgate INFO "), line
+
+
+@pytest.mark.parametrize("mode", ERAS)
 async def test_a_relist_left_unanswered_keeps_the_tools_and_the_next_list_changed_relists(
     tmp_path: Path, mode: str
 ) -> None:

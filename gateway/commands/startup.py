@@ -89,7 +89,7 @@ async def discover(config: Config, hub: Hub) -> Epoch:
         raise Exit(1, f"prefixgate: {exc}") from None
     epoch.discovery_ms = round((anyio.current_time() - started) * 1000)
     for warning in epoch.catalog.warnings:
-        log.warning("%s", warning.line())
+        log.log(logging.INFO if warning.informational else logging.WARNING, "%s", warning.line())
     ready = [d for d in downstreams if d.status == "ready"]
     decision = epoch.decision
     listed = sum(len(d.tools) for d in ready)

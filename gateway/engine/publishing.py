@@ -326,9 +326,9 @@ class Publisher:
             await self._router.publish(epoch)
             return True
         lines = [w.line() for w in epoch.catalog.warnings]
-        for line in lines:
+        for warning, line in zip(epoch.catalog.warnings, lines, strict=True):
             if line not in self._warned:
-                log.warning("%s", line)
+                log.log(logging.INFO if warning.informational else logging.WARNING, "%s", line)
         self._warned = frozenset(lines)
         log.warning(
             "new epoch (%s): fingerprint %s -> %s; %s",
