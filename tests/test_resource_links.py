@@ -19,6 +19,7 @@ import pytest
 from mcp.shared.exceptions import MCPError
 
 from tests.helpers import ERAS, PYTHON, http_gateway, sdk_client, wait_for, write_config
+from tests.test_principals import tokens_file
 
 pytestmark = [pytest.mark.anyio, pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")]
 
@@ -87,6 +88,35 @@ async def test_a_linked_resource_no_server_lists_is_watched_at_the_server_that_l
     assert logged(logs["b"], "resources/subscribe") == ["hidden://b"]
     assert logged(logs["b"], "resources/unsubscribe") == ["hidden://b"]
     assert logged(logs["a"], "resources/subscribe") == []
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_profile_watches_a_resource_at_a_server_it_sees_never_at_one_it_does_not(
+    tmp_path: Path, mode: str
+) -> None:
+    """A token limited to a profile that does not see the vault server watches a URI the vault
+    lists: it went to the vault (subscribed there, and acknowledged as watched), which that
+    token may not use and whose resources its reads never reach; it goes where the profile's
+    ``resources/read`` goes, a server the profile sees."""
+    logs = {name: tmp_path / f"{name}.log" for name in ("vault", "notes")}
+    servers = {
+        name: {"command": PYTHON, "args": [SURFACE, json.dumps({"log": str(logs[name]), "resources": [uri]})]}
+        for name, uri in (("vault", "vault://keys"), ("notes", "notes://1"))
+    }
+    config = write_config(tmp_path, servers, profiles={"review": {"servers": ["notes"]}})
+    with tokens_file(tmp_path, "token-of-admin", "token-of-guest profiles=review") as tokens:
+        with http_gateway(config, "--token-file", str(tokens)) as (url, _):
+            guest = {"Authorization": "Bearer token-of-guest"}
+            async with sdk_client(f"{url}/review", mode, headers=guest) as client:
+                if mode == "legacy":
+                    await client.subscribe_resource("vault://keys")
+                    await client.unsubscribe_resource("vault://keys")
+                else:
+                    async with client.listen(resource_subscriptions=["vault://keys"]):
+                        pass
+                await wait_for(lambda: any(logged(log, "resources/unsubscribe") for log in logs.values()), 10)
+    assert logged(logs["vault"], "resources/subscribe") == []
+    assert logged(logs["notes"], "resources/subscribe") == ["vault://keys"]
 
 
 async def _watch_the_link(client: Any, mode: str, log: Path) -> None:

@@ -30,6 +30,8 @@ from gateway.downstream.toolcall import connection_gone
 
 log = logging.getLogger("prefixgate")
 
+OwnerOf = Callable[[str, object], Downstream | None]
+"""The server a URI is read from for a principal (``Hub.resource_owner``)."""
 MAX_URIS = env_count("PREFIXGATE_WATCHED_URIS_PER_PRINCIPAL", 4096)
 """Distinct resource URIs one principal may watch at once (the variable exists for tests)."""
 STOP_TIMEOUT = 10.0
@@ -37,9 +39,10 @@ STOP_TIMEOUT = 10.0
 
 
 class Watches:
-    def __init__(self, owner_of: Callable[[str, object], Downstream | None]) -> None:
+    def __init__(self, owner_of: OwnerOf) -> None:
         """``owner_of(uri, principal)``: the server a URI is read from for that principal
-        (``Hub.resource_owner``: a listed owner, else the server that linked it to the principal)."""
+        (``Hub.resource_owner``: a listed owner, else the server that linked it to the principal),
+        in the first profile served (every server); a watch names its own profile's."""
         self._owner_of = owner_of
         self._told: dict[str, Downstream] = {}
         """URI -> the server told to report it (stopped and resumed there, whoever watches)."""
@@ -52,11 +55,14 @@ class Watches:
         """URI -> how many clients (or listen streams) watch it."""
         return dict(self._count)
 
-    async def watch(self, uri: str, who: object) -> None:
+    async def watch(self, uri: str, who: object, owner_of: OwnerOf | None = None) -> None:
         """One more watcher of principal ``who``; the first one has the owning server start reporting.
 
-        Raises MCPError (nothing counted) when no server offers the resource, the server
-        refuses, or ``who`` watches ``MAX_URIS`` other URIs already.
+        ``owner_of``: the watcher's profile's ``Hub.resource_owner``, so a resource is watched
+        at the server its ``resources/read`` goes to, one the watcher's profile sees: the
+        watches are every profile's, and the first profile's owner may be a server another
+        profile does not see (nor its token may use). Raises MCPError (nothing counted) when no server offers the
+        resource, the server refuses, or ``who`` watches ``MAX_URIS`` other URIs already.
         """
         held = self._held.setdefault(who, {})
         if uri not in held and len(held) >= MAX_URIS:
@@ -68,7 +74,7 @@ class Watches:
             async with self._lock(uri):
                 count = self._count.get(uri, 0)
                 if count == 0:
-                    await self._tell(uri, True, self._owner_of(uri, who))
+                    await self._tell(uri, True, (owner_of or self._owner_of)(uri, who))
                 self._count[uri] = count + 1
         except BaseException:
             self._release(uri, who)

@@ -629,7 +629,7 @@ class Handlers:
         uri = str(params.uri)
         client = await self.client_of(ctx)
         if uri not in client.subscriptions:
-            await self.hub.watches.watch(uri, principal_key(client.state))
+            await self.hub.watches.watch(uri, principal_key(client.state), self.hub.resource_owner)
             client.subscriptions.add(uri)
         return _result(ctx, {})
 
@@ -973,7 +973,7 @@ class WatchingListen:
             await self.hub.router.current()  # which server owns a resource is known once a catalog is
             for uri in wanted:
                 try:
-                    await self.hub.watches.watch(uri, who)
+                    await self.hub.watches.watch(uri, who, self.hub.resource_owner)
                     watched.append(uri)
                 except MCPError as exc:  # not offered, or refused: the stream serves the rest
                     log.info("listen stream: not watching %r: %s", uri, exc.message)
