@@ -15,7 +15,7 @@ import contextvars
 import functools
 import logging
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import AsyncExitStack, contextmanager
 from typing import Any
 
@@ -358,6 +358,26 @@ class PrincipalSessions(StreamableHTTPSessionManager):
                 self.per_principal,
             )
         return super()._admit_session(requestor)
+
+    def end_sessions_of(self, principals: Collection[str]) -> int:
+        """End every session ``principals`` opened (their token was taken out of the token file,
+        or may no longer use this profile), as its idle timeout would, its open streams and
+        requests with it; how many ended. Refusing its next request leaves its GET stream open,
+        and with it what the servers send or ask outside any call, for as long as its client
+        holds it. The requestor is the ``client_id`` of the principal's
+        ``AuthenticatedUser`` (gateway/upstream/http.py ``_user``)."""
+        ended = 0
+        for sid, t in list(self._server_instances.items()):  # noqa: SLF001
+            owner = self._session_owners.get(sid)  # noqa: SLF001
+            if owner is None or owner.get("client_id") not in principals:
+                continue
+            if (scope := t.idle_scope) is None or scope.cancel_called:
+                continue
+            del self._server_instances[sid]  # noqa: SLF001 - its id answers 404 from now on
+            self._session_owners.pop(sid, None)  # noqa: SLF001
+            scope.cancel()  # its serve loop ends as at its idle timeout, which terminates it
+            ended += 1
+        return ended
 
 
 @contextmanager

@@ -496,6 +496,53 @@ async def test_the_token_file_is_read_again_when_it_changes_and_on_sighup(tmp_pa
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("change", ["revoked", "profiles"])
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_token_taken_away_ends_its_open_streams(tmp_path: Path, mode: str, change: str) -> None:
+    """A token revoked, or limited to another profile, was refused from its next request on,
+    but what it held open stayed: a handshake-era session's GET stream and a 2026-07-28 listen
+    stream, each carrying what was meant for it (changes, updates, a server's log lines and
+    requests) for as long as its client read it. Both end now; another token's stay."""
+    import httpx2
+
+    from tests.helpers import ACCEPT, INIT
+
+    tokens = tmp_path / "tokens"
+    tokens.write_text("token-of-alice\ntoken-of-bob\n")
+    config = write_config(tmp_path, servers("a"), profiles={"review": {}})
+    bob, alice = ({**ACCEPT, "authorization": f"Bearer token-of-{who}"} for who in ("bob", "alice"))
+    with http_serving(config, "--token-file", str(tokens)) as (url, pid, log):
+        async with contextlib.AsyncExitStack() as stack:
+            held = {}
+            for who, headers in (("bob", bob), ("alice", alice)):
+                if mode == "auto":
+                    client = await stack.enter_async_context(sdk_client(url, mode, headers=headers))
+                    held[who] = await stack.enter_async_context(client.listen(tools_list_changed=True))
+                else:
+                    http = await stack.enter_async_context(httpx2.AsyncClient(timeout=60))
+                    opened = await http.post(url, json=INIT, headers=headers)
+                    session = {**headers, "mcp-session-id": opened.headers["mcp-session-id"]}
+                    await http.post(
+                        url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=session
+                    )
+                    stream = await stack.enter_async_context(
+                        http.stream("GET", url, headers={**session, "accept": "text/event-stream"})
+                    )
+                    assert stream.status_code == 200
+                    held[who] = stream.aiter_bytes()
+            tokens.write_text("token-of-alice\n" + ("token-of-bob profiles=review\n" if change == "profiles" else ""))
+            with anyio.fail_after(60):  # (the token file is watched: read again within a second or two)
+                async for _ in held["bob"]:
+                    pass  # (nothing is sent on a quiet stream: it ends)
+            assert _status(url, "token-of-bob") == {"profiles": 403, "revoked": 401}[change]
+            assert (_status(url + "/review", "token-of-bob") == 401) == (change == "revoked")
+            with anyio.move_on_after(1) as alices:  # (hers stays open: still waiting for something to come)
+                async for _ in held["alice"]:
+                    pass
+            assert alices.cancelled_caught
+
+
+@pytest.mark.anyio
 async def test_a_server_changed_while_the_barrier_waits_for_it_is_waited_for(tmp_path: Path) -> None:
     """An edit that changes a server still starting (before the first epoch) restarts it, and
     the barrier waits for the new process (and for the server it adds). It used to settle on the stopped one: the first

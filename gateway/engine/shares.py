@@ -43,6 +43,10 @@ class Shares:
         """Principals holding or waiting for a place."""
         return len(self._places)
 
+    def __contains__(self, owner: Hashable) -> bool:
+        """Whether ``owner`` holds or waits for a place."""
+        return owner in self._places
+
     def take_nowait(self, owner: Hashable, borrower: object) -> bool:
         """Take a place for ``borrower`` if ``owner`` has one free and nobody of its waits for
         one (no wait, no turn of the loop)."""

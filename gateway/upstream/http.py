@@ -267,14 +267,18 @@ class Front:
         for path, endpoint in endpoints.items():
             self.routes[path] = self.routes[path + "/"] = endpoint
         self.readiness = readiness
+        self.expected: dict[bytes, tuple[bytes, str]] = {}
         self.set_tokens(tokens)
         self.timeout = timeout
         self.max_size = max_size
 
     def set_tokens(self, tokens: Sequence[BearerToken]) -> None:
         """The tokens in force, from the next request on (at start, and when the token file
-        is read again: gateway/commands/tokenfile.py). A principal whose token is gone is
-        refused; its sessions stay until idle, and its state in the store (``_put_in_force``)."""
+        is read again: gateway/commands/tokenfile.py). A principal whose token is gone, or may
+        no longer use a profile, is refused there, and its handshake-era sessions and listen
+        streams there end (``_end_the_refused``); its state stays in the store (``_put_in_force``)."""
+        endpoints = list({id(e): e for e in self.routes.values()}.values())
+        before = [self._admitted(endpoint) for endpoint in endpoints]
         self._told_barred: set[tuple[str, str]] = set()
         """(principal, profile) pairs refused with 403 that the log has named."""
         for endpoint in self.routes.values():
@@ -289,6 +293,12 @@ class Front:
         """SHA-256 of each token -> (token, principal)."""
         self.users = {principal: _user(principal) for _, principal in self.expected.values()}
         """What the SDK's session manager binds a session to: the principal that created it."""
+        for endpoint, admitted in zip(endpoints, before, strict=True):
+            _end_the_refused(endpoint, admitted - self._admitted(endpoint))
+
+    def _admitted(self, endpoint: Endpoint) -> set[str]:
+        """The principals whose tokens may use ``endpoint`` now."""
+        return {principal for _, principal in self.expected.values() if principal not in endpoint.barred}
 
     def _principal(self, given: bytes) -> str | None:
         """The principal of ``Authorization: Bearer <token>`` (the scheme in any case, RFC 7235).
@@ -638,6 +648,20 @@ def _unsent(connection: Any) -> bool:
     except (AttributeError, RuntimeError):
         return False
     return getattr(transport, "_held", None) is not None or size > 0  # (_held: a head waiting, coalesce.py)
+
+
+def _end_the_refused(endpoint: Endpoint, refused: set[str]) -> None:
+    """End what ``refused`` (principals whose tokens may no longer use ``endpoint``) hold open
+    there: a stream is served for as long as its client reads it, and refusing the token's next
+    request leaves its streams carrying every change, update, log line and server request meant
+    for it."""
+    if not refused:
+        return
+    end_sessions = getattr(endpoint.manager, "end_sessions_of", None)  # (gateway/sdk.py ``PrincipalSessions``)
+    if end_sessions is not None and (ended := end_sessions(refused)):
+        log.info("%s ended: their tokens may no longer use them", plural(ended, "HTTP session"))
+    if endpoint.handlers is not None:
+        endpoint.handlers.listening.end(refused)
 
 
 def _user(principal: str) -> Any:

@@ -16,7 +16,7 @@ import functools
 import json
 import logging
 import warnings
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any
 
 import anyio
@@ -124,6 +124,8 @@ class Handlers:
         self._roots_told: set[object] = set()
         """Principals (``principal_key``) whose roots changed since the servers were last told."""
         self._telling_roots = False
+        self.listening = WatchingListen(hub)
+        """``subscriptions/listen``, which a token taken away ends (``WatchingListen.end``)."""
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # logging/setLevel, roots: deprecated in 2026-07-28; still served
             self.server: Server[Any] = Server(
@@ -142,7 +144,7 @@ class Handlers:
                 on_completion=self.complete,
                 on_set_logging_level=self.set_level,
                 on_roots_list_changed=self.roots_changed,
-                on_subscriptions_listen=WatchingListen(hub),
+                on_subscriptions_listen=self.listening,
                 cache_hints=CACHE_HINTS,
                 get_tool_input_schema=self.input_schema,
             )
@@ -943,9 +945,22 @@ class WatchingListen:
 
     def __init__(self, hub: Hub) -> None:
         self.hub = hub
-        self.inner = ListenHandler(hub.clients.bus, max_subscriptions=1 << 30)  # (bounded per principal here)
+        self.inner: dict[object, ListenHandler] = {}
+        """Per principal (``principal_key``) with a stream open: the SDK's handler serving its
+        streams, so that ``end`` can close them (bounded per principal here, not there)."""
         self.open = Shares(LISTEN_STREAMS_PER_PRINCIPAL)
         """Per principal (``principal_key``): its listen streams open now."""
+
+    def end(self, principals: Collection[object]) -> None:
+        """Close the open streams of ``principals`` (their token was taken out of the token file,
+        or may no longer use this profile), each with its final result as the SDK's graceful
+        closing sends it: a stream stays open for as long as its client reads, and refusing the
+        token's next request leaves it hearing every change and update it listens for."""
+        for principal in principals:
+            inner = self.inner.get(principal)
+            if inner is not None:
+                log.info("listen streams of principal %s ended: its token may no longer use this endpoint", principal)
+                inner.close()
 
     async def __call__(
         self, ctx: ServerRequestContext[Any, Any], params: types.SubscriptionsListenRequestParams
@@ -977,9 +992,14 @@ class WatchingListen:
                     watched.append(uri)
                 except MCPError as exc:  # not offered, or refused: the stream serves the rest
                     log.info("listen stream: not watching %r: %s", uri, exc.message)
-            return await self.inner(ctx, _honoring(params, watched))
+            inner = self.inner.get(who)
+            if inner is None:
+                inner = self.inner[who] = ListenHandler(self.hub.clients.bus, max_subscriptions=1 << 30)
+            return await inner(ctx, _honoring(params, watched))
         finally:
             self.open.give(who, stream)
+            if who not in self.open:
+                self.inner.pop(who, None)
             with anyio.CancelScope(shield=True):
                 for uri in watched:
                     await self.hub.watches.unwatch(uri, who)
