@@ -10,7 +10,9 @@ tests/surface_server.py, behind one gateway, the real SDK client in both eras.
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -97,7 +99,9 @@ async def test_a_profile_watches_a_resource_at_a_server_it_sees_never_at_one_it_
     """A token limited to a profile that does not see the vault server watches a URI the vault
     lists: it went to the vault (subscribed there, and acknowledged as watched), which that
     token may not use and whose resources its reads never reach; it goes where the profile's
-    ``resources/read`` goes, a server the profile sees."""
+    ``resources/read`` goes, a server the profile sees. And another token watching the URI
+    at the default profile meanwhile has it watched at the vault all the same (counted per URI
+    alone, the first watch stood in for every later one, wherever it was)."""
     logs = {name: tmp_path / f"{name}.log" for name in ("vault", "notes")}
     servers = {
         name: {"command": PYTHON, "args": [SURFACE, json.dumps({"log": str(logs[name]), "resources": [uri]})]}
@@ -107,16 +111,36 @@ async def test_a_profile_watches_a_resource_at_a_server_it_sees_never_at_one_it_
     with tokens_file(tmp_path, "token-of-admin", "token-of-guest profiles=review") as tokens:
         with http_gateway(config, "--token-file", str(tokens)) as (url, _):
             guest = {"Authorization": "Bearer token-of-guest"}
-            async with sdk_client(f"{url}/review", mode, headers=guest) as client:
-                if mode == "legacy":
-                    await client.subscribe_resource("vault://keys")
-                    await client.unsubscribe_resource("vault://keys")
-                else:
-                    async with client.listen(resource_subscriptions=["vault://keys"]):
-                        pass
-                await wait_for(lambda: any(logged(log, "resources/unsubscribe") for log in logs.values()), 10)
-    assert logged(logs["vault"], "resources/subscribe") == []
-    assert logged(logs["notes"], "resources/subscribe") == ["vault://keys"]
+            admin = {"Authorization": "Bearer token-of-admin"}
+            async with (
+                sdk_client(f"{url}/review", mode, headers=guest) as theirs,
+                sdk_client(url, mode, headers=admin) as ours,
+                _watching(theirs, mode, "vault://keys"),
+            ):
+                await wait_for(lambda: any(logged(log, "resources/subscribe") for log in logs.values()), 10)
+                async with _watching(ours, mode, "vault://keys"):
+                    await wait_for(
+                        lambda: len(sum((logged(log, "resources/subscribe") for log in logs.values()), [])) > 1, 10
+                    )
+            await wait_for(
+                lambda: len(sum((logged(log, "resources/unsubscribe") for log in logs.values()), [])) > 1, 10
+            )
+    assert logged(logs["notes"], "resources/subscribe") == ["vault://keys"]  # the guest's
+    assert logged(logs["vault"], "resources/subscribe") == ["vault://keys"]  # the admin's alone
+    assert logged(logs["notes"], "resources/unsubscribe") == logged(logs["vault"], "resources/unsubscribe")
+
+
+@contextlib.asynccontextmanager
+async def _watching(client: Any, mode: str, uri: str) -> AsyncIterator[None]:
+    """``uri`` watched by ``client`` for the block: ``resources/subscribe``, or a listen stream."""
+    if mode == "legacy":
+        await client.subscribe_resource(uri)
+        yield
+        await client.unsubscribe_resource(uri)
+    else:
+        async with client.listen(resource_subscriptions=[uri]) as events:
+            assert events.honored.resource_subscriptions == [uri]
+            yield
 
 
 async def _watch_the_link(client: Any, mode: str, log: Path) -> None:

@@ -32,7 +32,7 @@ from gateway.config import Config
 from gateway.downstream.connection import Downstream
 from gateway.engine.outbox import Outbox, Send
 from gateway.engine.router import Router
-from gateway.engine.watches import Watches
+from gateway.engine.watches import OwnerOf, Watches
 from gateway.state.journal import activation_key, session_key
 from gateway.state.session import ClientState, principal_key
 from gateway.state.store import StateStore
@@ -97,6 +97,9 @@ class Clients:
         self._router = router
         self._downstreams = downstreams
         self._watches = watches
+        self.owner_of: OwnerOf | None = None
+        """Where this profile reads a URI (``Hub.resource_owner``): a leaving client's watches are
+        let go where they were taken (``Watches.unwatch``)."""
         self._principals: dict[str, ClientState] = {}
         self._server_ids = {d.id for d in downstreams}
         """The servers this profile sees (updated in place by a reload: connections hold it)."""
@@ -150,7 +153,7 @@ class Clients:
         client.server_session = None
         if client.subscriptions and self.tasks is not None:
             for uri in sorted(client.subscriptions):  # a client that leaves stops watching
-                self.tasks.start_soon(self._watches.unwatch, uri, principal_key(client.state))
+                self.tasks.start_soon(self._watches.unwatch, uri, principal_key(client.state), self.owner_of)
             client.subscriptions.clear()
 
     def principal_state(self, principal: str) -> ClientState:

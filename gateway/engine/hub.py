@@ -100,6 +100,7 @@ class Hub:
         )
         """Calls of 2026-07-28 clients that may wait for the client's input (no back-channel)."""
         self.clients = Clients(config, self.store, self.router, self.downstreams, self.watches)
+        self.clients.owner_of = self.resource_owner
         self.publisher = Publisher(
             config, self.downstreams, self.checks, self.router, self.clients, self.records, self.lock
         )

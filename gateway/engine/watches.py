@@ -32,6 +32,8 @@ log = logging.getLogger("prefixgate")
 
 OwnerOf = Callable[[str, object], Downstream | None]
 """The server a URI is read from for a principal (``Hub.resource_owner``)."""
+_Key = tuple[str, str]
+"""A URI and the id of the server it is watched at."""
 MAX_URIS = env_count("PREFIXGATE_WATCHED_URIS_PER_PRINCIPAL", 4096)
 """Distinct resource URIs one principal may watch at once (the variable exists for tests)."""
 STOP_TIMEOUT = 10.0
@@ -44,16 +46,22 @@ class Watches:
         (``Hub.resource_owner``: a listed owner, else the server that linked it to the principal),
         in the first profile served (every server); a watch names its own profile's."""
         self._owner_of = owner_of
-        self._told: dict[str, Downstream] = {}
-        """URI -> the server told to report it (stopped and resumed there, whoever watches)."""
-        self._count: dict[str, int] = {}
-        self._held: dict[object, dict[str, int]] = {}
-        """Principal -> the URIs it watches, each with how many of its clients or streams do."""
-        self._locks: dict[str, anyio.Lock] = {}
+        self._told: dict[_Key, Downstream] = {}
+        """(URI, server id) -> the server told to report it (stopped and resumed there, whoever watches)."""
+        self._count: dict[_Key, int] = {}
+        """(URI, server id) -> how many clients (or listen streams) watch the URI at that server:
+        one URI is another server's for another profile (or principal, by its links), and each
+        server reports to its own watchers, so one profile's watchers never stand in for another's."""
+        self._held: dict[object, dict[str, list[str]]] = {}
+        """Principal -> the URIs it watches, each with the server of each of its watches."""
+        self._locks: dict[_Key, anyio.Lock] = {}
 
     def watched(self) -> dict[str, int]:
         """URI -> how many clients (or listen streams) watch it."""
-        return dict(self._count)
+        counts: dict[str, int] = {}
+        for (uri, _), count in self._count.items():
+            counts[uri] = counts.get(uri, 0) + count
+        return counts
 
     async def watch(self, uri: str, who: object, owner_of: OwnerOf | None = None) -> None:
         """One more watcher of principal ``who``; the first one has the owning server start reporting.
@@ -61,50 +69,63 @@ class Watches:
         ``owner_of``: the watcher's profile's ``Hub.resource_owner``, so a resource is watched
         at the server its ``resources/read`` goes to, one the watcher's profile sees: the
         watches are every profile's, and the first profile's owner may be a server another
-        profile does not see (nor its token may use). Raises MCPError (nothing counted) when no server offers the
-        resource, the server refuses, or ``who`` watches ``MAX_URIS`` other URIs already.
+        profile does not see (nor its token may use). Raises MCPError (nothing counted) when no
+        server offers the resource, the server refuses, or ``who`` watches ``MAX_URIS`` other
+        URIs already.
         """
         held = self._held.setdefault(who, {})
         if uri not in held and len(held) >= MAX_URIS:
             raise MCPError(
                 code=INVALID_REQUEST, message=f"prefixgate: this principal watches {MAX_URIS} resources already"
             )
-        held[uri] = held.get(uri, 0) + 1  # taken before anything is awaited: the limit holds under concurrency
+        owner = (owner_of or self._owner_of)(uri, who)
+        key = (uri, owner.id if owner is not None else "")
+        held.setdefault(uri, []).append(key[1])  # taken before anything is awaited: the limit holds under concurrency
         try:
-            async with self._lock(uri):
-                count = self._count.get(uri, 0)
+            async with self._lock(key):
+                count = self._count.get(key, 0)
                 if count == 0:
-                    await self._tell(uri, True, (owner_of or self._owner_of)(uri, who))
-                self._count[uri] = count + 1
+                    await self._tell(uri, True, owner)
+                self._count[key] = count + 1
         except BaseException:
-            self._release(uri, who)
+            self._release(uri, who, key[1])
             raise
         finally:
-            self._forget_lock(uri)
+            self._forget_lock(key)
 
-    def _release(self, uri: str, who: object) -> None:
+    def _release(self, uri: str, who: object, server_id: str | None) -> str | None:
+        """One of ``who``'s watches of ``uri`` less: its watch at ``server_id`` if it has one,
+        else its latest; the server id of the watch let go (None: it had none)."""
         held = self._held.get(who)
-        if held is None or uri not in held:
-            return
-        if held[uri] > 1:
-            held[uri] -= 1
-            return
-        del held[uri]
-        if not held:
-            del self._held[who]
+        servers = held.get(uri) if held is not None else None
+        if held is None or not servers:
+            return None
+        if server_id not in servers:
+            server_id = servers[-1]
+        servers.remove(server_id)
+        if not servers:
+            del held[uri]
+            if not held:
+                del self._held[who]
+        return server_id
 
-    async def unwatch(self, uri: str, who: object) -> None:
-        """One watcher of ``who`` less; the last one has the owning server stop (best effort)."""
-        self._release(uri, who)
-        async with self._lock(uri):
-            count = self._count.get(uri, 0)
+    async def unwatch(self, uri: str, who: object, owner_of: OwnerOf | None = None) -> None:
+        """One watcher of ``who`` less (``owner_of``: as ``watch`` was given it); the last one
+        has the owning server stop (best effort)."""
+        owner = owner_of(uri, who) if owner_of is not None else None
+        server_id = self._release(uri, who, owner.id if owner is not None else None)
+        if server_id is None:
+            return
+        key = (uri, server_id)
+        async with self._lock(key):
+            count = self._count.get(key, 0)
             if count > 1:
-                self._count[uri] = count - 1
+                self._count[key] = count - 1
             elif count == 1:
-                del self._count[uri]
-                told = self._told.pop(uri, None) or self._owner_of(uri, who)
+                del self._count[key]
+                told = self._told.pop(key, None) or (owner_of or self._owner_of)(uri, who)
                 await self._tell_at_most(uri, False, told, logging.INFO, "was not told to stop reporting")
-        self._forget_lock(uri)
+        self._forget_lock(key)
 
     async def resume(self, downstream: Downstream) -> None:
         """A handshake-era server is (back) up: a new process knows nothing of what the last
@@ -113,14 +134,16 @@ class Watches:
         filter anew each time it is opened (``listening.py``). A server a reload restarted
         (its table changed) is a new one, of either era: it takes over what the one stopped
         was asked to report (a modern one's filter starts empty)."""
-        for uri in sorted(self._count):
-            told = self._told.get(uri)
+        for key in sorted(self._count):
+            told = self._told.get(key)
             if not (_replaced_by(told, downstream) or (told is downstream and not downstream.modern)):
                 continue
-            async with self._lock(uri):
-                if uri in self._count:  # (not unwatched meanwhile)
-                    await self._tell_at_most(uri, True, downstream, logging.WARNING, "back, was not subscribed again")
-            self._forget_lock(uri)
+            async with self._lock(key):
+                if key in self._count:  # (not unwatched meanwhile)
+                    await self._tell_at_most(
+                        key[0], True, downstream, logging.WARNING, "back, was not subscribed again"
+                    )
+            self._forget_lock(key)
 
     async def _tell_at_most(
         self, uri: str, start: bool, downstream: Downstream | None, level: int, failed: str
@@ -133,16 +156,16 @@ class Watches:
             except (MCPError, DownstreamUnavailable) as exc:
                 log.log(level, "resource %r: its server %s: %s", uri, failed, exc)
 
-    def _lock(self, uri: str) -> anyio.Lock:
-        lock = self._locks.get(uri)
+    def _lock(self, key: _Key) -> anyio.Lock:
+        lock = self._locks.get(key)
         if lock is None:
-            lock = self._locks[uri] = anyio.Lock()
+            lock = self._locks[key] = anyio.Lock()
         return lock
 
-    def _forget_lock(self, uri: str) -> None:
-        lock = self._locks.get(uri)
-        if lock is not None and uri not in self._count and not lock.locked() and not lock.statistics().tasks_waiting:
-            del self._locks[uri]
+    def _forget_lock(self, key: _Key) -> None:
+        lock = self._locks.get(key)
+        if lock is not None and key not in self._count and not lock.locked() and not lock.statistics().tasks_waiting:
+            del self._locks[key]
 
     async def _tell(self, uri: str, start: bool, downstream: Downstream | None) -> None:
         """Have ``downstream`` (the URI's server) start or stop reporting the URI."""
@@ -172,7 +195,7 @@ class Watches:
                     raise MCPError(code=CONNECTION_CLOSED, message=message) from None
                 raise
         if start:  # (only once it reports: a refused watch leaves nothing behind)
-            self._told[uri] = downstream
+            self._told[(uri, downstream.id)] = downstream
 
 
 def _replaced_by(told: Downstream | None, downstream: Downstream) -> bool:

@@ -641,7 +641,7 @@ class Handlers:
         client = await self.client_of(ctx)
         if uri in client.subscriptions:
             client.subscriptions.discard(uri)
-            await self.hub.watches.unwatch(uri, principal_key(client.state))
+            await self.hub.watches.unwatch(uri, principal_key(client.state), self.hub.resource_owner)
         return _result(ctx, {})
 
     async def list_prompts(self, ctx: Context, params: Any) -> Any:
@@ -1002,4 +1002,4 @@ class WatchingListen:
                 self.inner.pop(who, None)
             with anyio.CancelScope(shield=True):
                 for uri in watched:
-                    await self.hub.watches.unwatch(uri, who)
+                    await self.hub.watches.unwatch(uri, who, self.hub.resource_owner)
