@@ -24,6 +24,7 @@ from bench.common import url_process
 from tests.helpers import (
     ERAS,
     GATEWAY,
+    PYTHON,
     Notifications,
     alive,
     demo,
@@ -540,6 +541,40 @@ async def test_a_token_taken_away_ends_its_open_streams(tmp_path: Path, mode: st
                 async for _ in held["alice"]:
                     pass
             assert alices.cancelled_caught
+
+
+@pytest.mark.anyio
+async def test_a_listen_stream_whose_token_is_revoked_while_it_opens_is_refused(tmp_path: Path) -> None:
+    """A 2026-07-28 listen stream watches its resources before it opens (a server may take its
+    time to subscribe): a token revoked meanwhile had its stream opened after the streams it
+    held were ended, and served for as long as its client read it. It is refused now. (A
+    handshake-era session opened meanwhile serves nothing: its every next request is refused.)"""
+    surface = str(Path(__file__).resolve().parent / "surface_server.py")
+    log = tmp_path / "slow.log"
+    slow = {"log": str(log), "resources": ["slow://1"], "overrides": {"resources/subscribe": "hang"}}
+    config = write_config(
+        tmp_path, {"slow": {"command": PYTHON, "args": [surface, json.dumps(slow)], "call_timeout": 20}}
+    )
+    tokens = tmp_path / "tokens"
+    tokens.write_text("token-of-alice\ntoken-of-bob\n")
+    with http_serving(config, "--token-file", str(tokens)) as (url, pid, _):
+        async with sdk_client(url, "auto", headers={"Authorization": "Bearer token-of-bob"}) as bob:
+            refused: list[str] = []
+
+            async def listen() -> None:
+                try:
+                    async with bob.listen(resource_subscriptions=["slow://1"]):
+                        pass
+                except MCPError as exc:
+                    refused.append(str(exc))
+
+            with anyio.fail_after(60):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(listen)
+                    await wait_for(lambda: log.exists() and "resources/subscribe" in log.read_text())
+                    tokens.write_text("token-of-alice\n")
+                    await wait_for(lambda: _status(url, "token-of-bob") == 401)
+            assert refused == ["prefixgate: this token may no longer use this endpoint"]
 
 
 @pytest.mark.anyio

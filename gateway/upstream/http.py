@@ -296,6 +296,10 @@ class Front:
         for endpoint, admitted in zip(endpoints, before, strict=True):
             _end_the_refused(endpoint, admitted - self._admitted(endpoint))
 
+    def admits(self, endpoint: Endpoint, principal: object) -> bool:
+        """Whether ``principal``'s token may use ``endpoint`` now (any client may without tokens)."""
+        return not self.expected or (principal in self.users and principal not in endpoint.barred)
+
     def _admitted(self, endpoint: Endpoint) -> set[str]:
         """The principals whose tokens may use ``endpoint`` now."""
         return {principal for _, principal in self.expected.values() if principal not in endpoint.barred}
@@ -763,6 +767,8 @@ async def serve_http(
     app = Front(endpoints, tokens, readiness=readiness, metrics=metrics, security=security)
     if token_file is not None:
         token_file.apply = functools.partial(_put_in_force, app, hubs)
+    for endpoint in endpoints.values():
+        endpoint.handlers.listening.admits = functools.partial(app.admits, endpoint)
     scheme = "https" if tls is not None else "http"
     url = f"{scheme}://{_host_literal(host)}:{bound}{MCP_PATH}"
     try:

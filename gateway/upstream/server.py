@@ -950,6 +950,10 @@ class WatchingListen:
         streams, so that ``end`` can close them (bounded per principal here, not there)."""
         self.open = Shares(LISTEN_STREAMS_PER_PRINCIPAL)
         """Per principal (``principal_key``): its listen streams open now."""
+        self.admits: Callable[[object], bool] = lambda principal: True
+        """Whether a principal's token may use this endpoint now (gateway/upstream/http.py
+        ``Front.admits``): asked again as a stream opens, after its resources are watched
+        (a server may take its time), since ``end`` closes only the streams open by then."""
 
     def end(self, principals: Collection[object]) -> None:
         """Close the open streams of ``principals`` (their token was taken out of the token file,
@@ -992,7 +996,9 @@ class WatchingListen:
                     watched.append(uri)
                 except MCPError as exc:  # not offered, or refused: the stream serves the rest
                     log.info("listen stream: not watching %r: %s", uri, exc.message)
-            inner = self.inner.get(who)
+            if not self.admits(who):
+                raise MCPError(code=INVALID_REQUEST, message="prefixgate: this token may no longer use this endpoint")
+            inner = self.inner.get(who)  # (from here on, until the stream is open, nothing awaits)
             if inner is None:
                 inner = self.inner[who] = ListenHandler(self.hub.clients.bus, max_subscriptions=1 << 30)
             return await inner(ctx, _honoring(params, watched))
