@@ -191,7 +191,7 @@ async def test_a_new_epoch_logs_only_the_catalog_warnings_it_did_not_have(tmp_pa
     config = write_config(tmp_path, {"m": {**mutating(tmp_path / "m.json"), "exclude": ["beta"]}})
     history = EpochHistory(tmp_path / "state", None)
     errlog = tmp_path / "gateway.log"
-    async with sdk_client(config, mode, log_level="warning", errlog=errlog) as client:
+    async with sdk_client(config, mode, log_level="info", errlog=errlog) as client:  # (an exclusion: information)
         await client.list_tools()
         await wait_for(lambda: len(history.read()) == 1)
         for kind, count in (("reword", 2), ("add", 3)):
