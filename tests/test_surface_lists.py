@@ -359,3 +359,52 @@ async def test_a_resource_over_max_message_bytes_is_refused_naming_its_server(tm
     message = refused.value.error.message
     assert message.startswith("prefixgate: server 's': resource 'x://big': result of "), message
     assert message.endswith(" bytes exceeds max_message_bytes 65536"), message
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_an_invalid_result_of_a_resource_prompt_or_completion_names_its_server(tmp_path: Path, mode: str) -> None:
+    """A server's result the protocol's model refuses (a resource content with neither text
+    nor blob, a prompt message of no known role, a completion without values) reached the
+    client as the SDK's "Handler returned an invalid result", naming neither the server nor
+    the request, with a traceback in the log. It is -32603 naming both, the field and the
+    problem, one line; the server goes on serving."""
+    import mcp_types as types
+
+    overrides = {
+        "resources/read": {"result": {"contents": [{"uri": "x://1"}]}},
+        "prompts/get": {"result": {"messages": [{"role": "robot", "content": {"type": "text", "text": "t"}}]}},
+        "completion/complete": {"result": {"completion": {}}},
+    }
+    caps = {"tools": {}, "prompts": {}, "resources": {}, "completions": {}}
+    config = write_config(tmp_path, {"s": surface(caps=caps, resources=["x://1"], prompts=["p"], overrides=overrides)})
+    log = tmp_path / "gateway.log"
+    refusals = []
+    async with sdk_client(config, mode, errlog=log) as client:
+        with anyio.fail_after(60):
+            for request in (
+                lambda: client.read_resource("x://1"),
+                lambda: client.get_prompt("s__p"),
+                lambda: client.complete(
+                    types.PromptReference(type="ref/prompt", name="s__p"), {"name": "a", "value": ""}
+                ),
+            ):
+                with pytest.raises(MCPError) as refused:
+                    await request()
+                refusals.append((refused.value.error.code, refused.value.error.message))
+            fixed = {"resources/read": {"result": {"contents": [{"uri": "x://1", "text": "fine"}]}}}
+            await emit(client, "s", overrides=fixed)
+            assert (await client.read_resource("x://1")).contents[0].text == "fine"
+    said = "prefixgate: server 's': {}: its result is not a valid {} result: {}"
+    assert refusals == [
+        (
+            -32603,
+            said.format("resource 'x://1'", "resources/read", "contents.0.TextResourceContents.text: Field required"),
+        ),
+        (-32603, said.format("prompt 's__p'", "prompts/get", "messages.0.role: Input should be 'assistant' or 'user'")),
+        (
+            -32603,
+            said.format("completion for prompt 's__p'", "completion/complete", "completion.values: Field required"),
+        ),
+    ]
+    text = log.read_text()
+    assert "Traceback" not in text and "Handler returned an invalid result" not in text, text

@@ -584,22 +584,22 @@ def _line(text: str) -> str:
     return text if len(text) <= _MAX_MESSAGE else text[: _MAX_MESSAGE - 1] + "…"
 
 
-_SHAPES: dict[str, TypeAdapter[Any]] = {}
+_SHAPES: dict[tuple[str, str], TypeAdapter[Any]] = {}
 
 
-def _result_shape(version: str) -> TypeAdapter[Any]:
-    """The protocol's ``tools/call`` result shape in ``version`` (``KeyError`` for an unknown
+def result_shape(version: str, method: str = "tools/call") -> TypeAdapter[Any]:
+    """The protocol's result shape of ``method`` in ``version`` (``KeyError`` for an unknown
     one): what the SDK's ``validate_server_result`` checks, without the dump it also makes.
 
     Without the 2026-07-28 row's ``input_required`` arm: such a result never gets here (the
     caller answers it, ``_gated``), and that arm's wire model (every field optional, any text
     a ``resultType``) passes any object with a ``resultType``, which the SDK client's own
     model then refuses: a malformed result would reach a 2026-07-28 client unchecked."""
-    shape = _SHAPES.get(version)
+    shape = _SHAPES.get((method, version))
     if shape is None:
-        row = SERVER_RESULTS[("tools/call", version)]
+        row = SERVER_RESULTS[(method, version)]
         arms = [arm for arm in get_args(row) or (row,) if arm.__name__ != InputRequiredResult.__name__]
-        shape = _SHAPES[version] = TypeAdapter[Any](cast(Any, functools.reduce(operator.or_, arms)))
+        shape = _SHAPES[(method, version)] = TypeAdapter[Any](cast(Any, functools.reduce(operator.or_, arms)))
     return shape
 
 
@@ -612,7 +612,7 @@ def _checked(result: dict[str, Any], version: str, server: str, tool: str) -> di
     if plain_text_result(candidate, modern):
         return result
     try:
-        _result_shape(version).validate_python(candidate, by_name=False)
+        result_shape(version).validate_python(candidate, by_name=False)
     except (ValidationError, KeyError, ValueError) as exc:
         detail = exc.errors()[0].get("msg", "invalid") if isinstance(exc, ValidationError) else str(exc)
         log.warning("server %s returned an invalid result for %s: %s", server, quote(tool), escape(detail))

@@ -52,6 +52,7 @@ from gateway.engine.capabilities import answers_none, refusal
 from gateway.engine.clients import ClientConnection
 from gateway.engine.hub import Hub
 from gateway.engine.relay import Relay
+from gateway.engine.router import result_shape
 from gateway.engine.shares import Shares
 from gateway.engine.telemetry import UNKNOWN_TOOL
 from gateway.eras import CACHE_HINTS, LIST_CACHE_FIELDS, with_result_type
@@ -568,7 +569,7 @@ class Handlers:
                     f"prefixgate: server {server_id!r}: {what}: it answered input_required, which {method} may not"
                 )
                 raise MCPError(code=INTERNAL_ERROR, message=message)
-            return _result(ctx, result)
+            return _checked(ctx, server_id, what, method, result)
         client = await self.client_of(ctx)
         try:
             result = await self._attributed(ctx, client, server_id, method, params, run, progress)
@@ -576,9 +577,10 @@ class Handlers:
             await _sent_first(client, ctx.request_id)
             raise
         await _sent_first(client, ctx.request_id)
+        result = _checked(ctx, server_id, what, method, result)
         if method == "prompts/get":  # a resource its messages link to is read from it (gateway/engine/links.py)
             self.hub.links.note_prompt(principal_key(client.state), server_id, result)
-        return _result(ctx, result)
+        return result
 
     async def _attributed(
         self,
@@ -896,6 +898,32 @@ class _Digest:
 
 def _result(ctx: ServerRequestContext[Any, Any], result: dict[str, Any]) -> dict[str, Any]:
     return with_result_type(result, ctx.protocol_version)
+
+
+def _checked(ctx: Context, server_id: str, what: str, method: str, result: dict[str, Any]) -> dict[str, Any]:
+    """A server's result relayed as is, checked first against the protocol's model of the
+    client's era, where the server can still be named (as a tool call's result is,
+    ``router._checked``): after the handler the SDK's own check refused it as "Handler returned
+    an invalid result", naming no server, and logged a traceback; on 2026-07-28 it passed as the
+    ``input_required`` arm (every field optional) with its fields stripped, which the client's
+    own model then refused. Its field and the problem are said, never its value."""
+    result = _result(ctx, result)
+    if is_input_required(result):  # (a 2026-07-28 client's to answer: the gateway made it)
+        return result
+    candidate = result
+    if (hint := CACHE_HINTS.get(method)) is not None and ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+        candidate = {"ttlMs": hint.ttl_ms, "cacheScope": hint.scope, **result}  # (the SDK's, filled in after)
+    try:
+        result_shape(ctx.protocol_version, method).validate_python(candidate, by_name=False)
+    except ValidationError as exc:
+        error = exc.errors(include_url=False, include_input=False)[0]
+        where = ".".join(str(part) for part in error["loc"]) or "it"
+        problem = f"its result is not a valid {method} result: {where}: {one_line(error['msg'])}"
+        log.warning("[%s] %s: %s", server_id, what, problem)
+        raise MCPError(code=INTERNAL_ERROR, message=f"prefixgate: server {server_id!r}: {what}: {problem}") from None
+    except (KeyError, ValueError):  # (a version or method the protocol's table lacks: the SDK's check decides)
+        pass
+    return result
 
 
 _EVERYTHING: dict[str, Any] = {
