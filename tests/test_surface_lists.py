@@ -408,3 +408,28 @@ async def test_an_invalid_result_of_a_resource_prompt_or_completion_names_its_se
     ]
     text = log.read_text()
     assert "Traceback" not in text and "Handler returned an invalid result" not in text, text
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_client_initialized_while_a_server_is_late_is_told_what_it_may_bring(tmp_path: Path, mode: str) -> None:
+    """A client that initialized after the barrier, while a server was still starting (late),
+    was told only the capabilities of the servers up: no prompts, resources, completions or
+    logging, and a client keeps them for its session, so one that asks only for what it was
+    told never listed the prompts and resources the late server brought. What a server not
+    known yet may offer is advertised, as a first start advertises everything."""
+    from tests.helpers import http_gateway
+
+    slow = {**demo("--rich", "--startup-delay", 600, "--name", "slow"), "startup_timeout": 1}
+    config = write_config(tmp_path, {"fast": surface(caps={"tools": {}}), "slow": slow})
+    with http_gateway(config) as (url, stderr):
+        with anyio.fail_after(60):
+            await wait_for(lambda: "[slow] late" in stderr.read_text())
+            async with sdk_client(url, mode) as client:
+                caps = client.server_capabilities.model_dump(by_alias=True, exclude_none=True)
+    assert caps == {
+        "tools": {"listChanged": True},
+        "resources": {"subscribe": True, "listChanged": True},
+        "prompts": {"listChanged": True},
+        "completions": {},
+        "logging": {},
+    }

@@ -176,7 +176,7 @@ class Hub:
         return self.publisher.discovered.is_set() or self.records.record is not None
 
     def capabilities(self) -> dict[str, Any]:
-        """The union of what the servers in the catalog offer (tools are always served)."""
+        """The union of what the servers offer (``capability_union``)."""
         return capability_union(self.downstreams)
 
     def resource_owner(self, uri: str, principal: object = None) -> Downstream | None:

@@ -154,12 +154,13 @@ def surface_of(inputs: SurfaceInputs) -> Surface:
 
 
 def capability_union(downstreams: Sequence[Downstream]) -> dict[str, Any]:
-    """The union of what the servers in the catalog offer (tools are always served)."""
+    """The union of what the servers offer (tools are always served), everything the gateway
+    may relay for one whose offer is not known yet (late, still starting, failing to start):
+    a client keeps what it was told at ``initialize`` for its session, so one told less while
+    a server was late never asked for the prompts and resources that server brought."""
     caps: dict[str, Any] = {"tools": {"listChanged": True}}
     for d in downstreams:
-        if not d.listed:
-            continue
-        offered = d.capabilities
+        offered = d.capabilities or _ANY
         if "resources" in offered:
             resources = caps.setdefault("resources", {"listChanged": True})
             if isinstance(offered["resources"], dict) and offered["resources"].get("subscribe"):
@@ -172,6 +173,9 @@ def capability_union(downstreams: Sequence[Downstream]) -> dict[str, Any]:
             caps["logging"] = {}
     return caps
 
+
+_ANY: dict[str, Any] = {"resources": {"subscribe": True}, "prompts": {}, "completions": {}, "logging": {}}
+"""What a server not known yet may offer, as ``capability_union`` reads a server's capabilities."""
 
 _EXPRESSION = re.compile(r"\{[^{}]*\}")
 """An RFC 6570 expression in a URI template."""
