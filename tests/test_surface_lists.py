@@ -433,3 +433,22 @@ async def test_a_client_initialized_while_a_server_is_late_is_told_what_it_may_b
         "completions": {},
         "logging": {},
     }
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_uri_a_re_list_makes_two_servers_offer_is_warned_of(tmp_path: Path, mode: str) -> None:
+    """A URI two servers offer goes to the first, and a warning says so: only at the barrier.
+    One that a server's re-list (or its late start) brought was shadowed without a word."""
+    config = write_config(tmp_path, {"a": surface(resources=["x://same"]), "b": surface(resources=["x://b"])})
+    log = tmp_path / "gateway.log"
+    warning = "resource 'x://same' is offered by 'a' and 'b': served by 'a'"
+    async with sdk_client(config, mode, errlog=log) as client:
+        assert [str(r.uri) for r in (await client.list_resources()).resources] == ["x://b", "x://same"]
+        assert warning not in log.read_text()
+        listed = {"result": {"resources": [{"uri": "x://b", "name": "b"}, {"uri": "x://same", "name": "b's"}]}}
+        changed = {"method": "notifications/resources/list_changed"}
+        await emit(client, "b", overrides={"resources/list": listed}, notifications=[changed])
+        with anyio.fail_after(60):
+            await wait_for(lambda: warning in log.read_text())
+        assert [r.name for r in (await client.list_resources()).resources] == ["b", "x://same"]
+    assert log.read_text().count(warning) == 1

@@ -54,6 +54,8 @@ class Publisher:
     ) -> None:
         self.surface = Surface()
         """Resources, templates and prompts, rebuilt with every catalog."""
+        self._surface_warned: frozenset[str] = frozenset()
+        """The surface's warnings logged, while they hold (``_resurface``)."""
         self.capture: Capture | None = None
         """The gateway's own answers to the epoch it serves (set by the command that serves them)."""
         self.history: EpochHistory | None = None
@@ -152,8 +154,6 @@ class Publisher:
     async def _first_epoch(self, epoch: Epoch) -> None:
         warm = self._router.epoch
         kinds = await self._resurface()
-        for warning in self.surface.warnings:
-            log.warning("%s", warning)
         notified = False
         if warm is None:
             await self._publish_new(epoch, "the discovery barrier")
@@ -420,10 +420,22 @@ class Publisher:
             inputs = self._surface_inputs()
             if inputs == self._surfaced:
                 self._surfaced = inputs  # (the lists a server re-listed alike: the old ones go)
-                return []
-            self.surface, kinds = await anyio.to_thread.run_sync(_resurfaced, inputs, self.surface)
-            self._surfaced = inputs
+                kinds: list[str] = []
+            else:
+                self.surface, kinds = await anyio.to_thread.run_sync(_resurfaced, inputs, self.surface)
+                self._surfaced = inputs
+            self._warn_surface()
         return kinds
+
+    def _warn_surface(self) -> None:
+        """Each warning of the surface (a URI or template two servers offer, an item left out)
+        logged once while it holds: one that a server's re-list or late start brings is said
+        as one at the barrier is (a warm start's surface, from the record, at the barrier)."""
+        warnings = self.surface.warnings
+        for warning in warnings:
+            if warning not in self._surface_warned:
+                log.warning("%s", warning)
+        self._surface_warned = frozenset(warnings)
 
     async def save_warm(self) -> None:
         """Keep the warm-start record of what is published now (``gateway.engine.warm``): only
