@@ -31,6 +31,7 @@ from tests.helpers import (
     free_port,
     gateway,
     http_gateway,
+    raw_gateway,
     run_cli,
     sdk_client,
     text,
@@ -529,6 +530,46 @@ def test_end_of_input_waits_for_calls_in_flight_at_most_drain_timeout(tmp_path: 
             proc.kill()
         errlog.close()
     assert "end of input: 1 request still unanswered after drain_timeout (1 s); stopping" in (
+        (tmp_path / "stderr.log").read_text()
+    )
+
+
+@pytest.mark.real_processes  # the gateway's own process and its exit
+@pytest.mark.parametrize("fast", ["1", "0"])
+@pytest.mark.parametrize("mode", ERAS)
+def test_a_call_end_of_input_cut_is_answered_with_its_servers_exit(tmp_path: Path, mode: str, fast: str) -> None:
+    """The agent quits (closes stdin) with calls in flight that outlast drain_timeout: they
+    were answered with the SDK's JSON-RPC error ``Connection closed`` (-32000), where a stop
+    signal's calls get an ``isError`` naming their server's exit (docs/running.md). Now the
+    end of input stops the servers first, as a signal does, and each call gets that result."""
+    import json
+
+    from mcp_types import CLIENT_CAPABILITIES_META_KEY, PROTOCOL_VERSION_META_KEY
+
+    config = write_config(tmp_path, {"d": demo("--tools", 1)}, gateway={"drain_timeout": 1})
+    with (tmp_path / "stderr.log").open("w") as errlog:
+        with raw_gateway(config, errlog, {"PREFIXGATE_FAST_PATH": fast}) as gw:
+            meta = {PROTOCOL_VERSION_META_KEY: "2026-07-28", CLIENT_CAPABILITIES_META_KEY: {}}
+            if mode == "legacy":
+                gw.handshake()
+                meta = {}
+            else:  # the era is decided by the first request
+                gw.request("list", "tools/list", {"_meta": meta})
+                assert "result" in gw.answer("list")
+            for request_id in (1, 2):
+                params = {"name": "d__slow", "arguments": {"seconds": 60}, "_meta": meta}
+                gw.request(request_id, "tools/call", params)
+            assert gw.proc.stdin is not None and gw.proc.stdout is not None
+            time.sleep(0.5)  # (both calls at the server: not needed, but the likely case)
+            gw.proc.stdin.close()
+            answers = [json.loads(line) for line in gw.proc.stdout.read().splitlines()]
+            assert gw.proc.wait(timeout=30) == 0
+    by_id = {a["id"]: a for a in answers if "id" in a}
+    for request_id in (1, 2):
+        said = by_id[request_id].get("result", {})
+        assert said.get("isError") is True, by_id[request_id]
+        assert said["content"][0]["text"].startswith("server 'd' exited during the call to 'slow'"), said
+    assert "end of input: 2 requests still unanswered after drain_timeout (1 s); stopping" in (
         (tmp_path / "stderr.log").read_text()
     )
 

@@ -274,10 +274,19 @@ class _Signals:
         self.settle: Callable[[], Coroutine[Any, Any, None]] | None = None
         """What the stop waits for once every server has stopped: the answers of the calls it
         cut (the drain's, over HTTP), each an ``isError``, written."""
+        self.processes: Callable[[], Sequence[Downstream]] = list
+        """What a stop stops (``start``)."""
 
     def start(self, processes: Callable[[], Sequence[Downstream]]) -> None:
         """``processes``: what a stop stops, read when it comes (servers and instances change)."""
+        self.processes = processes
         self.tasks.start_soon(_stop_on_signals, processes, self)
+
+    async def stop_servers(self) -> None:
+        """Stop every server as a stop signal does, without exiting: the end of stdin's input
+        once drain_timeout has passed, so that each call still in flight is answered with its
+        server's exit (an ``isError``), as at a signal, not with the session's own end."""
+        await _servers_stopped(self.processes())
 
 
 @asynccontextmanager
@@ -359,11 +368,7 @@ async def _exit_now(
     is still running: the client may still be connected, and an HTTP server or a call in
     flight would otherwise have to wind down first.
     """
-    for downstream in downstreams:
-        downstream.stop()
-    with anyio.move_on_after(10):
-        for downstream in downstreams:
-            await downstream.closed.wait()
+    await _servers_stopped(downstreams)
     if settle is not None:
         await settle()
     flush_telemetry()
@@ -371,6 +376,15 @@ async def _exit_now(
     sys.stderr.write(message + "\n")
     sys.stderr.flush()
     os._exit(code)
+
+
+async def _servers_stopped(downstreams: Sequence[Downstream]) -> None:
+    """Stop every server (concurrently: each in its own task) and wait for them, 10 s at most."""
+    for downstream in downstreams:
+        downstream.stop()
+    with anyio.move_on_after(10):
+        for downstream in downstreams:
+            await downstream.closed.wait()
 
 
 def http_listener(listen: str) -> socket.socket:

@@ -303,7 +303,8 @@ async def stdio_streams(
     ``drain_timeout``: at the end of input, how long the requests read may take to be
     answered (``[gateway] drain_timeout``, as a drain on SIGTERM).
     ``signals.settle`` is set to what a stop signal waits for once every server has stopped:
-    the answers to the requests in flight (``answered``)."""
+    the answers to the requests in flight (``answered``); ``signals.stop_servers()`` is what the
+    end of input does once ``drain_timeout`` has passed."""
     handoff = handoff or Handoff(b"", b"", frozenset())
     wire_in, wire_out = os.dup(0), os.dup(1)
     # The loop makes a pipe or a terminal non-blocking, which its other holders (the shell
@@ -428,6 +429,11 @@ async def stdio_streams(
                 plural(unanswered.count, "request"),
                 drain_timeout,
             )
+            if signals is not None:
+                # As at a stop signal: the servers stop first, so each call cut is answered
+                # with its server's exit, not with the end of this session ("Connection closed").
+                await signals.stop_servers()
+                await answered(unanswered, writer, SETTLE)
 
     async def output_closed() -> None:
         await write_protocol.lost.wait()
