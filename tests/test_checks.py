@@ -152,3 +152,21 @@ async def test_a_huge_check_cache_is_ignored_not_read(tmp_path: Path, mode: str)
     said = errlog.read_text()
     assert f"check cache ignored: {str(cache)!r} is 6442450944 bytes, more than it ever holds" in said, said
     assert "Traceback" not in said
+
+
+def test_a_save_that_cannot_write_names_the_file(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A state directory that cannot be written (a full disk, a read-only mount) was logged as
+    ``[Errno 28] No space left on device`` or ``... Read-only file system: '.checks-passed.txt.123'``:
+    not where. Now the line names the cache file."""
+    import logging
+    import os
+
+    cache = CheckCache(tmp_path)
+    run(cache)
+    (tmp_path / "cache").mkdir(mode=0o700)
+    (tmp_path / "cache" / f".checks-passed.txt.{os.getpid()}").mkdir()  # its temporary file cannot be opened
+    with caplog.at_level(logging.INFO, logger="prefixgate.checks"):
+        cache.save()
+    lines = [r.getMessage() for r in caplog.records]
+    where = str(tmp_path / "cache" / "checks-passed.txt")
+    assert lines == [f"check cache not saved: cannot write {where!r}: Is a directory"], lines

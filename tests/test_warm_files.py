@@ -226,3 +226,16 @@ def test_a_write_cut_short_leaves_nothing_for_long(tmp_path: Path) -> None:
     _written(tmp_path, "d" * 64)
     assert not stale.exists() and fresh.exists()
     assert load_record(tmp_path / "state", "a" * 64) is not None
+
+
+def test_a_record_that_cannot_be_written_names_its_directory(tmp_path: Path) -> None:
+    """A full disk or a read-only mount under the state directory: the error said
+    ``[Errno 28] No space left on device`` (the log's ``warm-start record not written: ...``),
+    not where. Now it names the record's directory."""
+    state, key = tmp_path / "state", "a" * 64
+    (state / "warm" / f"{key}.rec" / "in-the-way").mkdir(parents=True)  # the rename cannot replace it
+    (state / "warm").chmod(0o700)
+    with pytest.raises(OSError) as raised:
+        write_record(state, key, encode_record(key, "0" * 64, {"s": Contribution(tools=({"name": "t"},))}, []))
+    assert str(raised.value).startswith(f"cannot write a record in {str(state / 'warm')!r}: "), raised.value
+    assert [p.name for p in (state / "warm").iterdir()] == [f"{key}.rec"]  # no temporary file left

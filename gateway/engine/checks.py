@@ -20,7 +20,7 @@ import threading
 from importlib import metadata
 from pathlib import Path
 
-from gateway.state.journal import check_private_file, open_private_dir
+from gateway.state.journal import JournalError, check_private_file, open_private_dir
 
 log = logging.getLogger("prefixgate.checks")
 
@@ -122,5 +122,7 @@ class CheckCache:
             finally:
                 os.close(dir_fd)
             self._loaded = set(self.passed_keys)
-        except OSError as exc:
+        except JournalError as exc:  # (the directory's: its message names it)
             log.info("check cache not saved: %s", exc)
+        except OSError as exc:  # (a full disk, a read-only mount: the error names the temporary file, or none)
+            log.info("check cache not saved: cannot write %r: %s", str(self.directory / _FILE), exc.strerror or exc)

@@ -84,17 +84,22 @@ def write_record(state_dir: Path, key: str, data: bytes) -> None:
     try:
         temporary = f".{key}.{secrets.token_hex(6)}.tmp"
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        fd = os.open(temporary, flags, 0o600, dir_fd=dir_fd)
         try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-            os.replace(temporary, record_name(key), src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-        except BaseException:
+            fd = os.open(temporary, flags, 0o600, dir_fd=dir_fd)
             try:
-                os.unlink(temporary, dir_fd=dir_fd)
-            except OSError:
-                pass
-            raise
+                with os.fdopen(fd, "wb") as handle:
+                    handle.write(data)
+                os.replace(temporary, record_name(key), src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            except BaseException:
+                try:
+                    os.unlink(temporary, dir_fd=dir_fd)
+                except OSError:
+                    pass
+                raise
+        except OSError as exc:
+            # (a full disk, a read-only mount: the error names a file relative to the directory, or none)
+            where = str(state_dir / DIRECTORY)
+            raise OSError(f"cannot write a record in {where!r}: {exc.strerror or exc}") from None
         _prune(dir_fd, keep=record_name(key))
     finally:
         os.close(dir_fd)
