@@ -352,3 +352,60 @@ async def test_a_call_to_a_server_that_stopped_reading_times_out(
                 lambda tool, arguments: client.call_tool(f"classic__{tool}", arguments), timed_out, at_once=3
             )
             assert text(await client.call_tool("demo__echo", {"text": "on"})).endswith("on")
+
+
+def _serving(config: Path) -> int:
+    """The pid of the ``prefixgate serve`` running ``config``."""
+    for entry in Path("/proc").iterdir():
+        try:
+            words = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"serve" in words and str(config).encode() in words:
+            return int(entry.name)
+    raise AssertionError(f"no gateway serving {config}")
+
+
+@pytest.mark.real_processes  # the gateway's own process is stopped
+@pytest.mark.parametrize("server", ["stdio", "http"])
+@pytest.mark.parametrize("own_path", [True, False], ids=["gateway's path", "sdk session"])
+@pytest.mark.parametrize("mode", ERAS)
+async def test_an_answer_that_came_while_the_gateway_was_stopped_is_no_timeout(
+    tmp_path: Path, mode: str, own_path: bool, server: str
+) -> None:
+    """A laptop's suspend, a ^Z: the gateway stopped (SIGSTOP) past a call's ``call_timeout``
+    while its server answered in time; at SIGCONT the call timed out, its answer unread in the
+    pipe or socket (the loop runs its timers before it reads, and the timer was overdue). A timer
+    that fires long after its time now lets what came meanwhile be read before it times anything out."""
+    import os
+    import signal
+
+    args = ("--tools", 1, "--name", "d", "--log-calls")
+    log, servers_log = tmp_path / "gateway.log", tmp_path / "servers.log"
+    env = {"PREFIXGATE_FAST_PATH": "1" if own_path else "0"}
+    with ExitStack() as stack, servers_log.open("w") as errlog:
+        if server == "stdio":
+            table, heard = demo(*args), log
+        else:
+            command = [*GATEWAY, "demo-server", "--transport", "http", *map(str, args)]
+            url, _proc = stack.enter_context(url_process(command, stderr=errlog))
+            table, heard = {"url": url}, servers_log
+        config = write_config(tmp_path, {"d": {**table, "call_timeout": 2}})
+        async with sdk_client(config, mode, env=env, errlog=log) as client:
+            pid = _serving(config)
+            assert text(await client.call_tool("d__echo", {"text": "ready"})) == "ready"
+            answer: list[Any] = []
+
+            async def call() -> None:
+                answer.append(await client.call_tool("d__slow", {"seconds": 1, "steps": 1}))
+
+            with anyio.fail_after(60):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(call)
+                    await wait_for(lambda: "call slow" in heard.read_text())  # at its server, which answers 1 s later
+                    os.kill(pid, signal.SIGSTOP)
+                    try:
+                        await anyio.sleep(6)  # past call_timeout (2 s)
+                    finally:
+                        os.kill(pid, signal.SIGCONT)
+    assert not answer[0].is_error, text(answer[0])

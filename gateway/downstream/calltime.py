@@ -15,6 +15,7 @@ a call is sent keeps its ``Clock``'s deadline (``rawcalls.py``, ``httpcalls.py``
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Callable
 
@@ -80,13 +81,54 @@ class Clock:
         return f"timed out after {self.max_time if self._at_limit() else self.idle}s"
 
 
-def follow(timer: anyio.CancelScope) -> Callable[[Clock], None]:
-    """A ``Clock.moved`` that keeps a cancel scope's deadline on the clock's."""
+STALL = 1.0
+"""Seconds a call's timer may fire after its time before the loop counts as having stood still
+meanwhile (the gateway stopped by SIGSTOP or ^Z, or suspended alone; its loop blocked that long).
+What the server sent meanwhile (its answer, its progress) then waits unread in the pipe or socket:
+the loop runs the timers due before it reads, so the call would time out over an answer it has."""
+REREAD = 0.25
+"""Seconds a timer that fired past ``STALL`` waits again, for the loop to read what came meanwhile,
+before it times anything out (an answer read then is the call's; progress moves its deadline on)."""
 
-    def moved(clock: Clock) -> None:
-        timer.deadline = clock.deadline
 
-    return moved
+def stalled(armed_for: float, now: float) -> bool:
+    """Whether a timer set for ``armed_for`` that fires at ``now`` found the loop standing still."""
+    return now - armed_for > STALL
+
+
+class Expiry:
+    """Cancels ``scope`` at its clock's deadline (a ``Clock.moved``: progress moves it on), on the
+    loop's own timer, rereading first after a stall (``STALL``): a cancel scope's deadline does not."""
+
+    __slots__ = ("_armed_for", "_handle", "scope")
+
+    def __init__(self, scope: anyio.CancelScope) -> None:
+        self.scope = scope
+        self._handle: asyncio.TimerHandle | None = None
+        self._armed_for = math.inf
+
+    def moved(self, clock: Clock) -> None:
+        self._arm(clock.deadline)
+
+    def close(self) -> None:
+        """The call has ended: its timer goes (and with it the timer's reference to this)."""
+        self._arm(math.inf)
+
+    def _arm(self, when: float) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        self._armed_for = when
+        if when < math.inf:
+            self._handle = asyncio.get_running_loop().call_at(when, self._fire)
+
+    def _fire(self) -> None:
+        self._handle = None
+        now = asyncio.get_running_loop().time()
+        if stalled(self._armed_for, now):
+            self._arm(now + REREAD)
+            return
+        self.scope.cancel()
 
 
 class CallTimedOut(MCPError):

@@ -57,7 +57,7 @@ from pydantic import ValidationError
 from catalog.pieces import encode_in_pieces
 from gateway import jsontext
 from gateway.downstream.bounded import bound_answer
-from gateway.downstream.calltime import Clock, follow
+from gateway.downstream.calltime import Clock, Expiry
 from gateway.downstream.errors import GAVE_UP_RESUMING
 from gateway.downstream.rawcalls import (
     ID_PREFIX,
@@ -165,7 +165,10 @@ class HttpCalls:
         try:
             with call.closing:
                 with call.timer:
-                    return await call.run(body, wire)
+                    try:
+                        return await call.run(body, wire)
+                    finally:
+                        call.expiry.close()
             if call.timer.cancelled_caught:
                 await self._cancel(request_id, clock.reason(), shield=False)
                 raise clock.expired(method)
@@ -281,6 +284,7 @@ class _Call:
         "calls",
         "clock",
         "closing",
+        "expiry",
         "forwarded",
         "last_id",
         "on_progress",
@@ -296,11 +300,13 @@ class _Call:
         self.request_id = request_id
         self.on_progress = on_progress
         self.clock = clock
-        self.timer = anyio.CancelScope(deadline=clock.deadline)
+        self.timer = anyio.CancelScope()
+        """Ends the call at its clock's deadline, which progress moves on (``expiry``)."""
         self.closing = anyio.CancelScope()
         """Ends the call when the connection closes (``HttpCalls.close``)."""
-        """Ends the call at its clock's deadline, which progress moves on."""
-        clock.moved = follow(self.timer)
+        self.expiry = Expiry(self.timer)
+        clock.moved = self.expiry.moved
+        self.expiry.moved(clock)
         self.forwarded = False
         """A message of its stream went to the ``ClientSession``: it takes it before the reply moves on."""
         self.last_id: str | None = None

@@ -30,7 +30,7 @@ from mcp_types.jsonrpc import INVALID_PARAMS, INVALID_REQUEST
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from gateway import __version__
-from gateway.downstream.calltime import Clock, follow
+from gateway.downstream.calltime import Clock, Expiry
 from gateway.downstream.errors import NotJsonRpc
 from gateway.downstream.inbox import Inbox
 from gateway.downstream.modern import (
@@ -466,13 +466,18 @@ async def _restarted_by_progress(
     """Through the SDK's session, whose own timeout progress does not restart: the call's clock
     (``calltime.py``) is a cancel scope here."""
     clock.start(anyio.current_time())
-    timer = anyio.CancelScope(deadline=clock.deadline)
+    timer = anyio.CancelScope()
     if (forward := opts.get("on_progress")) is not None:
         opts["on_progress"] = _restarting(clock, forward)
-    clock.moved = follow(timer)
-    with timer:
-        result: dict[str, Any] = await dispatcher.send_raw_request(method, params, opts)  # type: ignore[arg-type]
-        return result
+    expiry = Expiry(timer)
+    clock.moved = expiry.moved
+    expiry.moved(clock)
+    try:
+        with timer:
+            result: dict[str, Any] = await dispatcher.send_raw_request(method, params, opts)  # type: ignore[arg-type]
+            return result
+    finally:
+        expiry.close()
     raise clock.expired(method)
 
 

@@ -37,7 +37,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 from mcp_types.jsonrpc import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
-from gateway.downstream.calltime import Clock
+from gateway.downstream.calltime import REREAD, Clock, stalled
 from gateway.jsontext import may_be_long
 
 log = logging.getLogger("prefixgate.stdio")
@@ -248,7 +248,11 @@ class RawCalls:
 
     def _expire(self, loop: asyncio.AbstractEventLoop) -> None:
         """Time out the calls past their deadline; set the timer for the next one, if any."""
+        armed_for = self._armed_for
         self._timer, self._armed_for = None, math.inf
+        if stalled(armed_for, loop.time()):  # what the server sent meanwhile is read first (calltime.py)
+            self._arm(loop, loop.time() + REREAD)
+            return
         now, earliest = loop.time() + _TIMER_SLACK, math.inf
         for waiting in list(self.pending.values()):
             deadline = waiting.clock.deadline  # (progress may have moved it on since the timer was set)
