@@ -267,7 +267,13 @@ def _write_all(fd: int, chunks: Iterable[bytes | memoryview]) -> int:
     return total
 
 
-def _create_file(dir_fd: int) -> tuple[str, int]:
+def _failed(what: str, where: str, exc: OSError) -> StoreError:
+    """``what`` failed in the directory ``where``: the log's message names it, what a model is
+    shown (``shown``) does not."""
+    return StoreError(_reason(f"{what} in {where!r}", exc), shown=_reason(what, exc))
+
+
+def _create_file(dir_fd: int, where: str) -> tuple[str, int]:
     """Create a fresh 0600 partial file (``.<random>.partial``); an existing name is skipped, never reused."""
     for _ in range(_MAX_ID_ATTEMPTS):
         name = f".{secrets.token_hex(12)}{_PARTIAL}"
@@ -276,7 +282,7 @@ def _create_file(dir_fd: int) -> tuple[str, int]:
         except FileExistsError:
             continue
         except OSError as e:
-            raise StoreError(_reason("cannot create artifact", e)) from None
+            raise _failed("cannot create artifact", where, e) from None
     raise StoreError("cannot create artifact: no free name after repeated collisions")
 
 
@@ -313,10 +319,10 @@ def _unlink_quietly(name: str, dir_fd: int) -> None:
         pass
 
 
-def _store_chunks(dir_fd: int, chunks: Iterable[bytes | memoryview]) -> str:
-    """Create, fill and fsync one artifact, then publish it under its id; on any failure the
-    partial file is removed."""
-    partial, fd = _create_file(dir_fd)
+def _store_chunks(dir_fd: int, chunks: Iterable[bytes | memoryview], where: str) -> str:
+    """Create, fill and fsync one artifact in the directory ``dir_fd`` (``where``), then publish
+    it under its id; on any failure the partial file is removed."""
+    partial, fd = _create_file(dir_fd, where)
     try:
         try:
             os.fchmod(fd, 0o600)  # exact mode whatever the umask
@@ -328,7 +334,7 @@ def _store_chunks(dir_fd: int, chunks: Iterable[bytes | memoryview]) -> str:
         os.fsync(dir_fd)
     except OSError as e:
         _unlink_quietly(partial, dir_fd)
-        raise StoreError(_reason("cannot write artifact", e)) from None
+        raise _failed("cannot write artifact", where, e) from None
     except BaseException:
         _unlink_quietly(partial, dir_fd)
         raise
@@ -375,7 +381,7 @@ class ArtifactStore:
             with _dirs(self.root, self.session_key, create=True) as dir_fd:
                 assert dir_fd is not None
                 try:
-                    return _store_chunks(dir_fd, pieces)
+                    return _store_chunks(dir_fd, pieces, str(self.root / self.session_key))
                 except StoreError:
                     # A concurrent gc may remove our empty session dir between open and create;
                     # the dir fd then points at a deleted directory. Retry once with a fresh one.

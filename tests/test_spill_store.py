@@ -199,6 +199,23 @@ def test_full_disk_leaves_no_partial_file(store: ArtifactStore, root: Path, monk
     assert list((root / SESSION).iterdir()) == []
 
 
+def test_a_full_disk_is_logged_naming_the_directory_and_shown_without_it(
+    store: ArtifactStore, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A state directory that fills up (or is mounted read-only) under a long-running gateway:
+    the log said ``cannot write artifact: No space left on device``, not where. The log's
+    message now names the session's directory; what a model is shown still names no path."""
+    def write(fd: int, b: bytes) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "write", write)
+    with pytest.raises(StoreError) as info:
+        store.put(b"z" * 100)
+    where = str(root / SESSION)
+    assert str(info.value) == f"cannot write artifact in {where!r}: No space left on device"
+    assert info.value.shown == "cannot write artifact: No space left on device"
+
+
 _KILLED_MID_WRITE = """
 import os, signal, sys
 from pathlib import Path
@@ -381,11 +398,11 @@ def test_put_survives_session_dir_removed_by_a_concurrent_gc(
     real_create = store_mod._create_file
     raced: list[bool] = []
 
-    def create_after_race(dir_fd: int) -> tuple[str, int]:
+    def create_after_race(dir_fd: int, where: str) -> tuple[str, int]:
         if not raced:
             raced.append(True)
             os.rmdir(root / SESSION)  # another process's gc removes our (empty) directory
-        return real_create(dir_fd)
+        return real_create(dir_fd, where)
 
     monkeypatch.setattr(store_mod, "_create_file", create_after_race)
     aid = store.put(b"kept")
