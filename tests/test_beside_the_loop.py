@@ -555,6 +555,42 @@ async def test_a_tools_change_captures_the_other_lists_for_the_warm_start_record
     assert len({id(line) for line in kept}) == len(set(kept))  # versions that answer alike share the bytes
 
 
+async def test_a_capture_a_new_epoch_overtakes_is_dropped_without_a_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A server that changes its tools twice in a row (or a crash and a restart): the second
+    epoch began while the first one's answers were being captured, and the capture logged a
+    warning, ``warm-start answers not captured: tools/list ...: the answer does not carry the
+    epoch's tools first``, for what is no fault: those answers belong to an epoch that is over,
+    and the next capture takes the new one's. Now they are dropped quietly, as when the new
+    epoch begins after the lists were read."""
+    import logging
+
+    import gateway.upstream.answers as answers
+
+    server = {"command": PYTHON, "args": ["-c", "pass"]}
+    hub = Hub(load_config(write_config(tmp_path, {"a": server})), persist=False, use_lock=False)
+    up(hub, "a", "one")
+    await hub.publisher.first_epoch(epoch_of(hub.config, hub.downstreams, hub.checks))
+    exchange = answers._exchange  # noqa: SLF001
+    overtook: list[bool] = []
+
+    async def overtaken(hub: Hub, requests: list[Any]) -> list[bytes]:
+        if not overtook:
+            overtook.append(True)
+            up(hub, "a", "one", "two")
+            await hub.publisher.rebuild("server 'a' changed its tools")
+        return await exchange(hub, requests)
+
+    monkeypatch.setattr(answers, "_exchange", overtaken)
+    with anyio.fail_after(60), caplog.at_level(logging.INFO, logger="prefixgate"):
+        assert await answers.capture(hub) == []
+    assert not [r.getMessage() for r in caplog.records if "not captured" in r.getMessage()]
+    monkeypatch.setattr(answers, "_exchange", exchange)
+    with anyio.fail_after(60):
+        assert await answers.capture(hub) != []  # the new epoch's, at the next capture
+
+
 async def test_lists_a_server_re_lists_alike_are_not_kept_twice(tmp_path: Path) -> None:
     """A re-list that brings the same resources changes nothing, and only the newest lists are
     held (the ones the surface was built from went, not the server's current ones)."""

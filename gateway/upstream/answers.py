@@ -81,7 +81,9 @@ async def capture(hub: Hub) -> list[Answer]:
                 published = epoch.published(version).encoded()
                 answers += _answers(version, "server/discover", lines[:2] + found[version], published)
     except (TimeoutError, ValueError) as exc:
-        log.warning("warm-start answers not captured: %s", exc)
+        if hub.router.epoch is epoch and hub.surface is surface:
+            log.warning("warm-start answers not captured: %s", exc)
+        # (else a new epoch began meanwhile, its lists answered in its place: no fault, as below)
         return []
     if hub.router.epoch is not epoch or hub.surface is not surface:
         return []  # a new epoch (or surface) began meanwhile: these answers belong to the old one
