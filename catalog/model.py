@@ -18,7 +18,7 @@ JSON = Any
 WarningKind = Literal["renamed", "quarantined", "excluded", "duplicate", "task-only"]
 INFORMATIONAL: frozenset[WarningKind] = frozenset(("renamed", "excluded"))
 """Kinds that are no fault of a server's (a name made provider-safe, a tool the config's
-filters leave out): logged as information, not as warnings, as ``doctor`` rates them."""
+filters leave out): logged and rated by ``doctor`` as information, the others as warnings."""
 
 
 @dataclass(frozen=True)

@@ -230,21 +230,12 @@ def check_servers(report: Report, first: Round) -> None:
             report.add("servers", "FAIL", f"{label} {s.status}{required}: {s.error or 'no reason given'}", tail)
 
 
-_KIND_VERDICT: dict[str, Verdict] = {
-    "renamed": "info",
-    "excluded": "info",
-    "quarantined": "warn",
-    "duplicate": "warn",
-    "task-only": "warn",
-}
-
-
 def check_tools(report: Report, first: Round) -> None:
     if first.epoch is None:
         return
     warnings = first.epoch.catalog.warnings
     for w in warnings:
-        report.add("tools", _KIND_VERDICT.get(w.kind, "warn"), w.line())
+        report.add("tools", "info" if w.informational else "warn", w.line())
     for line in first.surface_warnings:
         report.add("tools", "info", f"resources/prompts: {line}")
     if not warnings and not first.surface_warnings:
