@@ -231,6 +231,14 @@ def _home(env: Mapping[str, str]) -> Path | None:
     return Path(env["HOME"]) if env.get("HOME") else home_directory()
 
 
+def _codex_home(env: Mapping[str, str]) -> Path | None:
+    """Codex's own directory (its user-wide ``config.toml``): ``$CODEX_HOME``, else ``~/.codex``."""
+    if env.get("CODEX_HOME"):
+        return Path(env["CODEX_HOME"])
+    home = _home(env)
+    return home / ".codex" if home is not None else None
+
+
 def _gemini_home(env: Mapping[str, str]) -> Path | None:
     """The directory Gemini CLI keeps its user-wide ``.gemini`` in: ``$GEMINI_CLI_HOME``, else the home."""
     return Path(env["GEMINI_CLI_HOME"]) if env.get("GEMINI_CLI_HOME") else _home(env)
@@ -299,8 +307,7 @@ def _codex_trusted(source: Source, env: Mapping[str, str]) -> bool:
     cloned repository can name any command there, so Codex loads the file only for a project
     its user's config marks ``trust_level = "trusted"``, the directory itself or the root of
     its git repository (the one Codex asks about)."""
-    home = _home(env)
-    codex_home = Path(env["CODEX_HOME"]) if env.get("CODEX_HOME") else (home / ".codex" if home else None)
+    codex_home = _codex_home(env)
     if codex_home is None or source.project_dir is None:
         return False
     user = codex_home / "config.toml"
@@ -574,11 +581,9 @@ def default_paths(client: str, env: Mapping[str, str], cwd: Path, platform: str 
             cwd / ".vscode" / "mcp.json",
         ]
     elif client == "gemini":
-        gemini_home = Path(env["GEMINI_CLI_HOME"]) if env.get("GEMINI_CLI_HOME") else home
-        paths = [gemini_home / ".gemini" / "settings.json", cwd / ".gemini" / "settings.json"]
+        paths = [(_gemini_home(env) or home) / ".gemini" / "settings.json", cwd / ".gemini" / "settings.json"]
     elif client == "codex":
-        codex_home = Path(env["CODEX_HOME"]) if env.get("CODEX_HOME") else home / ".codex"
-        paths = [codex_home / "config.toml", cwd / ".codex" / "config.toml"]
+        paths = [(_codex_home(env) or home / ".codex") / "config.toml", cwd / ".codex" / "config.toml"]
     else:
         raise ValueError(client)
     unique: list[Path] = []
