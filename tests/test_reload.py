@@ -552,8 +552,9 @@ async def test_a_listen_stream_whose_token_is_revoked_while_it_opens_is_refused(
     surface = str(Path(__file__).resolve().parent / "surface_server.py")
     log = tmp_path / "slow.log"
     slow = {"log": str(log), "resources": ["slow://1"], "overrides": {"resources/subscribe": "hang"}}
+    # (the subscribe hangs until this timeout; the token is revoked well before it)
     config = write_config(
-        tmp_path, {"slow": {"command": PYTHON, "args": [surface, json.dumps(slow)], "call_timeout": 20}}
+        tmp_path, {"slow": {"command": PYTHON, "args": [surface, json.dumps(slow)], "call_timeout": 6}}
     )
     tokens = tmp_path / "tokens"
     tokens.write_text("token-of-alice\ntoken-of-bob\n")
