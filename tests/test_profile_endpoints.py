@@ -164,6 +164,38 @@ async def test_tokens_policy_and_activation_are_each_profiles_own(tmp_path: Path
 
 
 @pytest.mark.anyio
+async def test_only_a_token_that_may_use_every_profile_reads_the_metrics(tmp_path: Path) -> None:
+    """``/metrics`` names every profile's servers and tools: a token limited to some of the
+    profiles served gets 403 there (any token could read them), one that may use them all
+    reads them, and a token file's change applies to the next scrape."""
+    config = write_config(
+        tmp_path,
+        {"a": demo("--tools", 1, "--name", "a"), "secret": demo("--tools", 1, "--name", "secret")},
+        profiles={"one": {"servers": ["a"]}},
+    )
+    tokens = tmp_path / "tokens"
+    tokens.write_text("alice\nbob-secret profiles=one\ncarol profiles=default,one\n")
+    with gateway(config, "--token-file", str(tokens)) as (url, _, _log):
+        metrics = url.removesuffix("/mcp") + "/metrics"
+        async with httpx2.AsyncClient() as http:
+
+            async def scrape(token: str) -> httpx2.Response:
+                return await http.get(metrics, headers={"Authorization": f"Bearer {token}"})
+
+            for token in ("alice", "carol"):
+                answer = await scrape(token)
+                assert answer.status_code == 200 and 'server="secret"' in answer.text, token
+            refused = await scrape("bob-secret")
+            assert refused.status_code == 403 and "secret" not in refused.text
+            assert refused.text.strip() == "this token may not read /metrics: it may not use every profile served"
+            assert (await scrape("nobody")).status_code == 401
+            tokens.write_text("alice\nbob-secret\n")  # bob may use every profile now
+            with anyio.fail_after(30):
+                while (await scrape("bob-secret")).status_code != 200:
+                    await anyio.sleep(0.1)
+
+
+@pytest.mark.anyio
 @pytest.mark.parametrize("mode", ERAS)
 async def test_a_change_starts_an_epoch_only_in_the_profiles_that_see_it(tmp_path: Path, mode: str) -> None:
     state = tmp_path / "m.json"

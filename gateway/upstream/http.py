@@ -287,6 +287,8 @@ class Front:
                 for t in tokens
                 if not t.may_use(endpoint.profile)
             }
+        self.partial = {principal for endpoint in endpoints for principal in endpoint.barred}
+        """Principals barred from some profile served: ``/metrics`` names every profile's servers and tools."""
         self.expected = {
             hashlib.sha256(t.value.encode()).digest(): (t.value.encode(), principal_of_token(t.value)) for t in tokens
         }
@@ -356,6 +358,9 @@ class Front:
                 return
             scope["user"] = self.users[principal]  # another principal's Mcp-Session-Id: 404, as if unknown
         if scope["path"] == METRICS_PATH and self.metrics is not None and scope["method"] in ("GET", "HEAD"):
+            if scope.get(PRINCIPAL) in self.partial:
+                await _plain(send, 403, "this token may not read /metrics: it may not use every profile served")
+                return
             await self._metrics(scope, send)
             return
         if endpoint is None:
