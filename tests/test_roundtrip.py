@@ -157,6 +157,47 @@ async def test_another_principals_request_state_is_refused(tmp_path: Path) -> No
                 assert text(done) == "accept:{'name': 'Bo'}"
 
 
+async def test_a_revoked_principals_parked_calls_are_cancelled_at_once(tmp_path: Path) -> None:
+    """A 2026-07-28 call parked for its client's input holds its server's call until
+    ``round_trip_timeout``; once its principal's token is revoked no retry can come, so it is
+    cancelled then (the server sees it), not minutes later. Another principal's is untouched.
+    (A handshake-era client's questions travel on its session, which the revocation ends.)"""
+    asks = {
+        name: {**demo("--tools", 0, "--rich", "--interactive", "--name", name), "protocol": "legacy"} for name in "rs"
+    }
+    # (one server each: a stdio server's question cannot be told apart between two principals' calls)
+    config = write_config(tmp_path, asks, gateway={"round_trip_timeout": 600})
+    tokens = tmp_path / "tokens"
+    tokens.write_text("token-of-ann\ntoken-of-bo\n")
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    with http_gateway(config, "--token-file", str(tokens)) as (url, stderr):
+
+        @asynccontextmanager
+        async def as_principal(token: str) -> AsyncIterator[Any]:
+            async with create_mcp_http_client(headers={"Authorization": f"Bearer {token}"}) as http:
+                async with Client(streamable_http_client(url, http_client=http), mode="auto", **CALLBACKS) as c:
+                    yield c
+
+        async with as_principal("token-of-ann") as ann, as_principal("token-of-bo") as bo:
+            with anyio.fail_after(60):
+                parked = await ann.session.call_tool("r__ask", {}, allow_input_required=True)
+                kept = await bo.session.call_tool("s__ask", {}, allow_input_required=True)
+                assert isinstance(parked, types.InputRequiredResult), parked
+                assert isinstance(kept, types.InputRequiredResult), kept
+                tokens.write_text("token-of-bo\n")
+                assert await saw(stderr, "[r] tools/call 'r__ask': its principal's token was revoked, cancelling the call")
+                assert await saw(stderr, "[r] ask cancelled while waiting for the answer")
+                ((key, _request),) = kept.input_requests.items()
+                answer = {key: types.ElicitResult(action="accept", content={"name": "Bo"})}
+                done = await bo.session.call_tool(
+                    "s__ask", {}, input_responses=answer, request_state=kept.request_state
+                )
+                assert text(done) == "accept:{'name': 'Bo'}"
+        assert stderr.read_text().count("its principal's token was revoked") == 1
+
+
 @pytest.mark.parametrize("transport", TRANSPORTS)
 async def test_an_abandoned_round_trip_times_out_and_cancels_the_downstream_call(
     tmp_path: Path, transport: str

@@ -42,6 +42,7 @@ import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
@@ -187,6 +188,11 @@ class RoundTrip:
         self.poke()
 
 
+def _revoked(principal: object, kept: AbstractSet[object]) -> bool:
+    """A token's principal (a name) not in ``kept``; a stdio client's state is no token's."""
+    return isinstance(principal, str) and principal not in kept
+
+
 async def _gather(trip: RoundTrip) -> None:
     """Wait until no new request of the server came for ``GATHER`` s (bounded by ``MAX_ASKS``)."""
     while not trip.finished and len(trip.fresh) < MAX_ASKS:
@@ -272,6 +278,30 @@ class RoundTrips:
                 self._waiting[key] = left
             else:
                 del self._waiting[key]
+
+    def abandon_all_but(self, kept: AbstractSet[object]) -> int:
+        """End now the parked calls (waiting for a retry) of every principal not in ``kept``
+        (their tokens were revoked: no retry of theirs can come), as ``timeout`` would later:
+        cancelled at their servers, their slots freed. How many ended. A call a request is
+        attached to ends with that request."""
+        parked = [
+            t
+            for t in self._trips.values()
+            if t.timer is not None and not t.attached and _revoked(principal_key(t.owner), kept)
+        ]
+        for trip in parked:
+            log.info(
+                "[%s] %s %r: its principal's token was revoked, cancelling the call",
+                trip.server_id,
+                trip.method,
+                trip.target,
+            )
+            if trip.timer is not None:
+                trip.timer.cancel()
+                trip.timer = None
+            self._forget(trip)
+            trip.cancel()
+        return len(parked)
 
     def calling(self, server_id: str) -> list[RoundTrip]:
         """The unfinished calls to ``server_id`` (whose principals its requests may belong to)."""

@@ -717,6 +717,7 @@ def _put_in_force(app: Front, hubs: Sequence[Any], tokens: Sequence[BearerToken]
     for hub in hubs:
         for principal in hub.clients.forget_principals(kept):
             hub.links.forget(principal)
+        hub.round_trips.abandon_all_but(kept)
 
 
 async def serve_http(
