@@ -13,7 +13,18 @@ import mcp_types as types
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from tests.helpers import ERAS, PYTHON, catalog_json, demo, gateway, raw_gateway, sdk_client, write_config
+from tests.helpers import (
+    ERAS,
+    PYTHON,
+    catalog_json,
+    demo,
+    gateway,
+    http_gateway,
+    raw_gateway,
+    sdk_client,
+    wait_for,
+    write_config,
+)
 
 # Logging and resources/subscribe are deprecated in the 2026-07-28 era but still part of
 # the handshake era the gateway must pass through.
@@ -148,6 +159,42 @@ async def test_logging_subscriptions_and_client_requests(config: Path) -> None:
         assert asked.content[0].text == "accept:{'name': 'Ann'}"
         roots = await gw.session.call_tool("r__roots", {})
         assert roots.content[0].text == "file:///work/project"
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_an_update_of_a_uri_another_server_lists_first_is_not_relayed(config: Path, mode: str) -> None:
+    """r and s both list ``demo://shared/notes``; it is read from r (first in order), so an
+    update s sends about its own copy concerns nothing a client can read: it reached every
+    watcher of the URI, in either era. r's updates still arrive, in order."""
+    notes, marker = "demo://shared/notes", "demo://r/readme"
+    heard: list[str] = []
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, types.ResourceUpdatedNotification):
+            heard.append(str(message.params.uri))
+
+    async def touch_all(client: Any) -> None:
+        for server, uri in (("s", notes), ("r", marker), ("r", notes), ("r", marker)):
+            assert (await client.call_tool(f"{server}__touch", {"uri": uri})).content[0].text == "touched"
+
+    with http_gateway(config) as (url, _stderr):
+        # (a 2026-07-28 client hears them on its listen stream, and the message handler too: one place is read)
+        handler = {"message_handler": on_message} if mode == "legacy" else {}
+        async with sdk_client(url, mode, **handler) as client:
+            with anyio.fail_after(30):
+                if mode == "legacy":
+                    for uri in (notes, marker):
+                        await client.subscribe_resource(uri)
+                    await touch_all(client)
+                    await wait_for(lambda: heard.count(marker) == 2)
+                else:
+                    async with client.listen(resource_subscriptions=[notes, marker]) as events:
+                        await touch_all(client)
+                        async for event in events:
+                            heard.append(event.uri)
+                            if heard.count(marker) == 2:
+                                break
+    assert heard == [marker, notes, marker]
 
 
 async def test_client_without_sampling_gets_a_clear_error(config: Path) -> None:

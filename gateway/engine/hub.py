@@ -221,7 +221,9 @@ class Hub:
             uri = params.get("uri")
             if isinstance(uri, str):
                 for hub in self.seeing(downstream):
-                    await hub.clients.resource_updated(uri)
+                    if hub.surface.owner_of_uri(uri) in (None, downstream.id):
+                        # (a URI another server lists first is read from that one: this copy is nobody's)
+                        await hub.clients.resource_updated(uri)
         elif method == "notifications/message":
             self.relay.log(downstream, params, caller)
         elif method == "notifications/elicitation/complete":
