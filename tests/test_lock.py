@@ -12,7 +12,9 @@ from __future__ import annotations
 import errno
 import json
 import os
+import pty
 import subprocess
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -269,6 +271,46 @@ def test_approving_writes_through_a_symlinked_lock(tmp_path: Path) -> None:
     assert placed.is_symlink() and shared.read_bytes() != first
     assert cli("catalog", "diff", "--lock", "--config", str(config)).returncode == 0
     assert [p.name for p in shared.parent.iterdir()] == ["team.lock"]
+
+
+def test_an_approval_given_while_another_approve_waits_at_its_prompt_is_not_written_over(tmp_path: Path) -> None:
+    """Two teammates approve at once: one waits at its prompt while the other approves
+    another change. The first's answer wrote the lock it had read, so the other's approval
+    was gone unseen (its tool held again); it now writes nothing and says to run it again."""
+    state = tmp_path / "m.json"
+    config = write_config(tmp_path, {"m": mutating(state)}, profiles={"p": {}})
+    lock(config)
+    state.write_text(json.dumps(["add", "reword"]))
+    master, terminal = pty.openpty()
+    try:
+        with (tmp_path / "first.err").open("wb") as err, (tmp_path / "first.out").open("wb") as out:
+            first = subprocess.Popen(
+                [*GATEWAY, "catalog", "approve", "m__alpha", "--config", str(config), "--log-level", "warning"],
+                stdin=terminal,
+                stdout=out,
+                stderr=err,
+            )
+        deadline = time.monotonic() + 60
+        while "[y/N]" not in (asked := (tmp_path / "first.err").read_text()):
+            assert first.poll() is None and time.monotonic() < deadline, asked
+            time.sleep(0.05)
+        other = cli("catalog", "approve", "m__gamma", "--yes", "--config", str(config))
+        assert other.returncode == 0, other.stderr
+        approved = {p: (tmp_path / p).read_bytes() for p in ("prefixgate.lock", "prefixgate.p.lock")}
+        os.write(master, b"y\n")
+        assert first.wait(timeout=60) == 1
+    finally:
+        os.close(master)
+        os.close(terminal)
+    said = (tmp_path / "first.err").read_text().split("[y/N] ")[-1]  # (the answer's line ends on the pty)
+    assert said == (
+        f"prefixgate: catalog approve: {tmp_path / 'prefixgate.lock'}: changed by another command while this "
+        "one ran (nothing written): run it again\n"
+    )
+    assert {p: (tmp_path / p).read_bytes() for p in approved} == approved
+    assert sorted(p.name for p in tmp_path.iterdir() if "lock" in p.name) == sorted(approved)
+    pending = json.loads(cli("catalog", "diff", "--lock", "--json", "--config", str(config)).stdout)
+    assert [(p["kind"], p["name"]) for p in pending["pending"]] == [("changed", "m__alpha")]
 
 
 async def test_lock_new_allow_publishes_a_new_tool_as_a_new_epoch(tmp_path: Path) -> None:

@@ -25,7 +25,14 @@ from gateway.downstream.connection import Downstream
 from gateway.engine.checks import CheckCache
 from gateway.engine.epoch import Epoch, client_policy, epoch_of
 from gateway.engine.hub import Hub
-from gateway.engine.lockfile import commit_lock, lock_target, read_lock, read_lock_and_bytes, stage_lock
+from gateway.engine.lockfile import (
+    commit_lock,
+    lock_bytes,
+    lock_target,
+    read_lock_and_bytes,
+    stage_lock,
+    writing_locks,
+)
 
 
 def finished(
@@ -52,12 +59,13 @@ def pending_of(config: Config, downstreams: Sequence[Downstream], live: Epoch, l
     return apply(live.catalog, lock, ready, deferred).pending
 
 
-def _existing(config: Config) -> Lock:
+def _existing(config: Config) -> tuple[Lock, bytes]:
+    """The profile's lock and the file's bytes (a write checks they are still in place)."""
     path = lock_target(config)
     if not path.exists():
         raise Exit(2, f"prefixgate: catalog lock: {path}: no lock file (write one with prefixgate catalog lock)")
     try:
-        return read_lock(path)
+        return read_lock_and_bytes(path)
     except LockError as exc:
         raise Exit(2, f"prefixgate: catalog lock: {exc}") from None
 
@@ -84,6 +92,8 @@ class _Locked:
     live: Epoch
     path: Path
     existing: Lock | None
+    read: bytes | None = None
+    """The lock file's bytes as ``existing`` was read from them (None: there was no file)."""
 
     def pending(self) -> tuple[Pending, ...]:
         if self.existing is None:
@@ -104,14 +114,24 @@ async def write_all(command: str, chosen: Sequence[tuple[_Locked, Sequence[Locke
             except OSError as exc:
                 why = exc.strerror or exc
                 raise Exit(1, f"prefixgate: {command}: {each.path}: cannot write: {why} (nothing written)") from None
+        # Each lock was read as this command started (and, for approve, asked about): one
+        # another command wrote since (an approval given meanwhile) is not written over unseen.
+        with writing_locks(each.path for each, _, _ in staged):
+            moved = [each.path for each, _, _ in staged if lock_bytes(each.path) != each.read]
+            if moved:
+                raise Exit(
+                    1,
+                    f"prefixgate: {command}: {moved[0]}: changed by another command while this one ran "
+                    "(nothing written): run it again",
+                )
+            for each, _, temp in staged:
+                if temp is not None:
+                    commit_lock(temp, each.path)
     except BaseException:
         for _, _, temp in staged:
             if temp is not None:
                 Path(temp).unlink(missing_ok=True)
         raise
-    for each, _, temp in staged:
-        if temp is not None:
-            commit_lock(temp, each.path)
     for each, _, _ in staged:
         await remember(each.hub, each.path)
     return [(new, temp is not None) for _, new, temp in staged]
@@ -124,8 +144,8 @@ async def _discover_all(hub: Hub, *, every_lock: bool) -> list[_Locked]:
     for each in hub.family:
         live = await discover(each.config, each)
         path = lock_target(each.config)
-        existing = _existing(each.config) if every_lock or path.exists() else None
-        found.append(_Locked(each, live, path, existing))
+        existing, read = _existing(each.config) if every_lock or path.exists() else (None, None)
+        found.append(_Locked(each, live, path, existing, read))
     return found
 
 

@@ -8,11 +8,13 @@ polls it) sees the old lock or the new one, never a torn one.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import logging
 import os
 import stat
 import tempfile
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from pathlib import Path
 
 import anyio
@@ -101,6 +103,32 @@ def commit_lock(temp: str, path: Path) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def lock_bytes(path: Path) -> bytes | None:
+    """The lock file's bytes now (through a symbolic link), or None when there is none (or
+    none that can be read: then not the one read before either)."""
+    try:
+        return Path(os.path.realpath(path)).read_bytes()
+    except OSError:
+        return None
+
+
+@contextlib.contextmanager
+def writing_locks(paths: Iterable[Path]) -> Iterator[None]:
+    """An exclusive lock on each lock file's directory while the block runs: two commands
+    writing locks at once (two ``catalog approve`` runs) check what is in place and rename
+    theirs over it one after the other, so neither replaces a lock the other wrote unseen."""
+    fds: list[int] = []
+    try:
+        for directory in sorted({os.path.dirname(os.path.realpath(p)) for p in paths}):
+            fds.append(os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
+            with contextlib.suppress(OSError):  # (a file system without locks: as before, unlocked)
+                fcntl.flock(fds[-1], fcntl.LOCK_EX)  # released as the descriptor is closed
+        yield
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 class ServedLock:
