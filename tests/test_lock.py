@@ -405,6 +405,32 @@ def test_doctor_reports_a_lock_the_live_catalog_does_not_match(tmp_path: Path) -
     assert 'inputSchema.properties.loud: added {"type":"boolean"}' in section
 
 
+def test_doctor_and_catalog_report_what_is_pending_against_a_profiles_own_lock(tmp_path: Path) -> None:
+    """A profile's exclude taken out after the lock: its clients are held the tool (new since
+    its lock), while the default profile's lock matches. doctor said all was well (exit 0),
+    and catalog's line for the profile said nothing of it."""
+    state = tmp_path / "m.json"
+    config = write_config(tmp_path, {"m": mutating(state)}, profiles={"p": {"exclude": ["m__beta"]}})
+    lock(config)
+    write_config(tmp_path, {"m": mutating(state)}, profiles={"p": {}})
+    proc = cli("doctor", "--config", str(config))
+    assert proc.returncode == 1, proc.stdout
+    assert "catalog lock\n  ok    " in proc.stdout
+    section = proc.stdout.split("\nprofiles\n", 1)[1]
+    assert section.startswith("  warn  p: 2 tools, ") and section.split("\n")[1].strip() == (
+        "new: m__beta <- m/beta (not in the lock)"
+    )
+    assert (
+        f"; {tmp_path / 'prefixgate.p.lock'}: 1 change pending approval, the locked declarations are served "
+        "(review: prefixgate catalog diff --lock; accept: prefixgate catalog approve --profile p NAME)\n"
+    ) in section
+    shown = cli("catalog", "--config", str(config)).stdout.split("shows one):\n", 1)[1]
+    assert (
+        shown.startswith("  p: 2 tools, ")
+        and f"; {tmp_path / 'prefixgate.p.lock'}: 1 change pending approval\n" in shown
+    )
+
+
 def test_lock_refuses_to_leave_out_a_server_that_is_not_ready(tmp_path: Path) -> None:
     broken = {"command": str(tmp_path / "no-such-server")}
     config = write_config(tmp_path, {"m": mutating(tmp_path / "m.json"), "x": broken})

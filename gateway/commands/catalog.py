@@ -251,8 +251,17 @@ def profile_lines(reports: dict[str, Any]) -> list[str]:
         if "error" in r:
             lines.append(f"  {name}: {r['error']}")
             continue
-        lines.append(f"  {profile_summary(name, r)}")
+        lines.append(f"  {profile_summary(name, r)}{profile_pending(r)}")
     return lines
+
+
+def profile_pending(report: dict[str, Any]) -> str:
+    """What waits against a profile's own lock, as a tail for its line ("" when nothing does):
+    its clients are refused those tools as the default profile's are refused its own."""
+    pending = (report.get("lock") or {}).get("pending") or []
+    if not pending:
+        return ""
+    return f"; {escape(report['lock']['path'])}: {plural(len(pending), 'change')} pending approval"
 
 
 def profile_summary(name: str, report: dict[str, Any]) -> str:

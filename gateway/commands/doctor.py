@@ -54,7 +54,7 @@ from catalog.policy import unmatched
 from catalog.text import escape, json_text, plural, printable
 from gateway import __version__, logs
 from gateway.commands.arguments import doctor_arguments
-from gateway.commands.catalog import UNMATCHED, profile_reports, profile_summary
+from gateway.commands.catalog import UNMATCHED, profile_pending, profile_reports, profile_summary
 from gateway.commands.eventloop import run_until_stopped
 from gateway.commands.startup import Exit, discover, running
 from gateway.commands.toml_writer import toml_string
@@ -898,10 +898,19 @@ def check_profiles(report: Report, first: Round, second: Round) -> None:
             report.add("profiles", "FAIL", f"{name}: {one['error']}")
             continue
         what = profile_summary(name, one)
-        if other.get("fingerprint") == one["fingerprint"]:
-            report.add("profiles", "ok", f"{what}, the same in both discoveries")
-        else:
+        pending = (one.get("lock") or {}).get("pending") or []
+        if other.get("fingerprint") != one["fingerprint"]:
             report.add("profiles", "FAIL", f"{what}, {other.get('fingerprint', '-')[:16]} in the second discovery")
+        elif pending:  # (its clients are refused those tools: as the default's in "catalog lock")
+            report.add(
+                "profiles",
+                "warn",
+                f"{what}, the same in both discoveries{profile_pending(one)}, the locked declarations are served "
+                f"(review: prefixgate catalog diff --lock; accept: prefixgate catalog approve --profile {name} NAME)",
+                [line for p in pending for line in p["message"].splitlines()],
+            )
+        else:
+            report.add("profiles", "ok", f"{what}, the same in both discoveries")
 
 
 def check_lock(report: Report, config: Config, first: Round) -> None:
