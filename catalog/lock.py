@@ -139,7 +139,7 @@ def loads(text: str, where: str = FILE_NAME) -> Lock:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise LockError(f"{where}: not valid TOML: {exc}") from None
-    if data.get("version") != LOCK_VERSION:
+    if type(data.get("version")) is not int or data.get("version") != LOCK_VERSION:  # (true == 1.0 == 1)
         raise LockError(f"{where}: unknown lock version {data.get('version')!r} (expected {LOCK_VERSION})")
     route = data.get("route", {})
     if not isinstance(route, dict) or not all(isinstance(v, str) for v in route.values()):

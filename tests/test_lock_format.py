@@ -51,6 +51,9 @@ def test_a_lock_that_is_not_what_dumps_wrote_is_refused_with_where() -> None:
         loads(text.replace("Does a thing.", "Does another thing.", 1))
     with pytest.raises(LockError, match="unknown lock version"):
         loads(text.replace("version = 1", "version = 2"))
+    for other in ("true", "1.0"):  # equal to 1 in Python, another version all the same
+        with pytest.raises(LockError, match=f"unknown lock version {other.title()} "):
+            loads(text.replace("version = 1", f"version = {other}"))
     with pytest.raises(LockError, match="listed twice"):
         loads(text + text[text.index("[[tools]]") :])
     with pytest.raises(LockError, match="not valid TOML"):
