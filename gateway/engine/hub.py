@@ -69,7 +69,9 @@ class Hub:
         the first hub, whose servers this profile's hub serves (``profile`` makes it)."""
         self.config = config
         self._use_lock = use_lock
-        self.lock = ServedLock(lock_path(config) if use_lock else None)
+        path = lock_path(config) if use_lock else None
+        find = functools.partial(lock_path, config) if use_lock and path is None and config.path is not None else None
+        self.lock = ServedLock(path, find)
         """The catalog lock served under (``load`` reads it), polled while serving."""
         early = early or {}
         if shared is None:
@@ -157,7 +159,7 @@ class Hub:
             tg.start_soon(functools.partial(Supervisor(downstream).run, supervise=supervise))
         for hub in self.family:
             hub.clients.tasks = tg
-            if hub.lock.path is not None and supervise:
+            if (hub.lock.path is not None or hub.lock.find is not None) and supervise:
                 tg.start_soon(hub.lock.watch, hub.publisher.discovered, hub.publisher.rebuild)
 
     def processes(self) -> list[Downstream]:

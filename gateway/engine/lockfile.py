@@ -134,9 +134,11 @@ def writing_locks(paths: Iterable[Path]) -> Iterator[None]:
 class ServedLock:
     """The catalog lock a gateway serves under: read at start-up, then polled while serving."""
 
-    def __init__(self, path: Path | None) -> None:
+    def __init__(self, path: Path | None, find: Callable[[], Path | None] | None = None) -> None:
         self.path = path
         """The lock file, or None: serve the live catalog."""
+        self.find = find
+        """Without a lock: the lock a start would serve under now (``lock_path``), or None."""
         self.current: Lock | None = None
         """The lock served under (read by ``load``), or None: serve the live catalog."""
         self.data: bytes | None = None
@@ -155,24 +157,32 @@ class ServedLock:
         """Serve an approved change without a restart: once ``ready``, a new lock file is ``changed``.
 
         A lock that cannot be read keeps the previous one (an unreadable lock never
-        unlocks the catalog); ``catalog approve`` replaces the file atomically.
+        unlocks the catalog); ``catalog approve`` replaces the file atomically. Without a lock,
+        one that ``find`` finds (the first ``catalog lock``, a pulled commit) is served from then
+        on, as a start would serve under it: a gateway that keeps running is held to it too.
         """
-        assert self.path is not None
+        assert self.path is not None or self.find is not None
         while True:
             await anyio.sleep(LOCK_POLL)
-            stamp = _stamp(self.path)
+            path = self.path or (self.find() if self.find is not None else None)
+            if path is None:
+                continue
+            stamp = _stamp(path)
             if stamp == self._stamp or not ready.is_set():
                 continue
             self._stamp = stamp
+            kept = "keeping the previous one" if self.current is not None else "serving the live catalog as before"
             try:  # a 5,000-tool lock is megabytes of TOML: parsed off the event loop
-                self.current, self.data = await anyio.to_thread.run_sync(read_lock_and_bytes, self.path)
+                self.current, self.data = await anyio.to_thread.run_sync(read_lock_and_bytes, path)
             except LockError as exc:
-                log.error("catalog lock not reloaded, keeping the previous one: %s", exc)
+                log.error("catalog lock not reloaded, %s: %s", kept, exc)
                 continue
             except Exception as exc:  # noqa: BLE001 - a file never stops a serving gateway
-                log.error("catalog lock not reloaded, keeping the previous one: %s", type(exc).__name__)
+                log.error("catalog lock not reloaded, %s: %s", kept, type(exc).__name__)
                 continue
-            await changed(f"lock file {self.path.name} changed")
+            how = "changed" if self.path is not None else "written"
+            self.path = path
+            await changed(f"lock file {path.name} {how}")
 
 
 def _stamp(path: Path) -> tuple[int, int, int] | None:
