@@ -378,9 +378,16 @@ def build(
         else:
             warnings.append(CatalogWarning("excluded", sid, name, hidden))
     entries.sort(key=lambda e: code_unit_key(e.name))
+    published = names.values()
     return Catalog(
         entries=tuple(entries),
         warnings=tuple(sorted(warnings, key=_warning_key)),
         fingerprint=fingerprint_encoded(e.encoded for e in entries),
         by_name={e.name: e for e in entries},
+        unmatched=tuple(
+            (key, p)
+            for key, patterns in (("include", include), ("exclude", exclude))
+            for p in dict.fromkeys(patterns)
+            if not any(matches(name, p) for name in published)
+        ),
     )

@@ -260,6 +260,7 @@ def _sorted_catalog(entries: Iterable[Entry], live: Catalog) -> Catalog:
         warnings=live.warnings,
         fingerprint=fingerprint([e.declaration for e in ordered]),
         by_name={e.name: e for e in ordered},
+        unmatched=live.unmatched,
     )
 
 

@@ -113,6 +113,9 @@ class Catalog:
     warnings: tuple[CatalogWarning, ...] = ()
     fingerprint: str = ""
     by_name: dict[str, Entry] = field(default_factory=dict, compare=False, repr=False)
+    unmatched: tuple[tuple[str, str], ...] = ()
+    """A profile's ``include``/``exclude`` patterns that match no published name, as (key,
+    pattern): a typo there keeps nothing, or leaves in what it meant to take out, unremarked."""
 
     def get(self, name: str) -> Entry | None:
         return self.by_name.get(name)

@@ -314,6 +314,34 @@ async def test_an_activation_in_one_profile_does_not_run_the_tool_in_another(tmp
     assert await echo("one") == (False, "hi")  # restored: "two" did not clear it
 
 
+def test_a_profile_pattern_that_matches_no_tool_is_reported(tmp_path: Path) -> None:
+    """A typo in a profile's exclude (``a__Payload`` for ``a__payload``) leaves its clients the
+    tool, and one in its include keeps nothing: catalog and doctor said neither (they say it of
+    a ``[policy] deny`` pattern), and doctor's run was all well."""
+    config = write_config(
+        tmp_path,
+        {"a": demo("--tools", 2, "--name", "a")},
+        profiles={"codex": {"exclude": ["a__Payload", "a__crash"], "include": ["a__*", "A__echo"]}},
+    )
+    report = catalog_json(config)
+    assert report["profile_unmatched"] == {"include": [], "exclude": []}
+    codex = report["profiles"]["codex"]
+    assert codex["profile_unmatched"] == {"include": ["A__echo"], "exclude": ["a__Payload"]}
+    assert "a__payload" in [t["name"] for t in codex["tools"]]  # what the typo left in
+    said = "matches no tool (patterns are case-sensitive globs on published names): it excludes nothing"
+    shown = run_cli("catalog", "--config", str(config), "--profile", "codex", "--log-level", "warning").stdout
+    assert f"  profile: exclude pattern 'a__Payload' {said}\n" in shown
+    doctor = run_cli("doctor", "--config", str(config), "--profile", "codex", "--json")
+    assert doctor.returncode == 1, doctor.stdout + doctor.stderr
+    warned = [c["message"] for c in json.loads(doctor.stdout)["checks"] if c["verdict"] == "warn"]
+    assert f"[profiles.codex] exclude pattern 'a__Payload' {said}" in warned
+    assert any(w.startswith("[profiles.codex] include pattern 'A__echo' matches no tool") for w in warned)
+    every = run_cli("doctor", "--config", str(config), "--json")
+    assert every.returncode == 1, every.stdout + every.stderr
+    lines = [(c["verdict"], c["message"]) for c in json.loads(every.stdout)["checks"] if c["section"] == "profiles"]
+    assert lines[0][0] == "ok" and ("warn", f"codex: exclude pattern 'a__Payload' {said}") in lines[1:]
+
+
 def test_doctor_checks_a_profile_and_registers_it(tmp_path: Path) -> None:
     config = team_config(tmp_path)
     every = run_cli("doctor", "--config", str(config), "--json")

@@ -30,6 +30,14 @@ log = logging.getLogger("prefixgate")
 
 UNMATCHED = "matches no tool (patterns are case-sensitive globs on tool names): it denies nothing"
 """What ``catalog`` and ``doctor`` say of a ``[policy] deny`` pattern no tool's name matches."""
+
+
+def view_unmatched(key: str) -> str:
+    """What a profile's ``include`` or ``exclude`` pattern that matches no published name does."""
+    does = "keeps" if key == "include" else "excludes"
+    return f"matches no tool (patterns are case-sensitive globs on published names): it {does} nothing"
+
+
 HELD = ("excluded", "quarantined", "duplicate")
 """Warning kinds that keep a listed tool out of the catalog (a rename keeps it in)."""
 
@@ -106,6 +114,7 @@ def catalog_report(config: Config, downstreams: Sequence[Downstream], epoch: Epo
             for e in catalog.entries
         ],
         "policy_unmatched": unmatched(config.policy.deny, (e.identities for e in catalog.entries)),
+        "profile_unmatched": {key: [p for k, p in catalog.unmatched if k == key] for key in ("include", "exclude")},
         "declarations": epoch.published(),
         "warnings": [
             {"kind": w.kind, "server": w.server, "tool": w.tool, "detail": w.detail, "message": w.line()}
@@ -172,6 +181,8 @@ def render_text(report: dict[str, Any], config: Config) -> str:
         lines.append(f"  policy: {plural(len(refused), 'tool')} refused at call time, marked !")
     for pattern in report.get("policy_unmatched", ()):
         lines.append(f"  policy: deny pattern {escape(repr(pattern))} {UNMATCHED}")
+    for key, patterns in report.get("profile_unmatched", {}).items():
+        lines += [f"  profile: {key} pattern {escape(repr(p))} {view_unmatched(key)}" for p in patterns]
 
     lines += ["", "tools, in published order:"]
     name_width = min(max((len(t["name"]) for t in tools), default=0), 48)
@@ -252,6 +263,8 @@ def profile_lines(reports: dict[str, Any]) -> list[str]:
             lines.append(f"  {name}: {r['error']}")
             continue
         lines.append(f"  {profile_summary(name, r)}{profile_pending(r)}")
+        for key, patterns in r.get("profile_unmatched", {}).items():
+            lines += [f"    {key} pattern {escape(repr(p))} {view_unmatched(key)}" for p in patterns]
     return lines
 
 

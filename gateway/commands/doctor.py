@@ -54,7 +54,13 @@ from catalog.policy import unmatched
 from catalog.text import escape, json_text, plural, printable
 from gateway import __version__, logs
 from gateway.commands.arguments import doctor_arguments
-from gateway.commands.catalog import UNMATCHED, profile_pending, profile_reports, profile_summary
+from gateway.commands.catalog import (
+    UNMATCHED,
+    profile_pending,
+    profile_reports,
+    profile_summary,
+    view_unmatched,
+)
 from gateway.commands.eventloop import run_until_stopped
 from gateway.commands.startup import Exit, discover, running
 from gateway.commands.toml_writer import toml_string
@@ -256,6 +262,19 @@ def check_policy(report: Report, config: Config, first: Round) -> None:
         report.add("tools", "warn", f"[policy] deny pattern {pattern!r} {UNMATCHED}{hint}")
     if not missing:
         report.add("tools", "ok", f"every [policy] deny pattern matches a tool ({len(config.policy.deny)})")
+
+
+def check_view(report: Report, config: Config, first: Round) -> None:
+    """A profile's ``include`` or ``exclude`` pattern that matches no published name: said, as a
+    typo in an exclude (``github__delet_*``) would otherwise leave its clients the tool unremarked."""
+    if first.epoch is None or config.profile is None:
+        return
+    unlisted = [s.id for s in first.servers if s.status != "ready"]
+    hint = f" (not listed: {', '.join(unlisted)}, whose tools are not known)" if unlisted else ""
+    for key, pattern in first.epoch.catalog.unmatched:
+        report.add(
+            "tools", "warn", f"[profiles.{config.profile}] {key} pattern {pattern!r} {view_unmatched(key)}{hint}"
+        )
 
 
 def check_wrapped_names(report: Report, config: Config, first: Round) -> None:
@@ -879,6 +898,7 @@ async def diagnose(config: Config, report: Report) -> None:
     await check_auth(report, config, first)
     check_tools(report, first)
     check_policy(report, config, first)
+    check_view(report, config, first)
     check_wrapped_names(report, config, first)
     check_declarations(report, config, first)
     report.checks += directories.checks
@@ -911,6 +931,9 @@ def check_profiles(report: Report, first: Round, second: Round) -> None:
             )
         else:
             report.add("profiles", "ok", f"{what}, the same in both discoveries")
+        for key, patterns in one.get("profile_unmatched", {}).items():
+            for pattern in patterns:
+                report.add("profiles", "warn", f"{name}: {key} pattern {pattern!r} {view_unmatched(key)}")
 
 
 def check_lock(report: Report, config: Config, first: Round) -> None:
