@@ -249,10 +249,18 @@ class CatalogDiff:
     warnings_removed: tuple[str, ...] = ()
     compared: tuple[str, ...] = field(default=())
     """What the byte verdict rests on: ``declarations`` and/or ``fingerprint``."""
+    profiles: tuple[ProfileDiff, ...] = ()
+    """Each ``[profiles.NAME]`` (the reports' ``profiles``) that differs: its clients' bytes
+    are its own, and a config change can reach them and not the default profile's."""
 
     @property
     def summary(self) -> str:
         return _summary(self)
+
+    @property
+    def every_identical(self) -> bool:
+        """The default profile's bytes and every profile's are identical (no profile came or went)."""
+        return bool(self.identical) and not any(p.diff is None or not p.diff.identical for p in self.profiles)
 
     @property
     def empty(self) -> bool:
@@ -261,7 +269,7 @@ class CatalogDiff:
             (
                 self.added, self.removed, self.renamed, self.moved, self.changed, self.flags,
                 self.declarations_added, self.declarations_removed, self.settings, self.servers,
-                self.warnings_added, self.warnings_removed,
+                self.warnings_added, self.warnings_removed, self.profiles,
             )
         )  # fmt: skip
 
@@ -284,7 +292,28 @@ class CatalogDiff:
             "settings": [c.to_json() for c in self.settings],
             "servers": [s.to_json() for s in self.servers],
             "warnings": {"added": list(self.warnings_added), "removed": list(self.warnings_removed)},
+            "profiles": {p.name: p.to_json() for p in self.profiles},
         }
+
+
+@dataclass(frozen=True)
+class ProfileDiff:
+    """A profile whose report differs: ``diff`` compares its two reports (None: it is in one only)."""
+
+    name: str
+    kind: Literal["changed", "added", "removed"]
+    diff: CatalogDiff | None = None
+
+    def to_json(self) -> dict[str, JSON]:
+        return {"kind": self.kind, **(self.diff.to_json() if self.diff is not None else {})}
+
+    def lines(self) -> list[str]:
+        if self.diff is None:
+            return [
+                f"profile {_name(self.name)}: {self.kind} ({'in NEW only' if self.kind == 'added' else 'in OLD only'})"
+            ]
+        head, *rest = render(self.diff).splitlines()
+        return [f"profile {_name(self.name)}: {head}", *(f"  {line}" if line else line for line in rest)]
 
 
 # --- structural diff of JSON values -------------------------------------------------------
@@ -538,7 +567,27 @@ def diff(old: JSON, new: JSON) -> CatalogDiff:
         compared=tuple(compared),
     )
     causes = () if identical else tuple(_causes(result, a, b, pairs))
-    return dataclasses.replace(result, causes=causes)
+    return dataclasses.replace(result, causes=causes, profiles=tuple(_profiles(a.report, b.report)))
+
+
+def _profiles(old: dict[str, JSON], new: dict[str, JSON]) -> list[ProfileDiff]:
+    """Each profile of either report that differs, by name (a profile's report is a whole
+    ``catalog --json --profile NAME`` report, or ``{"profile", "error"}``)."""
+    before, after = old.get("profiles"), new.get("profiles")
+    before = before if isinstance(before, dict) else {}
+    after = after if isinstance(after, dict) else {}
+    out: list[ProfileDiff] = []
+    for name in _sorted(before.keys() | after.keys()):
+        if name not in after:
+            out.append(ProfileDiff(name, "removed"))
+        elif name not in before:
+            out.append(ProfileDiff(name, "added"))
+        else:
+            o, n = (r if isinstance(r, dict) else {} for r in (before[name], after[name]))
+            one = diff({**o, "profiles": None}, {**n, "profiles": None})
+            if not one.identical or not one.empty or o.get("error") != n.get("error"):
+                out.append(ProfileDiff(name, "changed", one))
+    return out
 
 
 def _sorted(names: Iterable[str]) -> list[str]:
@@ -739,6 +788,12 @@ def _summary(d: CatalogDiff) -> str:
     return f"published tools/list bytes differ{fp}: {causes}"
 
 
+def _profiles_summary(d: CatalogDiff) -> str:
+    """The profiles whose bytes differ too (or that came or went), for the first line."""
+    names = [p.name for p in d.profiles if p.diff is None or not p.diff.identical]
+    return f" (profiles whose bytes differ: {_names(names)})" if names else ""
+
+
 def _short(fingerprint: str | None) -> str:
     return (fingerprint or "")[:16]
 
@@ -778,7 +833,7 @@ def _show_pair(old: JSON, new: JSON) -> tuple[str, str]:
 
 def render(d: CatalogDiff) -> str:
     """The human report: the verdict first, then each kind of change."""
-    lines = [d.summary]
+    lines = [d.summary + _profiles_summary(d)]
     if d.old_fingerprint != d.new_fingerprint:
         lines.append(f"fingerprint: {d.old_fingerprint or '(absent)'} -> {d.new_fingerprint or '(absent)'}")
     elif d.new_fingerprint:
@@ -818,8 +873,10 @@ def render(d: CatalogDiff) -> str:
     section("no longer declared", [_name(n) for n in d.declarations_removed if n not in shown])
     section(f"warnings added ({len(d.warnings_added)})", [f"+ {_one_line(w)}" for w in d.warnings_added])
     section(f"warnings removed ({len(d.warnings_removed)})", [f"- {_one_line(w)}" for w in d.warnings_removed])
+    for p in d.profiles:
+        lines += ["", *p.lines()]
     if d.empty:
-        lines.append("no other differences (tools, servers, settings and warnings are the same)")
+        lines.append("no other differences (tools, servers, settings, warnings and profiles are the same)")
     return "\n".join(lines) + "\n"
 
 

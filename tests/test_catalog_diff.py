@@ -289,6 +289,32 @@ def test_server_added_and_removed() -> None:
     assert '+ b: status "late", tools 0, error "startup timeout"' in text
 
 
+def test_a_change_only_a_profile_sees_is_a_difference(tmp_path: Path) -> None:
+    """A config change that reaches one profile's clients only (its exclude taken out): diff
+    compared the default profile's report alone, said the bytes were identical and exited 0,
+    though that profile's clients got a new tool (and a prompt cache miss)."""
+    reports = []
+    for exclude in (["d__echo"], []):
+        config = write_config(tmp_path, {"d": demo("--tools", 1)}, profiles={"codex": {"exclude": exclude}, "same": {}})
+        proc = run_cli("catalog", "--config", str(config), "--json", "--log-level", "error")
+        assert proc.returncode == 0, proc.stderr
+        reports.append(save(tmp_path / f"{len(reports)}.json", json.loads(proc.stdout)))
+    proc = run_cli("catalog", "diff", *reports)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    first, *rest = proc.stdout.splitlines()
+    assert first.startswith("published tools/list bytes are identical (fingerprint ")
+    assert first.endswith(": the prompt cache is unaffected (profiles whose bytes differ: codex)")
+    section = rest[rest.index("") + 1 :]
+    assert section[0].startswith("profile codex: published tools/list bytes differ (fingerprint ")
+    assert section[0].endswith("): 1 tool added (d__echo)")
+    assert "    + d__echo  <- d/echo  (declared)" in section
+    assert not any(line.startswith("profile same") for line in rest)
+    as_json = json.loads(run_cli("catalog", "diff", "--json", *reports).stdout)
+    assert (as_json["identical"], list(as_json["profiles"])) == (True, ["codex"])
+    assert as_json["profiles"]["codex"]["kind"] == "changed" and as_json["profiles"]["codex"]["identical"] is False
+    assert run_cli("catalog", "diff", reports[1], reports[1]).returncode == 0
+
+
 # --- robustness, determinism --------------------------------------------------------------------
 
 
@@ -303,6 +329,7 @@ def test_server_added_and_removed() -> None:
             {"declarations": [[], {}, {"name": None}, {"name": "a"}], "mode": {"a": [1]}, "tools": "no"},
         ),
         ({"declarations": [{"name": "a", "x": [1, {"y": None}]}]}, {"declarations": [{"name": "a", "x": 5}]}),
+        ({"profiles": {"a": 1, "b": {}, "d": {"profiles": 3}}}, {"profiles": {"a": [], "c": None, "d": {}}}),
     ],
 )
 def test_partial_or_malformed_reports_never_crash(old: Any, new: Any) -> None:

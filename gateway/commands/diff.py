@@ -3,8 +3,8 @@
 Compares two ``prefixgate catalog --json`` outputs (``-`` reads one from stdin) and
 prints what changed, the published ``tools/list`` bytes first.
 
-Exit status: 0 the published bytes are identical, 1 they differ (or cannot be shown
-identical), 2 a file is unreadable or not a ``catalog --json`` report (one line on
+Exit status: 0 the published bytes are identical (every profile's too), 1 they differ (or
+cannot be shown identical), 2 a file is unreadable or not a ``catalog --json`` report (one line on
 stderr naming the file and the problem).
 """
 
@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
         _write(json.dumps(result.to_json(), ensure_ascii=False, indent=2) + "\n")
     else:
         _write(render(result))
-    return 0 if result.identical else 1
+    return 0 if result.every_identical else 1
 
 
 def _write(text: str) -> None:
