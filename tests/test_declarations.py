@@ -111,6 +111,20 @@ def test_fixed_over_the_limit_is_a_startup_error_naming_both_numbers(tmp_path: P
     assert proc.stderr.strip() == "prefixgate: declarations = fixed needs 133 functions but profile openai allows 128"
 
 
+def test_a_profile_no_plan_fits_is_named_where_every_profile_is_built(tmp_path: Path) -> None:
+    """serve --http and catalog lock build every profile's catalog: the one that cannot fit its
+    client stopped them with the bare reason, which named no profile (the default one fits)."""
+    config = write_config(
+        tmp_path,
+        {"d": demo("--tools", 1)},
+        profiles={"tight": {"client": {"declarations": "fixed", "max_functions": 2}}},
+    )
+    said = "prefixgate: profile tight: declarations = fixed needs 9 functions but max_functions is 2"
+    for command in (["catalog", "lock"], ["serve", "--http", "127.0.0.1:0"]):
+        proc = run_cli(*command, "--config", str(config), "--log-level", "error")
+        assert (proc.returncode, proc.stderr.strip()) == (1, said), command
+
+
 async def test_gate_order_activation_policy_and_arguments(tmp_path: Path) -> None:
     config = write_config(
         tmp_path,

@@ -85,8 +85,8 @@ async def discover(config: Config, hub: Hub) -> Epoch:
     await wait_for_discovery(downstreams, config.gateway.discovery_deadline)
     try:
         epoch = await built_epoch(config, downstreams, hub.checks, hub.lock.current)
-    except DecisionError as exc:
-        raise Exit(1, f"prefixgate: {exc}") from None
+    except DecisionError as exc:  # (serve --http and the lock commands build every profile's: name it)
+        raise Exit(1, f"prefixgate: {f'profile {config.profile}: ' if config.profile else ''}{exc}") from None
     epoch.discovery_ms = round((anyio.current_time() - started) * 1000)
     for warning in epoch.catalog.warnings:
         log.log(logging.INFO if warning.informational else logging.WARNING, "%s", warning.line())
