@@ -458,6 +458,24 @@ def test_doctor_and_catalog_report_what_is_pending_against_a_profiles_own_lock(t
     )
 
 
+async def test_serve_http_names_the_profile_whose_lock_has_changes_pending(tmp_path: Path) -> None:
+    """serve --http logs each profile's pending changes: the lines named no profile, and said
+    to accept without --profile, so an operator could not tell which endpoint's clients are
+    refused what (the default profile's lock matches here)."""
+    state = tmp_path / "m.json"
+    config = write_config(tmp_path, {"m": mutating(state)}, profiles={"p": {"exclude": ["m__beta"]}})
+    lock(config)
+    write_config(tmp_path, {"m": mutating(state)}, profiles={"p": {}})
+    with http_gateway(config) as (_, errlog):
+        await wait_for(lambda: "m__beta" in errlog.read_text())
+        warned = [line for line in errlog.read_text().splitlines() if "WARNING" in line]
+    assert warned[:2] == [
+        "prefixgate WARNING profile p: catalog lock: 1 change pending; the locked declarations are served "
+        "(review: prefixgate catalog diff --lock; accept: prefixgate catalog approve --profile p NAME)",
+        "prefixgate WARNING   new: m__beta <- m/beta (not in the lock)",
+    ]
+
+
 def test_lock_refuses_to_leave_out_a_server_that_is_not_ready(tmp_path: Path) -> None:
     broken = {"command": str(tmp_path / "no-such-server")}
     config = write_config(tmp_path, {"m": mutating(tmp_path / "m.json"), "x": broken})

@@ -113,6 +113,6 @@ async def discover(config: Config, hub: Hub) -> Epoch:
     )
     if decision.fallback is not None:
         log.warning("declarations fell back to %s (%s): %s", decision.mode, decision.fallback, decision.detail)
-    log_pending(epoch)
+    log_pending(epoch, config.profile)
     await hub.publisher.first_epoch(epoch)
     return epoch

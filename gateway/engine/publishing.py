@@ -295,7 +295,7 @@ class Publisher:
         kinds = await self._resurface()
         old = self._router.epoch
         if old is None or epoch.pending != old.pending:
-            log_pending(epoch)
+            log_pending(epoch, self._config.profile)
         if await self._adopt(epoch, why):
             log.info("%s: catalog unchanged (fingerprint %s), same epoch", why, epoch.fingerprint[:16])
         for kind in kinds:  # a server that joined (or came back) brings its prompts and resources too
@@ -468,14 +468,17 @@ def _resurfaced(inputs: SurfaceInputs, old: Surface) -> tuple[Surface, list[str]
     return new, kinds
 
 
-def log_pending(epoch: Epoch) -> None:
-    """Each change waiting for approval, with the JSON path of each difference."""
+def log_pending(epoch: Epoch, profile: str | None = None) -> None:
+    """Each change waiting for approval, with the JSON path of each difference (``profile``: the
+    profile served, named: ``serve --http`` logs every profile's, each under its own lock)."""
     if not epoch.pending:
         return
     log.warning(
-        "catalog lock: %s pending; the locked declarations are served "
-        "(review: prefixgate catalog diff --lock; accept: prefixgate catalog approve NAME)",
+        "%scatalog lock: %s pending; the locked declarations are served "
+        "(review: prefixgate catalog diff --lock; accept: prefixgate catalog approve %sNAME)",
+        f"profile {profile}: " if profile else "",
         plural(len(epoch.pending), "change"),
+        f"--profile {profile} " if profile else "",
     )
     for pending in epoch.pending:
         for line in pending.lines():
