@@ -476,6 +476,23 @@ async def test_serve_http_names_the_profile_whose_lock_has_changes_pending(tmp_p
     ]
 
 
+def test_diff_lock_does_not_pass_a_server_it_could_not_compare(tmp_path: Path) -> None:
+    """A locked server that fails to start (a CI job's network, a missing binary) had its tools
+    compared with nothing: diff --lock said "the live catalog matches the lock", exit 0, a
+    gate passed whatever the server now lists. It names the server and exits 1."""
+    state = tmp_path / "m.json"
+    lock(write_config(tmp_path, {"m": mutating(state)}, profiles={"p": {}}))
+    state.write_text(json.dumps(["reword"]))  # (what it would list, were it up)
+    broken = {**mutating(state), "args": ["-m", "tests.no_such_server"]}
+    config = write_config(tmp_path, {"m": broken}, profiles={"p": {}})
+    proc = cli("catalog", "diff", "--lock", "--config", str(config))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    missed = "nothing pending in the servers compared; not compared: server 'm' (not ready: its tools may have changed)"
+    assert proc.stdout == "".join(f"{tmp_path / name}: {missed}\n" for name in ("prefixgate.lock", "prefixgate.p.lock"))
+    report = json.loads(cli("catalog", "diff", "--lock", "--json", "--config", str(config)).stdout)
+    assert (report["not_ready"], report["profiles"]["p"]["not_ready"]) == (["m"], ["m"])
+
+
 def test_lock_refuses_to_leave_out_a_server_that_is_not_ready(tmp_path: Path) -> None:
     broken = {"command": str(tmp_path / "no-such-server")}
     config = write_config(tmp_path, {"m": mutating(tmp_path / "m.json"), "x": broken})

@@ -195,29 +195,51 @@ def _kept(each: _Locked) -> list[LockedTool]:
 
 
 async def diff(config: Config, as_json: bool) -> int:
-    """List what is pending against the lock, for every profile: exit 0 when nothing is, 1 when something is."""
+    """List what is pending against the lock, for every profile: exit 0 when nothing is, 1 when
+    something is, or when a server is not ready (its tools could not be compared: a CI gate
+    that passed while a server failed to start would pass any change of its tools)."""
     for view in views(config):
         _existing(view)
     async with running(config, use_lock=False, profiles=views(config)[1:]) as hub:
         profiles = await _discover_all(hub, every_lock=True)
-        pending = {each.hub.config.profile: (each.path, each.pending()) for each in profiles}
+        pending = {
+            each.hub.config.profile: (
+                each.path,
+                each.pending(),
+                [d.config.id for d in each.hub.downstreams if d.config.enabled and d.status != "ready"],
+            )
+            for each in profiles
+        }
+    unsure = any(found or unready for _, found, unready in pending.values())
     if as_json:
-        path, found = pending.pop(None)
-        report: dict[str, object] = {"lock": str(path), "pending": [p.to_json() for p in found]}
+
+        def one(path: Path, found: Sequence[Pending], unready: list[str]) -> dict[str, object]:
+            return {"lock": str(path), "pending": [p.to_json() for p in found], "not_ready": unready}
+
+        report = one(*pending.pop(None))
         if pending:
-            report["profiles"] = {
-                n: {"lock": str(pt), "pending": [p.to_json() for p in f]} for n, (pt, f) in pending.items()
-            }
+            report["profiles"] = {n: one(*each) for n, each in pending.items()}
         _out(json.dumps(report, indent=2) + "\n")
-        return 1 if found or any(f for _, f in pending.values()) else 0
-    for path, found in pending.values():
+        return 1 if unsure else 0
+    for path, found, unready in pending.values():
+        missed = (
+            f"; not compared: {'server' if len(unready) == 1 else 'servers'} {', '.join(repr(i) for i in unready)} "
+            "(not ready: its tools may have changed)"
+            if unready
+            else ""
+        )
         if not found:
-            _out(f"{path}: the live catalog matches the lock\n")
+            _out(
+                f"{path}: "
+                + ("nothing pending in the servers compared" if unready else "the live catalog matches the lock")
+                + missed
+                + "\n"
+            )
             continue
-        _out(f"{path}: {plural(len(found), 'pending change')}\n")
+        _out(f"{path}: {plural(len(found), 'pending change')}{missed}\n")
         for p in found:
             _out("\n".join(p.lines()) + "\n")
-    return 1 if any(found for _, found in pending.values()) else 0
+    return 1 if unsure else 0
 
 
 def _confirm(count: int) -> bool:
