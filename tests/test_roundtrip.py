@@ -187,7 +187,8 @@ async def test_a_revoked_principals_parked_calls_are_cancelled_at_once(tmp_path:
                 assert isinstance(parked, types.InputRequiredResult), parked
                 assert isinstance(kept, types.InputRequiredResult), kept
                 tokens.write_text("token-of-bo\n")
-                assert await saw(stderr, "[r] tools/call 'r__ask': its principal's token was revoked, cancelling the call")
+                revoked = "[r] tools/call 'r__ask': its principal's token was revoked, cancelling the call"
+                assert await saw(stderr, revoked)
                 assert await saw(stderr, "[r] ask cancelled while waiting for the answer")
                 ((key, _request),) = kept.input_requests.items()
                 answer = {key: types.ElicitResult(action="accept", content={"name": "Bo"})}
