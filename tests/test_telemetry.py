@@ -18,10 +18,12 @@ import anyio
 import anyio.from_thread
 import httpx2
 import pytest
+from mcp.shared.exceptions import MCPError
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.helpers import ERAS, demo, http_gateway, run_cli, sdk_client, text, wait_for, write_config
+from tests.helpers import ERAS, PYTHON, demo, http_gateway, run_cli, sdk_client, text, wait_for, write_config
 
+ROOT = Path(__file__).resolve().parent.parent
 SECRET_ARGUMENT = "an-argument-nobody-may-log"
 TOKEN = "token-nobody-may-log"
 VERSION = {"legacy": "2025-11-25", "auto": "2026-07-28"}
@@ -257,6 +259,30 @@ async def test_a_refused_tool_call_is_audited_without_the_argument_names_the_cli
     (line,) = [json.loads(x) for x in (tmp_path / "state" / "audit" / "calls.jsonl").read_text().splitlines()]
     assert (line["tool"], line["decision"], line["outcome"]) == ("tool_call", "invalid", "refused")
     assert line["reason"] == "tool_call: unknown argument(s)."
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_call_answered_with_a_servers_json_rpc_error_is_counted_and_audited_as_an_error(
+    tmp_path: Path, mode: str
+) -> None:
+    """A server's error of the range the gateway relays as is (``-32042``, URL elicitations to
+    complete first) ends the call without a result: it is an error, not a cancelled call."""
+    port = free_port()
+    classic = {"command": PYTHON, "args": ["-m", "tests.classic_server"], "cwd": str(ROOT)}
+    config = write_config(tmp_path, {"c": classic}, telemetry={"audit": True, "metrics": f"127.0.0.1:{port}"})
+    async with sdk_client(config, mode) as client:
+        if mode == "legacy":
+            with pytest.raises(MCPError) as refused:
+                await client.call_tool("c__url_pending", {"ids": ["sign-in-1"]})
+            assert refused.value.error.code == -32042
+        else:  # (the error becomes its URL elicitations, which this client cannot take: an isError)
+            assert (await client.call_tool("c__url_pending", {"ids": ["sign-in-1"]})).is_error
+        async with httpx2.AsyncClient() as http:
+            answer = await http.get(f"http://127.0.0.1:{port}/metrics")
+    assert call_counts(scraped(answer.text)) == {("c__url_pending", "error", "", VERSION[mode], "c"): 1}
+    (line,) = [json.loads(x) for x in (tmp_path / "state" / "audit" / "calls.jsonl").read_text().splitlines()]
+    assert (line["tool"], line["decision"], line["outcome"]) == ("c__url_pending", "allowed", "error")
 
 
 @pytest.mark.anyio

@@ -36,7 +36,7 @@ from gateway.downstream.link import ProgressFn
 from gateway.downstream.toolcall import call_tool
 from gateway.engine.epoch import META_TOOLS, Epoch
 from gateway.engine.shares import Shares
-from gateway.engine.telemetry import UNKNOWN_TOOL, CallNote, Decision, Telemetry, spilled_size
+from gateway.engine.telemetry import UNKNOWN_TOOL, CallNote, Decision, Telemetry, error_type, spilled_size
 from gateway.engine.validation import ValidationFailure, ValidationPool, ValidationTimeout
 from gateway.eras import DEFAULT_VERSION
 from gateway.results import error_result, text_result
@@ -199,6 +199,9 @@ class Router:
             try:
                 result = await self._call(call, state, note, meta, on_progress, version, answers, reserve)
                 return result
+            except Exception as exc:  # an error answer (a cancellation is no Exception: it stays "cancelled")
+                note.error = error_type(exc)
+                raise
             finally:
                 telemetry.finished(note, state, result, call.arguments)
 

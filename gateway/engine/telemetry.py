@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
+from mcp.shared.exceptions import MCPError
 from mcp_types.methods import is_input_required
 
 from gateway.downstream.connection import Downstream
@@ -58,6 +59,9 @@ class CallNote:
     """The bounded result's size before bounding (as its trailer says)."""
     granted: int = 0
     """Tools a ``tool_search`` activated."""
+    error: str | None = None
+    """What the call ended in instead of a result, when not a cancellation: the JSON-RPC
+    error's code the client is given (a server's ``-32042``, say), or an exception's type name."""
     started: float = field(default_factory=time.perf_counter)
 
     def refuse(self, decision: Decision, reason: str | None) -> None:
@@ -67,9 +71,10 @@ class CallNote:
 
 
 def outcome_of(note: CallNote, result: Mapping[str, Any] | None) -> str:
-    """ok, error (an ``isError`` result), refused, input_required, or cancelled (no result)."""
+    """ok, error (an ``isError`` result or an error answer), refused, input_required, or
+    cancelled (no result and no error)."""
     if result is None:
-        return "cancelled"
+        return "cancelled" if note.error is None else "error"
     if note.decision != "allowed":
         return "refused"
     if is_input_required(result):
@@ -92,6 +97,12 @@ def spilled_size(result: Mapping[str, Any]) -> int:
     """The size a bounded result had before bounding, as its trailer says (0 if it does not)."""
     found = _OVER.search(_trailer(result))
     return int(found.group(1)) if found else 0
+
+
+def error_type(exc: Exception) -> str:
+    """An error answer as telemetry names it (as the SDK's spans do): its JSON-RPC code, or
+    the exception's type name; never its message, which a server may have written."""
+    return str(exc.error.code) if isinstance(exc, MCPError) else type(exc).__qualname__
 
 
 class CallCounter(Protocol):
