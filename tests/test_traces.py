@@ -207,6 +207,31 @@ async def test_a_uri_a_server_refuses_is_not_in_a_span_the_errors_code_is(tmp_pa
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_servers_error_answer_leaves_no_message_or_traceback_on_the_gate_span(
+    tmp_path: Path, mode: str
+) -> None:
+    """A call ended by a server's JSON-RPC error (``-32042`` here, relayed to a handshake-era
+    client, made an isError for a 2026-07-28 one) raised through the gate's span, which recorded
+    it as an event: the server's message and a Python traceback, in the team's trace backend.
+    The gate span names the error by its code, as the SDK's spans do."""
+    classic = {"command": PYTHON, "args": ["-m", "tests.classic_server"], "cwd": str(ROOT)}
+    config = write_config(tmp_path, {"c": classic})
+    with receiver() as found, http_gateway(config, env=traced_env(found.url)) as (url, _log):
+        async with sdk_client(url, mode) as client:
+            with contextlib.suppress(MCPError):  # (legacy: the error itself; 2026-07-28: an isError)
+                await client.call_tool("c__url_pending", {"ids": ["sign-in-1"]}, meta=TRACEPARENT)
+        spans = wait_for(found, {"gate c__url_pending", "tools/call c__url_pending"})
+    gate = spans["gate c__url_pending"]
+    recorded = [(s.name, list(s.attributes), s.status, list(s.events)) for s in found.spans]
+    assert not [each for each in recorded if "URL elicitation required" in repr(each)], recorded
+    assert not list(gate.events), gate.events
+    attributes = {a.key: a.value.string_value for a in gate.attributes}
+    assert (attributes["prefixgate.outcome"], attributes["error.type"]) == ("error", "-32042"), attributes
+    assert gate.status.code == gate.status.STATUS_CODE_ERROR and not gate.status.message
+
+
+@pytest.mark.anyio
 async def test_the_warm_start_records_own_requests_make_no_server_span(tmp_path: Path) -> None:
     """After each published epoch the gateway captures its own answers for the warm-start record
     by running an opening and the lists, once per protocol version, through its real server:

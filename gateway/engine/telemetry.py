@@ -144,9 +144,12 @@ class Telemetry:
             attributes["prefixgate.server"] = note.server
         if self.profile:
             attributes["prefixgate.profile"] = self.profile
-        return cast(
-            AbstractContextManager[Any], self.tracer.start_as_current_span(f"gate {note.tool}", attributes=attributes)
+        # Not the exception an error answer is raised as: its message (a server's text) and a
+        # traceback would be the span's event and status; ``_annotate`` notes its code instead.
+        span = self.tracer.start_as_current_span(
+            f"gate {note.tool}", attributes=attributes, record_exception=False, set_status_on_exception=False
         )
+        return cast(AbstractContextManager[Any], span)
 
     def finished(
         self,
@@ -205,7 +208,9 @@ def _annotate(note: CallNote, outcome: str) -> None:
     span.set_attribute("prefixgate.decision", note.decision)
     span.set_attribute("prefixgate.outcome", outcome)
     if outcome in ("error", "refused"):
-        span.set_attribute("error.type", "tool_error" if outcome == "error" else f"refused:{note.decision}")
+        # (an error answer: its code, as the SDK's spans name it)
+        kind = f"refused:{note.decision}" if outcome == "refused" else note.error or "tool_error"
+        span.set_attribute("error.type", kind)
         span.set_status(trace.StatusCode.ERROR)
 
 
