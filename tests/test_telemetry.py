@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +20,21 @@ import anyio.from_thread
 import httpx2
 import pytest
 from mcp.shared.exceptions import MCPError
+from mcp_types import CLIENT_CAPABILITIES_META_KEY, PROTOCOL_VERSION_META_KEY
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.helpers import ERAS, PYTHON, demo, http_gateway, run_cli, sdk_client, text, wait_for, write_config
+from tests.helpers import (
+    ERAS,
+    PYTHON,
+    demo,
+    http_gateway,
+    raw_gateway,
+    run_cli,
+    sdk_client,
+    text,
+    wait_for,
+    write_config,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRET_ARGUMENT = "an-argument-nobody-may-log"
@@ -283,6 +296,40 @@ async def test_a_call_answered_with_a_servers_json_rpc_error_is_counted_and_audi
     assert call_counts(scraped(answer.text)) == {("c__url_pending", "error", "", VERSION[mode], "c"): 1}
     (line,) = [json.loads(x) for x in (tmp_path / "state" / "audit" / "calls.jsonl").read_text().splitlines()]
     assert (line["tool"], line["decision"], line["outcome"]) == ("c__url_pending", "allowed", "error")
+
+
+@pytest.mark.parametrize("modern", [False, True], ids=["2025-11-25", "2026-07-28"])
+def test_arguments_nested_past_what_json_writes_are_audited_bounded_and_the_call_answered(
+    tmp_path: Path, modern: bool
+) -> None:
+    """The stdio fast path parses arguments of 3,000 levels; the server is not sent them (its
+    encoder refuses them: an isError says so). With ``audit_arguments`` their audit line raised
+    RecursionError as the call ended: the client got a JSON-RPC error quoting the interpreter
+    (code 0), the log a traceback and the audit no line. The line shows 64 levels of them."""
+    config = write_config(tmp_path, {"d": demo("--tools", 1)}, telemetry={"audit": True, "audit_arguments": True})
+    deep = "[" * 3000 + '"x"' + "]" * 3000  # (written out: json.dumps here would recurse as deep)
+    meta = {"_meta": {PROTOCOL_VERSION_META_KEY: "2026-07-28", CLIENT_CAPABILITIES_META_KEY: {}}} if modern else {}
+    params = json.dumps({"name": "d__echo", "arguments": {"text": "deep", "d": None}, **meta})
+    request = '{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": ' + params.replace("null", deep) + "}"
+    stderr = tmp_path / "stderr.log"
+    with stderr.open("wb") as errors, raw_gateway(config, errors, {"PREFIXGATE_FAST_PATH": "1"}) as gw:
+        if not modern:
+            gw.handshake()
+        gw.send(request.encode())
+        answer = gw.answer(1)
+        assert answer["result"]["isError"] is True, answer
+        assert "request not sent" in answer["result"]["content"][0]["text"], answer
+        gw.request(2, "tools/call", {"name": "d__echo", "arguments": {"text": "next"}, **meta})
+        assert gw.answer(2)["result"]["content"][0]["text"] == "next"
+        audit = tmp_path / "state" / "audit" / "calls.jsonl"
+        deadline = time.monotonic() + 30  # (a hang guard: the lines are written a few times a second)
+        while len(audit.read_text().splitlines() if audit.exists() else ()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert "Traceback" not in stderr.read_text()
+    first, second = [json.loads(x) for x in audit.read_text().splitlines()]
+    shown = json.loads(first["arguments"])
+    assert shown["text"] == "deep" and json.dumps(shown["d"]) == "[" * 63 + '"..."' + "]" * 63
+    assert (first["outcome"], second["outcome"]) == ("error", "ok")
 
 
 @pytest.mark.anyio

@@ -39,6 +39,10 @@ UNKNOWN_TOOL = "(unknown)"
 """A name the catalog does not hold, as metrics and the audit log record it."""
 MAX_AUDITED_ARGUMENTS = 4096
 """Characters of a call's arguments an audit line may carry (with ``audit_arguments``)."""
+MAX_AUDITED_DEPTH = 64
+"""Levels of a call's arguments an audit line shows, deeper ones as ``"..."``: a client may nest
+them past what ``json`` writes (the stdio fast path parses 3,000 levels), and the call's
+answer must not depend on its audit line."""
 _ARTIFACT = re.compile(r"saved as artifact ([0-9A-Za-z_-]{1,64})[;.]")
 _OVER = re.compile(r"result of (\d{1,15}) bytes of JSON exceeds")
 
@@ -195,7 +199,8 @@ class Telemetry:
                 line["artifacts"] = artifacts_in(result)
         if self.audit_arguments and arguments is not None:
             server = self._servers.get(note.server or "")
-            shown = _json(arguments) if server is None else redact(_json(arguments), server.config)
+            text = _json(_shallow(arguments))
+            shown = text if server is None else redact(text, server.config)
             line["arguments"] = shown[:MAX_AUDITED_ARGUMENTS] + ("..." if len(shown) > MAX_AUDITED_ARGUMENTS else "")
         return line
 
@@ -212,6 +217,17 @@ def _annotate(note: CallNote, outcome: str) -> None:
         kind = f"refused:{note.decision}" if outcome == "refused" else note.error or "tool_error"
         span.set_attribute("error.type", kind)
         span.set_status(trace.StatusCode.ERROR)
+
+
+def _shallow(value: Any, depth: int = 0) -> Any:
+    """``value`` with what lies past ``MAX_AUDITED_DEPTH`` levels as ``"..."``."""
+    if not isinstance(value, dict | list):
+        return value
+    if depth >= MAX_AUDITED_DEPTH:
+        return "..."
+    if isinstance(value, list):
+        return [_shallow(item, depth + 1) for item in value]
+    return {key: _shallow(item, depth + 1) for key, item in value.items()}
 
 
 def _json(value: Any) -> str:
