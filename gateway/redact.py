@@ -57,6 +57,19 @@ def secrets_of(config: ServerConfig) -> list[str]:
     return sorted((f for f in forms if len(f) >= MIN_SECRET), key=len, reverse=True)
 
 
+SECRET_KEYS = re.compile(
+    r"(token|secret|password|passwd|passphrase|apikey|accesskey|privatekey|auth|authorization|cookie|credentials?)$"
+)
+"""What the name of a key holding a credential ends with, lower-cased and without separators:
+``token``, ``access_token``, ``Authorization``, ``x-api-key``, ``client_secret``; not
+``max_tokens`` or ``author``."""
+
+
+def secret_key(name: str) -> bool:
+    """Whether an argument named ``name`` holds a credential (its value is masked when kept)."""
+    return SECRET_KEYS.search(re.sub(r"[^a-z0-9]", "", name.lower())) is not None
+
+
 def mask(text: str, secrets: Iterable[str]) -> str:
     """``text`` with each of ``secrets`` (longest first) replaced by ``***``."""
     for secret in secrets:

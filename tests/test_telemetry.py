@@ -30,6 +30,7 @@ from tests.helpers import (
     http_gateway,
     raw_gateway,
     run_cli,
+    schemas_server,
     sdk_client,
     text,
     wait_for,
@@ -193,6 +194,38 @@ async def test_the_audit_log_names_the_http_principal_and_arguments_only_when_as
     (line,) = [json.loads(x) for x in text.splitlines()]
     assert line["principal"].startswith("token-") and TOKEN not in text
     assert json.loads(line["arguments"]) == {"text": SECRET_ARGUMENT}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ERAS)
+async def test_audited_arguments_mask_every_value_a_credentials_key_holds(tmp_path: Path, mode: str) -> None:
+    """A model passes credentials the server's config does not hold (a token argument, headers
+    it is asked to send): kept arguments showed them. A key naming one is masked at any level;
+    a key that only looks alike (``max_tokens``) is not."""
+    anything = {"name": "send", "description": "Send a request.", "inputSchema": {"type": "object"}}
+    config = write_config(
+        tmp_path, {"s": schemas_server(tmp_path, [anything])}, telemetry={"audit": True, "audit_arguments": True}
+    )
+    arguments = {
+        "url": "https://example.com",
+        "api_key": SECRET_ARGUMENT,
+        "headers": [{"Authorization": f"Bearer {TOKEN}", "Accept": "text/plain"}],
+        "auth": {"client_secret": SECRET_ARGUMENT + "-2", "user": "me"},
+        "max_tokens": 5,
+    }
+    async with sdk_client(config, mode) as client:
+        assert json.loads(text(await client.call_tool("s__send", arguments)))["api_key"] == SECRET_ARGUMENT
+    await wait_for(lambda: (tmp_path / "state" / "audit" / "calls.jsonl").exists())
+    written = (tmp_path / "state" / "audit" / "calls.jsonl").read_text()
+    assert SECRET_ARGUMENT not in written and TOKEN not in written, written
+    (line,) = [json.loads(x) for x in written.splitlines()]
+    assert json.loads(line["arguments"]) == {
+        "url": "https://example.com",
+        "api_key": "***",
+        "headers": [{"Authorization": "***", "Accept": "text/plain"}],
+        "auth": "***",
+        "max_tokens": 5,
+    }
 
 
 @pytest.mark.anyio

@@ -26,7 +26,7 @@ from mcp_types.methods import is_input_required
 
 from gateway.downstream.connection import Downstream
 from gateway.eras import DEFAULT_VERSION
-from gateway.redact import redact
+from gateway.redact import MASK, redact, secret_key
 
 if TYPE_CHECKING:
     from gateway.state.audit import AuditLog
@@ -220,14 +220,16 @@ def _annotate(note: CallNote, outcome: str) -> None:
 
 
 def _shallow(value: Any, depth: int = 0) -> Any:
-    """``value`` with what lies past ``MAX_AUDITED_DEPTH`` levels as ``"..."``."""
+    """``value`` with what lies past ``MAX_AUDITED_DEPTH`` levels as ``"..."`` and the value of
+    every key that names a credential (``token``, ``Authorization``, ``api_key``, at any level)
+    as ``***``: a model passes a credential the server does not hold in its config."""
     if not isinstance(value, dict | list):
         return value
     if depth >= MAX_AUDITED_DEPTH:
         return "..."
     if isinstance(value, list):
         return [_shallow(item, depth + 1) for item in value]
-    return {key: _shallow(item, depth + 1) for key, item in value.items()}
+    return {key: MASK if secret_key(str(key)) else _shallow(item, depth + 1) for key, item in value.items()}
 
 
 def _json(value: Any) -> str:
