@@ -290,6 +290,29 @@ async def test_a_call_the_catalog_lock_refuses_is_counted_and_audited_as_lock(tm
 
 
 @pytest.mark.anyio
+async def test_an_epoch_a_changed_lock_file_publishes_is_counted_as_lock(tmp_path: Path) -> None:
+    """The held-back tool approved (``catalog approve`` while the gateway serves): the epoch
+    that publishes it is the lock's, not "other"."""
+    config = write_config(tmp_path, {"d": demo("--tools", 1, "--name", "d")})
+    assert run_cli("catalog", "lock", "--config", str(config)).returncode == 0
+    config = write_config(tmp_path, {"d": demo("--tools", 2, "--name", "d")})
+    with http_gateway(config) as (url, log):
+        metrics_url = url.removesuffix("/mcp") + "/metrics"
+        approved = run_cli("catalog", "approve", "--all", "--yes", "--config", str(config))
+        assert approved.returncode == 0, approved.stderr
+        key = ("prefixgate_epochs_total", (("profile", "default"), ("reason", "lock")))
+        async with httpx2.AsyncClient() as http:
+
+            async def epochs() -> dict[Any, float]:
+                return scraped((await http.get(metrics_url)).text)
+
+            await wait_for(lambda: "lock file" in log.read_text() and "new epoch" in log.read_text())
+            counted = await epochs()
+    assert counted.get(key, 0) >= 1, {k: v for k, v in counted.items() if k[0] == "prefixgate_epochs_total"}
+    assert ("prefixgate_epochs_total", (("profile", "default"), ("reason", "other"))) not in counted
+
+
+@pytest.mark.anyio
 @pytest.mark.parametrize("mode", ERAS)
 async def test_a_refused_tool_call_is_audited_without_the_argument_names_the_client_made_up(
     tmp_path: Path, mode: str
@@ -393,7 +416,10 @@ async def test_a_servers_restarts_count_on_across_reloads(tmp_path: Path) -> Non
             config(a=demo("--tools", 2, "--name", "a"), b=b)
             assert restarts(await reloaded("restarted 'a'")) == 1
             config(b=b)
-            assert restarts(await reloaded("removed 'a'")) is None
+            removed = await reloaded("removed 'a'")
+            assert restarts(removed) is None
+            # (the epoch without a's tools, named by its cause: it was "other")
+            assert scraped(removed)[("prefixgate_epochs_total", (("profile", "default"), ("reason", "reload")))] == 1
             config(a=a, b=b)
             assert restarts(await reloaded("added 'a'")) == 1
 

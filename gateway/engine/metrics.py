@@ -136,6 +136,8 @@ def epoch_reason(why: str) -> str:
         ("the discovery barrier", "barrier"),
         ("warm start", "warm_start"),
         ("catalog lock", "lock"),
+        ("lock file ", "lock"),
+        ("config reload", "reload"),
     ):
         if why.startswith(start):
             return kind
