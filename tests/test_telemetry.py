@@ -229,6 +229,28 @@ async def test_audited_arguments_mask_every_value_a_credentials_key_holds(tmp_pa
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_burst_of_audited_calls_rotates_the_log_at_its_limit_losing_no_line(tmp_path: Path, mode: str) -> None:
+    """150 calls at once reach the writer as one batch or a few, about 65 KB with their
+    arguments: a batch went whole into the file, past ``audit_max_bytes`` (40,000) by the
+    batch. The file now takes the lines that fit, rotates, and the rest follow: neither file
+    outgrows the limit, every call has its one line, whole, in order of the queue."""
+    limit = 40_000
+    config = config_for(tmp_path, audit=True, audit_arguments=True, audit_max_bytes=limit)
+    with http_gateway(config) as (url, _log):
+        async with sdk_client(url, mode) as client, anyio.create_task_group() as tasks:
+            for n in range(150):
+                tasks.start_soon(client.call_tool, "d__echo", {"text": f"call-{n:03d} " + "x" * 150})
+    directory = tmp_path / "state" / "audit"
+    files = [directory / "calls.jsonl.1", directory / "calls.jsonl"]
+    sizes = [len(f.read_bytes()) for f in files]
+    assert all(size <= limit for size in sizes) and sum(sizes) > limit, sizes
+    lines = [json.loads(x) for f in files for x in f.read_text().splitlines()]
+    called = sorted(json.loads(line["arguments"])["text"][:8] for line in lines)
+    assert called == [f"call-{n:03d}" for n in range(150)]
+
+
+@pytest.mark.anyio
 async def test_a_metrics_listener_refuses_a_foreign_host_or_origin(tmp_path: Path) -> None:
     """The stdio gateway's listener has ``serve --http``'s Host/Origin rule: a DNS-rebinding
     page reads no server or tool name (tests/test_hardening_life.py checks ``serve --http``)."""

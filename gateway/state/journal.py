@@ -230,8 +230,13 @@ def _append_whole(fd: int, data: bytes) -> None:
 
 def append_rotating(directory: Path, name: str, label: str, data: bytes, max_bytes: int) -> None:
     """Append ``data`` to the private file ``name`` in ``directory`` (created 0700), which
-    first becomes ``name.1`` (replacing the one before) when ``data`` would take it past
+    becomes ``name.1`` (replacing the one before) when ``data`` would take it past
     ``max_bytes``: at most about twice that is kept. Not fsynced; raise OSError.
+
+    ``data`` of many lines (a batch of audit lines) is cut between lines: those that fit go
+    in first, then the file rotates and the rest follow, so no file outgrows ``max_bytes``
+    (one line longer than that has a file of its own): written whole, a batch would take a
+    fresh file past the limit by the batch, up to the audit queue's 10,000 lines.
 
     The size check, the rotation and the append are one step under a lock on the directory:
     gateways sharing a ``state_dir`` append to one file, and two that both saw it full renamed
@@ -245,8 +250,17 @@ def append_rotating(directory: Path, name: str, label: str, data: bytes, max_byt
             size = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_size
         except FileNotFoundError:
             size = 0
-        if size and size + len(data) > max_bytes:
+        while True:
+            room = max(max_bytes - size, 0)
+            fits = len(data) if len(data) <= room else data.rfind(b"\n", 0, room) + 1
+            if not size and not fits:  # (one line longer than the limit)
+                fits = data.find(b"\n") + 1 or len(data)
+            if fits:
+                append_private(dir_fd, name, label, data[:fits], durable=False)
+                size, data = size + fits, data[fits:]
+            if not data:
+                break
             os.replace(name, name + ".1", src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-        append_private(dir_fd, name, label, data, durable=False)
+            size = 0
     finally:
         os.close(dir_fd)
