@@ -24,8 +24,10 @@ from mcp_types import CLIENT_CAPABILITIES_META_KEY, PROTOCOL_VERSION_META_KEY
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.helpers import (
+    CALLBACKS,
     ERAS,
     PYTHON,
+    PatientUser,
     demo,
     http_gateway,
     raw_gateway,
@@ -248,6 +250,50 @@ async def test_a_burst_of_audited_calls_rotates_the_log_at_its_limit_losing_no_l
     lines = [json.loads(x) for f in files for x in f.read_text().splitlines()]
     called = sorted(json.loads(line["arguments"])["text"][:8] for line in lines)
     assert called == [f"call-{n:03d}" for n in range(150)]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_call_whose_server_asks_for_input_is_counted_once_per_client_request(tmp_path: Path, mode: str) -> None:
+    """A 2026-07-28 server's ``input_required`` during a handshake-era client's call is the
+    gateway's to answer (it asks the client over its back-channel and retries the server):
+    each round was counted and audited as a call of its own, ``input_required`` that the client
+    was never sent, then the answer, 2 or 3 for the client's one. A 2026-07-28 client is sent
+    each ``input_required`` and retries itself: each of its requests counts, as before."""
+    modern = {"command": PYTHON, "args": [str(ROOT / "tests" / "modern_server.py")]}
+    config = write_config(tmp_path, {"r": modern}, telemetry={"audit": True})
+    with http_gateway(config) as (url, _log):
+        async with sdk_client(url, mode, **CALLBACKS) as client:
+            assert text(await client.call_tool("r__ask", {})) == "accept:{'name': 'Ann'}"
+            assert text(await client.call_tool("r__later", {})) == "done later"
+        if mode == "legacy":  # (cannot be asked: the call fails, once; given up while asked: cancelled, once)
+            async with sdk_client(url, mode) as unasked:
+                assert (await unasked.call_tool("r__ask", {})).is_error
+            user = PatientUser()
+            async with sdk_client(url, mode, elicitation_callback=user) as patient, anyio.create_task_group() as tasks:
+                tasks.start_soon(patient.call_tool, "r__ask", {})
+                with anyio.fail_after(30):
+                    await user.asked.wait()
+                tasks.cancel_scope.cancel()
+            await wait_for(lambda: user.withdrawn)
+        async with httpx2.AsyncClient() as http:
+            with anyio.fail_after(30):  # (the cancelled call is recorded as its cancellation ends)
+                while True:
+                    samples = scraped((await http.get(url.removesuffix("/mcp") + "/metrics")).text)
+                    if mode == "auto" or any(key[1] == "cancelled" for key in call_counts(samples)):
+                        break
+                    await anyio.sleep(0.05)
+    version = VERSION[mode]
+    if mode == "legacy":
+        expected = {("r__ask", "ok"): 1, ("r__later", "ok"): 1, ("r__ask", "error"): 1, ("r__ask", "cancelled"): 1}
+    else:
+        expected = {("r__ask", "input_required"): 1, ("r__ask", "ok"): 1}
+        expected |= {("r__later", "input_required"): 2, ("r__later", "ok"): 1}
+    assert call_counts(samples) == {(tool, outcome, "", version, "r"): n for (tool, outcome), n in expected.items()}
+    calls = sum(expected.values())
+    assert samples[("prefixgate_tool_call_duration_seconds_count", (("server", "r"),))] == calls
+    lines = [json.loads(x) for x in (tmp_path / "state" / "audit" / "calls.jsonl").read_text().splitlines()]
+    assert len(lines) == calls and {(r["tool"], r["outcome"]) for r in lines} == set(expected)
 
 
 @pytest.mark.anyio

@@ -181,19 +181,18 @@ class Router:
         version: str = DEFAULT_VERSION,
         answers: Mapping[str, Any] | None = None,
         reserve: int = 0,
+        started: float | None = None,
     ) -> dict[str, Any]:
         """Gate and forward one resolved call. ``answers``: ``inputResponses``/``requestState``
         of a retry after the server's ``input_required`` (passed to the server as given).
         ``reserve``: the most bytes the caller adds to the result (its client's protocol era's
-        fields), paid from ``max_visible_bytes`` wherever the result is bounded."""
+        fields), paid from ``max_visible_bytes`` wherever the result is bounded. ``started``:
+        when the client's request reached the gateway (``time.perf_counter``), when this is one
+        of the rounds the gateway runs for it."""
         telemetry = self.telemetry
         if telemetry is None:
             return await self._call(call, state, None, meta, on_progress, version, answers, reserve)
-        epoch = call.epoch
-        server = call.server
-        if server is None and call.name in epoch.lock_refusals:  # held back by the lock: still its server's
-            server = next((p.server for p in epoch.pending if p.name == call.name), None)
-        note = CallNote(call.name if epoch.knows(call.name) else UNKNOWN_TOOL, server, version)
+        note = _note(call, version, started)
         result: dict[str, Any] | None = None
         with telemetry.span(note):
             try:
@@ -203,6 +202,18 @@ class Router:
                 note.error = error_type(exc)
                 raise
             finally:
+                telemetry.finished(note, state, result, call.arguments)
+
+    def ended(
+        self, call: Call, state: ClientState, version: str, started: float, result: dict[str, Any] | None
+    ) -> None:
+        """Record a handshake-era call whose server asked for input and whose rounds ended
+        outside the router (its client could not be asked, the server kept asking; or the
+        client cancelled): no round recorded it (``Telemetry.finished``)."""
+        telemetry = self.telemetry
+        if telemetry is not None:
+            note = _note(call, version, started)
+            with telemetry.span(note):
                 telemetry.finished(note, state, result, call.arguments)
 
     async def _call(
@@ -521,6 +532,18 @@ _SEARCH_ARGUMENTS = frozenset(("query", "limit", "offset"))
 
 _UNAVAILABLE = {"failed": "failed", "exited": "down", "restarting": "restarting", "late": "still starting"}
 """The statuses a ``tool_search`` result names, in the words it uses."""
+
+
+def _note(call: Call, version: str, started: float | None) -> CallNote:
+    """The telemetry of ``call``, its tool named as the catalog names it or ``UNKNOWN_TOOL``."""
+    epoch = call.epoch
+    server = call.server
+    if server is None and call.name in epoch.lock_refusals:  # held back by the lock: still its server's
+        server = next((p.server for p in epoch.pending if p.name == call.name), None)
+    note = CallNote(call.name if epoch.knows(call.name) else UNKNOWN_TOOL, server, version)
+    if started is not None:
+        note.started = started
+    return note
 
 
 def _refused(note: CallNote | None, decision: Decision, text: str, noted: str | None = None) -> dict[str, Any]:

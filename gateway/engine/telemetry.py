@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from mcp.shared.exceptions import MCPError
 from mcp_types.methods import is_input_required
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from gateway.downstream.connection import Downstream
 from gateway.eras import DEFAULT_VERSION
@@ -166,6 +167,11 @@ class Telemetry:
         outcome = outcome_of(note, result)
         if self.tracer is not None:
             _annotate(note, outcome)
+        if outcome == "input_required" and note.version in HANDSHAKE_PROTOCOL_VERSIONS:
+            # Not the call's answer: a handshake-era client is asked over its back-channel and
+            # the server retried; the call is counted and audited once, as its last round ends
+            # (or ``Router.ended``).
+            return
         if self.metrics is not None:
             self.metrics.call(self.profile, note, outcome, seconds)
         if self.audit is not None:

@@ -15,6 +15,7 @@ import copy
 import functools
 import json
 import logging
+import time
 import warnings
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any
@@ -322,6 +323,7 @@ class Handlers:
             # What this client can answer (either era), for a 2026-07-28 server (gateway/downstream/modern.py).
             meta = {**(meta or {}), CLIENT_CAPABILITIES_META_KEY: declared}
         modern = ctx.protocol_version not in HANDSHAKE_PROTOCOL_VERSIONS
+        started = time.perf_counter()  # (every round the gateway runs for this request: one call)
 
         def run(answers: Mapping[str, Any] | None) -> Awaitable[dict[str, Any]]:
             return router.call(
@@ -332,6 +334,7 @@ class Handlers:
                 version=ctx.protocol_version,
                 answers=answers,
                 reserve=self.added_bytes(ctx.protocol_version),
+                started=started,
             )
 
         if modern:
@@ -356,10 +359,27 @@ class Handlers:
                     await hub.relay.withdraw(client, ctx.request_id)
                     raise
                 if target is not None and is_input_required(result):
+                    recorded = False  # (a round that raised recorded the call: the router's error or cancellation)
+
+                    async def retry(answers: Mapping[str, Any] | None) -> dict[str, Any]:
+                        nonlocal recorded
+                        try:
+                            return await run(answers)
+                        except BaseException:
+                            recorded = True
+                            raise
+
                     try:
-                        result = await self.over_back_channel(result, target, run, client.state)
+                        result = await self.over_back_channel(result, target, retry, client.state)
                     except MCPError as exc:
-                        return error_result(f"{target}: tool {name!r}: {exc.error.message}")
+                        result = error_result(f"{target}: tool {name!r}: {exc.error.message}")
+                        if not recorded:
+                            router.ended(call, client.state, ctx.protocol_version, started, result)
+                        return result
+                    except anyio.get_cancelled_exc_class():
+                        if not recorded:
+                            router.ended(call, client.state, ctx.protocol_version, started, None)
+                        raise
         if target is not None:  # a resource it links to is read from it (gateway/engine/links.py)
             hub.links.note(principal_key(client.state), target, result)
         return result
