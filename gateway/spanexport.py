@@ -13,21 +13,57 @@ type name, as the SDK sets it), which a trace backend shows in its place.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.trace import Status
 
+log = logging.getLogger("prefixgate")
+
+EXPORTER_LOGGERS = ("opentelemetry.exporter.otlp.proto.http.trace_exporter", "opentelemetry.exporter.otlp.common.http")
+"""Where the OTLP exporter logs each failed try of each batch."""
+
+
+class OncePerRun(logging.Filter):
+    """The exporter's lines after the first of a run of failures, dropped: it logs each try
+    of each batch and each batch given up, four lines every few seconds for as long as a
+    collector is down."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failing = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING:
+            return True
+        shown = not self.failing
+        self.failing = True
+        return shown
+
 
 class CodedStatus(SpanExporter):
-    """``exporter``, given each span with its status described by its code (:func:`coded`)."""
+    """``exporter``, given each span with its status described by its code (:func:`coded`);
+    its failures logged once per run of them (:class:`OncePerRun`, on ``EXPORTER_LOGGERS``)."""
 
     def __init__(self, exporter: SpanExporter) -> None:
         self.exporter = exporter
+        self.quiet = OncePerRun()
+        for name in EXPORTER_LOGGERS:
+            logging.getLogger(name).addFilter(self.quiet)
+        self._dropped = False
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        return self.exporter.export([coded(span) for span in spans])
+        result = self.exporter.export([coded(span) for span in spans])
+        if result is SpanExportResult.SUCCESS:
+            if self._dropped:
+                log.info("tracing: spans are exported again")
+            self.quiet.failing = self._dropped = False
+        elif not self._dropped:
+            self._dropped = True
+            log.warning("tracing: spans not exported (dropped until the endpoint takes them; logged again then)")
+        return result
 
     def shutdown(self) -> None:
         self.exporter.shutdown()

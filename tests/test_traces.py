@@ -43,11 +43,24 @@ class Receiver:
         self.spans: list[Any] = []
         self.paths: list[str] = []
         self.url = ""
+        self.refusing = False
+        self.refused: set[str] = set()
+        """The traces of the spans refused while ``refusing``."""
         receiver = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802 - the http.server API
                 body = self.rfile.read(int(self.headers["content-length"]))
+                if receiver.refusing:  # (a collector down behind its proxy)
+                    refused = ExportTraceServiceRequest()
+                    refused.ParseFromString(body)
+                    for resource in refused.resource_spans:
+                        for scope in resource.scope_spans:
+                            receiver.refused |= {span.trace_id.hex() for span in scope.spans}
+                    self.send_response(503)
+                    self.send_header("content-length", "0")
+                    self.end_headers()
+                    return
                 request = ExportTraceServiceRequest()
                 request.ParseFromString(body)
                 receiver.paths.append(self.path)
@@ -229,6 +242,43 @@ async def test_a_servers_error_answer_leaves_no_message_or_traceback_on_the_gate
     attributes = {a.key: a.value.string_value for a in gate.attributes}
     assert (attributes["prefixgate.outcome"], attributes["error.type"]) == ("error", "-32042"), attributes
     assert gate.status.code == gate.status.STATUS_CODE_ERROR and not gate.status.message
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ERAS)
+async def test_an_endpoint_that_refuses_spans_is_logged_once_until_it_takes_them(tmp_path: Path, mode: str) -> None:
+    """A collector down (503 from its proxy): the exporter logged each try of each batch and
+    each batch given up, four lines every few seconds for as long as it was down. Now the first
+    failure and one line of the gateway's, then nothing until spans are exported again; the
+    calls are answered throughout."""
+    errlog = tmp_path / "stderr.log"
+    with receiver() as found:
+        found.refusing = True
+        env = {**traced_env(found.url), "OTEL_EXPORTER_OTLP_TIMEOUT": "1"}  # (a batch given up within a second)
+        async with sdk_client(config_for(tmp_path), mode, env=env, errlog=errlog) as client:
+            for _ in range(3):  # each call's spans a batch of their own: the one before was tried
+                trace_id = os.urandom(16).hex()
+                traced = {"traceparent": f"00-{trace_id}-{CLIENT_SPAN}-01"}
+                assert not (await client.call_tool("m__meta", {}, meta=traced)).is_error
+                with anyio.fail_after(30):
+                    while trace_id not in found.refused:
+                        await anyio.sleep(0.05)
+
+            def said() -> list[str]:
+                lines = errlog.read_text().splitlines()
+                return [line for line in lines if "export" in line and "tracing: spans go to" not in line]
+
+            with anyio.fail_after(30):  # (the two batches before the last are given up: logged by now, or soon)
+                while len(said()) < 2:
+                    await anyio.sleep(0.05)
+            failing = said()
+            assert len(failing) == 2 and "tracing: spans not exported" in failing[1], failing
+            found.refusing = False
+            assert not (await client.call_tool("m__meta", {}, meta=TRACEPARENT)).is_error
+            with anyio.fail_after(30):
+                while "spans are exported again" not in errlog.read_text():
+                    await anyio.sleep(0.05)
+    assert wait_for(found, CHAIN)
 
 
 @pytest.mark.anyio
