@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import Any
 
+from mcp_types.methods import MONOLITH_NOTIFICATIONS, MONOLITH_REQUESTS
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.trace import Status
@@ -72,24 +74,57 @@ class CodedStatus(SpanExporter):
         return self.exporter.force_flush(timeout_millis)
 
 
+NAMED_BY = ("tools/call", "prompts/get")
+"""The requests whose spans name their target (``gateway.tracing.NAMED_BY``'s keys; that
+module imports this one, which needs the ``otel`` extra, only once tracing starts)."""
+UNKNOWN_METHOD = "(unknown)"
+"""A method no MCP revision defines, as a span names it."""
+METHODS = frozenset(
+    (*MONOLITH_REQUESTS, *MONOLITH_NOTIFICATIONS, "tasks/get", "tasks/result", "tasks/cancel", "tasks/list")
+)
+"""Every method the protocol defines (``mcp.method.name`` of the SDK's spans): another is a
+peer's own text."""
+
+
+def _named(span: ReadableSpan) -> tuple[str, dict[str, Any] | None]:
+    """The name of an SDK span (``METHOD`` or ``MCP send METHOD``, then ``params.name`` of any
+    request that has one) without a peer's text, and its attributes when they change too. The
+    SDK names a span after any ``params.name`` (``resources/read`` with a made-up ``name``) and
+    after the method a client sent (a made-up one, answered -32601): only ``NAMED_BY``'s
+    requests keep their name (``gateway.tracing.unknown_name`` bounds it), a method no revision
+    defines is ``UNKNOWN_METHOD``, in the name and in ``mcp.method.name``."""
+    attributes = span.attributes or {}
+    method = attributes.get("mcp.method.name")
+    if not isinstance(method, str):
+        return span.name, None  # (not the SDK's: the gateway's own spans name nothing of a peer's)
+    prefix = "MCP send " if span.name.startswith("MCP send ") else ""
+    if method not in METHODS:
+        return prefix + UNKNOWN_METHOD, {**attributes, "mcp.method.name": UNKNOWN_METHOD}
+    return (span.name if method in NAMED_BY else prefix + method), None
+
+
 def coded(span: ReadableSpan) -> ReadableSpan:
-    """``span`` itself when its status has no description; else a copy whose description is
-    its ``error.type`` attribute (none without one). (Spans are read-only once ended: the
-    SDK hands each processor a new ``ReadableSpan`` too.)"""
+    """``span`` itself when its status has no description and its name nothing of a peer's
+    (``_named``); else a copy whose description is its ``error.type`` attribute (none without
+    one) and whose name is bounded. (Spans are read-only once ended: the SDK hands each
+    processor a new ``ReadableSpan`` too.)"""
     status = span.status
-    if status.description is None:
+    name, attributes = _named(span)
+    if status.description is None and name == span.name and attributes is None:
         return span
-    code = (span.attributes or {}).get("error.type")
+    if status.description is not None:
+        code = (span.attributes or {}).get("error.type")
+        status = Status(status.status_code, None if code is None else str(code))
     return ReadableSpan(
-        name=span.name,
+        name=name,
         context=span.context,
         parent=span.parent,
         resource=span.resource,
-        attributes=span.attributes,
+        attributes=span.attributes if attributes is None else attributes,
         events=span.events,
         links=span.links,
         kind=span.kind,
-        status=Status(status.status_code, None if code is None else str(code)),
+        status=status,
         start_time=span.start_time,
         end_time=span.end_time,
         instrumentation_scope=span.instrumentation_scope,

@@ -22,6 +22,7 @@ from typing import Any
 import anyio
 import pytest
 from mcp.shared.exceptions import MCPError
+from mcp_types import CLIENT_CAPABILITIES_META_KEY, PROTOCOL_VERSION_META_KEY
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
@@ -29,7 +30,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from bench.common import loopback_server
-from tests.helpers import ERAS, PYTHON, demo, http_gateway, sdk_client, write_config
+from gateway import spanexport, tracing
+from tests.helpers import ERAS, PYTHON, demo, http_gateway, raw_gateway, sdk_client, write_config
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -193,6 +195,53 @@ async def test_a_name_outside_the_catalog_never_reaches_a_span(tmp_path: Path, m
     assert prompt["gen_ai.prompt.name"] == "(unknown)"
     known = {a.key: a.value.string_value for a in spans[f"prompts/get {greet}"].attributes}
     assert known["gen_ai.prompt.name"] == greet
+
+
+@pytest.mark.parametrize("modern", [False, True], ids=["2025-11-25", "2026-07-28"])
+def test_a_method_or_a_name_a_client_made_up_never_names_a_span(tmp_path: Path, modern: bool) -> None:
+    """The SDK names a span after the method a client sent and after any ``params.name``: a
+    made-up method (answered -32601) put the client's text in the span's name and its
+    ``mcp.method.name``, a ``name`` added to ``resources/read`` or ``completion/complete`` in
+    the name of its span, and of the downstream request's span it was passed on in. Such a
+    method is ``(unknown)``; only ``tools/call`` and ``prompts/get`` spans name their target."""
+    made_up = f"made_up_{os.urandom(4).hex()}"
+    config = write_config(tmp_path, {"d": demo("--tools", 1, "--rich")})
+    meta = {"_meta": {PROTOCOL_VERSION_META_KEY: "2026-07-28", CLIENT_CAPABILITIES_META_KEY: {}}} if modern else {}
+    requests = [
+        (f"{made_up}/method", {"name": made_up}),
+        ("resources/read", {"uri": "demo://d/readme", "name": made_up}),
+        (
+            "completion/complete",
+            {
+                "ref": {"type": "ref/prompt", "name": "d__greet"},
+                "argument": {"name": "who", "value": "a"},
+                "name": made_up,
+            },
+        ),
+    ]
+    with receiver() as found, raw_gateway(config, None, traced_env(found.url)) as gw:
+        if not modern:
+            gw.handshake()
+        for n, (method, params) in enumerate(requests, 1):
+            gw.request(n, method, {**params, **meta})
+            gw.answer(n)
+        deadline = time.monotonic() + 30  # (a hang guard: spans are exported every 50 ms)
+        served = {}
+        while len(served) < len(requests) and time.monotonic() < deadline:
+            time.sleep(0.05)
+            served = {
+                a.value.string_value: s
+                for s in list(found.spans)
+                if s.kind == Span.SPAN_KIND_SERVER
+                for a in s.attributes
+                if a.key == "jsonrpc.request.id" and a.value.string_value in ("1", "2", "3")
+            }
+    recorded = [(s.name, [(a.key, a.value) for a in s.attributes], s.status) for s in found.spans]
+    assert not [each for each in recorded if made_up in repr(each)], recorded
+    assert [served[str(n)].name for n in (1, 2, 3)] == ["(unknown)", "resources/read", "completion/complete"]
+    method = {a.key: a.value.string_value for a in served["1"].attributes}["mcp.method.name"]
+    assert method == "(unknown)"
+    assert set(spanexport.NAMED_BY) == set(tracing.NAMED_BY)  # (one list, written twice: no import cycle)
 
 
 @pytest.mark.anyio
