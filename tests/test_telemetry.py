@@ -9,6 +9,7 @@ a tool, and a refusal of each kind the gate gives (unknown, policy, activation, 
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import threading
 import time
@@ -649,3 +650,26 @@ def test_two_gateways_rotating_one_audit_log_lose_no_line_to_each_other(tmp_path
         data = (directory / name).read_bytes()
         assert data.endswith(b"\n") and len(data) <= 2000
         assert all(json.loads(line)["pad"] for line in data.splitlines())
+
+
+def test_a_full_audit_queue_is_logged_once_per_run_of_losses(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A writer that does not keep up (a slow or hung disk) fills the queue: its lost lines were
+    counted but never logged (docs/telemetry.md: logged once per run of failures), so a stdio
+    gateway without a metrics listener lost calls from its audit without a word."""
+    from gateway.state.audit import MAX_QUEUED, AuditLog
+
+    audit = AuditLog(tmp_path / "state", 1 << 30)
+    with caplog.at_level(logging.INFO, logger="prefixgate.audit"):
+        for n in range(MAX_QUEUED + 3):
+            audit.record({"call": n})
+        audit.flush()  # (the writer catches up)
+        audit.record({"call": "after"})
+        audit.flush()
+    said = [r.getMessage() for r in caplog.records if r.name == "prefixgate.audit"]
+    assert said == [
+        "audit log: 10000 lines wait to be written (the file is not keeping up); calls go unaudited until it does",
+        "audit log: queueing again (3 lines lost while full)",
+    ], said
+    assert audit.dropped == 3
+    lines = (tmp_path / "state" / "audit" / "calls.jsonl").read_text().splitlines()
+    assert len(lines) == MAX_QUEUED + 1 and json.loads(lines[-1]) == {"call": "after"}

@@ -44,10 +44,18 @@ class AuditLog:
         self._queue: list[bytes] = []
         self._wake = anyio.Event()
         self._failing = False
+        self._full: int | None = None
+        """``dropped`` when the queue last filled (None: it has room)."""
 
     def record(self, line: dict[str, Any]) -> None:
         """Queue one line (never blocks, never raises)."""
         if len(self._queue) >= MAX_QUEUED:
+            if self._full is None:
+                self._full = self.dropped
+                log.warning(
+                    "audit log: %s wait to be written (the file is not keeping up); calls go unaudited until it does",
+                    plural(MAX_QUEUED, "line"),
+                )
             self.dropped += 1
             return
         self._queue.append((json.dumps(line, ensure_ascii=False, separators=(",", ":")) + "\n").encode())
@@ -59,7 +67,7 @@ class AuditLog:
             while True:
                 await self._wake.wait()
                 self._wake = anyio.Event()
-                lines, self._queue = self._queue, []  # taken here, on the event loop's thread
+                lines = self._taken()  # here, on the event loop's thread
                 await anyio.to_thread.run_sync(self._write, lines)
                 await anyio.sleep(FLUSH_INTERVAL)
         finally:
@@ -67,8 +75,15 @@ class AuditLog:
 
     def flush(self) -> None:
         """Write everything queued now, blocking (when the gateway stops)."""
+        self._write(self._taken())
+
+    def _taken(self) -> list[bytes]:
+        """The lines queued, the queue emptied (a full one's run of losses over: said once)."""
         lines, self._queue = self._queue, []
-        self._write(lines)
+        if self._full is not None:
+            log.info("audit log: queueing again (%s lost while full)", plural(self.dropped - self._full, "line"))
+            self._full = None
+        return lines
 
     def _write(self, lines: list[bytes]) -> None:
         if not lines:
