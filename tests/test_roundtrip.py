@@ -74,6 +74,17 @@ async def modern(
             yield client, stderr
 
 
+@asynccontextmanager
+async def as_principal(url: str, token: str) -> AsyncIterator[Any]:
+    """A 2026-07-28 SDK ``Client`` (mode "auto", every callback) of the gateway at ``url``, with ``token``."""
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    async with create_mcp_http_client(headers={"Authorization": f"Bearer {token}"}) as http:
+        async with Client(streamable_http_client(url, http_client=http), mode="auto", **CALLBACKS) as client:
+            yield client
+
+
 async def saw(stderr: Path, text: str, timeout: float = 20) -> bool:
     with anyio.move_on_after(timeout):
         while text not in stderr.read_text(encoding="utf-8", errors="replace"):
@@ -132,18 +143,8 @@ async def test_tampered_request_state_is_refused(tmp_path: Path, transport: str)
 async def test_another_principals_request_state_is_refused(tmp_path: Path) -> None:
     config = config_for(tmp_path)
     (tmp_path / "tokens").write_text("token-of-ann\ntoken-of-bo\n")
-    from mcp.client.streamable_http import streamable_http_client
-    from mcp.shared._httpx_utils import create_mcp_http_client
-
     with http_gateway(config, "--token-file", str(tmp_path / "tokens")) as (url, _stderr):
-
-        @asynccontextmanager
-        async def as_principal(token: str) -> AsyncIterator[Any]:
-            async with create_mcp_http_client(headers={"Authorization": f"Bearer {token}"}) as http:
-                async with Client(streamable_http_client(url, http_client=http), mode="auto", **CALLBACKS) as c:
-                    yield c
-
-        async with as_principal("token-of-ann") as ann, as_principal("token-of-bo") as bo:
+        async with as_principal(url, "token-of-ann") as ann, as_principal(url, "token-of-bo") as bo:
             with anyio.fail_after(60):
                 first = await ann.session.call_tool("r__ask", {}, allow_input_required=True)
                 assert isinstance(first, types.InputRequiredResult) and first.input_requests
@@ -169,18 +170,8 @@ async def test_a_revoked_principals_parked_calls_are_cancelled_at_once(tmp_path:
     config = write_config(tmp_path, asks, gateway={"round_trip_timeout": 600})
     tokens = tmp_path / "tokens"
     tokens.write_text("token-of-ann\ntoken-of-bo\n")
-    from mcp.client.streamable_http import streamable_http_client
-    from mcp.shared._httpx_utils import create_mcp_http_client
-
     with http_gateway(config, "--token-file", str(tokens)) as (url, stderr):
-
-        @asynccontextmanager
-        async def as_principal(token: str) -> AsyncIterator[Any]:
-            async with create_mcp_http_client(headers={"Authorization": f"Bearer {token}"}) as http:
-                async with Client(streamable_http_client(url, http_client=http), mode="auto", **CALLBACKS) as c:
-                    yield c
-
-        async with as_principal("token-of-ann") as ann, as_principal("token-of-bo") as bo:
+        async with as_principal(url, "token-of-ann") as ann, as_principal(url, "token-of-bo") as bo:
             with anyio.fail_after(60):
                 parked = await ann.session.call_tool("r__ask", {}, allow_input_required=True)
                 kept = await bo.session.call_tool("s__ask", {}, allow_input_required=True)
