@@ -217,6 +217,26 @@ def test_lock_writes_the_same_bytes_twice_and_refuses_to_paper_over_a_change(tmp
     assert (tmp_path / "prefixgate.lock").read_bytes() == first
 
 
+def test_a_profile_named_for_lock_or_diff_is_refused_as_after_the_action(tmp_path: Path) -> None:
+    """``catalog lock`` and ``diff`` cover every profile, so ``--profile NAME`` after the action
+    is a usage error; given before it (``catalog --profile NAME lock``) it was taken and every
+    profile's lock written. Both are refused now, nothing written; ``$PREFIXGATE_PROFILE`` (set
+    for other commands) does not stop them."""
+    config = write_config(tmp_path, {"m": mutating(tmp_path / "m.json")}, profiles={"p": {}})
+    for action in (["lock"], ["diff", "--lock"]):
+        for args in (["catalog", "--profile", "p", *action], ["catalog", *action, "--profile", "p"]):
+            proc = cli(*args, "--config", str(config))
+            assert proc.returncode == 2, (args, proc.stderr)
+            assert not list(tmp_path.glob("*.lock")), args
+        assert (
+            f"catalog {action[0]}: --profile does not apply: it covers every profile"
+            in cli("catalog", "--profile", "p", *action, "--config", str(config)).stderr
+        )
+    written = run_cli("catalog", "lock", "--config", str(config), env={"PREFIXGATE_PROFILE": "p"})
+    assert written.returncode == 0, written.stderr
+    assert sorted(p.name for p in tmp_path.glob("*.lock")) == ["prefixgate.lock", "prefixgate.p.lock"]
+
+
 async def test_a_failed_write_leaves_every_profiles_lock_as_it_was(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -300,6 +300,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             from gateway.commands import doctor
 
         return _exiting(lambda: doctor.run(args.config, args))
+    if args.command == "catalog" and args.catalog_action in ("lock", "diff") and _given_profile(args):
+        # (as ``catalog lock --profile NAME`` is refused: it was taken and every profile locked)
+        p.error(f"catalog {args.catalog_action}: --profile does not apply: it covers every profile")
     if args.command == "catalog" and args.catalog_action == "diff" and not args.lock:
         if args.old is None or args.new is None:
             p.error("catalog diff: give OLD and NEW, or --lock")
@@ -307,6 +310,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return _exiting(lambda: diff.run(args))
     return _exiting(lambda: _with_config(args))
+
+
+def _given_profile(args: argparse.Namespace) -> bool:
+    """``--profile NAME`` given on the command line (``$PREFIXGATE_PROFILE`` is no choice made for this command)."""
+    profile = getattr(args, "profile", None)
+    return isinstance(profile, str) and not isinstance(profile, EnvironmentProfile)
 
 
 def _unicode_stdout() -> None:
