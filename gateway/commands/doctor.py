@@ -936,6 +936,11 @@ def check_profiles(report: Report, first: Round, second: Round) -> None:
                 report.add("profiles", "warn", f"{name}: {key} pattern {pattern!r} {view_unmatched(key)}")
 
 
+def _profile_option(config: Config) -> str:
+    """``--profile NAME `` for the profile checked ("" for the default one): its names are that profile's."""
+    return f"--profile {config.profile} " if config.profile else ""
+
+
 def check_lock(report: Report, config: Config, first: Round) -> None:
     """A catalog lock that does not match the live catalog: each pending change, with its JSON paths."""
     path = lock_path(config)
@@ -953,7 +958,7 @@ def check_lock(report: Report, config: Config, first: Round) -> None:
             "warn",
             f"{escape(str(path))}: the live catalog differs from the lock in {plural(len(pending), 'tool')}; "
             "the locked declarations are served (review: prefixgate catalog diff --lock; "
-            "accept: prefixgate catalog approve NAME)",
+            f"accept: prefixgate catalog approve {_profile_option(config)}NAME)",
             details,
         )
         return
