@@ -50,7 +50,7 @@ def start() -> bool:
         from opentelemetry import trace
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         from opentelemetry.sdk.resources import Resource
-        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace import SpanLimits, TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
     except ImportError as exc:
         log.error(
@@ -64,7 +64,7 @@ def start() -> bool:
     resource = Resource.create({"service.version": __version__})  # and OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES
     if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
         resource = resource.merge(Resource({"service.name": "prefixgate"}))
-    provider = TracerProvider(resource=resource)
+    provider = TracerProvider(resource=resource, span_limits=_span_limits(SpanLimits))
     from gateway.spanexport import CodedStatus
 
     provider.add_span_processor(BatchSpanProcessor(CodedStatus(OTLPSpanExporter())))
@@ -73,6 +73,21 @@ def start() -> bool:
     endpoint = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
     log.info("tracing: spans go to %s (OTLP over HTTP)", endpoint)
     return True
+
+
+MAX_ATTRIBUTE_LENGTH = 1024
+"""Characters of a span attribute's value kept (``OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT`` or
+``OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT`` sets another): the SDK's spans carry values a client
+chose, a request's string id as ``jsonrpc.request.id`` among them, as long as it sent them."""
+_LENGTH_LIMITS = ("OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT", "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT")
+
+
+def _span_limits(limits: Any) -> Any:
+    """The SDK's ``SpanLimits`` (given, imported with the SDK), attribute values bounded unless
+    the environment bounds them itself."""
+    if any(os.environ.get(name) for name in _LENGTH_LIMITS):
+        return limits()
+    return limits(max_span_attribute_length=MAX_ATTRIBUTE_LENGTH)
 
 
 NAMED_BY = {"tools/call": "gen_ai.tool.name", "prompts/get": "gen_ai.prompt.name"}

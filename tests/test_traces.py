@@ -244,6 +244,32 @@ def test_a_method_or_a_name_a_client_made_up_never_names_a_span(tmp_path: Path, 
     assert set(spanexport.NAMED_BY) == set(tracing.NAMED_BY)  # (one list, written twice: no import cycle)
 
 
+@pytest.mark.parametrize("modern", [False, True], ids=["2025-11-25", "2026-07-28"])
+def test_a_long_request_id_is_bounded_in_its_span(tmp_path: Path, modern: bool) -> None:
+    """The SDK records a request's id as ``jsonrpc.request.id`` on its server span: a client's
+    100,000-character string id went whole into each span and the trace backend. Span
+    attribute values are kept to ``MAX_ATTRIBUTE_LENGTH`` characters (the id's start kept)."""
+    long_id = "id-" + "x" * 100_000
+    config = write_config(tmp_path, {"d": demo("--tools", 1)})
+    meta = {"_meta": {PROTOCOL_VERSION_META_KEY: "2026-07-28", CLIENT_CAPABILITIES_META_KEY: {}}} if modern else {}
+    with receiver() as found, raw_gateway(config, None, traced_env(found.url)) as gw:
+        if not modern:
+            gw.handshake()
+        gw.request(long_id, "tools/list", meta)
+        assert gw.answer(long_id)["result"]["tools"]
+        deadline = time.monotonic() + 30  # (a hang guard: spans are exported every 50 ms)
+        ids: list[str] = []
+        while not ids and time.monotonic() < deadline:
+            time.sleep(0.05)
+            ids = [
+                a.value.string_value
+                for s in list(found.spans)
+                for a in s.attributes
+                if a.key == "jsonrpc.request.id" and a.value.string_value.startswith("id-")
+            ]
+    assert ids and all(i == long_id[: tracing.MAX_ATTRIBUTE_LENGTH] for i in ids), [len(i) for i in ids]
+
+
 @pytest.mark.anyio
 @pytest.mark.parametrize("mode", ERAS)
 async def test_a_uri_a_server_refuses_is_not_in_a_span_the_errors_code_is(tmp_path: Path, mode: str) -> None:
