@@ -479,6 +479,11 @@ def test_doctor_and_catalog_report_what_is_pending_against_a_profiles_own_lock(t
     # doctor --profile p checks that profile's lock: its accept line names the profile too
     alone = cli("doctor", "--profile", "p", "--config", str(config)).stdout
     assert "accept: prefixgate catalog approve --profile p NAME)" in alone.split("\ncatalog lock\n", 1)[1]
+    # and catalog --profile p's lock line likewise (one helper says the command everywhere)
+    assert (
+        "(accept: prefixgate catalog approve --profile p NAME)"
+        in cli("catalog", "--profile", "p", "--config", str(config)).stdout
+    )
 
 
 async def test_serve_http_names_the_profile_whose_lock_has_changes_pending(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ from gateway.config import Config, ConfigError, PolicyConfig
 from gateway.downstream.connection import Downstream
 from gateway.engine.barrier import required_failures
 from gateway.engine.checks import CheckCache
-from gateway.engine.epoch import Epoch, epoch_of
+from gateway.engine.epoch import Epoch, approve_hint, epoch_of
 from gateway.engine.lockfile import lock_path, read_lock
 from gateway.engine.surface import Surface, build_surface
 from gateway.state.history import EpochHistory
@@ -204,7 +204,7 @@ def render_text(report: dict[str, Any], config: Config) -> str:
         pending = lock["pending"]
         state = (
             f"{plural(len(pending), 'change')} pending approval, the locked declarations are served "
-            "(accept: prefixgate catalog approve NAME)"
+            f"(accept: {approve_hint(config.profile)} NAME)"
             if pending
             else "the live catalog matches it"
         )

@@ -67,7 +67,7 @@ from gateway.commands.toml_writer import toml_string
 from gateway.config import Config, ConfigError, GatewayConfig, ServerConfig, find_config, load_config
 from gateway.downstream.oauth import publishes_resource_metadata
 from gateway.downstream.stderrtail import shown
-from gateway.engine.epoch import Epoch
+from gateway.engine.epoch import Epoch, approve_hint
 from gateway.engine.lockfile import lock_path, read_lock
 from gateway.engine.oauth import login_command, token_file
 from gateway.redact import redact
@@ -926,7 +926,7 @@ def check_profiles(report: Report, first: Round, second: Round) -> None:
                 "profiles",
                 "warn",
                 f"{what}, the same in both discoveries{profile_pending(one)}, the locked declarations are served "
-                f"(review: prefixgate catalog diff --lock; accept: prefixgate catalog approve --profile {name} NAME)",
+                f"(review: prefixgate catalog diff --lock; accept: {approve_hint(name)} NAME)",
                 [line for p in pending for line in p["message"].splitlines()],
             )
         else:
@@ -934,11 +934,6 @@ def check_profiles(report: Report, first: Round, second: Round) -> None:
         for key, patterns in one.get("profile_unmatched", {}).items():
             for pattern in patterns:
                 report.add("profiles", "warn", f"{name}: {key} pattern {pattern!r} {view_unmatched(key)}")
-
-
-def _profile_option(config: Config) -> str:
-    """``--profile NAME `` for the profile checked ("" for the default one): its names are that profile's."""
-    return f"--profile {config.profile} " if config.profile else ""
 
 
 def check_lock(report: Report, config: Config, first: Round) -> None:
@@ -958,7 +953,7 @@ def check_lock(report: Report, config: Config, first: Round) -> None:
             "warn",
             f"{escape(str(path))}: the live catalog differs from the lock in {plural(len(pending), 'tool')}; "
             "the locked declarations are served (review: prefixgate catalog diff --lock; "
-            f"accept: prefixgate catalog approve {_profile_option(config)}NAME)",
+            f"accept: {approve_hint(config.profile)} NAME)",
             details,
         )
         return

@@ -138,6 +138,12 @@ class Epoch:
         return compiled
 
 
+def approve_hint(profile: str | None) -> str:
+    """The command that approves a change pending against ``profile``'s lock (None: the default
+    profile's), as every message that names it says it: each profile has its own lock."""
+    return "prefixgate catalog approve" + (f" --profile {profile}" if profile else "")
+
+
 def client_policy(config: Config) -> ClientPolicy:
     """The ``[client]`` table as the policy ``decide`` applies: the same fields, and the
     function limit resolved (``max_functions`` or the profile's)."""
@@ -252,7 +258,7 @@ def build_epoch(
         prefixes = {s.id: s.prefix for s in config.servers}
         allow_new = config.gateway.lock_new == "allow"
         # Each profile has its own lock: the command a refusal names approves in this one.
-        approve = "prefixgate catalog approve" + (f" --profile {config.profile}" if config.profile else "")
+        approve = approve_hint(config.profile)
         separator, configured = config.gateway.separator, frozenset(prefixes)
         applied = apply(catalog, lock, ready, deferred, allow_new, prefixes, separator, approve, servers=configured)
         catalog, pending, refusals = applied.catalog, applied.pending, applied.refusals

@@ -26,7 +26,7 @@ from gateway.config import Config, env_number
 from gateway.downstream.connection import Downstream
 from gateway.engine.checks import CheckCache
 from gateway.engine.clients import ClientConnection, Clients
-from gateway.engine.epoch import Epoch, built_epoch
+from gateway.engine.epoch import Epoch, approve_hint, built_epoch
 from gateway.engine.lockfile import ServedLock, lock_path
 from gateway.engine.router import Router
 from gateway.engine.surface import Surface, SurfaceInputs, surface_inputs, surface_of
@@ -475,10 +475,10 @@ def log_pending(epoch: Epoch, profile: str | None = None) -> None:
         return
     log.warning(
         "%scatalog lock: %s pending; the locked declarations are served "
-        "(review: prefixgate catalog diff --lock; accept: prefixgate catalog approve %sNAME)",
+        "(review: prefixgate catalog diff --lock; accept: %s NAME)",
         f"profile {profile}: " if profile else "",
         plural(len(epoch.pending), "change"),
-        f"--profile {profile} " if profile else "",
+        approve_hint(profile),
     )
     for pending in epoch.pending:
         for line in pending.lines():
