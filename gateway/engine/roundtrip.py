@@ -279,29 +279,25 @@ class RoundTrips:
             else:
                 del self._waiting[key]
 
-    def abandon_all_but(self, kept: AbstractSet[object]) -> int:
+    def abandon_all_but(self, kept: AbstractSet[object]) -> None:
         """End now the parked calls (waiting for a retry) of every principal not in ``kept``
         (their tokens were revoked: no retry of theirs can come), as ``timeout`` would later:
-        cancelled at their servers, their slots freed. How many ended. A call a request is
-        attached to ends with that request."""
-        parked = [
-            t
-            for t in self._trips.values()
-            if t.timer is not None and not t.attached and _revoked(principal_key(t.owner), kept)
-        ]
-        for trip in parked:
+        cancelled at their servers, their slots freed. A call a request is attached to ends
+        with that request."""
+        for trip in list(self._trips.values()):
+            timer = trip.timer  # (set while the call is parked: ``next_answer``)
+            if timer is None or trip.attached or not _revoked(principal_key(trip.owner), kept):
+                continue
             log.info(
                 "[%s] %s %r: its principal's token was revoked, cancelling the call",
                 trip.server_id,
                 trip.method,
                 trip.target,
             )
-            if trip.timer is not None:
-                trip.timer.cancel()
-                trip.timer = None
+            timer.cancel()  # (its ``_expire`` ends unfired)
+            trip.timer = None
             self._forget(trip)
             trip.cancel()
-        return len(parked)
 
     def calling(self, server_id: str) -> list[RoundTrip]:
         """The unfinished calls to ``server_id`` (whose principals its requests may belong to)."""
