@@ -234,6 +234,61 @@ async def test_a_chunked_body_past_the_limit_gets_413_as_it_passes_it(tmp_path: 
             assert text(await client.call_tool("d__echo", {"text": "up"})) == "up"
 
 
+def _refused_upload(url: str) -> socket.socket:
+    """A connection whose POST announced a body over the limit, once its 413 has been read
+    whole (the body not yet sent)."""
+    parts = urlsplit(url)
+    assert parts.hostname is not None and parts.port is not None
+    sock = socket.create_connection((parts.hostname, parts.port), timeout=30)
+    sock.sendall(
+        f"POST /mcp HTTP/1.1\r\nHost: {parts.netloc}\r\nContent-Type: application/json\r\n"
+        f"Accept: application/json, text/event-stream\r\nContent-Length: {5 * 1024 * 1024}\r\n\r\n".encode()
+    )
+    received = b""
+    while b"request body too large" not in received:
+        chunk = sock.recv(65536)
+        assert chunk, received
+        received += chunk
+    assert received.startswith(b"HTTP/1.1 413"), received[:200]
+    return sock
+
+
+@pytest.mark.parametrize("parser", ["httptools", "h11"])
+async def test_a_client_still_sending_after_a_refusal_ends_cleanly(tmp_path: Path, parser: str) -> None:
+    """A refused request's connection is closed in halves (gateway/upstream/linger.py): what
+    the client still sends is read and dropped, and it reads the answer and then a clean end
+    of stream. Closed at once, the gateway's socket answered the bytes that came after with a
+    reset: the client's next send failed, and a client that read after it got ECONNRESET."""
+    config = write_config(tmp_path, {"d": demo("--tools", 1)})
+    with http_gateway(config, env={"PREFIXGATE_HTTP_PARSER": parser}) as (url, _):
+        with _refused_upload(url) as sock:
+            for _ in range(4):  # (the body it announced, as a client that sends before it reads)
+                sock.sendall(b"x" * 65536)
+                time.sleep(0.05)
+            sock.shutdown(socket.SHUT_WR)
+            assert sock.recv(65536) == b""  # the end of stream, not a reset
+        async with sdk_client(url, "legacy") as client:  # still serving
+            assert text(await client.call_tool("d__echo", {"text": "up"})) == "up"
+
+
+async def test_a_client_that_never_stops_sending_after_a_refusal_is_cut_off(tmp_path: Path) -> None:
+    """The lingering is bounded (``PREFIXGATE_HTTP_LINGER``): a client that goes on sending is
+    closed on, not read for ever."""
+    config = write_config(tmp_path, {"d": demo("--tools", 1)})
+    with http_gateway(config, env={"PREFIXGATE_HTTP_LINGER": "0.5"}) as (url, _):
+        with _refused_upload(url) as sock:
+            cut = False
+            deadline = time.monotonic() + 30
+            while not cut and time.monotonic() < deadline:
+                try:
+                    sock.sendall(b"x" * 65536)
+                except OSError:  # (a reset, or the pipe broken)
+                    cut = True
+            assert cut, "the gateway read a refused upload for 30 s"
+        async with sdk_client(url, "legacy") as client:  # still serving
+            assert text(await client.call_tool("d__echo", {"text": "up"})) == "up"
+
+
 @pytest.mark.parametrize("mode", ERAS)
 async def test_a_server_whose_url_is_the_gateway_itself_fails_saying_so(tmp_path: Path, mode: str) -> None:
     """A server entry whose URL leads back to the gateway serving it (prefixgate registered in

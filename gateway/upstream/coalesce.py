@@ -15,22 +15,29 @@ end would be a segment of its own.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from starlette.types import Send
+
+from gateway.upstream.linger import linger
 
 _HEAD = b"HTTP/1.1 "
 """How h11 begins a response head (the only writes held back)."""
 
 
 class _Coalescing:
-    """A socket transport whose response heads wait for the write after them (see the module docstring)."""
+    """A socket transport whose response heads wait for the write after them (see the module
+    docstring), and whose ``close`` lingers while ``unread`` says the client may still be
+    sending (gateway/upstream/linger.py)."""
 
-    def __init__(self, inner: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, inner: asyncio.Transport, loop: asyncio.AbstractEventLoop, unread: Callable[[], bool]) -> None:
         self._inner = inner
         self._loop = loop
+        self._unread = unread
         self._held: bytes | None = None
         self._flush_soon: asyncio.Handle | None = None
+        self._lingering = False
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         if self._held is not None:
@@ -54,7 +61,16 @@ class _Coalescing:
 
     def close(self) -> None:
         self.flush()
-        self._inner.close()
+        if self._lingering:
+            return
+        if self._unread():
+            self._lingering = True
+            linger(self._inner)
+        else:
+            self._inner.close()
+
+    def is_closing(self) -> bool:
+        return self._lingering or self._inner.is_closing()
 
     def write_eof(self) -> None:
         self.flush()
@@ -76,7 +92,7 @@ def coalescing_protocol(parser: str) -> type[asyncio.Protocol]:
 
     class Coalescing(protocol_class(parser)):  # type: ignore[misc]
         def connection_made(self, transport: asyncio.Transport) -> None:
-            super().connection_made(_Coalescing(transport, asyncio.get_running_loop()))
+            super().connection_made(_Coalescing(transport, asyncio.get_running_loop(), self.unread))
 
     return Coalescing
 

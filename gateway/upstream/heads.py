@@ -76,7 +76,8 @@ def protocol_class(name: str) -> type[asyncio.Protocol]:
 
 
 def _refuse(transport: Any, status: bytes, text: bytes) -> None:
-    """A plain-text refusal, and the connection closed (what is unread of the request is dropped)."""
+    """A plain-text refusal, and the connection closed (what is unread of the request is
+    read and dropped for a while: gateway/upstream/linger.py)."""
     transport.write(
         b"HTTP/1.1 %s\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: %d\r\n"
         b"connection: close\r\n\r\n%s" % (status, len(text), text)
@@ -97,6 +98,11 @@ class HeadDeadline:
 
     def _heading(self) -> bool:
         raise NotImplementedError
+
+    def unread(self) -> bool:
+        """Whether the client may still be sending what nobody will read: the rest of a head,
+        or of a request's body (closing then lingers: gateway/upstream/linger.py)."""
+        return self._heading() or (self.cycle is not None and self.cycle.more_body)
 
     def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)  # type: ignore[misc]
