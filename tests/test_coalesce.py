@@ -248,7 +248,7 @@ HEAD = b"HTTP/1.1 200 \r\ncontent-length: 2\r\n\r\n"
 def test_the_head_waits_for_the_write_after_it_and_no_longer() -> None:
     async def main() -> None:
         inner = _Recording()
-        wrapped = _Coalescing(inner, asyncio.get_running_loop())  # type: ignore[arg-type]
+        wrapped = _Coalescing(inner, asyncio.get_running_loop(), lambda: False)  # type: ignore[arg-type]
         wrapped.write(HEAD)
         assert inner.writes == []
         wrapped.write(b"ok")
@@ -268,7 +268,7 @@ def test_the_head_waits_for_the_write_after_it_and_no_longer() -> None:
         assert wrapped.get_extra_info("peername") == ("127.0.0.1", 1)  # everything else is the inner transport's
 
         aborted = _Recording()
-        wrapped = _Coalescing(aborted, asyncio.get_running_loop())  # type: ignore[arg-type]
+        wrapped = _Coalescing(aborted, asyncio.get_running_loop(), lambda: False)  # type: ignore[arg-type]
         wrapped.write(HEAD)
         wrapped.abort()  # an abort drops what is unsent, as the transport's own buffer
         await asyncio.sleep(0)
