@@ -15,6 +15,7 @@ import os
 import pty
 import subprocess
 import time
+import tomllib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -484,6 +485,32 @@ def test_doctor_and_catalog_report_what_is_pending_against_a_profiles_own_lock(t
         "(accept: prefixgate catalog approve --profile p NAME)"
         in cli("catalog", "--profile", "p", "--config", str(config)).stdout
     )
+
+
+def test_doctor_flags_a_profiles_lock_whose_fingerprint_is_not_what_it_publishes(tmp_path: Path) -> None:
+    """The profile's tools still match its lock, but its published list changed (all of it
+    deferred now): the default profile's lock was flagged with "run prefixgate catalog lock",
+    the profile's line said ok."""
+    servers = {"d": demo("--tools", 6)}
+    config = write_config(tmp_path, servers, profiles={"p": {}})
+    lock(config)
+    deferred = {"max_functions": 4}  # (6 tools and the gateway's 3 are over it)
+    write_config(tmp_path, servers, client=deferred, profiles={"p": {"client": deferred}})
+    proc = cli("doctor", "--config", str(config))
+    assert proc.returncode == 1, proc.stdout
+    stale = "the tools match, but the published fingerprint is not the lock's"
+    assert stale in proc.stdout.split("\ncatalog lock\n", 1)[1].split("\n\n", 1)[0]
+    line, recorded, now = proc.stdout.split("\nprofiles\n", 1)[1].split("\n")[:3]
+    assert (
+        line.startswith("  warn  p: ")
+        and ", on-demand, " in line
+        and line.endswith(
+            f"the same in both discoveries; {tmp_path / 'prefixgate.p.lock'}: {stale} "
+            "(the config changed the declarations?): run prefixgate catalog lock"
+        )
+    ), line
+    assert recorded.split() == ["lock", tomllib.loads((tmp_path / "prefixgate.p.lock").read_text())["fingerprint"]]
+    assert now.split()[0] == "now" and now.split()[1] != recorded.split()[1]
 
 
 async def test_serve_http_names_the_profile_whose_lock_has_changes_pending(tmp_path: Path) -> None:

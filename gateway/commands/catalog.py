@@ -250,6 +250,8 @@ def profile_reports(config: Config, downstreams: Sequence[Downstream], checks: C
             path = lock_path(view)
             lock = read_lock(path) if path is not None else None
             reports[name] = full_report(view, seen, epoch_of(view, seen, checks, lock), path)
+            if lock is not None:  # (what it recorded as published: doctor flags a stale one)
+                reports[name]["lock"]["fingerprint"] = lock.fingerprint
         except (ConfigError, DecisionError, LockError) as exc:
             reports[name] = {"profile": name, "error": str(exc)}
     return reports

@@ -929,6 +929,13 @@ def check_profiles(report: Report, first: Round, second: Round) -> None:
                 f"(review: prefixgate catalog diff --lock; accept: {approve_hint(name)} NAME)",
                 [line for p in pending for line in p["message"].splitlines()],
             )
+        elif (locked := (one.get("lock") or {}).get("fingerprint")) and locked != one["fingerprint"]:
+            report.add(
+                "profiles",
+                "warn",
+                f"{what}, the same in both discoveries; {_stale(one['lock']['path'])}",
+                [f"lock {locked}", f"now  {one['fingerprint']}"],
+            )
         else:
             report.add("profiles", "ok", f"{what}, the same in both discoveries")
         for key, patterns in one.get("profile_unmatched", {}).items():
@@ -963,15 +970,17 @@ def check_lock(report: Report, config: Config, first: Round) -> None:
         report.add("catalog lock", "FAIL", escape(str(exc)))
         return
     if locked != first.epoch.fingerprint:
-        report.add(
-            "catalog lock",
-            "warn",
-            f"{escape(str(path))}: the tools match, but the published fingerprint is not the lock's "
-            "(the config changed the declarations?): run prefixgate catalog lock",
-            [f"lock {locked}", f"now  {first.epoch.fingerprint}"],
-        )
+        report.add("catalog lock", "warn", _stale(str(path)), [f"lock {locked}", f"now  {first.epoch.fingerprint}"])
         return
     report.add("catalog lock", "ok", f"{escape(str(path))}: the live catalog matches the lock")
+
+
+def _stale(path: str) -> str:
+    """A lock whose tools match but whose recorded fingerprint is not what is published now."""
+    return (
+        f"{escape(path)}: the tools match, but the published fingerprint is not the lock's "
+        "(the config changed the declarations?): run prefixgate catalog lock"
+    )
 
 
 def run(config_path: str | None, args: argparse.Namespace) -> int:
