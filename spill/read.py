@@ -15,7 +15,9 @@ Header formats (``ID`` is the id asked for; ranges are half-open, ``A to B`` = b
     [artifact ID] no lines: the artifact is empty; end reached
 
 A ``find`` answer lists ``N: line`` per matching line; a line over 1000 bytes is shown as
-``N (excerpt at offset A): …part…`` (200 bytes before the match, 400 after).
+``N (excerpt at offset A): …part…`` (200 bytes before the match, 400 after), and a first
+match whose entry alone is over the page's budget as the excerpt from the match on, cut to
+fit: the answer always holds a match it found, so searching on from its "next line" moves on.
 
 Character boundaries: a page never ends inside a UTF-8 character (the end moves back to the
 character's start); an offset inside a character moves forward to the next character, and the
@@ -369,6 +371,16 @@ def _match_entry(buf: Buffer, lineno: int, start: int, end: int, hit: int, pat_l
     return f"{lineno} (excerpt at offset {a}): {left}{buf[a:b].decode('utf-8', 'replace')}{right}"
 
 
+def _cut_entry(buf: Buffer, lineno: int, start: int, end: int, hit: int, budget: int) -> str:
+    """A match whose entry alone is over the budget: its line from the match on, cut to fit
+    (at least one character), so the answer names it and the next search starts after it."""
+    left = "…" if hit > start else ""
+    prefix = f"{lineno} (excerpt at offset {hit}): {left}"
+    room = budget - _cost(prefix + "…\n") + _WRAPPER  # (``_fit_end`` counts the wrapper too)
+    cut = _fit_end(buf, hit, _page_end(buf, hit, end - hit), room)
+    return f"{prefix}{buf[hit:cut].decode('utf-8', 'replace')}{'…' if cut < end else ''}"
+
+
 def _find_header(aid: str, count: int, text: str, line: int, size: int, next_line: int | None) -> str:
     shown = text if len(text) <= _FIND_SHOWN else text[:_FIND_SHOWN] + "…"
     quoted = json.dumps(shown, ensure_ascii=False)
@@ -421,6 +433,11 @@ def _scan(
         line_end = size if line_end < 0 else line_end
         entry = _match_entry(buf, lineno, line_start, line_end, hit, len(pat))
         cost = _cost(entry + "\n")
+        if not entries and cost > budget:
+            # Alone over the budget (a small ceiling, a line of quotes or escapes): "0 matching
+            # lines; next line N" would send the model back to this very line for ever.
+            entry = _cut_entry(buf, lineno, line_start, line_end, hit, budget)
+            cost = _cost(entry + "\n")
         if len(entries) == max_matches or used + cost > budget:
             return entries, lineno
         entries.append(entry)

@@ -448,3 +448,29 @@ async def test_a_big_structured_result_through_tool_call_stays_a_success(tmp_pat
         text = answer(result)
         assert "structuredContent (" in text and "not shown." in text and "isError" not in text
         assert STRUCTURED.search(text)
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_find_moves_past_a_matching_line_too_long_for_the_page(tmp_path: Path, mode: str) -> None:
+    # Under a small ceiling a matching line of quotes (two bytes each in the JSON answer) did
+    # not fit alone: the answer was "0 matching lines ...; next line 101 to search on", and
+    # searching on from line 101 said the same again, for ever. It is shown cut to fit now.
+    config = write_config(tmp_path, {"d": demo("--tools", 1)}, spill={"max_visible_bytes": 1024})
+    long_line = '"q": 1, ' * 120 + "needle"
+    body = "\n".join(["short"] * 100 + [long_line, long_line, "tail"])
+    async with sdk_client(config, mode) as client:
+        artifact_id = ARTIFACT.search(answer(await client.call_tool("d__echo", {"text": body}))).group(1)  # type: ignore[union-attr]
+        seen, line = [], 1
+        while True:
+            found = await client.call_tool("artifact_read", {"id": artifact_id, "find": "needle", "line": line})
+            assert not found.is_error, answer(found)
+            header, _, matches = answer(found).partition("\n")
+            assert header.startswith(f"[artifact {artifact_id}] 1 matching line "), header
+            seen.append(matches)
+            following = re.search(r"; next line (\d+) to search on$", header)
+            if following is None:
+                break
+            assert int(following.group(1)) > line, header  # the search moves on
+            line = int(following.group(1))
+    offsets = [len("\n".join(["short"] * 100)) + 1 + len(long_line) - 6 + n * (len(long_line) + 1) for n in (0, 1)]
+    assert seen == [f"{101 + n} (excerpt at offset {offsets[n]}): …needle" for n in (0, 1)]

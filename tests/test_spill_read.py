@@ -307,6 +307,17 @@ def test_find_budget_and_long_lines(store: ArtifactStore) -> None:
     assert "next line" in header
 
 
+def test_a_match_too_long_for_the_page_is_cut_to_fit_and_the_search_moves_on(store: ArtifactStore) -> None:
+    line = "\x1b[0m" * 160 + "TARGET"  # each escape is 6 bytes in the JSON answer
+    aid = store.put("\n".join(["x", line, line]).encode())
+    answer = artifact_read(store, {"id": aid, "find": "TARGET"}, max_visible_bytes=1024)
+    assert text_result_size(answer) <= 1024
+    header, body = split(answer)
+    assert header.endswith("; next line 3 to search on") and body == "2 (excerpt at offset 642): …TARGET"
+    header, body = split(artifact_read(store, {"id": aid, "find": "TARGET", "line": 3}, max_visible_bytes=1024))
+    assert header.endswith("; end reached") and body.startswith("3 (excerpt at offset ")
+
+
 def test_find_rejects_multiline_text(store: ArtifactStore) -> None:
     aid = store.put(b"a\nb")
     with pytest.raises(ValueError, match="single line"):
