@@ -391,14 +391,15 @@ def _quote(query: str) -> str:
     return json.dumps(excerpt(query, _QUERY_ECHO), ensure_ascii=False)
 
 
-def _block(position: int, entry: Entry, too_long: str | None = None) -> str:
+def _block(position: int, entry: Entry, too_long: str | None = None, described: bool = True) -> str:
     """One match: its name, description excerpt and canonical input schema; ``too_long``: a
-    schema no page can hold, its size and where to read it (``None`` aside) said instead."""
+    schema no page can hold, its size and where to read it (``None`` aside) said instead;
+    not ``described``: an excerpt no page can hold either, left out."""
     decl = entry.declaration
     desc = decl.get("description")
     schema = canonicaljson.encode_canonical_json(decl.get("inputSchema", {"type": "object"}))
     lines = [f"{position}. {entry.name}"]
-    if isinstance(desc, str) and desc.strip():
+    if described and isinstance(desc, str) and desc.strip():
         lines.append(excerpt(desc))
     if too_long is None:
         lines.append("inputSchema: " + schema.decode("utf-8"))
@@ -469,7 +470,8 @@ def render(
     while the whole text (footer included) fits; the footer says how many were left out
     and how to page. A match whose block no page could hold is shown without its schema,
     saying where to read it (``long_schemas``: name -> that note; else it is named in
-    ``too_long``), so that it can be found, activated and called. The caller activates
+    ``too_long``), so that it can be found, activated and called; one whose excerpt no page
+    could hold either, with its schema and no excerpt, else by its name alone. The caller activates
     ``activated`` ∩ ``shown_names`` only; ``refused`` names shown are said not to be (a tool
     policy or the lock refuses: the model is not told it may call it).
     """
@@ -507,10 +509,18 @@ def render(
         if frame + used + cost(block) + cost(after) > max_bytes:
             if frame + cost(block) + cost(after) <= max_bytes:
                 break  # the page is full: the next one starts with it
-            block = _block(position, entry, notes.get(entry.name) or "not shown")
+            note = notes.get(entry.name) or "not shown"
+            block, schemaless = _block(position, entry, note), True
+            if frame + cost(block) + cost(after) > max_bytes:
+                # Not even its excerpt fits a page (a small ceiling, a long description in a script
+                # of 3-byte characters): its schema without it, else its name alone; or no page
+                # would ever show it, and a deferred tool no search shows is never granted.
+                block, schemaless = _block(position, entry, described=False), False
+                if frame + cost(block) + cost(after) > max_bytes:
+                    block, schemaless = _block(position, entry, note, described=False), True
             if frame + used + cost(block) + cost(after) > max_bytes:
                 break
-            if entry.name not in notes:
+            if schemaless and entry.name not in notes:
                 too_long.append(entry.name)
         blocks.append(block)
         used += cost(block)

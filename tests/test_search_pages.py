@@ -97,3 +97,25 @@ async def test_a_tool_policy_refuses_is_shown_but_never_said_to_be_activated(tmp
         assert "Not activated, refused by policy or the catalog lock: d__fail." in found
         refused = await client.call_tool("d__fail", {})
         assert refused.is_error and "denied by policy" in text(refused)
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_tool_whose_description_no_page_holds_is_still_found_and_runs(tmp_path: Path, mode: str) -> None:
+    """At a small ceiling the excerpt of a long description in a script of 3-byte characters
+    (900 bytes for 300 characters) did not fit a page even without the schema: every page was
+    "Showing 0 of 1 ... call tool_search again with offset 0", so the deferred tool could never
+    be activated. It is shown with its schema and without the excerpt now."""
+    tools = [{"name": "find_docs", "description": "検索" * 200, "inputSchema": {"type": "object"}}]
+    path = tmp_path / "tools.json"
+    path.write_text(json.dumps(tools), encoding="utf-8")
+    server = {"command": PYTHON, "args": ["-m", "tests.schemas_server", str(path)], "cwd": str(ROOT), "deferred": True}
+    config = write_config(
+        tmp_path, {"s": server}, client={"declarations": "on-demand"}, spill={"max_visible_bytes": 1024}
+    )
+    async with sdk_client(config, mode) as client:
+        found = await client.call_tool("tool_search", {"query": "find docs", "limit": 1})
+        page = text(found)
+        assert not found.is_error and text_result_size(page) <= 1024
+        assert '1. s__find_docs\ninputSchema: {"type":"object"}\n' in page and "Activated: s__find_docs." in page
+        ran = await client.call_tool("tool_call", {"name": "s__find_docs", "arguments": {"q": "x"}})
+        assert not ran.is_error and json.loads(text(ran)) == {"q": "x"}
