@@ -13,6 +13,7 @@ import json
 import os
 import pty
 import select
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -79,6 +80,39 @@ def test_every_request_read_before_the_end_of_input_is_answered(
     assert got[2]["result"]["content"][0]["text"] == "slept 1 s", (out, log[-2000:])
     assert got[3]["result"]["content"][0]["text"] == "last"
     assert "this is a stdio MCP server" not in log  # not a terminal
+
+
+@pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
+@pytest.mark.parametrize("start", ["first", "warm"])
+def test_one_socket_for_stdin_and_stdout_answers_every_request_read(tmp_path: Path, loop: str, start: str) -> None:
+    """socat's EXEC, inetd and systemd's StandardInput=socket give a server one socket as its
+    stdin and stdout. Its stdout's transport watched that socket for the client closing it, and
+    took the client's end of input (a half-close), or on asyncio's loop its very first request,
+    for that: the gateway stopped at once and the calls in flight were never answered, where a
+    server run directly answers them."""
+    config = write_config(tmp_path, {"d": demo("--tools", 1)})
+    if start == "warm":
+        catalog_json(config)  # the record: the start's first answers come from it
+    ours, theirs = socket.socketpair()
+    env = {**os.environ, UVLOOP_ENV: "1" if loop == "uvloop" else "0"}
+    with (tmp_path / "stderr.log").open("wb") as err:
+        command = [*GATEWAY, "serve", "--config", str(config)]
+        proc = subprocess.Popen(command, stdin=theirs, stdout=theirs, stderr=err, env=env)
+    theirs.close()
+    with ours:
+        ours.sendall(REQUESTS)
+        ours.shutdown(socket.SHUT_WR)
+        out = b""
+        ours.settimeout(60)
+        while chunk := ours.recv(1 << 16):
+            out += chunk
+    log = (tmp_path / "stderr.log").read_text()
+    assert proc.wait(timeout=60) == 0, log[-2000:]
+    got = answers(out)
+    assert got[None]["error"]["code"] == -32700, out
+    assert got[2]["result"]["content"][0]["text"] == "slept 1 s", (out, log[-2000:])
+    assert got[3]["result"]["content"][0]["text"] == "last"
+    assert "closed its end of stdout" not in log, log[-2000:]
 
 
 @pytest.mark.parametrize("start", ["first", "warm", "warm-without-prelude"])

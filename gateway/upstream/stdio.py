@@ -23,6 +23,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
+import stat
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from typing import Any, Protocol, cast
@@ -224,6 +226,71 @@ class ClientStdout(asyncio.streams.FlowControlMixin):
         self.lost.set()
 
 
+class ClientSocket(ClientStdout):
+    """stdin and stdout one socket (socat's ``EXEC``, inetd, systemd's ``StandardInput=socket``):
+    one transport both ways. The client's end of input is a half-close that leaves the output
+    open: a pipe's write transport, watching that socket, took it (and on asyncio's loop any
+    request) for the client closing stdout, and the calls read were never answered. Reading
+    waits for ``attach`` (the reader is made once the writer is)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(loop)
+        self.stdin: ClientStdin | None = None
+        self.transport: asyncio.Transport | None = None
+        self._early = bytearray()
+        self._ended = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        self.transport.pause_reading()
+
+    def attach(self, stdin: ClientStdin) -> None:
+        assert self.transport is not None
+        self.stdin = stdin
+        self.transport.resume_reading()
+        stdin.connection_made(self.transport)
+        if self._early:  # (read before the pause took: uvloop starts reading after connection_made)
+            early, self._early = bytes(self._early), bytearray()
+            stdin.data_received(early)
+        if self._ended:
+            self.eof_received()
+
+    def data_received(self, data: bytes) -> None:
+        if self.stdin is None:
+            self._early += data
+        else:
+            self.stdin.data_received(data)
+
+    def eof_received(self) -> bool:
+        if self.stdin is None:
+            self._ended = True
+        else:
+            self.stdin.eof_received()
+            self.stdin.connection_lost(None)  # the end of input; the output stays open
+        return True
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.stdin is not None:
+            self.stdin.connection_lost(exc)
+        super().connection_lost(exc)
+
+
+def one_socket(fd_in: int, fd_out: int) -> bool:
+    """Whether stdin and stdout are the same stream socket (``ClientSocket``)."""
+    try:
+        a, b = os.fstat(fd_in), os.fstat(fd_out)
+    except OSError:
+        return False
+    if not stat.S_ISSOCK(a.st_mode) or (a.st_dev, a.st_ino) != (b.st_dev, b.st_ino):
+        return False
+    try:
+        probe = socket.socket(fileno=os.dup(fd_in))
+    except OSError:
+        return False
+    with probe:
+        return probe.type == socket.SOCK_STREAM
+
+
 class Claim(Protocol):
     """A request a ``Lane`` took: counted in flight, then run in a task of its own, kept in
     ``ClientWriter.claimed`` while it runs, which this end cancels (and waits for) when it closes."""
@@ -315,9 +382,15 @@ async def stdio_streams(
     os.close(null)
     os.dup2(2, 1)
     loop = asyncio.get_running_loop()
-    write_protocol = ClientStdout(loop)
+    write_protocol = ClientSocket(loop) if one_socket(wire_in, wire_out) else ClientStdout(loop)
     # The transports own copies: ``wire_in`` and ``wire_out`` stay open to be handed back.
-    if watchable(wire_out):
+    write_transport: asyncio.WriteTransport
+    if isinstance(write_protocol, ClientSocket):
+        duplex_protocol = write_protocol
+        write_transport, _ = await loop.connect_accepted_socket(
+            lambda: duplex_protocol, socket.socket(fileno=os.dup(wire_in))
+        )
+    elif watchable(wire_out):
         write_transport, _ = await loop.connect_write_pipe(
             lambda: write_protocol, os.fdopen(os.dup(wire_out), "wb", buffering=0)
         )
@@ -332,7 +405,11 @@ async def stdio_streams(
     wire = ClientWriter(writer, unanswered)
     stdin = ClientStdin(max_message_bytes, lane, wire, handoff.unread)
     read_transport: asyncio.ReadTransport
-    if watchable(wire_in):
+    if isinstance(write_protocol, ClientSocket):
+        write_protocol.attach(stdin)
+        assert write_protocol.transport is not None
+        read_transport = write_protocol.transport
+    elif watchable(wire_in):
         read_transport, _ = await loop.connect_read_pipe(
             lambda: stdin, os.fdopen(os.dup(wire_in), "rb", buffering=0)
         )
