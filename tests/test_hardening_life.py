@@ -4,7 +4,9 @@ catalog-change storms and log routing, through real gateway processes."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -287,6 +289,100 @@ async def test_a_client_that_never_stops_sending_after_a_refusal_is_cut_off(tmp_
             assert cut, "the gateway read a refused upload for 30 s"
         async with sdk_client(url, "legacy") as client:  # still serving
             assert text(await client.call_tool("d__echo", {"text": "up"})) == "up"
+
+
+def _answered_early(url: str, path: str, token: str) -> socket.socket:
+    """A connection whose POST to ``path`` announced a body, once its answer (given before
+    the body: a 401, a 405) has been read whole; the body not yet sent."""
+    parts = urlsplit(url)
+    assert parts.hostname is not None and parts.port is not None
+    sock = socket.create_connection((parts.hostname, parts.port), timeout=30)
+    sock.sendall(
+        f"POST {path} HTTP/1.1\r\nHost: {parts.netloc}\r\nContent-Type: application/json\r\n"
+        f"Authorization: Bearer {token}\r\nContent-Length: 100000\r\n\r\n".encode()
+    )
+    received = b""
+    while b"\r\n\r\n" not in received:
+        chunk = sock.recv(65536)
+        assert chunk, received
+        received += chunk
+    head, _, body = received.partition(b"\r\n\r\n")
+    length = next(int(line[15:]) for line in head.lower().split(b"\r\n") if line.startswith(b"content-length:"))
+    while len(body) < length:
+        body += sock.recv(65536)
+    return sock
+
+
+@pytest.mark.parametrize("parser", ["httptools", "h11"])
+def test_a_body_trickled_after_an_early_answer_cannot_hold_the_connection(tmp_path: Path, parser: str) -> None:
+    """A request answered before its body is in (a wrong token's 401, a POST to a health
+    path) ends its connection, lingering, however its client goes on sending: uvicorn kept
+    it alive and dropped the body as it came, each byte restarting its keep-alive timer, and
+    the body deadline was the app's, which never read it, so a client without a token that
+    sent a byte every second held its connection for ever."""
+    (tmp_path / "tokens").write_text("right-token\n", encoding="utf-8")
+    config = write_config(tmp_path, {"d": demo("--tools", 1)})
+    env = {"PREFIXGATE_HTTP_PARSER": parser, "PREFIXGATE_HTTP_LINGER": "0.5"}
+    with http_gateway(config, "--token-file", str(tmp_path / "tokens"), env=env) as (url, _):
+        for path, token in (("/mcp", "wrong-token"), ("/healthz", "right-token")):
+            with _answered_early(url, path, token) as sock:
+                ended = False
+                for _ in range(150):  # (30 s of a byte every 0.2 s: uvicorn's keep-alive timer is 5 s)
+                    try:
+                        sock.sendall(b"x")
+                        ready, _, _ = select.select([sock], [], [], 0.2)
+                        if ready and sock.recv(65536) == b"":
+                            ended = True
+                    except OSError:  # (a reset, once the lingering is over)
+                        ended = True
+                    if ended:
+                        break
+                assert ended, f"a body trickled after the answer to POST {path} held its connection for 30 s"
+
+
+@pytest.mark.parametrize("parser", ["httptools", "h11"])
+def test_a_request_read_while_another_is_answered_is_answered_after_it(tmp_path: Path, parser: str) -> None:
+    """Two calls pipelined, the end of the second one's body sent once the first is answered:
+    both are answered, in order. The second one's body is not a body the first one's answer
+    left unread (whose connection is closed: gateway/upstream/heads.py)."""
+    config = write_config(tmp_path, {"d": demo("--tools", 1)})
+    with http_gateway(config, env={"PREFIXGATE_HTTP_PARSER": parser}) as (url, _):
+        parts = urlsplit(url)
+        assert parts.hostname is not None and parts.port is not None
+        envelope = {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {},
+            "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"},
+        }
+        requests = []
+        for n, (name, arguments) in enumerate([("d__slow", {"seconds": 1}), ("d__echo", {"text": "second"})]):
+            body = json.dumps(
+                {
+                    "jsonrpc": "2.0",
+                    "id": n,
+                    "method": "tools/call",
+                    "params": {"name": name, "arguments": arguments, "_meta": envelope},
+                }
+            ).encode()
+            head = (
+                f"POST /mcp HTTP/1.1\r\nHost: {parts.netloc}\r\nContent-Type: application/json\r\n"
+                "Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\n"
+                f"Mcp-Method: tools/call\r\nMcp-Name: {name}\r\nContent-Length: {len(body)}\r\n"
+                f"{'Connection: close' if n else 'X-First: 1'}\r\n\r\n"
+            )
+            requests.append(head.encode() + body)
+        with socket.create_connection((parts.hostname, parts.port), timeout=30) as sock:
+            sock.sendall(requests[0] + requests[1][:-10])
+            answer = b""
+            while b"slept 1 s" not in answer:  # the first one's answer, the second one's body not all in
+                chunk = sock.recv(65536)
+                assert chunk, answer
+                answer += chunk
+            sock.sendall(requests[1][-10:])
+            while chunk := sock.recv(65536):
+                answer += chunk
+        assert answer.count(b"HTTP/1.1 200 ") == 2, answer
+        assert answer.index(b"slept 1 s") < answer.index(b'"second"'), answer
 
 
 @pytest.mark.parametrize("mode", ERAS)

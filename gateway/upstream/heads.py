@@ -19,7 +19,9 @@ requests and is reset by every byte, so a connection that sent nothing, or a hea
 byte every few seconds, was held for ever (a connection and a task each; enough of them use
 up the gateway's file descriptors). With either parser a connection's first head, and any
 head once its first byte is in, must be complete within ``HEAD_TIMEOUT`` seconds: else 408
-and the connection closed (``HeadDeadline``), as a body must within ``BODY_TIMEOUT``.
+and the connection closed (``HeadDeadline``), as a body must within ``BODY_TIMEOUT``. A
+request answered before its body is all in (the body deadline is then nobody's) closes its
+connection, lingering, for the same reason.
 """
 
 from __future__ import annotations
@@ -118,6 +120,21 @@ class HeadDeadline:
             self._arm()
         else:
             self._disarm()
+
+    def on_response_complete(self) -> None:
+        """A request answered before its body is all in (401, a health path's 405, 404) closes
+        its connection, lingering: uvicorn would keep it alive and drop the rest of the body as
+        it came, and a client that sends that body a byte every few seconds (each byte restarts
+        uvicorn's keep-alive timer; the body deadline is the app's, which never read it) held
+        the connection for ever, token or none."""
+        # (With requests read while this one was answered, uvicorn's httptools protocol holds them
+        # in ``pipeline`` and ``cycle`` is the last of them, whose body may still be on its way.)
+        if getattr(self, "pipeline", None) or self.transport.is_closing():
+            pass
+        elif self.cycle is not None and self.cycle.more_body:
+            log.debug("a request was answered before its body was all in: connection closed")
+            self.transport.close()  # (lingers: gateway/upstream/linger.py)
+        super().on_response_complete()  # type: ignore[misc]
 
     def _arm(self, delay: float = HEAD_TIMEOUT) -> None:
         if self._deadline is None:
