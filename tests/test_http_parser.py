@@ -111,6 +111,46 @@ def test_an_endless_head_is_refused_and_others_are_served(tmp_path: Path, parser
         )  # (the log is written on its own thread)
 
 
+def _chunked(host: str, trailers: bytes = b"", headers: bytes = b"") -> bytes:
+    """A 2026-07-28 ``tools/call`` of ``d__echo`` as a chunked POST whose ``Mcp-Name`` header
+    is missing (``headers`` added), up to its last chunk; then ``trailers``."""
+    body = json.dumps(_call(1, "chunked", ENVELOPE)).encode()
+    return (
+        b"POST /mcp HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
+        b"Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: %s\r\n"
+        b"Mcp-Method: tools/call\r\n%sTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n%s"
+    ) % (host.encode(), MODERN.encode(), headers, len(body), body, trailers)
+
+
+ENDLESS_FRAMING = {
+    "trailer lines": (b"", b"X-Trailer: " + b"t" * 1000 + b"\r\n"),
+    "one trailer line": (b"X-Trailer: ", b"t" * 1024),
+}
+
+
+@pytest.mark.parametrize("shape", sorted(ENDLESS_FRAMING))
+@pytest.mark.parametrize("parser", PARSERS)
+def test_endless_trailers_are_refused_and_a_trailer_is_no_header(tmp_path: Path, parser: str, shape: str) -> None:
+    """A chunked body's trailer section is bounded as a head is, and a trailer is not taken
+    for a header, with either parser. uvicorn's httptools protocol appended every trailer line
+    to the request's headers until the body deadline (300 MiB of them in its 30 s grew the
+    gateway by 340 MiB), and so a ``Mcp-Name`` sent as a trailer routed a call that h11 (which
+    drops trailers) refused for the missing header."""
+    start, more = ENDLESS_FRAMING[shape]
+    with _served(tmp_path, parser) as (url, errlog):
+        host = _Raw(url).host
+        answer, sent = _flood(url, _chunked(host, start), more)
+        assert answer.startswith(REFUSED[parser]), (shape, answer[:200], sent)
+        with socket.create_connection(("127.0.0.1", _port(url)), timeout=10) as sock:
+            sock.sendall(_chunked(host, b"Mcp-Name: d__echo\r\n\r\n", b"Connection: close\r\n"))
+            answer = _answer(sock)
+        assert answer.startswith(b"HTTP/1.1 400 ") and b"mcp-name header does not match" in answer, answer
+        head, body, _ = _Raw(url).post(_call(2, "after the trailers", ENVELOPE), MODERN)  # the gateway serves on
+        assert head.startswith(b"HTTP/1.1 200 ") and b"after the trailers" in body, (head, body)
+    if parser == "httptools":
+        assert "a chunked body's size line or trailers went past 16384 bytes: 431" in errlog.read_text()
+
+
 def _flood(url: str, start: bytes, more: bytes, limit: int = 4 * 1024 * 1024) -> tuple[bytes, int]:
     """Send ``start`` and then ``more`` again and again, up to ``limit`` bytes, until the
     gateway answers; its whole answer (up to its close) and the bytes sent by then."""
