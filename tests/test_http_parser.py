@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.upstream.heads import PARSER_ENV, parser_name, protocol_class
+from gateway.upstream.heads import MAX_HEAD, PARSER_ENV, parser_name, protocol_class
 from tests.helpers import ERAS, demo, elicitation, http_gateway, sdk_client, text, write_config
 from tests.test_coalesce import MODERN, _call, _port, _Raw
 from tests.test_eventloop import _calls
@@ -109,6 +109,24 @@ def test_an_endless_head_is_refused_and_others_are_served(tmp_path: Path, parser
         assert (
             "a request head went past 16384 bytes: 431" in errlog.read_text()
         )  # (the log is written on its own thread)
+
+
+@pytest.mark.parametrize("parser", PARSERS)
+def test_a_head_over_the_bound_is_refused_after_the_answer_before_it(tmp_path: Path, parser: str) -> None:
+    """The next request's head going past the bound while a call is answered on the same
+    connection is refused once that answer is out, as a late head is: the 431 was written at
+    once and the connection closed, so the call was cancelled and its client read the 431
+    as the call's answer."""
+    with _served(tmp_path, parser, rich=True) as (url, _):
+        raw = _Raw(url)
+        slow = _call(1, "unused", ENVELOPE)
+        slow["params"] = {"name": "demo__slow", "arguments": {"seconds": 1}, "_meta": ENVELOPE}
+        raw.sock.sendall(_posted(slow, raw.host))
+        time.sleep(0.3)  # (the call under way; either order is the same answer, though)
+        raw.sock.sendall(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Filler: " + b"f" * (MAX_HEAD + 4096))
+        answer = _answer(raw.sock)
+        assert answer.startswith(b"HTTP/1.1 200 ") and b"slept 1 s" in answer, answer[:300]
+        assert answer.count(b"HTTP/1.1 ") == 2 and REFUSED[parser] in answer, answer
 
 
 def _chunked(host: str, trailers: bytes = b"", headers: bytes = b"") -> bytes:

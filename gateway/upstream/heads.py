@@ -165,7 +165,9 @@ class BoundedHead(HeadDeadline):
     the connection's start) until the parser reports the head complete, and then from each
     piece of body until the next. A read that ends one and begins the next counts toward
     neither, so a head is refused at the latest one read (at most 256 KiB) after its bound:
-    the memory a peer can make the parser hold stays bounded either way.
+    the memory a peer can make the parser hold stays bounded either way. A refusal waits for
+    the answers owed to the requests before it (nothing more is read meanwhile), as a late
+    head does: written at once, it cut a call's answer short and was read as that answer.
 
     Trailers are dropped, as uvicorn's h11 protocol drops them: uvicorn's httptools protocol
     appended each to the request's headers, which the app holds already, and a trailer
@@ -175,22 +177,50 @@ class BoundedHead(HeadDeadline):
     _in_head = True
     _unfinished = 0
     """Bytes since the parser last finished something: a head, a piece of body, a request."""
+    pipeline: Any
+    """uvicorn's: the requests read while another was being answered, each (cycle, app)."""
+    flow: Any
+    _refusal: bytes | None = None
+    """A refusal waiting for the answers owed to the requests before the one it refuses."""
+    _refused: Any = None
+    """The request it refuses (its cycle), when its head was whole (trailers over the bound)."""
 
     def _heading(self) -> bool:
         return self._in_head and self._unfinished > 0
 
     def data_received(self, data: bytes) -> None:
+        if self._refusal is not None:  # (refused already: nothing more is read)
+            self.flow.pause_reading()
+            return
         self._unfinished += len(data)
         super().data_received(data)
-        if self._unfinished > MAX_HEAD and not self.transport.is_closing():
-            if self._in_head:
-                log.info("a request head went past %d bytes: 431, connection closed", MAX_HEAD)
-                _refuse(self.transport, b"431 Request Header Fields Too Large", _REFUSAL)
-            elif self.cycle is not None and not self.cycle.response_started:
-                log.info("a chunked body's size line or trailers went past %d bytes: 431, connection closed", MAX_HEAD)
-                _refuse(self.transport, b"431 Request Header Fields Too Large", _TRAILERS_REFUSAL)
-            else:
-                self.transport.close()
+        if self._unfinished <= MAX_HEAD or self.transport.is_closing():
+            return
+        if self._in_head:
+            log.info("a request head went past %d bytes: 431, connection closed", MAX_HEAD)
+            self._refusal = _REFUSAL
+        elif self.cycle is not None and not self.cycle.response_started:
+            log.info("a chunked body's size line or trailers went past %d bytes: 431, connection closed", MAX_HEAD)
+            self._refusal, self._refused = _TRAILERS_REFUSAL, self.cycle
+        else:
+            self.transport.close()
+            return
+        if self._owed():  # its answer goes out first (a refusal now would be taken for it)
+            self.flow.pause_reading()
+        else:
+            _refuse(self.transport, b"431 Request Header Fields Too Large", self._refusal)
+
+    def _owed(self) -> bool:
+        """Whether a request before the refused one is still being answered."""
+        if self.pipeline:  # (the one being answered is not among them)
+            return True
+        return self._refused is None and self.cycle is not None and not self.cycle.response_complete
+
+    def on_response_complete(self) -> None:
+        if self._refusal is not None and not self.transport.is_closing():
+            if all(cycle is self._refused for cycle, _ in self.pipeline):  # the answers owed are out
+                _refuse(self.transport, b"431 Request Header Fields Too Large", self._refusal)
+        super().on_response_complete()
 
     def on_header(self, name: bytes, value: bytes) -> None:
         if self._in_head:  # (else a trailer)
