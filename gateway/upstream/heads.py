@@ -40,6 +40,8 @@ log = logging.getLogger("prefixgate.http")
 PARSER_ENV = "PREFIXGATE_HTTP_PARSER"
 MAX_HEAD = 16 * 1024
 """Bytes a request's head may take: h11's own bound (``DEFAULT_MAX_INCOMPLETE_EVENT_SIZE``)."""
+MAX_AHEAD = 64
+"""Requests one connection may have read ahead of their answers (pipelined) with httptools."""
 HEAD_TIMEOUT = env_number("PREFIXGATE_HTTP_HEAD_TIMEOUT", 30.0)
 """Seconds a request head may take to arrive in full (the environment variable exists for tests)."""
 _REFUSAL = b"request head over %d bytes (request line and headers)" % MAX_HEAD
@@ -157,6 +159,10 @@ class HeadDeadline:
         _refuse(self.transport, b"408 Request Timeout", b"request head not received within %g s" % HEAD_TIMEOUT)
 
 
+class _ReadAhead(Exception):
+    """Raised in the parser's callback to stop it (``BoundedHead``, ``MAX_AHEAD``)."""
+
+
 class BoundedHead(HeadDeadline):
     """On uvicorn's httptools protocol: a head still unfinished after ``MAX_HEAD`` bytes is
     refused, and so is a chunked body's framing (a chunk's size line, the trailer section).
@@ -168,6 +174,12 @@ class BoundedHead(HeadDeadline):
     the memory a peer can make the parser hold stays bounded either way. A refusal waits for
     the answers owed to the requests before it (nothing more is read meanwhile), as a late
     head does: written at once, it cut a call's answer short and was read as that answer.
+
+    A connection with ``MAX_AHEAD`` requests read ahead of their answers reads no more: those
+    are answered, and then it is closed (its client sends the rest again, as a client that
+    pipelines must be ready to). uvicorn's httptools protocol parses every request of a read
+    into a queue of its own, about 1.2 KB each: 256 KiB of pipelined ``GET /healthz`` from a
+    client that reads nothing held 9 MB until it read (h11 reads one request at a time).
 
     Trailers are dropped, as uvicorn's h11 protocol drops them: uvicorn's httptools protocol
     appended each to the request's headers, which the app holds already, and a trailer
@@ -181,7 +193,8 @@ class BoundedHead(HeadDeadline):
     """uvicorn's: the requests read while another was being answered, each (cycle, app)."""
     flow: Any
     _refusal: bytes | None = None
-    """A refusal waiting for the answers owed to the requests before the one it refuses."""
+    """A refusal waiting for the answers owed to the requests before the one it refuses
+    (empty: none, the connection is only closed then)."""
     _refused: Any = None
     """The request it refuses (its cycle), when its head was whole (trailers over the bound)."""
 
@@ -218,9 +231,24 @@ class BoundedHead(HeadDeadline):
 
     def on_response_complete(self) -> None:
         if self._refusal is not None and not self.transport.is_closing():
-            if all(cycle is self._refused for cycle, _ in self.pipeline):  # the answers owed are out
+            if not all(cycle is self._refused for cycle, _ in self.pipeline):
+                pass  # answers still owed
+            elif self._refusal:
                 _refuse(self.transport, b"431 Request Header Fields Too Large", self._refusal)
+            else:
+                self.transport.close()  # (lingers: ``unread``)
         super().on_response_complete()
+
+    def unread(self) -> bool:
+        return self._refusal is not None or super().unread()
+
+    def send_400_response(self, msg: str) -> None:
+        if self._refusal == b"":  # (the parser stopped by ``on_headers_complete``, not a bad request)
+            self.flow.pause_reading()
+            if not self._owed():
+                self.transport.close()
+            return
+        super().send_400_response(msg)  # type: ignore[misc]
 
     def on_header(self, name: bytes, value: bytes) -> None:
         if self._in_head:  # (else a trailer)
@@ -228,6 +256,10 @@ class BoundedHead(HeadDeadline):
 
     def on_headers_complete(self) -> None:
         self._in_head, self._unfinished = False, 0
+        if len(self.pipeline) >= MAX_AHEAD:
+            log.info("a connection sent %d requests ahead of their answers: closed once they are answered", MAX_AHEAD)
+            self._refusal = b""
+            raise _ReadAhead  # (stops the parser: uvicorn's ``data_received`` calls ``send_400_response``)
         super().on_headers_complete()  # type: ignore[misc]
 
     def on_body(self, body: bytes) -> None:
