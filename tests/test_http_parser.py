@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from gateway.upstream.heads import MAX_AHEAD, MAX_HEAD, PARSER_ENV, parser_name, protocol_class
-from tests.helpers import ERAS, demo, elicitation, http_gateway, sdk_client, text, write_config
+from tests.helpers import ERAS, INIT, demo, elicitation, http_gateway, sdk_client, text, write_config
 from tests.test_coalesce import MODERN, _call, _port, _Raw
 from tests.test_eventloop import _calls
 
@@ -152,6 +152,28 @@ def test_requests_sent_far_ahead_of_their_answers_are_bounded(tmp_path: Path, pa
             assert answered == total, answered
         head, body, _ = _Raw(url).post(_call(2, "after", ENVELOPE), MODERN)  # the gateway serves on
         assert head.startswith(b"HTTP/1.1 200 ") and b"after" in body, (head, body)
+
+
+@pytest.mark.parametrize("parser", PARSERS)
+def test_an_absolute_form_target_is_served_in_both_eras(tmp_path: Path, parser: str) -> None:
+    """``POST http://HOST/mcp HTTP/1.1`` (the absolute form, which a server must accept) is
+    served as ``POST /mcp``: a 2026-07-28 call, and a handshake-era ``initialize``. uvicorn's
+    h11 protocol passed the whole URL as the path, which the gateway answered 404."""
+    with _served(tmp_path, parser) as (url, _):
+        raw = _Raw(url)
+        absolute = b"POST http://%s/mcp HTTP/1.1" % raw.host.encode()
+        head, body, _ = raw.exchange(
+            _posted(_call(1, "absolute", ENVELOPE), raw.host).replace(b"POST /mcp HTTP/1.1", absolute)
+        )
+        assert head.startswith(b"HTTP/1.1 200 ") and b"absolute" in body, (head, body)
+        initialize = json.dumps(INIT).encode()
+        head, body, _ = raw.exchange(
+            absolute + b"\r\nHost: %s\r\nContent-Type: application/json\r\n"
+            b"Accept: application/json, text/event-stream\r\nContent-Length: %d\r\n\r\n%s"
+            % (raw.host.encode(), len(initialize), initialize)
+        )
+        assert head.startswith(b"HTTP/1.1 200 ") and b"mcp-session-id" in head.lower(), (head, body)
+        assert b'"serverInfo"' in body, body
 
 
 def _chunked(host: str, trailers: bytes = b"", headers: bytes = b"") -> bytes:

@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AsyncExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 import anyio
 from mcp.server.transport_security import (
@@ -207,6 +208,17 @@ def host_in_lower_case(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, 
     return headers
 
 
+def _in_origin_form(scope: Scope) -> None:
+    """An absolute-form request target (``POST http://host:port/mcp``, which a server must
+    accept: RFC 9112 3.2.2) as its path: uvicorn's httptools protocol passes the path alone,
+    its h11 protocol the whole URL, which was then no path served (404 with h11 alone). The
+    Host header stays what the Host/Origin checks read, with either."""
+    parts = urlsplit(scope["path"])
+    if parts.scheme.lower() in ("http", "https") and parts.netloc:
+        scope["path"] = parts.path or "/"
+        scope["raw_path"] = urlsplit(scope.get("raw_path") or b"").path or b"/"
+
+
 async def _plain(send: Send, status: int, text: str) -> None:
     headers = [(b"content-type", b"text/plain; charset=utf-8"), (b"connection", b"close")]
     await send_whole(send, status, headers, text.encode())
@@ -325,6 +337,8 @@ class Front:
                 await send({"type": "websocket.close", "code": 1000})
             return
         headers = scope["headers"] = host_in_lower_case(scope["headers"])
+        if not scope["path"].startswith("/"):
+            _in_origin_form(scope)
         if (_SELF_HEADER, _SELF) in headers:
             # (its server's status says so: the SDK's client reads this error out of the 508)
             await send_whole(send, 508, [(b"content-type", b"application/json")], _SELF_REFUSED)
