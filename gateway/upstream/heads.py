@@ -163,6 +163,12 @@ class _ReadAhead(Exception):
     """Raised in the parser's callback to stop it (``BoundedHead``, ``MAX_AHEAD``)."""
 
 
+_UNLOGGED = logging.getLogger("prefixgate.http.unlogged")
+"""uvicorn's logger while it handles ``_ReadAhead``, which it takes for a parse error."""
+_UNLOGGED.setLevel(logging.CRITICAL + 1)
+_UNLOGGED.propagate = False
+
+
 class BoundedHead(HeadDeadline):
     """On uvicorn's httptools protocol: a head still unfinished after ``MAX_HEAD`` bytes is
     refused, and so is a chunked body's framing (a chunk's size line, the trailer section).
@@ -192,6 +198,9 @@ class BoundedHead(HeadDeadline):
     pipeline: Any
     """uvicorn's: the requests read while another was being answered, each (cycle, app)."""
     flow: Any
+    logger: logging.Logger
+    """uvicorn's (``_UNLOGGED`` while ``_ReadAhead`` unwinds, its own in ``_logger``)."""
+    _logger: logging.Logger
     _refusal: bytes | None = None
     """A refusal waiting for the answers owed to the requests before the one it refuses
     (empty: none, the connection is only closed then)."""
@@ -244,6 +253,7 @@ class BoundedHead(HeadDeadline):
 
     def send_400_response(self, msg: str) -> None:
         if self._refusal == b"":  # (the parser stopped by ``on_headers_complete``, not a bad request)
+            self.logger = self._logger
             self.flow.pause_reading()
             if not self._owed():
                 self.transport.close()
@@ -259,6 +269,8 @@ class BoundedHead(HeadDeadline):
         if len(self.pipeline) >= MAX_AHEAD:
             log.info("a connection sent %d requests ahead of their answers: closed once they are answered", MAX_AHEAD)
             self._refusal = b""
+            # (uvicorn's ``data_received`` would log the stop as "Invalid HTTP request received.")
+            self._logger, self.logger = self.logger, _UNLOGGED
             raise _ReadAhead  # (stops the parser: uvicorn's ``data_received`` calls ``send_400_response``)
         super().on_headers_complete()  # type: ignore[misc]
 
