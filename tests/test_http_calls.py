@@ -268,6 +268,31 @@ async def test_an_event_stream_is_read_to_its_end_behind_the_answer() -> None:
         await held.gone.wait()
 
 
+async def test_a_connection_idle_past_its_time_is_not_used_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server closes an idle connection after its keep-alive timeout (uvicorn's and Node's
+    5 s), and a call sent on it just as it does fails: the gateway kept idle connections for
+    ever. One idle for ``IDLE_SECONDS`` (under those) is closed, and a new one opened."""
+    from gateway.downstream import rawhttp
+
+    monkeypatch.setattr(rawhttp, "IDLE_SECONDS", 0.3)
+    held = HeldStreams()
+
+    async def call(pool: Any) -> None:
+        response = await first_event(pool)
+        await response.aclose()
+        held.release.set()
+        while pool._draining:  # noqa: SLF001 - the end, read behind the answer
+            await asyncio.sleep(0.01)
+
+    async with held.pool() as pool:
+        await call(pool)
+        await call(pool)
+        assert len(held.peers) == 1, held.peers  # kept while it is fresh
+        await asyncio.sleep(0.6)
+        await call(pool)
+        assert len(held.peers) == 2, held.peers
+
+
 async def test_a_cancelled_calls_event_stream_is_closed_at_once() -> None:
     """Closing a call's stream is how a server hears it was cancelled (at 2026-07-28 the only
     way): a response closed while its call is being cancelled is not read on behind it."""

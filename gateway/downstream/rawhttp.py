@@ -34,6 +34,10 @@ MAX_CONNECTIONS = 100
 """Connections open at once per server, as httpx's default limit; a call past it waits."""
 MAX_IDLE = 20
 """Idle connections kept per server (httpx's default)."""
+IDLE_SECONDS = 4.0
+"""An idle connection is not used again after this long: a server closes one after its
+keep-alive timeout (uvicorn's and Node's: 5 s; httpx keeps one as long), and a request sent
+as it does fails (a call lost to a race the server's timer wins)."""
 _CHUNK = 64 << 10
 _FORBIDDEN = frozenset("\r\n\0")
 
@@ -43,11 +47,13 @@ class Unsendable(ValueError):
 
 
 class _Connection:
-    __slots__ = ("reader", "writer")
+    __slots__ = ("reader", "writer", "idle_since")
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader = reader
         self.writer = writer
+        self.idle_since = 0.0
+        """The event loop's time when it was last given back (``Pool._done``)."""
 
     @property
     def usable(self) -> bool:
@@ -122,9 +128,10 @@ class Pool:
             raise Unsendable("a header that is not ASCII") from None
 
     async def _connection(self) -> _Connection:
-        while self._idle:
+        fresh = asyncio.get_running_loop().time() - IDLE_SECONDS
+        while self._idle:  # (the latest given back first: one past its time, and all under it, closed)
             conn = self._idle.pop()
-            if conn.usable:
+            if conn.usable and conn.idle_since > fresh:
                 return conn
             conn.close()
         with anyio.fail_after(CONNECT_SECONDS):
@@ -137,6 +144,7 @@ class Pool:
         if conn is None:
             return
         if keep and not self._closed and len(self._idle) < MAX_IDLE and conn.usable:
+            conn.idle_since = asyncio.get_running_loop().time()
             self._idle.append(conn)
         else:
             conn.close()
