@@ -179,11 +179,16 @@ def via_fastmcp(name: str, python: str, config: Path, *, reuse: bool = False, ec
 
 def http_client(headers: Mapping[str, str] | None = None) -> Any:
     """An HTTP client for the SDK's streamable-HTTP transport with the SDK's own defaults
-    (redirects followed; 30 s, and 300 s to read a stream that stays open)."""
+    (redirects followed; 30 s, and 300 s to read a stream that stays open), but for idle
+    connections kept 4 s, not 5: the servers' keep-alive timeout is 5 s (uvicorn's), and a
+    call sent on a connection as that closes it failed, and the whole HTTP section with it."""
     import httpx2
 
     return httpx2.AsyncClient(
-        headers=dict(headers or {}), follow_redirects=True, timeout=httpx2.Timeout(30.0, read=300.0)
+        headers=dict(headers or {}),
+        follow_redirects=True,
+        timeout=httpx2.Timeout(30.0, read=300.0),
+        limits=httpx2.Limits(max_connections=100, max_keepalive_connections=20, keepalive_expiry=4.0),
     )
 
 
