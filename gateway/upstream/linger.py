@@ -48,8 +48,8 @@ class _Draining(asyncio.Protocol):
 
 
 def linger(transport: asyncio.Transport) -> None:
-    """Close ``transport`` once what was written has gone, its client's end of stream has
-    come, or ``LINGER`` seconds have passed, reading and dropping its bytes meanwhile."""
+    """End ``transport`` in halves: what was written, then a FIN; closed at its client's end
+    of stream or after ``LINGER`` seconds, its bytes read and dropped meanwhile."""
     if transport.is_closing():
         return
     if not transport.can_write_eof():
