@@ -239,19 +239,8 @@ async def test_a_chunked_body_past_the_limit_gets_413_as_it_passes_it(tmp_path: 
 def _refused_upload(url: str) -> socket.socket:
     """A connection whose POST announced a body over the limit, once its 413 has been read
     whole (the body not yet sent)."""
-    parts = urlsplit(url)
-    assert parts.hostname is not None and parts.port is not None
-    sock = socket.create_connection((parts.hostname, parts.port), timeout=30)
-    sock.sendall(
-        f"POST /mcp HTTP/1.1\r\nHost: {parts.netloc}\r\nContent-Type: application/json\r\n"
-        f"Accept: application/json, text/event-stream\r\nContent-Length: {5 * 1024 * 1024}\r\n\r\n".encode()
-    )
-    received = b""
-    while b"request body too large" not in received:
-        chunk = sock.recv(65536)
-        assert chunk, received
-        received += chunk
-    assert received.startswith(b"HTTP/1.1 413"), received[:200]
+    sock, answer = _answered_early(url, "/mcp", None, 5 * 1024 * 1024)
+    assert answer.startswith(b"HTTP/1.1 413") and b"request body too large" in answer, answer[:200]
     return sock
 
 
@@ -291,15 +280,16 @@ async def test_a_client_that_never_stops_sending_after_a_refusal_is_cut_off(tmp_
             assert text(await client.call_tool("d__echo", {"text": "up"})) == "up"
 
 
-def _answered_early(url: str, path: str, token: str) -> socket.socket:
-    """A connection whose POST to ``path`` announced a body, once its answer (given before
-    the body: a 401, a 405) has been read whole; the body not yet sent."""
+def _answered_early(url: str, path: str, token: str | None, length: int = 100000) -> tuple[socket.socket, bytes]:
+    """A connection whose POST to ``path`` announced a body of ``length`` bytes, and its answer
+    (given before the body: a 401, a 405, a 413), read whole; the body not yet sent."""
     parts = urlsplit(url)
     assert parts.hostname is not None and parts.port is not None
     sock = socket.create_connection((parts.hostname, parts.port), timeout=30)
+    authorization = f"Authorization: Bearer {token}\r\n" if token is not None else ""
     sock.sendall(
         f"POST {path} HTTP/1.1\r\nHost: {parts.netloc}\r\nContent-Type: application/json\r\n"
-        f"Authorization: Bearer {token}\r\nContent-Length: 100000\r\n\r\n".encode()
+        f"Accept: application/json, text/event-stream\r\n{authorization}Content-Length: {length}\r\n\r\n".encode()
     )
     received = b""
     while b"\r\n\r\n" not in received:
@@ -307,10 +297,12 @@ def _answered_early(url: str, path: str, token: str) -> socket.socket:
         assert chunk, received
         received += chunk
     head, _, body = received.partition(b"\r\n\r\n")
-    length = next(int(line[15:]) for line in head.lower().split(b"\r\n") if line.startswith(b"content-length:"))
-    while len(body) < length:
-        body += sock.recv(65536)
-    return sock
+    size = next(int(line[15:]) for line in head.lower().split(b"\r\n") if line.startswith(b"content-length:"))
+    while len(body) < size:
+        chunk = sock.recv(65536)
+        assert chunk, received + body
+        body += chunk
+    return sock, received[: len(head) + 4] + body
 
 
 @pytest.mark.parametrize("parser", ["httptools", "h11"])
@@ -325,7 +317,8 @@ def test_a_body_trickled_after_an_early_answer_cannot_hold_the_connection(tmp_pa
     env = {"PREFIXGATE_HTTP_PARSER": parser, "PREFIXGATE_HTTP_LINGER": "0.5"}
     with http_gateway(config, "--token-file", str(tmp_path / "tokens"), env=env) as (url, _):
         for path, token in (("/mcp", "wrong-token"), ("/healthz", "right-token")):
-            with _answered_early(url, path, token) as sock:
+            sock, _ = _answered_early(url, path, token)
+            with sock:
                 ended = False
                 for _ in range(150):  # (30 s of a byte every 0.2 s: uvicorn's keep-alive timer is 5 s)
                     try:
