@@ -10,7 +10,7 @@ from typing import Any
 
 from catalog.budget import DecisionError
 from catalog.history import summary
-from catalog.lock import LockError
+from catalog.lock import Lock, LockError
 from catalog.model import CatalogWarning, Entry
 from catalog.policy import matches, unmatched
 from catalog.text import escape, json_text, plural, printable
@@ -217,12 +217,18 @@ def render_text(report: dict[str, Any], config: Config) -> str:
 
 
 def full_report(
-    config: Config, downstreams: Sequence[Downstream], epoch: Epoch, lock: Path | None, surface: Surface | None = None
+    config: Config,
+    downstreams: Sequence[Downstream],
+    epoch: Epoch,
+    lock: Path | None,
+    locked: Lock | None,
+    surface: Surface | None = None,
 ) -> dict[str, Any]:
     """``catalog --json``'s object for ``config``'s profile: the catalog, what else its servers
     serve (resources, templates, prompts, as its clients see them: ``surface``, the one its hub
-    published, else built here), and its lock (``lock``: the lock file in force, if any). One
-    path for ``--profile NAME`` and ``profiles.NAME``."""
+    published, else built here), and its lock (``lock``: the lock file in force, if any;
+    ``locked``: what it holds, whose recorded fingerprint doctor compares). One path for
+    ``--profile NAME`` and ``profiles.NAME``."""
     report = catalog_report(config, downstreams, epoch)
     if surface is None:
         surface = build_surface(downstreams, config.client.names, config.gateway.separator)
@@ -234,6 +240,8 @@ def full_report(
     ]
     if lock is not None:
         report["lock"] = {"path": str(lock), "pending": [p.to_json() for p in epoch.pending]}
+        if locked is not None:
+            report["lock"]["fingerprint"] = locked.fingerprint
     return report
 
 
@@ -249,9 +257,7 @@ def profile_reports(config: Config, downstreams: Sequence[Downstream], checks: C
             seen = [d for d in downstreams if d.config.id in ids]
             path = lock_path(view)
             lock = read_lock(path) if path is not None else None
-            reports[name] = full_report(view, seen, epoch_of(view, seen, checks, lock), path)
-            if lock is not None:  # (what it recorded as published: doctor flags a stale one)
-                reports[name]["lock"]["fingerprint"] = lock.fingerprint
+            reports[name] = full_report(view, seen, epoch_of(view, seen, checks, lock), path, lock)
         except (ConfigError, DecisionError, LockError) as exc:
             reports[name] = {"profile": name, "error": str(exc)}
     return reports
@@ -292,7 +298,7 @@ async def run(config: Config, as_json: bool) -> int:
     """Discover, print the catalog, and exit 1 when a ``required`` server failed."""
     async with running(config) as hub:
         epoch = await discover(config, hub)
-        report = full_report(config, hub.downstreams, epoch, hub.lock.path, hub.surface)
+        report = full_report(config, hub.downstreams, epoch, hub.lock.path, hub.lock.current, hub.surface)
         if config.profile is None:  # the default profile's run shows every profile's view too
             report["profiles"] = profile_reports(config, hub.downstreams, hub.checks)
         downstreams = hub.downstreams
