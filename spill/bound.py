@@ -40,7 +40,8 @@ boundaries. If the whole preview source fits, it is shown whole, without the omi
 
   Otherwise one artifact, the canonical JSON of the whole result, binary data included. Each
   artifact is retained on its own (either line may say ``... not retained: <reason>``).
-  So nothing the model lost is lost.
+  So nothing the model lost is lost; a text the preview shows whole is not saved at all
+  (only the structured part was too big), and the structured line comes first.
 - *Preview source*: that same joined text; otherwise each block rendered on its own line(s):
   text verbatim, image/audio/blob as ``[image: image/png, N bytes of base64]``, an embedded
   text resource as a ``[resource: URI (MIME)]`` line plus its text, a resource link as a line,
@@ -562,27 +563,33 @@ def bound_result(
         and left_out is None
         and sum(_block_extras(b) for b in blocks) <= _RESERVE
     )
-    parts: list[_Part] = []
+    fixed = _WRAPPER + (_STRUCTURED_KEY + structured_size if keep and structured_size is not None else 0)
+    fixed += json_size(others) - 1 if others else 0  # each: a comma, "key", a colon, the value
+
+    def budget_beside(parts: Sequence[_Part]) -> tuple[str, int]:
+        """The trailer naming ``parts``, and the escaped bytes left for the preview beside it."""
+        trailer = _trailer(visible, max_visible_bytes, parts, dropped, forced_error, left_out)
+        return trailer, max_visible_bytes - reserve - fixed - _escaped_len("\n" + trailer)
+
     if text_blocks:
         # What the model was reading, line-addressable; a dropped structured part is its own artifact.
         full = _joined(utf8(b["text"]) for b in blocks)  # type: ignore[index]
         source = full
-        if dropped is not None:
-            parts.append(_keep("text", full, store, max_artifact_bytes))
+        if dropped is None:
+            parts = [_keep("full output", full, store, max_artifact_bytes, "text")]
         else:
-            parts.append(_keep("full output", full, store, max_artifact_bytes, "text"))
-        if dropped is not None:
-            parts.append(_keep_structured(structured, dropped, store, max_artifact_bytes))
+            parts = [_keep_structured(structured, dropped, store, max_artifact_bytes)]
+            # A text the preview shows whole is not saved as well: only the structured part was too big.
+            left = budget_beside(parts)[1]
+            if sum(len(c) for c in full) > left or _escaped_len(b"".join(full).decode()) > left:
+                parts.insert(0, _keep("text", full, store, max_artifact_bytes))
     else:
         full = [canonical_json(result)]
         source = _preview_source(blocks, structured, dropped is not None)
-        parts.append(_keep("full output", full, store, max_artifact_bytes, "JSON"))
+        parts = [_keep("full output", full, store, max_artifact_bytes, "JSON")]
     del full
 
-    trailer = _trailer(visible, max_visible_bytes, parts, dropped, forced_error, left_out)
-    fixed = _WRAPPER + (_STRUCTURED_KEY + structured_size if keep and structured_size is not None else 0)
-    fixed += json_size(others) - 1 if others else 0  # each: a comma, "key", a colon, the value
-    budget = max_visible_bytes - reserve - fixed - _escaped_len("\n" + trailer)
+    trailer, budget = budget_beside(parts)
     preview = _preview(source, sum(len(c) for c in source), budget)
     text = f"{preview}\n{trailer}" if preview else trailer
 

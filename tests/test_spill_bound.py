@@ -205,10 +205,16 @@ def test_property_mixed_results(
         assert out["structuredContent"] == structured
     all_text = all(b["type"] == "text" for b in blocks)
     expected = "\n".join(b["text"] for b in blocks).encode() if all_text else canonical_json(r)
-    assert artifact_of(text, store) == expected
     if all_text and structured is not None and not kept:  # the structured part is its own artifact
-        assert json.loads(structured_artifact(text, store)) == structured
+        trailer = text.rsplit("\n[prefixgate] ", 1)[1]
+        if re.search(r"^text \(\d+ bytes\)", trailer, re.M):
+            assert artifact_of(text, store) == expected
+            assert json.loads(structured_artifact(text, store)) == structured
+        else:  # the text shown whole is not saved as well
+            assert text.startswith(expected.decode() + "\n[prefixgate] ")
+            assert json.loads(artifact_of(text, store)) == structured
     else:
+        assert artifact_of(text, store) == expected
         assert STRUCTURED_ID.search(text) is None
     assert out.get("isError", False) is (schema and not kept)
 
@@ -444,6 +450,17 @@ def test_structured_line_explains_reading_when_the_text_was_not_retained(store: 
         text,
     )
     assert m and json.loads(store.read(m.group(1), 0, 1 << 30)) == r["structuredContent"]
+
+
+def test_a_text_shown_whole_beside_a_dropped_structured_part_is_not_saved_again(store: ArtifactStore) -> None:
+    r = text_result("Done: 2000 rows.", structuredContent=BIG)  # only the structured part is over the bound
+    text = only_text(bound_result(r, store=store, output_schema=SCHEMA))
+    assert text.startswith("Done: 2000 rows.\n[prefixgate] result of ")
+    assert "omitted" not in text and "\ntext (" not in text
+    first_line = r"^structuredContent \(\d+ bytes of JSON\) saved as artifact (\S+); read it with artifact_read"
+    m = re.search(first_line, text, re.M)
+    assert m and json.loads(store.read(m.group(1), 0, 1 << 30)) == BIG
+    assert len(list_artifacts(store.root)) == 1
 
 
 def test_text_artifact_is_line_addressable_and_structured_part_readable(store: ArtifactStore) -> None:
