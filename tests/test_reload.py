@@ -86,15 +86,10 @@ async def names(client: Any) -> list[str]:
 
 
 @contextlib.contextmanager
-def http_serving(config: Path, *extra: str) -> Iterator[tuple[str, int, Path]]:
+def http_serving(config: Path, *extra: str, env: dict[str, str] | None = None) -> Iterator[tuple[str, int, Path]]:
     log = config.parent / f"http-{os.urandom(3).hex()}.log"
-    with (
-        log.open("w") as errlog,
-        url_process([*GATEWAY, "serve", "--config", str(config), "--http", "127.0.0.1:0", *extra], stderr=errlog) as (
-            url,
-            proc,
-        ),
-    ):
+    command = [*GATEWAY, "serve", "--config", str(config), "--http", "127.0.0.1:0", *extra]
+    with log.open("w") as errlog, url_process(command, env=env, stderr=errlog) as (url, proc):
         yield url, proc.pid, log
 
 
@@ -542,6 +537,55 @@ async def test_a_token_taken_away_ends_its_open_streams(tmp_path: Path, mode: st
                 async for _ in held["alice"]:
                     pass
             assert alices.cancelled_caught
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("change", ["revoked", "profiles"])
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_token_taken_away_stops_its_calls_and_their_servers_are_told(
+    tmp_path: Path, mode: str, change: str
+) -> None:
+    """A token revoked, or limited to another profile, ended its sessions and listen streams,
+    but a 2026-07-28 call already running ran to its end on its server, and its answer was
+    delivered; a call waiting its turn among the principal's places was served when its turn
+    came. Each stops now: the running call is cancelled (its server told), the waiting one
+    never reaches a server, and both are answered with the refusal. Another token's call runs on."""
+    tokens = tmp_path / "tokens"
+    tokens.write_text("token-of-alice\ntoken-of-bob\n")
+    config = write_config(tmp_path, {"d": demo("--tools", 1, "--name", "d")}, profiles={"review": {}})
+    env = {"PREFIXGATE_HTTP_REQUESTS_PER_PRINCIPAL": "1"}  # (Bob's second call waits for his first)
+    with http_serving(config, "--token-file", str(tokens), "--log-level", "debug", env=env) as (url, pid, log):
+        bearer = {who: {"Authorization": f"Bearer token-of-{who}"} for who in ("alice", "bob")}
+        async with (
+            sdk_client(url, mode, headers=bearer["bob"]) as bob,
+            sdk_client(url, mode, headers=bearer["alice"]) as alice,
+        ):
+            outcomes: dict[str, str] = {}
+            started = anyio.Event()
+
+            async def progressed(progress: float, total: float | None, message: str | None) -> None:
+                started.set()
+
+            async def call(name: str, client: Any, seconds: float, **options: Any) -> None:
+                try:
+                    result = await client.call_tool("d__slow", {"seconds": seconds, "steps": 600}, **options)
+                    outcomes[name] = text(result)
+                except MCPError as exc:
+                    outcomes[name] = exc.error.message
+
+            with anyio.fail_after(120):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(functools.partial(call, "running", bob, 600, progress_callback=progressed))
+                    await started.wait()  # (on its server: it reports progress)
+                    tg.start_soon(call, "waiting", bob, 0.1)
+                    tg.start_soon(call, "alice's", alice, 6)
+                    await wait_for(lambda: "requests being answered: the next waits its turn" in log.read_text())
+                    kept = "token-of-bob profiles=review\n" if change == "profiles" else ""
+                    tokens.write_text("token-of-alice\n" + kept)
+        refused = "prefixgate: this token may no longer use this endpoint"
+        assert outcomes == {"running": refused, "waiting": refused, "alice's": "slept 6 s"}
+        await wait_for(lambda: "[d] slow cancelled after step" in log.read_text())
+        assert log.read_text().count("slow cancelled") == 1  # (the waiting call reached no server)
 
 
 @pytest.mark.anyio

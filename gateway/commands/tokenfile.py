@@ -5,8 +5,9 @@ every handshake-era session): the file is read again on each reload, a SIGHUP or
 config, and when it changes itself (``[gateway] reload = "watch"``, the default, as the
 config file is watched). A file that does not parse (a duplicate token, an unknown profile,
 nothing left in it) is one log line, and the tokens in use keep serving, as a bad config
-keeps the running one. A token taken out is refused (401) from its next request on; its
-principal's state stays (a token given back finds it). Tokens are never logged: a change is
+keeps the running one. A token taken out is refused (401) from its next request on, and
+what it has running stops (gateway/upstream/http.py ``Front.set_tokens``); its principal's
+state stays (a token given back finds it). Tokens are never logged: a change is
 counted, and named by principal (a hash).
 """
 

@@ -53,7 +53,7 @@ from gateway.engine.shares import Shares
 from gateway.jsontext import parsed_aside, scrub_escapes
 from gateway.sdk import envelope_refused_in_one_line, handled_post, lifespan_state
 from gateway.upstream.coalesce import coalescing_protocol, send_whole
-from gateway.upstream.departures import Departure
+from gateway.upstream.departures import Answer, Departure, Running, refuse
 from gateway.upstream.events import RETRY_MS, SESSION_HEADER, BoundedEventStore, marked
 from gateway.upstream.heads import parser_name
 from gateway.upstream.health import PATHS as HEALTH_PATHS
@@ -280,6 +280,8 @@ class Front:
             self.routes[path] = self.routes[path + "/"] = endpoint
         self.readiness = readiness
         self.expected: dict[bytes, tuple[bytes, str]] = {}
+        self.running = Running()
+        """Each principal's POSTs being answered, which a token taken away stops."""
         self.set_tokens(tokens)
         self.timeout = timeout
         self.max_size = max_size
@@ -287,8 +289,9 @@ class Front:
     def set_tokens(self, tokens: Sequence[BearerToken]) -> None:
         """The tokens in force, from the next request on (at start, and when the token file
         is read again: gateway/commands/tokenfile.py). A principal whose token is gone, or may
-        no longer use a profile, is refused there, and its handshake-era sessions and listen
-        streams there end (``_end_the_refused``); its state stays in the store (``_put_in_force``)."""
+        no longer use a profile, is refused there, its handshake-era sessions and listen
+        streams there end (``_end_the_refused``), and its POSTs being answered or waiting their
+        turn there stop (``Running``); its state stays in the store (``_put_in_force``)."""
         endpoints = list({id(e): e for e in self.routes.values()}.values())
         before = [self._admitted(endpoint) for endpoint in endpoints]
         self._told_barred: set[tuple[str, str]] = set()
@@ -308,7 +311,10 @@ class Front:
         self.users = {principal: _user(principal) for _, principal in self.expected.values()}
         """What the SDK's session manager binds a session to: the principal that created it."""
         for endpoint, admitted in zip(endpoints, before, strict=True):
-            _end_the_refused(endpoint, admitted - self._admitted(endpoint))
+            refused = admitted - self._admitted(endpoint)
+            _end_the_refused(endpoint, refused)
+            if stopped := self.running.stop(id(endpoint), refused, self._refusal):
+                log.info("%s stopped: their tokens may no longer use them", plural(stopped, "HTTP request"))
 
     def admits(self, endpoint: Endpoint, principal: object) -> bool:
         """Whether ``principal``'s token may use ``endpoint`` now (any client may without tokens)."""
@@ -387,6 +393,21 @@ class Front:
         counted = scope["method"] == "POST" and not await _opens_a_stream(body)
         if counted:
             self.in_flight += 1
+        try:
+            if counted and self.expected:
+                await self._revocable(endpoint, scope, body, headers, receive, send)
+            else:
+                await self._answer(endpoint, scope, body, headers, receive, send, counted)
+        finally:
+            if counted:
+                self.in_flight -= 1
+                if not self.in_flight and self._quiet is not None:
+                    self._quiet.set()
+
+    async def _answer(
+        self, endpoint: Endpoint, scope: Scope, body: bytes, headers: Any, receive: Receive, send: Send, counted: bool
+    ) -> None:
+        """Serve the request, a POST (``counted``) once it has one of its principal's places."""
         place: tuple[str, object] | bool = False
         try:
             if counted:
@@ -397,10 +418,31 @@ class Front:
         finally:
             if isinstance(place, tuple):
                 self.shares.give(*place)
-            if counted:
-                self.in_flight -= 1
-                if not self.in_flight and self._quiet is not None:
-                    self._quiet.set()
+
+    async def _revocable(
+        self, endpoint: Endpoint, scope: Scope, body: bytes, headers: Any, receive: Receive, send: Send
+    ) -> None:
+        """A POST answered (or waiting its turn) for as long as its token may use the endpoint:
+        a token taken away meanwhile (``set_tokens``) stops it, its server told as when its
+        client goes, and its client answered with a JSON-RPC error (``departures.refuse``).
+        Listen streams and handshake-era sessions end there too (``_end_the_refused``)."""
+        principal = scope[PRINCIPAL]
+        answer = Answer(send)
+        if not self.admits(endpoint, principal):  # (taken away while its body came)
+            await refuse(answer, self._refusal(principal), body)
+            return
+        with self.running.held(principal, id(endpoint)) as task:
+            try:
+                await self._answer(endpoint, scope, body, headers, receive, answer.send, True)
+            except asyncio.CancelledError:
+                if (status := self.running.caught(task)) is None:
+                    raise
+                await refuse(answer, status, body)
+
+    def _refusal(self, principal: str) -> int:
+        """The status a principal's next request at an endpoint it may not use gets: 401 for a
+        token gone, 403 for one that may not use that profile."""
+        return 403 if principal in self.users else 401
 
     async def _place(self, scope: Scope, body: bytes, receive: Receive) -> tuple[str, object] | bool:
         """One of the request's principal's places (``REQUESTS_PER_PRINCIPAL``); True for a
