@@ -323,32 +323,53 @@ def session_transport(manager: StreamableHTTPSessionManager, session_id: str, us
 
 class PrincipalSessions(StreamableHTTPSessionManager):
     """The SDK's session manager, with at most ``per_principal`` handshake-era sessions per
-    principal: opening one more first closes that principal's least recently used idle
-    session (as its idle timeout would, so its id answers 404 and its client opens a new
-    one). A client that initializes again and again without ending its sessions costs its
-    own principal's oldest idle sessions, never memory without bound nor, through the SDK's
+    principal: opening one more closes that principal's least recently used idle session
+    (as its idle timeout would, so its id answers 404 and its client opens a new one). A
+    client that initializes again and again without ending its sessions costs its own
+    principal's oldest idle sessions, never memory without bound nor, through the SDK's
     own limit for all principals together, another principal's new sessions.
 
-    A session with a request in flight (an open GET stream among them) is never closed so:
-    a principal with that many sessions all busy may have more, each held by a request of
-    its own. mcp 2.3.0 admits a session in ``_admit_session``, under its creation lock."""
+    Only a session opened costs one: the SDK admits a session for every request without a
+    session id (a HEAD, a GET, a ``ping``, which it then refuses and discards), so the room is
+    made once the opening request has been answered and its session kept. A session with a
+    request in flight (an open GET stream among them) is never closed so: a principal with
+    that many sessions all busy may have more, each held by a request of its own. mcp 2.3.0
+    serves an opening request in ``_serve_opening_request``, which discards the session
+    unless it was established."""
 
     def __init__(self, *args: Any, per_principal: int, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.per_principal = per_principal
+        self._opening: set[str] = set()
+        """Sessions whose opening request is being served: not open yet, so neither counted nor closed."""
 
-    def _admit_session(self, requestor: Any) -> Any:
+    async def _serve_opening_request(self, http_transport: Any, scope: Any, receive: Any, send: Any) -> None:
+        opened = http_transport.mcp_session_id
+        self._opening.add(opened)
+        try:
+            await super()._serve_opening_request(http_transport, scope, receive, send)
+        finally:
+            self._opening.discard(opened)
+        if self._server_instances.get(opened) is http_transport:  # noqa: SLF001 - kept: established
+            self._make_room(self._session_owners.get(opened), opened)  # noqa: SLF001
+
+    def _make_room(self, requestor: Any, opened: str) -> None:
+        """Close ``requestor``'s least recently used idle sessions (never ``opened``, its newest)
+        while it holds more than ``per_principal`` open."""
         mine = [
             (sid, t)
             for sid, t in self._server_instances.items()  # noqa: SLF001
-            if self._session_owners.get(sid) == requestor  # noqa: SLF001
+            if self._session_owners.get(sid) == requestor and sid not in self._opening  # noqa: SLF001
         ]
         idle = sorted(
             (scope.deadline, sid, scope)
             for sid, t in mine
-            if (scope := t.idle_scope) is not None and not scope.cancel_called and not t._requests_in_flight  # noqa: SLF001
+            if sid != opened
+            and (scope := t.idle_scope) is not None
+            and not scope.cancel_called
+            and not t._requests_in_flight  # noqa: SLF001
         )
-        for _, sid, scope in idle[: max(0, len(mine) - self.per_principal + 1)]:
+        for _, sid, scope in idle[: max(0, len(mine) - self.per_principal)]:
             del self._server_instances[sid]  # noqa: SLF001 - its id answers 404 from now on
             self._session_owners.pop(sid, None)  # noqa: SLF001
             scope.cancel()  # its serve loop ends as at its idle timeout, which terminates it
@@ -357,7 +378,6 @@ class PrincipalSessions(StreamableHTTPSessionManager):
                 sid[:8],
                 self.per_principal,
             )
-        return super()._admit_session(requestor)
 
     def end_sessions_of(self, principals: Collection[str]) -> int:
         """End every session ``principals`` opened (their token was taken out of the token file,

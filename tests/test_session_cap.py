@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx2
 import pytest
 
@@ -57,6 +58,43 @@ async def test_opening_one_too_many_closes_the_least_recently_used_idle_session(
             kept = [s for s in [*first, fourth, *more] if await _status(http, url, ACCEPT, s) == 200]
             assert kept == more[-3:]
     assert "closed: its principal opened more than 3" in stderr.read_text()
+
+
+@pytest.mark.parametrize("method", ["HEAD", "PUT", "OPTIONS", "GET", "DELETE", "POST"])
+async def test_a_request_that_opens_no_session_closes_none(tmp_path: Path, method: str) -> None:
+    """The SDK admits a session for every request without a session id, and admission made
+    room first: a HEAD, a PUT, a GET or a POSTed ``ping`` without one (refused 405 or 400, no
+    session opened) closed the principal's least recently used idle session at its limit.
+    Only a session opened costs one now."""
+    config = write_config(tmp_path, {"d": demo("--tools", 1)})
+    with http_gateway(config, env=LIMIT) as (url, _):
+        async with httpx2.AsyncClient(timeout=30) as http:
+            held = [await _open(http, url, ACCEPT) for _ in range(3)]
+            ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+            for _ in range(2):
+                refused = await http.request(method, url, headers=ACCEPT, json=ping if method == "POST" else None)
+                assert refused.status_code in (400, 405), refused.text[:300]
+            assert [await _status(http, url, ACCEPT, s) for s in held] == [200, 200, 200]
+
+
+async def test_sessions_opened_at_once_at_the_limit_each_open(tmp_path: Path) -> None:
+    """Opening requests served at once: one's room-making closed another still opening (idle,
+    nothing in flight yet), whose ``initialize`` was then answered 404. A session still
+    opening is neither counted nor closed; once they are open the principal holds three."""
+    config = write_config(tmp_path, {"d": demo("--tools", 1)})
+    with http_gateway(config, env=LIMIT) as (url, _):
+        async with httpx2.AsyncClient(timeout=30) as http:
+            opened: list[str] = []
+
+            async def open_one() -> None:
+                opened.append(await _open(http, url, ACCEPT))
+
+            for _ in range(4):
+                async with anyio.create_task_group() as tg:
+                    for _ in range(8):
+                        tg.start_soon(open_one)
+            assert len(opened) == 32
+            assert sorted([await _status(http, url, ACCEPT, s) for s in opened]).count(200) == 3
 
 
 async def test_a_session_with_a_request_in_flight_is_not_closed(tmp_path: Path) -> None:
