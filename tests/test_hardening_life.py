@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import select
 import signal
 import socket
@@ -331,6 +332,54 @@ def test_a_body_trickled_after_an_early_answer_cannot_hold_the_connection(tmp_pa
                     if ended:
                         break
                 assert ended, f"a body trickled after the answer to POST {path} held its connection for 30 s"
+
+
+@pytest.mark.parametrize("parser", ["httptools", "h11"])
+def test_a_403_or_404_keeps_its_connection_when_the_request_was_read_whole(tmp_path: Path, parser: str) -> None:
+    """A 403 (a token that may not use the profile, or read ``/metrics``) or a 404 said
+    ``connection: close``: a keep-alive client's next request, and any pipelined behind it,
+    was dropped, where a server answering directly keeps the connection. Now each is
+    answered, once its body is read whole, in turn on the one connection, a body sent a
+    moment after its head too (answered before it, the connection had to close, the body
+    unread)."""
+    (tmp_path / "tokens").write_text("right-token\nreview-token profiles=review\n", encoding="utf-8")
+    config = write_config(tmp_path, {"d": demo("--tools", 1)}, profiles={"review": {}})
+    with http_gateway(config, "--token-file", str(tmp_path / "tokens"), env={"PREFIXGATE_HTTP_PARSER": parser}) as (
+        url,
+        _,
+    ):
+        parts = urlsplit(url)
+        assert parts.hostname is not None and parts.port is not None
+        ping = b'{"jsonrpc":"2.0","id":1,"method":"ping"}'
+
+        def request(method: str, path: str, token: str, body: bytes = b"", last: bool = False) -> bytes:
+            return (
+                f"{method} {path} HTTP/1.1\r\nHost: {parts.netloc}\r\nAuthorization: Bearer {token}\r\n"
+                f"Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"
+                f"Content-Length: {len(body)}\r\n{'Connection: close' if last else 'X-Keep: 1'}\r\n\r\n"
+            ).encode() + body
+
+        pipelined = [
+            request("GET", "/nope", "right-token"),
+            request("POST", "/mcp", "review-token", ping),
+            request("GET", "/metrics", "review-token"),
+            request("POST", "/mcp/other", "right-token", ping),
+            request("GET", "/healthz", "right-token", last=True),
+        ]
+        with socket.create_connection((parts.hostname, parts.port), timeout=30) as sock:
+            sock.sendall(pipelined[0])  # (one first, answered; then the rest pipelined behind one another)
+            answer = b""
+            while b"Not Found" not in answer:
+                chunk = sock.recv(65536)
+                assert chunk, answer
+                answer += chunk
+            split = request("POST", "/mcp", "review-token", ping)  # (its body after its head, a moment later)
+            sock.sendall(split[: -len(ping)])
+            time.sleep(0.5)
+            sock.sendall(ping + b"".join(pipelined[1:]))
+            while chunk := sock.recv(65536):
+                answer += chunk
+        assert re.findall(rb"HTTP/1\.1 (\d+) ", answer) == [b"404", b"403", b"403", b"403", b"404", b"200"], answer
 
 
 @pytest.mark.parametrize("parser", ["httptools", "h11"])

@@ -219,8 +219,12 @@ def _in_origin_form(scope: Scope) -> None:
         scope["raw_path"] = urlsplit(scope.get("raw_path") or b"").path or b"/"
 
 
-async def _plain(send: Send, status: int, text: str) -> None:
-    headers = [(b"content-type", b"text/plain; charset=utf-8"), (b"connection", b"close")]
+async def _plain(send: Send, status: int, text: str, *, close: bool = True) -> None:
+    """A plain-text answer; ``close``: the connection with it (a body refused or late; a 403
+    or 404 given once the body is read keeps it: ``Front._refused``)."""
+    headers = [(b"content-type", b"text/plain; charset=utf-8")]
+    if close:
+        headers.append((b"connection", b"close"))
     await send_whole(send, status, headers, text.encode())
 
 
@@ -374,17 +378,18 @@ class Front:
                         served,
                         endpoint.barred[principal],
                     )
-                await _plain(send, 403, f"this token may not use profile {served}")
+                await self._refused(headers, receive, send, 403, f"this token may not use profile {served}")
                 return
             scope["user"] = self.users[principal]  # another principal's Mcp-Session-Id: 404, as if unknown
         if scope["path"] == METRICS_PATH and self.metrics is not None and scope["method"] in ("GET", "HEAD"):
             if scope.get(PRINCIPAL) in self.partial:
-                await _plain(send, 403, "this token may not read /metrics: it may not use every profile served")
+                why = "this token may not read /metrics: it may not use every profile served"
+                await self._refused(headers, receive, send, 403, why)
                 return
             await self._metrics(scope, send)
             return
         if endpoint is None:
-            await _plain(send, 404, "Not Found")
+            await self._refused(headers, receive, send, 404, "Not Found")
             return
         body = await self._body(headers, receive, send)
         if body is None:
@@ -557,6 +562,16 @@ class Front:
             (status, body), extra = await health_answer(scope["path"], readiness.ready), []
         headers = [(b"content-type", b"text/plain; charset=utf-8"), (b"cache-control", b"no-store"), *extra]
         await send_whole(send, status, headers, body, head=method == "HEAD")
+
+    async def _refused(self, headers: Any, receive: Receive, send: Send, status: int, text: str) -> None:
+        """A 403 or 404, once the request's body is read whole (within the body's deadline and
+        size limit: 408 or 413 otherwise), on a connection kept alive, as a server answering
+        directly keeps it: a keep-alive client's next request, or one pipelined behind it, is
+        answered. Answered before the body, the connection had to close (the body unread is
+        no next request: gateway/upstream/heads.py), and a client that sent its next request
+        on it before it saw the close lost that one."""
+        if await self._body(headers, receive, send) is not None:
+            await _plain(send, status, text, close=False)
 
     async def _body(self, headers: Any, receive: Receive, send: Send) -> bytes | None:
         """The whole body, or None when it was refused (408, 413) and answered here, or when
