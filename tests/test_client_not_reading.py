@@ -79,10 +79,10 @@ class RawClient:
 
 
 @contextmanager
-def flooding(url: str, token: str, era: str) -> Iterator[RawClient]:
+def flooding(url: str, token: str, era: str, flood: dict[str, int] = FLOOD) -> Iterator[RawClient]:
     """A client of ``era`` that calls ``rogue__flood_logs`` and never reads the answer."""
     raw = RawClient(url, token)
-    call: dict[str, Any] = {"name": "rogue__flood_logs", "arguments": FLOOD}
+    call: dict[str, Any] = {"name": "rogue__flood_logs", "arguments": flood}
     try:
         if era == "legacy":
             version = {"MCP-Protocol-Version": "2025-11-25"}
@@ -123,3 +123,57 @@ async def test_a_client_that_stops_reading_holds_up_no_one_else(tmp_path: Path, 
                     await wait_for(listed)
                     assert text(await client.call_tool("rogue__ok", {})) == "ok"
                     assert "is not reading: its notifications are dropped" in log.read_text()
+
+
+def _drained(sock: socket.socket, pause: float = 0.0) -> bytes:
+    """What ``sock`` is sent until its connection ends (a reset counts as an end), read 16 KiB at
+    a time, ``pause`` seconds apart; an answer complete on a connection kept alive ends it too."""
+    import time
+
+    sock.settimeout(60)
+    data = b""
+    while not data.endswith(b"\r\n0\r\n\r\n"):  # (a chunked answer's end: the event stream's last event sent)
+        try:
+            chunk = sock.recv(16384)
+        except ConnectionResetError:
+            break
+        if not chunk:
+            break
+        data += chunk
+        time.sleep(pause)
+    return data
+
+
+WRITE_TIMEOUT = {"PREFIXGATE_HTTP_WRITE_TIMEOUT": "3"}
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_a_client_that_reads_nothing_of_its_answer_is_cut(tmp_path: Path, era: str) -> None:
+    """A client that stops reading its answer (its receive window full) held the task writing
+    it, and its connection, for ever, waiting in uvicorn's drain (as uvicorn does serving the
+    SDK directly). Past the write timeout with nothing taken, its connection is cut: the call's
+    stream never ends with the answer it would have read."""
+    config = write_config(tmp_path, {"rogue": rogue()})
+    with tokens_file(tmp_path, "token-of-alice") as tokens:
+        with http_gateway(config, "--token-file", str(tokens), env=WRITE_TIMEOUT) as (url, log):
+            with flooding(url, "token-of-alice", era) as alice:
+                await wait_for(lambda: "flooded: sent 1000 log notifications" in log.read_text())
+                await wait_for(lambda: "a client read nothing of its answer for 3 s: connection cut" in log.read_text())
+                assert b"sent 1000 log notifications" not in _drained(alice.sockets[-1])
+            async with sdk_client(url, era, headers={"Authorization": "Bearer token-of-alice"}) as client:
+                assert text(await client.call_tool("rogue__ok", {})) == "ok"  # (the client's next connection is served)
+    assert "0 requests in flight may finish" in log.read_text()  # (at the stop: the cut call's task ended)
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_a_slow_client_that_reads_is_not_cut(tmp_path: Path, era: str) -> None:
+    """A client reading its answer slowly, a little at a time, is never cut: the write timeout
+    counts from the last byte its connection took, not from the start of the answer."""
+    flood = {"n": 200, "size": 8 << 10}  # (1.6 MB, read 16 KiB every 0.05 s: well past the 3 s)
+    config = write_config(tmp_path, {"rogue": rogue()})
+    with tokens_file(tmp_path, "token-of-alice") as tokens:
+        with http_gateway(config, "--token-file", str(tokens), env=WRITE_TIMEOUT) as (url, log):
+            with flooding(url, "token-of-alice", era, flood) as alice:
+                answer = _drained(alice.sockets[-1], pause=0.05)
+            assert b"sent 200 log notifications" in answer
+            assert "connection cut" not in log.read_text()

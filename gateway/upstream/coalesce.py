@@ -15,12 +15,16 @@ end would be a segment of its own.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from typing import Any
 
 from starlette.types import Send
 
+from gateway.config import env_number
 from gateway.upstream.linger import linger
+
+log = logging.getLogger("prefixgate.http")
 
 _HEAD = b"HTTP/1.1 "
 """How h11 begins a response head (the only writes held back)."""
@@ -86,11 +90,64 @@ class _Coalescing:
         return getattr(self._inner, name)
 
 
+WRITE_TIMEOUT = env_number("PREFIXGATE_HTTP_WRITE_TIMEOUT", 60.0)
+"""Seconds a connection's answer may wait, its client reading none of it, before the connection
+is cut: nginx's ``send_timeout`` (the environment variable exists for tests)."""
+
+
+class StalledWrites:
+    """On a uvicorn HTTP/1.1 protocol: a connection whose client stops reading is cut once
+    ``WRITE_TIMEOUT`` seconds pass with nothing of its answer taken.
+
+    Its answer, or its event stream, fills the socket's buffers and the transport's, and the
+    task writing it (a call, a session's stream, a client's queue of notices) waited in
+    uvicorn's ``drain`` for ever, holding its connection and whatever it had not sent. Only a
+    client reading nothing at all is cut: the wait is measured from the last byte the
+    transport could hand on, so a slow reader, which takes some every so often, is never
+    cut; its calls see their client gone (cancelled, their servers told, as when it closes)."""
+
+    transport: Any
+    _stall: asyncio.TimerHandle | None = None
+
+    def pause_writing(self) -> None:
+        super().pause_writing()  # type: ignore[misc]
+        self._watch(self.transport.get_write_buffer_size())
+
+    def resume_writing(self) -> None:
+        if self._stall is not None:
+            self._stall.cancel()
+            self._stall = None
+        super().resume_writing()  # type: ignore[misc]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._stall is not None:
+            self._stall.cancel()
+            self._stall = None
+        super().connection_lost(exc)  # type: ignore[misc]
+
+    def _watch(self, unsent: int) -> None:
+        if self._stall is not None:
+            self._stall.cancel()
+        self._stall = asyncio.get_running_loop().call_later(WRITE_TIMEOUT, self._stalled, unsent)
+
+    def _stalled(self, unsent: int) -> None:
+        self._stall = None
+        if self.transport.is_closing() and not self.transport.get_write_buffer_size():
+            return
+        now = self.transport.get_write_buffer_size()
+        if now < unsent:  # (its client took some: a slow reader)
+            self._watch(now)
+            return
+        log.info("a client read nothing of its answer for %g s: connection cut", WRITE_TIMEOUT)
+        self.transport.abort()
+
+
 def coalescing_protocol(parser: str) -> type[asyncio.Protocol]:
-    """uvicorn's HTTP protocol class for ``parser`` (``heads.protocol_class``), writing through ``_Coalescing``."""
+    """uvicorn's HTTP protocol class for ``parser`` (``heads.protocol_class``), writing through
+    ``_Coalescing``, a client that reads nothing of its answer cut (``StalledWrites``)."""
     from gateway.upstream.heads import protocol_class
 
-    class Coalescing(protocol_class(parser)):  # type: ignore[misc]
+    class Coalescing(StalledWrites, protocol_class(parser)):  # type: ignore[misc]
         def connection_made(self, transport: asyncio.Transport) -> None:
             super().connection_made(_Coalescing(transport, asyncio.get_running_loop(), self.unread))
 
