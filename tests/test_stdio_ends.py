@@ -9,6 +9,7 @@ once what it is, and hands the terminal back as it found it (blocking).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pty
@@ -113,6 +114,46 @@ def test_one_socket_for_stdin_and_stdout_answers_every_request_read(tmp_path: Pa
     assert got[2]["result"]["content"][0]["text"] == "slept 1 s", (out, log[-2000:])
     assert got[3]["result"]["content"][0]["text"] == "last"
     assert "closed its end of stdout" not in log, log[-2000:]
+
+
+@pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
+@pytest.mark.parametrize("era", ["2025-11-25", "2026-07-28"])
+def test_a_client_that_closes_its_one_socket_stops_the_gateway_at_once(tmp_path: Path, loop: str, era: str) -> None:
+    """stdin and stdout one socket, and the client closes it entirely (not a half-close) while
+    a call runs: nothing can reach it any more, so the gateway stops as when a client closes
+    its end of a pipe: its servers stopped (the call cancelled), exit 0. The close read as the
+    end of input alone, and the gateway waited ``drain_timeout`` (here 600 s) for the call."""
+    config = write_config(tmp_path, {"d": demo("--tools", 1, "--log-calls")}, gateway={"drain_timeout": 600})
+    meta = {PROTOCOL_VERSION_META_KEY: era, CLIENT_CAPABILITIES_META_KEY: {}}
+    slow = call(2, "d__slow", {"seconds": 600, "steps": 1})
+    if era == "2025-11-25":
+        opening = [INIT, INITIALIZED, slow]
+    else:
+        opening = [{**slow, "params": {**slow["params"], "_meta": meta}}]
+    ours, theirs = socket.socketpair()
+    env = {**os.environ, UVLOOP_ENV: "1" if loop == "uvloop" else "0"}
+    with (tmp_path / "stderr.log").open("wb") as err:
+        command = [*GATEWAY, "serve", "--config", str(config)]
+        proc = subprocess.Popen(command, stdin=theirs, stdout=theirs, stderr=err, env=env)
+    theirs.close()
+    try:
+        with ours:
+            ours.sendall(b"".join(json.dumps(line).encode() + b"\n" for line in opening))
+            deadline = time.monotonic() + 60
+            while "call slow" not in (tmp_path / "stderr.log").read_text():  # the call runs
+                assert time.monotonic() < deadline, (tmp_path / "stderr.log").read_text()[-2000:]
+                time.sleep(0.05)
+            ours.setblocking(False)
+            with contextlib.suppress(BlockingIOError):  # read what came (closed unread, it is a reset)
+                while ours.recv(1 << 16):
+                    pass
+        assert proc.wait(timeout=60) == 0
+    finally:
+        proc.kill()
+        proc.wait()
+    log = (tmp_path / "stderr.log").read_text()
+    assert "closed its end of stdout" in log and "slow cancelled" in log, log[-2000:]
+    assert "Traceback" not in log, log[-2000:]
 
 
 @pytest.mark.parametrize("start", ["first", "warm", "warm-without-prelude"])

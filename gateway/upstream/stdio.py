@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import select
 import socket
 import stat
 from collections.abc import AsyncIterator
@@ -230,15 +231,19 @@ class ClientSocket(ClientStdout):
     """stdin and stdout one socket (socat's ``EXEC``, inetd, systemd's ``StandardInput=socket``):
     one transport both ways. The client's end of input is a half-close that leaves the output
     open: a pipe's write transport, watching that socket, took it (and on asyncio's loop any
-    request) for the client closing stdout, and the calls read were never answered. Reading
-    waits for ``attach`` (the reader is made once the writer is)."""
+    request) for the client closing stdout, and the calls read were never answered. A client
+    that closes the socket entirely (a hang-up, not a half-close) is the client closing stdout
+    (``hung_up``). Reading waits for ``attach`` (the reader is made once the writer is)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         super().__init__(loop)
+        self.loop = loop
         self.stdin: ClientStdin | None = None
         self.transport: asyncio.Transport | None = None
         self._early = bytearray()
         self._ended = False
+        self._hangup: Any = None
+        """The ``select.epoll`` that reports the client's hang-up once its input has ended."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
@@ -267,9 +272,43 @@ class ClientSocket(ClientStdout):
         else:
             self.stdin.eof_received()
             self.stdin.connection_lost(None)  # the end of input; the output stays open
+            self._watch_hangup()
         return True
 
+    def _watch_hangup(self) -> None:
+        """Once input has ended, the socket is no longer read: an epoll of its own reports the
+        client closing the socket entirely (EPOLLHUP, which a half-close does not raise on a
+        Unix socket), so that close ends the session at once, as a pipe's closed stdout does,
+        not at the next write or after ``drain_timeout``. (Over TCP a close is a FIN like a
+        half-close: that one is noticed at the next write.) Linux only, as epoll is."""
+        if self._hangup is not None or self.transport is None or not hasattr(select, "epoll"):
+            return
+        sock = self.transport.get_extra_info("socket")
+        if sock is None:
+            return
+        watch = select.epoll()
+        try:
+            watch.register(sock.fileno(), 0)  # EPOLLHUP and EPOLLERR are reported whatever the mask
+            self.loop.add_reader(watch.fileno(), self.hung_up)
+        except (OSError, ValueError):
+            watch.close()
+            return
+        self._hangup = watch
+
+    def _unwatch(self) -> None:
+        if self._hangup is not None:
+            self.loop.remove_reader(self._hangup.fileno())
+            self._hangup.close()
+            self._hangup = None
+
+    def hung_up(self) -> None:
+        """The client closed the socket: nothing reaches it any more (``connection_lost``)."""
+        self._unwatch()
+        if self.transport is not None:
+            self.transport.abort()
+
     def connection_lost(self, exc: Exception | None) -> None:
+        self._unwatch()
         if self.stdin is not None:
             self.stdin.connection_lost(exc)
         super().connection_lost(exc)
