@@ -37,6 +37,8 @@ MAX_QUERY = 500
 EXCERPT_CHARS = 300
 CLOSEST = 5
 _QUERY_ECHO = 100
+_SHORT_ECHO = 20
+"""A page's echo of the query when the long one leaves its first match no room (``_frames``)."""
 _MAX_SCHEMA_DEPTH = 64
 
 _ALNUM = re.compile(r"[^\W_]+")
@@ -387,8 +389,20 @@ def excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:
     return flat[:cut].rstrip() + "…"
 
 
-def _quote(query: str) -> str:
-    return json.dumps(excerpt(query, _QUERY_ECHO), ensure_ascii=False)
+def _quote(query: str, limit: int = _QUERY_ECHO) -> str:
+    return json.dumps(excerpt(query, limit), ensure_ascii=False)
+
+
+def _frames(query: str, extra: str, shorter: Sequence[str]) -> list[tuple[str, str]]:
+    """The text every page of a query holds besides its matches, as (the query's echo, the last
+    line), longest first: with ``extra``, then each of its ``shorter`` forms, the echo whole,
+    shortened, then left out ("the query"). A page takes the first that leaves room for what it must show: at a
+    small ceiling, a long echo (a control character is 7 bytes in the result's JSON) or a long
+    line of servers that are down left no match room, so every page said "Showing 0 ... call
+    tool_search again with offset N" with the same N, and the tool was never shown."""
+    tails = [f"\n{line}" if line else "" for line in (extra, *shorter)]
+    echoes = dict.fromkeys((_quote(query), _quote(query, _SHORT_ECHO), "the query"))
+    return [(echo, tail) for tail in tails for echo in echoes]
 
 
 def _block(position: int, entry: Entry, too_long: str | None = None, described: bool = True) -> str:
@@ -457,6 +471,7 @@ def render(
     *,
     size: Callable[[str], int] = _utf8_size,
     extra: str = "",
+    shorter: Sequence[str] = (),
     long_schemas: Mapping[str, str] | None = None,
     refused: Sequence[str] = (),
 ) -> RenderedSearch:
@@ -471,54 +486,61 @@ def render(
     and how to page. A match whose block no page could hold is shown without its schema,
     saying where to read it (``long_schemas``: name -> that note; else it is named in
     ``too_long``), so that it can be found, activated and called; one whose excerpt no page
-    could hold either, with its schema and no excerpt, else by its name alone. The caller activates
+    could hold either, with its schema and no excerpt, else by its name alone. The fixed text
+    gives way to the page's first match (``_frames``): the query's echo is shortened, then
+    ``extra`` replaced by its ``shorter`` forms (longest first). The caller activates
     ``activated`` ∩ ``shown_names`` only; ``refused`` names shown are said not to be (a tool
     policy or the lock refuses: the model is not told it may call it).
     """
-    q = _quote(result.query)
-    tail = f"\n{extra}" if extra else ""
-    if result.total == 0:
-        if result.closest:
-            text = f"No tools match {q}. Closest names: {', '.join(result.closest)}."
-        else:
-            text = f"No tools match {q}."
-        return RenderedSearch(_bounded(text + tail, max_bytes, size), ())
+    frames = _frames(result.query, extra, shorter)
     if not result.matches:
-        text = (
-            f"No matches at offset {result.offset}: {q} has {result.total} matches "
-            f"(offsets 0-{result.total - 1})."
-        )
-        return RenderedSearch(_bounded(text + tail, max_bytes, size), ())
-    header = f"Tools matching {q}:\n\n"
+        return RenderedSearch(_nothing_shown(result, frames, max_bytes, size), ())
     zero = size("")
 
     def cost(piece: str) -> int:
         return size(piece) - zero
 
+    notes = long_schemas or {}
+
+    def forms(position: int, entry: Entry) -> list[tuple[str, bool]]:
+        """A match's blocks, best first, each with whether it leaves its schema out."""
+        note = notes.get(entry.name) or "not shown"
+        return [
+            (_block(position, entry), False),
+            (_block(position, entry, note), True),
+            (_block(position, entry, described=False), False),
+            (_block(position, entry, note, described=False), True),
+        ]
+
+    first = result.matches[0]
+    first_after = cost(_footer(result, [first.name], activated, max_bytes, refused))
+    fits = (
+        (echo, tail)
+        for block, _ in forms(result.offset + 1, first)
+        for echo, tail in frames
+        if zero + cost(f"Tools matching {echo}:\n\n") + cost(tail) + cost(block) + first_after <= max_bytes
+    )
+    echo, tail = next(fits, frames[-1])
+    header = f"Tools matching {echo}:\n\n"
     frame = zero + cost(header) + cost(tail)  # what every page holds besides its blocks and footer
     blocks: list[str] = []
     used = 0
     shown: list[str] = []
     too_long: list[str] = []
-    notes = long_schemas or {}
     footer = _footer(result, shown, activated, max_bytes, refused)
     for i, entry in enumerate(result.matches):
-        position = result.offset + i + 1
-        block = _block(position, entry)
         after = _footer(result, [*shown, entry.name], activated, max_bytes, refused)
-        if frame + used + cost(block) + cost(after) > max_bytes:
-            if frame + cost(block) + cost(after) <= max_bytes:
+        room = max_bytes - frame - cost(after)
+        candidates = forms(result.offset + i + 1, entry)
+        block, schemaless = candidates[0]
+        if used + cost(block) > room:
+            if cost(block) <= room:
                 break  # the page is full: the next one starts with it
-            note = notes.get(entry.name) or "not shown"
-            block, schemaless = _block(position, entry, note), True
-            if frame + cost(block) + cost(after) > max_bytes:
-                # Not even its excerpt fits a page (a small ceiling, a long description in a script
-                # of 3-byte characters): its schema without it, else its name alone; or no page
-                # would ever show it, and a deferred tool no search shows is never granted.
-                block, schemaless = _block(position, entry, described=False), False
-                if frame + cost(block) + cost(after) > max_bytes:
-                    block, schemaless = _block(position, entry, note, described=False), True
-            if frame + used + cost(block) + cost(after) > max_bytes:
+            # Not even its excerpt fits a page (a small ceiling, a long description in a script
+            # of 3-byte characters): its schema without it, else its name alone; or no page
+            # would ever show it, and a deferred tool no search shows is never granted.
+            block, schemaless = next((c for c in candidates[1:] if cost(c[0]) <= room), candidates[-1])
+            if used + cost(block) > room:
                 break
             if schemaless and entry.name not in notes:
                 too_long.append(entry.name)
@@ -528,6 +550,28 @@ def render(
         footer = after
     text = header + "".join(blocks) + footer + tail
     return RenderedSearch(_bounded(text, max_bytes, size), tuple(shown), tuple(too_long))
+
+
+def _nothing_shown(
+    result: SearchResult, frames: Sequence[tuple[str, str]], max_bytes: int, size: Callable[[str], int]
+) -> str:
+    """A page with no match to show: none matches (the closest names said, whole), or the
+    offset is past the last. The longest text that fits: closest names are left out last."""
+    last = ""
+    for count in range(len(result.closest), -1, -1):
+        for echo, tail in frames:
+            if result.total == 0:
+                names = result.closest[:count]
+                closest = f" Closest names: {', '.join(names)}." if names else ""
+                last = f"No tools match {echo}.{closest}{tail}"
+            else:
+                last = (
+                    f"No matches at offset {result.offset}: {echo} has {result.total} matches "
+                    f"(offsets 0-{result.total - 1}).{tail}"
+                )
+            if size(last) <= max_bytes:
+                return last
+    return _bounded(last, max_bytes, size)
 
 
 # -- meta tool declarations -----------------------------------------------------------

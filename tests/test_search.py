@@ -258,6 +258,27 @@ def test_render_never_exceeds_max_bytes(max_bytes: int) -> None:
     assert all(n in out.text for n in out.shown_names)
 
 
+def test_the_fixed_text_gives_way_to_the_first_match_and_is_never_cut() -> None:
+    """A long echo and a long last line (servers that are down) left a 1 KiB page no room for
+    a match ("Showing 0 ... call tool_search again with offset 0", for ever); with no match,
+    the closest names and that line were cut mid-word."""
+    extra = "Servers down: " + ", ".join(f"server_{i:03d}" for i in range(80)) + "."
+    shorter = ["Servers down: server_000 and 79 more.", "Servers down: 80 servers."]
+    result = INDEX.query("\x01" * 99 + " issue", limit=1)
+    out = render(result, names(result), max_bytes=1024, extra=extra, shorter=shorter)
+    assert out.shown_names == tuple(names(result)) and len(out.text.encode()) <= 1024
+    assert out.text.endswith("\nServers down: server_000 and 79 more."), out.text
+    missing = INDEX.query("githubcreateissuez")
+    assert missing.total == 0 and missing.closest
+    for max_bytes in range(100, 1200, 20):
+        text = render(missing, [], max_bytes=max_bytes, extra=extra, shorter=shorter).text
+        assert len(text.encode()) <= max_bytes
+        if max_bytes >= 200:
+            assert text.endswith("."), text
+            said = text.partition("Closest names: ")[2].partition(".\n")[0]
+            assert not said or set(said.split(", ")) <= set(missing.closest), text
+
+
 def test_render_offset_past_end() -> None:
     out = render(INDEX.query("issue", offset=40), [])
     assert out.shown_names == () and "No matches at offset 40" in out.text

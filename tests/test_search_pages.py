@@ -119,3 +119,32 @@ async def test_a_tool_whose_description_no_page_holds_is_still_found_and_runs(tm
         assert '1. s__find_docs\ninputSchema: {"type":"object"}\n' in page and "Activated: s__find_docs." in page
         ran = await client.call_tool("tool_call", {"name": "s__find_docs", "arguments": {"q": "x"}})
         assert not ran.is_error and json.loads(text(ran)) == {"q": "x"}
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_small_ceiling_shows_a_match_whatever_the_echo_and_the_servers_down(tmp_path: Path, mode: str) -> None:
+    """At the smallest ceiling (1 KiB) the fixed text of a page (the query's echo, 7 bytes a control
+    character in the result's JSON; the line naming 15 servers that are down) left no room for a
+    match: every page said "Showing 0 of 1 ... call tool_search again with offset 0", cut the servers'
+    line mid-word, and the deferred tool could never run. The echo and the line give way now."""
+    description = "Looks up a zebra by its stripes. " * 6
+    tools = [{"name": "find_zebra", "description": description, "inputSchema": {"type": "object"}}]
+    path = tmp_path / "tools.json"
+    path.write_text(json.dumps(tools), encoding="utf-8")
+    server = {"command": PYTHON, "args": ["-m", "tests.schemas_server", str(path)], "cwd": str(ROOT), "deferred": True}
+    down = {f"unavailable_server_number_{i:02d}_with_a_long_name": {"command": "no-such-server"} for i in range(15)}
+    config = write_config(
+        tmp_path, {"s": server, **down}, client={"declarations": "on-demand"}, spill={"max_visible_bytes": 1024}
+    )
+    async with sdk_client(config, mode) as client:
+        for query in ("\x01" * 99 + " zebra", "zebra"):
+            found = await client.call_tool("tool_search", {"query": query, "limit": 1})
+            page = text(found)
+            assert not found.is_error and text_result_size(page) <= 1024, page
+            assert "1. s__find_zebra\n" in page and "Activated: s__find_zebra." in page, page
+            assert page.endswith(" more.") and "unavailable_server_number_00_with_a_long_name (failed)" in page, page
+        missing = text(await client.call_tool("tool_search", {"query": "unavailable_server_number_99 " * 16}))
+        assert text_result_size(missing) <= 1024 and missing.startswith("No tools match "), missing
+        assert "\nServers not available now" in missing and missing.endswith("."), missing  # whole, not cut
+        ran = await client.call_tool("tool_call", {"name": "s__find_zebra", "arguments": {}})
+        assert not ran.is_error, text(ran)

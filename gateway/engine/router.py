@@ -27,7 +27,7 @@ from pydantic import TypeAdapter, ValidationError
 from catalog.policy import matches
 from catalog.schema import json_path
 from catalog.search import DEFAULT_LIMIT, render
-from catalog.text import escape, quote
+from catalog.text import escape, plural, quote
 from catalog.validation import scalars_in_strings, unset_nulls, violation
 from gateway.config import PolicyConfig, SpillConfig
 from gateway.downstream.connection import Downstream
@@ -460,13 +460,22 @@ class Router:
         refused = [name for name in deferred if self.why_refused(epoch, name) is not None]
         candidates = [name for name in deferred if name not in refused]  # (a refused one is never granted)
         # Bounded as any result the model sees (the servers that are down included)
-        spill, down = self.spill, self.unavailable()
+        spill, (down, *shorter) = self.spill, self.unavailable_lines()
         bound = (spill.max_visible_bytes if spill.enabled else DEFAULT_MAX_VISIBLE_BYTES) - reserve
-        rendered = render(result, candidates, bound, size=text_result_size, extra=down, refused=refused)
+        rendered = render(
+            result, candidates, bound, size=text_result_size, extra=down, shorter=shorter, refused=refused
+        )
         if rendered.too_long:  # a schema no page can hold: kept as an artifact the model reads
             where = await self._in_thread(state, lambda: self._keep_schemas(epoch, rendered.too_long, state))
             rendered = render(
-                result, candidates, bound, size=text_result_size, extra=down, long_schemas=where, refused=refused
+                result,
+                candidates,
+                bound,
+                size=text_result_size,
+                extra=down,
+                shorter=shorter,
+                long_schemas=where,
+                refused=refused,
             )
         grant = [n for n in rendered.shown_names if n in set(candidates)]
         try:
@@ -505,8 +514,10 @@ class Router:
             collect(store, self.spill, handed)
         return where
 
-    def unavailable(self) -> str:
-        """A line naming the enabled servers that cannot be called now, or "".
+    def unavailable_lines(self) -> list[str]:
+        """A line naming the enabled servers that cannot be called now ("" when none), then
+        shorter forms of it, for a search page it would leave no room for a match: naming half
+        as many each time (the others counted), then none.
 
         Said in ``tool_search`` results (genuine new results), never in the catalog or the
         ``instructions``: those are the cached prefix, answered before any server has started."""
@@ -516,9 +527,15 @@ class Router:
             if d.status in _UNAVAILABLE
         )
         if not down:
-            return ""
-        listed = ", ".join(f"{server_id} ({status})" for server_id, status in down)
-        return f"Servers not available now (their tools are missing or fail until they are back): {listed}."
+            return [""]
+        listed = [f"{server_id} ({status})" for server_id, status in down]
+        lines = [f"{_DOWN}: {', '.join(listed)}."]
+        named = len(listed) // 2
+        while named:
+            lines.append(f"{_DOWN}: {', '.join(listed[:named])} and {len(listed) - named} more.")
+            named //= 2
+        lines.append(f"{_DOWN}: {plural(len(listed), 'server')}.")
+        return lines
 
 
 THREADS_PER_PRINCIPAL = 8
@@ -528,6 +545,7 @@ then holds these, and one principal's many large results wait behind their own w
 calls keep the rest of the pool (anyio's, 40 threads)."""
 
 _SEARCH_ARGUMENTS = frozenset(("query", "limit", "offset"))
+_DOWN = "Servers not available now (their tools are missing or fail until they are back)"
 
 
 _UNAVAILABLE = {"failed": "failed", "exited": "down", "restarting": "restarting", "late": "still starting"}
