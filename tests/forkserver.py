@@ -62,6 +62,7 @@ RUNTIME_ENV = frozenset(
         "PREFIXGATE_PRELUDE",
         "PREFIXGATE_CONFORMANCE_CACHE",
         "PREFIXGATE_NPM",
+        "PREFIXGATE_GATEWAYS",
         PYTHON_ENV,
     }
 )

@@ -446,6 +446,50 @@ async def test_a_server_whose_url_is_the_gateway_itself_fails_saying_so(tmp_path
             await wait_for(lambda: f"[me] failed: {REFUSAL}" in errlog.read_text())
 
 
+def _serving(*configs: Path) -> list[int]:
+    """The pids of the processes whose command line names one of ``configs`` (gateways serving them)."""
+    named = {os.fsencode(config) for config in configs}
+    found = []
+    for entry in os.listdir("/proc"):
+        with contextlib.suppress(OSError):
+            if entry.isdigit() and named & set(Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")):
+                found.append(int(entry))
+    return [pid for pid in found if alive(pid)]
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_two_gateways_that_serve_each_other_over_stdio_stop_at_the_loop(tmp_path: Path, mode: str) -> None:
+    """Gateway A lists gateway B as a stdio server and B lists A: A started B, which started A
+    again, which started B... three processes and some 230 MB more every second, without end.
+    The second A now exits at once naming the loop, so B's server fails saying so and A serves."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    a, b = tmp_path / "a" / "prefixgate.toml", tmp_path / "b" / "prefixgate.toml"
+    write_config(
+        a.parent,
+        {"d": demo("--tools", 1), "b": {"command": PYTHON, "args": ["-m", "gateway", "serve", "--config", str(b)]}},
+    )
+    write_config(b.parent, {"a": {"command": PYTHON, "args": ["-m", "gateway", "serve", "--config", str(a)]}})
+    errlog = tmp_path / "a.log"
+    said = f"a loop of gateways: {os.path.realpath(a)} -> {os.path.realpath(b)} -> {os.path.realpath(a)}"
+    try:
+        async with sdk_client(a, mode, errlog=errlog) as client:
+            with anyio.fail_after(60):
+                while said not in errlog.read_text():
+                    assert len(_serving(a, b)) <= 4, "a chain of gateways without end"  # A, B and a second A
+                    await anyio.sleep(0.05)
+            assert text(await client.call_tool("d__echo", {"text": "served"})) == "served"
+            assert len(_serving(a, b)) <= 3
+    finally:
+        for _ in range(100):  # (without the check, a chain grows as it is stopped)
+            if not (pids := _serving(a, b)):
+                break
+            for pid in pids:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.05)
+
+
 async def test_a_cancellation_in_the_body_deadlines_turn_is_not_taken_back() -> None:
     """The body deadline cancels the request's task and takes that cancellation back to
     answer 408. A cancellation from outside (the server stopping) in the same loop turn was

@@ -11,6 +11,7 @@ import errno
 import os
 
 from gateway.config import Config, ConfigError, find_config, load_config
+from gateway.downstream import selfloop
 
 
 class Exit(Exception):
@@ -35,9 +36,12 @@ def load(path: str | None, profile: str | None = None) -> Config:
     """The config as ``profile`` sees it (None: the default profile), or Exit(2) with the one
     line naming what is wrong."""
     try:
-        return load_config(find_config(path)).view(profile)
+        found = find_config(path)
+        config = load_config(found).view(profile)
     except ConfigError as exc:
         raise Exit(2, f"prefixgate: config error: {exc}") from None
+    selfloop.enter(found)
+    return config
 
 
 def has_config() -> bool:

@@ -22,6 +22,7 @@ from gateway.commands.arguments import doctor_arguments, login_arguments
 from gateway.commands.base import Exit, has_config, load, unwritable
 from gateway.commands.eventloop import standard_fds_open
 from gateway.config import PROFILE_ENV, ConfigError, EnvironmentProfile, default_config
+from gateway.downstream import selfloop
 
 
 @contextlib.contextmanager
@@ -424,6 +425,8 @@ def _serve(args: argparse.Namespace) -> int:
     """``serve``: over stdio the servers start, and a warm start answers, before the rest of the
     gateway is imported (gateway/upstream/prelude.py); then the gateway takes over."""
     config = load(args.config, args.profile)
+    if config.path is not None and (looped := selfloop.loop(config.path)) is not None:
+        raise Exit(2, f"prefixgate: a loop of gateways: {looped}: {selfloop.LOOP_FIX}")
     prelude = None
     given = {"--http": args.http, "--token-file": args.token_file, "--session": args.session}
     for flag, value in {**given, "--tls-cert": args.tls_cert, "--tls-key": args.tls_key}.items():

@@ -22,6 +22,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from gateway.downstream import selfloop
+
 INHERITED_ENV = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER")
 """What a server inherits from the gateway's environment besides its own ``env``: the mcp
 SDK's ``DEFAULT_INHERITED_ENV_VARS`` on POSIX (tests/test_warm_start.py keeps them equal)."""
@@ -105,8 +107,10 @@ def _arguments_inside(command: str) -> str | None:
 
 
 def default_environment() -> dict[str, str]:
-    """The inherited part of a server's environment (never shell functions: ``()``-values)."""
-    return {k: v for k in INHERITED_ENV if (v := os.environ.get(k)) is not None and not v.startswith("()")}
+    """The inherited part of a server's environment (never shell functions: ``()``-values),
+    and the gateways above it (``selfloop.environment``: a gateway that is its own server stops)."""
+    inherited = {k: v for k in INHERITED_ENV if (v := os.environ.get(k)) is not None and not v.startswith("()")}
+    return inherited | selfloop.environment()
 
 
 @dataclass
