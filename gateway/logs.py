@@ -10,6 +10,7 @@ from __future__ import annotations
 import atexit
 import logging
 import queue
+import re
 import sys
 import threading
 import time
@@ -86,8 +87,23 @@ class _OneLine(logging.Formatter):
     the terminal (tracebacks, formatted separately, keep their lines)."""
 
     def formatMessage(self, record: logging.LogRecord) -> str:
-        record.message = escape(record.message)
+        record.message = escape(spelled(record.message))
         return super().formatMessage(record)
+
+
+_UNDECODED = re.compile("[\udc80-\udcff]+")
+
+
+def spelled(text: str) -> str:
+    """``text`` with each run of bytes the locale could not decode (a path under an ASCII locale,
+    ``LC_ALL=C PYTHONUTF8=0``: Python holds it with lone surrogates, ``surrogateescape``) as the
+    UTF-8 text those bytes spell (a byte that is not UTF-8: ``\\xNN``). The log wrote their
+    escapes: ``state store: file /srv/\\udcc3\\udca9tat`` for ``/srv/état``."""
+    if _UNDECODED.search(text) is None:
+        return text
+    return _UNDECODED.sub(
+        lambda run: run[0].encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace"), text
+    )
 
 
 _CLOSED_AFTER_ACCEPTING = "Error handling POST request"

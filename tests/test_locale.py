@@ -69,3 +69,18 @@ def test_a_config_error_names_a_non_ascii_config_as_it_is_spelled(tmp_path: Path
         2,
         f"prefixgate: config error: config {config} is not valid TOML: Invalid value (at line 1, column 5)\n",
     )
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ERAS)
+async def test_serve_logs_a_non_ascii_path_as_it_is_spelled(tmp_path: Path, mode: str) -> None:
+    """A path the locale could not decode (Python holds it with lone surrogates) was logged as
+    their escapes: ``state store: file /…/\\udcc3\\udca9tat``, a name no one can find or paste."""
+    state = tmp_path / "état"
+    config = write_config(tmp_path, {"d": demo("--tools", 1)}, gateway={"state_dir": str(state)})
+    errlog = tmp_path / "serve.log"
+    async with sdk_client(config, mode, env=ASCII_LOCALE, errlog=errlog) as client:
+        assert text(await client.call_tool("d__echo", {"text": "héllo ✓"})) == "héllo ✓"
+    log = errlog.read_bytes()
+    assert f"state store: file {state}\n".encode() in log, log[-2000:]
+    assert b"\\udc" not in log, log[-2000:]
