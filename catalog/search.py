@@ -15,7 +15,7 @@ import math
 import re
 import unicodedata
 from collections import Counter, defaultdict, deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import canonicaljson
@@ -502,15 +502,14 @@ def render(
 
     notes = long_schemas or {}
 
-    def forms(position: int, entry: Entry) -> list[tuple[str, bool]]:
-        """A match's blocks, best first, each with whether it leaves its schema out."""
+    def forms(position: int, entry: Entry) -> Iterator[tuple[str, bool]]:
+        """A match's blocks, best first, each with whether it leaves its schema out: made as
+        asked for (each encodes the schema, and the first almost always fits)."""
         note = notes.get(entry.name) or "not shown"
-        return [
-            (_block(position, entry), False),
-            (_block(position, entry, note), True),
-            (_block(position, entry, described=False), False),
-            (_block(position, entry, note, described=False), True),
-        ]
+        yield _block(position, entry), False
+        yield _block(position, entry, note), True
+        yield _block(position, entry, described=False), False
+        yield _block(position, entry, note, described=False), True
 
     first = result.matches[0]
     first_after = cost(_footer(result, [first.name], activated, max_bytes, refused))
@@ -532,14 +531,17 @@ def render(
         after = _footer(result, [*shown, entry.name], activated, max_bytes, refused)
         room = max_bytes - frame - cost(after)
         candidates = forms(result.offset + i + 1, entry)
-        block, schemaless = candidates[0]
+        block, schemaless = next(candidates)
         if used + cost(block) > room:
             if cost(block) <= room:
                 break  # the page is full: the next one starts with it
             # Not even its excerpt fits a page (a small ceiling, a long description in a script
             # of 3-byte characters): its schema without it, else its name alone; or no page
             # would ever show it, and a deferred tool no search shows is never granted.
-            block, schemaless = next((c for c in candidates[1:] if cost(c[0]) <= room), candidates[-1])
+            for candidate in candidates:  # (none fits: the last, its name alone)
+                block, schemaless = candidate
+                if cost(block) <= room:
+                    break
             if used + cost(block) > room:
                 break
             if schemaless and entry.name not in notes:
