@@ -72,15 +72,17 @@ def context_switches(pid: int) -> tuple[int, int]:
 
 
 def child_pid(pid: int) -> int:
-    """The one child process of ``pid`` (a gateway's stdio server, once it is up)."""
+    """The one child process of ``pid`` (a gateway's stdio server, once it is up), but the
+    warden (gateway/downstream/warden.py), which the gateway starts beside its servers."""
     children = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
                 ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                warden = b"warden.py" in (entry / "cmdline").read_bytes()
             except (OSError, ValueError, IndexError):
                 continue  # gone meanwhile
-            if ppid == pid:
+            if ppid == pid and not warden:
                 children.append(int(entry.name))
     if len(children) != 1:
         raise RuntimeError(f"process {pid} has {len(children)} children, expected its one stdio server")

@@ -672,6 +672,53 @@ def test_stopping_the_gateway_leaves_no_server_running(tmp_path: Path, how: str)
             os.kill(int(pidfile.read_text()), signal.SIGKILL)
 
 
+def _parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+@pytest.mark.parametrize("front", ["stdio", "http"])
+@pytest.mark.real_processes  # the gateway's own pid: its servers
+def test_a_gateway_killed_with_sigkill_leaves_no_server_running(tmp_path: Path, front: str) -> None:
+    """SIGKILL (the OOM killer, a crashed agent) stops nothing in the gateway: a server that
+    ignores the EOF on its stdin (and SIGTERM) ran on for good, in its own session, and so did
+    one behind a shell wrapper, with the wrapper waiting for it. The warden ends their groups."""
+    pids = {name: tmp_path / f"{name}.pid" for name in ("bare", "wrapped")}
+    wrapped = f"{PYTHON} {ROGUE} --ignore-eof --ignore-term --pidfile {pids['wrapped']}; true"
+    servers = {
+        "bare": rogue("--ignore-eof", "--ignore-term", "--pidfile", pids["bare"]),
+        "wrapped": {"command": "sh", "args": ["-c", wrapped]},
+    }
+    config = write_config(tmp_path, servers)
+    errlog = tmp_path / "stderr.log"
+    extra = ["--http", "127.0.0.1:0"] if front == "http" else []
+    with errlog.open("w") as err:
+        proc = subprocess.Popen(
+            [*GATEWAY, "serve", "--config", str(config), *extra],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=err,
+        )
+    started: list[int] = []
+    try:
+        deadline = time.monotonic() + 60
+        while "catalog: 10 tools from 2 of 2 servers" not in errlog.read_text():  # both are up
+            assert proc.poll() is None and time.monotonic() < deadline, errlog.read_text()
+            time.sleep(0.05)
+        started = [int(pids["bare"].read_text()), int(pids["wrapped"].read_text())]
+        started.append(_parent(started[1]))  # the wrapper
+        assert all(alive(pid) for pid in started)
+        proc.kill()
+        assert proc.wait(timeout=30) == -signal.SIGKILL
+        for pid in started:
+            assert _wait_gone(pid), f"{pid} outlived a gateway killed with SIGKILL ({front})"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in started:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
 @pytest.mark.parametrize("mode", ERAS)
 async def test_a_server_that_closes_its_stdout_and_runs_on_is_not_said_to_have_exited(
     tmp_path: Path, mode: str

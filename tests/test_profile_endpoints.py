@@ -34,6 +34,7 @@ from tests.helpers import (
     write_config,
 )
 from tests.test_profiles import catalog_json_of
+from tests.test_reload import children as server_children
 
 ROOT = Path(__file__).resolve().parent.parent
 PATHS = {None: "", "codex": "/codex", "review": "/review"}
@@ -67,7 +68,8 @@ def gateway(config: Path, *extra: str) -> Iterator[tuple[str, int, Path]]:
 
 
 def children(pid: int) -> list[int]:
-    return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    """The gateway's servers: its children but the warden (gateway/downstream/warden.py)."""
+    return sorted(server_children(pid))
 
 
 async def tools_at(url: str, mode: str, token: str | None = None) -> list[dict[str, Any]]:

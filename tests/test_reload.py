@@ -46,7 +46,15 @@ def servers(*names: str) -> dict[str, Any]:
 
 
 def children(pid: int) -> set[int]:
-    return {int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()}
+    """The gateway's servers: its children but the warden (gateway/downstream/warden.py)."""
+    return {int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split() if not is_warden(int(p))}
+
+
+def is_warden(pid: int) -> bool:
+    try:
+        return b"warden.py" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
 
 
 def gateway_pid(config: Path) -> int:

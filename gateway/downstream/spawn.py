@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gateway.downstream import selfloop
+from gateway.downstream.warden import GATEWAY as WARDEN
 
 INHERITED_ENV = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER")
 """What a server inherits from the gateway's environment besides its own ``env``: the mcp
@@ -119,7 +120,8 @@ class Spawned:
 
     Until a transport adopts it (``take``), ``discard`` ends it: the process group is killed
     and the pipes closed, so a server started early never outlives a gateway that stopped
-    before it was used.
+    before it was used. Its group is the warden's (``warden.py``) until ``release``: ended
+    should the gateway die without stopping it.
     """
 
     process: subprocess.Popen[bytes]
@@ -127,6 +129,7 @@ class Spawned:
     stdout: int
     stderr: int
     taken: bool = False
+    released: bool = False
 
     @property
     def pid(self) -> int:
@@ -158,6 +161,13 @@ class Spawned:
             self.process.wait(timeout=5)
         except subprocess.TimeoutExpired:
             pass
+        self.release()
+
+    def release(self) -> None:
+        """Its group was stopped: the warden forgets it (once)."""
+        if not self.released:
+            self.released = True
+            WARDEN.release(self.process.pid)
 
 
 FD_RESERVE = 32
@@ -215,4 +225,5 @@ def spawn(command: str, args: Sequence[str], env: Mapping[str, str] | None, cwd:
         raise
     for fd in (child_in, child_out, child_err):
         os.close(fd)
+    WARDEN.watch(process.pid)
     return Spawned(process, our_in, our_out, our_err)

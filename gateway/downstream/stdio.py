@@ -566,3 +566,4 @@ async def _stop(child: ChildProcess) -> None:
     with suppress(ProcessLookupError, PermissionError, OSError):
         await terminate_posix_process_tree(cast(Any, process), _GRACE_SECONDS / 2)  # needs pid and returncode
     await child.wait_exit(_GRACE_SECONDS)
+    process.release()
