@@ -44,9 +44,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sys
 import time
 import warnings
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -422,13 +424,22 @@ def expire_session(ctx: Context) -> str:
     return "expired"
 
 
+LATE_REFUSAL = re.compile(rb"late-refusal:([^\"\\]+)")
+"""``--expiring``: a POST in an ended session whose body says ``late-refusal:PATH``."""
+
+
 def expiring_sessions(app: Any) -> Any:
     """``--expiring``: a request in a session ``expire_session`` ended gets 404, as from a server
-    that restarted or timed the session out."""
+    that restarted or timed the session out (a call saying ``late-refusal:PATH`` writes PATH when
+    it arrives and gets its 404 a second later)."""
 
     async def expiring(scope: Any, receive: Any, send: Any) -> None:
         session = dict(scope.get("headers") or []).get(b"mcp-session-id", b"").decode()
         if scope["type"] == "http" and session in EXPIRED:
+            if scope["method"] == "POST" and (late := LATE_REFUSAL.search(await read_body(receive))):
+                # A call that says "late-refusal:PATH": PATH written once it is here, its 404 a second later.
+                Path(late.group(1).decode()).write_text("posted")
+                await anyio.sleep(1)
             error = b'{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Session not found"}}'
             start = {"type": "http.response.start", "status": 404, "headers": [(b"content-type", b"application/json")]}
             await send(start)

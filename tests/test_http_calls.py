@@ -446,6 +446,38 @@ async def test_the_call_a_server_refused_for_its_ended_session_goes_again_withou
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("mode", ERAS)
+async def test_a_call_refused_for_an_ended_session_after_another_goes_again_too(tmp_path: Path, mode: str) -> None:
+    """Two calls in flight as the server ends the session: one is refused (404) at once, which
+    ends the connection; the other's 404 comes a second later. That one was cut with the
+    connection ("closed during the call", or not, by a race) though the server never ran it: the
+    connection now waits for the status of the calls it posted, and it goes again on the new
+    session too. The wait's bound is set to 10 minutes here: a wait that misses it is a hang."""
+    from tests.helpers import sdk_client, text, wait_for
+
+    with url_process([PYTHON, "-m", "tests.classic_server", "--http", "--expiring"]) as (url, _):
+        config = write_config(tmp_path, {"c": {"url": url, "protocol": "legacy"}})
+        env = {"PREFIXGATE_LIVENESS_INTERVAL": "600", "PREFIXGATE_REFUSAL_WAIT": "600"}
+        errlog = tmp_path / "gateway.log"
+        posted = tmp_path / "posted"
+        late: list[Any] = []
+        async with sdk_client(config, mode, env=env, errlog=errlog) as client:
+            with anyio.fail_after(120):
+                await wait_for(lambda: "[c] ready" in errlog.read_text())
+                assert text(await client.call_tool("c__expire_session", {})) == "expired"
+
+                async def refused_late() -> None:
+                    late.append(await client.call_tool("c__echo", {"text": f"late-refusal:{posted}"}))
+
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(refused_late)
+                    await wait_for(posted.exists)  # (its POST is at the server, its 404 a second away)
+                    met = await client.call_tool("c__echo", {"text": "at once"})
+        assert not met.is_error and text(met) == "classic:at once", text(met)
+        assert not late[0].is_error and text(late[0]) == f"classic:late-refusal:{posted}", text(late[0])
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ERAS)
 async def test_a_lost_session_whose_delete_is_never_answered_holds_up_no_reconnect(tmp_path: Path, mode: str) -> None:
     """The liveness check finds a session lost (its ping fails) and the gateway deletes it, as
     a courtesy: a server that no longer answers (a network black hole) held that DELETE, and

@@ -56,6 +56,7 @@ from pydantic import ValidationError
 
 from catalog.pieces import encode_in_pieces
 from gateway import jsontext
+from gateway.config import env_number
 from gateway.downstream.bounded import bound_answer
 from gateway.downstream.calltime import Clock, Expiry
 from gateway.downstream.errors import GAVE_UP_RESUMING
@@ -78,6 +79,10 @@ ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
 _ABANDON_WRITE_TIMEOUT = 5.0
 """As the SDK's dispatcher: a courtesy cancel gives up after this."""
 _REPLY_KEYS = frozenset(("jsonrpc", "id", "result"))
+REFUSAL_WAIT = env_number("PREFIXGATE_REFUSAL_WAIT", 2.0)
+"""Seconds a connection whose session the server ended (a 404) waits, at most, for the status
+of the calls it had posted: each refused too (404: not run) goes again on the next session
+(the environment variable exists for tests)."""
 _HANDLER_STEPS = 3
 """Turns of the loop the session's task for a notification takes to hand it to the gateway
 (its start, the logging callback's checkpoint, the message handler), with one to spare: about
@@ -217,9 +222,18 @@ class HttpCalls:
         """The server ended the session (``answered``): this connection is over."""
         return self._ended
 
-    def close(self) -> None:
-        """The connection closes: every call in flight fails with the SDK's ``Connection closed``."""
+    async def close(self) -> None:
+        """The connection closes: every call in flight fails with the SDK's ``Connection closed``.
+
+        When the server ended the session (a 404), the calls still waiting for their POST's
+        status first get up to ``REFUSAL_WAIT`` for it: one refused too was not run, and goes
+        again on the next session (``SessionRefused``) as the one refused first does; cut here
+        it failed, "closed during the call", as a race had it (several calls in flight)."""
         self._closed = True
+        if self._ended:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(REFUSAL_WAIT):
+                while any(not (call.headed or call.refused) for call in self._calls.values()):
+                    await anyio.sleep(0.01)
         for call in self._calls.values():
             call.closing.cancel()
 
@@ -286,6 +300,7 @@ class _Call:
         "closing",
         "expiry",
         "forwarded",
+        "headed",
         "last_id",
         "on_progress",
         "refused",
@@ -317,6 +332,8 @@ class _Call:
         """Its private call header, when its stream is read here rather than by ``RelatedStreams``."""
         self.refused = False
         """The server answered it 404 for the session: it was not run (``SessionRefused``)."""
+        self.headed = False
+        """Its POST's answer has begun: the server took it, or refused it (``refused``)."""
 
     async def run(self, body: bytes, headers: dict[str, str]) -> dict[str, Any]:
         calls = self.calls
@@ -361,6 +378,7 @@ class _Call:
     async def _answer(self, response: httpx2.Response) -> dict[str, Any] | types.ErrorData:
         """What ``StreamableHTTPTransport._handle_post_request`` makes of a request's response
         (its body bounded as the SDK's are here, on the gateway's own connections too)."""
+        self.headed = True
         bound_answer(response, self.calls.sdk.max_sse_event_size)
         status = response.status_code
         if status == 202:

@@ -197,7 +197,7 @@ async def _streamable_http(
         try:
             yield read, write, calls
         finally:
-            calls.close()
+            await calls.close()
             if sdk.session_id:
                 with anyio.move_on_after(TERMINATE_TIMEOUT):  # (a courtesy: the next session does not wait on it)
                     await sdk.terminate_session(http)
