@@ -344,3 +344,40 @@ def test_a_clients_malformed_answer_is_named_not_blamed_on_the_server(
         assert result["isError"] and f"the client's answer to {named}" in result["content"][0]["text"]
         gw.request(2, "tools/call", {"name": "c__echo", "arguments": {"text": "fine"}})
         assert gw.answer(2)["result"]["content"][0]["text"] == "classic:fine"
+
+
+@pytest.mark.parametrize("era", ["2025-11-25", "2026-07-28"])
+def test_a_resource_update_keeps_the_meta_its_server_sent(tmp_path: Path, era: str) -> None:
+    """A server's ``notifications/resources/updated`` carries ``_meta`` (a trace context, a vendor
+    key): a client of the gateway gets it, as it would directly. It was dropped, the update
+    re-made from its URI alone: on a handshake-era session and on a 2026-07-28 listen stream
+    (where the stream's subscription id joins it)."""
+    from mcp_types import CLIENT_CAPABILITIES_META_KEY, PROTOCOL_VERSION_META_KEY
+
+    from tests.updates_server import URI
+
+    server = {"command": PYTHON, "args": ["-m", "tests.updates_server"], "cwd": str(Path(__file__).parent.parent)}
+    config = write_config(tmp_path, {"u": server})
+    sent = {"x.example/trace": "00-abc-01", "x.example/why": {"edited": ["line 3"]}}
+    envelope = {PROTOCOL_VERSION_META_KEY: era, CLIENT_CAPABILITIES_META_KEY: {}}
+    call: dict[str, Any] = {"name": "u__touch", "arguments": {"meta": sent}}
+    with (tmp_path / "stderr.log").open("w") as err, raw_gateway(config, err) as gw:
+        if era == "2025-11-25":
+            gw.handshake()
+            gw.request(1, "resources/subscribe", {"uri": URI})
+            assert gw.answer(1)["result"] == {}
+        else:
+            gw.request(1, "server/discover", {"_meta": envelope})
+            assert "result" in gw.answer(1)
+            gw.request(
+                "listen", "subscriptions/listen", {"_meta": envelope, "notifications": {"resourceSubscriptions": [URI]}}
+            )
+            assert gw.read()["method"] == "notifications/subscriptions/acknowledged"
+            call["_meta"] = envelope
+        gw.request(2, "tools/call", call)
+        while (message := gw.read()).get("method") != "notifications/resources/updated":
+            pass
+    meta = message["params"].get("_meta", {})
+    if era == "2026-07-28":
+        assert meta.pop("io.modelcontextprotocol/subscriptionId") == "listen"
+    assert message["params"]["uri"] == URI and meta == sent, message

@@ -12,12 +12,13 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any, get_args
 
 import anyio
+import mcp_types as types
 from mcp.server.session import ServerSession
 from mcp.server.subscriptions import (
     InMemorySubscriptionBus,
@@ -30,6 +31,7 @@ from mcp_types import LoggingLevel
 
 from gateway.config import Config
 from gateway.downstream.connection import Downstream
+from gateway.downstream.modern import relayed_meta
 from gateway.engine.outbox import Outbox, Send
 from gateway.engine.router import Router
 from gateway.engine.watches import OwnerOf, Watches
@@ -241,10 +243,12 @@ class Clients:
             self.broadcast(lambda s: s.send_resource_list_changed(), key="list:resources", essential=True)
             await self.bus.publish(ResourcesListChanged())
 
-    async def resource_updated(self, uri: str) -> None:
-        """Only to the clients that watch ``uri``."""
-        self.broadcast(lambda s: s.send_resource_updated(uri), lambda u: uri in u.subscriptions, key="updated:" + uri)
-        await self.bus.publish(ResourceUpdated(uri=uri))
+    async def resource_updated(self, uri: str, meta: Mapping[str, Any] | None = None) -> None:
+        """Only to the clients that watch ``uri``, with the ``_meta`` its server sent (``updated``)."""
+        kept = updated_meta(meta)
+        send = functools.partial(send_updated, uri=uri, meta=kept)
+        self.broadcast(send, lambda u: uri in u.subscriptions, key="updated:" + uri)
+        await self.bus.publish(Updated(uri=uri, meta=kept))
 
     async def set_log_level(self, client: ClientConnection, level: str) -> None:
         """One client's level: each client filters at its own level, and the servers are
@@ -276,3 +280,28 @@ def _name(client: ClientConnection) -> str:
     """A client as the log names it: its principal (never a token), else its connection order."""
     principal = principal_key(client.state)
     return principal if isinstance(principal, str) else f"#{client.arrival}"
+
+
+@dataclass(frozen=True)
+class Updated(ResourceUpdated):
+    """A resource update with the ``_meta`` its server sent (a 2026-07-28 listen stream's frame
+    carries it: ``gateway.upstream.server.UpdatesListen``)."""
+
+    meta: Mapping[str, Any] | None = field(default=None, compare=False)
+
+
+def updated_meta(meta: object) -> dict[str, Any] | None:
+    """A server's update ``_meta`` as a client is sent it: its protocol keys (a listen stream's
+    subscription id) belong to the server's hop; the rest (a trace context, say) travels on.
+    It was dropped, the update re-made from its URI alone."""
+    if not isinstance(meta, Mapping):
+        return None
+    return relayed_meta(meta) or None
+
+
+def send_updated(session: ServerSession, uri: str, meta: Mapping[str, Any] | None) -> Awaitable[None]:
+    """``notifications/resources/updated`` to a handshake-era session, with ``meta``."""
+    if meta is None:
+        return session.send_resource_updated(uri)
+    params = types.ResourceUpdatedNotificationParams(uri=uri, _meta=dict(meta))
+    return session.send_notification(types.ResourceUpdatedNotification(params=params))

@@ -32,7 +32,7 @@ from gateway.downstream.spawn import Spawned
 from gateway.downstream.supervisor import Supervisor
 from gateway.downstream.tasks import task_status
 from gateway.engine.checks import CheckCache
-from gateway.engine.clients import Clients
+from gateway.engine.clients import Clients, send_updated, updated_meta
 from gateway.engine.instances import Instances
 from gateway.engine.links import Links
 from gateway.engine.lockfile import ServedLock, lock_path
@@ -225,7 +225,7 @@ class Hub:
                 for hub in self.seeing(downstream):
                     if hub.surface.owner_of_uri(uri) in (None, downstream.id):
                         # (a URI another server lists first is read from that one: this copy is nobody's)
-                        await hub.clients.resource_updated(uri)
+                        await hub.clients.resource_updated(uri, params.get("_meta"))
         elif method == "notifications/message":
             self.relay.log(downstream, params, caller)
         elif method == "notifications/elicitation/complete":
@@ -274,7 +274,7 @@ class InstanceEvents:
             uri, principal = params.get("uri"), downstream.principal
             if isinstance(uri, str):  # to its principal's clients subscribed to the URI alone
                 self._hub.clients.broadcast(
-                    lambda s: s.send_resource_updated(uri),
+                    functools.partial(send_updated, uri=uri, meta=updated_meta(params.get("_meta"))),
                     lambda u: uri in u.subscriptions and principal_key(u.state) == principal,
                     every_profile=True,
                     key="updated:" + uri,

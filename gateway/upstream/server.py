@@ -25,8 +25,9 @@ import mcp_types as types
 from mcp.server.context import CallNext, ServerRequestContext
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
-from mcp.server.subscriptions import ListenHandler
+from mcp.server.subscriptions import SUBSCRIPTION_ID_META_KEY, ListenHandler, ServerEvent
 from mcp.shared.exceptions import MCPError
+from mcp.shared.subscriptions import event_matches, event_to_notification
 from mcp_types import (
     CLIENT_CAPABILITIES_META_KEY,
     LOG_LEVEL_META_KEY,
@@ -50,7 +51,7 @@ from gateway.downstream.related import CALLER
 from gateway.downstream.stdio import MESSAGE_TOO_LARGE, UNPARSABLE_REPLY
 from gateway.downstream.toolcall import connection_gone, one_line
 from gateway.engine.capabilities import answers_none, refusal
-from gateway.engine.clients import ClientConnection
+from gateway.engine.clients import ClientConnection, Updated
 from gateway.engine.hub import Hub
 from gateway.engine.relay import Relay
 from gateway.engine.router import result_shape
@@ -983,6 +984,72 @@ def _honoring(
     )
 
 
+class UpdatesListen(ListenHandler):
+    """The SDK's ``subscriptions/listen`` handler (acknowledgment first, then the events the
+    stream asked for, each stamped with its subscription id; a backlog of
+    ``max_buffered_events`` ends the stream), but a resource update keeps the ``_meta`` its
+    server sent (``clients.Updated``), the subscription id joined to it: the SDK's handler
+    makes each frame of the event's URI alone."""
+
+    async def __call__(
+        self, ctx: ServerRequestContext[Any, Any], params: types.SubscriptionsListenRequestParams
+    ) -> types.SubscriptionsListenResult:
+        subscription_id = ctx.request_id
+        if subscription_id is None:
+            raise MCPError(INVALID_REQUEST, "subscriptions/listen requires a request id")
+        if len(self._streams) >= self._max_subscriptions:
+            raise MCPError(INTERNAL_ERROR, "Subscription limit reached")
+        honored = _honored(params.notifications)
+        uris = frozenset(honored.resource_subscriptions or ())
+        meta: dict[str, Any] = {SUBSCRIPTION_ID_META_KEY: subscription_id}
+        send, events = anyio.create_memory_object_stream[ServerEvent](self._max_buffered_events)
+
+        def deliver(event: ServerEvent) -> None:
+            if event_matches(honored, uris, event):
+                try:
+                    send.send_nowait(event)
+                except anyio.ClosedResourceError:
+                    pass
+                except anyio.WouldBlock:
+                    log.warning("listen stream %r backlog full; ending the stream", subscription_id)
+                    self._streams.discard(send)
+                    send.close()
+
+        unsubscribe = self._bus.subscribe(deliver)  # (before the acknowledgment: nothing is missed)
+        self._streams.add(send)
+        try:
+            acknowledged = types.SubscriptionsAcknowledgedNotificationParams(notifications=honored, _meta=meta)
+            await ctx.session.send_notification(
+                types.SubscriptionsAcknowledgedNotification(params=acknowledged), related_request_id=subscription_id
+            )
+            async for event in events:
+                await ctx.session.send_notification(_frame(event, meta), related_request_id=subscription_id)
+        finally:
+            unsubscribe()
+            self._streams.discard(send)
+            send.close()
+            events.close()
+        return types.SubscriptionsListenResult(_meta=meta)
+
+
+def _honored(requested: types.SubscriptionFilter) -> types.SubscriptionFilter:
+    """What a stream is acknowledged: every kind asked for (as the SDK's handler answers)."""
+    return types.SubscriptionFilter(
+        tools_list_changed=True if requested.tools_list_changed else None,
+        prompts_list_changed=True if requested.prompts_list_changed else None,
+        resources_list_changed=True if requested.resources_list_changed else None,
+        resource_subscriptions=list(requested.resource_subscriptions) if requested.resource_subscriptions else None,
+    )
+
+
+def _frame(event: ServerEvent, meta: dict[str, Any]) -> Any:
+    """An event as its stream's frame: the SDK's, with an update's own ``_meta`` kept."""
+    if isinstance(event, Updated) and event.meta:
+        params = types.ResourceUpdatedNotificationParams(uri=event.uri, _meta={**event.meta, **meta})
+        return types.ResourceUpdatedNotification(params=params)
+    return event_to_notification(event, meta)
+
+
 class WatchingListen:
     """``subscriptions/listen`` that also watches the stream's resources downstream.
 
@@ -1048,7 +1115,7 @@ class WatchingListen:
                 raise MCPError(code=INVALID_REQUEST, message="prefixgate: this token may no longer use this endpoint")
             inner = self.inner.get(who)  # (from here on, until the stream is open, nothing awaits)
             if inner is None:
-                inner = self.inner[who] = ListenHandler(self.hub.clients.bus, max_subscriptions=1 << 30)
+                inner = self.inner[who] = UpdatesListen(self.hub.clients.bus, max_subscriptions=1 << 30)
             return await inner(ctx, _honoring(params, watched))
         finally:
             self.open.give(who, stream)

@@ -1,0 +1,70 @@
+"""A handshake-era stdio server whose change notifications carry ``_meta`` (JSON lines, no SDK).
+
+One resource, ``updates://notes`` (subscribable), and one tool, ``touch {meta}``: it sends
+``notifications/resources/updated`` for that resource and ``notifications/resources/list_changed``,
+each with ``_meta`` = ``meta``, then answers. For tests/test_relay.py: what a client of the
+gateway gets of that ``_meta``, as it would directly.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+URI = "updates://notes"
+TOUCH = {
+    "name": "touch",
+    "description": "Report that the notes changed, with the _meta given.",
+    "inputSchema": {"type": "object", "properties": {"meta": {"type": "object"}}},
+}
+
+
+def send(message: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+
+
+def result(method: str, params: dict[str, Any]) -> dict[str, Any] | None:
+    """The answer to a request, or None (not a method it has)."""
+    if method == "initialize":
+        return {
+            "protocolVersion": params.get("protocolVersion", "2025-11-25"),
+            "capabilities": {"tools": {}, "resources": {"subscribe": True, "listChanged": True}},
+            "serverInfo": {"name": "updates", "version": "1"},
+        }
+    if method == "tools/list":
+        return {"tools": [TOUCH]}
+    if method == "resources/list":
+        return {"resources": [{"uri": URI, "name": "notes", "mimeType": "text/plain"}]}
+    if method == "resources/templates/list":
+        return {"resourceTemplates": []}
+    if method == "resources/read":
+        return {"contents": [{"uri": URI, "mimeType": "text/plain", "text": "notes"}]}
+    if method in ("resources/subscribe", "resources/unsubscribe", "ping", "logging/setLevel"):
+        return {}
+    if method == "tools/call":
+        meta = (params.get("arguments") or {}).get("meta") or {}
+        send({"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {"uri": URI, "_meta": meta}})
+        send({"jsonrpc": "2.0", "method": "notifications/resources/list_changed", "params": {"_meta": meta}})
+        return {"content": [{"type": "text", "text": "touched"}]}
+    return None
+
+
+def main() -> None:
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        message = json.loads(line)
+        method, rid = message.get("method"), message.get("id")
+        if rid is None or method is None:
+            continue  # a notification or a response
+        answer = result(method, message.get("params") or {})
+        if answer is None:
+            send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": f"no method {method}"}})
+        else:
+            send({"jsonrpc": "2.0", "id": rid, "result": answer})
+
+
+if __name__ == "__main__":
+    main()
