@@ -12,6 +12,7 @@ Options:
   --hold-levels PATH  answer each logging/setLevel only once PATH exists (a server that is busy)
   --storm N         the tool "storm" first sends N notifications/tools/list_changed
   --start-after PATH  read nothing until PATH exists (a server slow to start)
+  --hang-if PATH    when PATH exists at start, read and write nothing ever (a start that hung)
   --reword PATH     when PATH exists at start, "storm"'s description says more than it did
   --vary            each tools/list answered lists one more tool, v<answers so far>, instead of the one before
   --hang-list K     leave the K-th tools/list unanswered
@@ -90,6 +91,7 @@ def main() -> None:
     p.add_argument("--hold-levels")
     p.add_argument("--storm", type=int, default=0)
     p.add_argument("--start-after")
+    p.add_argument("--hang-if")
     p.add_argument("--reword")
     p.add_argument("--vary", action="store_true")
     p.add_argument("--hang-list", type=int, default=0)
@@ -99,6 +101,8 @@ def main() -> None:
     args = p.parse_args()
     while args.start_after and not os.path.exists(args.start_after):
         time.sleep(0.02)
+    while args.hang_if and os.path.exists(args.hang_if):
+        time.sleep(3600)
     if args.ignore_term:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)

@@ -4,6 +4,7 @@ failed liveness check (ping on the handshake, ``server/discover`` on 2026-07-28)
 
 from __future__ import annotations
 
+import re
 import subprocess
 from collections.abc import Awaitable, Iterator
 from contextlib import contextmanager
@@ -29,6 +30,8 @@ from tests.helpers import (
 )
 
 pytestmark = pytest.mark.anyio
+
+ROGUE = Path(__file__).with_name("rogue_life.py")
 
 
 def test_backoff_doubles_to_60_s() -> None:
@@ -84,6 +87,31 @@ async def test_a_call_after_a_crash_whose_restart_fails_says_so(tmp_path: Path, 
             assert down.is_error, text(down)
             assert text(down).startswith("Server 'd' is down (exited during start-up (exit status 3)"), text(down)
             assert text(down).endswith("it will be retried in 2 s."), text(down)
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_restart_that_hangs_is_stopped_and_tried_again(tmp_path: Path, mode: str) -> None:
+    """A server closes its stdout and is restarted; the restart's process hangs (never answers
+    ``initialize``). It stayed "late" for good: every call failed, the server never back, though
+    a new process would have started. A restart not ready within its ``startup_timeout`` (or
+    twice its longest start) is stopped and tried again with the backoff, as the log and a call's
+    error say; once a new process starts, the server is back."""
+    hang = tmp_path / "hang"
+    rogue = {"command": PYTHON, "args": [str(ROGUE), "--hang-if", str(hang)], "startup_timeout": 1}
+    config = write_config(tmp_path, {"r": rogue})
+    log = tmp_path / "serve.log"
+    stopped = re.compile(r"\[r\] failed: its restart was not ready within [0-9.]+ s: stopped; retrying in 2 s")
+    async with sdk_client(config, mode, errlog=log) as client:
+        with anyio.fail_after(120):
+            hang.touch()
+            assert (await client.call_tool("r__mute", {})).is_error  # its process ends: restarted, and hangs
+            # (within 1 s, its startup_timeout, or twice its first start, should that take longer)
+            await wait_for(lambda: stopped.search(log.read_text()), 60)
+            down = await client.call_tool("r__storm", {})
+            assert down.is_error and "not ready within " in text(down), text(down)
+            hang.unlink()
+            await wait_for(lambda: log.read_text().count("[r] ready:") == 2, 60)
+            assert text(await client.call_tool("r__storm", {})) == "storm done"
 
 
 @pytest.mark.parametrize("mode", ERAS)

@@ -1,7 +1,8 @@
 """Keeping one server connected: the start, its timeout, restarts with backoff, liveness.
 
 Under ``serve`` a server is supervised: one that misses its start-up timeout keeps
-connecting and joins when ready; one that exits or drops is restarted with exponential
+connecting and joins when ready, but a restart not ready within that (or twice its longest
+start) is taken for hung, stopped and retried; one that exits or drops is restarted with exponential
 backoff (``backoff.py``: 1 s doubling to 60 s, reset after 5 minutes healthy). A remote
 server has no exit to see: it is checked every ``LIVENESS_INTERVAL`` (15 s), and an SSE server's
 connection ends with its event stream (``sseclient.py``), which is seen at once. A server whose
@@ -55,6 +56,8 @@ class Supervisor:
         served since: the next such end waits the backoff."""
         self._handshake_refused = False
         """The server refused the handshake once: its reconnects go straight to ``server/discover``."""
+        self._longest_start: float | None = None
+        """The longest one of its starts took to be ready, in seconds (None: never ready yet)."""
 
     async def run(self, *, supervise: bool) -> None:
         """Connect and hold the connection; with ``supervise``, restart it when it ends.
@@ -134,10 +137,16 @@ class Supervisor:
 
         async def watch_startup(scope: anyio.CancelScope) -> None:
             await anyio.sleep(d.config.startup_timeout)
-            if not ready.is_set():
-                d.set_status("late", f"not ready within startup_timeout {d.config.startup_timeout:g} s")
-                if not supervise:
-                    scope.cancel()
+            if ready.is_set():
+                return
+            d.set_status("late", f"not ready within startup_timeout {d.config.startup_timeout:g} s")
+            if not supervise:
+                scope.cancel()
+            elif (bound := self._restart_bound()) is not None:
+                await anyio.sleep(bound - d.config.startup_timeout)
+                if not ready.is_set():
+                    d.set_status("failed", f"its restart was not ready within {bound:g} s: stopped" + d.stderr_hint())
+                    scope.cancel()  # (its process stopped; the retry follows the backoff)
 
         async with anyio.create_task_group() as tg:
             # Notifications wait in a bounded inbox with one consumer: a flood while the
@@ -180,6 +189,7 @@ class Supervisor:
                         d.source = "live"
                         d.startup_ms = round((anyio.current_time() - started) * 1000)
                         self._ready_at = anyio.current_time()
+                        self._longest_start = max(self._longest_start or 0.0, self._ready_at - started)
                         self._at_ready = (link, link.answered)
                         ready.set()
                         d.set_status("ready", None)
@@ -222,6 +232,16 @@ class Supervisor:
                         # the end (a session the server ended after a login with a new client).
                         d.set_status("failed", problem)
             tg.cancel_scope.cancel()
+
+    def _restart_bound(self) -> float | None:
+        """How long a restart may take to be ready before it is taken for hung, stopped and
+        retried: its ``startup_timeout``, or twice its longest start if that is more. A restart
+        whose process hung (never answered ``initialize``, never wrote) stayed "late" for good,
+        every call failing, the server never back. None for a server never ready yet: its start
+        keeps connecting and joins when ready (a first start may be fetching its package)."""
+        if self._longest_start is None:
+            return None
+        return max(self.d.config.startup_timeout, 2 * self._longest_start)
 
     async def _wait_closed(self, link: Link) -> None:
         if (child := self.d.transport.child) is not None:
