@@ -25,7 +25,7 @@ import mcp_types as types
 from mcp.server.context import CallNext, ServerRequestContext
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
-from mcp.server.subscriptions import SUBSCRIPTION_ID_META_KEY, ListenHandler, ServerEvent
+from mcp.server.subscriptions import SUBSCRIPTION_ID_META_KEY, ListenHandler, ServerEvent, _honored_subset
 from mcp.shared.exceptions import MCPError
 from mcp.shared.subscriptions import event_matches, event_to_notification
 from mcp_types import (
@@ -989,7 +989,8 @@ class UpdatesListen(ListenHandler):
     stream asked for, each stamped with its subscription id; a backlog of
     ``max_buffered_events`` ends the stream), but a resource update keeps the ``_meta`` its
     server sent (``clients.Updated``), the subscription id joined to it: the SDK's handler
-    makes each frame of the event's URI alone."""
+    makes each frame of the event's URI alone. Its body is mcp 2.3's ``ListenHandler.__call__``
+    (the frame aside), whose fields it uses: check it again with a new SDK minor version."""
 
     async def __call__(
         self, ctx: ServerRequestContext[Any, Any], params: types.SubscriptionsListenRequestParams
@@ -999,7 +1000,7 @@ class UpdatesListen(ListenHandler):
             raise MCPError(INVALID_REQUEST, "subscriptions/listen requires a request id")
         if len(self._streams) >= self._max_subscriptions:
             raise MCPError(INTERNAL_ERROR, "Subscription limit reached")
-        honored = _honored(params.notifications)
+        honored = _honored_subset(params.notifications)  # (what the SDK's handler acknowledges)
         uris = frozenset(honored.resource_subscriptions or ())
         meta: dict[str, Any] = {SUBSCRIPTION_ID_META_KEY: subscription_id}
         send, events = anyio.create_memory_object_stream[ServerEvent](self._max_buffered_events)
@@ -1030,16 +1031,6 @@ class UpdatesListen(ListenHandler):
             send.close()
             events.close()
         return types.SubscriptionsListenResult(_meta=meta)
-
-
-def _honored(requested: types.SubscriptionFilter) -> types.SubscriptionFilter:
-    """What a stream is acknowledged: every kind asked for (as the SDK's handler answers)."""
-    return types.SubscriptionFilter(
-        tools_list_changed=True if requested.tools_list_changed else None,
-        prompts_list_changed=True if requested.prompts_list_changed else None,
-        resources_list_changed=True if requested.resources_list_changed else None,
-        resource_subscriptions=list(requested.resource_subscriptions) if requested.resource_subscriptions else None,
-    )
 
 
 def _frame(event: ServerEvent, meta: dict[str, Any]) -> Any:
