@@ -20,6 +20,7 @@ from contextlib import AsyncExitStack, contextmanager
 from typing import Any
 
 import anyio
+import mcp_types as types
 from anyio.streams.memory import MemoryObjectSendStream
 from mcp.server import connection as connections
 from mcp.server import runner
@@ -29,8 +30,17 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.session import ServerSession
 from mcp.server.streamable_http import CONTENT_TYPE_SSE, MCP_SESSION_ID_HEADER, REQUEST_STREAM_BUFFER_SIZE, EventMessage
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.subscriptions import (
+    SUBSCRIPTION_ID_META_KEY,
+    ListenHandler,
+    ResourceUpdated,
+    ServerEvent,
+    _honored_subset,
+)
 from mcp.server.transport_security import TransportSecurityMiddleware
-from mcp_types import ErrorData
+from mcp.shared.exceptions import MCPError
+from mcp.shared.subscriptions import event_matches, event_to_notification
+from mcp_types import INTERNAL_ERROR, INVALID_REQUEST, ErrorData
 from sse_starlette import EventSourceResponse
 
 from gateway.jsontext import parsed_aside
@@ -465,3 +475,61 @@ def sse_headers(session_id: str) -> list[tuple[bytes, bytes]]:
         MCP_SESSION_ID_HEADER: session_id,
     }
     return list(EventSourceResponse(content=iter(()), headers=headers).raw_headers)
+
+
+class UpdatesListen(ListenHandler):
+    """The SDK's ``subscriptions/listen`` handler (acknowledgment first, then the events the
+    stream asked for, each stamped with its subscription id; a backlog of
+    ``max_buffered_events`` ends the stream), but a resource update keeps the ``_meta`` its
+    server sent (an event with a ``meta``: ``gateway.engine.clients.Updated``), the
+    subscription id joined to it: the SDK's handler makes each frame of the event's URI alone.
+    Its body is mcp 2.3's ``ListenHandler.__call__`` (the frame aside), whose fields it uses."""
+
+    async def __call__(
+        self, ctx: ServerRequestContext[Any, Any], params: types.SubscriptionsListenRequestParams
+    ) -> types.SubscriptionsListenResult:
+        subscription_id = ctx.request_id
+        if subscription_id is None:
+            raise MCPError(INVALID_REQUEST, "subscriptions/listen requires a request id")
+        if len(self._streams) >= self._max_subscriptions:
+            raise MCPError(INTERNAL_ERROR, "Subscription limit reached")
+        honored = _honored_subset(params.notifications)
+        uris = frozenset(honored.resource_subscriptions or ())
+        meta: dict[str, Any] = {SUBSCRIPTION_ID_META_KEY: subscription_id}
+        send, events = anyio.create_memory_object_stream[ServerEvent](self._max_buffered_events)
+
+        def deliver(event: ServerEvent) -> None:
+            if event_matches(honored, uris, event):
+                try:
+                    send.send_nowait(event)
+                except anyio.ClosedResourceError:
+                    pass
+                except anyio.WouldBlock:
+                    log.warning("listen stream %r backlog full; ending the stream", subscription_id)
+                    self._streams.discard(send)
+                    send.close()
+
+        unsubscribe = self._bus.subscribe(deliver)  # (before the acknowledgment: nothing is missed)
+        self._streams.add(send)
+        try:
+            acknowledged = types.SubscriptionsAcknowledgedNotificationParams(notifications=honored, _meta=meta)
+            await ctx.session.send_notification(
+                types.SubscriptionsAcknowledgedNotification(params=acknowledged), related_request_id=subscription_id
+            )
+            async for event in events:
+                await ctx.session.send_notification(_frame(event, meta), related_request_id=subscription_id)
+        finally:
+            unsubscribe()
+            self._streams.discard(send)
+            send.close()
+            events.close()
+        return types.SubscriptionsListenResult(_meta=meta)
+
+
+def _frame(event: ServerEvent, meta: dict[str, Any]) -> Any:
+    """An event as its stream's frame: the SDK's, with an update's own ``_meta`` kept."""
+    kept = getattr(event, "meta", None)
+    if isinstance(event, ResourceUpdated) and kept:
+        params = types.ResourceUpdatedNotificationParams(uri=event.uri, _meta={**kept, **meta})
+        return types.ResourceUpdatedNotification(params=params)
+    return event_to_notification(event, meta)

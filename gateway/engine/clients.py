@@ -285,7 +285,7 @@ def _name(client: ClientConnection) -> str:
 @dataclass(frozen=True)
 class Updated(ResourceUpdated):
     """A resource update with the ``_meta`` its server sent (a 2026-07-28 listen stream's frame
-    carries it: ``gateway.upstream.server.UpdatesListen``)."""
+    carries it: ``gateway.sdk.UpdatesListen``)."""
 
     meta: Mapping[str, Any] | None = field(default=None, compare=False)
 

@@ -25,9 +25,8 @@ import mcp_types as types
 from mcp.server.context import CallNext, ServerRequestContext
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
-from mcp.server.subscriptions import SUBSCRIPTION_ID_META_KEY, ListenHandler, ServerEvent, _honored_subset
+from mcp.server.subscriptions import ListenHandler
 from mcp.shared.exceptions import MCPError
-from mcp.shared.subscriptions import event_matches, event_to_notification
 from mcp_types import (
     CLIENT_CAPABILITIES_META_KEY,
     LOG_LEVEL_META_KEY,
@@ -51,7 +50,7 @@ from gateway.downstream.related import CALLER
 from gateway.downstream.stdio import MESSAGE_TOO_LARGE, UNPARSABLE_REPLY
 from gateway.downstream.toolcall import connection_gone, one_line
 from gateway.engine.capabilities import answers_none, refusal
-from gateway.engine.clients import ClientConnection, Updated
+from gateway.engine.clients import ClientConnection
 from gateway.engine.hub import Hub
 from gateway.engine.relay import Relay
 from gateway.engine.router import result_shape
@@ -59,7 +58,7 @@ from gateway.engine.shares import Shares
 from gateway.engine.telemetry import UNKNOWN_TOOL
 from gateway.eras import CACHE_HINTS, LIST_CACHE_FIELDS, with_result_type
 from gateway.results import error_result
-from gateway.sdk import connection_of
+from gateway.sdk import UpdatesListen, connection_of
 from gateway.state.session import ClientState, principal_key
 from gateway.upstream.inputs import (
     answer_over_back_channel,
@@ -982,63 +981,6 @@ def _honoring(
     return params.model_copy(
         update={"notifications": params.notifications.model_copy(update={"resource_subscriptions": honored})}
     )
-
-
-class UpdatesListen(ListenHandler):
-    """The SDK's ``subscriptions/listen`` handler (acknowledgment first, then the events the
-    stream asked for, each stamped with its subscription id; a backlog of
-    ``max_buffered_events`` ends the stream), but a resource update keeps the ``_meta`` its
-    server sent (``clients.Updated``), the subscription id joined to it: the SDK's handler
-    makes each frame of the event's URI alone. Its body is mcp 2.3's ``ListenHandler.__call__``
-    (the frame aside), whose fields it uses: check it again with a new SDK minor version."""
-
-    async def __call__(
-        self, ctx: ServerRequestContext[Any, Any], params: types.SubscriptionsListenRequestParams
-    ) -> types.SubscriptionsListenResult:
-        subscription_id = ctx.request_id
-        if subscription_id is None:
-            raise MCPError(INVALID_REQUEST, "subscriptions/listen requires a request id")
-        if len(self._streams) >= self._max_subscriptions:
-            raise MCPError(INTERNAL_ERROR, "Subscription limit reached")
-        honored = _honored_subset(params.notifications)  # (what the SDK's handler acknowledges)
-        uris = frozenset(honored.resource_subscriptions or ())
-        meta: dict[str, Any] = {SUBSCRIPTION_ID_META_KEY: subscription_id}
-        send, events = anyio.create_memory_object_stream[ServerEvent](self._max_buffered_events)
-
-        def deliver(event: ServerEvent) -> None:
-            if event_matches(honored, uris, event):
-                try:
-                    send.send_nowait(event)
-                except anyio.ClosedResourceError:
-                    pass
-                except anyio.WouldBlock:
-                    log.warning("listen stream %r backlog full; ending the stream", subscription_id)
-                    self._streams.discard(send)
-                    send.close()
-
-        unsubscribe = self._bus.subscribe(deliver)  # (before the acknowledgment: nothing is missed)
-        self._streams.add(send)
-        try:
-            acknowledged = types.SubscriptionsAcknowledgedNotificationParams(notifications=honored, _meta=meta)
-            await ctx.session.send_notification(
-                types.SubscriptionsAcknowledgedNotification(params=acknowledged), related_request_id=subscription_id
-            )
-            async for event in events:
-                await ctx.session.send_notification(_frame(event, meta), related_request_id=subscription_id)
-        finally:
-            unsubscribe()
-            self._streams.discard(send)
-            send.close()
-            events.close()
-        return types.SubscriptionsListenResult(_meta=meta)
-
-
-def _frame(event: ServerEvent, meta: dict[str, Any]) -> Any:
-    """An event as its stream's frame: the SDK's, with an update's own ``_meta`` kept."""
-    if isinstance(event, Updated) and event.meta:
-        params = types.ResourceUpdatedNotificationParams(uri=event.uri, _meta={**event.meta, **meta})
-        return types.ResourceUpdatedNotification(params=params)
-    return event_to_notification(event, meta)
 
 
 class WatchingListen:
