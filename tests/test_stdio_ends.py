@@ -83,6 +83,18 @@ def test_every_request_read_before_the_end_of_input_is_answered(
     assert "this is a stdio MCP server" not in log  # not a terminal
 
 
+def _on_one_socket(tmp_path: Path, config: Path, loop: str) -> tuple[subprocess.Popen[bytes], socket.socket]:
+    """``serve`` with one socket for its stdin and stdout (on ``loop``), its stderr in
+    stderr.log: the process and the client's end."""
+    ours, theirs = socket.socketpair()
+    env = {**os.environ, UVLOOP_ENV: "1" if loop == "uvloop" else "0"}
+    with (tmp_path / "stderr.log").open("wb") as err:
+        command = [*GATEWAY, "serve", "--config", str(config)]
+        proc = subprocess.Popen(command, stdin=theirs, stdout=theirs, stderr=err, env=env)
+    theirs.close()
+    return proc, ours
+
+
 @pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
 @pytest.mark.parametrize("start", ["first", "warm"])
 def test_one_socket_for_stdin_and_stdout_answers_every_request_read(tmp_path: Path, loop: str, start: str) -> None:
@@ -94,12 +106,7 @@ def test_one_socket_for_stdin_and_stdout_answers_every_request_read(tmp_path: Pa
     config = write_config(tmp_path, {"d": demo("--tools", 1)})
     if start == "warm":
         catalog_json(config)  # the record: the start's first answers come from it
-    ours, theirs = socket.socketpair()
-    env = {**os.environ, UVLOOP_ENV: "1" if loop == "uvloop" else "0"}
-    with (tmp_path / "stderr.log").open("wb") as err:
-        command = [*GATEWAY, "serve", "--config", str(config)]
-        proc = subprocess.Popen(command, stdin=theirs, stdout=theirs, stderr=err, env=env)
-    theirs.close()
+    proc, ours = _on_one_socket(tmp_path, config, loop)
     with ours:
         ours.sendall(REQUESTS)
         ours.shutdown(socket.SHUT_WR)
@@ -130,12 +137,7 @@ def test_a_client_that_closes_its_one_socket_stops_the_gateway_at_once(tmp_path:
         opening = [INIT, INITIALIZED, slow]
     else:
         opening = [{**slow, "params": {**slow["params"], "_meta": meta}}]
-    ours, theirs = socket.socketpair()
-    env = {**os.environ, UVLOOP_ENV: "1" if loop == "uvloop" else "0"}
-    with (tmp_path / "stderr.log").open("wb") as err:
-        command = [*GATEWAY, "serve", "--config", str(config)]
-        proc = subprocess.Popen(command, stdin=theirs, stdout=theirs, stderr=err, env=env)
-    theirs.close()
+    proc, ours = _on_one_socket(tmp_path, config, loop)
     try:
         with ours:
             ours.sendall(b"".join(json.dumps(line).encode() + b"\n" for line in opening))
