@@ -312,13 +312,17 @@ def test_a_body_trickled_after_an_early_answer_cannot_hold_the_connection(tmp_pa
     path) ends its connection, lingering, however its client goes on sending: uvicorn kept
     it alive and dropped the body as it came, each byte restarting its keep-alive timer, and
     the body deadline was the app's, which never read it, so a client without a token that
-    sent a byte every second held its connection for ever."""
+    sent a byte every second held its connection for ever. The answer says
+    ``connection: close``: a keep-alive client that was not told sent its next request on the
+    closing connection and lost it."""
     (tmp_path / "tokens").write_text("right-token\n", encoding="utf-8")
     config = write_config(tmp_path, {"d": demo("--tools", 1)})
     env = {"PREFIXGATE_HTTP_PARSER": parser, "PREFIXGATE_HTTP_LINGER": "0.5"}
     with http_gateway(config, "--token-file", str(tmp_path / "tokens"), env=env) as (url, _):
         for path, token in (("/mcp", "wrong-token"), ("/healthz", "right-token")):
-            sock, _ = _answered_early(url, path, token)
+            sock, answer = _answered_early(url, path, token)
+            # It says so: a keep-alive client's next request on it was lost ("Server disconnected").
+            assert b"\r\nconnection: close\r\n" in answer.partition(b"\r\n\r\n")[0].lower() + b"\r\n", answer
             with sock:
                 ended = False
                 for _ in range(150):  # (30 s of a byte every 0.2 s: uvicorn's keep-alive timer is 5 s)
