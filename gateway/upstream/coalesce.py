@@ -35,10 +35,17 @@ class _Coalescing:
     docstring), and whose ``close`` lingers while ``unread`` says the client may still be
     sending (gateway/upstream/linger.py)."""
 
-    def __init__(self, inner: asyncio.Transport, loop: asyncio.AbstractEventLoop, unread: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        inner: asyncio.Transport,
+        loop: asyncio.AbstractEventLoop,
+        unread: Callable[[], bool],
+        answered_early: Callable[[], bool] = lambda: False,
+    ) -> None:
         self._inner = inner
         self._loop = loop
         self._unread = unread
+        self._answered_early = answered_early
         self._held: bytes | None = None
         self._flush_soon: asyncio.Handle | None = None
         self._lingering = False
@@ -51,7 +58,7 @@ class _Coalescing:
                 self._flush_soon = None
             self._inner.write(held + bytes(data))
         elif bytes(data[: len(_HEAD)]) == _HEAD:
-            self._held = bytes(data)
+            self._held = _closing(bytes(data)) if self._answered_early() else bytes(data)
             self._flush_soon = self._loop.call_soon(self.flush)
         else:
             self._inner.write(data)
@@ -142,6 +149,15 @@ class StalledWrites:
         self.transport.abort()
 
 
+def _closing(head: bytes) -> bytes:
+    """``head`` saying ``connection: close`` (an answer given before its request's body is all
+    in: its connection closes once it is out, gateway/upstream/heads.py), unless it says so."""
+    end = head.find(b"\r\n\r\n")
+    if end < 0 or b"\r\nconnection: close\r\n" in head[: end + 2].lower():
+        return head
+    return head[:end] + b"\r\nconnection: close" + head[end:]
+
+
 def coalescing_protocol(parser: str) -> type[asyncio.Protocol]:
     """uvicorn's HTTP protocol class for ``parser`` (``heads.protocol_class``), writing through
     ``_Coalescing``, a client that reads nothing of its answer cut (``StalledWrites``)."""
@@ -149,7 +165,9 @@ def coalescing_protocol(parser: str) -> type[asyncio.Protocol]:
 
     class Coalescing(StalledWrites, protocol_class(parser)):  # type: ignore[misc]
         def connection_made(self, transport: asyncio.Transport) -> None:
-            super().connection_made(_Coalescing(transport, asyncio.get_running_loop(), self.unread))
+            super().connection_made(
+                _Coalescing(transport, asyncio.get_running_loop(), self.unread, self.answered_early)
+            )
 
     return Coalescing
 

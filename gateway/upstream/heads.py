@@ -109,6 +109,14 @@ class HeadDeadline:
         or of a request's body (closing then lingers: gateway/upstream/linger.py)."""
         return self._heading() or (self.cycle is not None and self.cycle.more_body)
 
+    def answered_early(self) -> bool:
+        """Whether the response being written is to a request whose body is not all in: its
+        connection closes once it is complete (``on_response_complete``), and its head says so
+        (gateway/upstream/coalesce.py), or a keep-alive client sends its next request on it."""
+        # (With requests read while this one was answered, uvicorn's httptools protocol holds them
+        # in ``pipeline`` and ``cycle`` is the last of them, whose body may still be on its way.)
+        return not getattr(self, "pipeline", None) and self.cycle is not None and self.cycle.more_body
+
     def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)  # type: ignore[misc]
         self._arm()
@@ -130,11 +138,7 @@ class HeadDeadline:
         it came, and a client that sends that body a byte every few seconds (each byte restarts
         uvicorn's keep-alive timer; the body deadline is the app's, which never read it) held
         the connection for ever, token or none."""
-        # (With requests read while this one was answered, uvicorn's httptools protocol holds them
-        # in ``pipeline`` and ``cycle`` is the last of them, whose body may still be on its way.)
-        if getattr(self, "pipeline", None) or self.transport.is_closing():
-            pass
-        elif self.cycle is not None and self.cycle.more_body:
+        if not self.transport.is_closing() and self.answered_early():
             log.debug("a request was answered before its body was all in: connection closed")
             self.transport.close()  # (lingers: gateway/upstream/linger.py)
         super().on_response_complete()  # type: ignore[misc]

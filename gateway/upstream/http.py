@@ -351,22 +351,22 @@ class Front:
             _in_origin_form(scope)
         if (_SELF_HEADER, _SELF) in headers:
             # (its server's status says so: the SDK's client reads this error out of the 508)
-            await send_whole(_early(send, headers), 508, [(b"content-type", b"application/json")], _SELF_REFUSED)
+            await send_whole(send, 508, [(b"content-type", b"application/json")], _SELF_REFUSED)
             return
         endpoint = self.routes.get(scope["path"])
         if endpoint is None:  # (an endpoint's session manager and lanes check it themselves)
             refused = await self.security.validate_request(Request(scope))
             if refused is not None:
-                await refused(scope, receive, _early(send, headers))
+                await refused(scope, receive, send)
                 return
         if scope["path"] in HEALTH_PATHS and self.readiness is not None:
-            await self._health(scope, _early(send, headers), self.readiness)
+            await self._health(scope, send, self.readiness)
             return
         if self.expected:
             given = next((v for k, v in headers if k == b"authorization"), b"")
             principal = scope[PRINCIPAL] = self._principal(given)
             if principal is None:
-                await _unauthorized(_early(send, headers))
+                await _unauthorized(send)
                 return
             if endpoint is not None and principal in endpoint.barred:
                 served = endpoint.profile or DEFAULT_PROFILE
@@ -752,23 +752,6 @@ def _user(principal: str) -> Any:
     from mcp.server.auth.provider import AccessToken
 
     return AuthenticatedUser(AccessToken(token=principal, client_id=principal, scopes=[]))
-
-
-def _early(send: Send, headers: list[tuple[bytes, bytes]]) -> Send:
-    """``send`` for an answer given before the request's body is read: when the request has
-    one, the answer says ``connection: close``, as the connection then closes (its body unread
-    is no next request: gateway/upstream/heads.py). A keep-alive client told nothing sent its
-    next request on it and read "Server disconnected without sending a response"."""
-    declared = next((v for k, v in headers if k in (b"content-length", b"transfer-encoding")), b"0")
-    if declared.strip() in (b"", b"0"):
-        return send
-
-    async def closing(message: Message) -> None:
-        if message["type"] == "http.response.start":
-            message = {**message, "headers": [*message.get("headers", ()), (b"connection", b"close")]}
-        await send(message)
-
-    return closing
 
 
 async def _unauthorized(send: Send) -> None:
