@@ -228,6 +228,10 @@ class LineReader(asyncio.Protocol, Generic[Item]):
         finally:
             self._waiter = None
 
+    def wake(self) -> None:
+        """Wake the consumer in ``wait``: something else it waits for happened."""
+        self._wake()
+
     def _wake(self) -> None:
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)

@@ -205,8 +205,8 @@ class FastCall:
         self.cancelled = True
         if self.task is not None:
             self.task.cancel()
-            if not self.started:  # it will never run its own cleanup
-                self._forget()
+        if not self.started:  # it will never run its own cleanup (nor start: it waited its turn)
+            self._forget()
 
     async def run(self, wire: ClientWriter) -> None:
         """Answer on ``wire``; then close the call's own connection (2026-07-28). The SDK closes

@@ -14,8 +14,10 @@ and fd 1 goes to stderr, so stray prints from libraries can never corrupt the st
 The client is untrusted too: an unparsable line is answered with a JSON-RPC parse error
 (id null), a line over ``max_message_bytes`` is dropped as it arrives and answered with an
 error for its id, a reply that cannot be serialised becomes an error for its id, and at
-most ``MAX_IN_FLIGHT`` requests are unanswered at once: past that the reader stops, so a
-client that never reads its responses fills its own pipe, not the gateway's memory.
+most ``MAX_IN_FLIGHT`` requests are unanswered at once: past that its next requests wait
+their turn (``MAX_WAITING`` of them; then the reader stops, so a client that never reads its
+responses fills its own pipe, not the gateway's memory). What frees a place is still read
+meanwhile: a cancel, and the client's answers to what its calls asked it.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ import os
 import select
 import socket
 import stat
-from collections.abc import AsyncIterator
+from collections import deque
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
 from typing import Any, Protocol, cast
 
@@ -60,7 +63,10 @@ from gateway.upstream.prelude import Handoff
 from gateway.upstream.stdiofiles import FileReading, FileWriting, watchable
 
 MAX_IN_FLIGHT = 64
-"""Client requests read but not yet answered, per connection, before the reader waits."""
+"""Client requests read but not yet answered, per connection, before the next ones wait."""
+MAX_WAITING = 64
+"""Requests (and the notifications between them) read past ``MAX_IN_FLIGHT``, waiting their turn,
+before the reader stops reading."""
 
 LISTEN = "subscriptions/listen"
 """A 2026-07-28 request whose answer ends its stream: open for as long as the client listens,
@@ -87,6 +93,8 @@ class Unanswered:
         self._ids: dict[tuple[str, Any], int] = {}
         self._count = 0
         self._room = anyio.Event()
+        self.on_room: Callable[[], None] | None = None
+        """Told whenever a place frees (the reader, while it waits with requests waiting for one)."""
 
     def has_room(self) -> bool:
         return self._count < self.limit
@@ -123,6 +131,8 @@ class Unanswered:
             self._ids[key] = left - 1
         self._count -= 1
         self._room.set()
+        if self.on_room is not None:
+            self.on_room()
 
 
 def _load_client(line: bytes | bytearray) -> Any:
@@ -155,6 +165,22 @@ def _parse_client(line: bytes | bytearray) -> SessionMessage | types.JSONRPCErro
     if isinstance(data, types.JSONRPCError):
         return data
     return _validate_client(data)
+
+
+def _needs_place(entry: Claim | SessionMessage) -> bool:
+    """Whether ``entry`` takes one of the ``MAX_IN_FLIGHT`` places: a request (a listen stream,
+    open for as long as the client listens, is none)."""
+    if not isinstance(entry, SessionMessage):
+        return True
+    message = entry.message
+    return isinstance(message, types.JSONRPCRequest) and message.method != LISTEN
+
+
+def _request_id(entry: Claim | SessionMessage) -> Any:
+    """The id of a waiting request (None for a notification waiting behind one)."""
+    if not isinstance(entry, SessionMessage):
+        return entry.request_id
+    return getattr(entry.message, "id", None)
 
 
 def _first_line(exc: Exception) -> str:
@@ -361,6 +387,9 @@ class ClientStdin(LineReader[Any]):
         super().__init__(LineSplitter(max_message_bytes))
         self.lane = lane
         self.wire = wire
+        self.waiting: deque[Claim | SessionMessage] = deque()
+        """Read past ``MAX_IN_FLIGHT``: requests waiting for a place, and the notifications
+        after the first of them (kept in order); the reader task lets them in."""
         self.first = first
         """Read before the pipe: what the prelude read and did not answer (``Handoff.unread``)."""
 
@@ -372,6 +401,10 @@ class ClientStdin(LineReader[Any]):
             first, self.first = self.first, b""
             self.lines_received(self.splitter.feed(first))
             self._wake()
+
+    @property
+    def behind(self) -> bool:
+        return bool(self.queue) or self.busy or bool(self.waiting)
 
     def lines_received(self, lines: list[bytes | bytearray | Overlong]) -> None:
         lines.reverse()
@@ -469,6 +502,8 @@ async def stdio_streams(
         with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
             await write_send.send(SessionMessage(error))
 
+    waiting = stdin.waiting
+
     async def handle(item: Any) -> None:
         """One queued line, in arrival order: answered here, claimed, or handed to the SDK."""
         if isinstance(item, Overlong):
@@ -483,9 +518,11 @@ async def stdio_streams(
             await answer(item)
             return
         if lane is not None and (claim := lane.claim(item)) is not None:
-            await unanswered.wait_room()
-            unanswered.add(claim.request_id)
-            claim.start(wire)
+            if waiting or not unanswered.has_room():
+                waiting.append(claim)
+            else:
+                unanswered.add(claim.request_id)
+                claim.start(wire)
             return
         parsed = _validate_client(item)
         del item
@@ -495,11 +532,8 @@ async def stdio_streams(
             await answer(parsed)
             return
         msg = parsed.message
-        if isinstance(msg, types.JSONRPCRequest) and msg.method != LISTEN:
-            await unanswered.wait_room()
-            unanswered.add(msg.id)
-        elif isinstance(msg, types.JSONRPCResponse | types.JSONRPCError):
-            outgoing.discard(_key(msg.id))
+        if isinstance(msg, types.JSONRPCResponse | types.JSONRPCError):
+            outgoing.discard(_key(msg.id))  # (never waits: a call in flight may be waiting for it)
         elif isinstance(msg, types.JSONRPCNotification) and msg.method == "notifications/cancelled":
             # Only an id a request can have (an array is unhashable), as the SDK reads it.
             cancelled = cancelled_request_id_from_params(msg.params)
@@ -507,7 +541,31 @@ async def stdio_streams(
                 unanswered.done(cancelled)
                 if lane is not None:
                     lane.cancel(cancelled)
+                _withdraw(cancelled)
+        elif waiting or (_needs_place(parsed) and not unanswered.has_room()):
+            waiting.append(parsed)
+            return
+        elif _needs_place(parsed):
+            unanswered.add(_request_id(parsed))
         await read_send.send(parsed)
+
+    def _withdraw(request_id: Any) -> None:
+        """A cancelled request still waiting for its place never gets one (nor an answer)."""
+        key = _key(request_id)
+        for entry in [e for e in waiting if _request_id(e) is not None and _key(_request_id(e)) == key]:
+            waiting.remove(entry)
+
+    async def let_in() -> None:
+        """Requests waiting their turn, in order, as places free up (the notifications between them too)."""
+        while waiting and (unanswered.has_room() or not _needs_place(waiting[0])):
+            entry = waiting.popleft()
+            if isinstance(entry, SessionMessage):
+                if _needs_place(entry):
+                    unanswered.add(_request_id(entry))
+                await read_send.send(entry)
+            else:
+                unanswered.add(entry.request_id)
+                entry.start(wire)
 
     async def unanswerable(request_id: Any) -> None:
         with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
@@ -524,12 +582,27 @@ async def stdio_streams(
 
     async def read_to_the_end() -> None:
         while True:
-            while stdin.queue:
+            await let_in()
+            while stdin.queue and len(waiting) < MAX_WAITING:
                 await handle(stdin.take())
                 stdin.done()
-            if stdin.closed:
-                break
-            await stdin.wait()
+            if not waiting:
+                if stdin.closed and not stdin.queue:
+                    break
+                await stdin.wait()
+                continue
+            # Requests wait for a place: read on (a cancel, an answer to what a call asked
+            # frees one) unless that many wait, and let them in as places free up.
+            if unanswered.has_room():
+                continue  # (freed by a line just handled: a cancel)
+            if stdin.closed or len(waiting) >= MAX_WAITING:
+                await unanswered.wait_room()
+            else:
+                unanswered.on_room = stdin.wake  # (only now: an answer wakes no reader otherwise)
+                try:
+                    await stdin.wait()  # a line read, or a place freed
+                finally:
+                    unanswered.on_room = None
         # End of input: every request read is answered before the session ends (whatever
         # stdout is), within drain_timeout: a call that reports progress for an hour held
         # the gateway and its servers up after its client had gone. What we asked the client
