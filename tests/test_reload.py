@@ -586,12 +586,15 @@ async def test_a_token_taken_away_stops_its_calls_and_their_servers_are_told(
                     tg.start_soon(functools.partial(call, "running", bob, 600, progress_callback=progressed))
                     await started.wait()  # (on its server: it reports progress)
                     tg.start_soon(call, "waiting", bob, 0.1)
-                    tg.start_soon(call, "alice's", alice, 6)
+                    # (hers outlasts the token file's next read, a poll of 0.5 s and a settling of
+                    # 0.3 s, by 3x: it runs on after Bob's calls are refused, and is answered last)
+                    tg.start_soon(call, "alice's", alice, 4)
                     await wait_for(lambda: "requests being answered: the next waits its turn" in log.read_text())
                     kept = "token-of-bob profiles=review\n" if change == "profiles" else ""
                     tokens.write_text("token-of-alice\n" + kept)
         refused = "prefixgate: this token may no longer use this endpoint"
-        assert outcomes == {"running": refused, "waiting": refused, "alice's": "slept 6 s"}
+        assert outcomes == {"running": refused, "waiting": refused, "alice's": "slept 4 s"}
+        assert list(outcomes)[-1] == "alice's"  # (still running when Bob's were refused)
         await wait_for(lambda: "[d] slow cancelled after step" in log.read_text())
         assert log.read_text().count("slow cancelled") == 1  # (the waiting call reached no server)
 
@@ -605,9 +608,10 @@ async def test_a_listen_stream_whose_token_is_revoked_while_it_opens_is_refused(
     surface = str(Path(__file__).resolve().parent / "surface_server.py")
     log = tmp_path / "slow.log"
     slow = {"log": str(log), "resources": ["slow://1"], "overrides": {"resources/subscribe": "hang"}}
-    # (the subscribe hangs until this timeout; the token is revoked well before it)
+    # (the subscribe hangs until this timeout; the token is revoked well before it: the token
+    # file is read again within a poll of 0.5 s and a settling of 0.3 s, a third of it)
     config = write_config(
-        tmp_path, {"slow": {"command": PYTHON, "args": [surface, json.dumps(slow)], "call_timeout": 6}}
+        tmp_path, {"slow": {"command": PYTHON, "args": [surface, json.dumps(slow)], "call_timeout": 4}}
     )
     tokens = tmp_path / "tokens"
     tokens.write_text("token-of-alice\ntoken-of-bob\n")
