@@ -295,13 +295,18 @@ async def test_a_call_in_flight_on_a_removed_server_ends_with_is_error(tmp_path:
     notes = Notifications()
     async with serving(tmp_path, "stdio", mode, config, notes) as (client, _pid, log):
         results: list[Any] = []
+        started = anyio.Event()
+
+        async def progressed(progress: float, total: float | None, message: str | None) -> None:
+            started.set()
 
         async def slow() -> None:
-            results.append(await client.call_tool("s__slow", {"seconds": 30}))
+            results.append(await client.call_tool("s__slow", {"seconds": 30}, progress_callback=progressed))
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(slow)
-            await anyio.sleep(1)
+            with anyio.fail_after(20):
+                await started.wait()  # (on its server: it reports progress)
             write_config(tmp_path, servers("a"))
             with anyio.fail_after(20):
                 while not results:
