@@ -35,6 +35,7 @@ from mcp.server.subscriptions import (
     ListenHandler,
     ResourceUpdated,
     ServerEvent,
+    SubscriptionBus,
     _honored_subset,
 )
 from mcp.server.transport_security import TransportSecurityMiddleware
@@ -483,7 +484,13 @@ class UpdatesListen(ListenHandler):
     ``max_buffered_events`` ends the stream), but a resource update keeps the ``_meta`` its
     server sent (an event with a ``meta``: ``gateway.engine.clients.Updated``), the
     subscription id joined to it: the SDK's handler makes each frame of the event's URI alone.
-    Its body is mcp 2.3's ``ListenHandler.__call__`` (the frame aside), whose fields it uses."""
+    Its body is mcp 2.3's ``ListenHandler.__call__`` (the frame aside, and an event meant for
+    another principal's streams skipped), whose fields it uses. ``principal``: whose streams
+    these are (``Updated.principal``)."""
+
+    def __init__(self, bus: SubscriptionBus, principal: object, *, max_subscriptions: int = 1024) -> None:
+        super().__init__(bus, max_subscriptions=max_subscriptions)
+        self.principal = principal
 
     async def __call__(
         self, ctx: ServerRequestContext[Any, Any], params: types.SubscriptionsListenRequestParams
@@ -499,6 +506,8 @@ class UpdatesListen(ListenHandler):
         send, events = anyio.create_memory_object_stream[ServerEvent](self._max_buffered_events)
 
         def deliver(event: ServerEvent) -> None:
+            if getattr(event, "principal", None) not in (None, self.principal):
+                return  # (an update of another principal's own process of a server)
             if event_matches(honored, uris, event):
                 try:
                     send.send_nowait(event)

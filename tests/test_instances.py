@@ -463,3 +463,60 @@ async def test_a_start_a_reload_cuts_short_says_so(tmp_path: Path) -> None:
                     ), text(failed)
             gateway.send_signal(signal.SIGTERM)
             gateway.wait(30)
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_an_update_from_a_principals_own_process_reaches_its_principal_alone(tmp_path: Path, mode: str) -> None:
+    """A per-principal server reports its resource changed: that principal's clients watching it
+    hear of it, on a handshake-era session (``resources/subscribe``) and on a 2026-07-28 listen
+    stream, and no other principal does. A listen stream heard nothing: the update went to the
+    handshake-era sessions alone. (tests/updates_server.py reports each touch, watched or not.)"""
+    import warnings
+
+    from mcp.shared.subscriptions import ResourceUpdated
+
+    from tests.updates_server import URI
+
+    updates = {"command": PYTHON, "args": ["-m", "tests.updates_server"], "instances": "per-principal"}
+    config = write_config(tmp_path, {"u": {**updates, "cwd": str(Path(__file__).resolve().parent.parent)}})
+    heard: dict[str, list[str]] = {"alice": [], "bob": []}
+
+    def collect(who: str) -> dict[str, Any]:
+        """A handshake-era session's updates (a listen stream's are its events)."""
+
+        async def on_message(message: Any) -> None:
+            if isinstance(message, types.ResourceUpdatedNotification):
+                heard[who].append(str(message.params.uri))
+
+        return {"message_handler": on_message} if mode == "legacy" else {}
+
+    async def listening(client: Any, who: str, ready: anyio.Event) -> None:
+        async with client.listen(resource_subscriptions=[URI]) as events:
+            ready.set()
+            async for event in events:
+                if isinstance(event, ResourceUpdated):
+                    heard[who].append(event.uri)
+
+    with tokens_file(tmp_path, "token-of-alice", "token-of-bob") as tokens:
+        with http_gateway(config, "--token-file", str(tokens)) as (url, _):
+            async with (
+                sdk_client(url, mode, headers=ALICE, **collect("alice")) as alice,
+                sdk_client(url, mode, headers=BOB, **collect("bob")) as bob,
+                anyio.create_task_group() as tg,
+            ):
+                with anyio.fail_after(60):
+                    for client, who in ((alice, "alice"), (bob, "bob")):
+                        if mode == "legacy":
+                            with warnings.catch_warnings():
+                                warnings.simplefilter("ignore")  # (deprecated in 2026-07-28, not in this era)
+                                await client.subscribe_resource(URI)
+                        else:
+                            ready = anyio.Event()
+                            tg.start_soon(listening, client, who, ready)
+                            await ready.wait()
+                    assert text(await alice.call_tool("u__touch", {})) == "touched"
+                    await wait_for(lambda: heard["alice"] == [URI])
+                    assert text(await bob.call_tool("u__touch", {})) == "touched"  # (his own, after hers)
+                    await wait_for(lambda: heard["bob"] == [URI])
+                    assert heard == {"alice": [URI], "bob": [URI]}  # (none of the other's)
+                tg.cancel_scope.cancel()

@@ -285,9 +285,12 @@ def _name(client: ClientConnection) -> str:
 @dataclass(frozen=True)
 class Updated(ResourceUpdated):
     """A resource update with the ``_meta`` its server sent (a 2026-07-28 listen stream's frame
-    carries it: ``gateway.sdk.UpdatesListen``)."""
+    carries it: ``gateway.sdk.UpdatesListen``), and whose it is."""
 
     meta: Mapping[str, Any] | None = field(default=None, compare=False)
+    principal: object = field(default=None, compare=False)
+    """For one principal's listen streams alone (an update of its own process of a
+    per-principal server, ``Hub.InstanceEvents``); None: for every stream watching ``uri``."""
 
 
 def updated_meta(meta: object) -> dict[str, Any] | None:

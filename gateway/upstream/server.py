@@ -1048,7 +1048,7 @@ class WatchingListen:
                 raise MCPError(code=INVALID_REQUEST, message="prefixgate: this token may no longer use this endpoint")
             inner = self.inner.get(who)  # (from here on, until the stream is open, nothing awaits)
             if inner is None:
-                inner = self.inner[who] = UpdatesListen(self.hub.clients.bus, max_subscriptions=1 << 30)
+                inner = self.inner[who] = UpdatesListen(self.hub.clients.bus, who, max_subscriptions=1 << 30)
             return await inner(ctx, _honoring(params, watched))
         finally:
             self.open.give(who, stream)
