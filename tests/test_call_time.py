@@ -40,6 +40,9 @@ from tests.helpers import (
 pytestmark = pytest.mark.anyio
 
 LIMITS = {"call_timeout": 1, "max_call_time": 3}
+STUCK = {**LIMITS, "call_timeout": 0.5}
+"""For calls that must all time out (their server reads nothing): no margin to keep, each waits
+its ``call_timeout`` whole, four of them a test."""
 SERVERS = ("stdio", "http", "modern")
 """A demo server over stdio, one over HTTP reached with the handshake, one reached at 2026-07-28."""
 
@@ -317,7 +320,7 @@ async def test_directly_a_call_to_a_server_that_stopped_reading_times_out() -> N
             return raised.value.error.code == REQUEST_TIMEOUT
 
         await anyio.sleep(0.5)
-        await _stuck_calls(partial(client.call_tool, read_timeout_seconds=1), timed_out, at_once=0)
+        await _stuck_calls(partial(client.call_tool, read_timeout_seconds=0.5), timed_out, at_once=0)
         tg.cancel_scope.cancel()
 
 
@@ -334,12 +337,12 @@ async def test_a_call_to_a_server_that_stopped_reading_times_out(
     go on."""
     config = write_config(
         tmp_path,
-        {"classic": {"command": PYTHON, "args": [CLASSIC], **LIMITS}, "demo": demo("--tools", 1, "--name", "demo")},
+        {"classic": {"command": PYTHON, "args": [CLASSIC], **STUCK}, "demo": demo("--tools", 1, "--name", "demo")},
     )
     env = {"PREFIXGATE_FAST_PATH": "1" if own_path else "0"}
 
     async def timed_out(call: Any) -> bool:
-        return text(await call) == "classic: tool 'echo' timed out: no answer or progress in 1 s"
+        return text(await call) == "classic: tool 'echo' timed out: no answer or progress in 0.5 s"
 
     with ExitStack() as stack:
         target: Any = config
@@ -347,7 +350,7 @@ async def test_a_call_to_a_server_that_stopped_reading_times_out(
             target, _log = stack.enter_context(http_gateway(config, env=env))
         async with sdk_client(target, mode, env=env, errlog=tmp_path / "gateway.log") as client:
             blocked = await client.call_tool("classic__block", {"seconds": 30})
-            assert text(blocked) == "classic: tool 'block' timed out: no answer or progress in 1 s"
+            assert text(blocked) == "classic: tool 'block' timed out: no answer or progress in 0.5 s"
             await _stuck_calls(
                 lambda tool, arguments: client.call_tool(f"classic__{tool}", arguments), timed_out, at_once=3
             )
