@@ -465,20 +465,34 @@ async def test_a_start_a_reload_cuts_short_says_so(tmp_path: Path) -> None:
             gateway.wait(30)
 
 
+ROOT = str(Path(__file__).resolve().parent.parent)
+UPDATES = {"command": PYTHON, "args": ["-m", "tests.updates_server"], "cwd": ROOT}
+REPORTING = {
+    "reports every change": ({**UPDATES, "env": {"UPDATES_SUBSCRIBED_ONLY": "0"}}, "updates://notes"),
+    "reports what it is asked to": ({**UPDATES, "env": {"UPDATES_SUBSCRIBED_ONLY": "1"}}, "updates://notes"),
+    "2026-07-28, its listen filter": ({"command": PYTHON, "args": [MODERN]}, "modern://roots"),
+}
+"""A server with a resource its ``touch`` tool changes, as it reports changes; the resource."""
+
+
+@pytest.mark.parametrize("reporting", list(REPORTING))
 @pytest.mark.parametrize("mode", ERAS)
-async def test_an_update_from_a_principals_own_process_reaches_its_principal_alone(tmp_path: Path, mode: str) -> None:
+async def test_an_update_from_a_principals_own_process_reaches_its_principal_alone(
+    tmp_path: Path, mode: str, reporting: str
+) -> None:
     """A per-principal server reports its resource changed: that principal's clients watching it
     hear of it, on a handshake-era session (``resources/subscribe``) and on a 2026-07-28 listen
     stream, and no other principal does. A listen stream heard nothing: the update went to the
-    handshake-era sessions alone. (tests/updates_server.py reports each touch, watched or not.)"""
+    handshake-era sessions alone. And a server that reports only what it was asked to (as the
+    spec's subscriptions have it) never reported at all: the watch was taken at the shared
+    process, which is never called; each principal's own process is asked now (a 2026-07-28
+    server: through the filter of the gateway's listen stream to that process)."""
     import warnings
 
     from mcp.shared.subscriptions import ResourceUpdated
 
-    from tests.updates_server import URI
-
-    updates = {"command": PYTHON, "args": ["-m", "tests.updates_server"], "instances": "per-principal"}
-    config = write_config(tmp_path, {"u": {**updates, "cwd": str(Path(__file__).resolve().parent.parent)}})
+    server, URI = REPORTING[reporting]
+    config = write_config(tmp_path, {"u": {**server, "instances": "per-principal"}})
     heard: dict[str, list[str]] = {"alice": [], "bob": []}
 
     def collect(who: str) -> dict[str, Any]:
@@ -519,4 +533,63 @@ async def test_an_update_from_a_principals_own_process_reaches_its_principal_alo
                     assert text(await bob.call_tool("u__touch", {})) == "touched"  # (his own, after hers)
                     await wait_for(lambda: heard["bob"] == [URI])
                     assert heard == {"alice": [URI], "bob": [URI]}  # (none of the other's)
+                tg.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_watched_process_is_kept_and_its_next_one_is_asked_again(tmp_path: Path, mode: str) -> None:
+    """A principal's process of a per-principal server asked to report a resource is kept past
+    its ``idle_timeout`` (stopped, it would report nothing), and when it dies the process that
+    replaces it is asked again: a client watching the resource hears its next change too."""
+    import os
+    import warnings
+
+    from mcp.shared.subscriptions import ResourceUpdated
+
+    server, uri = REPORTING["reports what it is asked to"]
+    config = write_config(tmp_path, {"u": {**server, "instances": "per-principal", "idle_timeout": 0.5}})
+    heard: list[str] = []
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, types.ResourceUpdatedNotification):
+            heard.append(str(message.params.uri))
+
+    stream = anyio.CancelScope()
+
+    async def listening(client: Any, ready: anyio.Event) -> None:
+        with stream:
+            async with client.listen(resource_subscriptions=[uri]) as events:
+                ready.set()
+                async for event in events:
+                    if isinstance(event, ResourceUpdated):
+                        heard.append(event.uri)
+
+    options = {"message_handler": on_message} if mode == "legacy" else {}
+    with tokens_file(tmp_path, "token-of-alice") as tokens:
+        with http_gateway(config, "--token-file", str(tokens)) as (url, log):
+            async with sdk_client(url, mode, headers=ALICE, **options) as alice, anyio.create_task_group() as tg:
+                with anyio.fail_after(60):
+                    if mode == "legacy":
+                        with warnings.catch_warnings():
+                            warnings.simplefilter("ignore")  # (deprecated in 2026-07-28, not in this era)
+                            await alice.subscribe_resource(uri)
+                    else:
+                        ready = anyio.Event()
+                        tg.start_soon(listening, alice, ready)
+                        await ready.wait()
+                    await anyio.sleep(1.5)  # (three idle_timeouts)
+                    assert "idle for 0.5 s" not in log.read_text()
+                    assert text(await alice.call_tool("u__touch", {})) == "touched"
+                    await wait_for(lambda: heard == [uri])
+                    os.kill(int(text(await alice.call_tool("u__pid", {}))), signal.SIGKILL)
+                    await wait_for(lambda: log.read_text().count("] ready:") >= 3)  # (the shared, hers, her next)
+                    assert text(await alice.call_tool("u__touch", {})) == "touched"
+                    await wait_for(lambda: heard == [uri, uri])
+                    if mode == "legacy":  # no longer watched: it idles out as any process
+                        with warnings.catch_warnings():
+                            warnings.simplefilter("ignore")
+                            await alice.unsubscribe_resource(uri)
+                    else:
+                        stream.cancel()  # (its listen stream closed)
+                    await wait_for(lambda: "idle for 0.5 s" in log.read_text())
                 tg.cancel_scope.cancel()

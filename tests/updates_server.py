@@ -1,18 +1,24 @@
 """A handshake-era stdio server whose change notifications carry ``_meta`` (JSON lines, no SDK).
 
-One resource, ``updates://notes`` (subscribable), and one tool, ``touch {meta}``: it sends
+One resource, ``updates://notes`` (subscribable), a tool ``pid``, and ``touch {meta}``: it sends
 ``notifications/resources/updated`` for that resource and ``notifications/resources/list_changed``,
 each with ``_meta`` = ``meta``, then answers. For tests/test_relay.py: what a client of the
-gateway gets of that ``_meta``, as it would directly.
+gateway gets of that ``_meta``, as it would directly. With ``UPDATES_SUBSCRIBED_ONLY=1`` it
+reports the update only while the resource is subscribed (as a server that keeps the spec's
+subscriptions does): for tests/test_instances.py, each principal's process asked itself.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any
 
 URI = "updates://notes"
+PID = {"name": "pid", "description": "This process's id.", "inputSchema": {"type": "object"}}
+SUBSCRIBED_ONLY = os.environ.get("UPDATES_SUBSCRIBED_ONLY") == "1"
+subscribed: set[str] = set()
 TOUCH = {
     "name": "touch",
     "description": "Report that the notes changed, with the _meta given.",
@@ -34,18 +40,27 @@ def result(method: str, params: dict[str, Any]) -> dict[str, Any] | None:
             "serverInfo": {"name": "updates", "version": "1"},
         }
     if method == "tools/list":
-        return {"tools": [TOUCH]}
+        return {"tools": [TOUCH, PID]}
     if method == "resources/list":
         return {"resources": [{"uri": URI, "name": "notes", "mimeType": "text/plain"}]}
     if method == "resources/templates/list":
         return {"resourceTemplates": []}
     if method == "resources/read":
         return {"contents": [{"uri": URI, "mimeType": "text/plain", "text": "notes"}]}
-    if method in ("resources/subscribe", "resources/unsubscribe", "ping", "logging/setLevel"):
+    if method == "resources/subscribe":
+        subscribed.add(params.get("uri"))
         return {}
+    if method == "resources/unsubscribe":
+        subscribed.discard(params.get("uri"))
+        return {}
+    if method in ("ping", "logging/setLevel"):
+        return {}
+    if method == "tools/call" and params.get("name") == "pid":
+        return {"content": [{"type": "text", "text": str(os.getpid())}]}
     if method == "tools/call":
         meta = (params.get("arguments") or {}).get("meta") or {}
-        send({"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {"uri": URI, "_meta": meta}})
+        if URI in subscribed or not SUBSCRIBED_ONLY:
+            send({"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {"uri": URI, "_meta": meta}})
         send({"jsonrpc": "2.0", "method": "notifications/resources/list_changed", "params": {"_meta": meta}})
         return {"content": [{"type": "text", "text": "touched"}]}
     return None

@@ -115,6 +115,7 @@ class Hub:
             self.relists = Relists([self.publisher])
             self.relay = Relay(self.clients, self.round_trips)
             self.instances = Instances(InstanceEvents(self))
+            self.watches.instances = self.instances
             self.clients.instances = self.instances.running
         else:
             self.relists, self.relay, self.instances = shared.relists, shared.relay, shared.instances
@@ -261,6 +262,7 @@ class InstanceEvents:
 
     async def server_ready(self, downstream: Downstream) -> None:
         await self._hub.clients.pass_level(downstream)
+        await self._hub.watches.resume(downstream)  # (a new process of its principal: asked again)
 
     async def server_down(self, downstream: Downstream) -> None:
         return None  # (``Relay.forget_callers`` is about the shared process's callers)

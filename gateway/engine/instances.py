@@ -4,7 +4,8 @@
 process starts as any server's and gives the catalog (its lists, their changes, the warm
 start); every request of a principal that reaches the server (``tools/call``, and so the tasks
 a call runs; ``resources/read``, ``prompts/get``, ``completion/complete``) goes to that
-principal's own process instead, started by its first such request. A login, a browser
+principal's own process instead, started by its first such request, and so does its watch of
+a resource (gateway/engine/watches.py), which keeps the process running while it lasts. A login, a browser
 session or a working directory the server keeps is then never another principal's, and what
 an instance asks (elicitation, sampling, roots) or logs is its principal's by construction
 (``Downstream.principal``, which the relay reads; the hub's ``InstanceEvents``), not by the
@@ -66,6 +67,10 @@ class Instances:
         self._events = events
         self._servers: dict[str, OrderedDict[object, _Instance]] = {}
         """Per server id: its instances by principal (``principal_key``), least recently used first."""
+        self._watched: dict[tuple[str, object], int] = {}
+        """(Server id, principal) -> the resources its instance was asked to report
+        (``gateway.engine.watches``): kept running for them (never stopped for idleness or
+        room), though still replaced when down, the new one asked again (``Watches.resume``)."""
 
     def serves(self, downstream: Downstream) -> bool:
         """Whether a principal's request to ``downstream`` goes to that principal's instance."""
@@ -110,6 +115,24 @@ class Instances:
             instance.in_flight -= 1
             instance.used = anyio.current_time()
 
+    def watching(self, server_id: str, principal: object, change: int) -> None:
+        """``principal``'s instance of the server was asked to report one resource more (+1) or
+        one less (-1)."""
+        key = (server_id, principal)
+        count = self._watched.get(key, 0) + change
+        if count > 0:
+            self._watched[key] = count
+        else:
+            self._watched.pop(key, None)
+        mine = self._servers.get(server_id)
+        instance = mine.get(principal) if mine is not None else None
+        if instance is not None:
+            instance.used = anyio.current_time()  # (its idle time counts from its last watch)
+
+    def _busy(self, server_id: str, principal: object, instance: _Instance) -> bool:
+        """Held by a request, or watched: not stopped for idleness nor for another's room."""
+        return instance.in_flight > 0 or (server_id, principal) in self._watched
+
     def stop_server(self, server_id: str, reason: str) -> None:
         """Stop every instance of a server (it is removed or changed by a reload)."""
         for principal in list(self._servers.get(server_id, ())):
@@ -130,7 +153,7 @@ class Instances:
         if found is None:
             limit = shared.config.max_instances
             if len(mine) >= limit:
-                idle = next((p for p, i in mine.items() if i.in_flight == 0), None)
+                idle = next((p for p, i in mine.items() if not self._busy(shared.id, p, i)), None)
                 if idle is None:
                     raise DownstreamUnavailable(
                         f"Server {shared.id!r} runs one process per principal, and all {limit} it may run "
@@ -178,10 +201,11 @@ class Instances:
         timeout = instance.downstream.config.idle_timeout
         while True:
             idle = anyio.current_time() - instance.used
-            if instance.in_flight == 0 and idle >= timeout:
+            busy = self._busy(server_id, principal, instance)
+            if not busy and idle >= timeout:
                 self._stop(server_id, principal, f"idle for {timeout:g} s (its idle_timeout)")
                 return
-            await anyio.sleep(timeout - idle if instance.in_flight == 0 else timeout)
+            await anyio.sleep(timeout if busy else timeout - idle)
 
 
 async def _started(d: Downstream) -> None:

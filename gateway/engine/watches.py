@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import anyio
 from mcp.shared.exceptions import MCPError
@@ -27,6 +28,9 @@ from gateway.config import env_count
 from gateway.downstream.connection import Downstream, offers
 from gateway.downstream.errors import DownstreamUnavailable
 from gateway.downstream.toolcall import connection_gone
+
+if TYPE_CHECKING:
+    from gateway.engine.instances import Instances
 
 log = logging.getLogger("prefixgate")
 
@@ -55,6 +59,9 @@ class Watches:
         self._held: dict[object, dict[str, list[str]]] = {}
         """Principal -> the URIs it watches, each with the server of each of its watches."""
         self._locks: dict[_Key, anyio.Lock] = {}
+        self.instances: Instances | None = None
+        """The per-principal servers' processes (the hub's): a principal's watch of such a
+        server's resource is taken at its own process, which its updates come from."""
 
     def watched(self) -> dict[str, int]:
         """URI -> how many clients (or listen streams) watch it."""
@@ -79,19 +86,43 @@ class Watches:
                 code=INVALID_REQUEST, message=f"prefixgate: this principal watches {MAX_URIS} resources already"
             )
         owner = (owner_of or self._owner_of)(uri, who)
-        key = (uri, owner.id if owner is not None else "")
+        key = (uri, self._site(owner, who))
         held.setdefault(uri, []).append(key[1])  # taken before anything is awaited: the limit holds under concurrency
         try:
             async with self._lock(key):
                 count = self._count.get(key, 0)
                 if count == 0:
-                    await self._tell(uri, True, owner)
+                    await self._start(uri, owner, who)
                 self._count[key] = count + 1
         except BaseException:
             self._release(uri, who, key[1])
             raise
         finally:
             self._forget_lock(key)
+
+    def _own(self, owner: Downstream | None) -> bool:
+        """Whether ``owner``'s server runs one process per principal, each watched on its own."""
+        return owner is not None and self.instances is not None and self.instances.serves(owner)
+
+    def _site(self, owner: Downstream | None, who: object) -> str:
+        """Where ``who``'s watch of a resource of ``owner`` is taken: the server (one watch for
+        every watcher), or its process of ``who`` (``_own``); "" for no server."""
+        if owner is None:
+            return ""
+        return _site_of(owner.id, who) if self._own(owner) else owner.id
+
+    async def _start(self, uri: str, owner: Downstream | None, who: object) -> None:
+        """The first watch of ``uri`` at its site: the server (or ``who``'s own process of it,
+        started if need be and kept running while it is watched) starts reporting."""
+        if self.instances is None or owner is None or not self._own(owner):
+            await self._tell(uri, True, owner)
+            return
+        try:
+            async with self.instances.held(owner, who) as own:
+                await self._tell(uri, True, own)
+        except DownstreamUnavailable as exc:  # (it did not start: the watch is refused, as by a server down)
+            raise MCPError(code=INTERNAL_ERROR, message=str(exc)) from None
+        self.instances.watching(owner.id, who, 1)
 
     def _release(self, uri: str, who: object, server_id: str | None) -> str | None:
         """One of ``who``'s watches of ``uri`` less: its watch at ``server_id`` if it has one,
@@ -113,7 +144,7 @@ class Watches:
         """One watcher of ``who`` less (``owner_of``: as ``watch`` was given it); the last one
         has the owning server stop (best effort)."""
         owner = owner_of(uri, who) if owner_of is not None else None
-        server_id = self._release(uri, who, owner.id if owner is not None else None)
+        server_id = self._release(uri, who, self._site(owner, who) if owner is not None else None)
         if server_id is None:
             return
         key = (uri, server_id)
@@ -124,7 +155,12 @@ class Watches:
             elif count == 1:
                 del self._count[key]
                 told = self._told.pop(key, None) or (owner_of or self._owner_of)(uri, who)
-                await self._tell_at_most(uri, False, told, logging.INFO, "was not told to stop reporting")
+                if told is not None and told.principal is not None and self.instances is not None:
+                    self.instances.watching(told.id, told.principal, -1)
+                    if told.stopping:  # (replaced or stopped since: its principal's process now, if any)
+                        told = self.instances.of(told.id, told.principal)
+                if told is not None:
+                    await self._tell_at_most(uri, False, told, logging.INFO, "was not told to stop reporting")
         self._forget_lock(key)
 
     async def resume(self, downstream: Downstream) -> None:
@@ -136,7 +172,8 @@ class Watches:
         was asked to report (a modern one's filter starts empty)."""
         for key in sorted(self._count):
             told = self._told.get(key)
-            if not (_replaced_by(told, downstream) or (told is downstream and not downstream.modern)):
+            again = _replaced_by(told, downstream) or _own_again(told, downstream)
+            if not (again or (told is downstream and not downstream.modern)):
                 continue
             async with self._lock(key):
                 if key in self._count:  # (not unwatched meanwhile)
@@ -195,9 +232,32 @@ class Watches:
                     raise MCPError(code=CONNECTION_CLOSED, message=message) from None
                 raise
         if start:  # (only once it reports: a refused watch leaves nothing behind)
-            self._told[(uri, downstream.id)] = downstream
+            site = downstream.id if downstream.principal is None else _site_of(downstream.id, downstream.principal)
+            self._told[(uri, site)] = downstream
+
+
+def _site_of(server_id: str, principal: object) -> str:
+    """The site of the watches taken at ``principal``'s own process of a server."""
+    return f"{server_id}\x00{principal}"
+
+
+def _own_again(told: Downstream | None, downstream: Downstream) -> bool:
+    """Whether ``downstream`` is a new process of the principal whose process ``told`` was (it
+    went down and was replaced): asked again whatever its era (a new listen filter is empty)."""
+    return (
+        told is not None
+        and told is not downstream
+        and downstream.principal is not None
+        and (told.id, told.principal) == (downstream.id, downstream.principal)
+    )
 
 
 def _replaced_by(told: Downstream | None, downstream: Downstream) -> bool:
     """Whether ``downstream`` is the server a reload started in place of ``told`` (stopped)."""
-    return told is not None and told.stopping and told.id == downstream.id and downstream.principal is None
+    return (
+        told is not None
+        and told.stopping
+        and told.id == downstream.id
+        and told.principal is None  # (a principal's process's watches wait for its next one: ``_own_again``)
+        and downstream.principal is None
+    )
