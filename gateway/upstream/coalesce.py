@@ -15,7 +15,10 @@ end would be a segment of its own.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import logging
+import struct
+import termios
 from collections.abc import Callable
 from typing import Any
 
@@ -118,7 +121,7 @@ class StalledWrites:
 
     def pause_writing(self) -> None:
         super().pause_writing()  # type: ignore[misc]
-        self._watch(self.transport.get_write_buffer_size())
+        self._watch(self._unsent())
 
     def resume_writing(self) -> None:
         if self._stall is not None:
@@ -132,6 +135,14 @@ class StalledWrites:
             self._stall = None
         super().connection_lost(exc)  # type: ignore[misc]
 
+    def _unsent(self) -> int:
+        """What the connection's client has not taken yet: the transport's buffer, and what the
+        kernel holds of the socket's (``SIOCOUTQ``, Linux; elsewhere taken as nothing). The
+        kernel's send buffer grows to megabytes (``tcp_wmem``), and the transport's writes
+        resume only once about a third of it is free: a slow reader's progress shows there
+        first, long before the transport takes any of its own buffer."""
+        return int(self.transport.get_write_buffer_size()) + _queued(self.transport.get_extra_info("socket"))
+
     def _watch(self, unsent: int) -> None:
         if self._stall is not None:
             self._stall.cancel()
@@ -141,12 +152,21 @@ class StalledWrites:
         self._stall = None
         if self.transport.is_closing() and not self.transport.get_write_buffer_size():
             return
-        now = self.transport.get_write_buffer_size()
+        now = self._unsent()
         if now < unsent:  # (its client took some: a slow reader)
             self._watch(now)
             return
         log.info("a client read nothing of its answer for %g s: connection cut", WRITE_TIMEOUT)
         self.transport.abort()
+
+
+def _queued(sock: Any) -> int:
+    """The bytes of ``sock``'s output the kernel holds, not yet acknowledged by the other end
+    (0 where it cannot say: no socket, a closed one, not Linux)."""
+    try:
+        return int(struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, bytes(4)))[0])
+    except (AttributeError, OSError, ValueError):
+        return 0
 
 
 def _closing(head: bytes) -> bytes:
