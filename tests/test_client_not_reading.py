@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import json
 import socket
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -125,11 +126,9 @@ async def test_a_client_that_stops_reading_holds_up_no_one_else(tmp_path: Path, 
                     assert "is not reading: its notifications are dropped" in log.read_text()
 
 
-def _drained(sock: socket.socket, pause: float = 0.0) -> bytes:
+def _drained(sock: socket.socket) -> bytes:
     """What ``sock`` is sent until its connection ends (a reset counts as an end), read 16 KiB at
-    a time, ``pause`` seconds apart; an answer complete on a connection kept alive ends it too."""
-    import time
-
+    a time; an answer complete on a connection kept alive ends it too."""
     sock.settimeout(60)
     data = b""
     while not data.endswith(b"\r\n0\r\n\r\n"):  # (a chunked answer's end: the event stream's last event sent)
@@ -140,7 +139,6 @@ def _drained(sock: socket.socket, pause: float = 0.0) -> bytes:
         if not chunk:
             break
         data += chunk
-        time.sleep(pause)
     return data
 
 
@@ -165,17 +163,50 @@ async def test_a_client_that_reads_nothing_of_its_answer_is_cut(tmp_path: Path, 
     assert "0 requests in flight may finish" in log.read_text()  # (at the stop: the cut call's task ended)
 
 
+SHORT_WRITE_TIMEOUT = {"PREFIXGATE_HTTP_WRITE_TIMEOUT": "1"}
+
+
+def _read_slowly(sock: socket.socket, until: Callable[[], bool]) -> bytes:
+    """What ``sock`` is sent, read 4 KiB every 0.1 s (40 KiB/s) until ``until()`` says so (or
+    its connection ends)."""
+    sock.settimeout(60)
+    data = b""
+    while not until():
+        try:
+            chunk = sock.recv(4096)
+        except ConnectionResetError:
+            break
+        if not chunk:
+            break
+        data += chunk
+        time.sleep(0.1)
+    return data
+
+
 @pytest.mark.parametrize("era", ERAS)
 async def test_a_slow_client_that_reads_is_not_cut(tmp_path: Path, era: str) -> None:
     """A client reading its answer slowly, a little at a time, is never cut: the write timeout
-    counts from the last byte its connection took, not from the start of the answer."""
-    # (0.8 MB, read at most 6 KiB at a time (what the 4 KiB receive buffer lets through) every
-    # 0.05 s: over 6.5 s, more than twice the 3 s)
-    flood = {"n": 100, "size": 8 << 10}
+    counts from the last byte its connection took, not from the start of the answer, and what
+    the kernel holds counts (its send buffer, megabytes, frees room for the gateway's writes
+    only after a third of it is read, a long wait at this pace)."""
+    # (4.6 MB: more than the kernel holds of it (about 3 MB in a send buffer of tcp_wmem's 4 MB
+    # at most, the client's 4 KiB aside) and the transport's 64 KiB: writing pauses, for
+    # longer than the timeout of 1 s at 40 KiB/s (about 1 MB must go before it resumes))
+    flood = {"n": 140, "size": 32 << 10}
     config = write_config(tmp_path, {"rogue": rogue()})
     with tokens_file(tmp_path, "token-of-alice") as tokens:
-        with http_gateway(config, "--token-file", str(tokens), env=WRITE_TIMEOUT) as (url, log):
+        with http_gateway(config, "--token-file", str(tokens), env=SHORT_WRITE_TIMEOUT) as (url, log):
             with flooding(url, "token-of-alice", era, flood) as alice:
-                answer = _drained(alice.sockets[-1], pause=0.05)
-            assert b"sent 100 log notifications" in answer
+                sock = alice.sockets[-1]
+                flooded: list[float] = []
+
+                def read_enough() -> bool:  # (slowly until 2 s, twice the timeout, after all was sent)
+                    if not flooded and "flooded: sent 140 log notifications" in log.read_text():
+                        flooded.append(time.monotonic())
+                    return bool(flooded) and time.monotonic() - flooded[0] > 2
+
+                answer = _read_slowly(sock, read_enough)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)  # (the rest quickly)
+                answer += _drained(sock)
+            assert b"sent 140 log notifications" in answer
             assert "connection cut" not in log.read_text()
