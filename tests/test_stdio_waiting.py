@@ -5,7 +5,8 @@ reader used to stop at the next request until one of them was answered, so every
 waited too: a ``notifications/cancelled`` for one of the 64 (the client making room), or the
 client's answers to what those calls had asked it. A client with 64 calls waiting on its answers
 or on a cancel then waited for ever, which the SDK's own stdio server (it reads every line)
-never does. Now the requests wait, in order, while the reader goes on (gateway/upstream/stdio.py).
+never does. Now the requests wait, in order, while the reader goes on (gateway/upstream/stdio.py),
+and at the end of input they are answered within ``drain_timeout`` as the calls in flight are.
 """
 
 from __future__ import annotations
@@ -90,3 +91,39 @@ async def test_answers_to_what_calls_asked_are_read_while_requests_wait(tmp_path
                 await anyio.sleep(0.2)  # (sent before the answers)
                 answer_now.set()
     assert results == ["accept:{'name': 'ada'}"] * (MAX_IN_FLIGHT + 1)
+
+
+@pytest.mark.parametrize("era", ["2025-11-25", "2026-07-28"])
+def test_requests_still_waiting_at_the_end_of_input_are_answered_within_drain_timeout(tmp_path: Path, era: str) -> None:
+    """The client closes its input with 64 calls running (for 600 s) and more requests waiting
+    for a place: the gateway stops within ``drain_timeout``, as with no request waiting, each
+    request read answered (the waiting ones too, with an error: they never ran)."""
+    import json
+
+    from mcp_types import CLIENT_CAPABILITIES_META_KEY, PROTOCOL_VERSION_META_KEY
+
+    from tests.helpers import INIT, raw_gateway
+
+    config = write_config(tmp_path, {"c": CLASSIC}, gateway={"drain_timeout": 1})
+    meta = {PROTOCOL_VERSION_META_KEY: era, CLIENT_CAPABILITIES_META_KEY: {}}
+    with (tmp_path / "stderr.log").open("w") as err, raw_gateway(config, err) as gw:
+        if era == "2025-11-25":
+            gw.send(json.dumps(INIT).encode())
+            assert "result" in gw.answer(1)
+            gw.send(b'{"jsonrpc":"2.0","method":"notifications/initialized"}')
+        waiting = 3
+        for n in range(100, 100 + MAX_IN_FLIGHT + waiting):
+            params: dict[str, Any] = {"name": "c__sleep", "arguments": {"seconds": 600, "tag": str(n)}}
+            gw.request(n, "tools/call", params if era == "2025-11-25" else {**params, "_meta": meta})
+        assert gw.proc.stdin is not None
+        gw.proc.stdin.close()
+        assert gw.proc.wait(timeout=60) == 0  # (within drain_timeout, 1 s, and the stop's own seconds)
+        answered: set[int] = set()
+        while True:
+            try:
+                message = gw.read(timeout=5)
+            except AssertionError:
+                break
+            if "id" in message and "method" not in message:
+                answered.add(message["id"])
+    assert answered == set(range(100, 100 + MAX_IN_FLIGHT + waiting))

@@ -580,22 +580,26 @@ async def stdio_streams(
             with reading:
                 await read_to_the_end()
 
+    async def take_turns() -> None:
+        """Let in what waits for a place, then handle the lines read (up to ``MAX_WAITING`` waiting)."""
+        await let_in()
+        while stdin.queue and len(waiting) < MAX_WAITING:
+            await handle(stdin.take())
+            stdin.done()
+
     async def read_to_the_end() -> None:
         while True:
-            await let_in()
-            while stdin.queue and len(waiting) < MAX_WAITING:
-                await handle(stdin.take())
-                stdin.done()
+            await take_turns()
+            if stdin.closed:
+                break
             if not waiting:
-                if stdin.closed and not stdin.queue:
-                    break
                 await stdin.wait()
                 continue
             # Requests wait for a place: read on (a cancel, an answer to what a call asked
             # frees one) unless that many wait, and let them in as places free up.
             if unanswered.has_room():
                 continue  # (freed by a line just handled: a cancel)
-            if stdin.closed or len(waiting) >= MAX_WAITING:
+            if len(waiting) >= MAX_WAITING:
                 await unanswered.wait_room()
             else:
                 unanswered.on_room = stdin.wake  # (only now: an answer wakes no reader otherwise)
@@ -611,13 +615,24 @@ async def stdio_streams(
             await unanswerable(key[1])
         outgoing.clear()
         with anyio.move_on_after(drain_timeout) as drain:
+            while waiting or stdin.queue:  # (requests read, waiting for a place: theirs comes as calls end)
+                await unanswered.wait_room()
+                await take_turns()
             await unanswered.drained()
         if drain.cancelled_caught:
+            while stdin.queue:  # (past MAX_WAITING: they wait too now, the input is all read)
+                await handle(stdin.take())
+                stdin.done()
             log.warning(
                 "end of input: %s still unanswered after drain_timeout (%g s); stopping",
-                plural(unanswered.count, "request"),
+                plural(unanswered.count + sum(map(_needs_place, waiting)), "request"),
                 drain_timeout,
             )
+            for entry in waiting:  # never run: answered so, each read request is answered
+                if _needs_place(entry):
+                    text = "prefixgate: the input ended while this request waited for its turn; it was not run"
+                    await answer(jsonrpc_error(_request_id(entry), CONNECTION_CLOSED, text))
+            waiting.clear()
             if signals is not None:
                 # As at a stop signal: the servers stop first, so each call cut is answered
                 # with its server's exit, not with the end of this session ("Connection closed").
