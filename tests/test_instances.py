@@ -279,7 +279,7 @@ async def test_max_instances_with_every_one_busy_is_a_clear_error(tmp_path: Path
                     assert refused.is_error
                     assert text(refused) == (
                         "Server 's' runs one process per principal, and all 1 it may run (its max_instances) "
-                        "are serving other principals' requests now; try again later."
+                        "are serving other principals' requests (or resources they watch) now; try again later."
                     )
                     alice.release.set()
                 pid_b = int(text(await b.call_tool("s__pid", {})))

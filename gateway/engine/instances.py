@@ -4,12 +4,13 @@
 process starts as any server's and gives the catalog (its lists, their changes, the warm
 start); every request of a principal that reaches the server (``tools/call``, and so the tasks
 a call runs; ``resources/read``, ``prompts/get``, ``completion/complete``) goes to that
-principal's own process instead, started by its first such request, and so does its watch of
-a resource (gateway/engine/watches.py), which keeps the process running while it lasts. A login, a browser
-session or a working directory the server keeps is then never another principal's, and what
-an instance asks (elicitation, sampling, roots) or logs is its principal's by construction
-(``Downstream.principal``, which the relay reads; the hub's ``InstanceEvents``), not by the
-rule for a shared pipe, which refuses what two principals' calls make ambiguous.
+principal's own process instead, started by its first such request, and so does its watch
+of a resource (gateway/engine/watches.py), which keeps the process running while it lasts.
+A login, a browser session or a working directory the server keeps is then never another
+principal's, and what an instance asks (elicitation, sampling, roots) or logs is its
+principal's by construction (``Downstream.principal``, which the relay reads; the hub's
+``InstanceEvents``), not by the rule for a shared pipe, which refuses what two principals'
+calls make ambiguous.
 
 An instance is supervised as any server (a crash is restarted with backoff; one that is down
 when its principal's next request comes is replaced at once), and stopped once idle for the
@@ -157,7 +158,8 @@ class Instances:
                 if idle is None:
                     raise DownstreamUnavailable(
                         f"Server {shared.id!r} runs one process per principal, and all {limit} it may run "
-                        "(its max_instances) are serving other principals' requests now; try again later."
+                        "(its max_instances) are serving other principals' requests (or resources they watch) now; "
+                        "try again later."
                     )
                 self._stop(shared.id, idle, "the least recently used, for another principal (max_instances)")
             found = mine[principal] = self._start(shared, principal)
