@@ -12,17 +12,21 @@ server written the classic way (tests/instance_server.py), the real SDK client i
 from __future__ import annotations
 
 import functools
+import os
 import signal
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.abc
 import httpx2
 import mcp_types as types
 import pytest
 from mcp.shared.exceptions import MCPError
+from mcp.shared.subscriptions import ResourceUpdated
 
 from bench.common import url_process
 from gateway.upstream.http import principal_of_token
@@ -475,6 +479,51 @@ REPORTING = {
 """A server with a resource its ``touch`` tool changes, as it reports changes; the resource."""
 
 
+class Watcher:
+    """One client's watch of a resource, in its era's way: ``resources/subscribe`` (its updates
+    on the session) or a 2026-07-28 listen stream naming it (its events); what it ``heard``."""
+
+    def __init__(self, mode: str, uri: str) -> None:
+        self.mode, self.uri = mode, uri
+        self.heard: list[str] = []
+        self.stream = anyio.CancelScope()
+
+    def options(self) -> dict[str, Any]:
+        """The client's options: a handshake-era session's updates come to its message handler."""
+
+        async def on_message(message: Any) -> None:
+            if isinstance(message, types.ResourceUpdatedNotification):
+                self.heard.append(str(message.params.uri))
+
+        return {"message_handler": on_message} if self.mode == "legacy" else {}
+
+    async def start(self, client: Any, tg: anyio.abc.TaskGroup) -> None:
+        if self.mode == "legacy":
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # (deprecated in 2026-07-28, not in this era)
+                await client.subscribe_resource(self.uri)
+            return
+        ready = anyio.Event()
+        tg.start_soon(self._listen, client, ready)
+        await ready.wait()
+
+    async def _listen(self, client: Any, ready: anyio.Event) -> None:
+        with self.stream:
+            async with client.listen(resource_subscriptions=[self.uri]) as events:
+                ready.set()
+                async for event in events:
+                    if isinstance(event, ResourceUpdated):
+                        self.heard.append(event.uri)
+
+    async def stop(self, client: Any) -> None:
+        if self.mode == "legacy":
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                await client.unsubscribe_resource(self.uri)
+        else:
+            self.stream.cancel()  # (its listen stream closed)
+
+
 @pytest.mark.parametrize("reporting", list(REPORTING))
 @pytest.mark.parametrize("mode", ERAS)
 async def test_an_update_from_a_principals_own_process_reaches_its_principal_alone(
@@ -487,52 +536,27 @@ async def test_an_update_from_a_principals_own_process_reaches_its_principal_alo
     spec's subscriptions have it) never reported at all: the watch was taken at the shared
     process, which is never called; each principal's own process is asked now (a 2026-07-28
     server: through the filter of the gateway's listen stream to that process)."""
-    import warnings
-
-    from mcp.shared.subscriptions import ResourceUpdated
-
-    server, URI = REPORTING[reporting]
+    server, uri = REPORTING[reporting]
     config = write_config(tmp_path, {"u": {**server, "instances": "per-principal"}})
-    heard: dict[str, list[str]] = {"alice": [], "bob": []}
-
-    def collect(who: str) -> dict[str, Any]:
-        """A handshake-era session's updates (a listen stream's are its events)."""
-
-        async def on_message(message: Any) -> None:
-            if isinstance(message, types.ResourceUpdatedNotification):
-                heard[who].append(str(message.params.uri))
-
-        return {"message_handler": on_message} if mode == "legacy" else {}
-
-    async def listening(client: Any, who: str, ready: anyio.Event) -> None:
-        async with client.listen(resource_subscriptions=[URI]) as events:
-            ready.set()
-            async for event in events:
-                if isinstance(event, ResourceUpdated):
-                    heard[who].append(event.uri)
-
+    alices, bobs = Watcher(mode, uri), Watcher(mode, uri)
     with tokens_file(tmp_path, "token-of-alice", "token-of-bob") as tokens:
         with http_gateway(config, "--token-file", str(tokens)) as (url, _):
             async with (
-                sdk_client(url, mode, headers=ALICE, **collect("alice")) as alice,
-                sdk_client(url, mode, headers=BOB, **collect("bob")) as bob,
+                sdk_client(url, mode, headers=ALICE, **alices.options()) as alice,
+                sdk_client(url, mode, headers=BOB, **bobs.options()) as bob,
                 anyio.create_task_group() as tg,
             ):
                 with anyio.fail_after(60):
-                    for client, who in ((alice, "alice"), (bob, "bob")):
-                        if mode == "legacy":
-                            with warnings.catch_warnings():
-                                warnings.simplefilter("ignore")  # (deprecated in 2026-07-28, not in this era)
-                                await client.subscribe_resource(URI)
-                        else:
-                            ready = anyio.Event()
-                            tg.start_soon(listening, client, who, ready)
-                            await ready.wait()
+                    await alices.start(alice, tg)
+                    await bobs.start(bob, tg)
                     assert text(await alice.call_tool("u__touch", {})) == "touched"
-                    await wait_for(lambda: heard["alice"] == [URI])
-                    assert text(await bob.call_tool("u__touch", {})) == "touched"  # (his own, after hers)
-                    await wait_for(lambda: heard["bob"] == [URI])
-                    assert heard == {"alice": [URI], "bob": [URI]}  # (none of the other's)
+                    await wait_for(lambda: alices.heard == [uri])
+                    await anyio.sleep(0.5)  # (hers would have reached him by now: same loop, no queue of his)
+                    assert bobs.heard == []
+                    assert text(await bob.call_tool("u__touch", {})) == "touched"
+                    await wait_for(lambda: bobs.heard == [uri])
+                    await anyio.sleep(0.5)
+                    assert alices.heard == [uri]  # (none of his)
                 tg.cancel_scope.cancel()
 
 
@@ -541,55 +565,25 @@ async def test_a_watched_process_is_kept_and_its_next_one_is_asked_again(tmp_pat
     """A principal's process of a per-principal server asked to report a resource is kept past
     its ``idle_timeout`` (stopped, it would report nothing), and when it dies the process that
     replaces it is asked again: a client watching the resource hears its next change too."""
-    import os
-    import warnings
-
-    from mcp.shared.subscriptions import ResourceUpdated
-
     server, uri = REPORTING["reports what it is asked to"]
     config = write_config(tmp_path, {"u": {**server, "instances": "per-principal", "idle_timeout": 0.5}})
-    heard: list[str] = []
-
-    async def on_message(message: Any) -> None:
-        if isinstance(message, types.ResourceUpdatedNotification):
-            heard.append(str(message.params.uri))
-
-    stream = anyio.CancelScope()
-
-    async def listening(client: Any, ready: anyio.Event) -> None:
-        with stream:
-            async with client.listen(resource_subscriptions=[uri]) as events:
-                ready.set()
-                async for event in events:
-                    if isinstance(event, ResourceUpdated):
-                        heard.append(event.uri)
-
-    options = {"message_handler": on_message} if mode == "legacy" else {}
+    watcher = Watcher(mode, uri)
     with tokens_file(tmp_path, "token-of-alice") as tokens:
         with http_gateway(config, "--token-file", str(tokens)) as (url, log):
-            async with sdk_client(url, mode, headers=ALICE, **options) as alice, anyio.create_task_group() as tg:
+            async with (
+                sdk_client(url, mode, headers=ALICE, **watcher.options()) as alice,
+                anyio.create_task_group() as tg,
+            ):
                 with anyio.fail_after(60):
-                    if mode == "legacy":
-                        with warnings.catch_warnings():
-                            warnings.simplefilter("ignore")  # (deprecated in 2026-07-28, not in this era)
-                            await alice.subscribe_resource(uri)
-                    else:
-                        ready = anyio.Event()
-                        tg.start_soon(listening, alice, ready)
-                        await ready.wait()
+                    await watcher.start(alice, tg)
                     await anyio.sleep(1.5)  # (three idle_timeouts)
                     assert "idle for 0.5 s" not in log.read_text()
                     assert text(await alice.call_tool("u__touch", {})) == "touched"
-                    await wait_for(lambda: heard == [uri])
+                    await wait_for(lambda: watcher.heard == [uri])
                     os.kill(int(text(await alice.call_tool("u__pid", {}))), signal.SIGKILL)
                     await wait_for(lambda: log.read_text().count("] ready:") >= 3)  # (the shared, hers, her next)
                     assert text(await alice.call_tool("u__touch", {})) == "touched"
-                    await wait_for(lambda: heard == [uri, uri])
-                    if mode == "legacy":  # no longer watched: it idles out as any process
-                        with warnings.catch_warnings():
-                            warnings.simplefilter("ignore")
-                            await alice.unsubscribe_resource(uri)
-                    else:
-                        stream.cancel()  # (its listen stream closed)
+                    await wait_for(lambda: watcher.heard == [uri, uri])
+                    await watcher.stop(alice)  # no longer watched: it idles out as any process
                     await wait_for(lambda: "idle for 0.5 s" in log.read_text())
                 tg.cancel_scope.cancel()
