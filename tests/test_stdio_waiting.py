@@ -98,19 +98,15 @@ def test_requests_still_waiting_at_the_end_of_input_are_answered_within_drain_ti
     """The client closes its input with 64 calls running (for 600 s) and more requests waiting
     for a place: the gateway stops within ``drain_timeout``, as with no request waiting, each
     request read answered (the waiting ones too, with an error: they never ran)."""
-    import json
-
     from mcp_types import CLIENT_CAPABILITIES_META_KEY, PROTOCOL_VERSION_META_KEY
 
-    from tests.helpers import INIT, raw_gateway
+    from tests.helpers import raw_gateway
 
     config = write_config(tmp_path, {"c": CLASSIC}, gateway={"drain_timeout": 1})
     meta = {PROTOCOL_VERSION_META_KEY: era, CLIENT_CAPABILITIES_META_KEY: {}}
     with (tmp_path / "stderr.log").open("w") as err, raw_gateway(config, err) as gw:
         if era == "2025-11-25":
-            gw.send(json.dumps(INIT).encode())
-            assert "result" in gw.answer(1)
-            gw.send(b'{"jsonrpc":"2.0","method":"notifications/initialized"}')
+            gw.handshake()
         waiting = 3
         for n in range(100, 100 + MAX_IN_FLIGHT + waiting):
             params: dict[str, Any] = {"name": "c__sleep", "arguments": {"seconds": 600, "tag": str(n)}}
