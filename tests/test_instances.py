@@ -587,3 +587,35 @@ async def test_a_watched_process_is_kept_and_its_next_one_is_asked_again(tmp_pat
                     await watcher.stop(alice)  # no longer watched: it idles out as any process
                     await wait_for(lambda: "idle for 0.5 s" in log.read_text())
                 tg.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_watched_process_a_reload_stops_is_started_again_for_its_watch(tmp_path: Path, mode: str) -> None:
+    """A reload that changes a per-principal server stops its processes; one a principal's watch
+    kept was started again only by that principal's next request, so a client that only listens
+    heard no more of the resource's changes. It is started again, and asked again, at once."""
+    server, uri = REPORTING["reports what it is asked to"]
+    ticking = {**server, "instances": "per-principal", "env": {**server["env"], "UPDATES_EVERY": "0.2"}}
+    config = write_config(tmp_path, {"u": ticking}, gateway={"reload": "signal"})
+    watcher = Watcher(mode, uri)
+    errlog = tmp_path / "gateway.log"
+    command = [*GATEWAY, "serve", "--config", str(config), "--http", "127.0.0.1:0", "--token-file"]
+    with tokens_file(tmp_path, "token-of-alice") as tokens, errlog.open("w") as stderr:
+        with url_process([*command, str(tokens)], stderr=stderr) as (url, gateway):
+            async with (
+                sdk_client(url, mode, headers=ALICE, **watcher.options()) as alice,
+                anyio.create_task_group() as tg,
+            ):
+                with anyio.fail_after(60):
+                    await watcher.start(alice, tg)
+                    await wait_for(lambda: len(watcher.heard) >= 2)  # (her process reports, every 0.2 s)
+                    changed = {**ticking, "env": {**ticking["env"], "UPDATES_CHANGED": "1"}}
+                    write_config(tmp_path, {"u": changed}, gateway={"reload": "signal"})
+                    gateway.send_signal(signal.SIGHUP)
+                    await wait_for(lambda: "config reloaded (SIGHUP): restarted 'u'" in errlog.read_text())
+                    await wait_for(lambda: errlog.read_text().count("] ready:") >= 4)  # (both again)
+                    watcher.heard.clear()
+                    await wait_for(lambda: len(watcher.heard) >= 2)  # (no request of hers meanwhile)
+                tg.cancel_scope.cancel()
+            gateway.send_signal(signal.SIGTERM)
+            gateway.wait(30)

@@ -5,7 +5,8 @@ One resource, ``updates://notes`` (subscribable), a tool ``pid``, and ``touch {m
 each with ``_meta`` = ``meta``, then answers. For tests/test_relay.py: what a client of the
 gateway gets of that ``_meta``, as it would directly. With ``UPDATES_SUBSCRIBED_ONLY=1`` it
 reports the update only while the resource is subscribed (as a server that keeps the spec's
-subscriptions does): for tests/test_instances.py, each principal's process asked itself.
+subscriptions does): for tests/test_instances.py, each principal's process asked itself; with
+``UPDATES_EVERY=S`` it also reports the subscribed resource changed every S seconds.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
+import time
 from typing import Any
 
 URI = "updates://notes"
@@ -26,9 +29,22 @@ TOUCH = {
 }
 
 
+_writing = threading.Lock()
+
+
 def send(message: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(message) + "\n")
-    sys.stdout.flush()
+    with _writing:
+        sys.stdout.write(json.dumps(message) + "\n")
+        sys.stdout.flush()
+
+
+def tick(every: float) -> None:
+    """Report the resource changed every ``every`` seconds while it is subscribed (a change
+    nobody asked for by a call: a file edited elsewhere)."""
+    while True:
+        time.sleep(every)
+        if URI in subscribed:
+            send({"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {"uri": URI}})
 
 
 def result(method: str, params: dict[str, Any]) -> dict[str, Any] | None:
@@ -67,6 +83,8 @@ def result(method: str, params: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def main() -> None:
+    if every := float(os.environ.get("UPDATES_EVERY", "0")):
+        threading.Thread(target=tick, args=(every,), daemon=True).start()
     for line in sys.stdin:
         if not line.strip():
             continue

@@ -169,9 +169,15 @@ class Watches:
         effort, a line each that fails). A 2026-07-28 server's listen stream carries its
         filter anew each time it is opened (``listening.py``). A server a reload restarted
         (its table changed) is a new one, of either era: it takes over what the one stopped
-        was asked to report (a modern one's filter starts empty)."""
+        was asked to report (a modern one's filter starts empty); so does each principal's
+        process of a per-principal one that a watch kept, started again (in the background:
+        the catalog does not wait for it) rather than at its principal's next request."""
         for key in sorted(self._count):
             told = self._told.get(key)
+            if self._own(downstream) and _own_replaced_by(told, downstream) and self.instances is not None:
+                assert told is not None and self.instances.tasks is not None
+                self.instances.tasks.start_soon(self._rewatch, key, downstream, told.principal)
+                continue
             again = _replaced_by(told, downstream) or _own_again(told, downstream)
             if not (again or (told is downstream and not downstream.modern)):
                 continue
@@ -181,6 +187,20 @@ class Watches:
                         key[0], True, downstream, logging.WARNING, "back, was not subscribed again"
                     )
             self._forget_lock(key)
+
+    async def _rewatch(self, key: _Key, shared: Downstream, principal: object) -> None:
+        """``principal``'s process of ``shared``'s server (a reload restarted it), started again
+        for the resource its watch had the stopped one report (best effort, a line if it fails)."""
+        assert self.instances is not None
+        async with self._lock(key):
+            # (not unwatched meanwhile, nor asked again by its principal's own next process)
+            if key in self._count and _own_replaced_by(self._told.get(key), shared):
+                try:
+                    async with self.instances.held(shared, principal) as own:
+                        await self._tell(key[0], True, own)
+                except (MCPError, DownstreamUnavailable) as exc:
+                    log.warning("resource %r: a process of its server was not started again for it: %s", key[0], exc)
+        self._forget_lock(key)
 
     async def _tell_at_most(
         self, uri: str, start: bool, downstream: Downstream | None, level: int, failed: str
@@ -250,6 +270,12 @@ def _own_again(told: Downstream | None, downstream: Downstream) -> bool:
         and downstream.principal is not None
         and (told.id, told.principal) == (downstream.id, downstream.principal)
     )
+
+
+def _own_replaced_by(told: Downstream | None, shared: Downstream) -> bool:
+    """Whether ``told`` is a principal's process that a reload stopped with its server, which
+    ``shared`` (the new shared process) replaces."""
+    return told is not None and told.principal is not None and told.stopping and told.id == shared.id
 
 
 def _replaced_by(told: Downstream | None, downstream: Downstream) -> bool:
