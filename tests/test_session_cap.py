@@ -46,6 +46,7 @@ async def test_opening_one_too_many_closes_the_least_recently_used_idle_session(
         async with httpx2.AsyncClient(timeout=30) as http:
             first = [await _open(http, url, ACCEPT) for _ in range(3)]
             assert await _status(http, url, ACCEPT, first[0]) == 200  # the oldest is now the most recent
+            assert await _status(http, url, ACCEPT, first[2]) == 200  # (then this one: the second is the least)
             fourth = await _open(http, url, ACCEPT)
             statuses = [await _status(http, url, ACCEPT, s) for s in [*first, fourth]]
             assert statuses == [200, 404, 200, 200]
@@ -107,7 +108,10 @@ async def test_a_session_with_a_request_in_flight_is_not_closed(tmp_path: Path) 
                 assert held.status_code == 200
                 idle = [await _open(http, url, ACCEPT) for _ in range(2)]
                 newest = await _open(http, url, ACCEPT)
-                assert [await _status(http, url, ACCEPT, s) for s in idle] == [404, 200]
+                # One of the two idle ones goes (the test above holds which: two sessions opened
+                # within a few ms are ordered by when the SDK finished each one's last request,
+                # which on a loaded machine is not always the order their answers came in).
+                assert sorted([await _status(http, url, ACCEPT, s) for s in idle]) == [200, 404]
             assert await _status(http, url, ACCEPT, listening) == 200
             assert await _status(http, url, ACCEPT, newest) == 200
 
