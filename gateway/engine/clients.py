@@ -243,12 +243,17 @@ class Clients:
             self.broadcast(lambda s: s.send_resource_list_changed(), key="list:resources", essential=True)
             await self.bus.publish(ResourcesListChanged())
 
-    async def resource_updated(self, uri: str, meta: Mapping[str, Any] | None = None) -> None:
-        """Only to the clients that watch ``uri``, with the ``_meta`` its server sent (``updated``)."""
+    async def resource_updated(self, uri: str, meta: Mapping[str, Any] | None = None, principal: object = None) -> None:
+        """Only to the clients that watch ``uri``, with the ``_meta`` its server sent (``updated``);
+        ``principal``: only that principal's (an update of its own process of a server)."""
         kept = updated_meta(meta)
         send = functools.partial(send_updated, uri=uri, meta=kept)
-        self.broadcast(send, lambda u: uri in u.subscriptions, key="updated:" + uri)
-        await self.bus.publish(Updated(uri=uri, meta=kept))
+
+        def watching(u: ClientConnection) -> bool:
+            return uri in u.subscriptions and (principal is None or principal_key(u.state) == principal)
+
+        self.broadcast(send, watching, key="updated:" + uri)
+        await self.bus.publish(Updated(uri=uri, meta=kept, principal=principal))
 
     async def set_log_level(self, client: ClientConnection, level: str) -> None:
         """One client's level: each client filters at its own level, and the servers are

@@ -32,7 +32,7 @@ from gateway.downstream.spawn import Spawned
 from gateway.downstream.supervisor import Supervisor
 from gateway.downstream.tasks import task_status
 from gateway.engine.checks import CheckCache
-from gateway.engine.clients import Clients, Updated, send_updated, updated_meta
+from gateway.engine.clients import Clients
 from gateway.engine.instances import Instances
 from gateway.engine.links import Links
 from gateway.engine.lockfile import ServedLock, lock_path
@@ -47,7 +47,6 @@ from gateway.engine.warm import WarmRecords
 from gateway.engine.watches import Watches
 from gateway.state.backend import state_store
 from gateway.state.counted import CountedStore
-from gateway.state.session import principal_key
 from gateway.state.store import StateStore
 
 log = logging.getLogger("prefixgate")
@@ -274,16 +273,9 @@ class InstanceEvents:
             return
         if method == "notifications/resources/updated":
             uri, principal = params.get("uri"), downstream.principal
-            if isinstance(uri, str):  # to its principal's clients subscribed to the URI alone
-                meta = updated_meta(params.get("_meta"))
-                self._hub.clients.broadcast(
-                    functools.partial(send_updated, uri=uri, meta=meta),
-                    lambda u: uri in u.subscriptions and principal_key(u.state) == principal,
-                    every_profile=True,
-                    key="updated:" + uri,
-                )
-                for peer in self._hub.clients.peers:  # and its listen streams (every profile's bus)
-                    await peer.bus.publish(Updated(uri=uri, meta=meta, principal=principal))
+            if isinstance(uri, str):  # to its principal's clients watching the URI alone, in every profile
+                for peer in self._hub.clients.peers:
+                    await peer.resource_updated(uri, params.get("_meta"), principal)
             return
         await self._hub.server_notification(downstream, method, params, caller)
 

@@ -109,14 +109,15 @@ class Watches:
         every watcher), or its process of ``who`` (``_own``); "" for no server."""
         if owner is None:
             return ""
-        return _site_of(owner.id, who) if self._own(owner) else owner.id
+        return _site_of(owner.id, who if self._own(owner) else None)
 
     async def _start(self, uri: str, owner: Downstream | None, who: object) -> None:
         """The first watch of ``uri`` at its site: the server (or ``who``'s own process of it,
         started if need be and kept running while it is watched) starts reporting."""
-        if self.instances is None or owner is None or not self._own(owner):
+        if not self._own(owner):
             await self._tell(uri, True, owner)
             return
+        assert self.instances is not None and owner is not None
         try:
             async with self.instances.held(owner, who) as own:
                 await self._tell(uri, True, own)
@@ -252,13 +253,13 @@ class Watches:
                     raise MCPError(code=CONNECTION_CLOSED, message=message) from None
                 raise
         if start:  # (only once it reports: a refused watch leaves nothing behind)
-            site = downstream.id if downstream.principal is None else _site_of(downstream.id, downstream.principal)
-            self._told[(uri, site)] = downstream
+            self._told[(uri, _site_of(downstream.id, downstream.principal))] = downstream
 
 
 def _site_of(server_id: str, principal: object) -> str:
-    """The site of the watches taken at ``principal``'s own process of a server."""
-    return f"{server_id}\x00{principal}"
+    """The site of the watches taken at a server (``principal`` None) or at ``principal``'s own
+    process of it."""
+    return server_id if principal is None else f"{server_id}\x00{principal}"
 
 
 def _own_again(told: Downstream | None, downstream: Downstream) -> bool:

@@ -178,9 +178,7 @@ def _needs_place(entry: Claim | SessionMessage) -> bool:
 
 def _request_id(entry: Claim | SessionMessage) -> Any:
     """The id of a waiting request (None for a notification waiting behind one)."""
-    if not isinstance(entry, SessionMessage):
-        return entry.request_id
-    return getattr(entry.message, "id", None)
+    return reply_id(entry) if isinstance(entry, SessionMessage) else entry.request_id
 
 
 def _first_line(exc: Exception) -> str:
@@ -404,6 +402,7 @@ class ClientStdin(LineReader[Any]):
 
     @property
     def behind(self) -> bool:
+        """``LineReader.behind``, or requests wait for a place (spelled out: asked for every line)."""
         return bool(self.queue) or self.busy or bool(self.waiting)
 
     def lines_received(self, lines: list[bytes | bytearray | Overlong]) -> None:
@@ -552,7 +551,7 @@ async def stdio_streams(
     def _withdraw(request_id: Any) -> None:
         """A cancelled request still waiting for its place never gets one (nor an answer)."""
         key = _key(request_id)
-        for entry in [e for e in waiting if _request_id(e) is not None and _key(_request_id(e)) == key]:
+        for entry in [e for e in waiting if (named := _request_id(e)) is not None and _key(named) == key]:
             waiting.remove(entry)
 
     async def let_in() -> None:
